@@ -1,0 +1,304 @@
+"""The client library: create partitions, add items, inspect and steer them.
+
+``AsyncClient`` is the asyncio API; ``Client`` offers the same methods for
+synchronous code, running them on a private event loop thread. Bad input
+raises a :class:`watcher.errors.InvalidInputError` subclass naming what is
+wrong, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Coroutine, Iterable, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from watcher.dburl import DatabaseURL, parse_database_url
+from watcher.errors import (
+    DatabaseError,
+    DuplicateItemError,
+    InvalidInputError,
+    PartitionNotFoundError,
+)
+from watcher.models import ID_MAX_LENGTH, Status
+from watcher.records import ItemInfo, NewItem, PartitionInfo
+from watcher.store import Store
+
+T = TypeVar("T")
+
+WAIT_POLL_START = 0.02
+WAIT_POLL_MAX = 0.5
+SETTLED = (Status.COMPLETE.value, Status.FAILED.value)
+
+
+def _check_id(kind: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(f"{kind} id must be a non-empty string, got {value!r}")
+    if len(value) > ID_MAX_LENGTH:
+        raise InvalidInputError(
+            f"{kind} id {value[:40]!r}... is {len(value)} characters; the limit is "
+            f"{ID_MAX_LENGTH}")
+    return value
+
+
+def _check_items(partition_id: str, items: Iterable[NewItem], *, allow_empty: bool
+                 ) -> list[NewItem]:
+    if isinstance(items, NewItem | bytes | str):
+        raise InvalidInputError(
+            f"items for partition {partition_id!r} must be a list of NewItem, not a single "
+            f"{type(items).__name__}")
+    checked: list[NewItem] = []
+    for position, item in enumerate(items):
+        if not isinstance(item, NewItem):
+            raise InvalidInputError(
+                f"item #{position} for partition {partition_id!r} is a {type(item).__name__}; "
+                "pass NewItem(id, data: bytes, gate=0)")
+        _check_id("item", item.id)
+        if isinstance(item.data, bytearray | memoryview):
+            item = NewItem(item.id, bytes(item.data), item.gate)
+        if not isinstance(item.data, bytes):
+            hint = " (encode text first, e.g. text.encode())" if isinstance(item.data, str) else ""
+            raise InvalidInputError(
+                f"item {item.id!r} of partition {partition_id!r}: data must be bytes, got "
+                f"{type(item.data).__name__}{hint}")
+        if isinstance(item.gate, bool) or not isinstance(item.gate, int) or item.gate < 0:
+            raise InvalidInputError(
+                f"item {item.id!r} of partition {partition_id!r}: gate must be a whole number "
+                f">= 0, got {item.gate!r}")
+        checked.append(item)
+    if not checked and not allow_empty:
+        raise InvalidInputError(f"no items given for partition {partition_id!r}")
+    seen: set[str] = set()
+    repeated = sorted({item.id for item in checked if item.id in seen or seen.add(item.id)})
+    if repeated:
+        raise DuplicateItemError(partition_id, repeated, stored=False)
+    return checked
+
+
+class AsyncClient:
+    """Insert and inspect partitions and items (asyncio).
+
+    ``db_url`` is a SQLAlchemy-style URL (``sqlite:///file.db``,
+    ``postgresql://user:pass@host/db``); ``table_prefix`` namespaces the tables.
+
+    Raises:
+        ConfigError: the URL or the table prefix is invalid.
+    """
+
+    def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "") -> None:
+        self._url = db_url if isinstance(db_url, DatabaseURL) else parse_database_url(db_url)
+        self.store = Store.open(self._url, table_prefix)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the database connections."""
+        await self.store.close()
+
+    async def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        try:
+            return await coroutine
+        except SQLAlchemyError as error:
+            detail = str(getattr(error, "orig", None) or error).strip().splitlines()
+            raise DatabaseError(
+                f"database {self._url.redacted()} failed: "
+                f"{type(error).__name__}: {detail[0][:300] if detail else ''}"
+            ) from None
+
+    async def create_partition(self, partition_id: str, items: Sequence[NewItem] = ()) -> None:
+        """Create a partition with its items, in one transaction.
+
+        Raises:
+            InvalidInputError: bad ids, data or gates (a subclass names the case).
+            PartitionExistsError: the partition exists already.
+            DuplicateItemError: item ids repeat.
+        """
+        _check_id("partition", partition_id)
+        checked = _check_items(partition_id, items, allow_empty=True)
+        await self._call(self.store.partition_create(partition_id, checked))
+
+    async def add_items(self, partition_id: str, items: Sequence[NewItem]) -> bool:
+        """Add items to a partition, re-opening it if it was complete.
+
+        Returns whether the partition was re-opened. A failed partition stays
+        failed until :meth:`retry_failed`.
+
+        Raises:
+            InvalidInputError: bad ids, data or gates.
+            PartitionNotFoundError: no partition has this id.
+            GateError: an item's gate is below the partition's current gate.
+            DuplicateItemError: an item id repeats or is already stored.
+        """
+        _check_id("partition", partition_id)
+        checked = _check_items(partition_id, items, allow_empty=False)
+        return await self._call(self.store.items_add(partition_id, checked))
+
+    async def partition(self, partition_id: str) -> PartitionInfo:
+        """Read a partition with its item counts per status.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id.
+        """
+        _check_id("partition", partition_id)
+        info = await self._call(self.store.partition_get(partition_id))
+        if info is None:
+            raise PartitionNotFoundError(partition_id)
+        return info
+
+    async def partitions(self, status: str | None = None, limit: int = 1000
+                         ) -> list[PartitionInfo]:
+        """List partitions, newest first, optionally only those with ``status``.
+
+        Raises:
+            InvalidInputError: ``status`` is not a known status.
+        """
+        if status is not None and status not in {s.value for s in Status}:
+            raise InvalidInputError(
+                f"unknown status {status!r}; use one of "
+                f"{', '.join(s.value for s in Status)}")
+        return await self._call(self.store.partitions_list(status, limit))
+
+    async def items(self, partition_id: str) -> list[ItemInfo]:
+        """Read every item of a partition.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id.
+        """
+        _check_id("partition", partition_id)
+        return await self._call(self.store.items_list(partition_id))
+
+    async def retry_failed(self, partition_id: str) -> int:
+        """Put failed items back to available (attempts reset) and re-open the partition.
+
+        Returns how many items were reset.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id.
+        """
+        _check_id("partition", partition_id)
+        return await self._call(self.store.items_retry_failed(partition_id))
+
+    async def set_gate(self, partition_id: str, gate: int) -> None:
+        """Move the partition's gate forward (manual checkpoint mode).
+
+        Raises:
+            InvalidInputError: ``gate`` is not a whole number >= 0.
+            PartitionNotFoundError: no partition has this id.
+            GateError: ``gate`` is below the current gate.
+        """
+        _check_id("partition", partition_id)
+        if isinstance(gate, bool) or not isinstance(gate, int) or gate < 0:
+            raise InvalidInputError(f"gate must be a whole number >= 0, got {gate!r}")
+        await self._call(self.store.partition_set_gate(partition_id, gate))
+
+    async def wait(self, partition_id: str, timeout: float) -> PartitionInfo:  # noqa: ASYNC109
+        """Wait until the partition is complete or failed and return it.
+
+        Raises:
+            TimeoutError: it is still open after ``timeout`` seconds.
+            PartitionNotFoundError: no partition has this id.
+        """
+        deadline = time.monotonic() + timeout
+        delay = WAIT_POLL_START
+        while True:
+            info = await self.partition(partition_id)
+            if info.status in SETTLED:
+                return info
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"partition {partition_id!r} is still {info.status} at gate {info.gate} "
+                    f"after {timeout} s (items: {info.counts})")
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(WAIT_POLL_MAX, delay * 2)
+
+
+class Client:
+    """The synchronous client: the same methods as :class:`AsyncClient`.
+
+    Calls run on a private event loop in a background thread, so this works
+    from plain scripts and from threads that already run an event loop.
+
+    Raises:
+        ConfigError: the URL or the table prefix is invalid.
+    """
+
+    def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "") -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="statefeed-client",
+                                        daemon=True)
+        self._thread.start()
+        try:
+            self._async = self._run(self._make(db_url, table_prefix))
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    @staticmethod
+    async def _make(db_url: str | DatabaseURL, table_prefix: str) -> AsyncClient:
+        return AsyncClient(db_url, table_prefix)
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if self._loop.is_closed():
+            coroutine.close()
+            raise RuntimeError("this Client is closed")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the database connections and the background loop. Safe to call twice."""
+        if self._loop.is_closed():
+            return
+        try:
+            self._run(self._async.close())
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def create_partition(self, partition_id: str, items: Sequence[NewItem] = ()) -> None:
+        """See :meth:`AsyncClient.create_partition`."""
+        return self._run(self._async.create_partition(partition_id, items))
+
+    def add_items(self, partition_id: str, items: Sequence[NewItem]) -> bool:
+        """See :meth:`AsyncClient.add_items`."""
+        return self._run(self._async.add_items(partition_id, items))
+
+    def partition(self, partition_id: str) -> PartitionInfo:
+        """See :meth:`AsyncClient.partition`."""
+        return self._run(self._async.partition(partition_id))
+
+    def partitions(self, status: str | None = None, limit: int = 1000) -> list[PartitionInfo]:
+        """See :meth:`AsyncClient.partitions`."""
+        return self._run(self._async.partitions(status, limit))
+
+    def items(self, partition_id: str) -> list[ItemInfo]:
+        """See :meth:`AsyncClient.items`."""
+        return self._run(self._async.items(partition_id))
+
+    def retry_failed(self, partition_id: str) -> int:
+        """See :meth:`AsyncClient.retry_failed`."""
+        return self._run(self._async.retry_failed(partition_id))
+
+    def set_gate(self, partition_id: str, gate: int) -> None:
+        """See :meth:`AsyncClient.set_gate`."""
+        return self._run(self._async.set_gate(partition_id, gate))
+
+    def wait(self, partition_id: str, timeout: float) -> PartitionInfo:
+        """See :meth:`AsyncClient.wait`."""
+        return self._run(self._async.wait(partition_id, timeout))

@@ -1,0 +1,101 @@
+"""The watcher's configuration: one frozen object, validated once."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+from watcher.decisions import RetryPolicy
+from watcher.errors import ConfigError
+from watcher.models import OWNER_MAX_LENGTH
+
+DEFAULT_CONCURRENCY = 32
+DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_LEASE_DURATION = 30.0
+DEFAULT_MAX_RETRIES = 5
+DEFAULT_RETRY_BACKOFF = 1.0
+DEFAULT_RETRY_BACKOFF_MAX = 300.0
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+DEFAULT_LEASE_BATCH = 16
+DEFAULT_STEAL_BATCH = 2
+DEFAULT_RESULT_BATCH = 256
+MIN_LEASE_DURATION = 1.0
+
+
+def default_owner_id() -> str:
+    """``<hostname>-<pid>-<random>``: unique per process, readable in ``status``."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class WatcherConfig:
+    """How one watcher leases partitions and dispatches their items.
+
+    Durations are seconds. Raises :class:`ConfigError` at construction when a
+    value is out of range; the message names the setting.
+    """
+
+    owner_id: str = field(default_factory=default_owner_id)
+    concurrency: int = DEFAULT_CONCURRENCY
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    lease_duration: float = DEFAULT_LEASE_DURATION
+    max_retries: int = DEFAULT_MAX_RETRIES
+    retry_backoff: float = DEFAULT_RETRY_BACKOFF
+    retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX
+    auto_close: bool = True
+    manual_checkpoint: bool = False
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
+    lease_batch: int = DEFAULT_LEASE_BATCH
+    steal_batch: int = DEFAULT_STEAL_BATCH
+    result_batch: int = DEFAULT_RESULT_BATCH
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.owner_id, str) or not self.owner_id.strip():
+            raise ConfigError("owner id must be a non-empty string")
+        if len(self.owner_id) > OWNER_MAX_LENGTH:
+            raise ConfigError(f"owner id is longer than {OWNER_MAX_LENGTH} characters")
+        _positive_int("concurrency", self.concurrency)
+        _positive_int("lease batch", self.lease_batch)
+        _positive_int("steal batch", self.steal_batch)
+        _positive_int("result batch", self.result_batch)
+        _positive("poll interval", self.poll_interval)
+        _positive("retry backoff", self.retry_backoff)
+        _positive("shutdown timeout", self.shutdown_timeout, allow_zero=True)
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ConfigError(f"max retries must be a whole number >= 0, got {self.max_retries!r}")
+        if self.retry_backoff_max < self.retry_backoff:
+            raise ConfigError(
+                f"retry backoff max ({self.retry_backoff_max}) must be at least the retry "
+                f"backoff ({self.retry_backoff})")
+        if self.lease_duration < MIN_LEASE_DURATION:
+            raise ConfigError(
+                f"lease duration must be at least {MIN_LEASE_DURATION} s, got "
+                f"{self.lease_duration!r}")
+        if self.poll_interval >= self.lease_duration / 3:
+            raise ConfigError(
+                f"poll interval ({self.poll_interval} s) must be shorter than a third of the "
+                f"lease duration ({self.lease_duration} s) so leases are renewed in time")
+
+    @property
+    def renew_interval(self) -> float:
+        """How often leases are renewed: a third of the lease duration."""
+        return self.lease_duration / 3
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The item retry policy these settings describe."""
+        return RetryPolicy(self.max_retries, self.retry_backoff, self.retry_backoff_max)
+
+
+def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{name} must be greater than 0, got {value!r}")
+
+
+def _positive_int(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")

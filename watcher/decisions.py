@@ -1,0 +1,196 @@
+"""Pure decisions: which partitions to take or steal, what a partition does next,
+and what an attempt's outcome does to an item. Plain values in, plain values out.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from enum import Enum
+
+from watcher.models import Status
+from watcher.protocol import NonRetryableError, ProcessorError, Result, RetryableError
+from watcher.records import GateSummary, ItemWrite, LeaseStats, ReadyItem
+
+# -- balancing ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BalancePlan:
+    """How many free partitions to take, and whom to steal from (and how many)."""
+
+    target: int
+    take_free: int = 0
+    steal_from: str | None = None
+    steal: int = 0
+
+
+def fair_share(active: int, live_owners: int) -> int:
+    """ceil(active partitions / live owners); 0 when nothing is active."""
+    return math.ceil(active / live_owners) if active and live_owners else 0
+
+
+def plan_balance(me: str, stats: LeaseStats, free: int, *, max_take: int,
+                 max_steal: int) -> BalancePlan:
+    """Decide how ``me`` moves toward its fair share.
+
+    ``stats`` counts active partitions and each live owner's leases; ``me``
+    counts as live even before it holds anything. ``free`` is how many free
+    (unleased or expired) partitions were seen. A watcher below target takes
+    free partitions first; only when none are free does it steal, from the
+    most-loaded owner, and only from one above target.
+    """
+    owners = dict(stats.owners)
+    owners.setdefault(me, 0)
+    target = fair_share(stats.active, len(owners))
+    need = target - owners[me]
+    if need <= 0:
+        return BalancePlan(target)
+    if free > 0:
+        return BalancePlan(target, take_free=min(need, free, max_take))
+    others = [(count, owner) for owner, count in owners.items() if owner != me]
+    if not others:
+        return BalancePlan(target)
+    # Most loaded first; ties broken by name so every watcher picks the same victim.
+    count, victim = min(others, key=lambda pair: (-pair[0], pair[1]))
+    if count <= target:
+        return BalancePlan(target)
+    return BalancePlan(target, steal_from=victim, steal=min(need, count - target, max_steal))
+
+
+# -- gates -------------------------------------------------------------------
+
+
+class GateStep(Enum):
+    """What a partition whose current gate has nothing ready does next."""
+
+    WAIT = "wait"  # items at the gate are in flight or waiting for their retry time
+    FAIL = "fail"  # an item at the gate failed: the fan-in cannot complete
+    ADVANCE = "advance"  # jump to the lowest gate holding available items
+    CLOSE = "close"  # nothing left anywhere: the partition is complete
+    IDLE = "idle"  # nothing to do until a client adds items or moves the gate
+
+
+@dataclass(frozen=True, slots=True)
+class GateAction:
+    """A :class:`GateStep`, with the gate to jump to for ``ADVANCE``."""
+
+    step: GateStep
+    gate: int | None = None
+
+
+def decide_gate(summary: GateSummary, *, auto_close: bool, manual_checkpoint: bool
+                ) -> GateAction:
+    """Decide what a partition does when no item at its gate is ready to dispatch."""
+    if summary.pending > 0:
+        return GateAction(GateStep.WAIT)
+    if summary.failed > 0:
+        return GateAction(GateStep.FAIL)
+    if summary.next_gate is not None:
+        if manual_checkpoint:
+            return GateAction(GateStep.IDLE)
+        return GateAction(GateStep.ADVANCE, summary.next_gate)
+    return GateAction(GateStep.CLOSE if auto_close else GateStep.IDLE)
+
+
+# -- item outcomes -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Exponential backoff with jitter; an item fails after ``max_retries`` retries."""
+
+    max_retries: int = 5
+    backoff: float = 1.0
+    backoff_max: float = 300.0
+    jitter: float = 0.5  # the delay is scaled by a random factor in [1 - jitter, 1 + jitter]
+
+    def delay(self, attempts: int, rng: random.Random | None = None) -> float:
+        """The wait before the next try, after ``attempts`` errors (1-based)."""
+        base = min(self.backoff_max, self.backoff * 2 ** max(0, attempts - 1))
+        spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
+        return min(self.backoff_max, base * spread)
+
+
+MAX_ERROR_LENGTH = 2000
+
+
+def idempotency_step(item: ReadyItem) -> int:
+    """A number that stays the same across the retries of one logical step.
+
+    Every error bumps an item's version and attempts together, and every
+    success resets attempts, so ``version - attempts`` only changes when the
+    item makes progress (or a client resets it).
+    """
+    return item.version - item.attempts
+
+
+def write_for_result(partition_id: str, item: ReadyItem, result: Result, partition_gate: int,
+                     policy: RetryPolicy, rng: random.Random | None = None) -> ItemWrite:
+    """The item update a processor's result asks for.
+
+    A gate below the partition's gate is turned into a non-retryable error.
+    """
+    gate = item.gate if result.gate is None else result.gate
+    if gate < partition_gate:
+        return write_for_error(
+            partition_id, item,
+            NonRetryableError(
+                f"handler returned gate {gate} for item {item.id!r} of partition "
+                f"{partition_id!r}, but the partition is at gate {partition_gate}; a result "
+                "may not move an item below its partition's gate"),
+            policy, rng)
+    status = Status.COMPLETE if result.done else Status.AVAILABLE
+    return ItemWrite(partition_id, item.id, item.version, status.value, gate, attempts=0,
+                     data=result.data, last_error=None)
+
+
+def write_for_error(partition_id: str, item: ReadyItem, error: BaseException,
+                    policy: RetryPolicy, rng: random.Random | None = None) -> ItemWrite:
+    """The item update for a failed attempt: back off and retry, or fail."""
+    attempts = item.attempts + 1
+    message = describe_error(error)[:MAX_ERROR_LENGTH]
+    retryable = not isinstance(error, NonRetryableError)
+    if not retryable or attempts > policy.max_retries:
+        return ItemWrite(partition_id, item.id, item.version, Status.FAILED.value, item.gate,
+                         attempts=attempts, last_error=message)
+    delay = policy.delay(attempts, rng)
+    if isinstance(error, RetryableError) and error.retry_after:
+        delay = max(delay, error.retry_after)
+    return ItemWrite(partition_id, item.id, item.version, Status.AVAILABLE.value, item.gate,
+                     attempts=attempts, last_error=message, retry_delay=delay)
+
+
+def describe_error(error: BaseException) -> str:
+    """A one-line description of an attempt error for ``last_error``."""
+    if isinstance(error, ProcessorError):
+        return error.message
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def result_problem(result: object) -> str | None:
+    """Why ``result`` is not a valid :class:`Result`, or ``None`` when it is."""
+    if not isinstance(result, Result):
+        return f"the processor returned {type(result).__name__}, expected a Result"
+    if result.gate is not None and (
+        isinstance(result.gate, bool) or not isinstance(result.gate, int) or result.gate < 0
+    ):
+        return f"the result's gate must be a whole number >= 0, got {result.gate!r}"
+    if not isinstance(result.done, bool):
+        return f"the result's done must be true or false, got {result.done!r}"
+    if result.data is not None and not isinstance(result.data, bytes):
+        return f"the result's data must be bytes, got {type(result.data).__name__}"
+    return None
+
+
+def outcome_name(item: ReadyItem, write: ItemWrite) -> str:
+    """A short label for what an attempt did: complete, advanced, looped, retry or failed."""
+    if write.status == Status.COMPLETE:
+        return "complete"
+    if write.status == Status.FAILED:
+        return "failed"
+    if write.last_error is not None:
+        return "retry"
+    return "advanced" if write.gate != item.gate else "looped"

@@ -1,0 +1,106 @@
+"""The one place where databases differ: the clock and its arithmetic.
+
+``db_now()`` and ``db_now_plus(seconds)`` are SQL expressions that read the
+*database* clock as a naive UTC timestamp, so lease expiry never depends on a
+container's clock. Each dialect gets its own compilation; the engine code
+never forks per database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import DateTime, Float, bindparam
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import ColumnElement, FunctionElement
+
+SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+
+
+class db_now(FunctionElement[Any]):
+    """The database's current UTC time."""
+
+    type = DateTime()
+    inherit_cache = True
+    name = "db_now"
+
+
+class db_now_plus(FunctionElement[Any]):
+    """The database's current UTC time plus a number of seconds (fractions allowed)."""
+
+    type = DateTime()
+    inherit_cache = True
+    name = "db_now_plus"
+
+    def __init__(self, seconds: float | ColumnElement[Any]) -> None:
+        if not isinstance(seconds, ColumnElement):
+            seconds = bindparam(None, float(seconds), type_=Float())
+        super().__init__(seconds)
+
+
+@compiles(db_now)
+def _now_default(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP"
+
+
+@compiles(db_now, "postgresql")
+def _now_postgresql(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "(now() AT TIME ZONE 'UTC')"
+
+
+@compiles(db_now, "sqlite")
+def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
+    # Six fractional digits, the same text form SQLAlchemy stores, so that
+    # comparisons between stored and computed times order correctly as text.
+    return f"({SQLITE_NOW} || '000')"
+
+
+@compiles(db_now, "mssql")
+def _now_mssql(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "SYSUTCDATETIME()"
+
+
+@compiles(db_now, "mysql")
+@compiles(db_now, "mariadb")
+def _now_mysql(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "UTC_TIMESTAMP(6)"
+
+
+def _seconds(element: db_now_plus, compiler: Any, **kw: Any) -> str:
+    (argument,) = element.clauses.clauses
+    return compiler.process(argument, **kw)
+
+
+@compiles(db_now_plus, "postgresql")
+def _plus_postgresql(element: db_now_plus, compiler: Any, **kw: Any) -> str:
+    seconds = _seconds(element, compiler, **kw)
+    return f"((now() AT TIME ZONE 'UTC') + make_interval(secs => {seconds}))"
+
+
+@compiles(db_now_plus, "sqlite")
+def _plus_sqlite(element: db_now_plus, compiler: Any, **kw: Any) -> str:
+    seconds = _seconds(element, compiler, **kw)
+    return (
+        "(strftime('%Y-%m-%d %H:%M:%f', 'now', "
+        f"printf('%+.3f seconds', {seconds})) || '000')"
+    )
+
+
+@compiles(db_now_plus, "mssql")
+def _plus_mssql(element: db_now_plus, compiler: Any, **kw: Any) -> str:
+    seconds = _seconds(element, compiler, **kw)
+    return f"DATEADD(millisecond, CAST(({seconds}) * 1000 AS INT), SYSUTCDATETIME())"
+
+
+@compiles(db_now_plus, "mysql")
+@compiles(db_now_plus, "mariadb")
+def _plus_mysql(element: db_now_plus, compiler: Any, **kw: Any) -> str:
+    seconds = _seconds(element, compiler, **kw)
+    return f"(UTC_TIMESTAMP(6) + INTERVAL CAST(({seconds}) * 1000000 AS SIGNED) MICROSECOND)"
+
+
+@compiles(db_now_plus)
+def _plus_default(element: db_now_plus, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError(
+        f"statefeed has no clock arithmetic for the {compiler.dialect.name!r} database"
+    )

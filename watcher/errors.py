@@ -1,0 +1,66 @@
+"""The statefeed exception tree.
+
+Every error a user can meet derives from :class:`StatefeedError`. Errors raised
+by a processor (the user's handler) are kept apart from infrastructure errors:
+they live in :mod:`watcher.protocol` and never escape the engine.
+"""
+
+from __future__ import annotations
+
+
+class StatefeedError(Exception):
+    """Base class of every statefeed error."""
+
+
+class ConfigError(StatefeedError, ValueError):
+    """A configuration value is invalid; the message names the setting and the fix."""
+
+
+class InvalidInputError(StatefeedError, ValueError):
+    """Input to the client library is invalid; nothing was written."""
+
+
+class PartitionExistsError(InvalidInputError):
+    """A partition with this id already exists."""
+
+    def __init__(self, partition_id: str) -> None:
+        super().__init__(
+            f"partition {partition_id!r} already exists; use add_items() to add items to it"
+        )
+        self.partition_id = partition_id
+
+
+class PartitionNotFoundError(InvalidInputError, LookupError):
+    """No partition has this id."""
+
+    def __init__(self, partition_id: str) -> None:
+        super().__init__(
+            f"partition {partition_id!r} does not exist; create it with create_partition()"
+        )
+        self.partition_id = partition_id
+
+
+class DuplicateItemError(InvalidInputError):
+    """Item ids repeat, within one call or against items already stored."""
+
+    def __init__(self, partition_id: str, item_ids: list[str], *, stored: bool) -> None:
+        shown = ", ".join(repr(i) for i in item_ids[:10])
+        more = f" and {len(item_ids) - 10} more" if len(item_ids) > 10 else ""
+        where = "already exist in" if stored else "appear more than once for"
+        super().__init__(
+            f"item ids {shown}{more} {where} partition {partition_id!r}; item ids must be unique "
+            "within a partition"
+        )
+        self.partition_id = partition_id
+        self.item_ids = item_ids
+
+
+class GateError(InvalidInputError):
+    """A gate is below the partition's current gate, or otherwise invalid."""
+
+
+class DatabaseError(StatefeedError):
+    """The database could not be reached or refused a statement.
+
+    The message never contains the database password.
+    """

@@ -1,0 +1,82 @@
+"""Observation hooks: the engine reports state changes here, never waiting on them.
+
+:class:`Hooks` does nothing; :class:`CountingHooks` counts events (tests and
+``status``); the Prometheus metrics of the processor service implement the
+same interface. A hook that raises is logged and ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class Hooks:
+    """Every event the engine reports. Override what you need; keep it fast."""
+
+    def lease_acquired(self, partition_id: str, *, stolen_from: str | None) -> None: ...
+    def lease_released(self, partition_id: str) -> None: ...
+    def lease_lost(self, partition_id: str) -> None: ...
+    def lease_conflict(self, partition_id: str) -> None: ...
+    def item_dispatched(self, partition_id: str, item_id: str, gate: int) -> None: ...
+    def item_outcome(self, partition_id: str, item_id: str, gate: int, outcome: str,
+                     seconds: float) -> None: ...
+    def stale_result(self, partition_id: str, item_id: str) -> None: ...
+    def gate_advanced(self, partition_id: str, from_gate: int, to_gate: int) -> None: ...
+    def partition_closed(self, partition_id: str, status: str) -> None: ...
+    def leases_held(self, count: int) -> None: ...
+    def in_flight(self, count: int) -> None: ...
+
+
+class CountingHooks(Hooks):
+    """Counts events by name (``counts["lease_acquired"]``) and outcomes by kind."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
+
+    def lease_acquired(self, partition_id: str, *, stolen_from: str | None) -> None:
+        self.counts["lease_stolen" if stolen_from else "lease_acquired"] += 1
+
+    def lease_released(self, partition_id: str) -> None:
+        self.counts["lease_released"] += 1
+
+    def lease_lost(self, partition_id: str) -> None:
+        self.counts["lease_lost"] += 1
+
+    def lease_conflict(self, partition_id: str) -> None:
+        self.counts["lease_conflict"] += 1
+
+    def item_outcome(self, partition_id: str, item_id: str, gate: int, outcome: str,
+                     seconds: float) -> None:
+        self.outcomes[outcome] += 1
+
+    def stale_result(self, partition_id: str, item_id: str) -> None:
+        self.counts["stale_result"] += 1
+
+    def gate_advanced(self, partition_id: str, from_gate: int, to_gate: int) -> None:
+        self.counts["gate_advanced"] += 1
+
+    def partition_closed(self, partition_id: str, status: str) -> None:
+        self.counts[f"partition_{status}"] += 1
+
+
+class SafeHooks:
+    """Wraps hooks so that an exception inside one never reaches the engine."""
+
+    def __init__(self, hooks: Hooks) -> None:
+        self._hooks = hooks
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._hooks, name)
+
+        def call(*args: Any, **kwargs: Any) -> None:
+            try:
+                target(*args, **kwargs)
+            except Exception:
+                log.exception("action=hook_failed hook=%s", name)
+
+        return call

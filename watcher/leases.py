@@ -1,0 +1,186 @@
+"""Lease keeping: take free partitions, steal toward a fair share, renew, release.
+
+All decisions are :func:`watcher.decisions.plan_balance`; this module only
+does the I/O and keeps the table of leases this watcher holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+
+from watcher.config import WatcherConfig
+from watcher.decisions import plan_balance
+from watcher.hooks import Hooks
+from watcher.records import LeaseRow
+from watcher.store import Store
+
+log = logging.getLogger(__name__)
+
+# How many more free candidates to read than we may take, so that watchers
+# scanning at the same moment spread over different partitions.
+CANDIDATE_SPREAD = 4
+
+
+@dataclass(eq=False)
+class Lease:
+    """A lease this watcher holds on one partition.
+
+    ``version`` and ``gate`` track the partition row; ``lock`` serialises the
+    watcher's own writes on it so they never conflict with each other.
+    """
+
+    partition_id: str
+    version: int
+    gate: int
+    renewed_at: float = field(default_factory=time.monotonic)
+    lost: bool = False
+    closed: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def adopt(self, version: int, gate: int | None) -> None:
+        """Take a newer version (and gate) read from the database as our own."""
+        self.version = version
+        if gate is not None and gate != self.gate:
+            self.gate = gate
+            self.wake.set()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseCycle:
+    """What one pass of the lease keeper did."""
+
+    acquired: tuple[str, ...] = ()
+    stolen: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+    renewed: int = 0
+
+
+class LeaseKeeper:
+    """Holds this watcher's leases and moves them toward a fair share."""
+
+    def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks) -> None:
+        self.store = store
+        self.config = config
+        self.hooks = hooks
+        self.leases: dict[str, Lease] = {}
+        self._renew_due = 0.0
+        self._balance_due = 0.0
+        self._rng = random.Random()
+
+    @property
+    def owner(self) -> str:
+        """This watcher's owner id."""
+        return self.config.owner_id
+
+    async def run_once(self, *, acquire: bool = True) -> LeaseCycle:
+        """Renew if due, take free partitions, and steal if due and still below target.
+
+        Raises the database's error when it fails; the caller backs off.
+        """
+        now = time.monotonic()
+        lost: list[str] = []
+        renewed = 0
+        if now >= self._renew_due:
+            renewed, lost = await self.renew()
+            self._renew_due = now + self.config.renew_interval
+        if not acquire:
+            return LeaseCycle(lost=tuple(lost), renewed=renewed)
+        acquired: list[str] = []
+        stolen: list[str] = []
+        candidates = await self.store.leases_free(self.config.lease_batch * CANDIDATE_SPREAD)
+        balance_due = now >= self._balance_due
+        if candidates or balance_due:
+            stats = await self.store.lease_stats()
+            plan = plan_balance(self.owner, stats, len(candidates),
+                                max_take=self.config.lease_batch,
+                                max_steal=self.config.steal_batch)
+            if plan.take_free:
+                chosen = self._rng.sample(candidates, plan.take_free)
+                acquired = await self._take(chosen, stolen_from=None)
+            elif plan.steal_from is not None and balance_due:
+                victims = await self.store.leases_of_owner(plan.steal_from, plan.steal)
+                stolen = await self._take(victims, stolen_from=plan.steal_from)
+            if balance_due:
+                self._balance_due = now + self.config.renew_interval
+        self.hooks.leases_held(len(self.leases))
+        return LeaseCycle(tuple(acquired), tuple(stolen), tuple(lost), renewed)
+
+    async def _take(self, rows: list[LeaseRow], *, stolen_from: str | None) -> list[str]:
+        won = await self.store.leases_take(rows, self.owner, self.config.lease_duration)
+        for row in won:
+            self.leases[row.id] = Lease(row.id, row.version, row.gate)
+            self.hooks.lease_acquired(row.id, stolen_from=stolen_from)
+            log.info("action=lease_acquired partition=%s owner=%s gate=%d%s", row.id,
+                     self.owner, row.gate, f" stolen_from={stolen_from}" if stolen_from else "")
+        for _ in range(len(rows) - len(won)):
+            self.hooks.lease_conflict("")
+        if len(won) < len(rows):
+            log.debug("action=lease_conflict owner=%s lost_races=%d", self.owner,
+                      len(rows) - len(won))
+        return [row.id for row in won]
+
+    async def renew(self) -> tuple[int, list[str]]:
+        """Extend every live lease. Returns (renewed, lost partition ids)."""
+        live = {pid: lease for pid, lease in self.leases.items()
+                if not lease.lost and not lease.closed}
+        if not live:
+            return 0, []
+        for lease in live.values():
+            await lease.lock.acquire()
+        try:
+            started = time.monotonic()
+            held = await self.store.leases_renew(
+                {pid: lease.version for pid, lease in live.items()}, self.owner,
+                self.config.lease_duration)
+            lost: list[str] = []
+            for pid, lease in live.items():
+                if pid in held:
+                    version, gate = held[pid]
+                    lease.adopt(version, gate)
+                    lease.renewed_at = started
+                elif not lease.closed:
+                    lost.append(pid)
+                    self.mark_lost(lease)
+            return len(held), lost
+        finally:
+            for lease in live.values():
+                lease.lock.release()
+
+    def mark_lost(self, lease: Lease) -> None:
+        """Record that another watcher holds ``lease`` now (or it is gone)."""
+        if lease.lost:
+            return
+        lease.lost = True
+        lease.wake.set()
+        self.leases.pop(lease.partition_id, None)
+        self.hooks.lease_lost(lease.partition_id)
+        log.info("action=lease_lost partition=%s owner=%s", lease.partition_id, self.owner)
+
+    def forget(self, lease: Lease) -> None:
+        """Drop a lease whose partition closed (closing released it)."""
+        lease.closed = True
+        self.leases.pop(lease.partition_id, None)
+
+    async def release_all(self) -> int:
+        """Release every lease so other watchers take over at once. Returns the count."""
+        live = {pid: lease for pid, lease in self.leases.items() if not lease.lost}
+        if not live:
+            return 0
+        for lease in live.values():
+            await lease.lock.acquire()
+        try:
+            released = await self.store.leases_release(
+                {pid: lease.version for pid, lease in live.items()}, self.owner)
+        finally:
+            for lease in live.values():
+                lease.lock.release()
+        for pid in live:
+            self.hooks.lease_released(pid)
+        self.leases.clear()
+        log.info("action=leases_released owner=%s count=%d", self.owner, released)
+        return released

@@ -1,0 +1,59 @@
+"""Running the Alembic migrations that ship inside the package."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+from watcher.dburl import DatabaseURL, parse_database_url
+from watcher.schema import validate_table_prefix
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def alembic_config(url: str | DatabaseURL, table_prefix: str = "") -> Config:
+    """An Alembic config pointing at the packaged migrations.
+
+    Raises:
+        ConfigError: the URL or the prefix is invalid.
+    """
+    parsed = url if isinstance(url, DatabaseURL) else parse_database_url(url)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["db_url"] = parsed.sync_url.render_as_string(hide_password=False)
+    config.attributes["table_prefix"] = validate_table_prefix(table_prefix)
+    config.attributes["skip_logging"] = True
+    return config
+
+
+def upgrade(url: str | DatabaseURL, table_prefix: str = "", revision: str = "head") -> None:
+    """Bring the database's statefeed tables up to ``revision``.
+
+    Raises:
+        ConfigError: the URL or the prefix is invalid.
+        sqlalchemy.exc.SQLAlchemyError: the database refused or could not be reached.
+    """
+    command.upgrade(alembic_config(url, table_prefix), revision)
+
+
+def downgrade(url: str | DatabaseURL, table_prefix: str = "", revision: str = "base") -> None:
+    """Remove the statefeed tables (down to ``revision``)."""
+    command.downgrade(alembic_config(url, table_prefix), revision)
+
+
+def upgrade_sql(url: str | DatabaseURL, table_prefix: str = "") -> str:
+    """The DDL that :func:`upgrade` would run, for the URL's dialect, without connecting.
+
+    Raises:
+        ConfigError: the URL or the prefix is invalid.
+    """
+    config = alembic_config(url, table_prefix)
+    buffer = io.StringIO()
+    config.output_buffer = buffer
+    with contextlib.redirect_stdout(buffer):
+        command.upgrade(config, "head", sql=True)
+    return buffer.getvalue()

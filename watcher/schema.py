@@ -1,0 +1,67 @@
+"""Table objects for a table prefix, and validation of the prefix itself."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import MetaData, Table
+
+from watcher.errors import ConfigError
+from watcher.models import Item, Partition
+
+TABLE_PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
+
+
+def validate_table_prefix(prefix: str) -> str:
+    """Return ``prefix`` if it is a safe table prefix.
+
+    Raises:
+        ConfigError: the prefix is not empty and does not match ``[a-z][a-z0-9_]{0,29}``.
+    """
+    if prefix == "" or TABLE_PREFIX_PATTERN.fullmatch(prefix):
+        return prefix
+    raise ConfigError(
+        f"invalid table prefix {prefix!r}: use 1 to 30 characters of lower-case letters, "
+        "digits and underscores, starting with a letter (for example 'sf_'), or leave it empty"
+    )
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The two tables of one statefeed namespace."""
+
+    prefix: str
+    partitions: Table
+    items: Table
+
+    @property
+    def version_table(self) -> str:
+        """The name of this namespace's Alembic version table."""
+        return f"{self.prefix}alembic_version"
+
+
+def _copy(table: Table, metadata: MetaData, prefix: str) -> Table:
+    copied = table.to_metadata(metadata, name=f"{prefix}{table.name}")
+    for index in copied.indexes:
+        index.name = f"{prefix}{index.name}"
+    return copied
+
+
+@functools.cache
+def tables_for(prefix: str = "") -> Tables:
+    """Return the tables for ``prefix`` ("" gives the plain SQLModel tables).
+
+    Raises:
+        ConfigError: the prefix is invalid.
+    """
+    validate_table_prefix(prefix)
+    if prefix == "":
+        return Tables("", Partition.__table__, Item.__table__)  # type: ignore[arg-type]
+    metadata = MetaData()
+    return Tables(
+        prefix,
+        _copy(Partition.__table__, metadata, prefix),  # type: ignore[arg-type]
+        _copy(Item.__table__, metadata, prefix),  # type: ignore[arg-type]
+    )

@@ -1,0 +1,40 @@
+"""A pool of dispatch slots shared by every partition a watcher holds."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class SlotPool:
+    """``capacity`` concurrent processor calls, shared across partitions.
+
+    Partitions take what is free without waiting; when a slot frees up, every
+    partition that found the pool empty is woken to try again.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.in_use = 0
+        self._waiting: set[asyncio.Event] = set()
+
+    @property
+    def free(self) -> int:
+        """Slots not in use."""
+        return self.capacity - self.in_use
+
+    def take(self, wanted: int) -> int:
+        """Take up to ``wanted`` slots; returns how many were taken (maybe 0)."""
+        taken = max(0, min(wanted, self.free))
+        self.in_use += taken
+        return taken
+
+    def give_back(self, count: int = 1) -> None:
+        """Return slots and wake the partitions waiting for one."""
+        self.in_use -= count
+        waiting, self._waiting = self._waiting, set()
+        for event in waiting:
+            event.set()
+
+    def notify_when_free(self, event: asyncio.Event) -> None:
+        """Set ``event`` the next time a slot is given back."""
+        self._waiting.add(event)

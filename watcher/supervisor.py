@@ -1,0 +1,262 @@
+"""One supervisor per leased partition: dispatch its gate, write results, move the gate.
+
+``run_once()`` does one pass and says how long to wait; ``run()`` only waits,
+wakes and stops. A pass dispatches the ready items at the current gate up to
+the free slots; when the gate has nothing ready or in flight it asks
+:func:`watcher.decisions.decide_gate` what to do and does it in one guarded write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from watcher.config import WatcherConfig
+from watcher.decisions import (
+    GateStep,
+    decide_gate,
+    idempotency_step,
+    outcome_name,
+    result_problem,
+    write_for_error,
+    write_for_result,
+)
+from watcher.hooks import Hooks
+from watcher.leases import Lease, LeaseKeeper
+from watcher.models import Status
+from watcher.protocol import NonRetryableError, Result, WorkItem
+from watcher.records import ReadyItem
+from watcher.slots import SlotPool
+from watcher.store import Store
+from watcher.writer import ResultWriter, WriterClosedError
+
+log = logging.getLogger(__name__)
+
+ProcessCall = Callable[[WorkItem], Awaitable[Result]]
+
+# Shortest wait between passes, so a partition never spins on the database.
+MIN_WAIT = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """What one supervisor pass did and what comes next."""
+
+    dispatched: int = 0
+    wait: float | None = 0.0  # None: the supervisor is finished
+    step: GateStep | None = None
+
+
+def idempotency_key(partition_id: str, item: ReadyItem) -> str:
+    """A key stable for one logical step of one item, safe to send as a header."""
+    raw = f"{len(partition_id)}:{partition_id}{item.id}:{idempotency_step(item)}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+class PartitionSupervisor:
+    """Drives one leased partition until it closes, the lease is lost, or it is drained."""
+
+    def __init__(self, lease: Lease, *, store: Store, process: ProcessCall,
+                 writer: ResultWriter, slots: SlotPool, keeper: LeaseKeeper,
+                 config: WatcherConfig, hooks: Hooks) -> None:
+        self.lease = lease
+        self.store = store
+        self.process = process
+        self.writer = writer
+        self.slots = slots
+        self.keeper = keeper
+        self.config = config
+        self.hooks = hooks
+        self.in_flight: dict[str, asyncio.Task[None]] = {}
+        self.draining = False
+        self._check_lease = False
+        self._policy = config.retry_policy
+        self._db_failing = False
+
+    @property
+    def partition_id(self) -> str:
+        """The partition this supervisor drives."""
+        return self.lease.partition_id
+
+    async def run(self) -> str:
+        """Run passes until finished. Returns why it ended: lost, closed or drained."""
+        try:
+            while True:
+                self.lease.wake.clear()
+                try:
+                    outcome = await self.run_once()
+                except SQLAlchemyError as error:
+                    if not self._db_failing:
+                        log.warning("action=partition_db_error partition=%s error=%s",
+                                    self.partition_id, type(error).__name__)
+                        self._db_failing = True
+                    outcome = Pass(wait=self.config.poll_interval)
+                else:
+                    self._db_failing = False
+                if outcome.wait is None:
+                    break
+                if outcome.wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.lease.wake.wait(), outcome.wait)
+        finally:
+            if self.lease.lost or not self.draining:
+                await self._cancel_in_flight()
+        if self.lease.lost:
+            return "lost"
+        return "closed" if self.lease.closed else "drained"
+
+    async def run_once(self) -> Pass:
+        """One pass: check the lease, dispatch what is ready, or settle the gate.
+
+        Raises the database's error when a read or write fails.
+        """
+        lease = self.lease
+        if lease.lost or lease.closed:
+            return Pass(wait=None)
+        if self.draining:
+            return Pass(wait=None if not self.in_flight else self.config.poll_interval)
+        if self._check_lease and not await self._confirm_lease():
+            return Pass(wait=None)
+        if time.monotonic() - lease.renewed_at > self.config.lease_duration:
+            # The lease may have expired while renewals failed: dispatch nothing
+            # until a renewal confirms it (or finds it lost).
+            return Pass(wait=self.config.poll_interval)
+        dispatched = await self._dispatch()
+        if dispatched or self.in_flight:
+            return Pass(dispatched, wait=self.config.poll_interval)
+        if self.slots.free == 0:
+            return Pass(wait=self.config.poll_interval)
+        return await self._settle_gate()
+
+    async def _dispatch(self) -> int:
+        taken = self.slots.take(self.config.concurrency)
+        if taken == 0:
+            self.slots.notify_when_free(self.lease.wake)
+            return 0
+        gate = self.lease.gate
+        try:
+            ready = await self.store.items_ready(
+                self.partition_id, gate, taken + len(self.in_flight))
+        except BaseException:
+            self.slots.give_back(taken)
+            raise
+        fresh = [item for item in ready if item.id not in self.in_flight][:taken]
+        if taken > len(fresh):
+            self.slots.give_back(taken - len(fresh))
+        for item in fresh:
+            self.in_flight[item.id] = asyncio.create_task(
+                self._attempt(item), name=f"item-{self.partition_id}-{item.id}")
+        self.hooks.in_flight(self.slots.in_use)
+        return len(fresh)
+
+    async def _attempt(self, item: ReadyItem) -> None:
+        started = time.monotonic()
+        pid = self.partition_id
+        work = WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version,
+                        idempotency_key(pid, item))
+        self.hooks.item_dispatched(pid, item.id, item.gate)
+        try:
+            try:
+                result = await self.process(work)
+                problem = result_problem(result)
+                if problem is None:
+                    write = write_for_result(pid, item, result, self.lease.gate, self._policy)
+                else:
+                    write = write_for_error(
+                        pid, item, NonRetryableError(f"item {item.id!r}: {problem}"),
+                        self._policy)
+            except Exception as error:
+                write = write_for_error(pid, item, error, self._policy)
+            finally:
+                self.slots.give_back(1)
+            try:
+                applied = await self.writer.submit(write)
+            except WriterClosedError:
+                return  # not written: the item stays available and runs again
+            outcome = outcome_name(item, write) if applied else "stale"
+            self.hooks.item_outcome(pid, item.id, item.gate, outcome,
+                                    time.monotonic() - started)
+            if not applied:
+                self.hooks.stale_result(pid, item.id)
+                log.debug("action=stale_result partition=%s item=%s", pid, item.id)
+                self._check_lease = True
+        finally:
+            self.in_flight.pop(item.id, None)
+            self.lease.wake.set()
+
+    async def _confirm_lease(self) -> bool:
+        """Re-read the partition after a fenced write: still ours, or lost?"""
+        self._check_lease = False
+        async with self.lease.lock:
+            state = await self.store.partition_state(self.partition_id)
+            if (state is not None and state.owner == self.keeper.owner
+                    and state.status == Status.AVAILABLE and state.lease_live):
+                self.lease.adopt(state.version, state.gate)
+                return True
+        self.keeper.mark_lost(self.lease)
+        return False
+
+    async def _settle_gate(self) -> Pass:
+        lease = self.lease
+        summary = await self.store.gate_summary(self.partition_id, lease.gate)
+        action = decide_gate(summary, auto_close=self.config.auto_close,
+                             manual_checkpoint=self.config.manual_checkpoint)
+        if action.step is GateStep.WAIT:
+            wait = self.config.poll_interval
+            if summary.seconds_to_next_retry is not None:
+                wait = min(wait, summary.seconds_to_next_retry)
+            return Pass(wait=max(MIN_WAIT, wait), step=action.step)
+        if action.step is GateStep.IDLE:
+            return Pass(wait=self.config.poll_interval, step=action.step)
+        status = {GateStep.FAIL: Status.FAILED.value,
+                  GateStep.CLOSE: Status.COMPLETE.value}.get(action.step)
+        from_gate = lease.gate
+        async with lease.lock:
+            if lease.lost:
+                return Pass(wait=None)
+            version = await self.store.partition_transition(
+                self.partition_id, lease.version, self.keeper.owner, gate=action.gate,
+                status=status)
+        if version is None:
+            # Someone wrote the partition: a client added items or moved the gate
+            # (re-evaluate), or another watcher took it (stop).
+            self.hooks.lease_conflict(self.partition_id)
+            confirmed = await self._confirm_lease()
+            return Pass(wait=0.0 if confirmed else None, step=action.step)
+        lease.version = version
+        if action.step is GateStep.ADVANCE:
+            assert action.gate is not None
+            lease.gate = action.gate
+            self.hooks.gate_advanced(self.partition_id, from_gate, action.gate)
+            log.info("action=gate_advanced partition=%s from=%d to=%d", self.partition_id,
+                     from_gate, action.gate)
+            return Pass(wait=0.0, step=action.step)
+        self.keeper.forget(lease)
+        self.hooks.partition_closed(self.partition_id, status or "")
+        log.info("action=partition_closed partition=%s status=%s gate=%d", self.partition_id,
+                 status, from_gate)
+        return Pass(wait=None, step=action.step)
+
+    async def drain(self, grace: float) -> None:
+        """Stop dispatching; let in-flight items finish and write (up to ``grace`` s)."""
+        self.draining = True
+        self.lease.wake.set()
+        tasks = list(self.in_flight.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+
+    async def _cancel_in_flight(self) -> None:
+        tasks = list(self.in_flight.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

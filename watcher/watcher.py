@@ -1,0 +1,188 @@
+"""The watcher: one lease keeper, one result writer, and a supervisor per leased partition.
+
+``run_once()`` runs one lease cycle and starts or drops supervisors; ``run()``
+repeats it every poll interval (or at once on :meth:`Watcher.wake`) until
+:meth:`Watcher.stop`. Stopping is graceful: no new leases, in-flight items
+finish and are written, then every lease is released so another watcher takes
+over at once. Cancelling the ``run()`` task instead is abrupt, like a crash:
+leases are left to expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from watcher.config import WatcherConfig
+from watcher.hooks import Hooks, SafeHooks
+from watcher.leases import Lease, LeaseCycle, LeaseKeeper
+from watcher.protocol import Processor
+from watcher.slots import SlotPool
+from watcher.store import Store
+from watcher.supervisor import PartitionSupervisor, ProcessCall
+from watcher.writer import ResultWriter
+
+log = logging.getLogger(__name__)
+
+DB_BACKOFF_MAX = 10.0
+
+
+class Watcher:
+    """Leases partitions from ``store`` and drives their items through ``processor``.
+
+    ``processor`` is an object with ``async process(item)`` or such a coroutine
+    function itself.
+    """
+
+    def __init__(self, store: Store, processor: Processor | ProcessCall,
+                 config: WatcherConfig | None = None, hooks: Hooks | None = None) -> None:
+        self.store = store
+        self.config = config or WatcherConfig()
+        self.hooks: Any = SafeHooks(hooks or Hooks())
+        process = getattr(processor, "process", processor)
+        if not callable(process):
+            raise TypeError("processor must have an async process(item) method or be one")
+        self._process: ProcessCall = process
+        self.keeper = LeaseKeeper(store, self.config, self.hooks)
+        self.slots = SlotPool(self.config.concurrency)
+        self.writer = ResultWriter(store, self.config.owner_id,
+                                   batch_size=self.config.result_batch)
+        self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._running = False
+        self._db_failures = 0
+
+    @property
+    def owner(self) -> str:
+        """This watcher's owner id."""
+        return self.config.owner_id
+
+    @property
+    def partitions(self) -> list[str]:
+        """The partitions this watcher holds leases on."""
+        return sorted(self.keeper.leases)
+
+    def wake(self) -> None:
+        """Run the next lease cycle now instead of at the end of the poll interval."""
+        self._wake.set()
+
+    def wake_partition(self, partition_id: str) -> None:
+        """Make the supervisor of ``partition_id`` (if held here) look for work now."""
+        lease = self.keeper.leases.get(partition_id)
+        if lease is not None:
+            lease.wake.set()
+
+    async def run_once(self) -> LeaseCycle:
+        """One lease cycle; starts supervisors for new leases and reaps finished ones.
+
+        Raises the database's error when it fails.
+        """
+        self.writer.start()
+        cycle = await self.keeper.run_once(acquire=not self._stopping)
+        self._reap()
+        if not self._stopping:
+            for lease in list(self.keeper.leases.values()):
+                if lease.partition_id not in self.supervisors:
+                    self._start_supervisor(lease)
+        return cycle
+
+    def _start_supervisor(self, lease: Lease) -> None:
+        supervisor = PartitionSupervisor(
+            lease, store=self.store, process=self._process, writer=self.writer,
+            slots=self.slots, keeper=self.keeper, config=self.config, hooks=self.hooks)
+        task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
+        self.supervisors[lease.partition_id] = (supervisor, task)
+
+    def _reap(self) -> None:
+        for partition_id, (_, task) in list(self.supervisors.items()):
+            if not task.done():
+                continue
+            del self.supervisors[partition_id]
+            if task.cancelled():
+                continue
+            error = task.exception()
+            if error is not None:
+                log.error("action=supervisor_crashed partition=%s error=%r", partition_id,
+                          error, exc_info=error)
+
+    async def run(self) -> None:
+        """Lease and dispatch until :meth:`stop`; then shut down gracefully."""
+        if self._running:
+            raise RuntimeError("this watcher is already running")
+        self._running = True
+        log.info("action=watcher_started owner=%s", self.owner)
+        try:
+            while not self._stopping:
+                self._wake.clear()
+                delay = self.config.poll_interval
+                try:
+                    await self.run_once()
+                except SQLAlchemyError as error:
+                    delay = self._database_failed(error)
+                else:
+                    if self._db_failures:
+                        log.warning("action=database_recovered owner=%s", self.owner)
+                        self._db_failures = 0
+                if self._stopping:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+            await self._shutdown()
+        except asyncio.CancelledError:
+            await self._abort()
+            raise
+        finally:
+            self._running = False
+            self._stopped.set()
+
+    def _database_failed(self, error: SQLAlchemyError) -> float:
+        self._db_failures += 1
+        if self._db_failures == 1:
+            log.warning("action=database_unavailable owner=%s error=%s detail=%s", self.owner,
+                        type(error).__name__, _first_line(error))
+        return min(DB_BACKOFF_MAX, self.config.poll_interval * 2 ** min(self._db_failures, 6))
+
+    async def stop(self) -> None:
+        """Stop gracefully and wait until done. Safe to call more than once."""
+        self._stopping = True
+        self._wake.set()
+        if self._running:
+            await self._stopped.wait()
+
+    async def _shutdown(self) -> None:
+        grace = self.config.shutdown_timeout
+        supervisors = [supervisor for supervisor, _ in self.supervisors.values()]
+        if supervisors:
+            await asyncio.gather(*(s.drain(grace) for s in supervisors))
+        tasks = [task for _, task in self.supervisors.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace)
+        await self.writer.close(grace)
+        for task in tasks:
+            task.cancel()
+        self._reap()
+        try:
+            await self.keeper.release_all()
+        except SQLAlchemyError as error:
+            log.warning("action=lease_release_failed owner=%s error=%s; leases expire in %s s",
+                        self.owner, type(error).__name__, self.config.lease_duration)
+        log.info("action=watcher_stopped owner=%s", self.owner)
+
+    async def _abort(self) -> None:
+        tasks = [task for _, task in self.supervisors.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.supervisors.clear()
+        await self.writer.close(0)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(getattr(error, "orig", None) or error).strip().splitlines()
+    return text[0][:200] if text else ""
