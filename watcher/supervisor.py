@@ -75,6 +75,11 @@ class PartitionSupervisor:
         self.config = config
         self.hooks = hooks
         self.in_flight: dict[str, asyncio.Task[None]] = {}
+        # Items whose result was written while a read of ready items may have
+        # been running: that read can still return the old row, which must not
+        # be dispatched again. id -> (version handled, read sequence when written).
+        self._handled: dict[str, tuple[int, int]] = {}
+        self._reads = 0
         self.draining = False
         self._check_lease = False
         self._policy = config.retry_policy
@@ -141,13 +146,22 @@ class PartitionSupervisor:
             self.slots.notify_when_free(self.lease.wake)
             return 0
         gate = self.lease.gate
+        self._reads += 1
+        read = self._reads
         try:
             ready = await self.store.items_ready(
-                self.partition_id, gate, taken + len(self.in_flight))
+                self.partition_id, gate, taken + len(self.in_flight) + len(self._handled))
         except BaseException:
             self.slots.give_back(taken)
             raise
-        fresh = [item for item in ready if item.id not in self.in_flight][:taken]
+        handled = self._handled
+        fresh = [
+            item for item in ready
+            if item.id not in self.in_flight
+            and handled.get(item.id, (None, 0))[0] != item.version
+        ][:taken]
+        # Results written before this read started are visible to it: forget them.
+        self._handled = {key: value for key, value in handled.items() if value[1] >= read}
         if taken > len(fresh):
             self.slots.give_back(taken - len(fresh))
         for item in fresh:
@@ -188,6 +202,7 @@ class PartitionSupervisor:
                 log.debug("action=stale_result partition=%s item=%s", pid, item.id)
                 self._check_lease = True
         finally:
+            self._handled[item.id] = (item.version, self._reads)
             self.in_flight.pop(item.id, None)
             self.lease.wake.set()
 

@@ -1,0 +1,70 @@
+"""Item reads and guarded, fenced result writes against real databases."""
+
+from __future__ import annotations
+
+from watcher.records import ItemWrite, NewItem
+
+
+async def _leased(store, items, owner="me"):
+    await store.partition_create("p", items)
+    (lease,) = await store.leases_take(await store.leases_free(5), owner, 30.0)
+    return lease
+
+
+async def test_ready_items_are_read_in_one_batch_at_the_gate(store) -> None:
+    await _leased(store, [NewItem(f"i{n:02}", b"x", gate=n % 2) for n in range(10)])
+    ready = await store.items_ready("p", 0, 100)
+    assert sorted(item.id for item in ready) == [f"i{n:02}" for n in range(0, 10, 2)]
+    assert len(await store.items_ready("p", 0, 2)) == 2
+
+
+async def test_item_write_is_guarded_by_version(store) -> None:
+    await _leased(store, [NewItem("i", b"x")])
+    (item,) = await store.items_ready("p", 0, 10)
+    write = ItemWrite("p", "i", item.version, "available", 1, attempts=0, data=b"y")
+    assert await store.items_apply([write], "me") == [True]
+    assert await store.items_apply([write], "me") == [False], "same version twice"
+    (info,) = await store.items_list("p")
+    assert (info.gate, info.data, info.version) == (1, b"y", item.version + 1)
+
+
+async def test_item_write_is_fenced_by_the_lease(store) -> None:
+    lease = await _leased(store, [NewItem("i", b"x")])
+    (item,) = await store.items_ready("p", 0, 10)
+    write = ItemWrite("p", "i", item.version, "complete", 0, attempts=0)
+    assert await store.items_apply([write], "someone-else") == [False]
+    await store.leases_release({"p": lease.version}, "me")
+    assert await store.items_apply([write], "me") == [False], "released lease fences writes"
+    (info,) = await store.items_list("p")
+    assert (info.status, info.version) == ("available", item.version)
+
+
+async def test_batched_writes_report_each_outcome(store) -> None:
+    await _leased(store, [NewItem(f"i{n}", b"x") for n in range(4)])
+    ready = {item.id: item for item in await store.items_ready("p", 0, 10)}
+    writes = [
+        ItemWrite("p", "i0", ready["i0"].version, "complete", 0, attempts=0),
+        ItemWrite("p", "i1", ready["i1"].version + 5, "complete", 0, attempts=0),  # stale
+        ItemWrite("p", "i2", ready["i2"].version, "available", 0, attempts=1,
+                  last_error="boom", retry_delay=60.0),
+        ItemWrite("p", "i3", ready["i3"].version, "failed", 0, attempts=1, last_error="bad"),
+    ]
+    assert await store.items_apply(writes, "me") == [True, False, True, True]
+    by_id = {info.id: info for info in await store.items_list("p")}
+    assert by_id["i0"].status == "complete" and by_id["i1"].status == "available"
+    assert (by_id["i2"].attempts, by_id["i2"].last_error) == (1, "boom")
+    assert by_id["i3"].status == "failed"
+    ready_now = [item.id for item in await store.items_ready("p", 0, 10)]
+    assert ready_now == ["i1"], "i2 waits for its retry time"
+
+
+async def test_gate_summary(store) -> None:
+    await _leased(store, [NewItem("a", b"", 0), NewItem("b", b"", 10), NewItem("c", b"", 20)])
+    summary = await store.gate_summary("p", 0)
+    assert (summary.pending, summary.failed, summary.next_gate) == (1, 0, 10)
+    assert summary.seconds_to_next_retry is not None and summary.seconds_to_next_retry < 1
+    (item,) = await store.items_ready("p", 0, 10)
+    await store.items_apply(
+        [ItemWrite("p", "a", item.version, "failed", 0, attempts=1, last_error="x")], "me")
+    summary = await store.gate_summary("p", 0)
+    assert (summary.pending, summary.failed, summary.next_gate) == (0, 1, 10)

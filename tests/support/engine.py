@@ -1,0 +1,71 @@
+"""Helpers for driving watchers in tests: run them in the background, wait on conditions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from watcher import Watcher
+
+
+async def wait_until(condition: Callable[[], Any | Awaitable[Any]], *, timeout: float = 10.0,  # noqa: ASYNC109
+                     interval: float = 0.02, message: str = "condition") -> Any:
+    """Poll ``condition`` until it returns something truthy; return that value.
+
+    Raises:
+        AssertionError: the deadline passed first (the message says what was awaited).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+        await asyncio.sleep(interval)
+
+
+@contextlib.asynccontextmanager
+async def running(*watchers: Watcher) -> AsyncIterator[list[asyncio.Task[None]]]:
+    """Run watchers in the background; stop them gracefully on exit."""
+    tasks = [asyncio.create_task(w.run()) for w in watchers]
+    try:
+        yield tasks
+    finally:
+        for watcher, task in zip(watchers, tasks, strict=True):
+            if not task.done():
+                await watcher.stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def crash(task: asyncio.Task[None]) -> None:
+    """Stop a watcher abruptly (no lease release), as a killed process would."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def count_calls(store: Any, *names: str) -> dict[str, int]:
+    """Count calls to the named store methods (the real methods still run).
+
+    Lets a test wait until the engine has made N passes, instead of sleeping.
+    """
+    counts = dict.fromkeys(names, 0)
+    for name in names:
+        original = getattr(store, name)
+
+        def make(name: str = name, original: Any = original) -> Any:
+            async def counted(*args: Any, **kwargs: Any) -> Any:
+                counts[name] += 1
+                return await original(*args, **kwargs)
+            return counted
+
+        setattr(store, name, make())
+    return counts

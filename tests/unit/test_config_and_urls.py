@@ -1,0 +1,93 @@
+"""Configuration, URL and table-prefix validation, and the clock's SQL per dialect."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.dialects import mssql, mysql, postgresql, sqlite
+
+from watcher.config import WatcherConfig
+from watcher.dburl import parse_database_url, redact_url
+from watcher.dialect import db_now, db_now_plus
+from watcher.errors import ConfigError
+from watcher.schema import tables_for, validate_table_prefix
+
+
+@pytest.mark.parametrize(("kwargs", "fragment"), [
+    ({"concurrency": 0}, "concurrency"),
+    ({"lease_duration": 0.5}, "lease duration"),
+    ({"poll_interval": 0}, "poll interval"),
+    ({"poll_interval": 5, "lease_duration": 10}, "third of the lease duration"),
+    ({"max_retries": -1}, "max retries"),
+    ({"retry_backoff": 10, "retry_backoff_max": 1}, "retry backoff max"),
+    ({"owner_id": " "}, "owner id"),
+    ({"concurrency": True}, "concurrency"),
+])
+def test_config_rejects_bad_values(kwargs, fragment) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        WatcherConfig(**kwargs)
+
+
+def test_config_defaults_are_valid_and_unique_per_instance() -> None:
+    first, second = WatcherConfig(), WatcherConfig()
+    assert first.owner_id != second.owner_id
+    assert first.renew_interval == first.lease_duration / 3
+
+
+@pytest.mark.parametrize(("raw", "dialect", "driver"), [
+    ("postgresql://u:p@h/db", "postgresql", "psycopg"),
+    ("postgres://u@h:5433/db", "postgresql", "psycopg"),
+    ("sqlite:///x.db", "sqlite", "aiosqlite"),
+])
+def test_urls_map_to_our_drivers(raw, dialect, driver) -> None:
+    url = parse_database_url(raw)
+    assert url.dialect == dialect and url.async_url.get_driver_name() == driver
+
+
+@pytest.mark.parametrize(("raw", "fragment"), [
+    ("", "empty"),
+    ("not a url", "malformed"),
+    ("oracle://u:p@h/db", "not supported"),
+    ("sqlite://", "in-memory"),
+    ("postgresql://u@h", "names no database"),
+])
+def test_bad_urls_are_explained(raw, fragment) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        parse_database_url(raw)
+
+
+def test_passwords_never_show() -> None:
+    url = parse_database_url("postgresql://user:s3cret@db.example/app")
+    assert "s3cret" not in repr(url) and "s3cret" not in str(url)
+    with pytest.raises(ConfigError) as caught:
+        parse_database_url("oracle://user:s3cret@h/db")
+    assert "s3cret" not in str(caught.value)
+    assert "s3cret" not in redact_url("postgresql://user:s3cret@h/db")
+
+
+@pytest.mark.parametrize("prefix", ["", "sf_", "a", "team1_jobs_"])
+def test_good_prefixes(prefix) -> None:
+    assert validate_table_prefix(prefix) == prefix
+    assert tables_for(prefix).items.name == f"{prefix}items"
+
+
+@pytest.mark.parametrize("prefix", ["1x", "A_", "x;drop table", "x-y", "x" * 31, "x y"])
+def test_bad_prefixes(prefix) -> None:
+    with pytest.raises(ConfigError, match="table prefix"):
+        validate_table_prefix(prefix)
+
+
+def test_prefixed_indexes_do_not_collide() -> None:
+    names = {index.name for index in tables_for("sf_").items.indexes}
+    assert names == {"sf_ix_items_ready"}
+
+
+@pytest.mark.parametrize(("dialect", "now_sql", "plus_sql"), [
+    (postgresql.dialect(), "now() AT TIME ZONE 'UTC'", "make_interval"),
+    (sqlite.dialect(), "strftime('%Y-%m-%d %H:%M:%f', 'now')", "seconds"),
+    (mssql.dialect(), "SYSUTCDATETIME()", "DATEADD(millisecond"),
+    (mysql.dialect(), "UTC_TIMESTAMP(6)", "MICROSECOND"),
+])
+def test_clock_sql_per_dialect(dialect, now_sql, plus_sql) -> None:
+    sql = str(select(db_now(), db_now_plus(1.5)).compile(dialect=dialect))
+    assert now_sql in sql and plus_sql in sql

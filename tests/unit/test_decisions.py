@@ -1,0 +1,187 @@
+"""Table-driven tests of the pure decisions: balancing, gates and item outcomes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from watcher.decisions import (
+    BalancePlan,
+    GateAction,
+    GateStep,
+    RetryPolicy,
+    decide_gate,
+    fair_share,
+    idempotency_step,
+    outcome_name,
+    plan_balance,
+    result_problem,
+    write_for_error,
+    write_for_result,
+)
+from watcher.protocol import NonRetryableError, Result, RetryableError
+from watcher.records import GateSummary, LeaseStats, ReadyItem
+
+
+@pytest.mark.parametrize(
+    ("active", "owners", "expected"),
+    [(0, 1, 0), (20, 2, 10), (21, 2, 11), (30, 4, 8), (1, 3, 1), (5, 0, 0)],
+)
+def test_fair_share(active: int, owners: int, expected: int) -> None:
+    assert fair_share(active, owners) == expected
+
+
+BALANCE_CASES = [
+    # (description, stats, free, max_take, max_steal, expected plan)
+    ("alone with free partitions takes up to max_take",
+     LeaseStats(20, {}), 20, 16, 2, BalancePlan(20, take_free=16)),
+    ("takes only what is free",
+     LeaseStats(20, {"me": 17}), 3, 16, 2, BalancePlan(20, take_free=3)),
+    ("counts itself as live: two owners share 20",
+     LeaseStats(20, {"a": 0}), 20, 16, 2, BalancePlan(10, take_free=10)),
+    ("at target takes nothing",
+     LeaseStats(20, {"me": 10, "a": 10}), 0, 16, 2, BalancePlan(10)),
+    ("below target, none free: steals from the most loaded, bounded",
+     LeaseStats(20, {"a": 20}), 0, 16, 2, BalancePlan(10, steal_from="a", steal=2)),
+    ("never steals the victim below target",
+     LeaseStats(20, {"me": 9, "a": 11}), 0, 16, 5, BalancePlan(10, steal_from="a", steal=1)),
+    ("never steals from an owner at target",
+     LeaseStats(21, {"me": 10, "a": 11}), 0, 16, 2, BalancePlan(11)),
+    ("picks the most loaded of several",
+     LeaseStats(30, {"a": 8, "b": 14, "c": 8}), 0, 16, 4,
+     BalancePlan(8, steal_from="b", steal=4)),
+    ("ties broken by name so every watcher agrees",
+     LeaseStats(30, {"b": 15, "a": 15}), 0, 16, 4, BalancePlan(10, steal_from="a", steal=4)),
+    ("free partitions come before stealing",
+     LeaseStats(30, {"a": 25}), 1, 16, 4, BalancePlan(15, take_free=1)),
+    ("nothing active, nothing to do",
+     LeaseStats(0, {}), 0, 16, 2, BalancePlan(0)),
+]
+
+
+@pytest.mark.parametrize(("stats", "free", "max_take", "max_steal", "expected"),
+                         [case[1:] for case in BALANCE_CASES],
+                         ids=[case[0] for case in BALANCE_CASES])
+def test_plan_balance(stats, free, max_take, max_steal, expected) -> None:
+    assert plan_balance("me", stats, free, max_take=max_take, max_steal=max_steal) == expected
+
+
+def test_balance_converges_for_two_watchers() -> None:
+    """Simulated rounds of stealing settle two owners at 10 each."""
+    held = {"a": 20, "b": 0}
+    for _ in range(10):
+        for me in ("a", "b"):
+            plan = plan_balance(me, LeaseStats(20, dict(held)), 0, max_take=16, max_steal=2)
+            if plan.steal_from:
+                held[plan.steal_from] -= plan.steal
+                held[me] += plan.steal
+    assert held == {"a": 10, "b": 10}
+
+
+GATE_CASES = [
+    ("items still pending wait", GateSummary(3, 1, 5), False, True, GateAction(GateStep.WAIT)),
+    ("a failed item fails the partition", GateSummary(0, 1, 5), False, True,
+     GateAction(GateStep.FAIL)),
+    ("jumps to the lowest later gate", GateSummary(0, 0, 10), False, True,
+     GateAction(GateStep.ADVANCE, 10)),
+    ("manual checkpoint never moves the gate", GateSummary(0, 0, 10), True, True,
+     GateAction(GateStep.IDLE)),
+    ("everything done closes", GateSummary(0, 0, None), False, True,
+     GateAction(GateStep.CLOSE)),
+    ("auto-close off idles", GateSummary(0, 0, None), False, False, GateAction(GateStep.IDLE)),
+    ("manual mode still closes when all is done", GateSummary(0, 0, None), True, True,
+     GateAction(GateStep.CLOSE)),
+    ("manual mode still fails on a failed item", GateSummary(0, 2, None), True, True,
+     GateAction(GateStep.FAIL)),
+]
+
+
+@pytest.mark.parametrize(("summary", "manual", "auto_close", "expected"),
+                         [case[1:] for case in GATE_CASES], ids=[case[0] for case in GATE_CASES])
+def test_decide_gate(summary, manual, auto_close, expected) -> None:
+    assert decide_gate(summary, auto_close=auto_close, manual_checkpoint=manual) == expected
+
+
+ITEM = ReadyItem(id="i1", version=7, gate=2, data=b"old", attempts=1)
+POLICY = RetryPolicy(max_retries=3, backoff=1.0, backoff_max=10.0, jitter=0.0)
+
+
+def test_result_done_completes_and_resets_attempts() -> None:
+    write = write_for_result("p", ITEM, Result(done=True), 2, POLICY)
+    assert (write.status, write.gate, write.attempts, write.data, write.seen_version) == (
+        "complete", 2, 0, None, 7)
+    assert outcome_name(ITEM, write) == "complete"
+
+
+def test_result_moves_gate_and_replaces_data() -> None:
+    write = write_for_result("p", ITEM, Result(gate=5, data=b"new"), 2, POLICY)
+    assert (write.status, write.gate, write.data) == ("available", 5, b"new")
+    assert outcome_name(ITEM, write) == "advanced"
+
+
+def test_result_loop_at_same_gate_is_progress() -> None:
+    write = write_for_result("p", ITEM, Result(), 2, POLICY)
+    assert (write.status, write.gate, write.attempts, write.last_error) == (
+        "available", 2, 0, None)
+    assert outcome_name(ITEM, write) == "looped"
+
+
+def test_result_below_partition_gate_is_rejected_without_retry() -> None:
+    write = write_for_result("p", ITEM, Result(gate=1), 2, POLICY)
+    assert write.status == "failed"
+    assert "gate 1" in write.last_error and "at gate 2" in write.last_error
+
+
+@pytest.mark.parametrize(("attempts_before", "expected_status", "expected_delay"), [
+    (0, "available", 1.0), (1, "available", 2.0), (2, "available", 4.0), (3, "failed", None),
+])
+def test_errors_back_off_then_fail(attempts_before, expected_status, expected_delay) -> None:
+    item = ReadyItem("i", 1, 0, b"", attempts_before)
+    write = write_for_error("p", item, RetryableError("boom"), POLICY)
+    assert (write.status, write.retry_delay, write.attempts) == (
+        expected_status, expected_delay, attempts_before + 1)
+    assert write.last_error == "boom"
+
+
+def test_non_retryable_error_fails_at_once() -> None:
+    write = write_for_error("p", ITEM, NonRetryableError("bad input"), POLICY)
+    assert (write.status, write.last_error) == ("failed", "bad input")
+
+
+def test_retry_after_is_a_minimum_delay() -> None:
+    write = write_for_error("p", ITEM, RetryableError("slow down", retry_after=30), POLICY)
+    assert write.retry_delay == 30
+
+
+def test_unknown_exceptions_are_retryable_and_described() -> None:
+    write = write_for_error("p", ITEM, KeyError("x"), POLICY)
+    assert write.status == "available" and write.last_error == "KeyError: 'x'"
+
+
+def test_backoff_is_capped_and_jittered() -> None:
+    policy = RetryPolicy(max_retries=50, backoff=1.0, backoff_max=10.0, jitter=0.5)
+    delays = [policy.delay(n, random.Random(n)) for n in range(1, 30)]
+    assert all(0 < d <= 10.0 for d in delays)
+    assert len(set(delays)) > 1
+
+
+def test_idempotency_step_survives_errors_but_not_progress() -> None:
+    first = ReadyItem("i", version=3, gate=0, data=b"", attempts=0)
+    after_error = ReadyItem("i", version=4, gate=0, data=b"", attempts=1)
+    after_success = ReadyItem("i", version=5, gate=1, data=b"", attempts=0)
+    assert idempotency_step(first) == idempotency_step(after_error)
+    assert idempotency_step(after_success) != idempotency_step(first)
+
+
+@pytest.mark.parametrize(("result", "problem"), [
+    (Result(), None),
+    ("nope", "returned str"),
+    (Result(gate=True), "gate must be a whole number"),
+    (Result(gate=-1), "gate must be a whole number"),
+    (Result(done="yes"), "done must be true or false"),  # type: ignore[arg-type]
+    (Result(data="text"), "data must be bytes"),  # type: ignore[arg-type]
+])
+def test_result_problem(result, problem) -> None:
+    found = result_problem(result)
+    assert (found is None) if problem is None else (problem in found)
