@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 
@@ -80,3 +82,23 @@ async def make_store(db_url: str, table_prefix: str) -> AsyncIterator[Callable[.
 async def store(make_store) -> Store:
     """One store on the test namespace."""
     return make_store()
+
+
+HANG_REPORT_AFTER = 120.0
+
+
+@pytest.fixture(autouse=True)
+async def _report_hung_tasks():
+    """Print every asyncio task's stack if a test runs suspiciously long (diagnostics only)."""
+    loop = asyncio.get_running_loop()
+
+    def report() -> None:
+        print(f"\n=== test still running after {HANG_REPORT_AFTER} s; asyncio tasks: ===",
+              file=sys.stderr)
+        for task in asyncio.all_tasks(loop):
+            print(f"--- {task!r}", file=sys.stderr)
+            task.print_stack(file=sys.stderr)
+
+    handle = loop.call_later(HANG_REPORT_AFTER, report)
+    yield
+    handle.cancel()

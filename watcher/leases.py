@@ -7,9 +7,11 @@ does the I/O and keeps the table of leases this watcher holds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
 from watcher.config import WatcherConfig
@@ -48,6 +50,20 @@ class Lease:
         if gate is not None and gate != self.gate:
             self.gate = gate
             self.wake.set()
+
+
+@contextlib.asynccontextmanager
+async def _locked(leases: Iterable[Lease]) -> AsyncIterator[None]:
+    """Hold the locks of ``leases``; every lock taken is released, even on cancellation."""
+    held: list[asyncio.Lock] = []
+    try:
+        for lease in leases:
+            await lease.lock.acquire()
+            held.append(lease.lock)
+        yield
+    finally:
+        for lock in held:
+            lock.release()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +146,7 @@ class LeaseKeeper:
                 if not lease.lost and not lease.closed}
         if not live:
             return 0, []
-        for lease in live.values():
-            await lease.lock.acquire()
-        try:
+        async with _locked(live.values()):
             started = time.monotonic()
             held = await self.store.leases_renew(
                 {pid: lease.version for pid, lease in live.items()}, self.owner,
@@ -147,9 +161,6 @@ class LeaseKeeper:
                     lost.append(pid)
                     self.mark_lost(lease)
             return len(held), lost
-        finally:
-            for lease in live.values():
-                lease.lock.release()
 
     def mark_lost(self, lease: Lease) -> None:
         """Record that another watcher holds ``lease`` now (or it is gone)."""
@@ -171,14 +182,9 @@ class LeaseKeeper:
         live = {pid: lease for pid, lease in self.leases.items() if not lease.lost}
         if not live:
             return 0
-        for lease in live.values():
-            await lease.lock.acquire()
-        try:
+        async with _locked(live.values()):
             released = await self.store.leases_release(
                 {pid: lease.version for pid, lease in live.items()}, self.owner)
-        finally:
-            for lease in live.values():
-                lease.lock.release()
         for pid in live:
             self.hooks.lease_released(pid)
         self.leases.clear()

@@ -38,3 +38,18 @@ class SlotPool:
     def notify_when_free(self, event: asyncio.Event) -> None:
         """Set ``event`` the next time a slot is given back."""
         self._waiting.add(event)
+
+
+async def wait_event(event: asyncio.Event, seconds: float) -> bool:
+    """Wait until ``event`` is set or ``seconds`` pass; returns whether it was set.
+
+    Uses ``asyncio.timeout`` rather than ``wait_for``: on Python 3.11,
+    ``wait_for`` can swallow a cancellation that arrives as the event fires,
+    which would leave a cancelled task running.
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+        return True
+    except TimeoutError:
+        return False

@@ -569,3 +569,17 @@ class Store:
                 result = await conn.execute(statement_for(write), params)
                 applied.append(result.rowcount == 1)
         return applied
+
+
+async def missing_tables(store: Store) -> list[str]:
+    """Names of statefeed tables that do not exist yet (empty when migrated).
+
+    Raises the driver's error when the database cannot be reached.
+    """
+    from sqlalchemy import inspect as inspect_schema
+
+    names = [store.tables.partitions.name, store.tables.items.name]
+    async with store.engine.connect() as conn:
+        present = await conn.run_sync(
+            lambda sync: {name for name in names if inspect_schema(sync).has_table(name)})
+    return [name for name in names if name not in present]

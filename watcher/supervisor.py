@@ -9,7 +9,6 @@ the free slots; when the gate has nothing ready or in flight it asks
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
@@ -33,7 +32,7 @@ from watcher.leases import Lease, LeaseKeeper
 from watcher.models import Status
 from watcher.protocol import NonRetryableError, Result, WorkItem
 from watcher.records import ReadyItem
-from watcher.slots import SlotPool
+from watcher.slots import SlotPool, wait_event
 from watcher.store import Store
 from watcher.writer import ResultWriter, WriterClosedError
 
@@ -108,8 +107,7 @@ class PartitionSupervisor:
                 if outcome.wait is None:
                     break
                 if outcome.wait > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.lease.wake.wait(), outcome.wait)
+                    await wait_event(self.lease.wake, outcome.wait)
         finally:
             if self.lease.lost or not self.draining:
                 await self._cancel_in_flight()

@@ -11,7 +11,6 @@ leases are left to expire.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -21,7 +20,7 @@ from watcher.config import WatcherConfig
 from watcher.hooks import Hooks, SafeHooks
 from watcher.leases import Lease, LeaseCycle, LeaseKeeper
 from watcher.protocol import Processor
-from watcher.slots import SlotPool
+from watcher.slots import SlotPool, wait_event
 from watcher.store import Store
 from watcher.supervisor import PartitionSupervisor, ProcessCall
 from watcher.writer import ResultWriter
@@ -131,8 +130,7 @@ class Watcher:
                         self._db_failures = 0
                 if self._stopping:
                     break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                await wait_event(self._wake, delay)
             await self._shutdown()
         except asyncio.CancelledError:
             await self._abort()

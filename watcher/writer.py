@@ -107,9 +107,7 @@ class ResultWriter:
         if self._task is None:
             return
         self._pending.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), grace)
-        except TimeoutError:
+        done, _ = await asyncio.wait({self._task}, timeout=grace)
+        if not done:
             self._task.cancel()
-        finally:
-            self._fail_all(WriterClosedError("the result writer stopped"))
+        self._fail_all(WriterClosedError("the result writer stopped"))
