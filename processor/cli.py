@@ -1,0 +1,270 @@
+"""The ``processor`` command: migrate, run, status and demo.
+
+Every option can also be set as an environment variable ``PROCESSOR_<OPTION>``
+(``--db-url`` is ``PROCESSOR_DB_URL``). Configuration errors print one line on
+stderr and exit with status 2; database failures exit with status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from watcher.config import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_LEASE_DURATION,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_RETRY_BACKOFF,
+    DEFAULT_SHUTDOWN_TIMEOUT,
+    WatcherConfig,
+    default_owner_id,
+)
+from watcher.dburl import DatabaseURL, parse_database_url
+from watcher.errors import ConfigError, DatabaseError, StatefeedError
+from watcher.schema import validate_table_prefix
+
+DEFAULT_DB_URL = "sqlite:///processor.db"
+EXIT_DATABASE = 1
+EXIT_CONFIG = 2
+
+app = typer.Typer(
+    name="processor",
+    help="statefeed processor: lease partitions from SQL and drive their items through an "
+    "HTTP handler, gate by gate.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    add_completion=False,
+)
+
+
+def _env(name: str) -> str:
+    return f"PROCESSOR_{name}"
+
+
+DbUrl = Annotated[str, typer.Option("--db-url", envvar=_env("DB_URL"),
+                                    help="Database URL: sqlite:///file.db or "
+                                    "postgresql://user:password@host:5432/dbname.")]
+TablePrefix = Annotated[str, typer.Option("--table-prefix", envvar=_env("TABLE_PREFIX"),
+                                          help="Prefix for statefeed's table names.")]
+
+
+def fail(message: str, code: int = EXIT_CONFIG) -> typer.Exit:
+    """Print one line on stderr and return the exit to raise."""
+    typer.echo(f"processor: error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _database(raw: str, prefix: str) -> DatabaseURL:
+    url = parse_database_url(raw)
+    validate_table_prefix(prefix)
+    return url
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    # httpx logs each request URL at INFO; keep the processor's lines readable.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+@app.command()
+def migrate(
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    sql: Annotated[bool, typer.Option("--sql", help="Print the DDL for the URL's database "
+                                      "without connecting.")] = False,
+) -> None:
+    """Create or upgrade statefeed's tables."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from processor.service import describe_db_error
+    from watcher.migrate import upgrade, upgrade_sql
+
+    url = _database(db_url, table_prefix)
+    if sql:
+        typer.echo(upgrade_sql(url, table_prefix))
+        return
+    try:
+        upgrade(url, table_prefix)
+    except SQLAlchemyError as error:
+        raise fail(describe_db_error(error, url), EXIT_DATABASE) from None
+    typer.echo(f"statefeed tables are up to date in {url.redacted()}"
+               + (f" (prefix {table_prefix!r})" if table_prefix else ""))
+
+
+@app.command()
+def run(
+    handler_url: Annotated[str, typer.Option("--handler-url", envvar=_env("HANDLER_URL"),
+                                             help="URL the items are POSTed to.")] = "",
+    db_url: DbUrl = DEFAULT_DB_URL,
+    owner_id: Annotated[str, typer.Option(envvar=_env("OWNER_ID"),
+                                          help="Unique id of this processor (default: "
+                                          "host-pid-random).")] = "",
+    concurrency: Annotated[int, typer.Option(envvar=_env("CONCURRENCY"),
+                                             help="Handler calls in flight at once.")
+                           ] = DEFAULT_CONCURRENCY,
+    poll_interval: Annotated[float, typer.Option(envvar=_env("POLL_INTERVAL"),
+                                                 help="Seconds between scans for work.")
+                             ] = DEFAULT_POLL_INTERVAL,
+    lease_duration: Annotated[float, typer.Option(envvar=_env("LEASE_DURATION"),
+                                                  help="Lease length in seconds (>= 1).")
+                              ] = DEFAULT_LEASE_DURATION,
+    max_retries: Annotated[int, typer.Option(envvar=_env("MAX_RETRIES"),
+                                             help="Retries before an item fails.")
+                           ] = DEFAULT_MAX_RETRIES,
+    retry_backoff: Annotated[float, typer.Option(envvar=_env("RETRY_BACKOFF"),
+                                                 help="First retry delay in seconds; "
+                                                 "doubles per retry.")] = DEFAULT_RETRY_BACKOFF,
+    auto_close: Annotated[bool, typer.Option("--auto-close/--no-auto-close",
+                                             envvar=_env("AUTO_CLOSE"),
+                                             help="Close partitions when all items are "
+                                             "done.")] = True,
+    manual_checkpoint: Annotated[bool, typer.Option(envvar=_env("MANUAL_CHECKPOINT"),
+                                                    help="Never move gates; clients do.")
+                                 ] = False,
+    table_prefix: TablePrefix = "",
+    handler_header: Annotated[list[str] | None, typer.Option(
+        envvar=_env("HANDLER_HEADER"), help="Extra request header 'Name: value' "
+        "(repeatable), e.g. an Authorization header.")] = None,
+    handler_health_url: Annotated[str, typer.Option(envvar=_env("HANDLER_HEALTH_URL"),
+                                                    help="Handler URL checked by /readyz.")
+                                  ] = "",
+    request_timeout: Annotated[float, typer.Option(envvar=_env("REQUEST_TIMEOUT"),
+                                                   help="Seconds one handler call may take.")
+                               ] = 30.0,
+    max_response_bytes: Annotated[int, typer.Option(envvar=_env("MAX_RESPONSE_BYTES"),
+                                                    help="Largest handler response accepted.")
+                                  ] = 16 * 1024 * 1024,
+    ca_bundle: Annotated[str, typer.Option(envvar=_env("CA_BUNDLE"),
+                                           help="CA bundle for the handler's TLS "
+                                           "certificate (verification is always on).")] = "",
+    shutdown_timeout: Annotated[float, typer.Option(envvar=_env("SHUTDOWN_TIMEOUT"),
+                                                    help="Seconds to finish in-flight items "
+                                                    "on SIGTERM.")] = DEFAULT_SHUTDOWN_TIMEOUT,
+    health_port: Annotated[int, typer.Option(envvar=_env("HEALTH_PORT"),
+                                             help="Port for /healthz, /readyz and /metrics "
+                                             "(0 = off).")] = 8080,
+    migrate_first: Annotated[bool, typer.Option("--migrate", envvar=_env("MIGRATE"),
+                                                help="Create missing tables at start-up.")
+                             ] = False,
+    exit_on_db_error: Annotated[bool, typer.Option(envvar=_env("EXIT_ON_DB_ERROR"),
+                                                   help="Exit instead of waiting when the "
+                                                   "database is unreachable at start-up.")
+                                ] = False,
+    log_level: Annotated[str, typer.Option(envvar=_env("LOG_LEVEL"),
+                                           help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Lease partitions and dispatch their items to the handler until SIGTERM."""
+    from processor.http_processor import (
+        DEFAULT_MAX_CONNECTIONS,
+        HttpProcessorConfig,
+        parse_header,
+    )
+    from processor.service import ProcessorService, ServiceConfig
+
+    if not handler_url:
+        raise fail("--handler-url is required (or set PROCESSOR_HANDLER_URL)")
+    headers = dict(parse_header(spec) for spec in handler_header or [])
+    config = ServiceConfig(
+        db_url=_database(db_url, table_prefix),
+        table_prefix=table_prefix,
+        watcher=WatcherConfig(
+            owner_id=owner_id or default_owner_id(), concurrency=concurrency,
+            poll_interval=poll_interval, lease_duration=lease_duration,
+            max_retries=max_retries, retry_backoff=retry_backoff,
+            retry_backoff_max=max(retry_backoff, 300.0), auto_close=auto_close,
+            manual_checkpoint=manual_checkpoint, shutdown_timeout=shutdown_timeout),
+        http=HttpProcessorConfig(
+            handler_url=handler_url, headers=headers, request_timeout=request_timeout,
+            max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),
+            max_response_bytes=max_response_bytes, verify=ca_bundle or True,
+            health_url=handler_health_url or None),
+        health_port=health_port,
+        migrate=migrate_first,
+        exit_on_db_error=exit_on_db_error,
+    )
+    _setup_logging(log_level)
+    code = asyncio.run(ProcessorService(config).run())
+    raise typer.Exit(code)
+
+
+@app.command()
+def status(
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")
+                       ] = False,
+    limit: Annotated[int, typer.Option(help="Show at most this many partitions.")] = 100,
+) -> None:
+    """Show partitions with their status, gate, owner and item counts."""
+    from processor.client import Client
+
+    url = _database(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        infos = client.partitions(limit=limit)
+    rows = [{"id": i.id, "status": i.status, "gate": i.gate, "owner": i.owner,
+             "counts": i.counts} for i in infos]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"statefeed partitions in {url.redacted()}")
+    for column in ("partition", "status", "gate", "owner", "available", "complete", "failed"):
+        table.add_column(column, justify="right" if column in (
+            "gate", "available", "complete", "failed") else "left")
+    for row in rows:
+        counts = row["counts"]
+        table.add_row(row["id"], row["status"], str(row["gate"]), row["owner"] or "-",
+                      *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")))
+    Console().print(table)
+    if not rows:
+        typer.echo("no partitions yet")
+
+
+@app.command()
+def demo(
+    resumes: Annotated[int, typer.Option(help="How many resumes to rank.")] = 36,
+    top: Annotated[int, typer.Option(help="How many top candidates to print.")] = 5,
+) -> None:
+    """Run the resume-ranking pipeline end to end on a throwaway SQLite database."""
+    from processor.demo import run_demo
+
+    raise typer.Exit(asyncio.run(run_demo(resumes=resumes, top=top)))
+
+
+def main() -> None:
+    """Entry point: run the CLI, turning configuration and database errors into one line."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        app()
+    except ConfigError as error:
+        typer.echo(f"processor: error: {error}", err=True)
+        sys.exit(EXIT_CONFIG)
+    except DatabaseError as error:
+        typer.echo(f"processor: error: {error}", err=True)
+        sys.exit(EXIT_DATABASE)
+    except StatefeedError as error:
+        typer.echo(f"processor: error: {error}", err=True)
+        sys.exit(EXIT_CONFIG)
+    except SQLAlchemyError as error:
+        typer.echo(f"processor: error: database failed: {type(error).__name__}", err=True)
+        sys.exit(EXIT_DATABASE)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

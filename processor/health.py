@@ -1,0 +1,73 @@
+"""The health and metrics endpoints: ``/healthz``, ``/readyz`` and ``/metrics``.
+
+A raw ASGI app, so it adds no web framework to the processor. ``/readyz``
+answers 503 while the database (or the handler's health URL, when one is set)
+does not answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+Check = Callable[[], Awaitable[tuple[bool, str]]]
+CHECK_TIMEOUT = 5.0
+
+
+class HealthApp:
+    """ASGI app serving liveness, readiness and Prometheus metrics."""
+
+    def __init__(self, *, checks: dict[str, Check], metrics: Callable[[], bytes]) -> None:
+        self.checks = checks
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path = scope["path"]
+        if scope["method"] not in ("GET", "HEAD"):
+            await _send(send, 405, b'{"error":"method not allowed"}')
+        elif path == "/healthz":
+            await _send(send, 200, b'{"status":"ok"}')
+        elif path == "/readyz":
+            results = await self._run_checks()
+            ready = all(ok for ok, _ in results.values())
+            body = {"status": "ready" if ready else "not ready",
+                    "checks": {name: {"ok": ok, "detail": detail}
+                               for name, (ok, detail) in results.items()}}
+            await _send(send, 200 if ready else 503, json.dumps(body).encode())
+        elif path == "/metrics":
+            await _send(send, 200, self.metrics(), "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            await _send(send, 404, b'{"error":"not found"}')
+
+    async def _run_checks(self) -> dict[str, tuple[bool, str]]:
+        async def guarded(check: Check) -> tuple[bool, str]:
+            try:
+                async with asyncio.timeout(CHECK_TIMEOUT):
+                    return await check()
+            except TimeoutError:
+                return False, f"no answer within {CHECK_TIMEOUT} s"
+            except Exception as error:
+                return False, type(error).__name__
+        names = list(self.checks)
+        outcomes = await asyncio.gather(*(guarded(self.checks[name]) for name in names))
+        return dict(zip(names, outcomes, strict=True))
+
+
+async def _send(send: Any, status: int, body: bytes,
+                content_type: str = "application/json") -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type.encode()),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,180 @@
+"""The processor service: one watcher dispatching to an HTTP handler, with health
+endpoints, database waits at start-up, and graceful shutdown on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from dataclasses import dataclass
+
+import uvicorn
+from sqlalchemy.exc import SQLAlchemyError
+
+from processor.health import HealthApp
+from processor.http_processor import HttpProcessor, HttpProcessorConfig
+from processor.metrics import PrometheusHooks
+from watcher.config import WatcherConfig
+from watcher.dburl import DatabaseURL
+from watcher.errors import ConfigError, DatabaseError
+from watcher.migrate import upgrade
+from watcher.slots import wait_event
+from watcher.store import Store, missing_tables
+from watcher.watcher import Watcher
+
+log = logging.getLogger(__name__)
+
+DB_WAIT_MAX = 30.0
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Everything ``processor run`` needs, validated by the CLI before it starts."""
+
+    db_url: DatabaseURL
+    watcher: WatcherConfig
+    http: HttpProcessorConfig
+    table_prefix: str = ""
+    health_port: int = 8080
+    health_host: str = "0.0.0.0"
+    migrate: bool = False
+    exit_on_db_error: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.health_port <= 65535:
+            raise ConfigError(f"health port must be 0 (off) to 65535, got {self.health_port}")
+
+
+def describe_db_error(error: BaseException, url: DatabaseURL) -> str:
+    """One line about a database failure, with the password scrubbed."""
+    text = str(getattr(error, "orig", None) or error).strip().splitlines()
+    detail = text[0][:300] if text else type(error).__name__
+    password = url.async_url.password
+    if password:
+        detail = detail.replace(str(password), "***")
+    return f"database {url.redacted()} is unavailable: {detail}"
+
+
+class ProcessorService:
+    """Runs until asked to stop; :meth:`run` returns the process exit code."""
+
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.hooks = PrometheusHooks()
+        self.store = Store.open(config.db_url, config.table_prefix)
+        self.http = HttpProcessor(config.http)
+        self.watcher = Watcher(self.store, self.http, config.watcher, self.hooks)
+        self._stop = asyncio.Event()
+
+    def request_stop(self) -> None:
+        """Ask the service to shut down gracefully (what SIGTERM does)."""
+        if not self._stop.is_set():
+            log.info("action=shutdown_requested owner=%s", self.config.watcher.owner_id)
+        self._stop.set()
+
+    async def _check_database(self) -> tuple[bool, str]:
+        try:
+            await self.store.ping()
+            return True, "ok"
+        except SQLAlchemyError as error:
+            return False, type(error).__name__
+
+    def _health_app(self) -> HealthApp:
+        checks = {"database": self._check_database}
+        if self.config.http.health_url:
+            checks["handler"] = self.http.check_health
+        return HealthApp(checks=checks, metrics=self.hooks.render)
+
+    async def _wait_for_database(self) -> bool:
+        """Wait until the database answers and the tables exist. False: stop was requested.
+
+        Raises:
+            DatabaseError: the database is unreachable and ``exit_on_db_error`` is set,
+                or the tables are missing.
+        """
+        delay, failing = 0.5, False
+        while not self._stop.is_set():
+            try:
+                missing = await missing_tables(self.store)
+            except (SQLAlchemyError, OSError) as error:
+                message = describe_db_error(error, self.config.db_url)
+                if self.config.exit_on_db_error:
+                    raise DatabaseError(message) from None
+                if not failing:
+                    log.warning("action=database_wait %s; retrying with backoff", message)
+                    failing = True
+                await wait_event(self._stop, delay)
+                delay = min(DB_WAIT_MAX, delay * 2)
+                continue
+            if failing:
+                log.info("action=database_available")
+            if missing and self.config.migrate:
+                await asyncio.to_thread(upgrade, self.config.db_url, self.config.table_prefix)
+                log.info("action=migrated tables=%s", ",".join(missing))
+            elif missing:
+                raise DatabaseError(
+                    f"tables {', '.join(missing)} do not exist in {self.config.db_url}: run "
+                    "`processor migrate` first, or start with --migrate")
+            return True
+        return False
+
+    def _bind_health(self) -> socket.socket:
+        """Bind the health port here, so a port in use is a clear error, not an exit.
+
+        Raises:
+            ConfigError: the port cannot be bound.
+        """
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.config.health_host, self.config.health_port))
+        except OSError as error:
+            sock.close()
+            raise ConfigError(
+                f"cannot serve health checks on {self.config.health_host}:"
+                f"{self.config.health_port} ({error.strerror}); pick another port with "
+                "--health-port, or 0 to turn them off") from None
+        sock.set_inheritable(True)
+        return sock
+
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT or :meth:`request_stop`; returns the exit code.
+
+        Raises:
+            DatabaseError: see :meth:`_wait_for_database`.
+        """
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, self.request_stop)
+        health = None
+        health_task = None
+        if self.config.health_port:
+            health = uvicorn.Server(uvicorn.Config(
+                self._health_app(), host=self.config.health_host, port=self.config.health_port,
+                log_level="warning", access_log=False, lifespan="off"))
+            health.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+            health_task = asyncio.create_task(
+                health.serve(sockets=[self._bind_health()]), name="health")
+        try:
+            if not await self._wait_for_database():
+                return 0
+            watcher_task = asyncio.create_task(self.watcher.run(), name="watcher")
+            stop_task = asyncio.create_task(self._stop.wait())
+            await asyncio.wait({watcher_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+            await self.watcher.stop()
+            await watcher_task
+            stop_task.cancel()
+            return 0
+        finally:
+            if health is not None and health_task is not None:
+                health.should_exit = True
+                await asyncio.wait({health_task}, timeout=5)
+            await self.http.aclose()
+            await self.store.close()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(signum)

@@ -1,0 +1,134 @@
+"""HttpProcessorConfig validation and the --handler-header parser."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from processor.http_processor import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    HttpProcessor,
+    HttpProcessorConfig,
+    parse_header,
+)
+from watcher.errors import ConfigError
+
+SECRET = "Bearer 7op-s3cret-value"
+
+
+def test_defaults():
+    config = HttpProcessorConfig("http://handler:8000/process")
+    assert dict(config.headers) == {}
+    assert (config.request_timeout, config.connect_timeout) == (30.0, 5.0)
+    assert config.max_response_bytes == DEFAULT_MAX_RESPONSE_BYTES == 16 * 1024 * 1024
+    assert (config.max_connections, config.verify, config.health_url) == (100, True, None)
+
+
+@pytest.mark.parametrize("settings, in_message", [
+    ({"handler_url": ""}, "handler_url is empty"),
+    ({"handler_url": "handler:8000"}, "must start with http:// or https://"),
+    ({"handler_url": "ftp://h/x"}, "must start with http:// or https://"),
+    ({"handler_url": "http:///path"}, "has no host"),
+    ({"handler_url": "http://h:99999/"}, "is malformed"),
+    ({"handler_url": "http://h/a b"}, "whitespace or control characters"),
+    ({"handler_url": " http://h/"}, "whitespace or control characters"),
+    ({"health_url": "tcp://h/health"}, "health_url"),
+    ({"health_url": ""}, "health_url is empty"),
+    ({"request_timeout": 0}, "request_timeout must be a number of seconds greater than 0"),
+    ({"request_timeout": -1.0}, "request_timeout"),
+    ({"request_timeout": float("inf")}, "request_timeout"),
+    ({"request_timeout": True}, "request_timeout"),
+    ({"connect_timeout": 0}, "connect_timeout"),
+    ({"max_response_bytes": 0}, "max_response_bytes must be a whole number of at least 1"),
+    ({"max_response_bytes": 1.5}, "max_response_bytes"),
+    ({"max_connections": 0}, "max_connections"),
+    ({"verify": "/no/such/ca.pem"}, "CA bundle '/no/such/ca.pem' does not exist"),
+    ({"verify": 1}, "verify must be true, false or the path of a CA bundle"),
+    ({"headers": {"X-Item-Id": "x"}}, "'X-Item-Id' is reserved"),
+    ({"headers": {"content-type": "text/plain"}}, "'content-type' is reserved"),
+    ({"headers": {"Idempotency-Key": "k"}}, "reserved"),
+    ({"headers": {"Bad Name": "v"}}, "not a valid HTTP header name"),
+    ({"headers": {"": "v"}}, "not a valid HTTP header name"),
+    ({"headers": {"X-A": ""}}, "'X-A' has an empty value"),
+    ({"headers": {"X-A": "a\r\nInjected: 1"}}, "'X-A' has an invalid value"),
+    ({"headers": {"X-A": "caf\u00e9"}}, "'X-A' has an invalid value"),
+    ({"headers": {"X-A": "a", "x-a": "b"}}, "'x-a' is given twice"),
+    ({"handler_url": "http://u:p@h/", "headers": {"Authorization": "Bearer t"}},
+     "use one of them"),
+    ({"handler_url": "http://u@h/", "headers": {"Authorization": "Bearer t"}},
+     "use one of them"),
+])
+def test_invalid_settings_are_config_errors_naming_the_setting(settings, in_message):
+    values = {"handler_url": "http://handler:8000/process", **settings}
+    with pytest.raises(ConfigError) as caught:
+        HttpProcessorConfig(**values)
+    assert in_message in str(caught.value)
+    assert isinstance(caught.value, ValueError)
+
+
+def test_header_value_errors_never_show_the_value():
+    with pytest.raises(ConfigError) as caught:
+        HttpProcessorConfig("http://h/", headers={"Authorization": SECRET + "\n"})
+    assert SECRET not in str(caught.value)
+
+
+def test_url_errors_hide_the_password():
+    with pytest.raises(ConfigError) as caught:
+        HttpProcessorConfig("ftp://bob:pa55word@h/")
+    assert "pa55word" not in str(caught.value) and "bob:***@h" in str(caught.value)
+
+
+def test_valid_settings_are_kept_and_headers_are_a_read_only_copy(tmp_path):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("")
+    given = {"Authorization": SECRET, "X-Tenant": "acme corp"}
+    config = HttpProcessorConfig("https://h:8443/p?x=1", headers=given, request_timeout=1,
+                                 connect_timeout=0.5, max_response_bytes=10,
+                                 max_connections=3, verify=str(bundle),
+                                 health_url="https://h:8443/healthz")
+    given["X-Tenant"] = "changed"
+    assert config.headers["X-Tenant"] == "acme corp"
+    with pytest.raises(TypeError):
+        config.headers["X-New"] = "v"  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.request_timeout = 5  # type: ignore[misc]
+    assert hash(config) == hash(dataclasses.replace(config))
+
+
+def test_repr_shows_header_names_but_never_values():
+    config = HttpProcessorConfig("http://bob:pa55word@h/p", headers={"X-Api-Key": SECRET})
+    for text in (repr(config), str(config)):
+        assert "X-Api-Key" in text
+        assert SECRET not in text and "7op-s3cret" not in text and "pa55word" not in text
+
+
+def test_an_unloadable_ca_bundle_fails_when_the_processor_is_built(tmp_path):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("not a certificate")
+    config = HttpProcessorConfig("https://h/", verify=str(bundle))
+    with pytest.raises(ConfigError, match="cannot load the CA bundle"):
+        HttpProcessor(config)
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("Authorization: Bearer abc", ("Authorization", "Bearer abc")),
+    ("X-Key:v", ("X-Key", "v")),
+    ("  X-Key  :  a:b:c  ", ("X-Key", "a:b:c")),
+])
+def test_parse_header(spec, expected):
+    assert parse_header(spec) == expected
+
+
+@pytest.mark.parametrize("spec, in_message", [
+    ("Authorization Bearer abc", "must look like 'Name: value'"),
+    (": value", "must look like 'Name: value'"),
+    ("X-Key:", "empty value"),
+    ("X-Gate: 3", "reserved"),
+    ("Bad Name: v", "not a valid HTTP header name"),
+])
+def test_parse_header_errors(spec, in_message):
+    with pytest.raises(ConfigError) as caught:
+        parse_header(spec)
+    assert in_message in str(caught.value)
+    assert "Bearer abc" not in str(caught.value)
