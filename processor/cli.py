@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from typing import Annotated
 
@@ -32,6 +33,7 @@ from watcher.schema import validate_table_prefix
 DEFAULT_DB_URL = "sqlite:///processor.db"
 EXIT_DATABASE = 1
 EXIT_CONFIG = 2
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 app = typer.Typer(
     name="processor",
@@ -134,8 +136,8 @@ def run(
                                  ] = False,
     table_prefix: TablePrefix = "",
     handler_header: Annotated[list[str] | None, typer.Option(
-        envvar=_env("HANDLER_HEADER"), help="Extra request header 'Name: value' "
-        "(repeatable), e.g. an Authorization header.")] = None,
+        help="Extra request header 'Name: value' (repeatable), e.g. an Authorization "
+        "header. Env: PROCESSOR_HANDLER_HEADER, one header per line.")] = None,
     handler_health_url: Annotated[str, typer.Option(envvar=_env("HANDLER_HEALTH_URL"),
                                                     help="Handler URL checked by /readyz.")
                                   ] = "",
@@ -154,6 +156,9 @@ def run(
     health_port: Annotated[int, typer.Option(envvar=_env("HEALTH_PORT"),
                                              help="Port for /healthz, /readyz and /metrics "
                                              "(0 = off).")] = 8080,
+    health_host: Annotated[str, typer.Option(envvar=_env("HEALTH_HOST"),
+                                             help="Address the health port listens on.")
+                           ] = "0.0.0.0",
     migrate_first: Annotated[bool, typer.Option("--migrate", envvar=_env("MIGRATE"),
                                                 help="Create missing tables at start-up.")
                              ] = False,
@@ -174,7 +179,14 @@ def run(
 
     if not handler_url:
         raise fail("--handler-url is required (or set PROCESSOR_HANDLER_URL)")
-    headers = dict(parse_header(spec) for spec in handler_header or [])
+    header_specs = list(handler_header or [])
+    if not header_specs and os.environ.get(_env("HANDLER_HEADER")):
+        # One header per line: values such as "Bearer x" contain spaces.
+        header_specs = [line for line in os.environ[_env("HANDLER_HEADER")].splitlines()
+                        if line.strip()]
+    headers = dict(parse_header(spec) for spec in header_specs)
+    if log_level.lower() not in LOG_LEVELS:
+        raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     config = ServiceConfig(
         db_url=_database(db_url, table_prefix),
         table_prefix=table_prefix,
@@ -190,6 +202,7 @@ def run(
             max_response_bytes=max_response_bytes, verify=ca_bundle or True,
             health_url=handler_health_url or None),
         health_port=health_port,
+        health_host=health_host,
         migrate=migrate_first,
         exit_on_db_error=exit_on_db_error,
     )

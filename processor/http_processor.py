@@ -57,7 +57,7 @@ import os
 import re
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
 from types import MappingProxyType, TracebackType
@@ -86,6 +86,7 @@ MAX_RETRY_AFTER = 86_400.0
 MAX_GATE = 2**63 - 1  # the gate column is a 64-bit integer
 MAX_ERROR_MESSAGE_CHARS = 1000
 ERROR_EXCERPT_CHARS = 200
+EXCERPT_SCAN_BYTES = 64 * 1024
 USER_AGENT = "statefeed-processor"
 
 # Headers statefeed sets itself, or that frame the HTTP message: an operator
@@ -330,7 +331,14 @@ def header_safe(value: str) -> str:
     return quote(value, safe="")
 
 
-def parse_success_body(body: bytes) -> Result | HandlerError:
+def _unchanged(text: str) -> str:
+    return text
+
+
+Mask = Callable[[str], str]
+
+
+def parse_success_body(body: bytes, mask: Mask = _unchanged) -> Result | HandlerError:
     """Map the body of a 2xx answer to a :class:`Result`.
 
     An empty (or blank) body is ``Result()``. A body whose ``error`` is set is an
@@ -348,7 +356,7 @@ def parse_success_body(body: bytes) -> Result | HandlerError:
             f"the body is a JSON {_json_type(document)}, not an object")
     error = document.get("error")
     if error is not None:
-        reported = _handler_error(error)
+        reported = _handler_error(error, mask)
         if reported is None:
             raise MalformedResponseError(
                 f"'error' must be an object or a string, got {_show(error)}")
@@ -390,23 +398,24 @@ def parse_success_body(body: bytes) -> Result | HandlerError:
     return Result(gate=gate, done=done, data=data)
 
 
-def parse_error_body(body: bytes) -> HandlerError:
+def parse_error_body(body: bytes, mask: Mask = _unchanged) -> HandlerError:
     """The handler's error from the body of a non-2xx answer. Never raises.
 
     A body without the error object (a proxy's HTML page, plain text) is kept as a
-    short excerpt in the message.
+    short excerpt in the message. ``mask`` hides secrets in the handler's text
+    *before* it is shortened, so a cut never leaves part of a secret behind.
     """
     if not body or body.isspace():
         return HandlerError("")
     try:
         document = _decode_json(body)
     except MalformedResponseError:
-        return HandlerError(_excerpt(body))
+        return HandlerError(_excerpt(body, mask))
     if isinstance(document, dict) and document.get("error") is not None:
-        reported = _handler_error(document["error"])
+        reported = _handler_error(document["error"], mask)
         if reported is not None:
             return reported
-    return HandlerError(_excerpt(body))
+    return HandlerError(_excerpt(body, mask))
 
 
 def classify_error(status: int, error: HandlerError, *, retry_after: str | None = None,
@@ -468,9 +477,9 @@ def _decode_json(body: bytes) -> Any:
         raise MalformedResponseError(f"the body is not valid JSON ({error})") from None
 
 
-def _handler_error(value: Any) -> HandlerError | None:
+def _handler_error(value: Any, mask: Mask) -> HandlerError | None:
     if isinstance(value, str):
-        return HandlerError(_truncate(value))
+        return HandlerError(_truncate(mask(value)))
     if not isinstance(value, dict):
         return None
     message = value.get("message")
@@ -478,16 +487,18 @@ def _handler_error(value: Any) -> HandlerError | None:
         message = ""
     elif not isinstance(message, str):
         message = json.dumps(message, ensure_ascii=False)
-    return HandlerError(_truncate(message), value.get("no_retry") is True)
+    return HandlerError(_truncate(mask(message)), value.get("no_retry") is True)
 
 
 def _truncate(text: str, limit: int = MAX_ERROR_MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _excerpt(body: bytes) -> str:
-    text = " ".join(body[:ERROR_EXCERPT_CHARS * 4].decode("utf-8", "replace").split())
-    return _truncate(text, ERROR_EXCERPT_CHARS)
+def _excerpt(body: bytes, mask: Mask) -> str:
+    # Mask a generous prefix before cutting it short: a secret straddling the
+    # cut would otherwise survive in part.
+    text = mask(body[:EXCERPT_SCAN_BYTES].decode("utf-8", "replace"))
+    return _truncate(" ".join(text.split()), ERROR_EXCERPT_CHARS)
 
 
 def _json_type(value: Any) -> str:
@@ -644,7 +655,7 @@ class HttpProcessor:
             reported = HandlerError(f"(the error body is larger than {self._max_bytes} bytes)")
         elif 200 <= status < 300:
             try:
-                outcome = parse_success_body(body)
+                outcome = parse_success_body(body, self._scrub)
             except MalformedResponseError as malformed:
                 raise self._failed(item, Failure(True, (
                     f"malformed answer (HTTP {status}): {malformed}; expected a JSON object "
@@ -653,7 +664,7 @@ class HttpProcessor:
                 return outcome
             reported = outcome
         else:
-            reported = parse_error_body(body)
+            reported = parse_error_body(body, self._scrub)
         raise self._failed(item, classify_error(
             status, reported, retry_after=response.headers.get("retry-after"), now=time.time()))
 

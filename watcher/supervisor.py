@@ -97,9 +97,11 @@ class PartitionSupervisor:
                 try:
                     outcome = await self.run_once()
                 except SQLAlchemyError as error:
+                    # The watcher loop reports outages once per process; here it
+                    # would be once per partition, so keep it at debug level.
                     if not self._db_failing:
-                        log.warning("action=partition_db_error partition=%s error=%s",
-                                    self.partition_id, type(error).__name__)
+                        log.debug("action=partition_db_error partition=%s error=%s",
+                                  self.partition_id, type(error).__name__)
                         self._db_failing = True
                     outcome = Pass(wait=self.config.poll_interval)
                 else:

@@ -174,6 +174,8 @@ SECRET = "hunter2-do-not-log"
     (["migrate", "--db-url", f"postgresql://app:{SECRET}@127.0.0.1:1/db"], "unavailable"),
     (["status", "--db-url", f"postgresql://app:{SECRET}@127.0.0.1:1/db"], "failed"),
     (["status", "--db-url", f"oracle://app:{SECRET}@h/db"], "not supported"),
+    (["run", "--handler-url", "http://127.0.0.1:9", "--log-level", "loud"], "--log-level"),
+    (["run", "--handler-url", "http://127.0.0.1:9", "--health-port", "70000"], "health port"),
 ])
 def test_bad_configuration_is_one_clear_line(args, fragment, tmp_path) -> None:
     done = cli(*args, env={"PROCESSOR_DB_URL": f"sqlite:///{tmp_path / 'x.db'}"}, timeout=60)
@@ -195,3 +197,20 @@ def test_migrate_sql_prints_ddl_without_connecting() -> None:
                "--table-prefix", "sf_")
     assert done.returncode == 0, done.stderr
     assert "CREATE TABLE sf_items" in done.stdout and SECRET not in done.stdout
+
+
+def test_handler_headers_from_the_environment_one_per_line(tmp_path) -> None:
+    """Header values contain spaces, so the environment form is one header per line."""
+    done = cli("run", env={"PROCESSOR_HANDLER_URL": "http://127.0.0.1:9",
+                           "PROCESSOR_HANDLER_HEADER": "Authorization: Bearer a b\nBroken"})
+    assert done.returncode == 2
+    assert "Broken" in done.stderr or "header" in done.stderr
+    assert "Bearer a b" not in done.stderr
+
+
+def test_demo_runs_the_resume_pipeline() -> None:
+    done = cli("demo", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "top 5 candidates" in done.stdout
+    assert "complete: 36 resumes ranked" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr

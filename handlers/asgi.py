@@ -1,0 +1,409 @@
+"""The ASGI layer: a plain function (or one per gate) served as an ASGI3 app.
+
+Hand-written on raw ASGI rather than on a framework: a handler's whole job per
+request is "read the body, call one function, write one small JSON object", and
+a framework's routing, middleware and request objects would cost more than that.
+
+Routes (all configurable):
+
+- ``POST /``: one item (headers and body per :mod:`handlers.wire`);
+- ``POST /batch``: a JSON array of items, answered with an array of results;
+- ``GET /healthz``: ``{"status": "ok"}``.
+
+Anything else is a 404 (unknown path) or a 405 (wrong method) with a JSON error
+object. Bodies over ``max_body_bytes`` are refused with 413 without being read
+further.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, TypeAlias
+
+from handlers.errors import Fail, HandlerError, Retry
+from handlers.model import Item, Result
+from handlers.wire import (
+    BadRequest,
+    ResultError,
+    coerce_result,
+    encode_error,
+    encode_result,
+    exception_message,
+    parse_batch,
+    parse_batch_entry,
+    parse_item,
+    retry_after_header,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PATH: Final = "/"
+DEFAULT_HEALTH_PATH: Final = "/healthz"
+DEFAULT_BATCH_PATH: Final = "/batch"
+DEFAULT_MAX_BODY_BYTES: Final = 16 * 1024 * 1024
+# Matches the processor's default concurrency, so blocking sync handlers (an
+# HTTP call with requests, a database query) can keep every dispatched item busy.
+DEFAULT_THREADS: Final = 32
+
+# None is left out on purpose: a type checker then flags a forgotten return.
+HandlerReturn: TypeAlias = Result | Mapping[str, Any]
+HandlerFunction: TypeAlias = Callable[[Item], HandlerReturn | Awaitable[HandlerReturn]]
+Handlers: TypeAlias = HandlerFunction | Mapping[int, HandlerFunction]
+
+Scope: TypeAlias = dict[str, Any]
+Receive: TypeAlias = Callable[[], Awaitable[dict[str, Any]]]
+Send: TypeAlias = Callable[[dict[str, Any]], Awaitable[None]]
+
+_JSON: Final = (b"content-type", b"application/json")
+_HEALTH_BODY: Final = b'{"status":"ok"}'
+
+
+class _Disconnected(Exception):
+    """The client went away before the request body was complete."""
+
+
+class _Answer:
+    """One item's answer: status, JSON body, and the delay asked for (if any)."""
+
+    __slots__ = ("body", "retry_after", "status")
+
+    def __init__(self, status: int, body: bytes, retry_after: float | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.retry_after = retry_after
+
+
+class _Target:
+    """A handler function and how to call it."""
+
+    __slots__ = ("func", "is_async")
+
+    def __init__(self, func: HandlerFunction) -> None:
+        if not callable(func):
+            raise TypeError(f"a handler must be a function taking an Item, got {func!r}")
+        self.func = func
+        self.is_async = _is_async(func)
+
+
+class HandlerApp:
+    """An ASGI3 application serving handler functions; build it with :func:`app`.
+
+    Sync functions run in a thread pool of ``threads`` threads so they never
+    block the event loop; async functions run on the loop. The hop to a thread
+    costs tens of microseconds per item, so write ``async def`` for functions
+    that never block. The pool starts with the first sync call and is shut
+    down by the ASGI lifespan shutdown (or :meth:`close`).
+    """
+
+    def __init__(self, handlers: Handlers, *, path: str = DEFAULT_PATH,
+                 health_path: str | None = DEFAULT_HEALTH_PATH,
+                 batch_path: str | None = DEFAULT_BATCH_PATH,
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 threads: int = DEFAULT_THREADS) -> None:
+        self._single: _Target | None = None
+        self._by_gate: dict[int, _Target] = {}
+        if isinstance(handlers, Mapping):
+            if not handlers:
+                raise ValueError("app({...}) needs at least one gate: {0: func, ...}")
+            for gate, func in handlers.items():
+                if type(gate) is not int or gate < 0:
+                    raise TypeError(f"gate keys must be integers >= 0, got {gate!r}")
+                self._by_gate[gate] = _Target(func)
+            self._gates_text = ", ".join(str(gate) for gate in sorted(self._by_gate))
+        else:
+            self._single = _Target(handlers)
+        routes = {"path": path, "health_path": health_path, "batch_path": batch_path}
+        for name, value in routes.items():
+            if value is not None and (not isinstance(value, str) or not value.startswith("/")):
+                raise ValueError(f"{name} must be a path starting with '/', got {value!r}")
+        taken = [value for value in routes.values() if value is not None]
+        if len(set(taken)) != len(taken):
+            raise ValueError(f"path, health_path and batch_path must differ, got {routes}")
+        if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or (
+                max_body_bytes < 1):
+            raise ValueError(f"max_body_bytes must be an integer >= 1, got {max_body_bytes!r}")
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+        self.path = path
+        self.health_path = health_path
+        self.batch_path = batch_path
+        self.max_body_bytes = max_body_bytes
+        self.threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._routes_text = "; ".join(
+            text for text in (f"POST {path} for one item",
+                              batch_path and f"POST {batch_path} for a batch",
+                              health_path and f"GET {health_path} for health") if text)
+
+    def __repr__(self) -> str:
+        handlers = (self._single.func if self._single is not None
+                    else {gate: target.func for gate, target in self._by_gate.items()})
+        return (f"HandlerApp({handlers!r}, path={self.path!r}, health_path={self.health_path!r}, "
+                f"batch_path={self.batch_path!r})")
+
+    # ------------------------------------------------------------------ ASGI entry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI connection scope (``http``, ``lifespan``; ``websocket`` is closed)."""
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        elif kind == "websocket":
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1003})
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path, method = scope["path"], scope["method"]
+        try:
+            if path == self.path:
+                if method != "POST":
+                    await _method_not_allowed(send, method, path, b"POST")
+                    return
+                await self._one(scope, receive, send)
+            elif path == self.health_path:
+                if method not in ("GET", "HEAD"):
+                    await _method_not_allowed(send, method, path, b"GET, HEAD")
+                    return
+                await _respond(send, 200, _HEALTH_BODY)
+            elif path == self.batch_path:
+                if method != "POST":
+                    await _method_not_allowed(send, method, path, b"POST")
+                    return
+                await self._batch(scope, receive, send)
+            else:
+                await _respond(send, 404, encode_error(
+                    f"no route for {method} {path}; this handler serves {self._routes_text}",
+                    no_retry=True))
+        except _Disconnected:
+            log.debug("action=client_disconnected path=%s", path)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def close(self) -> None:
+        """Shut the thread pool down (running calls finish). Safe to call twice;
+        a later sync call starts a new pool."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+    # ------------------------------------------------------------------ requests
+
+    async def _one(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope["headers"])
+        body = await self._read_body(headers, receive)
+        if body is None:
+            await self._too_large(send)
+            return
+        try:
+            item = parse_item(headers, body)
+        except BadRequest as error:
+            await _respond(send, error.status, encode_error(error.message, no_retry=True))
+            return
+        answer = await self._settle(item)
+        if answer.retry_after is not None:
+            await _respond(send, answer.status, answer.body,
+                           (b"retry-after", retry_after_header(answer.retry_after)))
+        else:
+            await _respond(send, answer.status, answer.body)
+
+    async def _batch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await self._read_body(dict(scope["headers"]), receive)
+        if body is None:
+            await self._too_large(send)
+            return
+        try:
+            entries = parse_batch(body)
+        except BadRequest as error:
+            await _respond(send, error.status, encode_error(error.message, no_retry=True))
+            return
+        # Entries run concurrently, as the processor would run the same items as
+        # separate requests; _entry never raises, so one bad entry spoils nothing.
+        parts = await asyncio.gather(*(self._entry(position, entry)
+                                       for position, entry in enumerate(entries)))
+        await _respond(send, 200, b"[" + b",".join(parts) + b"]")
+
+    async def _entry(self, position: int, entry: Any) -> bytes:
+        try:
+            item = parse_batch_entry(position, entry)
+        except BadRequest as error:
+            return encode_error(error.message, no_retry=True)
+        return (await self._settle(item)).body
+
+    async def _read_body(self, headers: Mapping[bytes, bytes], receive: Receive) -> bytes | None:
+        """The whole request body, or ``None`` once it exceeds ``max_body_bytes``.
+
+        Raises:
+            _Disconnected: the client went away first.
+        """
+        limit = self.max_body_bytes
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return None
+        message = await receive()
+        if message["type"] != "http.request":
+            raise _Disconnected
+        body = message.get("body", b"")
+        if not message.get("more_body", False):  # the common case: one chunk
+            return None if len(body) > limit else body
+        chunks = [body]
+        size = len(body)
+        while True:
+            if size > limit:
+                return None
+            message = await receive()
+            if message["type"] != "http.request":
+                raise _Disconnected
+            chunk = message.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            if not message.get("more_body", False):
+                break
+        return None if size > limit else b"".join(chunks)
+
+    async def _too_large(self, send: Send) -> None:
+        await _respond(send, 413, encode_error(
+            f"the request body is larger than max_body_bytes ({self.max_body_bytes} bytes)",
+            no_retry=True))
+
+    # ------------------------------------------------------------------ calling user code
+
+    async def _settle(self, item: Item) -> _Answer:
+        """Run the handler function for ``item`` and turn any outcome into an answer.
+
+        Never raises (but ``CancelledError``): user errors become error answers.
+        """
+        target = self._single
+        if target is None:
+            target = self._by_gate.get(item.gate)
+            if target is None:
+                message = (f"no handler for gate {item.gate}: {item.describe()}; this app "
+                           f"handles gates {self._gates_text}")
+                log.warning("action=unknown_gate partition=%s item=%s gate=%d",
+                            item.partition_id, item.id, item.gate)
+                return _Answer(Fail.status, encode_error(message, no_retry=True))
+        try:
+            if target.is_async:
+                value = await target.func(item)  # type: ignore[misc]
+            else:
+                value = await asyncio.get_running_loop().run_in_executor(
+                    self._threads(),
+                    functools.partial(contextvars.copy_context().run, target.func, item))
+                if inspect.isawaitable(value):  # a sync wrapper around an async function
+                    value = await value
+        except Retry as error:
+            log.debug("action=item_retry partition=%s item=%s gate=%d attempt=%d",
+                      item.partition_id, item.id, item.gate, item.attempt)
+            return _Answer(error.status, encode_error(
+                error.message, no_retry=False, retry_after=error.retry_after),
+                error.retry_after)
+        except HandlerError as error:
+            log.info("action=item_refused partition=%s item=%s gate=%d attempt=%d status=%d "
+                     "no_retry=%s", item.partition_id, item.id, item.gate, item.attempt,
+                     error.status, error.no_retry)
+            return _Answer(error.status, encode_error(error.message, no_retry=error.no_retry))
+        except Exception as error:  # a handler bug answers 500, never crashes the app
+            log.exception("action=handler_exception partition=%s item=%s gate=%d attempt=%d",
+                          item.partition_id, item.id, item.gate, item.attempt)
+            return _Answer(500, encode_error(exception_message(error), no_retry=False))
+        try:
+            return _Answer(200, encode_result(coerce_result(value)))
+        except ResultError as error:
+            log.error("action=handler_bad_result partition=%s item=%s gate=%d attempt=%d "
+                      "error=%s", item.partition_id, item.id, item.gate, item.attempt, error)
+            return _Answer(500, encode_error(f"{item.describe()}: {error}", no_retry=False))
+
+    def _threads(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.threads,
+                                            thread_name_prefix="statefeed-handler")
+        return self._pool
+
+
+def app(handlers: Handlers, *, health_path: str | None = DEFAULT_HEALTH_PATH,
+        batch_path: str | None = DEFAULT_BATCH_PATH, path: str = DEFAULT_PATH,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, threads: int = DEFAULT_THREADS
+        ) -> HandlerApp:
+    """Turn a handler function into an ASGI3 app for uvicorn (or any ASGI server).
+
+    ``handlers`` is ``func(item: Item) -> Result`` (sync or async), or a mapping
+    ``{gate: func}`` that routes each item by its gate; an item at a gate that
+    is not in the mapping fails with a non-retryable 422 naming the gate.
+
+    What the function does decides the answer:
+
+    - returns a :class:`Result` (or a dict of its fields) -> 200 with the result;
+    - returns ``None`` -> retryable 500 naming the fix: a forgotten ``return``
+      must not silently complete the item nor loop it forever;
+    - raises :class:`Retry` -> 503 (with ``Retry-After`` when given);
+    - raises :class:`Fail` -> 422, :class:`ItemDataError` -> 400, both ``no_retry``;
+    - raises anything else -> 500, retryable, message ``"<Type>: <message>"``;
+      the traceback is logged once.
+
+    ``health_path`` and ``batch_path`` may be ``None`` to turn those routes off.
+    Bodies over ``max_body_bytes`` are refused with a non-retryable 413. Sync
+    functions run on up to ``threads`` threads at once (match the processor's
+    concurrency when they block on I/O).
+
+    Raises:
+        TypeError: a handler is not callable, or a gate key is not an integer >= 0.
+        ValueError: the mapping is empty, a path does not start with ``/``, two
+            paths are equal, or ``max_body_bytes``/``threads`` is below 1.
+    """
+    return HandlerApp(handlers, path=path, health_path=health_path, batch_path=batch_path,
+                      max_body_bytes=max_body_bytes, threads=threads)
+
+
+def serve(handlers: HandlerApp | Handlers, host: str = "127.0.0.1", port: int = 8000,
+          **uvicorn_options: Any) -> None:
+    """Serve a handler with uvicorn until interrupted (Ctrl-C, SIGTERM).
+
+    ``handlers`` is an app from :func:`app`, or what :func:`app` takes. Other
+    keyword arguments go to ``uvicorn.run``; the access log is off unless
+    ``access_log=True`` (one line per item is a lot of lines).
+
+    Raises:
+        TypeError, ValueError: :func:`app` refuses ``handlers``.
+    """
+    import uvicorn  # only the serving process needs it
+
+    asgi = handlers if isinstance(handlers, HandlerApp) else app(handlers)
+    uvicorn_options.setdefault("access_log", False)
+    uvicorn.run(asgi, host=host, port=port, **uvicorn_options)
+
+
+async def _respond(send: Send, status: int, body: bytes,
+                   extra: tuple[bytes, bytes] | None = None) -> None:
+    headers = [_JSON, (b"content-length", str(len(body)).encode("ascii"))]
+    if extra is not None:
+        headers.append(extra)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _method_not_allowed(send: Send, method: str, path: str, allow: bytes) -> None:
+    await _respond(send, 405, encode_error(
+        f"method {method} is not allowed on {path}; use {allow.decode('ascii')}",
+        no_retry=True), (b"allow", allow))
+
+
+def _is_async(func: Any) -> bool:
+    if inspect.iscoroutinefunction(func):
+        return True
+    call = getattr(func, "__call__", None)  # noqa: B004 - objects with async __call__
+    return call is not None and inspect.iscoroutinefunction(call)

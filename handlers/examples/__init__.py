@@ -1,0 +1,1 @@
+"""Example handlers: ``echo`` (the smallest handler) and ``resumes`` (a two-gate pipeline)."""

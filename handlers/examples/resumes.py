@@ -1,0 +1,310 @@
+"""A resume pipeline in two gates: fan out to classify, fan in to rank.
+
+Each item of a partition (one job opening) is one resume, stored as JSON bytes
+``{"name": ..., "text": ...}``.
+
+Gate 0, *extract and classify* (fan-out: every resume on its own, in parallel)
+    parses the skills and the years of experience out of the free text and
+    classifies the candidate into a role (backend, frontend, data, devops) by
+    which role's skills they have; the item moves to gate 1 carrying these
+    enriched fields instead of the raw text.
+
+Gate 1, *rank* (fan-in)
+    scores every candidate on one rubric over the classified fields (role fit,
+    experience, breadth) and completes the item.
+
+Why gate 1 waits for gate 0: statefeed dispatches no gate-1 item of the
+partition before every resume has settled gate 0. The handler is stateless HTTP
+and sees one item at a time, so the rank step reads its own item's enriched
+fields; the barrier is what makes the *ranking* sound: scores are compared
+across candidates, and comparing only works once every candidate has been
+classified and scored on the same fields. When the partition completes,
+:func:`top_candidates` (run by whoever reads the partition, such as
+``processor demo``) orders all of them. A step that needs the whole set inside
+the handler (a percentile within a role, say) would need its own store.
+
+Serve with ``uvicorn handlers.examples.resumes:app``. The pure functions
+(:func:`classify`, :func:`final_score`, :func:`top_candidates`,
+:func:`sample_resumes`) work without any server.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import handlers
+
+ROLE_SKILLS: Final[dict[str, tuple[str, ...]]] = {
+    "backend": ("python", "golang", "java", "rust", "postgresql", "redis", "kafka", "grpc",
+                "django", "kubernetes"),
+    "frontend": ("javascript", "typescript", "react", "vue", "svelte", "css", "html",
+                 "webpack", "accessibility", "graphql"),
+    "data": ("sql", "python", "pandas", "spark", "airflow", "dbt", "pytorch", "statistics",
+             "tableau", "scikit-learn"),
+    "devops": ("terraform", "aws", "gcp", "docker", "kubernetes", "ansible", "prometheus",
+               "linux", "bash", "ci/cd"),
+}
+# A word in the job title that hints at the role; worth one matching skill.
+ROLE_HINTS: Final[dict[str, tuple[str, ...]]] = {
+    "backend": ("backend", "platform"),
+    "frontend": ("frontend", "ui"),
+    "data": ("data", "analytics"),
+    "devops": ("devops", "reliability", "infrastructure"),
+}
+UNCLASSIFIED: Final = "general"
+# Spellings found in resumes, mapped to the canonical skill.
+SKILL_ALIASES: Final[dict[str, str]] = {
+    "postgres": "postgresql", "k8s": "kubernetes", "js": "javascript", "ts": "typescript",
+    "sklearn": "scikit-learn", "reactjs": "react", "react.js": "react", "vue.js": "vue",
+    "go-lang": "golang", "amazon web services": "aws", "ci-cd": "ci/cd",
+}
+MAX_YEARS: Final = 50
+# The rubric of final_score(): weights sum to 100.
+FIT_WEIGHT, EXPERIENCE_WEIGHT, BREADTH_WEIGHT = 50.0, 35.0, 15.0
+FULL_FIT_SKILLS: Final = 5  # this many skills of the role is a perfect fit
+FULL_EXPERIENCE_YEARS: Final = 12
+FULL_BREADTH_SKILLS: Final = 8
+TIERS: Final = ((75.0, "A"), (55.0, "B"), (0.0, "C"))
+
+_ALL_SKILLS: Final = sorted({skill for skills in ROLE_SKILLS.values() for skill in skills})
+_SPELLINGS: Final = {**{skill: skill for skill in _ALL_SKILLS}, **SKILL_ALIASES}
+# Longest spelling first so "react.js" wins over "react"; the look-arounds keep
+# "sql" from matching inside "postgresql" and "java" inside "javascript".
+_SKILL_PATTERN: Final = re.compile(
+    r"(?<![\w+#/.-])("
+    + "|".join(re.escape(s) for s in sorted(_SPELLINGS, key=len, reverse=True))
+    + r")(?![\w+#/-]|\.\w)")
+_YEARS_PATTERN: Final = re.compile(r"\b(\d{1,2})\s*\+?\s*(?:years?|yrs?)\b")
+_WORD: Final = re.compile(r"[a-z]+")
+
+
+# --------------------------------------------------------------------------- pure steps
+
+
+def extract_skills(text: str) -> list[str]:
+    """The canonical skills named in ``text``, sorted; aliases such as "k8s" count."""
+    return sorted({_SPELLINGS[match] for match in _SKILL_PATTERN.findall(text.lower())})
+
+
+def extract_years(text: str) -> int:
+    """The largest "N years" / "N+ yrs" in ``text`` (capped at 50); 0 when none."""
+    years = [int(found) for found in _YEARS_PATTERN.findall(text.lower())]
+    return min(max(years, default=0), MAX_YEARS)
+
+
+def classify(resume: Mapping[str, Any]) -> dict[str, Any]:
+    """Gate 0's work: extract skills and years from a resume and pick its role.
+
+    The role is the one whose skills the resume names most (a role word in the
+    first line, such as "Frontend", counts as one more); ties go to the role
+    listed first in :data:`ROLE_SKILLS`. A resume naming no role's skill is
+    ``"general"``. Returns ``{"name", "role", "years", "skills", "role_skills",
+    "fit"}`` where ``fit`` is the share of :data:`FULL_FIT_SKILLS` role skills
+    found (0 to 1).
+
+    Raises:
+        ValueError: ``resume`` is not an object with a string ``text`` (and a
+            string ``name``, when given).
+    """
+    if not isinstance(resume, Mapping):
+        raise ValueError(f"a resume must be a JSON object, got {type(resume).__name__}")
+    text, name = resume.get("text"), resume.get("name", "")
+    if not isinstance(text, str):
+        raise ValueError("a resume needs a 'text' string with the resume's content")
+    if not isinstance(name, str):
+        raise ValueError("a resume's 'name' must be a string")
+    skills = extract_skills(text)
+    first_line = set(_WORD.findall(text.lower().split("\n", 1)[0]))
+    best_role, best_votes, best_matched = UNCLASSIFIED, 0, []
+    for role, role_skills in ROLE_SKILLS.items():
+        matched = [skill for skill in skills if skill in role_skills]
+        votes = len(matched) + (1 if first_line.intersection(ROLE_HINTS[role]) else 0)
+        if matched and votes > best_votes:
+            best_role, best_votes, best_matched = role, votes, matched
+    return {
+        "name": name or "(no name)",
+        "role": best_role,
+        "years": extract_years(text),
+        "skills": skills,
+        "role_skills": best_matched,
+        "fit": round(min(len(best_matched) / FULL_FIT_SKILLS, 1.0), 3),
+    }
+
+
+def final_score(enriched: Mapping[str, Any]) -> float:
+    """Gate 1's rubric: a 0-100 score from the fields :func:`classify` produced.
+
+    ``50 * fit + 35 * experience + 15 * breadth``, where experience saturates at
+    12 years and breadth at 8 skills; rounded to 2 decimals.
+
+    Raises:
+        ValueError: a field is missing or has the wrong type (the item did not
+            come through gate 0).
+    """
+    try:
+        fit, years, skills = enriched["fit"], enriched["years"], enriched["skills"]
+    except (KeyError, TypeError):
+        raise ValueError("an enriched resume needs 'fit', 'years' and 'skills' (the "
+                         "fields gate 0 adds)") from None
+    if (isinstance(fit, bool) or not isinstance(fit, int | float) or not 0 <= fit <= 1
+            or type(years) is not int or years < 0 or not isinstance(skills, list)):
+        raise ValueError("'fit' must be a number from 0 to 1, 'years' an integer >= 0 and "
+                         "'skills' a list")
+    experience = min(years, FULL_EXPERIENCE_YEARS) / FULL_EXPERIENCE_YEARS
+    breadth = min(len(skills), FULL_BREADTH_SKILLS) / FULL_BREADTH_SKILLS
+    return round(FIT_WEIGHT * fit + EXPERIENCE_WEIGHT * experience + BREADTH_WEIGHT * breadth,
+                 2)
+
+
+def tier(score: float) -> str:
+    """``"A"`` from 75, ``"B"`` from 55, else ``"C"``."""
+    return next(name for floor, name in TIERS if score >= floor)
+
+
+def top_candidates(items_data: Iterable[bytes], k: int) -> list[dict[str, Any]]:
+    """The ``k`` best ranked candidates among the items' final bytes, best first.
+
+    Items that were not ranked (failed, or still at gate 0 or 1: their data has
+    no ``score``) are left out. Equal scores are ordered by name. Each row is
+    ``{"rank", "name", "role", "years", "score", "tier", "skills"}`` with the
+    role's skills.
+
+    Raises:
+        ValueError: ``k`` is negative.
+    """
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    ranked: list[dict[str, Any]] = []
+    for data in items_data:
+        try:
+            document = json.loads(data)
+        except ValueError:
+            continue
+        score = document.get("score") if isinstance(document, dict) else None
+        if isinstance(score, int | float) and not isinstance(score, bool):
+            ranked.append(document)
+    ranked.sort(key=lambda doc: (-doc["score"], str(doc.get("name", ""))))
+    return [
+        {"rank": position, "name": doc.get("name"), "role": doc.get("role"),
+         "years": doc.get("years"), "score": float(doc["score"]), "tier": doc.get("tier"),
+         "skills": doc.get("role_skills", [])}
+        for position, doc in enumerate(ranked[:k], start=1)
+    ]
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def extract(item: handlers.Item) -> handlers.Result:
+    """Gate 0: classify the resume and move it to gate 1 with the enriched fields.
+
+    Raises:
+        handlers.ItemDataError: the item is not JSON (400, not retried).
+        handlers.Fail: the JSON is not a resume (422, not retried).
+    """
+    try:
+        enriched = classify(item.json())
+    except handlers.ItemDataError:
+        raise
+    except ValueError as error:
+        raise handlers.Fail(f"{item.describe()}: {error}") from None
+    return handlers.Result(gate=1, data=enriched)
+
+
+def rank(item: handlers.Item) -> handlers.Result:
+    """Gate 1: score the classified resume on the shared rubric and complete it.
+
+    Raises:
+        handlers.ItemDataError: the item is not JSON (400, not retried).
+        handlers.Fail: the item lacks the fields gate 0 adds (422, not retried).
+    """
+    enriched = item.json()
+    if not isinstance(enriched, dict):
+        raise handlers.Fail(f"{item.describe()}: expected the JSON object gate 0 produces")
+    try:
+        score = final_score(enriched)
+    except ValueError as error:
+        raise handlers.Fail(f"{item.describe()}: {error}") from None
+    return handlers.Result(done=True, data={**enriched, "score": score, "tier": tier(score)})
+
+
+app = handlers.app({0: extract, 1: rank})
+
+
+# --------------------------------------------------------------------------- sample data
+
+_FIRST_NAMES: Final = (
+    "Ada", "Bilal", "Chen", "Dara", "Elif", "Farah", "Goran", "Hana", "Ines", "Jonas",
+    "Kemi", "Lars", "Mei", "Nadia", "Omar", "Priya", "Quinn", "Rosa", "Sven", "Tariq",
+    "Uma", "Vera", "Wen", "Ximena", "Yusuf", "Zofia",
+)
+_LAST_NAMES: Final = (
+    "Okafor", "Lindqvist", "Moreau", "Tanaka", "Haddad", "Novak", "Fernandes", "Kowalski",
+    "Mensah", "Iyer", "Schmidt", "Rossi", "Nakamura", "Oyelaran", "Petrov", "Duarte",
+    "Kaur", "Byrne", "Castillo", "Yilmaz",
+)
+_TITLES: Final = {
+    "backend": ("Backend Engineer", "Platform Developer", "Software Engineer"),
+    "frontend": ("Frontend Developer", "UI Engineer", "Web Developer"),
+    "data": ("Data Engineer", "Data Scientist", "Analytics Engineer"),
+    "devops": ("DevOps Engineer", "Site Reliability Engineer", "Infrastructure Engineer"),
+}
+_SPELLED: Final = {  # how resumes write a skill: the first is the usual spelling
+    "postgresql": ("PostgreSQL", "Postgres"), "kubernetes": ("Kubernetes", "K8s"),
+    "javascript": ("JavaScript", "JS"), "typescript": ("TypeScript",), "react": ("React",
+    "React.js"), "scikit-learn": ("scikit-learn", "sklearn"), "golang": ("Golang",),
+    "grpc": ("gRPC",), "graphql": ("GraphQL",), "css": ("CSS",), "html": ("HTML",),
+    "sql": ("SQL",), "aws": ("AWS",), "gcp": ("GCP",), "dbt": ("dbt",), "ci/cd": ("CI/CD",),
+    "pytorch": ("PyTorch",), "vue": ("Vue", "Vue.js"),
+}
+_TEMPLATES: Final = (
+    "{title}\n{name}. {years} years of experience. Skills: {skills}.",
+    "{name} - {title}\n{years}+ years building production systems with {skills}.",
+    "{title} ({years} yrs)\nDay to day I work with {skills}; I mentor and review code.",
+    "{name}\n{title}, {years} years. Toolbox: {skills}. Open to relocation.",
+)
+_GRADUATE_TEMPLATE: Final = (
+    "{title} (graduate)\n{name}. Recent graduate; coursework and projects in {skills}.")
+
+
+def sample_resumes(n: int, seed: int = 42) -> list[bytes]:
+    """``n`` fake resumes as JSON bytes ``{"name", "text"}``, the same for the same seed.
+
+    Roles, skill spellings (aliases like "K8s"), years and wording vary; about
+    one in eight is a recent graduate who states no years. The text is made up.
+
+    Raises:
+        ValueError: ``n`` is negative.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    rng = random.Random(seed)
+    roles = list(ROLE_SKILLS)
+    resumes: list[bytes] = []
+    for _ in range(n):
+        role = rng.choice(roles)
+        own = rng.sample(ROLE_SKILLS[role], k=rng.randint(2, 6))
+        others = [skill for skill in _ALL_SKILLS if skill not in own]
+        skills = own + rng.sample(others, k=rng.randint(0, 2))
+        rng.shuffle(skills)
+        shown = ", ".join(rng.choice(_SPELLED.get(skill, (skill.title(),))) for skill in skills)
+        name = f"{rng.choice(_FIRST_NAMES)} {rng.choice(_LAST_NAMES)}"
+        title = rng.choice(_TITLES[role])
+        if rng.random() < 0.125:
+            text = _GRADUATE_TEMPLATE.format(title=title, name=name, skills=shown)
+        else:
+            years = rng.choice((1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 20))
+            if years >= 8:
+                title = f"Senior {title}"
+            text = rng.choice(_TEMPLATES).format(title=title, name=name, years=years,
+                                                 skills=shown)
+        resumes.append(json.dumps({"name": name, "text": text}).encode())
+    return resumes
+
+
+if __name__ == "__main__":
+    handlers.serve(app)

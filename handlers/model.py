@@ -1,0 +1,127 @@
+"""What a handler function receives (:class:`Item`) and returns (:class:`Result`)."""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from handlers.errors import ItemDataError
+
+MAX_GATE: Final = 2**63 - 1  # the processor stores gates as 64-bit integers
+_SHOWN_ERROR_CHARS = 200
+
+
+class _Unset(enum.Enum):
+    """The type of :data:`UNSET`; an enum so type checkers can narrow on it."""
+
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = _Unset.UNSET
+"""``Result.data`` when the handler leaves the item's bytes as they are."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Item:
+    """One item, as the processor sent it.
+
+    - ``id``, ``partition_id``: the item and its partition (already percent-decoded).
+    - ``gate``: the item's current gate (the partition's gate while it runs).
+    - ``attempt``: 1 on the first call for this step, 2 after one failed attempt, ...
+    - ``idempotency_key``: the same for every retry of one step of one item; use
+      it to make side effects (charging, e-mailing) happen once.
+    - ``data``: the item's bytes, unchanged.
+
+    Keyword-only, so tests of handler functions can build items without
+    mixing up the two ids: ``Item(id="r1", partition_id="p", data=b"{}")``.
+    """
+
+    id: str
+    partition_id: str
+    gate: int = 0
+    attempt: int = 1
+    idempotency_key: str = ""
+    data: bytes = b""
+
+    def json(self) -> Any:
+        """The data decoded as JSON (UTF-8; ``NaN`` and ``Infinity`` are refused).
+
+        Raises:
+            ItemDataError: the data is not valid JSON; the message names the item.
+                Uncaught, it becomes a non-retryable 400 answer.
+        """
+        try:
+            return json.loads(self.data, parse_constant=_reject_constant)
+        except RecursionError:
+            raise ItemDataError(
+                f"{self.describe()}: data is JSON nested too deeply to decode") from None
+        except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
+            raise ItemDataError(
+                f"{self.describe()}: data is not valid JSON "
+                f"({_shorten(str(error))}); it starts with {self.data[:40]!r}") from None
+
+    def text(self) -> str:
+        """The data decoded as UTF-8 text.
+
+        Raises:
+            ItemDataError: the data is not valid UTF-8; the message names the item.
+                Uncaught, it becomes a non-retryable 400 answer.
+        """
+        try:
+            return self.data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ItemDataError(
+                f"{self.describe()}: data is not valid UTF-8 text ({error})") from None
+
+    def describe(self) -> str:
+        """How messages name this item: partition, item, gate and attempt."""
+        return (f"partition {self.partition_id!r} item {self.id!r} gate {self.gate} "
+                f"(attempt {self.attempt})")
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A handler function's answer for one item.
+
+    - ``gate``: the item's next gate; ``None`` keeps the current gate. Moving to a
+      gate below the partition's gate is refused by the processor.
+    - ``done``: ``True`` completes the item.
+    - ``data``: the item's new content. ``bytes`` (or ``bytearray``/``memoryview``)
+      are stored as they are (sent as ``data_b64``); any other value is stored as
+      its compact JSON encoding (sent as ``data``), so ``data=None`` stores the
+      four bytes ``null``. Leave it unset (:data:`UNSET`) to keep the stored bytes.
+
+    ``Result()`` (same gate, not done, data kept) runs the item again: a loop.
+
+    Raises:
+        TypeError: ``gate`` is not an integer or ``None``, or ``done`` is not a bool.
+        ValueError: ``gate`` is negative or beyond a 64-bit integer.
+    """
+
+    gate: int | None = None
+    done: bool = False
+    data: Any = field(default=UNSET)
+
+    def __post_init__(self) -> None:
+        gate = self.gate
+        if gate is not None:
+            if type(gate) is not int:  # bool is an int subclass; True is no gate
+                raise TypeError(f"Result(gate=...) must be an int or None, got {gate!r}")
+            if not 0 <= gate <= MAX_GATE:
+                raise ValueError(
+                    f"Result(gate=...) must be between 0 and {MAX_GATE}, got {gate}")
+        if type(self.done) is not bool:
+            raise TypeError(f"Result(done=...) must be True or False, got {self.done!r}")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= _SHOWN_ERROR_CHARS else text[:_SHOWN_ERROR_CHARS] + "..."

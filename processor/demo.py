@@ -1,0 +1,141 @@
+"""``processor demo``: the resume pipeline end to end, on a throwaway SQLite database.
+
+It serves the example handler (``handlers/examples/resumes.py``) with uvicorn
+on loopback, runs a watcher that POSTs to it, inserts one partition of
+resumes, shows progress per gate while gate 0 (extract and classify) fans out
+and gate 1 (rank) fans in, and prints the top candidates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import uvicorn
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from processor.client import AsyncClient
+from processor.http_processor import HttpProcessor, HttpProcessorConfig
+from watcher.config import WatcherConfig
+from watcher.migrate import upgrade
+from watcher.records import ItemInfo, NewItem
+from watcher.store import Store
+from watcher.watcher import Watcher
+
+PARTITION = "opening-42"
+DEMO_TIMEOUT = 60.0
+REFRESH = 0.1
+GATE_NAMES = {0: "extract + classify", 1: "rank (fan-in)"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _progress(items: list[ItemInfo], elapsed: float) -> Table:
+    table = Table(title=f"partition {PARTITION}: {elapsed:4.1f} s")
+    for column in ("gate", "step", "waiting", "done"):
+        table.add_column(column)
+    total = len(items)
+    for gate, name in GATE_NAMES.items():
+        waiting = sum(1 for i in items if i.status == "available" and i.gate == gate)
+        passed = sum(1 for i in items if i.gate > gate or i.status == "complete")
+        table.add_row(str(gate), name, str(waiting), f"{passed}/{total}")
+    failed = [i for i in items if i.status == "failed"]
+    if failed:
+        table.add_row("-", "failed", str(len(failed)), failed[0].last_error or "")
+    return table
+
+
+@contextlib.asynccontextmanager
+async def _serve_handler(port: int):
+    from handlers.examples.resumes import app
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="warning", access_log=False,
+                                           lifespan="off"))
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait({task}, timeout=5)
+
+
+async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None = None) -> int:
+    """Run the pipeline; returns the exit code (0 when the partition completes)."""
+    from handlers.examples.resumes import sample_resumes, top_candidates
+
+    console = console or Console()
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="statefeed-demo-") as folder:
+        db_url = f"sqlite:///{Path(folder) / 'demo.db'}"
+        await asyncio.to_thread(upgrade, db_url)
+        console.print(f"[bold]statefeed demo[/]: {resumes} resumes -> gate 0 extract + "
+                      f"classify -> gate 1 rank, on {db_url}")
+        async with _serve_handler(_free_port()) as handler_url, \
+                AsyncClient(db_url) as client:
+            store = Store.open(db_url)
+            http = HttpProcessor(HttpProcessorConfig(handler_url=f"{handler_url}/"))
+            watcher = Watcher(store, http, WatcherConfig(
+                owner_id="demo", concurrency=16, poll_interval=0.05, lease_duration=5.0))
+            running = asyncio.create_task(watcher.run())
+            started = time.monotonic()
+            try:
+                documents = sample_resumes(resumes, seed=42)
+                await client.create_partition(PARTITION, [
+                    NewItem(f"resume-{n:03}", document) for n, document in enumerate(documents)
+                ])
+                watcher.wake()
+                info = await client.partition(PARTITION)
+                with Live(console=console, refresh_per_second=10, transient=False) as live:
+                    while info.status == "available" and (
+                            time.monotonic() - started < DEMO_TIMEOUT):
+                        live.update(_progress(await client.items(PARTITION),
+                                              time.monotonic() - started))
+                        await asyncio.sleep(REFRESH)
+                        info = await client.partition(PARTITION)
+                    items = await client.items(PARTITION)
+                    live.update(_progress(items, time.monotonic() - started))
+            finally:
+                await watcher.stop()
+                await running
+                await http.aclose()
+                await store.close()
+        elapsed = time.monotonic() - started
+        if info.status != "complete":
+            console.print(f"[red]partition {PARTITION} ended {info.status} after "
+                          f"{elapsed:.1f} s[/] (items: {info.counts})")
+            return 1
+        best = top_candidates([item.data for item in items], top)
+        table = Table(title=f"top {len(best)} candidates")
+        columns = list(best[0]) if best else []
+        for column in columns:
+            table.add_column(str(column))
+        for row in best:
+            table.add_row(*(_cell(row[column]) for column in columns))
+        console.print(table)
+        console.print(f"[green]complete[/]: {len(items)} resumes ranked in {elapsed:.2f} s")
+        return 0
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)
