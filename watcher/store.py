@@ -13,12 +13,29 @@ subclasses when the database fails; client-facing methods raise the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+import functools
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Float, and_, bindparam, case, exists, func, insert, literal, select, update
+from sqlalchemy import (
+    Float,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    all_,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.expression import ColumnElement
@@ -479,11 +496,14 @@ class Store:
 
     # -- items at a gate ----------------------------------------------------
 
-    async def items_ready(self, partition_id: str, gate: int, limit: int) -> list[ReadyItem]:
+    async def items_ready(self, partition_id: str, gate: int, limit: int,
+                          exclude: Collection[str] = ()) -> list[ReadyItem]:
         """Read up to ``limit`` available items at ``gate`` whose retry time has passed.
 
-        Ordered by retry time, so the index on (partition, status, gate,
-        retry_at) answers it without touching completed items.
+        ``exclude`` names items the caller already has in hand (in flight), so
+        they are not read again. Ordered by retry time, so the index on
+        (partition, status, gate, retry_at) answers it without touching
+        completed items.
         """
         i = self.tables.items
         query = (
@@ -492,11 +512,17 @@ class Store:
                    i.c.gate == gate, i.c.retry_at <= self._now())
             .order_by(i.c.retry_at, i.c.id).limit(limit)
         )
+        if exclude and self._dialect == "postgresql":
+            # One array parameter keeps the statement text constant (cached).
+            from sqlalchemy.dialects.postgresql import ARRAY
+
+            query = query.where(i.c.id != all_(bindparam("exclude", list(exclude),
+                                                         type_=ARRAY(String))))
+        elif exclude:
+            query = query.where(i.c.id.not_in(list(exclude)))
         async with self._read() as conn:
-            return [
-                ReadyItem(row.id, row.version, row.gate, bytes(row.data), row.attempts)
-                for row in await conn.execute(query)
-            ]
+            rows = (await conn.execute(query)).all()
+        return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4]) for row in rows]
 
     async def gate_summary(self, partition_id: str, gate: int) -> GateSummary:
         """Summarise what is left at ``gate``: pending and failed items, and the next gate."""
@@ -525,6 +551,10 @@ class Store:
         is still available, and ``owner`` still holds a live lease on its
         partition. Returns, per write, whether it was applied.
         """
+        if not writes:
+            return []
+        if self._dialect == "postgresql" and self._clock is None:
+            return await self._items_apply_unnest(writes, owner)
         p, i = self.tables.partitions, self.tables.items
         fence = exists().where(
             p.c.id == bindparam("pid"), p.c.owner == owner, p.c.status == AVAILABLE,
@@ -569,6 +599,58 @@ class Store:
                 result = await conn.execute(statement_for(write), params)
                 applied.append(result.rowcount == 1)
         return applied
+
+
+    async def _items_apply_unnest(self, writes: Sequence[ItemWrite], owner: str
+                                  ) -> list[bool]:
+        """PostgreSQL fast path: the whole batch as one guarded UPDATE over unnest().
+
+        Same guard and fence as the portable path, per row; RETURNING tells
+        which rows were applied.
+        """
+        statement = self._unnest_statement
+        params = {
+            "owner": owner,
+            "pids": [w.partition_id for w in writes],
+            "iids": [w.item_id for w in writes],
+            "seens": [w.seen_version for w in writes],
+            "statuses": [w.status for w in writes],
+            "gates": [w.gate for w in writes],
+            "attempts": [w.attempts for w in writes],
+            "errors": [w.last_error for w in writes],
+            "datas": [w.data for w in writes],
+            "delays": [w.retry_delay or 0.0 for w in writes],
+        }
+        async with self._write() as conn:
+            applied = {(pid, iid) for pid, iid in await conn.execute(statement, params)}
+        return [(w.partition_id, w.item_id) in applied for w in writes]
+
+    @functools.cached_property
+    def _unnest_statement(self) -> Any:
+        from sqlalchemy.dialects.postgresql import ARRAY
+
+        p, i = self.tables.partitions, self.tables.items
+        rows = func.unnest(
+            bindparam("pids", type_=ARRAY(String)), bindparam("iids", type_=ARRAY(String)),
+            bindparam("seens", type_=ARRAY(Integer)), bindparam("statuses", type_=ARRAY(String)),
+            bindparam("gates", type_=ARRAY(Integer)), bindparam("attempts", type_=ARRAY(Integer)),
+            bindparam("errors", type_=ARRAY(Text)), bindparam("datas", type_=ARRAY(LargeBinary)),
+            bindparam("delays", type_=ARRAY(Float)),
+        ).table_valued("pid", "iid", "seen", "status", "gate", "attempts", "error", "data",
+                       "delay").render_derived(name="v")
+        now = db_now()
+        fence = exists().where(p.c.id == rows.c.pid, p.c.owner == bindparam("owner"),
+                               p.c.status == AVAILABLE, p.c.until > now)
+        return (
+            update(i)
+            .where(i.c.partition_id == rows.c.pid, i.c.id == rows.c.iid,
+                   i.c.version == rows.c.seen, i.c.status == AVAILABLE, fence)
+            .values(version=i.c.version + 1, status=rows.c.status, gate=rows.c.gate,
+                    attempts=rows.c.attempts, last_error=rows.c.error,
+                    data=func.coalesce(rows.c.data, i.c.data), updated_at=now,
+                    retry_at=case((rows.c.delay > 0, db_now_plus(rows.c.delay)), else_=now))
+            .returning(i.c.partition_id, i.c.id)
+        )
 
 
 async def missing_tables(store: Store) -> list[str]:

@@ -42,6 +42,9 @@ ProcessCall = Callable[[WorkItem], Awaitable[Result]]
 
 # Shortest wait between passes, so a partition never spins on the database.
 MIN_WAIT = 0.005
+# Items in hand up to this many are excluded by id in the read query; beyond it
+# the read fetches extra rows and filters them here.
+MAX_EXCLUDED = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,9 @@ class PartitionSupervisor:
         # be dispatched again. id -> (version handled, read sequence when written).
         self._handled: dict[str, tuple[int, int]] = {}
         self._reads = 0
+        self._refill_at = max(1, config.concurrency // 4)
+        self._gate_looked_empty = False
+        self._last_read = 0.0
         self.draining = False
         self._check_lease = False
         self._policy = config.retry_policy
@@ -133,12 +139,28 @@ class PartitionSupervisor:
             # The lease may have expired while renewals failed: dispatch nothing
             # until a renewal confirms it (or finds it lost).
             return Pass(wait=self.config.poll_interval)
+        if self.in_flight and not self._worth_reading():
+            return Pass(wait=self.config.poll_interval)
         dispatched = await self._dispatch()
         if dispatched or self.in_flight:
             return Pass(dispatched, wait=self.config.poll_interval)
         if self.slots.free == 0:
             return Pass(wait=self.config.poll_interval)
         return await self._settle_gate()
+
+    def _worth_reading(self) -> bool:
+        """Whether to read more ready items while others are still in flight.
+
+        Reading after every single completion would cost one query per item.
+        Instead, read once a quarter of the slots are free, and after a read
+        that found the gate empty, wait for the next poll (new items come only
+        from clients or retries) unless nothing is in flight anymore.
+        """
+        if self.slots.free < self._refill_at:
+            self.slots.notify_when_free(self.lease.wake)
+            return False
+        return not (self._gate_looked_empty
+                    and time.monotonic() - self._last_read < self.config.poll_interval)
 
     async def _dispatch(self) -> int:
         taken = self.slots.take(self.config.concurrency)
@@ -148,18 +170,24 @@ class PartitionSupervisor:
         gate = self.lease.gate
         self._reads += 1
         read = self._reads
+        handled = self._handled
+        in_hand = set(self.in_flight) | set(handled)
         try:
-            ready = await self.store.items_ready(
-                self.partition_id, gate, taken + len(self.in_flight) + len(self._handled))
+            if len(in_hand) <= MAX_EXCLUDED:
+                ready = await self.store.items_ready(self.partition_id, gate, taken, in_hand)
+            else:  # too many to name in a query: read more and filter here
+                ready = await self.store.items_ready(
+                    self.partition_id, gate, taken + len(in_hand))
         except BaseException:
             self.slots.give_back(taken)
             raise
-        handled = self._handled
+        self._last_read = time.monotonic()
         fresh = [
             item for item in ready
             if item.id not in self.in_flight
             and handled.get(item.id, (None, 0))[0] != item.version
         ][:taken]
+        self._gate_looked_empty = len(fresh) < taken
         # Results written before this read started are visible to it: forget them.
         self._handled = {key: value for key, value in handled.items() if value[1] >= read}
         if taken > len(fresh):
