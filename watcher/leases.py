@@ -41,6 +41,7 @@ class Lease:
     renewed_at: float = field(default_factory=time.monotonic)
     lost: bool = False
     closed: bool = False
+    notified: bool = False  # a client wrote the partition: look again now
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -132,6 +132,39 @@ class Store:
             async with conn.begin():
                 yield conn
 
+    # -- notifications (PostgreSQL) -----------------------------------------
+
+    @property
+    def notifies(self) -> bool:
+        """Whether this database carries wake-up notifications (PostgreSQL only)."""
+        return self._dialect == "postgresql"
+
+    @property
+    def channel(self) -> str:
+        """The LISTEN/NOTIFY channel of this namespace (the prefix is validated)."""
+        return f"{self.tables.prefix}statefeed"
+
+    async def _notify(self, conn: AsyncConnection, partition_id: str) -> None:
+        # Sent in the writer's transaction: delivered only if it commits.
+        if self.notifies:
+            await conn.execute(select(func.pg_notify(self.channel, partition_id)))
+
+    async def notifications(self) -> AsyncIterator[str]:
+        """Yield the partition ids that clients wrote, as their transactions commit.
+
+        Holds one dedicated connection with ``LISTEN``. Raises the driver's
+        error when the connection fails; the caller reconnects.
+        """
+        import psycopg
+        from psycopg import sql
+
+        url = self.engine.url.set(drivername="postgresql")
+        async with await psycopg.AsyncConnection.connect(
+                url.render_as_string(hide_password=False), autocommit=True) as conn:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+            async for notice in conn.notifies():
+                yield notice.payload
+
     async def ping(self) -> None:
         """Run a trivial query. Raises the driver's error when the database is unreachable."""
         async with self._read() as conn:
@@ -163,6 +196,7 @@ class Store:
                     until=now, created_at=now, updated_at=now,
                 ))
                 await self._items_insert(conn, partition_id, items)
+                await self._notify(conn, partition_id)
         except IntegrityError:
             raise PartitionExistsError(partition_id) from None
 
@@ -204,6 +238,7 @@ class Store:
                 await self._items_insert(conn, partition_id, items)
             except IntegrityError:
                 raise DuplicateItemError(partition_id, ids, stored=True) from None
+            await self._notify(conn, partition_id)
             if row.status != COMPLETE:
                 return False
             await conn.execute(update(p).where(p.c.id == partition_id).values(status=AVAILABLE))
@@ -310,6 +345,7 @@ class Store:
                     updated_at=self._now(),
                 )
             )
+            await self._notify(conn, partition_id)
             return reset.rowcount
 
     async def partition_set_gate(self, partition_id: str, gate: int) -> None:
@@ -326,6 +362,7 @@ class Store:
                     version=p.c.version + 1, gate=gate, updated_at=self._now())
             )
             if moved.rowcount == 1:
+                await self._notify(conn, partition_id)
                 return
             current = (await conn.execute(
                 select(p.c.gate).where(p.c.id == partition_id))).scalar_one_or_none()

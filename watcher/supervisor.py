@@ -159,6 +159,8 @@ class PartitionSupervisor:
         if self.slots.free < self._refill_at:
             self.slots.notify_when_free(self.lease.wake)
             return False
+        if self.lease.notified:
+            return True
         return not (self._gate_looked_empty
                     and time.monotonic() - self._last_read < self.config.poll_interval)
 
@@ -170,6 +172,7 @@ class PartitionSupervisor:
         gate = self.lease.gate
         self._reads += 1
         read = self._reads
+        self.lease.notified = False
         handled = self._handled
         in_hand = set(self.in_flight) | set(handled)
         try:

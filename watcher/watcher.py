@@ -116,6 +116,8 @@ class Watcher:
             raise RuntimeError("this watcher is already running")
         self._running = True
         log.info("action=watcher_started owner=%s", self.owner)
+        listener = (asyncio.create_task(self._listen(), name="listen")
+                    if self.store.notifies else None)
         try:
             while not self._stopping:
                 self._wake.clear()
@@ -136,8 +138,40 @@ class Watcher:
             await self._abort()
             raise
         finally:
+            if listener is not None:
+                listener.cancel()
+                await asyncio.gather(listener, return_exceptions=True)
             self._running = False
             self._stopped.set()
+
+    async def _listen(self) -> None:
+        """Wake at once on client writes (PostgreSQL NOTIFY); polling stays the fallback."""
+        failures = 0
+        while not self._stopping:
+            try:
+                async for partition_id in self.store.notifications():
+                    if failures:
+                        log.info("action=listen_recovered owner=%s", self.owner)
+                        failures = 0
+                    self.on_notification(partition_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                failures += 1
+                if failures == 1:
+                    log.warning("action=listen_failed owner=%s error=%s; polling every %s s "
+                                "meanwhile", self.owner, type(error).__name__,
+                                self.config.poll_interval)
+            await asyncio.sleep(min(DB_BACKOFF_MAX, 0.5 * 2 ** min(failures, 5)))
+
+    def on_notification(self, partition_id: str) -> None:
+        """A client wrote ``partition_id``: wake its supervisor, or look for free work."""
+        lease = self.keeper.leases.get(partition_id)
+        if lease is not None:
+            lease.notified = True
+            lease.wake.set()
+        else:
+            self._wake.set()
 
     def _database_failed(self, error: SQLAlchemyError) -> float:
         self._db_failures += 1

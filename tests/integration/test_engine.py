@@ -6,6 +6,8 @@ import asyncio
 import random
 import time
 
+import pytest
+
 from processor import AsyncClient, NewItem
 from tests.support.engine import count_calls, crash, running, wait_until
 from watcher import CountingHooks, Result, RetryableError, Watcher, WatcherConfig, WorkItem
@@ -336,4 +338,33 @@ async def test_a_stale_result_is_not_written(db_url, table_prefix, make_store) -
     (item,) = await client.items("p")
     assert (item.status, item.data) == ("available", b"original")
     assert (await client.partition("p")).owner == "new"
+    await client.close()
+
+
+async def test_notifications_wake_an_idle_watcher_at_once(db_url, table_prefix, make_store
+                                                          ) -> None:
+    """On PostgreSQL a client's insert wakes watchers through NOTIFY, not the 30 s poll."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("notifications are PostgreSQL only; other databases poll")
+    client = AsyncClient(db_url, table_prefix)
+    calls: list[str] = []
+
+    async def process(item: WorkItem) -> Result:
+        calls.append(item.id)
+        return Result(done=True)
+
+    store = make_store()
+    scans = count_calls(store, "leases_free")
+    watcher = Watcher(store, process, config(poll_interval=30.0, lease_duration=120.0))
+    async with running(watcher):
+        await wait_until(lambda: scans["leases_free"] >= 1, message="first idle scan")
+        await client.create_partition("first", [NewItem("a", b"")])
+        assert (await client.wait("first", timeout=10)).status == "complete"
+        # The partition is closed and released; adding items re-opens it and notifies again.
+        await client.add_items("first", [NewItem("b", b"")])
+        info = await wait_until(lambda: _complete_with(client, "first", 2), timeout=10,
+                                message="re-opened partition done")
+        assert info.counts == {"complete": 2}
+    assert calls == ["a", "b"]
+    assert scans["leases_free"] <= 4, "woken by notifications, not by polling"
     await client.close()
