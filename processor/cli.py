@@ -141,6 +141,13 @@ def run(
     handler_health_url: Annotated[str, typer.Option(envvar=_env("HANDLER_HEALTH_URL"),
                                                     help="Handler URL checked by /readyz.")
                                   ] = "",
+    handler_batch_size: Annotated[int, typer.Option(envvar=_env("HANDLER_BATCH_SIZE"),
+                                                    help="Send up to N items per request "
+                                                    "to the batch URL (0 = one item per "
+                                                    "request).")] = 0,
+    handler_batch_url: Annotated[str, typer.Option(envvar=_env("HANDLER_BATCH_URL"),
+                                                   help="Batch protocol URL (default: "
+                                                   "<handler-url>/batch).")] = "",
     request_timeout: Annotated[float, typer.Option(envvar=_env("REQUEST_TIMEOUT"),
                                                    help="Seconds one handler call may take.")
                                ] = 30.0,
@@ -201,6 +208,8 @@ def run(
             max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),
             max_response_bytes=max_response_bytes, verify=ca_bundle or True,
             health_url=handler_health_url or None),
+        batch_size=handler_batch_size,
+        batch_url=handler_batch_url or None,
         health_port=health_port,
         health_host=health_host,
         migrate=migrate_first,

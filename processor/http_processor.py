@@ -350,7 +350,17 @@ def parse_success_body(body: bytes, mask: Mask = _unchanged) -> Result | Handler
     """
     if not body or body.isspace():
         return _LOOP
-    document = _decode_json(body)
+    return parse_answer(_decode_json(body), mask)
+
+
+def parse_answer(document: Any, mask: Mask = _unchanged) -> Result | HandlerError:
+    """Map one decoded answer (a JSON object) to a :class:`Result` or a :class:`HandlerError`.
+
+    Shared by the per-item body and each entry of a batch answer.
+
+    Raises:
+        MalformedResponseError: not an object, or a field has the wrong type or value.
+    """
     if not isinstance(document, dict):
         raise MalformedResponseError(
             f"the body is a JSON {_json_type(document)}, not an object")

@@ -15,6 +15,7 @@ import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 
 from processor.health import HealthApp
+from processor.http_batch import BatchingHttpProcessor
 from processor.http_processor import HttpProcessor, HttpProcessorConfig
 from processor.metrics import PrometheusHooks
 from watcher.config import WatcherConfig
@@ -38,12 +39,17 @@ class ServiceConfig:
     watcher: WatcherConfig
     http: HttpProcessorConfig
     table_prefix: str = ""
+    batch_size: int = 0
+    batch_url: str | None = None
     health_port: int = 8080
     health_host: str = "0.0.0.0"
     migrate: bool = False
     exit_on_db_error: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.batch_size, bool) or self.batch_size < 0:
+            raise ConfigError(
+                f"handler batch size must be 0 (off) or more, got {self.batch_size!r}")
         if not 0 <= self.health_port <= 65535:
             raise ConfigError(f"health port must be 0 (off) to 65535, got {self.health_port}")
 
@@ -65,7 +71,9 @@ class ProcessorService:
         self.config = config
         self.hooks = PrometheusHooks()
         self.store = Store.open(config.db_url, config.table_prefix)
-        self.http = HttpProcessor(config.http)
+        self.http = (BatchingHttpProcessor(config.http, batch_size=config.batch_size,
+                                           batch_url=config.batch_url)
+                     if config.batch_size else HttpProcessor(config.http))
         self.watcher = Watcher(self.store, self.http, config.watcher, self.hooks)
         self._stop = asyncio.Event()
 

@@ -175,6 +175,8 @@ SECRET = "hunter2-do-not-log"
     (["status", "--db-url", f"postgresql://app:{SECRET}@127.0.0.1:1/db"], "failed"),
     (["status", "--db-url", f"oracle://app:{SECRET}@h/db"], "not supported"),
     (["run", "--handler-url", "http://127.0.0.1:9", "--log-level", "loud"], "--log-level"),
+    (["run", "--handler-url", "http://127.0.0.1:9", "--handler-batch-size", "-1"],
+     "batch size"),
     (["run", "--handler-url", "http://127.0.0.1:9", "--health-port", "70000"], "health port"),
 ])
 def test_bad_configuration_is_one_clear_line(args, fragment, tmp_path) -> None:
