@@ -148,6 +148,9 @@ def run(
     handler_batch_url: Annotated[str, typer.Option(envvar=_env("HANDLER_BATCH_URL"),
                                                    help="Batch protocol URL (default: "
                                                    "<handler-url>/batch).")] = "",
+    http_transport: Annotated[str, typer.Option(envvar=_env("HTTP_TRANSPORT"),
+                                                help="aiohttp (fast at high concurrency) "
+                                                "or httpx (httpx's own pool).")] = "aiohttp",
     request_timeout: Annotated[float, typer.Option(envvar=_env("REQUEST_TIMEOUT"),
                                                    help="Seconds one handler call may take.")
                                ] = 30.0,
@@ -207,7 +210,7 @@ def run(
             handler_url=handler_url, headers=headers, request_timeout=request_timeout,
             max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),
             max_response_bytes=max_response_bytes, verify=ca_bundle or True,
-            health_url=handler_health_url or None),
+            health_url=handler_health_url or None, transport=http_transport),
         batch_size=handler_batch_size,
         batch_url=handler_batch_url or None,
         health_port=health_port,

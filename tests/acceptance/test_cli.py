@@ -177,6 +177,7 @@ SECRET = "hunter2-do-not-log"
     (["run", "--handler-url", "http://127.0.0.1:9", "--log-level", "loud"], "--log-level"),
     (["run", "--handler-url", "http://127.0.0.1:9", "--handler-batch-size", "-1"],
      "batch size"),
+    (["run", "--handler-url", "http://127.0.0.1:9", "--http-transport", "curl"], "transport"),
     (["run", "--handler-url", "http://127.0.0.1:9", "--health-port", "70000"], "health port"),
 ])
 def test_bad_configuration_is_one_clear_line(args, fragment, tmp_path) -> None:

@@ -132,3 +132,12 @@ def test_parse_header_errors(spec, in_message):
         parse_header(spec)
     assert in_message in str(caught.value)
     assert "Bearer abc" not in str(caught.value)
+
+
+def test_transport_choice_is_validated() -> None:
+    from processor.http_processor import HttpProcessorConfig as Config
+
+    assert Config(handler_url="http://h/").transport == "aiohttp"
+    assert Config(handler_url="http://h/", transport="httpx").transport == "httpx"
+    with pytest.raises(ConfigError, match="transport must be one of aiohttp, httpx"):
+        Config(handler_url="http://h/", transport="curl")

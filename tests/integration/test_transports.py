@@ -1,0 +1,68 @@
+"""Both HTTP transports behave the same through the processor: answers and failures."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from processor.http_processor import HttpProcessor, HttpProcessorConfig
+from tests.support.servers import free_port, serve_app
+from watcher.protocol import Result, RetryableError, WorkItem
+
+ITEM = WorkItem("p", "i", 0, 1, b"payload", 1, "key")
+RELEASE: dict[str, asyncio.Event] = {}
+
+
+async def answer(scope, receive, send) -> None:
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    if body == b"hang":
+        await RELEASE["hang"].wait()  # holds the answer until the test saw its timeout
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": b'{"gate": 2, "data": "ok"}'})
+
+
+@pytest.fixture(params=["aiohttp", "httpx"])
+def transport(request) -> str:
+    return request.param
+
+
+async def test_success(transport) -> None:
+    async with serve_app(answer) as url:
+        async with HttpProcessor(HttpProcessorConfig(handler_url=url,
+                                                     transport=transport)) as http:
+            results = await asyncio.gather(*(http.process(ITEM) for _ in range(20)))
+    assert set(results) == {Result(gate=2, data=b'"ok"')}
+
+
+async def test_connection_refused_is_named(transport) -> None:
+    url = f"http://127.0.0.1:{free_port()}/"
+    async with HttpProcessor(HttpProcessorConfig(handler_url=url, transport=transport)) as http:
+        with pytest.raises(RetryableError, match="could not connect to"):
+            await http.process(ITEM)
+    health = f"http://127.0.0.1:{free_port()}/healthz"
+    async with HttpProcessor(HttpProcessorConfig(handler_url=url, transport=transport,
+                                                 health_url=health)) as http:
+        ok, detail = await http.check_health()
+    assert not ok and "ConnectError" in detail
+
+
+async def test_timeout_is_named(transport) -> None:
+    RELEASE["hang"] = asyncio.Event()
+    hanging = WorkItem("p", "i", 0, 1, b"hang", 1, "key")
+    async with serve_app(answer) as url:
+        async with HttpProcessor(HttpProcessorConfig(handler_url=url, transport=transport,
+                                                     request_timeout=0.3)) as http:
+            try:
+                with pytest.raises(RetryableError, match="request_timeout"):
+                    await http.process(hanging)
+            finally:
+                RELEASE["hang"].set()
