@@ -1,4 +1,4 @@
-"""Shared fixtures: real SQLite and PostgreSQL databases, one fresh namespace per test."""
+"""Shared fixtures: real SQLite, PostgreSQL and MariaDB databases, one fresh namespace per test."""
 
 from __future__ import annotations
 
@@ -11,17 +11,20 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from sqlalchemy import create_engine, text
 
-from watcher.dburl import parse_database_url
+from watcher.dburl import parse_database_url, redact_url
 from watcher.migrate import downgrade, upgrade
 from watcher.store import Store
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 POSTGRES_URL = os.environ.get("PROCESSOR_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+DEFAULT_MARIADB_URL = "mysql://root@127.0.0.1:3306/test"
+MARIADB_URL = os.environ.get("PROCESSOR_TEST_MARIADB_URL", DEFAULT_MARIADB_URL)
 
 
-def _postgres_reachable() -> str | None:
+def _reachable(url: str) -> str | None:
+    """``None`` when ``url`` answers ``SELECT 1``, otherwise the reason it does not."""
     try:
-        engine = create_engine(parse_database_url(POSTGRES_URL).sync_url)
+        engine = create_engine(parse_database_url(url).sync_url)
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
         engine.dispose()
@@ -30,26 +33,44 @@ def _postgres_reachable() -> str | None:
         return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
 
-_POSTGRES_PROBLEM: str | bool | None = False  # False: not checked yet
+# Per server: False = not checked yet, None = reachable, text = why not.
+_PROBLEMS: dict[str, str | bool | None] = {"PostgreSQL": False, "MariaDB": False}
+
+
+def _require(server: str, url: str) -> None:
+    """Skip (locally) or fail (when CI is set) if ``server`` at ``url`` is not reachable."""
+    if _PROBLEMS[server] is False:
+        _PROBLEMS[server] = _reachable(url)
+    problem = _PROBLEMS[server]
+    if problem:
+        message = f"{server} at {redact_url(url)} is not reachable ({problem})"
+        if os.environ.get("CI"):
+            pytest.fail(message + f"; CI must run the {server} tests", pytrace=False)
+        pytest.skip(message)
 
 
 def require_postgres() -> None:
     """Skip (locally) or fail (when CI is set) if PostgreSQL is not reachable."""
-    global _POSTGRES_PROBLEM
-    if _POSTGRES_PROBLEM is False:
-        _POSTGRES_PROBLEM = _postgres_reachable()
-    if _POSTGRES_PROBLEM:
-        message = f"PostgreSQL at {POSTGRES_URL} is not reachable ({_POSTGRES_PROBLEM})"
-        if os.environ.get("CI"):
-            pytest.fail(message + "; CI must run the PostgreSQL tests", pytrace=False)
-        pytest.skip(message)
+    _require("PostgreSQL", POSTGRES_URL)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def require_mariadb() -> None:
+    """Skip (locally) or fail (when CI is set) if MariaDB (or MySQL) is not reachable."""
+    _require("MariaDB", MARIADB_URL)
+
+
+@pytest.fixture(params=[
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("mariadb", marks=pytest.mark.mariadb),
+])
 def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
-    """A database URL: a fresh SQLite file, or the shared PostgreSQL test database."""
+    """A database URL: a fresh SQLite file, or the shared PostgreSQL or MariaDB test database."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'statefeed.db'}"
+    if request.param == "mariadb":
+        require_mariadb()
+        return MARIADB_URL
     require_postgres()
     return POSTGRES_URL
 

@@ -5,13 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import event
+from sqlalchemy.dialects import registry
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from watcher.dburl import DatabaseURL
+from watcher.errors import ConfigError
+
+# SQL Server's engine driver: pymssql in a worker thread per connection.
+registry.register("mssql.pymssql_threaded", "watcher.threaded_driver", "MSDialectThreaded_pymssql")
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 POOL_SIZE = 10
 POOL_MAX_OVERFLOW = 10
+MYSQL_ISOLATION_LEVEL = "READ COMMITTED"
+# The optional dependency group ("extra") that installs each database's drivers.
+DRIVER_EXTRAS = {"mysql": "mysql", "mariadb": "mysql", "mssql": "mssql"}
 
 
 def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
@@ -20,6 +28,11 @@ def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
     SQLite runs in WAL mode and starts every transaction with ``BEGIN IMMEDIATE``
     (reads marked ``sqlite_read`` use a plain ``BEGIN``), so that two writers
     queue on the busy timeout instead of failing when a read lock is upgraded.
+    MySQL and MariaDB run at READ COMMITTED; SQL Server at its default READ
+    COMMITTED, through pymssql in a worker thread per connection.
+
+    Raises:
+        ConfigError: the database's driver is not installed.
     """
     if url.dialect == "sqlite":
         engine = create_async_engine(
@@ -31,13 +44,33 @@ def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
         )
         _configure_sqlite(engine)
         return engine
-    return create_async_engine(
-        url.async_url,
-        echo=echo,
-        pool_size=POOL_SIZE,
-        max_overflow=POOL_MAX_OVERFLOW,
-        pool_pre_ping=True,
-    )
+    options: dict[str, Any] = {}
+    if url.dialect in ("mysql", "mariadb"):
+        # InnoDB defaults to REPEATABLE READ: a transaction's reads come from the snapshot
+        # of its first read, and guarded UPDATEs take gap/next-key locks that deadlock
+        # concurrent writers. statefeed's guarded writes (version = :seen) want the latest
+        # committed row and record locks only, which is READ COMMITTED.
+        options["isolation_level"] = MYSQL_ISOLATION_LEVEL
+    elif url.dialect == "mssql":
+        # READ COMMITTED is SQL Server's default; with READ_COMMITTED_SNAPSHOT on (see the
+        # README) it reads row versions and readers never block writers. use_datetime2
+        # sends datetimes with microseconds instead of DATETIME's 1/300 s.
+        options["connect_args"] = {"use_datetime2": True}
+    try:
+        return create_async_engine(
+            url.async_url,
+            echo=echo,
+            pool_size=POOL_SIZE,
+            max_overflow=POOL_MAX_OVERFLOW,
+            pool_pre_ping=True,
+            **options,
+        )
+    except ImportError as error:
+        extra = DRIVER_EXTRAS.get(url.dialect, "")
+        raise ConfigError(
+            f"the {url.dialect} driver is not installed ({error.name or error}); "
+            f"install it with: pip install 'statefeed[{extra}]'"
+        ) from None
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

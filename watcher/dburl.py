@@ -16,7 +16,23 @@ _DRIVERS: dict[str, tuple[str, str]] = {
     "postgresql+psycopg": ("postgresql+psycopg", "postgresql+psycopg"),
     "sqlite": ("sqlite+aiosqlite", "sqlite"),
     "sqlite+aiosqlite": ("sqlite+aiosqlite", "sqlite"),
+    # MySQL and MariaDB: aiomysql (pure Python, on PyMySQL) runs the engine, PyMySQL the
+    # migrations. mariadb:// selects SQLAlchemy's MariaDB dialect, which insists on one.
+    "mysql": ("mysql+aiomysql", "mysql+pymysql"),
+    "mysql+aiomysql": ("mysql+aiomysql", "mysql+pymysql"),
+    "mysql+pymysql": ("mysql+aiomysql", "mysql+pymysql"),
+    "mariadb": ("mariadb+aiomysql", "mariadb+pymysql"),
+    "mariadb+aiomysql": ("mariadb+aiomysql", "mariadb+pymysql"),
+    "mariadb+pymysql": ("mariadb+aiomysql", "mariadb+pymysql"),
+    # SQL Server: pymssql (FreeTDS, shipped in its wheels). pymssql is synchronous: the
+    # engine runs it in a worker thread per connection (watcher.threaded_driver).
+    "mssql": ("mssql+pymssql_threaded", "mssql+pymssql"),
+    "mssql+pymssql": ("mssql+pymssql_threaded", "mssql+pymssql"),
 }
+SUPPORTED = "sqlite:///path, postgresql://..., mysql://..., mariadb://..., mssql://..."
+# The character set MySQL/MariaDB connections use unless the URL names one: every
+# Unicode character, as on the other databases.
+MYSQL_CHARSET = "utf8mb4"
 
 
 @dataclass(frozen=True)
@@ -53,7 +69,11 @@ def parse_database_url(raw: str) -> DatabaseURL:
     """Validate ``raw`` and map it to the drivers statefeed uses.
 
     ``postgresql://`` and ``postgres://`` map to psycopg 3; ``sqlite:///path``
-    maps to aiosqlite for the engine and the standard library for migrations.
+    maps to aiosqlite for the engine and the standard library for migrations;
+    ``mysql://`` and ``mariadb://`` map to aiomysql for the engine and PyMySQL
+    for migrations (with ``charset=utf8mb4`` unless the URL sets one);
+    ``mssql://`` maps to pymssql (run in a worker thread per connection for the
+    engine, see :mod:`watcher.threaded_driver`).
 
     Raises:
         ConfigError: the URL is malformed or names an unsupported database.
@@ -69,9 +89,8 @@ def parse_database_url(raw: str) -> DatabaseURL:
         ) from None
     drivers = _DRIVERS.get(url.drivername)
     if drivers is None:
-        supported = "sqlite:///path, postgresql://..."
         raise ConfigError(
-            f"database URL scheme {url.drivername!r} is not supported; use one of: {supported}"
+            f"database URL scheme {url.drivername!r} is not supported; use one of: {SUPPORTED}"
         )
     async_scheme, sync_scheme = drivers
     if async_scheme.startswith("sqlite") and url.database in (None, "", ":memory:"):
@@ -79,9 +98,12 @@ def parse_database_url(raw: str) -> DatabaseURL:
             "an in-memory SQLite database cannot be shared between the engine and its clients; "
             "give a file path such as sqlite:///processor.db"
         )
-    if async_scheme.startswith("postgresql") and not url.database:
+    if not async_scheme.startswith("sqlite") and not url.database:
+        backend = url.get_backend_name()
         raise ConfigError(
             f"database URL {url.render_as_string(hide_password=True)!r} names no database; "
-            "add one, as in postgresql://user@host:5432/dbname"
+            f"add one, as in {backend}://user@host/dbname"
         )
+    if url.get_backend_name() in ("mysql", "mariadb") and "charset" not in url.query:
+        url = url.update_query_dict({"charset": MYSQL_CHARSET})
     return DatabaseURL(url.set(drivername=async_scheme), url.set(drivername=sync_scheme))

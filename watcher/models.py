@@ -5,18 +5,79 @@ under a table prefix; the Alembic migrations in ``watcher/migrations`` create
 them. A partition is *free* when it is ``available`` and its ``until`` has
 passed: unleased partitions carry ``owner = ''`` and an ``until`` in the past,
 so one index on ``(status, until, owner)`` serves both "free" and "live" scans.
+
+Column types carry per-database variants, the same ones the migration creates:
+ids compare exactly (binary collations on MySQL/MariaDB and SQL Server, whose
+defaults ignore case), times keep microseconds, and item data holds more than
+the 16 MiB a handler may answer.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from sqlalchemy import Column, DateTime, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import Column, DateTime, Index, Integer, LargeBinary, Unicode, UnicodeText
+from sqlalchemy.dialects import mssql, mysql
+from sqlalchemy.types import TypeEngine
 from sqlmodel import Field, SQLModel
 
 ID_MAX_LENGTH = 255
 OWNER_MAX_LENGTH = 255
+STATUS_MAX_LENGTH = 16
+
+MYSQL = ("mysql", "mariadb")
+# InnoDB with a four-byte UTF-8 default, whatever the server's own default is.
+# (The mariadb dialect reads only the mariadb_ spellings, the mysql one only mysql_.)
+MYSQL_TABLE_OPTIONS: dict[str, Any] = {
+    f"{name}_{option}": value
+    for name in MYSQL
+    for option, value in (("engine", "InnoDB"), ("charset", "utf8mb4"))
+}
+
+
+def key_type(length: int) -> TypeEngine[str]:
+    """An id column: NVARCHAR on SQL Server, VARCHAR elsewhere; compared exactly everywhere.
+
+    MySQL, MariaDB and SQL Server compare text case-insensitively by default, so
+    ``Resume-1`` and ``resume-1`` would collide; binary collations make them
+    differ, as they do on PostgreSQL and SQLite.
+    """
+    return (
+        Unicode(length)
+        .with_variant(mysql.VARCHAR(length, collation="utf8mb4_bin"), *MYSQL)
+        .with_variant(mssql.NVARCHAR(length, collation="Latin1_General_100_BIN2"), "mssql")
+    )
+
+
+def timestamp_type() -> TypeEngine[Any]:
+    """A naive UTC time with microseconds, as Python's datetime has.
+
+    MySQL's DATETIME keeps no fraction by default; SQL Server's DATETIME2 keeps
+    100 ns, which a driver must round (pymssql has rounded 23:59:59.9999999 to an
+    invalid hour), so both are pinned to six digits.
+    """
+    return (
+        DateTime()
+        .with_variant(mysql.DATETIME(fsp=6), *MYSQL)
+        .with_variant(mssql.DATETIME2(precision=6), "mssql")
+    )
+
+
+def error_type() -> TypeEngine[str]:
+    """Error text: NVARCHAR(max) on SQL Server (UnicodeText would render the deprecated NTEXT
+    when no server is asked for its version, as in offline DDL)."""
+    return UnicodeText().with_variant(mssql.NVARCHAR("max"), "mssql")
+
+
+def data_type() -> TypeEngine[bytes]:
+    """Item bytes: LONGBLOB on MySQL (BLOB stops at 64 KiB), VARBINARY(max) on SQL Server."""
+    return (
+        LargeBinary()
+        .with_variant(mysql.LONGBLOB(), *MYSQL)
+        .with_variant(mssql.VARBINARY("max"), "mssql")
+    )
 
 
 class Status(StrEnum):
@@ -31,32 +92,36 @@ class Partition(SQLModel, table=True):
     """A top-level job: its current gate, status and lease."""
 
     __tablename__ = "partitions"
-    __table_args__ = (Index("ix_partitions_lease", "status", "until", "owner"),)
+    __table_args__ = (Index("ix_partitions_lease", "status", "until", "owner"),
+                      MYSQL_TABLE_OPTIONS)
 
-    id: str = Field(sa_column=Column(String(ID_MAX_LENGTH), primary_key=True))
+    id: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))
     version: int = Field(default=1, sa_column=Column(Integer, nullable=False))
     gate: int = Field(default=0, sa_column=Column(Integer, nullable=False))
-    status: str = Field(default=Status.AVAILABLE, sa_column=Column(String(16), nullable=False))
-    owner: str = Field(default="", sa_column=Column(String(OWNER_MAX_LENGTH), nullable=False))
-    until: datetime = Field(sa_column=Column(DateTime, nullable=False))
-    created_at: datetime = Field(sa_column=Column(DateTime, nullable=False))
-    updated_at: datetime = Field(sa_column=Column(DateTime, nullable=False))
+    status: str = Field(default=Status.AVAILABLE,
+                        sa_column=Column(Unicode(STATUS_MAX_LENGTH), nullable=False))
+    owner: str = Field(default="", sa_column=Column(key_type(OWNER_MAX_LENGTH), nullable=False))
+    until: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
+    created_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
+    updated_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
 
 
 class Item(SQLModel, table=True):
     """One unit of work inside a partition, with its opaque bytes."""
 
     __tablename__ = "items"
-    __table_args__ = (Index("ix_items_ready", "partition_id", "status", "gate", "retry_at"),)
+    __table_args__ = (Index("ix_items_ready", "partition_id", "status", "gate", "retry_at"),
+                      MYSQL_TABLE_OPTIONS)
 
-    partition_id: str = Field(sa_column=Column(String(ID_MAX_LENGTH), primary_key=True))
-    id: str = Field(sa_column=Column(String(ID_MAX_LENGTH), primary_key=True))
+    partition_id: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))
+    id: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))
     version: int = Field(default=1, sa_column=Column(Integer, nullable=False))
     gate: int = Field(default=0, sa_column=Column(Integer, nullable=False))
-    status: str = Field(default=Status.AVAILABLE, sa_column=Column(String(16), nullable=False))
-    data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    status: str = Field(default=Status.AVAILABLE,
+                        sa_column=Column(Unicode(STATUS_MAX_LENGTH), nullable=False))
+    data: bytes = Field(sa_column=Column(data_type(), nullable=False))
     attempts: int = Field(default=0, sa_column=Column(Integer, nullable=False))
-    last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    retry_at: datetime = Field(sa_column=Column(DateTime, nullable=False))
-    created_at: datetime = Field(sa_column=Column(DateTime, nullable=False))
-    updated_at: datetime = Field(sa_column=Column(DateTime, nullable=False))
+    last_error: str | None = Field(default=None, sa_column=Column(error_type(), nullable=True))
+    retry_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
+    created_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
+    updated_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))

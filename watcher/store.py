@@ -428,7 +428,9 @@ class Store:
         )
         won: list[LeaseRow] = []
         async with self._write() as conn:
-            for row in rows:
+            # Lock rows in id order: two takers locking in different orders deadlock
+            # (seen on MariaDB with randomly sampled candidates).
+            for row in sorted(rows, key=lambda row: row.id):
                 result = await conn.execute(statement, {"pid": row.id, "seen": row.version})
                 if result.rowcount == 1:
                     won.append(LeaseRow(row.id, row.version + 1, row.gate, owner))
@@ -471,14 +473,14 @@ class Store:
         held: dict[str, tuple[int, int | None]] = {}
         async with self._write() as conn:
             missed: list[str] = []
-            for partition_id, version in leases.items():
+            for partition_id, version in sorted(leases.items()):  # id order: no deadlocks
                 result = await conn.execute(statement, {"pid": partition_id, "seen": version})
                 if result.rowcount == 1:
                     held[partition_id] = (version + 1, None)
                 else:
                     missed.append(partition_id)
             states = await self._states(conn, missed) if missed else {}
-            for partition_id, state in states.items():
+            for partition_id, state in sorted(states.items()):
                 if state.owner != owner or state.status != AVAILABLE:
                     continue
                 result = await conn.execute(

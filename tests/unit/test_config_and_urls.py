@@ -38,10 +38,33 @@ def test_config_defaults_are_valid_and_unique_per_instance() -> None:
     ("postgresql://u:p@h/db", "postgresql", "psycopg"),
     ("postgres://u@h:5433/db", "postgresql", "psycopg"),
     ("sqlite:///x.db", "sqlite", "aiosqlite"),
+    ("mysql://u:p@h:3306/db", "mysql", "aiomysql"),
+    ("mysql+pymysql://u@h/db", "mysql", "aiomysql"),
+    ("mariadb://u@h/db", "mariadb", "aiomysql"),
+    ("mssql://u:p@h/db", "mssql", "pymssql_threaded"),
+    ("mssql+pymssql://u:p@h:1433/db", "mssql", "pymssql_threaded"),
 ])
 def test_urls_map_to_our_drivers(raw, dialect, driver) -> None:
     url = parse_database_url(raw)
     assert url.dialect == dialect and url.async_url.get_driver_name() == driver
+
+
+@pytest.mark.parametrize(("raw", "sync_driver"), [
+    ("postgresql://u@h/db", "psycopg"),
+    ("sqlite:///x.db", "pysqlite"),
+    ("mysql://u@h/db", "pymysql"),
+    ("mariadb+aiomysql://u@h/db", "pymysql"),
+    ("mssql://u@h/db", "pymssql"),
+])
+def test_migrations_use_a_synchronous_driver(raw, sync_driver) -> None:
+    assert parse_database_url(raw).sync_url.get_driver_name() == sync_driver
+
+
+def test_mysql_urls_default_to_four_byte_utf8() -> None:
+    url = parse_database_url("mysql://u@h/db")
+    assert url.async_url.query["charset"] == url.sync_url.query["charset"] == "utf8mb4"
+    assert parse_database_url("mariadb://u@h/db?charset=latin1").async_url.query == {
+        "charset": "latin1"}
 
 
 @pytest.mark.parametrize(("raw", "fragment"), [
@@ -50,6 +73,9 @@ def test_urls_map_to_our_drivers(raw, dialect, driver) -> None:
     ("oracle://u:p@h/db", "not supported"),
     ("sqlite://", "in-memory"),
     ("postgresql://u@h", "names no database"),
+    ("mysql://u@h", "names no database"),
+    ("mssql://u:p@h", "names no database"),
+    ("mssql+pyodbc://u:p@h/db", "not supported"),
 ])
 def test_bad_urls_are_explained(raw, fragment) -> None:
     with pytest.raises(ConfigError, match=fragment):
@@ -63,6 +89,8 @@ def test_passwords_never_show() -> None:
         parse_database_url("oracle://user:s3cret@h/db")
     assert "s3cret" not in str(caught.value)
     assert "s3cret" not in redact_url("postgresql://user:s3cret@h/db")
+    for raw in ("mysql://user:s3cret@h/db", "mssql://user:s3cret@h/db"):
+        assert "s3cret" not in repr(parse_database_url(raw))
 
 
 @pytest.mark.parametrize("prefix", ["", "sf_", "a", "team1_jobs_"])
