@@ -10,7 +10,7 @@ from processor import AsyncClient, NewItem
 from processor.http_batch import BatchingHttpProcessor
 from processor.http_processor import HttpProcessorConfig
 from tests.support.engine import running
-from tests.support.servers import serve_app
+from tests.support.servers import read_body, serve_app
 from watcher import Watcher, WatcherConfig
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
@@ -81,12 +81,7 @@ async def test_a_malformed_batch_answer_is_an_error_of_every_item(db_url, table_
     calls: list[int] = []
 
     async def short_answer(scope, receive, send) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         entries = json.loads(body)
         calls.append(len(entries))
         answer = [{"done": True}] * (len(entries) - 1)  # one result short

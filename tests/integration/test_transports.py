@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from processor.http_processor import HttpProcessor, HttpProcessorConfig
-from tests.support.servers import free_port, serve_app
+from tests.support.servers import free_port, read_body, serve_app
 from watcher.protocol import Result, RetryableError, WorkItem
 
 ITEM = WorkItem("p", "i", 0, 1, b"payload", 1, "key")
@@ -17,12 +17,7 @@ RELEASE: dict[str, asyncio.Event] = {}
 async def answer(scope, receive, send) -> None:
     if scope["type"] != "http":
         return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await read_body(receive)
     if body == b"hang":
         await RELEASE["hang"].wait()  # holds the answer until the test saw its timeout
     await send({"type": "http.response.start", "status": 200,

@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support.servers import read_body
+
 
 @dataclass
 class Call:
@@ -40,12 +42,7 @@ class TwoGateHandler:
         if scope["method"] == "GET":
             await _reply(send, 200, {"status": "ok"})
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         call = Call(time.monotonic(), headers["x-partition-id"], headers["x-item-id"],
                     int(headers["x-gate"]), int(headers["x-attempt"]),

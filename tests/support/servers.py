@@ -41,3 +41,13 @@ async def serve_app(app, *, port: int | None = None, startup_timeout: float = 10
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, timeout=10)
+
+
+async def read_body(receive) -> bytes:
+    """Read a whole ASGI request body."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
