@@ -88,8 +88,18 @@ def _plus_sqlite(element: db_now_plus, compiler: Any, **kw: Any) -> str:
 
 @compiles(db_now_plus, "mssql")
 def _plus_mssql(element: db_now_plus, compiler: Any, **kw: Any) -> str:
-    seconds = _seconds(element, compiler, **kw)
-    return f"DATEADD(millisecond, CAST(({seconds}) * 1000 AS INT), SYSUTCDATETIME())"
+    # DATEADD takes an INT: milliseconds alone overflow after 24.8 days, so add whole
+    # seconds (good for 68 years) and then the fraction in microseconds (DATETIME2(6)).
+    # The argument is compiled once per use, so positional drivers get it each time.
+    def seconds() -> str:
+        return _seconds(element, compiler, **kw)
+
+    whole = f"FLOOR({seconds()})"
+    fraction = f"(({seconds()}) - FLOOR({seconds()}))"
+    return (
+        f"DATEADD(microsecond, CAST({fraction} * 1000000 AS INT), "
+        f"DATEADD(second, CAST({whole} AS INT), SYSUTCDATETIME()))"
+    )
 
 
 @compiles(db_now_plus, "mysql")

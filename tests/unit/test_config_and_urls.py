@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from sqlalchemy import select
 from sqlalchemy.dialects import mssql, mysql, postgresql, sqlite
@@ -113,9 +115,25 @@ def test_prefixed_indexes_do_not_collide() -> None:
 @pytest.mark.parametrize(("dialect", "now_sql", "plus_sql"), [
     (postgresql.dialect(), "now() AT TIME ZONE 'UTC'", "make_interval"),
     (sqlite.dialect(), "strftime('%Y-%m-%d %H:%M:%f', 'now')", "seconds"),
-    (mssql.dialect(), "SYSUTCDATETIME()", "DATEADD(millisecond"),
+    (mssql.dialect(), "SYSUTCDATETIME()", "DATEADD(second, CAST(FLOOR("),
     (mysql.dialect(), "UTC_TIMESTAMP(6)", "MICROSECOND"),
 ])
 def test_clock_sql_per_dialect(dialect, now_sql, plus_sql) -> None:
     sql = str(select(db_now(), db_now_plus(1.5)).compile(dialect=dialect))
     assert now_sql in sql and plus_sql in sql
+
+
+@pytest.mark.parametrize(("raw", "module", "extra"), [
+    ("mysql://u@h/db", "aiomysql", "statefeed[mysql]"),
+    ("mariadb://u@h/db", "aiomysql", "statefeed[mysql]"),
+    ("mssql://u:p@h/db", "pymssql", "statefeed[mssql]"),
+])
+def test_a_missing_driver_names_the_extra_to_install(raw, module, extra, monkeypatch) -> None:
+    import sys
+
+    from watcher.database import create_engine
+
+    monkeypatch.setitem(sys.modules, module, None)  # importing it raises ImportError
+    with pytest.raises(ConfigError, match=re.escape(extra)):
+        create_engine(parse_database_url(raw))
+
