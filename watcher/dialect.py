@@ -114,3 +114,21 @@ def _plus_default(element: db_now_plus, compiler: Any, **kw: Any) -> str:
     raise NotImplementedError(
         f"statefeed has no clock arithmetic for the {compiler.dialect.name!r} database"
     )
+
+
+# Errors by which a database aborts one transaction to resolve a lock conflict:
+# PostgreSQL deadlock / serialization failure, MySQL deadlock / lock wait
+# timeout, SQL Server deadlock victim. Retrying the transaction is the remedy.
+_CONFLICT_SQLSTATES = {"40P01", "40001"}
+_CONFLICT_CODES = {1213, 1205}
+
+
+def is_lock_conflict(error: BaseException) -> bool:
+    """Whether ``error`` (a SQLAlchemy error) is a deadlock or lock timeout, not an outage."""
+    orig = getattr(error, "orig", None)
+    if orig is None:
+        return False
+    if getattr(orig, "sqlstate", None) in _CONFLICT_SQLSTATES:
+        return True
+    args = getattr(orig, "args", ())
+    return bool(args) and isinstance(args[0], int) and args[0] in _CONFLICT_CODES

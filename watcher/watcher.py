@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.config import WatcherConfig
+from watcher.dialect import is_lock_conflict
 from watcher.hooks import Hooks, SafeHooks
 from watcher.leases import Lease, LeaseCycle, LeaseKeeper
 from watcher.protocol import Processor
@@ -174,6 +175,9 @@ class Watcher:
             self._wake.set()
 
     def _database_failed(self, error: SQLAlchemyError) -> float:
+        if is_lock_conflict(error):
+            log.debug("action=lease_cycle_conflict owner=%s", self.owner)
+            return self.config.poll_interval
         self._db_failures += 1
         if self._db_failures == 1:
             log.warning("action=database_unavailable owner=%s error=%s detail=%s", self.owner,

@@ -12,6 +12,7 @@ import logging
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from watcher.dialect import is_lock_conflict
 from watcher.records import ItemWrite
 from watcher.store import Store
 
@@ -68,6 +69,11 @@ class ResultWriter:
                 try:
                     applied = await self.store.items_apply([w for w, _ in batch], self.owner)
                 except SQLAlchemyError as error:
+                    if is_lock_conflict(error):
+                        # A deadlock victim: the batch was rolled back whole; write it again.
+                        log.debug("action=result_write_conflict owner=%s", self.owner)
+                        await asyncio.sleep(RETRY_DELAYS[0])
+                        continue
                     if failures == 0:
                         log.warning("action=result_write_failed owner=%s pending=%d error=%s",
                                     self.owner, len(self._queue), type(error).__name__)

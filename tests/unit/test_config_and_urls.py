@@ -137,3 +137,25 @@ def test_a_missing_driver_names_the_extra_to_install(raw, module, extra, monkeyp
     with pytest.raises(ConfigError, match=re.escape(extra)):
         create_engine(parse_database_url(raw))
 
+
+
+class _Orig(Exception):
+    def __init__(self, *args, sqlstate=None):
+        super().__init__(*args)
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(("orig", "conflict"), [
+    (_Orig("deadlock detected", sqlstate="40P01"), True),
+    (_Orig("could not serialize", sqlstate="40001"), True),
+    (_Orig(1213, "Deadlock found when trying to get lock"), True),
+    (_Orig(1205, "Lock wait timeout exceeded"), True),
+    (_Orig("connection refused", sqlstate="08001"), False),
+    (_Orig(2003, "Can't connect to MySQL server"), False),
+])
+def test_lock_conflicts_are_told_from_outages(orig, conflict) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    from watcher.dialect import is_lock_conflict
+
+    assert is_lock_conflict(OperationalError("stmt", {}, orig)) is conflict
