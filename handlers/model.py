@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from handlers.errors import ItemDataError
 
-MAX_GATE: Final = 2**63 - 1  # the processor stores gates as 64-bit integers
+MAX_GATE: Final = 2**31 - 1  # the processor stores gates as 32-bit integers
 _SHOWN_ERROR_CHARS = 200
 
 

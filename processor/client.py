@@ -23,7 +23,7 @@ from watcher.errors import (
     InvalidInputError,
     PartitionNotFoundError,
 )
-from watcher.models import ID_MAX_LENGTH, Status
+from watcher.models import ID_MAX_LENGTH, MAX_GATE, Status
 from watcher.records import ItemInfo, NewItem, PartitionInfo
 from watcher.store import Store
 
@@ -32,6 +32,10 @@ T = TypeVar("T")
 WAIT_POLL_START = 0.02
 WAIT_POLL_MAX = 0.5
 SETTLED = (Status.COMPLETE.value, Status.FAILED.value)
+
+
+def _is_gate(value: object) -> bool:
+    return type(value) is int and 0 <= value <= MAX_GATE
 
 
 def _check_id(kind: str, value: object) -> str:
@@ -64,10 +68,10 @@ def _check_items(partition_id: str, items: Iterable[NewItem], *, allow_empty: bo
             raise InvalidInputError(
                 f"item {item.id!r} of partition {partition_id!r}: data must be bytes, got "
                 f"{type(item.data).__name__}{hint}")
-        if isinstance(item.gate, bool) or not isinstance(item.gate, int) or item.gate < 0:
+        if not _is_gate(item.gate):
             raise InvalidInputError(
                 f"item {item.id!r} of partition {partition_id!r}: gate must be a whole number "
-                f">= 0, got {item.gate!r}")
+                f"from 0 to {MAX_GATE}, got {item.gate!r}")
         checked.append(item)
     if not checked and not allow_empty:
         raise InvalidInputError(f"no items given for partition {partition_id!r}")
@@ -194,8 +198,9 @@ class AsyncClient:
             GateError: ``gate`` is below the current gate.
         """
         _check_id("partition", partition_id)
-        if isinstance(gate, bool) or not isinstance(gate, int) or gate < 0:
-            raise InvalidInputError(f"gate must be a whole number >= 0, got {gate!r}")
+        if not _is_gate(gate):
+            raise InvalidInputError(f"gate must be a whole number from 0 to {MAX_GATE}, "
+                                    f"got {gate!r}")
         await self._call(self.store.partition_set_gate(partition_id, gate))
 
     async def wait(self, partition_id: str, timeout: float) -> PartitionInfo:  # noqa: ASYNC109

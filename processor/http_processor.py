@@ -68,6 +68,7 @@ import httpx
 
 from processor.redact import Scrubber, header_secrets, redact_url, url_secrets
 from watcher.errors import ConfigError
+from watcher.models import MAX_GATE
 from watcher.protocol import NonRetryableError, ProcessorError, Result, RetryableError, WorkItem
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,6 @@ HEALTH_CHECK_TIMEOUT = 5.0
 KEEPALIVE_EXPIRY = 4.0
 # A Retry-After beyond this is taken as this: a day is already "much later".
 MAX_RETRY_AFTER = 86_400.0
-MAX_GATE = 2**63 - 1  # the gate column is a 64-bit integer
 MAX_ERROR_MESSAGE_CHARS = 1000
 ERROR_EXCERPT_CHARS = 200
 EXCERPT_SCAN_BYTES = 64 * 1024

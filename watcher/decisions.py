@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass
 from enum import Enum
 
-from watcher.models import Status
+from watcher.models import MAX_GATE, Status
 from watcher.protocol import NonRetryableError, ProcessorError, Result, RetryableError
 from watcher.records import GateSummary, ItemWrite, LeaseStats, ReadyItem
 
@@ -150,7 +150,7 @@ def write_for_error(partition_id: str, item: ReadyItem, error: BaseException,
                     policy: RetryPolicy, rng: random.Random | None = None) -> ItemWrite:
     """The item update for a failed attempt: back off and retry, or fail."""
     attempts = item.attempts + 1
-    message = describe_error(error)[:MAX_ERROR_LENGTH]
+    message = storable_text(describe_error(error))[:MAX_ERROR_LENGTH]
     retryable = not isinstance(error, NonRetryableError)
     if not retryable or attempts > policy.max_retries:
         return ItemWrite(partition_id, item.id, item.version, Status.FAILED.value, item.gate,
@@ -160,6 +160,29 @@ def write_for_error(partition_id: str, item: ReadyItem, error: BaseException,
         delay = max(delay, error.retry_after)
     return ItemWrite(partition_id, item.id, item.version, Status.AVAILABLE.value, item.gate,
                      attempts=attempts, last_error=message, retry_delay=delay)
+
+
+def storable_text(text: str) -> str:
+    """``text`` in a form every database stores: NUL and unpaired surrogates escaped.
+
+    PostgreSQL rejects NUL in text and no UTF-8 encoder takes a lone
+    surrogate, and either can arrive in a handler's error message.
+    """
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def unstorable_write(write: ItemWrite, error: BaseException) -> ItemWrite:
+    """The write that replaces ``write`` when the database refused it as a value error.
+
+    The item fails where it stands (its gate and data unchanged), with an error
+    that says why; the guard is the same version ``write`` was made against.
+    """
+    reason = storable_text(f"{type(error).__name__}: {error}")[:MAX_ERROR_LENGTH // 2]
+    message = (f"the result for item {write.item_id!r} of partition {write.partition_id!r} "
+               f"could not be stored (status {write.status}, gate {write.gate}): {reason}")
+    return ItemWrite(write.partition_id, write.item_id, write.seen_version,
+                     Status.FAILED.value, gate=None, attempts=write.attempts,
+                     last_error=message[:MAX_ERROR_LENGTH])
 
 
 def describe_error(error: BaseException) -> str:
@@ -175,9 +198,10 @@ def result_problem(result: object) -> str | None:
     if not isinstance(result, Result):
         return f"the processor returned {type(result).__name__}, expected a Result"
     if result.gate is not None and (
-        isinstance(result.gate, bool) or not isinstance(result.gate, int) or result.gate < 0
+        isinstance(result.gate, bool) or not isinstance(result.gate, int)
+        or not 0 <= result.gate <= MAX_GATE
     ):
-        return f"the result's gate must be a whole number >= 0, got {result.gate!r}"
+        return f"the result's gate must be a whole number from 0 to {MAX_GATE}, got {result.gate!r}"
     if not isinstance(result.done, bool):
         return f"the result's done must be true or false, got {result.done!r}"
     if result.data is not None and not isinstance(result.data, bytes):

@@ -1,16 +1,17 @@
-"""The one place where databases differ: the clock and its arithmetic.
+"""The one place where databases differ: the clock, its arithmetic and row locking.
 
 ``db_now()`` and ``db_now_plus(seconds)`` are SQL expressions that read the
 *database* clock as a naive UTC timestamp, so lease expiry never depends on a
-container's clock. Each dialect gets its own compilation; the engine code
-never forks per database.
+container's clock. ``lock_unless_busy(query, table)`` makes a SELECT lock the
+rows it reads and pass by rows another session holds. Each dialect gets its
+own compilation; the engine code never forks per database.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import DateTime, Float, bindparam
+from sqlalchemy import DateTime, Float, Select, Table, bindparam
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, FunctionElement
 
@@ -114,6 +115,17 @@ def _plus_default(element: db_now_plus, compiler: Any, **kw: Any) -> str:
     raise NotImplementedError(
         f"statefeed has no clock arithmetic for the {compiler.dialect.name!r} database"
     )
+
+
+def lock_unless_busy(query: Select[Any], table: Table) -> Select[Any]:
+    """``query`` locking the rows of ``table`` it reads, skipping rows locked elsewhere.
+
+    PostgreSQL and MySQL/MariaDB render ``FOR UPDATE SKIP LOCKED``, SQL Server
+    the ``UPDLOCK, ROWLOCK, READPAST`` hints. SQLite locks the whole database
+    per write transaction, so the clause does not apply there.
+    """
+    return (query.with_for_update(skip_locked=True)
+            .with_hint(table, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql"))
 
 
 # Errors by which a database aborts one transaction to resolve a lock conflict:

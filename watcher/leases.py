@@ -103,8 +103,8 @@ class LeaseKeeper:
         lost: list[str] = []
         renewed = 0
         if now >= self._renew_due:
-            renewed, lost = await self.renew()
             self._renew_due = now + self.config.renew_interval
+            renewed, lost = await self.renew()
         if not acquire:
             return LeaseCycle(lost=tuple(lost), renewed=renewed)
         acquired: list[str] = []
@@ -142,26 +142,43 @@ class LeaseKeeper:
         return [row.id for row in won]
 
     async def renew(self) -> tuple[int, list[str]]:
-        """Extend every live lease. Returns (renewed, lost partition ids)."""
+        """Extend every live lease. Returns (renewed, lost partition ids).
+
+        A lease whose own lock is taken (its partition is mid-write) or whose
+        row another session holds locked is passed by and tried again soon;
+        it is given up only once it has gone unrenewed for a whole lease.
+        """
+        now = time.monotonic()
         live = {pid: lease for pid, lease in self.leases.items()
-                if not lease.lost and not lease.closed}
-        if not live:
-            return 0, []
-        async with _locked(live.values()):
-            started = time.monotonic()
-            held = await self.store.leases_renew(
-                {pid: lease.version for pid, lease in live.items()}, self.owner,
-                self.config.lease_duration)
-            lost: list[str] = []
-            for pid, lease in live.items():
-                if pid in held:
-                    version, gate = held[pid]
-                    lease.adopt(version, gate)
-                    lease.renewed_at = started
-                elif not lease.closed:
-                    lost.append(pid)
-                    self.mark_lost(lease)
-            return len(held), lost
+                if not lease.lost and not lease.closed and not lease.lock.locked()}
+        deferred = [lease for lease in self.leases.values()
+                    if not lease.lost and not lease.closed and lease.partition_id not in live]
+        lost: list[str] = []
+        renewed = 0
+        if live:
+            async with _locked(live.values()):
+                renewal = await self.store.leases_renew(
+                    {pid: lease.version for pid, lease in live.items()}, self.owner,
+                    self.config.lease_duration)
+                for pid, lease in live.items():
+                    if pid in renewal.held:
+                        version, gate = renewal.held[pid]
+                        lease.adopt(version, gate)
+                        lease.renewed_at = now
+                    elif pid in renewal.busy:
+                        deferred.append(lease)
+                    elif not lease.closed:
+                        lost.append(pid)
+                        self.mark_lost(lease)
+                renewed = len(renewal.held)
+        for lease in deferred:
+            if now - lease.renewed_at >= self.config.lease_duration and not lease.closed:
+                lost.append(lease.partition_id)
+                self.mark_lost(lease)
+        if deferred:
+            log.debug("action=lease_renew_deferred owner=%s count=%d", self.owner, len(deferred))
+            self._renew_due = min(self._renew_due, now + self.config.poll_interval)
+        return renewed, lost
 
     def mark_lost(self, lease: Lease) -> None:
         """Record that another watcher holds ``lease`` now (or it is gone)."""

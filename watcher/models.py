@@ -26,6 +26,8 @@ from sqlmodel import Field, SQLModel
 ID_MAX_LENGTH = 255
 OWNER_MAX_LENGTH = 255
 STATUS_MAX_LENGTH = 16
+# Gates (and versions, attempts) are INTEGER columns: 32-bit signed on every database.
+MAX_GATE = 2**31 - 1
 
 MYSQL = ("mysql", "mariadb")
 # InnoDB with a four-byte UTF-8 default, whatever the server's own default is.

@@ -56,6 +56,20 @@ class LeaseRow:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseRenewal:
+    """The outcome of a renewal: what was extended, and what was passed by.
+
+    ``held`` maps each renewed partition to its new version and, when it was
+    re-read, its gate (``None``: unchanged). ``busy`` partitions were locked
+    by another session (a client or processor inside a transaction) and were
+    neither renewed nor lost; the others asked for were lost.
+    """
+
+    held: dict[str, tuple[int, int | None]]
+    busy: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseStats:
     """Active partitions and how many each live owner holds."""
 
@@ -105,15 +119,15 @@ class GateSummary:
 class ItemWrite:
     """One guarded item update: the outcome of one attempt.
 
-    ``data`` of ``None`` keeps the stored bytes. ``retry_delay`` of ``None``
-    makes the item ready at once.
+    ``gate`` and ``data`` of ``None`` keep the stored gate and bytes.
+    ``retry_delay`` of ``None`` makes the item ready at once.
     """
 
     partition_id: str
     item_id: str
     seen_version: int
     status: str
-    gate: int
+    gate: int | None
     attempts: int
     data: bytes | None = None
     last_error: str | None = None

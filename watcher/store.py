@@ -42,7 +42,7 @@ from sqlalchemy.sql.expression import ColumnElement
 
 from watcher.database import create_engine
 from watcher.dburl import DatabaseURL, parse_database_url
-from watcher.dialect import db_now, db_now_plus
+from watcher.dialect import db_now, db_now_plus, lock_unless_busy
 from watcher.errors import (
     DuplicateItemError,
     GateError,
@@ -54,6 +54,7 @@ from watcher.records import (
     GateSummary,
     ItemInfo,
     ItemWrite,
+    LeaseRenewal,
     LeaseRow,
     LeaseStats,
     NewItem,
@@ -428,23 +429,25 @@ class Store:
         )
         won: list[LeaseRow] = []
         async with self._write() as conn:
-            # Lock rows in id order: two takers locking in different orders deadlock
-            # (seen on MariaDB with randomly sampled candidates).
-            for row in sorted(rows, key=lambda row: row.id):
+            # Rows another session holds locked are passed by, not waited for.
+            free = await self._lock_free(conn, [row.id for row in rows])
+            for row in sorted(rows, key=lambda row: row.id):  # id order, as everywhere
+                if row.id not in free:
+                    continue
                 result = await conn.execute(statement, {"pid": row.id, "seen": row.version})
                 if result.rowcount == 1:
                     won.append(LeaseRow(row.id, row.version + 1, row.gate, owner))
         return won
 
     async def leases_renew(self, leases: dict[str, int], owner: str,
-                           duration: float) -> dict[str, tuple[int, int | None]]:
+                           duration: float) -> LeaseRenewal:
         """Extend ``owner``'s leases, given as partition id -> version held.
 
         A renewal that loses on version is retried once against a fresh read
         when ``owner`` still holds the partition (a client write bumped the
-        version). Returns, for every partition still held, its new version and
-        its gate when that was re-read (``None``: unchanged). Partitions
-        missing from the answer are lost.
+        version). Partitions whose row another session holds locked are not
+        waited for: they come back as ``busy``, so one stuck transaction
+        cannot stall the renewal of every other lease.
         """
         return await self._lease_rewrite(
             leases, owner, until=self._now_plus(duration), release=False)
@@ -454,11 +457,26 @@ class Store:
 
         Returns the number released.
         """
-        return len(await self._lease_rewrite(leases, owner, until=self._now(), release=True))
+        renewal = await self._lease_rewrite(leases, owner, until=self._now(), release=True)
+        return len(renewal.held)
+
+    async def _lock_free(self, conn: AsyncConnection, ids: Sequence[str]) -> set[str]:
+        """Lock the partition rows ``ids`` that no other session holds; return their ids.
+
+        A session stopped inside a transaction (a frozen client, a paused
+        processor) keeps its rows locked; lease writes pass them by instead of
+        queueing behind them, so only that partition is held up.
+        """
+        p = self.tables.partitions
+        free: set[str] = set()
+        for chunk in _chunks(sorted(ids), IN_CHUNK):
+            rows = await conn.execute(
+                lock_unless_busy(select(p.c.id).where(p.c.id.in_(chunk)), p))
+            free.update(row[0] for row in rows)
+        return free
 
     async def _lease_rewrite(self, leases: dict[str, int], owner: str, *,
-                             until: ColumnElement[Any], release: bool
-                             ) -> dict[str, tuple[int, int | None]]:
+                             until: ColumnElement[Any], release: bool) -> LeaseRenewal:
         p = self.tables.partitions
         values: dict[str, Any] = {
             "version": p.c.version + 1, "until": until, "updated_at": self._now()}
@@ -472,8 +490,11 @@ class Store:
         )
         held: dict[str, tuple[int, int | None]] = {}
         async with self._write() as conn:
+            free = await self._lock_free(conn, list(leases))
             missed: list[str] = []
             for partition_id, version in sorted(leases.items()):  # id order: no deadlocks
+                if partition_id not in free:
+                    continue
                 result = await conn.execute(statement, {"pid": partition_id, "seen": version})
                 if result.rowcount == 1:
                     held[partition_id] = (version + 1, None)
@@ -487,7 +508,8 @@ class Store:
                     statement, {"pid": partition_id, "seen": state.version})
                 if result.rowcount == 1:
                     held[partition_id] = (state.version + 1, state.gate)
-        return held
+        # Not in ``free``: locked by another session, or deleted (then never free again).
+        return LeaseRenewal(held, frozenset(leases) - free)
 
     async def _states(self, conn: AsyncConnection, ids: Sequence[str]
                       ) -> dict[str, PartitionState]:
@@ -612,7 +634,8 @@ class Store:
                                 else db_now_plus(bindparam("delay", type_=Float())))
                 values: dict[str, Any] = {
                     "version": i.c.version + 1, "status": bindparam("new_status"),
-                    "gate": bindparam("new_gate"), "attempts": bindparam("new_attempts"),
+                    "gate": func.coalesce(bindparam("new_gate", type_=Integer()), i.c.gate),
+                    "attempts": bindparam("new_attempts"),
                     "last_error": bindparam("new_error"), "updated_at": self._now(),
                     "retry_at": retry_at,
                 }
@@ -684,7 +707,8 @@ class Store:
             update(i)
             .where(i.c.partition_id == rows.c.pid, i.c.id == rows.c.iid,
                    i.c.version == rows.c.seen, i.c.status == AVAILABLE, fence)
-            .values(version=i.c.version + 1, status=rows.c.status, gate=rows.c.gate,
+            .values(version=i.c.version + 1, status=rows.c.status,
+                    gate=func.coalesce(rows.c.gate, i.c.gate),
                     attempts=rows.c.attempts, last_error=rows.c.error,
                     data=func.coalesce(rows.c.data, i.c.data), updated_at=now,
                     retry_at=case((rows.c.delay > 0, db_now_plus(rows.c.delay)), else_=now))

@@ -225,6 +225,10 @@ class PartitionSupervisor:
                 applied = await self.writer.submit(write)
             except WriterClosedError:
                 return  # not written: the item stays available and runs again
+            except Exception as error:  # the database refused even the failure record
+                log.error("action=result_not_written partition=%s item=%s error=%s "
+                          "(the item stays available)", pid, item.id, type(error).__name__)
+                return
             outcome = outcome_name(item, write) if applied else "stale"
             self.hooks.item_outcome(pid, item.id, item.gate, outcome,
                                     time.monotonic() - started)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError, StatementError
 
+from watcher.decisions import unstorable_write
 from watcher.dialect import is_lock_conflict
 from watcher.records import ItemWrite
 from watcher.store import Store
@@ -23,6 +24,19 @@ RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 class WriterClosedError(RuntimeError):
     """The writer stopped before this result could be written; the item will run again."""
+
+
+def is_value_error(error: BaseException) -> bool:
+    """Whether the database (or its driver) refused a write for a value in it.
+
+    Such a write fails the same way every time, unlike an outage: retrying
+    the batch would wedge the writer, so the bad write is found and replaced.
+    """
+    if isinstance(error, DataError | IntegrityError):
+        return True
+    if isinstance(error, StatementError) and not isinstance(error, DBAPIError):
+        return True  # a parameter SQLAlchemy could not convert
+    return isinstance(error, ValueError | OverflowError)  # includes UnicodeError
 
 
 class ResultWriter:
@@ -67,7 +81,7 @@ class ResultWriter:
             while self._queue:
                 batch = self._queue[: self.batch_size]
                 try:
-                    applied = await self.store.items_apply([w for w, _ in batch], self.owner)
+                    await self._write(batch)
                 except SQLAlchemyError as error:
                     if is_lock_conflict(error):
                         # A deadlock victim: the batch was rolled back whole; write it again.
@@ -86,20 +100,68 @@ class ResultWriter:
                     continue
                 except Exception as error:  # a bug: fail this batch, keep the writer alive
                     log.exception("action=result_write_error owner=%s", self.owner)
-                    del self._queue[: len(batch)]
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(error)
+                    for entry in batch:
+                        if entry in self._queue:
+                            self._queue.remove(entry)
+                            if not entry[1].done():
+                                entry[1].set_exception(error)
                     continue
                 if failures:
                     log.warning("action=result_write_recovered owner=%s", self.owner)
                     failures = 0
-                del self._queue[: len(batch)]
-                for (_, future), ok in zip(batch, applied, strict=True):
-                    if not future.done():
-                        future.set_result(ok)
             if self._closing:
                 return
+
+    async def _write(self, batch: list[tuple[ItemWrite, asyncio.Future[bool]]]) -> None:
+        """Write ``batch`` (the head of the queue) in one transaction and answer its waiters.
+
+        When the database refuses the batch for a value in it, the writes go
+        one per transaction instead, so that only the bad one is affected.
+        Raises what an outage raises, leaving the batch queued.
+        """
+        try:
+            applied = await self.store.items_apply([write for write, _ in batch], self.owner)
+        except Exception as error:
+            if not is_value_error(error):
+                raise
+            await self._write_one_by_one(len(batch))
+            return
+        del self._queue[: len(batch)]
+        for (_, future), ok in zip(batch, applied, strict=True):
+            if not future.done():
+                future.set_result(ok)
+
+    async def _write_one_by_one(self, count: int) -> None:
+        """Write the first ``count`` queued writes one per transaction.
+
+        A write the database refuses for its values is replaced by
+        :func:`~watcher.decisions.unstorable_write`, which fails the item with
+        an error saying why. Each waiter is answered as soon as its write is
+        done. Raises what an outage raises, leaving the rest queued.
+        """
+        for _ in range(count):
+            write, future = self._queue[0]
+            outcome: bool | BaseException
+            try:
+                outcome = (await self.store.items_apply([write], self.owner))[0]
+            except Exception as error:
+                if not is_value_error(error):
+                    raise
+                log.warning("action=result_unstorable partition=%s item=%s error=%s",
+                            write.partition_id, write.item_id, type(error).__name__)
+                try:
+                    outcome = (await self.store.items_apply(
+                        [unstorable_write(write, error)], self.owner))[0]
+                except Exception as second:
+                    if not is_value_error(second):
+                        raise
+                    outcome = second
+            del self._queue[0]
+            if not future.done():
+                if isinstance(outcome, BaseException):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
 
     def _fail_all(self, error: Exception) -> None:
         queued, self._queue = self._queue, []

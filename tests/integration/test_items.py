@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from watcher.records import ItemWrite, NewItem
+from watcher.writer import ResultWriter
 
 
 async def _leased(store, items, owner="me"):
@@ -68,3 +71,29 @@ async def test_gate_summary(store) -> None:
         [ItemWrite("p", "a", item.version, "failed", 0, attempts=1, last_error="x")], "me")
     summary = await store.gate_summary("p", 0)
     assert (summary.pending, summary.failed, summary.next_gate) == (0, 1, 10)
+
+
+async def test_a_write_the_database_refuses_fails_only_its_own_item(store) -> None:
+    """A batch holding one write the database cannot store (a gate beyond any integer
+    column) is split: the good writes land, the bad item fails in place with an error
+    naming why, and the writer goes on (it does not retry the batch forever).
+    """
+    await _leased(store, [NewItem(name, b"x") for name in ("bad", "good1", "good2")])
+    ready = {item.id: item for item in await store.items_ready("p", 0, 10)}
+    writer = ResultWriter(store, "me", batch_size=10)
+    writes = [
+        ItemWrite("p", "good1", ready["good1"].version, "complete", 0, attempts=0),
+        ItemWrite("p", "bad", ready["bad"].version, "available", 2**70, attempts=0, data=b"y"),
+        ItemWrite("p", "good2", ready["good2"].version, "available", 1, attempts=0),
+    ]
+    try:
+        applied = await asyncio.wait_for(
+            asyncio.gather(*(writer.submit(write) for write in writes)), timeout=20)
+    finally:
+        await writer.close(grace=5)
+    assert applied == [True, True, True]
+    items = {info.id: info for info in await store.items_list("p")}
+    assert (items["good1"].status, items["good2"].gate) == ("complete", 1)
+    bad = items["bad"]
+    assert (bad.status, bad.gate, bad.data) == ("failed", 0, b"x")
+    assert "could not be stored" in bad.last_error and str(2**70) in bad.last_error

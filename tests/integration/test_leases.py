@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 
-from watcher.records import NewItem
+import pytest
+from sqlalchemy import update
+
+from watcher.records import LeaseRenewal, NewItem
 
 
 async def test_concurrent_lease_attempts_exactly_one_wins(make_store) -> None:
@@ -31,10 +34,10 @@ async def test_take_renew_release_cycle(store) -> None:
     assert stats.active == 1 and stats.owners == {"me": 1}
 
     renewed = await store.leases_renew({"p": lease.version}, "me", 30.0)
-    assert renewed == {"p": (lease.version + 1, None)}
+    assert renewed == LeaseRenewal({"p": (lease.version + 1, None)})
 
     # A stranger holding a stale version renews nothing.
-    assert await store.leases_renew({"p": lease.version}, "other", 30.0) == {}
+    assert await store.leases_renew({"p": lease.version}, "other", 30.0) == LeaseRenewal({})
 
     assert await store.leases_release({"p": lease.version + 1}, "me") == 1
     info = await store.partition_get("p")
@@ -48,7 +51,7 @@ async def test_renewal_adopts_a_client_write(store) -> None:
     (lease,) = await store.leases_take(await store.leases_free(5), "me", 30.0)
     await store.items_add("p", [NewItem("b", b"y")])
     renewed = await store.leases_renew({"p": lease.version}, "me", 30.0)
-    assert renewed["p"][0] == lease.version + 2
+    assert renewed.held["p"][0] == lease.version + 2
     assert (await store.partition_get("p")).owner == "me"
 
 
@@ -68,7 +71,7 @@ async def test_expiry_follows_the_database_clock(make_store) -> None:
     (taken,) = await store.leases_take(free, "b", 10.0)
     assert taken.owner == "b"
     # The old owner's renewal now finds the partition gone.
-    assert await store.leases_renew({"p": lease.version}, "a", 10.0) == {}
+    assert await store.leases_renew({"p": lease.version}, "a", 10.0) == LeaseRenewal({})
 
 
 async def test_guarded_transition_loses_on_stale_version(store) -> None:
@@ -89,3 +92,31 @@ async def test_closing_releases_the_lease(store) -> None:
     info = await store.partition_get("p")
     assert (info.status, info.owner) == ("complete", "")
     assert (await store.lease_stats()).active == 0
+
+
+async def test_lease_writes_pass_by_a_row_another_session_holds(make_store) -> None:
+    """A transaction left open on one partition row (a frozen client, say) holds up that
+    partition only: renewals of the others go through, the held one comes back busy,
+    and takers pass it by instead of waiting for the lock.
+    """
+    store = make_store()
+    if store.engine.dialect.name == "sqlite":
+        pytest.skip("SQLite locks the whole database, not rows")
+    for pid in ("a", "b", "c"):
+        await store.partition_create(pid, [NewItem("i", b"x")])
+    won = await store.leases_take(await store.leases_free(5), "me", 30.0)
+    versions = {row.id: row.version for row in won}
+    holder = make_store()
+    p = holder.tables.partitions
+    async with holder.engine.connect() as conn:
+        transaction = await conn.begin()
+        await conn.execute(update(p).where(p.c.id == "b").values(version=p.c.version + 1))
+        renewal = await asyncio.wait_for(store.leases_renew(versions, "me", 30.0), timeout=10)
+        assert set(renewal.held) == {"a", "c"} and renewal.busy == {"b"}
+        # An expired lease on the held row is not taken either, and nobody waits.
+        taken = await asyncio.wait_for(
+            make_store().leases_take(won, "thief", 30.0), timeout=10)
+        assert taken == []
+        await transaction.rollback()
+    renewal = await store.leases_renew({"b": versions["b"]}, "me", 30.0)
+    assert set(renewal.held) == {"b"} and renewal.busy == frozenset()

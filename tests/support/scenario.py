@@ -48,7 +48,7 @@ async def drive_every_method(store: Store) -> None:
     versions = {row.id: row.version for row in won}
     # A stale version makes the renewal re-read the partition and retry once.
     held = await store.leases_renew({"p1": versions["p1"] - 1, "p2": versions["p2"]}, "w1", 30)
-    versions = {pid: version for pid, (version, _) in held.items()}
+    versions = {pid: version for pid, (version, _) in held.held.items()}
     await store.partition_state("p1")
     ready = await store.items_ready("p1", 0, 10)
     await store.items_ready("p1", 0, 10, exclude=[ready[0].id])

@@ -17,11 +17,13 @@ from watcher.decisions import (
     outcome_name,
     plan_balance,
     result_problem,
+    storable_text,
+    unstorable_write,
     write_for_error,
     write_for_result,
 )
 from watcher.protocol import NonRetryableError, Result, RetryableError
-from watcher.records import GateSummary, LeaseStats, ReadyItem
+from watcher.records import GateSummary, ItemWrite, LeaseStats, ReadyItem
 
 
 @pytest.mark.parametrize(
@@ -179,9 +181,32 @@ def test_idempotency_step_survives_errors_but_not_progress() -> None:
     ("nope", "returned str"),
     (Result(gate=True), "gate must be a whole number"),
     (Result(gate=-1), "gate must be a whole number"),
+    (Result(gate=2**31 - 1), None),
+    (Result(gate=2**31), "from 0 to 2147483647"),
     (Result(done="yes"), "done must be true or false"),  # type: ignore[arg-type]
     (Result(data="text"), "data must be bytes"),  # type: ignore[arg-type]
 ])
 def test_result_problem(result, problem) -> None:
     found = result_problem(result)
     assert (found is None) if problem is None else (problem in found)
+
+
+@pytest.mark.parametrize(("text", "stored"), [
+    ("plain \u2603", "plain \u2603"),
+    ("nul \x00 byte", "nul \\x00 byte"),
+    ("lone \ud800 surrogate", "lone \\ud800 surrogate"),
+])
+def test_error_text_is_made_storable(text: str, stored: str) -> None:
+    assert storable_text(text) == stored
+    item = ReadyItem("i", version=1, gate=0, data=b"", attempts=0)
+    write = write_for_error("p", item, RetryableError(text), RetryPolicy(max_retries=3))
+    assert write.last_error == stored
+
+
+def test_an_unstorable_write_becomes_a_failure_in_place() -> None:
+    write = ItemWrite("p", "i", 7, "available", 2**40, attempts=0, data=b"x")
+    failure = unstorable_write(write, OverflowError("value out of int32 range"))
+    assert (failure.status, failure.gate, failure.data, failure.seen_version) == (
+        "failed", None, None, 7)
+    assert "could not be stored" in failure.last_error
+    assert "int32" in failure.last_error and str(2**40) in failure.last_error
