@@ -1,0 +1,322 @@
+"""What every scenario shares: settings, sizes, result values, namespaces and timing helpers.
+
+A scenario is an ``async def run(settings) -> Outcome``. It creates what it
+needs in a fresh table namespace (dropped afterwards), bounds every wait, and
+returns plain values: the rows of the printed table, the figures for the JSON
+file, and the goals of the issue checked against its figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import os
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+from processor import AsyncClient, NewItem
+from watcher.dburl import parse_database_url
+from watcher.migrate import downgrade, upgrade
+from watcher.schema import tables_for
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO / "bench" / "results"
+PYTHON = sys.executable
+PROCESSOR = str(Path(sys.executable).with_name("processor"))
+
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+POSTGRES_URL_ENV = "PROCESSOR_BENCH_POSTGRES_URL"
+
+# Scenario names, in the order they run and print.
+SCENARIOS = ("library", "http", "batch", "latency", "failover", "scale")
+
+
+def postgres_url() -> str:
+    """The benchmark database: ``$PROCESSOR_BENCH_POSTGRES_URL`` or the local test database."""
+    return os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL)
+
+
+def libpq_url(db_url: str) -> str:
+    """``db_url`` as a plain ``postgresql://`` URL for psycopg, asyncpg and libpq."""
+    url = parse_database_url(db_url).sync_url.set(drivername="postgresql")
+    return url.render_as_string(hide_password=False)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each scenario is. ``for_run`` picks the smoke, default or full set."""
+
+    items: int = 20_000  # library mode: no-op items in all
+    partitions: int = 10  # library and HTTP modes: items spread over this many partitions
+    concurrency: int = 32  # statefeed's default; the bare HTTP clients use the same
+    http_items: int = 3_000  # HTTP per-item mode, per system
+    batch_items: int = 20_000  # HTTP batch mode
+    batch_size: int = 100
+    batch_concurrency: int = 400  # items in flight in batch mode: a few batches at once
+    pgqueuer_workers: int = 5  # PGQueuer's own benchmark runs 5 queue managers
+    latency_samples: int = 50
+    latency_poll: float = 1.0  # polling alone would give ~poll/2 median latency
+    failover_partitions: int = 8
+    lease_duration: float = 2.0
+    scale_partitions: int = 1_000
+    scale_items: int = 50  # per partition
+    query_samples: int = 200
+    phase_timeout: float = 300.0  # seconds any one wait may take before the run gives up
+
+    @classmethod
+    def for_run(cls, *, smoke: bool, full: bool, items: int | None = None,
+                partitions: int | None = None) -> Sizes:
+        """The sizes of a ``--smoke``, default or ``--full`` run, with overrides."""
+        if smoke:
+            sizes = cls(items=400, partitions=4, http_items=200, batch_items=400,
+                        batch_size=20, batch_concurrency=80, pgqueuer_workers=2,
+                        latency_samples=5, latency_poll=0.5, failover_partitions=4,
+                        lease_duration=1.5, scale_partitions=20, scale_items=20,
+                        query_samples=20, phase_timeout=60.0)
+        elif full:
+            sizes = cls(items=100_000, http_items=20_000, batch_items=100_000,
+                        latency_samples=200, scale_partitions=10_000, scale_items=100,
+                        query_samples=1_000, phase_timeout=1_800.0)
+        else:
+            sizes = cls()
+        changes: dict[str, Any] = {}
+        if items is not None:
+            changes.update(items=items, http_items=items, batch_items=items)
+        if partitions is not None:
+            changes.update(partitions=partitions)
+        return sizes.with_(**changes) if changes else sizes
+
+    def with_(self, **changes: Any) -> Sizes:
+        """A copy with some sizes changed."""
+        return type(self)(**{**self.__dict__, **changes})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One benchmark run: where, how big, and which scenarios."""
+
+    db_url: str
+    sizes: Sizes
+    mode: str = "default"  # smoke, default or full
+    rounds: int = 1  # throughput runs per system, interleaved; the best one counts
+    work_dir: Path = field(default_factory=lambda: Path("/tmp"))
+    # Figures one scenario measures and another reuses (the bare HTTP baselines).
+    shared: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the printed table."""
+
+    what: str
+    figure: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A goal from the issue, checked against a figure. ``passed`` is None when not measured."""
+
+    name: str
+    target: str
+    measured: str
+    passed: bool | None
+
+    @property
+    def verdict(self) -> str:
+        """PASS, MISS, or n/a."""
+        return "n/a" if self.passed is None else ("PASS" if self.passed else "MISS")
+
+    def as_json(self) -> dict[str, Any]:
+        """The goal as a JSON object."""
+        return {"name": self.name, "target": self.target, "measured": self.measured,
+                "result": self.verdict}
+
+
+@dataclass
+class Outcome:
+    """What one scenario measured. ``status``: ok, skipped (with a reason) or error."""
+
+    name: str
+    title: str
+    rows: list[Row] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+    goals: list[Goal] = field(default_factory=list)
+    status: str = "ok"
+    reason: str = ""
+    seconds: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        """The outcome as a JSON object: status, figures and goals."""
+        return {"title": self.title, "status": self.status, "reason": self.reason,
+                "seconds": round(self.seconds, 2), **self.figures,
+                "goals": [goal.as_json() for goal in self.goals]}
+
+
+def best_round(runs: Sequence[Any]) -> Any:
+    """The run with the highest ``per_second``, carrying every round's rate in ``rounds``."""
+    rates = tuple(round(run.per_second, 1) for run in runs)
+    best = max(runs, key=lambda run: run.per_second)
+    return dataclasses.replace(best, rounds=rates)
+
+
+def ratio_goal(name: str, ratio: float | None, at_least: float) -> Goal:
+    """A goal "ratio >= at_least"; not measured when ``ratio`` is None."""
+    if ratio is None:
+        return Goal(name, f">= {at_least:g}x", "-", None)
+    return Goal(name, f">= {at_least:g}x", f"{ratio:.2f}x", ratio >= at_least)
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator, or None when either is missing or zero."""
+    if not numerator or not denominator:
+        return None
+    return numerator / denominator
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def percentile(values: Sequence[float], percent: float) -> float:
+    """The nearest-rank percentile of ``values`` (which must not be empty)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(percent / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
+    """p50, p99, max and mean of ``seconds``, in milliseconds, for the JSON file."""
+    if not seconds:
+        return {}
+    return {"samples": len(seconds), "p50_ms": round(percentile(seconds, 50) * 1000, 3),
+            "p99_ms": round(percentile(seconds, 99) * 1000, 3),
+            "max_ms": round(max(seconds) * 1000, 3),
+            "mean_ms": round(sum(seconds) / len(seconds) * 1000, 3)}
+
+
+def rate_text(per_second: float | None, unit: str = "items/s") -> str:
+    """``12,345 items/s`` (or ``-``)."""
+    return "-" if per_second is None else f"{per_second:,.0f} {unit}"
+
+
+def ms_text(seconds: float) -> str:
+    """A duration in milliseconds with sensible precision."""
+    ms = seconds * 1000
+    return f"{ms:.2f} ms" if ms < 10 else f"{ms:.1f} ms" if ms < 100 else f"{ms:,.0f} ms"
+
+
+# --------------------------------------------------------------------------- database
+
+
+# Every table prefix this process used, so a run can report them (and a test can check
+# that nothing named with them is left behind).
+USED_PREFIXES: list[str] = []
+
+
+def new_prefix(tag: str) -> str:
+    """A fresh table prefix such as ``bench_lib_3fa2c1_`` (valid for statefeed and PGQueuer)."""
+    prefix = f"bench_{tag}_{uuid.uuid4().hex[:6]}_"
+    USED_PREFIXES.append(prefix)
+    return prefix
+
+
+def drop_statefeed_tables(db_url: str, prefix: str) -> None:
+    """Downgrade ``prefix`` to nothing, and drop Alembic's version table too (which
+    a downgrade keeps)."""
+    downgrade(db_url, prefix)
+    engine = create_engine(parse_database_url(db_url).sync_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f'DROP TABLE IF EXISTS "{tables_for(prefix).version_table}"'))
+    finally:
+        engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def statefeed_tables(db_url: str, tag: str) -> AsyncIterator[str]:
+    """Migrate a fresh table prefix; drop its tables on exit. Yields the prefix."""
+    prefix = new_prefix(tag)
+    await asyncio.to_thread(upgrade, db_url, prefix)
+    try:
+        yield prefix
+    finally:
+        await asyncio.to_thread(drop_statefeed_tables, db_url, prefix)
+
+
+def spread(total: int, parts: int) -> list[int]:
+    """``total`` split into ``parts`` counts that differ by at most one."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if index < extra else 0) for index in range(parts)]
+
+
+async def create_partitions(client: AsyncClient, counts: Sequence[int], *,
+                            data: bytes | Callable[[int, int], bytes] = b'{"n":0}',
+                            name: str = "p", parallel: int = 4) -> list[str]:
+    """Create one partition per count with that many items; returns the partition ids.
+
+    Ids are zero-padded (``p00003``, ``i000042``) so they sort like numbers.
+    ``data`` is the bytes of every item, or a function of (partition, item) numbers.
+    """
+    gate = asyncio.Semaphore(parallel)
+    ids = [f"{name}{number:05d}" for number in range(len(counts))]
+
+    async def one(number: int) -> None:
+        items = [NewItem(f"i{index:06d}",
+                         data(number, index) if callable(data) else data)
+                 for index in range(counts[number])]
+        async with gate:
+            await client.create_partition(ids[number], items)
+
+    await asyncio.gather(*(one(number) for number in range(len(counts))))
+    return ids
+
+
+# --------------------------------------------------------------------------- waiting
+
+
+async def wait_for(condition: Callable[[], Awaitable[Any]], *, timeout: float,  # noqa: ASYNC109
+                   interval: float = 0.01, what: str = "condition") -> Any:
+    """Await ``condition()`` every ``interval`` s until it is truthy; return its value.
+
+    Raises:
+        TimeoutError: ``timeout`` seconds passed first (the message says what was awaited).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+def rss_bytes(pid: int | str = "self") -> int:
+    """Resident memory of a process (Linux ``/proc``), or 0 where unavailable."""
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def cpu_seconds(pid: int | str = "self") -> float:
+    """User plus system CPU time a process has used (Linux ``/proc``), or 0.0."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0

@@ -1,0 +1,116 @@
+"""The benchmark suite runs end to end: ``python -m bench --smoke`` as a subprocess.
+
+No timing thresholds: the figures depend on the machine. The test checks that
+every scenario ran, that each wrote the figures its table and goals are made
+of, that the comparisons ran against the same amount of work, and that the
+run left no tables behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.conftest import POSTGRES_URL, require_postgres
+from watcher.dburl import parse_database_url
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = ("library", "http", "batch", "latency", "failover", "scale")
+
+pytestmark = pytest.mark.postgres
+
+
+def _get(document: dict[str, Any], dotted: str) -> Any:
+    value: Any = document
+    for key in dotted.split("."):
+        value = value[int(key)] if isinstance(value, list) else value[key]
+    return value
+
+
+def _positive(document: dict[str, Any], *paths: str) -> None:
+    for path in paths:
+        value = _get(document, path)
+        assert isinstance(value, int | float) and value > 0, f"{path} = {value!r}"
+
+
+def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
+    require_postgres()
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--json", str(out)], cwd=REPO,
+        capture_output=True, text=True, timeout=200,
+        env={**os.environ, "PROCESSOR_BENCH_POSTGRES_URL": POSTGRES_URL, "COLUMNS": "160"})
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    document = json.loads(out.read_text())
+    assert document["mode"] == "smoke"
+    scenarios = document["scenarios"]
+    assert set(scenarios) == set(SCENARIOS)
+    sizes = document["sizes"]
+    for name in SCENARIOS:
+        allowed = ("ok", "skipped") if name == "batch" else ("ok",)
+        assert scenarios[name]["status"] in allowed, (name, scenarios[name])
+
+    library = scenarios["library"]
+    assert [run["batch_size"] for run in library["pgqueuer"]] == [10, 100, 10]
+    assert all(run["items"] == sizes["items"]
+               for run in library["statefeed"] + library["pgqueuer"])
+    _positive(library, "statefeed.0.items_per_s", "statefeed.0.statements_per_item",
+              "statefeed.0.cpu_us_per_item", "pgqueuer.0.items_per_s", "statements_per_item",
+              "ratio_statefeed_over_best_pgqueuer", "ratio_default_statefeed_over_best_pgqueuer")
+
+    http = scenarios["http"]
+    assert all(run["items"] == sizes["http_items"] for run in http["processor"] + http["bare"])
+    assert [run["system"] for run in http["bare"]] == ["bare aiohttp", "bare httpx"]
+    _positive(http, "processor.0.items_per_s", "processor.0.all_written_seconds",
+              "bare.0.items_per_s", "ratio_processor_over_bare_aiohttp")
+
+    batch = scenarios["batch"]
+    if batch["available"]:
+        assert batch["processor"]["items"] == sizes["batch_items"]
+        # Batches, not one request per item.
+        assert batch["processor"]["requests"] < batch["processor"]["items"]
+        _positive(batch, "processor.items_per_s", "ratio_batch_over_best_bare")
+
+    latency = scenarios["latency"]
+    for key in ("insert_to_dispatch", "gate_advance"):
+        assert latency[key]["samples"] == sizes["latency_samples"]
+        assert 0 < latency[key]["p50_ms"] <= latency[key]["p99_ms"]
+
+    failover = scenarios["failover"]
+    _positive(failover, "failover_after_kill_s", "handoff_after_sigterm_s",
+              "lease_duration_s", "partitions_moved_on_kill", "partitions_moved_on_sigterm")
+    assert failover["handoff_exit_code"] == 0
+
+    scale = scenarios["scale"]
+    assert scale["drain"]["items"] == sizes["scale_partitions"] * sizes["scale_items"]
+    _positive(scale, "statements_per_item", "drain.rss_mb.at_10pct", "drain.rss_mb.at_90pct",
+              *(f"poll_queries.{query}.{at}.p50_ms" for query in ("items_ready", "leases_free")
+                for at in ("at_10pct", "at_90pct")))
+
+    names = {goal["name"] for goal in document["goals"]}
+    assert {"library: statefeed vs PGQueuer (best vs best)", "DB statements per item, amortized",
+            "HTTP per-item: processor vs bare aiohttp", "HTTP batch vs bare per-item",
+            "insert -> first dispatch p50", "gate advance p50"} <= names
+    assert {goal["result"] for goal in document["goals"]} <= {"PASS", "MISS", "n/a"}
+    assert "Goals" in done.stdout
+    assert "PASS" in done.stdout or "MISS" in done.stdout
+
+    # Nothing left behind: every table prefix the run used is gone again.
+    assert document["table_prefixes"]
+    engine = create_engine(parse_database_url(POSTGRES_URL).sync_url)
+    try:
+        with engine.connect() as conn:
+            left = conn.execute(text(
+                "SELECT table_name FROM information_schema.tables WHERE table_name LIKE ANY("
+                ":patterns)"), {"patterns": [f"{p}%" for p in document["table_prefixes"]]}
+            ).scalars().all()
+    finally:
+        engine.dispose()
+    assert left == []
