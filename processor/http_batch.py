@@ -34,6 +34,7 @@ from processor.http_processor import (
     parse_answer,
     parse_error_body,
 )
+from processor.transports import TransportError
 from watcher.errors import ConfigError
 from watcher.protocol import NonRetryableError, ProcessorError, Result, WorkItem
 
@@ -69,7 +70,7 @@ class BatchingHttpProcessor(HttpProcessor):
             raise ConfigError(f"handler batch URL must start with http:// or https://, "
                               f"got {url!r}")
         self.batch_size = batch_size
-        self._batch_url = httpx.URL(url)
+        self._batch_url = str(httpx.URL(url))
         self._waiting: list[_Pending] = []
         self._flush_scheduled = False
         self._sending: set[asyncio.Task[None]] = set()
@@ -120,24 +121,18 @@ class BatchingHttpProcessor(HttpProcessor):
              "data_b64": base64.b64encode(p.item.data).decode("ascii")}
             for p in batch
         ], separators=(",", ":")).encode()
-        request = self._client.build_request(
-            "POST", self._batch_url, content=body,
-            headers={"Content-Type": "application/json"})
         try:
             async with asyncio.timeout(self._request_timeout):
-                response = await self._send(request)
-                try:
-                    raw = await self._read_body(response)
-                finally:
-                    await response.aclose()
-        except (TimeoutError, httpx.TimeoutException):
+                reply = await self._sender.post(
+                    self._batch_url, body, {"Content-Type": "application/json"})
+        except TimeoutError:
             raise self._failed(first, Failure(True, (
                 f"no complete answer from the batch URL within {self._request_timeout} s "
                 f"(request_timeout, batch of {len(batch)})"))) from None
-        except httpx.TransportError as error:
+        except TransportError as error:
             raise self._failed(first, Failure(True, (
-                f"the batch request failed: {type(error).__name__}: {error}"))) from None
-        status = response.status_code
+                f"the batch request failed: {error.reason}"))) from None
+        status, raw = reply.status, reply.body
         if raw is None:
             raise self._failed(first, Failure(True, (
                 f"malformed batch answer (HTTP {status}): larger than max_response_bytes "
@@ -145,7 +140,7 @@ class BatchingHttpProcessor(HttpProcessor):
         if not 200 <= status < 300:
             raise self._failed(first, classify_error(
                 status, parse_error_body(raw, self._scrub),
-                retry_after=response.headers.get("retry-after"), now=time.time()))
+                retry_after=reply.retry_after, now=time.time()))
         try:
             document = json.loads(raw)
         except ValueError as error:

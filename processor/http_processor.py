@@ -67,6 +67,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import httpx
 
 from processor.redact import Scrubber, header_secrets, redact_url, url_secrets
+from processor.transports import USER_AGENT, SenderSettings, TransportError, open_sender
 from watcher.errors import ConfigError
 from watcher.models import MAX_GATE
 from watcher.protocol import NonRetryableError, ProcessorError, Result, RetryableError, WorkItem
@@ -77,22 +78,17 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_CONNECTIONS = 100
-# httpx's own connection pool slows down as concurrency grows; aiohttp's does
-# not, so by default httpx's API runs over an aiohttp transport (see the README's
-# benchmark section for the figures).
+# httpx's own connection pool slows down as concurrency grows, and its request
+# and response objects cost CPU per call; item calls go through aiohttp by default
+# (processor/transports.py; the README's benchmark section has the figures).
 TRANSPORTS = ("aiohttp", "httpx")
 DEFAULT_TRANSPORT = "aiohttp"
 HEALTH_CHECK_TIMEOUT = 5.0
-# Idle pooled connections are dropped before the common server keep-alive
-# timeouts close them under us (uvicorn and Node: 5 s), which is what makes a
-# reused connection fail.
-KEEPALIVE_EXPIRY = 4.0
 # A Retry-After beyond this is taken as this: a day is already "much later".
 MAX_RETRY_AFTER = 86_400.0
 MAX_ERROR_MESSAGE_CHARS = 1000
 ERROR_EXCERPT_CHARS = 200
 EXCERPT_SCAN_BYTES = 64 * 1024
-USER_AGENT = "statefeed-processor"
 
 # Headers statefeed sets itself, or that frame the HTTP message: an operator
 # header with one of these names would corrupt the request.
@@ -558,7 +554,7 @@ class HttpProcessor:
     def __init__(self, config: HttpProcessorConfig) -> None:
         self.config = config
         url, basic_auth = _split_userinfo(config.handler_url)
-        self._url = httpx.URL(url)
+        self._url = str(httpx.URL(url))  # normalised and percent-encoded once
         self._shown_url = redact_url(config.handler_url)
         self._request_timeout = config.request_timeout
         self._max_bytes = config.max_response_bytes
@@ -578,29 +574,18 @@ class HttpProcessor:
                 secrets.extend(header_secrets(health_auth))
             secrets.extend(url_secrets(config.health_url))
         self._scrub = Scrubber(secrets)
-        limits = httpx.Limits(max_connections=config.max_connections,
-                              max_keepalive_connections=config.max_connections,
-                              keepalive_expiry=KEEPALIVE_EXPIRY)
         verify = _ssl_verify(config.verify)
-        if config.transport == "aiohttp":
-            from processor.aiohttp_transport import aiohttp_transport
-
-            transport = aiohttp_transport(verify=verify, limits=limits)
-        else:
-            transport = httpx.AsyncHTTPTransport(verify=verify, limits=limits)
-        # Item calls go straight to the transport: the client's cookie, auth and
-        # redirect layers do nothing for us (no cookies, auth is a header,
-        # redirects are not followed) but cost about a fifth of a call.
-        self._transport = transport
+        self._sender = open_sender(config.transport, SenderSettings(
+            headers=headers, connect_timeout=min(config.connect_timeout, config.request_timeout),
+            max_response_bytes=config.max_response_bytes,
+            max_connections=config.max_connections, verify=verify,
+            shown_url=self._shown_url))
+        # The health check only: a plain httpx client.
         self._client = httpx.AsyncClient(
             headers=headers,
             timeout=httpx.Timeout(config.request_timeout,
                                   connect=min(config.connect_timeout, config.request_timeout)),
-            limits=limits,
-            verify=verify,
-            follow_redirects=False,
-            transport=transport,
-        )
+            verify=verify, follow_redirects=False)
 
     def __repr__(self) -> str:
         return (f"HttpProcessor(handler_url={self._shown_url!r}, "
@@ -617,6 +602,7 @@ class HttpProcessor:
 
     async def aclose(self) -> None:
         """Close the pooled connections. Safe to call more than once."""
+        await self._sender.aclose()
         await self._client.aclose()
 
     async def process(self, item: WorkItem) -> Result:
@@ -641,44 +627,24 @@ class HttpProcessor:
                       f"{_truncate(str(error))}")) from None
 
     async def _process(self, item: WorkItem) -> Result:
-        if self._client.is_closed:
-            raise self._failed(item, Failure(True, "the HTTP processor is closed (shutting down)"))
-        request = self._client.build_request("POST", self._url, content=item.data, headers={
+        headers = {
             "Content-Type": "application/octet-stream",
             "X-Partition-Id": header_safe(item.partition_id),
             "X-Item-Id": header_safe(item.id),
             "X-Gate": str(item.gate),
             "X-Attempt": str(item.attempt),
             "Idempotency-Key": header_safe(item.idempotency_key),
-        })
+        }
         try:
             async with asyncio.timeout(self._request_timeout):
-                response = await self._send(request)
-                try:
-                    body = await self._read_body(response)
-                finally:
-                    await response.aclose()
-        except httpx.ConnectTimeout:
-            raise self._failed(item, Failure(True, (
-                f"could not connect to {self._shown_url} within "
-                f"{min(self.config.connect_timeout, self._request_timeout)} s "
-                "(connect_timeout)"))) from None
-        except (TimeoutError, httpx.TimeoutException):
+                reply = await self._sender.post(self._url, item.data, headers)
+        except TimeoutError:
             raise self._failed(item, Failure(True, (
                 f"no complete answer from {self._shown_url} within {self._request_timeout} s "
                 "(request_timeout)"))) from None
-        except httpx.ConnectError as error:
-            raise self._failed(item, Failure(True, (
-                f"could not connect to {self._shown_url}: {_error_text(error)}"))) from None
-        except httpx.DecodingError as error:
-            raise self._failed(item, Failure(True, (
-                f"malformed answer: its body could not be decoded ({_error_text(error)})"
-            ))) from None
-        except httpx.TransportError as error:
-            raise self._failed(item, Failure(True, (
-                f"the connection to {self._shown_url} failed: {_error_text(error)}"))) from None
-
-        status = response.status_code
+        except TransportError as error:
+            raise self._failed(item, Failure(True, error.reason)) from None
+        status, body = reply.status, reply.body
         if body is None:
             if 200 <= status < 300:
                 raise self._failed(item, Failure(True, (
@@ -698,42 +664,7 @@ class HttpProcessor:
         else:
             reported = parse_error_body(body, self._scrub)
         raise self._failed(item, classify_error(
-            status, reported, retry_after=response.headers.get("retry-after"), now=time.time()))
-
-    async def _send(self, request: httpx.Request) -> httpx.Response:
-        """Send ``request`` and return once the answer's headers arrived.
-
-        A server may close an idle keep-alive connection just as we reuse it; the
-        request then fails before any answer with ``RemoteProtocolError`` ("server
-        disconnected") or ``WriteError`` (broken pipe). That is a transport
-        hiccup, not a handler failure, so it gets one immediate retry (httpcore
-        has dropped the dead connection, so the retry connects afresh). The item
-        carries an Idempotency-Key, so the rare case of a handler that did see
-        the first request is safe. Everything else is left to the engine's item
-        retries. Hand-written rather than a tenacity policy: tenacity costs
-        ~30 us per call for a retry that almost never happens.
-        """
-        try:
-            return await self._transport.handle_async_request(request)
-        except (httpx.RemoteProtocolError, httpx.WriteError):
-            log.debug("action=handler_connection_retry url=%s", self._shown_url)
-            return await self._transport.handle_async_request(request)
-
-    async def _read_body(self, response: httpx.Response) -> bytes | None:
-        """The whole body, or ``None`` as soon as it exceeds ``max_response_bytes``."""
-        limit = self._max_bytes
-        declared = response.headers.get("content-length")
-        if (declared is not None and declared.isascii() and declared.isdigit()
-                and int(declared) > limit):
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > limit:
-                return None
-            chunks.append(chunk)
-        return b"".join(chunks)
+            status, reported, retry_after=reply.retry_after, now=time.time()))
 
     def _failed(self, item: WorkItem, failure: Failure) -> ProcessorError:
         message = self._scrub(f"{describe_item(item)}: {failure.reason}")

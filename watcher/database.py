@@ -18,6 +18,10 @@ SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 POOL_SIZE = 10
 POOL_MAX_OVERFLOW = 10
 MYSQL_ISOLATION_LEVEL = "READ COMMITTED"
+# statefeed's transactions never wait on anything but the database, so a session
+# idle inside one this long belongs to a frozen or cut-off process; PostgreSQL
+# ends it, which frees the rows it locked for the processors taking over.
+STUCK_TRANSACTION_SECONDS = 5.0
 # The optional dependency group ("extra") that installs each database's drivers.
 DRIVER_EXTRAS = {"mysql": "mysql", "mariadb": "mysql", "mssql": "mssql"}
 
@@ -28,8 +32,10 @@ def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
     SQLite runs in WAL mode and starts every transaction with ``BEGIN IMMEDIATE``
     (reads marked ``sqlite_read`` use a plain ``BEGIN``), so that two writers
     queue on the busy timeout instead of failing when a read lock is upgraded.
-    MySQL and MariaDB run at READ COMMITTED; SQL Server at its default READ
-    COMMITTED, through pymssql in a worker thread per connection.
+    PostgreSQL ends sessions left idle inside a transaction for
+    :data:`STUCK_TRANSACTION_SECONDS`. MySQL and MariaDB run at READ COMMITTED;
+    SQL Server at its default READ COMMITTED, through pymssql in a worker
+    thread per connection.
 
     Raises:
         ConfigError: the database's driver is not installed.
@@ -57,7 +63,7 @@ def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
         # sends datetimes with microseconds instead of DATETIME's 1/300 s.
         options["connect_args"] = {"use_datetime2": True}
     try:
-        return create_async_engine(
+        engine = create_async_engine(
             url.async_url,
             echo=echo,
             pool_size=POOL_SIZE,
@@ -71,6 +77,22 @@ def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
             f"the {url.dialect} driver is not installed ({error.name or error}); "
             f"install it with: pip install 'statefeed[{extra}]'"
         ) from None
+    if url.dialect == "postgresql":
+        _end_stuck_transactions(engine)
+    return engine
+
+
+def _end_stuck_transactions(engine: AsyncEngine) -> None:
+    # A SET on each new connection rather than a startup option, which poolers
+    # such as PgBouncer refuse.
+    milliseconds = int(STUCK_TRANSACTION_SECONDS * 1000)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
+        cursor.close()
+        dbapi_connection.commit()
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

@@ -9,13 +9,14 @@ class SlotPool:
     """``capacity`` concurrent processor calls, shared across partitions.
 
     Partitions take what is free without waiting; when a slot frees up, every
-    partition that found the pool empty is woken to try again.
+    partition that asked to be told is woken, in the order they asked, so
+    that they take turns at the freed slots.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.in_use = 0
-        self._waiting: set[asyncio.Event] = set()
+        self._waiting: dict[asyncio.Event, None] = {}
 
     @property
     def free(self) -> int:
@@ -31,13 +32,13 @@ class SlotPool:
     def give_back(self, count: int = 1) -> None:
         """Return slots and wake the partitions waiting for one."""
         self.in_use -= count
-        waiting, self._waiting = self._waiting, set()
+        waiting, self._waiting = self._waiting, {}
         for event in waiting:
             event.set()
 
     def notify_when_free(self, event: asyncio.Event) -> None:
         """Set ``event`` the next time a slot is given back."""
-        self._waiting.add(event)
+        self._waiting.setdefault(event, None)
 
 
 async def wait_event(event: asyncio.Event, seconds: float) -> bool:

@@ -139,7 +139,7 @@ class PartitionSupervisor:
             # The lease may have expired while renewals failed: dispatch nothing
             # until a renewal confirms it (or finds it lost).
             return Pass(wait=self.config.poll_interval)
-        if self.in_flight and not self._worth_reading():
+        if not self._worth_reading():
             return Pass(wait=self.config.poll_interval)
         dispatched = await self._dispatch()
         if dispatched or self.in_flight:
@@ -149,16 +149,23 @@ class PartitionSupervisor:
         return await self._settle_gate()
 
     def _worth_reading(self) -> bool:
-        """Whether to read more ready items while others are still in flight.
+        """Whether to read ready items now.
 
         Reading after every single completion would cost one query per item.
-        Instead, read once a quarter of the slots are free, and after a read
-        that found the gate empty, wait for the next poll (new items come only
-        from clients or retries) unless nothing is in flight anymore.
+        Instead, while calls are in flight (of this partition or, the slots
+        being shared, of any other), read once a quarter of the slots are
+        free; partitions take turns at the freed slots in the order they began
+        waiting. After a read that found the gate empty, wait for the next
+        poll (new items come only from clients or retries) unless nothing of
+        this partition is in flight anymore: then its gate may be settled.
         """
-        if self.slots.free < self._refill_at:
+        idle = not self.in_flight
+        if (self.slots.free < self._refill_at and self.slots.in_use > 0
+                and not (idle and self._gate_looked_empty)):
             self.slots.notify_when_free(self.lease.wake)
             return False
+        if idle:
+            return True
         if self.lease.notified:
             return True
         return not (self._gate_looked_empty

@@ -36,6 +36,7 @@ from tests.acceptance.harness import (
 )
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.support.engine import wait_until
+from watcher.database import STUCK_TRANSACTION_SECONDS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
 
@@ -357,7 +358,10 @@ async def test_results_computed_under_a_lost_lease_are_fenced_off(tmp_path) -> N
         await new.wait_log("action=watcher_started")
         proxy.stall()
         cut_off_calls.set()  # the answers arrive; the result writes hang
-        await wait_until(lambda: _owner_is(cluster, partition_id, new.owner), timeout=LEASE * 3,
+        # If the stall caught the cut-off processor inside a lease write, its session
+        # keeps the partition row locked until PostgreSQL ends it as stuck.
+        await wait_until(lambda: _owner_is(cluster, partition_id, new.owner),
+                         timeout=max(LEASE * 3, STUCK_TRANSACTION_SECONDS + LEASE),
                          message="the new owner takes over")
         await wait_until(lambda: _at_gate(cluster, partition_id, {"item0", "item1"}, 1),
                          timeout=20, message="progress by the new owner")
