@@ -691,6 +691,8 @@ async def test_database_outage_longer_than_a_lease_is_survived(tmp_path) -> None
         layout = await cluster.create(6, 4)
         db_url = via(POSTGRES_URL, proxy.port)
         procs = [await cluster.start(None, db_url=db_url) for _ in range(2)]
+        # Both must be running when the outage starts, not one still starting up.
+        await asyncio.gather(*(proc.wait_log("action=watcher_started") for proc in procs))
         total = 6 * 4 * 3 * 2
         await wait_until(lambda: len(handler.calls) >= total // 3, timeout=60,
                          message="a third of the calls")
