@@ -14,15 +14,12 @@ import logging
 import socket
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
 
 import uvicorn
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
-from sqlalchemy.exc import OperationalError
 
 from processor.client import AsyncClient
 from processor.http_processor import HttpProcessor, HttpProcessorConfig
@@ -31,8 +28,6 @@ from watcher.migrate import upgrade
 from watcher.records import ItemInfo, NewItem
 from watcher.store import Store
 from watcher.watcher import Watcher
-
-T = TypeVar("T")
 
 PARTITION = "opening-42"
 DEMO_TIMEOUT = 60.0
@@ -81,22 +76,6 @@ async def _serve_handler(port: int):
         await asyncio.wait({task}, timeout=5)
 
 
-async def _read(make: Callable[[], Awaitable[T]]) -> T:
-    """A progress read, tried again when SQLite reports the file busy.
-
-    Raises:
-        OperationalError: still busy after a few tries.
-    """
-    for attempt in range(5):
-        try:
-            return await make()
-        except OperationalError:
-            if attempt == 4:
-                raise
-            await asyncio.sleep(0.05 * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
 async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None = None) -> int:
     """Run the pipeline; returns the exit code (0 when the partition completes)."""
     from handlers.examples.resumes import sample_resumes, top_candidates
@@ -122,15 +101,15 @@ async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None =
                     NewItem(f"resume-{n:03}", document) for n, document in enumerate(documents)
                 ])
                 watcher.wake()
-                info = await _read(lambda: client.partition(PARTITION))
+                info = await client.partition(PARTITION)
                 with Live(console=console, refresh_per_second=10, transient=False) as live:
                     while info.status == "available" and (
                             time.monotonic() - started < DEMO_TIMEOUT):
-                        live.update(_progress(await _read(lambda: client.items(PARTITION)),
+                        live.update(_progress(await client.items(PARTITION),
                                               time.monotonic() - started))
                         await asyncio.sleep(REFRESH)
-                        info = await _read(lambda: client.partition(PARTITION))
-                    items = await _read(lambda: client.items(PARTITION))
+                        info = await client.partition(PARTITION)
+                    items = await client.items(PARTITION)
                     live.update(_progress(items, time.monotonic() - started))
             finally:
                 await watcher.stop()

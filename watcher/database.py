@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+import time
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.dialects import registry
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.util import await_only
 
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError
@@ -101,9 +105,9 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         # Let SQLAlchemy's "begin" event decide how transactions start.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
+        _use_write_ahead_log(cursor)
+        cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
@@ -112,3 +116,28 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
             connection.exec_driver_sql("BEGIN")
         else:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _use_write_ahead_log(cursor: Any) -> None:
+    """Put the database file in WAL mode, waiting while another connection writes.
+
+    ``processor migrate`` sets WAL once; then this is a read that finds it set.
+    On a file still in rollback-journal mode (migrated by an older release), the
+    switch needs an exclusive lock, and SQLite reports "database is locked" at
+    once, without its busy wait, while another connection holds a write lock.
+
+    Raises:
+        sqlite3.OperationalError: still locked after the busy timeout.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_SECONDS
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() + pause > deadline:
+                raise
+        # The hook runs inside the async engine's greenlet: wait without blocking the loop.
+        await_only(asyncio.sleep(pause))
+        pause = min(pause * 2, 0.2)

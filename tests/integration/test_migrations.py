@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from sqlalchemy import create_engine, inspect
 
 from watcher.dburl import parse_database_url
 from watcher.migrate import downgrade, upgrade, upgrade_sql
+from watcher.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,3 +60,46 @@ def test_offline_sql_needs_no_server() -> None:
     assert "CREATE TABLE sf_partitions" in sql and "CREATE TABLE sf_items" in sql
     assert "BYTEA" in sql and "CREATE INDEX sf_ix_items_ready" in sql
     assert "secret" not in sql
+
+
+def test_sqlite_migration_leaves_the_file_in_wal_mode(tmp_path) -> None:
+    # Switching to WAL later, while a processor writes, fails at once with
+    # "database is locked"; so the migration sets it before anyone connects.
+    path = tmp_path / "fresh.db"
+    upgrade(f"sqlite:///{path}")
+    connection = sqlite3.connect(path)
+    try:
+        (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+    finally:
+        connection.close()
+    assert mode == "wal"
+
+
+async def test_sqlite_file_in_rollback_mode_switches_to_wal_once_a_writer_commits(tmp_path):
+    # A file migrated by an older release is still in rollback-journal mode. While
+    # another connection holds its write lock, SQLite refuses the switch to WAL at
+    # once instead of waiting; the engine's first connection must wait it out.
+    path = tmp_path / "legacy.db"
+    upgrade(f"sqlite:///{path}")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=DELETE")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO partitions (id, version, gate, status, owner, until, "
+                   "created_at, updated_at) VALUES ('held', 1, 0, 'available', '', "
+                   "'2026-01-01', '2026-01-01', '2026-01-01')")
+    store = Store.open(f"sqlite:///{path}")
+    try:
+        reading = asyncio.create_task(store.partition_get("held"))
+        await asyncio.sleep(0.3)  # let the first connection meet the held lock
+        assert not reading.done(), "the read waits for the writer instead of failing"
+        holder.execute("COMMIT")
+        info = await asyncio.wait_for(reading, timeout=10)
+        assert info is not None and info.id == "held"
+    finally:
+        holder.close()
+        await store.close()
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        check.close()

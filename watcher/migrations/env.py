@@ -6,7 +6,7 @@ import logging.config
 import os
 
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import Engine, create_engine, pool
 
 from watcher.dburl import parse_database_url
 from watcher.schema import validate_table_prefix
@@ -46,9 +46,20 @@ def run_migrations_offline() -> None:
         context.run_migrations()
 
 
+def _use_write_ahead_log(engine: Engine) -> None:
+    # WAL is a property of the file. Switching to it takes an exclusive lock that
+    # SQLite refuses at once (no busy wait) while another connection writes, so it
+    # happens here, before any processor or client opens the database; their
+    # connections then find WAL already set.
+    with engine.connect() as connection:
+        connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+
+
 def run_migrations_online() -> None:
     """Connect and migrate."""
     engine = create_engine(database_url.sync_url, poolclass=pool.NullPool)
+    if database_url.dialect == "sqlite":
+        _use_write_ahead_log(engine)
     with engine.connect() as connection:
         context.configure(connection=connection, version_table=version_table)
         with context.begin_transaction():
