@@ -112,8 +112,11 @@ class Item(SQLModel, table=True):
     """One unit of work inside a partition, with its opaque bytes."""
 
     __tablename__ = "items"
-    __table_args__ = (Index("ix_items_ready", "partition_id", "status", "gate", "retry_at"),
-                      MYSQL_TABLE_OPTIONS)
+    # Ready reads: one partition's available items at a gate, in (retry_at, id) order.
+    __table_args__ = (
+        Index("ix_items_ready", "partition_id", "status", "gate", "retry_at", "id"),
+        MYSQL_TABLE_OPTIONS,
+    )
 
     partition_id: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))
     id: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))

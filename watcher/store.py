@@ -38,7 +38,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql.expression import ColumnElement
+from sqlalchemy.sql.expression import ColumnElement, Select
 
 from watcher.database import create_engine
 from watcher.dburl import DatabaseURL, parse_database_url
@@ -566,6 +566,13 @@ class Store:
         (partition, status, gate, retry_at) answers it without touching
         completed items.
         """
+        query = self._ready_query(partition_id, gate, limit, exclude)
+        async with self._read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4]) for row in rows]
+
+    def _ready_query(self, partition_id: str, gate: int, limit: int,
+                     exclude: Collection[str]) -> Select[Any]:
         i = self.tables.items
         query = (
             select(i.c.id, i.c.version, i.c.gate, i.c.data, i.c.attempts)
@@ -581,9 +588,7 @@ class Store:
                                                          type_=ARRAY(String))))
         elif exclude:
             query = query.where(i.c.id.not_in(list(exclude)))
-        async with self._read() as conn:
-            rows = (await conn.execute(query)).all()
-        return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4]) for row in rows]
+        return query
 
     async def gate_summary(self, partition_id: str, gate: int) -> GateSummary:
         """Summarise what is left at ``gate``: pending and failed items, and the next gate."""
@@ -608,9 +613,16 @@ class Store:
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
         """Write attempt outcomes in one transaction; each write guarded and fenced.
 
-        A write counts only if the item still has the version that was read,
-        is still available, and ``owner`` still holds a live lease on its
-        partition. Returns, per write, whether it was applied.
+        A write counts only if the item still has the version that was read
+        (so it is still available: every item write bumps the version) and
+        ``owner`` still holds a live lease on its partition. Returns, per
+        write, whether it was applied.
+
+        The guard names the primary key and the version, and on purpose not
+        the status: with ``status = 'available'`` in it, a planner without
+        statistics (a freshly filled table) may pick the ready-items index,
+        whose (partition_id, status) prefix matches as many columns as the
+        key, and then visit every available item of the partition per write.
         """
         if not writes:
             return []
@@ -621,7 +633,7 @@ class Store:
             p.c.id == bindparam("pid"), p.c.owner == owner, p.c.status == AVAILABLE,
             p.c.until > self._now())
         guard = (i.c.partition_id == bindparam("pid"), i.c.id == bindparam("iid"),
-                 i.c.version == bindparam("seen"), i.c.status == AVAILABLE, fence)
+                 i.c.version == bindparam("seen"), fence)
         statements: dict[tuple[bool, bool], Any] = {}
 
         def statement_for(write: ItemWrite) -> Any:
@@ -670,8 +682,14 @@ class Store:
         Same guard and fence as the portable path, per row; RETURNING tells
         which rows were applied.
         """
-        statement = self._unnest_statement
-        params = {
+        async with self._write() as conn:
+            applied = {(pid, iid) for pid, iid in await conn.execute(
+                self._unnest_statement, self._unnest_params(writes, owner))}
+        return [(w.partition_id, w.item_id) in applied for w in writes]
+
+    @staticmethod
+    def _unnest_params(writes: Sequence[ItemWrite], owner: str) -> dict[str, Any]:
+        return {
             "owner": owner,
             "pids": [w.partition_id for w in writes],
             "iids": [w.item_id for w in writes],
@@ -683,9 +701,6 @@ class Store:
             "datas": [w.data for w in writes],
             "delays": [w.retry_delay or 0.0 for w in writes],
         }
-        async with self._write() as conn:
-            applied = {(pid, iid) for pid, iid in await conn.execute(statement, params)}
-        return [(w.partition_id, w.item_id) in applied for w in writes]
 
     @functools.cached_property
     def _unnest_statement(self) -> Any:
@@ -706,7 +721,7 @@ class Store:
         return (
             update(i)
             .where(i.c.partition_id == rows.c.pid, i.c.id == rows.c.iid,
-                   i.c.version == rows.c.seen, i.c.status == AVAILABLE, fence)
+                   i.c.version == rows.c.seen, fence)
             .values(version=i.c.version + 1, status=rows.c.status,
                     gate=func.coalesce(rows.c.gate, i.c.gate),
                     attempts=rows.c.attempts, last_error=rows.c.error,

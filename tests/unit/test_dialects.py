@@ -92,7 +92,7 @@ def test_sql_server_ddl_has_the_right_types(url: str) -> None:
     assert f"CREATE INDEX {PREFIX}ix_partitions_lease ON {PREFIX}partitions " \
            "(status, until, owner)" in ddl
     assert f"CREATE INDEX {PREFIX}ix_items_ready ON {PREFIX}items " \
-           "(partition_id, status, gate, retry_at)" in ddl
+           "(partition_id, status, gate, retry_at, id)" in ddl
     assert f"ALTER TABLE {PREFIX}items SET (LOCK_ESCALATION = DISABLE)" in ddl
     assert "\nGO\n" in ddl  # batches separated for sqlcmd / SSMS
     assert SECRET not in ddl
