@@ -9,11 +9,15 @@ the free slots; when the gate has nothing ready or in flight it asks
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import hashlib
 import logging
 import time
+import types
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -27,11 +31,12 @@ from watcher.decisions import (
     write_for_error,
     write_for_result,
 )
+from watcher.eager import first_step, rest
 from watcher.hooks import Hooks
 from watcher.leases import Lease, LeaseKeeper
 from watcher.models import Status
 from watcher.protocol import NonRetryableError, Result, WorkItem
-from watcher.records import ReadyItem
+from watcher.records import ItemWrite, ReadyItem
 from watcher.slots import SlotPool, wait_event
 from watcher.store import Store
 from watcher.writer import ResultWriter, WriterClosedError
@@ -76,7 +81,7 @@ class PartitionSupervisor:
         self.keeper = keeper
         self.config = config
         self.hooks = hooks
-        self.in_flight: dict[str, asyncio.Task[None]] = {}
+        self.in_flight: dict[str, asyncio.Task[None] | None] = {}
         # Items whose result was written while a read of ready items may have
         # been running: that read can still return the old row, which must not
         # be dispatched again. id -> (version handled, read sequence when written).
@@ -203,50 +208,107 @@ class PartitionSupervisor:
         if taken > len(fresh):
             self.slots.give_back(taken - len(fresh))
         for item in fresh:
-            self.in_flight[item.id] = asyncio.create_task(
-                self._attempt(item), name=f"item-{self.partition_id}-{item.id}")
+            self._start(item)
         self.hooks.in_flight(self.slots.in_use)
         return len(fresh)
 
-    async def _attempt(self, item: ReadyItem) -> None:
-        started = time.monotonic()
+    def _start(self, item: ReadyItem) -> None:
+        """Call the processor for ``item``; a task carries the call only if it waits.
+
+        ``in_flight`` holds the item from here until its result is written:
+        with the task while the call runs, with ``None`` once its write is queued.
+        """
         pid = self.partition_id
         work = WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version,
                         idempotency_key(pid, item))
         self.hooks.item_dispatched(pid, item.id, item.gate)
+        started = time.monotonic()
+        context = contextvars.copy_context()
         try:
+            call = self.process(work)
+            if not isinstance(call, types.CoroutineType):  # another kind of awaitable
+                self.in_flight[item.id] = asyncio.create_task(
+                    self._finish_call(item, started, call), name=f"item-{pid}-{item.id}",
+                    context=context)
+                return
+            finished, value = first_step(call, context)
+        except asyncio.CancelledError:
+            self.slots.give_back(1)
+            self._forget(item)
+            return
+        except Exception as error:
+            self._settle(item, started, None, error)
+            return
+        if finished:
+            self._settle(item, started, value, None)
+        else:
+            self.in_flight[item.id] = asyncio.create_task(
+                self._finish_call(item, started, rest(call, value)),
+                name=f"item-{pid}-{item.id}", context=context)
+
+    async def _finish_call(self, item: ReadyItem, started: float,
+                           call: Awaitable[Result]) -> None:
+        try:
+            result = await call
+        except asyncio.CancelledError:
+            self.slots.give_back(1)
+            self._forget(item)
+            raise
+        except Exception as error:
+            self._settle(item, started, None, error)
+        else:
+            self._settle(item, started, result, None)
+
+    def _settle(self, item: ReadyItem, started: float, result: Any,
+                error: Exception | None) -> None:
+        """Turn a finished call into its item write, free its slot, and queue the write."""
+        pid = self.partition_id
+        self.slots.give_back(1)
+        write: ItemWrite | None = None
+        if error is None:
             try:
-                result = await self.process(work)
                 problem = result_problem(result)
                 if problem is None:
                     write = write_for_result(pid, item, result, self.lease.gate, self._policy)
                 else:
-                    write = write_for_error(
-                        pid, item, NonRetryableError(f"item {item.id!r}: {problem}"),
-                        self._policy)
-            except Exception as error:
-                write = write_for_error(pid, item, error, self._policy)
-            finally:
-                self.slots.give_back(1)
-            try:
-                applied = await self.writer.submit(write)
-            except WriterClosedError:
+                    error = NonRetryableError(f"item {item.id!r}: {problem}")
+            except Exception as bug:  # recorded on the item like a processor error
+                error = bug
+        if write is None:
+            assert error is not None
+            write = write_for_error(pid, item, error, self._policy)
+        self.in_flight[item.id] = None
+        try:
+            self.writer.enqueue(write, functools.partial(self._written, item, write, started))
+        except WriterClosedError:
+            self._forget(item)  # not written: the item stays available and runs again
+
+    def _written(self, item: ReadyItem, write: ItemWrite, started: float,
+                 outcome: bool | BaseException) -> None:
+        """The writer's answer for ``item``: report the outcome and let the item go."""
+        pid = self.partition_id
+        try:
+            if isinstance(outcome, WriterClosedError):
                 return  # not written: the item stays available and runs again
-            except Exception as error:  # the database refused even the failure record
+            if isinstance(outcome, BaseException):  # the database refused even the failure
                 log.error("action=result_not_written partition=%s item=%s error=%s "
-                          "(the item stays available)", pid, item.id, type(error).__name__)
+                          "(the item stays available)", pid, item.id, type(outcome).__name__)
                 return
-            outcome = outcome_name(item, write) if applied else "stale"
-            self.hooks.item_outcome(pid, item.id, item.gate, outcome,
+            self.hooks.item_outcome(pid, item.id, item.gate,
+                                    outcome_name(item, write) if outcome else "stale",
                                     time.monotonic() - started)
-            if not applied:
+            if not outcome:
                 self.hooks.stale_result(pid, item.id)
                 log.debug("action=stale_result partition=%s item=%s", pid, item.id)
                 self._check_lease = True
         finally:
-            self._handled[item.id] = (item.version, self._reads)
-            self.in_flight.pop(item.id, None)
-            self.lease.wake.set()
+            self._forget(item)
+
+    def _forget(self, item: ReadyItem) -> None:
+        """``item`` is no longer in hand; a read still running may return its old row."""
+        self._handled[item.id] = (item.version, self._reads)
+        self.in_flight.pop(item.id, None)
+        self.lease.wake.set()
 
     async def _confirm_lease(self) -> bool:
         """Re-read the partition after a fenced write: still ours, or lost?"""
@@ -305,14 +367,14 @@ class PartitionSupervisor:
         """Stop dispatching; let in-flight items finish and write (up to ``grace`` s)."""
         self.draining = True
         self.lease.wake.set()
-        tasks = list(self.in_flight.values())
+        tasks = [task for task in self.in_flight.values() if task is not None]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace)
             for task in pending:
                 task.cancel()
 
     async def _cancel_in_flight(self) -> None:
-        tasks = list(self.in_flight.values())
+        tasks = [task for task in self.in_flight.values() if task is not None]
         for task in tasks:
             task.cancel()
         if tasks:

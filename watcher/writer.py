@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError, StatementError
 
@@ -39,6 +40,11 @@ def is_value_error(error: BaseException) -> bool:
     return isinstance(error, ValueError | OverflowError)  # includes UnicodeError
 
 
+# Told, once, how a queued write ended: applied (True), fenced off (False), or
+# the error that kept it from being written (WriterClosedError: never written).
+WriteDone = Callable[[bool | BaseException], None]
+
+
 class ResultWriter:
     """Writes item results for one owner, batching whatever is queued."""
 
@@ -46,7 +52,7 @@ class ResultWriter:
         self.store = store
         self.owner = owner
         self.batch_size = batch_size
-        self._queue: list[tuple[ItemWrite, asyncio.Future[bool]]] = []
+        self._queue: list[tuple[ItemWrite, WriteDone]] = []
         self._pending = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -56,21 +62,40 @@ class ResultWriter:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"result-writer-{self.owner}")
 
-    async def submit(self, write: ItemWrite) -> bool:
-        """Queue ``write`` and wait until it is written.
+    def enqueue(self, write: ItemWrite, done: WriteDone) -> None:
+        """Queue ``write``; ``done`` is called once it is written or cannot be.
 
-        Returns whether it was applied (``False``: the item moved on or the
-        lease was lost, so the result was fenced off).
+        ``done`` gets whether the write was applied (``False``: the item moved
+        on or the lease was lost, so the result was fenced off), or the error
+        that stopped it. It is called from the writer's task and must not block.
 
         Raises:
-            WriterClosedError: the writer stopped before the write could be made.
+            WriterClosedError: the writer is stopping; nothing was queued.
         """
         if self._closing:
             raise WriterClosedError("the result writer is stopping")
         self.start()
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.append((write, future))
+        self._queue.append((write, done))
         self._pending.set()
+
+    async def submit(self, write: ItemWrite) -> bool:
+        """Queue ``write`` and wait until it is written; returns whether it was applied.
+
+        Raises:
+            WriterClosedError: the writer stopped before the write could be made.
+            Exception: the database refused even the failure record for it.
+        """
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def done(outcome: bool | BaseException) -> None:
+            if future.done():
+                return
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+        self.enqueue(write, done)
         return await future
 
     async def _run(self) -> None:
@@ -103,8 +128,7 @@ class ResultWriter:
                     for entry in batch:
                         if entry in self._queue:
                             self._queue.remove(entry)
-                            if not entry[1].done():
-                                entry[1].set_exception(error)
+                            _tell(entry[1], error)
                     continue
                 if failures:
                     log.warning("action=result_write_recovered owner=%s", self.owner)
@@ -112,7 +136,7 @@ class ResultWriter:
             if self._closing:
                 return
 
-    async def _write(self, batch: list[tuple[ItemWrite, asyncio.Future[bool]]]) -> None:
+    async def _write(self, batch: list[tuple[ItemWrite, WriteDone]]) -> None:
         """Write ``batch`` (the head of the queue) in one transaction and answer its waiters.
 
         When the database refuses the batch for a value in it, the writes go
@@ -127,9 +151,8 @@ class ResultWriter:
             await self._write_one_by_one(len(batch))
             return
         del self._queue[: len(batch)]
-        for (_, future), ok in zip(batch, applied, strict=True):
-            if not future.done():
-                future.set_result(ok)
+        for (_, done), ok in zip(batch, applied, strict=True):
+            _tell(done, ok)
 
     async def _write_one_by_one(self, count: int) -> None:
         """Write the first ``count`` queued writes one per transaction.
@@ -140,7 +163,7 @@ class ResultWriter:
         done. Raises what an outage raises, leaving the rest queued.
         """
         for _ in range(count):
-            write, future = self._queue[0]
+            write, done = self._queue[0]
             outcome: bool | BaseException
             try:
                 outcome = (await self.store.items_apply([write], self.owner))[0]
@@ -157,17 +180,12 @@ class ResultWriter:
                         raise
                     outcome = second
             del self._queue[0]
-            if not future.done():
-                if isinstance(outcome, BaseException):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
+            _tell(done, outcome)
 
     def _fail_all(self, error: Exception) -> None:
         queued, self._queue = self._queue, []
-        for _, future in queued:
-            if not future.done():
-                future.set_exception(error)
+        for _, done in queued:
+            _tell(done, error)
 
     async def close(self, grace: float) -> None:
         """Write what is queued (waiting up to ``grace`` seconds), then stop."""
@@ -179,3 +197,11 @@ class ResultWriter:
         if not done:
             self._task.cancel()
         self._fail_all(WriterClosedError("the result writer stopped"))
+
+
+def _tell(done: WriteDone, outcome: bool | BaseException) -> None:
+    """Report an outcome to a waiter; a waiter that raises is logged, never the writer's end."""
+    try:
+        done(outcome)
+    except Exception:
+        log.exception("action=write_callback_failed")

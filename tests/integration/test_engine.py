@@ -368,3 +368,39 @@ async def test_notifications_wake_an_idle_watcher_at_once(db_url, table_prefix, 
     assert calls == ["a", "b"]
     assert scans["leases_free"] <= 4, "woken by notifications, not by polling"
     await client.close()
+
+
+async def test_processors_that_answer_at_once_wait_or_return_other_awaitables(
+        db_url, table_prefix, make_store) -> None:
+    """Calls that never wait run without a task; waiting calls and futures still work."""
+    client = AsyncClient(db_url, table_prefix)
+    seen: list[str] = []
+
+    async def answer(item: WorkItem) -> Result:
+        seen.append(item.id)
+        if item.id.startswith("wait"):
+            await asyncio.sleep(0.001)
+        if item.id.startswith("boom"):
+            raise RetryableError("transient")
+        return Result(done=True)
+
+    def process(item: WorkItem):
+        if item.id.startswith("future"):  # a plain function returning a future
+            future = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(future.set_result, Result(done=True))
+            return future
+        return answer(item)
+
+    names = [f"{kind}{n}" for kind in ("now", "wait", "future") for n in range(10)]
+    await client.create_partition("p", [NewItem(name, b"") for name in names])
+    await client.create_partition("q", [NewItem("boom", b"")])
+    watcher = Watcher(make_store(), process, config(concurrency=4, max_retries=1))
+    async with running(watcher):
+        info = await client.wait("p", timeout=20)
+        failed = await client.wait("q", timeout=20)
+    assert info.status == "complete" and info.counts == {"complete": 30}
+    assert failed.status == "failed"
+    (boom,) = await client.items("q")
+    assert boom.attempts == 2 and "transient" in (boom.last_error or "")
+    assert sorted(set(seen) - {"boom"}) == sorted(n for n in names if not n.startswith("future"))
+    await client.close()
