@@ -8,27 +8,34 @@ from collections import Counter
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.common import cpu_seconds
 from watcher.hooks import Hooks
+from watcher.store import Store
 
 
 class StatementCounter:
-    """Counts statements on an engine (``before_cursor_execute``), by their first keyword.
+    """Counts the statements a store sends, by their first keyword.
 
-    An ``executemany`` counts once: it is one statement as the driver sends it
-    (psycopg pipelines the rows).
+    Both paths count: the SQLAlchemy engine's (``before_cursor_execute``) and
+    the direct PostgreSQL path's. An ``executemany`` counts once: it is one
+    statement as the driver sends it (psycopg pipelines the rows).
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, store: Store) -> None:
         self.total = 0
         self.kinds: Counter[str] = Counter()
-        self._engine = engine.sync_engine
-        event.listen(self._engine, "before_cursor_execute", self._count)
+        self._engine = store.engine.sync_engine
+        self._direct = store.direct
+        event.listen(self._engine, "before_cursor_execute", self._count_engine)
+        if self._direct is not None:
+            self._direct.listeners.append(self._count)
 
-    def _count(self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
-               executemany: bool) -> None:
+    def _count_engine(self, conn: Any, cursor: Any, statement: str, parameters: Any,
+                      context: Any, executemany: bool) -> None:
+        self._count(statement)
+
+    def _count(self, statement: str) -> None:
         self.total += 1
         head = statement.lstrip().split(None, 1)
         self.kinds[head[0].upper() if head else "?"] += 1
@@ -40,7 +47,9 @@ class StatementCounter:
 
     def close(self) -> None:
         """Stop counting."""
-        event.remove(self._engine, "before_cursor_execute", self._count)
+        event.remove(self._engine, "before_cursor_execute", self._count_engine)
+        if self._direct is not None:
+            self._direct.listeners.remove(self._count)
 
 
 class DrainHooks(Hooks):

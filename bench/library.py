@@ -95,7 +95,7 @@ async def statefeed_drain(settings: Settings, concurrency: int) -> Drain:
         async with AsyncClient(settings.db_url, prefix) as client:
             ids = await create_partitions(client, spread(sizes.items, sizes.partitions))
             store = Store.open(settings.db_url, prefix)
-            counter = StatementCounter(store.engine)
+            counter = StatementCounter(store)
             hooks = DrainHooks(len(ids), counter)
             config = WatcherConfig(owner_id="bench-library", concurrency=concurrency)
             watcher = Watcher(store, _noop, config, hooks)

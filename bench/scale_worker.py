@@ -34,7 +34,7 @@ async def _noop(item: WorkItem) -> Result:
 async def drain(args: argparse.Namespace) -> dict[str, Any]:
     """Drain the prefix; return the figures. Raises TimeoutError after ``args.timeout`` s."""
     store = Store.open(args.db_url, args.prefix)
-    counter = StatementCounter(store.engine)
+    counter = StatementCounter(store)
     rss: dict[str, float] = {}
     at = {round(mark * args.items): f"at_{round(mark * 100)}pct" for mark in MARKS}
 

@@ -50,6 +50,7 @@ from watcher.errors import (
     PartitionNotFoundError,
 )
 from watcher.models import Status
+from watcher.pg_direct import DirectStatements
 from watcher.records import (
     GateSummary,
     ItemInfo,
@@ -90,6 +91,10 @@ class Store:
         self.tables = tables
         self._clock = clock
         self._dialect = engine.dialect.name
+        self._statements: dict[Any, Any] = {}
+        # PostgreSQL: the hot single statements skip SQLAlchemy's engine (see pg_direct).
+        self.direct = (DirectStatements(engine.url, engine.dialect)
+                       if self._dialect == "postgresql" and clock is None else None)
 
     @classmethod
     def open(cls, url: str | DatabaseURL, table_prefix: str = "", *,
@@ -104,6 +109,8 @@ class Store:
 
     async def close(self) -> None:
         """Dispose of the engine's connections."""
+        if self.direct is not None:
+            await self.direct.close()
         await self.engine.dispose()
 
     # -- time ---------------------------------------------------------------
@@ -132,6 +139,28 @@ class Store:
             conn = await conn.execution_options(sqlite_read=True)
             async with conn.begin():
                 yield conn
+
+    async def _fetch(self, statement: Any, params: dict[str, Any], *, read: bool
+                     ) -> Sequence[Any]:
+        """Run one statement in a transaction of its own; returns its rows (if any).
+
+        Raises the database's error (a SQLAlchemy exception) when it fails.
+        """
+        if self.direct is not None:
+            return await self.direct.fetch(statement, params)
+        async with self._read() if read else self._write() as conn:
+            result = await conn.execute(statement, params)
+            return result.all() if result.returns_rows else []
+
+    def _statement(self, key: Any, build: Callable[[], Any]) -> Any:
+        """A hot statement, built once (each time when a test clock is injected,
+        since the clock's reading is part of the statement)."""
+        if self._clock is not None:
+            return build()
+        found = self._statements.get(key)
+        if found is None:
+            found = self._statements[key] = build()
+        return found
 
     # -- notifications (PostgreSQL) -----------------------------------------
 
@@ -562,53 +591,71 @@ class Store:
         """Read up to ``limit`` available items at ``gate`` whose retry time has passed.
 
         ``exclude`` names items the caller already has in hand (in flight), so
-        they are not read again. Ordered by retry time, so the index on
-        (partition, status, gate, retry_at) answers it without touching
-        completed items.
+        they are not read again. Ordered by (retry time, id), which the index
+        on (partition, status, gate, retry_at, id) returns in order: the read
+        stops at ``limit`` rows and never touches completed items.
         """
-        query = self._ready_query(partition_id, gate, limit, exclude)
-        async with self._read() as conn:
-            rows = (await conn.execute(query)).all()
+        params: dict[str, Any] = {"pid": partition_id, "gate": gate, "limit": limit}
+        if exclude:
+            params["exclude"] = list(exclude)
+        rows = await self._fetch(self._ready_statement(bool(exclude), limit), params,
+                                 read=True)
         return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4]) for row in rows]
 
-    def _ready_query(self, partition_id: str, gate: int, limit: int,
-                     exclude: Collection[str]) -> Select[Any]:
+    def _ready_statement(self, excluding: bool, limit: int) -> Select[Any]:
+        """The ready read, with bind parameters pid, gate (and exclude, and limit).
+
+        The direct PostgreSQL path sends one statement text for every limit;
+        elsewhere the limit is a literal, which SQL Server renders as ``TOP n``.
+        """
+        if self.direct is not None:
+            return self._statement(("ready", excluding), lambda: self._build_ready(
+                excluding, bindparam("limit", type_=Integer())))
+        return self._build_ready(excluding, limit)
+
+    def _build_ready(self, excluding: bool, limit: Any) -> Select[Any]:
         i = self.tables.items
         query = (
             select(i.c.id, i.c.version, i.c.gate, i.c.data, i.c.attempts)
-            .where(i.c.partition_id == partition_id, i.c.status == AVAILABLE,
-                   i.c.gate == gate, i.c.retry_at <= self._now())
+            .where(i.c.partition_id == bindparam("pid", type_=i.c.partition_id.type),
+                   i.c.status == AVAILABLE, i.c.gate == bindparam("gate", type_=Integer()),
+                   i.c.retry_at <= self._now())
             .order_by(i.c.retry_at, i.c.id).limit(limit)
         )
-        if exclude and self._dialect == "postgresql":
-            # One array parameter keeps the statement text constant (cached).
+        if excluding and self._dialect == "postgresql":
+            # One array parameter keeps the statement text constant (prepared once).
             from sqlalchemy.dialects.postgresql import ARRAY
 
-            query = query.where(i.c.id != all_(bindparam("exclude", list(exclude),
-                                                         type_=ARRAY(String))))
-        elif exclude:
-            query = query.where(i.c.id.not_in(list(exclude)))
+            query = query.where(i.c.id != all_(bindparam("exclude", type_=ARRAY(String))))
+        elif excluding:
+            query = query.where(i.c.id.not_in(bindparam("exclude", expanding=True)))
         return query
 
     async def gate_summary(self, partition_id: str, gate: int) -> GateSummary:
         """Summarise what is left at ``gate``: pending and failed items, and the next gate."""
-        i = self.tables.items
-        here = and_(i.c.partition_id == partition_id, i.c.gate == gate)
-        pending = select(func.count(), func.min(i.c.retry_at)).where(
-            here, i.c.status == AVAILABLE)
-        failed = select(func.count()).where(here, i.c.status == FAILED)
-        next_gate = select(func.min(i.c.gate)).where(
-            i.c.partition_id == partition_id, i.c.status == AVAILABLE, i.c.gate > gate)
-        async with self._read() as conn:
-            pending_count, earliest = (await conn.execute(pending)).one()
-            failed_count = (await conn.execute(failed)).scalar_one()
-            lowest = (await conn.execute(next_gate)).scalar_one()
-            wait = None
-            if pending_count and earliest is not None:
-                now = (await conn.execute(select(self._now()))).scalar_one()
-                wait = max(0.0, (earliest - now).total_seconds())
+        row = (await self._fetch(self._statement("gate_summary", self._build_gate_summary),
+                                 {"pid": partition_id, "gate": gate}, read=True))[0]
+        pending_count, earliest, failed_count, lowest, now = row
+        wait = None
+        if pending_count and earliest is not None:
+            wait = max(0.0, (earliest - now).total_seconds())
         return GateSummary(pending=pending_count, failed=failed_count, next_gate=lowest,
                            seconds_to_next_retry=wait)
+
+    def _build_gate_summary(self) -> Select[Any]:
+        i = self.tables.items
+        partition = i.c.partition_id == bindparam("pid", type_=i.c.partition_id.type)
+        here = and_(partition, i.c.gate == bindparam("gate", type_=Integer()))
+        available = i.c.status == AVAILABLE
+        return select(
+            select(func.count()).where(here, available).scalar_subquery(),
+            select(func.min(i.c.retry_at)).where(here, available).scalar_subquery(),
+            select(func.count()).where(here, i.c.status == FAILED).scalar_subquery(),
+            select(func.min(i.c.gate)).where(
+                partition, available, i.c.gate > bindparam("gate", type_=Integer())
+            ).scalar_subquery(),
+            self._now(),
+        )
 
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
         """Write attempt outcomes in one transaction; each write guarded and fenced.
@@ -682,9 +729,9 @@ class Store:
         Same guard and fence as the portable path, per row; RETURNING tells
         which rows were applied.
         """
-        async with self._write() as conn:
-            applied = {(pid, iid) for pid, iid in await conn.execute(
-                self._unnest_statement, self._unnest_params(writes, owner))}
+        rows = await self._fetch(self._unnest_statement, self._unnest_params(writes, owner),
+                                 read=False)
+        applied = {(pid, iid) for pid, iid in rows}
         return [(w.partition_id, w.item_id) in applied for w in writes]
 
     @staticmethod

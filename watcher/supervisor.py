@@ -9,12 +9,10 @@ the free slots; when the gate has nothing ready or in flight it asks
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import hashlib
 import logging
 import time
-import types
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +29,6 @@ from watcher.decisions import (
     write_for_error,
     write_for_result,
 )
-from watcher.eager import first_step, rest
 from watcher.hooks import Hooks
 from watcher.leases import Lease, LeaseKeeper
 from watcher.models import Status
@@ -213,7 +210,7 @@ class PartitionSupervisor:
         return len(fresh)
 
     def _start(self, item: ReadyItem) -> None:
-        """Call the processor for ``item``; a task carries the call only if it waits.
+        """Call the processor for ``item`` in a task of its own.
 
         ``in_flight`` holds the item from here until its result is written:
         with the task while the call runs, with ``None`` once its write is queued.
@@ -222,34 +219,13 @@ class PartitionSupervisor:
         work = WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version,
                         idempotency_key(pid, item))
         self.hooks.item_dispatched(pid, item.id, item.gate)
-        started = time.monotonic()
-        context = contextvars.copy_context()
-        try:
-            call = self.process(work)
-            if not isinstance(call, types.CoroutineType):  # another kind of awaitable
-                self.in_flight[item.id] = asyncio.create_task(
-                    self._finish_call(item, started, call), name=f"item-{pid}-{item.id}",
-                    context=context)
-                return
-            finished, value = first_step(call, context)
-        except asyncio.CancelledError:
-            self.slots.give_back(1)
-            self._forget(item)
-            return
-        except Exception as error:
-            self._settle(item, started, None, error)
-            return
-        if finished:
-            self._settle(item, started, value, None)
-        else:
-            self.in_flight[item.id] = asyncio.create_task(
-                self._finish_call(item, started, rest(call, value)),
-                name=f"item-{pid}-{item.id}", context=context)
+        self.in_flight[item.id] = asyncio.create_task(
+            self._call(item, work), name=f"item-{pid}-{item.id}")
 
-    async def _finish_call(self, item: ReadyItem, started: float,
-                           call: Awaitable[Result]) -> None:
+    async def _call(self, item: ReadyItem, work: WorkItem) -> None:
+        started = time.monotonic()
         try:
-            result = await call
+            result = await self.process(work)
         except asyncio.CancelledError:
             self.slots.give_back(1)
             self._forget(item)

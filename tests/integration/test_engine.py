@@ -372,7 +372,7 @@ async def test_notifications_wake_an_idle_watcher_at_once(db_url, table_prefix, 
 
 async def test_processors_that_answer_at_once_wait_or_return_other_awaitables(
         db_url, table_prefix, make_store) -> None:
-    """Calls that never wait run without a task; waiting calls and futures still work."""
+    """Answers at once, after waiting, as an error, or from a plain function's future."""
     client = AsyncClient(db_url, table_prefix)
     seen: list[str] = []
 

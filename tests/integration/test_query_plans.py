@@ -58,7 +58,8 @@ async def _filled(store) -> list:
 async def test_ready_read_walks_the_index_in_order_and_stops_at_its_limit(store) -> None:
     in_flight = [f"i{n:05}" for n in range(100)]
     await _filled(store)
-    nodes = await _plan(store, store._ready_query("big", 0, 128, in_flight))
+    nodes = await _plan(store, store._ready_statement(excluding=True, limit=128),
+                        {"pid": "big", "gate": 0, "limit": 128, "exclude": in_flight})
     kinds = [node["Node Type"] for node in nodes]
     assert "Sort" not in kinds and "Incremental Sort" not in kinds, kinds
     scans = [node for node in nodes if node.get("Relation Name") == store.tables.items.name]

@@ -168,9 +168,16 @@ async def recorded(tmp_path) -> tuple[list[ClauseElement], set[str]]:
     called: set[str] = set()
 
     @event.listens_for(store.engine.sync_engine, "before_execute")
-    def record(_conn: Any, clause: Any, *_args: Any) -> None:
-        if isinstance(clause, ClauseElement):
-            statements.append(clause)
+    def record(_conn: Any, clause: Any, multiparams: Any, params: Any,
+               _options: Any) -> None:
+        if not isinstance(clause, ClauseElement):
+            return
+        values = params or (multiparams[0] if multiparams else None)
+        if isinstance(clause, Select) and isinstance(values, dict) and values:
+            # Bind the execution's values, so that post-compile parameters
+            # (SQL Server's TOP n, expanding IN lists) render as sent.
+            clause = clause.params(**values)
+        statements.append(clause)
 
     for name in store_methods():
         original = getattr(store, name)
