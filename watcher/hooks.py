@@ -79,4 +79,5 @@ class SafeHooks:
             except Exception:
                 log.exception("action=hook_failed hook=%s", name)
 
+        setattr(self, name, call)  # made once per hook; later lookups find it directly
         return call

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -26,7 +27,7 @@ def _direct(url: str, **options) -> DirectStatements:
 async def test_an_unreachable_server_fails_as_an_operational_error_without_the_password(
         ) -> None:
     url = make_url("postgresql://statefeed:hunter2-secret@127.0.0.1:9/test")
-    direct = DirectStatements(url, postgresql.dialect(), checkout_timeout=0.5)
+    direct = DirectStatements(url, postgresql.dialect(), connect_timeout=2)
     started = time.monotonic()
     try:
         with pytest.raises(OperationalError) as caught:
@@ -49,27 +50,43 @@ async def test_a_refused_value_is_a_data_error_with_its_parameters_hidden() -> N
         await direct.close()
 
 
-async def test_a_killed_connection_fails_one_statement_and_the_next_gets_a_new_one() -> None:
+async def test_dead_pooled_connections_are_replaced_without_failing_the_statement() -> None:
     require_postgres()
-    direct = _direct(POSTGRES_URL, max_connections=1)
+    direct = _direct(POSTGRES_URL, max_connections=2)
     seen: list[str] = []
     direct.listeners.append(seen.append)
-    backend = select(func.pg_backend_pid())
+    backend = select(func.pg_backend_pid(), func.pg_sleep(0.05))
     try:
-        ((first,),) = await direct.fetch(backend, {})
+        first = await asyncio.gather(direct.fetch(backend, {}), direct.fetch(backend, {}))
+        pids = {rows[0][0] for rows in first}
+        assert len(pids) == 2, "two connections pooled"
         killer = _direct(POSTGRES_URL)
         try:
-            await killer.fetch(select(func.pg_terminate_backend(bindparam("pid", type_=Integer))),
-                               {"pid": first})
+            for pid in pids:  # as a server restart would
+                await killer.fetch(
+                    select(func.pg_terminate_backend(bindparam("pid", type_=Integer))),
+                    {"pid": pid})
         finally:
             await killer.close()
-        with pytest.raises(OperationalError):
-            await direct.fetch(backend, {})
-        ((second,),) = await direct.fetch(backend, {})
+        ((after, _),) = await direct.fetch(backend, {})
     finally:
         await direct.close()
-    assert second != first
-    assert len(seen) == 3 and all("pg_backend_pid" in sql for sql in seen)
+    assert after not in pids
+    assert len(seen) == 3, "each statement counted once, however often it was sent"
+
+
+async def test_a_statement_error_keeps_the_connection() -> None:
+    require_postgres()
+    direct = _direct(POSTGRES_URL, max_connections=1)
+    backend = select(func.pg_backend_pid())
+    try:
+        ((before,),) = await direct.fetch(backend, {})
+        with pytest.raises(DataError):
+            await direct.fetch(SELECT_ONE, {"value": "x"})
+        ((after,),) = await direct.fetch(backend, {})
+    finally:
+        await direct.close()
+    assert after == before
 
 
 async def test_plain_writes_return_no_rows() -> None:
