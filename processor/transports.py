@@ -118,6 +118,7 @@ class AiohttpSender:
         self._failures = _Failures(settings)
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
+        self._urls: dict[str, yarl.URL] = {}
 
     def _open(self) -> aiohttp.ClientSession:
         settings = self._settings
@@ -135,7 +136,9 @@ class AiohttpSender:
         if self._closed:
             raise TransportError("the HTTP processor is closed (shutting down)")
         session = self._session or self._open()
-        target = yarl.URL(url, encoded=True)
+        target = self._urls.get(url)
+        if target is None:  # parsed once: every item goes to the same handler URL
+            target = self._urls[url] = yarl.URL(url, encoded=True)
         try:
             try:
                 return await self._exchange(session, target, body, headers)
@@ -162,6 +165,10 @@ class AiohttpSender:
             declared = response.content_length
             if declared is not None and declared > limit:
                 return Reply(response.status, retry_after, None)
+            if declared is not None and "Content-Encoding" not in response.headers:
+                # Exactly ``declared`` bytes will come (a compressed body is counted
+                # as it inflates, below).
+                return Reply(response.status, retry_after, await response.read())
             chunks: list[bytes] = []
             size = 0
             async for chunk in response.content.iter_any():

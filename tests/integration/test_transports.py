@@ -61,3 +61,31 @@ async def test_timeout_is_named(transport) -> None:
                     await http.process(hanging)
             finally:
                 RELEASE["hang"].set()
+
+
+async def compressed(scope, receive, send) -> None:
+    """A gzip body of about 1 KiB that inflates to 64 KiB of JSON, or a small plain one."""
+    import gzip
+
+    if scope["type"] != "http":
+        return
+    body = await read_body(receive)
+    if body == b"small":
+        answer_body, headers = b'{"done": true}', []
+    else:
+        document = b'{"done": true, "data": "' + b"x" * 65536 + b'"}'
+        answer_body, headers = gzip.compress(document), [(b"content-encoding", b"gzip")]
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"application/json"), *headers,
+        (b"content-length", str(len(answer_body)).encode())]})
+    await send({"type": "http.response.body", "body": answer_body})
+
+
+async def test_a_compressed_answer_is_limited_by_its_inflated_size(transport) -> None:
+    async with serve_app(compressed) as url:
+        async with HttpProcessor(HttpProcessorConfig(
+                handler_url=url, transport=transport, max_response_bytes=16384)) as http:
+            small = await http.process(WorkItem("p", "i", 0, 1, b"small", 1, "key"))
+            with pytest.raises(RetryableError, match="larger than max_response_bytes"):
+                await http.process(ITEM)
+    assert small == Result(done=True)
