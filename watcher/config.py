@@ -21,6 +21,11 @@ DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 DEFAULT_LEASE_BATCH = 16
 DEFAULT_STEAL_BATCH = 2
 DEFAULT_RESULT_BATCH = 256
+# While results keep coming, the writer waits this long after one write before the
+# next, so each carries what arrived meanwhile (a result after a quiet spell goes
+# at once).
+DEFAULT_RESULT_LINGER = 0.002
+MAX_RESULT_LINGER = 1.0
 MIN_LEASE_DURATION = 1.0
 
 
@@ -50,6 +55,7 @@ class WatcherConfig:
     lease_batch: int = DEFAULT_LEASE_BATCH
     steal_batch: int = DEFAULT_STEAL_BATCH
     result_batch: int = DEFAULT_RESULT_BATCH
+    result_linger: float = DEFAULT_RESULT_LINGER
 
     def __post_init__(self) -> None:
         if not isinstance(self.owner_id, str) or not self.owner_id.strip():
@@ -63,6 +69,10 @@ class WatcherConfig:
         _positive("poll interval", self.poll_interval)
         _positive("retry backoff", self.retry_backoff)
         _positive("shutdown timeout", self.shutdown_timeout, allow_zero=True)
+        _positive("result linger", self.result_linger, allow_zero=True)
+        if self.result_linger > MAX_RESULT_LINGER:
+            raise ConfigError(f"result linger must be at most {MAX_RESULT_LINGER} s, got "
+                              f"{self.result_linger!r}")
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise ConfigError(f"max retries must be a whole number >= 0, got {self.max_retries!r}")
         if self.retry_backoff_max < self.retry_backoff:

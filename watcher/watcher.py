@@ -50,7 +50,8 @@ class Watcher:
         self.keeper = LeaseKeeper(store, self.config, self.hooks)
         self.slots = SlotPool(self.config.concurrency)
         self.writer = ResultWriter(store, self.config.owner_id,
-                                   batch_size=self.config.result_batch)
+                                   batch_size=self.config.result_batch,
+                                   linger=self.config.result_linger)
         self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
         self._wake = asyncio.Event()
         self._stopping = False

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError, StatementError
@@ -48,10 +49,13 @@ WriteDone = Callable[[bool | BaseException], None]
 class ResultWriter:
     """Writes item results for one owner, batching whatever is queued."""
 
-    def __init__(self, store: Store, owner: str, *, batch_size: int) -> None:
+    def __init__(self, store: Store, owner: str, *, batch_size: int,
+                 linger: float = 0.0) -> None:
         self.store = store
         self.owner = owner
         self.batch_size = batch_size
+        self.linger = linger
+        self._last_write = -math.inf  # the loop time at which the last write ended
         self._queue: list[tuple[ItemWrite, WriteDone]] = []
         self._pending = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -104,6 +108,7 @@ class ResultWriter:
             await self._pending.wait()
             self._pending.clear()
             while self._queue:
+                await self._linger()
                 batch = self._queue[: self.batch_size]
                 try:
                     await self._write(batch)
@@ -130,11 +135,24 @@ class ResultWriter:
                             self._queue.remove(entry)
                             _tell(entry[1], error)
                     continue
+                self._last_write = asyncio.get_running_loop().time()
                 if failures:
                     log.warning("action=result_write_recovered owner=%s", self.owner)
                     failures = 0
             if self._closing:
                 return
+
+    async def _linger(self) -> None:
+        """Right after a write, wait out the linger so that the next one carries more.
+
+        A result that comes after a quiet spell is written at once; a full batch,
+        or a writer that is closing, does not wait either.
+        """
+        if not self.linger or self._closing or len(self._queue) >= self.batch_size:
+            return
+        remaining = self._last_write + self.linger - asyncio.get_running_loop().time()
+        if remaining > 0:
+            await asyncio.sleep(remaining)
 
     async def _write(self, batch: list[tuple[ItemWrite, WriteDone]]) -> None:
         """Write ``batch`` (the head of the queue) in one transaction and answer its waiters.

@@ -24,6 +24,8 @@ from watcher.schema import tables_for, validate_table_prefix
     ({"retry_backoff": 10, "retry_backoff_max": 1}, "retry backoff max"),
     ({"owner_id": " "}, "owner id"),
     ({"concurrency": True}, "concurrency"),
+    ({"result_linger": -0.001}, "result linger"),
+    ({"result_linger": 5}, "result linger must be at most"),
 ])
 def test_config_rejects_bad_values(kwargs, fragment) -> None:
     with pytest.raises(ConfigError, match=fragment):
