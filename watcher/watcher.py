@@ -98,6 +98,8 @@ class Watcher:
             lease, store=self.store, process=self._process, writer=self.writer,
             slots=self.slots, keeper=self.keeper, config=self.config, hooks=self.hooks)
         task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
+        # A partition that closed (or was lost) frees room for another: look at once.
+        task.add_done_callback(lambda _: self._wake.set())
         self.supervisors[lease.partition_id] = (supervisor, task)
 
     def _reap(self) -> None:
@@ -125,7 +127,9 @@ class Watcher:
                 self._wake.clear()
                 delay = self.config.poll_interval
                 try:
-                    await self.run_once()
+                    cycle = await self.run_once()
+                    if len(cycle.acquired) >= self.config.lease_batch:
+                        delay = 0  # a full batch taken: more may be free, take them now
                 except SQLAlchemyError as error:
                     delay = self._database_failed(error)
                 else:
