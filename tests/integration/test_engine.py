@@ -366,7 +366,9 @@ async def test_notifications_wake_an_idle_watcher_at_once(db_url, table_prefix, 
                                 message="re-opened partition done")
         assert info.counts == {"complete": 2}
     assert calls == ["a", "b"]
-    assert scans["leases_free"] <= 4, "woken by notifications, not by polling"
+    # One scan at the start, one per notification and one after each close (a closed
+    # partition frees room for another); the 30 s poll never comes round.
+    assert scans["leases_free"] <= 6, "woken by notifications, not by polling"
     await client.close()
 
 
