@@ -8,13 +8,18 @@ import asyncio
 class SlotPool:
     """``capacity`` concurrent processor calls, shared across partitions.
 
-    Partitions take what is free without waiting; when a slot frees up, every
-    partition that asked to be told is woken, in the order they asked, so
-    that they take turns at the freed slots.
+    Partitions take what is free without waiting. A partition that finds too
+    few slots free (fewer than ``refill_at``, a quarter of the capacity) asks
+    to be told; once that many are free again, the partition that has waited
+    longest is woken, and it passes the turn on (:meth:`pass_turn`) when it
+    is done and slots are still free. So partitions take turns at freed slots,
+    and a watcher holding a thousand partitions wakes one of them per refill,
+    not all of them at every completed call.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
+        self.refill_at = max(1, capacity // 4)
         self.in_use = 0
         self._waiting: dict[asyncio.Event, None] = {}
 
@@ -30,14 +35,23 @@ class SlotPool:
         return taken
 
     def give_back(self, count: int = 1) -> None:
-        """Return slots and wake the partitions waiting for one."""
+        """Return slots; wake the longest-waiting partition once enough are free."""
         self.in_use -= count
-        waiting, self._waiting = self._waiting, {}
-        for event in waiting:
-            event.set()
+        self.pass_turn()
+
+    def pass_turn(self) -> None:
+        """Wake the longest-waiting partition if at least ``refill_at`` slots are free."""
+        if self.free < self.refill_at and self.in_use > 0:
+            return
+        while self._waiting:
+            event = next(iter(self._waiting))
+            del self._waiting[event]
+            if not event.is_set():
+                event.set()
+                return
 
     def notify_when_free(self, event: asyncio.Event) -> None:
-        """Set ``event`` the next time a slot is given back."""
+        """Set ``event`` when it is this partition's turn at freed slots."""
         self._waiting.setdefault(event, None)
 
 

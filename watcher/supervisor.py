@@ -84,7 +84,6 @@ class PartitionSupervisor:
         # be dispatched again. id -> (version handled, read sequence when written).
         self._handled: dict[str, tuple[int, int]] = {}
         self._reads = 0
-        self._refill_at = max(1, config.concurrency // 4)
         self._gate_looked_empty = False
         self._last_read = 0.0
         self.draining = False
@@ -114,6 +113,9 @@ class PartitionSupervisor:
                     outcome = Pass(wait=self.config.poll_interval)
                 else:
                     self._db_failing = False
+                # Woken for a turn at freed slots, or not: whatever is still free
+                # goes to the next partition in line.
+                self.slots.pass_turn()
                 if outcome.wait is None:
                     break
                 if outcome.wait > 0:
@@ -162,7 +164,7 @@ class PartitionSupervisor:
         this partition is in flight anymore: then its gate may be settled.
         """
         idle = not self.in_flight
-        if (self.slots.free < self._refill_at and self.slots.in_use > 0
+        if (self.slots.free < self.slots.refill_at and self.slots.in_use > 0
                 and not (idle and self._gate_looked_empty)):
             self.slots.notify_when_free(self.lease.wake)
             return False
