@@ -1,0 +1,57 @@
+"""The shared dispatch slots: partitions take turns at freed slots, one at a time."""
+
+from __future__ import annotations
+
+import asyncio
+
+from watcher.slots import SlotPool
+
+
+async def test_freed_slots_wake_the_longest_waiting_partition_only() -> None:
+    pool = SlotPool(8)  # a turn comes once 2 slots are free
+    assert pool.take(8) == 8
+    waiting = [asyncio.Event() for _ in range(100)]
+    for event in waiting:
+        pool.notify_when_free(event)
+    pool.give_back(1)
+    assert not any(event.is_set() for event in waiting), "one free slot is not a turn"
+    pool.give_back(1)
+    assert [n for n, event in enumerate(waiting) if event.is_set()] == [0]
+
+
+async def test_the_turn_passes_on_while_slots_stay_free() -> None:
+    pool = SlotPool(8)
+    pool.take(8)
+    first, second, third = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    for event in (first, second, third):
+        pool.notify_when_free(event)
+    pool.give_back(4)
+    assert first.is_set() and not second.is_set()
+    pool.take(1)  # the first partition had one item ready; 3 slots stay free
+    pool.pass_turn()
+    assert second.is_set() and not third.is_set()
+    pool.take(3)
+    pool.pass_turn()
+    assert not third.is_set(), "nothing free: the third waits for the next refill"
+
+
+async def test_an_idle_pool_wakes_a_waiter_whatever_its_size() -> None:
+    pool = SlotPool(1)
+    pool.take(1)
+    event = asyncio.Event()
+    pool.notify_when_free(event)
+    pool.give_back(1)
+    assert event.is_set()
+
+
+async def test_a_partition_asking_twice_waits_once() -> None:
+    pool = SlotPool(4)
+    pool.take(4)
+    event, other = asyncio.Event(), asyncio.Event()
+    pool.notify_when_free(event)
+    pool.notify_when_free(event)
+    pool.notify_when_free(other)
+    pool.give_back(4)
+    assert event.is_set() and not other.is_set()
+    pool.pass_turn()
+    assert other.is_set()
