@@ -19,6 +19,7 @@ import typer
 from watcher.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_DURATION,
+    DEFAULT_MAX_LEASES,
     DEFAULT_MAX_RETRIES,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_RETRY_BACKOFF,
@@ -121,6 +122,9 @@ def run(
     lease_duration: Annotated[float, typer.Option(envvar=_env("LEASE_DURATION"),
                                                   help="Lease length in seconds (>= 1).")
                               ] = DEFAULT_LEASE_DURATION,
+    max_leases: Annotated[int, typer.Option(envvar=_env("MAX_LEASES"),
+                                            help="Partitions this processor leases at most.")
+                          ] = DEFAULT_MAX_LEASES,
     max_retries: Annotated[int, typer.Option(envvar=_env("MAX_RETRIES"),
                                              help="Retries before an item fails.")
                            ] = DEFAULT_MAX_RETRIES,
@@ -205,7 +209,8 @@ def run(
             poll_interval=poll_interval, lease_duration=lease_duration,
             max_retries=max_retries, retry_backoff=retry_backoff,
             retry_backoff_max=max(retry_backoff, 300.0), auto_close=auto_close,
-            manual_checkpoint=manual_checkpoint, shutdown_timeout=shutdown_timeout),
+            manual_checkpoint=manual_checkpoint, shutdown_timeout=shutdown_timeout,
+            max_leases=max_leases),
         http=HttpProcessorConfig(
             handler_url=handler_url, headers=headers, request_timeout=request_timeout,
             max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),

@@ -20,6 +20,9 @@ DEFAULT_RETRY_BACKOFF_MAX = 300.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 DEFAULT_LEASE_BATCH = 16
 DEFAULT_STEAL_BATCH = 2
+# Partitions one watcher leases at most: its memory and lease renewals stay bounded
+# however many partitions are open; the rest wait for another watcher or a free spot.
+DEFAULT_MAX_LEASES = 1000
 DEFAULT_RESULT_BATCH = 256
 # While results keep coming, the writer waits this long after one write before the
 # next, so each carries what arrived meanwhile (a result after a quiet spell goes
@@ -54,6 +57,7 @@ class WatcherConfig:
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
     lease_batch: int = DEFAULT_LEASE_BATCH
     steal_batch: int = DEFAULT_STEAL_BATCH
+    max_leases: int = DEFAULT_MAX_LEASES
     result_batch: int = DEFAULT_RESULT_BATCH
     result_linger: float = DEFAULT_RESULT_LINGER
 
@@ -65,6 +69,7 @@ class WatcherConfig:
         _positive_int("concurrency", self.concurrency)
         _positive_int("lease batch", self.lease_batch)
         _positive_int("steal batch", self.steal_batch)
+        _positive_int("max leases", self.max_leases)
         _positive_int("result batch", self.result_batch)
         _positive("poll interval", self.poll_interval)
         _positive("retry backoff", self.retry_backoff)

@@ -109,13 +109,17 @@ class LeaseKeeper:
             return LeaseCycle(lost=tuple(lost), renewed=renewed)
         acquired: list[str] = []
         stolen: list[str] = []
+        room = self.config.max_leases - len(self.leases)
+        if room <= 0:  # at its limit: take nothing, and let others steal what is fair
+            self.hooks.leases_held(len(self.leases))
+            return LeaseCycle(lost=tuple(lost), renewed=renewed)
         candidates = await self.store.leases_free(self.config.lease_batch * CANDIDATE_SPREAD)
         balance_due = now >= self._balance_due
         if candidates or balance_due:
             stats = await self.store.lease_stats()
             plan = plan_balance(self.owner, stats, len(candidates),
-                                max_take=self.config.lease_batch,
-                                max_steal=self.config.steal_batch)
+                                max_take=min(self.config.lease_batch, room),
+                                max_steal=min(self.config.steal_batch, room))
             if plan.take_free:
                 chosen = self._rng.sample(candidates, plan.take_free)
                 acquired = await self._take(chosen, stolen_from=None)

@@ -11,6 +11,7 @@ import pytest
 from processor import AsyncClient, NewItem
 from tests.support.engine import count_calls, crash, running, wait_until
 from watcher import CountingHooks, Result, RetryableError, Watcher, WatcherConfig, WorkItem
+from watcher.hooks import Hooks
 from watcher.records import LeaseRow
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
@@ -405,4 +406,40 @@ async def test_processors_that_answer_at_once_wait_or_return_other_awaitables(
     (boom,) = await client.items("q")
     assert boom.attempts == 2 and "transient" in (boom.last_error or "")
     assert sorted(set(seen) - {"boom"}) == sorted(n for n in names if not n.startswith("future"))
+    await client.close()
+
+
+async def test_a_watcher_leases_at_most_max_leases_partitions(db_url, table_prefix,
+                                                              make_store) -> None:
+    """Memory and renewals stay bounded; the other partitions are taken as room frees up."""
+    client = AsyncClient(db_url, table_prefix)
+    release = asyncio.Event()
+    held: list[int] = []
+
+    class Reports(Hooks):
+        def __init__(self) -> None:
+            self.cycles: list[int] = []
+
+        def leases_held(self, count: int) -> None:
+            self.cycles.append(count)
+
+    async def process(item: WorkItem) -> Result:
+        held.append(len(watcher.keeper.leases))
+        await release.wait()
+        return Result(done=True)
+
+    for p in range(12):
+        await client.create_partition(f"p{p:02}", [NewItem("a", b"")])
+    reports = Reports()
+    watcher = Watcher(make_store(), process, config(max_leases=5, lease_batch=3), reports)
+    async with running(watcher):
+        await wait_until(lambda: len(held) >= 5, message="five partitions dispatching")
+        seen = len(reports.cycles)
+        await wait_until(lambda: len(reports.cycles) >= seen + 3, message="three more cycles")
+        assert reports.cycles[-3:] == [5, 5, 5], "at its limit, a cycle takes nothing"
+        release.set()
+        for p in range(12):
+            assert (await client.wait(f"p{p:02}", timeout=20)).status == "complete"
+    assert max(held) <= 5 and len(held) == 12
+    assert max(reports.cycles) <= 5
     await client.close()

@@ -25,6 +25,7 @@ from watcher.schema import tables_for, validate_table_prefix
     ({"owner_id": " "}, "owner id"),
     ({"concurrency": True}, "concurrency"),
     ({"result_linger": -0.001}, "result linger"),
+    ({"max_leases": 0}, "max leases"),
     ({"result_linger": 5}, "result linger must be at most"),
 ])
 def test_config_rejects_bad_values(kwargs, fragment) -> None:
