@@ -132,9 +132,22 @@ class LeaseKeeper:
         return LeaseCycle(tuple(acquired), tuple(stolen), tuple(lost), renewed)
 
     async def _take(self, rows: list[LeaseRow], *, stolen_from: str | None) -> list[str]:
+        """Take ``rows``; returns the partitions newly held (not those held already)."""
         won = await self.store.leases_take(rows, self.owner, self.config.lease_duration)
+        taken: list[str] = []
         for row in won:
+            held = self.leases.get(row.id)
+            if held is not None:
+                # Our own lease, expired while its renewal was held up (an outage, a
+                # write in progress): its supervisor still drives this Lease, so it
+                # must go on holding the partition, not a new one beside it.
+                held.adopt(row.version, row.gate)
+                held.renewed_at = time.monotonic()
+                log.info("action=lease_reacquired partition=%s owner=%s gate=%d", row.id,
+                         self.owner, row.gate)
+                continue
             self.leases[row.id] = Lease(row.id, row.version, row.gate)
+            taken.append(row.id)
             self.hooks.lease_acquired(row.id, stolen_from=stolen_from)
             log.info("action=lease_acquired partition=%s owner=%s gate=%d%s", row.id,
                      self.owner, row.gate, f" stolen_from={stolen_from}" if stolen_from else "")
@@ -143,7 +156,7 @@ class LeaseKeeper:
         if len(won) < len(rows):
             log.debug("action=lease_conflict owner=%s lost_races=%d", self.owner,
                       len(rows) - len(won))
-        return [row.id for row in won]
+        return taken
 
     async def renew(self) -> tuple[int, list[str]]:
         """Extend every live lease. Returns (renewed, lost partition ids).
@@ -190,14 +203,19 @@ class LeaseKeeper:
             return
         lease.lost = True
         lease.wake.set()
-        self.leases.pop(lease.partition_id, None)
+        self._drop(lease)
         self.hooks.lease_lost(lease.partition_id)
         log.info("action=lease_lost partition=%s owner=%s", lease.partition_id, self.owner)
 
     def forget(self, lease: Lease) -> None:
         """Drop a lease whose partition closed (closing released it)."""
         lease.closed = True
-        self.leases.pop(lease.partition_id, None)
+        self._drop(lease)
+
+    def _drop(self, lease: Lease) -> None:
+        """Stop holding ``lease``, but never a newer lease on the same partition."""
+        if self.leases.get(lease.partition_id) is lease:
+            del self.leases[lease.partition_id]
 
     async def release_all(self) -> int:
         """Release every lease so other watchers take over at once. Returns the count."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import random
 import time
 
@@ -443,3 +444,41 @@ async def test_a_watcher_leases_at_most_max_leases_partitions(db_url, table_pref
     assert max(held) <= 5 and len(held) == 12
     assert max(reports.cycles) <= 5
     await client.close()
+
+
+async def test_own_lease_taken_again_after_expiry_stays_with_its_supervisor(make_store
+                                                                          ) -> None:
+    """A lease that ran out in the database while its renewal was held up (here: its
+    partition mid-write, holding the lease lock) is free to take, and this watcher takes
+    it again. The supervisor already driving the partition must hold the new lease; a
+    second Lease object beside it would leave that supervisor waiting for a renewal
+    that never comes, and the partition stuck while the watcher keeps renewing.
+    """
+    moment = [datetime.datetime(2030, 1, 1, 12, 0, 0)]
+    store = make_store(clock=lambda: moment[0])
+    await store.partition_create("p", [NewItem("i", b"x")])
+    release = asyncio.Event()
+
+    async def process(item: WorkItem) -> Result:
+        await release.wait()
+        return Result(done=True)
+
+    watcher = Watcher(store, process, config(lease_duration=10.0))
+    await watcher.run_once()
+    lease = watcher.keeper.leases["p"]
+    supervisor = watcher.supervisors["p"][0]
+    await wait_until(lambda: supervisor.in_flight, message="the item in flight")
+    async with lease.lock:  # a write on the partition in progress: renewal passes it by
+        moment[0] += datetime.timedelta(seconds=11)
+        cycle = await watcher.run_once()
+    assert cycle.acquired == () and watcher.keeper.leases["p"] is lease
+    assert supervisor.lease is lease and not lease.lost
+    assert lease.version == (await store.partition_get("p")).version
+    release.set()
+    try:
+        async with asyncio.timeout(20):
+            while (await store.partition_get("p")).status != "complete":
+                await watcher.run_once()
+                await asyncio.sleep(0.05)
+    finally:
+        await watcher.stop()
