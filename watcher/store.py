@@ -14,6 +14,7 @@ subclasses when the database fails; client-facing methods raise the
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -22,13 +23,13 @@ from typing import Any
 from sqlalchemy import (
     Float,
     Integer,
-    LargeBinary,
-    String,
     Text,
     all_,
     and_,
     bindparam,
     case,
+    cast,
+    column,
     exists,
     func,
     insert,
@@ -36,6 +37,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.expression import ColumnElement, Select
@@ -595,12 +597,19 @@ class Store:
         on (partition, status, gate, retry_at, id) returns in order: the read
         stops at ``limit`` rows and never touches completed items.
         """
-        params: dict[str, Any] = {"pid": partition_id, "gate": gate, "limit": limit}
-        if exclude:
-            params["exclude"] = list(exclude)
-        rows = await self._fetch(self._ready_statement(bool(exclude), limit), params,
+        rows = await self._fetch(self._ready_statement(bool(exclude), limit),
+                                 self._ready_params(partition_id, gate, limit, exclude),
                                  read=True)
         return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4]) for row in rows]
+
+    def _ready_params(self, partition_id: str, gate: int, limit: int,
+                      exclude: Collection[str]) -> dict[str, Any]:
+        """The parameters of :meth:`_ready_statement` (PostgreSQL takes ``exclude`` as JSON)."""
+        params: dict[str, Any] = {"pid": partition_id, "gate": gate, "limit": limit}
+        if exclude:
+            params["exclude"] = (json.dumps(list(exclude), ensure_ascii=False)
+                                 if self._dialect == "postgresql" else list(exclude))
+        return params
 
     def _ready_statement(self, excluding: bool, limit: int) -> Select[Any]:
         """The ready read, with bind parameters pid, gate (and exclude, and limit).
@@ -623,10 +632,11 @@ class Store:
             .order_by(i.c.retry_at, i.c.id).limit(limit)
         )
         if excluding and self._dialect == "postgresql":
-            # One array parameter keeps the statement text constant (prepared once).
-            from sqlalchemy.dialects.postgresql import ARRAY
-
-            query = query.where(i.c.id != all_(bindparam("exclude", type_=ARRAY(String))))
+            # One JSON array parameter keeps the statement text constant (prepared
+            # once) and is encoded in C, where a text[] is encoded element by element.
+            names = select(func.jsonb_array_elements_text(
+                _jsonb_param("exclude"))).scalar_subquery()
+            query = query.where(i.c.id != all_(func.array(names)))
         elif excluding:
             query = query.where(i.c.id.not_in(bindparam("exclude", expanding=True)))
         return query
@@ -674,7 +684,7 @@ class Store:
         if not writes:
             return []
         if self._dialect == "postgresql" and self._clock is None:
-            return await self._items_apply_unnest(writes, owner)
+            return await self._items_apply_batch(writes, owner)
         p, i = self.tables.partitions, self.tables.items
         fence = exists().where(
             p.c.id == bindparam("pid"), p.c.owner == owner, p.c.status == AVAILABLE,
@@ -722,60 +732,66 @@ class Store:
         return applied
 
 
-    async def _items_apply_unnest(self, writes: Sequence[ItemWrite], owner: str
+    async def _items_apply_batch(self, writes: Sequence[ItemWrite], owner: str
                                   ) -> list[bool]:
-        """PostgreSQL fast path: the whole batch as one guarded UPDATE over unnest().
+        """PostgreSQL fast path: the whole batch as one guarded UPDATE.
 
         Same guard and fence as the portable path, per row; RETURNING tells
-        which rows were applied.
+        which rows were applied. The rows travel as one JSON array of arrays
+        (see :func:`batch_rows_json`): the driver encodes nine array
+        parameters element by element in Python, ``json.dumps`` the batch in C.
         """
-        rows = await self._fetch(self._unnest_statement, self._unnest_params(writes, owner),
-                                 read=False)
+        rows = await self._fetch(self._batch_update_statement,
+                                 self._batch_update_params(writes, owner), read=False)
         applied = {(pid, iid) for pid, iid in rows}
         return [(w.partition_id, w.item_id) in applied for w in writes]
 
     @staticmethod
-    def _unnest_params(writes: Sequence[ItemWrite], owner: str) -> dict[str, Any]:
-        return {
-            "owner": owner,
-            "pids": [w.partition_id for w in writes],
-            "iids": [w.item_id for w in writes],
-            "seens": [w.seen_version for w in writes],
-            "statuses": [w.status for w in writes],
-            "gates": [w.gate for w in writes],
-            "attempts": [w.attempts for w in writes],
-            "errors": [w.last_error for w in writes],
-            "datas": [w.data for w in writes],
-            "delays": [w.retry_delay or 0.0 for w in writes],
-        }
+    def _batch_update_params(writes: Sequence[ItemWrite], owner: str) -> dict[str, Any]:
+        return {"owner": owner, "rows": batch_rows_json(writes)}
 
     @functools.cached_property
-    def _unnest_statement(self) -> Any:
-        from sqlalchemy.dialects.postgresql import ARRAY
-
+    def _batch_update_statement(self) -> Any:
         p, i = self.tables.partitions, self.tables.items
-        rows = func.unnest(
-            bindparam("pids", type_=ARRAY(String)), bindparam("iids", type_=ARRAY(String)),
-            bindparam("seens", type_=ARRAY(Integer)), bindparam("statuses", type_=ARRAY(String)),
-            bindparam("gates", type_=ARRAY(Integer)), bindparam("attempts", type_=ARRAY(Integer)),
-            bindparam("errors", type_=ARRAY(Text)), bindparam("datas", type_=ARRAY(LargeBinary)),
-            bindparam("delays", type_=ARRAY(Float)),
-        ).table_valued("pid", "iid", "seen", "status", "gate", "attempts", "error", "data",
-                       "delay").render_derived(name="v")
+        batch = func.jsonb_array_elements(_jsonb_param("rows")).table_valued(
+            column("value", JSONB)).render_derived(name="v")
+        row = batch.c.value
+        pid, iid = row[0].as_string(), row[1].as_string()
+        delay = row[8].as_float()
         now = db_now()
-        fence = exists().where(p.c.id == rows.c.pid, p.c.owner == bindparam("owner"),
+        fence = exists().where(p.c.id == pid, p.c.owner == bindparam("owner"),
                                p.c.status == AVAILABLE, p.c.until > now)
         return (
             update(i)
-            .where(i.c.partition_id == rows.c.pid, i.c.id == rows.c.iid,
-                   i.c.version == rows.c.seen, fence)
-            .values(version=i.c.version + 1, status=rows.c.status,
-                    gate=func.coalesce(rows.c.gate, i.c.gate),
-                    attempts=rows.c.attempts, last_error=rows.c.error,
-                    data=func.coalesce(rows.c.data, i.c.data), updated_at=now,
-                    retry_at=case((rows.c.delay > 0, db_now_plus(rows.c.delay)), else_=now))
+            .where(i.c.partition_id == pid, i.c.id == iid,
+                   i.c.version == row[2].as_integer(), fence)
+            .values(version=i.c.version + 1, status=row[3].as_string(),
+                    gate=func.coalesce(row[4].as_integer(), i.c.gate),
+                    attempts=row[5].as_integer(), last_error=row[6].as_string(),
+                    data=func.coalesce(func.decode(row[7].as_string(), "hex"), i.c.data),
+                    updated_at=now,
+                    retry_at=case((delay > 0, db_now_plus(delay)), else_=now))
             .returning(i.c.partition_id, i.c.id)
         )
+
+
+def _jsonb_param(name: str) -> ColumnElement[Any]:
+    """A parameter sent as JSON text and read as ``jsonb``: no type on either path
+    (SQLAlchemy's or the direct one) encodes the text a second time."""
+    return cast(bindparam(name, type_=Text()), JSONB)
+
+
+def batch_rows_json(writes: Iterable[ItemWrite]) -> str:
+    """Item writes as the JSON rows of the batch UPDATE: ``[pid, iid, seen, status,
+    gate, attempts, error, data as hex, retry delay]`` each.
+
+    Every text in a write is storable (:func:`~watcher.decisions.storable_text`),
+    so it is valid in ``jsonb`` too.
+    """
+    return json.dumps([
+        [w.partition_id, w.item_id, w.seen_version, w.status, w.gate, w.attempts,
+         w.last_error, None if w.data is None else w.data.hex(), w.retry_delay or 0.0]
+        for w in writes], ensure_ascii=False, separators=(",", ":"))
 
 
 async def missing_tables(store: Store) -> list[str]:

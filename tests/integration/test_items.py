@@ -97,3 +97,33 @@ async def test_a_write_the_database_refuses_fails_only_its_own_item(store) -> No
     bad = items["bad"]
     assert (bad.status, bad.gate, bad.data) == ("failed", 0, b"x")
     assert "could not be stored" in bad.last_error and str(2**70) in bad.last_error
+
+
+ODD_IDS = ['quote"d', "back\\slash", "comma,{brace}", "ünï €😀", "a'b", "[1, 2]", "null"]
+
+
+async def test_batched_writes_store_odd_texts_and_bytes_exactly(store) -> None:
+    """Ids, error texts and bytes that need quoting or escaping in any encoding of the
+    batch (JSON, arrays, SQL literals) are stored unchanged, and each row meets its own
+    item; so do the ids an in-hand exclusion names."""
+    await _leased(store, [NewItem(name, b"x") for name in ODD_IDS])
+    ready = {item.id: item for item in await store.items_ready("p", 0, 100)}
+    every_byte = bytes(range(256))
+    message = 'said "no" \\ then \\u0000 and ünï €😀 \\x00'
+    writes = [
+        ItemWrite("p", name, ready[name].version, "available", 3, attempts=0,
+                  data=every_byte + name.encode())
+        for name in ODD_IDS[:3]
+    ] + [
+        ItemWrite("p", name, ready[name].version, "available", 0, attempts=1,
+                  last_error=f"{message} {name}", retry_delay=60.0)
+        for name in ODD_IDS[3:5]
+    ]
+    assert await store.items_apply(writes, "me") == [True] * 5
+    items = {info.id: info for info in await store.items_list("p")}
+    for name in ODD_IDS[:3]:
+        assert (items[name].gate, items[name].data) == (3, every_byte + name.encode())
+    for name in ODD_IDS[3:5]:
+        assert (items[name].last_error, items[name].data) == (f"{message} {name}", b"x")
+    left = await store.items_ready("p", 0, 100, exclude=[ODD_IDS[5]])
+    assert [item.id for item in left] == [ODD_IDS[6]]

@@ -59,7 +59,7 @@ async def test_ready_read_walks_the_index_in_order_and_stops_at_its_limit(store)
     in_flight = [f"i{n:05}" for n in range(100)]
     await _filled(store)
     nodes = await _plan(store, store._ready_statement(excluding=True, limit=128),
-                        {"pid": "big", "gate": 0, "limit": 128, "exclude": in_flight})
+                        store._ready_params("big", 0, 128, in_flight))
     kinds = [node["Node Type"] for node in nodes]
     assert "Sort" not in kinds and "Incremental Sort" not in kinds, kinds
     scans = [node for node in nodes if node.get("Relation Name") == store.tables.items.name]
@@ -71,7 +71,8 @@ async def test_result_write_finds_each_item_by_its_primary_key(store) -> None:
     ready = await _filled(store)
     writes = [ItemWrite("big", item.id, item.version, "complete", 0, attempts=0)
               for item in ready]
-    nodes = await _plan(store, store._unnest_statement, store._unnest_params(writes, "me"))
+    nodes = await _plan(store, store._batch_update_statement,
+                        store._batch_update_params(writes, "me"))
     scans = [node for node in nodes if node.get("Relation Name") == store.tables.items.name
              and node["Node Type"] != "ModifyTable"]
     assert scans and all(scan.get("Index Name") == f"{store.tables.items.name}_pkey"
