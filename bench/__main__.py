@@ -78,7 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     size.add_argument("--full", action="store_true",
                       help="the issue's sizes: 10,000 partitions x 100 items at scale")
     parser.add_argument("--items", type=int, metavar="N",
-                        help="items per library/HTTP run (default 20,000 library, 3,000 HTTP)")
+                        help="items per library/HTTP run (default 20,000 library, 10,000 HTTP)")
     parser.add_argument("--partitions", type=int, metavar="P",
                         help="partitions the library/HTTP items are spread over (default 10)")
     parser.add_argument("--rounds", type=int, default=1, metavar="R",

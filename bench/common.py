@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import math
 import os
 import sys
@@ -58,7 +59,7 @@ class Sizes:
     items: int = 20_000  # library mode: no-op items in all
     partitions: int = 10  # library and HTTP modes: items spread over this many partitions
     concurrency: int = 32  # statefeed's default; the bare HTTP clients use the same
-    http_items: int = 3_000  # HTTP per-item mode, per system
+    http_items: int = 10_000  # HTTP per-item mode, per system
     batch_items: int = 20_000  # HTTP batch mode
     batch_size: int = 100
     batch_concurrency: int = 400  # items in flight in batch mode: a few batches at once
@@ -320,3 +321,15 @@ def cpu_seconds(pid: int | str = "self") -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def settle_heap() -> None:
+    """Collect garbage and freeze what survives, before a timed phase in this process.
+
+    ``processor run`` freezes its start-up objects (see ``processor/service.py``);
+    the systems timed inside the benchmark's own process (the bare HTTP clients,
+    PGQueuer, the library-mode watcher) get the same treatment, so that none of
+    them pays for full collections over the benchmark's own long-lived objects.
+    """
+    gc.collect()
+    gc.freeze()

@@ -39,6 +39,7 @@ from bench.common import (
     rate_text,
     ratio,
     ratio_goal,
+    settle_heap,
     spread,
     statefeed_tables,
     wait_for,
@@ -163,6 +164,7 @@ async def measure_bare(handler: Handler, system: str, client: Any, count: int,
                        concurrency: int, timeout: float) -> Run:  # noqa: ASYNC109
     """Reset the handler, run a bare client, read the handler's figures."""
     await handler.reset()
+    settle_heap()
     handler_cpu, own_cpu = handler.cpu_seconds(), cpu_seconds()
     async with asyncio.timeout(timeout):
         await client(f"{handler.url}/", count, concurrency)

@@ -42,6 +42,7 @@ from bench.common import (
     rate_text,
     ratio,
     ratio_goal,
+    settle_heap,
     spread,
     statefeed_tables,
 )
@@ -100,6 +101,7 @@ async def statefeed_drain(settings: Settings, concurrency: int) -> Drain:
             config = WatcherConfig(owner_id="bench-library", concurrency=concurrency)
             watcher = Watcher(store, _noop, config, hooks)
             try:
+                settle_heap()
                 started, cpu_started = time.perf_counter(), cpu_seconds()
                 running = asyncio.create_task(watcher.run())
                 try:
@@ -199,6 +201,7 @@ async def pgqueuer_drain(settings: Settings, *, batch_size: int, workers: int) -
                 return None
 
             managers.append(manager)
+        settle_heap()
         started, cpu_started = time.perf_counter(), cpu_seconds()
         tasks = [asyncio.create_task(manager.run(batch_size=batch_size,
                                                  dequeue_timeout=timedelta(seconds=5)))

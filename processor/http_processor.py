@@ -600,6 +600,11 @@ class HttpProcessor:
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.aclose()
 
+    def start(self) -> None:
+        """Build the HTTP client now, so the first items do not wait for it (optional:
+        the first call does it otherwise). Call it inside the running event loop."""
+        self._sender.start()
+
     async def aclose(self) -> None:
         """Close the pooled connections. Safe to call more than once."""
         await self._sender.aclose()

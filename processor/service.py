@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -62,6 +63,20 @@ def describe_db_error(error: BaseException, url: DatabaseURL) -> str:
     if password:
         detail = detail.replace(str(password), "***")
     return f"database {url.redacted()} is unavailable: {detail}"
+
+
+def _freeze_startup_objects() -> None:
+    """Exempt what start-up made (modules, SQLAlchemy metadata, the HTTP stack) from
+    the garbage collector's full passes.
+
+    The dispatch loop allocates fast enough to set off a full collection every
+    second or so, and each one walked these hundreds of thousands of long-lived
+    objects again: about 100 ms a pass, 30 µs per item in the benchmark's
+    per-item mode. Freezing them is the standard remedy for long-running
+    services (``gc.freeze``); nothing allocated later is affected.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 class ProcessorService:
@@ -170,6 +185,8 @@ class ProcessorService:
         try:
             if not await self._wait_for_database():
                 return 0
+            self.http.start()
+            _freeze_startup_objects()
             watcher_task = asyncio.create_task(self.watcher.run(), name="watcher")
             stop_task = asyncio.create_task(self._stop.wait())
             await asyncio.wait({watcher_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)

@@ -77,6 +77,10 @@ class Sender(Protocol):
         """
         ...
 
+    def start(self) -> None:
+        """Build the client objects now (in the running loop) rather than at the first call."""
+        ...
+
     async def aclose(self) -> None:
         """Close the pooled connections."""
         ...
@@ -119,6 +123,11 @@ class AiohttpSender:
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self._urls: dict[str, yarl.URL] = {}
+
+    def start(self) -> None:
+        """See :meth:`Sender.start`: the session, its connector and its TLS context."""
+        if self._session is None and not self._closed:
+            self._open()
 
     def _open(self) -> aiohttp.ClientSession:
         settings = self._settings
@@ -202,6 +211,9 @@ class HttpxSender:
             headers={"User-Agent": USER_AGENT, **settings.headers},
             timeout=httpx.Timeout(None, connect=settings.connect_timeout),
             transport=self._transport, follow_redirects=False)
+
+    def start(self) -> None:
+        """See :meth:`Sender.start`: httpx builds everything in the constructor."""
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
         """See :meth:`Sender.post`."""

@@ -89,3 +89,21 @@ async def test_a_compressed_answer_is_limited_by_its_inflated_size(transport) ->
             with pytest.raises(RetryableError, match="larger than max_response_bytes"):
                 await http.process(ITEM)
     assert small == Result(done=True)
+
+
+async def test_start_builds_the_client_once_and_never_after_close(transport) -> None:
+    """``start()`` prepares the client before the first item (the service calls it at
+    start-up); calls go through it afterwards, and a closed processor stays closed."""
+    async with serve_app(answer) as url:
+        http = HttpProcessor(HttpProcessorConfig(handler_url=url, transport=transport))
+        http.start()
+        sender = http._sender
+        client = getattr(sender, "_session", None) or getattr(sender, "_client", None)
+        assert client is not None
+        http.start()
+        assert (getattr(sender, "_session", None) or getattr(sender, "_client", None)) is client
+        assert await http.process(ITEM) == Result(gate=2, data=b'"ok"')
+        await http.aclose()
+        http.start()
+        with pytest.raises(RetryableError, match="closed"):
+            await http.process(ITEM)
