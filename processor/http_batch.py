@@ -122,9 +122,8 @@ class BatchingHttpProcessor(HttpProcessor):
             for p in batch
         ], separators=(",", ":")).encode()
         try:
-            async with asyncio.timeout(self._request_timeout):
-                reply = await self._sender.post(
-                    self._batch_url, body, {"Content-Type": "application/json"})
+            reply = await self._sender.post(
+                self._batch_url, body, {"Content-Type": "application/json"})
         except TimeoutError:
             raise self._failed(first, Failure(True, (
                 f"no complete answer from the batch URL within {self._request_timeout} s "

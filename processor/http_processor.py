@@ -576,7 +576,8 @@ class HttpProcessor:
         self._scrub = Scrubber(secrets)
         verify = _ssl_verify(config.verify)
         self._sender = open_sender(config.transport, SenderSettings(
-            headers=headers, connect_timeout=min(config.connect_timeout, config.request_timeout),
+            headers=headers, request_timeout=config.request_timeout,
+            connect_timeout=min(config.connect_timeout, config.request_timeout),
             max_response_bytes=config.max_response_bytes,
             max_connections=config.max_connections, verify=verify,
             shown_url=self._shown_url))
@@ -641,8 +642,7 @@ class HttpProcessor:
             "Idempotency-Key": header_safe(item.idempotency_key),
         }
         try:
-            async with asyncio.timeout(self._request_timeout):
-                reply = await self._sender.post(self._url, item.data, headers)
+            reply = await self._sender.post(self._url, item.data, headers)
         except TimeoutError:
             raise self._failed(item, Failure(True, (
                 f"no complete answer from {self._shown_url} within {self._request_timeout} s "

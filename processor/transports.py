@@ -11,12 +11,15 @@ Two interchangeable senders implement it:
 Both use one pooled keep-alive connection set, never follow redirects, give
 a request that fails on a reused connection before any answer (the server
 closed it while idle) one immediate retry, stop reading an answer as soon as
-it exceeds the size limit, and word their failures the same way. The overall
-request timeout is the caller's (``asyncio.timeout``).
+it exceeds the size limit, enforce the whole request's timeout (raising
+``TimeoutError``), and word their failures the same way. aiohttp enforces it
+with the session's own ``total`` timer; wrapping each call in
+``asyncio.timeout`` as well would cost a second timer per call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from collections.abc import Mapping
@@ -58,6 +61,7 @@ class SenderSettings:
     """What both senders need; ``shown_url`` is the redacted handler URL for messages."""
 
     headers: Mapping[str, str]
+    request_timeout: float
     connect_timeout: float
     max_response_bytes: int
     max_connections: int
@@ -72,6 +76,7 @@ class Sender(Protocol):
         """POST ``body`` with ``headers`` (on top of the configured ones) to ``url``.
 
         Raises:
+            TimeoutError: no complete answer within ``request_timeout``.
             TransportError: no answer (connect failure, dropped connection,
                 undecodable body).
         """
@@ -136,7 +141,9 @@ class AiohttpSender:
             keepalive_timeout=KEEPALIVE_EXPIRY, ssl=settings.verify)
         self._session = aiohttp.ClientSession(
             connector=connector, headers={"User-Agent": USER_AGENT, **settings.headers},
-            timeout=aiohttp.ClientTimeout(total=None, connect=settings.connect_timeout),
+            # sock_connect bounds a new connection only; a pooled one is free.
+            timeout=aiohttp.ClientTimeout(total=settings.request_timeout,
+                                          sock_connect=settings.connect_timeout),
             cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
         return self._session
 
@@ -221,19 +228,21 @@ class HttpxSender:
             raise TransportError("the HTTP processor is closed (shutting down)")
         request = self._client.build_request("POST", url, content=body, headers=headers)
         try:
-            try:
-                response = await self._transport.handle_async_request(request)
-            except (httpx.RemoteProtocolError, httpx.WriteError):
-                log.debug("action=handler_connection_retry url=%s", self._settings.shown_url)
-                response = await self._transport.handle_async_request(request)
-            try:
-                body_read = await self._read(response)
-            finally:
-                await response.aclose()
+            async with asyncio.timeout(self._settings.request_timeout):
+                try:
+                    response = await self._transport.handle_async_request(request)
+                except (httpx.RemoteProtocolError, httpx.WriteError):
+                    log.debug("action=handler_connection_retry url=%s",
+                              self._settings.shown_url)
+                    response = await self._transport.handle_async_request(request)
+                try:
+                    body_read = await self._read(response)
+                finally:
+                    await response.aclose()
         except httpx.ConnectTimeout:
             raise self._failures.connect_timeout() from None
         except httpx.TimeoutException:
-            raise TimeoutError from None  # the caller words its own request timeout
+            raise TimeoutError from None  # the caller words the request timeout
         except httpx.ConnectError as error:
             raise self._failures.connect(error) from None
         except httpx.DecodingError as error:

@@ -63,6 +63,32 @@ async def test_timeout_is_named(transport) -> None:
                 RELEASE["hang"].set()
 
 
+async def stalls_mid_body(scope, receive, send) -> None:
+    """Sends the headers and half the body, then nothing until the test is done."""
+    if scope["type"] != "http":
+        return
+    await read_body(receive)
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", b"14")]})
+    await send({"type": "http.response.body", "body": b'{"done"', "more_body": True})
+    await RELEASE["stall"].wait()
+    await send({"type": "http.response.body", "body": b': true}'})
+
+
+async def test_timeout_covers_reading_the_answer(transport) -> None:
+    """request_timeout is end to end: an answer whose body stops arriving times out too."""
+    RELEASE["stall"] = asyncio.Event()
+    async with serve_app(stalls_mid_body) as url:
+        async with HttpProcessor(HttpProcessorConfig(handler_url=url, transport=transport,
+                                                     request_timeout=0.3)) as http:
+            try:
+                async with asyncio.timeout(10):
+                    with pytest.raises(RetryableError, match="request_timeout"):
+                        await http.process(ITEM)
+            finally:
+                RELEASE["stall"].set()
+
+
 async def compressed(scope, receive, send) -> None:
     """A gzip body of about 1 KiB that inflates to 64 KiB of JSON, or a small plain one."""
     import gzip
