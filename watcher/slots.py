@@ -22,6 +22,7 @@ class SlotPool:
         self.refill_at = max(1, capacity // 4)
         self.in_use = 0
         self._waiting: dict[asyncio.Event, None] = {}
+        self._granted: asyncio.Event | None = None  # woken for the current turn
 
     @property
     def free(self) -> int:
@@ -40,15 +41,32 @@ class SlotPool:
         self.pass_turn()
 
     def pass_turn(self) -> None:
-        """Wake the longest-waiting partition if at least ``refill_at`` slots are free."""
+        """Wake the longest-waiting partition if at least ``refill_at`` slots are free.
+
+        One turn at a time: while the partition woken last has not run yet
+        (its event is still set), nobody else is woken. Each freed slot used
+        to wake one more waiter until the first had taken the slots; those
+        woke only to find too few free and wait again.
+        """
         if self.free < self.refill_at and self.in_use > 0:
             return
+        if self._granted is not None and self._granted.is_set():
+            return  # its partition passes the turn on when it has taken its slots
+        self._granted = None
         while self._waiting:
             event = next(iter(self._waiting))
             del self._waiting[event]
             if not event.is_set():
                 event.set()
+                self._granted = event
                 return
+
+    def leave(self, event: asyncio.Event) -> None:
+        """A partition stops waiting for turns (it is done); a turn it held passes on."""
+        self._waiting.pop(event, None)
+        if self._granted is event:
+            self._granted = None
+            self.pass_turn()
 
     def notify_when_free(self, event: asyncio.Event) -> None:
         """Set ``event`` when it is this partition's turn at freed slots."""

@@ -121,6 +121,7 @@ class PartitionSupervisor:
                 if outcome.wait > 0:
                     await wait_event(self.lease.wake, outcome.wait)
         finally:
+            self.slots.leave(self.lease.wake)
             if self.lease.lost or not self.draining:
                 await self._cancel_in_flight()
         if self.lease.lost:

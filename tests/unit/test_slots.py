@@ -27,9 +27,11 @@ async def test_the_turn_passes_on_while_slots_stay_free() -> None:
         pool.notify_when_free(event)
     pool.give_back(4)
     assert first.is_set() and not second.is_set()
-    pool.take(1)  # the first partition had one item ready; 3 slots stay free
+    first.clear()  # the first partition runs (a supervisor clears its event first)
+    pool.take(1)  # it had one item ready; 3 slots stay free
     pool.pass_turn()
     assert second.is_set() and not third.is_set()
+    second.clear()
     pool.take(3)
     pool.pass_turn()
     assert not third.is_set(), "nothing free: the third waits for the next refill"
@@ -53,5 +55,38 @@ async def test_a_partition_asking_twice_waits_once() -> None:
     pool.notify_when_free(other)
     pool.give_back(4)
     assert event.is_set() and not other.is_set()
+    event.clear()
     pool.pass_turn()
     assert other.is_set()
+
+
+async def test_one_turn_at_a_time_until_the_woken_partition_runs() -> None:
+    """Slots freed one by one after a turn was given wake nobody else: the partition
+    woken first takes them all when it runs, and the others would only wake to find
+    too few free."""
+    pool = SlotPool(8)
+    pool.take(8)
+    waiting = [asyncio.Event() for _ in range(3)]
+    for event in waiting:
+        pool.notify_when_free(event)
+    for _ in range(6):
+        pool.give_back(1)
+    assert [event.is_set() for event in waiting] == [True, False, False]
+    waiting[0].clear()
+    assert pool.take(8) == 6
+    pool.pass_turn()
+    assert not any(event.is_set() for event in waiting), "too few free for a turn"
+    pool.give_back(2)
+    assert waiting[1].is_set() and not waiting[2].is_set()
+
+
+async def test_a_partition_leaving_with_the_turn_passes_it_on() -> None:
+    pool = SlotPool(4)
+    pool.take(4)
+    gone, next_one = asyncio.Event(), asyncio.Event()
+    pool.notify_when_free(gone)
+    pool.notify_when_free(next_one)
+    pool.give_back(1)
+    assert gone.is_set() and not next_one.is_set()
+    pool.leave(gone)  # its partition closed before it ran
+    assert next_one.is_set()
