@@ -40,6 +40,7 @@ class PrometheusHooks(Hooks):
         self.gates = Counter("statefeed_gate_advances_total", "Gate advances", registry=r)
         self.closed = Counter("statefeed_partitions_closed_total", "Partitions closed",
                               ["status"], registry=r)
+        self._outcomes: dict[str, Counter] = {}
 
     def render(self) -> bytes:
         """The metrics in Prometheus text format."""
@@ -59,7 +60,10 @@ class PrometheusHooks(Hooks):
 
     def item_outcome(self, partition_id: str, item_id: str, gate: int, outcome: str,
                      seconds: float) -> None:
-        self.items.labels(outcome).inc()
+        counter = self._outcomes.get(outcome)
+        if counter is None:  # labels() takes a lock and builds a key: once per outcome
+            counter = self._outcomes[outcome] = self.items.labels(outcome)
+        counter.inc()
         self.latency.observe(seconds)
 
     def stale_result(self, partition_id: str, item_id: str) -> None:

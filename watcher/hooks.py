@@ -72,6 +72,10 @@ class SafeHooks:
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._hooks, name)
+        if getattr(type(self._hooks), name, None) is getattr(Hooks, name, None):
+            # Not overridden: the base class's no-op cannot raise; call it bare.
+            setattr(self, name, target)
+            return target
 
         def call(*args: Any, **kwargs: Any) -> None:
             try:
