@@ -6,7 +6,7 @@ Every scenario compares systems in the same run on the same PostgreSQL
 and the issue's goals as PASS/MISS, and writes the same figures as JSON
 (``bench/results/latest.json``; subprocess logs in ``logs/`` next to it).
 
-    .venv/bin/python -m bench                  # the default sizes, about 5 minutes
+    .venv/bin/python -m bench                  # the default sizes, about 2 minutes
     .venv/bin/python -m bench --smoke          # every scenario at tiny sizes, < 1 minute
     .venv/bin/python -m bench --full           # the sizes (10,000 x 100 scale)
     .venv/bin/python -m bench --only latency --only failover
