@@ -52,7 +52,9 @@ TITLE_BATCH = "HTTP batch mode: processor run --handler-batch-size vs bare per-i
 PAYLOAD = b'{"n":0}'
 REQUEST_TIMEOUT = 30.0
 WARMUP_REQUESTS = 200
-BARE_ROUNDS = 3  # bare aiohttp runs at least this many times; the best counts
+# The systems of a headline ratio (bare aiohttp, processor run with its default
+# transport, batch mode) run at least this many times each; the best run counts.
+HEADLINE_ROUNDS = 3
 POLL = "0.1"
 BATCH_OPTION = "--handler-batch-size"
 TRANSPORT_OPTION = "--http-transport"
@@ -257,19 +259,19 @@ async def warm_up(handler: Handler) -> None:
 
 async def bare_baselines(settings: Settings, handler: Handler) -> list[Run]:
     """Bare aiohttp and bare httpx at the configured concurrency, best of the rounds and
-    of at least :data:`BARE_ROUNDS` (measured once per benchmark run and reused).
+    of at least :data:`HEADLINE_ROUNDS` (measured once per benchmark run and reused).
 
-    A bare run is short, so one slow moment (PostgreSQL vacuuming after the
-    previous scenario, say) would weaken the baseline; the best of several keeps
-    it as strong as the machine allows, which makes every ratio against it
-    conservative.
+    A run lasts a second or two, so one slow moment (PostgreSQL vacuuming after
+    the previous scenario, three processes landing badly on two cores) can cut
+    it by a third; the best of several shows what the machine allows. Both
+    sides of a headline ratio get the same number of runs.
     """
     cached = settings.shared.get("bare_runs")
     if cached is not None:
         return cached
     sizes = settings.sizes
     # bare httpx takes about 20 s a run and is far from the headline: the rounds asked for.
-    clients = (("bare aiohttp", bare_aiohttp, max(settings.rounds, BARE_ROUNDS)),
+    clients = (("bare aiohttp", bare_aiohttp, max(settings.rounds, HEADLINE_ROUNDS)),
                ("bare httpx", bare_httpx, settings.rounds))
     runs: dict[str, list[Run]] = {system: [] for system, _, _ in clients}
     for round_number in range(max(rounds for _, _, rounds in clients)):
@@ -289,19 +291,24 @@ async def run_per_item(settings: Settings) -> Outcome:
     outcome = Outcome("http", TITLE_ITEM)
     default_transport, other_transports = transports(await processor_help())
     concurrency = ("--concurrency", str(sizes.concurrency))
+    # The other transport takes about 20 s a run and is far from the headline.
     systems = [(f"processor run ({default_transport} transport, default)"
-                if default_transport else "processor run", concurrency)]
+                if default_transport else "processor run", concurrency,
+                max(settings.rounds, HEADLINE_ROUNDS))]
     systems += [(f"processor run ({transport} transport)",
-                 (*concurrency, TRANSPORT_OPTION, transport)) for transport in other_transports]
+                 (*concurrency, TRANSPORT_OPTION, transport), settings.rounds)
+                for transport in other_transports]
     async with Processes(settings.work_dir) as procs:
         handler = await procs.handler()
         await warm_up(handler)
         bare = await bare_baselines(settings, handler)
-        runs: dict[str, list[Run]] = {system: [] for system, _ in systems}
-        for _ in range(settings.rounds):
-            for system, args in systems:
-                runs[system].append(await measure_processor(
-                    settings, procs, handler, system=system, items=sizes.http_items, args=args))
+        runs: dict[str, list[Run]] = {system: [] for system, _, _ in systems}
+        for round_number in range(max(rounds for _, _, rounds in systems)):
+            for system, args, rounds in systems:
+                if round_number < rounds:
+                    runs[system].append(await measure_processor(
+                        settings, procs, handler, system=system, items=sizes.http_items,
+                        args=args))
     ours = [best_round(system_runs) for system_runs in runs.values()]
     aiohttp_run = bare[0]
     headline = ratio(ours[0].per_second, aiohttp_run.per_second)
@@ -342,7 +349,8 @@ async def run_batch(settings: Settings) -> Outcome:
             system=f"processor run --handler-batch-size {sizes.batch_size}",
             items=sizes.batch_items,
             args=("--concurrency", str(sizes.batch_concurrency),
-                  BATCH_OPTION, str(sizes.batch_size))) for _ in range(settings.rounds)])
+                  BATCH_OPTION, str(sizes.batch_size)))
+            for _ in range(max(settings.rounds, HEADLINE_ROUNDS))])
     best = max(bare, key=lambda run: run.per_second)
     headline = ratio(batch.per_second, best.per_second)
     outcome.rows.append(Row(batch.system, rate_text(batch.per_second),
