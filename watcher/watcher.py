@@ -127,7 +127,9 @@ class Watcher:
                 self._wake.clear()
                 delay = self.config.poll_interval
                 try:
-                    await self.run_once()
+                    cycle = await self.run_once()
+                    if len(cycle.acquired) >= self.config.lease_batch:
+                        delay = 0  # a full batch taken: more may be free, take them now
                 except SQLAlchemyError as error:
                     delay = self._database_failed(error)
                 else:

@@ -482,3 +482,29 @@ async def test_own_lease_taken_again_after_expiry_stays_with_its_supervisor(make
                 await asyncio.sleep(0.05)
     finally:
         await watcher.stop()
+
+
+async def test_a_full_lease_batch_is_followed_by_another_cycle_at_once(db_url, table_prefix,
+                                                                       make_store) -> None:
+    """20 free partitions, 4 per lease cycle and a 10 s poll: the watcher holds all 20
+    long before a second poll, because a cycle that took a full batch runs again."""
+    client = AsyncClient(db_url, table_prefix)
+    hold = asyncio.Event()
+
+    async def process(item: WorkItem) -> Result:
+        await hold.wait()  # no partition closes, so no close wakes the lease loop
+        return Result(done=True)
+
+    for p in range(20):
+        await client.create_partition(f"p{p:02}", [NewItem("i", b"")])
+    watcher = Watcher(make_store(), process,
+                      config(poll_interval=10.0, lease_duration=40.0, lease_batch=4))
+    try:
+        async with running(watcher):
+            try:
+                await wait_until(lambda: len(watcher.partitions) == 20, timeout=5,
+                                 message="all 20 leased within one poll interval")
+            finally:
+                hold.set()  # let the calls end, so stopping does not wait them out
+    finally:
+        await client.close()
