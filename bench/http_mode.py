@@ -257,6 +257,18 @@ async def warm_up(handler: Handler) -> None:
 # --------------------------------------------------------------------------- scenarios
 
 
+async def best_of_interleaved(plan: list[tuple[str, Any, int]],
+                              measure: Callable[[str, Any], Awaitable[Run]]) -> list[Run]:
+    """Run each ``(system, how, rounds)`` of ``plan`` its number of rounds, the systems
+    taking turns so that a slow moment hits them alike; the best run of each, in order."""
+    runs: dict[str, list[Run]] = {system: [] for system, _, _ in plan}
+    for round_number in range(max(rounds for _, _, rounds in plan)):
+        for system, how, rounds in plan:
+            if round_number < rounds:
+                runs[system].append(await measure(system, how))
+    return [best_round(system_runs) for system_runs in runs.values()]
+
+
 async def bare_baselines(settings: Settings, handler: Handler) -> list[Run]:
     """Bare aiohttp and bare httpx at the configured concurrency, best of the rounds and
     of at least :data:`HEADLINE_ROUNDS` (measured once per benchmark run and reused).
@@ -271,16 +283,14 @@ async def bare_baselines(settings: Settings, handler: Handler) -> list[Run]:
         return cached
     sizes = settings.sizes
     # bare httpx takes about 20 s a run and is far from the headline: the rounds asked for.
-    clients = (("bare aiohttp", bare_aiohttp, max(settings.rounds, HEADLINE_ROUNDS)),
-               ("bare httpx", bare_httpx, settings.rounds))
-    runs: dict[str, list[Run]] = {system: [] for system, _, _ in clients}
-    for round_number in range(max(rounds for _, _, rounds in clients)):
-        for system, client, rounds in clients:
-            if round_number < rounds:
-                runs[system].append(await measure_bare(
-                    handler, system, client, sizes.http_items, sizes.concurrency,
-                    sizes.phase_timeout))
-    best = [best_round(system_runs) for system_runs in runs.values()]
+    clients = [("bare aiohttp", bare_aiohttp, max(settings.rounds, HEADLINE_ROUNDS)),
+               ("bare httpx", bare_httpx, settings.rounds)]
+
+    async def measure(system: str, client: Any) -> Run:
+        return await measure_bare(handler, system, client, sizes.http_items,
+                                  sizes.concurrency, sizes.phase_timeout)
+
+    best = await best_of_interleaved(clients, measure)
     settings.shared["bare_runs"] = best
     return best
 
@@ -302,14 +312,12 @@ async def run_per_item(settings: Settings) -> Outcome:
         handler = await procs.handler()
         await warm_up(handler)
         bare = await bare_baselines(settings, handler)
-        runs: dict[str, list[Run]] = {system: [] for system, _, _ in systems}
-        for round_number in range(max(rounds for _, _, rounds in systems)):
-            for system, args, rounds in systems:
-                if round_number < rounds:
-                    runs[system].append(await measure_processor(
-                        settings, procs, handler, system=system, items=sizes.http_items,
-                        args=args))
-    ours = [best_round(system_runs) for system_runs in runs.values()]
+
+        async def measure(system: str, args: tuple[str, ...]) -> Run:
+            return await measure_processor(settings, procs, handler, system=system,
+                                           items=sizes.http_items, args=args)
+
+        ours = await best_of_interleaved(systems, measure)
     aiohttp_run = bare[0]
     headline = ratio(ours[0].per_second, aiohttp_run.per_second)
     for run in [*ours, *bare]:

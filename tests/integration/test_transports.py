@@ -119,15 +119,19 @@ async def test_a_compressed_answer_is_limited_by_its_inflated_size(transport) ->
 
 async def test_start_builds_the_client_once_and_never_after_close(transport) -> None:
     """``start()`` prepares the client before the first item (the service calls it at
-    start-up); calls go through it afterwards, and a closed processor stays closed."""
+    start-up; aiohttp's session is otherwise made at the first call); calls go through
+    it, and a closed processor stays closed."""
     async with serve_app(answer) as url:
         http = HttpProcessor(HttpProcessorConfig(handler_url=url, transport=transport))
-        http.start()
         sender = http._sender
-        client = getattr(sender, "_session", None) or getattr(sender, "_client", None)
+        attribute = "_session" if transport == "aiohttp" else "_client"
+        if transport == "aiohttp":
+            assert sender._session is None, "no session before start() or a first call"
+        http.start()
+        client = getattr(sender, attribute)
         assert client is not None
         http.start()
-        assert (getattr(sender, "_session", None) or getattr(sender, "_client", None)) is client
+        assert getattr(sender, attribute) is client, "start() builds the client once"
         assert await http.process(ITEM) == Result(gate=2, data=b'"ok"')
         await http.aclose()
         http.start()
