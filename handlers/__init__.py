@@ -30,7 +30,8 @@ from handlers.asgi import (
     serve,
 )
 from handlers.errors import Fail, HandlerError, ItemDataError, Retry
-from handlers.model import UNSET, Item, Result
+from handlers.model import UNSET, Item, Reduced, ReducePage, Result
+from handlers.reduce import Reduce
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -43,6 +44,9 @@ __all__ = [
     "Handlers",
     "Item",
     "ItemDataError",
+    "Reduce",
+    "ReducePage",
+    "Reduced",
     "Result",
     "Retry",
     "app",

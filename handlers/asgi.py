@@ -8,6 +8,8 @@ Routes (all configurable):
 
 - ``POST /``: one item (headers and body per :mod:`handlers.wire`);
 - ``POST /batch``: a JSON array of items, answered with an array of results;
+- ``POST /reduce``: a reduce gate's items (see :mod:`handlers.reduce`), when
+  a reduce function is given;
 - ``GET /healthz``: ``{"status": "ok"}``.
 
 Anything else is a 404 (unknown path) or a 405 (wrong method) with a JSON error
@@ -27,17 +29,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeAlias
 
 from handlers.errors import Fail, HandlerError, Retry
-from handlers.model import Item, Result
+from handlers.model import Item, ReducePage, Result
+from handlers.reduce import Reduce, ReduceFunction, whole_gate_only
 from handlers.wire import (
     BadRequest,
     ResultError,
+    coerce_reduced,
     coerce_result,
     encode_error,
+    encode_reduced,
     encode_result,
     exception_message,
     parse_batch,
     parse_batch_entry,
     parse_item,
+    parse_reduce,
     retry_after_header,
 )
 
@@ -46,6 +52,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PATH: Final = "/"
 DEFAULT_HEALTH_PATH: Final = "/healthz"
 DEFAULT_BATCH_PATH: Final = "/batch"
+DEFAULT_REDUCE_PATH: Final = "/reduce"
 DEFAULT_MAX_BODY_BYTES: Final = 16 * 1024 * 1024
 # Matches the processor's default concurrency, so blocking sync handlers (an
 # HTTP call with requests, a database query) can keep every dispatched item busy.
@@ -105,7 +112,9 @@ class HandlerApp:
                  health_path: str | None = DEFAULT_HEALTH_PATH,
                  batch_path: str | None = DEFAULT_BATCH_PATH,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 threads: int = DEFAULT_THREADS) -> None:
+                 threads: int = DEFAULT_THREADS,
+                 reduce: Reduce | ReduceFunction | None = None,
+                 reduce_path: str = DEFAULT_REDUCE_PATH) -> None:
         self._single: _Target | None = None
         self._by_gate: dict[int, _Target] = {}
         if isinstance(handlers, Mapping):
@@ -118,13 +127,19 @@ class HandlerApp:
             self._gates_text = ", ".join(str(gate) for gate in sorted(self._by_gate))
         else:
             self._single = _Target(handlers)
-        routes = {"path": path, "health_path": health_path, "batch_path": batch_path}
+        if reduce is not None and not callable(reduce):
+            raise TypeError(f"reduce must be a function or handlers.Reduce(...), got {reduce!r}")
+        self._reduce = (None if reduce is None else reduce if isinstance(reduce, Reduce)
+                        else whole_gate_only(reduce))
+        routes = {"path": path, "health_path": health_path, "batch_path": batch_path,
+                  "reduce_path": reduce_path}
         for name, value in routes.items():
             if value is not None and (not isinstance(value, str) or not value.startswith("/")):
                 raise ValueError(f"{name} must be a path starting with '/', got {value!r}")
         taken = [value for value in routes.values() if value is not None]
         if len(set(taken)) != len(taken):
-            raise ValueError(f"path, health_path and batch_path must differ, got {routes}")
+            raise ValueError(f"path, health_path, batch_path and reduce_path must differ, got "
+                             f"{routes}")
         if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or (
                 max_body_bytes < 1):
             raise ValueError(f"max_body_bytes must be an integer >= 1, got {max_body_bytes!r}")
@@ -133,12 +148,14 @@ class HandlerApp:
         self.path = path
         self.health_path = health_path
         self.batch_path = batch_path
+        self.reduce_path = reduce_path
         self.max_body_bytes = max_body_bytes
         self.threads = threads
         self._pool: ThreadPoolExecutor | None = None
         self._routes_text = "; ".join(
             text for text in (f"POST {path} for one item",
                               batch_path and f"POST {batch_path} for a batch",
+                              reduce is not None and f"POST {reduce_path} for a reduce",
                               health_path and f"GET {health_path} for health") if text)
 
     def __repr__(self) -> str:
@@ -178,6 +195,11 @@ class HandlerApp:
                     await _method_not_allowed(send, method, path, b"POST")
                     return
                 await self._batch(scope, receive, send)
+            elif path == self.reduce_path:
+                if method != "POST":
+                    await _method_not_allowed(send, method, path, b"POST")
+                    return
+                await self._reduce_request(scope, receive, send)
             else:
                 await _respond(send, 404, encode_error(
                     f"no route for {method} {path}; this handler serves {self._routes_text}",
@@ -237,6 +259,52 @@ class HandlerApp:
         parts = await asyncio.gather(*(self._entry(position, entry)
                                        for position, entry in enumerate(entries)))
         await _respond(send, 200, b"[" + b",".join(parts) + b"]")
+
+    async def _reduce_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await self._read_body(dict(scope["headers"]), receive)
+        if body is None:
+            await self._too_large(send)
+            return
+        if self._reduce is None:
+            await _respond(send, 404, encode_error(
+                "this handler serves no reduce: pass reduce=... to handlers.app(), or remove "
+                "the gate from the partition's reduce_gates", no_retry=True))
+            return
+        try:
+            page = parse_reduce(body)
+        except BadRequest as error:
+            await _respond(send, error.status, encode_error(error.message, no_retry=True))
+            return
+        answer = await self._run_reduce(page)
+        if answer.retry_after is not None:
+            await _respond(send, answer.status, answer.body,
+                           (b"retry-after", retry_after_header(answer.retry_after)))
+        else:
+            await _respond(send, answer.status, answer.body)
+
+    async def _run_reduce(self, page: ReducePage) -> _Answer:
+        """Run the reduce function for ``page``; never raises (but ``CancelledError``)."""
+        assert self._reduce is not None
+        try:
+            value = await self._reduce(page)
+        except Retry as error:
+            return _Answer(error.status, encode_error(
+                error.message, no_retry=False, retry_after=error.retry_after),
+                error.retry_after)
+        except HandlerError as error:
+            log.info("action=reduce_refused partition=%s gate=%d pass=%s page=%d status=%d",
+                     page.partition_id, page.gate, page.pass_, page.page, error.status)
+            return _Answer(error.status, encode_error(error.message, no_retry=error.no_retry))
+        except Exception as error:  # a reduce bug answers 500, never crashes the app
+            log.exception("action=reduce_exception partition=%s gate=%d pass=%s page=%d",
+                          page.partition_id, page.gate, page.pass_, page.page)
+            return _Answer(500, encode_error(exception_message(error), no_retry=False))
+        try:
+            return _Answer(200, encode_reduced(coerce_reduced(value)))
+        except ResultError as error:
+            log.error("action=reduce_bad_answer partition=%s gate=%d error=%s",
+                      page.partition_id, page.gate, error)
+            return _Answer(500, encode_error(f"{page.describe()}: {error}", no_retry=False))
 
     async def _entry(self, position: int, entry: Any) -> bytes:
         try:
@@ -337,8 +405,9 @@ class HandlerApp:
 
 def app(handlers: Handlers, *, health_path: str | None = DEFAULT_HEALTH_PATH,
         batch_path: str | None = DEFAULT_BATCH_PATH, path: str = DEFAULT_PATH,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, threads: int = DEFAULT_THREADS
-        ) -> HandlerApp:
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, threads: int = DEFAULT_THREADS,
+        reduce: Reduce | ReduceFunction | None = None,
+        reduce_path: str = DEFAULT_REDUCE_PATH) -> HandlerApp:
     """Turn a handler function into an ASGI3 app for uvicorn (or any ASGI server).
 
     ``handlers`` is ``func(item: Item) -> Result`` (sync or async), or a mapping
@@ -355,6 +424,11 @@ def app(handlers: Handlers, *, health_path: str | None = DEFAULT_HEALTH_PATH,
     - raises anything else -> 500, retryable, message ``"<Type>: <message>"``;
       the traceback is logged once.
 
+    ``reduce`` serves ``POST /reduce`` for the partition's reduce gates: a
+    function ``f(page: ReducePage) -> Reduced`` that answers a whole gate at
+    once, or :class:`handlers.Reduce` ``(fold=..., apply=...)`` for gates of any
+    size (see :mod:`handlers.reduce`).
+
     ``health_path`` and ``batch_path`` may be ``None`` to turn those routes off.
     Bodies over ``max_body_bytes`` are refused with a non-retryable 413. Sync
     functions run on up to ``threads`` threads at once (match the processor's
@@ -366,7 +440,8 @@ def app(handlers: Handlers, *, health_path: str | None = DEFAULT_HEALTH_PATH,
             paths are equal, or ``max_body_bytes``/``threads`` is below 1.
     """
     return HandlerApp(handlers, path=path, health_path=health_path, batch_path=batch_path,
-                      max_body_bytes=max_body_bytes, threads=threads)
+                      max_body_bytes=max_body_bytes, threads=threads, reduce=reduce,
+                      reduce_path=reduce_path)
 
 
 def serve(handlers: HandlerApp | Handlers, host: str = "127.0.0.1", port: int = 8000,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -36,6 +37,9 @@ class Item:
     - ``idempotency_key``: the same for every retry of one step of one item; use
       it to make side effects (charging, e-mailing) happen once.
     - ``data``: the item's bytes, unchanged.
+    - ``status``, ``last_error``: in a reduce, ``"failed"`` and the error for an
+      item that failed at an earlier gate of a partition that carries on
+      without it; ``"available"`` and ``None`` otherwise.
 
     Keyword-only, so tests of handler functions can build items without
     mixing up the two ids: ``Item(id="r1", partition_id="p", data=b"{}")``.
@@ -47,6 +51,13 @@ class Item:
     attempt: int = 1
     idempotency_key: str = ""
     data: bytes = b""
+    status: str = "available"
+    last_error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the item failed at an earlier gate (seen only by a reduce)."""
+        return self.status == "failed"
 
     def json(self) -> Any:
         """The data decoded as JSON (UTF-8; ``NaN`` and ``Infinity`` are refused).
@@ -56,7 +67,7 @@ class Item:
                 Uncaught, it becomes a non-retryable 400 answer.
         """
         try:
-            return json.loads(self.data, parse_constant=_reject_constant)
+            return json.loads(self.data, parse_constant=reject_json_constant)
         except RecursionError:
             raise ItemDataError(
                 f"{self.describe()}: data is JSON nested too deeply to decode") from None
@@ -119,7 +130,61 @@ class Result:
             raise TypeError(f"Result(done=...) must be True or False, got {self.done!r}")
 
 
-def _reject_constant(name: str) -> Any:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReducePage:
+    """What a reduce function receives: a whole gate, or one page of a pass.
+
+    - ``pass_``: ``"all"`` (every item of the gate, answered at once), ``"fold"``
+      (return the next accumulator) or ``"apply"`` (answer per item, given the
+      final accumulator).
+    - ``page`` (0-based) and ``last``: the position in the pass.
+    - ``items``: the page's items in id order; failed ones (``item.failed``)
+      are shown for information and cannot be answered.
+    - ``accumulator``: the previous fold page's accumulator (``None`` on the
+      first), or the final one during the apply pass.
+    - ``idempotency_key``: the same for every retry of this page.
+    """
+
+    partition_id: str
+    gate: int
+    attempt: int = 1
+    pass_: str = "all"
+    page: int = 0
+    last: bool = True
+    idempotency_key: str = ""
+    items: tuple[Item, ...] = ()
+    accumulator: Any = None
+
+    def describe(self) -> str:
+        """How messages name this page: partition, gate, pass, page and attempt."""
+        return (f"partition {self.partition_id!r} gate {self.gate} reduce {self.pass_} "
+                f"page {self.page} (attempt {self.attempt})")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reduced:
+    """A reduce function's answer.
+
+    - ``items``: per item id, the item's :class:`Result`; it must complete the
+      item or move it to a later gate.
+    - ``default``: the result of the items not named; ``None`` completes them.
+    - ``result``: the partition result (JSON-compatible value, or bytes);
+      leave it :data:`UNSET` to store none.
+    - ``accumulator``: a fold page's answer (a JSON-compatible value).
+    """
+
+    items: Mapping[str, Result] = field(default_factory=dict)
+    default: Result | None = None
+    result: Any = UNSET
+    accumulator: Any = UNSET
+
+
+def reject_json_constant(name: str) -> Any:
+    """``json.loads(parse_constant=...)``: refuse ``NaN`` and ``Infinity``.
+
+    Raises:
+        ValueError: always.
+    """
     raise ValueError(f"{name} is not valid JSON")
 
 

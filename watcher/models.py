@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Column, DateTime, Index, Integer, LargeBinary, Unicode, UnicodeText
+from sqlalchemy import Column, DateTime, Index, Integer, LargeBinary, Unicode, UnicodeText, text
 from sqlalchemy.dialects import mssql, mysql
 from sqlalchemy.types import TypeEngine
 from sqlmodel import Field, SQLModel
@@ -90,8 +90,35 @@ class Status(StrEnum):
     FAILED = "failed"
 
 
+class ItemFailurePolicy(StrEnum):
+    """What a failed item does to its partition (chosen when the partition is created)."""
+
+    FAIL = "fail"  # the partition fails at the gate where the item failed
+    CONTINUE = "continue"  # the partition carries on with the other items
+
+
+class ReducePass(StrEnum):
+    """The pass a paged reduce is in; a one-call reduce stores none."""
+
+    FOLD = "fold"
+    APPLY = "apply"
+
+
+REDUCE_GATES_MAX_LENGTH = 1000
+POLICY_MAX_LENGTH = 16
+REDUCE_PASS_MAX_LENGTH = 8
+
+
 class Partition(SQLModel, table=True):
-    """A top-level job: its current gate, status and lease."""
+    """A top-level job: its current gate, status and lease.
+
+    ``reduce_gates`` (JSON list of gates, or NULL) and ``on_item_failure`` are
+    fixed at creation. ``result`` is the partition result a reduce stored. The
+    ``reduce_*`` columns hold a paged reduce's progress at the current gate
+    (pass, pages done, the last item id done and the accumulator), so a
+    failover resumes it; ``reduce_attempts`` and ``last_error`` count and
+    explain failed reduce calls.
+    """
 
     __tablename__ = "partitions"
     __table_args__ = (Index("ix_partitions_lease", "status", "until", "owner"),
@@ -106,6 +133,23 @@ class Partition(SQLModel, table=True):
     until: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
     created_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
     updated_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
+    reduce_gates: str | None = Field(
+        default=None, sa_column=Column(Unicode(REDUCE_GATES_MAX_LENGTH), nullable=True))
+    on_item_failure: str = Field(
+        default=ItemFailurePolicy.FAIL,
+        sa_column=Column(Unicode(POLICY_MAX_LENGTH), nullable=False,
+                         server_default=ItemFailurePolicy.FAIL.value))
+    result: bytes | None = Field(default=None, sa_column=Column(data_type(), nullable=True))
+    reduce_pass: str | None = Field(
+        default=None, sa_column=Column(Unicode(REDUCE_PASS_MAX_LENGTH), nullable=True))
+    reduce_page: int = Field(default=0, sa_column=Column(Integer, nullable=False,
+                                                         server_default=text("0")))
+    reduce_after: str | None = Field(
+        default=None, sa_column=Column(key_type(ID_MAX_LENGTH), nullable=True))
+    reduce_acc: bytes | None = Field(default=None, sa_column=Column(data_type(), nullable=True))
+    reduce_attempts: int = Field(default=0, sa_column=Column(Integer, nullable=False,
+                                                             server_default=text("0")))
+    last_error: str | None = Field(default=None, sa_column=Column(error_type(), nullable=True))
 
 
 class Item(SQLModel, table=True):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,8 +18,29 @@ class NewItem:
 
 
 @dataclass(frozen=True, slots=True)
+class ReduceProgress:
+    """Where a paged reduce of the partition's current gate stands.
+
+    ``pass_`` is ``"fold"`` or ``"apply"``; ``pages_done`` counts the pages of
+    that pass already stored; ``attempts`` counts failed reduce calls since the
+    last success (shown while a reduce keeps failing).
+    """
+
+    pass_: str | None
+    pages_done: int
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionInfo:
-    """A partition as the client sees it. ``counts`` maps status name to item count."""
+    """A partition as the client sees it. ``counts`` maps status name to item count.
+
+    ``reduce_gates`` are the gates reduced in one step for the whole gate;
+    ``on_item_failure`` is ``"fail"`` or ``"continue"``; ``result`` is the
+    partition result a reduce stored (bytes, usually JSON); ``last_error`` says
+    why the last reduce call failed; ``reduce`` is a reduce in progress at the
+    current gate, or ``None``.
+    """
 
     id: str
     status: str
@@ -28,6 +51,19 @@ class PartitionInfo:
     counts: dict[str, int] = field(default_factory=dict)
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    reduce_gates: tuple[int, ...] = ()
+    on_item_failure: str = "fail"
+    result: bytes | None = None
+    last_error: str | None = None
+    reduce: ReduceProgress | None = None
+
+    def result_json(self) -> Any:
+        """The partition result decoded as JSON (``None`` when there is none).
+
+        Raises:
+            ValueError: the result is not JSON (a reduce stored raw bytes).
+        """
+        return None if self.result is None else json.loads(self.result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +89,45 @@ class LeaseRow:
     version: int
     gate: int
     owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSettings:
+    """What a partition fixed at creation and its supervisor needs: its reduce gates
+    and what a failed item does."""
+
+    reduce_gates: frozenset[int] = frozenset()
+    continue_on_failure: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceState:
+    """A partition's stored reduce progress at its current gate.
+
+    ``pass_`` is ``None`` before a paged reduce starts (and for one-call
+    reduces); ``after`` is the id of the last item of the last page done;
+    ``accumulator`` is the fold's latest accumulator (JSON bytes).
+    """
+
+    version: int
+    gate: int
+    pass_: str | None
+    page: int
+    after: str | None
+    accumulator: bytes | None
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceEntry:
+    """One item as a reduce sees it: available at the gate, or failed earlier."""
+
+    id: str
+    version: int
+    gate: int
+    status: str
+    data: bytes
+    last_error: str | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,146 @@
+"""The SDK's reduce route driven in-process through httpx's ASGI transport."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+import handlers
+from handlers import Fail, Item, Reduce, Reduced, ReducePage, Result
+
+
+@contextlib.asynccontextmanager
+async def client_for(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://handler") as client:
+        yield client
+
+
+def request(pass_: str = "all", *, page: int = 0, last: bool = True,
+            accumulator: Any = None, items: list[tuple[str, Any]] | None = None,
+            failed: tuple[str, ...] = ()) -> dict[str, Any]:
+    entries = [{"item_id": item_id, "status": "failed" if item_id in failed else "available",
+                "gate": 1, "last_error": "bad" if item_id in failed else None,
+                "data_b64": base64.b64encode(json.dumps(value).encode()).decode()}
+               for item_id, value in (items or [])]
+    return {"partition_id": "p", "gate": 1, "attempt": 1, "pass": pass_, "page": page,
+            "last": last, "idempotency_key": "k", "accumulator": accumulator,
+            "items": entries}
+
+
+SCORES = [("a", 3), ("b", 9), ("c", 5), ("d", 1)]
+
+
+def keep_best(best: list[list[Any]] | None, items: list[Item]) -> list[list[Any]]:
+    merged = (best or []) + [[item.id, item.json()] for item in items if not item.failed]
+    return sorted(merged, key=lambda pair: -pair[1])[:2]
+
+
+def mark(best: list[list[Any]], items: list[Item]) -> dict[str, Result]:
+    top = [item_id for item_id, _ in best]
+    return {item.id: Result(done=True, data={"rank": top.index(item.id) + 1})
+            for item in items if item.id in top}
+
+
+TOP2 = Reduce(fold=keep_best, apply=mark)
+
+
+async def test_whole_gate_function_answers_items_default_and_result() -> None:
+    def rank_all(page: ReducePage) -> Reduced:
+        best = max(page.items, key=lambda item: item.json())
+        return Reduced(items={best.id: Result(gate=2)}, result={"best": best.id})
+
+    app = handlers.app({0: lambda item: Result(gate=1)}, reduce=rank_all)
+    async with client_for(app) as client:
+        answer = await client.post("/reduce", json=request(items=SCORES))
+    assert answer.status_code == 200
+    assert answer.json() == {"items": {"b": {"gate": 2}}, "result": {"best": "b"}}
+
+
+async def test_whole_gate_function_refuses_a_paged_request_with_the_fix() -> None:
+    app = handlers.app(lambda item: Result(done=True), reduce=lambda page: Reduced())
+    async with client_for(app) as client:
+        answer = await client.post("/reduce", json=request("fold", last=False, items=SCORES))
+    assert answer.status_code == Fail.status
+    assert answer.json()["error"]["no_retry"] is True
+    assert "handlers.Reduce(fold=..., apply=...)" in answer.json()["error"]["message"]
+
+
+async def test_reduce_serves_one_call_and_both_passes_with_the_same_functions() -> None:
+    app = handlers.app(lambda item: Result(done=True), reduce=TOP2)
+    async with client_for(app) as client:
+        whole = (await client.post("/reduce", json=request(items=SCORES))).json()
+        first = (await client.post("/reduce", json=request(
+            "fold", last=False, items=SCORES[:2]))).json()
+        last = (await client.post("/reduce", json=request(
+            "fold", page=1, accumulator=first["accumulator"], items=SCORES[2:]))).json()
+        applied = (await client.post("/reduce", json=request(
+            "apply", accumulator=last["accumulator"], items=SCORES[:2]))).json()
+    assert whole == {"items": {"b": {"done": True, "data": {"rank": 1}},
+                               "c": {"done": True, "data": {"rank": 2}}},
+                     "result": [["b", 9], ["c", 5]]}
+    assert first == {"accumulator": [["b", 9], ["a", 3]]}
+    assert last == {"accumulator": [["b", 9], ["c", 5]], "result": [["b", 9], ["c", 5]]}
+    assert applied == {"items": {"b": {"done": True, "data": {"rank": 1}}}}
+
+
+async def test_failed_items_reach_the_reduce_with_their_error() -> None:
+    seen: list[tuple[str, str, str | None]] = []
+
+    def count(page: ReducePage) -> Reduced:
+        seen.extend((item.id, item.status, item.last_error) for item in page.items)
+        return Reduced(result={"failed": sum(item.failed for item in page.items)})
+
+    app = handlers.app(lambda item: Result(done=True), reduce=count)
+    async with client_for(app) as client:
+        answer = await client.post("/reduce", json=request(items=SCORES, failed=("d",)))
+    assert answer.json() == {"result": {"failed": 1}}
+    assert ("d", "failed", "bad") in seen and ("a", "available", None) in seen
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b"[1]", "reduce body is a JSON array"),
+    (b"{", "not valid JSON"),
+    (json.dumps({**request(), "pass": "sideways"}).encode(), "'pass' must be one of"),
+    (json.dumps({**request(), "gate": -1}).encode(), "'gate' must be an integer"),
+    (json.dumps({k: v for k, v in request().items() if k != "items"}).encode(), "'items'"),
+    (json.dumps(request(items=[("a", 1)]) | {"items": [{"item_id": "a"}]}).encode(),
+     "reduce item 0 has no"),
+])
+async def test_malformed_reduce_requests_are_refused_with_the_field(body: bytes,
+                                                                    message: str) -> None:
+    app = handlers.app(lambda item: Result(done=True), reduce=TOP2)
+    async with client_for(app) as client:
+        answer = await client.post("/reduce", content=body)
+    assert answer.status_code == 400
+    assert message in answer.json()["error"]["message"]
+
+
+async def test_reduce_route_without_a_reduce_function_says_how_to_add_one() -> None:
+    app = handlers.app(lambda item: Result(done=True))
+    async with client_for(app) as client:
+        answer = await client.post("/reduce", json=request())
+    assert answer.status_code == 404
+    assert "reduce=" in answer.json()["error"]["message"]
+
+
+async def test_reduce_bug_is_a_retryable_500_and_bad_answer_names_the_page() -> None:
+    def broken(page: ReducePage) -> Reduced:
+        raise KeyError("oops")
+
+    async with client_for(handlers.app(lambda item: Result(done=True),
+                                       reduce=broken)) as client:
+        answer = await client.post("/reduce", json=request())
+    assert answer.status_code == 500 and answer.json()["error"]["no_retry"] is False
+
+    async with client_for(handlers.app(lambda item: Result(done=True),
+                                       reduce=lambda page: 42)) as client:
+        answer = await client.post("/reduce", json=request())
+    assert answer.status_code == 500
+    assert "partition 'p' gate 1 reduce all page 0" in answer.json()["error"]["message"]

@@ -1,0 +1,141 @@
+"""The pure reduce decisions: page cuts, plans, and what an answer writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from watcher.protocol import ReduceResult, Result
+from watcher.records import ReduceEntry, ReduceState
+from watcher.reduction import (
+    PageLimits,
+    ReduceAnswerError,
+    cut_page,
+    plan_reduce,
+    reduce_call,
+    reduce_key,
+    reduce_step,
+)
+
+GATE = 1
+
+
+def entry(item_id: str, *, status: str = "available", size: int = 1, gate: int = GATE,
+          version: int = 3) -> ReduceEntry:
+    return ReduceEntry(item_id, version, gate, status, b"x" * size,
+                       "boom" if status == "failed" else None)
+
+
+def state(pass_: str | None = None, page: int = 0, after: str | None = None,
+          accumulator: bytes | None = None) -> ReduceState:
+    return ReduceState(7, GATE, pass_, page, after, accumulator, 0)
+
+
+LIMITS = PageLimits(items=3, data_bytes=100)
+
+
+@pytest.mark.parametrize(("sizes", "limits", "page_len", "more"), [
+    ([], LIMITS, 0, False),
+    ([1, 1, 1], LIMITS, 3, False),
+    ([1, 1, 1, 1], LIMITS, 3, True),
+    ([60, 50], LIMITS, 1, True),  # the second would pass the byte limit
+    ([500], LIMITS, 1, False),  # one item over the limit still makes a page
+    ([500, 1], LIMITS, 1, True),
+    ([50, 50, 1], LIMITS, 2, True),
+])
+def test_cut_page(sizes: list[int], limits: PageLimits, page_len: int, more: bool) -> None:
+    entries = [entry(f"i{n}", size=size) for n, size in enumerate(sizes)]
+    page, has_more = cut_page(entries, limits)
+    assert [e.id for e in page] == [e.id for e in entries[:page_len]]
+    assert has_more is more
+
+
+def test_small_gate_is_one_call_and_big_gate_starts_the_fold() -> None:
+    small = plan_reduce(state(), [entry("a"), entry("b")], LIMITS)
+    assert (small.pass_, small.page, small.last, len(small.entries)) == ("all", 0, True, 2)
+    big = plan_reduce(state(), [entry(f"i{n}") for n in range(4)], LIMITS)
+    assert (big.pass_, big.page, big.last, len(big.entries)) == ("fold", 0, False, 3)
+    assert big.accumulator is None
+
+
+def test_stored_pass_resumes_with_its_page_and_accumulator() -> None:
+    plan = plan_reduce(state("fold", page=2, after="i5", accumulator=b"[1]"),
+                       [entry("i6"), entry("i7")], LIMITS)
+    assert (plan.pass_, plan.page, plan.last, plan.accumulator) == ("fold", 2, True, b"[1]")
+
+
+def test_fold_steps_store_progress_then_switch_to_apply() -> None:
+    page = [entry("a"), entry("b"), entry("c")]
+    middle = plan_reduce(state("fold", page=1, after="0"), [*page, entry("d")], LIMITS)
+    step = reduce_step("p", GATE, middle, ReduceResult(accumulator=b'{"n":3}'))
+    assert (step.pass_, step.page, step.after, step.accumulator) == ("fold", 2, "c", b'{"n":3}')
+    assert step.writes == ()
+    last = plan_reduce(state("fold", page=2, after="c"), [entry("d")], LIMITS)
+    step = reduce_step("p", GATE, last, ReduceResult(accumulator=b"9", result=b'"top"'))
+    assert (step.pass_, step.page, step.after, step.accumulator) == ("apply", 0, None, b"9")
+    assert step.result == b'"top"'
+
+
+def test_fold_answer_with_item_answers_is_refused() -> None:
+    plan = plan_reduce(state("fold"), [entry("a")], LIMITS)
+    with pytest.raises(ReduceAnswerError, match="fold answer carries only"):
+        reduce_step("p", GATE, plan, ReduceResult(items={"a": Result(done=True)}))
+
+
+def test_apply_writes_named_answers_and_default_and_skips_failed_items() -> None:
+    entries = [entry("a"), entry("b"), entry("f", status="failed", gate=0), entry("c")]
+    plan = plan_reduce(state(), entries, PageLimits(10, 1000))
+    answer = ReduceResult(items={"a": Result(gate=3, data=b"A")}, default=Result(gate=2),
+                          result=b"{}")
+    step = reduce_step("p", GATE, plan, answer)
+    assert step.pass_ is None and step.result == b"{}"
+    written = {w.item_id: (w.status, w.gate, w.data, w.seen_version) for w in step.writes}
+    assert written == {"a": ("available", 3, b"A", 3), "b": ("available", 2, None, 3),
+                       "c": ("available", 2, None, 3)}
+
+
+def test_items_not_named_complete_without_a_default() -> None:
+    plan = plan_reduce(state(), [entry("a"), entry("b")], LIMITS)
+    step = reduce_step("p", GATE, plan, ReduceResult())
+    assert {(w.item_id, w.status, w.gate) for w in step.writes} == {
+        ("a", "complete", GATE), ("b", "complete", GATE)}
+
+
+def test_apply_page_keeps_accumulator_until_last_page() -> None:
+    plan = plan_reduce(state("apply", page=0, accumulator=b"acc"),
+                       [entry("a"), entry("b"), entry("c"), entry("d")], LIMITS)
+    step = reduce_step("p", GATE, plan, ReduceResult())
+    assert (step.pass_, step.page, step.after, step.accumulator) == ("apply", 1, "c", b"acc")
+    assert len(step.writes) == 3
+
+
+@pytest.mark.parametrize(("answer", "message"), [
+    (ReduceResult(items={"zz": Result(done=True)}), "not an item of this request"),
+    (ReduceResult(items={"f": Result(done=True)}), "does not change failed items"),
+    (ReduceResult(items={"a": Result()}), "leaves the item at the reduce gate"),
+    (ReduceResult(default=Result(gate=GATE)), "leaves the item at the reduce gate"),
+    (ReduceResult(items={"a": Result(gate=0, done=True)}), "below the reduce gate"),
+    (ReduceResult(items={"a": "done"}), "expected a Result"),  # type: ignore[dict-item]
+    (ReduceResult(result="text"), "result must be bytes"),  # type: ignore[arg-type]
+    ({"done": True}, "expected a ReduceResult"),
+])
+def test_malformed_answers_are_refused_whole(answer: object, message: str) -> None:
+    plan = plan_reduce(state(), [entry("a"), entry("f", status="failed", gate=0)], LIMITS)
+    with pytest.raises(ReduceAnswerError, match=message):
+        reduce_step("p", GATE, plan, answer)
+
+
+def test_idempotency_key_is_stable_per_page_and_differs_between_pages() -> None:
+    assert reduce_key("p", 1, "fold", 0) == reduce_key("p", 1, "fold", 0)
+    keys = {reduce_key("p", 1, "fold", 0), reduce_key("p", 1, "fold", 1),
+            reduce_key("p", 1, "apply", 0), reduce_key("p", 2, "fold", 0),
+            reduce_key("p1", 1, "fold", 0)}
+    assert len(keys) == 5
+
+
+def test_reduce_call_carries_items_and_position() -> None:
+    plan = plan_reduce(state("fold", page=4, accumulator=b"[]"), [entry("a")], LIMITS)
+    call = reduce_call("p", GATE, plan, attempt=2)
+    assert (call.pass_, call.page, call.last, call.attempt, call.accumulator) == (
+        "fold", 4, True, 2, b"[]")
+    assert [item.id for item in call.items] == ["a"]
+    assert call.idempotency_key == reduce_key("p", GATE, "fold", 4)
