@@ -8,8 +8,8 @@ treated as retryable.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 
@@ -78,4 +78,72 @@ class Processor(Protocol):
     async def process(self, item: WorkItem) -> Result: ...
 
 
-ProcessFunction = Callable[[WorkItem], Awaitable[Result]]
+ProcessCall = Callable[[WorkItem], Awaitable[Result]]
+"""A processor as a bare coroutine function: what the engine calls for each item."""
+
+
+# -- reduce gates -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceItem:
+    """One item of a reduce request.
+
+    ``status`` is ``"available"`` for the items at the reduce gate, which the
+    answer moves on, and ``"failed"`` for items that failed at an earlier gate
+    of a partition that carries on without them (shown, never changed).
+    """
+
+    id: str
+    status: str
+    gate: int
+    data: bytes
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceCall:
+    """One reduce request: a whole gate (``pass_ == "all"``) or one page of a pass.
+
+    - ``pass_``: ``"all"`` (one call answers everything), ``"fold"`` (answer
+      the next accumulator) or ``"apply"`` (answer per item, given the final
+      accumulator).
+    - ``page``: 0-based position of this page in its pass; ``last``: whether
+      it is the pass's last page.
+    - ``accumulator``: JSON bytes from the previous fold page (``None`` on the
+      first), or the final accumulator during the apply pass.
+    - ``idempotency_key``: stable for this partition, gate, pass and page.
+    """
+
+    partition_id: str
+    gate: int
+    attempt: int
+    pass_: str
+    page: int
+    last: bool
+    items: tuple[ReduceItem, ...]
+    accumulator: bytes | None
+    idempotency_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceResult:
+    """A reducer's answer.
+
+    - ``items``: per-item results by item id, for available items of the request.
+    - ``default``: the result of the available items not named; ``None``
+      completes them (``Result(done=True)``).
+    - ``result``: the partition result to store (bytes; ``None`` keeps the stored one).
+    - ``accumulator``: the next accumulator (JSON bytes), for a fold page.
+
+    Every item result must complete the item or move it to a later gate: a
+    reduce never leaves an item at its gate.
+    """
+
+    items: Mapping[str, Result] = field(default_factory=dict)
+    default: Result | None = None
+    result: bytes | None = None
+    accumulator: bytes | None = None
+
+
+ReduceCallable = Callable[[ReduceCall], Awaitable[ReduceResult]]
