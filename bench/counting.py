@@ -26,10 +26,9 @@ class StatementCounter:
         self.total = 0
         self.kinds: Counter[str] = Counter()
         self._engine = store.engine.sync_engine
-        self._direct = store.direct
+        self._driver = store.driver
         event.listen(self._engine, "before_cursor_execute", self._count_engine)
-        if self._direct is not None:
-            self._direct.listeners.append(self._count)
+        self._driver.add_statement_listener(self._count)
 
     def _count_engine(self, conn: Any, cursor: Any, statement: str, parameters: Any,
                       context: Any, executemany: bool) -> None:
@@ -48,8 +47,7 @@ class StatementCounter:
     def close(self) -> None:
         """Stop counting."""
         event.remove(self._engine, "before_cursor_execute", self._count_engine)
-        if self._direct is not None:
-            self._direct.listeners.remove(self._count)
+        self._driver.remove_statement_listener(self._count)
 
 
 class DrainHooks(Hooks):

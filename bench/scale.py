@@ -8,7 +8,7 @@
    complete" (the first X % of the partitions closed, and in every other
    partition the first X % of its items complete; X = 90, then 10), VACUUM
    ANALYZE, and time ``Store.items_ready`` on random open partitions and
-   ``Store.leases_free`` (the two queries every poll runs), median and p99.
+   ``Store.leases_read_free`` (the two queries every poll runs), median and p99.
    Both read the same number of rows in both states, so only what they must
    skip differs.
 """
@@ -70,19 +70,20 @@ async def set_state(store: Store, partition_ids: list[str], items: int, share: f
 
 async def time_queries(store: Store, open_ids: list[str], samples: int, limit: int
                        ) -> dict[str, list[float]]:
-    """Time ``items_ready`` on random open partitions and ``leases_free``, ``samples`` each."""
+    """Time ``items_ready`` on random open partitions and ``leases_read_free``, ``samples``
+    each (reported as ``leases_free``)."""
     rng = random.Random(7)
     candidates = DEFAULT_LEASE_BATCH * CANDIDATE_SPREAD
     times: dict[str, list[float]] = {"items_ready": [], "leases_free": []}
     for _ in range(5):  # warm the connection and the caches
         await store.items_ready(rng.choice(open_ids), 0, limit)
-        await store.leases_free(candidates)
+        await store.leases_read_free(candidates)
     for _ in range(samples):
         started = time.perf_counter()
         ready = await store.items_ready(rng.choice(open_ids), 0, limit)
         times["items_ready"].append(time.perf_counter() - started)
         started = time.perf_counter()
-        await store.leases_free(candidates)
+        await store.leases_read_free(candidates)
         times["leases_free"].append(time.perf_counter() - started)
         if not ready:
             raise RuntimeError("items_ready found nothing: the table state is not as set")

@@ -129,8 +129,11 @@ class HandlerApp:
             self._single = _Target(handlers)
         if reduce is not None and not callable(reduce):
             raise TypeError(f"reduce must be a function or handlers.Reduce(...), got {reduce!r}")
-        self._reduce = (None if reduce is None else reduce if isinstance(reduce, Reduce)
-                        else whole_gate_only(reduce))
+        # A plain function takes a whole gate; an object (a Reduce, or any class with
+        # ``__call__(page)``) is handed every pass and page.
+        self._reduce = (None if reduce is None
+                        else whole_gate_only(reduce) if inspect.isroutine(reduce)
+                        else reduce)
         routes = {"path": path, "health_path": health_path, "batch_path": batch_path,
                   "reduce_path": reduce_path}
         for name, value in routes.items():

@@ -1,11 +1,16 @@
 """statefeed's service side and public client API.
 
     from processor import Client, NewItem
+
+The clients load on first use (they bring SQLAlchemy's async engine); the
+records and errors load with the package.
 """
 
 from __future__ import annotations
 
-from processor.client import AsyncClient, Client
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from watcher.errors import (
     ConfigError,
     DatabaseError,
@@ -17,6 +22,34 @@ from watcher.errors import (
     StatefeedError,
 )
 from watcher.records import ItemInfo, NewItem, PartitionInfo
+
+if TYPE_CHECKING:
+    from processor.client import AsyncClient, Client
+
+# Public names whose modules import SQLAlchemy: loaded by __getattr__ on first use.
+_LAZY = {
+    "AsyncClient": "processor.client",
+    "Client": "processor.client",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a heavy public name on first use.
+
+    Raises:
+        AttributeError: ``name`` is not a public name of the package.
+    """
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups find it without coming back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "AsyncClient",

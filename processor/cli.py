@@ -16,6 +16,11 @@ from typing import Annotated
 
 import typer
 
+from processor.http_processor import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_TRANSPORT,
+)
 from watcher.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_DURATION,
@@ -23,6 +28,7 @@ from watcher.config import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_RETRY_BACKOFF,
+    DEFAULT_RETRY_BACKOFF_MAX,
     DEFAULT_SHUTDOWN_TIMEOUT,
     WatcherConfig,
     default_owner_id,
@@ -32,6 +38,12 @@ from watcher.errors import ConfigError, DatabaseError, StatefeedError
 from watcher.schema import validate_table_prefix
 
 DEFAULT_DB_URL = "sqlite:///processor.db"
+# Defaults of `processor run` that have no home in an engine or HTTP config object.
+DEFAULT_HANDLER_BATCH_SIZE = 0  # one item per request
+DEFAULT_HEALTH_PORT = 8080
+DEFAULT_HEALTH_HOST = "0.0.0.0"
+DEFAULT_LOG_LEVEL = "info"
+DEFAULT_STATUS_LIMIT = 100
 EXIT_DATABASE = 1
 EXIT_CONFIG = 2
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -148,19 +160,21 @@ def run(
     handler_batch_size: Annotated[int, typer.Option(envvar=_env("HANDLER_BATCH_SIZE"),
                                                     help="Send up to N items per request "
                                                     "to the batch URL (0 = one item per "
-                                                    "request).")] = 0,
+                                                    "request).")
+                                ] = DEFAULT_HANDLER_BATCH_SIZE,
     handler_batch_url: Annotated[str, typer.Option(envvar=_env("HANDLER_BATCH_URL"),
                                                    help="Batch protocol URL (default: "
                                                    "<handler-url>/batch).")] = "",
     http_transport: Annotated[str, typer.Option(envvar=_env("HTTP_TRANSPORT"),
                                                 help="aiohttp (fast at high concurrency) "
-                                                "or httpx (httpx's own pool).")] = "aiohttp",
+                                                "or httpx (httpx's own pool).")
+                            ] = DEFAULT_TRANSPORT,
     request_timeout: Annotated[float, typer.Option(envvar=_env("REQUEST_TIMEOUT"),
                                                    help="Seconds one handler call may take.")
-                               ] = 30.0,
+                               ] = DEFAULT_REQUEST_TIMEOUT,
     max_response_bytes: Annotated[int, typer.Option(envvar=_env("MAX_RESPONSE_BYTES"),
                                                     help="Largest handler response accepted.")
-                                  ] = 16 * 1024 * 1024,
+                                  ] = DEFAULT_MAX_RESPONSE_BYTES,
     ca_bundle: Annotated[str, typer.Option(envvar=_env("CA_BUNDLE"),
                                            help="CA bundle for the handler's TLS "
                                            "certificate (verification is always on).")] = "",
@@ -169,10 +183,10 @@ def run(
                                                     "on SIGTERM.")] = DEFAULT_SHUTDOWN_TIMEOUT,
     health_port: Annotated[int, typer.Option(envvar=_env("HEALTH_PORT"),
                                              help="Port for /healthz, /readyz and /metrics "
-                                             "(0 = off).")] = 8080,
+                                             "(0 = off).")] = DEFAULT_HEALTH_PORT,
     health_host: Annotated[str, typer.Option(envvar=_env("HEALTH_HOST"),
                                              help="Address the health port listens on.")
-                           ] = "0.0.0.0",
+                           ] = DEFAULT_HEALTH_HOST,
     migrate_first: Annotated[bool, typer.Option("--migrate", envvar=_env("MIGRATE"),
                                                 help="Create missing tables at start-up.")
                              ] = False,
@@ -181,10 +195,11 @@ def run(
                                                    "database is unreachable at start-up.")
                                 ] = False,
     log_level: Annotated[str, typer.Option(envvar=_env("LOG_LEVEL"),
-                                           help="debug, info, warning or error.")] = "info",
+                                           help="debug, info, warning or error.")
+                         ] = DEFAULT_LOG_LEVEL,
 ) -> None:
     """Lease partitions and dispatch their items to the handler until SIGTERM."""
-    from processor.http_processor import (
+    from processor.http_config import (
         DEFAULT_MAX_CONNECTIONS,
         HttpProcessorConfig,
         parse_header,
@@ -208,7 +223,7 @@ def run(
             owner_id=owner_id or default_owner_id(), concurrency=concurrency,
             poll_interval=poll_interval, lease_duration=lease_duration,
             max_retries=max_retries, retry_backoff=retry_backoff,
-            retry_backoff_max=max(retry_backoff, 300.0), auto_close=auto_close,
+            retry_backoff_max=max(retry_backoff, DEFAULT_RETRY_BACKOFF_MAX), auto_close=auto_close,
             manual_checkpoint=manual_checkpoint, shutdown_timeout=shutdown_timeout,
             max_leases=max_leases),
         http=HttpProcessorConfig(
@@ -234,7 +249,8 @@ def status(
     table_prefix: TablePrefix = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")
                        ] = False,
-    limit: Annotated[int, typer.Option(help="Show at most this many partitions.")] = 100,
+    limit: Annotated[int, typer.Option(help="Show at most this many partitions.")
+                     ] = DEFAULT_STATUS_LIMIT,
 ) -> None:
     """Show partitions with their status, gate, owner and item counts."""
     from processor.client import Client

@@ -26,12 +26,14 @@ from watcher.errors import (
 from watcher.models import ID_MAX_LENGTH, MAX_GATE, Status
 from watcher.records import ItemInfo, NewItem, PartitionInfo
 from watcher.store import Store
+from watcher.text import first_line
 
 T = TypeVar("T")
 
 WAIT_POLL_START = 0.02
 WAIT_POLL_MAX = 0.5
-SETTLED = (Status.COMPLETE.value, Status.FAILED.value)
+# A partition in one of these is finished: wait() returns it.
+FINISHED_STATUSES = (Status.COMPLETE.value, Status.FAILED.value)
 
 
 def _is_gate(value: object) -> bool:
@@ -107,13 +109,17 @@ class AsyncClient:
         await self.store.close()
 
     async def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Await ``coroutine``, turning a database failure into one readable error.
+
+        Raises:
+            DatabaseError: the database failed; the message names it (no password).
+        """
         try:
             return await coroutine
         except SQLAlchemyError as error:
-            detail = str(getattr(error, "orig", None) or error).strip().splitlines()
             raise DatabaseError(
                 f"database {self._url.redacted()} failed: "
-                f"{type(error).__name__}: {detail[0][:300] if detail else ''}"
+                f"{type(error).__name__}: {first_line(error)}"
             ) from None
 
     async def create_partition(self, partition_id: str, items: Sequence[NewItem] = ()) -> None:
@@ -214,7 +220,7 @@ class AsyncClient:
         delay = WAIT_POLL_START
         while True:
             info = await self.partition(partition_id)
-            if info.status in SETTLED:
+            if info.status in FINISHED_STATUSES:
                 return info
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -22,7 +22,8 @@ from rich.live import Live
 from rich.table import Table
 
 from processor.client import AsyncClient
-from processor.http_processor import HttpProcessor, HttpProcessorConfig
+from processor.http_config import HttpProcessorConfig
+from processor.http_processor import HttpProcessor
 from watcher.config import WatcherConfig
 from watcher.migrate import upgrade
 from watcher.records import ItemInfo, NewItem

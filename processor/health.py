@@ -2,18 +2,59 @@
 
 A raw ASGI app, so it adds no web framework to the processor. ``/readyz``
 answers 503 while the database (or the handler's health URL, when one is set)
-does not answer.
+does not answer. :class:`HandlerHealthCheck` is the handler's check: a ``GET``
+through the same sender (connections, TLS, headers) as the item calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from processor.transports import TransportError
+from watcher.text import error_text
+
+if TYPE_CHECKING:
+    from processor.transports import Sender
 
 Check = Callable[[], Awaitable[tuple[bool, str]]]
 CHECK_TIMEOUT = 5.0
+
+
+class HandlerHealthCheck:
+    """GETs the handler's health URL through ``sender``; healthy on a 2xx answer.
+
+    ``url`` is the URL to send (without userinfo), ``shown_url`` its redacted
+    form for the detail text, ``headers`` the ones to add to the sender's (such
+    as the Basic authentication of the health URL), and ``mask`` hides secrets
+    in the detail of an unexpected failure.
+    """
+
+    def __init__(self, sender: Sender, url: str, *, shown_url: str,
+                 headers: Mapping[str, str], timeout: float,
+                 mask: Callable[[str], str]) -> None:
+        self._sender = sender
+        self._url = url
+        self._shown_url = shown_url
+        self._headers = dict(headers)
+        self._timeout = timeout
+        self._mask = mask
+
+    async def __call__(self) -> tuple[bool, str]:
+        """``(healthy, detail)``: ``True`` on a 2xx answer. Never raises."""
+        shown = self._shown_url
+        try:
+            async with asyncio.timeout(self._timeout):
+                status = await self._sender.probe(self._url, self._headers, shown_url=shown)
+        except TimeoutError:
+            return False, f"no answer from {shown} within {self._timeout} s"
+        except TransportError as error:
+            return False, self._mask(f"{type(error).__name__}: {error.reason}")
+        except Exception as error:  # a health check reports, it never raises
+            return False, self._mask(f"{shown}: {error_text(error)}")
+        return 200 <= status < 300, f"{shown} answered HTTP {status}"
 
 
 class HealthApp:

@@ -10,33 +10,41 @@ batch URL (``<handler-url>/batch`` by default)::
 The answer is a JSON array of the same length, in the same order; each entry
 is what the per-item protocol's body would be (``{"gate", "done", "data"}`` or
 ``{"error": {...}}``). A failure of the whole request (connection, timeout,
-non-2xx, a body that is not such an array) is an error of every item in it,
-classified as in the per-item protocol. The engine still sees one call per
-item, so retries, fencing and gate order do not change.
+non-2xx, a body that is not such an array) is a :class:`~processor.wire.Failure`
+of every item in it, classified as in the per-item protocol. The engine still
+sees one call per item, so retries, fencing and gate order do not change.
+
+The encoding and decoding are :mod:`processor.wire`'s; the connections,
+secrets and error words are the :class:`~processor.http_processor.HandlerEndpoint`'s.
+Every item handed over is answered: a bug in the send path fails the batch's
+attempts, and a send cut short by cancellation cancels them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
+import logging
 import time
 from dataclasses import dataclass
+from types import TracebackType
 
 import httpx
 
-from processor.http_processor import (
+from processor.http_config import HttpProcessorConfig, check_url, split_userinfo
+from processor.http_processor import HandlerEndpoint
+from processor.http_reduce import HttpReducer
+from processor.redact import redact_url
+from processor.wire import (
     Failure,
-    HttpProcessor,
-    HttpProcessorConfig,
-    MalformedResponseError,
-    classify_error,
-    parse_answer,
-    parse_error_body,
+    encode_batch,
+    json_headers,
+    read_batch_reply,
+    unexpected_failure,
 )
-from processor.transports import TransportError
-from watcher.errors import ConfigError
-from watcher.protocol import NonRetryableError, ProcessorError, Result, WorkItem
+from watcher.checks import check_whole_number
+from watcher.protocol import ReduceCall, ReduceResult, Result, WorkItem
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_PATH = "/batch"
 
@@ -46,34 +54,72 @@ def default_batch_url(handler_url: str) -> str:
     return handler_url.rstrip("/") + DEFAULT_BATCH_PATH
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
+    """An item handed to :meth:`BatchingHttpProcessor.process`, and the future its caller awaits."""
+
     item: WorkItem
     future: asyncio.Future[Result]
 
 
-class BatchingHttpProcessor(HttpProcessor):
+class BatchingHttpProcessor:
     """Processes items through the batch protocol, ``batch_size`` at a time at most.
 
     Items handed over in the same event-loop turn go out together; a full
-    batch goes out at once. Raises :class:`ConfigError` on a bad size or URL.
+    batch goes out at once.
+
+    Raises:
+        ConfigError: (on construction) a bad batch size or batch URL, or a CA
+            bundle that cannot be loaded.
     """
 
     def __init__(self, config: HttpProcessorConfig, *, batch_size: int,
                  batch_url: str | None = None) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigError(f"handler batch size must be a whole number >= 1, got "
-                              f"{batch_size!r}")
-        super().__init__(config)
-        url = batch_url or default_batch_url(config.handler_url)
-        if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"handler batch URL must start with http:// or https://, "
-                              f"got {url!r}")
+        check_whole_number("handler batch size", batch_size)
+        url = check_url("handler batch URL", batch_url or default_batch_url(config.handler_url),
+                        example="http://handler:8000/batch")
+        bare, basic_auth = split_userinfo(url)
+        self.config = config
         self.batch_size = batch_size
-        self._batch_url = str(httpx.URL(url))
+        self.endpoint = HandlerEndpoint(config, other_urls=[url])
+        self.reducer = HttpReducer(self.endpoint)
+        self._batch_url = str(httpx.URL(bare))
+        self._shown_batch_url = redact_url(url)
+        self._headers = json_headers()
+        if basic_auth:  # a user:password@ of the batch URL, as for the handler URL
+            self._headers["Authorization"] = basic_auth
         self._waiting: list[_Pending] = []
         self._flush_scheduled = False
         self._sending: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:
+        return (f"BatchingHttpProcessor(batch_url={self._shown_batch_url!r}, "
+                f"batch_size={self.batch_size!r}, "
+                f"headers={sorted(self.config.headers)!r}, "
+                f"request_timeout={self.config.request_timeout!r})")
+
+    async def __aenter__(self) -> BatchingHttpProcessor:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    def start(self) -> None:
+        """Build the HTTP client now (see :meth:`HttpProcessor.start`)."""
+        self.endpoint.start()
+
+    async def check_health(self) -> tuple[bool, str]:
+        """GET the health URL: ``(True, detail)`` on a 2xx answer. Never raises."""
+        return await self.endpoint.check_health()
+
+    async def reduce(self, call: ReduceCall) -> ReduceResult:
+        """POST a reduce call to the handler's reduce URL (one request, never batched).
+
+        Raises:
+            RetryableError, NonRetryableError: as the per-item protocol.
+        """
+        return await self.reducer.reduce(call)
 
     async def process(self, item: WorkItem) -> Result:
         """Queue ``item`` for the next batch and wait for its own answer.
@@ -95,106 +141,63 @@ class BatchingHttpProcessor(HttpProcessor):
         while self._waiting:
             batch, self._waiting = (self._waiting[: self.batch_size],
                                     self._waiting[self.batch_size:])
-            task = asyncio.create_task(self._send_batch(batch))
+            task = asyncio.create_task(self._send(batch))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
-    async def _send_batch(self, batch: list[_Pending]) -> None:
+    async def _send(self, batch: list[_Pending]) -> None:
+        """Send one batch and answer each of its items; never leaves a future pending."""
         live = [p for p in batch if not p.future.done()]  # cancelled callers drop out
         if not live:
             return
         try:
-            answers = await self._post(live)
-        except ProcessorError as error:
+            outcomes = await self._call([p.item for p in live])
+            for pending, outcome in zip(live, outcomes, strict=True):
+                self._answer(pending, outcome)
+        except Exception as error:  # a bug here must fail the attempts, not strand them
+            log.error("action=handler_batch_bug items=%d first_partition=%s error=%s",
+                      len(live), live[0].item.partition_id, type(error).__name__)
+            failure = unexpected_failure(error, "sending a batch to the handler")
             for pending in live:
-                _settle(pending, error=self._for_item(pending.item, error))
+                self._answer(pending, failure)
+        finally:
+            # Cancelled (shutdown), or a failure while answering: the callers'
+            # futures are cancelled, as a closing processor's queued items are.
+            for pending in live:
+                if not pending.future.done():
+                    pending.future.cancel()
+
+    async def _call(self, items: list[WorkItem]) -> list[Result | Failure]:
+        """POST ``items`` as one batch: one :class:`Result` or :class:`Failure` per item."""
+        endpoint = self.endpoint
+        reply = await endpoint.post(self._batch_url, encode_batch(items), self._headers,
+                                    shown_url=self._shown_batch_url)
+        outcomes = reply if isinstance(reply, Failure) else read_batch_reply(
+            reply, len(items), max_bytes=self.config.max_response_bytes,
+            mask=endpoint.mask, clock=time.time)
+        if isinstance(outcomes, Failure):
+            return [outcomes.prefixed("the batch request failed")] * len(items)
+        return outcomes
+
+    def _answer(self, pending: _Pending, outcome: Result | Failure) -> None:
+        if pending.future.done():
             return
-        for pending, answer in zip(live, answers, strict=True):
-            _settle(pending, result=answer if isinstance(answer, Result) else None,
-                    error=None if isinstance(answer, Result) else answer)
-
-    async def _post(self, batch: list[_Pending]) -> list[Result | ProcessorError]:
-        first = batch[0].item
-        body = json.dumps([
-            {"partition_id": p.item.partition_id, "item_id": p.item.id, "gate": p.item.gate,
-             "attempt": p.item.attempt, "idempotency_key": p.item.idempotency_key,
-             "data_b64": base64.b64encode(p.item.data).decode("ascii")}
-            for p in batch
-        ], separators=(",", ":")).encode()
-        try:
-            reply = await self._sender.post(
-                self._batch_url, body, {"Content-Type": "application/json"})
-        except TimeoutError:
-            raise self._failed(first, Failure(True, (
-                f"no complete answer from the batch URL within {self._request_timeout} s "
-                f"(request_timeout, batch of {len(batch)})"))) from None
-        except TransportError as error:
-            raise self._failed(first, Failure(True, (
-                f"the batch request failed: {error.reason}"))) from None
-        status, raw = reply.status, reply.body
-        if raw is None:
-            raise self._failed(first, Failure(True, (
-                f"malformed batch answer (HTTP {status}): larger than max_response_bytes "
-                f"({self._max_bytes} bytes)")))
-        if not 200 <= status < 300:
-            raise self._failed(first, classify_error(
-                status, parse_error_body(raw, self._scrub),
-                retry_after=reply.retry_after, now=time.time()))
-        try:
-            document = json.loads(raw)
-        except ValueError as error:
-            raise self._failed(first, Failure(True, (
-                f"malformed batch answer: not valid JSON ({error})"))) from None
-        if not isinstance(document, list) or len(document) != len(batch):
-            shape = (f"an array of {len(document)}" if isinstance(document, list)
-                     else f"a JSON {type(document).__name__}")
-            raise self._failed(first, Failure(True, (
-                f"malformed batch answer: expected an array of {len(batch)} results in "
-                f"request order, got {shape}")))
-        return [self._answer(p.item, entry, status) for p, entry in zip(batch, document,
-                                                                          strict=True)]
-
-    def _answer(self, item: WorkItem, entry: object, status: int) -> Result | ProcessorError:
-        try:
-            outcome = parse_answer(entry, self._scrub)
-        except MalformedResponseError as malformed:
-            return self._failed(item, Failure(True, (
-                f"malformed batch answer entry: {malformed}; expected an object such as "
-                '{"gate": 2, "done": false}')))
-        if isinstance(outcome, Result):
-            return outcome
-        return self._failed(item, classify_error(status, outcome, now=time.time()))
-
-    def _for_item(self, item: WorkItem, error: ProcessorError) -> ProcessorError:
-        """The whole-batch error, re-addressed to ``item``."""
-        failure = Failure(not isinstance(error, NonRetryableError), _reason(error),
-                          getattr(error, "retry_after", None))
-        return self._failed(item, failure)
+        if isinstance(outcome, Failure):
+            pending.future.set_exception(self.endpoint.failed(pending.item, outcome))
+        else:
+            pending.future.set_result(outcome)
 
     async def aclose(self) -> None:
-        """Fail what is still queued, then close the connections."""
+        """Cancel what is still queued, then close the connections. Safe to call twice.
+
+        Batches already sent are answered by their send tasks: with the
+        connections closed, their calls fail as retryable attempt errors.
+        """
         for pending in self._waiting:
             if not pending.future.done():
                 pending.future.cancel()
         self._waiting.clear()
-        await super().aclose()
-
-
-def _reason(error: ProcessorError) -> str:
-    # Drop the first item's "partition ... item ...: " prefix; _failed adds the right one.
-    head, sep, tail = error.message.partition("): ")
-    return tail if sep and head.startswith("partition ") else error.message
-
-
-def _settle(pending: _Pending, *, result: Result | None = None,
-            error: ProcessorError | None = None) -> None:
-    if pending.future.done():
-        return
-    if error is not None:
-        pending.future.set_exception(error)
-    else:
-        assert result is not None
-        pending.future.set_result(result)
+        await self.endpoint.aclose()
 
 
 __all__ = ["BatchingHttpProcessor", "default_batch_url"]

@@ -14,54 +14,68 @@ from dataclasses import dataclass
 
 import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from processor.health import HealthApp
 from processor.http_batch import BatchingHttpProcessor
-from processor.http_processor import HttpProcessor, HttpProcessorConfig
+from processor.http_config import HttpProcessorConfig
+from processor.http_processor import HttpProcessor
 from processor.metrics import PrometheusHooks
+from watcher.backoff import last_error, sleep_until
+from watcher.checks import check_whole_number
 from watcher.config import WatcherConfig
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
 from watcher.migrate import upgrade
-from watcher.slots import wait_event
 from watcher.store import Store, missing_tables
+from watcher.text import first_line, shorten
 from watcher.watcher import Watcher
 
 log = logging.getLogger(__name__)
 
+# Waits between tries while the database is unreachable at start-up: doubling
+# from the first up to the longest.
+DB_WAIT_FIRST = 0.5
 DB_WAIT_MAX = 30.0
+DB_ERROR_DETAIL_CHARS = 300
+MAX_PORT = 65535
 
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """Everything ``processor run`` needs, validated by the CLI before it starts."""
+    """Everything ``processor run`` needs, validated by the CLI before it starts.
+
+    ``batch_size`` 0 sends one item per request; ``health_port`` 0 turns the
+    health endpoints off. The CLI holds the defaults (``processor.cli``).
+
+    Raises:
+        ConfigError: ``batch_size`` or ``health_port`` is out of range.
+    """
 
     db_url: DatabaseURL
     watcher: WatcherConfig
     http: HttpProcessorConfig
+    batch_size: int
+    health_port: int
+    health_host: str
     table_prefix: str = ""
-    batch_size: int = 0
     batch_url: str | None = None
-    health_port: int = 8080
-    health_host: str = "0.0.0.0"
     migrate: bool = False
     exit_on_db_error: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.batch_size, bool) or self.batch_size < 0:
-            raise ConfigError(
-                f"handler batch size must be 0 (off) or more, got {self.batch_size!r}")
-        if not 0 <= self.health_port <= 65535:
-            raise ConfigError(f"health port must be 0 (off) to 65535, got {self.health_port}")
+        check_whole_number("handler batch size", self.batch_size, minimum=0)
+        check_whole_number("health port", self.health_port, minimum=0, maximum=MAX_PORT)
 
 
 def describe_db_error(error: BaseException, url: DatabaseURL) -> str:
     """One line about a database failure, with the password scrubbed."""
-    text = str(getattr(error, "orig", None) or error).strip().splitlines()
-    detail = text[0][:300] if text else type(error).__name__
-    password = url.async_url.password
+    password = str(url.async_url.password or "")
+    # Scrubbed before it is shortened, so that no part of the password is left.
+    detail = first_line(error, DB_ERROR_DETAIL_CHARS + len(password))
     if password:
-        detail = detail.replace(str(password), "***")
+        detail = detail.replace(password, "***")
+    detail = shorten(detail, DB_ERROR_DETAIL_CHARS)
     return f"database {url.redacted()} is unavailable: {detail}"
 
 
@@ -69,11 +83,10 @@ def _freeze_startup_objects() -> None:
     """Exempt what start-up made (modules, SQLAlchemy metadata, the HTTP stack) from
     the garbage collector's full passes.
 
-    The dispatch loop allocates fast enough to set off a full collection every
-    second or so, and each one walked these hundreds of thousands of long-lived
-    objects again: about 100 ms a pass, 30 µs per item in the benchmark's
-    per-item mode. Freezing them is the standard remedy for long-running
-    services (``gc.freeze``); nothing allocated later is affected.
+    The dispatch loop allocates fast enough to set off full collections often,
+    and each one would walk these many long-lived objects again, a cost paid
+    per item. Freezing them is the standard remedy for long-running services
+    (``gc.freeze``); nothing allocated later is affected.
     """
     gc.collect()
     gc.freeze()
@@ -114,35 +127,53 @@ class ProcessorService:
     async def _wait_for_database(self) -> bool:
         """Wait until the database answers and the tables exist. False: stop was requested.
 
+        Tries again with doubling waits, logging once when the first try fails
+        and once when the database answers; a stop cuts a wait short.
+
         Raises:
             DatabaseError: the database is unreachable and ``exit_on_db_error`` is set,
                 or the tables are missing.
         """
-        delay, failing = 0.5, False
-        while not self._stop.is_set():
-            try:
-                missing = await missing_tables(self.store)
-            except (SQLAlchemyError, OSError) as error:
-                message = describe_db_error(error, self.config.db_url)
-                if self.config.exit_on_db_error:
-                    raise DatabaseError(message) from None
-                if not failing:
-                    log.warning("action=database_wait %s; retrying with backoff", message)
-                    failing = True
-                await wait_event(self._stop, delay)
-                delay = min(DB_WAIT_MAX, delay * 2)
-                continue
-            if failing:
-                log.info("action=database_available")
-            if missing and self.config.migrate:
-                await asyncio.to_thread(upgrade, self.config.db_url, self.config.table_prefix)
-                log.info("action=migrated tables=%s", ",".join(missing))
-            elif missing:
-                raise DatabaseError(
-                    f"tables {', '.join(missing)} do not exist in {self.config.db_url}: run "
-                    "`processor migrate` first, or start with --migrate")
-            return True
-        return False
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type((SQLAlchemyError, OSError)),
+            wait=wait_exponential(multiplier=DB_WAIT_FIRST, max=DB_WAIT_MAX),
+            sleep=sleep_until(self._stop), before_sleep=self._database_waiting)
+        async for attempt in retrying:
+            with attempt:
+                if self._stop.is_set():
+                    return False
+                missing = await self._missing_tables()
+        if attempt.retry_state.attempt_number > 1:
+            log.info("action=database_available")
+        if missing and self.config.migrate:
+            await asyncio.to_thread(upgrade, self.config.db_url, self.config.table_prefix)
+            log.info("action=migrated tables=%s", ",".join(missing))
+        elif missing:
+            raise DatabaseError(
+                f"tables {', '.join(missing)} do not exist in {self.config.db_url}: run "
+                "`processor migrate` first, or start with --migrate")
+        return True
+
+    async def _missing_tables(self) -> list[str]:
+        """The statefeed tables the database lacks.
+
+        Raises:
+            DatabaseError: the database is unreachable and ``exit_on_db_error`` is set.
+            SQLAlchemyError | OSError: it is unreachable (to wait and try again).
+        """
+        try:
+            return await missing_tables(self.store)
+        except (SQLAlchemyError, OSError) as error:
+            if self.config.exit_on_db_error:
+                raise DatabaseError(describe_db_error(error, self.config.db_url)) from None
+            raise
+
+    def _database_waiting(self, state: RetryCallState) -> None:
+        """Log the first failed try: the service waits for the database."""
+        error = last_error(state)
+        if state.attempt_number == 1 and error is not None:
+            log.warning("action=database_wait %s; retrying with backoff",
+                        describe_db_error(error, self.config.db_url))
 
     def _bind_health(self) -> socket.socket:
         """Bind the health port here, so a port in use is a clear error, not an exit.

@@ -1,11 +1,11 @@
-"""The HTTP hop to the handler: one POST in, one :class:`Reply` or :class:`TransportError` out.
+"""The HTTP hop to the handler: one request in, one :class:`Reply` or :class:`TransportError` out.
 
 Two interchangeable senders implement it:
 
-- :class:`AiohttpSender` (the default) posts through an ``aiohttp`` session. At
-  32 calls in flight it costs about half the CPU per call of building httpx
-  request and response objects, which bounds the per-item mode on a small
-  machine (see the README's benchmark section).
+- :class:`AiohttpSender` (the default) posts through an ``aiohttp`` session,
+  which costs less CPU per call than building httpx request and response
+  objects; that cost bounds the per-item mode on a small machine (the README's
+  benchmark section has the figures).
 - :class:`HttpxSender` posts through an ``httpx.AsyncClient`` transport.
 
 Both use one pooled keep-alive connection set, never follow redirects, give
@@ -14,7 +14,9 @@ closed it while idle) one immediate retry, stop reading an answer as soon as
 it exceeds the size limit, enforce the whole request's timeout (raising
 ``TimeoutError``), and word their failures the same way. aiohttp enforces it
 with the session's own ``total`` timer; wrapping each call in
-``asyncio.timeout`` as well would cost a second timer per call.
+``asyncio.timeout`` as well would cost a second timer per call. Besides
+``post``, each has a small ``probe`` (a ``GET`` that reads only the status)
+for the handler's health check, so the check needs no client of its own.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ import aiohttp
 import httpx
 import yarl
 
+from processor.wire import Reply
+from watcher.text import error_text
+
 log = logging.getLogger(__name__)
 
 USER_AGENT = "statefeed-processor"
@@ -37,15 +42,7 @@ USER_AGENT = "statefeed-processor"
 # timeouts close them under us (uvicorn and Node: 5 s), which is what makes a
 # reused connection fail.
 KEEPALIVE_EXPIRY = 4.0
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """A handler's answer: status, ``Retry-After`` and the body (``None``: over the limit)."""
-
-    status: int
-    retry_after: str | None
-    body: bytes | None
+CLOSED_REASON = "the HTTP processor is closed (shutting down)"
 
 
 class TransportError(Exception):
@@ -54,6 +51,10 @@ class TransportError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class ConnectError(TransportError):
+    """No connection could be made (refused, unresolvable, or over ``connect_timeout``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +71,33 @@ class SenderSettings:
 
 
 class Sender(Protocol):
-    """Posts a body to a URL and returns the answer."""
+    """Posts a body to a URL and returns the answer; probes a URL for its status."""
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], *,
+                   shown_url: str | None = None) -> Reply:
         """POST ``body`` with ``headers`` (on top of the configured ones) to ``url``.
+
+        ``shown_url`` is the redacted ``url`` for messages (default: the
+        handler URL of the settings).
 
         Raises:
             TimeoutError: no complete answer within ``request_timeout``.
             TransportError: no answer (connect failure, dropped connection,
-                undecodable body).
+                undecodable body, sender closed).
+        """
+        ...
+
+    async def probe(self, url: str, headers: Mapping[str, str], *, shown_url: str) -> int:
+        """GET ``url`` with ``headers`` (on top of the configured ones); return the status.
+
+        The body is read up to ``max_response_bytes`` and dropped, so the
+        connection goes back to the pool. Uses the same connections, TLS
+        settings, configured headers and ``request_timeout`` as :meth:`post` (a
+        caller wanting less wraps the call in ``asyncio.timeout``).
+
+        Raises:
+            TimeoutError: no answer within ``request_timeout``.
+            TransportError: no answer (as for :meth:`post`).
         """
         ...
 
@@ -91,32 +110,25 @@ class Sender(Protocol):
         ...
 
 
-def _error_text(error: BaseException | None) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text[:300]}" if text else type(error).__name__
-
-
 class _Failures:
     """How both senders word a request that got no answer."""
 
     def __init__(self, settings: SenderSettings) -> None:
         self._settings = settings
 
-    def connect_timeout(self) -> TransportError:
-        return TransportError(f"could not connect to {self._settings.shown_url} within "
-                              f"{self._settings.connect_timeout} s (connect_timeout)")
+    def connect_timeout(self, shown_url: str) -> TransportError:
+        return ConnectError(f"could not connect to {shown_url} within "
+                            f"{self._settings.connect_timeout} s (connect_timeout)")
 
-    def connect(self, error: BaseException | None) -> TransportError:
-        return TransportError(f"could not connect to {self._settings.shown_url}: "
-                              f"{_error_text(error)}")
+    def connect(self, shown_url: str, error: BaseException | None) -> TransportError:
+        return ConnectError(f"could not connect to {shown_url}: {error_text(error)}")
 
     def decoding(self, error: BaseException) -> TransportError:
         return TransportError(
-            f"malformed answer: its body could not be decoded ({_error_text(error)})")
+            f"malformed answer: its body could not be decoded ({error_text(error)})")
 
-    def connection(self, error: BaseException) -> TransportError:
-        return TransportError(f"the connection to {self._settings.shown_url} failed: "
-                              f"{_error_text(error)}")
+    def connection(self, shown_url: str, error: BaseException) -> TransportError:
+        return TransportError(f"the connection to {shown_url} failed: {error_text(error)}")
 
 
 class AiohttpSender:
@@ -147,52 +159,81 @@ class AiohttpSender:
             cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
         return self._session
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
-        """See :meth:`Sender.post`."""
-        if self._closed:
-            raise TransportError("the HTTP processor is closed (shutting down)")
-        session = self._session or self._open()
+    def _target(self, url: str) -> yarl.URL:
         target = self._urls.get(url)
         if target is None:  # parsed once: every item goes to the same handler URL
             target = self._urls[url] = yarl.URL(url, encoded=True)
+        return target
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], *,
+                   shown_url: str | None = None) -> Reply:
+        """See :meth:`Sender.post`."""
+        if self._closed:
+            raise TransportError(CLOSED_REASON)
+        session = self._session or self._open()
+        target = self._target(url)
         try:
             try:
                 return await self._exchange(session, target, body, headers)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as error:
                 if isinstance(error, aiohttp.ClientConnectorError):
                     raise
-                log.debug("action=handler_connection_retry url=%s", self._settings.shown_url)
+                if self._closed:  # closed under the call: the session cannot send again
+                    raise TransportError(CLOSED_REASON) from None
+                log.debug("action=handler_connection_retry url=%s",
+                          shown_url or self._settings.shown_url)
                 return await self._exchange(session, target, body, headers)
-        except aiohttp.ConnectionTimeoutError:
-            raise self._failures.connect_timeout() from None
-        except aiohttp.ClientConnectorError as error:
-            raise self._failures.connect(error.os_error) from None
-        except aiohttp.ClientPayloadError as error:
-            raise self._failures.decoding(error) from None
         except aiohttp.ClientError as error:
-            raise self._failures.connection(error) from None
+            raise self._failure(error, shown_url or self._settings.shown_url) from None
+
+    async def probe(self, url: str, headers: Mapping[str, str], *, shown_url: str) -> int:
+        """See :meth:`Sender.probe`."""
+        if self._closed:
+            raise TransportError(CLOSED_REASON)
+        session = self._session or self._open()
+        try:
+            async with session.get(self._target(url), headers=headers,
+                                   allow_redirects=False) as response:
+                await self._read(response)
+                return response.status
+        except aiohttp.ClientError as error:
+            raise self._failure(error, shown_url) from None
+
+    def _failure(self, error: aiohttp.ClientError, shown_url: str) -> TransportError:
+        # A connect timeout is also a TimeoutError: worded as the connect failure it
+        # is, not as the whole request's timeout.
+        if isinstance(error, aiohttp.ConnectionTimeoutError):
+            return self._failures.connect_timeout(shown_url)
+        if isinstance(error, aiohttp.ClientConnectorError):
+            return self._failures.connect(shown_url, error.os_error)
+        if isinstance(error, aiohttp.ClientPayloadError):
+            return self._failures.decoding(error)
+        return self._failures.connection(shown_url, error)
 
     async def _exchange(self, session: aiohttp.ClientSession, url: yarl.URL, body: bytes,
                         headers: Mapping[str, str]) -> Reply:
-        limit = self._settings.max_response_bytes
         async with session.post(url, data=body, headers=headers,
                                 allow_redirects=False) as response:
-            retry_after = response.headers.get("Retry-After")
-            declared = response.content_length
-            if declared is not None and declared > limit:
-                return Reply(response.status, retry_after, None)
-            if declared is not None and "Content-Encoding" not in response.headers:
-                # Exactly ``declared`` bytes will come (a compressed body is counted
-                # as it inflates, below).
-                return Reply(response.status, retry_after, await response.read())
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.content.iter_any():
-                size += len(chunk)
-                if size > limit:
-                    return Reply(response.status, retry_after, None)
-                chunks.append(chunk)
-            return Reply(response.status, retry_after, b"".join(chunks))
+            return Reply(response.status, response.headers.get("Retry-After"),
+                         await self._read(response))
+
+    async def _read(self, response: aiohttp.ClientResponse) -> bytes | None:
+        limit = self._settings.max_response_bytes
+        declared = response.content_length
+        if declared is not None and declared > limit:
+            return None
+        if declared is not None and "Content-Encoding" not in response.headers:
+            # Exactly ``declared`` bytes will come (a compressed body is counted
+            # as it inflates, below).
+            return await response.read()
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def aclose(self) -> None:
         """See :meth:`Sender.aclose`."""
@@ -222,34 +263,54 @@ class HttpxSender:
     def start(self) -> None:
         """See :meth:`Sender.start`: httpx builds everything in the constructor."""
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], *,
+                   shown_url: str | None = None) -> Reply:
         """See :meth:`Sender.post`."""
         if self._client.is_closed:
-            raise TransportError("the HTTP processor is closed (shutting down)")
+            raise TransportError(CLOSED_REASON)
+        shown_url = shown_url or self._settings.shown_url
         request = self._client.build_request("POST", url, content=body, headers=headers)
         try:
             async with asyncio.timeout(self._settings.request_timeout):
                 try:
                     response = await self._transport.handle_async_request(request)
                 except (httpx.RemoteProtocolError, httpx.WriteError):
-                    log.debug("action=handler_connection_retry url=%s",
-                              self._settings.shown_url)
+                    log.debug("action=handler_connection_retry url=%s", shown_url)
                     response = await self._transport.handle_async_request(request)
                 try:
                     body_read = await self._read(response)
                 finally:
                     await response.aclose()
-        except httpx.ConnectTimeout:
-            raise self._failures.connect_timeout() from None
-        except httpx.TimeoutException:
-            raise TimeoutError from None  # the caller words the request timeout
-        except httpx.ConnectError as error:
-            raise self._failures.connect(error) from None
-        except httpx.DecodingError as error:
-            raise self._failures.decoding(error) from None
-        except httpx.TransportError as error:
-            raise self._failures.connection(error) from None
+        except httpx.RequestError as error:
+            raise self._failure(error, shown_url) from None
         return Reply(response.status_code, response.headers.get("retry-after"), body_read)
+
+    async def probe(self, url: str, headers: Mapping[str, str], *, shown_url: str) -> int:
+        """See :meth:`Sender.probe`."""
+        if self._client.is_closed:
+            raise TransportError(CLOSED_REASON)
+        request = self._client.build_request("GET", url, headers=headers)
+        try:
+            async with asyncio.timeout(self._settings.request_timeout):
+                response = await self._transport.handle_async_request(request)
+                try:
+                    await self._read(response)
+                finally:
+                    await response.aclose()
+        except httpx.RequestError as error:
+            raise self._failure(error, shown_url) from None
+        return response.status_code
+
+    def _failure(self, error: httpx.RequestError, shown_url: str) -> Exception:
+        if isinstance(error, httpx.ConnectTimeout):
+            return self._failures.connect_timeout(shown_url)
+        if isinstance(error, httpx.TimeoutException):
+            return TimeoutError()  # the caller words the request timeout
+        if isinstance(error, httpx.ConnectError):
+            return self._failures.connect(shown_url, error)
+        if isinstance(error, httpx.DecodingError):
+            return self._failures.decoding(error)
+        return self._failures.connection(shown_url, error)
 
     async def _read(self, response: httpx.Response) -> bytes | None:
         limit = self._settings.max_response_bytes

@@ -6,7 +6,9 @@ import asyncio
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -64,7 +66,7 @@ def require_mariadb() -> None:
     pytest.param("postgres", marks=pytest.mark.postgres),
     pytest.param("mariadb", marks=pytest.mark.mariadb),
 ])
-def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A database URL: a fresh SQLite file, or the shared PostgreSQL or MariaDB test database."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'statefeed.db'}"
@@ -76,7 +78,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
 
 
 @pytest.fixture
-def table_prefix(db_url: str) -> str:
+def table_prefix(db_url: str) -> Iterator[str]:
     """A fresh table namespace, migrated before the test and dropped after it."""
     prefix = f"t{uuid.uuid4().hex[:10]}_"
     upgrade(db_url, prefix)
@@ -89,7 +91,7 @@ async def make_store(db_url: str, table_prefix: str) -> AsyncIterator[Callable[.
     """Open stores on the test namespace; each has its own engine (like a separate process)."""
     stores: list[Store] = []
 
-    def make(**kwargs) -> Store:
+    def make(**kwargs: Any) -> Store:
         store = Store.open(db_url, table_prefix, **kwargs)
         stores.append(store)
         return store
@@ -100,7 +102,7 @@ async def make_store(db_url: str, table_prefix: str) -> AsyncIterator[Callable[.
 
 
 @pytest.fixture
-async def store(make_store) -> Store:
+async def store(make_store: Callable[..., Store]) -> Store:
     """One store on the test namespace."""
     return make_store()
 
@@ -109,7 +111,7 @@ HANG_REPORT_AFTER = 120.0
 
 
 @pytest.fixture(autouse=True)
-async def _report_hung_tasks():
+async def _report_hung_tasks() -> AsyncIterator[None]:
     """Print every asyncio task's stack if a test runs suspiciously long (diagnostics only)."""
     loop = asyncio.get_running_loop()
 

@@ -1,8 +1,16 @@
-"""statefeed's engine: partitions, items, leases, gates and the watch loop."""
+"""statefeed's engine: partitions, items, leases, gates and the watch loop.
+
+The contract types (:class:`Result`, :class:`WorkItem`, the errors, the hooks)
+load with the package; :class:`Store`, :class:`Watcher` and the rest load on
+first use, so that a handler importing only the contract does not pay for
+SQLAlchemy's async engine.
+"""
 
 from __future__ import annotations
 
-from watcher.config import WatcherConfig
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from watcher.errors import (
     ConfigError,
     DatabaseError,
@@ -14,7 +22,6 @@ from watcher.errors import (
     StatefeedError,
 )
 from watcher.hooks import CountingHooks, Hooks
-from watcher.models import Status
 from watcher.protocol import (
     NonRetryableError,
     Processor,
@@ -23,8 +30,39 @@ from watcher.protocol import (
     WorkItem,
 )
 from watcher.records import ItemInfo, NewItem, PartitionInfo
-from watcher.store import Store
-from watcher.watcher import Watcher
+
+if TYPE_CHECKING:
+    from watcher.config import WatcherConfig
+    from watcher.models import Status
+    from watcher.store import Store
+    from watcher.watcher import Watcher
+
+# Public names whose modules import SQLAlchemy: loaded by __getattr__ on first use.
+_LAZY = {
+    "Status": "watcher.models",
+    "Store": "watcher.store",
+    "Watcher": "watcher.watcher",
+    "WatcherConfig": "watcher.config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a heavy public name on first use.
+
+    Raises:
+        AttributeError: ``name`` is not a public name of the package.
+    """
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups find it without coming back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "ConfigError",

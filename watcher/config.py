@@ -7,6 +7,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
+from watcher.checks import check_seconds, check_whole_number
 from watcher.decisions import RetryPolicy
 from watcher.errors import ConfigError
 from watcher.models import OWNER_MAX_LENGTH
@@ -66,20 +67,19 @@ class WatcherConfig:
             raise ConfigError("owner id must be a non-empty string")
         if len(self.owner_id) > OWNER_MAX_LENGTH:
             raise ConfigError(f"owner id is longer than {OWNER_MAX_LENGTH} characters")
-        _positive_int("concurrency", self.concurrency)
-        _positive_int("lease batch", self.lease_batch)
-        _positive_int("steal batch", self.steal_batch)
-        _positive_int("max leases", self.max_leases)
-        _positive_int("result batch", self.result_batch)
-        _positive("poll interval", self.poll_interval)
-        _positive("retry backoff", self.retry_backoff)
-        _positive("shutdown timeout", self.shutdown_timeout, allow_zero=True)
-        _positive("result linger", self.result_linger, allow_zero=True)
-        if self.result_linger > MAX_RESULT_LINGER:
-            raise ConfigError(f"result linger must be at most {MAX_RESULT_LINGER} s, got "
-                              f"{self.result_linger!r}")
-        if not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ConfigError(f"max retries must be a whole number >= 0, got {self.max_retries!r}")
+        check_whole_number("concurrency", self.concurrency)
+        check_whole_number("lease batch", self.lease_batch)
+        check_whole_number("steal batch", self.steal_batch)
+        check_whole_number("max leases", self.max_leases)
+        check_whole_number("result batch", self.result_batch)
+        check_whole_number("max retries", self.max_retries, minimum=0)
+        check_seconds("poll interval", self.poll_interval)
+        check_seconds("lease duration", self.lease_duration)
+        check_seconds("retry backoff", self.retry_backoff)
+        check_seconds("retry backoff max", self.retry_backoff_max)
+        check_seconds("shutdown timeout", self.shutdown_timeout, allow_zero=True)
+        check_seconds("result linger", self.result_linger, allow_zero=True,
+                      maximum=MAX_RESULT_LINGER)
         if self.retry_backoff_max < self.retry_backoff:
             raise ConfigError(
                 f"retry backoff max ({self.retry_backoff_max}) must be at least the retry "
@@ -102,15 +102,3 @@ class WatcherConfig:
     def retry_policy(self) -> RetryPolicy:
         """The item retry policy these settings describe."""
         return RetryPolicy(self.max_retries, self.retry_backoff, self.retry_backoff_max)
-
-
-def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(f"{name} must be greater than 0, got {value!r}")
-
-
-def _positive_int(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")

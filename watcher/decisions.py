@@ -1,5 +1,6 @@
-"""Pure decisions: which partitions to take or steal, what a partition does next,
-and what an attempt's outcome does to an item. Plain values in, plain values out.
+"""Pure decisions: which partitions to take or steal, when a partition reads ready
+items, what it does when its gate has nothing ready, and what an attempt's
+outcome does to an item. Plain values in, plain values out.
 """
 
 from __future__ import annotations
@@ -92,6 +93,44 @@ def decide_gate(summary: GateSummary, *, auto_close: bool, manual_checkpoint: bo
             return GateAction(GateStep.IDLE)
         return GateAction(GateStep.ADVANCE, summary.next_gate)
     return GateAction(GateStep.CLOSE if auto_close else GateStep.IDLE)
+
+
+# -- read pacing -------------------------------------------------------------
+
+
+class ReadStep(Enum):
+    """Whether a partition's supervisor reads ready items now."""
+
+    READ = "read"
+    WAIT_FOR_SLOTS = "wait_for_slots"  # too few slots free: wait for a turn at freed ones
+    WAIT_FOR_POLL = "wait_for_poll"  # the gate looked empty: look again at the next poll
+
+
+def decide_read(*, free_slots: int, refill_at: int, slots_in_use: int, in_flight: int,
+                notified: bool, gate_looked_empty: bool, since_last_read: float,
+                poll_interval: float) -> ReadStep:
+    """Decide whether to read ready items now.
+
+    Reading after every single completion would cost one query per item.
+    Instead, while calls are in flight (of this partition or, the slots being
+    shared, of any other), wait until ``refill_at`` slots are free; partitions
+    take turns at the freed slots. After a read that found the gate empty,
+    wait for the next poll (new items come only from clients, whose writes
+    notify, or from retries), unless nothing of this partition is in flight
+    anymore: then its gate may be ready to move, and reading finds out.
+
+    ``free_slots``, ``refill_at`` and ``slots_in_use`` describe the watcher's
+    shared slot pool; ``in_flight`` counts this partition's calls;
+    ``notified`` says a client wrote the partition since the last read.
+    """
+    idle = in_flight == 0
+    if free_slots < refill_at and slots_in_use > 0 and not (idle and gate_looked_empty):
+        return ReadStep.WAIT_FOR_SLOTS
+    if idle or notified:
+        return ReadStep.READ
+    if gate_looked_empty and since_last_read < poll_interval:
+        return ReadStep.WAIT_FOR_POLL
+    return ReadStep.READ
 
 
 # -- item outcomes -----------------------------------------------------------

@@ -46,11 +46,52 @@ class Lease:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def adopt(self, version: int, gate: int | None) -> None:
-        """Take a newer version (and gate) read from the database as our own."""
+        """Take a newer version (and gate) read from the database as our own.
+
+        A gate that moved (a client set it) wakes the supervisor.
+        """
         self.version = version
         if gate is not None and gate != self.gate:
             self.gate = gate
             self.wake.set()
+
+    def renewed(self, version: int, gate: int | None, at: float) -> None:
+        """The lease was extended (or taken again) at ``at`` (``time.monotonic()``)."""
+        self.adopt(version, gate)
+        self.renewed_at = at
+
+    def wrote(self, version: int, gate: int | None = None) -> None:
+        """This watcher's own guarded write of the partition went through.
+
+        The row is at ``version`` now, and at ``gate`` when the write moved it.
+        """
+        self.version = version
+        if gate is not None:
+            self.gate = gate
+
+    def notify(self) -> None:
+        """A client wrote the partition: its supervisor reads again at once."""
+        self.notified = True
+        self.wake.set()
+
+    def read_started(self) -> None:
+        """A read of ready items begins: it sees every client write notified so far."""
+        self.notified = False
+
+    def mark_lost(self) -> bool:
+        """Record that another watcher holds the partition now (or it is gone).
+
+        Wakes the supervisor so it stops. Returns ``False`` when it was lost already.
+        """
+        if self.lost:
+            return False
+        self.lost = True
+        self.wake.set()
+        return True
+
+    def mark_closed(self) -> None:
+        """Record that the partition closed; closing released the lease."""
+        self.closed = True
 
 
 @contextlib.asynccontextmanager
@@ -113,7 +154,8 @@ class LeaseKeeper:
         if room <= 0:  # at its limit: take nothing, and let others steal what is fair
             self.hooks.leases_held(len(self.leases))
             return LeaseCycle(lost=tuple(lost), renewed=renewed)
-        candidates = await self.store.leases_free(self.config.lease_batch * CANDIDATE_SPREAD)
+        candidates = await self.store.leases_read_free(
+            self.config.lease_batch * CANDIDATE_SPREAD)
         balance_due = now >= self._balance_due
         if candidates or balance_due:
             stats = await self.store.lease_stats()
@@ -141,8 +183,7 @@ class LeaseKeeper:
                 # Our own lease, expired while its renewal was held up (an outage, a
                 # write in progress): its supervisor still drives this Lease, so it
                 # must go on holding the partition, not a new one beside it.
-                held.adopt(row.version, row.gate)
-                held.renewed_at = time.monotonic()
+                held.renewed(row.version, row.gate, time.monotonic())
                 log.info("action=lease_reacquired partition=%s owner=%s gate=%d", row.id,
                          self.owner, row.gate)
                 continue
@@ -159,57 +200,74 @@ class LeaseKeeper:
         return taken
 
     async def renew(self) -> tuple[int, list[str]]:
-        """Extend every live lease. Returns (renewed, lost partition ids).
+        """Extend every open lease. Returns (renewed, lost partition ids).
 
         A lease whose own lock is taken (its partition is mid-write) or whose
-        row another session holds locked is passed by and tried again soon;
-        it is given up only once it has gone unrenewed for a whole lease.
+        row another session holds locked is deferred: tried again soon, and
+        given up only once it has gone unrenewed for a whole lease.
+
+        Raises the database's error when the renewal fails.
         """
         now = time.monotonic()
-        live = {pid: lease for pid, lease in self.leases.items()
-                if not lease.lost and not lease.closed and not lease.lock.locked()}
-        deferred = [lease for lease in self.leases.values()
-                    if not lease.lost and not lease.closed and lease.partition_id not in live]
-        lost: list[str] = []
-        renewed = 0
-        if live:
-            async with _locked(live.values()):
-                renewal = await self.store.leases_renew(
-                    {pid: lease.version for pid, lease in live.items()}, self.owner,
-                    self.config.lease_duration)
-                for pid, lease in live.items():
-                    if pid in renewal.held:
-                        version, gate = renewal.held[pid]
-                        lease.adopt(version, gate)
-                        lease.renewed_at = now
-                    elif pid in renewal.busy:
-                        deferred.append(lease)
-                    elif not lease.closed:
-                        lost.append(pid)
-                        self.mark_lost(lease)
-                renewed = len(renewal.held)
-        for lease in deferred:
-            if now - lease.renewed_at >= self.config.lease_duration and not lease.closed:
-                lost.append(lease.partition_id)
-                self.mark_lost(lease)
+        open_leases = [lease for lease in self.leases.values()
+                       if not lease.lost and not lease.closed]
+        free = [lease for lease in open_leases if not lease.lock.locked()]
+        deferred = [lease for lease in open_leases if lease.lock.locked()]
+        renewed, busy, lost = await self._renew_free(free, now)
+        deferred += busy
+        lost += self._give_up_overdue(deferred, now)
         if deferred:
             log.debug("action=lease_renew_deferred owner=%s count=%d", self.owner, len(deferred))
             self._renew_due = min(self._renew_due, now + self.config.poll_interval)
         return renewed, lost
 
+    async def _renew_free(self, leases: list[Lease], now: float
+                          ) -> tuple[int, list[Lease], list[str]]:
+        """Renew ``leases`` (their locks are free) in one guarded write.
+
+        Returns how many were renewed, those whose rows another session holds
+        locked (busy: to defer), and the partitions found lost.
+        """
+        if not leases:
+            return 0, [], []
+        busy: list[Lease] = []
+        lost: list[str] = []
+        async with _locked(leases):
+            renewal = await self.store.leases_renew(
+                {lease.partition_id: lease.version for lease in leases}, self.owner,
+                self.config.lease_duration)
+            for lease in leases:
+                pid = lease.partition_id
+                if pid in renewal.held:
+                    version, gate = renewal.held[pid]
+                    lease.renewed(version, gate, now)
+                elif pid in renewal.busy:
+                    busy.append(lease)
+                elif not lease.closed:
+                    lost.append(pid)
+                    self.mark_lost(lease)
+        return len(renewal.held), busy, lost
+
+    def _give_up_overdue(self, deferred: list[Lease], now: float) -> list[str]:
+        """Mark lost the deferred leases unrenewed for a whole lease; returns their ids."""
+        lost: list[str] = []
+        for lease in deferred:
+            if now - lease.renewed_at >= self.config.lease_duration and not lease.closed:
+                lost.append(lease.partition_id)
+                self.mark_lost(lease)
+        return lost
+
     def mark_lost(self, lease: Lease) -> None:
         """Record that another watcher holds ``lease`` now (or it is gone)."""
-        if lease.lost:
+        if not lease.mark_lost():
             return
-        lease.lost = True
-        lease.wake.set()
         self._drop(lease)
         self.hooks.lease_lost(lease.partition_id)
         log.info("action=lease_lost partition=%s owner=%s", lease.partition_id, self.owner)
 
     def forget(self, lease: Lease) -> None:
         """Drop a lease whose partition closed (closing released it)."""
-        lease.closed = True
+        lease.mark_closed()
         self._drop(lease)
 
     def _drop(self, lease: Lease) -> None:

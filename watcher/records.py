@@ -82,22 +82,23 @@ class ItemInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class LeaseRow:
-    """What a lease scan reads of a partition."""
-
-    id: str
-    version: int
-    gate: int
-    owner: str
-
-
-@dataclass(frozen=True, slots=True)
 class PartitionSettings:
     """What a partition fixed at creation and its supervisor needs: its reduce gates
     and what a failed item does."""
 
     reduce_gates: frozenset[int] = frozenset()
     continue_on_failure: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRow:
+    """What a lease scan reads of a partition, with the settings its supervisor needs."""
+
+    id: str
+    version: int
+    gate: int
+    owner: str
+    settings: PartitionSettings = PartitionSettings()
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,9 +44,9 @@ class SlotPool:
         """Wake the longest-waiting partition if at least ``refill_at`` slots are free.
 
         One turn at a time: while the partition woken last has not run yet
-        (its event is still set), nobody else is woken. Each freed slot used
-        to wake one more waiter until the first had taken the slots; those
-        woke only to find too few free and wait again.
+        (its event is still set), nobody else is woken. Otherwise each freed
+        slot would wake one more waiter before the first had taken the slots,
+        and those would wake only to find too few free and wait again.
         """
         if self.free < self.refill_at and self.in_use > 0:
             return

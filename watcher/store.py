@@ -1,11 +1,17 @@
-"""The store seam: every SQL statement statefeed runs lives in this module.
+"""The store seam: every SQL statement statefeed runs is built here or in its database's driver.
 
 Engine writes are guarded: ``UPDATE ... SET version = version + 1 ... WHERE
 <key> AND version = :seen`` and count only when exactly one row changed. Lease
-held writes also match the owner. Times come from the database clock
-(:mod:`watcher.dialect`) unless a test injects a clock.
+held writes also match the owner. Times come from the store's clock
+(:mod:`watcher.clock`): the database's own in production, a fixed time in
+tests, sent as a parameter of the same statements.
 
-Methods are named entity first (``lease_take``, ``items_ready``, ...). Each one
+This module builds the SQL every database shares (:class:`Statements`). What a
+database does its own way (how the hot statements travel, how the ready read
+leaves out the items in hand, how a batch of results is written, wake-ups)
+belongs to the driver the store opens once (:mod:`watcher.drivers`).
+
+Methods are named entity first (``leases_take``, ``items_ready``, ...). Each one
 is a single transaction. They raise :class:`sqlalchemy.exc.SQLAlchemyError`
 subclasses when the database fails; client-facing methods raise the
 :mod:`watcher.errors` types for bad input and write nothing in that case.
@@ -15,44 +21,42 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
-from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     Float,
     Integer,
-    Text,
-    all_,
     and_,
     bindparam,
     case,
-    cast,
-    column,
     exists,
     func,
     insert,
     literal,
+    or_,
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql.expression import ColumnElement, Select
+from sqlalchemy.sql.expression import ColumnElement, Exists, Select, Update
 
+from watcher.clock import Clock, DatabaseClock
 from watcher.database import create_engine
 from watcher.dburl import DatabaseURL, parse_database_url
-from watcher.dialect import db_now, db_now_plus, lock_unless_busy
+from watcher.drivers import Driver, open_driver
+from watcher.drivers.base import read_transaction, write_transaction
+from watcher.drivers.sql import clock_now, lock_unless_busy, time_plus
 from watcher.errors import (
     DuplicateItemError,
     GateError,
     PartitionExistsError,
     PartitionNotFoundError,
 )
-from watcher.models import Status
-from watcher.pg_direct import DirectStatements
+from watcher.models import ItemFailurePolicy, Status
 from watcher.records import (
     GateSummary,
     ItemInfo,
@@ -62,15 +66,20 @@ from watcher.records import (
     LeaseStats,
     NewItem,
     PartitionInfo,
+    PartitionSettings,
     PartitionState,
     ReadyItem,
+    ReduceEntry,
+    ReduceProgress,
+    ReduceState,
 )
+from watcher.reduction import ReduceStep
 from watcher.schema import Tables, tables_for
-
-Clock = Callable[[], datetime]
 
 INSERT_CHUNK = 500
 IN_CHUNK = 500
+
+NO_SETTINGS = PartitionSettings()
 
 AVAILABLE = Status.AVAILABLE.value
 COMPLETE = Status.COMPLETE.value
@@ -82,21 +91,151 @@ def _chunks(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
         yield values[start : start + size]
 
 
+def encode_reduce_gates(gates: Collection[int]) -> str | None:
+    """The ``reduce_gates`` column for ``gates``: a sorted JSON list, or NULL for none."""
+    return json.dumps(sorted(gates), separators=(",", ":")) if gates else None
+
+
+def settings_of(reduce_gates: str | None, on_item_failure: str | None) -> PartitionSettings:
+    """A partition's settings from its ``reduce_gates`` and ``on_item_failure`` columns."""
+    gates = frozenset(json.loads(reduce_gates)) if reduce_gates else frozenset()
+    return PartitionSettings(gates, on_item_failure == ItemFailurePolicy.CONTINUE.value)
+
+
+class Statements:
+    """The SQL every database shares, for one table namespace and one clock.
+
+    Built once per store and handed to its driver, which builds on it what
+    its database does its own way. Every time in these statements is
+    :attr:`now`, ``COALESCE(:clock_now, <database now>)``: the clock fills the
+    parameter in as each statement runs, so the statements are the same under
+    the database clock and a test's fixed clock.
+    """
+
+    def __init__(self, tables: Tables, clock: Clock) -> None:
+        self.tables = tables
+        self.clock = clock
+        self.now: ColumnElement[Any] = clock_now(clock)
+        self._item_writes: dict[tuple[bool, bool], Update] = {}
+
+    def now_plus(self, seconds: float | ColumnElement[Any]) -> ColumnElement[Any]:
+        """The clock's time plus ``seconds`` (a number, or an SQL expression)."""
+        return time_plus(self.now, seconds)
+
+    def items_ready(self, limit: int | ColumnElement[Any]) -> Select[Any]:
+        """Available items at a gate whose retry time has passed, ``(id, version, gate,
+        data, attempts)``, with bind parameters ``pid`` and ``gate``.
+
+        Ordered by (retry time, id), which the index on (partition, status,
+        gate, retry_at, id) returns in order: the read stops at ``limit`` rows
+        and never touches completed items. ``limit`` is a number or a bind
+        parameter, as the driver chooses.
+        """
+        i = self.tables.items
+        return (
+            select(i.c.id, i.c.version, i.c.gate, i.c.data, i.c.attempts)
+            .where(i.c.partition_id == bindparam("pid", type_=i.c.partition_id.type),
+                   i.c.status == AVAILABLE, i.c.gate == bindparam("gate", type_=Integer()),
+                   i.c.retry_at <= self.now)
+            .order_by(i.c.retry_at, i.c.id).limit(limit)
+        )
+
+    def lease_fence(self, partition_id: ColumnElement[Any], owner: ColumnElement[Any]
+                    ) -> Exists:
+        """True while ``owner`` holds a live lease on the partition ``partition_id``."""
+        p = self.tables.partitions
+        return exists().where(p.c.id == partition_id, p.c.owner == owner,
+                              p.c.status == AVAILABLE, p.c.until > self.now)
+
+    def item_guard(self, partition_id: ColumnElement[Any], item_id: ColumnElement[Any],
+                   seen: ColumnElement[Any], owner: ColumnElement[Any]
+                   ) -> tuple[ColumnElement[Any], ...]:
+        """The WHERE of a result write: the item's key, the version read, and the lease fence.
+
+        It names the primary key and the version, and on purpose not the
+        status: with ``status = 'available'`` in it, a planner without
+        statistics (a freshly filled table) may pick the ready-items index,
+        whose (partition_id, status) prefix matches as many columns as the
+        key, and then visit every available item of the partition per write.
+        The version implies the status (every item write bumps it).
+        """
+        i = self.tables.items
+        return (i.c.partition_id == partition_id, i.c.id == item_id, i.c.version == seen,
+                self.lease_fence(partition_id, owner))
+
+    def item_write(self, *, new_data: bool, delayed: bool) -> Update:
+        """One guarded, fenced result write (built once per shape); its parameters
+        come from :meth:`item_write_params`."""
+        key = (new_data, delayed)
+        found = self._item_writes.get(key)
+        if found is None:
+            i = self.tables.items
+            guard = self.item_guard(bindparam("pid"), bindparam("iid"), bindparam("seen"),
+                                    bindparam("owner"))
+            values: dict[str, Any] = {
+                "version": i.c.version + 1, "status": bindparam("new_status"),
+                "gate": func.coalesce(bindparam("new_gate", type_=Integer()), i.c.gate),
+                "attempts": bindparam("new_attempts"),
+                "last_error": bindparam("new_error"), "updated_at": self.now,
+                "retry_at": (self.now_plus(bindparam("delay", type_=Float())) if delayed
+                             else self.now),
+            }
+            if new_data:
+                values["data"] = bindparam("new_data")
+            found = self._item_writes[key] = update(i).where(*guard).values(**values)
+        return found
+
+    @staticmethod
+    def item_write_params(write: ItemWrite, owner: str) -> dict[str, Any]:
+        """The parameters of :meth:`item_write` for ``write`` by ``owner``."""
+        params: dict[str, Any] = {
+            "pid": write.partition_id, "iid": write.item_id, "seen": write.seen_version,
+            "owner": owner, "new_status": write.status, "new_gate": write.gate,
+            "new_attempts": write.attempts, "new_error": write.last_error,
+        }
+        if write.data is not None:
+            params["new_data"] = write.data
+        if write.retry_delay:
+            params["delay"] = write.retry_delay
+        return params
+
+    @functools.cached_property
+    def gate_summary(self) -> Select[Any]:
+        """Pending count, earliest retry, failed count and next gate of a gate, and
+        the clock's time; bind parameters ``pid`` and ``gate``."""
+        i = self.tables.items
+        partition = i.c.partition_id == bindparam("pid", type_=i.c.partition_id.type)
+        here = and_(partition, i.c.gate == bindparam("gate", type_=Integer()))
+        available = i.c.status == AVAILABLE
+        return select(
+            select(func.count()).where(here, available).scalar_subquery(),
+            select(func.min(i.c.retry_at)).where(here, available).scalar_subquery(),
+            select(func.count()).where(here, i.c.status == FAILED).scalar_subquery(),
+            select(func.min(i.c.gate)).where(
+                partition, available, i.c.gate > bindparam("gate", type_=Integer())
+            ).scalar_subquery(),
+            self.now,
+        )
+
+
 class Store:
     """All reads and writes of the ``partitions`` and ``items`` tables.
 
-    ``clock``, when given, replaces the database clock (tests only).
+    ``clock`` is where statements take the time from: the database's own
+    (:class:`~watcher.clock.DatabaseClock`, the default) or a test's
+    :class:`~watcher.clock.FixedClock`. The per-database driver is chosen
+    here, once, from the engine's dialect.
+
+    Raises:
+        ConfigError: statefeed has no driver for the engine's database.
     """
 
     def __init__(self, engine: AsyncEngine, tables: Tables, *, clock: Clock | None = None):
         self.engine = engine
         self.tables = tables
-        self._clock = clock
-        self._dialect = engine.dialect.name
-        self._statements: dict[Any, Any] = {}
-        # PostgreSQL: the hot single statements skip SQLAlchemy's engine (see pg_direct).
-        self.direct = (DirectStatements(engine.url, engine.dialect)
-                       if self._dialect == "postgresql" and clock is None else None)
+        self.clock: Clock = clock if clock is not None else DatabaseClock()
+        self.statements = Statements(tables, self.clock)
+        self.driver: Driver = open_driver(engine, self.statements)
 
     @classmethod
     def open(cls, url: str | DatabaseURL, table_prefix: str = "", *,
@@ -104,98 +243,48 @@ class Store:
         """Create a store with its own engine.
 
         Raises:
-            ConfigError: the URL or the table prefix is invalid.
+            ConfigError: the URL or the table prefix is invalid, or the
+                database is not supported.
         """
         parsed = url if isinstance(url, DatabaseURL) else parse_database_url(url)
         return cls(create_engine(parsed), tables_for(table_prefix), clock=clock)
 
     async def close(self) -> None:
-        """Dispose of the engine's connections."""
-        if self.direct is not None:
-            await self.direct.close()
+        """Dispose of the driver's and the engine's connections."""
+        await self.driver.close()
         await self.engine.dispose()
-
-    # -- time ---------------------------------------------------------------
-
-    def _now(self) -> ColumnElement[Any]:
-        if self._clock is not None:
-            return literal(self._clock(), type_=self.tables.partitions.c.until.type)
-        return db_now()
-
-    def _now_plus(self, seconds: float) -> ColumnElement[Any]:
-        if self._clock is not None:
-            moment = self._clock() + timedelta(seconds=seconds)
-            return literal(moment, type_=self.tables.partitions.c.until.type)
-        return db_now_plus(seconds)
 
     # -- transactions -------------------------------------------------------
 
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.begin() as conn:
-            yield conn
+    def _write(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return write_transaction(self.engine)
 
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn:
-            conn = await conn.execution_options(sqlite_read=True)
-            async with conn.begin():
-                yield conn
+    def _read(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return read_transaction(self.engine)
 
-    async def _fetch(self, statement: Any, params: dict[str, Any], *, read: bool
-                     ) -> Sequence[Any]:
-        """Run one statement in a transaction of its own; returns its rows (if any).
-
-        Raises the database's error (a SQLAlchemy exception) when it fails.
-        """
-        if self.direct is not None:
-            return await self.direct.fetch(statement, params)
-        async with self._read() if read else self._write() as conn:
-            result = await conn.execute(statement, params)
-            return result.all() if result.returns_rows else []
-
-    def _statement(self, key: Any, build: Callable[[], Any]) -> Any:
-        """A hot statement, built once (each time when a test clock is injected,
-        since the clock's reading is part of the statement)."""
-        if self._clock is not None:
-            return build()
-        found = self._statements.get(key)
-        if found is None:
-            found = self._statements[key] = build()
-        return found
-
-    # -- notifications (PostgreSQL) -----------------------------------------
+    # -- notifications ------------------------------------------------------
 
     @property
     def notifies(self) -> bool:
         """Whether this database carries wake-up notifications (PostgreSQL only)."""
-        return self._dialect == "postgresql"
+        return self.driver.notifies
 
     @property
     def channel(self) -> str:
-        """The LISTEN/NOTIFY channel of this namespace (the prefix is validated)."""
+        """The notification channel of this namespace (the prefix is validated)."""
         return f"{self.tables.prefix}statefeed"
 
     async def _notify(self, conn: AsyncConnection, partition_id: str) -> None:
-        # Sent in the writer's transaction: delivered only if it commits.
-        if self.notifies:
-            await conn.execute(select(func.pg_notify(self.channel, partition_id)))
+        await self.driver.notify(conn, self.channel, partition_id)
 
-    async def notifications(self) -> AsyncIterator[str]:
+    def notifications(self) -> AsyncIterator[str]:
         """Yield the partition ids that clients wrote, as their transactions commit.
 
-        Holds one dedicated connection with ``LISTEN``. Raises the driver's
-        error when the connection fails; the caller reconnects.
+        Holds one dedicated connection. Raises the driver's error when the
+        connection fails (the caller reconnects), and ``NotImplementedError``
+        on a database without notifications (see :attr:`notifies`).
         """
-        import psycopg
-        from psycopg import sql
-
-        url = self.engine.url.set(drivername="postgresql")
-        async with await psycopg.AsyncConnection.connect(
-                url.render_as_string(hide_password=False), autocommit=True) as conn:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-            async for notice in conn.notifies():
-                yield notice.payload
+        return self.driver.notifications(self.channel)
 
     async def ping(self) -> None:
         """Run a trivial query. Raises the driver's error when the database is unreachable."""
@@ -203,14 +292,16 @@ class Store:
             await conn.execute(select(literal(1)))
 
     async def now(self) -> datetime:
-        """The current time by the database clock (or the injected clock)."""
+        """The current time by the store's clock (the database's, unless a test fixed it)."""
         async with self._read() as conn:
-            return (await conn.execute(select(self._now()))).scalar_one()
+            return (await conn.execute(select(self.statements.now))).scalar_one()
 
     # -- client: partitions and items --------------------------------------
 
-    async def partition_create(self, partition_id: str, items: Sequence[NewItem]) -> None:
-        """Insert a partition and its items in one transaction.
+    async def partition_create(self, partition_id: str, items: Sequence[NewItem],
+                               settings: PartitionSettings = NO_SETTINGS) -> None:
+        """Insert a partition (with its reduce gates and failure policy) and its items
+        in one transaction.
 
         Raises:
             PartitionExistsError: a partition with this id exists.
@@ -222,10 +313,14 @@ class Store:
                 found = await conn.execute(select(p.c.id).where(p.c.id == partition_id))
                 if found.first() is not None:
                     raise PartitionExistsError(partition_id)
-                now = self._now()
+                now = self.statements.now
+                policy = (ItemFailurePolicy.CONTINUE if settings.continue_on_failure
+                          else ItemFailurePolicy.FAIL)
                 await conn.execute(insert(p).values(
                     id=partition_id, version=1, gate=first_gate, status=AVAILABLE, owner="",
                     until=now, created_at=now, updated_at=now,
+                    reduce_gates=encode_reduce_gates(settings.reduce_gates),
+                    on_item_failure=policy.value,
                 ))
                 await self._items_insert(conn, partition_id, items)
                 await self._notify(conn, partition_id)
@@ -248,16 +343,24 @@ class Store:
         async with self._write() as conn:
             touched = await conn.execute(
                 update(p).where(p.c.id == partition_id)
-                .values(version=p.c.version + 1, updated_at=self._now()))
+                .values(version=p.c.version + 1, updated_at=self.statements.now))
             if touched.rowcount != 1:
                 raise PartitionNotFoundError(partition_id)
             row = (await conn.execute(
-                select(p.c.gate, p.c.status).where(p.c.id == partition_id))).one()
+                select(p.c.gate, p.c.status, p.c.reduce_gates)
+                .where(p.c.id == partition_id))).one()
             low = min(items, key=lambda item: item.gate)
             if low.gate < row.gate:
                 raise GateError(
                     f"item {low.id!r} has gate {low.gate} but partition {partition_id!r} is "
                     f"already at gate {row.gate}; add items at gate {row.gate} or later"
+                )
+            reducing = settings_of(row.reduce_gates, None).reduce_gates
+            if low.gate == row.gate and row.gate in reducing:
+                raise GateError(
+                    f"item {low.id!r} has gate {low.gate}, the reduce gate partition "
+                    f"{partition_id!r} has reached: its reduce sees a fixed set of items; add "
+                    f"items at gate {row.gate + 1} or later"
                 )
             ids = [item.id for item in items]
             stored: list[str] = []
@@ -280,7 +383,7 @@ class Store:
                             items: Sequence[NewItem]) -> None:
         if not items:
             return
-        now = (await conn.execute(select(self._now()))).scalar_one()
+        now = (await conn.execute(select(self.statements.now))).scalar_one()
         statement = insert(self.tables.items)
         for chunk in _chunks(items, INSERT_CHUNK):
             await conn.execute(statement, [
@@ -322,14 +425,7 @@ class Store:
                 )
                 for partition_id, item_status, count in grouped:
                     counts[partition_id][item_status] = count
-        return [
-            PartitionInfo(
-                id=row.id, status=row.status, gate=row.gate, owner=row.owner, until=row.until,
-                version=row.version, counts=counts[row.id], created_at=row.created_at,
-                updated_at=row.updated_at,
-            )
-            for row in rows
-        ]
+        return [_partition_info(row, counts[row.id]) for row in rows]
 
     async def items_list(self, partition_id: str) -> list[ItemInfo]:
         """Read every item of a partition, ordered by id.
@@ -355,7 +451,10 @@ class Store:
     async def items_retry_failed(self, partition_id: str) -> int:
         """Put a partition's failed items back to available and re-open the partition.
 
-        Returns the number of items reset.
+        Items failed at gates the partition has passed (it carries on without
+        failed items) stay failed: re-opening them below the partition's gate
+        would strand them. A failed reduce is re-armed: its attempts are reset
+        and it resumes from its stored progress. Returns the number of items reset.
 
         Raises:
             PartitionNotFoundError: no partition has this id.
@@ -366,15 +465,20 @@ class Store:
                 update(p).where(p.c.id == partition_id).values(
                     version=p.c.version + 1,
                     status=case((p.c.status == FAILED, AVAILABLE), else_=p.c.status),
-                    updated_at=self._now(),
+                    reduce_attempts=0, last_error=None,
+                    updated_at=self.statements.now,
                 )
             )
             if touched.rowcount != 1:
                 raise PartitionNotFoundError(partition_id)
+            gate = (await conn.execute(
+                select(p.c.gate).where(p.c.id == partition_id))).scalar_one()
+            now = self.statements.now
             reset = await conn.execute(
-                update(i).where(i.c.partition_id == partition_id, i.c.status == FAILED).values(
-                    version=i.c.version + 1, status=AVAILABLE, attempts=0, retry_at=self._now(),
-                    updated_at=self._now(),
+                update(i).where(i.c.partition_id == partition_id, i.c.status == FAILED,
+                                i.c.gate >= gate).values(
+                    version=i.c.version + 1, status=AVAILABLE, attempts=0, retry_at=now,
+                    updated_at=now,
                 )
             )
             await self._notify(conn, partition_id)
@@ -391,7 +495,7 @@ class Store:
         async with self._write() as conn:
             moved = await conn.execute(
                 update(p).where(p.c.id == partition_id, p.c.gate <= gate).values(
-                    version=p.c.version + 1, gate=gate, updated_at=self._now())
+                    version=p.c.version + 1, gate=gate, updated_at=self.statements.now)
             )
             if moved.rowcount == 1:
                 await self._notify(conn, partition_id)
@@ -407,27 +511,32 @@ class Store:
 
     # -- leases ------------------------------------------------------------
 
-    async def leases_free(self, limit: int) -> list[LeaseRow]:
+    async def leases_read_free(self, limit: int) -> list[LeaseRow]:
         """Read up to ``limit`` available partitions that are unleased or expired."""
         p = self.tables.partitions
         query = (
-            select(p.c.id, p.c.version, p.c.gate, p.c.owner)
-            .where(p.c.status == AVAILABLE, p.c.until <= self._now())
+            self._lease_columns()
+            .where(p.c.status == AVAILABLE, p.c.until <= self.statements.now)
             .order_by(p.c.until).limit(limit)
         )
         async with self._read() as conn:
-            return [LeaseRow(*row) for row in await conn.execute(query)]
+            return [_lease_row(row) for row in await conn.execute(query)]
+
+    def _lease_columns(self) -> Select[Any]:
+        p = self.tables.partitions
+        return select(p.c.id, p.c.version, p.c.gate, p.c.owner, p.c.reduce_gates,
+                      p.c.on_item_failure)
 
     async def leases_of_owner(self, owner: str, limit: int) -> list[LeaseRow]:
         """Read up to ``limit`` partitions that ``owner`` holds with a live lease."""
         p = self.tables.partitions
         query = (
-            select(p.c.id, p.c.version, p.c.gate, p.c.owner)
-            .where(p.c.status == AVAILABLE, p.c.owner == owner, p.c.until > self._now())
+            self._lease_columns()
+            .where(p.c.status == AVAILABLE, p.c.owner == owner, p.c.until > self.statements.now)
             .order_by(p.c.until.desc(), p.c.id).limit(limit)
         )
         async with self._read() as conn:
-            return [LeaseRow(*row) for row in await conn.execute(query)]
+            return [_lease_row(row) for row in await conn.execute(query)]
 
     async def lease_stats(self) -> LeaseStats:
         """Count active partitions and the live leases of each owner."""
@@ -437,7 +546,7 @@ class Store:
                 select(func.count()).where(p.c.status == AVAILABLE))).scalar_one()
             owners = await conn.execute(
                 select(p.c.owner, func.count())
-                .where(p.c.status == AVAILABLE, p.c.until > self._now(), p.c.owner != "")
+                .where(p.c.status == AVAILABLE, p.c.until > self.statements.now, p.c.owner != "")
                 .group_by(p.c.owner)
             )
             return LeaseStats(active=active, owners={owner: count for owner, count in owners})
@@ -455,8 +564,8 @@ class Store:
             update(p)
             .where(p.c.id == bindparam("pid"), p.c.version == bindparam("seen"),
                    p.c.status == AVAILABLE)
-            .values(version=p.c.version + 1, owner=owner, until=self._now_plus(duration),
-                    updated_at=self._now())
+            .values(version=p.c.version + 1, owner=owner, until=self.statements.now_plus(duration),
+                    updated_at=self.statements.now)
         )
         won: list[LeaseRow] = []
         async with self._write() as conn:
@@ -467,7 +576,7 @@ class Store:
                     continue
                 result = await conn.execute(statement, {"pid": row.id, "seen": row.version})
                 if result.rowcount == 1:
-                    won.append(LeaseRow(row.id, row.version + 1, row.gate, owner))
+                    won.append(LeaseRow(row.id, row.version + 1, row.gate, owner, row.settings))
         return won
 
     async def leases_renew(self, leases: dict[str, int], owner: str,
@@ -481,14 +590,14 @@ class Store:
         cannot stall the renewal of every other lease.
         """
         return await self._lease_rewrite(
-            leases, owner, until=self._now_plus(duration), release=False)
+            leases, owner, until=self.statements.now_plus(duration), release=False)
 
     async def leases_release(self, leases: dict[str, int], owner: str) -> int:
         """Give up ``owner``'s leases at once, so another watcher can take them.
 
         Returns the number released.
         """
-        renewal = await self._lease_rewrite(leases, owner, until=self._now(), release=True)
+        renewal = await self._lease_rewrite(leases, owner, until=self.statements.now, release=True)
         return len(renewal.held)
 
     async def _lock_free(self, conn: AsyncConnection, ids: Sequence[str]) -> set[str]:
@@ -510,7 +619,7 @@ class Store:
                              until: ColumnElement[Any], release: bool) -> LeaseRenewal:
         p = self.tables.partitions
         values: dict[str, Any] = {
-            "version": p.c.version + 1, "until": until, "updated_at": self._now()}
+            "version": p.c.version + 1, "until": until, "updated_at": self.statements.now}
         if release:
             values["owner"] = ""
         statement = (
@@ -545,7 +654,7 @@ class Store:
     async def _states(self, conn: AsyncConnection, ids: Sequence[str]
                       ) -> dict[str, PartitionState]:
         p = self.tables.partitions
-        live = case((p.c.until > self._now(), True), else_=False)
+        live = case((p.c.until > self.statements.now, True), else_=False)
         states: dict[str, PartitionState] = {}
         for chunk in _chunks(list(ids), IN_CHUNK):
             rows = await conn.execute(
@@ -570,13 +679,13 @@ class Store:
         the new version, or ``None`` when the write lost (re-read to see why).
         """
         p = self.tables.partitions
-        values: dict[str, Any] = {"version": p.c.version + 1, "updated_at": self._now()}
+        values: dict[str, Any] = {"version": p.c.version + 1, "updated_at": self.statements.now}
         if gate is not None:
             values["gate"] = gate
         if status is not None:
             values["status"] = status
             if status != AVAILABLE:
-                values.update(owner="", until=self._now())
+                values.update(owner="", until=self.statements.now)
         async with self._write() as conn:
             result = await conn.execute(
                 update(p)
@@ -597,54 +706,13 @@ class Store:
         on (partition, status, gate, retry_at, id) returns in order: the read
         stops at ``limit`` rows and never touches completed items.
         """
-        rows = await self._fetch(self._ready_statement(bool(exclude), limit),
-                                 self._ready_params(partition_id, gate, limit, exclude),
-                                 read=True)
+        rows = await self.driver.items_ready(partition_id, gate, limit, exclude)
         return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4]) for row in rows]
-
-    def _ready_params(self, partition_id: str, gate: int, limit: int,
-                      exclude: Collection[str]) -> dict[str, Any]:
-        """The parameters of :meth:`_ready_statement` (PostgreSQL takes ``exclude`` as JSON)."""
-        params: dict[str, Any] = {"pid": partition_id, "gate": gate, "limit": limit}
-        if exclude:
-            params["exclude"] = (json.dumps(list(exclude), ensure_ascii=False)
-                                 if self._dialect == "postgresql" else list(exclude))
-        return params
-
-    def _ready_statement(self, excluding: bool, limit: int) -> Select[Any]:
-        """The ready read, with bind parameters pid, gate (and exclude, and limit).
-
-        The direct PostgreSQL path sends one statement text for every limit;
-        elsewhere the limit is a literal, which SQL Server renders as ``TOP n``.
-        """
-        if self.direct is not None:
-            return self._statement(("ready", excluding), lambda: self._build_ready(
-                excluding, bindparam("limit", type_=Integer())))
-        return self._build_ready(excluding, limit)
-
-    def _build_ready(self, excluding: bool, limit: Any) -> Select[Any]:
-        i = self.tables.items
-        query = (
-            select(i.c.id, i.c.version, i.c.gate, i.c.data, i.c.attempts)
-            .where(i.c.partition_id == bindparam("pid", type_=i.c.partition_id.type),
-                   i.c.status == AVAILABLE, i.c.gate == bindparam("gate", type_=Integer()),
-                   i.c.retry_at <= self._now())
-            .order_by(i.c.retry_at, i.c.id).limit(limit)
-        )
-        if excluding and self._dialect == "postgresql":
-            # One JSON array parameter keeps the statement text constant (prepared
-            # once) and is encoded in C, where a text[] is encoded element by element.
-            names = select(func.jsonb_array_elements_text(
-                _jsonb_param("exclude"))).scalar_subquery()
-            query = query.where(i.c.id != all_(func.array(names)))
-        elif excluding:
-            query = query.where(i.c.id.not_in(bindparam("exclude", expanding=True)))
-        return query
 
     async def gate_summary(self, partition_id: str, gate: int) -> GateSummary:
         """Summarise what is left at ``gate``: pending and failed items, and the next gate."""
-        row = (await self._fetch(self._statement("gate_summary", self._build_gate_summary),
-                                 {"pid": partition_id, "gate": gate}, read=True))[0]
+        row = (await self.driver.fetch(self.statements.gate_summary,
+                                       {"pid": partition_id, "gate": gate}, read=True))[0]
         pending_count, earliest, failed_count, lowest, now = row
         wait = None
         if pending_count and earliest is not None:
@@ -652,146 +720,151 @@ class Store:
         return GateSummary(pending=pending_count, failed=failed_count, next_gate=lowest,
                            seconds_to_next_retry=wait)
 
-    def _build_gate_summary(self) -> Select[Any]:
+    # -- reduce gates -------------------------------------------------------
+
+    async def reduce_state_read(self, partition_id: str) -> ReduceState | None:
+        """Read a partition's gate and stored reduce progress, or ``None`` if it is gone."""
+        p = self.tables.partitions
+        async with self._read() as conn:
+            row = (await conn.execute(
+                select(p.c.version, p.c.gate, p.c.reduce_pass, p.c.reduce_page,
+                       p.c.reduce_after, p.c.reduce_acc, p.c.reduce_attempts)
+                .where(p.c.id == partition_id))).first()
+        if row is None:
+            return None
+        accumulator = None if row.reduce_acc is None else bytes(row.reduce_acc)
+        return ReduceState(row.version, row.gate, row.reduce_pass, row.reduce_page,
+                           row.reduce_after, accumulator, row.reduce_attempts)
+
+    async def reduce_entries(self, partition_id: str, gate: int, *, after: str | None,
+                             limit: int, include_failed: bool) -> list[ReduceEntry]:
+        """Read up to ``limit`` items of a reduce at ``gate`` after the id ``after``, by id.
+
+        The items are the available ones at ``gate`` and, with
+        ``include_failed``, those that failed at ``gate`` or before. The read
+        walks the partition's primary key from ``after``, so each page of a
+        paged reduce costs one range read.
+        """
         i = self.tables.items
-        partition = i.c.partition_id == bindparam("pid", type_=i.c.partition_id.type)
-        here = and_(partition, i.c.gate == bindparam("gate", type_=Integer()))
-        available = i.c.status == AVAILABLE
-        return select(
-            select(func.count()).where(here, available).scalar_subquery(),
-            select(func.min(i.c.retry_at)).where(here, available).scalar_subquery(),
-            select(func.count()).where(here, i.c.status == FAILED).scalar_subquery(),
-            select(func.min(i.c.gate)).where(
-                partition, available, i.c.gate > bindparam("gate", type_=Integer())
-            ).scalar_subquery(),
-            self._now(),
-        )
+        wanted: ColumnElement[Any] = and_(i.c.status == AVAILABLE, i.c.gate == gate)
+        if include_failed:
+            wanted = or_(wanted, and_(i.c.status == FAILED, i.c.gate <= gate))
+        query = select(i.c.id, i.c.version, i.c.gate, i.c.status, i.c.data,
+                       i.c.last_error).where(i.c.partition_id == partition_id, wanted)
+        if after is not None:
+            query = query.where(i.c.id > after)
+        async with self._read() as conn:
+            rows = await conn.execute(query.order_by(i.c.id).limit(limit))
+            return [ReduceEntry(row.id, row.version, row.gate, row.status, bytes(row.data),
+                                row.last_error) for row in rows]
+
+    async def reduce_write(self, partition_id: str, version: int, owner: str,
+                           step: ReduceStep) -> int | None:
+        """Apply one answered reduce step in one transaction: the stored progress, the
+        partition result (when the step has one) and the item answers.
+
+        Guarded by the partition's version, owner and live lease, and by each
+        item's version: if any guard fails nothing is written. Returns the
+        partition's new version, or ``None`` when a guard failed (re-read).
+        """
+        p = self.tables.partitions
+        values: dict[str, Any] = {
+            "version": p.c.version + 1, "updated_at": self.statements.now,
+            "reduce_pass": step.pass_, "reduce_page": step.page,
+            "reduce_after": step.after, "reduce_acc": step.accumulator,
+            "reduce_attempts": 0, "last_error": None,
+        }
+        if step.result is not None:
+            values["result"] = step.result
+        try:
+            async with self._write() as conn:
+                touched = await conn.execute(
+                    update(p).where(*self._lease_guard(partition_id, version, owner))
+                    .values(**values))
+                if touched.rowcount != 1:
+                    return None
+                await self._reduce_items_write(conn, step.writes, owner)
+        except _GuardLost:
+            return None
+        return version + 1
+
+    async def _reduce_items_write(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
+                                  owner: str) -> None:
+        """Write a reduce page's item answers; raises :class:`_GuardLost` (rolling the
+        transaction back) when an item moved since it was read."""
+        for new_data in (False, True):
+            shaped = [w for w in writes if (w.data is not None) is new_data]
+            if not shaped:
+                continue
+            statement = self.statements.item_write(new_data=new_data, delayed=False)
+            params = [self.statements.item_write_params(w, owner) for w in shaped]
+            if conn.dialect.supports_sane_multi_rowcount:
+                for chunk in _chunks(params, INSERT_CHUNK):
+                    if (await conn.execute(statement, list(chunk))).rowcount != len(chunk):
+                        raise _GuardLost
+                continue
+            for one in params:
+                if (await conn.execute(statement, one)).rowcount != 1:
+                    raise _GuardLost
+
+    async def reduce_failed(self, partition_id: str, version: int, owner: str, *,
+                            attempts: int, error: str, fail: bool) -> int | None:
+        """Record a failed reduce call: its count and error; with ``fail``, the
+        partition fails (and its lease is released). Guarded like
+        :meth:`reduce_write`; returns the new version or ``None``."""
+        p = self.tables.partitions
+        values: dict[str, Any] = {"version": p.c.version + 1, "updated_at": self.statements.now,
+                                  "reduce_attempts": attempts, "last_error": error}
+        if fail:
+            values.update(status=FAILED, owner="", until=self.statements.now)
+        async with self._write() as conn:
+            touched = await conn.execute(
+                update(p).where(*self._lease_guard(partition_id, version, owner))
+                .values(**values))
+        return version + 1 if touched.rowcount == 1 else None
+
+    def _lease_guard(self, partition_id: str, version: int, owner: str
+                     ) -> tuple[ColumnElement[Any], ...]:
+        p = self.tables.partitions
+        return (p.c.id == partition_id, p.c.version == version, p.c.owner == owner,
+                p.c.status == AVAILABLE, p.c.until > self.statements.now)
 
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
         """Write attempt outcomes in one transaction; each write guarded and fenced.
 
         A write counts only if the item still has the version that was read
         (so it is still available: every item write bumps the version) and
-        ``owner`` still holds a live lease on its partition. Returns, per
-        write, whether it was applied.
-
-        The guard names the primary key and the version, and on purpose not
-        the status: with ``status = 'available'`` in it, a planner without
-        statistics (a freshly filled table) may pick the ready-items index,
-        whose (partition_id, status) prefix matches as many columns as the
-        key, and then visit every available item of the partition per write.
+        ``owner`` still holds a live lease on its partition
+        (:meth:`Statements.item_guard`). Returns, per write, whether it was
+        applied. How the batch travels is the driver's choice.
         """
         if not writes:
             return []
-        if self._dialect == "postgresql" and self._clock is None:
-            return await self._items_apply_batch(writes, owner)
-        p, i = self.tables.partitions, self.tables.items
-        fence = exists().where(
-            p.c.id == bindparam("pid"), p.c.owner == owner, p.c.status == AVAILABLE,
-            p.c.until > self._now())
-        guard = (i.c.partition_id == bindparam("pid"), i.c.id == bindparam("iid"),
-                 i.c.version == bindparam("seen"), fence)
-        statements: dict[tuple[bool, bool], Any] = {}
-
-        def statement_for(write: ItemWrite) -> Any:
-            key = (write.data is not None, bool(write.retry_delay))
-            if key not in statements:
-                retry_at: ColumnElement[Any] = self._now()
-                if write.retry_delay:
-                    retry_at = (bindparam("retry_at", type_=i.c.retry_at.type)
-                                if self._clock is not None
-                                else db_now_plus(bindparam("delay", type_=Float())))
-                values: dict[str, Any] = {
-                    "version": i.c.version + 1, "status": bindparam("new_status"),
-                    "gate": func.coalesce(bindparam("new_gate", type_=Integer()), i.c.gate),
-                    "attempts": bindparam("new_attempts"),
-                    "last_error": bindparam("new_error"), "updated_at": self._now(),
-                    "retry_at": retry_at,
-                }
-                if write.data is not None:
-                    values["data"] = bindparam("new_data")
-                statements[key] = update(i).where(*guard).values(**values)
-            return statements[key]
-
-        applied: list[bool] = []
-        async with self._write() as conn:
-            for write in writes:
-                params = {
-                    "pid": write.partition_id, "iid": write.item_id, "seen": write.seen_version,
-                    "new_status": write.status, "new_gate": write.gate,
-                    "new_attempts": write.attempts, "new_error": write.last_error,
-                }
-                if write.data is not None:
-                    params["new_data"] = write.data
-                if write.retry_delay:
-                    params["delay"] = write.retry_delay
-                    if self._clock is not None:
-                        params["retry_at"] = self._clock() + timedelta(seconds=write.retry_delay)
-                result = await conn.execute(statement_for(write), params)
-                applied.append(result.rowcount == 1)
-        return applied
+        return await self.driver.items_apply(writes, owner)
 
 
-    async def _items_apply_batch(self, writes: Sequence[ItemWrite], owner: str
-                                  ) -> list[bool]:
-        """PostgreSQL fast path: the whole batch as one guarded UPDATE.
-
-        Same guard and fence as the portable path, per row; RETURNING tells
-        which rows were applied. The rows travel as one JSON array of arrays
-        (see :func:`batch_rows_json`): the driver encodes nine array
-        parameters element by element in Python, ``json.dumps`` the batch in C.
-        """
-        rows = await self._fetch(self._batch_update_statement,
-                                 self._batch_update_params(writes, owner), read=False)
-        applied = {(pid, iid) for pid, iid in rows}
-        return [(w.partition_id, w.item_id) in applied for w in writes]
-
-    @staticmethod
-    def _batch_update_params(writes: Sequence[ItemWrite], owner: str) -> dict[str, Any]:
-        return {"owner": owner, "rows": batch_rows_json(writes)}
-
-    @functools.cached_property
-    def _batch_update_statement(self) -> Any:
-        p, i = self.tables.partitions, self.tables.items
-        batch = func.jsonb_array_elements(_jsonb_param("rows")).table_valued(
-            column("value", JSONB)).render_derived(name="v")
-        row = batch.c.value
-        pid, iid = row[0].as_string(), row[1].as_string()
-        delay = row[8].as_float()
-        now = db_now()
-        fence = exists().where(p.c.id == pid, p.c.owner == bindparam("owner"),
-                               p.c.status == AVAILABLE, p.c.until > now)
-        return (
-            update(i)
-            .where(i.c.partition_id == pid, i.c.id == iid,
-                   i.c.version == row[2].as_integer(), fence)
-            .values(version=i.c.version + 1, status=row[3].as_string(),
-                    gate=func.coalesce(row[4].as_integer(), i.c.gate),
-                    attempts=row[5].as_integer(), last_error=row[6].as_string(),
-                    data=func.coalesce(func.decode(row[7].as_string(), "hex"), i.c.data),
-                    updated_at=now,
-                    retry_at=case((delay > 0, db_now_plus(delay)), else_=now))
-            .returning(i.c.partition_id, i.c.id)
-        )
+class _GuardLost(Exception):
+    """An item of a reduce step moved since it was read: roll the step back."""
 
 
-def _jsonb_param(name: str) -> ColumnElement[Any]:
-    """A parameter sent as JSON text and read as ``jsonb``: no type on either path
-    (SQLAlchemy's or the direct one) encodes the text a second time."""
-    return cast(bindparam(name, type_=Text()), JSONB)
+def _lease_row(row: Any) -> LeaseRow:
+    return LeaseRow(row.id, row.version, row.gate, row.owner,
+                    settings_of(row.reduce_gates, row.on_item_failure))
 
 
-def batch_rows_json(writes: Iterable[ItemWrite]) -> str:
-    """Item writes as the JSON rows of the batch UPDATE: ``[pid, iid, seen, status,
-    gate, attempts, error, data as hex, retry delay]`` each.
-
-    Every text in a write is storable (:func:`~watcher.decisions.storable_text`),
-    so it is valid in ``jsonb`` too.
-    """
-    return json.dumps([
-        [w.partition_id, w.item_id, w.seen_version, w.status, w.gate, w.attempts,
-         w.last_error, None if w.data is None else w.data.hex(), w.retry_delay or 0.0]
-        for w in writes], ensure_ascii=False, separators=(",", ":"))
+def _partition_info(row: Any, counts: dict[str, int]) -> PartitionInfo:
+    settings = settings_of(row.reduce_gates, row.on_item_failure)
+    reducing = row.status == AVAILABLE and row.gate in settings.reduce_gates
+    progress = (ReduceProgress(row.reduce_pass, row.reduce_page, row.reduce_attempts)
+                if reducing or row.reduce_pass is not None else None)
+    return PartitionInfo(
+        id=row.id, status=row.status, gate=row.gate, owner=row.owner, until=row.until,
+        version=row.version, counts=counts, created_at=row.created_at,
+        updated_at=row.updated_at, reduce_gates=tuple(sorted(settings.reduce_gates)),
+        on_item_failure=row.on_item_failure,
+        result=None if row.result is None else bytes(row.result),
+        last_error=row.last_error, reduce=progress,
+    )
 
 
 async def missing_tables(store: Store) -> list[str]:

@@ -13,7 +13,6 @@ import functools
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from watcher.config import WatcherConfig
 from watcher.decisions import (
     GateStep,
+    ReadStep,
     decide_gate,
+    decide_read,
     idempotency_step,
     outcome_name,
     result_problem,
@@ -30,17 +31,16 @@ from watcher.decisions import (
     write_for_result,
 )
 from watcher.hooks import Hooks
+from watcher.in_hand import ItemsInHand
 from watcher.leases import Lease, LeaseKeeper
 from watcher.models import Status
-from watcher.protocol import NonRetryableError, Result, WorkItem
+from watcher.protocol import NonRetryableError, ProcessCall, WorkItem
 from watcher.records import ItemWrite, ReadyItem
 from watcher.slots import SlotPool, wait_event
 from watcher.store import Store
 from watcher.writer import ResultWriter, WriterClosedError
 
 log = logging.getLogger(__name__)
-
-ProcessCall = Callable[[WorkItem], Awaitable[Result]]
 
 # Shortest wait between passes, so a partition never spins on the database.
 MIN_WAIT = 0.005
@@ -78,14 +78,7 @@ class PartitionSupervisor:
         self.keeper = keeper
         self.config = config
         self.hooks = hooks
-        self.in_flight: dict[str, asyncio.Task[None] | None] = {}
-        # Items whose result was written while a read of ready items may have
-        # been running: that read can still return the old row, which must not
-        # be dispatched again. id -> (version handled, read sequence when written).
-        self._handled: dict[str, tuple[int, int]] = {}
-        self._reads = 0
-        self._gate_looked_empty = False
-        self._last_read = 0.0
+        self.in_hand = ItemsInHand()
         self.draining = False
         self._check_lease = False
         self._policy = config.retry_policy
@@ -95,6 +88,11 @@ class PartitionSupervisor:
     def partition_id(self) -> str:
         """The partition this supervisor drives."""
         return self.lease.partition_id
+
+    @property
+    def in_flight(self) -> int:
+        """How many of this partition's items are dispatched and not yet written."""
+        return len(self.in_hand)
 
     async def run(self) -> str:
         """Run passes until finished. Returns why it ended: lost, closed or drained."""
@@ -129,7 +127,7 @@ class PartitionSupervisor:
         return "closed" if self.lease.closed else "drained"
 
     async def run_once(self) -> Pass:
-        """One pass: check the lease, dispatch what is ready, or settle the gate.
+        """One pass: check the lease, dispatch what is ready, or step the gate.
 
         Raises the database's error when a read or write fails.
         """
@@ -137,74 +135,63 @@ class PartitionSupervisor:
         if lease.lost or lease.closed:
             return Pass(wait=None)
         if self.draining:
-            return Pass(wait=None if not self.in_flight else self.config.poll_interval)
+            return Pass(wait=None if not self.in_hand else self.config.poll_interval)
         if self._check_lease and not await self._confirm_lease():
             return Pass(wait=None)
-        if time.monotonic() - lease.renewed_at > self.config.lease_duration:
+        now = time.monotonic()
+        if now - lease.renewed_at > self.config.lease_duration:
             # The lease may have expired while renewals failed: dispatch nothing
             # until a renewal confirms it (or finds it lost).
             return Pass(wait=self.config.poll_interval)
-        if not self._worth_reading():
+        if not self._read_now(now):
             return Pass(wait=self.config.poll_interval)
         dispatched = await self._dispatch()
-        if dispatched or self.in_flight:
+        if dispatched or self.in_hand:
             return Pass(dispatched, wait=self.config.poll_interval)
         if self.slots.free == 0:
             return Pass(wait=self.config.poll_interval)
-        return await self._settle_gate()
+        return await self._step_gate()
 
-    def _worth_reading(self) -> bool:
-        """Whether to read ready items now.
+    def _read_now(self, now: float) -> bool:
+        """Whether to read ready items now (:func:`~watcher.decisions.decide_read`).
 
-        Reading after every single completion would cost one query per item.
-        Instead, while calls are in flight (of this partition or, the slots
-        being shared, of any other), read once a quarter of the slots are
-        free; partitions take turns at the freed slots in the order they began
-        waiting. After a read that found the gate empty, wait for the next
-        poll (new items come only from clients or retries) unless nothing of
-        this partition is in flight anymore: then its gate may be settled.
+        When too few slots are free, asks to be woken for a turn at freed ones.
         """
-        idle = not self.in_flight
-        if (self.slots.free < self.slots.refill_at and self.slots.in_use > 0
-                and not (idle and self._gate_looked_empty)):
-            self.slots.notify_when_free(self.lease.wake)
-            return False
-        if idle:
-            return True
-        if self.lease.notified:
-            return True
-        return not (self._gate_looked_empty
-                    and time.monotonic() - self._last_read < self.config.poll_interval)
+        in_hand, slots = self.in_hand, self.slots
+        step = decide_read(free_slots=slots.free, refill_at=slots.refill_at,
+                           slots_in_use=slots.in_use, in_flight=len(in_hand),
+                           notified=self.lease.notified,
+                           gate_looked_empty=in_hand.gate_looked_empty,
+                           since_last_read=now - in_hand.last_read,
+                           poll_interval=self.config.poll_interval)
+        if step is ReadStep.WAIT_FOR_SLOTS:
+            slots.notify_when_free(self.lease.wake)
+        return step is ReadStep.READ
 
     async def _dispatch(self) -> int:
+        """Read ready items at the gate, up to the free slots, and start their calls.
+
+        Returns how many were started. Raises the database's error when the
+        read fails (the slots taken are given back).
+        """
         taken = self.slots.take(self.config.concurrency)
         if taken == 0:
             self.slots.notify_when_free(self.lease.wake)
             return 0
         gate = self.lease.gate
-        self._reads += 1
-        read = self._reads
-        self.lease.notified = False
-        handled = self._handled
-        in_hand = set(self.in_flight) | set(handled)
+        read = self.in_hand.begin_read()
+        self.lease.read_started()
+        exclude = self.in_hand.ids()
         try:
-            if len(in_hand) <= MAX_EXCLUDED:
-                ready = await self.store.items_ready(self.partition_id, gate, taken, in_hand)
+            if len(exclude) <= MAX_EXCLUDED:
+                ready = await self.store.items_ready(self.partition_id, gate, taken, exclude)
             else:  # too many to name in a query: read more and filter here
                 ready = await self.store.items_ready(
-                    self.partition_id, gate, taken + len(in_hand))
+                    self.partition_id, gate, taken + len(exclude))
         except BaseException:
             self.slots.give_back(taken)
             raise
-        self._last_read = time.monotonic()
-        fresh = [
-            item for item in ready
-            if item.id not in self.in_flight
-            and handled.get(item.id, (None, 0))[0] != item.version
-        ][:taken]
-        self._gate_looked_empty = len(fresh) < taken
-        # Results written before this read started are visible to it: forget them.
-        self._handled = {key: value for key, value in handled.items() if value[1] >= read}
+        fresh = self.in_hand.end_read(read, ready, taken, time.monotonic())
         if taken > len(fresh):
             self.slots.give_back(taken - len(fresh))
         for item in fresh:
@@ -213,17 +200,14 @@ class PartitionSupervisor:
         return len(fresh)
 
     def _start(self, item: ReadyItem) -> None:
-        """Call the processor for ``item`` in a task of its own.
-
-        ``in_flight`` holds the item from here until its result is written:
-        with the task while the call runs, with ``None`` once its write is queued.
-        """
+        """Call the processor for ``item`` in a task of its own; the item is in hand
+        from here until its result is written."""
         pid = self.partition_id
         work = WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version,
                         idempotency_key(pid, item))
         self.hooks.item_dispatched(pid, item.id, item.gate)
-        self.in_flight[item.id] = asyncio.create_task(
-            self._call(item, work), name=f"item-{pid}-{item.id}")
+        self.in_hand.started(item.id, asyncio.create_task(
+            self._call(item, work), name=f"item-{pid}-{item.id}"))
 
     async def _call(self, item: ReadyItem, work: WorkItem) -> None:
         started = time.monotonic()
@@ -231,15 +215,15 @@ class PartitionSupervisor:
             result = await self.process(work)
         except asyncio.CancelledError:
             self.slots.give_back(1)
-            self._forget(item)
+            self._let_go(item)
             raise
         except Exception as error:
-            self._settle(item, started, None, error)
+            self._finish_call(item, started, None, error)
         else:
-            self._settle(item, started, result, None)
+            self._finish_call(item, started, result, None)
 
-    def _settle(self, item: ReadyItem, started: float, result: Any,
-                error: Exception | None) -> None:
+    def _finish_call(self, item: ReadyItem, started: float, result: Any,
+                     error: Exception | None) -> None:
         """Turn a finished call into its item write, free its slot, and queue the write."""
         pid = self.partition_id
         self.slots.give_back(1)
@@ -256,11 +240,11 @@ class PartitionSupervisor:
         if write is None:
             assert error is not None
             write = write_for_error(pid, item, error, self._policy)
-        self.in_flight[item.id] = None
+        self.in_hand.result_queued(item.id)
         try:
             self.writer.enqueue(write, functools.partial(self._written, item, write, started))
         except WriterClosedError:
-            self._forget(item)  # not written: the item stays available and runs again
+            self._let_go(item)  # not written: the item stays available and runs again
 
     def _written(self, item: ReadyItem, write: ItemWrite, started: float,
                  outcome: bool | BaseException) -> None:
@@ -281,12 +265,11 @@ class PartitionSupervisor:
                 log.debug("action=stale_result partition=%s item=%s", pid, item.id)
                 self._check_lease = True
         finally:
-            self._forget(item)
+            self._let_go(item)
 
-    def _forget(self, item: ReadyItem) -> None:
-        """``item`` is no longer in hand; a read still running may return its old row."""
-        self._handled[item.id] = (item.version, self._reads)
-        self.in_flight.pop(item.id, None)
+    def _let_go(self, item: ReadyItem) -> None:
+        """``item`` is no longer in hand: wake the supervisor to read again."""
+        self.in_hand.let_go(item)
         self.lease.wake.set()
 
     async def _confirm_lease(self) -> bool:
@@ -301,7 +284,11 @@ class PartitionSupervisor:
         self.keeper.mark_lost(self.lease)
         return False
 
-    async def _settle_gate(self) -> Pass:
+    async def _step_gate(self) -> Pass:
+        """The gate has nothing ready or in flight: wait, move it, fail or close the partition.
+
+        Raises the database's error when a read or write fails.
+        """
         lease = self.lease
         summary = await self.store.gate_summary(self.partition_id, lease.gate)
         action = decide_gate(summary, auto_close=self.config.auto_close,
@@ -328,10 +315,9 @@ class PartitionSupervisor:
             self.hooks.lease_conflict(self.partition_id)
             confirmed = await self._confirm_lease()
             return Pass(wait=0.0 if confirmed else None, step=action.step)
-        lease.version = version
+        lease.wrote(version, action.gate)
         if action.step is GateStep.ADVANCE:
             assert action.gate is not None
-            lease.gate = action.gate
             self.hooks.gate_advanced(self.partition_id, from_gate, action.gate)
             log.info("action=gate_advanced partition=%s from=%d to=%d", self.partition_id,
                      from_gate, action.gate)
@@ -346,14 +332,14 @@ class PartitionSupervisor:
         """Stop dispatching; let in-flight items finish and write (up to ``grace`` s)."""
         self.draining = True
         self.lease.wake.set()
-        tasks = [task for task in self.in_flight.values() if task is not None]
+        tasks = self.in_hand.calls()
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace)
             for task in pending:
                 task.cancel()
 
     async def _cancel_in_flight(self) -> None:
-        tasks = [task for task in self.in_flight.values() if task is not None]
+        tasks = self.in_hand.calls()
         for task in tasks:
             task.cancel()
         if tasks:

@@ -15,20 +15,26 @@ import logging
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
+from watcher.backoff import backoff, last_error, sleep_until
 from watcher.config import WatcherConfig
 from watcher.dialect import is_lock_conflict
 from watcher.hooks import Hooks, SafeHooks
 from watcher.leases import Lease, LeaseCycle, LeaseKeeper
-from watcher.protocol import Processor
+from watcher.protocol import ProcessCall, Processor
 from watcher.slots import SlotPool, wait_event
 from watcher.store import Store
-from watcher.supervisor import PartitionSupervisor, ProcessCall
+from watcher.supervisor import PartitionSupervisor
+from watcher.text import first_line
 from watcher.writer import ResultWriter
 
 log = logging.getLogger(__name__)
 
+# Longest wait between tries while the database (or the listener's connection) fails.
 DB_BACKOFF_MAX = 10.0
+# First wait before opening the listener's connection again after it failed.
+LISTEN_BACKOFF_FIRST = 1.0
 
 
 class Watcher:
@@ -57,7 +63,8 @@ class Watcher:
         self._stopping = False
         self._stopped = asyncio.Event()
         self._running = False
-        self._db_failures = 0
+        self._db_failing = False  # an outage was reported and has not ended yet
+        self._listen_failing = False
 
     @property
     def owner(self) -> str:
@@ -72,12 +79,6 @@ class Watcher:
     def wake(self) -> None:
         """Run the next lease cycle now instead of at the end of the poll interval."""
         self._wake.set()
-
-    def wake_partition(self, partition_id: str) -> None:
-        """Make the supervisor of ``partition_id`` (if held here) look for work now."""
-        lease = self.keeper.leases.get(partition_id)
-        if lease is not None:
-            lease.wake.set()
 
     async def run_once(self) -> LeaseCycle:
         """One lease cycle; starts supervisors for new leases and reaps finished ones.
@@ -124,20 +125,12 @@ class Watcher:
                     if self.store.notifies else None)
         try:
             while not self._stopping:
-                self._wake.clear()
-                delay = self.config.poll_interval
-                try:
-                    cycle = await self.run_once()
-                    if len(cycle.acquired) >= self.config.lease_batch:
-                        delay = 0  # a full batch taken: more may be free, take them now
-                except SQLAlchemyError as error:
-                    delay = self._database_failed(error)
-                else:
-                    if self._db_failures:
-                        log.warning("action=database_recovered owner=%s", self.owner)
-                        self._db_failures = 0
-                if self._stopping:
+                cycle = await self._lease_cycle()
+                if cycle is None or self._stopping:
                     break
+                delay = self.config.poll_interval
+                if len(cycle.acquired) >= self.config.lease_batch:
+                    delay = 0  # a full batch taken: more may be free, take them now
                 await wait_event(self._wake, delay)
             await self._shutdown()
         except asyncio.CancelledError:
@@ -150,44 +143,101 @@ class Watcher:
             self._running = False
             self._stopped.set()
 
+    async def _lease_cycle(self) -> LeaseCycle | None:
+        """:meth:`run_once`, tried again with backoff while the database fails.
+
+        A lock conflict is tried again after a poll interval and logged at
+        debug level; an outage is logged when it begins and when it ends. A
+        wake-up (:meth:`wake`, :meth:`stop`) cuts a wait short. Returns
+        ``None`` when the watcher is stopping.
+
+        Raises what :meth:`run_once` raises, other than a database error.
+        """
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(SQLAlchemyError),
+            wait=backoff(first=2 * self.config.poll_interval, maximum=DB_BACKOFF_MAX,
+                         conflict=self.config.poll_interval),
+            sleep=sleep_until(self._wake), before_sleep=self._database_failed)
+        async for attempt in retrying:
+            with attempt:
+                if self._stopping:
+                    return None
+                self._wake.clear()
+                cycle = await self.run_once()
+        if self._db_failing:
+            log.warning("action=database_recovered owner=%s", self.owner)
+            self._db_failing = False
+        return cycle
+
+    def _database_failed(self, state: RetryCallState) -> None:
+        """Log a failed lease cycle: a conflict at debug level, an outage once."""
+        error = last_error(state)
+        if error is None:
+            return
+        if is_lock_conflict(error):
+            log.debug("action=lease_cycle_conflict owner=%s", self.owner)
+        elif not self._db_failing:
+            self._db_failing = True
+            log.warning("action=database_unavailable owner=%s error=%s detail=%s", self.owner,
+                        type(error).__name__, first_line(error))
+
     async def _listen(self) -> None:
-        """Wake at once on client writes (PostgreSQL NOTIFY); polling stays the fallback."""
-        failures = 0
+        """Wake at once on client writes (PostgreSQL NOTIFY); polling stays the fallback.
+
+        A connection that fails is opened again after doubling waits. One that
+        relayed notifications worked: when it drops, it is opened again at
+        once and the backoff starts over.
+        """
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(Exception),
+            wait=wait_exponential(multiplier=LISTEN_BACKOFF_FIRST, max=DB_BACKOFF_MAX),
+            before_sleep=self._listen_failed)
         while not self._stopping:
-            try:
-                async for partition_id in self.store.notifications():
-                    if failures:
+            async for attempt in retrying:
+                with attempt:
+                    await self._relay_notifications()
+
+    async def _relay_notifications(self) -> None:
+        """Pass notifications on until the connection drops.
+
+        Returns when a connection that relayed notifications drops. Raises the
+        connection's error when it fails before relaying any, and
+        :class:`ConnectionError` when the stream ends without one.
+        """
+        relayed = False
+        try:
+            async for partition_id in self.store.notifications():
+                if not relayed:
+                    relayed = True
+                    if self._listen_failing:
                         log.info("action=listen_recovered owner=%s", self.owner)
-                        failures = 0
-                    self.on_notification(partition_id)
-            except asyncio.CancelledError:
+                        self._listen_failing = False
+                self.on_notification(partition_id)
+        except Exception as error:
+            if not relayed:
                 raise
-            except Exception as error:
-                failures += 1
-                if failures == 1:
-                    log.warning("action=listen_failed owner=%s error=%s; polling every %s s "
-                                "meanwhile", self.owner, type(error).__name__,
-                                self.config.poll_interval)
-            await asyncio.sleep(min(DB_BACKOFF_MAX, 0.5 * 2 ** min(failures, 5)))
+            log.debug("action=listen_dropped owner=%s error=%s", self.owner,
+                      type(error).__name__)
+            return
+        if not relayed:
+            raise ConnectionError("the notification stream ended")
+
+    def _listen_failed(self, state: RetryCallState) -> None:
+        """Log the first failure of the listener's connection in an outage."""
+        if self._listen_failing:
+            return
+        self._listen_failing = True
+        error = last_error(state)
+        log.warning("action=listen_failed owner=%s error=%s; polling every %s s meanwhile",
+                    self.owner, type(error).__name__, self.config.poll_interval)
 
     def on_notification(self, partition_id: str) -> None:
         """A client wrote ``partition_id``: wake its supervisor, or look for free work."""
         lease = self.keeper.leases.get(partition_id)
         if lease is not None:
-            lease.notified = True
-            lease.wake.set()
+            lease.notify()
         else:
             self._wake.set()
-
-    def _database_failed(self, error: SQLAlchemyError) -> float:
-        if is_lock_conflict(error):
-            log.debug("action=lease_cycle_conflict owner=%s", self.owner)
-            return self.config.poll_interval
-        self._db_failures += 1
-        if self._db_failures == 1:
-            log.warning("action=database_unavailable owner=%s error=%s detail=%s", self.owner,
-                        type(error).__name__, _first_line(error))
-        return min(DB_BACKOFF_MAX, self.config.poll_interval * 2 ** min(self._db_failures, 6))
 
     async def stop(self) -> None:
         """Stop gracefully and wait until done. Safe to call more than once."""
@@ -222,8 +272,3 @@ class Watcher:
         await asyncio.gather(*tasks, return_exceptions=True)
         self.supervisors.clear()
         await self.writer.close(0)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(getattr(error, "orig", None) or error).strip().splitlines()
-    return text[0][:200] if text else ""

@@ -13,7 +13,9 @@ import math
 from collections.abc import Callable
 
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError, StatementError
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
+from watcher.backoff import backoff, last_error, sleep_until
 from watcher.decisions import unstorable_write
 from watcher.dialect import is_lock_conflict
 from watcher.records import ItemWrite
@@ -21,7 +23,11 @@ from watcher.store import Store
 
 log = logging.getLogger(__name__)
 
-RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
+# Waits before writing a batch again: after a lock conflict (the batch was
+# rolled back whole), and while the database is unavailable.
+CONFLICT_RETRY_DELAY = 0.05
+OUTAGE_RETRY_FIRST = 0.05
+OUTAGE_RETRY_MAX = 5.0
 
 
 class WriterClosedError(RuntimeError):
@@ -59,7 +65,8 @@ class ResultWriter:
         self._queue: list[tuple[ItemWrite, WriteDone]] = []
         self._pending = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._closing = False
+        self._closing = asyncio.Event()  # an event so that it cuts a retry wait short
+        self._failing = False  # an outage was reported and has not ended yet
 
     def start(self) -> None:
         """Start the background flush task (idempotent)."""
@@ -76,7 +83,7 @@ class ResultWriter:
         Raises:
             WriterClosedError: the writer is stopping; nothing was queued.
         """
-        if self._closing:
+        if self._closing.is_set():
             raise WriterClosedError("the result writer is stopping")
         self.start()
         self._queue.append((write, done))
@@ -103,7 +110,6 @@ class ResultWriter:
         return await future
 
     async def _run(self) -> None:
-        failures = 0
         while True:
             await self._pending.wait()
             self._pending.clear()
@@ -111,23 +117,7 @@ class ResultWriter:
                 await self._linger()
                 batch = self._queue[: self.batch_size]
                 try:
-                    await self._write(batch)
-                except SQLAlchemyError as error:
-                    if is_lock_conflict(error):
-                        # A deadlock victim: the batch was rolled back whole; write it again.
-                        log.debug("action=result_write_conflict owner=%s", self.owner)
-                        await asyncio.sleep(RETRY_DELAYS[0])
-                        continue
-                    if failures == 0:
-                        log.warning("action=result_write_failed owner=%s pending=%d error=%s",
-                                    self.owner, len(self._queue), type(error).__name__)
-                    failures += 1
-                    if self._closing:
-                        self._fail_all(WriterClosedError(
-                            "the database failed while the watcher was stopping"))
-                        return
-                    await asyncio.sleep(RETRY_DELAYS[min(failures, len(RETRY_DELAYS)) - 1])
-                    continue
+                    written = await self._write_head()
                 except Exception as error:  # a bug: fail this batch, keep the writer alive
                     log.exception("action=result_write_error owner=%s", self.owner)
                     for entry in batch:
@@ -135,12 +125,70 @@ class ResultWriter:
                             self._queue.remove(entry)
                             _tell(entry[1], error)
                     continue
+                if not written:
+                    return  # closed during an outage: everything queued has failed
                 self._last_write = asyncio.get_running_loop().time()
-                if failures:
+                if self._failing:
                     log.warning("action=result_write_recovered owner=%s", self.owner)
-                    failures = 0
-            if self._closing:
+                    self._failing = False
+            if self._closing.is_set():
                 return
+
+    async def _write_head(self) -> bool:
+        """Write the head of the queue, trying again while the database fails.
+
+        Returns ``False`` when the writer closed during an outage: then every
+        queued write has failed with :class:`WriterClosedError`. Raises what a
+        bug raises.
+        """
+        try:
+            await self._write(self._queue[: self.batch_size])
+            return True
+        except SQLAlchemyError as error:
+            # Entering the retry loop for every batch would add to the cost of
+            # each write on the hot path: a write enters it only once it has failed.
+            return await self._write_head_again(error)
+
+    async def _write_head_again(self, failure: SQLAlchemyError) -> bool:
+        """Write the head of the queue again until the database takes it.
+
+        ``failure`` is the error of the first try. A lock conflict (the batch
+        was rolled back whole) is tried again shortly, at debug level; an
+        outage is logged when it begins and when it ends, and ends the
+        retries once the writer is closing. Returns and raises as
+        :meth:`_write_head`.
+        """
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(SQLAlchemyError),
+            wait=backoff(first=OUTAGE_RETRY_FIRST, maximum=OUTAGE_RETRY_MAX,
+                         conflict=CONFLICT_RETRY_DELAY),
+            stop=self._stop_retrying, sleep=sleep_until(self._closing),
+            before_sleep=lambda state: self._write_failed(last_error(state)), reraise=True)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if attempt.retry_state.attempt_number == 1:
+                        raise failure  # the first try, made before the retry loop
+                    await self._write(self._queue[: self.batch_size])
+        except SQLAlchemyError as error:  # closing during an outage
+            self._write_failed(error)
+            self._fail_all(WriterClosedError("the database failed while the watcher was stopping"))
+            return False
+        return True
+
+    def _stop_retrying(self, state: RetryCallState) -> bool:
+        """Give up once the writer is closing, unless the write lost a lock conflict."""
+        error = last_error(state)
+        return self._closing.is_set() and not (error is not None and is_lock_conflict(error))
+
+    def _write_failed(self, error: BaseException | None) -> None:
+        """Log a failed write: a lock conflict at debug level, an outage once."""
+        if error is not None and is_lock_conflict(error):
+            log.debug("action=result_write_conflict owner=%s", self.owner)
+        elif not self._failing:
+            self._failing = True
+            log.warning("action=result_write_failed owner=%s pending=%d error=%s",
+                        self.owner, len(self._queue), type(error).__name__)
 
     async def _linger(self) -> None:
         """Right after a write, wait out the linger so that the next one carries more.
@@ -148,7 +196,7 @@ class ResultWriter:
         A result that comes after a quiet spell is written at once; a full batch,
         or a writer that is closing, does not wait either.
         """
-        if not self.linger or self._closing or len(self._queue) >= self.batch_size:
+        if not self.linger or self._closing.is_set() or len(self._queue) >= self.batch_size:
             return
         remaining = self._last_write + self.linger - asyncio.get_running_loop().time()
         if remaining > 0:
@@ -206,8 +254,13 @@ class ResultWriter:
             _tell(done, error)
 
     async def close(self, grace: float) -> None:
-        """Write what is queued (waiting up to ``grace`` seconds), then stop."""
-        self._closing = True
+        """Write what is queued (waiting up to ``grace`` seconds), then stop.
+
+        A write waiting to be tried again after a database failure is tried
+        once more at once; if that fails too, everything queued fails with
+        :class:`WriterClosedError`.
+        """
+        self._closing.set()
         if self._task is None:
             return
         self._pending.set()

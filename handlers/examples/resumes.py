@@ -9,23 +9,28 @@ Gate 0, *extract and classify* (fan-out: every resume on its own, in parallel)
     which role's skills they have; the item moves to gate 1 carrying these
     enriched fields instead of the raw text.
 
-Gate 1, *rank* (fan-in)
-    scores every candidate on one rubric over the classified fields (role fit,
-    experience, breadth) and completes the item.
+Gate 1, *rank* (fan-in: a reduce gate)
+    sees every classified resume of the opening at once, scores each one on
+    one rubric (role fit, experience, breadth), ranks them, and stores the top
+    ten as the partition result; each resume completes with its score, tier
+    and rank. A partition created with ``reduce_gates=[1]`` sends gate 1 to
+    ``POST /reduce`` instead of item by item.
 
-Why gate 1 waits for gate 0: statefeed dispatches no gate-1 item of the
-partition before every resume has settled gate 0. The handler is stateless HTTP
-and sees one item at a time, so the rank step reads its own item's enriched
-fields; the barrier is what makes the *ranking* sound: scores are compared
-across candidates, and comparing only works once every candidate has been
-classified and scored on the same fields. When the partition completes,
-:func:`top_candidates` (run by whoever reads the partition, such as
-``processor demo``) orders all of them. A step that needs the whole set inside
-the handler (a percentile within a role, say) would need its own store.
+Why gate 1 waits for gate 0: statefeed calls the reduce of gate 1 only after
+every resume has settled gate 0, so the ranking compares every candidate on
+the same classified fields. A resume that cannot be read fails at gate 0; a
+partition created with ``on_item_failure="continue"`` ranks the others
+anyway, and the result lists the failures.
+
+The reduce is :data:`RANK`, a :class:`handlers.Reduce` of two plain functions:
+:func:`keep_best` folds pages of resumes into the best ten so far, and
+:func:`mark_ranks` answers each resume with its score and rank. A small
+opening arrives in one call; a large one (over the processor's
+``--reduce-page-items``) arrives in pages, and the same two functions serve both.
 
 Serve with ``uvicorn handlers.examples.resumes:app``. The pure functions
-(:func:`classify`, :func:`final_score`, :func:`top_candidates`,
-:func:`sample_resumes`) work without any server.
+(:func:`classify`, :func:`final_score`, :func:`keep_best`, :func:`mark_ranks`,
+:func:`top_candidates`, :func:`sample_resumes`) work without any server.
 """
 
 from __future__ import annotations
@@ -216,11 +221,22 @@ def extract(item: handlers.Item) -> handlers.Result:
 
 
 def rank(item: handlers.Item) -> handlers.Result:
-    """Gate 1: score the classified resume on the shared rubric and complete it.
+    """Gate 1 item by item (for partitions without a reduce gate): score the
+    classified resume on the shared rubric and complete it.
 
     Raises:
         handlers.ItemDataError: the item is not JSON (400, not retried).
         handlers.Fail: the item lacks the fields gate 0 adds (422, not retried).
+    """
+    return handlers.Result(done=True, data=scored(item))
+
+
+def scored(item: handlers.Item) -> dict[str, Any]:
+    """The classified resume of ``item`` with its ``score`` and ``tier``.
+
+    Raises:
+        handlers.ItemDataError: the item is not JSON.
+        handlers.Fail: the item lacks the fields gate 0 adds.
     """
     enriched = item.json()
     if not isinstance(enriched, dict):
@@ -229,10 +245,65 @@ def rank(item: handlers.Item) -> handlers.Result:
         score = final_score(enriched)
     except ValueError as error:
         raise handlers.Fail(f"{item.describe()}: {error}") from None
-    return handlers.Result(done=True, data={**enriched, "score": score, "tier": tier(score)})
+    return {**enriched, "score": score, "tier": tier(score)}
 
 
-app = handlers.app({0: extract, 1: rank})
+TOP: Final = 10
+
+
+def keep_best(best: dict[str, Any] | None, resumes: list[handlers.Item]) -> dict[str, Any]:
+    """The fold of gate 1: the ``TOP`` best candidates so far, with this page's.
+
+    The accumulator is ``{"top": [row, ...], "ranked": n, "failed": [{"id",
+    "error"}, ...]}``: a few kilobytes whatever the size of the opening (the
+    failures listed are capped at ``TOP``; ``failed_count`` counts them all).
+
+    Raises:
+        handlers.Fail: a resume lacks the fields gate 0 adds.
+    """
+    best = best or {"top": [], "ranked": 0, "failed": [], "failed_count": 0}
+    rows = list(best["top"])
+    failed = list(best["failed"])
+    for resume in resumes:
+        if resume.failed:
+            if len(failed) < TOP:
+                failed.append({"id": resume.id, "error": resume.last_error})
+            continue
+        data = scored(resume)
+        rows.append({"id": resume.id, "name": data["name"], "role": data["role"],
+                     "years": data["years"], "score": data["score"], "tier": data["tier"],
+                     "skills": data["role_skills"]})
+    rows.sort(key=lambda row: (-row["score"], str(row["name"]), row["id"]))
+    return {"top": rows[:TOP], "ranked": best["ranked"] + sum(not r.failed for r in resumes),
+            "failed": failed,
+            "failed_count": best["failed_count"] + sum(r.failed for r in resumes)}
+
+
+def mark_ranks(best: dict[str, Any], resumes: list[handlers.Item]
+               ) -> dict[str, handlers.Result]:
+    """The apply of gate 1: complete each resume with its score, tier and rank
+    (``None`` outside the top ``TOP``).
+
+    Raises:
+        handlers.Fail: a resume lacks the fields gate 0 adds.
+    """
+    ranks = {row["id"]: position for position, row in enumerate(best["top"], start=1)}
+    return {resume.id: handlers.Result(done=True, data={**scored(resume),
+                                                         "rank": ranks.get(resume.id)})
+            for resume in resumes if not resume.failed}
+
+
+def opening_result(best: dict[str, Any]) -> dict[str, Any]:
+    """The partition result: the ranked top ``TOP`` with their positions, and the failures."""
+    return {"top": [{"rank": position, **row}
+                    for position, row in enumerate(best["top"], start=1)],
+            "ranked": best["ranked"], "failed": best["failed"],
+            "failed_count": best["failed_count"]}
+
+
+RANK: Final = handlers.Reduce(fold=keep_best, apply=mark_ranks, result=opening_result)
+
+app = handlers.app({0: extract, 1: rank}, reduce=RANK)
 
 
 # --------------------------------------------------------------------------- sample data
@@ -271,17 +342,21 @@ _GRADUATE_TEMPLATE: Final = (
     "{title} (graduate)\n{name}. Recent graduate; coursework and projects in {skills}.")
 
 
-def sample_resumes(n: int, seed: int = 42) -> list[bytes]:
+def sample_resumes(n: int, seed: int = 42, *, unreadable: int = 0) -> list[bytes]:
     """``n`` fake resumes as JSON bytes ``{"name", "text"}``, the same for the same seed.
 
     Roles, skill spellings (aliases like "K8s"), years and wording vary; about
     one in eight is a recent graduate who states no years. The text is made up.
+    ``unreadable`` of them (at seeded positions) are scans without a text
+    layer, ``{"name", "scan"}``, which gate 0 refuses.
 
     Raises:
-        ValueError: ``n`` is negative.
+        ValueError: ``n`` or ``unreadable`` is negative, or ``unreadable > n``.
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
+    if not 0 <= unreadable <= n:
+        raise ValueError(f"unreadable must be from 0 to n ({n}), got {unreadable}")
     rng = random.Random(seed)
     roles = list(ROLE_SKILLS)
     resumes: list[bytes] = []
@@ -303,6 +378,10 @@ def sample_resumes(n: int, seed: int = 42) -> list[bytes]:
             text = rng.choice(_TEMPLATES).format(title=title, name=name, years=years,
                                                  skills=shown)
         resumes.append(json.dumps({"name": name, "text": text}).encode())
+    for position in random.Random(seed + 1).sample(range(n), unreadable):
+        name = json.loads(resumes[position])["name"]
+        resumes[position] = json.dumps(
+            {"name": name, "scan": "scanned PDF, no text layer"}).encode()
     return resumes
 
 

@@ -18,15 +18,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.acceptance.harness import (
-    Cluster,
-    RecordingHandler,
+from tests.acceptance.harness.checks import (
     causality_problems,
     duplicate_calls,
     gate_order_problems,
     item_problems,
     key_problems,
 )
+from tests.acceptance.harness.cluster import Cluster
+from tests.acceptance.harness.faults import pause_outside_transaction
+from tests.acceptance.harness.handler import RecordingHandler
 from tests.conftest import require_postgres
 
 pytestmark = pytest.mark.postgres
@@ -78,7 +79,7 @@ async def run_chaos(tmp_path, chaos: Chaos, seed: int) -> str:
                 alive = [proc for proc in cluster.processors if proc.running and not proc.paused]
                 victim = rng.choice(alive)
                 if rng.random() < chaos.pause_share:
-                    await cluster.pause_outside_transaction(victim)
+                    await pause_outside_transaction(victim, cluster.db)
                     pauses += 1
                     await _unless(done, rng.uniform(1.0, 4.0))
                     victim.resume()
@@ -87,7 +88,7 @@ async def run_chaos(tmp_path, chaos: Chaos, seed: int) -> str:
                     kills += 1
                     await cluster.start()
                 if drops < chaos.db_drops and blow % 3 == 2:
-                    await cluster.terminate_sessions()
+                    await cluster.db.terminate()
                     drops += 1
 
         chaos_task = asyncio.create_task(blows())
@@ -99,8 +100,7 @@ async def run_chaos(tmp_path, chaos: Chaos, seed: int) -> str:
             await chaos_task
         elapsed = time.monotonic() - started
         items = await cluster.items(layout)
-        for proc in cluster.processors:
-            assert "Traceback" not in proc.output(), proc.output()[-4000:]
+        cluster.assert_no_tracebacks()
         log_tail = cluster.log_tail()
 
     problems = item_problems(items, handler.calls, gates=chaos.gates, passes=chaos.passes)

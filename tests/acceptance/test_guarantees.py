@@ -1,6 +1,6 @@
 """What statefeed promises, checked from the outside: real ``processor run``
 subprocesses on PostgreSQL, a recording handler on loopback, and crashes,
-pauses and database outages inflicted on purpose (see ``harness.py``).
+pauses and database outages inflicted on purpose (see ``harness/``).
 """
 
 from __future__ import annotations
@@ -8,32 +8,25 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Awaitable, Callable
 
-import httpx
 import pytest
 from sqlalchemy import text
 
-from processor import NewItem
-from tests.acceptance.harness import (
-    LEASE,
-    POLL,
-    Call,
-    Cluster,
-    RecordingHandler,
-    TcpProxy,
+from processor import ItemInfo, NewItem
+from tests.acceptance.harness.checks import (
     causality_problems,
-    closed_port,
     duplicate_calls,
-    expected_trail,
     gate_order_problems,
-    initial_data,
     item_problems,
     key_problems,
-    postgres_address,
     trail_of,
-    via,
-    warning_lines,
 )
+from tests.acceptance.harness.cluster import Cluster
+from tests.acceptance.harness.database import closed_port, postgres_address, via
+from tests.acceptance.harness.faults import TcpProxy, pause_outside_transaction
+from tests.acceptance.harness.handler import Call, RecordingHandler, expected_trail, initial_data
+from tests.acceptance.harness.processes import LEASE, POLL, Processor, warning_lines
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.support.engine import wait_until
 from watcher.database import STUCK_TRANSACTION_SECONDS
@@ -49,11 +42,6 @@ def _postgres() -> None:
     require_postgres()
 
 
-def no_tracebacks(cluster: Cluster) -> None:
-    for proc in cluster.processors:
-        assert "Traceback" not in proc.output(), f"{proc.owner}:\n{proc.output()[-4000:]}"
-
-
 def assert_exact(cluster: Cluster, handler: RecordingHandler, items, layout) -> None:
     """Every item ends with exactly its steps, written from calls made for them."""
     problems = item_problems(items, handler.calls, gates=handler.gates, passes=handler.passes)
@@ -61,6 +49,129 @@ def assert_exact(cluster: Cluster, handler: RecordingHandler, items, layout) -> 
     problems += handler.violations
     assert not problems, "\n".join(problems[:20]) + "\n" + cluster.log_tail()
     assert len(items) == sum(len(ids) for ids in layout.values())
+
+
+async def two_holders(cluster: Cluster, *, items: int
+                      ) -> tuple[dict[str, list[str]], Processor, Processor, dict[str, list[str]]]:
+    """Create four partitions of ``items`` items each and start two processors; wait
+    until each holds two. Returns the layout, both processors, and owner -> the
+    partitions it holds.
+
+    Raises:
+        AssertionError: they did not split the partitions two and two within 30 s.
+    """
+    layout = await cluster.create(4, items)
+    first, second = await cluster.start_many(2)
+
+    async def two_each() -> dict[str, list[str]] | None:
+        owners = await cluster.live_owners()
+        counts = {owner: len(ids) for owner, ids in owners.items()}
+        return owners if counts == {first.owner: 2, second.owner: 2} else None
+
+    owners = await wait_until(two_each, timeout=30, message="two partitions each")
+    return layout, first, second, owners
+
+
+async def holds_throughout(seconds: float, check: Callable[[], Awaitable[None]], *,
+                           interval: float = 0.1) -> None:
+    """Run ``check`` every ``interval`` for ``seconds``: an invariant that must hold over
+    a stretch of time (the sleep paces the looking; nothing is awaited to happen).
+
+    Raises:
+        AssertionError: from ``check``, the first time the invariant breaks.
+    """
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        await check()
+        await asyncio.sleep(interval)
+
+
+class Takeover:
+    """The fencing scenario: one partition of four items; its first owner gets all
+    four gate-0 calls in flight and held (until ``first_calls`` is set). A second
+    processor, ``new``, takes the partition over once the first owner's lease
+    lapses, moves item0 and item1 through gate 0 and holds item2 and item3 in
+    flight there (until the scenario finishes).
+    """
+
+    def __init__(self, first: str) -> None:
+        self.first = first
+        self.layout: dict[str, list[str]] = {}
+        self.partition_id = ""
+        self.first_calls = asyncio.Event()
+        self.new_calls = asyncio.Event()
+        self.handler = RecordingHandler(gates=2, passes=2, hold=self._hold)
+
+    def _hold(self, call: Call) -> asyncio.Event | None:
+        if call.caller == self.first and call.gate == 0:
+            return self.first_calls
+        if call.caller == "new" and call.item_id in ("item2", "item3") and call.step == (0, 0):
+            return self.new_calls
+        return None
+
+    async def start(self, cluster: Cluster, *, db_url: str | None = None) -> Processor:
+        """Start the first owner (with a health port) until its four calls are in
+        flight, then ``new``; returns the first owner.
+
+        Raises:
+            AssertionError: the calls were not in flight within 30 s, or ``new`` did
+                not start within 20 s.
+        """
+        self.layout = await cluster.create(1, 4)
+        [self.partition_id] = self.layout
+        first = await cluster.start(self.first, health=True, db_url=db_url)
+        await wait_until(lambda: len(self.handler.in_flight(first.owner)) == 4, timeout=30,
+                         message="four calls in flight")
+        new = await cluster.start("new")
+        await new.wait_log("action=watcher_started")
+        return first
+
+    async def wait_taken_over(self, cluster: Cluster, timeout: float) -> None:  # noqa: ASYNC109
+        """Wait until ``new`` holds the partition.
+
+        Raises:
+            AssertionError: it did not within ``timeout`` seconds.
+        """
+        async def taken() -> bool:
+            return (await cluster.partitions())[self.partition_id].owner == "new"
+
+        await wait_until(taken, timeout=timeout, message="the new owner takes over")
+
+    async def items(self, cluster: Cluster) -> dict[str, ItemInfo]:
+        """The partition's items by id."""
+        return {item.id: item for item in await cluster.client.items(self.partition_id)}
+
+    async def new_owner_progress(self, cluster: Cluster) -> dict[str, ItemInfo]:
+        """Wait until ``new`` has moved item0 and item1 to gate 1 and holds item2 and
+        item3 in flight; returns the items as they are then.
+
+        Raises:
+            AssertionError: that did not happen within the deadlines (20 s, then 10 s).
+        """
+        async def moved_on() -> bool:
+            items = await self.items(cluster)
+            return items["item0"].gate == items["item1"].gate == 1
+
+        await wait_until(moved_on, timeout=20, message="progress by the new owner")
+        await wait_until(lambda: len(self.handler.in_flight("new")) == 2, timeout=10,
+                         message="item2 and item3 in flight at the new owner")
+        return await self.items(cluster)
+
+    async def finish(self, cluster: Cluster) -> list[ItemInfo]:
+        """Release ``new``'s held calls, wait until the partition completes, check every
+        item ended exactly; returns the items.
+
+        Raises:
+            AssertionError: the partition did not complete within 30 s, an item did
+                not end exactly, or a processor printed a traceback.
+        """
+        self.new_calls.set()
+        infos = await cluster.wait_settled([self.partition_id], timeout=30)
+        assert infos[self.partition_id].status == "complete"
+        items = await cluster.items(self.layout)
+        assert_exact(cluster, self.handler, items, self.layout)
+        cluster.assert_no_tracebacks()
+        return items
 
 
 # --------------------------------------------------------------------------- 1
@@ -87,7 +198,7 @@ async def test_every_step_is_applied_exactly_once(tmp_path) -> None:
         assert {infos[pid].status for pid in layout} == {"complete"}
         items = await cluster.items(layout)
         assert_exact(cluster, handler, items, layout)
-        no_tracebacks(cluster)
+        cluster.assert_no_tracebacks()
     outcomes = [call.outcome for call in handler.calls]
     assert outcomes.count("transient") > 0, "the run must include retried failures"
     print(f"\nexactly-once: items={len(items)} calls={len(handler.calls)} "
@@ -122,7 +233,7 @@ async def test_gate_order_holds_across_processors_and_crashes(tmp_path) -> None:
         await cluster.wait_settled(layout, timeout=60)
         items = await cluster.items(layout)
         assert_exact(cluster, handler, items, layout)
-        no_tracebacks(cluster)
+        cluster.assert_no_tracebacks()
     problems = gate_order_problems(handler.calls, layout, passes=handler.passes)
     assert not problems, "\n".join(problems[:20])
     later = [call for call in handler.calls if call.gate >= 1]
@@ -159,10 +270,7 @@ async def test_failover_after_kill_9_within_a_lease(tmp_path) -> None:
     hold = asyncio.Event()
     handler = RecordingHandler(gates=2, passes=2, hold=lambda call: hold)
     async with Cluster(tmp_path, handler) as cluster:
-        layout = await cluster.create(4, 3)
-        victim, survivor = await cluster.start_many(2)
-        owners = await wait_until(lambda: _balanced(cluster, {victim.owner: 2, survivor.owner: 2}),
-                                  timeout=30, message="two partitions each")
+        layout, victim, survivor, owners = await two_holders(cluster, items=3)
         await wait_until(lambda: len(handler.in_flight(victim.owner)) == 6, timeout=10,
                          message="the victim's items in flight")
         victim.kill()
@@ -186,7 +294,7 @@ async def test_failover_after_kill_9_within_a_lease(tmp_path) -> None:
         hold.set()
         await cluster.wait_settled(layout, timeout=30)
         assert_exact(cluster, handler, await cluster.items(layout), layout)
-        no_tracebacks(cluster)
+        cluster.assert_no_tracebacks()
     took = {pid: at - killed_at for pid, at in taken_at.items()}
     print(f"\nfailover after kill -9: {max(took.values()):.2f} s "
           f"(per partition: {', '.join(f'{t:.2f}' for t in sorted(took.values()))}; "
@@ -198,11 +306,6 @@ async def test_failover_after_kill_9_within_a_lease(tmp_path) -> None:
         assert taken >= until.timestamp() - 0.01, f"{pid} was taken before its lease expired"
 
 
-async def _balanced(cluster: Cluster, want: dict[str, int]) -> dict[str, list[str]] | None:
-    owners = await cluster.live_owners()
-    return owners if {owner: len(ids) for owner, ids in owners.items()} == want else None
-
-
 # --------------------------------------------------------------------------- 4
 
 
@@ -212,10 +315,7 @@ async def test_handoff_after_sigterm_is_immediate(tmp_path) -> None:
     """
     handler = RecordingHandler(gates=2, passes=20, delay=0.04)
     async with Cluster(tmp_path, handler) as cluster:
-        layout = await cluster.create(4, 2)
-        leaving, staying = await cluster.start_many(2)
-        owners = await wait_until(lambda: _balanced(cluster, {leaving.owner: 2, staying.owner: 2}),
-                                  timeout=30, message="two partitions each")
+        layout, leaving, staying, owners = await two_holders(cluster, items=2)
         await wait_until(lambda: handler.in_flight(leaving.owner), timeout=10,
                          message="calls in flight")
         stopping = asyncio.create_task(leaving.terminate())
@@ -239,7 +339,7 @@ async def test_handoff_after_sigterm_is_immediate(tmp_path) -> None:
         assert "action=leases_released" in leaving.stderr()
         await cluster.wait_settled(layout, timeout=60)
         assert_exact(cluster, handler, await cluster.items(layout), layout)
-        no_tracebacks(cluster)
+        cluster.assert_no_tracebacks()
     released = max(released_at.values()) - signalled_at
     took = max(taken_at.values()) - signalled_at
     print(f"\nhandoff after SIGTERM: released in {released:.2f} s, taken over in {took:.2f} s")
@@ -256,57 +356,26 @@ async def test_a_paused_processor_is_fenced_off(tmp_path) -> None:
     nor over items whose new calls are still in flight (only the lease fence
     stands there). It notices that it lost the lease.
     """
-    paused_calls = asyncio.Event()
-    new_owner_calls = asyncio.Event()
-    names: dict[str, str] = {}
-
-    def hold(call: Call) -> asyncio.Event | None:
-        if call.caller == names.get("paused") and call.gate == 0:
-            return paused_calls
-        if call.caller == names.get("new") and call.item_id in ("item2", "item3") \
-                and call.step == (0, 0):
-            return new_owner_calls
-        return None
-
-    handler = RecordingHandler(gates=2, passes=2, hold=hold)
+    takeover = Takeover("paused")
+    handler = takeover.handler
     async with Cluster(tmp_path, handler) as cluster:
-        layout = await cluster.create(1, 4)
-        [partition_id] = layout
-        paused = await cluster.start("paused", health=True)
-        names["paused"] = paused.owner
-        await wait_until(lambda: len(handler.in_flight(paused.owner)) == 4, timeout=30,
-                         message="four calls in flight")
-        new = await cluster.start("new")
-        names["new"] = new.owner
-        await new.wait_log("action=watcher_started")
-        await cluster.pause_outside_transaction(paused)
+        paused = await takeover.start(cluster)
+        await pause_outside_transaction(paused, cluster.db)
         paused_at = time.monotonic()
-        # The new owner takes over once the lease expires and moves item0 and item1
-        # through gate 0; item2 and item3 are in flight there (held).
-        await wait_until(lambda: _owner_is(cluster, partition_id, new.owner), timeout=LEASE * 3,
-                         message="the new owner takes over")
+        await takeover.wait_taken_over(cluster, timeout=LEASE * 3)
         took = time.monotonic() - paused_at
-        await wait_until(lambda: _at_gate(cluster, partition_id, {"item0", "item1"}, 1),
-                         timeout=20, message="progress by the new owner")
-        await wait_until(lambda: len(handler.in_flight(new.owner)) == 2, timeout=10,
-                         message="item2 and item3 in flight at the new owner")
-        before = {item.id: item for item in await cluster.client.items(partition_id)}
+        before = await takeover.new_owner_progress(cluster)
         # The paused processor's calls are answered while it cannot read the answers.
-        paused_calls.set()
+        takeover.first_calls.set()
         await wait_until(lambda: not handler.in_flight(paused.owner), timeout=10,
                          message="answers to the paused processor")
         paused.resume()
         await paused.wait_log("action=lease_lost", timeout=LEASE * 3)
         metrics = await paused.metrics()
         assert metrics['statefeed_lease_events_total{event="lost"}'] >= 1
-        now = {item.id: item for item in await cluster.client.items(partition_id)}
+        now = await takeover.items(cluster)
         assert now == before, "the fenced-off processor wrote over the new owner's items"
-        new_owner_calls.set()
-        infos = await cluster.wait_settled(layout, timeout=30)
-        assert infos[partition_id].status == "complete"
-        items = await cluster.items(layout)
-        assert_exact(cluster, handler, items, layout)
-        no_tracebacks(cluster)
+        items = await takeover.finish(cluster)
     paused_seqs = {call.seq for call in handler.calls_by(paused.owner)}
     assert len(paused_seqs) == 4
     written_from = {seq for item in items for _, seq in trail_of(item)}
@@ -316,72 +385,34 @@ async def test_a_paused_processor_is_fenced_off(tmp_path) -> None:
           f"4 results written (it counted {stale:.0f} as stale before noticing the loss)")
 
 
-async def _owner_is(cluster: Cluster, partition_id: str, owner: str) -> bool:
-    return (await cluster.partitions())[partition_id].owner == owner
-
-
-async def _at_gate(cluster: Cluster, partition_id: str, item_ids: set[str], gate: int) -> bool:
-    items = await cluster.client.items(partition_id)
-    return all(item.gate == gate for item in items if item.id in item_ids)
-
-
 async def test_results_computed_under_a_lost_lease_are_fenced_off(tmp_path) -> None:
     """A processor cut off from the database (a network partition: connections hang)
     gets its handler answers while another processor takes the partition over.
     When the network heals, its queued result writes reach the database and every
     one is refused by the lease fence, even for items whose version still matches.
     """
-    cut_off_calls = asyncio.Event()
-    new_owner_calls = asyncio.Event()
-    names: dict[str, str] = {}
-
-    def hold(call: Call) -> asyncio.Event | None:
-        if call.caller == names.get("cut") and call.gate == 0:
-            return cut_off_calls
-        if call.caller == names.get("new") and call.item_id in ("item2", "item3") \
-                and call.step == (0, 0):
-            return new_owner_calls
-        return None
-
-    handler = RecordingHandler(gates=2, passes=2, hold=hold)
+    takeover = Takeover("cut")
+    handler = takeover.handler
     async with Cluster(tmp_path, handler) as cluster, TcpProxy(*postgres_address()) as proxy:
         proxy.forward()
-        layout = await cluster.create(1, 4)
-        [partition_id] = layout
-        db_url = via(POSTGRES_URL, proxy.port)
-        cut = await cluster.start("cut", health=True, db_url=db_url)
-        names["cut"] = cut.owner
-        await wait_until(lambda: len(handler.in_flight(cut.owner)) == 4, timeout=30,
-                         message="four calls in flight")
-        new = await cluster.start("new")
-        names["new"] = new.owner
-        await new.wait_log("action=watcher_started")
+        cut = await takeover.start(cluster, db_url=via(POSTGRES_URL, proxy.port))
         proxy.stall()
-        cut_off_calls.set()  # the answers arrive; the result writes hang
+        takeover.first_calls.set()  # the answers arrive; the result writes hang
         # If the stall caught the cut-off processor inside a lease write, its session
         # keeps the partition row locked until PostgreSQL ends it as stuck.
-        await wait_until(lambda: _owner_is(cluster, partition_id, new.owner),
-                         timeout=max(LEASE * 3, STUCK_TRANSACTION_SECONDS + LEASE),
-                         message="the new owner takes over")
-        await wait_until(lambda: _at_gate(cluster, partition_id, {"item0", "item1"}, 1),
-                         timeout=20, message="progress by the new owner")
-        await wait_until(lambda: len(handler.in_flight(new.owner)) == 2, timeout=10,
-                         message="item2 and item3 in flight at the new owner")
-        before = {item.id: item for item in await cluster.client.items(partition_id)}
+        await takeover.wait_taken_over(
+            cluster, timeout=max(LEASE * 3, STUCK_TRANSACTION_SECONDS + LEASE))
+        before = await takeover.new_owner_progress(cluster)
         proxy.forward()
         await cut.wait_log("action=lease_lost", timeout=LEASE * 3)
         # The queued writes went out when the network healed; once the processor's
         # sessions are out of their transactions, they have been answered.
-        await wait_until(lambda: cluster.no_transaction(cut.owner), timeout=10,
+        await wait_until(lambda: cluster.db.no_transaction(cut.owner), timeout=10,
                          message="the cut-off processor's writes to finish")
         metrics = await cut.metrics()
-        now = {item.id: item for item in await cluster.client.items(partition_id)}
+        now = await takeover.items(cluster)
         assert now == before, "a result computed under a lost lease was written"
-        new_owner_calls.set()
-        await cluster.wait_settled(layout, timeout=30)
-        items = await cluster.items(layout)
-        assert_exact(cluster, handler, items, layout)
-        no_tracebacks(cluster)
+        items = await takeover.finish(cluster)
     cut_seqs = {call.seq for call in handler.calls_by(cut.owner)}
     assert not {seq for item in items for _, seq in trail_of(item)} & cut_seqs
     # The four writes reached the database either way; whether the processor counts
@@ -416,7 +447,7 @@ async def test_database_connection_drops_are_survived(tmp_path) -> None:
                              timeout=60, message=f"{threshold} calls")
             # A burst, so that sessions in the middle of a transaction die too.
             for _ in range(5):
-                terminated.append(await cluster.terminate_sessions())
+                terminated.append(await cluster.db.terminate())
                 await asyncio.sleep(0.03)
         await cluster.wait_settled(layout, timeout=90)
         items = await cluster.items(layout)
@@ -424,7 +455,7 @@ async def test_database_connection_drops_are_survived(tmp_path) -> None:
         for proc in procs:
             assert proc.running, f"{proc.owner} exited:\n{proc.stderr()[-3000:]}"
             assert (await proc.get("/readyz")).status_code == 200
-        no_tracebacks(cluster)
+        cluster.assert_no_tracebacks()
         logs = {proc.owner: proc.stderr() for proc in procs}
     assert sum(terminated) >= OUTAGES, terminated
     counts = {}
@@ -457,7 +488,7 @@ async def test_poison_items_fail_without_blocking_their_gate(tmp_path) -> None:
     def answer(call: Call):
         # One handler, two kinds of poison: "refused" gets a 4xx (final at once).
         if call.item_id == "refused":
-            return refused._answer(call)[:2]
+            return refused.answer(call)[:2]
         return None
 
     handler.respond = answer
@@ -480,7 +511,7 @@ async def test_poison_items_fail_without_blocking_their_gate(tmp_path) -> None:
         mixed = {item.id: item for item in await cluster.client.items("mixed")}
         refusing = {item.id: item for item in await cluster.client.items("refusing")}
         assert_exact(cluster, handler, await cluster.items(["clean"]), layout)
-        no_tracebacks(cluster)
+        cluster.assert_no_tracebacks()
 
     poison = mixed.pop("poison")
     assert poison.status == "failed" and poison.gate == 0
@@ -559,7 +590,7 @@ async def test_start_up_without_a_database_waits_and_recovers(tmp_path) -> None:
         assert "retrying" in line
         await wait_until(lambda: proxy.accepted >= 3, timeout=20, message="three connection tries")
         assert proc.running
-        health = await wait_until(lambda: _answer(proc, "/healthz"), timeout=10,
+        health = await wait_until(lambda: proc.answer("/healthz"), timeout=10,
                                   message="/healthz")
         assert health.status_code == 200
         ready = await proc.get("/readyz")
@@ -576,13 +607,6 @@ async def test_start_up_without_a_database_waits_and_recovers(tmp_path) -> None:
     assert "Traceback" not in log
     print(f"\nstart-up without a database: waited through {tries} connection attempts, "
           "then processed")
-
-
-async def _answer(proc, path: str) -> httpx.Response | None:
-    try:
-        return await proc.get(path)
-    except httpx.TransportError:
-        return None
 
 
 async def test_start_up_without_a_database_can_exit_instead(tmp_path) -> None:
@@ -622,10 +646,10 @@ async def test_partitions_balance_across_processes(tmp_path) -> None:
         settled = await wait_until(lambda: shares(9, 11, 3), timeout=30, interval=0.05,
                                    message="10 ± 1 partitions each")
         # And it stays settled: no flapping over a lease (three renew cycles).
-        steady_until = time.monotonic() + LEASE
-        while time.monotonic() < steady_until:
+        async def still_settled() -> None:
             assert await shares(9, 11, 3), await cluster.live_owners()
-            await asyncio.sleep(0.1)
+
+        await holds_throughout(LEASE, still_settled)
         fourth = await cluster.start("fourth")
         first_lease = await fourth.wait_log("action=lease_acquired", timeout=30)
         joined_at = time.monotonic()
@@ -637,7 +661,7 @@ async def test_partitions_balance_across_processes(tmp_path) -> None:
         hold.set()
         await cluster.wait_settled(layout, timeout=30)
         assert_exact(cluster, handler, await cluster.items(layout), layout)
-        no_tracebacks(cluster)
+        cluster.assert_no_tracebacks()
     stolen = sum(proc.stderr().count("stolen_from=") for proc in [*procs, fourth])
     print(f"\nbalance: three settle at {sorted(settled.values())}; the fourth reaches its share "
           f"{took:.2f} s after its first steal: {dict(sorted(final.items()))}; {stolen} steals")
@@ -652,26 +676,24 @@ async def test_a_stuck_row_lock_costs_only_its_own_partition(tmp_path) -> None:
     hold = asyncio.Event()
     handler = RecordingHandler(gates=1, passes=1, hold=lambda call: hold)
     async with Cluster(tmp_path, handler) as cluster:
-        layout = await cluster.create(4, 1)
-        first, second = await cluster.start_many(2)
-        owners = await wait_until(lambda: _balanced(cluster, {first.owner: 2, second.owner: 2}),
-                                  timeout=30, message="two partitions each")
+        layout, first, second, owners = await two_holders(cluster, items=1)
         locked, *others = owners[first.owner]
         healthy = {pid: first.owner for pid in others}
         healthy.update({pid: second.owner for pid in owners[second.owner]})
-        async with cluster.sql.connect() as conn:
+        async with cluster.db.engine.connect() as conn:
             transaction = await conn.begin()
             # What a client's add_items does first, then (here) never commits.
             await conn.execute(text(f"UPDATE {cluster.prefix}partitions "
                                     "SET version = version + 1 WHERE id = :id"), {"id": locked})
+
+            async def healthy_leases_live() -> None:
+                live = await cluster.live_owners()
+                lost = {pid: owner for pid, owner in healthy.items()
+                        if pid not in live.get(owner, [])}
+                assert not lost, f"leases lost while {locked} was locked: {lost}; {live}"
+
             try:
-                deadline = time.monotonic() + 2.5 * LEASE
-                while time.monotonic() < deadline:
-                    live = await cluster.live_owners()
-                    lost = {pid: owner for pid, owner in healthy.items()
-                            if pid not in live.get(owner, [])}
-                    assert not lost, f"leases lost while {locked} was locked: {lost}; {live}"
-                    await asyncio.sleep(0.1)
+                await holds_throughout(2.5 * LEASE, healthy_leases_live)
             finally:
                 await transaction.rollback()
         hold.set()
@@ -712,7 +734,7 @@ async def test_database_outage_longer_than_a_lease_is_survived(tmp_path) -> None
             assert proc.running
             await proc.wait_log("action=database_recovered")
             assert len(warning_lines(proc.stderr())) <= 8, proc.stderr()
-        no_tracebacks(cluster)
+        cluster.assert_no_tracebacks()
     print(f"\noutage longer than a lease: down {down_for:.1f} s; "
           f"{len(handler.calls) - calls_while_down} calls after it came back")
 

@@ -14,15 +14,10 @@ import uuid
 import pytest
 
 from processor import NewItem
-from tests.acceptance.harness import (
-    PROCESSOR,
-    Call,
-    Cluster,
-    RecordingHandler,
-    closed_port,
-    serve_tls,
-    via,
-)
+from tests.acceptance.harness.cluster import Cluster
+from tests.acceptance.harness.database import closed_port, postgres_address, via
+from tests.acceptance.harness.handler import Call, RecordingHandler, initial_data
+from tests.acceptance.harness.processes import run_cli
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.support.servers import serve_app
 
@@ -45,10 +40,6 @@ def assert_clean(text: str, *secrets: str) -> None:
         assert value not in text, f"secret {value!r} leaked:\n{text[-4000:]}"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PROCESSOR, *args], capture_output=True, text=True, timeout=60)
-
-
 # --------------------------------------------------------------------------- secrets
 
 
@@ -62,7 +53,7 @@ async def test_database_password_is_never_logged(tmp_path) -> None:
         layout = await cluster.create(2, 2)
         # Trust authentication accepts any password, so this one really connects.
         working = await cluster.start("working", "--log-level", "debug", health=True,
-                                      db_url=via(POSTGRES_URL, _port(POSTGRES_URL),
+                                      db_url=via(POSTGRES_URL, postgres_address()[1],
                                                  password=password))
         failing = await cluster.start("failing", "--log-level", "debug", health=True,
                                       db_url=via(POSTGRES_URL, closed_port(), password=password))
@@ -72,20 +63,14 @@ async def test_database_password_is_never_logged(tmp_path) -> None:
                  for path in ("/readyz", "/metrics")]
         assert await working.terminate() == 0
         assert await failing.terminate() == 0
-        shown = cli("status", "--db-url", via(POSTGRES_URL, _port(POSTGRES_URL),
-                                              password=password),
-                    "--table-prefix", cluster.prefix)
+        shown = run_cli("status", "--db-url", via(POSTGRES_URL, postgres_address()[1],
+                                                  password=password),
+                        "--table-prefix", cluster.prefix)
         assert shown.returncode == 0, shown.stderr
         outputs = [working.output(), failing.output(), shown.stdout + shown.stderr, *pages]
     assert " DEBUG " in outputs[0] and "action=partition_closed" in outputs[0]
     for text in outputs:
         assert_clean(text, password)
-
-
-def _port(url: str) -> int:
-    from watcher.dburl import parse_database_url
-
-    return parse_database_url(url).async_url.port or 5432
 
 
 async def test_handler_secrets_are_never_logged(tmp_path) -> None:
@@ -109,7 +94,7 @@ async def test_handler_secrets_are_never_logged(tmp_path) -> None:
     async with Cluster(tmp_path, handler) as cluster:
         ids = ["echo", "refused", "garbage", "fine"]
         await cluster.client.create_partition(
-            "auth", [NewItem(item_id, b'{"g": 0, "p": 0, "trail": []}') for item_id in ids])
+            "auth", [NewItem(item_id, initial_data()) for item_id in ids])
         proc = await cluster.start(
             "authed", "--log-level", "debug", "--max-retries", "1", health=True,
             handler_url=f"{cluster.base_url}/p/authed?code={code}",
@@ -161,8 +146,9 @@ async def test_self_signed_certificates_need_a_ca_bundle(tmp_path) -> None:
          "-keyout", str(key), "-out", str(cert)], capture_output=True, text=True, timeout=60)
     assert made.returncode == 0, made.stderr
     handler = RecordingHandler(gates=1, passes=1)
-    async with Cluster(tmp_path) as cluster, serve_tls(handler, cert, key) as base_url:
-        await cluster.client.create_partition("refused", [NewItem("a", _state())])
+    async with (Cluster(tmp_path) as cluster,
+               serve_app(handler, certfile=cert, keyfile=key) as base_url):
+        await cluster.client.create_partition("refused", [NewItem("a", initial_data())])
         refusing = await cluster.start("refusing", "--max-retries", "0",
                                        handler_url=f"{base_url}/p/refusing")
         await cluster.wait_settled(["refused"], timeout=30)
@@ -170,7 +156,7 @@ async def test_self_signed_certificates_need_a_ca_bundle(tmp_path) -> None:
         assert item.status == "failed"
         assert "certificate" in item.last_error.lower(), item.last_error
         assert await refusing.terminate() == 0
-        await cluster.client.create_partition("trusted", [NewItem("a", _state())])
+        await cluster.client.create_partition("trusted", [NewItem("a", initial_data())])
         await cluster.start("trusting", "--ca-bundle", str(cert),
                             handler_url=f"{base_url}/p/trusting")
         infos = await cluster.wait_settled(["trusted"], timeout=30)
@@ -178,14 +164,10 @@ async def test_self_signed_certificates_need_a_ca_bundle(tmp_path) -> None:
     assert [call.caller for call in handler.calls] == ["trusting"]
 
 
-def _state() -> bytes:
-    return b'{"g": 0, "p": 0, "trail": []}'
-
-
 def test_a_missing_ca_bundle_is_a_configuration_error(tmp_path) -> None:
-    done = cli("run", "--handler-url", "https://127.0.0.1:9/", "--health-port", "0",
-               "--db-url", f"sqlite:///{tmp_path / 'x.db'}",
-               "--ca-bundle", str(tmp_path / "missing.pem"))
+    done = run_cli("run", "--handler-url", "https://127.0.0.1:9/", "--health-port", "0",
+                   "--db-url", f"sqlite:///{tmp_path / 'x.db'}",
+                   "--ca-bundle", str(tmp_path / "missing.pem"))
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "missing.pem" in lines[0] and "Traceback" not in done.stderr
@@ -200,24 +182,22 @@ async def test_table_prefix_is_validated(tmp_path) -> None:
     """
     async with Cluster(tmp_path) as cluster:
         canary = f"{cluster.prefix}canary"
-        await cluster.query(f"CREATE TABLE {canary} (id int)")
+        await cluster.db.query(f"CREATE TABLE {canary} (id int)")
         hostile = [f"x; drop table {canary}; --", f'x" ; drop table {canary}', "X_upper",
                    "a" * 31]
         runs = [
-            asyncio.to_thread(cli, "run", "--handler-url", "http://127.0.0.1:9/",
+            asyncio.to_thread(run_cli, "run", "--handler-url", "http://127.0.0.1:9/",
                               "--health-port", "0", "--migrate", "--db-url", POSTGRES_URL,
                               "--table-prefix", prefix)
             for prefix in hostile
-        ] + [asyncio.to_thread(cli, "migrate", "--db-url", POSTGRES_URL, "--table-prefix",
-                               hostile[0]),
-             asyncio.to_thread(cli, "status", "--db-url", POSTGRES_URL, "--table-prefix",
-                               hostile[0])]
+        ] + [asyncio.to_thread(run_cli, command, "--db-url", POSTGRES_URL, "--table-prefix",
+                               hostile[0]) for command in ("migrate", "status")]
         for done in await asyncio.gather(*runs):
             assert done.returncode == 2, (done.args, done.stderr)
             lines = done.stderr.strip().splitlines()
             assert len(lines) == 1 and "table prefix" in lines[0], done.stderr
-        assert await cluster.query(f"SELECT count(*) FROM {canary}") == [(0,)]
-        await cluster.query(f"DROP TABLE {canary}")
+        assert await cluster.db.query(f"SELECT count(*) FROM {canary}") == [(0,)]
+        await cluster.db.query(f"DROP TABLE {canary}")
 
 
 # --------------------------------------------------------------------------- answers
@@ -230,8 +210,8 @@ async def test_handler_answers_are_data_never_code(tmp_path) -> None:
     marker = tmp_path / "pwned"
     async with Cluster(tmp_path) as cluster:
         canary = f"{cluster.prefix}canary"
-        await cluster.query(f"CREATE TABLE {canary} (id int, note text)")
-        await cluster.query(f"INSERT INTO {canary} VALUES (1, 'intact')")
+        await cluster.db.query(f"CREATE TABLE {canary} (id int, note text)")
+        await cluster.db.query(f"INSERT INTO {canary} VALUES (1, 'intact')")
         items_table = f"{cluster.prefix}items"
         hostile = {
             "sql": f"'); DROP TABLE {canary}; DELETE FROM {items_table}; --",
@@ -266,14 +246,14 @@ async def test_handler_answers_are_data_never_code(tmp_path) -> None:
             infos = await cluster.wait_settled(ids, timeout=30)
             items = {(item.partition_id, item.id): item for item in await cluster.items(ids)}
             no_tracebacks = "Traceback" not in cluster.processors[0].output()
-        assert await cluster.query(f"SELECT id, note FROM {canary}") == [(1, "intact")]
-        assert sorted(await cluster.query(
+        assert await cluster.db.query(f"SELECT id, note FROM {canary}") == [(1, "intact")]
+        assert sorted(await cluster.db.query(
             "SELECT table_name FROM information_schema.tables "
             "WHERE left(table_name, :n) = :prefix ORDER BY table_name",
             n=len(cluster.prefix), prefix=cluster.prefix)) == sorted(
             [(f"{cluster.prefix}{name}",) for name in
              ("alembic_version", "canary", "items", "partitions")])
-        await cluster.query(f"DROP TABLE {canary}")
+        await cluster.db.query(f"DROP TABLE {canary}")
     assert no_tracebacks
     assert not marker.exists()
     assert items["answers", "sql"].data == json.dumps(

@@ -16,13 +16,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
 
 import pytest
 
-from processor import AsyncClient, ItemInfo, NewItem
-from processor.http_processor import HttpProcessor, HttpProcessorConfig
+from processor import AsyncClient, ItemInfo, NewItem, PartitionInfo
+from processor.http_config import HttpProcessorConfig
+from processor.http_processor import HttpProcessor
 from tests.support.engine import running, wait_until
+from tests.support.handler_apps import Request, read_request
 from tests.support.servers import free_port, serve_app
 from watcher import Watcher, WatcherConfig
 
@@ -55,24 +56,11 @@ def answer(payload: Any = None, status: int = 200, headers: tuple[tuple[str, str
 
 
 @dataclass
-class Call:
-    """One request as the handler received it (ids percent-decoded)."""
+class Call(Request):
+    """One request as the handler received it, and when."""
 
     at: float  # time.monotonic() on arrival
-    n: int  # 1-based count of calls for this item so far
-    partition_id: str
-    item_id: str
-    gate: int
-    attempt: int
-    key: str
-    body: bytes
-    raw_headers: list[tuple[str, str]]
-
-    def header(self, name: str) -> str | None:
-        """The single value of header ``name`` (asserts it was not sent twice)."""
-        values = [v for k, v in self.raw_headers if k == name.lower()]
-        assert len(values) <= 1, f"header {name} sent {len(values)} times"
-        return values[0] if values else None
+    n: int = 0  # 1-based count of calls for this item so far
 
 
 Respond = Callable[[Call], Awaitable[Reply]]
@@ -85,26 +73,16 @@ class Handler:
     respond: Respond
     calls: list[Call] = field(default_factory=list)
 
-    def of(self, item_id: str) -> list[Call]:
-        """The calls for one item, in arrival order."""
-        return [call for call in self.calls if call.item_id == item_id]
+    def of(self, item_id: str, partition_id: str | None = None) -> list[Call]:
+        """The calls for one item (of any partition, unless given), in arrival order."""
+        return [call for call in self.calls if call.item_id == item_id
+                and partition_id in (None, call.partition_id)]
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-        raw = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
-        values = dict(raw)
-        partition_id = unquote(values["x-partition-id"])
-        item_id = unquote(values["x-item-id"])
-        n = 1 + sum(1 for c in self.calls
-                    if (c.partition_id, c.item_id) == (partition_id, item_id))
-        call = Call(time.monotonic(), n, partition_id, item_id, int(values["x-gate"]),
-                    int(values["x-attempt"]), unquote(values["idempotency-key"]), body, raw)
+        call = await read_request(scope, receive, Call, at=time.monotonic())
+        call.n = 1 + len(self.of(call.item_id, call.partition_id))
         self.calls.append(call)
         reply = await self.respond(call)
         headers = [(b"content-type", b"application/json"),
@@ -150,6 +128,32 @@ async def engine(make_store: Callable[..., Any], handler_url: str, *, max_retrie
         await processor.aclose()
 
 
+@contextlib.asynccontextmanager
+async def dispatching(make_store: Callable[..., Any], respond: Respond, *, max_retries: int = 5,
+                      **http_settings: Any) -> AsyncIterator[Handler]:
+    """Serve a :class:`Handler` answering with ``respond`` and run a watcher that
+    dispatches to it (see :func:`engine`); yields the handler.
+    """
+    handler = Handler(respond)
+    async with serve_app(handler) as url, engine(make_store, url + "/process",
+                                                 max_retries=max_retries, **http_settings):
+        yield handler
+
+
+async def run_to_end(client: AsyncClient, make_store: Callable[..., Any], respond: Respond,
+                     items: list[NewItem], **settings: Any) -> tuple[Handler, PartitionInfo]:
+    """Create partition ``p`` with ``items`` and dispatch until it is complete or failed
+    (see :func:`dispatching`); returns the handler and the partition.
+
+    Raises:
+        TimeoutError: the partition was still open after 10 s.
+    """
+    await client.create_partition("p", items)
+    async with dispatching(make_store, respond, **settings) as handler:
+        info = await client.wait("p", timeout=10)
+    return handler, info
+
+
 async def item_of(client: AsyncClient, partition_id: str, item_id: str) -> ItemInfo:
     return next(i for i in await client.items(partition_id) if i.id == item_id)
 
@@ -171,10 +175,7 @@ async def test_a_loop_at_one_gate_runs_until_done(client, make_store) -> None:
             return answer({"data": 2})
         return answer({"done": True})
 
-    handler = Handler(respond)
-    await client.create_partition("p", [NewItem("a", b"start")])
-    async with serve_app(handler) as url, engine(make_store, url + "/process"):
-        info = await client.wait("p", timeout=10)
+    handler, info = await run_to_end(client, make_store, respond, [NewItem("a", b"start")])
     assert (info.status, info.gate, info.counts) == ("complete", 0, {"complete": 1})
     (item,) = await client.items("p")
     # The last answer carried no data: the bytes of the second answer stay.
@@ -202,10 +203,8 @@ async def test_gate_moves_and_jumps_and_the_partition_gate_follows(client, make_
             return answer({"gate": 5})
         return answer({"done": True})
 
-    handler = Handler(respond)
-    await client.create_partition("p", [NewItem("a", b""), NewItem("b", b"")])
-    async with serve_app(handler) as url, engine(make_store, url + "/process"):
-        info = await client.wait("p", timeout=10)
+    handler, info = await run_to_end(
+        client, make_store, respond, [NewItem("a", b""), NewItem("b", b"")])
     assert (info.status, info.gate, info.counts) == ("complete", 5, {"complete": 2})
     items = by_id(await client.items("p"))
     assert (items["a"].gate, items["b"].gate) == (5, 5)
@@ -249,10 +248,8 @@ async def test_data_is_replaced_kept_or_decoded_from_base64(client, make_store) 
             return answer(first_answers[call.item_id])
         return answer({"done": True})  # no data: keeps what gate 0 stored
 
-    handler = Handler(respond)
-    await client.create_partition("p", [NewItem(k, v) for k, v in ORIGINAL.items()])
-    async with serve_app(handler) as url, engine(make_store, url + "/process"):
-        info = await client.wait("p", timeout=10)
+    handler, info = await run_to_end(
+        client, make_store, respond, [NewItem(k, v) for k, v in ORIGINAL.items()])
     assert (info.status, info.counts) == ("complete", {"complete": 5})
     items = by_id(await client.items("p"))
     assert {k: item.data for k, item in items.items()} == expected
@@ -276,9 +273,8 @@ async def test_a_500_is_retried_with_the_same_idempotency_key(client, make_store
         await hold(release)
         return answer({"done": True, "data": "ok"})
 
-    handler = Handler(respond)
     await client.create_partition("p", [NewItem("a", b"payload")])
-    async with serve_app(handler) as url, engine(make_store, url + "/process"):
+    async with dispatching(make_store, respond) as handler:
         await hold(second_call)
         # The retry is in flight: the failed attempt is on record meanwhile.
         during = await item_of(client, "p", "a")
@@ -308,10 +304,8 @@ async def test_no_retry_fails_the_item_at_once_and_the_partition(client, make_st
                           status=500)
         return answer({"done": True})
 
-    handler = Handler(respond)
-    await client.create_partition("p", [NewItem("poison", b""), NewItem("ok", b"")])
-    async with serve_app(handler) as url, engine(make_store, url + "/process", max_retries=5):
-        info = await client.wait("p", timeout=10)
+    handler, info = await run_to_end(
+        client, make_store, respond, [NewItem("poison", b""), NewItem("ok", b"")])
     assert (info.status, info.gate) == ("failed", 0)
     items = by_id(await client.items("p"))
     poison = items["poison"]
@@ -325,10 +319,7 @@ async def test_a_422_fails_the_item_at_once(client, make_store) -> None:
     async def respond(call: Call) -> Reply:
         return answer({"error": {"message": "schema mismatch in field 'x'"}}, status=422)
 
-    handler = Handler(respond)
-    await client.create_partition("p", [NewItem("a", b"")])
-    async with serve_app(handler) as url, engine(make_store, url + "/process", max_retries=5):
-        info = await client.wait("p", timeout=10)
+    handler, info = await run_to_end(client, make_store, respond, [NewItem("a", b"")])
     assert info.status == "failed"
     item = await item_of(client, "p", "a")
     assert (item.status, item.attempts) == ("failed", 1)
@@ -347,10 +338,7 @@ async def test_a_429_retry_after_is_honoured(client, make_store) -> None:
             return answer({"error": "slow down"}, status=429, headers=(("Retry-After", "1"),))
         return answer({"done": True})
 
-    handler = Handler(respond)
-    await client.create_partition("p", [NewItem("a", b"")])
-    async with serve_app(handler) as url, engine(make_store, url + "/process"):
-        info = await client.wait("p", timeout=10)
+    handler, info = await run_to_end(client, make_store, respond, [NewItem("a", b"")])
     assert info.status == "complete"
     first, second = handler.of("a")
     gap = second.at - first.at
@@ -377,11 +365,9 @@ async def test_a_handler_timeout_is_retried(client, make_store) -> None:
         await hold(second_may_answer)
         return answer({"done": True, "data": "in time"})
 
-    handler = Handler(respond)
     await client.create_partition("p", [NewItem("a", b"x")])
     try:
-        async with serve_app(handler) as url, engine(make_store, url + "/process",
-                                                     request_timeout=0.3):
+        async with dispatching(make_store, respond, request_timeout=0.3) as handler:
             await hold(second_call)
             first_may_answer.set()  # its connection is closed already: the answer is lost
             during = await item_of(client, "p", "a")
@@ -469,11 +455,10 @@ async def test_a_malformed_answer_is_retried_then_fails_without_stalling_the_par
             return answer({})
         return answer({"done": True})
 
-    handler = Handler(respond)
     good = [f"good-{n}" for n in range(3)]
     await client.create_partition("p", [NewItem(BAD, b""), *(NewItem(g, b"") for g in good)])
-    async with serve_app(handler) as url, engine(make_store, url + "/process", max_retries=2,
-                                                 max_response_bytes=1024):
+    async with dispatching(make_store, respond, max_retries=2,
+                           max_response_bytes=1024) as handler:
 
         async def goods_done_bad_retrying() -> dict[str, ItemInfo] | None:
             items = by_id(await client.items("p"))
@@ -510,10 +495,8 @@ async def test_a_gate_below_the_partition_gate_is_rejected_for_good(client, make
             return answer({"gate": 1})  # the partition is at gate 3 by now
         return answer({"done": True})
 
-    handler = Handler(respond)
-    await client.create_partition("p", [NewItem("x", b"x0"), NewItem("y", b"")])
-    async with serve_app(handler) as url, engine(make_store, url + "/process", max_retries=5):
-        info = await client.wait("p", timeout=10)
+    handler, info = await run_to_end(
+        client, make_store, respond, [NewItem("x", b"x0"), NewItem("y", b"")])
     assert (info.status, info.gate) == ("failed", 3)
     items = by_id(await client.items("p"))
     x = items["x"]
@@ -547,12 +530,10 @@ async def test_the_handler_receives_the_contract_headers_and_the_token_never_lea
             await hold(release_doc)
         return answer({"done": True})
 
-    handler = Handler(respond)
     odd_id = "résumé 2/ü%"
     await client.create_partition("tenant-7", [NewItem("doc-1", body), NewItem(odd_id, b"")])
     await client.create_partition("tenant-8", [NewItem("poison", b"")])
-    async with serve_app(handler) as url, engine(make_store, url + "/process",
-                                                 headers={"Authorization": TOKEN}):
+    async with dispatching(make_store, respond, headers={"Authorization": TOKEN}) as handler:
         await hold(doc_retried)
         retrying = await item_of(client, "tenant-7", "doc-1")
         release_doc.set()
@@ -604,11 +585,9 @@ async def test_a_token_cut_by_error_message_truncation_does_not_leak_in_part(
         pad = "x" * (1000 - len(auth) + 1)
         return answer({"error": {"message": pad + auth}}, status=403)
 
-    handler = Handler(respond)
-    await client.create_partition("p", [NewItem("a", b"")])
-    async with serve_app(handler) as url, engine(make_store, url + "/process",
-                                                 headers={"Authorization": TOKEN}):
-        assert (await client.wait("p", timeout=10)).status == "failed"
+    _, info = await run_to_end(client, make_store, respond, [NewItem("a", b"")],
+                               headers={"Authorization": TOKEN})
+    assert info.status == "failed"
     item = await item_of(client, "p", "a")
     assert "HTTP 403" in item.last_error and "xxxx" in item.last_error
     assert token_only[:-1] not in item.last_error, item.last_error

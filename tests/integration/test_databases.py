@@ -15,6 +15,7 @@ from datetime import datetime
 import pytest
 from sqlalchemy import text
 
+from watcher.clock import FixedClock
 from watcher.records import ItemWrite, NewItem
 
 BIG = 17 * 1024 * 1024  # above the 16 MiB a handler may answer
@@ -23,7 +24,7 @@ MYSQL_PACKET_NEEDED = 64 * 1024 * 1024
 
 async def test_times_keep_microseconds(make_store) -> None:
     moment = datetime(2026, 11, 21, 12, 34, 56, 123456)
-    store = make_store(clock=lambda: moment)
+    store = make_store(clock=FixedClock(moment))
     await store.partition_create("p", [NewItem("i", b"x")])
     info = await store.partition_get("p")
     assert info is not None and info.until == moment and info.created_at == moment
@@ -57,7 +58,7 @@ async def test_items_over_16_mib_round_trip(store) -> None:
     await _require_large_packets(store)
     first = bytes(range(256)) * (BIG // 256)
     await store.partition_create("p", [NewItem("big", first)])
-    (lease,) = await store.leases_take(await store.leases_free(5), "me", 30.0)
+    (lease,) = await store.leases_take(await store.leases_read_free(5), "me", 30.0)
     (ready,) = await store.items_ready("p", 0, 10)
     assert ready.data == first
     second = first[::-1] + b"!"

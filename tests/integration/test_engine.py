@@ -12,6 +12,7 @@ import pytest
 from processor import AsyncClient, NewItem
 from tests.support.engine import count_calls, crash, running, wait_until
 from watcher import CountingHooks, Result, RetryableError, Watcher, WatcherConfig, WorkItem
+from watcher.clock import FixedClock
 from watcher.hooks import Hooks
 from watcher.records import LeaseRow
 
@@ -24,7 +25,7 @@ def config(owner: str = "w1", **overrides) -> WatcherConfig:
 
 
 async def test_fan_in_over_three_gates(db_url, table_prefix, make_store) -> None:
-    """No item at gate g+1 is dispatched before every item at gate g has settled."""
+    """No item at gate g+1 is dispatched before every item has finished gate g."""
     client = AsyncClient(db_url, table_prefix)
     observer = make_store()
     violations: list[str] = []
@@ -356,10 +357,10 @@ async def test_notifications_wake_an_idle_watcher_at_once(db_url, table_prefix, 
         return Result(done=True)
 
     store = make_store()
-    scans = count_calls(store, "leases_free")
+    scans = count_calls(store, "leases_read_free")
     watcher = Watcher(store, process, config(poll_interval=30.0, lease_duration=120.0))
     async with running(watcher):
-        await wait_until(lambda: scans["leases_free"] >= 1, message="first idle scan")
+        await wait_until(lambda: scans["leases_read_free"] >= 1, message="first idle scan")
         await client.create_partition("first", [NewItem("a", b"")])
         assert (await client.wait("first", timeout=10)).status == "complete"
         # The partition is closed and released; adding items re-opens it and notifies again.
@@ -370,7 +371,7 @@ async def test_notifications_wake_an_idle_watcher_at_once(db_url, table_prefix, 
     assert calls == ["a", "b"]
     # One scan at the start, one per notification and one after each close (a closed
     # partition frees room for another); the 30 s poll never comes round.
-    assert scans["leases_free"] <= 6, "woken by notifications, not by polling"
+    assert scans["leases_read_free"] <= 6, "woken by notifications, not by polling"
     await client.close()
 
 
@@ -454,8 +455,8 @@ async def test_own_lease_taken_again_after_expiry_stays_with_its_supervisor(make
     second Lease object beside it would leave that supervisor waiting for a renewal
     that never comes, and the partition stuck while the watcher keeps renewing.
     """
-    moment = [datetime.datetime(2030, 1, 1, 12, 0, 0)]
-    store = make_store(clock=lambda: moment[0])
+    clock = FixedClock(datetime.datetime(2030, 1, 1, 12, 0, 0))
+    store = make_store(clock=clock)
     await store.partition_create("p", [NewItem("i", b"x")])
     release = asyncio.Event()
 
@@ -469,7 +470,7 @@ async def test_own_lease_taken_again_after_expiry_stays_with_its_supervisor(make
     supervisor = watcher.supervisors["p"][0]
     await wait_until(lambda: supervisor.in_flight, message="the item in flight")
     async with lease.lock:  # a write on the partition in progress: renewal passes it by
-        moment[0] += datetime.timedelta(seconds=11)
+        clock.advance(11)
         cycle = await watcher.run_once()
     assert cycle.acquired == () and watcher.keeper.leases["p"] is lease
     assert supervisor.lease is lease and not lease.lost

@@ -8,8 +8,10 @@ each other; one test runs the resume example through the whole engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -19,7 +21,8 @@ import handlers
 from handlers import Fail, Item, Result, Retry
 from handlers.examples import echo, resumes
 from processor import AsyncClient, NewItem
-from processor.http_processor import HttpProcessor, HttpProcessorConfig
+from processor.http_config import HttpProcessorConfig
+from processor.http_processor import HttpProcessor
 from tests.support.engine import running
 from tests.support.servers import serve_app
 from watcher import Result as EngineResult
@@ -33,6 +36,13 @@ HEADERS = {"X-Partition-Id": "opening-42", "X-Item-Id": "resume-1", "X-Gate": "0
 WAIT = 10.0
 
 
+@contextlib.asynccontextmanager
+async def served(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """Serve ``app`` under uvicorn for the block; yields an httpx client on its URL."""
+    async with serve_app(app) as url, httpx.AsyncClient(base_url=url) as client:
+        yield client
+
+
 def work_item(data: bytes = b"{}", *, gate: int = 0, item_id: str = "resume-1",
               partition_id: str = "opening-42", attempt: int = 1) -> WorkItem:
     return WorkItem(partition_id=partition_id, id=item_id, gate=gate, attempt=attempt,
@@ -40,7 +50,7 @@ def work_item(data: bytes = b"{}", *, gate: int = 0, item_id: str = "resume-1",
 
 
 async def test_echo_over_keep_alive_connections() -> None:
-    async with serve_app(echo.app) as url, httpx.AsyncClient(base_url=url) as client:
+    async with served(echo.app) as client:
         answers = [await client.post("/", content=bytes([n]) * 3, headers=HEADERS)
                    for n in range(5)]
         health = await client.get("/healthz")
@@ -53,7 +63,7 @@ async def test_echo_over_keep_alive_connections() -> None:
 
 async def test_an_oversized_body_is_refused_and_the_server_keeps_serving() -> None:
     app = handlers.app(echo.echo, max_body_bytes=1024)
-    async with serve_app(app) as url, httpx.AsyncClient(base_url=url) as client:
+    async with served(app) as client:
         refused = await client.post("/", content=b"x" * 4096, headers=HEADERS)
         accepted = await client.post("/", content=b"x" * 1024, headers=HEADERS)
     assert refused.status_code == 413
@@ -69,7 +79,7 @@ async def test_sync_handlers_run_in_parallel_threads_under_uvicorn() -> None:
     def meet(item: Item) -> Result:
         return Result(done=True, data=barrier.wait())
 
-    async with serve_app(handlers.app(meet)) as url, httpx.AsyncClient(base_url=url) as client:
+    async with served(handlers.app(meet)) as client:
         answers = await asyncio.gather(*(
             client.post("/", content=b"", headers={**HEADERS, "X-Item-Id": f"r{n}"})
             for n in range(parallel)))
@@ -81,7 +91,7 @@ async def test_retry_after_reaches_the_client_as_a_header() -> None:
     async def later(item: Item) -> Result:
         raise Retry("model is warming up", retry_after=0.2)
 
-    async with serve_app(handlers.app(later)) as url, httpx.AsyncClient(base_url=url) as client:
+    async with served(handlers.app(later)) as client:
         answer = await client.post("/", content=b"", headers=HEADERS)
     assert answer.status_code == 503
     assert answer.headers["retry-after"] == "1"
@@ -91,7 +101,7 @@ async def test_retry_after_reaches_the_client_as_a_header() -> None:
 
 async def test_the_resume_example_over_http_matches_its_pure_functions() -> None:
     documents = resumes.sample_resumes(12, seed=3)
-    async with serve_app(resumes.app) as url, httpx.AsyncClient(base_url=url) as client:
+    async with served(resumes.app) as client:
 
         async def through_both_gates(number: int, document: bytes) -> bytes:
             headers = {**HEADERS, "X-Item-Id": f"resume-{number}"}

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 from typing import Any
+
+import pytest
 
 import handlers
 from processor import AsyncClient, NewItem
 from processor.http_batch import BatchingHttpProcessor
-from processor.http_processor import HttpProcessorConfig
+from processor.http_config import HttpProcessorConfig
 from tests.support.engine import running
-from tests.support.servers import read_body, serve_app
+from tests.support.servers import read_body, send_json, serve_app
 from watcher import Watcher, WatcherConfig
+from watcher.protocol import Result, RetryableError, WorkItem
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2}
@@ -131,3 +136,188 @@ async def test_batch_errors_name_each_item(db_url, table_prefix, make_store) -> 
         assert items[name].status == "failed"
         assert f"item {name!r}" in items[name].last_error
         assert "batch request failed" in items[name].last_error
+
+
+# --------------------------------------------------------------------------- bad answers
+# Each call below runs under a deadline: a future left unsettled would hold its
+# caller (and, in the engine, a dispatch slot) until shutdown.
+
+DEADLINE = 10.0
+
+
+def work(number: int) -> WorkItem:
+    return WorkItem("p", f"i{number}", 0, 1, b"x", 1, f"key-{number}")
+
+
+def answering(body: bytes, status: int = 200, seen: list[bytes] | None = None) -> Any:
+    """A raw ASGI app answering every request with ``body``."""
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        request = await read_body(receive)
+        if seen is not None:
+            seen.append(request)
+        await send_json(send, status, body)
+
+    return app
+
+
+async def process_all(http: BatchingHttpProcessor, items: list[WorkItem]) -> list[Any]:
+    """Every item's outcome (a Result or the exception), or TimeoutError if one hangs."""
+    return await asyncio.wait_for(
+        asyncio.gather(*(http.process(item) for item in items), return_exceptions=True),
+        DEADLINE)
+
+
+OVERSIZE = b'[{"done": true}, {"done": true}, {"data": "' + b"x" * 5000 + b'"}]'
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("body, in_message", [
+    pytest.param(b"[" * 100_000, "the body is nested too deeply to parse", id="deeply-nested"),
+    pytest.param(b"<html>Bad Gateway</html>", "the body is not valid JSON", id="not-json"),
+    pytest.param(b'[{"done": true}, {"data": NaN}, {}]', "NaN is not a JSON number", id="NaN"),
+    pytest.param(b'[{"done": true}, {"data": 1e999}, {}]', "1e999 overflows a 64-bit float",
+                 id="1e999"),
+    pytest.param(OVERSIZE, "the body is larger than max_response_bytes (1000 bytes)",
+                 id="oversize"),
+])
+async def test_a_bad_batch_answer_fails_every_item_and_leaves_none_pending(
+        transport, body, in_message) -> None:
+    items = [work(n) for n in range(3)]
+    async with serve_app(answering(body)) as url:
+        config = HttpProcessorConfig(handler_url=url, transport=transport,
+                                     max_response_bytes=1000 if body is OVERSIZE else 10**6)
+        async with BatchingHttpProcessor(config, batch_size=10) as http:
+            outcomes = await process_all(http, items)
+    for item, outcome in zip(items, outcomes, strict=True):
+        assert isinstance(outcome, RetryableError), outcome
+        message = str(outcome)
+        assert message.startswith(f"partition 'p' item {item.id!r} gate 0 (attempt 1): "
+                                  "the batch request failed: malformed answer (HTTP 200): ")
+        assert in_message in message, message
+
+
+async def test_a_bug_in_the_batch_send_path_fails_the_attempts(monkeypatch, caplog) -> None:
+    """Whatever goes wrong while sending, every caller gets an answer, and one log line."""
+    import processor.wire
+
+    def broken_decoder(body: bytes) -> Any:
+        raise KeyError("planted")
+
+    monkeypatch.setattr(processor.wire, "decode_json", broken_decoder)
+    items = [work(n) for n in range(4)]
+    async with serve_app(answering(b"[{}, {}, {}, {}]")) as url:
+        async with BatchingHttpProcessor(HttpProcessorConfig(handler_url=url),
+                                         batch_size=10) as http:
+            outcomes = await process_all(http, items)
+    for item, outcome in zip(items, outcomes, strict=True):
+        assert isinstance(outcome, RetryableError), outcome
+        assert f"item {item.id!r}" in str(outcome)
+        assert "unexpected KeyError while sending a batch to the handler: 'planted'" in str(
+            outcome)
+    bug_lines = [r for r in caplog.records if "action=handler_batch_bug" in r.getMessage()]
+    assert len(bug_lines) == 1
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_closing_mid_batch_answers_every_caller(transport) -> None:
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def stalls(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        await read_body(receive)
+        arrived.set()
+        await release.wait()
+        await send_json(send, 200, [{}, {}])
+
+    async with serve_app(stalls) as url:
+        http = BatchingHttpProcessor(HttpProcessorConfig(handler_url=url, transport=transport),
+                                     batch_size=10)
+        calls = asyncio.gather(*(http.process(work(n)) for n in range(2)),
+                               return_exceptions=True)
+        try:
+            await asyncio.wait_for(arrived.wait(), DEADLINE)
+            await http.aclose()
+        finally:
+            release.set()
+        outcomes = await asyncio.wait_for(calls, DEADLINE)
+    # Closed under the call: a retryable error, or (httpx may still finish the
+    # exchange it had started) the answer; never a call left waiting.
+    assert all(isinstance(outcome, RetryableError | Result) for outcome in outcomes), outcomes
+    assert not any("unexpected" in str(outcome) for outcome in outcomes), outcomes
+
+
+async def test_a_cancelled_send_cancels_its_callers_instead_of_stranding_them() -> None:
+    """A send task cancelled mid-call (as at loop shutdown) cancels its callers' waits."""
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def stalls(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        await read_body(receive)
+        arrived.set()
+        await release.wait()
+        await send_json(send, 200, [{}, {}])
+
+    async with serve_app(stalls) as url:
+        async with BatchingHttpProcessor(HttpProcessorConfig(handler_url=url),
+                                         batch_size=10) as http:
+            calls = asyncio.gather(*(http.process(work(n)) for n in range(2)),
+                                   return_exceptions=True)
+            try:
+                await asyncio.wait_for(arrived.wait(), DEADLINE)
+                [sending] = http._sending  # the one batch in flight
+                sending.cancel()
+                outcomes = await asyncio.wait_for(calls, DEADLINE)
+            finally:
+                release.set()
+    assert all(isinstance(outcome, asyncio.CancelledError) for outcome in outcomes), outcomes
+
+
+async def test_a_handler_url_with_a_password_works_in_batch_mode() -> None:
+    """The batch URL derived from ``http://user:password@host/`` sends Basic auth, as the
+    per-item URL does (aiohttp refuses a URL with credentials beside an Authorization
+    header, which used to kill the send task)."""
+    seen: list[tuple[str, bytes]] = []
+
+    async def records(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        entries = json.loads(await read_body(receive))
+        seen.append((scope["path"], dict(scope["headers"]).get(b"authorization", b"")))
+        await send_json(send, 200, [{"done": True}] * len(entries))
+
+    async with serve_app(records) as url:
+        with_password = url.replace("http://", "http://bob:pa55word@")
+        async with BatchingHttpProcessor(HttpProcessorConfig(handler_url=with_password),
+                                         batch_size=10) as http:
+            outcomes = await process_all(http, [work(0), work(1)])
+    assert outcomes == [Result(done=True)] * 2
+    [(path, authorization)] = seen
+    assert path == "/batch"
+    assert authorization == b"Basic " + base64.b64encode(b"bob:pa55word")
+
+
+async def test_a_deeply_nested_batch_answer_fails_the_items_through_the_engine(
+        db_url, table_prefix, make_store) -> None:
+    """The engine sees the attempts fail (and moves on) instead of waiting forever."""
+    async with AsyncClient(db_url, table_prefix) as client, \
+            serve_app(answering(b"[" * 100_000)) as url:
+        await client.create_partition("p", [NewItem("a", b""), NewItem("b", b"")])
+        http = BatchingHttpProcessor(HttpProcessorConfig(handler_url=url), batch_size=10)
+        watcher = Watcher(make_store(), http, WatcherConfig(owner_id="b", max_retries=0,
+                                                            **FAST))
+        try:
+            async with running(watcher):
+                info = await client.wait("p", timeout=30)
+        finally:
+            await http.aclose()
+        items = {item.id: item for item in await client.items("p")}
+    assert info.status == "failed"
+    for name in ("a", "b"):
+        assert items[name].status == "failed"
+        assert f"item {name!r}" in items[name].last_error
+        assert "nested too deeply" in items[name].last_error

@@ -15,7 +15,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from processor.http_processor import HttpProcessor, HttpProcessorConfig
+from processor.http_config import HttpProcessorConfig
+from processor.http_processor import HttpProcessor
 from tests.support.servers import free_port, serve_app
 from watcher.protocol import NonRetryableError, Result, RetryableError, WorkItem
 
@@ -279,6 +280,7 @@ async def test_connection_refused_is_retryable(make_processor):
 @pytest.mark.parametrize("body, in_message", [
     (b"{not json", "not valid JSON"),
     (b'{"gate": NaN}', "not valid JSON"),
+    (b'{"data": 1e999}', "1e999 overflows a 64-bit float"),
     (b'{"gate": "1"}', "'gate' must be a non-negative integer"),
     (b'{"gate": true}', "'gate' must be a non-negative integer"),
     (b'{"gate": 1.0}', "'gate' must be a non-negative integer"),

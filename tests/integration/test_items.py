@@ -10,7 +10,7 @@ from watcher.writer import ResultWriter
 
 async def _leased(store, items, owner="me"):
     await store.partition_create("p", items)
-    (lease,) = await store.leases_take(await store.leases_free(5), owner, 30.0)
+    (lease,) = await store.leases_take(await store.leases_read_free(5), owner, 30.0)
     return lease
 
 

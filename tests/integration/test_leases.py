@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pytest
 from sqlalchemy import update
 
+from watcher.clock import FixedClock
 from watcher.records import LeaseRenewal, NewItem
 
 
@@ -15,19 +16,19 @@ async def test_concurrent_lease_attempts_exactly_one_wins(make_store) -> None:
     """Ten watchers (each with its own connections) race for one free partition."""
     setup = make_store()
     await setup.partition_create("p", [NewItem("i", b"x")])
-    (row,) = await setup.leases_free(10)
+    (row,) = await setup.leases_read_free(10)
     stores = [make_store() for _ in range(10)]
     results = await asyncio.gather(
         *(store.leases_take([row], f"w{n}", 30.0) for n, store in enumerate(stores)))
     winners = [won[0].owner for won in results if won]
     assert len(winners) == 1
     assert (await setup.partition_get("p")).owner == winners[0]
-    assert await setup.leases_free(10) == []
+    assert await setup.leases_read_free(10) == []
 
 
 async def test_take_renew_release_cycle(store) -> None:
     await store.partition_create("p", [NewItem("i", b"x")])
-    (row,) = await store.leases_free(5)
+    (row,) = await store.leases_read_free(5)
     (lease,) = await store.leases_take([row], "me", 30.0)
     assert lease.version == row.version + 1
     stats = await store.lease_stats()
@@ -42,13 +43,13 @@ async def test_take_renew_release_cycle(store) -> None:
     assert await store.leases_release({"p": lease.version + 1}, "me") == 1
     info = await store.partition_get("p")
     assert info.owner == ""
-    assert [r.id for r in await store.leases_free(5)] == ["p"], "released means free at once"
+    assert [r.id for r in await store.leases_read_free(5)] == ["p"], "released means free at once"
 
 
 async def test_renewal_adopts_a_client_write(store) -> None:
     """add_items bumps the version; the owner's renewal re-reads and keeps the lease."""
     await store.partition_create("p", [NewItem("a", b"x")])
-    (lease,) = await store.leases_take(await store.leases_free(5), "me", 30.0)
+    (lease,) = await store.leases_take(await store.leases_read_free(5), "me", 30.0)
     await store.items_add("p", [NewItem("b", b"y")])
     renewed = await store.leases_renew({"p": lease.version}, "me", 30.0)
     assert renewed.held["p"][0] == lease.version + 2
@@ -57,15 +58,15 @@ async def test_renewal_adopts_a_client_write(store) -> None:
 
 async def test_expiry_follows_the_database_clock(make_store) -> None:
     """A lease is free exactly when the (injected) database time passes its end."""
-    moment = [datetime(2030, 1, 1, 12, 0, 0)]
-    store = make_store(clock=lambda: moment[0])
+    clock = FixedClock(datetime(2030, 1, 1, 12, 0, 0))
+    store = make_store(clock=clock)
     await store.partition_create("p", [NewItem("i", b"x")])
-    (lease,) = await store.leases_take(await store.leases_free(5), "a", 10.0)
-    moment[0] += timedelta(seconds=9.9)
-    assert await store.leases_free(5) == []
+    (lease,) = await store.leases_take(await store.leases_read_free(5), "a", 10.0)
+    clock.advance(9.9)
+    assert await store.leases_read_free(5) == []
     assert (await store.lease_stats()).owners == {"a": 1}
-    moment[0] += timedelta(seconds=0.2)
-    free = await store.leases_free(5)
+    clock.advance(0.2)
+    free = await store.leases_read_free(5)
     assert [row.id for row in free] == ["p"]
     assert (await store.lease_stats()).owners == {}
     (taken,) = await store.leases_take(free, "b", 10.0)
@@ -76,7 +77,7 @@ async def test_expiry_follows_the_database_clock(make_store) -> None:
 
 async def test_guarded_transition_loses_on_stale_version(store) -> None:
     await store.partition_create("p", [NewItem("i", b"x")])
-    (lease,) = await store.leases_take(await store.leases_free(5), "me", 30.0)
+    (lease,) = await store.leases_take(await store.leases_read_free(5), "me", 30.0)
     assert await store.partition_transition("p", lease.version - 1, "me", gate=3) is None
     assert await store.partition_transition("p", lease.version, "intruder", gate=3) is None
     new_version = await store.partition_transition("p", lease.version, "me", gate=3)
@@ -87,7 +88,7 @@ async def test_guarded_transition_loses_on_stale_version(store) -> None:
 
 async def test_closing_releases_the_lease(store) -> None:
     await store.partition_create("p", [NewItem("i", b"x")])
-    (lease,) = await store.leases_take(await store.leases_free(5), "me", 30.0)
+    (lease,) = await store.leases_take(await store.leases_read_free(5), "me", 30.0)
     assert await store.partition_transition("p", lease.version, "me", status="complete")
     info = await store.partition_get("p")
     assert (info.status, info.owner) == ("complete", "")
@@ -104,7 +105,7 @@ async def test_lease_writes_pass_by_a_row_another_session_holds(make_store) -> N
         pytest.skip("SQLite locks the whole database, not rows")
     for pid in ("a", "b", "c"):
         await store.partition_create(pid, [NewItem("i", b"x")])
-    won = await store.leases_take(await store.leases_free(5), "me", 30.0)
+    won = await store.leases_take(await store.leases_read_free(5), "me", 30.0)
     versions = {row.id: row.version for row in won}
     holder = make_store()
     p = holder.tables.partitions

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, event, inspect
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import await_only
 
+from tests.support.engine import wait_until
 from watcher.dburl import parse_database_url
 from watcher.migrate import downgrade, upgrade, upgrade_sql
 from watcher.store import Store
@@ -26,8 +30,23 @@ def _tables(db_url: str) -> set[str]:
         engine.dispose()
 
 
+def trace_new_connections(engine: AsyncEngine) -> list[str]:
+    """Record every statement the SQLite connections ``engine`` opens from now on run,
+    including the ones its own connect hooks run; returns the list it appends to.
+    """
+    statements: list[str] = []
+
+    @event.listens_for(engine.sync_engine, "connect", insert=True)
+    def trace(dbapi_connection: Any, _record: Any) -> None:
+        # Inserted first, so it runs before the engine's own hooks; the callback runs
+        # on aiosqlite's thread, and list.append is atomic.
+        await_only(dbapi_connection.driver_connection.set_trace_callback(statements.append))
+
+    return statements
+
+
 def test_alembic_cli_from_the_repo_root(db_url) -> None:
-    prefix = f"cli{os.getpid()}_"
+    prefix = f"cli{uuid.uuid4().hex[:8]}_"
     alembic = [sys.executable, "-m", "alembic", "-x", f"db_url={db_url}",
                "-x", f"table_prefix={prefix}"]
     done = subprocess.run([*alembic, "upgrade", "head"], cwd=ROOT, capture_output=True,
@@ -45,14 +64,20 @@ def test_alembic_cli_from_the_repo_root(db_url) -> None:
 
 
 def test_prefixes_are_independent(db_url) -> None:
-    upgrade(db_url, "one_")
-    upgrade(db_url, "two_")
+    # Unique names: other test runs may share the PostgreSQL and MariaDB databases.
+    one, two = (f"{name}{uuid.uuid4().hex[:8]}_" for name in ("one", "two"))
+    upgrade(db_url, one)
+    upgrade(db_url, two)
     try:
         tables = _tables(db_url)
-        assert {"one_items", "two_items", "one_alembic_version", "two_alembic_version"} <= tables
+        assert {f"{one}items", f"{two}items", f"{one}alembic_version",
+                f"{two}alembic_version"} <= tables
+        downgrade(db_url, one)
+        tables = _tables(db_url)
+        assert f"{two}items" in tables and not {f"{one}items", f"{one}partitions"} & tables
     finally:
-        downgrade(db_url, "one_")
-        downgrade(db_url, "two_")
+        downgrade(db_url, one)
+        downgrade(db_url, two)
 
 
 def test_offline_sql_needs_no_server() -> None:
@@ -88,9 +113,13 @@ async def test_sqlite_file_in_rollback_mode_switches_to_wal_once_a_writer_commit
                    "created_at, updated_at) VALUES ('held', 1, 0, 'available', '', "
                    "'2026-01-01', '2026-01-01', '2026-01-01')")
     store = Store.open(f"sqlite:///{path}")
+    statements = trace_new_connections(store.engine)
     try:
         reading = asyncio.create_task(store.partition_get("held"))
-        await asyncio.sleep(0.3)  # let the first connection meet the held lock
+        # A second try at the switch means the first met the held lock and was refused.
+        await wait_until(lambda: sum("journal_mode=wal" in statement.lower()
+                                     for statement in statements) >= 2,
+                         message="the switch to WAL to be refused and tried again")
         assert not reading.done(), "the read waits for the writer instead of failing"
         holder.execute("COMMIT")
         info = await asyncio.wait_for(reading, timeout=10)

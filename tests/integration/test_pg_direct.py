@@ -13,7 +13,7 @@ from sqlalchemy.exc import DataError, OperationalError
 
 from tests.conftest import POSTGRES_URL, require_postgres
 from watcher.dburl import parse_database_url
-from watcher.pg_direct import DirectStatements
+from watcher.drivers.pg_direct import DirectStatements
 
 pytestmark = pytest.mark.postgres
 

@@ -3,10 +3,10 @@
 A table filled moments ago has no statistics yet (autovacuum has not analysed
 it), which is exactly when a new deployment or a large new partition drains.
 Without statistics the planner guesses, and a guess that picks the wrong index
-made each result write visit every available item of its partition: library
-mode fell from 22,000 to 1,800 items/s between 20,000 and 40,000 items. These
-tests read the plans (``EXPLAIN``, nothing executed) of the statements the
-store really sends.
+makes each result write visit every available item of its partition, so the
+drain slows down as the partition grows. These tests read the plans
+(``EXPLAIN``, nothing executed) of the statements the PostgreSQL driver really
+sends.
 """
 
 from __future__ import annotations
@@ -51,15 +51,15 @@ async def _plan(store, statement, params: dict[str, Any] | None = None
 
 async def _filled(store) -> list:
     await store.partition_create("big", [NewItem(f"i{n:05}", b"x") for n in range(ITEMS)])
-    await store.leases_take(await store.leases_free(5), "me", 30.0)
+    await store.leases_take(await store.leases_read_free(5), "me", 30.0)
     return await store.items_ready("big", 0, 128)
 
 
 async def test_ready_read_walks_the_index_in_order_and_stops_at_its_limit(store) -> None:
     in_flight = [f"i{n:05}" for n in range(100)]
     await _filled(store)
-    nodes = await _plan(store, store._ready_statement(excluding=True, limit=128),
-                        store._ready_params("big", 0, 128, in_flight))
+    nodes = await _plan(store, store.driver.ready_statement(excluding=True, limit=128),
+                        store.driver.ready_params("big", 0, 128, in_flight))
     kinds = [node["Node Type"] for node in nodes]
     assert "Sort" not in kinds and "Incremental Sort" not in kinds, kinds
     scans = [node for node in nodes if node.get("Relation Name") == store.tables.items.name]
@@ -71,8 +71,8 @@ async def test_result_write_finds_each_item_by_its_primary_key(store) -> None:
     ready = await _filled(store)
     writes = [ItemWrite("big", item.id, item.version, "complete", 0, attempts=0)
               for item in ready]
-    nodes = await _plan(store, store._batch_update_statement,
-                        store._batch_update_params(writes, "me"))
+    nodes = await _plan(store, store.driver.batch_statement,
+                        store.driver.batch_params(writes, "me"))
     scans = [node for node in nodes if node.get("Relation Name") == store.tables.items.name
              and node["Node Type"] != "ModifyTable"]
     assert scans and all(scan.get("Index Name") == f"{store.tables.items.name}_pkey"

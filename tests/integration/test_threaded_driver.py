@@ -72,7 +72,7 @@ async def test_every_store_method_runs_through_the_threaded_driver(threaded_stor
 
 async def test_races_on_separate_connections_have_one_winner(threaded_store) -> None:
     await threaded_store.partition_create("race", [])
-    (row,) = await threaded_store.leases_free(1)
+    (row,) = await threaded_store.leases_read_free(1)
     results = await asyncio.gather(*(
         threaded_store.leases_take([row], f"w{n}", 30) for n in range(6)))
     assert sorted(len(won) for won in results) == [0, 0, 0, 0, 0, 1]

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from processor.http_processor import HttpProcessor, HttpProcessorConfig
+from processor.http_config import HttpProcessorConfig
+from processor.http_processor import HttpProcessor
 from tests.support.servers import free_port, read_body, serve_app
 from watcher.protocol import Result, RetryableError, WorkItem
 
@@ -123,7 +124,7 @@ async def test_start_builds_the_client_once_and_never_after_close(transport) -> 
     it, and a closed processor stays closed."""
     async with serve_app(answer) as url:
         http = HttpProcessor(HttpProcessorConfig(handler_url=url, transport=transport))
-        sender = http._sender
+        sender = http.endpoint.sender
         attribute = "_session" if transport == "aiohttp" else "_client"
         if transport == "aiohttp":
             assert sender._session is None, "no session before start() or a first call"
@@ -137,3 +138,33 @@ async def test_start_builds_the_client_once_and_never_after_close(transport) -> 
         http.start()
         with pytest.raises(RetryableError, match="closed"):
             await http.process(ITEM)
+
+
+async def test_the_health_check_goes_through_the_item_calls_connections(transport) -> None:
+    """No second client: the health GET reuses the pooled keep-alive connection of the
+    item calls, with the same configured headers."""
+    ports: list[tuple[str, str, int]] = []
+
+    async def records(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        await read_body(receive)
+        authorization = dict(scope["headers"]).get(b"authorization", b"").decode()
+        ports.append((scope["method"], authorization, scope["client"][1]))
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async with serve_app(records) as url:
+        config = HttpProcessorConfig(handler_url=url, transport=transport,
+                                     health_url=f"{url}/healthz",
+                                     headers={"Authorization": "Bearer t0ken-value"})
+        async with HttpProcessor(config) as http:
+            assert await http.process(ITEM) == Result()
+            ok, detail = await http.check_health()
+            assert await http.process(ITEM) == Result()
+    assert ok and detail.endswith("/healthz answered HTTP 200")
+    assert [(method, auth) for method, auth, _ in ports] == [
+        ("POST", "Bearer t0ken-value"), ("GET", "Bearer t0ken-value"),
+        ("POST", "Bearer t0ken-value")]
+    assert len({port for _, _, port in ports}) == 1, ports

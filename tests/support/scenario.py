@@ -7,7 +7,8 @@ import inspect
 import pytest
 
 from watcher.errors import GateError, PartitionExistsError
-from watcher.records import ItemWrite, LeaseRow, NewItem
+from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionSettings
+from watcher.reduction import ReduceStep
 from watcher.store import Store
 
 # Store methods that never run on SQL Server or MySQL (PostgreSQL LISTEN) or run no SQL.
@@ -41,7 +42,7 @@ async def drive_every_method(store: Store) -> None:
     await store.partitions_list(status="available", limit=10)
     await store.items_list("p1")
     await store.lease_stats()
-    free = await store.leases_free(10)
+    free = await store.leases_read_free(10)
     won = await store.leases_take(free, "w1", 30)
     assert {row.id for row in won} == {"p1", "p2"}
     await store.leases_of_owner("w1", 10)
@@ -64,14 +65,39 @@ async def drive_every_method(store: Store) -> None:
                                        data=b"y")], "w1")
     await store.items_apply([ItemWrite("p2", "z", 1, "available", 0, 1, retry_delay=1.0)], "w1")
     await store.gate_summary("p1", 0)
-    new_version = await store.partition_transition("p1", versions["p1"], "w1", gate=1)
+    new_version = await store.partition_transition("p1", versions["p1"], "w1", status="failed")
     assert new_version is not None
-    await store.partition_transition("p1", new_version, "w1", status="failed")
     assert await store.items_retry_failed("p1") == 1
+    # The retry moved the version on: a transition with the old one loses.
+    assert await store.partition_transition("p1", new_version, "w1", gate=1) is None
     await store.partition_set_gate("p1", 2)
     with pytest.raises(GateError):
         await store.partition_set_gate("p1", 0)
+    await _drive_reduce_methods(store)
     await store.leases_release({"p2": versions["p2"] + 1}, "w1")
     await store.leases_take([LeaseRow("p2", 0, 0, "")], "w2", 30)  # a lost race
 
 
+
+
+async def _drive_reduce_methods(store: Store) -> None:
+    """The reduce gate's reads and guarded writes, each shape once."""
+    await store.partition_create("p3", [NewItem("r1", b"1"), NewItem("r2", b"2")],
+                                 PartitionSettings(frozenset({0}), continue_on_failure=True))
+    free = [row for row in await store.leases_read_free(10) if row.id == "p3"]
+    [lease] = await store.leases_take(free, "w1", 30)
+    assert lease.settings == PartitionSettings(frozenset({0}), continue_on_failure=True)
+    state = await store.reduce_state_read("p3")
+    assert state is not None and state.pass_ is None
+    entries = await store.reduce_entries("p3", 0, after=None, limit=10, include_failed=True)
+    await store.reduce_entries("p3", 0, after="r1", limit=10, include_failed=False)
+    version = await store.reduce_failed("p3", lease.version, "w1", attempts=1, error="x",
+                                        fail=False)
+    assert version is not None
+    step = ReduceStep("apply", 1, "r1", b"[]", b"{}", (
+        ItemWrite("p3", "r1", entries[0].version, "complete", 0, 0),
+        ItemWrite("p3", "r2", entries[1].version, "available", 1, 0, data=b"z")))
+    written = await store.reduce_write("p3", version, "w1", step)
+    assert written is not None
+    assert await store.reduce_write("p3", version, "w1", step) is None  # a lost guard
+    await store.reduce_failed("p3", written, "w1", attempts=9, error="y", fail=True)

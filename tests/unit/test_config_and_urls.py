@@ -26,7 +26,12 @@ from watcher.schema import tables_for, validate_table_prefix
     ({"concurrency": True}, "concurrency"),
     ({"result_linger": -0.001}, "result linger"),
     ({"max_leases": 0}, "max leases"),
-    ({"result_linger": 5}, "result linger must be at most"),
+    ({"result_linger": 5}, "result linger must be a number of seconds 0 or more and at most 1.0"),
+    ({"concurrency": 0}, "concurrency must be a whole number from 1 or more, got 0"),
+    ({"max_retries": -1}, "max retries must be a whole number from 0 or more, got -1"),
+    ({"poll_interval": float("inf")}, "poll interval must be a number of seconds"),
+    ({"lease_duration": "30"}, "lease duration must be a number of seconds"),
+    ({"retry_backoff_max": float("nan")}, "retry backoff max must be a number of seconds"),
 ])
 def test_config_rejects_bad_values(kwargs, fragment) -> None:
     with pytest.raises(ConfigError, match=fragment):

@@ -1,4 +1,5 @@
-"""Table-driven tests of the pure decisions: balancing, gates and item outcomes."""
+"""Table-driven tests of the pure decisions: balancing, read pacing, gates and item
+outcomes."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from watcher.decisions import (
     BalancePlan,
     GateAction,
     GateStep,
+    ReadStep,
     RetryPolicy,
     decide_gate,
+    decide_read,
     fair_share,
     idempotency_step,
     outcome_name,
@@ -70,7 +73,7 @@ def test_plan_balance(stats, free, max_take, max_steal, expected) -> None:
 
 
 def test_balance_converges_for_two_watchers() -> None:
-    """Simulated rounds of stealing settle two owners at 10 each."""
+    """Simulated rounds of stealing bring two owners to 10 each."""
     held = {"a": 20, "b": 0}
     for _ in range(10):
         for me in ("a", "b"):
@@ -103,6 +106,42 @@ GATE_CASES = [
                          [case[1:] for case in GATE_CASES], ids=[case[0] for case in GATE_CASES])
 def test_decide_gate(summary, manual, auto_close, expected) -> None:
     assert decide_gate(summary, auto_close=auto_close, manual_checkpoint=manual) == expected
+
+
+# Slots: 32 in all, refill at 8. "looked empty" is the last read's finding; "since"
+# is the seconds since that read, against a poll interval of 1 s.
+READ_CASES = [
+    # name, free slots, in use, in flight here, notified, looked empty, since, expected
+    ("idle with every slot free reads", 32, 0, 0, False, False, 0.0, ReadStep.READ),
+    ("idle after an empty read still reads: the gate may move", 32, 0, 0, False, True,
+     0.0, ReadStep.READ),
+    ("calls in flight and too few slots free wait for a turn", 7, 25, 3, False, False,
+     5.0, ReadStep.WAIT_FOR_SLOTS),
+    ("other partitions' calls hold the slots: wait for a turn", 4, 28, 0, False, False,
+     5.0, ReadStep.WAIT_FOR_SLOTS),
+    ("idle after an empty read reads even when slots are short", 4, 28, 0, False, True,
+     0.0, ReadStep.READ),
+    ("a notification does not jump the slot queue", 4, 28, 2, True, False, 0.0,
+     ReadStep.WAIT_FOR_SLOTS),
+    ("refill reached with calls in flight reads", 8, 24, 3, False, False, 0.0,
+     ReadStep.READ),
+    ("in flight after an empty read waits for the poll", 20, 12, 3, False, True, 0.5,
+     ReadStep.WAIT_FOR_POLL),
+    ("in flight after an empty read reads once the poll is due", 20, 12, 3, False, True,
+     1.0, ReadStep.READ),
+    ("a client write is read at once", 20, 12, 3, True, True, 0.1, ReadStep.READ),
+    ("in flight and the last read was full: read again", 20, 12, 3, False, False, 0.0,
+     ReadStep.READ),
+]
+
+
+@pytest.mark.parametrize(
+    ("free", "in_use", "in_flight", "notified", "looked_empty", "since", "expected"),
+    [case[1:] for case in READ_CASES], ids=[case[0] for case in READ_CASES])
+def test_decide_read(free, in_use, in_flight, notified, looked_empty, since, expected) -> None:
+    assert decide_read(free_slots=free, refill_at=8, slots_in_use=in_use,
+                       in_flight=in_flight, notified=notified, gate_looked_empty=looked_empty,
+                       since_last_read=since, poll_interval=1.0) is expected
 
 
 ITEM = ReadyItem(id="i1", version=7, gate=2, data=b"old", attempts=1)

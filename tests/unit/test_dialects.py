@@ -4,13 +4,15 @@ No SQL Server runs in CI, so what SQL Server would receive is checked here as
 text: the migrations rendered offline (Alembic ``--sql``), and every statement
 the store executes compiled for the mssql dialect. The statements are the real
 ones: a scenario drives every public :class:`Store` method against a scratch
-SQLite file and records each statement as it is executed (SQLAlchemy's
+SQLite file, with the SQL Server driver (:mod:`watcher.drivers.mssql`) in
+place of SQLite's, and records each statement as it is executed (SQLAlchemy's
 ``before_execute`` event), then compiles the recorded statement objects for
-SQL Server. That is faithful because the store builds one portable statement
-per operation and branches only for PostgreSQL (``self._dialect ==
-"postgresql"``), which neither SQLite nor SQL Server takes; the clock is the
-:mod:`watcher.dialect` seam, compiled per dialect. MySQL and MariaDB also run
-live (the ``mariadb`` integration tests); their DDL is checked here as well.
+SQL Server. That is faithful because the store's statements are the same on
+every database (it never branches on one) and the SQL Server driver builds
+portable ones, which SQLite runs too; what differs per database (the clock,
+row locking) is rendered at compilation, by each database's module in
+:mod:`watcher.drivers`. MySQL and MariaDB also run live (the ``mariadb``
+integration tests); their DDL is checked here as well.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.sql import ClauseElement, Select
 
 from tests.support.scenario import drive_every_method, store_methods
+from watcher.drivers import SQLServerDriver, driver_class
 from watcher.migrate import alembic_config, upgrade, upgrade_sql
 from watcher.schema import tables_for
 from watcher.store import Store
@@ -176,6 +179,9 @@ async def recorded(tmp_path) -> tuple[list[ClauseElement], set[str]]:
     url = f"sqlite:///{tmp_path / 'statements.db'}"
     upgrade(url)
     store = Store.open(url)
+    # The statements SQL Server's driver would send (it builds only portable ones).
+    assert driver_class("mssql") is SQLServerDriver
+    store.driver = SQLServerDriver(store.engine, store.statements)
     statements: list[ClauseElement] = []
     called: set[str] = set()
 
@@ -215,6 +221,10 @@ async def test_the_scenario_covers_every_store_method(recorded) -> None:
     assert len(statements) >= 30
 
 
+MSSQL_CLOCK = "COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())"
+MYSQL_CLOCK = "COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))"
+
+
 def _compile(statement: ClauseElement, dialect: Dialect) -> str:
     # Post-compile parameters (TOP n, IN lists) rendered as the driver would receive them.
     return str(statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True}))
@@ -237,6 +247,8 @@ async def test_every_store_statement_compiles_for_sql_server(recorded) -> None:
             assert "SYSUTCDATETIME()" in sql, sql
         if "printf('%+.3f seconds'" in _compile(statement, sqlite.dialect()):
             assert "DATEADD(second, CAST(FLOOR(" in sql, sql
+        # Every reading of the clock is the store's clock, the database's behind it.
+        assert sql.count("SYSUTCDATETIME()") == sql.count(MSSQL_CLOCK), sql
     assert kinds == {"SELECT", "INSERT", "UPDATE"}
 
 
@@ -248,13 +260,14 @@ async def test_every_store_statement_compiles_for_mysql(recorded) -> None:
             assert "RETURNING" not in sql and "SYSUTCDATETIME" not in sql, sql
             if "strftime" in _compile(statement, sqlite.dialect()):
                 assert "UTC_TIMESTAMP(6)" in sql, sql
+            assert sql.count("UTC_TIMESTAMP(6)") == sql.count(MYSQL_CLOCK), sql
 
 
 def test_sql_server_clock_and_limits_render_as_t_sql() -> None:
     """A spot check of the shapes the statement checks rely on."""
     from sqlalchemy import select
 
-    from watcher.dialect import db_now, db_now_plus
+    from watcher.drivers import db_now, db_now_plus
 
     items = tables_for(PREFIX).items
     query = select(items.c.id).where(items.c.retry_at <= db_now()).order_by(

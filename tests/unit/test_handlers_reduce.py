@@ -144,3 +144,40 @@ async def test_reduce_bug_is_a_retryable_500_and_bad_answer_names_the_page() -> 
         answer = await client.post("/reduce", json=request())
     assert answer.status_code == 500
     assert "partition 'p' gate 1 reduce all page 0" in answer.json()["error"]["message"]
+
+
+async def test_resume_ranking_is_the_same_in_one_call_and_in_pages() -> None:
+    from handlers.examples import resumes
+
+    documents = resumes.sample_resumes(30, seed=5)
+    classified = [json.dumps(resumes.classify(json.loads(d))).encode() for d in documents]
+    items = [Item(id=f"r{n:02}", partition_id="p", gate=1, data=data)
+             for n, data in enumerate(classified)]
+    failed = Item(id="r99", partition_id="p", gate=0, data=b"{}", status="failed",
+                  last_error="no text")
+    whole = await resumes.RANK(ReducePage(partition_id="p", gate=1,
+                                          items=(*items, failed)))
+    accumulator = None
+    pages = [items[:12], items[12:24], [*items[24:], failed]]
+    for number, page in enumerate(pages):
+        folded = await resumes.RANK(ReducePage(partition_id="p", gate=1, pass_="fold",
+                                               page=number, last=number == 2,
+                                               items=tuple(page), accumulator=accumulator))
+        accumulator = folded.accumulator
+    answers: dict[str, Result] = {}
+    for number, page in enumerate(pages):
+        applied = await resumes.RANK(ReducePage(partition_id="p", gate=1, pass_="apply",
+                                                page=number, last=number == 2,
+                                                items=tuple(page), accumulator=accumulator))
+        answers.update(applied.items)
+    assert folded.result == whole.result
+    assert answers == dict(whole.items)
+    result = whole.result
+    assert (result["ranked"], result["failed_count"]) == (30, 1)
+    assert result["failed"] == [{"id": "r99", "error": "no text"}]
+    expected = resumes.top_candidates(
+        [json.dumps(resumes.scored(item)).encode() for item in items], 10)
+    assert [row["name"] for row in result["top"]] == [row["name"] for row in expected]
+    assert [row["score"] for row in result["top"]] == [row["score"] for row in expected]
+    ranked = {item_id: a.data["rank"] for item_id, a in whole.items.items()}
+    assert sorted(rank for rank in ranked.values() if rank) == list(range(1, 11))

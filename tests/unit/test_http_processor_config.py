@@ -1,4 +1,4 @@
-"""HttpProcessorConfig validation and the --handler-header parser."""
+"""HttpProcessorConfig validation and the --handler-header parser (processor/http_config.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import dataclasses
 
 import pytest
 
-from processor.http_processor import (
+from processor.http_batch import BatchingHttpProcessor
+from processor.http_config import (
     DEFAULT_MAX_RESPONSE_BYTES,
-    HttpProcessor,
     HttpProcessorConfig,
     parse_header,
+    split_userinfo,
 )
+from processor.http_processor import HttpProcessor
 from watcher.errors import ConfigError
 
 SECRET = "Bearer 7op-s3cret-value"
@@ -40,7 +42,7 @@ def test_defaults():
     ({"request_timeout": float("inf")}, "request_timeout"),
     ({"request_timeout": True}, "request_timeout"),
     ({"connect_timeout": 0}, "connect_timeout"),
-    ({"max_response_bytes": 0}, "max_response_bytes must be a whole number of at least 1"),
+    ({"max_response_bytes": 0}, "max_response_bytes must be a whole number from 1 or more"),
     ({"max_response_bytes": 1.5}, "max_response_bytes"),
     ({"max_connections": 0}, "max_connections"),
     ({"verify": "/no/such/ca.pem"}, "CA bundle '/no/such/ca.pem' does not exist"),
@@ -135,9 +137,47 @@ def test_parse_header_errors(spec, in_message):
 
 
 def test_transport_choice_is_validated() -> None:
-    from processor.http_processor import HttpProcessorConfig as Config
-
-    assert Config(handler_url="http://h/").transport == "aiohttp"
-    assert Config(handler_url="http://h/", transport="httpx").transport == "httpx"
+    assert HttpProcessorConfig(handler_url="http://h/").transport == "aiohttp"
+    assert HttpProcessorConfig(handler_url="http://h/",
+                               transport="httpx").transport == "httpx"
     with pytest.raises(ConfigError, match="transport must be one of aiohttp, httpx"):
-        Config(handler_url="http://h/", transport="curl")
+        HttpProcessorConfig(handler_url="http://h/", transport="curl")
+
+
+def test_the_old_import_path_still_offers_the_public_names() -> None:
+    """The README and older code import these from processor.http_processor."""
+    import processor.http_config as config_module
+    import processor.http_processor as old
+    import processor.wire as wire
+
+    assert old.HttpProcessorConfig is HttpProcessorConfig
+    assert old.parse_header is parse_header
+    assert old.DEFAULT_MAX_CONNECTIONS == config_module.DEFAULT_MAX_CONNECTIONS == 100
+    for name in ("header_safe", "parse_success_body", "parse_answer", "parse_error_body",
+                 "classify_error", "parse_retry_after", "Failure", "HandlerError",
+                 "MalformedResponseError", "MAX_RETRY_AFTER", "describe_item"):
+        assert getattr(old, name) is getattr(wire, name), name
+
+
+@pytest.mark.parametrize("url, expected", [
+    ("http://h/p", ("http://h/p", None)),
+    ("http://bob:pw@h:8/p?q=1", ("http://h:8/p?q=1", "Basic Ym9iOnB3")),
+    ("http://b%40b:p%3Aw@h/", ("http://h/", "Basic YkBiOnA6dw==")),  # percent-decoded
+    ("http://bob@h/", ("http://h/", "Basic Ym9iOg==")),
+])
+def test_split_userinfo(url, expected) -> None:
+    assert split_userinfo(url) == expected
+
+
+@pytest.mark.parametrize("settings, in_message", [
+    ({"batch_size": 0}, "handler batch size must be a whole number from 1 or more, got 0"),
+    ({"batch_size": True}, "handler batch size"),
+    ({"batch_size": 2, "batch_url": "ftp://h/b"},
+     "handler batch URL 'ftp://h/b' must start with http:// or https://"),
+    ({"batch_size": 2, "batch_url": "http://bob:pa55word@/b"}, "bob:***@"),
+])
+def test_batch_settings_are_checked(settings, in_message) -> None:
+    with pytest.raises(ConfigError) as caught:
+        BatchingHttpProcessor(HttpProcessorConfig("http://h/"), **settings)
+    assert in_message in str(caught.value)
+    assert "pa55word" not in str(caught.value)

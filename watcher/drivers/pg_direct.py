@@ -1,12 +1,14 @@
 """Sending the engine's hottest statements to PostgreSQL through psycopg directly.
 
-SQLAlchemy's async engine spends about 250 µs of CPU on one transaction here
-(pool checkout with a ping, BEGIN, the statement and COMMIT, each across a
-greenlet switch); one autocommit statement on an open psycopg connection costs
-about 30 µs. The statements themselves stay SQLAlchemy constructs built in
-:mod:`watcher.store`; this module compiles each once for the store's dialect
-and sends it. Only single statements come here, each atomic by itself, so
-autocommit takes nothing from their guarantees.
+SQLAlchemy's async engine spends several times a statement's own cost on one
+transaction (pool checkout with a ping, BEGIN, the statement and COMMIT, each
+across a greenlet switch); one autocommit statement on an open psycopg
+connection costs a fraction of that (the README gives the figures). The
+statements themselves stay SQLAlchemy constructs, built by the store and the
+PostgreSQL driver (:mod:`watcher.drivers.postgresql`); this
+module compiles each once for the store's dialect and sends it. Only single
+statements come here, each atomic by itself, so autocommit takes nothing from
+their guarantees.
 
 The connections are kept in a small pool of its own rather than psycopg_pool:
 the engine already retries and backs off on outages and reports each outage
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from sqlalchemy.engine import URL, Dialect
@@ -32,6 +34,14 @@ log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 4
 # Seconds to wait for a new connection (libpq's connect_timeout; it takes 2 at least).
 CONNECT_TIMEOUT = 5
+
+
+class _Compiled(NamedTuple):
+    """A statement as sent: its text, the values bound in it, and the values read per run."""
+
+    sql: str
+    defaults: dict[str, Any]
+    live: dict[str, Callable[[], Any]]
 
 
 class DirectStatements:
@@ -53,17 +63,20 @@ class DirectStatements:
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._closed = False
-        self._compiled: dict[ClauseElement, tuple[str, dict[str, Any]]] = {}
+        self._compiled: dict[ClauseElement, _Compiled] = {}
         self.listeners: list[Callable[[str], None]] = []
 
-    def _compile(self, statement: ClauseElement) -> tuple[str, dict[str, Any]]:
+    def _compile(self, statement: ClauseElement) -> _Compiled:
         found = self._compiled.get(statement)
         if found is None:
             compiled = statement.compile(dialect=self._dialect)
+            # Parameters whose value is taken as the statement runs (the store's clock).
+            live = {name: bind.callable for name, bind in compiled.binds.items()
+                    if bind.callable is not None}
             # The values SQLAlchemy bound itself (literals such as ``version + 1``).
             defaults = {name: value for name, value in compiled.params.items()
-                        if value is not None}
-            found = self._compiled[statement] = (str(compiled), defaults)
+                        if value is not None and name not in live}
+            found = self._compiled[statement] = _Compiled(str(compiled), defaults, live)
         return found
 
     async def fetch(self, statement: ClauseElement, params: Mapping[str, Any]
@@ -75,12 +88,16 @@ class DirectStatements:
                 could not be reached: the same types the SQLAlchemy engine
                 raises, with the parameters hidden.
         """
-        sql, defaults = self._compile(statement)
+        compiled = self._compile(statement)
+        sql = compiled.sql
         for listener in self.listeners:
             listener(sql)
+        values = {**compiled.defaults, **params}
+        for name, read in compiled.live.items():
+            values.setdefault(name, read())
         try:
             async with self._slots:
-                return await self._run(sql, {**defaults, **params})
+                return await self._run(sql, values)
         except psycopg.Error as error:
             raise DBAPIError.instance(sql, None, error, psycopg.Error, hide_parameters=True,
                                       dialect=self._dialect) from None

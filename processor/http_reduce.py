@@ -1,0 +1,90 @@
+"""The reduce call over HTTP: one request per reduce gate, or per page of a big one.
+
+When a partition's reduce gate becomes its current gate, the engine hands each
+:class:`~watcher.protocol.ReduceCall` here; it is POSTed as JSON to the
+handler's reduce URL (``<handler-url>/reduce`` by default) and the answer is
+read by :func:`processor.wire.read_reduce_reply`. The connections, secrets and
+error words are the :class:`~processor.http_processor.HandlerEndpoint`'s, so a
+reduce goes through the same pooled sender as the item calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import httpx
+
+from processor.http_config import split_userinfo
+from processor.redact import redact_url
+from processor.wire import (
+    Failure,
+    encode_reduce,
+    read_reduce_reply,
+    reduce_error,
+    reduce_headers,
+    unexpected_failure,
+)
+from watcher.protocol import ReduceCall, ReduceResult
+
+if TYPE_CHECKING:
+    from processor.http_processor import HandlerEndpoint
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REDUCE_PATH = "/reduce"
+
+
+def default_reduce_url(handler_url: str) -> str:
+    """``<handler-url>/reduce``, without doubling the slash."""
+    return handler_url.rstrip("/") + DEFAULT_REDUCE_PATH
+
+
+class HttpReducer:
+    """Sends reduce calls to the handler's reduce URL through an endpoint's sender.
+
+    ``endpoint`` is a :class:`~processor.http_processor.HandlerEndpoint`; its
+    config's ``reduce_url`` (or the default) is where the calls go.
+    """
+
+    def __init__(self, endpoint: HandlerEndpoint) -> None:
+        config = endpoint.config
+        url = config.reduce_url or default_reduce_url(config.handler_url)
+        bare, basic_auth = split_userinfo(url)
+        self.endpoint = endpoint
+        self.url = str(httpx.URL(bare))
+        self.shown_url = redact_url(url)
+        self._basic_auth = basic_auth
+
+    async def reduce(self, call: ReduceCall) -> ReduceResult:
+        """POST ``call`` and read the handler's answer.
+
+        Raises:
+            RetryableError: the call failed but may succeed later (5xx, 408, 429,
+                timeout, connection failure, malformed answer).
+            NonRetryableError: the handler refused it for good (4xx other than
+                408 and 429, a redirect, or ``no_retry``).
+        """
+        endpoint = self.endpoint
+        try:
+            headers = reduce_headers(call)
+            if self._basic_auth:
+                headers["Authorization"] = self._basic_auth
+            reply = await endpoint.post(self.url, encode_reduce(call), headers,
+                                        shown_url=self.shown_url)
+            outcome = reply if isinstance(reply, Failure) else read_reduce_reply(
+                reply, call, max_bytes=endpoint.config.max_response_bytes,
+                mask=endpoint.mask, clock=time.time)
+        except Exception as error:  # a bug here must fail the reduce call, not the engine
+            log.error("action=reduce_call_bug partition=%s gate=%d error=%s",
+                      call.partition_id, call.gate, type(error).__name__)
+            raise reduce_error(call, unexpected_failure(error, "calling the reduce"),
+                               endpoint.mask) from None
+        if isinstance(outcome, Failure):
+            log.debug("action=reduce_call_failed partition=%s gate=%d pass=%s page=%d "
+                      "retryable=%s", call.partition_id, call.gate, call.pass_, call.page,
+                      outcome.retryable)
+            raise reduce_error(call, outcome, endpoint.mask)
+        return outcome
+

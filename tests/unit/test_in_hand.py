@@ -1,0 +1,72 @@
+"""The supervisor's ledger of items in hand: no item is dispatched twice, even by a
+read that began before the item's result was written."""
+
+from __future__ import annotations
+
+import asyncio
+
+from watcher.in_hand import ItemsInHand
+from watcher.records import ReadyItem
+
+
+def _item(item_id: str, version: int = 1) -> ReadyItem:
+    return ReadyItem(id=item_id, version=version, gate=0, data=b"", attempts=0)
+
+
+async def _call() -> None:
+    await asyncio.sleep(3600)
+
+
+async def test_items_in_flight_are_excluded_and_counted() -> None:
+    in_hand = ItemsInHand()
+    call = asyncio.create_task(_call())
+    try:
+        in_hand.started("a", call)
+        assert len(in_hand) == 1 and in_hand.ids() == {"a"}
+        assert in_hand.calls() == [call]
+        in_hand.result_queued("a")
+        assert len(in_hand) == 1, "in hand until written"
+        assert in_hand.calls() == [], "the call has ended"
+        read = in_hand.begin_read()
+        fresh = in_hand.end_read(read, [_item("a"), _item("b")], wanted=4, now=10.0)
+        assert fresh == [_item("b")]
+    finally:
+        call.cancel()
+
+
+async def test_an_item_let_go_during_a_read_is_not_taken_from_that_read() -> None:
+    """The read began before the result was written, so it may return the old row."""
+    in_hand = ItemsInHand()
+    call = asyncio.create_task(_call())
+    in_hand.started("a", call)
+    in_hand.result_queued("a")
+    call.cancel()
+    read = in_hand.begin_read()
+    in_hand.let_go(_item("a", version=3))  # written while the read runs
+    assert len(in_hand) == 0 and in_hand.ids() == {"a"}
+    assert in_hand.end_read(read, [_item("a", version=3)], wanted=4, now=1.0) == []
+    # The next read began after the write: it sees the new row, which is new work.
+    read = in_hand.begin_read()
+    assert in_hand.ids() == {"a"}, "still excluded until a later read has ended"
+    assert in_hand.end_read(read, [_item("a", version=4)], wanted=4, now=2.0) == [
+        _item("a", version=4)]
+    assert in_hand.ids() == set(), "forgotten once a read that began after it has ended"
+
+
+def test_an_item_let_go_before_a_read_began_is_forgotten_after_it() -> None:
+    in_hand = ItemsInHand()
+    in_hand.let_go(_item("a", version=3))
+    read = in_hand.begin_read()
+    assert in_hand.end_read(read, [], wanted=4, now=1.0) == []
+    assert in_hand.ids() == set()
+
+
+def test_a_read_records_whether_the_gate_looked_empty_and_when() -> None:
+    in_hand = ItemsInHand()
+    read = in_hand.begin_read()
+    assert in_hand.end_read(read, [_item("a"), _item("b"), _item("c")], wanted=2,
+                            now=5.0) == [_item("a"), _item("b")]
+    assert not in_hand.gate_looked_empty and in_hand.last_read == 5.0
+    read = in_hand.begin_read()
+    in_hand.end_read(read, [_item("c")], wanted=2, now=6.0)
+    assert in_hand.gate_looked_empty and in_hand.last_read == 6.0

@@ -1,0 +1,92 @@
+"""Lease bookkeeping without a database: what a renewal does to each lease it holds.
+
+The store is a stand-in that answers ``leases_renew`` as told (the SQL side is
+tested in tests/integration/test_leases.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+from watcher.config import WatcherConfig
+from watcher.hooks import CountingHooks
+from watcher.leases import Lease, LeaseKeeper
+from watcher.records import LeaseRenewal
+
+
+class RenewingStore:
+    """Answers every renewal with ``renewal`` and records what was asked."""
+
+    def __init__(self, renewal: LeaseRenewal) -> None:
+        self.renewal = renewal
+        self.asked: list[dict[str, int]] = []
+
+    async def leases_renew(self, versions, owner, duration):
+        self.asked.append(dict(versions))
+        return self.renewal
+
+
+def _keeper(store: RenewingStore, *leases: Lease) -> tuple[LeaseKeeper, CountingHooks]:
+    hooks = CountingHooks()
+    keeper = LeaseKeeper(store, WatcherConfig(owner_id="me", lease_duration=9.0,  # type: ignore[arg-type]
+                                              poll_interval=0.5), hooks)
+    keeper.leases = {lease.partition_id: lease for lease in leases}
+    return keeper, hooks
+
+
+async def test_renewal_extends_adopts_defers_and_loses() -> None:
+    held, moved, busy, gone = (Lease("held", 1, 0), Lease("moved", 4, 0), Lease("busy", 2, 0),
+                               Lease("gone", 3, 0))
+    for lease in (held, moved, busy, gone):
+        lease.renewed_at = time.monotonic() - 5
+    store = RenewingStore(LeaseRenewal({"held": (2, None), "moved": (6, 3)},
+                                       busy=frozenset({"busy"})))
+    keeper, hooks = _keeper(store, held, moved, busy, gone)
+    renewed, lost = await keeper.renew()
+    assert store.asked == [{"held": 1, "moved": 4, "busy": 2, "gone": 3}]
+    assert (renewed, lost) == (2, ["gone"])
+    assert (held.version, held.gate) == (2, 0) and not held.wake.is_set()
+    assert (moved.version, moved.gate) == (6, 3) and moved.wake.is_set(), \
+        "a gate moved by a client wakes the supervisor"
+    assert time.monotonic() - held.renewed_at < 1
+    assert time.monotonic() - busy.renewed_at > 4, "a busy lease is not renewed"
+    assert not busy.lost and "busy" in keeper.leases
+    assert gone.lost and gone.wake.is_set() and "gone" not in keeper.leases
+    assert hooks.counts["lease_lost"] == 1
+
+
+async def test_a_lease_mid_write_is_deferred_then_given_up_after_a_whole_lease() -> None:
+    writing = Lease("writing", 1, 0)
+    store = RenewingStore(LeaseRenewal({}))
+    keeper, _ = _keeper(store, writing)
+    async with writing.lock:  # its partition is mid-write
+        assert await keeper.renew() == (0, [])
+        assert store.asked == [], "a locked lease is not asked for"
+        writing.renewed_at = time.monotonic() - 9.5
+        assert await keeper.renew() == (0, ["writing"])
+    assert writing.lost and keeper.leases == {}
+
+
+async def test_closed_and_lost_leases_are_not_renewed() -> None:
+    closed, lost = Lease("closed", 1, 0), Lease("lost", 1, 0)
+    closed.mark_closed()
+    assert lost.mark_lost() and not lost.mark_lost(), "lost once"
+    store = RenewingStore(LeaseRenewal({}))
+    keeper, _ = _keeper(store, closed, lost)
+    assert await keeper.renew() == (0, [])
+    assert store.asked == []
+
+
+def test_a_lease_records_its_own_writes_and_notifications() -> None:
+    lease = Lease("p", 1, 0)
+    lease.wrote(2)
+    assert (lease.version, lease.gate) == (2, 0)
+    lease.wrote(3, gate=5)
+    assert (lease.version, lease.gate) == (3, 5) and not lease.wake.is_set(), \
+        "its own write does not wake its supervisor"
+    lease.notify()
+    assert lease.notified and lease.wake.is_set()
+    lease.read_started()
+    assert not lease.notified
+    lease.renewed(4, None, at=123.0)
+    assert (lease.version, lease.gate, lease.renewed_at) == (4, 5, 123.0)

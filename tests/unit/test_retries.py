@@ -1,0 +1,355 @@
+"""The retry loops off the hot path, with stand-in stores that fail on cue: one line
+when an outage begins and one when it ends, lock conflicts at debug level, and a
+stop that never waits out a backoff.
+
+The real outages (dropped sessions, a database that is down at start-up) are in
+tests/acceptance/test_guarantees.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from processor import service as service_module
+from processor.http_processor import HttpProcessorConfig
+from processor.service import ProcessorService, ServiceConfig
+from tests.support.engine import wait_until
+from watcher import watcher as watcher_module
+from watcher import writer as writer_module
+from watcher.config import WatcherConfig
+from watcher.dburl import parse_database_url
+from watcher.errors import DatabaseError
+from watcher.leases import LeaseCycle
+from watcher.records import ItemWrite
+from watcher.watcher import Watcher
+from watcher.writer import ResultWriter, WriterClosedError
+
+
+class _Orig(Exception):
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+def outage() -> OperationalError:
+    return OperationalError("SELECT 1", {}, _Orig("connection refused\nDETAIL: more",
+                                                  sqlstate="08001"))
+
+
+def deadlock() -> OperationalError:
+    return OperationalError("UPDATE items", {}, _Orig("deadlock detected", sqlstate="40P01"))
+
+
+def lines(caplog: pytest.LogCaptureFixture, action: str, level: int | None = None) -> list[str]:
+    return [record.getMessage() for record in caplog.records
+            if f"action={action}" in record.getMessage()
+            and (level is None or record.levelno == level)]
+
+
+# -- the result writer -------------------------------------------------------
+
+
+class FailingStore:
+    """Applies writes, after raising the errors in ``failures`` one per call."""
+
+    def __init__(self, *failures: Exception, forever: bool = False) -> None:
+        self.failures = list(failures)
+        self.forever = forever
+        self.calls = 0
+        self.written: list[str] = []
+
+    async def items_apply(self, writes, owner):
+        self.calls += 1
+        await asyncio.sleep(0)
+        if self.forever:
+            raise outage()
+        if self.failures:
+            raise self.failures.pop(0)
+        self.written += [write.item_id for write in writes]
+        return [True] * len(writes)
+
+
+def _write(n: int) -> ItemWrite:
+    return ItemWrite("p", f"i{n}", 1, "complete", 0, attempts=0)
+
+
+def _enqueue(writer: ResultWriter, count: int) -> list[asyncio.Future]:
+    futures = []
+    for n in range(count):
+        future = asyncio.get_running_loop().create_future()
+        writer.enqueue(_write(n), future.set_result)
+        futures.append(future)
+    return futures
+
+
+async def test_the_writer_rides_out_an_outage_with_one_line_each_way(caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="watcher.writer")
+    store = FailingStore(outage(), outage(), outage())
+    writer = ResultWriter(store, "me", batch_size=10)
+    try:
+        futures = _enqueue(writer, 3)
+        assert await asyncio.wait_for(asyncio.gather(*futures), 10) == [True] * 3
+    finally:
+        await writer.close(1.0)
+    assert store.calls == 4 and sorted(store.written) == ["i0", "i1", "i2"]
+    assert len(lines(caplog, "result_write_failed", logging.WARNING)) == 1
+    assert len(lines(caplog, "result_write_recovered", logging.WARNING)) == 1
+
+
+async def test_the_writer_retries_a_deadlock_quietly(caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="watcher.writer")
+    store = FailingStore(deadlock(), deadlock())
+    writer = ResultWriter(store, "me", batch_size=10)
+    try:
+        assert await asyncio.wait_for(asyncio.gather(*_enqueue(writer, 2)), 10) == [True] * 2
+    finally:
+        await writer.close(1.0)
+    assert len(lines(caplog, "result_write_conflict", logging.DEBUG)) == 2
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def test_closing_during_an_outage_fails_what_is_queued_at_once(monkeypatch,
+                                                                     caplog) -> None:
+    """A long backoff under way does not hold up close(): the write is tried once
+    more, and when that fails too every queued write fails."""
+    monkeypatch.setattr(writer_module, "OUTAGE_RETRY_FIRST", 60.0)
+    monkeypatch.setattr(writer_module, "OUTAGE_RETRY_MAX", 60.0)
+    store = FailingStore(forever=True)
+    writer = ResultWriter(store, "me", batch_size=2)
+    futures = _enqueue(writer, 5)
+    # Logged as the writer begins to wait (nothing runs between the two).
+    await wait_until(lambda: lines(caplog, "result_write_failed"), message="the outage")
+    started = time.monotonic()
+    await writer.close(30.0)
+    assert time.monotonic() - started < 5, "close() waited out the backoff"
+    outcomes = await asyncio.gather(*futures)
+    assert all(isinstance(outcome, WriterClosedError) for outcome in outcomes)
+    assert store.calls == 2, "tried once more when closing"
+    assert len(lines(caplog, "result_write_failed", logging.WARNING)) == 1
+    with pytest.raises(WriterClosedError):
+        writer.enqueue(_write(9), lambda outcome: None)
+
+
+async def test_closing_before_an_outage_is_noticed_still_logs_it_once(caplog) -> None:
+    store = FailingStore(forever=True)
+    writer = ResultWriter(store, "me", batch_size=2)
+    futures = _enqueue(writer, 2)
+    await writer.close(5.0)
+    assert all(isinstance(outcome, WriterClosedError)
+               for outcome in await asyncio.gather(*futures))
+    assert len(lines(caplog, "result_write_failed", logging.WARNING)) == 1
+
+
+# -- the lease loop and the listener -------------------------------------------
+
+
+class QuietStore:
+    """Just enough of a store for a watcher whose lease cycle is replaced."""
+
+    notifies = False
+
+
+def _watcher(poll_interval: float = 0.01, store: object | None = None) -> Watcher:
+    config = WatcherConfig(owner_id="me", poll_interval=poll_interval, lease_duration=60.0)
+    return Watcher(store or QuietStore(), lambda item: None, config)  # type: ignore[arg-type]
+
+
+def _scripted_cycles(watcher: Watcher, *errors: Exception) -> list[float]:
+    """Make each lease cycle raise the next of ``errors``, then succeed; returns the
+    times the cycles began."""
+    began: list[float] = []
+    pending = list(errors)
+
+    async def run_once() -> LeaseCycle:
+        began.append(time.monotonic())
+        if pending:
+            raise pending.pop(0)
+        return LeaseCycle()
+
+    watcher.run_once = run_once  # type: ignore[method-assign]
+    return began
+
+
+async def test_the_lease_loop_backs_off_with_one_line_per_outage(caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="watcher.watcher")
+    watcher = _watcher(poll_interval=0.01)
+    began = _scripted_cycles(watcher, outage(), outage(), outage(), deadlock())
+    task = asyncio.create_task(watcher.run())
+    try:
+        await wait_until(lambda: len(began) >= 6, message="the cycles after the outage")
+    finally:
+        await watcher.stop()
+        await task
+    gaps = [later - earlier for earlier, later in itertools.pairwise(began[:4])]
+    assert gaps[0] >= 0.015 and gaps[2] >= 0.06, f"doubling waits expected, got {gaps}"
+    unavailable = lines(caplog, "database_unavailable", logging.WARNING)
+    assert len(unavailable) == 1 and "detail=connection refused" in unavailable[0]
+    assert "DETAIL" not in unavailable[0], "only the first line of the error"
+    assert len(lines(caplog, "database_recovered", logging.WARNING)) == 1
+    assert len(lines(caplog, "lease_cycle_conflict", logging.DEBUG)) == 1
+
+
+async def test_stop_does_not_wait_out_the_lease_loop_backoff(caplog) -> None:
+    watcher = _watcher(poll_interval=1.0)
+    began = _scripted_cycles(watcher, *(outage() for _ in range(100)))
+    task = asyncio.create_task(watcher.run())
+    # Logged as the loop begins its wait of 2 s (nothing runs between the two).
+    await wait_until(lambda: lines(caplog, "database_unavailable"), message="the outage")
+    started = time.monotonic()
+    await watcher.stop()
+    await asyncio.wait_for(task, 5)
+    assert time.monotonic() - started < 1
+    assert len(began) == 1, "no lease cycle after stop"
+
+
+class ListeningStore:
+    """Notifications that fail on cue: each call plays the next script.
+
+    A script is a list of partition ids to yield, ending with an exception to raise
+    (or ``None`` to stay connected).
+    """
+
+    notifies = True
+
+    def __init__(self, *scripts: list) -> None:
+        self.scripts = list(scripts)
+        self.connects: list[float] = []
+
+    async def notifications(self) -> AsyncIterator[str]:
+        self.connects.append(time.monotonic())
+        script = self.scripts.pop(0) if self.scripts else [None]
+        for step in script:
+            if isinstance(step, Exception):
+                raise step
+            if step is None:
+                await asyncio.Event().wait()
+            yield step
+
+
+async def test_the_listener_reconnects_with_backoff_and_at_once_after_working(
+        monkeypatch, caplog) -> None:
+    monkeypatch.setattr(watcher_module, "LISTEN_BACKOFF_FIRST", 0.02)
+    caplog.set_level(logging.DEBUG, logger="watcher.watcher")
+    store = ListeningStore([OSError("refused")], [OSError("refused")],
+                           ["p1", ConnectionResetError("dropped")], ["p2", None])
+    watcher = _watcher(store=store)
+    seen: list[str] = []
+    watcher.on_notification = seen.append  # type: ignore[method-assign]
+    listener = asyncio.create_task(watcher._listen())
+    try:
+        await wait_until(lambda: seen == ["p1", "p2"], message="both notifications")
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+    connects = store.connects
+    assert connects[1] - connects[0] >= 0.015 and connects[2] - connects[1] >= 0.035
+    assert connects[3] - connects[2] < 0.015, "a connection that worked is opened again at once"
+    assert len(lines(caplog, "listen_failed", logging.WARNING)) == 1
+    assert len(lines(caplog, "listen_recovered", logging.INFO)) == 1
+    assert len(lines(caplog, "listen_dropped", logging.DEBUG)) == 1
+
+
+async def test_a_listener_stream_that_ends_at_once_is_backed_off(monkeypatch) -> None:
+    monkeypatch.setattr(watcher_module, "LISTEN_BACKOFF_FIRST", 0.02)
+    store = ListeningStore([], [], ["p1", None])
+    watcher = _watcher(store=store)
+    seen: list[str] = []
+    watcher.on_notification = seen.append  # type: ignore[method-assign]
+    listener = asyncio.create_task(watcher._listen())
+    try:
+        await wait_until(lambda: seen == ["p1"], message="the notification")
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+    assert store.connects[2] - store.connects[0] >= 0.05, "no reconnect spin"
+
+
+# -- start-up: waiting for the database ----------------------------------------
+
+SECRET = "s3cret-pw"
+
+
+def _service(tmp_path, db_url: str | None = None, **overrides) -> ProcessorService:
+    config = ServiceConfig(
+        db_url=parse_database_url(db_url or f"sqlite:///{tmp_path / 'x.db'}"),
+        watcher=WatcherConfig(owner_id="me"),
+        http=HttpProcessorConfig(handler_url="http://127.0.0.1:9/"),
+        batch_size=0, health_port=0, health_host="127.0.0.1", **overrides)
+    return ProcessorService(config)
+
+
+def _scripted_tables(monkeypatch, *errors: Exception) -> list[float]:
+    tries: list[float] = []
+    pending = list(errors)
+
+    async def missing_tables(store) -> list[str]:
+        tries.append(time.monotonic())
+        if pending:
+            raise pending.pop(0)
+        return []
+
+    monkeypatch.setattr(service_module, "missing_tables", missing_tables)
+    return tries
+
+
+async def test_start_up_waits_for_the_database_with_one_line_each_way(
+        tmp_path, monkeypatch, caplog) -> None:
+    monkeypatch.setattr(service_module, "DB_WAIT_FIRST", 0.01)
+    caplog.set_level(logging.INFO, logger="processor.service")
+    tries = _scripted_tables(monkeypatch, outage(), OSError("no route"), outage())
+    service = _service(tmp_path)
+    try:
+        assert await asyncio.wait_for(service._wait_for_database(), 10) is True
+    finally:
+        await service.store.close()
+    assert len(tries) == 4
+    waits = lines(caplog, "database_wait", logging.WARNING)
+    assert len(waits) == 1 and "retrying with backoff" in waits[0]
+    assert len(lines(caplog, "database_available", logging.INFO)) == 1
+
+
+async def test_a_stop_ends_the_wait_for_the_database_at_once(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(service_module, "DB_WAIT_FIRST", 60.0)
+    tries = _scripted_tables(monkeypatch, *(outage() for _ in range(10)))
+    service = _service(tmp_path)
+    try:
+        waiting = asyncio.create_task(service._wait_for_database())
+        await wait_until(lambda: tries, message="the first try")
+        started = time.monotonic()
+        service.request_stop()
+        assert await asyncio.wait_for(waiting, 5) is False
+        assert time.monotonic() - started < 1 and len(tries) == 1
+    finally:
+        await service.store.close()
+
+
+async def test_exit_on_db_error_raises_one_scrubbed_line(tmp_path, monkeypatch) -> None:
+    error = OperationalError("SELECT 1", {}, _Orig(f"password {SECRET} refused\nmore"))
+    tries = _scripted_tables(monkeypatch, error)
+    service = _service(tmp_path, f"postgresql://app:{SECRET}@127.0.0.1:1/db",
+                       exit_on_db_error=True)
+    try:
+        with pytest.raises(DatabaseError, match="unavailable") as caught:
+            await service._wait_for_database()
+    finally:
+        await service.store.close()
+    assert len(tries) == 1
+    message = str(caught.value)
+    assert SECRET not in message and "password *** refused" in message
+    assert "more" not in message, "only the first line of the error"
+
+
+def test_a_database_error_line_never_keeps_part_of_the_password() -> None:
+    url = parse_database_url(f"postgresql://app:{SECRET}@db.example:5432/app")
+    # The password straddles the point where the line is cut.
+    text = "x" * (service_module.DB_ERROR_DETAIL_CHARS - 4) + SECRET + " tail\nsecond line"
+    line = service_module.describe_db_error(OperationalError("SELECT 1", {}, _Orig(text)), url)
+    assert SECRET[:4] not in line and "second" not in line
+    assert line.startswith("database ") and "is unavailable: xxx" in line

@@ -1,0 +1,178 @@
+"""The driver interface, and its portable implementation.
+
+A store holds one :class:`Driver`, chosen once when it opens from the
+database's dialect (:func:`watcher.drivers.open_driver`). The store builds the
+SQL that every database shares (:class:`watcher.store.Statements`) and hands it
+to the driver; the driver owns what a database does its own way:
+
+- :meth:`Driver.fetch`: how one hot statement travels, in a transaction of its own;
+- :meth:`Driver.items_ready`: the ready read, built by :meth:`~Driver.ready_statement`
+  with :meth:`~Driver.ready_params` (how the items in hand are left out, and
+  whether the limit is a parameter);
+- :meth:`Driver.items_apply`: writing a batch of guarded, fenced item results;
+- :meth:`Driver.notify` and :meth:`Driver.notifications`: wake-ups;
+- :meth:`Driver.add_statement_listener`: statements sent past the SQLAlchemy engine.
+
+This class is the portable implementation, which SQLite, MariaDB/MySQL and
+SQL Server use as it is: every statement goes through the SQLAlchemy engine,
+the ready read takes its limit as a literal and leaves items out with an
+expanding ``NOT IN``, a batch of results is one guarded ``UPDATE`` per item in
+one transaction, and there are no wake-ups (watchers poll). A database's own
+driver overrides only what it does better.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import bindparam
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.expression import Select
+
+from watcher.records import ItemWrite
+
+if TYPE_CHECKING:
+    from watcher.store import Statements
+
+StatementListener = Callable[[str], None]
+
+
+@asynccontextmanager
+async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection in a write transaction (``BEGIN IMMEDIATE`` on SQLite); commits on exit."""
+    async with engine.begin() as conn:
+        yield conn
+
+
+@asynccontextmanager
+async def read_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection in a transaction marked as read-only work.
+
+    SQLite starts it with a plain ``BEGIN`` (see :func:`watcher.database.create_engine`),
+    so readers do not queue behind writers; other databases ignore the mark.
+    """
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(sqlite_read=True)
+        async with conn.begin():
+            yield conn
+
+
+class Driver:
+    """The portable driver: every statement through the SQLAlchemy engine.
+
+    ``statements`` is the store's shared SQL; the driver builds on it and
+    never changes it.
+    """
+
+    # Whether the database carries wake-up notifications (LISTEN/NOTIFY).
+    notifies: ClassVar[bool] = False
+
+    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
+        self.engine = engine
+        self.statements = statements
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.engine.dialect.name})"
+
+    async def close(self) -> None:
+        """Release what the driver holds beside the engine (the portable one holds nothing)."""
+
+    async def fetch(self, statement: Any, params: Mapping[str, Any], *, read: bool
+                    ) -> Sequence[Any]:
+        """Run one statement in a transaction of its own; returns its rows (if any).
+
+        ``read`` says the statement writes nothing.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused it.
+        """
+        transaction = read_transaction if read else write_transaction
+        async with transaction(self.engine) as conn:
+            result = await conn.execute(statement, dict(params))
+            return result.all() if result.returns_rows else []
+
+    # -- the ready read -----------------------------------------------------
+
+    def ready_statement(self, excluding: bool, limit: int) -> Select[Any]:
+        """The ready read with bind parameters ``pid`` and ``gate`` (and ``exclude``).
+
+        The limit is a literal: SQL Server renders it as ``TOP n``, where a
+        bound limit would make it number every row (``ROW_NUMBER()``).
+        """
+        query = self.statements.items_ready(limit)
+        if excluding:
+            items = self.statements.tables.items
+            query = query.where(items.c.id.not_in(bindparam("exclude", expanding=True)))
+        return query
+
+    def ready_params(self, partition_id: str, gate: int, limit: int,
+                     exclude: Collection[str]) -> dict[str, Any]:
+        """The parameters of :meth:`ready_statement` for one read."""
+        params: dict[str, Any] = {"pid": partition_id, "gate": gate}
+        if exclude:
+            params["exclude"] = list(exclude)
+        return params
+
+    async def items_ready(self, partition_id: str, gate: int, limit: int,
+                          exclude: Collection[str]) -> Sequence[Any]:
+        """Up to ``limit`` rows ``(id, version, gate, data, attempts)`` ready at ``gate``,
+        leaving out the ids in ``exclude``; ordered by (retry time, id).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed.
+        """
+        return await self.fetch(self.ready_statement(bool(exclude), limit),
+                                self.ready_params(partition_id, gate, limit, exclude),
+                                read=True)
+
+    # -- result writes ------------------------------------------------------
+
+    async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
+        """Write ``writes`` in one transaction, each guarded and fenced; returns, per
+        write, whether it was applied (see :meth:`watcher.store.Store.items_apply`).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write
+                (then none of the batch is written).
+        """
+        statements = self.statements
+        applied: list[bool] = []
+        async with write_transaction(self.engine) as conn:
+            for write in writes:
+                statement = statements.item_write(new_data=write.data is not None,
+                                                  delayed=bool(write.retry_delay))
+                result = await conn.execute(statement, statements.item_write_params(write, owner))
+                applied.append(result.rowcount == 1)
+        return applied
+
+    # -- wake-ups -----------------------------------------------------------
+
+    async def notify(self, conn: AsyncConnection, channel: str, partition_id: str) -> None:
+        """Announce, inside the writer's transaction ``conn``, that ``partition_id`` changed.
+
+        Delivered only if that transaction commits. The portable driver sends
+        nothing: watchers poll.
+        """
+
+    def notifications(self, channel: str) -> AsyncIterator[str]:
+        """The partition ids announced on ``channel``, as the writers commit.
+
+        Raises:
+            NotImplementedError: this database carries no notifications (see
+                :attr:`notifies`).
+        """
+        raise NotImplementedError(
+            f"the {self.engine.dialect.name} database carries no notifications; "
+            "watchers poll it (check Store.notifies first)")
+
+    # -- observation --------------------------------------------------------
+
+    def add_statement_listener(self, listener: StatementListener) -> None:
+        """Call ``listener`` with the text of each statement sent past the SQLAlchemy
+        engine (the engine's own events see all the others). The portable driver
+        sends every statement through the engine, so it never calls it."""
+
+    def remove_statement_listener(self, listener: StatementListener) -> None:
+        """Stop calling ``listener`` (a listener never added is ignored)."""

@@ -1,0 +1,193 @@
+"""PostgreSQL: the clock, the direct hot path, the one-statement result write, LISTEN/NOTIFY.
+
+- The ready read, the gate summary and the result write go through a few
+  autocommit psycopg connections of the driver's own
+  (:mod:`watcher.drivers.pg_direct`) instead of SQLAlchemy's engine.
+- The ready read sends one statement text for every limit and leaves out the
+  items in hand through one JSON array parameter: the text stays constant
+  (prepared once), and ``json.dumps`` encodes the list in C, where a ``text[]``
+  is encoded element by element.
+- A batch of results is one guarded ``UPDATE ... FROM jsonb_array_elements(...)
+  ... RETURNING``, each row still matched on its version and fenced on the lease.
+- Client writes send ``NOTIFY`` in their transaction; watchers ``LISTEN``.
+
+A store with a :class:`~watcher.clock.FixedClock` takes every one of these
+paths too: the clock is a parameter of the same statements.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Integer, Text, all_, bindparam, case, cast, column, func, select, update
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import ColumnElement, Select, Update
+
+from watcher.drivers.base import Driver, StatementListener
+from watcher.drivers.pg_direct import DirectStatements
+from watcher.drivers.sql import db_now, time_plus, time_plus_parts
+from watcher.records import ItemWrite
+
+if TYPE_CHECKING:
+    from watcher.store import Statements
+
+
+@compiles(db_now, "postgresql")
+def _now(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "(now() AT TIME ZONE 'UTC')"
+
+
+@compiles(time_plus, "postgresql")
+def _plus(element: time_plus, compiler: Any, **kw: Any) -> str:
+    base, seconds = time_plus_parts(element, compiler, **kw)
+    return f"({base} + make_interval(secs => {seconds}))"
+
+
+def jsonb_param(name: str) -> ColumnElement[Any]:
+    """A parameter sent as JSON text and read as ``jsonb``: no type on either path
+    (SQLAlchemy's or the direct one) encodes the text a second time."""
+    return cast(bindparam(name, type_=Text()), JSONB)
+
+
+def batch_rows_json(writes: Iterable[ItemWrite]) -> str:
+    """Item writes as the JSON rows of the batch UPDATE: ``[pid, iid, seen, status,
+    gate, attempts, error, data as hex, retry delay]`` each.
+
+    Every text in a write is storable (:func:`~watcher.decisions.storable_text`),
+    so it is valid in ``jsonb`` too.
+    """
+    return json.dumps([
+        [w.partition_id, w.item_id, w.seen_version, w.status, w.gate, w.attempts,
+         w.last_error, None if w.data is None else w.data.hex(), w.retry_delay or 0.0]
+        for w in writes], ensure_ascii=False, separators=(",", ":"))
+
+
+class PostgreSQLDriver(Driver):
+    """PostgreSQL: hot statements through psycopg directly, batch writes, notifications."""
+
+    notifies = True
+
+    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
+        super().__init__(engine, statements)
+        self.direct = DirectStatements(engine.url, engine.dialect)
+        # Built once: the limit is a parameter, so one text serves every read.
+        self._ready = {excluding: self._build_ready(excluding) for excluding in (False, True)}
+        self.batch_statement = self._build_batch()
+
+    async def close(self) -> None:
+        """Close the direct path's idle connections."""
+        await self.direct.close()
+
+    async def fetch(self, statement: Any, params: Mapping[str, Any], *, read: bool
+                    ) -> Sequence[Any]:
+        """Run one statement on the direct path (autocommit); returns its rows.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed, refused it or could
+                not be reached.
+        """
+        return await self.direct.fetch(statement, params)
+
+    # -- the ready read -----------------------------------------------------
+
+    def ready_statement(self, excluding: bool, limit: int) -> Select[Any]:
+        """The ready read with bind parameters pid, gate, limit (and exclude, a JSON array)."""
+        return self._ready[excluding]
+
+    def ready_params(self, partition_id: str, gate: int, limit: int,
+                     exclude: Collection[str]) -> dict[str, Any]:
+        """The parameters of :meth:`ready_statement`, ``exclude`` as JSON text."""
+        params: dict[str, Any] = {"pid": partition_id, "gate": gate, "limit": limit}
+        if exclude:
+            params["exclude"] = json.dumps(list(exclude), ensure_ascii=False)
+        return params
+
+    def _build_ready(self, excluding: bool) -> Select[Any]:
+        query = self.statements.items_ready(bindparam("limit", type_=Integer()))
+        if excluding:
+            names = select(func.jsonb_array_elements_text(
+                jsonb_param("exclude"))).scalar_subquery()
+            query = query.where(self.statements.tables.items.c.id != all_(func.array(names)))
+        return query
+
+    # -- result writes ------------------------------------------------------
+
+    async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
+        """The whole batch as one guarded UPDATE; RETURNING tells which rows were applied.
+
+        Same guard and fence as the portable path, per row. The rows travel as
+        one JSON array of arrays (see :func:`batch_rows_json`): the driver
+        would encode nine array parameters element by element in Python;
+        ``json.dumps`` encodes the batch in C.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed or refused a write
+                (then none of the batch is written).
+        """
+        rows = await self.fetch(self.batch_statement, self.batch_params(writes, owner),
+                                read=False)
+        applied = {(pid, iid) for pid, iid in rows}
+        return [(w.partition_id, w.item_id) in applied for w in writes]
+
+    @staticmethod
+    def batch_params(writes: Sequence[ItemWrite], owner: str) -> dict[str, Any]:
+        """The parameters of :attr:`batch_statement` for ``writes`` by ``owner``."""
+        return {"owner": owner, "rows": batch_rows_json(writes)}
+
+    def _build_batch(self) -> Update:
+        statements = self.statements
+        i = statements.tables.items
+        batch = func.jsonb_array_elements(jsonb_param("rows")).table_valued(
+            column("value", JSONB)).render_derived(name="v")
+        row = batch.c.value
+        pid, iid = row[0].as_string(), row[1].as_string()
+        delay = row[8].as_float()
+        now = statements.now
+        return (
+            update(i)
+            .where(*statements.item_guard(pid, iid, row[2].as_integer(), bindparam("owner")))
+            .values(version=i.c.version + 1, status=row[3].as_string(),
+                    gate=func.coalesce(row[4].as_integer(), i.c.gate),
+                    attempts=row[5].as_integer(), last_error=row[6].as_string(),
+                    data=func.coalesce(func.decode(row[7].as_string(), "hex"), i.c.data),
+                    updated_at=now,
+                    retry_at=case((delay > 0, statements.now_plus(delay)), else_=now))
+            .returning(i.c.partition_id, i.c.id)
+        )
+
+    # -- wake-ups -----------------------------------------------------------
+
+    async def notify(self, conn: AsyncConnection, channel: str, partition_id: str) -> None:
+        """``pg_notify`` in the writer's transaction: delivered only if it commits."""
+        await conn.execute(select(func.pg_notify(channel, partition_id)))
+
+    async def notifications(self, channel: str) -> AsyncIterator[str]:
+        """Yield the partition ids notified on ``channel``, as their transactions commit.
+
+        Holds one dedicated connection with ``LISTEN``. Raises the driver's
+        error when the connection fails; the caller reconnects.
+        """
+        import psycopg
+        from psycopg import sql
+
+        url = self.engine.url.set(drivername="postgresql")
+        async with await psycopg.AsyncConnection.connect(
+                url.render_as_string(hide_password=False), autocommit=True) as conn:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            async for notice in conn.notifies():
+                yield notice.payload
+
+    # -- observation --------------------------------------------------------
+
+    def add_statement_listener(self, listener: StatementListener) -> None:
+        """Call ``listener`` with the text of each statement sent on the direct path."""
+        self.direct.listeners.append(listener)
+
+    def remove_statement_listener(self, listener: StatementListener) -> None:
+        """Stop calling ``listener`` (a listener never added is ignored)."""
+        if listener in self.direct.listeners:
+            self.direct.listeners.remove(listener)

@@ -1,0 +1,121 @@
+"""SQL elements that each database writes its own way: the clock, its arithmetic, row locking.
+
+``db_now()`` reads the *database* clock as a naive UTC timestamp, so lease
+expiry never depends on a container's clock. ``clock_now(clock)`` is the time
+every store statement uses: ``COALESCE(:clock_now, <database now>)``, whose
+parameter the store's clock fills in at each execution (``NULL`` for the
+database clock, a fixed time in tests), so one statement serves both.
+``time_plus(base, seconds)`` adds seconds (fractions allowed) to a time.
+``lock_unless_busy(query, table)`` makes a SELECT lock the rows it reads and
+pass by rows another session holds.
+
+This module holds the elements and their portable renderings; each database's
+module in this package (:mod:`.sqlite`, :mod:`.postgresql`, :mod:`.mysql`,
+:mod:`.mssql`) registers its own rendering. Importing :mod:`watcher.drivers`
+registers them all.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import DateTime, Float, Select, Table, bindparam
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import ColumnElement, FunctionElement
+
+from watcher.models import timestamp_type
+
+if TYPE_CHECKING:
+    from watcher.clock import Clock
+
+# The name of the parameter that carries a clock's reading.
+CLOCK_PARAMETER = "clock_now"
+
+
+class db_now(FunctionElement[Any]):
+    """The database's current UTC time."""
+
+    type = DateTime()
+    inherit_cache = True
+    name = "db_now"
+
+
+class time_plus(FunctionElement[Any]):
+    """A time plus a number of seconds (fractions allowed; an SQL expression or a number)."""
+
+    type = DateTime()
+    inherit_cache = True
+    name = "time_plus"
+
+    def __init__(self, base: ColumnElement[Any], seconds: float | ColumnElement[Any]) -> None:
+        if not isinstance(seconds, ColumnElement):
+            seconds = bindparam(None, float(seconds), type_=Float())
+        super().__init__(base, seconds)
+
+
+class db_now_plus(time_plus):
+    """The database's current UTC time plus a number of seconds (fractions allowed)."""
+
+    inherit_cache = True
+    name = "db_now_plus"
+
+    def __init__(self, seconds: float | ColumnElement[Any]) -> None:
+        super().__init__(db_now(), seconds)
+
+
+class clock_now(FunctionElement[Any]):
+    """The current time by ``clock``: its reading, sent as a parameter, else the database's.
+
+    The reading is taken each time a statement holding this element runs, so
+    a statement built once follows a clock that a test moves.
+    """
+
+    type = DateTime()
+    inherit_cache = True
+    name = "clock_now"
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(bindparam(CLOCK_PARAMETER, type_=timestamp_type(),
+                                   callable_=clock.reading))
+
+
+def time_plus_parts(element: time_plus, compiler: Any, **kw: Any) -> tuple[str, str]:
+    """The compiled base time and seconds of a :class:`time_plus`, for a database's rendering."""
+    base, seconds = element.clauses.clauses
+    return compiler.process(base, **kw), compiler.process(seconds, **kw)
+
+
+def clock_parameter(element: clock_now, compiler: Any, **kw: Any) -> str:
+    """The compiled parameter of a :class:`clock_now`, for a database's rendering."""
+    (parameter,) = element.clauses.clauses
+    return compiler.process(parameter, **kw)  # type: ignore[no-any-return]
+
+
+@compiles(db_now)
+def _now_portable(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP"
+
+
+@compiles(clock_now)
+def _clock_portable(element: clock_now, compiler: Any, **kw: Any) -> str:
+    # The parameter's type comes from the database's own time on the right.
+    parameter = clock_parameter(element, compiler, **kw)
+    return f"COALESCE({parameter}, {compiler.process(db_now(), **kw)})"
+
+
+@compiles(time_plus)
+def _plus_portable(element: time_plus, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError(
+        f"statefeed has no clock arithmetic for the {compiler.dialect.name!r} database"
+    )
+
+
+def lock_unless_busy(query: Select[Any], table: Table) -> Select[Any]:
+    """``query`` locking the rows of ``table`` it reads, skipping rows locked elsewhere.
+
+    PostgreSQL and MySQL/MariaDB render ``FOR UPDATE SKIP LOCKED``, SQL Server
+    the ``UPDLOCK, ROWLOCK, READPAST`` hints. SQLite locks the whole database
+    per write transaction, so the clause does not apply there.
+    """
+    return (query.with_for_update(skip_locked=True)
+            .with_hint(table, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql"))

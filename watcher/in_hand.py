@@ -1,0 +1,86 @@
+"""The items one partition's supervisor holds, from the read that returned them
+until their result is written."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from watcher.records import ReadyItem
+
+
+class ItemsInHand:
+    """What a supervisor holds, so that no item is dispatched twice.
+
+    - **In flight**: items dispatched and not yet written, mapped to the task
+      of their processor call while it runs, and to ``None`` once their result
+      is queued for the writer.
+    - **Let go while a read ran**: items whose result was written (or dropped)
+      while a read of ready items may have been running. That read can still
+      return the item's old row, which must not be dispatched again. Each entry
+      keeps the row version handled and the read sequence number at the time;
+      it is dropped once a read that began after it has ended, since such a
+      read sees the write.
+    - **The read sequence**: counts reads, for the entries above.
+
+    It also remembers, for read pacing (:func:`watcher.decisions.decide_read`),
+    whether the last read found the gate empty and when that read ended.
+    Not thread-safe; one supervisor task owns it.
+    """
+
+    __slots__ = ("_in_flight", "_let_go", "_reads", "gate_looked_empty", "last_read")
+
+    def __init__(self) -> None:
+        self._in_flight: dict[str, asyncio.Task[None] | None] = {}
+        self._let_go: dict[str, tuple[int, int]] = {}  # id -> (version, read sequence)
+        self._reads = 0
+        self.gate_looked_empty = False
+        self.last_read = 0.0  # time.monotonic() when the last read ended
+
+    def __len__(self) -> int:
+        """How many items are in flight."""
+        return len(self._in_flight)
+
+    def ids(self) -> set[str]:
+        """Every item id a read of ready items must not return as new."""
+        return {*self._in_flight, *self._let_go}
+
+    def begin_read(self) -> int:
+        """Number a read of ready items that is about to start; returns its number."""
+        self._reads += 1
+        return self._reads
+
+    def end_read(self, read: int, rows: Sequence[ReadyItem], wanted: int,
+                 now: float) -> list[ReadyItem]:
+        """The rows of read number ``read`` that are new, at most ``wanted`` of them.
+
+        A row is new unless its item is in flight, or was let go at the same
+        version. Records whether the gate looked empty (fewer new rows than
+        wanted) and forgets what a read started after it would already see.
+        """
+        in_flight, let_go = self._in_flight, self._let_go
+        fresh = [row for row in rows
+                 if row.id not in in_flight and let_go.get(row.id, (None, 0))[0] != row.version
+                 ][:wanted]
+        self.gate_looked_empty = len(fresh) < wanted
+        self.last_read = now
+        # Results written before this read started are visible to it: forget them.
+        self._let_go = {key: value for key, value in let_go.items() if value[1] >= read}
+        return fresh
+
+    def started(self, item_id: str, call: asyncio.Task[None]) -> None:
+        """``item_id`` was dispatched; ``call`` is the task of its processor call."""
+        self._in_flight[item_id] = call
+
+    def result_queued(self, item_id: str) -> None:
+        """The call of ``item_id`` ended and its result waits for the writer."""
+        self._in_flight[item_id] = None
+
+    def let_go(self, item: ReadyItem) -> None:
+        """``item`` is no longer in hand; a read still running may return its old row."""
+        self._let_go[item.id] = (item.version, self._reads)
+        self._in_flight.pop(item.id, None)
+
+    def calls(self) -> list[asyncio.Task[None]]:
+        """The processor calls still running."""
+        return [call for call in self._in_flight.values() if call is not None]

@@ -1,0 +1,181 @@
+"""The reduce of a leased partition's current gate: read a page, call, write, one step a time.
+
+:class:`GateReducer` is the supervisor's collaborator at a reduce gate. Each
+:meth:`GateReducer.step` reads the stored progress and the next page, makes one
+call to the reducer, and writes what :func:`watcher.reduction.reduce_step`
+says in one guarded transaction: the partition's lease (owner, version, live
+``until``) and every item's version. A reducer that lost its lease writes
+nothing. Failed calls are counted on the partition, retried with backoff, and
+after ``max_retries`` fail the partition with the reduce's last error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from enum import Enum
+
+from watcher.config import WatcherConfig
+from watcher.decisions import describe_error, storable_text
+from watcher.hooks import Hooks
+from watcher.leases import Lease, LeaseKeeper
+from watcher.models import Status
+from watcher.protocol import (
+    NonRetryableError,
+    ReduceCallable,
+    RetryableError,
+)
+from watcher.reduction import (
+    PageLimits,
+    ReduceAnswerError,
+    plan_reduce,
+    reduce_call,
+    reduce_step,
+)
+from watcher.slots import SlotPool
+from watcher.store import Store
+
+log = logging.getLogger(__name__)
+
+MAX_REDUCE_ERROR_LENGTH = 2000
+
+
+class StepKind(Enum):
+    """What one reduce step did."""
+
+    NOTHING = "nothing"  # no item waits at the gate and no reduce is under way
+    WROTE = "wrote"  # a page (or the whole gate) was applied: go on at once
+    RETRY = "retry"  # the call failed: try again after ``wait``
+    BUSY = "busy"  # no dispatch slot free: try again when one frees
+    CONFLICT = "conflict"  # the guarded write lost: re-read the lease
+    FAILED = "failed"  # the reduce failed for good: the partition failed
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceStepOutcome:
+    """A :class:`StepKind`, with the delay before the next step for ``RETRY``."""
+
+    kind: StepKind
+    wait: float = 0.0
+
+
+class GateReducer:
+    """Runs the reduce of one leased partition's reduce gates.
+
+    ``reduce`` is the reducer (``None``: this watcher has none, and a reduce
+    gate fails its partition with an error that says so).
+    """
+
+    def __init__(self, lease: Lease, *, store: Store, reduce: ReduceCallable | None,
+                 slots: SlotPool, keeper: LeaseKeeper, config: WatcherConfig,
+                 hooks: Hooks) -> None:
+        self.lease = lease
+        self.store = store
+        self.reduce = reduce
+        self.slots = slots
+        self.keeper = keeper
+        self.config = config
+        self.hooks = hooks
+        self.limits = PageLimits(config.reduce_page_items, config.reduce_page_bytes)
+
+    @property
+    def partition_id(self) -> str:
+        """The partition whose gates this reducer reduces."""
+        return self.lease.partition_id
+
+    async def step(self) -> ReduceStepOutcome:
+        """Make one reduce call at the lease's current gate and write its answer.
+
+        Raises the database's error when a read or write fails.
+        """
+        lease, pid = self.lease, self.partition_id
+        gate = lease.gate
+        state = await self.store.reduce_state_read(pid)
+        if state is None or state.gate != gate:
+            return ReduceStepOutcome(StepKind.CONFLICT)
+        if state.pass_ is None:
+            summary = await self.store.gate_summary(pid, gate)
+            if summary.pending == 0:
+                return ReduceStepOutcome(StepKind.NOTHING)
+        entries = await self.store.reduce_entries(
+            pid, gate, after=state.after, limit=self.limits.items + 1,
+            include_failed=lease.settings.continue_on_failure)
+        plan = plan_reduce(state, entries, self.limits)
+        call = reduce_call(pid, gate, plan, attempt=state.attempts + 1)
+        if self.slots.take(1) == 0:
+            self.slots.notify_when_free(lease.wake)
+            return ReduceStepOutcome(StepKind.BUSY)
+        started = time.monotonic()
+        try:
+            if self.reduce is None:
+                raise NonRetryableError(
+                    f"partition {pid!r} has reduce gate {gate}, but this processor has no "
+                    "reducer: give the Watcher a reduce function (library mode) or serve "
+                    "POST /reduce in the handler")
+            answer = await self.reduce(call)
+            step = reduce_step(pid, gate, plan, answer)
+        except asyncio.CancelledError:
+            raise
+        except ReduceAnswerError as malformed:
+            error: Exception = RetryableError(
+                f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page} "
+                f"(attempt {call.attempt}): malformed reduce answer: {malformed}")
+            return await self._failed(call.attempt, error, plan.pass_, started)
+        except Exception as failure:  # the reducer's error, or a bug in it
+            return await self._failed(call.attempt, failure, plan.pass_, started)
+        finally:
+            self.slots.give_back(1)
+        async with lease.lock:
+            if lease.lost:
+                return ReduceStepOutcome(StepKind.CONFLICT)
+            version = await self.store.reduce_write(pid, lease.version, self.keeper.owner,
+                                                    step)
+        seconds = time.monotonic() - started
+        if version is None:
+            self.hooks.reduce_outcome(pid, gate, plan.pass_, "stale", seconds)
+            log.debug("action=reduce_stale partition=%s gate=%d", pid, gate)
+            return ReduceStepOutcome(StepKind.CONFLICT)
+        lease.wrote(version)
+        self.hooks.reduce_outcome(pid, gate, plan.pass_, "applied", seconds)
+        if step.pass_ is None:
+            log.info("action=gate_reduced partition=%s gate=%d pages=%d", pid, gate,
+                     plan.page + 1)
+        else:
+            log.debug("action=reduce_page partition=%s gate=%d pass=%s page=%d", pid, gate,
+                      plan.pass_, plan.page)
+        return ReduceStepOutcome(StepKind.WROTE)
+
+    async def _failed(self, attempt: int, error: BaseException, pass_: str,
+                      started: float) -> ReduceStepOutcome:
+        """Count a failed reduce call; fail the partition once retries are spent."""
+        lease, pid = self.lease, self.partition_id
+        policy = self.config.retry_policy
+        final = isinstance(error, NonRetryableError) or attempt > policy.max_retries
+        message = storable_text(describe_error(error))[:MAX_REDUCE_ERROR_LENGTH]
+        self.hooks.reduce_outcome(pid, lease.gate, pass_, "failed" if final else "retry",
+                                  time.monotonic() - started)
+        async with lease.lock:
+            if lease.lost:
+                return ReduceStepOutcome(StepKind.CONFLICT)
+            version = await self.store.reduce_failed(
+                pid, lease.version, self.keeper.owner, attempts=attempt, error=message,
+                fail=final)
+        if version is None:
+            return ReduceStepOutcome(StepKind.CONFLICT)
+        if final:
+            lease.wrote(version)
+            lease.mark_closed()
+            self.keeper.forget(lease)
+            self.hooks.partition_closed(pid, Status.FAILED.value)
+            log.info("action=partition_closed partition=%s status=failed gate=%d reason=reduce "
+                     "attempts=%d", pid, lease.gate, attempt)
+            return ReduceStepOutcome(StepKind.FAILED)
+        lease.wrote(version)
+        delay = policy.delay(attempt)
+        if isinstance(error, RetryableError) and error.retry_after:
+            delay = max(delay, error.retry_after)
+        log.debug("action=reduce_retry partition=%s gate=%d attempt=%d wait=%.2f", pid,
+                  lease.gate, attempt, delay)
+        return ReduceStepOutcome(StepKind.RETRY, delay)
