@@ -27,6 +27,7 @@ from watcher.config import (
     DEFAULT_MAX_LEASES,
     DEFAULT_MAX_RETRIES,
     DEFAULT_POLL_INTERVAL,
+    DEFAULT_REDUCE_PAGE_ITEMS,
     DEFAULT_RETRY_BACKOFF,
     DEFAULT_RETRY_BACKOFF_MAX,
     DEFAULT_SHUTDOWN_TIMEOUT,
@@ -46,6 +47,7 @@ DEFAULT_LOG_LEVEL = "info"
 DEFAULT_STATUS_LIMIT = 100
 EXIT_DATABASE = 1
 EXIT_CONFIG = 2
+EXIT_NO_RESULT = 3
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 app = typer.Typer(
@@ -165,6 +167,15 @@ def run(
     handler_batch_url: Annotated[str, typer.Option(envvar=_env("HANDLER_BATCH_URL"),
                                                    help="Batch protocol URL (default: "
                                                    "<handler-url>/batch).")] = "",
+    handler_reduce_url: Annotated[str, typer.Option(envvar=_env("HANDLER_REDUCE_URL"),
+                                                    help="Where reduce gates are POSTed "
+                                                    "(default: <handler-url>/reduce).")
+                                  ] = "",
+    reduce_page_items: Annotated[int, typer.Option(envvar=_env("REDUCE_PAGE_ITEMS"),
+                                                   help="A reduce gate of up to N items is "
+                                                   "one call; a larger one goes in pages "
+                                                   "of N (a fold pass, then an apply "
+                                                   "pass).")] = DEFAULT_REDUCE_PAGE_ITEMS,
     http_transport: Annotated[str, typer.Option(envvar=_env("HTTP_TRANSPORT"),
                                                 help="aiohttp (fast at high concurrency) "
                                                 "or httpx (httpx's own pool).")
@@ -225,12 +236,13 @@ def run(
             max_retries=max_retries, retry_backoff=retry_backoff,
             retry_backoff_max=max(retry_backoff, DEFAULT_RETRY_BACKOFF_MAX), auto_close=auto_close,
             manual_checkpoint=manual_checkpoint, shutdown_timeout=shutdown_timeout,
-            max_leases=max_leases),
+            max_leases=max_leases, reduce_page_items=reduce_page_items),
         http=HttpProcessorConfig(
             handler_url=handler_url, headers=headers, request_timeout=request_timeout,
             max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),
             max_response_bytes=max_response_bytes, verify=ca_bundle or True,
-            health_url=handler_health_url or None, transport=http_transport),
+            health_url=handler_health_url or None, transport=http_transport,
+            reduce_url=handler_reduce_url or None),
         batch_size=handler_batch_size,
         batch_url=handler_batch_url or None,
         health_port=health_port,
@@ -254,29 +266,52 @@ def status(
 ) -> None:
     """Show partitions with their status, gate, owner and item counts."""
     from processor.client import Client
+    from processor.views import partition_row, step_text
 
     url = _database(db_url, table_prefix)
     with Client(url, table_prefix) as client:
         infos = client.partitions(limit=limit)
-    rows = [{"id": i.id, "status": i.status, "gate": i.gate, "owner": i.owner,
-             "counts": i.counts} for i in infos]
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps([partition_row(info) for info in infos], indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"statefeed partitions in {url.redacted()}")
-    for column in ("partition", "status", "gate", "owner", "available", "complete", "failed"):
+    for column in ("partition", "status", "gate", "step", "owner", "available", "complete",
+                   "failed"):
         table.add_column(column, justify="right" if column in (
             "gate", "available", "complete", "failed") else "left")
-    for row in rows:
-        counts = row["counts"]
-        table.add_row(row["id"], row["status"], str(row["gate"]), row["owner"] or "-",
+    for info in infos:
+        counts = info.counts
+        table.add_row(info.id, info.status, str(info.gate), step_text(info), info.owner or "-",
                       *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")))
     Console().print(table)
-    if not rows:
+    if not infos:
         typer.echo("no partitions yet")
+
+
+@app.command()
+def result(
+    partition_id: Annotated[str, typer.Argument(help="The partition whose result to print.")],
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+) -> None:
+    """Print a partition's result (what its reduce stored): JSON pretty-printed, other
+    bytes as they are."""
+    from processor.client import Client
+
+    url = _database(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        info = client.partition(partition_id)
+    if info.result is None:
+        raise fail(f"partition {partition_id!r} has no result yet (it is {info.status} at gate "
+                   f"{info.gate}; a reduce gate stores one)", EXIT_NO_RESULT)
+    try:
+        typer.echo(json.dumps(json.loads(info.result), indent=2, ensure_ascii=False))
+    except ValueError:
+        sys.stdout.buffer.write(info.result)
+        sys.stdout.buffer.flush()
 
 
 @app.command()

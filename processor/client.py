@@ -23,8 +23,8 @@ from watcher.errors import (
     InvalidInputError,
     PartitionNotFoundError,
 )
-from watcher.models import ID_MAX_LENGTH, MAX_GATE, Status
-from watcher.records import ItemInfo, NewItem, PartitionInfo
+from watcher.models import ID_MAX_LENGTH, MAX_GATE, ItemFailurePolicy, Status
+from watcher.records import ItemInfo, NewItem, PartitionInfo, PartitionSettings
 from watcher.store import Store
 from watcher.text import first_line
 
@@ -84,6 +84,39 @@ def _check_items(partition_id: str, items: Iterable[NewItem], *, allow_empty: bo
     return checked
 
 
+MAX_REDUCE_GATES = 64
+ITEM_FAILURE_POLICIES = tuple(policy.value for policy in ItemFailurePolicy)
+
+
+def _check_settings(partition_id: str, reduce_gates: Iterable[int],
+                    on_item_failure: str) -> PartitionSettings:
+    if isinstance(reduce_gates, str | bytes | int) or not isinstance(reduce_gates, Iterable):
+        raise InvalidInputError(
+            f"reduce_gates for partition {partition_id!r} must be a list of gates such as "
+            f"[1], got {reduce_gates!r}")
+    gates = list(reduce_gates)
+    for gate in gates:
+        if not _is_gate(gate):
+            raise InvalidInputError(
+                f"reduce gate {gate!r} of partition {partition_id!r} must be a whole number "
+                f"from 0 to {MAX_GATE}")
+    repeated = sorted({gate for gate in gates if gates.count(gate) > 1})
+    if repeated:
+        raise InvalidInputError(
+            f"reduce gates {repeated} of partition {partition_id!r} are given twice; name "
+            "each gate once")
+    if len(gates) > MAX_REDUCE_GATES:
+        raise InvalidInputError(
+            f"partition {partition_id!r} names {len(gates)} reduce gates; the limit is "
+            f"{MAX_REDUCE_GATES}")
+    if on_item_failure not in ITEM_FAILURE_POLICIES:
+        raise InvalidInputError(
+            f"on_item_failure for partition {partition_id!r} must be one of "
+            f"{', '.join(map(repr, ITEM_FAILURE_POLICIES))}, got {on_item_failure!r}")
+    return PartitionSettings(frozenset(gates),
+                             on_item_failure == ItemFailurePolicy.CONTINUE.value)
+
+
 class AsyncClient:
     """Insert and inspect partitions and items (asyncio).
 
@@ -122,17 +155,28 @@ class AsyncClient:
                 f"{type(error).__name__}: {first_line(error)}"
             ) from None
 
-    async def create_partition(self, partition_id: str, items: Sequence[NewItem] = ()) -> None:
+    async def create_partition(self, partition_id: str, items: Sequence[NewItem] = (), *,
+                               reduce_gates: Iterable[int] = (),
+                               on_item_failure: str = "fail") -> None:
         """Create a partition with its items, in one transaction.
 
+        ``reduce_gates`` are gates whose step is one reduce call for the whole
+        gate (in pages for a big one) instead of one call per item.
+        ``on_item_failure`` says what a failed item does: ``"fail"`` fails the
+        partition at that gate (the default); ``"continue"`` carries on with
+        the other items (a reduce sees the failed ones) and the partition
+        completes with its failures counted.
+
         Raises:
-            InvalidInputError: bad ids, data or gates (a subclass names the case).
+            InvalidInputError: bad ids, data, gates, reduce gates or policy (a
+                subclass names the case).
             PartitionExistsError: the partition exists already.
             DuplicateItemError: item ids repeat.
         """
         _check_id("partition", partition_id)
+        settings = _check_settings(partition_id, reduce_gates, on_item_failure)
         checked = _check_items(partition_id, items, allow_empty=True)
-        await self._call(self.store.partition_create(partition_id, checked))
+        await self._call(self.store.partition_create(partition_id, checked, settings))
 
     async def add_items(self, partition_id: str, items: Sequence[NewItem]) -> bool:
         """Add items to a partition, re-opening it if it was complete.
@@ -282,9 +326,12 @@ class Client:
         self._thread.join()
         self._loop.close()
 
-    def create_partition(self, partition_id: str, items: Sequence[NewItem] = ()) -> None:
+    def create_partition(self, partition_id: str, items: Sequence[NewItem] = (), *,
+                         reduce_gates: Iterable[int] = (),
+                         on_item_failure: str = "fail") -> None:
         """See :meth:`AsyncClient.create_partition`."""
-        return self._run(self._async.create_partition(partition_id, items))
+        return self._run(self._async.create_partition(
+            partition_id, items, reduce_gates=reduce_gates, on_item_failure=on_item_failure))
 
     def add_items(self, partition_id: str, items: Sequence[NewItem]) -> bool:
         """See :meth:`AsyncClient.add_items`."""

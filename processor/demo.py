@@ -2,8 +2,12 @@
 
 It serves the example handler (``handlers/examples/resumes.py``) with uvicorn
 on loopback, runs a watcher that POSTs to it, inserts one partition of
-resumes, shows progress per gate while gate 0 (extract and classify) fans out
-and gate 1 (rank) fans in, and prints the top candidates.
+resumes (two of them unreadable scans), shows progress per gate while gate 0
+(extract and classify) fans out and gate 1 (rank, a reduce gate) fans in, and
+prints the top candidates from the partition's result, which the reduce
+stored. The partition carries on without the unreadable resumes
+(``on_item_failure="continue"``), so they are listed as failures instead of
+stopping the ranking.
 """
 
 from __future__ import annotations
@@ -26,14 +30,15 @@ from processor.http_config import HttpProcessorConfig
 from processor.http_processor import HttpProcessor
 from watcher.config import WatcherConfig
 from watcher.migrate import upgrade
-from watcher.records import ItemInfo, NewItem
+from watcher.records import ItemInfo, NewItem, PartitionInfo
 from watcher.store import Store
 from watcher.watcher import Watcher
 
 PARTITION = "opening-42"
 DEMO_TIMEOUT = 60.0
 REFRESH = 0.1
-GATE_NAMES = {0: "extract + classify", 1: "rank (fan-in)"}
+GATE_NAMES = {0: "extract + classify", 1: "rank (reduce: fan-in)"}
+UNREADABLE = 2
 
 
 def _free_port() -> int:
@@ -42,7 +47,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _progress(items: list[ItemInfo], elapsed: float) -> Table:
+def _progress(items: list[ItemInfo], info: PartitionInfo, elapsed: float) -> Table:
     table = Table(title=f"partition {PARTITION}: {elapsed:4.1f} s")
     for column in ("gate", "step", "waiting", "done"):
         table.add_column(column)
@@ -50,10 +55,12 @@ def _progress(items: list[ItemInfo], elapsed: float) -> Table:
     for gate, name in GATE_NAMES.items():
         waiting = sum(1 for i in items if i.status == "available" and i.gate == gate)
         passed = sum(1 for i in items if i.gate > gate or i.status == "complete")
+        if gate == info.gate and info.reduce is not None and info.status == "available":
+            name += " - reducing"
         table.add_row(str(gate), name, str(waiting), f"{passed}/{total}")
     failed = [i for i in items if i.status == "failed"]
     if failed:
-        table.add_row("-", "failed", str(len(failed)), failed[0].last_error or "")
+        table.add_row("-", "failed (skipped)", str(len(failed)), failed[0].last_error or "")
     return table
 
 
@@ -79,7 +86,7 @@ async def _serve_handler(port: int):
 
 async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None = None) -> int:
     """Run the pipeline; returns the exit code (0 when the partition completes)."""
-    from handlers.examples.resumes import sample_resumes, top_candidates
+    from handlers.examples.resumes import sample_resumes
 
     console = console or Console()
     logging.basicConfig(level=logging.WARNING)
@@ -97,21 +104,22 @@ async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None =
             running = asyncio.create_task(watcher.run())
             started = time.monotonic()
             try:
-                documents = sample_resumes(resumes, seed=42)
+                documents = sample_resumes(resumes, seed=42,
+                                           unreadable=min(UNREADABLE, resumes))
                 await client.create_partition(PARTITION, [
                     NewItem(f"resume-{n:03}", document) for n, document in enumerate(documents)
-                ])
+                ], reduce_gates=[1], on_item_failure="continue")
                 watcher.wake()
                 info = await client.partition(PARTITION)
                 with Live(console=console, refresh_per_second=10, transient=False) as live:
                     while info.status == "available" and (
                             time.monotonic() - started < DEMO_TIMEOUT):
-                        live.update(_progress(await client.items(PARTITION),
+                        live.update(_progress(await client.items(PARTITION), info,
                                               time.monotonic() - started))
                         await asyncio.sleep(REFRESH)
                         info = await client.partition(PARTITION)
                     items = await client.items(PARTITION)
-                    live.update(_progress(items, time.monotonic() - started))
+                    live.update(_progress(items, info, time.monotonic() - started))
             finally:
                 await watcher.stop()
                 await running
@@ -122,15 +130,19 @@ async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None =
             console.print(f"[red]partition {PARTITION} ended {info.status} after "
                           f"{elapsed:.1f} s[/] (items: {info.counts})")
             return 1
-        best = top_candidates([item.data for item in items], top)
-        table = Table(title=f"top {len(best)} candidates")
-        columns = list(best[0]) if best else []
+        ranking = info.result_json()
+        best = ranking["top"][:top]
+        table = Table(title=f"top {len(best)} candidates (from the partition's result)")
+        columns = ["rank", "name", "role", "years", "score", "tier", "skills"]
         for column in columns:
-            table.add_column(str(column))
+            table.add_column(column)
         for row in best:
             table.add_row(*(_cell(row[column]) for column in columns))
         console.print(table)
-        console.print(f"[green]complete[/]: {len(items)} resumes ranked in {elapsed:.2f} s")
+        for failure in ranking["failed"]:
+            console.print(f"[yellow]skipped[/] {failure['id']}: {failure['error']}")
+        console.print(f"[green]complete[/]: {ranking['ranked']} resumes ranked, "
+                      f"{ranking['failed_count']} unreadable, in {elapsed:.2f} s")
         return 0
 
 

@@ -15,7 +15,8 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 
 class PrometheusHooks(Hooks):
-    """Counts items by outcome, handler latency, in-flight calls, leases, gates and closes."""
+    """Counts items by outcome, handler latency, in-flight calls, leases, gates, reduces
+    and closes."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -40,6 +41,12 @@ class PrometheusHooks(Hooks):
         self.gates = Counter("statefeed_gate_advances_total", "Gate advances", registry=r)
         self.closed = Counter("statefeed_partitions_closed_total", "Partitions closed",
                               ["status"], registry=r)
+        self.reduces = Counter("statefeed_reduce_calls_total",
+                               "Reduce calls by pass (all, fold, apply) and outcome (applied, "
+                               "retry, failed, stale)", ["pass_", "outcome"], registry=r)
+        self.reduce_latency = Histogram("statefeed_reduce_seconds",
+                                        "Time from reduce call to its write, per call",
+                                        ["pass_"], buckets=LATENCY_BUCKETS, registry=r)
         self._outcomes: dict[str, Counter] = {}
 
     def render(self) -> bytes:
@@ -74,6 +81,11 @@ class PrometheusHooks(Hooks):
 
     def partition_closed(self, partition_id: str, status: str) -> None:
         self.closed.labels(status).inc()
+
+    def reduce_outcome(self, partition_id: str, gate: int, pass_: str, outcome: str,
+                       seconds: float) -> None:
+        self.reduces.labels(pass_, outcome).inc()
+        self.reduce_latency.labels(pass_).observe(seconds)
 
     def leases_held(self, count: int) -> None:
         self.leases.set(count)

@@ -30,6 +30,12 @@ DEFAULT_RESULT_BATCH = 256
 # at once).
 DEFAULT_RESULT_LINGER = 0.002
 MAX_RESULT_LINGER = 1.0
+# A reduce gate of up to this many items is reduced in one call; a larger one in
+# pages of this many (a fold pass, then an apply pass).
+DEFAULT_REDUCE_PAGE_ITEMS = 1000
+# A reduce page also stops before its items' data passes this size, so a request
+# stays under the handler SDK's 16 MiB body limit once base64-encoded.
+DEFAULT_REDUCE_PAGE_BYTES = 8 * 1024 * 1024
 MIN_LEASE_DURATION = 1.0
 
 
@@ -61,6 +67,8 @@ class WatcherConfig:
     max_leases: int = DEFAULT_MAX_LEASES
     result_batch: int = DEFAULT_RESULT_BATCH
     result_linger: float = DEFAULT_RESULT_LINGER
+    reduce_page_items: int = DEFAULT_REDUCE_PAGE_ITEMS
+    reduce_page_bytes: int = DEFAULT_REDUCE_PAGE_BYTES
 
     def __post_init__(self) -> None:
         if not isinstance(self.owner_id, str) or not self.owner_id.strip():
@@ -72,6 +80,8 @@ class WatcherConfig:
         check_whole_number("steal batch", self.steal_batch)
         check_whole_number("max leases", self.max_leases)
         check_whole_number("result batch", self.result_batch)
+        check_whole_number("reduce page items", self.reduce_page_items)
+        check_whole_number("reduce page bytes", self.reduce_page_bytes)
         check_whole_number("max retries", self.max_retries, minimum=0)
         check_seconds("poll interval", self.poll_interval)
         check_seconds("lease duration", self.lease_duration)

@@ -81,12 +81,16 @@ class GateAction:
     gate: int | None = None
 
 
-def decide_gate(summary: GateSummary, *, auto_close: bool, manual_checkpoint: bool
-                ) -> GateAction:
-    """Decide what a partition does when no item at its gate is ready to dispatch."""
+def decide_gate(summary: GateSummary, *, auto_close: bool, manual_checkpoint: bool,
+                continue_on_failure: bool = False) -> GateAction:
+    """Decide what a partition does when no item at its gate is ready to dispatch.
+
+    With ``continue_on_failure`` (the partition's ``on_item_failure="continue"``)
+    a failed item does not stop the fan-in: the partition goes on with the others.
+    """
     if summary.pending > 0:
         return GateAction(GateStep.WAIT)
-    if summary.failed > 0:
+    if summary.failed > 0 and not continue_on_failure:
         return GateAction(GateStep.FAIL)
     if summary.next_gate is not None:
         if manual_checkpoint:

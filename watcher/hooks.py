@@ -27,6 +27,8 @@ class Hooks:
     def stale_result(self, partition_id: str, item_id: str) -> None: ...
     def gate_advanced(self, partition_id: str, from_gate: int, to_gate: int) -> None: ...
     def partition_closed(self, partition_id: str, status: str) -> None: ...
+    def reduce_outcome(self, partition_id: str, gate: int, pass_: str, outcome: str,
+                       seconds: float) -> None: ...
     def leases_held(self, count: int) -> None: ...
     def in_flight(self, count: int) -> None: ...
 
@@ -62,6 +64,10 @@ class CountingHooks(Hooks):
 
     def partition_closed(self, partition_id: str, status: str) -> None:
         self.counts[f"partition_{status}"] += 1
+
+    def reduce_outcome(self, partition_id: str, gate: int, pass_: str, outcome: str,
+                       seconds: float) -> None:
+        self.counts[f"reduce_{outcome}"] += 1
 
 
 class SafeHooks:

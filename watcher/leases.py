@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from watcher.config import WatcherConfig
 from watcher.decisions import plan_balance
 from watcher.hooks import Hooks
-from watcher.records import LeaseRow
+from watcher.records import LeaseRow, PartitionSettings
 from watcher.store import Store
 
 log = logging.getLogger(__name__)
@@ -33,12 +33,15 @@ class Lease:
 
     ``version`` and ``gate`` track the partition row; ``lock`` serialises the
     watcher's own writes on it so they never conflict with each other.
+    ``settings`` are what the partition fixed at creation (its reduce gates and
+    failed-item policy).
     """
 
     partition_id: str
     version: int
     gate: int
     renewed_at: float = field(default_factory=time.monotonic)
+    settings: PartitionSettings = field(default_factory=PartitionSettings)
     lost: bool = False
     closed: bool = False
     notified: bool = False  # a client wrote the partition: look again now
@@ -187,7 +190,7 @@ class LeaseKeeper:
                 log.info("action=lease_reacquired partition=%s owner=%s gate=%d", row.id,
                          self.owner, row.gate)
                 continue
-            self.leases[row.id] = Lease(row.id, row.version, row.gate)
+            self.leases[row.id] = Lease(row.id, row.version, row.gate, settings=row.settings)
             taken.append(row.id)
             self.hooks.lease_acquired(row.id, stolen_from=stolen_from)
             log.info("action=lease_acquired partition=%s owner=%s gate=%d%s", row.id,

@@ -34,8 +34,9 @@ from watcher.hooks import Hooks
 from watcher.in_hand import ItemsInHand
 from watcher.leases import Lease, LeaseKeeper
 from watcher.models import Status
-from watcher.protocol import NonRetryableError, ProcessCall, WorkItem
+from watcher.protocol import NonRetryableError, ProcessCall, ReduceCallable, WorkItem
 from watcher.records import ItemWrite, ReadyItem
+from watcher.reducer import GateReducer, StepKind
 from watcher.slots import SlotPool, wait_event
 from watcher.store import Store
 from watcher.writer import ResultWriter, WriterClosedError
@@ -69,7 +70,8 @@ class PartitionSupervisor:
 
     def __init__(self, lease: Lease, *, store: Store, process: ProcessCall,
                  writer: ResultWriter, slots: SlotPool, keeper: LeaseKeeper,
-                 config: WatcherConfig, hooks: Hooks) -> None:
+                 config: WatcherConfig, hooks: Hooks,
+                 reduce: ReduceCallable | None = None) -> None:
         self.lease = lease
         self.store = store
         self.process = process
@@ -79,6 +81,9 @@ class PartitionSupervisor:
         self.config = config
         self.hooks = hooks
         self.in_hand = ItemsInHand()
+        self.reducer = GateReducer(lease, store=store, reduce=reduce, slots=slots,
+                                   keeper=keeper, config=config, hooks=hooks)
+        self._reduce_not_before = 0.0
         self.draining = False
         self._check_lease = False
         self._policy = config.retry_policy
@@ -143,6 +148,8 @@ class PartitionSupervisor:
             # The lease may have expired while renewals failed: dispatch nothing
             # until a renewal confirms it (or finds it lost).
             return Pass(wait=self.config.poll_interval)
+        if lease.gate in lease.settings.reduce_gates:
+            return await self._reduce(now)
         if not self._read_now(now):
             return Pass(wait=self.config.poll_interval)
         dispatched = await self._dispatch()
@@ -284,6 +291,30 @@ class PartitionSupervisor:
         self.keeper.mark_lost(self.lease)
         return False
 
+    async def _reduce(self, now: float) -> Pass:
+        """One step of the reduce at the current gate (:class:`~watcher.reducer.GateReducer`);
+        when nothing is left to reduce, the gate steps on as any other.
+
+        Raises the database's error when a read or write fails.
+        """
+        if now < self._reduce_not_before:  # woken early during a retry's backoff
+            return Pass(wait=self._reduce_not_before - now)
+        outcome = await self.reducer.step()
+        kind = outcome.kind
+        if kind is StepKind.NOTHING:
+            return await self._step_gate()
+        if kind is StepKind.WROTE:
+            return Pass(wait=0.0)
+        if kind is StepKind.RETRY:
+            self._reduce_not_before = time.monotonic() + outcome.wait
+            return Pass(wait=max(MIN_WAIT, outcome.wait))
+        if kind is StepKind.BUSY:
+            return Pass(wait=self.config.poll_interval)
+        if kind is StepKind.FAILED:
+            return Pass(wait=None)
+        self.hooks.lease_conflict(self.partition_id)
+        return Pass(wait=0.0 if await self._confirm_lease() else None)
+
     async def _step_gate(self) -> Pass:
         """The gate has nothing ready or in flight: wait, move it, fail or close the partition.
 
@@ -292,7 +323,8 @@ class PartitionSupervisor:
         lease = self.lease
         summary = await self.store.gate_summary(self.partition_id, lease.gate)
         action = decide_gate(summary, auto_close=self.config.auto_close,
-                             manual_checkpoint=self.config.manual_checkpoint)
+                             manual_checkpoint=self.config.manual_checkpoint,
+                             continue_on_failure=lease.settings.continue_on_failure)
         if action.step is GateStep.WAIT:
             wait = self.config.poll_interval
             if summary.seconds_to_next_retry is not None:

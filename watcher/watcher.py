@@ -22,7 +22,7 @@ from watcher.config import WatcherConfig
 from watcher.dialect import is_lock_conflict
 from watcher.hooks import Hooks, SafeHooks
 from watcher.leases import Lease, LeaseCycle, LeaseKeeper
-from watcher.protocol import ProcessCall, Processor
+from watcher.protocol import ProcessCall, Processor, ReduceCallable
 from watcher.slots import SlotPool, wait_event
 from watcher.store import Store
 from watcher.supervisor import PartitionSupervisor
@@ -41,11 +41,14 @@ class Watcher:
     """Leases partitions from ``store`` and drives their items through ``processor``.
 
     ``processor`` is an object with ``async process(item)`` or such a coroutine
-    function itself.
+    function itself. ``reduce`` (``async reduce(call) -> ReduceResult``) runs the
+    partitions' reduce gates; by default the processor's own ``reduce`` method,
+    if it has one (an :class:`~processor.http_processor.HttpProcessor` does).
     """
 
     def __init__(self, store: Store, processor: Processor | ProcessCall,
-                 config: WatcherConfig | None = None, hooks: Hooks | None = None) -> None:
+                 config: WatcherConfig | None = None, hooks: Hooks | None = None, *,
+                 reduce: ReduceCallable | None = None) -> None:
         self.store = store
         self.config = config or WatcherConfig()
         self.hooks: Any = SafeHooks(hooks or Hooks())
@@ -53,6 +56,10 @@ class Watcher:
         if not callable(process):
             raise TypeError("processor must have an async process(item) method or be one")
         self._process: ProcessCall = process
+        # The reduce of reduce gates: given, or the processor's own (an HttpProcessor's).
+        self._reduce: ReduceCallable | None = reduce or getattr(processor, "reduce", None)
+        if self._reduce is not None and not callable(self._reduce):
+            raise TypeError("reduce must be an async function taking a ReduceCall")
         self.keeper = LeaseKeeper(store, self.config, self.hooks)
         self.slots = SlotPool(self.config.concurrency)
         self.writer = ResultWriter(store, self.config.owner_id,
@@ -97,7 +104,8 @@ class Watcher:
     def _start_supervisor(self, lease: Lease) -> None:
         supervisor = PartitionSupervisor(
             lease, store=self.store, process=self._process, writer=self.writer,
-            slots=self.slots, keeper=self.keeper, config=self.config, hooks=self.hooks)
+            slots=self.slots, keeper=self.keeper, config=self.config, hooks=self.hooks,
+            reduce=self._reduce)
         task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
         # A partition that closed (or was lost) frees room for another: look at once.
         task.add_done_callback(lambda _: self._wake.set())

@@ -186,6 +186,7 @@ def test_handler_headers_from_the_environment_one_per_line(tmp_path) -> None:
 def test_demo_runs_the_resume_pipeline() -> None:
     done = run_cli("demo", timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "top 5 candidates" in done.stdout
-    assert "complete: 36 resumes ranked" in done.stdout
+    assert "top 5 candidates (from the partition's result)" in done.stdout
+    assert "complete: 34 resumes ranked, 2 unreadable" in done.stdout
+    assert done.stdout.count("skipped resume-") == 2
     assert "Traceback" not in done.stdout + done.stderr
