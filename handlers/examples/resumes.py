@@ -216,7 +216,7 @@ def extract(item: handlers.Item) -> handlers.Result:
     except handlers.ItemDataError:
         raise
     except ValueError as error:
-        raise handlers.Fail(f"unreadable resume: {error}") from None
+        raise handlers.Fail(f"{item.describe()}: {error}") from None
     return handlers.Result(gate=1, data=enriched)
 
 
