@@ -84,9 +84,49 @@ async def test_migrate_run_status(migrated, tmp_path) -> None:
     shown = run_cli("status", "--db-url", db_url, "--table-prefix", prefix, "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout) == [
-        {"id": "job", "status": "complete", "gate": 1, "owner": "", "counts": {"complete": 12}}]
+        {"id": "job", "status": "complete", "gate": 1, "owner": "", "counts": {"complete": 12},
+         "reduce_gates": [], "on_item_failure": "fail", "reduce": None, "last_error": None,
+         "result": None}]
     table = run_cli("status", "--db-url", db_url, "--table-prefix", prefix)
     assert table.returncode == 0 and "job" in table.stdout and "complete" in table.stdout
+
+
+async def test_run_reduces_a_gate_and_result_prints_it(migrated, tmp_path) -> None:
+    from handlers.examples import resumes
+
+    db_url, prefix = migrated
+    where = ("--db-url", db_url, "--table-prefix", prefix)
+    documents = resumes.sample_resumes(30, seed=4, unreadable=2)
+    async with AsyncClient(db_url, prefix) as client, serve_app(resumes.app) as base_url:
+        await client.create_partition(
+            "job", [NewItem(f"r{n:02}", document) for n, document in enumerate(documents)],
+            reduce_gates=[1], on_item_failure="continue")
+        await client.create_partition("plain", [NewItem("a", b"{}")])
+        async with processor_run(tmp_path, "reducer", "--handler-url", f"{base_url}/",
+                                 *where, *FAST, "--reduce-page-items", "8",
+                                 health_port=free_port()) as proc:
+            info = await client.wait("job", timeout=60)
+            assert info.status == "complete", info
+            metrics = (await proc.get("/metrics")).text
+            assert 'statefeed_reduce_calls_total{outcome="applied",pass_="fold"} 4.0' in metrics
+            assert 'statefeed_reduce_calls_total{outcome="applied",pass_="apply"} 4.0' in metrics
+    assert info.counts == {"complete": 28, "failed": 2}
+    shown = run_cli("result", "job", *where)
+    assert shown.returncode == 0, shown.stderr
+    ranking = json.loads(shown.stdout)
+    assert ranking == info.result_json()
+    assert (ranking["ranked"], ranking["failed_count"], len(ranking["top"])) == (28, 2, 10)
+    status = run_cli("status", *where, "--json")
+    rows = {row["id"]: row for row in json.loads(status.stdout)}
+    assert rows["job"]["result"] == ranking and rows["job"]["reduce_gates"] == [1]
+    assert rows["job"]["on_item_failure"] == "continue" and rows["job"]["reduce"] is None
+    missing = run_cli("result", "nope", *where)
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.strip().splitlines() == [
+        "processor: error: partition 'nope' does not exist; create it with create_partition()"]
+    empty = run_cli("result", "plain", *where)
+    assert empty.returncode == 3 and "has no result yet" in empty.stderr
+    assert len(empty.stderr.strip().splitlines()) == 1
 
 
 async def test_sigterm_hands_over_to_a_second_processor(migrated, tmp_path) -> None:

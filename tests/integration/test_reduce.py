@@ -25,6 +25,8 @@ from tests.support.engine import running
 from tests.support.servers import serve_app
 from watcher import Watcher, WatcherConfig
 from watcher.errors import GateError
+from watcher.protocol import ReduceCall, ReduceResult, WorkItem
+from watcher.protocol import Result as EngineResult
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2, "shutdown_timeout": 5.0}
@@ -291,3 +293,68 @@ async def test_items_cannot_be_added_at_a_reduce_gate_the_partition_reached(
         await client.add_items("p", [NewItem("b", b"2", gate=1)])
     assert await client.add_items("p", [NewItem("c", b"3", gate=2)]) is False
     assert [item.id for item in await client.items("p")] == ["a", "c"]
+
+
+# --------------------------------------------------------------------------- library mode
+
+
+async def library_step(item: WorkItem) -> EngineResult:
+    return EngineResult(gate=1, data=json.dumps({"n": json.loads(item.data)}).encode())
+
+
+async def test_library_mode_takes_a_reduce_function_beside_process(
+        make_store: Callable[..., Any], client: AsyncClient) -> None:
+    calls: list[ReduceCall] = []
+
+    async def reduce(call: ReduceCall) -> ReduceResult:
+        calls.append(call)
+        if call.pass_ == "fold":
+            previous = json.loads(call.accumulator) if call.accumulator else 0
+            total = previous + sum(json.loads(item.data)["n"] for item in call.items)
+            return ReduceResult(accumulator=json.dumps(total).encode(),
+                                result=json.dumps({"total": total}).encode() if call.last
+                                else None)
+        return ReduceResult(default=EngineResult(done=True, data=call.accumulator))
+
+    watcher = Watcher(make_store(), library_step,
+                      WatcherConfig(owner_id="lib", reduce_page_items=5, **FAST), reduce=reduce)
+    await client.create_partition("p", numbered(12), reduce_gates=[1])
+    async with running(watcher):
+        info = await client.wait("p", timeout=WAIT)
+    assert info.status == "complete" and info.result_json() == {"total": sum(range(12))}
+    assert [(c.pass_, c.page, len(c.items)) for c in calls] == [
+        ("fold", 0, 5), ("fold", 1, 5), ("fold", 2, 2),
+        ("apply", 0, 5), ("apply", 1, 5), ("apply", 2, 2)]
+    assert {item.data for item in await client.items("p")} == {str(sum(range(12))).encode()}
+
+
+async def test_a_watcher_without_a_reducer_fails_the_partition_and_says_why(
+        make_store: Callable[..., Any], client: AsyncClient) -> None:
+    watcher = Watcher(make_store(), library_step, WatcherConfig(owner_id="lib", **FAST))
+    await client.create_partition("p", numbered(2), reduce_gates=[1])
+    async with running(watcher):
+        info = await client.wait("p", timeout=WAIT)
+    assert info.status == "failed" and info.gate == 1
+    assert "has no reducer" in (info.last_error or "")
+
+
+async def test_reduce_gates_after_the_first_and_a_chain_of_reduces(
+        make_store: Callable[..., Any], client: AsyncClient) -> None:
+    """Gate 0 items, a reduce at gate 1 that sends some on to gate 2, then a reduce at 2."""
+    seen: list[tuple[int, list[str]]] = []
+
+    async def reduce(call: ReduceCall) -> ReduceResult:
+        seen.append((call.gate, [item.id for item in call.items]))
+        if call.gate == 1:
+            return ReduceResult(items={"i00": EngineResult(gate=2), "i01": EngineResult(gate=2)},
+                                result=b'"first"')
+        return ReduceResult(result=json.dumps([i.id for i in call.items]).encode())
+
+    watcher = Watcher(make_store(), library_step, WatcherConfig(owner_id="lib", **FAST),
+                      reduce=reduce)
+    await client.create_partition("p", numbered(4), reduce_gates=[1, 2])
+    async with running(watcher):
+        info = await client.wait("p", timeout=WAIT)
+    assert info.status == "complete" and info.counts == {"complete": 4}
+    assert seen == [(1, ["i00", "i01", "i02", "i03"]), (2, ["i00", "i01"])]
+    assert info.result_json() == ["i00", "i01"]
