@@ -37,6 +37,7 @@ from watcher.config import (
 from watcher.dburl import DatabaseURL, parse_database_url
 from watcher.errors import ConfigError, DatabaseError, StatefeedError
 from watcher.schema import validate_table_prefix
+from watcher.text import error_text
 
 DEFAULT_DB_URL = "sqlite:///processor.db"
 # Defaults of `processor run` that have no home in an engine or HTTP config object.
@@ -345,6 +346,12 @@ def main() -> None:
         sys.exit(EXIT_DATABASE)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as error:  # a driver refusing a URL parameter, or a bug: one line
+        logging.getLogger(__name__).debug("unexpected error", exc_info=error)
+        typer.echo(f"processor: error: unexpected {error_text(error)} (a database URL "
+                   "parameter the driver does not take? check the URL's query string)",
+                   err=True)
+        sys.exit(EXIT_DATABASE)
 
 
 if __name__ == "__main__":

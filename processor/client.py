@@ -152,7 +152,7 @@ class AsyncClient:
         except SQLAlchemyError as error:
             raise DatabaseError(
                 f"database {self._url.redacted()} failed: "
-                f"{type(error).__name__}: {first_line(error)}"
+                f"{type(error).__name__}: {self._url.scrub(first_line(error))}"
             ) from None
 
     async def create_partition(self, partition_id: str, items: Sequence[NewItem] = (), *,

@@ -69,12 +69,9 @@ class ServiceConfig:
 
 
 def describe_db_error(error: BaseException, url: DatabaseURL) -> str:
-    """One line about a database failure, with the password scrubbed."""
-    password = str(url.async_url.password or "")
-    # Scrubbed before it is shortened, so that no part of the password is left.
-    detail = first_line(error, DB_ERROR_DETAIL_CHARS + len(password))
-    if password:
-        detail = detail.replace(password, "***")
+    """One line about a database failure, with every secret of the URL scrubbed."""
+    # Scrubbed before it is shortened, so that no part of a secret is left.
+    detail = url.scrub(first_line(error, 4 * DB_ERROR_DETAIL_CHARS))
     detail = shorten(detail, DB_ERROR_DETAIL_CHARS)
     return f"database {url.redacted()} is unavailable: {detail}"
 

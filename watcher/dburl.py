@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from urllib.parse import quote_plus, unquote
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -33,6 +35,65 @@ SUPPORTED = "sqlite:///path, postgresql://..., mysql://..., mariadb://..., mssql
 # The character set MySQL/MariaDB connections use unless the URL names one: every
 # Unicode character, as on the other databases.
 MYSQL_CHARSET = "utf8mb4"
+MASK = "***"
+# Query parameters shown as they are in messages; every other value is masked,
+# since drivers take credentials in the query too (password, sslpassword, passwd,
+# a key file's pass phrase, a token), and new ones appear with driver versions.
+SHOWN_QUERY_KEYS = frozenset({
+    "charset", "sslmode", "application_name", "connect_timeout", "tds_version",
+    "target_session_attrs", "gssencmode", "timeout", "read_timeout", "write_timeout",
+    "login_timeout",
+})
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _refuse_ambiguous_userinfo(raw: str) -> None:
+    """Refuse a URL whose host part has more than one ``@``: an unencoded ``@`` in a
+    password, which parsers split differently (part of the password would be taken
+    for the host, printed and looked up in DNS). The message never echoes the URL.
+
+    Raises:
+        ConfigError: the authority holds more than one ``@``.
+    """
+    match = _SCHEME.match(raw)
+    if match is None:
+        return
+    authority = raw[match.end():].split("/", 1)[0].split("?", 1)[0]
+    if authority.count("@") > 1:
+        raise ConfigError(
+            "the database URL has more than one '@' before its host, so its password "
+            "cannot be told apart from its host: percent-encode '@' in the user name or "
+            "password as %40 (the URL is not shown here, as it holds a password)")
+
+
+def url_secrets(url: URL) -> list[str]:
+    """The secret values in ``url``: its password and every query value not in
+    :data:`SHOWN_QUERY_KEYS`, raw and percent-decoded (what a message must never show)."""
+    found = [str(url.password)] if url.password else []
+    for key, value in url.query.items():
+        if key.lower() in SHOWN_QUERY_KEYS:
+            continue
+        for one in (value,) if isinstance(value, str) else value:
+            found.extend({one, unquote(one)})
+    return sorted({secret for secret in found if secret}, key=len, reverse=True)
+
+
+def render_redacted(url: URL) -> str:
+    """``url`` as text with its password and secret query values replaced by ``***``."""
+    base = url.set(query={}).render_as_string(hide_password=True)
+    pairs = []
+    for key, value in url.query.items():
+        shown = key.lower() in SHOWN_QUERY_KEYS
+        for one in (value,) if isinstance(value, str) else value:
+            pairs.append(f"{quote_plus(key)}={quote_plus(one) if shown else MASK}")
+    return f"{base}?{'&'.join(pairs)}" if pairs else base
+
+
+def scrub(text: str, url: URL) -> str:
+    """``text`` with every secret of ``url`` replaced by ``***``."""
+    for secret in url_secrets(url):
+        text = text.replace(secret, MASK)
+    return text
 
 
 @dataclass(frozen=True)
@@ -48,8 +109,12 @@ class DatabaseURL:
         return self.async_url.get_backend_name()
 
     def redacted(self) -> str:
-        """The URL as text with any password replaced by ``***``."""
-        return self.async_url.render_as_string(hide_password=True)
+        """The URL as text with its password and secret query values replaced by ``***``."""
+        return render_redacted(self.async_url)
+
+    def scrub(self, text: str) -> str:
+        """``text`` (a driver's error, say) with every secret of this URL masked."""
+        return scrub(text, self.async_url)
 
     def __repr__(self) -> str:
         return f"DatabaseURL({self.redacted()!r})"
@@ -58,9 +123,11 @@ class DatabaseURL:
 
 
 def redact_url(raw: str) -> str:
-    """Return ``raw`` with a password hidden, or a placeholder if it cannot be parsed."""
+    """Return ``raw`` with its password and secret query values hidden, or a
+    placeholder if it cannot be parsed safely."""
     try:
-        return make_url(raw).render_as_string(hide_password=True)
+        _refuse_ambiguous_userinfo(raw)
+        return render_redacted(make_url(raw))
     except Exception:
         return "<unparseable database URL>"
 
@@ -80,9 +147,10 @@ def parse_database_url(raw: str) -> DatabaseURL:
     """
     if not isinstance(raw, str) or not raw.strip():
         raise ConfigError("database URL is empty: pass one such as sqlite:///processor.db")
+    _refuse_ambiguous_userinfo(raw.strip())
     try:
         url = make_url(raw.strip())
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         raise ConfigError(
             f"database URL {redact_url(raw)!r} is malformed: expected a form such as "
             "sqlite:///processor.db or postgresql://user:password@host:5432/dbname"
@@ -101,7 +169,7 @@ def parse_database_url(raw: str) -> DatabaseURL:
     if not async_scheme.startswith("sqlite") and not url.database:
         backend = url.get_backend_name()
         raise ConfigError(
-            f"database URL {url.render_as_string(hide_password=True)!r} names no database; "
+            f"database URL {render_redacted(url)!r} names no database; "
             f"add one, as in {backend}://user@host/dbname"
         )
     if url.get_backend_name() in ("mysql", "mariadb") and "charset" not in url.query:
