@@ -47,6 +47,17 @@ def _check_id(kind: str, value: object) -> str:
         raise InvalidInputError(
             f"{kind} id {value[:40]!r}... is {len(value)} characters; the limit is "
             f"{ID_MAX_LENGTH}")
+    # One rule on every database: PostgreSQL refuses NUL in text, and no database
+    # stores a lone UTF-16 surrogate (it is not UTF-8).
+    if "\x00" in value:
+        raise InvalidInputError(
+            f"{kind} id {value[:40]!r} contains a NUL character; ids must be text without NUL")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"{kind} id {value[:40]!r} contains an unpaired surrogate; ids must be valid "
+            "Unicode text") from None
     return value
 
 

@@ -325,7 +325,12 @@ class Store:
                 await self._items_insert(conn, partition_id, items)
                 await self._notify(conn, partition_id)
         except IntegrityError:
-            raise PartitionExistsError(partition_id) from None
+            if await self.partition_get(partition_id) is not None:
+                raise PartitionExistsError(partition_id) from None
+            # No such partition: two item ids the database compares as equal (MariaDB
+            # and MySQL ignore trailing spaces, SQL Server too).
+            raise DuplicateItemError(partition_id, _colliding_ids(items),
+                                     stored=False) from None
 
     async def items_add(self, partition_id: str, items: Sequence[NewItem]) -> bool:
         """Add items to a partition, re-opening it if it was complete.
@@ -485,29 +490,47 @@ class Store:
             return reset.rowcount
 
     async def partition_set_gate(self, partition_id: str, gate: int) -> None:
-        """Move a partition's gate forward (manual checkpoint).
+        """Move a partition's gate forward (a checkpoint, in manual-checkpoint mode or not).
+
+        Refused while an item below ``gate`` is still available: nothing
+        dispatches below a partition's gate, so the item would be stranded and
+        the partition could close over it. Leaving a gate drops the reduce
+        progress stored for it. The partition row is written first, which
+        locks it: a processor's concurrent write on it conflicts and re-reads.
 
         Raises:
             PartitionNotFoundError: no partition has this id.
-            GateError: ``gate`` is below the partition's current gate.
+            GateError: ``gate`` is below the partition's current gate, or items
+                below ``gate`` are still available.
         """
-        p = self.tables.partitions
+        p, i = self.tables.partitions, self.tables.items
         async with self._write() as conn:
-            moved = await conn.execute(
-                update(p).where(p.c.id == partition_id, p.c.gate <= gate).values(
-                    version=p.c.version + 1, gate=gate, updated_at=self.statements.now)
-            )
-            if moved.rowcount == 1:
-                await self._notify(conn, partition_id)
-                return
+            touched = await conn.execute(
+                update(p).where(p.c.id == partition_id)
+                .values(version=p.c.version + 1, updated_at=self.statements.now))
+            if touched.rowcount != 1:
+                raise PartitionNotFoundError(partition_id)
             current = (await conn.execute(
-                select(p.c.gate).where(p.c.id == partition_id))).scalar_one_or_none()
-        if current is None:
-            raise PartitionNotFoundError(partition_id)
-        raise GateError(
-            f"cannot move partition {partition_id!r} back from gate {current} to gate {gate}; "
-            "a checkpoint only moves forward"
-        )
+                select(p.c.gate).where(p.c.id == partition_id))).scalar_one()
+            if gate < current:
+                raise GateError(
+                    f"cannot move partition {partition_id!r} back from gate {current} to gate "
+                    f"{gate}; a checkpoint only moves forward")
+            waiting = (await conn.execute(
+                select(i.c.gate, func.count()).where(
+                    i.c.partition_id == partition_id, i.c.status == AVAILABLE, i.c.gate < gate)
+                .group_by(i.c.gate).order_by(i.c.gate).limit(1))).first()
+            if waiting is not None:
+                raise GateError(
+                    f"cannot move partition {partition_id!r} to gate {gate}: {waiting[1]} "
+                    f"item(s) at gate {waiting[0]} are still available and would be stranded "
+                    "below it; wait until they are done or failed, or move them with a handler "
+                    "answer")
+            if gate != current:
+                await conn.execute(update(p).where(p.c.id == partition_id).values(
+                    gate=gate, reduce_pass=None, reduce_page=0, reduce_after=None,
+                    reduce_acc=None, reduce_attempts=0))
+            await self._notify(conn, partition_id)
 
     # -- leases ------------------------------------------------------------
 
@@ -841,6 +864,16 @@ class Store:
         if not writes:
             return []
         return await self.driver.items_apply(writes, owner)
+
+
+def _colliding_ids(items: Sequence[NewItem]) -> list[str]:
+    """The ids of ``items`` that equal another's but for trailing spaces (all of them
+    when none does): what a PAD SPACE collation takes for duplicates."""
+    groups: dict[str, list[str]] = {}
+    for item in items:
+        groups.setdefault(item.id.rstrip(" "), []).append(item.id)
+    colliding = sorted(one for group in groups.values() if len(group) > 1 for one in group)
+    return colliding or sorted(item.id for item in items)
 
 
 class _GuardLost(Exception):

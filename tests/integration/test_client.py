@@ -78,7 +78,7 @@ async def test_add_items_errors_write_nothing(client) -> None:
 
 
 async def test_set_gate_moves_forward_only(client) -> None:
-    await client.create_partition("job", [NewItem("a", b"")])
+    await client.create_partition("job", [])
     await client.set_gate("job", 3)
     assert (await client.partition("job")).gate == 3
     with pytest.raises(GateError, match="only moves forward"):
@@ -87,6 +87,17 @@ async def test_set_gate_moves_forward_only(client) -> None:
         await client.set_gate("nope", 1)
     with pytest.raises(InvalidInputError):
         await client.set_gate("job", -2)
+
+
+async def test_set_gate_never_strands_available_items(client) -> None:
+    await client.create_partition("job", [NewItem("a", b""), NewItem("b", b"", gate=4)])
+    before = await client.partition("job")
+    with pytest.raises(GateError, match="1 item.s. at gate 0 are still available"):
+        await client.set_gate("job", 2)
+    after = await client.partition("job")
+    assert (after.gate, after.version) == (0, before.version)  # nothing written
+    await client.set_gate("job", 0)  # the gate it is at: allowed, nothing stranded
+    assert (await client.partition("job")).gate == 0
 
 
 async def test_unknown_things(client) -> None:

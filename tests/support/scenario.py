@@ -70,9 +70,12 @@ async def drive_every_method(store: Store) -> None:
     assert await store.items_retry_failed("p1") == 1
     # The retry moved the version on: a transition with the old one loses.
     assert await store.partition_transition("p1", new_version, "w1", gate=1) is None
-    await store.partition_set_gate("p1", 2)
-    with pytest.raises(GateError):
-        await store.partition_set_gate("p1", 0)
+    with pytest.raises(GateError, match="stranded"):
+        await store.partition_set_gate("p1", 2)
+    await store.partition_create("p4", [])
+    await store.partition_set_gate("p4", 2)
+    with pytest.raises(GateError, match="only moves forward"):
+        await store.partition_set_gate("p4", 0)
     await _drive_reduce_methods(store)
     await store.leases_release({"p2": versions["p2"] + 1}, "w1")
     await store.leases_take([LeaseRow("p2", 0, 0, "")], "w2", 30)  # a lost race

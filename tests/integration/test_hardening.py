@@ -1,0 +1,67 @@
+"""Promises that hostile or careless use must not break (issue 12), on every live database."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from processor import AsyncClient, DuplicateItemError, InvalidInputError, NewItem
+from tests.support.engine import running, wait_until
+from watcher import Result, Watcher, WatcherConfig, WorkItem
+from watcher.errors import GateError
+
+FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
+        "retry_backoff_max": 0.2}
+
+
+async def test_set_gate_while_a_gate_runs_never_strands_items(
+        db_url: str, table_prefix: str, make_store: Callable[..., Any]) -> None:
+    """A client moving the gate of a running partition is refused while items below
+    the target are still available: a complete partition never has an available item."""
+    release = asyncio.Event()
+
+    async def slow(item: WorkItem) -> Result:
+        await asyncio.wait_for(release.wait(), 20)
+        return Result(done=True)
+
+    async with AsyncClient(db_url, table_prefix) as client:
+        await client.create_partition("p", [NewItem(f"i{n:03}", b"") for n in range(100)])
+        watcher = Watcher(make_store(), slow, WatcherConfig(owner_id="w", concurrency=8,
+                                                            **FAST))
+        async with running(watcher):
+            await wait_until(lambda: watcher.supervisors, message="the partition leased")
+            with pytest.raises(GateError, match="still available"):
+                await client.set_gate("p", 1)
+            release.set()
+            info = await client.wait("p", timeout=30)
+        assert info.status == "complete" and info.counts == {"complete": 100}
+        assert info.gate == 0
+
+
+@pytest.mark.parametrize(("bad_id", "what"), [
+    ("with\x00nul", "NUL"),
+    ("lone\ud800surrogate", "unpaired surrogate"),
+])
+async def test_ids_get_one_validation_on_every_database(db_url: str, table_prefix: str,
+                                                        bad_id: str, what: str) -> None:
+    async with AsyncClient(db_url, table_prefix) as client:
+        with pytest.raises(InvalidInputError, match=what):
+            await client.create_partition(bad_id, [NewItem("a", b"")])
+        with pytest.raises(InvalidInputError, match=what):
+            await client.create_partition("p", [NewItem(bad_id, b"")])
+        assert await client.partitions() == []
+
+
+async def test_ids_the_database_takes_for_equal_are_duplicates_not_an_existing_partition(
+        db_url: str, table_prefix: str) -> None:
+    async with AsyncClient(db_url, table_prefix) as client:
+        try:
+            await client.create_partition("p", [NewItem("a", b""), NewItem("a ", b"")])
+        except DuplicateItemError as error:  # MariaDB: trailing spaces compare equal
+            assert error.item_ids == ["a", "a "]
+            assert await client.partitions() == []
+        else:  # SQLite and PostgreSQL compare them exactly
+            assert [item.id for item in await client.items("p")] == ["a", "a "]
