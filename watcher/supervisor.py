@@ -221,7 +221,6 @@ class PartitionSupervisor:
         try:
             result = await self.process(work)
         except asyncio.CancelledError:
-            self.slots.give_back(1)
             self._let_go(item)
             raise
         except Exception as error:
@@ -231,9 +230,14 @@ class PartitionSupervisor:
 
     def _finish_call(self, item: ReadyItem, started: float, result: Any,
                      error: Exception | None) -> None:
-        """Turn a finished call into its item write, free its slot, and queue the write."""
+        """Turn a finished call into its item write and queue the write.
+
+        The call's slot stays taken until the write is done (or dropped), so
+        the concurrency bounds calls in flight plus results not yet written: while
+        writes fail, the slots fill up and no more calls are made whose results
+        could not be stored.
+        """
         pid = self.partition_id
-        self.slots.give_back(1)
         write: ItemWrite | None = None
         if error is None:
             try:
@@ -275,8 +279,9 @@ class PartitionSupervisor:
             self._let_go(item)
 
     def _let_go(self, item: ReadyItem) -> None:
-        """``item`` is no longer in hand: wake the supervisor to read again."""
+        """``item`` is no longer in hand: free its slot, wake the supervisor to read again."""
         self.in_hand.let_go(item)
+        self.slots.give_back(1)
         self.lease.wake.set()
 
     async def _confirm_lease(self) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from processor import AsyncClient, DuplicateItemError, InvalidInputError, NewItem
-from tests.support.engine import running, wait_until
+from tests.support.engine import count_calls, running, wait_until
 from watcher import Result, Watcher, WatcherConfig, WorkItem
 from watcher.errors import GateError
 
@@ -65,3 +65,37 @@ async def test_ids_the_database_takes_for_equal_are_duplicates_not_an_existing_p
             assert await client.partitions() == []
         else:  # SQLite and PostgreSQL compare them exactly
             assert [item.id for item in await client.items("p")] == ["a", "a "]
+
+
+async def test_concurrency_bounds_calls_plus_unwritten_results(
+        db_url: str, table_prefix: str, make_store: Callable[..., Any]) -> None:
+    """While result writes are held up, no slot frees: the processor stops calling
+    the handler instead of piling up results it may have to throw away."""
+    calls: list[str] = []
+    writes_open = asyncio.Event()
+
+    async def process(item: WorkItem) -> Result:
+        calls.append(item.id)
+        return Result(done=True)
+
+    store = make_store()
+    apply = store.items_apply
+
+    async def held_apply(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.wait_for(writes_open.wait(), 30)
+        return await apply(*args, **kwargs)
+
+    store.items_apply = held_apply  # type: ignore[method-assign]
+    cycles = count_calls(store, "leases_read_free")
+    async with AsyncClient(db_url, table_prefix) as client:
+        await client.create_partition("p", [NewItem(f"i{n:02}", b"") for n in range(20)])
+        watcher = Watcher(store, process, WatcherConfig(owner_id="w", concurrency=4, **FAST))
+        async with running(watcher):
+            await wait_until(lambda: len(calls) == 4, message="four calls")
+            seen = cycles["leases_read_free"]
+            await wait_until(lambda: cycles["leases_read_free"] >= seen + 5,
+                             message="five more lease cycles")
+            assert len(calls) == 4, calls  # no slot was freed by an unwritten result
+            writes_open.set()
+            info = await client.wait("p", timeout=30)
+    assert info.counts == {"complete": 20} and len(calls) == 20
