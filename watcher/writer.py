@@ -12,7 +12,7 @@ import logging
 import math
 from collections.abc import Callable
 
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError, StatementError
+from sqlalchemy.exc import SQLAlchemyError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from watcher.backoff import backoff, last_error, sleep_until
@@ -34,17 +34,15 @@ class WriterClosedError(RuntimeError):
     """The writer stopped before this result could be written; the item will run again."""
 
 
-def is_value_error(error: BaseException) -> bool:
-    """Whether the database (or its driver) refused a write for a value in it.
+# How many times one write may drop the connection, while the database answers
+# other statements at once, before it is taken for a value the server cannot
+# take (MariaDB and MySQL drop the connection on a packet over max_allowed_packet).
+MAX_CONNECTION_DROPS = 3
 
-    Such a write fails the same way every time, unlike an outage: retrying
-    the batch would wedge the writer, so the bad write is found and replaced.
-    """
-    if isinstance(error, DataError | IntegrityError):
-        return True
-    if isinstance(error, StatementError) and not isinstance(error, DBAPIError):
-        return True  # a parameter SQLAlchemy could not convert
-    return isinstance(error, ValueError | OverflowError)  # includes UnicodeError
+
+class UnwritableValueError(RuntimeError):
+    """The database dropped the connection on one write again and again while it
+    answered other statements: the write holds a value the server will not take."""
 
 
 # Told, once, how a queued write ended: applied (True), fenced off (False), or
@@ -205,14 +203,15 @@ class ResultWriter:
     async def _write(self, batch: list[tuple[ItemWrite, WriteDone]]) -> None:
         """Write ``batch`` (the head of the queue) in one transaction and answer its waiters.
 
-        When the database refuses the batch for a value in it, the writes go
-        one per transaction instead, so that only the bad one is affected.
+        When the database refuses the batch for a value in it, or drops the
+        connection on it while it answers other statements at once, the writes
+        go one per transaction instead, so that only the bad one is affected.
         Raises what an outage raises, leaving the batch queued.
         """
         try:
             applied = await self.store.items_apply([write for write, _ in batch], self.owner)
         except Exception as error:
-            if not is_value_error(error):
+            if not await self._blames_a_value(error):
                 raise
             await self._write_one_by_one(len(batch))
             return
@@ -228,13 +227,14 @@ class ResultWriter:
         an error saying why. Each waiter is answered as soon as its write is
         done. Raises what an outage raises, leaving the rest queued.
         """
+        refuses = self.store.driver.refuses_value
         for _ in range(count):
             write, done = self._queue[0]
             outcome: bool | BaseException
             try:
-                outcome = (await self.store.items_apply([write], self.owner))[0]
+                outcome = await self._write_alone(write)
             except Exception as error:
-                if not is_value_error(error):
+                if not refuses(error) and not isinstance(error, UnwritableValueError):
                     raise
                 log.warning("action=result_unstorable partition=%s item=%s error=%s",
                             write.partition_id, write.item_id, type(error).__name__)
@@ -242,11 +242,54 @@ class ResultWriter:
                     outcome = (await self.store.items_apply(
                         [unstorable_write(write, error)], self.owner))[0]
                 except Exception as second:
-                    if not is_value_error(second):
+                    if not refuses(second):
                         raise
                     outcome = second
             del self._queue[0]
             _tell(done, outcome)
+
+    async def _write_alone(self, write: ItemWrite) -> bool:
+        """Write one result in a transaction of its own; returns whether it was applied.
+
+        A write on which the connection drops while the database answers other
+        statements is tried :data:`MAX_CONNECTION_DROPS` times, then taken for a
+        value the server will not take.
+
+        Raises:
+            UnwritableValueError: the write kept dropping the connection.
+            Exception: what the database raised otherwise (a refused value, an outage).
+        """
+        drops = 0
+        while True:
+            try:
+                return (await self.store.items_apply([write], self.owner))[0]
+            except Exception as error:
+                if not (self.store.driver.lost_connection(error)
+                        and await self._database_answers()):
+                    raise
+                drops += 1
+                if drops == MAX_CONNECTION_DROPS:
+                    raise UnwritableValueError(
+                        f"the database dropped the connection on this write {drops} times "
+                        "while it answered other statements: the value is likely larger "
+                        "than the server takes (MariaDB and MySQL: max_allowed_packet)"
+                    ) from None
+
+    async def _blames_a_value(self, error: BaseException) -> bool:
+        """Whether a failed batch is to be written one by one to find a bad value: the
+        database refused a value, or dropped the connection yet answers at once."""
+        driver = self.store.driver
+        if driver.refuses_value(error):
+            return True
+        return driver.lost_connection(error) and await self._database_answers()
+
+    async def _database_answers(self) -> bool:
+        """Whether the database answers a trivial query now."""
+        try:
+            await self.store.ping()
+        except Exception:
+            return False
+        return True
 
     def _fail_all(self, error: Exception) -> None:
         queued, self._queue = self._queue, []

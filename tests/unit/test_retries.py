@@ -13,6 +13,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy.exc import OperationalError
@@ -25,6 +26,7 @@ from watcher import watcher as watcher_module
 from watcher import writer as writer_module
 from watcher.config import WatcherConfig
 from watcher.dburl import parse_database_url
+from watcher.drivers.base import Driver
 from watcher.errors import DatabaseError
 from watcher.leases import LeaseCycle
 from watcher.records import ItemWrite
@@ -57,7 +59,18 @@ def lines(caplog: pytest.LogCaptureFixture, action: str, level: int | None = Non
 
 
 class FailingStore:
-    """Applies writes, after raising the errors in ``failures`` one per call."""
+    """Applies writes, after raising the errors in ``failures`` one per call.
+
+    Errors are classified as the portable driver does; the database answers a
+    ping unless it fails ``forever``.
+    """
+
+    driver = SimpleNamespace(refuses_value=lambda error: Driver.refuses_value(None, error),
+                             lost_connection=lambda error: Driver.lost_connection(None, error))
+
+    async def ping(self) -> None:
+        if self.forever:
+            raise outage()
 
     def __init__(self, *failures: Exception, forever: bool = False) -> None:
         self.failures = list(failures)

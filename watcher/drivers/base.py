@@ -28,6 +28,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import bindparam
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.expression import Select
 
@@ -78,6 +79,26 @@ class Driver:
 
     async def close(self) -> None:
         """Release what the driver holds beside the engine (the portable one holds nothing)."""
+
+    # -- how a failed statement failed --------------------------------------
+
+    def refuses_value(self, error: BaseException) -> bool:
+        """Whether ``error`` says the database (or its driver) refused a value of the
+        statement: it fails the same way every time, unlike an outage.
+
+        Databases add their own error codes for this in their modules.
+        """
+        if isinstance(error, DataError | IntegrityError):
+            return True
+        if isinstance(error, StatementError) and not isinstance(error, DBAPIError):
+            return True  # a parameter SQLAlchemy could not convert
+        return isinstance(error, ValueError | OverflowError)  # includes UnicodeError
+
+    def lost_connection(self, error: BaseException) -> bool:
+        """Whether the connection dropped during the statement: an outage does that,
+        and so does, on some databases, a statement too large for the server (which
+        then answers the next statement as if nothing happened)."""
+        return isinstance(error, DBAPIError) and bool(error.connection_invalidated)
 
     async def fetch(self, statement: Any, params: Mapping[str, Any], *, read: bool
                     ) -> Sequence[Any]:

@@ -47,6 +47,18 @@ def _plus(element: time_plus, compiler: Any, **kw: Any) -> str:
     )
 
 
+# Errors refusing a value: string or binary data truncated (8152, 2628), arithmetic
+# overflow (8115), conversion failed (245, 241), cannot insert NULL (515).
+VALUE_REFUSALS = frozenset({8152, 2628, 8115, 245, 241, 515})
+
+
 class SQLServerDriver(Driver):
     """SQL Server: the portable driver. Its ready read keeps the literal limit
     (``TOP n``) and its clock is ``SYSUTCDATETIME()``; watchers poll."""
+
+    def refuses_value(self, error: BaseException) -> bool:
+        """See :meth:`Driver.refuses_value`; adds SQL Server's value error numbers."""
+        if super().refuses_value(error):
+            return True
+        args = getattr(getattr(error, "orig", None), "args", ())
+        return bool(args) and isinstance(args[0], int) and args[0] in VALUE_REFUSALS

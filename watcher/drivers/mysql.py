@@ -34,6 +34,18 @@ def _plus(element: time_plus, compiler: Any, **kw: Any) -> str:
     return f"({base} + INTERVAL CAST(({seconds}) * 1000000 AS SIGNED) MICROSECOND)"
 
 
+# Server errors refusing a value: packet too large, data too long, incorrect
+# string value, out of range, incorrect datetime, invalid JSON, column cannot be null.
+VALUE_REFUSALS = frozenset({1153, 1406, 1366, 1264, 1292, 3140, 1048})
+
+
 class MySQLDriver(Driver):
     """MariaDB and MySQL: the portable driver (every statement through the engine,
     watchers poll)."""
+
+    def refuses_value(self, error: BaseException) -> bool:
+        """See :meth:`Driver.refuses_value`; adds the server's value error numbers."""
+        if super().refuses_value(error):
+            return True
+        args = getattr(getattr(error, "orig", None), "args", ())
+        return bool(args) and isinstance(args[0], int) and args[0] in VALUE_REFUSALS

@@ -66,10 +66,22 @@ def batch_rows_json(writes: Iterable[ItemWrite]) -> str:
         for w in writes], ensure_ascii=False, separators=(",", ":"))
 
 
+# SQLSTATE classes of a refused value: data exception, integrity constraint
+# violation, program limit exceeded (a value too large to handle).
+VALUE_REFUSAL_CLASSES = frozenset({"22", "23", "54"})
+
+
 class PostgreSQLDriver(Driver):
     """PostgreSQL: hot statements through psycopg directly, batch writes, notifications."""
 
     notifies = True
+
+    def refuses_value(self, error: BaseException) -> bool:
+        """See :meth:`Driver.refuses_value`; adds SQLSTATE classes 22, 23 and 54."""
+        if super().refuses_value(error):
+            return True
+        sqlstate = getattr(getattr(error, "orig", None), "sqlstate", None) or ""
+        return sqlstate[:2] in VALUE_REFUSAL_CLASSES
 
     def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
         super().__init__(engine, statements)
