@@ -36,6 +36,10 @@ DEFAULT_REDUCE_PAGE_ITEMS = 1000
 # A reduce page also stops before its items' data passes this size, so a request
 # stays under the handler SDK's 16 MiB body limit once base64-encoded.
 DEFAULT_REDUCE_PAGE_BYTES = 8 * 1024 * 1024
+# The largest item data (inserted by a client, or answered by a handler). It fits
+# every supported database at its default settings: MariaDB's 16 MiB packet
+# carries 8 MiB of data even when escaping doubles it.
+DEFAULT_MAX_ITEM_BYTES = 8 * 1024 * 1024
 MIN_LEASE_DURATION = 1.0
 
 
@@ -69,6 +73,7 @@ class WatcherConfig:
     result_linger: float = DEFAULT_RESULT_LINGER
     reduce_page_items: int = DEFAULT_REDUCE_PAGE_ITEMS
     reduce_page_bytes: int = DEFAULT_REDUCE_PAGE_BYTES
+    max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES
 
     def __post_init__(self) -> None:
         if not isinstance(self.owner_id, str) or not self.owner_id.strip():
@@ -82,6 +87,7 @@ class WatcherConfig:
         check_whole_number("result batch", self.result_batch)
         check_whole_number("reduce page items", self.reduce_page_items)
         check_whole_number("reduce page bytes", self.reduce_page_bytes)
+        check_whole_number("max item bytes", self.max_item_bytes)
         check_whole_number("max retries", self.max_retries, minimum=0)
         check_seconds("poll interval", self.poll_interval)
         check_seconds("lease duration", self.lease_duration)

@@ -236,8 +236,11 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def result_problem(result: object) -> str | None:
-    """Why ``result`` is not a valid :class:`Result`, or ``None`` when it is."""
+def result_problem(result: object, max_data_bytes: int | None = None) -> str | None:
+    """Why ``result`` is not a valid :class:`Result`, or ``None`` when it is.
+
+    ``max_data_bytes`` (the item size limit), when given, bounds the new data.
+    """
     if not isinstance(result, Result):
         return f"the processor returned {type(result).__name__}, expected a Result"
     if result.gate is not None and (
@@ -249,6 +252,10 @@ def result_problem(result: object) -> str | None:
         return f"the result's done must be true or false, got {result.done!r}"
     if result.data is not None and not isinstance(result.data, bytes):
         return f"the result's data must be bytes, got {type(result.data).__name__}"
+    if (max_data_bytes is not None and result.data is not None
+            and len(result.data) > max_data_bytes):
+        return (f"the result's data is {len(result.data)} bytes, over the item size limit "
+                f"of {max_data_bytes} bytes (max_item_bytes)")
     return None
 
 

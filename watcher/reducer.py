@@ -115,7 +115,7 @@ class GateReducer:
                     "reducer: give the Watcher a reduce function (library mode) or serve "
                     "POST /reduce in the handler")
             answer = await self.reduce(call)
-            step = reduce_step(pid, gate, plan, answer)
+            step = reduce_step(pid, gate, plan, answer, self.config.max_item_bytes)
         except asyncio.CancelledError:
             raise
         except ReduceAnswerError as malformed:
@@ -128,12 +128,10 @@ class GateReducer:
         finally:
             self.slots.give_back(1)
         async with lease.lock:
-            if lease.lost:
-                return ReduceStepOutcome(StepKind.CONFLICT)
-            version = await self.store.reduce_write(pid, lease.version, self.keeper.owner,
-                                                    step)
+            version = None if lease.lost else await self.store.reduce_write(
+                pid, lease.version, self.keeper.owner, step)
         seconds = time.monotonic() - started
-        if version is None:
+        if version is None:  # the lease was lost (or the guard failed): fenced off
             self.hooks.reduce_outcome(pid, gate, plan.pass_, "stale", seconds)
             log.debug("action=reduce_stale partition=%s gate=%d", pid, gate)
             return ReduceStepOutcome(StepKind.CONFLICT)

@@ -118,8 +118,8 @@ def reduce_call(partition_id: str, gate: int, plan: ReducePlan, attempt: int) ->
                       plan.accumulator, reduce_key(partition_id, gate, plan.pass_, plan.page))
 
 
-def reduce_step(partition_id: str, gate: int, plan: ReducePlan, answer: object
-                ) -> ReduceStep:
+def reduce_step(partition_id: str, gate: int, plan: ReducePlan, answer: object,
+                max_data_bytes: int | None = None) -> ReduceStep:
     """What ``answer`` to the call of ``plan`` writes.
 
     Raises:
@@ -131,8 +131,8 @@ def reduce_step(partition_id: str, gate: int, plan: ReducePlan, answer: object
     if not isinstance(answer, ReduceResult):
         raise ReduceAnswerError(
             f"the reducer returned {type(answer).__name__}, expected a ReduceResult")
-    _check_bytes("result", answer.result)
-    _check_bytes("accumulator", answer.accumulator)
+    _check_bytes("result", answer.result, max_data_bytes)
+    _check_bytes("accumulator", answer.accumulator, max_data_bytes)
     after = plan.entries[-1].id if plan.entries else None
     if plan.pass_ == FOLD:
         if answer.items or answer.default is not None:
@@ -142,15 +142,16 @@ def reduce_step(partition_id: str, gate: int, plan: ReducePlan, answer: object
         if plan.last:
             return ReduceStep(APPLY, 0, None, answer.accumulator, answer.result, ())
         return ReduceStep(FOLD, plan.page + 1, after, answer.accumulator, answer.result, ())
-    writes = item_writes(partition_id, gate, plan.entries, answer.items, answer.default)
+    writes = item_writes(partition_id, gate, plan.entries, answer.items, answer.default,
+                         max_data_bytes)
     if plan.last:
         return ReduceStep(None, 0, None, None, answer.result, writes)
     return ReduceStep(APPLY, plan.page + 1, after, plan.accumulator, answer.result, writes)
 
 
 def item_writes(partition_id: str, gate: int, entries: Sequence[ReduceEntry],
-                answers: Mapping[str, Result], default: Result | None
-                ) -> tuple[ItemWrite, ...]:
+                answers: Mapping[str, Result], default: Result | None,
+                max_data_bytes: int | None = None) -> tuple[ItemWrite, ...]:
     """The guarded item writes of a reduce answer: one per available entry.
 
     Items the answer does not name take ``default`` (``None``: complete them).
@@ -172,14 +173,14 @@ def item_writes(partition_id: str, gate: int, entries: Sequence[ReduceEntry],
                 f"the reduce answer names item {_shown(item_id)}, which is {where}")
     fallback = _COMPLETE_RESULT if default is None else default
     if default is not None:
-        _check_result("the default answer", fallback, gate)
+        _check_result("the default answer", fallback, gate, max_data_bytes)
     writes: list[ItemWrite] = []
     for item_id, entry in available.items():
         result = answers.get(item_id)
         if result is None:
             result = fallback
         else:
-            _check_result(f"the answer for item {_shown(item_id)}", result, gate)
+            _check_result(f"the answer for item {_shown(item_id)}", result, gate, max_data_bytes)
         target = gate if result.gate is None else result.gate
         status = COMPLETE if result.done else AVAILABLE
         writes.append(ItemWrite(partition_id, item_id, entry.version, status, target,
@@ -187,8 +188,8 @@ def item_writes(partition_id: str, gate: int, entries: Sequence[ReduceEntry],
     return tuple(writes)
 
 
-def _check_result(what: str, result: object, gate: int) -> None:
-    problem = result_problem(result)
+def _check_result(what: str, result: object, gate: int, max_data_bytes: int | None) -> None:
+    problem = result_problem(result, max_data_bytes)
     if problem is not None:
         raise ReduceAnswerError(f"{what}: {problem}")
     assert isinstance(result, Result)
@@ -202,10 +203,14 @@ def _check_result(what: str, result: object, gate: int) -> None:
             "move it to a later gate")
 
 
-def _check_bytes(what: str, value: object) -> None:
+def _check_bytes(what: str, value: object, max_bytes: int | None) -> None:
     if value is not None and not isinstance(value, bytes):
         raise ReduceAnswerError(
             f"the reduce answer's {what} must be bytes, got {type(value).__name__}")
+    if max_bytes is not None and value is not None and len(value) > max_bytes:
+        raise ReduceAnswerError(
+            f"the reduce answer's {what} is {len(value)} bytes, over the item size limit of "
+            f"{max_bytes} bytes (max_item_bytes)")
 
 
 def _shown(item_id: str) -> str:

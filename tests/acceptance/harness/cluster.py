@@ -133,6 +133,17 @@ class Cluster:
                 partition_id, [NewItem(item_id, data or initial_data()) for item_id in item_ids])
         return layout
 
+    async def create_layout(self, layout: dict[str, list[str]], *,
+                            reduce_gates: Iterable[int] = ()) -> dict[str, list[str]]:
+        """Create pass-counter partitions with the given item ids (and reduce gates);
+        returns ``layout``."""
+        gates = tuple(reduce_gates)
+        for partition_id, item_ids in layout.items():
+            await self.client.create_partition(
+                partition_id, [NewItem(item_id, initial_data()) for item_id in item_ids],
+                reduce_gates=gates)
+        return layout
+
     async def partitions(self) -> dict[str, PartitionInfo]:
         """Every partition of the namespace by id."""
         return {info.id: info for info in await self.client.partitions(limit=10_000)}
