@@ -240,12 +240,7 @@ class HandlerApp:
         except BadRequest as error:
             await _respond(send, error.status, encode_error(error.message, no_retry=True))
             return
-        answer = await self._settle(item)
-        if answer.retry_after is not None:
-            await _respond(send, answer.status, answer.body,
-                           (b"retry-after", retry_after_header(answer.retry_after)))
-        else:
-            await _respond(send, answer.status, answer.body)
+        await _send_answer(send, await self._settle(item))
 
     async def _batch(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await self._read_body(dict(scope["headers"]), receive)
@@ -278,12 +273,7 @@ class HandlerApp:
         except BadRequest as error:
             await _respond(send, error.status, encode_error(error.message, no_retry=True))
             return
-        answer = await self._run_reduce(page)
-        if answer.retry_after is not None:
-            await _respond(send, answer.status, answer.body,
-                           (b"retry-after", retry_after_header(answer.retry_after)))
-        else:
-            await _respond(send, answer.status, answer.body)
+        await _send_answer(send, await self._run_reduce(page))
 
     async def _run_reduce(self, page: ReducePage) -> _Answer:
         """Run the reduce function for ``page``; never raises (but ``CancelledError``)."""
@@ -472,6 +462,15 @@ async def _respond(send: Send, status: int, body: bytes,
         headers.append(extra)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _send_answer(send: Send, answer: _Answer) -> None:
+    """Send ``answer``, with a ``Retry-After`` header when it asks for a delay."""
+    if answer.retry_after is not None:
+        await _respond(send, answer.status, answer.body,
+                       (b"retry-after", retry_after_header(answer.retry_after)))
+    else:
+        await _respond(send, answer.status, answer.body)
 
 
 async def _method_not_allowed(send: Send, method: str, path: str, allow: bytes) -> None:
