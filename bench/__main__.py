@@ -6,8 +6,8 @@ Every scenario compares systems in the same run on the same PostgreSQL
 and the issue's goals as PASS/MISS, and writes the same figures as JSON
 (``bench/results/latest.json``; subprocess logs in ``logs/`` next to it).
 
-    .venv/bin/python -m bench                  # the default sizes, about 2 minutes
-    .venv/bin/python -m bench --smoke          # every scenario at tiny sizes, < 1 minute
+    .venv/bin/python -m bench                  # the default sizes, about 5 minutes
+    .venv/bin/python -m bench --smoke          # every scenario at tiny sizes, about 1 minute
     .venv/bin/python -m bench --full           # the issue's sizes (10,000 x 100 scale)
     .venv/bin/python -m bench --only latency --only failover
     .venv/bin/python -m bench --items 50000 --partitions 20
@@ -15,19 +15,27 @@ and the issue's goals as PASS/MISS, and writes the same figures as JSON
 Scenarios: library (in-process watcher vs PGQueuer), http (processor run vs
 bare httpx and aiohttp clients), batch (--handler-batch-size), latency
 (insert -> dispatch, gate advance), failover (kill -9, SIGTERM), scale (poll
-queries, memory and statements per item as completed items accumulate).
+queries, memory and statements per item as completed items accumulate), fanin
+(last gate-0 result -> reduce -> partition complete, 10,000 items a gate),
+reduce (a 100,000-item reduce gate in pages, and the reducer's memory), chord
+(P partitions x N items, a step then a reduce: statefeed vs Celery's chord on
+Redis at ``$PROCESSOR_BENCH_REDIS_URL``, default ``redis://127.0.0.1:6379/0``;
+Celery is skipped with a message where no Redis answers).
 Exit status: 0 when every scenario ran (goals missed or not), 1 when one
-failed, 2 when the database cannot be reached or an option is wrong.
+failed, 2 when the database cannot be reached or an option is wrong, 130 or
+143 when stopped by Ctrl-C or SIGTERM (its subprocesses stopped first).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -54,16 +62,18 @@ from bench.report import print_goals, print_outcome, write_json
 from watcher.dburl import redact_url
 
 Runner = Callable[[Settings], Awaitable[Outcome]]
-PACKAGES = ("sqlalchemy", "psycopg", "httpx", "aiohttp", "uvicorn", "pgqueuer", "asyncpg")
+PACKAGES = ("sqlalchemy", "psycopg", "httpx", "aiohttp", "uvicorn", "pgqueuer", "asyncpg",
+            "celery", "kombu", "redis")
 
 
 def runners() -> dict[str, Runner]:
     """Each scenario's entry point, by name."""
-    from bench import failover, http_mode, latency, library, scale
+    from bench import chord, failover, http_mode, latency, library, reduce, scale
 
     return {"library": library.run, "http": http_mode.run_per_item,
             "batch": http_mode.run_batch, "latency": latency.run, "failover": failover.run,
-            "scale": scale.run}
+            "scale": scale.run, "fanin": reduce.run_fanin, "reduce": reduce.run_big,
+            "chord": chord.run}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -74,7 +84,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "override the library and HTTP sizes of any set.")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--smoke", action="store_true",
-                      help="every scenario at tiny sizes (well under a minute)")
+                      help="every scenario at tiny sizes (about a minute)")
     size.add_argument("--full", action="store_true",
                       help="the issue's sizes: 10,000 partitions x 100 items at scale")
     parser.add_argument("--items", type=int, metavar="N",
@@ -176,6 +186,12 @@ async def run_one(name: str, runner: Runner, settings: Settings, console: Consol
 
 async def main_async(args: argparse.Namespace, console: Console) -> int:
     """Run the selected scenarios, print and write the figures; returns the exit status."""
+    # SIGTERM stops the run as Ctrl-C does: the running scenario is cancelled, so its
+    # subprocesses (Celery workers in their own process groups among them) are stopped.
+    main_task = asyncio.current_task()
+    if main_task is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
     mode = "smoke" if args.smoke else "full" if args.full else "default"
     sizes = Sizes.for_run(smoke=args.smoke, full=args.full, items=args.items,
                           partitions=args.partitions)
@@ -245,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(main_async(args, console))
     except KeyboardInterrupt:
         return 130
+    except asyncio.CancelledError:  # SIGTERM
+        return 128 + signal.SIGTERM
 
 
 if __name__ == "__main__":

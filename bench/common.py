@@ -38,7 +38,8 @@ DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 POSTGRES_URL_ENV = "PROCESSOR_BENCH_POSTGRES_URL"
 
 # Scenario names, in the order they run and print.
-SCENARIOS = ("library", "http", "batch", "latency", "failover", "scale")
+SCENARIOS = ("library", "http", "batch", "latency", "failover", "scale", "fanin", "reduce",
+             "chord")
 
 
 def postgres_url() -> str:
@@ -71,6 +72,13 @@ class Sizes:
     scale_partitions: int = 1_000
     scale_items: int = 50  # per partition
     query_samples: int = 200
+    fanin_items: int = 10_000  # fan-in latency: items per reduce gate
+    fanin_samples: int = 10  # fan-in latency: partitions, one after another
+    reduce_gate_items: tuple[int, ...] = (10_000, 100_000)  # big reduce gates, in turn
+    chord_partitions: int = 20  # fan-out/fan-in against Celery's chord: P partitions x
+    chord_items: int = 500  # N items each
+    # Celery worker setups ("pool:concurrency"), each run in turn; the best one counts.
+    celery_setups: tuple[str, ...] = ("prefork:2", "threads:8", "solo:1")
     phase_timeout: float = 300.0  # seconds any one wait may take before the run gives up
 
     @classmethod
@@ -82,11 +90,13 @@ class Sizes:
                         batch_size=20, batch_concurrency=80, pgqueuer_workers=2,
                         latency_samples=5, latency_poll=0.5, failover_partitions=4,
                         lease_duration=1.5, scale_partitions=20, scale_items=20,
-                        query_samples=20, phase_timeout=60.0)
+                        query_samples=20, fanin_items=1_200, fanin_samples=2,
+                        reduce_gate_items=(300, 2_500), chord_partitions=3, chord_items=20,
+                        celery_setups=("prefork:2",), phase_timeout=60.0)
         elif full:
             sizes = cls(items=100_000, http_items=20_000, batch_items=100_000,
                         latency_samples=200, scale_partitions=10_000, scale_items=100,
-                        query_samples=1_000, phase_timeout=1_800.0)
+                        query_samples=1_000, fanin_samples=30, phase_timeout=1_800.0)
         else:
             sizes = cls()
         changes: dict[str, Any] = {}

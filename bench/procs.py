@@ -2,19 +2,26 @@
 
 Output goes to files, never pipes, so a stopped or killed process can never
 block on a full pipe. :class:`Processes` kills whatever is still running when
-its ``async with`` block ends, however it ends.
+its ``async with`` block ends, however it ends; a process started in a group
+of its own (``group=True``, for one that forks workers, such as a Celery
+prefork worker) is killed with its whole group. On Linux the kernel also kills
+every one of them when the benchmark itself dies, even by kill -9 (a test's
+timeout): nothing outlives a run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +32,31 @@ from bench.common import PROCESSOR, PYTHON, REPO, cpu_seconds
 
 STARTUP_TIMEOUT = 20.0
 STOP_TIMEOUT = 20.0
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """What a child runs before its program (Linux) to be sent SIGKILL when its parent
+    dies; ``None`` where ``prctl`` is missing (the child then lives on, and
+    :class:`Processes` still kills it on every exit of its ``async with`` block).
+
+    ``prctl`` is looked up here, in the parent: between fork and exec the child
+    only calls it.
+    """
+    if sys.platform != "linux":
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def die_with_parent() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    return die_with_parent
+
+
+DIE_WITH_PARENT = _parent_death_signal()
 
 
 def free_port() -> int:
@@ -42,6 +74,7 @@ class Child:
     process: asyncio.subprocess.Process
     log_path: Path
     stopping: bool = False
+    group: bool = False  # the leader of a process group of its own: signals go to the group
 
     @property
     def running(self) -> bool:
@@ -53,8 +86,12 @@ class Child:
         return self.log_path.read_text(errors="replace")
 
     def kill(self) -> None:
-        """kill -9."""
-        if self.running:
+        """kill -9 (the whole group, even after its leader exited, for a group leader)."""
+        if self.group:
+            # Forked workers may outlive their leader; the group id is the leader's pid.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        elif self.running:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGKILL)
 
@@ -70,10 +107,13 @@ class Child:
         self.stop()
         try:
             async with asyncio.timeout(timeout):
-                return await self.process.wait()
+                code = await self.process.wait()
         except TimeoutError:
             self.kill()
             return await self.process.wait()
+        if self.group:
+            self.kill()  # whatever the leader left behind
+        return code
 
 
 class Processes:
@@ -93,22 +133,27 @@ class Processes:
             with contextlib.suppress(ProcessLookupError):
                 await child.process.wait()
 
-    async def start(self, name: str, *command: str, env: dict[str, str] | None = None
-                    ) -> Child:
-        """Start ``command`` with its output in ``<work_dir>/<name>.log``."""
+    async def start(self, name: str, *command: str, env: dict[str, str] | None = None,
+                    group: bool = False) -> Child:
+        """Start ``command`` with its output in ``<work_dir>/<name>.log``; with ``group``,
+        in a session (and process group) of its own."""
         log_path = self.work_dir / f"{name}.log"
         with log_path.open("wb") as out:
             process = await asyncio.create_subprocess_exec(
                 *command, stdout=out, stderr=subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL, cwd=REPO, env=env)
-        child = Child(name, process, log_path)
+                stdin=asyncio.subprocess.DEVNULL, cwd=REPO, env=env, start_new_session=group,
+                preexec_fn=DIE_WITH_PARENT)
+        child = Child(name, process, log_path, group=group)
         self.children.append(child)
         return child
 
-    async def handler(self, name: str = "handler") -> Handler:
-        """Start the minimal handler (:mod:`bench.handler_app`) and wait until it answers."""
+    async def handler(self, name: str = "handler", module: str = "bench.handler_app"
+                      ) -> Handler:
+        """Start a handler (by default the minimal one, :mod:`bench.handler_app`; any module
+        run as ``python -m <module> --port N`` that answers ``GET /healthz``) and wait
+        until it answers."""
         port = free_port()
-        child = await self.start(name, PYTHON, "-m", "bench.handler_app", "--port", str(port))
+        child = await self.start(name, PYTHON, "-m", module, "--port", str(port))
         handler = Handler(child, f"http://127.0.0.1:{port}")
         await handler.wait_ready()
         return handler

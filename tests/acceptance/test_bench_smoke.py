@@ -3,7 +3,9 @@
 No timing thresholds: the figures depend on the machine. The test checks that
 every scenario ran, that each wrote the figures its table and goals are made
 of, that the comparisons ran against the same amount of work, and that the
-run left no tables behind.
+run left no tables behind, and no Celery worker or Redis queue either (the
+Celery side of the chord scenario runs where Redis answers, and is skipped
+with its reason where none does).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from tests.conftest import POSTGRES_URL, require_postgres
 from watcher.dburl import parse_database_url
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = ("library", "http", "batch", "latency", "failover", "scale")
+SCENARIOS = ("library", "http", "batch", "latency", "failover", "scale", "fanin", "reduce",
+             "chord")
 
 pytestmark = pytest.mark.postgres
 
@@ -94,10 +97,49 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
               *(f"poll_queries.{query}.{at}.p50_ms" for query in ("items_ready", "leases_free")
                 for at in ("at_10pct", "at_90pct")))
 
+    fanin = scenarios["fanin"]
+    assert fanin["items_per_gate"] == sizes["fanin_items"]
+    # A gate bigger than a reduce page: both passes ran (and the warm-up's one call).
+    assert {"all", "fold", "apply"} <= set(fanin["reduce_calls"])
+    for key in ("to_reduce_called", "to_reduce_answered", "to_complete"):
+        assert fanin[key]["samples"] == sizes["fanin_samples"]
+        assert 0 < fanin[key]["p50_ms"] <= fanin[key]["p99_ms"]
+
+    reduce = scenarios["reduce"]
+    assert [gate["items"] for gate in reduce["gates"]] == sizes["reduce_gate_items"]
+    for number in range(len(reduce["gates"])):
+        _positive(reduce, *(f"gates.{number}.{figure}" for figure in (
+            "seconds", "items_per_s", "cpu_us_per_item", "rss_mb.start", "rss_mb.peak")))
+    assert set(reduce["gates"][-1]["calls"]) == {"fold", "apply"}
+    assert isinstance(reduce["peak_rss_growth"], float)
+
+    chord = scenarios["chord"]
+    work = sizes["chord_partitions"] * sizes["chord_items"]
+    for system in ("statefeed_library", "statefeed_http"):
+        assert chord[system]["items"] == work
+        assert chord[system]["partition_latency"]["samples"] == sizes["chord_partitions"]
+        _positive(chord, f"{system}.steps_per_s", f"{system}.partition_latency.p99_ms")
+    celery = chord["celery"]
+    if "skipped" in celery:
+        assert "Redis" in celery["skipped"] or "Celery" in celery["skipped"], celery
+        assert chord["ratio_library_over_best_celery"] is None
+    else:
+        assert [run["setup"] for run in celery["setups"]] == sizes["celery_setups"]
+        for number, run in enumerate(celery["setups"]):
+            assert run["items"] == work
+            _positive(chord, f"celery.setups.{number}.steps_per_s",
+                      f"celery.setups.{number}.partition_latency.p99_ms")
+        _positive(chord, "ratio_library_over_best_celery",
+                  "ratio_library_p99_over_best_celery_p99")
+        _no_celery_left([run["queue"] for run in celery["setups"]])
+
     names = {goal["name"] for goal in document["goals"]}
     assert {"library: statefeed vs PGQueuer (best vs best)", "DB statements per item, amortized",
             "HTTP per-item: processor vs bare aiohttp", "HTTP batch vs bare per-item",
-            "insert -> first dispatch p50", "gate advance p50"} <= names
+            "insert -> first dispatch p50", "gate advance p50",
+            "reduce: memory bounded as the gate grows (bench criterion)",
+            "chord: statefeed library (defaults) vs best Celery, steps/s",
+            "chord: partition p99, statefeed library / best Celery"} <= names
     assert {goal["result"] for goal in document["goals"]} <= {"PASS", "MISS", "n/a"}
     assert "Goals" in done.stdout
     assert "PASS" in done.stdout or "MISS" in done.stdout
@@ -114,3 +156,23 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     finally:
         engine.dispose()
     assert left == []
+
+
+def _no_celery_left(queues: list[str]) -> None:
+    """No process still serves one of the run's Celery queues, and Redis keeps none of them."""
+    import redis
+
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue  # it exited meanwhile
+        assert not any(queue.encode() in words for queue in queues), (cmdline, words)
+    from bench.celery_app import redis_url
+
+    connection = redis.Redis.from_url(redis_url(), socket_timeout=5)
+    try:
+        for queue in queues:
+            assert not connection.exists(queue, f"_kombu.binding.{queue}"), queue
+    finally:
+        connection.close()
