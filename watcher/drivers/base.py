@@ -170,6 +170,31 @@ class Driver:
 
     # -- wake-ups -----------------------------------------------------------
 
+    async def items_write_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
+                             owner: str) -> int:
+        """Write ``writes``, each guarded and fenced, inside the caller's transaction
+        ``conn`` (a reduce step's); returns how many were applied.
+
+        The portable driver sends each shape of write once with all its rows.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
+        """
+        statements = self.statements
+        applied = 0
+        for new_data in (False, True):
+            params = [statements.item_write_params(w, owner) for w in writes
+                      if (w.data is not None) is new_data]
+            if not params:
+                continue
+            statement = statements.item_write(new_data=new_data, delayed=False)
+            if conn.dialect.supports_sane_multi_rowcount:
+                applied += (await conn.execute(statement, params)).rowcount
+            else:
+                for one in params:
+                    applied += (await conn.execute(statement, one)).rowcount
+        return applied
+
     async def notify(self, conn: AsyncConnection, channel: str, partition_id: str) -> None:
         """Announce, inside the writer's transaction ``conn``, that ``partition_id`` changed.
 

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy.ext.compiler import compiles
 
 from watcher.drivers.base import Driver
-from watcher.drivers.sql import clock_now, clock_parameter, db_now, time_plus
+from watcher.drivers.sql import clock_now, clock_parameter, data_size, db_now, time_plus
 
 NOW = "SYSUTCDATETIME()"
 
@@ -45,6 +45,11 @@ def _plus(element: time_plus, compiler: Any, **kw: Any) -> str:
         f"DATEADD(microsecond, CAST({fraction} * 1000000 AS INT), "
         f"DATEADD(second, CAST({whole} AS INT), {base}))"
     )
+
+
+@compiles(data_size, "mssql")
+def _size(element: data_size, compiler: Any, **kw: Any) -> str:
+    return f"DATALENGTH({compiler.process(element.clauses, **kw)})"
 
 
 # Errors refusing a value: string or binary data truncated (8152, 2628), arithmetic

@@ -145,6 +145,18 @@ class PostgreSQLDriver(Driver):
         applied = {(pid, iid) for pid, iid in rows}
         return [(w.partition_id, w.item_id) in applied for w in writes]
 
+    async def items_write_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
+                             owner: str) -> int:
+        """The batch UPDATE of :meth:`items_apply`, inside the caller's transaction.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
+        """
+        if not writes:
+            return 0
+        result = await conn.execute(self.batch_statement, self.batch_params(writes, owner))
+        return len(result.all())
+
     @staticmethod
     def batch_params(writes: Sequence[ItemWrite], owner: str) -> dict[str, Any]:
         """The parameters of :attr:`batch_statement` for ``writes`` by ``owner``."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import DateTime, Float, Select, Table, bindparam
+from sqlalchemy import DateTime, Float, Integer, Select, Table, bindparam
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, FunctionElement
 
@@ -51,6 +51,15 @@ class time_plus(FunctionElement[Any]):
         if not isinstance(seconds, ColumnElement):
             seconds = bindparam(None, float(seconds), type_=Float())
         super().__init__(base, seconds)
+
+
+class data_size(FunctionElement[Any]):
+    """The size in bytes of a binary value, read without reading the value itself
+    (PostgreSQL takes it from the stored header, without detoasting)."""
+
+    type = Integer()
+    inherit_cache = True
+    name = "data_size"
 
 
 class db_now_plus(time_plus):
@@ -101,6 +110,11 @@ def _clock_portable(element: clock_now, compiler: Any, **kw: Any) -> str:
     # The parameter's type comes from the database's own time on the right.
     parameter = clock_parameter(element, compiler, **kw)
     return f"COALESCE({parameter}, {compiler.process(db_now(), **kw)})"
+
+
+@compiles(data_size)
+def _size_portable(element: data_size, compiler: Any, **kw: Any) -> str:
+    return f"OCTET_LENGTH({compiler.process(element.clauses, **kw)})"
 
 
 @compiles(time_plus)

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy.ext.compiler import compiles
 
 from watcher.drivers.base import Driver
-from watcher.drivers.sql import db_now, time_plus, time_plus_parts
+from watcher.drivers.sql import data_size, db_now, time_plus, time_plus_parts
 
 SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 
@@ -22,6 +22,12 @@ def _now(element: db_now, compiler: Any, **kw: Any) -> str:
     # Six fractional digits, the same text form SQLAlchemy stores, so that
     # comparisons between stored and computed times order correctly as text.
     return f"({SQLITE_NOW} || '000')"
+
+
+@compiles(data_size, "sqlite")
+def _size(element: data_size, compiler: Any, **kw: Any) -> str:
+    # length() of a BLOB counts bytes (OCTET_LENGTH came only in SQLite 3.43).
+    return f"length({compiler.process(element.clauses, **kw)})"
 
 
 @compiles(time_plus, "sqlite")
