@@ -18,6 +18,7 @@ from watcher.errors import (
     GateError,
     InvalidInputError,
     PartitionExistsError,
+    PartitionLeasedError,
     PartitionNotFoundError,
     StatefeedError,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "NewItem",
     "PartitionExistsError",
     "PartitionInfo",
+    "PartitionLeasedError",
     "PartitionNotFoundError",
     "StatefeedError",
 ]

@@ -1,4 +1,5 @@
-"""The ``processor`` command: migrate, run, status and demo.
+"""The ``processor`` command: migrate, run, status and result; the operator's verbs items,
+retry, cancel, delete, purge and set-gate; and demo.
 
 Every option can also be set as an environment variable ``PROCESSOR_<OPTION>``
 (``--db-url`` is ``PROCESSOR_DB_URL``). Configuration errors print one line on
@@ -24,6 +25,7 @@ from processor.http_processor import (
 from watcher.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_DURATION,
+    DEFAULT_MAX_ITEM_BYTES,
     DEFAULT_MAX_LEASES,
     DEFAULT_MAX_RETRIES,
     DEFAULT_POLL_INTERVAL,
@@ -46,6 +48,11 @@ DEFAULT_HEALTH_PORT = 8080
 DEFAULT_HEALTH_HOST = "0.0.0.0"
 DEFAULT_LOG_LEVEL = "info"
 DEFAULT_STATUS_LIMIT = 100
+DEFAULT_ITEMS_LIMIT = 50
+DEFAULT_PURGE_BATCH = 1000
+DEFAULT_PURGE_STATUSES = "complete,cancelled"
+DEFAULT_RETENTION_INTERVAL = "60s"
+DEFAULT_BACKLOG_INTERVAL = 5.0
 EXIT_DATABASE = 1
 EXIT_CONFIG = 2
 EXIT_NO_RESULT = 3
@@ -172,6 +179,10 @@ def run(
                                                     help="Where reduce gates are POSTed "
                                                     "(default: <handler-url>/reduce).")
                                   ] = "",
+    max_item_bytes: Annotated[int, typer.Option(envvar=_env("MAX_ITEM_BYTES"),
+                                                help="Largest item data a handler may answer; "
+                                                "a larger answer fails its item.")
+                              ] = DEFAULT_MAX_ITEM_BYTES,
     reduce_page_items: Annotated[int, typer.Option(envvar=_env("REDUCE_PAGE_ITEMS"),
                                                    help="A reduce gate of up to N items is "
                                                    "one call; a larger one goes in pages "
@@ -209,6 +220,23 @@ def run(
     log_level: Annotated[str, typer.Option(envvar=_env("LOG_LEVEL"),
                                            help="debug, info, warning or error.")
                          ] = DEFAULT_LOG_LEVEL,
+    retention: Annotated[str, typer.Option(envvar=_env("RETENTION"),
+                                           help="Delete finished partitions (those of "
+                                           "--retention-status) last updated longer ago than "
+                                           "this (7d, 12h, 30m, 90s), in the background, on "
+                                           "one processor at a time (default: off).")] = "",
+    retention_status: Annotated[str, typer.Option(envvar=_env("RETENTION_STATUS"),
+                                                  help="Statuses retention deletes, "
+                                                  "comma-separated: complete, cancelled, "
+                                                  "failed.")] = DEFAULT_PURGE_STATUSES,
+    retention_interval: Annotated[str, typer.Option(envvar=_env("RETENTION_INTERVAL"),
+                                                    help="How often retention looks for "
+                                                    "partitions to delete.")
+                                  ] = DEFAULT_RETENTION_INTERVAL,
+    backlog_interval: Annotated[float, typer.Option(envvar=_env("BACKLOG_INTERVAL"),
+                                                    help="Seconds between reads of the "
+                                                    "backlog gauges of /metrics, at most.")
+                                ] = DEFAULT_BACKLOG_INTERVAL,
 ) -> None:
     """Lease partitions and dispatch their items to the handler until SIGTERM."""
     from processor.http_config import (
@@ -217,9 +245,17 @@ def run(
         parse_header,
     )
     from processor.service import ProcessorService, ServiceConfig
+    from watcher.durations import parse_duration
+    from watcher.retention import RetentionConfig, check_statuses
 
     if not handler_url:
         raise fail("--handler-url is required (or set PROCESSOR_HANDLER_URL)")
+    retention_config = None
+    if retention:
+        retention_config = RetentionConfig(
+            older_than=parse_duration("--retention", retention),
+            statuses=check_statuses("--retention-status", retention_status),
+            interval=parse_duration("--retention-interval", retention_interval))
     header_specs = list(handler_header or [])
     if not header_specs and os.environ.get(_env("HANDLER_HEADER")):
         # One header per line: values such as "Bearer x" contain spaces.
@@ -237,7 +273,8 @@ def run(
             max_retries=max_retries, retry_backoff=retry_backoff,
             retry_backoff_max=max(retry_backoff, DEFAULT_RETRY_BACKOFF_MAX), auto_close=auto_close,
             manual_checkpoint=manual_checkpoint, shutdown_timeout=shutdown_timeout,
-            max_leases=max_leases, reduce_page_items=reduce_page_items),
+            max_leases=max_leases, reduce_page_items=reduce_page_items,
+            max_item_bytes=max_item_bytes),
         http=HttpProcessorConfig(
             handler_url=handler_url, headers=headers, request_timeout=request_timeout,
             max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),
@@ -250,6 +287,8 @@ def run(
         health_host=health_host,
         migrate=migrate_first,
         exit_on_db_error=exit_on_db_error,
+        retention=retention_config,
+        backlog_interval=backlog_interval,
     )
     _setup_logging(log_level)
     code = asyncio.run(ProcessorService(config).run())
@@ -315,6 +354,201 @@ def result(
         sys.stdout.buffer.flush()
 
 
+PartitionArgument = Annotated[str, typer.Argument(help="The partition's id.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+@app.command()
+def items(
+    partition_id: PartitionArgument,
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    status: Annotated[str, typer.Option("--status", help="Only items with this status: "
+                                        "available, complete or failed.")] = "",
+    gate: Annotated[int | None, typer.Option("--gate", help="Only items at this gate.")
+                    ] = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many items (a page).")
+                     ] = DEFAULT_ITEMS_LIMIT,
+    after: Annotated[str, typer.Option("--after", help="Start after this item id (the "
+                                       "cursor the page before printed).")] = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Show a partition's items in id order: id, status, gate, attempts and last error.
+
+    One page at a time; the last line says how to read the next one.
+    """
+    import shlex
+
+    from processor.client import Client
+    from processor.views import error_cell, item_row
+
+    url = _database(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        page = client.items(partition_id, status=status or None, gate=gate, limit=limit,
+                            after=after or None, with_data=False)
+    if as_json:
+        typer.echo(json.dumps({"partition": partition_id,
+                               "items": [item_row(item) for item in page],
+                               "next_cursor": page.next_cursor}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"items of partition {partition_id!r}")
+    for column in ("item", "status", "gate", "attempts", "last error"):
+        table.add_column(column, justify="right" if column in ("gate", "attempts") else "left",
+                         overflow="fold")
+    for item in page:
+        table.add_row(item.id, item.status, str(item.gate), str(item.attempts),
+                      error_cell(item.last_error))
+    Console(soft_wrap=True).print(table)
+    if not page:
+        typer.echo("no items" + (" match" if status or gate is not None or after else ""))
+    if page.next_cursor is not None:
+        where = " ".join(shlex.quote(part) for part in (
+            partition_id, *(("--status", status) if status else ()),
+            *(("--gate", str(gate)) if gate is not None else ()),
+            "--limit", str(limit), "--after", page.next_cursor))
+        typer.echo(f"more: processor items {where}")
+
+
+@app.command()
+def retry(
+    partition_id: PartitionArgument,
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Re-open a failed or cancelled partition where it stopped; its failed items at or
+    after its gate go back to available, with their attempts reset."""
+    from processor.client import Client
+
+    url = _database(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        reset = client.retry_failed(partition_id)
+        info = client.partition(partition_id)
+    if as_json:
+        typer.echo(json.dumps({"id": info.id, "status": info.status, "gate": info.gate,
+                               "items_reset": reset}))
+        return
+    typer.echo(f"partition {partition_id!r} is {info.status} at gate {info.gate}; "
+               f"{reset} failed item(s) reset")
+
+
+@app.command()
+def cancel(
+    partition_id: PartitionArgument,
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Stop a partition: no processor dispatches its items again (its holder lets it go
+    within a poll interval, and late results are dropped). `processor retry` resumes it."""
+    from processor.client import Client
+
+    url = _database(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        cancelled = client.cancel(partition_id)
+        info = client.partition(partition_id)
+    if as_json:
+        typer.echo(json.dumps({"id": info.id, "cancelled": cancelled, "status": info.status,
+                               "gate": info.gate, "counts": info.counts}))
+    elif cancelled:
+        typer.echo(f"cancelled partition {partition_id!r} at gate {info.gate} (items: "
+                   f"{_counts_text(info.counts)}); `processor retry` resumes it, "
+                   "`processor delete` removes it")
+    else:
+        typer.echo(f"partition {partition_id!r} is {info.status} already; nothing to cancel")
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "none"
+
+
+@app.command()
+def delete(
+    partition_id: PartitionArgument,
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    force: Annotated[bool, typer.Option("--force", help="Delete it even while a processor "
+                                        "holds it (cancelling it first).")] = False,
+    batch: Annotated[int, typer.Option(help="Items deleted per transaction.")
+                     ] = DEFAULT_PURGE_BATCH,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete a partition and its items (in batches). Refused while a processor holds it,
+    unless --force."""
+    from processor.client import Client
+
+    url = _database(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        deleted = client.delete_partition(partition_id, force=force, batch=batch)
+    if as_json:
+        typer.echo(json.dumps({"id": partition_id, "deleted": True, "items": deleted}))
+        return
+    typer.echo(f"deleted partition {partition_id!r} and its {deleted} item(s)")
+
+
+@app.command()
+def purge(
+    older_than: Annotated[str, typer.Option("--older-than", help="Delete partitions last "
+                                            "updated longer ago than this: 7d, 12h, 30m, "
+                                            "90s.")],
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    status: Annotated[str, typer.Option("--status", help="Statuses to delete, "
+                                        "comma-separated: complete, cancelled, failed.")
+                      ] = DEFAULT_PURGE_STATUSES,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be deleted; "
+                                          "delete nothing.")] = False,
+    batch: Annotated[int, typer.Option(help="Items deleted per transaction.")
+                     ] = DEFAULT_PURGE_BATCH,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete finished partitions (complete and cancelled by default) and their items,
+    in batches, when they were last updated longer ago than --older-than."""
+    from processor.client import Client
+    from processor.views import purge_text
+    from watcher.durations import parse_duration
+    from watcher.retention import check_statuses
+
+    seconds = parse_duration("--older-than", older_than)
+    statuses = check_statuses("--status", status)
+    url = _database(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        report = client.purge(older_than=seconds, statuses=statuses, batch=batch,
+                              dry_run=dry_run)
+    if as_json:
+        typer.echo(json.dumps({"dry_run": dry_run, "partitions": report.partitions,
+                               "items": report.items, "older_than_seconds": seconds,
+                               "statuses": list(statuses)}))
+        return
+    typer.echo(purge_text(report, older_than=seconds, statuses=statuses, dry_run=dry_run))
+
+
+@app.command("set-gate")
+def set_gate(
+    partition_id: PartitionArgument,
+    gate: Annotated[int, typer.Argument(help="The gate to move the partition to (forward "
+                                        "only).")],
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Move a partition's gate forward (a manual checkpoint). Refused while items below the
+    new gate are still available."""
+    from processor.client import Client
+
+    url = _database(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        client.set_gate(partition_id, gate)
+        info = client.partition(partition_id)
+    if as_json:
+        typer.echo(json.dumps({"id": info.id, "gate": info.gate, "status": info.status}))
+        return
+    typer.echo(f"partition {partition_id!r} is at gate {info.gate} ({info.status})")
+
+
 @app.command()
 def demo(
     resumes: Annotated[int, typer.Option(help="How many resumes to rank.")] = 36,
@@ -324,6 +558,36 @@ def demo(
     from processor.demo import run_demo
 
     raise typer.Exit(asyncio.run(run_demo(resumes=resumes, top=top)))
+
+
+@app.command()
+def healthcheck(
+    health_port: Annotated[int | None, typer.Option(
+        help="Port to check (default: the one the running `processor run` serves, from "
+        "its --health-port or PROCESSOR_HEALTH_PORT).")] = None,
+    health_host: Annotated[str | None, typer.Option(
+        help="Address to check (default: the running processor's --health-host; "
+        "0.0.0.0 is checked on 127.0.0.1).")] = None,
+    ready: Annotated[bool, typer.Option("--ready", help="Check /readyz (database and "
+                                        "handler) instead of /healthz.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer.")] = 3.0,
+) -> None:
+    """Exit 0 if this machine's (or container's) processor answers /healthz, 1 if not:
+    the image's HEALTHCHECK. It finds the health port and host the way `processor run`
+    was configured, by flag or by environment."""
+    from processor.healthcheck import HealthOptionsError, health_target, probe
+
+    run_command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    try:
+        target = health_target(run_command, port=health_port, host=health_host)
+    except HealthOptionsError as error:
+        # Docker reserves exit status 2 of a health check: every failure here is 1.
+        typer.echo(f"processor healthcheck: cannot read the health options: {error}",
+                   err=True)
+        raise typer.Exit(1) from None
+    healthy, detail = probe(target, "/readyz" if ready else "/healthz", timeout)
+    typer.echo(detail, err=not healthy)
+    raise typer.Exit(0 if healthy else 1)
 
 
 def main() -> None:

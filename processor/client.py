@@ -11,20 +11,39 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Iterator, Sequence
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from watcher.checks import check_whole_number
+from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.dburl import DatabaseURL, parse_database_url
 from watcher.errors import (
+    ConfigError,
     DatabaseError,
     DuplicateItemError,
     InvalidInputError,
     PartitionNotFoundError,
 )
 from watcher.models import ID_MAX_LENGTH, MAX_GATE, ItemFailurePolicy, Status
-from watcher.records import ItemInfo, NewItem, PartitionInfo, PartitionSettings
+from watcher.records import (
+    ItemInfo,
+    NewItem,
+    Page,
+    PartitionInfo,
+    PartitionSettings,
+    PurgeReport,
+)
+from watcher.retention import (
+    DEFAULT_BATCH,
+    DEFAULT_STATUSES,
+    MAX_BATCH,
+    check_statuses,
+    delete_partition,
+    purge,
+)
 from watcher.store import Store
 from watcher.text import first_line
 
@@ -33,7 +52,44 @@ T = TypeVar("T")
 WAIT_POLL_START = 0.02
 WAIT_POLL_MAX = 0.5
 # A partition in one of these is finished: wait() returns it.
-FINISHED_STATUSES = (Status.COMPLETE.value, Status.FAILED.value)
+FINISHED_STATUSES = (Status.COMPLETE.value, Status.FAILED.value, Status.CANCELLED.value)
+# Rows per page of items() and partitions(), unless asked for another size; the most.
+DEFAULT_PAGE = 1000
+MAX_PAGE = 10_000
+PARTITION_STATUSES = tuple(status.value for status in Status)
+ITEM_STATUSES = (Status.AVAILABLE.value, Status.COMPLETE.value, Status.FAILED.value)
+
+
+def _check_status(status: str | None, allowed: tuple[str, ...], kind: str) -> str | None:
+    if status is not None and status not in allowed:
+        raise InvalidInputError(f"unknown status {status!r} for {kind}s; use one of "
+                                f"{', '.join(allowed)}")
+    return status
+
+
+def _check_limit(setting: str, value: object, maximum: int) -> int:
+    if type(value) is not int or not 1 <= value <= maximum:
+        raise InvalidInputError(f"{setting} must be a whole number from 1 to {maximum}, "
+                                f"got {value!r}")
+    return value
+
+
+def _check_cursor(after: object) -> str | None:
+    if after is not None and (not isinstance(after, str) or not after):
+        raise InvalidInputError(
+            f"after must be the next_cursor of the page before (a non-empty string), "
+            f"got {after!r}")
+    return after
+
+
+def _seconds(setting: str, value: object) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 \
+            or value == float("inf"):
+        raise InvalidInputError(f"{setting} must be a number of seconds (or a timedelta) "
+                                f"greater than 0, got {value!r}")
+    return float(value)
 
 
 def _is_gate(value: object) -> bool:
@@ -61,8 +117,8 @@ def _check_id(kind: str, value: object) -> str:
     return value
 
 
-def _check_items(partition_id: str, items: Iterable[NewItem], *, allow_empty: bool
-                 ) -> list[NewItem]:
+def _check_items(partition_id: str, items: Iterable[NewItem], *, allow_empty: bool,
+                 max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> list[NewItem]:
     if isinstance(items, NewItem | bytes | str):
         raise InvalidInputError(
             f"items for partition {partition_id!r} must be a list of NewItem, not a single "
@@ -85,6 +141,11 @@ def _check_items(partition_id: str, items: Iterable[NewItem], *, allow_empty: bo
             raise InvalidInputError(
                 f"item {item.id!r} of partition {partition_id!r}: gate must be a whole number "
                 f"from 0 to {MAX_GATE}, got {item.gate!r}")
+        if len(item.data) > max_item_bytes:
+            raise InvalidInputError(
+                f"item {item.id!r} of partition {partition_id!r} is {len(item.data)} bytes; "
+                f"the limit is {max_item_bytes} bytes (max_item_bytes): store large content "
+                "elsewhere and put a reference in the item")
         checked.append(item)
     if not checked and not allow_empty:
         raise InvalidInputError(f"no items given for partition {partition_id!r}")
@@ -133,12 +194,17 @@ class AsyncClient:
 
     ``db_url`` is a SQLAlchemy-style URL (``sqlite:///file.db``,
     ``postgresql://user:pass@host/db``); ``table_prefix`` namespaces the tables.
+    ``max_item_bytes`` is the largest item data accepted (8 MiB by default, a
+    size every supported database stores at its default settings); give the
+    processors the same ``--max-item-bytes``.
 
     Raises:
-        ConfigError: the URL or the table prefix is invalid.
+        ConfigError: the URL, the table prefix or the limit is invalid.
     """
 
-    def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "") -> None:
+    def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "", *,
+                 max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> None:
+        self.max_item_bytes = check_whole_number("max_item_bytes", max_item_bytes)
         self._url = db_url if isinstance(db_url, DatabaseURL) else parse_database_url(db_url)
         self.store = Store.open(self._url, table_prefix)
 
@@ -186,7 +252,8 @@ class AsyncClient:
         """
         _check_id("partition", partition_id)
         settings = _check_settings(partition_id, reduce_gates, on_item_failure)
-        checked = _check_items(partition_id, items, allow_empty=True)
+        checked = _check_items(partition_id, items, allow_empty=True,
+                               max_item_bytes=self.max_item_bytes)
         await self._call(self.store.partition_create(partition_id, checked, settings))
 
     async def add_items(self, partition_id: str, items: Sequence[NewItem]) -> bool:
@@ -202,7 +269,8 @@ class AsyncClient:
             DuplicateItemError: an item id repeats or is already stored.
         """
         _check_id("partition", partition_id)
-        checked = _check_items(partition_id, items, allow_empty=False)
+        checked = _check_items(partition_id, items, allow_empty=False,
+                               max_item_bytes=self.max_item_bytes)
         return await self._call(self.store.items_add(partition_id, checked))
 
     async def partition(self, partition_id: str) -> PartitionInfo:
@@ -217,38 +285,165 @@ class AsyncClient:
             raise PartitionNotFoundError(partition_id)
         return info
 
-    async def partitions(self, status: str | None = None, limit: int = 1000
-                         ) -> list[PartitionInfo]:
-        """List partitions, newest first, optionally only those with ``status``.
+    async def partitions(self, status: str | None = None, limit: int = DEFAULT_PAGE, *,
+                         after: str | None = None) -> Page[PartitionInfo]:
+        """One page of partitions, newest first, optionally only those with ``status``.
+
+        The page is a list of at most ``limit`` partitions; its ``next_cursor``,
+        passed as ``after``, reads the next page (``None``: this is the last).
+        Pages stay stable while partitions change (the order is by creation
+        time and id). :meth:`iter_partitions` walks them all.
 
         Raises:
-            InvalidInputError: ``status`` is not a known status.
+            InvalidInputError: ``status`` is not a known status, ``limit`` is not
+                from 1 to 10,000, or ``after`` is not a cursor of this listing.
         """
-        if status is not None and status not in {s.value for s in Status}:
-            raise InvalidInputError(
-                f"unknown status {status!r}; use one of "
-                f"{', '.join(s.value for s in Status)}")
-        return await self._call(self.store.partitions_list(status, limit))
+        _check_status(status, PARTITION_STATUSES, "partition")
+        _check_limit("limit", limit, MAX_PAGE)
+        _check_cursor(after)
+        return await self._call(self.store.partitions_page(status=status, after=after,
+                                                           limit=limit))
 
-    async def items(self, partition_id: str) -> list[ItemInfo]:
-        """Read every item of a partition.
+    async def iter_partitions(self, status: str | None = None, *,
+                              page_size: int = DEFAULT_PAGE) -> AsyncIterator[PartitionInfo]:
+        """Every partition (of ``status``), newest first, read a page at a time.
 
         Raises:
+            InvalidInputError: see :meth:`partitions`.
+        """
+        after: str | None = None
+        while True:
+            page = await self.partitions(status, page_size, after=after)
+            for info in page:
+                yield info
+            if page.next_cursor is None:
+                return
+            after = page.next_cursor
+
+    async def items(self, partition_id: str, *, status: str | None = None,
+                    gate: int | None = None, limit: int = DEFAULT_PAGE,
+                    after: str | None = None, with_data: bool = True) -> Page[ItemInfo]:
+        """One page of a partition's items in id order, optionally only those with
+        ``status`` and at ``gate``.
+
+        The page is a list of at most ``limit`` items (1,000 by default); its
+        ``next_cursor`` (the last item id) passed as ``after`` reads the next
+        page, and is ``None`` on the last. Pages stay stable while items change
+        status. ``with_data=False`` leaves the items' bytes unread (``data`` is
+        ``b""``). :meth:`iter_items` walks a whole partition in bounded memory.
+
+        Raises:
+            InvalidInputError: an unknown status, a gate that is not a whole
+                number from 0, ``limit`` not from 1 to 10,000, or a bad ``after``.
             PartitionNotFoundError: no partition has this id.
         """
         _check_id("partition", partition_id)
-        return await self._call(self.store.items_list(partition_id))
+        _check_status(status, ITEM_STATUSES, "item")
+        if gate is not None and not _is_gate(gate):
+            raise InvalidInputError(f"gate must be a whole number from 0 to {MAX_GATE}, "
+                                    f"got {gate!r}")
+        _check_limit("limit", limit, MAX_PAGE)
+        _check_cursor(after)
+        return await self._call(self.store.items_page(
+            partition_id, status=status, gate=gate, after=after, limit=limit,
+            with_data=with_data))
+
+    async def iter_items(self, partition_id: str, *, status: str | None = None,
+                         gate: int | None = None, page_size: int = DEFAULT_PAGE,
+                         with_data: bool = True) -> AsyncIterator[ItemInfo]:
+        """Every item of a partition (with ``status``, at ``gate``), in id order, read a
+        page at a time: memory holds one page, whatever the partition's size.
+
+        Raises:
+            InvalidInputError: see :meth:`items`.
+            PartitionNotFoundError: no partition has this id.
+        """
+        after: str | None = None
+        while True:
+            page = await self.items(partition_id, status=status, gate=gate, limit=page_size,
+                                    after=after, with_data=with_data)
+            for item in page:
+                yield item
+            if page.next_cursor is None:
+                return
+            after = page.next_cursor
 
     async def retry_failed(self, partition_id: str) -> int:
         """Put failed items back to available (attempts reset) and re-open the partition.
 
+        A failed or cancelled partition re-opens at the gate where it stopped.
         Returns how many items were reset.
 
         Raises:
-            PartitionNotFoundError: no partition has this id.
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
         """
         _check_id("partition", partition_id)
         return await self._call(self.store.items_retry_failed(partition_id))
+
+    async def cancel(self, partition_id: str) -> bool:
+        """Stop a partition: an open or failed partition becomes ``cancelled``.
+
+        No processor dispatches its items again: its holder drops it within a
+        poll interval, cancelling the calls in flight, and any result that
+        arrives for it later is discarded as stale. Its items stay as they
+        are: :meth:`retry_failed` resumes it where it stopped, and
+        :meth:`delete_partition` or :meth:`purge` removes it. Returns ``True``
+        when it was cancelled, ``False`` when it was complete or cancelled
+        already (it is left as it was).
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        _check_id("partition", partition_id)
+        before = await self._call(self.store.partition_cancel(partition_id))
+        return before in (Status.AVAILABLE.value, Status.FAILED.value)
+
+    async def delete_partition(self, partition_id: str, *, force: bool = False,
+                               batch: int = DEFAULT_BATCH) -> int:
+        """Delete a partition and its items, ``batch`` items per transaction.
+
+        Refused while a processor holds a live lease on it, unless ``force``,
+        which cancels it first. A delete cut short (the database failed) leaves
+        the partition ``deleting``: nothing runs or re-opens it, and deleting it
+        again (or a purge) finishes the job. Returns how many items were deleted.
+
+        Raises:
+            InvalidInputError: ``batch`` is not from 1 to 100,000.
+            PartitionNotFoundError: no partition has this id.
+            PartitionLeasedError: a processor holds its lease and ``force`` is false.
+        """
+        _check_id("partition", partition_id)
+        _check_limit("batch", batch, MAX_BATCH)
+        return await self._call(delete_partition(self.store, partition_id, force=force,
+                                                 batch=batch))
+
+    async def purge(self, *, older_than: float | timedelta,
+                    statuses: Collection[str] = DEFAULT_STATUSES, batch: int = DEFAULT_BATCH,
+                    dry_run: bool = False) -> PurgeReport:
+        """Delete the partitions in ``statuses`` (complete and cancelled by default; failed
+        ones only when named) last updated more than ``older_than`` ago by the database
+        clock, with their items, ``batch`` items per transaction.
+
+        Partitions left ``deleting`` by a delete cut short are finished too.
+        With ``dry_run`` nothing is deleted: the report counts what would be.
+
+        Raises:
+            InvalidInputError: ``older_than`` is not a positive number of seconds or
+                timedelta, a status is not complete, failed or cancelled, or
+                ``batch`` is not from 1 to 100,000.
+        """
+        seconds = _seconds("older_than", older_than)
+        try:
+            wanted = check_statuses("statuses", statuses)
+        except ConfigError as error:
+            raise InvalidInputError(str(error)) from None
+        _check_limit("batch", batch, MAX_BATCH)
+        if dry_run:
+            partitions, items = await self._call(self.store.partitions_purgeable_count(
+                older_than=seconds, statuses=wanted))
+            return PurgeReport(partitions, items)
+        return await self._call(purge(self.store, older_than=seconds, statuses=wanted,
+                                      batch=batch))
 
     async def set_gate(self, partition_id: str, gate: int) -> None:
         """Move the partition's gate forward (manual checkpoint mode).
@@ -265,7 +460,7 @@ class AsyncClient:
         await self._call(self.store.partition_set_gate(partition_id, gate))
 
     async def wait(self, partition_id: str, timeout: float) -> PartitionInfo:  # noqa: ASYNC109
-        """Wait until the partition is complete or failed and return it.
+        """Wait until the partition is complete, failed or cancelled and return it.
 
         Raises:
             TimeoutError: it is still open after ``timeout`` seconds.
@@ -296,20 +491,22 @@ class Client:
         ConfigError: the URL or the table prefix is invalid.
     """
 
-    def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "") -> None:
+    def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "", *,
+                 max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="statefeed-client",
                                         daemon=True)
         self._thread.start()
         try:
-            self._async = self._run(self._make(db_url, table_prefix))
+            self._async = self._run(self._make(db_url, table_prefix, max_item_bytes))
         except BaseException:
             self._stop_loop()
             raise
 
     @staticmethod
-    async def _make(db_url: str | DatabaseURL, table_prefix: str) -> AsyncClient:
-        return AsyncClient(db_url, table_prefix)
+    async def _make(db_url: str | DatabaseURL, table_prefix: str,
+                    max_item_bytes: int) -> AsyncClient:
+        return AsyncClient(db_url, table_prefix, max_item_bytes=max_item_bytes)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if self._loop.is_closed():
@@ -352,17 +549,61 @@ class Client:
         """See :meth:`AsyncClient.partition`."""
         return self._run(self._async.partition(partition_id))
 
-    def partitions(self, status: str | None = None, limit: int = 1000) -> list[PartitionInfo]:
+    def partitions(self, status: str | None = None, limit: int = DEFAULT_PAGE, *,
+                   after: str | None = None) -> Page[PartitionInfo]:
         """See :meth:`AsyncClient.partitions`."""
-        return self._run(self._async.partitions(status, limit))
+        return self._run(self._async.partitions(status, limit, after=after))
 
-    def items(self, partition_id: str) -> list[ItemInfo]:
+    def iter_partitions(self, status: str | None = None, *,
+                        page_size: int = DEFAULT_PAGE) -> Iterator[PartitionInfo]:
+        """See :meth:`AsyncClient.iter_partitions` (a page is read as the last one runs out)."""
+        after: str | None = None
+        while True:
+            page = self.partitions(status, page_size, after=after)
+            yield from page
+            if page.next_cursor is None:
+                return
+            after = page.next_cursor
+
+    def items(self, partition_id: str, *, status: str | None = None, gate: int | None = None,
+              limit: int = DEFAULT_PAGE, after: str | None = None,
+              with_data: bool = True) -> Page[ItemInfo]:
         """See :meth:`AsyncClient.items`."""
-        return self._run(self._async.items(partition_id))
+        return self._run(self._async.items(partition_id, status=status, gate=gate, limit=limit,
+                                           after=after, with_data=with_data))
+
+    def iter_items(self, partition_id: str, *, status: str | None = None,
+                   gate: int | None = None, page_size: int = DEFAULT_PAGE,
+                   with_data: bool = True) -> Iterator[ItemInfo]:
+        """See :meth:`AsyncClient.iter_items` (a page is read as the last one runs out)."""
+        after: str | None = None
+        while True:
+            page = self.items(partition_id, status=status, gate=gate, limit=page_size,
+                              after=after, with_data=with_data)
+            yield from page
+            if page.next_cursor is None:
+                return
+            after = page.next_cursor
 
     def retry_failed(self, partition_id: str) -> int:
         """See :meth:`AsyncClient.retry_failed`."""
         return self._run(self._async.retry_failed(partition_id))
+
+    def cancel(self, partition_id: str) -> bool:
+        """See :meth:`AsyncClient.cancel`."""
+        return self._run(self._async.cancel(partition_id))
+
+    def delete_partition(self, partition_id: str, *, force: bool = False,
+                         batch: int = DEFAULT_BATCH) -> int:
+        """See :meth:`AsyncClient.delete_partition`."""
+        return self._run(self._async.delete_partition(partition_id, force=force, batch=batch))
+
+    def purge(self, *, older_than: float | timedelta,
+              statuses: Collection[str] = DEFAULT_STATUSES, batch: int = DEFAULT_BATCH,
+              dry_run: bool = False) -> PurgeReport:
+        """See :meth:`AsyncClient.purge`."""
+        return self._run(self._async.purge(older_than=older_than, statuses=statuses,
+                                           batch=batch, dry_run=dry_run))
 
     def set_gate(self, partition_id: str, gate: int) -> None:
         """See :meth:`AsyncClient.set_gate`."""

@@ -18,6 +18,7 @@ import logging
 import socket
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import uvicorn
@@ -30,7 +31,7 @@ from processor.http_config import HttpProcessorConfig
 from processor.http_processor import HttpProcessor
 from watcher.config import WatcherConfig
 from watcher.migrate import upgrade
-from watcher.records import ItemInfo, NewItem, PartitionInfo
+from watcher.records import NewItem, PartitionInfo
 from watcher.store import Store
 from watcher.watcher import Watcher
 
@@ -47,20 +48,29 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _progress(items: list[ItemInfo], info: PartitionInfo, elapsed: float) -> Table:
+async def _progress(client: AsyncClient, info: PartitionInfo, elapsed: float) -> Table:
+    """A table of progress per gate, counted over the items a page at a time."""
     table = Table(title=f"partition {PARTITION}: {elapsed:4.1f} s")
     for column in ("gate", "step", "waiting", "done"):
         table.add_column(column)
-    total = len(items)
+    total = failed = 0
+    first_error = ""
+    waiting: Counter[int] = Counter()
+    passed: Counter[int] = Counter()
+    async for item in client.iter_items(PARTITION, with_data=False):
+        total += 1
+        for gate in GATE_NAMES:
+            waiting[gate] += item.status == "available" and item.gate == gate
+            passed[gate] += item.gate > gate or item.status == "complete"
+        if item.status == "failed":
+            failed += 1
+            first_error = first_error or item.last_error or ""
     for gate, name in GATE_NAMES.items():
-        waiting = sum(1 for i in items if i.status == "available" and i.gate == gate)
-        passed = sum(1 for i in items if i.gate > gate or i.status == "complete")
         if gate == info.gate and info.reduce is not None and info.status == "available":
             name += " - reducing"
-        table.add_row(str(gate), name, str(waiting), f"{passed}/{total}")
-    failed = [i for i in items if i.status == "failed"]
+        table.add_row(str(gate), name, str(waiting[gate]), f"{passed[gate]}/{total}")
     if failed:
-        table.add_row("-", "failed (skipped)", str(len(failed)), failed[0].last_error or "")
+        table.add_row("-", "failed (skipped)", str(failed), first_error)
     return table
 
 
@@ -114,12 +124,10 @@ async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None =
                 with Live(console=console, refresh_per_second=10, transient=False) as live:
                     while info.status == "available" and (
                             time.monotonic() - started < DEMO_TIMEOUT):
-                        live.update(_progress(await client.items(PARTITION), info,
-                                              time.monotonic() - started))
+                        live.update(await _progress(client, info, time.monotonic() - started))
                         await asyncio.sleep(REFRESH)
                         info = await client.partition(PARTITION)
-                    items = await client.items(PARTITION)
-                    live.update(_progress(items, info, time.monotonic() - started))
+                    live.update(await _progress(client, info, time.monotonic() - started))
             finally:
                 await watcher.stop()
                 await running

@@ -1,14 +1,32 @@
-"""Prometheus metrics: an implementation of the engine's hooks.
+"""Prometheus metrics: an implementation of the engine's hooks, and the backlog gauges.
 
 Each :class:`PrometheusHooks` owns its registry, so several watchers in one
-process (tests, the demo) never collide on metric names.
+process (tests, the demo) never collide on metric names. The backlog gauges
+(partitions per status, items waiting at their partition's gate) come from
+the database: :class:`BacklogGauges` reads them at most every few seconds, and
+only while ``/metrics`` is being scraped, never on the scrape itself.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.hooks import Hooks
+from watcher.records import Backlog, PurgeReport
+
+log = logging.getLogger(__name__)
+
+# How often the backlog gauges are read from the database at most, and where each
+# count stops (the gauge then reads the cap: enough to scale on, and a bounded read).
+DEFAULT_BACKLOG_INTERVAL = 5.0
+BACKLOG_CAP = 1_000_000
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
                    60)
@@ -47,11 +65,37 @@ class PrometheusHooks(Hooks):
         self.reduce_latency = Histogram("statefeed_reduce_seconds",
                                         "Time from reduce call to its write, per call",
                                         ["pass_"], buckets=LATENCY_BUCKETS, registry=r)
+        self.partitions = Gauge("statefeed_partitions",
+                                "Partitions by status (read from the database every few "
+                                "seconds; each count stops at 1,000,000)", ["status"],
+                                registry=r)
+        self.items_waiting = Gauge("statefeed_items_waiting",
+                                   "Available items at their open partition's current gate "
+                                   "(read from the database every few seconds; stops at "
+                                   "1,000,000)", registry=r)
+        self.purged_partitions = Counter("statefeed_purged_partitions_total",
+                                         "Partitions deleted by background retention",
+                                         registry=r)
+        self.purged_items = Counter("statefeed_purged_items_total",
+                                    "Items deleted by background retention", registry=r)
         self._outcomes: dict[str, Counter] = {}
+        self.scraped_at = 0.0  # time.monotonic() of the last render, 0.0 before any
 
     def render(self) -> bytes:
         """The metrics in Prometheus text format."""
+        self.scraped_at = time.monotonic()
         return generate_latest(self.registry)
+
+    def backlog(self, backlog: Backlog) -> None:
+        """Set the backlog gauges from a read of the database."""
+        for status, count in backlog.partitions.items():
+            self.partitions.labels(status).set(count)
+        self.items_waiting.set(backlog.items_waiting)
+
+    def retention_purged(self, report: PurgeReport) -> None:
+        """Count what a background retention pass removed."""
+        self.purged_partitions.inc(report.partitions)
+        self.purged_items.inc(report.items)
 
     def lease_acquired(self, partition_id: str, *, stolen_from: str | None) -> None:
         self.lease_events.labels("stolen" if stolen_from else "acquired").inc()
@@ -92,3 +136,50 @@ class PrometheusHooks(Hooks):
 
     def in_flight(self, count: int) -> None:
         self.in_flight_calls.set(count)
+
+
+class BacklogGauges:
+    """Keeps the backlog gauges of ``hooks`` fresh: one bounded read (``read``) at start,
+    then at most one per ``interval`` seconds, only after a scrape asked for the metrics.
+
+    So the database is asked at most once per interval per processor however
+    often ``/metrics`` is scraped, and not at all while nobody scrapes.
+    """
+
+    def __init__(self, hooks: PrometheusHooks, read: Callable[[], Awaitable[Backlog]], *,
+                 interval: float = DEFAULT_BACKLOG_INTERVAL) -> None:
+        self.hooks = hooks
+        self.read = read
+        self.interval = interval
+        self.refreshed_at = 0.0
+        self._stop = asyncio.Event()
+        self._failing = False
+
+    async def run_once(self) -> bool:
+        """Read the backlog and set the gauges. Returns ``False`` when the read failed
+        (the gauges keep their last values; the failure is logged once)."""
+        try:
+            backlog = await self.read()
+        except SQLAlchemyError as error:
+            if not self._failing:
+                log.warning("action=backlog_read_failed error=%s; the gauges keep their last "
+                            "values", type(error).__name__)
+            self._failing = True
+            return False
+        self._failing = False
+        self.refreshed_at = time.monotonic()
+        self.hooks.backlog(backlog)
+        return True
+
+    async def run(self) -> None:
+        """Refresh once, then every interval in which a scrape happened, until :meth:`stop`."""
+        await self.run_once()
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.interval)
+            if not self._stop.is_set() and self.hooks.scraped_at > self.refreshed_at:
+                await self.run_once()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to end. Safe to call twice."""
+        self._stop.set()

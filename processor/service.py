@@ -1,5 +1,6 @@
 """The processor service: one watcher dispatching to an HTTP handler, with health
-endpoints, database waits at start-up, and graceful shutdown on SIGTERM/SIGINT.
+endpoints and backlog gauges, background retention when asked for, database waits at
+start-up, and graceful shutdown on SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from processor.health import HealthApp
 from processor.http_batch import BatchingHttpProcessor
 from processor.http_config import HttpProcessorConfig
 from processor.http_processor import HttpProcessor
-from processor.metrics import PrometheusHooks
+from processor.metrics import BACKLOG_CAP, DEFAULT_BACKLOG_INTERVAL, BacklogGauges, PrometheusHooks
 from watcher.backoff import last_error, sleep_until
-from watcher.checks import check_whole_number
+from watcher.checks import check_seconds, check_whole_number
 from watcher.config import WatcherConfig
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
 from watcher.migrate import upgrade
+from watcher.records import Backlog
+from watcher.retention import Retention, RetentionConfig
 from watcher.store import Store, missing_tables
 from watcher.text import first_line, shorten
 from watcher.watcher import Watcher
@@ -46,10 +49,12 @@ class ServiceConfig:
     """Everything ``processor run`` needs, validated by the CLI before it starts.
 
     ``batch_size`` 0 sends one item per request; ``health_port`` 0 turns the
-    health endpoints off. The CLI holds the defaults (``processor.cli``).
+    health endpoints off (and with them the backlog gauges, read every
+    ``backlog_interval`` seconds at most); ``retention`` turns background
+    retention on. The CLI holds the defaults (``processor.cli``).
 
     Raises:
-        ConfigError: ``batch_size`` or ``health_port`` is out of range.
+        ConfigError: ``batch_size``, ``health_port`` or ``backlog_interval`` is out of range.
     """
 
     db_url: DatabaseURL
@@ -62,10 +67,13 @@ class ServiceConfig:
     batch_url: str | None = None
     migrate: bool = False
     exit_on_db_error: bool = False
+    retention: RetentionConfig | None = None
+    backlog_interval: float = DEFAULT_BACKLOG_INTERVAL
 
     def __post_init__(self) -> None:
         check_whole_number("handler batch size", self.batch_size, minimum=0)
         check_whole_number("health port", self.health_port, minimum=0, maximum=MAX_PORT)
+        check_seconds("backlog interval", self.backlog_interval)
 
 
 def describe_db_error(error: BaseException, url: DatabaseURL) -> str:
@@ -100,7 +108,16 @@ class ProcessorService:
                                            batch_url=config.batch_url)
                      if config.batch_size else HttpProcessor(config.http))
         self.watcher = Watcher(self.store, self.http, config.watcher, self.hooks)
+        self.retention = (
+            Retention(self.store, config.watcher.owner_id, config.retention,
+                      on_purged=self.hooks.retention_purged)
+            if config.retention is not None else None)
+        self.backlog = BacklogGauges(self.hooks, self._read_backlog,
+                                     interval=config.backlog_interval)
         self._stop = asyncio.Event()
+
+    async def _read_backlog(self) -> Backlog:
+        return await self.store.backlog_read(BACKLOG_CAP)
 
     def request_stop(self) -> None:
         """Ask the service to shut down gracefully (what SIGTERM does)."""
@@ -191,6 +208,27 @@ class ProcessorService:
         sock.set_inheritable(True)
         return sock
 
+    def _start_duties(self) -> list[asyncio.Task[None]]:
+        """Start what runs beside the watcher: retention (when configured) and the
+        backlog gauges (when the metrics are served)."""
+        duties = []
+        if self.retention is not None:
+            duties.append(asyncio.create_task(self.retention.run(), name="retention"))
+        if self.config.health_port:
+            duties.append(asyncio.create_task(self.backlog.run(), name="backlog"))
+        return duties
+
+    async def _stop_duties(self, duties: list[asyncio.Task[None]]) -> None:
+        """Stop them: retention ends after its batch in progress and gives up its lease."""
+        if self.retention is not None:
+            self.retention.stop()
+        self.backlog.stop()
+        for task, outcome in zip(duties, await asyncio.gather(*duties, return_exceptions=True),
+                                 strict=True):
+            if isinstance(outcome, BaseException):
+                log.error("action=duty_failed duty=%s error=%r", task.get_name(), outcome,
+                          exc_info=outcome)
+
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT or :meth:`request_stop`; returns the exit code.
 
@@ -216,8 +254,10 @@ class ProcessorService:
             self.http.start()
             _freeze_startup_objects()
             watcher_task = asyncio.create_task(self.watcher.run(), name="watcher")
+            duties = self._start_duties()
             stop_task = asyncio.create_task(self._stop.wait())
             await asyncio.wait({watcher_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+            await self._stop_duties(duties)
             await self.watcher.stop()
             await watcher_task
             stop_task.cancel()

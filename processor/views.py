@@ -1,6 +1,8 @@
-"""How the CLI shows partitions: plain rows for ``--json`` and short texts for tables.
+"""How the CLI shows partitions and items: plain rows for ``--json`` and short texts for
+tables.
 
-Pure functions over :class:`~watcher.records.PartitionInfo`; no I/O.
+Pure functions over the records (:class:`~watcher.records.PartitionInfo`,
+:class:`~watcher.records.ItemInfo`, :class:`~watcher.records.PurgeReport`); no I/O.
 """
 
 from __future__ import annotations
@@ -9,7 +11,12 @@ import base64
 import json
 from typing import Any
 
-from watcher.records import PartitionInfo
+from watcher.durations import format_duration
+from watcher.records import ItemInfo, PartitionInfo, PurgeReport
+from watcher.text import shorten
+
+# How much of an item's last error a table shows (--json shows all of it).
+ERROR_CELL_CHARS = 100
 
 
 def step_text(info: PartitionInfo) -> str:
@@ -47,3 +54,26 @@ def partition_row(info: PartitionInfo) -> dict[str, Any]:
             "counts": info.counts, "reduce_gates": list(info.reduce_gates),
             "on_item_failure": info.on_item_failure, "reduce": reduce,
             "last_error": info.last_error, **result_value(info.result)}
+
+
+def error_cell(error: str | None, limit: int = ERROR_CELL_CHARS) -> str:
+    """An item's last error for a table cell: its first line, shortened; ``-`` for none."""
+    if not error:
+        return "-"
+    lines = error.strip().splitlines()
+    return shorten(lines[0] if lines else "", limit) + (" ..." if len(lines) > 1 else "")
+
+
+def item_row(info: ItemInfo) -> dict[str, Any]:
+    """One item as ``processor items --json`` prints it (its data left out)."""
+    return {"id": info.id, "status": info.status, "gate": info.gate, "attempts": info.attempts,
+            "last_error": info.last_error, "version": info.version,
+            "retry_at": None if info.retry_at is None else info.retry_at.isoformat()}
+
+
+def purge_text(report: PurgeReport, *, older_than: float, statuses: tuple[str, ...],
+               dry_run: bool) -> str:
+    """One line saying what a purge removed, or would remove."""
+    what = (f"{report.partitions} partition(s) ({', '.join(statuses)}, last updated more than "
+            f"{format_duration(older_than)} ago) and {report.items} item(s)")
+    return f"would delete {what}" if dry_run else f"deleted {what}"

@@ -18,6 +18,7 @@ from watcher.errors import (
     GateError,
     InvalidInputError,
     PartitionExistsError,
+    PartitionLeasedError,
     PartitionNotFoundError,
     StatefeedError,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "NonRetryableError",
     "PartitionExistsError",
     "PartitionInfo",
+    "PartitionLeasedError",
     "PartitionNotFoundError",
     "Processor",
     "Result",

@@ -59,6 +59,18 @@ class GateError(InvalidInputError):
     """A gate is below the partition's current gate, or otherwise invalid."""
 
 
+class PartitionLeasedError(InvalidInputError):
+    """A delete was refused: a processor holds a live lease on the partition."""
+
+    def __init__(self, partition_id: str, owner: str) -> None:
+        super().__init__(
+            f"partition {partition_id!r} is being processed (processor {owner!r} holds its "
+            "lease); cancel it first, or delete it with force=True (processor delete --force), "
+            "which cancels it")
+        self.partition_id = partition_id
+        self.owner = owner
+
+
 class DatabaseError(StatefeedError):
     """The database could not be reached or refused a statement.
 

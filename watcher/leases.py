@@ -119,6 +119,7 @@ class LeaseCycle:
     stolen: tuple[str, ...] = ()
     lost: tuple[str, ...] = ()
     renewed: int = 0
+    stopped: tuple[str, ...] = ()  # cancelled or being deleted by a client: dropped
 
 
 class LeaseKeeper:
@@ -139,7 +140,8 @@ class LeaseKeeper:
         return self.config.owner_id
 
     async def run_once(self, *, acquire: bool = True) -> LeaseCycle:
-        """Renew if due, take free partitions, and steal if due and still below target.
+        """Renew if due, drop what clients stopped, take free partitions, and steal if due
+        and still below target.
 
         Raises the database's error when it fails; the caller backs off.
         """
@@ -149,14 +151,15 @@ class LeaseKeeper:
         if now >= self._renew_due:
             self._renew_due = now + self.config.renew_interval
             renewed, lost = await self.renew()
+        stopped = tuple(await self.drop_stopped()) if self.leases else ()
         if not acquire:
-            return LeaseCycle(lost=tuple(lost), renewed=renewed)
+            return LeaseCycle(lost=tuple(lost), renewed=renewed, stopped=stopped)
         acquired: list[str] = []
         stolen: list[str] = []
         room = self.config.max_leases - len(self.leases)
         if room <= 0:  # at its limit: take nothing, and let others steal what is fair
             self.hooks.leases_held(len(self.leases))
-            return LeaseCycle(lost=tuple(lost), renewed=renewed)
+            return LeaseCycle(lost=tuple(lost), renewed=renewed, stopped=stopped)
         candidates = await self.store.leases_read_free(
             self.config.lease_batch * CANDIDATE_SPREAD)
         balance_due = now >= self._balance_due
@@ -174,7 +177,24 @@ class LeaseKeeper:
             if balance_due:
                 self._balance_due = now + self.config.renew_interval
         self.hooks.leases_held(len(self.leases))
-        return LeaseCycle(tuple(acquired), tuple(stolen), tuple(lost), renewed)
+        return LeaseCycle(tuple(acquired), tuple(stolen), tuple(lost), renewed, stopped)
+
+    async def drop_stopped(self) -> list[str]:
+        """Drop the leases on partitions that a client cancelled or began deleting.
+
+        One indexed read per poll (:meth:`Store.leases_stopped`), so a holder
+        stops dispatching a cancelled partition within a poll interval instead
+        of at its next renewal. Returns the partitions dropped.
+
+        Raises the database's error when the read fails.
+        """
+        stopped = await self.store.leases_stopped(self.owner, self.config.lease_duration)
+        dropped: list[str] = []
+        for partition_id in stopped:
+            lease = self.leases.get(partition_id)
+            if lease is not None and not lease.closed and self.stop_lease(lease):
+                dropped.append(partition_id)
+        return dropped
 
     async def _take(self, rows: list[LeaseRow], *, stolen_from: str | None) -> list[str]:
         """Take ``rows``; returns the partitions newly held (not those held already)."""
@@ -246,6 +266,8 @@ class LeaseKeeper:
                     lease.renewed(version, gate, now)
                 elif pid in renewal.busy:
                     busy.append(lease)
+                elif pid in renewal.stopped:
+                    self.stop_lease(lease)  # a client cancelled it: not lost to anyone
                 elif not lease.closed:
                     lost.append(pid)
                     self.mark_lost(lease)
@@ -267,6 +289,22 @@ class LeaseKeeper:
         self._drop(lease)
         self.hooks.lease_lost(lease.partition_id)
         log.info("action=lease_lost partition=%s owner=%s", lease.partition_id, self.owner)
+
+    def stop_lease(self, lease: Lease) -> bool:
+        """A client cancelled (or began deleting) ``lease``'s partition: stop driving it.
+
+        The cancel ended the lease in the database already; here its supervisor
+        is told to stop (it cancels the calls in flight, whose results would be
+        fenced off anyway) and the lease is let go. Returns ``False`` when the
+        lease was lost or stopped already.
+        """
+        if not lease.mark_lost():
+            return False
+        self._drop(lease)
+        self.hooks.lease_released(lease.partition_id)
+        log.info("action=partition_stopped partition=%s owner=%s (cancelled or being deleted "
+                 "by a client)", lease.partition_id, self.owner)
+        return True
 
     def forget(self, lease: Lease) -> None:
         """Drop a lease whose partition closed (closing released it)."""

@@ -1,4 +1,4 @@
-"""SQLModel tables: ``partitions`` and ``items``.
+"""SQLModel tables: ``partitions``, ``items`` and ``leaders``.
 
 These classes define the canonical schema. :mod:`watcher.schema` copies them
 under a table prefix; the Alembic migrations in ``watcher/migrations`` create
@@ -88,6 +88,10 @@ class Status(StrEnum):
     AVAILABLE = "available"
     COMPLETE = "complete"
     FAILED = "failed"
+    # Partitions only: stopped by a client (nothing dispatches it; retry_failed resumes it).
+    CANCELLED = "cancelled"
+    # Partitions only: a delete or purge has begun; its items go in batches, the row last.
+    DELETING = "deleting"
 
 
 class ItemFailurePolicy(StrEnum):
@@ -121,7 +125,11 @@ class Partition(SQLModel, table=True):
     """
 
     __tablename__ = "partitions"
+    # Lease scans: status and until (and owner). Retention and the status gauges:
+    # status and the last update. Paged listings, newest first: created_at and id.
     __table_args__ = (Index("ix_partitions_lease", "status", "until", "owner"),
+                      Index("ix_partitions_updated", "status", "updated_at"),
+                      Index("ix_partitions_created", "created_at", "id"),
                       MYSQL_TABLE_OPTIONS)
 
     id: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))
@@ -173,4 +181,22 @@ class Item(SQLModel, table=True):
     last_error: str | None = Field(default=None, sa_column=Column(error_type(), nullable=True))
     retry_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
     created_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
+    updated_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
+
+
+class Leader(SQLModel, table=True):
+    """A duty that one processor at a time performs (such as ``retention``), and who holds it.
+
+    The holder's lease works as a partition's does: ``owner`` holds it until
+    ``until`` by the database clock, every write bumps ``version``, and another
+    processor takes it over only once it has expired.
+    """
+
+    __tablename__ = "leaders"
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+    name: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))
+    owner: str = Field(default="", sa_column=Column(key_type(OWNER_MAX_LENGTH), nullable=False))
+    until: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
+    version: int = Field(default=1, sa_column=Column(Integer, nullable=False))
     updated_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,11 +141,13 @@ class LeaseRenewal:
     ``held`` maps each renewed partition to its new version and, when it was
     re-read, its gate (``None``: unchanged). ``busy`` partitions were locked
     by another session (a client or processor inside a transaction) and were
-    neither renewed nor lost; the others asked for were lost.
+    neither renewed nor lost; ``stopped`` ones were cancelled or are being
+    deleted by a client; the others asked for were lost.
     """
 
     held: dict[str, tuple[int, int | None]]
     busy: frozenset[str] = frozenset()
+    stopped: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,13 +172,15 @@ class PartitionState:
 
 @dataclass(frozen=True, slots=True)
 class ReadyItem:
-    """An item ready to dispatch."""
+    """An item ready to dispatch. ``size`` is the stored data's size when the item
+    was read without its data (too large to dispatch); otherwise ``len(data)``."""
 
     id: str
     version: int
     gate: int
     data: bytes
     attempts: int
+    size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,3 +215,57 @@ class ItemWrite:
     data: bytes | None = None
     last_error: str | None = None
     retry_delay: float | None = None
+
+
+class Page(list[T], Generic[T]):
+    """One page of a listing: a list of its rows, and the cursor of the next page.
+
+    ``next_cursor`` is ``None`` on the last page; otherwise pass it as
+    ``after=`` to read the page that follows. Being a list, a page works
+    wherever the whole listing did (iteration, ``len``, indexing, ``== []``).
+    """
+
+    __slots__ = ("next_cursor",)
+
+    def __init__(self, rows: Iterable[T] = (), next_cursor: str | None = None) -> None:
+        super().__init__(rows)
+        self.next_cursor = next_cursor
+
+    def __repr__(self) -> str:
+        return f"Page({list.__repr__(self)}, next_cursor={self.next_cursor!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteBatch:
+    """One batch of a partition's deletion, written in one transaction.
+
+    ``items`` were deleted; ``done`` says the partition row went with them (the
+    partition is gone); ``skipped`` says the partition no longer qualified (gone
+    already, re-opened, or not being deleted) and nothing was written.
+    """
+
+    items: int
+    done: bool
+    skipped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeReport:
+    """What a purge removed (or, for a dry run, would remove).
+
+    ``stopped`` says it ended early because it was asked to (it lost the
+    retention lease, or is shutting down); what remains goes in the next run.
+    """
+
+    partitions: int = 0
+    items: int = 0
+    stopped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What is waiting, for an autoscaler: partitions per status, and available items at
+    their open partition's current gate. Each count stops at the cap it was read with."""
+
+    partitions: dict[str, int]
+    items_waiting: int

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import MetaData, Table
 
 from watcher.errors import ConfigError
-from watcher.models import Item, Partition
+from watcher.models import Item, Leader, Partition
 
 TABLE_PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
 
@@ -30,11 +30,13 @@ def validate_table_prefix(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class Tables:
-    """The two tables of one statefeed namespace."""
+    """The tables of one statefeed namespace: partitions, items, and the leaders of duties
+    one processor at a time performs (retention)."""
 
     prefix: str
     partitions: Table
     items: Table
+    leaders: Table
 
     @property
     def version_table(self) -> str:
@@ -58,10 +60,12 @@ def tables_for(prefix: str = "") -> Tables:
     """
     validate_table_prefix(prefix)
     if prefix == "":
-        return Tables("", Partition.__table__, Item.__table__)  # type: ignore[arg-type]
+        return Tables("", Partition.__table__, Item.__table__,  # type: ignore[arg-type]
+                      Leader.__table__)  # type: ignore[arg-type]
     metadata = MetaData()
     return Tables(
         prefix,
         _copy(Partition.__table__, metadata, prefix),  # type: ignore[arg-type]
         _copy(Item.__table__, metadata, prefix),  # type: ignore[arg-type]
+        _copy(Leader.__table__, metadata, prefix),  # type: ignore[arg-type]
     )

@@ -19,6 +19,8 @@ subclasses when the database fails; client-facing methods raise the
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import json
 from collections.abc import AsyncIterator, Collection, Iterable, Sequence
@@ -32,6 +34,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    delete,
     exists,
     func,
     insert,
@@ -49,15 +52,19 @@ from watcher.database import create_engine
 from watcher.dburl import DatabaseURL, parse_database_url
 from watcher.drivers import Driver, open_driver
 from watcher.drivers.base import read_transaction, write_transaction
-from watcher.drivers.sql import clock_now, lock_unless_busy, time_plus
+from watcher.drivers.sql import clock_now, data_size, lock_unless_busy, time_plus
 from watcher.errors import (
     DuplicateItemError,
     GateError,
+    InvalidInputError,
     PartitionExistsError,
+    PartitionLeasedError,
     PartitionNotFoundError,
 )
 from watcher.models import ItemFailurePolicy, Status
 from watcher.records import (
+    Backlog,
+    DeleteBatch,
     GateSummary,
     ItemInfo,
     ItemWrite,
@@ -65,6 +72,7 @@ from watcher.records import (
     LeaseRow,
     LeaseStats,
     NewItem,
+    Page,
     PartitionInfo,
     PartitionSettings,
     PartitionState,
@@ -84,11 +92,39 @@ NO_SETTINGS = PartitionSettings()
 AVAILABLE = Status.AVAILABLE.value
 COMPLETE = Status.COMPLETE.value
 FAILED = Status.FAILED.value
+CANCELLED = Status.CANCELLED.value
+DELETING = Status.DELETING.value
 
 
 def _chunks(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
+
+
+def encode_partition_cursor(info: PartitionInfo) -> str:
+    """The cursor of a partitions page that ends with ``info``: its creation time and id,
+    in an opaque URL-safe text."""
+    assert info.created_at is not None
+    raw = json.dumps([info.created_at.isoformat(), info.id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode("ascii").rstrip("=")
+
+
+def decode_partition_cursor(cursor: str) -> tuple[datetime, str]:
+    """The creation time and id that :func:`encode_partition_cursor` put in ``cursor``.
+
+    Raises:
+        InvalidInputError: ``cursor`` is not such a cursor.
+    """
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, partition_id = json.loads(raw)
+        if not isinstance(partition_id, str):
+            raise TypeError(partition_id)
+        return datetime.fromisoformat(created), partition_id
+    except (binascii.Error, ValueError, TypeError):
+        raise InvalidInputError(
+            f"{cursor[:60]!r} is not a cursor of the partitions listing; pass the "
+            "next_cursor of the page before") from None
 
 
 def encode_reduce_gates(gates: Collection[int]) -> str | None:
@@ -338,16 +374,17 @@ class Store:
         The partition row is written first: that locks it, so a concurrent
         engine write on it conflicts (and re-reads) instead of closing the
         partition over the new items. Returns whether the partition was re-opened.
+        A failed or cancelled partition stays as it is (``retry_failed`` re-opens it).
 
         Raises:
-            PartitionNotFoundError: no partition has this id.
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
             GateError: an item's gate is below the partition's current gate.
             DuplicateItemError: an item id is already stored in the partition.
         """
         p, i = self.tables.partitions, self.tables.items
         async with self._write() as conn:
             touched = await conn.execute(
-                update(p).where(p.c.id == partition_id)
+                update(p).where(p.c.id == partition_id, p.c.status != DELETING)
                 .values(version=p.c.version + 1, updated_at=self.statements.now))
             if touched.rowcount != 1:
                 raise PartitionNotFoundError(partition_id)
@@ -410,15 +447,39 @@ class Store:
         """Read partitions (newest first), optionally of one status, with item counts."""
         return await self._partitions_read(status=status, limit=limit)
 
+    async def partitions_page(self, *, status: str | None = None, after: str | None = None,
+                              limit: int = 1000) -> Page[PartitionInfo]:
+        """Read one page of partitions, newest first, optionally of one status.
+
+        The order is (created_at, id), both descending, and neither ever changes,
+        so the pages stay stable while partitions change status: pass the page's
+        ``next_cursor`` as ``after`` to read the next. The index on
+        (created_at, id) returns them in order, so a page costs its own rows.
+
+        Raises:
+            InvalidInputError: ``after`` is not a cursor of this listing.
+        """
+        infos = await self._partitions_read(
+            status=status, limit=limit + 1,
+            after=None if after is None else decode_partition_cursor(after))
+        more = len(infos) > limit
+        del infos[limit:]
+        return Page(infos, encode_partition_cursor(infos[-1]) if more else None)
+
     async def _partitions_read(self, *, ids: list[str] | None = None, status: str | None = None,
-                               limit: int = 1000) -> list[PartitionInfo]:
+                               limit: int = 1000, after: tuple[datetime, str] | None = None
+                               ) -> list[PartitionInfo]:
         p, i = self.tables.partitions, self.tables.items
         query = select(p)
         if ids is not None:
             query = query.where(p.c.id.in_(ids))
         if status is not None:
             query = query.where(p.c.status == status)
-        query = query.order_by(p.c.created_at.desc(), p.c.id).limit(limit)
+        if after is not None:
+            created, last_id = after
+            query = query.where(or_(p.c.created_at < created,
+                                    and_(p.c.created_at == created, p.c.id < last_id)))
+        query = query.order_by(p.c.created_at.desc(), p.c.id.desc()).limit(limit)
         async with self._read() as conn:
             rows = (await conn.execute(query)).all()
             counts: dict[str, dict[str, int]] = {row.id: {} for row in rows}
@@ -453,23 +514,70 @@ class Store:
             for row in rows
         ]
 
+    async def items_page(self, partition_id: str, *, status: str | None = None,
+                         gate: int | None = None, after: str | None = None,
+                         limit: int = 1000, with_data: bool = True) -> Page[ItemInfo]:
+        """Read one page of a partition's items in id order, optionally of one status
+        and one gate.
+
+        The page starts after the item id ``after`` and walks the partition's
+        primary key, so a page costs its own rows plus those a status or gate
+        filter passes over (the database may find a rare status, such as a big
+        partition's failed items, through the ready index instead). Ids never
+        change, so the pages are stable while items change status: an item is
+        never read twice, and one whose status does not change is never missed. The page's
+        ``next_cursor`` is its last item id, or ``None`` on the last page.
+        With ``with_data`` false the items' bytes are not read (``data`` is ``b""``).
+
+        Raises:
+            PartitionNotFoundError: no partition has this id.
+        """
+        p, i = self.tables.partitions, self.tables.items
+        columns = [i.c.partition_id, i.c.id, i.c.status, i.c.gate, i.c.attempts,
+                   i.c.last_error, i.c.version, i.c.retry_at]
+        if with_data:
+            columns.append(i.c.data)
+        query = select(*columns).where(i.c.partition_id == partition_id)
+        if status is not None:
+            query = query.where(i.c.status == status)
+        if gate is not None:
+            query = query.where(i.c.gate == gate)
+        if after is not None:
+            query = query.where(i.c.id > after)
+        async with self._read() as conn:
+            if (await conn.execute(select(p.c.id).where(p.c.id == partition_id))).first() is None:
+                raise PartitionNotFoundError(partition_id)
+            rows = (await conn.execute(query.order_by(i.c.id).limit(limit + 1))).all()
+        more = len(rows) > limit
+        infos = [
+            ItemInfo(
+                partition_id=row.partition_id, id=row.id, status=row.status, gate=row.gate,
+                data=bytes(row.data) if with_data else b"", attempts=row.attempts,
+                last_error=row.last_error, version=row.version, retry_at=row.retry_at,
+            )
+            for row in rows[:limit]
+        ]
+        return Page(infos, infos[-1].id if more else None)
+
     async def items_retry_failed(self, partition_id: str) -> int:
         """Put a partition's failed items back to available and re-open the partition.
 
+        A failed or cancelled partition re-opens at its gate, where it stopped.
         Items failed at gates the partition has passed (it carries on without
         failed items) stay failed: re-opening them below the partition's gate
         would strand them. A failed reduce is re-armed: its attempts are reset
         and it resumes from its stored progress. Returns the number of items reset.
 
         Raises:
-            PartitionNotFoundError: no partition has this id.
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
         """
         p, i = self.tables.partitions, self.tables.items
         async with self._write() as conn:
             touched = await conn.execute(
-                update(p).where(p.c.id == partition_id).values(
+                update(p).where(p.c.id == partition_id, p.c.status != DELETING).values(
                     version=p.c.version + 1,
-                    status=case((p.c.status == FAILED, AVAILABLE), else_=p.c.status),
+                    status=case((p.c.status.in_((FAILED, CANCELLED)), AVAILABLE),
+                                else_=p.c.status),
                     reduce_attempts=0, last_error=None,
                     updated_at=self.statements.now,
                 )
@@ -499,14 +607,14 @@ class Store:
         locks it: a processor's concurrent write on it conflicts and re-reads.
 
         Raises:
-            PartitionNotFoundError: no partition has this id.
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
             GateError: ``gate`` is below the partition's current gate, or items
                 below ``gate`` are still available.
         """
         p, i = self.tables.partitions, self.tables.items
         async with self._write() as conn:
             touched = await conn.execute(
-                update(p).where(p.c.id == partition_id)
+                update(p).where(p.c.id == partition_id, p.c.status != DELETING)
                 .values(version=p.c.version + 1, updated_at=self.statements.now))
             if touched.rowcount != 1:
                 raise PartitionNotFoundError(partition_id)
@@ -532,7 +640,227 @@ class Store:
                     reduce_acc=None, reduce_attempts=0))
             await self._notify(conn, partition_id)
 
+    # -- client: cancel, delete, purge ---------------------------------------
+
+    async def partition_cancel(self, partition_id: str) -> str:
+        """Stop a partition for good: an open or failed partition becomes ``cancelled``.
+
+        Its lease ends at once (``until`` becomes now; ``owner`` keeps the
+        holder's id, so the holder finds the cancel under its own name, see
+        :meth:`leases_stopped`), and every write its holder still makes on it is
+        fenced off: result, reduce and gate writes all require an available
+        partition. Its items stay as they are; ``retry_failed`` resumes it.
+        Returns the status it had: ``available`` or ``failed`` (it is cancelled
+        now), or ``complete`` or ``cancelled`` (it is left as it was).
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        p = self.tables.partitions
+        now = self.statements.now
+        async with self._write() as conn:
+            while True:
+                seen = (await conn.execute(
+                    select(p.c.status).where(p.c.id == partition_id))).scalar_one_or_none()
+                if seen is None or seen == DELETING:
+                    raise PartitionNotFoundError(partition_id)
+                if seen not in (AVAILABLE, FAILED):
+                    return str(seen)
+                # Guarded on the status read, so the status returned is the one cancelled;
+                # a processor closing the partition meanwhile makes it read again.
+                touched = await conn.execute(
+                    update(p).where(p.c.id == partition_id, p.c.status == seen)
+                    .values(status=CANCELLED, until=now, version=p.c.version + 1,
+                            updated_at=now))
+                if touched.rowcount == 1:
+                    return str(seen)
+
+    async def partition_delete_begin(self, partition_id: str, *, force: bool = False) -> None:
+        """Mark a partition ``deleting``, so that nothing dispatches, re-opens or adds to
+        it while :meth:`partition_delete_batch` removes it.
+
+        Refused while a processor holds a live lease on it, unless ``force``:
+        then the mark ends the lease as a cancel does (the holder's late writes
+        are fenced off and it drops the partition). A partition already being
+        deleted stays so (the delete resumes).
+
+        Raises:
+            PartitionNotFoundError: no partition has this id.
+            PartitionLeasedError: a processor holds a live lease on it (without ``force``).
+        """
+        p = self.tables.partitions
+        now = self.statements.now
+        statement = update(p).where(p.c.id == partition_id)
+        if not force:
+            statement = statement.where(
+                ~and_(p.c.status == AVAILABLE, p.c.owner != "", p.c.until > now))
+        async with self._write() as conn:
+            touched = await conn.execute(statement.values(
+                status=DELETING, until=now, version=p.c.version + 1, updated_at=now))
+            if touched.rowcount == 1:
+                return
+            owner = (await conn.execute(
+                select(p.c.owner).where(p.c.id == partition_id))).scalar_one_or_none()
+        if owner is None:
+            raise PartitionNotFoundError(partition_id)
+        raise PartitionLeasedError(partition_id, owner)
+
+    def _purgeable(self, older_than: float | None, statuses: Collection[str]
+                   ) -> ColumnElement[bool]:
+        """Partitions being deleted, or (with ``statuses``) in one of ``statuses`` and
+        last updated more than ``older_than`` seconds ago by the store's clock."""
+        p = self.tables.partitions
+        wanted: ColumnElement[bool] = p.c.status == DELETING
+        if statuses:
+            cutoff = self.statements.now_plus(-(older_than or 0.0))
+            wanted = or_(wanted, and_(p.c.status.in_(list(statuses)), p.c.updated_at < cutoff))
+        return wanted
+
+    async def partition_delete_batch(self, partition_id: str, batch: int, *,
+                                     statuses: Collection[str] = (),
+                                     older_than: float | None = None) -> DeleteBatch:
+        """Delete up to ``batch`` items of a partition being deleted, in id order, and the
+        partition row with the last of them, in one transaction.
+
+        The partition qualifies when it is ``deleting`` or, with ``statuses``,
+        when it is in one of them and was last updated more than
+        ``older_than`` seconds ago; such a partition is marked ``deleting``
+        here, in the same transaction, so nothing re-opens it between batches.
+        Writing the partition row first locks it: a client adding items waits,
+        then finds it gone or being deleted. Each batch is one range read of
+        the primary key and one range delete, so no transaction grows with the
+        partition. A partition that no longer qualifies is skipped, unwritten.
+        """
+        p, i = self.tables.partitions, self.tables.items
+        async with self._write() as conn:
+            marked = await conn.execute(
+                update(p).where(p.c.id == partition_id, self._purgeable(older_than, statuses))
+                .values(status=DELETING, version=p.c.version + 1))
+            if marked.rowcount != 1:
+                return DeleteBatch(0, done=False, skipped=True)
+            page = (select(i.c.id).where(i.c.partition_id == partition_id)
+                    .order_by(i.c.id).limit(batch).subquery())
+            count, last = (await conn.execute(
+                select(func.count(), func.max(page.c.id)))).one()
+            if count:
+                await conn.execute(
+                    delete(i).where(i.c.partition_id == partition_id, i.c.id <= last))
+            if count >= batch:
+                return DeleteBatch(count, done=False)
+            await conn.execute(delete(p).where(p.c.id == partition_id))
+            return DeleteBatch(count, done=True)
+
+    async def partitions_purgeable(self, *, older_than: float, statuses: Collection[str],
+                                   limit: int) -> list[str]:
+        """Up to ``limit`` ids of partitions a purge removes: those being deleted, and those
+        in ``statuses`` last updated more than ``older_than`` seconds ago by the store's
+        clock (the index on (status, updated_at) finds them)."""
+        p = self.tables.partitions
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(p.c.id).where(self._purgeable(older_than, statuses)).limit(limit))
+            return [row[0] for row in rows]
+
+    async def partitions_purgeable_count(self, *, older_than: float,
+                                         statuses: Collection[str]) -> tuple[int, int]:
+        """How many partitions, and items of theirs, a purge would remove now."""
+        p, i = self.tables.partitions, self.tables.items
+        wanted = select(p.c.id).where(self._purgeable(older_than, statuses))
+        async with self._read() as conn:
+            partitions = (await conn.execute(
+                select(func.count()).select_from(wanted.subquery()))).scalar_one()
+            items = (await conn.execute(
+                select(func.count()).where(i.c.partition_id.in_(wanted)))).scalar_one()
+        return partitions, items
+
+    # -- leaders: duties one processor at a time performs ---------------------
+
+    async def leader_take(self, name: str, owner: str, duration: float) -> bool:
+        """Take or extend the lease on duty ``name`` (such as ``"retention"``) for ``owner``.
+
+        It succeeds when ``owner`` holds it already or its lease has expired by
+        the store's clock, so of processors trying at once exactly one wins.
+        Returns whether ``owner`` holds it now, for ``duration`` seconds.
+        """
+        leaders = self.tables.leaders
+        now = self.statements.now
+        until = self.statements.now_plus(duration)
+        async with self._write() as conn:
+            taken = await conn.execute(
+                update(leaders)
+                .where(leaders.c.name == name,
+                       or_(leaders.c.owner == owner, leaders.c.until <= now))
+                .values(owner=owner, until=until, version=leaders.c.version + 1, updated_at=now))
+            if taken.rowcount == 1:
+                return True
+            found = await conn.execute(select(leaders.c.name).where(leaders.c.name == name))
+            if found.first() is not None:
+                return False
+        try:  # the duty's first holder makes its row
+            async with self._write() as conn:
+                await conn.execute(insert(leaders).values(
+                    name=name, owner=owner, until=until, version=1, updated_at=now))
+        except IntegrityError:
+            return False  # another processor made it first, and holds it
+        return True
+
+    async def leader_release(self, name: str, owner: str) -> bool:
+        """Give up ``owner``'s lease on duty ``name`` so another processor takes it at once.
+
+        Returns whether ``owner`` held it.
+        """
+        leaders = self.tables.leaders
+        now = self.statements.now
+        async with self._write() as conn:
+            released = await conn.execute(
+                update(leaders).where(leaders.c.name == name, leaders.c.owner == owner)
+                .values(owner="", until=now, version=leaders.c.version + 1, updated_at=now))
+        return released.rowcount == 1
+
+    # -- backlog ---------------------------------------------------------------
+
+    async def backlog_read(self, cap: int) -> Backlog:
+        """Count partitions per status, and available items at their open partition's
+        current gate, each count stopping at ``cap``.
+
+        One statement of bounded reads: the status counts read the index on
+        (status, updated_at), the items the ready index of each open partition
+        at its gate; a count stops at ``cap`` rows whatever the tables hold.
+        """
+        p, i = self.tables.partitions, self.tables.items
+
+        def capped(query: Select[Any]) -> ColumnElement[Any]:
+            return (select(func.count()).select_from(query.limit(cap).subquery())
+                    .scalar_subquery())
+
+        statuses = [status.value for status in Status]
+        counts = [capped(select(p.c.id).where(p.c.status == status)) for status in statuses]
+        waiting = capped(
+            select(i.c.id)
+            .join(p, and_(p.c.id == i.c.partition_id, p.c.gate == i.c.gate))
+            .where(p.c.status == AVAILABLE, i.c.status == AVAILABLE))
+        async with self._read() as conn:
+            row = (await conn.execute(select(*counts, waiting))).one()
+        return Backlog(partitions=dict(zip(statuses, row[:-1], strict=True)),
+                       items_waiting=row[-1])
+
     # -- leases ------------------------------------------------------------
+
+    async def leases_stopped(self, owner: str, within: float) -> list[str]:
+        """Partitions that clients cancelled, or began deleting, while ``owner`` held them,
+        in the last ``within`` seconds.
+
+        Cancelling or deleting a partition keeps its owner and sets ``until``
+        to the moment it happened, so this is one read of the lease index
+        (status, until, owner): a holder drops such partitions within a poll,
+        without waiting for its next renewal to find them lost.
+        """
+        p = self.tables.partitions
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(p.c.id).where(p.c.status.in_((CANCELLED, DELETING)), p.c.owner == owner,
+                                     p.c.until >= self.statements.now_plus(-within)))
+            return [row[0] for row in rows]
 
     async def leases_read_free(self, limit: int) -> list[LeaseRow]:
         """Read up to ``limit`` available partitions that are unleased or expired."""
@@ -610,7 +938,8 @@ class Store:
         when ``owner`` still holds the partition (a client write bumped the
         version). Partitions whose row another session holds locked are not
         waited for: they come back as ``busy``, so one stuck transaction
-        cannot stall the renewal of every other lease.
+        cannot stall the renewal of every other lease. Partitions a client
+        cancelled or began deleting come back as ``stopped``.
         """
         return await self._lease_rewrite(
             leases, owner, until=self.statements.now_plus(duration), release=False)
@@ -664,6 +993,8 @@ class Store:
                 else:
                     missed.append(partition_id)
             states = await self._states(conn, missed) if missed else {}
+            stopped = frozenset(partition_id for partition_id, state in states.items()
+                                if state.status in (CANCELLED, DELETING))
             for partition_id, state in sorted(states.items()):
                 if state.owner != owner or state.status != AVAILABLE:
                     continue
@@ -672,7 +1003,7 @@ class Store:
                 if result.rowcount == 1:
                     held[partition_id] = (state.version + 1, state.gate)
         # Not in ``free``: locked by another session, or deleted (then never free again).
-        return LeaseRenewal(held, frozenset(leases) - free)
+        return LeaseRenewal(held, frozenset(leases) - free, stopped)
 
     async def _states(self, conn: AsyncConnection, ids: Sequence[str]
                       ) -> dict[str, PartitionState]:
@@ -731,6 +1062,23 @@ class Store:
         """
         rows = await self.driver.items_ready(partition_id, gate, limit, exclude)
         return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4]) for row in rows]
+
+    async def items_oversize(self, partition_id: str, gate: int, max_bytes: int,
+                             limit: int) -> list[ReadyItem]:
+        """Read up to ``limit`` ready items at ``gate`` whose data is over ``max_bytes``,
+        without their data (``data`` is empty): items too large to read or dispatch,
+        inserted around the client's limit. Their sizes are read from the stored
+        values' headers, so even a value too large to fetch is found."""
+        i = self.tables.items
+        size = data_size(i.c.data)
+        query = (
+            select(i.c.id, i.c.version, i.c.gate, i.c.attempts, size)
+            .where(i.c.partition_id == partition_id, i.c.status == AVAILABLE,
+                   i.c.gate == gate, i.c.retry_at <= self.statements.now, size > max_bytes)
+            .order_by(i.c.retry_at, i.c.id).limit(limit))
+        async with self._read() as conn:
+            return [ReadyItem(row.id, row.version, row.gate, b"", row.attempts, size=row[4])
+                    for row in await conn.execute(query)]
 
     async def gate_summary(self, partition_id: str, gate: int) -> GateSummary:
         """Summarise what is left at ``gate``: pending and failed items, and the next gate."""
@@ -815,20 +1163,9 @@ class Store:
                                   owner: str) -> None:
         """Write a reduce page's item answers; raises :class:`_GuardLost` (rolling the
         transaction back) when an item moved since it was read."""
-        for new_data in (False, True):
-            shaped = [w for w in writes if (w.data is not None) is new_data]
-            if not shaped:
-                continue
-            statement = self.statements.item_write(new_data=new_data, delayed=False)
-            params = [self.statements.item_write_params(w, owner) for w in shaped]
-            if conn.dialect.supports_sane_multi_rowcount:
-                for chunk in _chunks(params, INSERT_CHUNK):
-                    if (await conn.execute(statement, list(chunk))).rowcount != len(chunk):
-                        raise _GuardLost
-                continue
-            for one in params:
-                if (await conn.execute(statement, one)).rowcount != 1:
-                    raise _GuardLost
+        for chunk in _chunks(writes, INSERT_CHUNK):
+            if await self.driver.items_write_in(conn, chunk, owner) != len(chunk):
+                raise _GuardLost
 
     async def reduce_failed(self, partition_id: str, version: int, owner: str, *,
                             attempts: int, error: str, fail: bool) -> int | None:
@@ -907,7 +1244,7 @@ async def missing_tables(store: Store) -> list[str]:
     """
     from sqlalchemy import inspect as inspect_schema
 
-    names = [store.tables.partitions.name, store.tables.items.name]
+    names = [store.tables.partitions.name, store.tables.items.name, store.tables.leaders.name]
     async with store.engine.connect() as conn:
         present = await conn.run_sync(
             lambda sync: {name for name in names if inspect_schema(sync).has_table(name)})

@@ -48,6 +48,8 @@ MIN_WAIT = 0.005
 # Items in hand up to this many are excluded by id in the read query; beyond it
 # the read fetches extra rows and filters them here.
 MAX_EXCLUDED = 1000
+# A partition in one of these was stopped by a client: its holder lets it go.
+STOPPED_BY_CLIENT = (Status.CANCELLED.value, Status.DELETING.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +197,11 @@ class PartitionSupervisor:
             else:  # too many to name in a query: read more and filter here
                 ready = await self.store.items_ready(
                     self.partition_id, gate, taken + len(exclude))
+        except SQLAlchemyError:
+            self.slots.give_back(taken)
+            if await self._fail_unreadable(gate):
+                return 0
+            raise
         except BaseException:
             self.slots.give_back(taken)
             raise
@@ -206,9 +213,37 @@ class PartitionSupervisor:
         self.hooks.in_flight(self.slots.in_use)
         return len(fresh)
 
+    async def _fail_unreadable(self, gate: int) -> bool:
+        """After a failed read of ready items: fail the items too large to read or
+        dispatch (stored around the client's limit), so that they cannot block their
+        partition's reads. Returns whether any was found.
+
+        Raises the database's error when the look-up fails.
+        """
+        oversize = await self.store.items_oversize(
+            self.partition_id, gate, self.config.max_item_bytes, limit=MAX_EXCLUDED)
+        for item in oversize:
+            await self.writer.submit(write_for_error(
+                self.partition_id, item, self._oversize_error(item), self._policy))
+        if oversize:
+            log.warning("action=items_unreadable partition=%s gate=%d count=%d",
+                        self.partition_id, gate, len(oversize))
+        return bool(oversize)
+
+    def _oversize_error(self, item: ReadyItem) -> NonRetryableError:
+        size = len(item.data) if item.size is None else item.size
+        return NonRetryableError(
+            f"item {item.id!r} of partition {self.partition_id!r} is {size} bytes, over the "
+            f"item size limit of {self.config.max_item_bytes} bytes (max_item_bytes); it "
+            "was stored around the client's limit and is not dispatched")
+
     def _start(self, item: ReadyItem) -> None:
         """Call the processor for ``item`` in a task of its own; the item is in hand
-        from here until its result is written."""
+        from here until its result is written. An item over the size limit fails
+        without a call."""
+        if len(item.data) > self.config.max_item_bytes:
+            self._finish_call(item, time.monotonic(), None, self._oversize_error(item))
+            return
         pid = self.partition_id
         work = WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version,
                         idempotency_key(pid, item))
@@ -241,7 +276,7 @@ class PartitionSupervisor:
         write: ItemWrite | None = None
         if error is None:
             try:
-                problem = result_problem(result)
+                problem = result_problem(result, self.config.max_item_bytes)
                 if problem is None:
                     write = write_for_result(pid, item, result, self.lease.gate, self._policy)
                 else:
@@ -293,7 +328,10 @@ class PartitionSupervisor:
                     and state.status == Status.AVAILABLE and state.lease_live):
                 self.lease.adopt(state.version, state.gate)
                 return True
-        self.keeper.mark_lost(self.lease)
+        if state is not None and state.status in STOPPED_BY_CLIENT:
+            self.keeper.stop_lease(self.lease)
+        else:
+            self.keeper.mark_lost(self.lease)
         return False
 
     async def _reduce(self, now: float) -> Pass:

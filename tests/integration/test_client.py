@@ -92,7 +92,7 @@ async def test_set_gate_moves_forward_only(client) -> None:
 async def test_set_gate_never_strands_available_items(client) -> None:
     await client.create_partition("job", [NewItem("a", b""), NewItem("b", b"", gate=4)])
     before = await client.partition("job")
-    with pytest.raises(GateError, match="1 item.s. at gate 0 are still available"):
+    with pytest.raises(GateError, match=r"1 item\(s\) at gate 0 are still available"):
         await client.set_gate("job", 2)
     after = await client.partition("job")
     assert (after.gate, after.version) == (0, before.version)  # nothing written

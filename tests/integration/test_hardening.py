@@ -12,7 +12,7 @@ import pytest
 from processor import AsyncClient, DuplicateItemError, InvalidInputError, NewItem
 from tests.support.engine import count_calls, running, wait_until
 from watcher import Result, Store, Watcher, WatcherConfig, WorkItem
-from watcher.errors import GateError
+from watcher.errors import ConfigError, GateError
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2}
@@ -133,7 +133,8 @@ async def test_a_result_over_the_servers_packet_fails_only_its_item(tmp_path) ->
             for n in range(3):
                 await client.create_partition(f"other{n}", [NewItem(f"i{k}", b"")
                                                              for k in range(20)])
-            watcher = Watcher(store, process, WatcherConfig(owner_id="w", **FAST))
+            watcher = Watcher(store, process, WatcherConfig(
+                owner_id="w", max_item_bytes=32 * 1024 * 1024, **FAST))
             async with running(watcher):
                 bad = await client.wait("bad", timeout=60)
                 others = [await client.wait(f"other{n}", timeout=60) for n in range(3)]
@@ -148,3 +149,77 @@ async def test_a_result_over_the_servers_packet_fails_only_its_item(tmp_path) ->
     assert bad.status == "failed" and bad.counts == {"complete": 1, "failed": 1}
     assert items["huge"].status == "failed" and items["fine"].data == b"ok"
     assert "max_allowed_packet" in (items["huge"].last_error or "")
+
+
+async def test_items_over_the_size_limit_are_refused_at_the_door(
+        db_url: str, table_prefix: str) -> None:
+    async with AsyncClient(db_url, table_prefix, max_item_bytes=1000) as client:
+        with pytest.raises(InvalidInputError, match="is 1001 bytes; the limit is 1000"):
+            await client.create_partition("p", [NewItem("a", b"x" * 1000),
+                                                NewItem("b", b"x" * 1001)])
+        assert await client.partitions() == []
+        await client.create_partition("p", [NewItem("a", b"x" * 1000)])
+        with pytest.raises(InvalidInputError, match="max_item_bytes"):
+            await client.add_items("p", [NewItem("c", b"x" * 5000)])
+        assert [item.id for item in await client.items("p")] == ["a"]
+    with pytest.raises(ConfigError, match="max_item_bytes"):
+        AsyncClient(db_url, table_prefix, max_item_bytes=0)
+
+
+async def test_an_answer_over_the_size_limit_fails_only_its_item(
+        db_url: str, table_prefix: str, make_store: Callable[..., Any]) -> None:
+    async def process(item: WorkItem) -> Result:
+        return Result(done=True, data=b"y" * (2000 if item.id == "big" else 10))
+
+    async with AsyncClient(db_url, table_prefix) as client:
+        await client.create_partition("p", [NewItem("big", b""), NewItem("small", b"")],
+                                      on_item_failure="continue")
+        watcher = Watcher(make_store(), process, WatcherConfig(owner_id="w", max_item_bytes=1000,
+                                                               **FAST))
+        async with running(watcher):
+            info = await client.wait("p", timeout=30)
+        items = {item.id: item for item in await client.items("p")}
+    assert info.status == "complete" and info.counts == {"complete": 1, "failed": 1}
+    assert "2000 bytes, over the item size limit of 1000" in (items["big"].last_error or "")
+    assert items["small"].data == b"y" * 10
+
+
+@pytest.mark.parametrize("readable", [True, False], ids=["readable", "unreadable"])
+async def test_an_item_stored_around_the_limit_fails_alone(
+        db_url: str, table_prefix: str, make_store: Callable[..., Any], readable: bool) -> None:
+    """An item over the size limit, stored without the client (by SQL, or by an older
+    release), fails with a clear error; the other items of its partition run. When
+    the database cannot even return it (PostgreSQL refuses values over 1 GB in a
+    read), the failed read finds it by its stored size and fails it alone."""
+    from sqlalchemy.exc import OperationalError
+
+    calls: list[str] = []
+
+    async def process(item: WorkItem) -> Result:
+        calls.append(item.id)
+        return Result(done=True)
+
+    store = make_store()
+    await store.partition_create("p", [NewItem("huge", b"z" * 5000),
+                                       *(NewItem(f"i{n}", b"") for n in range(5))])
+    if not readable:  # reads fail while the huge item is ready, as they would for 550 MB
+        ready = store.items_ready
+
+        async def failing_read(*args: Any, **kwargs: Any) -> Any:
+            rows = await ready(*args, **kwargs)
+            if any(row.id == "huge" for row in rows):
+                raise OperationalError("SELECT ...", {}, Exception(
+                    "invalid memory alloc request size 1100000000"))
+            return rows
+
+        store.items_ready = failing_read  # type: ignore[method-assign]
+    async with AsyncClient(db_url, table_prefix) as client:
+        watcher = Watcher(store, process, WatcherConfig(owner_id="w", max_item_bytes=1000,
+                                                        **FAST))
+        async with running(watcher):
+            info = await client.wait("p", timeout=30)
+        items = {item.id: item for item in await client.items("p")}
+    assert info.status == "failed" and info.counts == {"complete": 5, "failed": 1}
+    assert sorted(calls) == [f"i{n}" for n in range(5)]
+    error = items["huge"].last_error or ""
+    assert "is 5000 bytes, over the item size limit of 1000 bytes" in error

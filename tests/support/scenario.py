@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 
 import pytest
 
-from watcher.errors import GateError, PartitionExistsError
+from watcher.errors import GateError, PartitionExistsError, PartitionLeasedError
 from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionSettings
 from watcher.reduction import ReduceStep
 from watcher.store import Store
@@ -53,6 +54,7 @@ async def drive_every_method(store: Store) -> None:
     await store.partition_state("p1")
     ready = await store.items_ready("p1", 0, 10)
     await store.items_ready("p1", 0, 10, exclude=[ready[0].id])
+    await store.items_oversize("p1", 0, 0, limit=10)
     by_id = {item.id: item for item in ready}
     # Every shape of guarded item write: with and without new data, with and without delay.
     applied = await store.items_apply([
@@ -77,6 +79,7 @@ async def drive_every_method(store: Store) -> None:
     with pytest.raises(GateError, match="only moves forward"):
         await store.partition_set_gate("p4", 0)
     await _drive_reduce_methods(store)
+    await _drive_operations(store)
     await store.leases_release({"p2": versions["p2"] + 1}, "w1")
     await store.leases_take([LeaseRow("p2", 0, 0, "")], "w2", 30)  # a lost race
 
@@ -104,3 +107,38 @@ async def _drive_reduce_methods(store: Store) -> None:
     assert written is not None
     assert await store.reduce_write("p3", version, "w1", step) is None  # a lost guard
     await store.reduce_failed("p3", written, "w1", attempts=9, error="y", fail=True)
+
+
+async def _drive_operations(store: Store) -> None:
+    """Paged reads, cancel, delete, purge, the leader lease and the backlog, each shape once."""
+    first = await store.partitions_page(status=None, limit=1)
+    assert first.next_cursor is not None
+    await store.partitions_page(status="available", after=first.next_cursor, limit=2)
+    page = await store.items_page("p1", limit=1)
+    await store.items_page("p1", status="available", gate=1, after=page.next_cursor, limit=5,
+                           with_data=False)
+    await store.backlog_read(1000)
+    await store.partition_create("p5", [NewItem("x", b"1"), NewItem("y", b"2")])
+    assert await store.partition_cancel("p5") == "available"
+    assert await store.partition_cancel("p5") == "cancelled"
+    await store.leases_stopped("w1", 30)
+    # A leased partition refuses a plain delete; force takes it.
+    await store.partition_create("p6", [NewItem(item_id, b"") for item_id in "abcd"])
+    free = [row for row in await store.leases_read_free(10) if row.id == "p6"]
+    await store.leases_take(free, "w1", 30)
+    with pytest.raises(PartitionLeasedError):
+        await store.partition_delete_begin("p6")
+    await store.partition_delete_begin("p6", force=True)
+    batch = await store.partition_delete_batch("p6", 3)
+    assert (batch.items, batch.done) == (3, False)
+    assert (await store.partition_delete_batch("p6", 3)).done
+    # Purge: candidates, a dry-run count, and a batch that marks and deletes at once.
+    await asyncio.sleep(0.05)  # p5 is then older than the cutoff (by any clock's precision)
+    assert await store.partitions_purgeable(older_than=0.001, statuses=("cancelled",),
+                                            limit=10) == ["p5"]
+    await store.partitions_purgeable_count(older_than=0.001, statuses=("cancelled",))
+    assert (await store.partition_delete_batch(
+        "p5", 10, statuses=("cancelled",), older_than=0.001)).done
+    assert await store.leader_take("retention", "w1", 30)
+    assert not await store.leader_take("retention", "w2", 30)
+    assert await store.leader_release("retention", "w1")

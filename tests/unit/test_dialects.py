@@ -151,7 +151,7 @@ def test_models_and_migration_agree(dialect: Dialect, tmp_path) -> None:
             "sqlite": f"sqlite:///{tmp_path / 'x.db'}"}
     ddl = _sql_for(urls[dialect.name])
     tables = tables_for(PREFIX)
-    for table in (tables.partitions, tables.items):
+    for table in (tables.partitions, tables.items, tables.leaders):
         modelled = str(CreateTable(table).compile(dialect=dialect)).strip()
         migrated = _column_lines(_table_block(ddl, table.name)) | _columns_added(ddl, table.name)
         assert _normalised(_column_lines(modelled)) == _normalised(migrated)
@@ -249,7 +249,7 @@ async def test_every_store_statement_compiles_for_sql_server(recorded) -> None:
             assert "DATEADD(second, CAST(FLOOR(" in sql, sql
         # Every reading of the clock is the store's clock, the database's behind it.
         assert sql.count("SYSUTCDATETIME()") == sql.count(MSSQL_CLOCK), sql
-    assert kinds == {"SELECT", "INSERT", "UPDATE"}
+    assert kinds == {"SELECT", "INSERT", "UPDATE", "DELETE"}
 
 
 async def test_every_store_statement_compiles_for_mysql(recorded) -> None:

@@ -152,7 +152,7 @@ class Cluster:
         """Every item of the given partitions."""
         found: list[ItemInfo] = []
         for partition_id in partition_ids:
-            found += await self.client.items(partition_id)
+            found += [item async for item in self.client.iter_items(partition_id)]
         return found
 
     async def wait_settled(self, partition_ids: Iterable[str], timeout: float  # noqa: ASYNC109

@@ -1,0 +1,411 @@
+"""The deployment files (deploy/): every manifest parses, and the fields that bind them
+together agree: images, ports, probes, environment names, the Secret, the grace period
+above the shutdown timeout, and the KEDA backlog query on a real PostgreSQL schema.
+
+The images themselves are built and run in test_container.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import typer
+import yaml
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from processor import AsyncClient, NewItem
+from processor.cli import app
+from processor.health import HealthApp
+from tests.conftest import POSTGRES_URL, require_postgres
+from watcher.dburl import parse_database_url
+from watcher.migrate import downgrade, upgrade
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+KUBERNETES = DEPLOY / "kubernetes"
+COMPOSE = DEPLOY / "compose.yaml"
+PROCESSOR_DOCKERFILE = ROOT / "Processor.Dockerfile"
+HANDLER_DOCKERFILE = ROOT / "handlers" / "examples" / "Dockerfile"
+PROCESSOR_IMAGE = "statefeed-processor"
+HANDLER_IMAGE = "statefeed-resumes-handler"
+DOCKER_STOP_TIMEOUT = 10  # seconds `docker stop` waits before SIGKILL, unless told
+# Time a processor needs after its shutdown timeout: write the results, release the
+# leases, close the database pool.
+RELEASE_MARGIN = 5
+
+
+# -- reading the files ------------------------------------------------------------------
+
+def final_stage(dockerfile: Path) -> list[tuple[str, str]]:
+    """The instructions of a Dockerfile's last stage, continuation lines joined."""
+    text_ = re.sub(r"\\\n", " ", dockerfile.read_text())
+    steps: list[tuple[str, str]] = []
+    for line in text_.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        keyword, _, rest = line.partition(" ")
+        if keyword.upper() == "FROM":
+            steps = []
+        steps.append((keyword.upper(), rest.strip()))
+    return steps
+
+
+def dockerfile_env(dockerfile: Path) -> dict[str, str]:
+    """The ENV values of the last stage."""
+    env: dict[str, str] = {}
+    for keyword, rest in final_stage(dockerfile):
+        if keyword == "ENV":
+            for pair in shlex.split(rest):
+                name, _, value = pair.partition("=")
+                env[name] = value
+    return env
+
+
+def dockerfile_one(dockerfile: Path, keyword: str) -> str:
+    """The value of a last-stage instruction that appears once (EXPOSE, USER, ...)."""
+    values = [rest for found, rest in final_stage(dockerfile) if found == keyword]
+    assert len(values) == 1, f"{dockerfile.name}: {keyword} appears {len(values)} times"
+    return values[0]
+
+
+def kubernetes_documents() -> list[dict[str, Any]]:
+    """Every object of every manifest under deploy/kubernetes (kustomization.yaml is
+    kubectl's list of them, not an object)."""
+    documents = []
+    for path in sorted(KUBERNETES.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        for document in yaml.safe_load_all(path.read_text()):
+            if document is not None:
+                document["__file__"] = path.name
+                documents.append(document)
+    return documents
+
+
+def the(kind: str, name: str) -> dict[str, Any]:
+    """The one Kubernetes object of ``kind`` named ``name``."""
+    found = [doc for doc in kubernetes_documents()
+             if doc["kind"] == kind and doc["metadata"]["name"] == name]
+    assert len(found) == 1, f"{len(found)} {kind} objects named {name}"
+    return found[0]
+
+
+def container(workload: dict[str, Any], name: str) -> dict[str, Any]:
+    """A container of a Deployment or a Job by name."""
+    containers = workload["spec"]["template"]["spec"]["containers"]
+    found = [c for c in containers if c["name"] == name]
+    assert len(found) == 1, f"{workload['metadata']['name']}: no container {name}"
+    return found[0]
+
+
+def env_of(spec: dict[str, Any]) -> dict[str, Any]:
+    """A container's env as name -> value (or valueFrom)."""
+    return {entry["name"]: entry.get("value", entry.get("valueFrom"))
+            for entry in spec.get("env", [])}
+
+
+def image_name(reference: str) -> str:
+    """``registry/name:tag`` -> ``name``."""
+    return reference.rsplit("/", 1)[-1].split(":", 1)[0]
+
+
+def run_options() -> dict[str, str]:
+    """``processor run``'s environment variables -> the option's parameter name."""
+    command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    names = {param.envvar: param.name for param in command.params if param.envvar}
+    # Repeatable and read by the command itself, one header per line.
+    names["PROCESSOR_HANDLER_HEADER"] = "handler_header"
+    return names
+
+
+def seconds(value: str | int) -> float:
+    """A Compose duration (``15s``, ``1m30s``) or a number, in seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    total = 0.0
+    for amount, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", value):
+        total += float(amount) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    return total
+
+
+def compose() -> dict[str, Any]:
+    """The Compose file, anchors and merge keys resolved."""
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def processor_services() -> dict[str, dict[str, Any]]:
+    """The Compose services that run `processor run`."""
+    return {name: service for name, service in compose()["services"].items()
+            if service.get("command") == ["run"]}
+
+
+# -- the files parse and name real things -----------------------------------------------
+
+def test_every_manifest_parses_and_names_its_kind() -> None:
+    documents = kubernetes_documents()
+    kinds = {(doc.get("kind"), doc.get("metadata", {}).get("name")) for doc in documents}
+    assert {("Deployment", "statefeed-processor"), ("PodDisruptionBudget", "statefeed-processor"),
+            ("ScaledObject", "statefeed-processor"), ("Secret", "statefeed-database"),
+            ("Job", "statefeed-migrate"), ("Deployment", "statefeed-resumes-handler"),
+            ("Service", "statefeed-resumes-handler")} <= kinds
+    for doc in documents:
+        assert doc.get("apiVersion") and doc["metadata"].get("labels"), doc["__file__"]
+    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
+    for resource in kustomization["resources"]:
+        assert (KUBERNETES / resource).is_file(), f"kustomization names missing {resource}"
+    # The Secret is an example to replace, not something `apply -k` should overwrite.
+    assert "secret.example.yaml" not in kustomization["resources"]
+
+
+def test_environment_names_are_options_of_processor_run() -> None:
+    options = run_options()
+    used: dict[str, set[str]] = {}
+    for doc in kubernetes_documents():
+        if doc["kind"] in ("Deployment", "Job"):
+            for spec in doc["spec"]["template"]["spec"]["containers"]:
+                for name in env_of(spec):
+                    used.setdefault(name, set()).add(doc["__file__"])
+    for name, service in compose()["services"].items():
+        for variable in service.get("environment", {}):
+            used.setdefault(variable, set()).add(f"compose.yaml:{name}")
+    for variable in dockerfile_env(PROCESSOR_DOCKERFILE):
+        used.setdefault(variable, set()).add(PROCESSOR_DOCKERFILE.name)
+    processor_names = {name for name in used if name.startswith("PROCESSOR_")}
+    assert processor_names, "the manifests set no PROCESSOR_ variable"
+    unknown = {name: sorted(used[name]) for name in processor_names - set(options)}
+    assert not unknown, f"not options of processor run: {unknown}"
+
+
+def test_images_match_their_dockerfiles() -> None:
+    processor = the("Deployment", "statefeed-processor")
+    migrate = the("Job", "statefeed-migrate")
+    handler = the("Deployment", "statefeed-resumes-handler")
+    assert image_name(container(processor, "processor")["image"]) == PROCESSOR_IMAGE
+    assert image_name(container(migrate, "migrate")["image"]) == PROCESSOR_IMAGE
+    assert container(processor, "processor")["image"] == container(migrate, "migrate")["image"]
+    assert image_name(container(handler, "handler")["image"]) == HANDLER_IMAGE
+    assert container(processor, "processor")["args"] == ["run"]
+    assert container(migrate, "migrate")["args"] == ["migrate"]
+    services = compose()["services"]
+    for name, service in services.items():
+        if "build" not in service:
+            continue
+        dockerfile = (COMPOSE.parent / service["build"]["context"]
+                      / service["build"]["dockerfile"]).resolve()
+        expected = {PROCESSOR_DOCKERFILE: PROCESSOR_IMAGE, HANDLER_DOCKERFILE: HANDLER_IMAGE}
+        assert dockerfile in expected, f"compose {name} builds {dockerfile}"
+        assert image_name(service["image"]) == expected[dockerfile], name
+    # The images' own names, in their OCI labels.
+    for dockerfile, name in ((PROCESSOR_DOCKERFILE, PROCESSOR_IMAGE),
+                             (HANDLER_DOCKERFILE, HANDLER_IMAGE)):
+        labels = dockerfile_one(dockerfile, "LABEL")
+        assert f'org.opencontainers.image.title="{name}"' in labels
+
+
+def test_ports_and_probes_reach_the_health_endpoints() -> None:
+    deployment = the("Deployment", "statefeed-processor")
+    spec = container(deployment, "processor")
+    env = env_of(spec)
+    ports = {port["name"]: port["containerPort"] for port in spec["ports"]}
+    health_port = int(env["PROCESSOR_HEALTH_PORT"])
+    assert ports["health"] == health_port
+    assert dockerfile_one(PROCESSOR_DOCKERFILE, "EXPOSE") == str(health_port)
+    assert dockerfile_env(PROCESSOR_DOCKERFILE)["PROCESSOR_HEALTH_PORT"] == str(health_port)
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert int(annotations["prometheus.io/port"]) == health_port
+    readiness, liveness = spec["readinessProbe"]["httpGet"], spec["livenessProbe"]["httpGet"]
+    assert (readiness["path"], liveness["path"]) == ("/readyz", "/healthz")
+    assert readiness["port"] == liveness["port"] == "health"
+    assert annotations["prometheus.io/path"] == "/metrics"
+    # The processor's health app serves those paths (a 404 would fail every probe).
+    statuses = asyncio.run(_health_statuses(["/readyz", "/healthz", "/metrics"]))
+    assert statuses == {"/readyz": 200, "/healthz": 200, "/metrics": 200}
+    # /readyz waits for its checks: the probe must wait longer than they may take.
+    assert spec["readinessProbe"]["timeoutSeconds"] > 5
+
+
+async def _health_statuses(paths: list[str]) -> dict[str, int]:
+    async def ok() -> tuple[bool, str]:
+        return True, "ok"
+    health = HealthApp(checks={"database": ok}, metrics=lambda: b"")
+    statuses: dict[str, int] = {}
+    for path in paths:
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any], sent: list[dict[str, Any]] = sent) -> None:
+            sent.append(message)
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b""}
+
+        await health({"type": "http", "method": "GET", "path": path}, receive, send)
+        statuses[path] = sent[0]["status"]
+    return statuses
+
+
+def test_the_handler_url_names_the_handler_service() -> None:
+    service = the("Service", "statefeed-resumes-handler")
+    handler = the("Deployment", "statefeed-resumes-handler")
+    spec = container(handler, "handler")
+    ports = {port["name"]: port["containerPort"] for port in spec["ports"]}
+    service_port = service["spec"]["ports"][0]
+    assert ports[service_port["targetPort"]] == int(env_of(spec)["UVICORN_PORT"])
+    assert dockerfile_one(HANDLER_DOCKERFILE, "EXPOSE") == str(ports["http"])
+    for key, value in service["spec"]["selector"].items():
+        assert handler["spec"]["template"]["metadata"]["labels"][key] == value
+    env = env_of(container(the("Deployment", "statefeed-processor"), "processor"))
+    for variable in ("PROCESSOR_HANDLER_URL", "PROCESSOR_HANDLER_HEALTH_URL"):
+        url = urlsplit(env[variable])
+        assert (url.hostname, url.port) == (service["metadata"]["name"], service_port["port"])
+    assert urlsplit(env["PROCESSOR_HANDLER_HEALTH_URL"]).path == "/healthz"
+    # Compose: the processors call the handler service by its name and the image's port.
+    for name, service_ in processor_services().items():
+        url = urlsplit(service_["environment"]["PROCESSOR_HANDLER_URL"])
+        assert url.hostname in compose()["services"], name
+        assert url.port == ports["http"], name
+
+
+def test_the_database_url_comes_from_the_secret() -> None:
+    secret = the("Secret", "statefeed-database")
+    for workload, name in ((the("Deployment", "statefeed-processor"), "processor"),
+                           (the("Job", "statefeed-migrate"), "migrate")):
+        reference = env_of(container(workload, name))["PROCESSOR_DB_URL"]["secretKeyRef"]
+        assert reference["name"] == secret["metadata"]["name"]
+        assert reference["key"] in secret["stringData"]
+    url = secret["stringData"]["url"]
+    assert parse_database_url(url).sync_url.get_backend_name() == "postgresql"
+
+
+def test_grace_periods_exceed_the_shutdown_timeout() -> None:
+    deployment = the("Deployment", "statefeed-processor")
+    timeout = float(env_of(container(deployment, "processor"))["PROCESSOR_SHUTDOWN_TIMEOUT"])
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace >= timeout + RELEASE_MARGIN, (grace, timeout)
+    image_timeout = float(dockerfile_env(PROCESSOR_DOCKERFILE)["PROCESSOR_SHUTDOWN_TIMEOUT"])
+    assert image_timeout + 1 < DOCKER_STOP_TIMEOUT, "the image's timeout must fit docker stop"
+    assert dockerfile_one(PROCESSOR_DOCKERFILE, "STOPSIGNAL") == "SIGTERM"
+    for name, service in processor_services().items():
+        compose_timeout = float(service.get("environment", {}).get(
+            "PROCESSOR_SHUTDOWN_TIMEOUT", image_timeout))
+        assert seconds(service["stop_grace_period"]) >= compose_timeout + RELEASE_MARGIN, name
+
+
+def test_security_contexts_match_the_image_user() -> None:
+    uid = int(dockerfile_one(PROCESSOR_DOCKERFILE, "USER").split(":")[0])
+    assert uid != 0
+    for kind, name in (("Deployment", "statefeed-processor"), ("Job", "statefeed-migrate"),
+                       ("Deployment", "statefeed-resumes-handler")):
+        pod = the(kind, name)["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] == uid
+        for spec in pod["containers"]:
+            assert spec["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_the_disruption_budget_and_scaler_target_the_processors() -> None:
+    deployment = the("Deployment", "statefeed-processor")
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= labels.items()
+    budget = the("PodDisruptionBudget", "statefeed-processor")
+    assert budget["spec"]["selector"]["matchLabels"] == selector
+    assert budget["spec"]["maxUnavailable"] == 1
+    scaled = the("ScaledObject", "statefeed-processor")
+    assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "postgresql"
+    # KEDA reads the connection string from the target container's own variable.
+    assert trigger["metadata"]["connectionFromEnv"] in env_of(container(deployment, "processor"))
+    assert 1 <= scaled["spec"]["minReplicaCount"] < scaled["spec"]["maxReplicaCount"]
+
+
+def test_compose_runs_migrate_then_three_processors() -> None:
+    services = compose()["services"]
+    assert sorted(processor_services()) == ["processor-1", "processor-2", "processor-3"]
+    assert services["migrate"]["command"] == ["migrate"]
+    assert services["migrate"]["depends_on"]["db"]["condition"] == "service_healthy"
+    database = services["db"]["environment"]
+    for name, service in processor_services().items():
+        assert service["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+        url = parse_database_url(service["environment"]["PROCESSOR_DB_URL"]).sync_url
+        assert (url.host, url.username, url.password, url.database) == (
+            "db", database["POSTGRES_USER"], database["POSTGRES_PASSWORD"],
+            database["POSTGRES_DB"]), name
+
+
+def test_a_compose_implementation_accepts_the_file() -> None:
+    """Where a Compose implementation is installed (Debian's docker-compose, or the
+    `docker compose` plugin), it validates the file: schema, merge keys, build paths."""
+    candidates = []
+    if shutil.which("docker-compose"):
+        candidates.append(["docker-compose"])
+    if shutil.which("docker") and subprocess.run(
+            ["docker", "compose", "version"], capture_output=True, timeout=30).returncode == 0:
+        candidates.append(["docker", "compose"])
+    if not candidates:
+        pytest.skip("no Compose implementation is installed (docker-compose or the docker "
+                    "compose plugin)")
+    for command in candidates:
+        done = subprocess.run([*command, "-f", str(COMPOSE), "config", "-q"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, f"{' '.join(command)} config: {done.stderr}"
+
+
+# -- the KEDA query on a real schema ----------------------------------------------------
+
+def keda_query(prefix: str) -> str:
+    """The ScaledObject's query, with ``prefix`` before the table names."""
+    (trigger,) = the("ScaledObject", "statefeed-processor")["spec"]["triggers"]
+    query = trigger["metadata"]["query"]
+    return re.sub(r"\b(items|partitions)\b", lambda m: prefix + m.group(1), query)
+
+
+@pytest.mark.postgres
+async def test_the_keda_query_counts_processors_worth_running() -> None:
+    """One processor per 200 waiting items, never more than the partitions that have
+    waiting items; cancelled partitions, finished items and items waiting for a later
+    gate are not backlog."""
+    require_postgres()
+    prefix = f"k{uuid.uuid4().hex[:10]}_"
+    await asyncio.to_thread(upgrade, POSTGRES_URL, prefix)
+    engine = create_async_engine(parse_database_url(POSTGRES_URL).async_url)
+    try:
+        async with AsyncClient(POSTGRES_URL, prefix) as client:
+            async def processors_wanted() -> int:
+                async with engine.connect() as conn:
+                    return int((await conn.execute(text(keda_query(prefix)))).scalar_one())
+
+            assert await processors_wanted() == 0
+            # One big partition: 450 items, but one processor works it.
+            await client.create_partition("big", [NewItem(f"i{n}", b"{}") for n in range(450)])
+            assert await processors_wanted() == 1
+            # Five small ones besides: 700 items -> 4 processors, 6 partitions.
+            for number in range(5):
+                await client.create_partition(
+                    f"small{number}", [NewItem(f"i{n}", b"{}") for n in range(50)])
+            assert await processors_wanted() == 4
+            # A cancelled partition is not backlog.
+            await client.cancel("big")
+            assert await processors_wanted() == 2  # 250 items -> 2, in 5 partitions
+            # Nor are finished items, nor items already waiting for the next gate.
+            async with engine.begin() as conn:
+                await conn.execute(text(
+                    f"UPDATE {prefix}items SET status = 'complete' "
+                    "WHERE partition_id IN ('small0', 'small1')"))
+                await conn.execute(text(
+                    f"UPDATE {prefix}items SET gate = 1 WHERE partition_id = 'small2'"))
+            assert await processors_wanted() == 1  # 100 items in 2 partitions
+    finally:
+        await engine.dispose()
+        await asyncio.to_thread(downgrade, POSTGRES_URL, prefix)
