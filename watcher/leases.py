@@ -47,6 +47,9 @@ class Lease:
     notified: bool = False  # a client wrote the partition: look again now
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set once the lease ends (lost, stopped by a client, or closed): a long call
+    # made under it can be abandoned.
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     def adopt(self, version: int, gate: int | None) -> None:
         """Take a newer version (and gate) read from the database as our own.
@@ -90,11 +93,13 @@ class Lease:
             return False
         self.lost = True
         self.wake.set()
+        self.ended.set()
         return True
 
     def mark_closed(self) -> None:
         """Record that the partition closed; closing released the lease."""
         self.closed = True
+        self.ended.set()
 
 
 @contextlib.asynccontextmanager

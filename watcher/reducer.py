@@ -24,6 +24,7 @@ from watcher.leases import Lease, LeaseKeeper
 from watcher.models import Status
 from watcher.protocol import (
     NonRetryableError,
+    ReduceCall,
     ReduceCallable,
     RetryableError,
 )
@@ -40,6 +41,10 @@ from watcher.store import Store
 log = logging.getLogger(__name__)
 
 MAX_REDUCE_ERROR_LENGTH = 2000
+
+
+class LeaseGoneError(Exception):
+    """The lease ended (lost, or the partition stopped by a client) during a reduce call."""
 
 
 class StepKind(Enum):
@@ -114,10 +119,13 @@ class GateReducer:
                     f"partition {pid!r} has reduce gate {gate}, but this processor has no "
                     "reducer: give the Watcher a reduce function (library mode) or serve "
                     "POST /reduce in the handler")
-            answer = await self.reduce(call)
+            answer = await self._call(call)
             step = reduce_step(pid, gate, plan, answer, self.config.max_item_bytes)
         except asyncio.CancelledError:
             raise
+        except LeaseGoneError:
+            self.hooks.reduce_outcome(pid, gate, plan.pass_, "stale", time.monotonic() - started)
+            return ReduceStepOutcome(StepKind.CONFLICT)
         except ReduceAnswerError as malformed:
             error: Exception = RetryableError(
                 f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page} "
@@ -144,6 +152,25 @@ class GateReducer:
             log.debug("action=reduce_page partition=%s gate=%d pass=%s page=%d", pid, gate,
                       plan.pass_, plan.page)
         return ReduceStepOutcome(StepKind.WROTE)
+
+    async def _call(self, call: ReduceCall) -> object:
+        """Make the reduce call, abandoning it once the lease is lost or stopped (a
+        client cancelled the partition): its answer could not be written, and a
+        page of a big gate may take long. Raises :class:`LeaseGoneError` then,
+        and what the reducer raises otherwise."""
+        assert self.reduce is not None
+        calling = asyncio.ensure_future(self.reduce(call))
+        watching = asyncio.ensure_future(self.lease.ended.wait())
+        try:
+            await asyncio.wait({calling, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watching.cancel()
+            if not calling.done():
+                calling.cancel()
+                await asyncio.gather(calling, return_exceptions=True)
+                raise LeaseGoneError(f"partition {call.partition_id!r}: the lease ended "
+                                     "while its reduce call ran")
+        return calling.result()
 
     async def _failed(self, attempt: int, error: BaseException, pass_: str,
                       started: float) -> ReduceStepOutcome:

@@ -8,6 +8,7 @@ status, result and error) and what the reduce handler received.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
@@ -21,7 +22,7 @@ from handlers import Item, Reduce, Reduced, ReducePage, Result
 from processor import AsyncClient, InvalidInputError, NewItem
 from processor.http_config import HttpProcessorConfig
 from processor.http_processor import HttpProcessor
-from tests.support.engine import running
+from tests.support.engine import running, wait_until
 from tests.support.servers import serve_app
 from watcher import Watcher, WatcherConfig
 from watcher.errors import GateError
@@ -358,3 +359,29 @@ async def test_reduce_gates_after_the_first_and_a_chain_of_reduces(
     assert info.status == "complete" and info.counts == {"complete": 4}
     assert seen == [(1, ["i00", "i01", "i02", "i03"]), (2, ["i00", "i01"])]
     assert info.result_json() == ["i00", "i01"]
+
+
+async def test_a_reduce_call_in_flight_is_abandoned_when_the_partition_is_cancelled(
+        make_store: Callable[..., Any], client: AsyncClient) -> None:
+    started, abandoned = asyncio.Event(), asyncio.Event()
+
+    async def stuck(call: ReduceCall) -> ReduceResult:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            abandoned.set()
+            raise
+        return ReduceResult()
+
+    watcher = Watcher(make_store(), library_step, WatcherConfig(owner_id="lib", **FAST),
+                      reduce=stuck)
+    await client.create_partition("p", numbered(3), reduce_gates=[1])
+    async with running(watcher):
+        await asyncio.wait_for(started.wait(), WAIT)
+        assert await client.cancel("p") is True
+        await asyncio.wait_for(abandoned.wait(), 10)
+        await wait_until(lambda: not watcher.supervisors, message="the supervisor gone")
+    info = await client.partition("p")
+    assert info.status == "cancelled" and info.result is None
+    assert {(item.status, item.gate) for item in await client.items("p")} == {("available", 1)}
