@@ -80,6 +80,7 @@ from watcher.records import (
     ReduceEntry,
     ReduceProgress,
     ReduceState,
+    Throughput,
 )
 from watcher.reduction import ReduceStep
 from watcher.schema import Tables, tables_for
@@ -96,14 +97,26 @@ CANCELLED = Status.CANCELLED.value
 DELETING = Status.DELETING.value
 
 
+# The escape character of the LIKE patterns the store builds, and the characters it
+# escapes: the wildcards, itself, and "[" (a character class on SQL Server).
+LIKE_ESCAPE = "/"
+
+
+def _like_prefix(prefix: str) -> str:
+    """A LIKE pattern matching the texts that start with ``prefix`` (and, on databases
+    whose LIKE ignores case, those that do so but for case)."""
+    escaped = "".join(LIKE_ESCAPE + char if char in "%_[/" else char for char in prefix)
+    return escaped + "%"
+
+
 def _chunks(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
 
 
-def encode_partition_cursor(info: PartitionInfo) -> str:
-    """The cursor of a partitions page that ends with ``info``: its creation time and id,
-    in an opaque URL-safe text."""
+def encode_partition_cursor(info: PartitionInfo | Any) -> str:
+    """The cursor of a partitions page that ends with ``info`` (a partition or its row):
+    its creation time and id, in an opaque URL-safe text."""
     assert info.created_at is not None
     raw = json.dumps([info.created_at.isoformat(), info.id], separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode("ascii").rstrip("=")
@@ -448,50 +461,104 @@ class Store:
         return await self._partitions_read(status=status, limit=limit)
 
     async def partitions_page(self, *, status: str | None = None, after: str | None = None,
-                              limit: int = 1000) -> Page[PartitionInfo]:
-        """Read one page of partitions, newest first, optionally of one status.
+                              limit: int = 1000, prefix: str | None = None,
+                              with_counts: bool = True) -> Page[PartitionInfo]:
+        """Read one page of partitions, newest first, optionally of one status and only
+        those whose id starts with ``prefix``.
 
         The order is (created_at, id), both descending, and neither ever changes,
         so the pages stay stable while partitions change status: pass the page's
         ``next_cursor`` as ``after`` to read the next. The index on
-        (created_at, id) returns them in order, so a page costs its own rows.
+        (created_at, id) returns them in order, so a page costs its own rows
+        (with ``prefix``, also the rows it passes over). The prefix compares
+        exactly, case included, on every database. With ``with_counts`` false
+        the item counts are not read (``counts`` is empty).
 
         Raises:
             InvalidInputError: ``after`` is not a cursor of this listing.
         """
-        infos = await self._partitions_read(
-            status=status, limit=limit + 1,
-            after=None if after is None else decode_partition_cursor(after))
-        more = len(infos) > limit
-        del infos[limit:]
-        return Page(infos, encode_partition_cursor(infos[-1]) if more else None)
+        seek = None if after is None else decode_partition_cursor(after)
+        async with self._read() as conn:
+            rows = await self._partitions_rows(conn, status=status, limit=limit + 1,
+                                               prefix=prefix, after=seek)
+            more = len(rows) > limit
+            del rows[limit:]
+            cursor = encode_partition_cursor(rows[-1]) if more else None
+            if prefix:
+                # LIKE ignores case on SQLite: keep the exact matches only (the cursor
+                # still follows the last row read, so no page repeats or skips one).
+                rows = [row for row in rows if row.id.startswith(prefix)]
+            counts = (await self._counts(conn, rows) if with_counts
+                      else {row.id: {} for row in rows})
+        return Page([_partition_info(row, counts[row.id]) for row in rows], cursor)
 
     async def _partitions_read(self, *, ids: list[str] | None = None, status: str | None = None,
                                limit: int = 1000, after: tuple[datetime, str] | None = None
                                ) -> list[PartitionInfo]:
-        p, i = self.tables.partitions, self.tables.items
+        async with self._read() as conn:
+            rows = await self._partitions_rows(conn, ids=ids, status=status, limit=limit,
+                                               after=after)
+            counts = await self._counts(conn, rows)
+        return [_partition_info(row, counts[row.id]) for row in rows]
+
+    async def _partitions_rows(self, conn: AsyncConnection, *, ids: list[str] | None = None,
+                               status: str | None = None, limit: int = 1000,
+                               after: tuple[datetime, str] | None = None,
+                               prefix: str | None = None) -> list[Any]:
+        p = self.tables.partitions
         query = select(p)
         if ids is not None:
             query = query.where(p.c.id.in_(ids))
         if status is not None:
             query = query.where(p.c.status == status)
+        if prefix:
+            query = query.where(p.c.id.like(_like_prefix(prefix), escape=LIKE_ESCAPE))
         if after is not None:
             created, last_id = after
             query = query.where(or_(p.c.created_at < created,
                                     and_(p.c.created_at == created, p.c.id < last_id)))
         query = query.order_by(p.c.created_at.desc(), p.c.id.desc()).limit(limit)
+        return list((await conn.execute(query)).all())
+
+    async def _counts(self, conn: AsyncConnection, rows: Sequence[Any]
+                      ) -> dict[str, dict[str, int]]:
+        """Item counts per status of the partitions ``rows``, read through the ready index."""
+        i = self.tables.items
+        counts: dict[str, dict[str, int]] = {row.id: {} for row in rows}
+        for chunk in _chunks(list(counts), IN_CHUNK):
+            grouped = await conn.execute(
+                select(i.c.partition_id, i.c.status, func.count())
+                .where(i.c.partition_id.in_(chunk))
+                .group_by(i.c.partition_id, i.c.status)
+            )
+            for partition_id, item_status, count in grouped:
+                counts[partition_id][item_status] = count
+        return counts
+
+    async def items_gate_counts(self, partition_ids: Sequence[str]
+                                ) -> dict[str, dict[int, dict[str, int]]]:
+        """Count the items of each partition in ``partition_ids`` per gate and status:
+        ``{partition: {gate: {status: count}}}`` (a partition without items maps to
+        ``{}``; an unknown id is left out).
+
+        One grouped read per 500 ids through the ready index, whose (partition,
+        status, gate) prefix covers it: it costs the items of the partitions asked
+        for, and nothing of the others. Callers pass one page of partitions.
+        """
+        p, i = self.tables.partitions, self.tables.items
+        counts: dict[str, dict[int, dict[str, int]]] = {}
         async with self._read() as conn:
-            rows = (await conn.execute(query)).all()
-            counts: dict[str, dict[str, int]] = {row.id: {} for row in rows}
-            for chunk in _chunks(list(counts), IN_CHUNK):
+            for chunk in _chunks(list(dict.fromkeys(partition_ids)), IN_CHUNK):
+                found = await conn.execute(select(p.c.id).where(p.c.id.in_(chunk)))
+                counts.update((row[0], {}) for row in found)
                 grouped = await conn.execute(
-                    select(i.c.partition_id, i.c.status, func.count())
+                    select(i.c.partition_id, i.c.gate, i.c.status, func.count())
                     .where(i.c.partition_id.in_(chunk))
-                    .group_by(i.c.partition_id, i.c.status)
-                )
-                for partition_id, item_status, count in grouped:
-                    counts[partition_id][item_status] = count
-        return [_partition_info(row, counts[row.id]) for row in rows]
+                    .group_by(i.c.partition_id, i.c.gate, i.c.status))
+                for partition_id, gate, item_status, count in grouped:
+                    if partition_id in counts:
+                        counts[partition_id].setdefault(gate, {})[item_status] = count
+        return counts
 
     async def items_list(self, partition_id: str) -> list[ItemInfo]:
         """Read every item of a partition, ordered by id.
@@ -673,7 +740,28 @@ class Store:
                     .values(status=CANCELLED, until=now, version=p.c.version + 1,
                             updated_at=now))
                 if touched.rowcount == 1:
+                    await self._fence_off_items_in_flight(conn, partition_id)
                     return str(seen)
+
+    async def _fence_off_items_in_flight(self, conn: AsyncConnection,
+                                         partition_id: str) -> None:
+        """Bump the versions of the partition's items that may be in flight (the
+        available ones at its current gate), in the stopping transaction.
+
+        A result write checks the lease fence against the snapshot it started
+        with, so one already running when the stop commits would still pass it;
+        its item-version guard is checked again on the row it waited for, and a
+        bumped version makes it miss: nothing of the partition is written after
+        the stop returns. The attempts move with the version, so the idempotency
+        key of each item's step stays the same when the partition is resumed (the
+        attempt a stop interrupts counts as one).
+        """
+        p, i = self.tables.partitions, self.tables.items
+        gate = select(p.c.gate).where(p.c.id == partition_id).scalar_subquery()
+        await conn.execute(
+            update(i).where(i.c.partition_id == partition_id, i.c.status == AVAILABLE,
+                            i.c.gate == gate)
+            .values(version=i.c.version + 1, attempts=i.c.attempts + 1))
 
     async def partition_delete_begin(self, partition_id: str, *, force: bool = False) -> None:
         """Mark a partition ``deleting``, so that nothing dispatches, re-opens or adds to
@@ -843,6 +931,36 @@ class Store:
             row = (await conn.execute(select(*counts, waiting))).one()
         return Backlog(partitions=dict(zip(statuses, row[:-1], strict=True)),
                        items_waiting=row[-1])
+
+    async def partitions_finished_per_minute(self, minutes: int, cap: int) -> Throughput:
+        """Count the partitions that finished (complete, failed or cancelled) in each of
+        the last ``minutes`` minutes by the store's clock, each count stopping at ``cap``.
+
+        One statement of bounded reads: each count is a range of the index on
+        (status, updated_at), stopped at ``cap`` rows, whatever the tables hold.
+        A partition counts in the minute of its last update.
+        """
+        p = self.tables.partitions
+        finished = (COMPLETE, FAILED, CANCELLED)
+
+        def capped(status: str, minute: int) -> ColumnElement[Any]:
+            # Minute 0 is the oldest; the last one runs up to now (and past it, should a
+            # clock have moved back).
+            wanted = select(p.c.id).where(
+                p.c.status == status,
+                p.c.updated_at >= self.statements.now_plus(-60.0 * (minutes - minute)))
+            if minute < minutes - 1:
+                wanted = wanted.where(
+                    p.c.updated_at < self.statements.now_plus(-60.0 * (minutes - minute - 1)))
+            return (select(func.count()).select_from(wanted.limit(cap).subquery())
+                    .scalar_subquery())
+
+        columns = [capped(status, minute) for status in finished for minute in range(minutes)]
+        async with self._read() as conn:
+            row = (await conn.execute(select(*columns))).one()
+        return Throughput(minutes=minutes, finished={
+            status: tuple(row[n * minutes:(n + 1) * minutes])
+            for n, status in enumerate(finished)})
 
     # -- leases ------------------------------------------------------------
 

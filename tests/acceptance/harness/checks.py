@@ -336,3 +336,46 @@ def reduce_causality_problems(calls: Sequence[Call], reduces: Sequence[ReduceReq
             check(f"reduce {request.seq} accumulator", request.started,
                   f"{request.gate}:R@{request.accumulator['chain'][-1]}")
     return problems
+
+
+# --------------------------------------------------------------------------- operator actions
+
+
+def stopped_item_problems(then: Sequence[ItemInfo], now: Sequence[ItemInfo],
+                          calls: Sequence[Call], *, stopped_at: float) -> list[str]:
+    """Why a stopped (cancelled) partition's items show a write made after the stop.
+
+    ``then`` are its items as read right after the stop committed, ``now`` as
+    read later: they must be identical (status, gate, data, attempts, error,
+    version, retry time), and no trail step may come from a call answered after
+    ``stopped_at`` (when the stop had committed, by the handler's clock), since
+    its result could only have been written after that.
+    """
+    problems: list[str] = []
+    before = {item.id: item for item in then}
+    after = {item.id: item for item in now}
+    for item_id in sorted(before.keys() | after.keys()):
+        old, new = before.get(item_id), after.get(item_id)
+        if old != new:
+            source = old or new
+            assert source is not None
+            problems.append(f"{source.partition_id}/{item_id}: changed after the stop: "
+                            f"{old!r:.300} -> {new!r:.300}")
+    for item in now:
+        for step, seq in trail_of(item):
+            call = calls[seq] if seq < len(calls) else None
+            if call is None or call.finished is None or call.finished > stopped_at:
+                problems.append(f"{item.partition_id}/{item.id}: step {step} was written from "
+                                f"call {seq} ({call!r:.200}), answered after the stop")
+    return problems
+
+
+def late_call_problems(calls: Sequence[Call], partition_id: str, *, after: float,
+                       before: float = float("inf")) -> list[str]:
+    """Calls for ``partition_id`` that started between ``after`` and ``before`` (by the
+    handler's clock): none may, once every processor must have dropped it."""
+    return [f"call {call.seq} ({call.partition_id}/{call.item_id} gate {call.gate} by "
+            f"{call.caller}) started at {call.started:.3f}, after the partition was stopped "
+            f"(every processor must have dropped it by {after:.3f})"
+            for call in calls
+            if call.partition_id == partition_id and after < call.started < before]

@@ -25,8 +25,11 @@ from tests.support.engine import wait_until
 from tests.support.servers import free_port, serve_app
 from watcher.dburl import parse_database_url
 from watcher.migrate import downgrade, upgrade
+from watcher.schema import tables_for
 
 SETTLED = ("complete", "failed")
+# Settled while an operator cancels partitions too.
+OPERATED = (*SETTLED, "cancelled")
 
 
 class Cluster:
@@ -155,18 +158,27 @@ class Cluster:
             found += [item async for item in self.client.iter_items(partition_id)]
         return found
 
-    async def wait_settled(self, partition_ids: Iterable[str], timeout: float  # noqa: ASYNC109
-                           ) -> dict[str, PartitionInfo]:
+    async def wait_settled(self, partition_ids: Iterable[str], timeout: float,  # noqa: ASYNC109
+                           *, operated: bool = False) -> dict[str, PartitionInfo]:
         """Wait until every partition is complete or failed; returns them all.
+
+        With ``operated`` (an operator cancels, deletes and purges partitions
+        meanwhile), a cancelled partition counts as settled too, and so does one
+        that is no longer there; the partitions returned are those still there.
 
         Raises:
             AssertionError: the deadline passed (naming the open partitions, with logs).
         """
         ids = set(partition_ids)
+        finished = OPERATED if operated else SETTLED
+
+        def open_ids(infos: dict[str, PartitionInfo]) -> list[str]:
+            return [pid for pid in sorted(ids) if not (operated and pid not in infos)
+                    and infos[pid].status not in finished]
 
         async def settled() -> dict[str, PartitionInfo] | None:
             infos = await self.partitions()
-            return infos if all(infos[pid].status in SETTLED for pid in ids) else None
+            return None if open_ids(infos) else infos
 
         try:
             return await wait_until(settled, timeout=timeout, interval=0.1,
@@ -174,11 +186,22 @@ class Cluster:
         except AssertionError:
             infos = await self.partitions()
             open_ = {pid: (infos[pid].status, infos[pid].gate, infos[pid].owner,
-                           infos[pid].counts) for pid in sorted(ids)
-                     if infos[pid].status not in SETTLED}
+                           infos[pid].counts) for pid in open_ids(infos)}
             raise AssertionError(
                 f"partitions not settled after {timeout} s: {open_}\n" + self.log_tail()
             ) from None
+
+    async def item_rows(self, partition_ids: Iterable[str]) -> dict[str, int]:
+        """How many rows of the items table each partition still has (0 for none).
+
+        Read in SQL: once a partition's row is gone the client answers
+        PartitionNotFoundError, and would not show items a delete left behind.
+        """
+        ids = sorted(set(partition_ids))
+        rows = await self.db.query(
+            f"SELECT partition_id, count(*) FROM {tables_for(self.prefix).items.name} "
+            "WHERE partition_id = ANY(:ids) GROUP BY partition_id", ids=ids)
+        return {pid: 0 for pid in ids} | {pid: count for pid, count in rows}
 
     async def live_owners(self) -> dict[str, list[str]]:
         """Owner -> the available partitions it holds with an unexpired lease (DB clock)."""
