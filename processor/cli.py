@@ -1,5 +1,5 @@
 """The ``processor`` command: migrate, run, status and result; the operator's verbs items,
-retry, cancel, delete, purge and set-gate; and demo.
+retry, cancel, delete, purge and set-gate; the web console; and demo.
 
 Every option can also be set as an environment variable ``PROCESSOR_<OPTION>``
 (``--db-url`` is ``PROCESSOR_DB_URL``). Configuration errors print one line on
@@ -549,15 +549,61 @@ def set_gate(
     typer.echo(f"partition {partition_id!r} is at gate {info.gate} ({info.status})")
 
 
+DEFAULT_CONSOLE_HOST = "127.0.0.1"
+DEFAULT_CONSOLE_PORT = 8090
+
+
+@app.command()
+def console(
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    host: Annotated[str, typer.Option(envvar=_env("CONSOLE_HOST"),
+                                      help="Address to listen on. Anything but 127.0.0.1, "
+                                      "::1 or localhost needs --token.")
+                    ] = DEFAULT_CONSOLE_HOST,
+    port: Annotated[int, typer.Option(envvar=_env("CONSOLE_PORT"),
+                                      help="Port to listen on (0: any free port).")
+                    ] = DEFAULT_CONSOLE_PORT,
+    token: Annotated[str, typer.Option(envvar=_env("CONSOLE_TOKEN"), show_default=False,
+                                       help="Secret a browser presents once (?token=... or "
+                                       "the sign-in form; scripts send 'Authorization: "
+                                       "Bearer ...'), at least 16 characters. Required "
+                                       "beyond loopback.")] = "",
+    read_only: Annotated[bool, typer.Option("--read-only", envvar=_env("CONSOLE_READ_ONLY"),
+                                            help="Show partitions without the retry, "
+                                            "cancel and delete actions.")] = False,
+    log_level: Annotated[str, typer.Option(envvar=_env("LOG_LEVEL"),
+                                           help="debug, info, warning or error.")
+                         ] = DEFAULT_LOG_LEVEL,
+) -> None:
+    """Serve a web console: every partition's progress gate by gate, the processors and
+    their leases, failed items with their errors; retry, cancel and delete."""
+    from processor.console.server import ConsoleOptions, run_console
+
+    if log_level.lower() not in LOG_LEVELS:
+        raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    options = ConsoleOptions(db_url=_database(db_url, table_prefix), table_prefix=table_prefix,
+                             host=host, port=port, token=token or None, read_only=read_only)
+    _setup_logging(log_level)
+    raise typer.Exit(asyncio.run(run_console(options, announce=typer.echo)))
+
+
 @app.command()
 def demo(
     resumes: Annotated[int, typer.Option(help="How many resumes to rank.")] = 36,
     top: Annotated[int, typer.Option(help="How many top candidates to print.")] = 5,
+    with_console: Annotated[bool, typer.Option("--console", help="Serve the web console on "
+                                               "the demo's database while it runs, and "
+                                               "keep it open afterwards until Ctrl-C.")
+                            ] = False,
+    console_port: Annotated[int, typer.Option(help="The console's port on 127.0.0.1 (0: any "
+                                              "free port).")] = DEFAULT_CONSOLE_PORT,
 ) -> None:
     """Run the resume-ranking pipeline end to end on a throwaway SQLite database."""
     from processor.demo import run_demo
 
-    raise typer.Exit(asyncio.run(run_demo(resumes=resumes, top=top)))
+    raise typer.Exit(asyncio.run(run_demo(
+        resumes=resumes, top=top, console_port=console_port if with_console else None)))
 
 
 @app.command()

@@ -12,7 +12,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -29,12 +29,14 @@ from watcher.errors import (
 )
 from watcher.models import ID_MAX_LENGTH, MAX_GATE, ItemFailurePolicy, Status
 from watcher.records import (
+    Backlog,
     ItemInfo,
     NewItem,
     Page,
     PartitionInfo,
     PartitionSettings,
     PurgeReport,
+    Throughput,
 )
 from watcher.retention import (
     DEFAULT_BATCH,
@@ -58,6 +60,13 @@ DEFAULT_PAGE = 1000
 MAX_PAGE = 10_000
 PARTITION_STATUSES = tuple(status.value for status in Status)
 ITEM_STATUSES = (Status.AVAILABLE.value, Status.COMPLETE.value, Status.FAILED.value)
+# gate_counts() reads the items of the partitions it is given: one page of them at most.
+MAX_GATE_COUNT_PARTITIONS = 1000
+# Where the counts of backlog() and throughput() stop, unless asked otherwise; the most.
+DEFAULT_COUNT_CAP = 100_000
+MAX_COUNT_CAP = 1_000_000
+DEFAULT_THROUGHPUT_MINUTES = 15
+MAX_THROUGHPUT_MINUTES = 60
 
 
 def _check_status(status: str | None, allowed: tuple[str, ...], kind: str) -> str | None:
@@ -286,23 +295,84 @@ class AsyncClient:
         return info
 
     async def partitions(self, status: str | None = None, limit: int = DEFAULT_PAGE, *,
-                         after: str | None = None) -> Page[PartitionInfo]:
-        """One page of partitions, newest first, optionally only those with ``status``.
+                         after: str | None = None, id_prefix: str | None = None,
+                         with_counts: bool = True) -> Page[PartitionInfo]:
+        """One page of partitions, newest first, optionally only those with ``status``
+        and those whose id starts with ``id_prefix`` (case counts).
 
         The page is a list of at most ``limit`` partitions; its ``next_cursor``,
-        passed as ``after``, reads the next page (``None``: this is the last).
-        Pages stay stable while partitions change (the order is by creation
-        time and id). :meth:`iter_partitions` walks them all.
+        passed as ``after`` (with the same filters), reads the next page
+        (``None``: this is the last). Pages stay stable while partitions change
+        (the order is by creation time and id). :meth:`iter_partitions` walks
+        them all. ``with_counts=False`` leaves the item counts unread
+        (``counts`` is empty).
 
         Raises:
             InvalidInputError: ``status`` is not a known status, ``limit`` is not
-                from 1 to 10,000, or ``after`` is not a cursor of this listing.
+                from 1 to 10,000, ``after`` is not a cursor of this listing, or
+                ``id_prefix`` is not text of at most 255 characters.
         """
         _check_status(status, PARTITION_STATUSES, "partition")
         _check_limit("limit", limit, MAX_PAGE)
         _check_cursor(after)
-        return await self._call(self.store.partitions_page(status=status, after=after,
-                                                           limit=limit))
+        if id_prefix is not None and (not isinstance(id_prefix, str)
+                                      or len(id_prefix) > ID_MAX_LENGTH):
+            raise InvalidInputError(f"id_prefix must be text of at most {ID_MAX_LENGTH} "
+                                    f"characters, got {id_prefix!r:.60}")
+        return await self._call(self.store.partitions_page(
+            status=status, after=after, limit=limit, prefix=id_prefix or None,
+            with_counts=with_counts))
+
+    async def gate_counts(self, partition_ids: Sequence[str]
+                          ) -> dict[str, dict[int, dict[str, int]]]:
+        """Each partition's items counted per gate and status, for up to 1,000 partitions:
+        ``{partition: {gate: {status: count}}}``, where an item counts at the gate it
+        is at now. A partition without items maps to ``{}``; unknown ids are left out.
+
+        It reads the items of the partitions asked for (through an index), so ask
+        for one page of partitions at a time.
+
+        Raises:
+            InvalidInputError: an id is not a valid partition id, or more than 1,000
+                are given.
+        """
+        ids = [_check_id("partition", partition_id) for partition_id in partition_ids]
+        if len(ids) > MAX_GATE_COUNT_PARTITIONS:
+            raise InvalidInputError(f"gate_counts takes at most {MAX_GATE_COUNT_PARTITIONS} "
+                                    f"partitions at once, got {len(ids)}")
+        return await self._call(self.store.items_gate_counts(ids))
+
+    async def lease_holders(self) -> dict[str, int]:
+        """The processors holding live leases now, each with how many partitions it holds."""
+        stats = await self._call(self.store.lease_stats())
+        return dict(sorted(stats.owners.items(), key=lambda pair: (-pair[1], pair[0])))
+
+    async def backlog(self, cap: int = DEFAULT_COUNT_CAP) -> Backlog:
+        """Partitions per status, and available items at their open partition's current
+        gate, each count stopping at ``cap`` (one bounded, indexed statement).
+
+        Raises:
+            InvalidInputError: ``cap`` is not from 1 to 1,000,000.
+        """
+        _check_limit("cap", cap, MAX_COUNT_CAP)
+        return await self._call(self.store.backlog_read(cap))
+
+    async def throughput(self, minutes: int = DEFAULT_THROUGHPUT_MINUTES,
+                         cap: int = DEFAULT_COUNT_CAP) -> Throughput:
+        """Partitions finished (complete, failed, cancelled) in each of the last
+        ``minutes`` minutes by the database clock, each count stopping at ``cap``.
+
+        Raises:
+            InvalidInputError: ``minutes`` is not from 1 to 60, or ``cap`` not from 1
+                to 1,000,000.
+        """
+        _check_limit("minutes", minutes, MAX_THROUGHPUT_MINUTES)
+        _check_limit("cap", cap, MAX_COUNT_CAP)
+        return await self._call(self.store.partitions_finished_per_minute(minutes, cap))
+
+    async def now(self) -> datetime:
+        """The database clock's time (naive UTC, like the partitions' and items' times)."""
+        return await self._call(self.store.now())
 
     async def iter_partitions(self, status: str | None = None, *,
                               page_size: int = DEFAULT_PAGE) -> AsyncIterator[PartitionInfo]:
@@ -550,9 +620,33 @@ class Client:
         return self._run(self._async.partition(partition_id))
 
     def partitions(self, status: str | None = None, limit: int = DEFAULT_PAGE, *,
-                   after: str | None = None) -> Page[PartitionInfo]:
+                   after: str | None = None, id_prefix: str | None = None,
+                   with_counts: bool = True) -> Page[PartitionInfo]:
         """See :meth:`AsyncClient.partitions`."""
-        return self._run(self._async.partitions(status, limit, after=after))
+        return self._run(self._async.partitions(status, limit, after=after,
+                                                id_prefix=id_prefix,
+                                                with_counts=with_counts))
+
+    def gate_counts(self, partition_ids: Sequence[str]) -> dict[str, dict[int, dict[str, int]]]:
+        """See :meth:`AsyncClient.gate_counts`."""
+        return self._run(self._async.gate_counts(partition_ids))
+
+    def lease_holders(self) -> dict[str, int]:
+        """See :meth:`AsyncClient.lease_holders`."""
+        return self._run(self._async.lease_holders())
+
+    def backlog(self, cap: int = DEFAULT_COUNT_CAP) -> Backlog:
+        """See :meth:`AsyncClient.backlog`."""
+        return self._run(self._async.backlog(cap))
+
+    def throughput(self, minutes: int = DEFAULT_THROUGHPUT_MINUTES,
+                   cap: int = DEFAULT_COUNT_CAP) -> Throughput:
+        """See :meth:`AsyncClient.throughput`."""
+        return self._run(self._async.throughput(minutes, cap))
+
+    def now(self) -> datetime:
+        """See :meth:`AsyncClient.now`."""
+        return self._run(self._async.now())
 
     def iter_partitions(self, status: str | None = None, *,
                         page_size: int = DEFAULT_PAGE) -> Iterator[PartitionInfo]:

@@ -8,6 +8,10 @@ prints the top candidates from the partition's result, which the reduce
 stored. The partition carries on without the unreadable resumes
 (``on_item_failure="continue"``), so they are listed as failures instead of
 stopping the ranking.
+
+With a console port, the web console serves the demo's database from before the
+partition is created (a few seconds before, so a browser can be opened on it)
+until Ctrl-C after the run.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 import tempfile
 import time
@@ -27,9 +32,11 @@ from rich.live import Live
 from rich.table import Table
 
 from processor.client import AsyncClient
+from processor.console.server import ConsoleOptions, console_running
 from processor.http_config import HttpProcessorConfig
 from processor.http_processor import HttpProcessor
 from watcher.config import WatcherConfig
+from watcher.dburl import parse_database_url
 from watcher.migrate import upgrade
 from watcher.records import NewItem, PartitionInfo
 from watcher.store import Store
@@ -40,6 +47,9 @@ DEMO_TIMEOUT = 60.0
 REFRESH = 0.1
 GATE_NAMES = {0: "extract + classify", 1: "rank (reduce: fan-in)"}
 UNREADABLE = 2
+# With the console: how long the demo waits before creating its partition, so that a
+# browser opened on the printed address sees the partition from its start.
+CONSOLE_HEAD_START = 3.0
 
 
 def _free_port() -> int:
@@ -94,64 +104,105 @@ async def _serve_handler(port: int):
         await asyncio.wait({task}, timeout=5)
 
 
-async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None = None) -> int:
-    """Run the pipeline; returns the exit code (0 when the partition completes)."""
-    from handlers.examples.resumes import sample_resumes
+async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None = None,
+                   console_port: int | None = None) -> int:
+    """Run the pipeline; returns the exit code (0 when the partition completes).
 
-    console = console or Console()
+    With ``console_port`` (0: any free port) the web console serves the demo's
+    database on 127.0.0.1 from before the partition is created, and stays open after
+    the run until SIGINT or SIGTERM.
+
+    Raises:
+        ConfigError: the console's port cannot be bound.
+    """
     logging.basicConfig(level=logging.WARNING)
-    with tempfile.TemporaryDirectory(prefix="statefeed-demo-") as folder:
+    async with contextlib.AsyncExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="statefeed-demo-"))
         db_url = f"sqlite:///{Path(folder) / 'demo.db'}"
         await asyncio.to_thread(upgrade, db_url)
-        console.print(f"[bold]statefeed demo[/]: {resumes} resumes -> gate 0 extract + "
-                      f"classify -> gate 1 rank, on {db_url}")
-        async with _serve_handler(_free_port()) as handler_url, \
-                AsyncClient(db_url) as client:
-            store = Store.open(db_url)
-            http = HttpProcessor(HttpProcessorConfig(handler_url=f"{handler_url}/"))
-            watcher = Watcher(store, http, WatcherConfig(
-                owner_id="demo", concurrency=16, poll_interval=0.05, lease_duration=5.0))
-            running = asyncio.create_task(watcher.run())
-            started = time.monotonic()
-            try:
-                documents = sample_resumes(resumes, seed=42,
-                                           unreadable=min(UNREADABLE, resumes))
-                await client.create_partition(PARTITION, [
-                    NewItem(f"resume-{n:03}", document) for n, document in enumerate(documents)
-                ], reduce_gates=[1], on_item_failure="continue")
-                watcher.wake()
-                info = await client.partition(PARTITION)
-                with Live(console=console, refresh_per_second=10, transient=False) as live:
-                    while info.status == "available" and (
-                            time.monotonic() - started < DEMO_TIMEOUT):
-                        live.update(await _progress(client, info, time.monotonic() - started))
-                        await asyncio.sleep(REFRESH)
-                        info = await client.partition(PARTITION)
+        console = console or Console()
+        web = None
+        if console_port is not None:
+            web = await stack.enter_async_context(console_running(ConsoleOptions(
+                db_url=parse_database_url(db_url), port=console_port)))
+            console.print(f"[bold]console[/]: {web} (the demo starts in "
+                          f"{CONSOLE_HEAD_START:g} s: open it now)", markup=True,
+                          highlight=False)
+            await asyncio.sleep(CONSOLE_HEAD_START)
+        code = await _run_pipeline(db_url, resumes=resumes, top=top, console=console)
+        if web is not None:
+            console.print(f"[bold]console[/]: {web} stays open on the demo's database; "
+                          "Ctrl-C stops it", highlight=False)
+            await _until_stopped()
+        return code
+
+
+async def _until_stopped() -> None:
+    """Wait for SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console) -> int:
+    """Rank ``resumes`` resumes on ``db_url`` and print the best ``top``; the exit code."""
+    from handlers.examples.resumes import sample_resumes
+
+    console.print(f"[bold]statefeed demo[/]: {resumes} resumes -> gate 0 extract + "
+                  f"classify -> gate 1 rank, on {db_url}")
+    async with _serve_handler(_free_port()) as handler_url, \
+            AsyncClient(db_url) as client:
+        store = Store.open(db_url)
+        http = HttpProcessor(HttpProcessorConfig(handler_url=f"{handler_url}/"))
+        watcher = Watcher(store, http, WatcherConfig(
+            owner_id="demo", concurrency=16, poll_interval=0.05, lease_duration=5.0))
+        running = asyncio.create_task(watcher.run())
+        started = time.monotonic()
+        try:
+            documents = sample_resumes(resumes, seed=42,
+                                       unreadable=min(UNREADABLE, resumes))
+            await client.create_partition(PARTITION, [
+                NewItem(f"resume-{n:03}", document) for n, document in enumerate(documents)
+            ], reduce_gates=[1], on_item_failure="continue")
+            watcher.wake()
+            info = await client.partition(PARTITION)
+            with Live(console=console, refresh_per_second=10, transient=False) as live:
+                while info.status == "available" and (
+                        time.monotonic() - started < DEMO_TIMEOUT):
                     live.update(await _progress(client, info, time.monotonic() - started))
-            finally:
-                await watcher.stop()
-                await running
-                await http.aclose()
-                await store.close()
-        elapsed = time.monotonic() - started
-        if info.status != "complete":
-            console.print(f"[red]partition {PARTITION} ended {info.status} after "
-                          f"{elapsed:.1f} s[/] (items: {info.counts})")
-            return 1
-        ranking = info.result_json()
-        best = ranking["top"][:top]
-        table = Table(title=f"top {len(best)} candidates (from the partition's result)")
-        columns = ["rank", "name", "role", "years", "score", "tier", "skills"]
-        for column in columns:
-            table.add_column(column)
-        for row in best:
-            table.add_row(*(_cell(row[column]) for column in columns))
-        console.print(table)
-        for failure in ranking["failed"]:
-            console.print(f"[yellow]skipped[/] {failure['id']}: {failure['error']}")
-        console.print(f"[green]complete[/]: {ranking['ranked']} resumes ranked, "
-                      f"{ranking['failed_count']} unreadable, in {elapsed:.2f} s")
-        return 0
+                    await asyncio.sleep(REFRESH)
+                    info = await client.partition(PARTITION)
+                live.update(await _progress(client, info, time.monotonic() - started))
+        finally:
+            await watcher.stop()
+            await running
+            await http.aclose()
+            await store.close()
+    elapsed = time.monotonic() - started
+    if info.status != "complete":
+        console.print(f"[red]partition {PARTITION} ended {info.status} after "
+                      f"{elapsed:.1f} s[/] (items: {info.counts})")
+        return 1
+    ranking = info.result_json()
+    best = ranking["top"][:top]
+    table = Table(title=f"top {len(best)} candidates (from the partition's result)")
+    columns = ["rank", "name", "role", "years", "score", "tier", "skills"]
+    for column in columns:
+        table.add_column(column)
+    for row in best:
+        table.add_row(*(_cell(row[column]) for column in columns))
+    console.print(table)
+    for failure in ranking["failed"]:
+        console.print(f"[yellow]skipped[/] {failure['id']}: {failure['error']}")
+    console.print(f"[green]complete[/]: {ranking['ranked']} resumes ranked, "
+                  f"{ranking['failed_count']} unreadable, in {elapsed:.2f} s")
+    return 0
 
 
 def _cell(value: object) -> str:

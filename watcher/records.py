@@ -269,3 +269,14 @@ class Backlog:
 
     partitions: dict[str, int]
     items_waiting: int
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Partitions finished per minute over the last ``minutes`` minutes, by the database
+    clock: ``finished`` maps each final status (complete, failed, cancelled) to one count
+    per minute, the oldest first and the minute up to now last. Each count stops at the
+    cap it was read with."""
+
+    minutes: int
+    finished: dict[str, tuple[int, ...]]

@@ -118,6 +118,12 @@ async def _drive_operations(store: Store) -> None:
     await store.items_page("p1", status="available", gate=1, after=page.next_cursor, limit=5,
                            with_data=False)
     await store.backlog_read(1000)
+    # The console's reads: a prefix page without counts, gate counts, finished per minute.
+    assert [info.id for info in await store.partitions_page(prefix="p1", with_counts=False)
+            ] == ["p1"]
+    counts = await store.items_gate_counts(["p1", "p4", "unknown"])
+    assert set(counts) == {"p1", "p4"} and counts["p4"] == {}
+    assert len((await store.partitions_finished_per_minute(3, 100)).finished["complete"]) == 3
     await store.partition_create("p5", [NewItem("x", b"1"), NewItem("y", b"2")])
     assert await store.partition_cancel("p5") == "available"
     assert await store.partition_cancel("p5") == "cancelled"

@@ -1,0 +1,9 @@
+"""``processor console``: a web console for one statefeed database.
+
+It shows every partition's progress gate by gate, who holds which lease, what
+failed and why, and retries, cancels or deletes partitions with the client
+operations the CLI uses. :mod:`processor.console.app` is the web application,
+:mod:`processor.console.security` who may use it, :mod:`processor.console.pages`
+what the pages show (pure), and :mod:`processor.console.server` serves it with
+uvicorn.
+"""

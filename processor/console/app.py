@@ -1,0 +1,492 @@
+"""The console's web application: Starlette routes over one :class:`AsyncClient`, pages
+rendered by Jinja2 templates (autoescaped), and the fragments the pages poll.
+
+Pages: ``/`` (overview), ``/partitions`` (the list, with filters and paging) and
+``/partition?id=...`` (one partition: gates, reduce, result, items). Each page
+has a ``/live/...`` twin that renders only its changing part; the page's script
+fetches it every refresh and patches the page in place. Actions are POSTs to
+``/partition/retry``, ``/partition/cancel`` and ``/partition/delete`` (the last
+after a confirmation page), each calling the client operation the CLI's verb
+calls. Ids travel as query parameters, so any id (slashes, spaces, markup)
+has an address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from processor.client import MAX_PAGE, PARTITION_STATUSES, AsyncClient
+from processor.console import pages
+from processor.console.security import (
+    Access,
+    Guard,
+    Keys,
+    Receive,
+    Scope,
+    Send,
+    is_loopback,
+    local_path,
+    same_origin,
+    token_matches,
+)
+from watcher.dburl import DatabaseURL
+from watcher.errors import (
+    DatabaseError,
+    InvalidInputError,
+    PartitionLeasedError,
+    PartitionNotFoundError,
+)
+
+log = logging.getLogger(__name__)
+
+# How often the pages fetch their live part (milliseconds); the pages stop while hidden.
+REFRESH_MS = 1500
+LIST_PAGE = 50
+ITEMS_PAGE = 50
+OPEN_ON_OVERVIEW = 10
+FAILED_PREVIEW = 10
+THROUGHPUT_MINUTES = 15
+# Where the overview's counts stop (shown as "100,000+"): each is a bounded index read.
+COUNT_CAP = 100_000
+# A form is an id and a token: a larger body is refused unread.
+MAX_FORM_BYTES = 16_384
+ITEM_STATUSES = ("available", "complete", "failed")
+
+
+@dataclass(frozen=True)
+class ConsoleSettings:
+    """What one console serves: the database (its URL is never shown), the table
+    prefix, the token (``None``: loopback only), and whether actions are off."""
+
+    db_url: DatabaseURL
+    table_prefix: str = ""
+    token: str | None = None
+    read_only: bool = False
+    loopback_only: bool = True
+    port: int = 0
+    refresh_ms: int = REFRESH_MS
+
+
+class BadRequest(Exception):
+    """A query parameter or form field the console cannot use; the message says which."""
+
+
+def templates() -> Environment:
+    """The Jinja2 environment of the console's templates: every value is HTML-escaped."""
+    env = Environment(loader=PackageLoader("processor.console", "templates"),
+                      autoescape=True, undefined=StrictUndefined, trim_blocks=True,
+                      lstrip_blocks=True)
+    env.globals["url"] = page_url
+    env.filters["number"] = lambda value: f"{value:,}"
+    return env
+
+
+def page_url(path: str, **params: Any) -> str:
+    """``path`` with ``params`` as its query string (empty and ``None`` values left out)."""
+    kept = {key: value for key, value in params.items() if value not in (None, "")}
+    return path + (f"?{urlencode(kept)}" if kept else "")
+
+
+class Console:
+    """The routes of one console, over ``client``."""
+
+    def __init__(self, settings: ConsoleSettings, client: AsyncClient) -> None:
+        self.settings = settings
+        self.client = client
+        self.env = templates()
+        database = settings.db_url.dialect
+        self.database = database + (f" · prefix {settings.table_prefix}"
+                                    if settings.table_prefix else "")
+
+    # -- rendering -----------------------------------------------------------
+
+    def render(self, request: Request, name: str, status_code: int = 200,
+               **context: Any) -> HTMLResponse:
+        access: Access | None = request.scope.get("state", {}).get("access")
+        context.setdefault("signed_out", False)
+        html = self.env.get_template(name).render(
+            read_only=self.settings.read_only, csrf=access.csrf if access else "",
+            database=self.database, refresh_ms=self.settings.refresh_ms,
+            path=request.url.path, **context)
+        return HTMLResponse(html, status_code=status_code)
+
+    async def guarded(self, request: Request,
+                      page: Callable[[Request], Awaitable[Response]]) -> Response:
+        """``page(request)``, with a bad parameter as 400, an unknown partition as 404 and
+        a database failure as 503, each on a page that says so (without the URL). A
+        live fragment's failure is a fragment too, which the page shows in place."""
+        template = "_error.html" if request.url.path.startswith("/live/") else "error.html"
+        try:
+            return await page(request)
+        except BadRequest as error:
+            return self.render(request, template, 400, title="Bad request",
+                               message=str(error))
+        except PartitionNotFoundError as error:
+            return self.render(request, template, 404, title="No such partition",
+                               message=str(error))
+        except InvalidInputError as error:
+            return self.render(request, template, 400, title="Bad request",
+                               message=str(error))
+        except DatabaseError as error:
+            log.warning("action=console_database_error error=%s", error)
+            return self.render(request, template, 503, title="Database unavailable",
+                               message="The database did not answer; the console's log "
+                               "says why. The page tries again by itself.")
+
+    # -- data ----------------------------------------------------------------
+
+    async def overview_data(self) -> dict[str, Any]:
+        client = self.client
+        backlog = await client.backlog(COUNT_CAP)
+        holders = await client.lease_holders()
+        throughput = await client.throughput(THROUGHPUT_MINUTES, COUNT_CAP)
+        open_page = await client.partitions("available", OPEN_ON_OVERVIEW, with_counts=False)
+        counts = await client.gate_counts([info.id for info in open_page])
+        now = await client.now()
+        busiest = max(holders.values(), default=0) or 1
+        return {
+            "statuses": [(status, backlog.partitions.get(status, 0)) for status in
+                         PARTITION_STATUSES],
+            "count_text": lambda count: pages.count_text(count, COUNT_CAP),
+            "items_waiting": pages.count_text(backlog.items_waiting, COUNT_CAP),
+            "holders": [(owner, held, round(100.0 * held / busiest, 2))
+                        for owner, held in holders.items()],
+            "leases_held": sum(holders.values()),
+            "bars": pages.throughput_bars(throughput),
+            "peak": max((bar.total for bar in pages.throughput_bars(throughput)), default=0),
+            "finished_total": sum(sum(counts_) for counts_ in throughput.finished.values()),
+            "minutes": THROUGHPUT_MINUTES,
+            "rows": [pages.partition_row(info, counts.get(info.id, {}), now)
+                     for info in open_page],
+            "more_open": open_page.next_cursor is not None,
+        }
+
+    async def list_data(self, request: Request) -> dict[str, Any]:
+        query = request.query_params
+        status = query.get("status") or None
+        if status is not None and status not in PARTITION_STATUSES:
+            raise BadRequest(f"unknown status {status!r}; use one of "
+                             f"{', '.join(PARTITION_STATUSES)}")
+        prefix = query.get("prefix") or None
+        after = query.get("after") or None
+        limit = _whole(query.get("limit"), "limit", LIST_PAGE, 1, MAX_PAGE // 10)
+        page = await self.client.partitions(status, limit, after=after, id_prefix=prefix,
+                                            with_counts=False)
+        counts = await self.client.gate_counts([info.id for info in page])
+        now = await self.client.now()
+        return {
+            "rows": [pages.partition_row(info, counts.get(info.id, {}), now) for info in page],
+            "status": status or "", "prefix": prefix or "", "after": after or "",
+            "limit": limit if limit != LIST_PAGE else "",
+            "next_cursor": page.next_cursor, "statuses": PARTITION_STATUSES,
+        }
+
+    async def partition_data(self, request: Request) -> dict[str, Any]:
+        query = request.query_params
+        partition_id = query.get("id") or ""
+        if not partition_id:
+            raise BadRequest("name a partition: /partition?id=...")
+        item_status = query.get("status") or None
+        if item_status is not None and item_status not in ITEM_STATUSES:
+            raise BadRequest(f"unknown item status {item_status!r}; use one of "
+                             f"{', '.join(ITEM_STATUSES)}")
+        gate = query.get("gate")
+        gate_number = None if gate in (None, "") else _whole(gate, "gate", 0, 0, 2**31 - 1)
+        after = query.get("after") or None
+        client = self.client
+        info = await client.partition(partition_id)
+        counts = (await client.gate_counts([partition_id])).get(partition_id, {})
+        items = await client.items(partition_id, status=item_status, gate=gate_number,
+                                   limit=ITEMS_PAGE, after=after, with_data=False)
+        failed: list[Any] = []
+        row = pages.partition_row(info, counts, await client.now(), all_gates=True)
+        if row.counts.get("failed") and item_status is None and gate_number is None:
+            failed = list(await client.items(partition_id, status="failed",
+                                             limit=FAILED_PREVIEW, with_data=False))
+        return {
+            "row": row, "info": info, "items": items, "failed": failed,
+            "item_status": item_status or "", "gate": "" if gate_number is None else gate_number,
+            "after": after or "", "next_cursor": items.next_cursor,
+            "item_statuses": ITEM_STATUSES,
+            "known_gates": sorted({*counts, info.gate, *info.reduce_gates}),
+            "result": None if info.result is None else pages.result_preview(info.result),
+            "error_summary": pages.error_summary,
+            # retry_failed re-opens a stopped partition, or re-runs the failed items at or
+            # after its gate (those failed before it stay: nothing dispatches below a gate).
+            "can_retry": info.status in ("failed", "cancelled") or any(
+                by_status.get("failed") for at, by_status in counts.items() if at >= info.gate),
+            "can_cancel": info.status in ("available", "failed"),
+        }
+
+    # -- pages ----------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        async def page(request: Request) -> Response:
+            return self.render(request, "overview.html", **await self.overview_data())
+        return await self.guarded(request, page)
+
+    async def overview_live(self, request: Request) -> Response:
+        async def page(request: Request) -> Response:
+            return self.render(request, "_overview.html", **await self.overview_data())
+        return await self.guarded(request, page)
+
+    async def partitions(self, request: Request) -> Response:
+        async def page(request: Request) -> Response:
+            notice = pages.notice_text(request.query_params.get("notice"),
+                                       id=request.query_params.get("id", ""),
+                                       count=_count(request.query_params.get("count")))
+            return self.render(request, "partitions.html", notice=notice,
+                               **await self.list_data(request))
+        return await self.guarded(request, page)
+
+    async def partitions_live(self, request: Request) -> Response:
+        async def page(request: Request) -> Response:
+            return self.render(request, "_partitions.html", **await self.list_data(request))
+        return await self.guarded(request, page)
+
+    async def partition(self, request: Request) -> Response:
+        async def page(request: Request) -> Response:
+            data = await self.partition_data(request)
+            notice = pages.notice_text(request.query_params.get("notice"),
+                                       status=data["info"].status,
+                                       count=_count(request.query_params.get("count")))
+            return self.render(request, "partition.html", notice=notice, **data)
+        return await self.guarded(request, page)
+
+    async def partition_live(self, request: Request) -> Response:
+        async def page(request: Request) -> Response:
+            return self.render(request, "_partition.html", **await self.partition_data(request))
+        return await self.guarded(request, page)
+
+    async def delete_confirm(self, request: Request) -> Response:
+        async def page(request: Request) -> Response:
+            if self.settings.read_only:
+                return self.read_only_refusal(request)
+            partition_id = request.query_params.get("id") or ""
+            info = await self.client.partition(partition_id)
+            now = await self.client.now()
+            return self.render(request, "delete.html", info=info,
+                               lease=pages.lease_of(info, now), error=None, force=False,
+                               total=sum(info.counts.values()))
+        return await self.guarded(request, page)
+
+    # -- actions ----------------------------------------------------------------
+
+    async def action(self, request: Request) -> Response:
+        """POST /partition/{retry,cancel,delete}: check, act, and send the browser on."""
+        verb = request.path_params["verb"]
+        if verb not in ("retry", "cancel", "delete"):
+            return self.render(request, "error.html", 404, title="Not found",
+                               message="There is no such action.")
+        if self.settings.read_only:
+            return self.read_only_refusal(request)
+        refusal = await self.refuse_cross_site(request)
+        if isinstance(refusal, Response):
+            return refusal
+        form = refusal
+        partition_id = form.get("id", "")
+
+        async def act(request: Request) -> Response:
+            if verb == "retry":
+                reset = await self.client.retry_failed(partition_id)
+                return _see(page_url("/partition", id=partition_id, notice="retried",
+                                     count=reset))
+            if verb == "cancel":
+                cancelled = await self.client.cancel(partition_id)
+                return _see(page_url("/partition", id=partition_id,
+                                     notice="cancelled" if cancelled else "not-cancelled"))
+            force = form.get("force") == "yes"
+            try:
+                deleted = await self.client.delete_partition(partition_id, force=force)
+            except PartitionLeasedError as error:
+                info = await self.client.partition(partition_id)
+                now = await self.client.now()
+                return self.render(request, "delete.html", 409, info=info,
+                                   lease=pages.lease_of(info, now), error=str(error),
+                                   force=True, total=sum(info.counts.values()))
+            return _see(page_url("/partitions", notice="deleted", id=partition_id,
+                                 count=deleted))
+        return await self.guarded(request, act)
+
+    async def refuse_cross_site(self, request: Request) -> Response | dict[str, str]:
+        """The form of a POST from a page of this console, or the 403 refusing it."""
+        if not same_origin(request.headers.get("origin"), request.headers.get("referer"),
+                           request.headers.get("host", "")):
+            return self.render(request, "error.html", 403, title="Refused",
+                               message="This request did not come from a page of this "
+                               "console (cross-site requests are refused).")
+        form = await _form(request)
+        if form is None:
+            return self.render(request, "error.html", 400, title="Bad request",
+                               message="Send the form as application/x-www-form-urlencoded, "
+                               f"at most {MAX_FORM_BYTES} bytes.")
+        access: Access | None = request.scope.get("state", {}).get("access")
+        if access is None or not request.app.state.keys.csrf_matches(access.session,
+                                                                     form.get("csrf")):
+            return self.render(request, "error.html", 403, title="Refused",
+                               message="The form's session token is missing or stale: "
+                               "reload the page and try again.")
+        return form
+
+    def read_only_refusal(self, request: Request) -> Response:
+        return self.render(request, "error.html", 403, title="Read-only",
+                           message="This console is read-only: it shows partitions but "
+                           "does not retry, cancel or delete them.")
+
+    # -- signing in ------------------------------------------------------------
+
+    async def login(self, request: Request) -> Response:
+        """GET shows the token form; POST checks the token and starts a session."""
+        token = self.settings.token
+        target = local_path(request.query_params.get("next"))
+        if token is None:
+            return RedirectResponse("/", status_code=303)
+        if request.method == "GET":
+            return self.render(request, "login.html", 200, next=target, error=None,
+                               signed_out=True)
+        if not same_origin(request.headers.get("origin"), request.headers.get("referer"),
+                           request.headers.get("host", "")):
+            return self.render(request, "login.html", 403, next=target, signed_out=True,
+                               error="Cross-site sign-in refused.")
+        form = await _form(request) or {}
+        target = local_path(form.get("next"))
+        if not token_matches(form.get("token"), token):
+            return self.render(request, "login.html", 401, next=target, signed_out=True,
+                               error="That is not this console's token.")
+        response = _see(target)
+        response.headers.append("set-cookie",
+                                request.app.state.guard.sign_in_cookie(request.scope))
+        return response
+
+    async def unauthorised(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The 401 answer to a request without the token: the sign-in form."""
+        request = Request(scope, receive)
+        target = page_url(request.url.path, **dict(request.query_params))
+        if request.url.path.startswith("/live/") or request.method != "GET":
+            target = "/"
+        response = self.render(request, "login.html", 401, next=local_path(target),
+                               error=None, signed_out=True)
+        response.headers["www-authenticate"] = 'Bearer realm="statefeed console"'
+        await response(scope, receive, send)
+
+
+def _whole(text: str | None, name: str, default: int, low: int, high: int) -> int:
+    if text in (None, ""):
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number, got {text!r:.40}") from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be from {low} to {high}, got {value}")
+    return value
+
+
+def _count(text: str | None) -> int:
+    try:
+        return max(0, int(text or "0"))
+    except ValueError:
+        return 0
+
+
+def _see(location: str) -> RedirectResponse:
+    return RedirectResponse(location, status_code=303)
+
+
+async def _form(request: Request) -> dict[str, str] | None:
+    """A urlencoded form body of at most ``MAX_FORM_BYTES``, or ``None``."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != \
+            "application/x-www-form-urlencoded":
+        return None
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    try:
+        return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+async def _no_icon(request: Request) -> Response:
+    return Response(status_code=204)
+
+
+def create_app(settings: ConsoleSettings, client: AsyncClient | None = None) -> Any:
+    """The console as an ASGI application, guarded (see :mod:`processor.console.security`).
+
+    Without ``client`` it opens its own on ``settings.db_url`` when it starts and closes
+    it when it stops; a given client is left open.
+    """
+    keys = Keys(settings.token)
+    holder: dict[str, AsyncClient] = {}
+    console: Console | None = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if client is None:
+            opened = AsyncClient(settings.db_url, settings.table_prefix)
+            holder["client"] = opened
+            try:
+                yield
+            finally:
+                await opened.close()
+        else:
+            yield
+
+    def current() -> Console:
+        nonlocal console
+        if console is None:
+            console = Console(settings, client or holder["client"])
+        return console
+
+    def route(name: str) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            return await getattr(current(), name)(request)
+        return endpoint
+
+    static = str(files("processor.console") / "static")
+    app = Starlette(routes=[
+        Route("/", route("overview")),
+        Route("/partitions", route("partitions")),
+        Route("/partition", route("partition")),
+        Route("/partition/delete", route("delete_confirm"), methods=["GET"]),
+        Route("/partition/{verb:str}", route("action"), methods=["POST"]),
+        Route("/live/overview", route("overview_live")),
+        Route("/live/partitions", route("partitions_live")),
+        Route("/live/partition", route("partition_live")),
+        Route("/login", route("login"), methods=["GET", "POST"]),
+        Route("/favicon.ico", _no_icon),
+        Mount("/static", StaticFiles(directory=static), name="static"),
+    ], lifespan=lifespan)
+
+    async def unauthorised(scope: Scope, receive: Receive, send: Send) -> None:
+        await current().unauthorised(scope, receive, send)
+
+    guard = Guard(app, keys=keys, loopback_only=settings.loopback_only, port=settings.port,
+                  unauthorised=unauthorised)
+    app.state.keys = keys
+    app.state.guard = guard
+    return guard
+
+
+def settings_for(db_url: DatabaseURL, table_prefix: str, *, host: str, port: int,
+                 token: str | None, read_only: bool) -> ConsoleSettings:
+    """The settings of a console bound to ``host``:``port`` (loopback binds check the
+    ``Host`` of each request)."""
+    return ConsoleSettings(db_url=db_url, table_prefix=table_prefix, token=token,
+                           read_only=read_only, loopback_only=is_loopback(host), port=port)

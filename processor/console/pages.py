@@ -1,0 +1,315 @@
+"""What the console's pages show, as plain values: per-gate progress, ages, leases,
+the throughput chart, result previews and notices.
+
+Pure functions over the records (:class:`~watcher.records.PartitionInfo`,
+:class:`~watcher.records.Throughput`, per-gate counts); no I/O, no HTML. The
+templates turn these values into markup, and Jinja2 escapes every text they hold.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from processor.views import step_text
+from watcher.records import PartitionInfo, Throughput
+
+# Gates up to this one are all shown (0, 1, 2, ...), passed ones included; a partition
+# with a higher gate shows only the gates its items, its reduce gates and it are at.
+DENSE_GATES = 16
+# Gates a row of the partitions list shows; the partition page shows them all.
+LIST_GATES = 8
+# How much of a result the partition page shows (``processor result`` prints all).
+RESULT_PREVIEW_CHARS = 20_000
+# How much of an error a table cell shows before the rest folds away.
+ERROR_SUMMARY_CHARS = 160
+
+FINISHED = ("complete", "failed", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class GateProgress:
+    """How far one gate of a partition has come.
+
+    ``done`` items have passed the gate (they are at a later gate, or complete);
+    ``waiting`` are available at it; ``failed`` failed at it or at a gate before
+    (they will not pass it); ``not_reached`` are still available at an earlier gate.
+    ``state`` is ``passed``, ``current`` or ``ahead`` (for the partition's gate:
+    ``failed`` or ``cancelled`` when the partition stopped there, ``complete``
+    when it ended there).
+    """
+
+    gate: int
+    reduce: bool
+    state: str
+    done: int
+    waiting: int
+    failed: int
+    not_reached: int
+
+    @property
+    def total(self) -> int:
+        """Every item of the partition: the four parts add up to it."""
+        return self.done + self.waiting + self.failed + self.not_reached
+
+    def percent(self, part: str) -> float:
+        """The share of ``part`` (``done``, ``waiting``, ``failed``, ``not_reached``)
+        in percent, 0 for a partition without items."""
+        total = self.total
+        return 0.0 if total == 0 else round(100.0 * getattr(self, part) / total, 2)
+
+    @property
+    def segments(self) -> list[tuple[str, float, float]]:
+        """The bar's coloured parts, ``(part, start, width)`` in percent, in the order
+        done, failed, waiting (the rest of the bar is what has not reached the gate)."""
+        start = 0.0
+        parts = []
+        for part in ("done", "failed", "waiting"):
+            width = self.percent(part)
+            parts.append((part, round(start, 2), width))
+            start += width
+        return parts
+
+    @property
+    def summary(self) -> str:
+        """``"34/36 done, 2 failed"``: the parts that are not zero."""
+        text = f"{self.done}/{self.total} done"
+        for part, label in (("waiting", "waiting"), ("failed", "failed"),
+                            ("not_reached", "not reached")):
+            if getattr(self, part):
+                text += f", {getattr(self, part)} {label}"
+        return text
+
+
+def shown_gates(gate: int, reduce_gates: tuple[int, ...], counts: dict[int, dict[str, int]]
+                ) -> list[int]:
+    """The gates to show for a partition at ``gate``: every gate from 0 while they are
+    few, otherwise those where an item is, the reduce gates and the partition's own."""
+    known = {gate, *reduce_gates, *counts}
+    highest = max(known)
+    return list(range(highest + 1)) if highest < DENSE_GATES else sorted(known)
+
+
+def gate_progress(info: PartitionInfo, counts: dict[int, dict[str, int]]
+                  ) -> list[GateProgress]:
+    """The progress of each shown gate of ``info``, from its items counted per gate and
+    status (``counts``, as :meth:`AsyncClient.gate_counts` returns them)."""
+    complete = sum(by_status.get("complete", 0) for by_status in counts.values())
+    reduce_gates = set(info.reduce_gates)
+    rows: list[GateProgress] = []
+    for gate in shown_gates(info.gate, info.reduce_gates, counts):
+        here = counts.get(gate, {})
+        later = sum(by_status.get("available", 0) + by_status.get("failed", 0)
+                    for at, by_status in counts.items() if at > gate)
+        failed = sum(by_status.get("failed", 0) for at, by_status in counts.items()
+                     if at <= gate)
+        not_reached = sum(by_status.get("available", 0) for at, by_status in counts.items()
+                          if at < gate)
+        rows.append(GateProgress(
+            gate=gate, reduce=gate in reduce_gates, state=_gate_state(info, gate),
+            done=complete + later, waiting=here.get("available", 0), failed=failed,
+            not_reached=not_reached))
+    return rows
+
+
+def _gate_state(info: PartitionInfo, gate: int) -> str:
+    if gate < info.gate:
+        return "passed"
+    if gate > info.gate:
+        return "ahead"
+    return {"available": "current", "deleting": "current"}.get(info.status, info.status)
+
+
+def item_counts(counts: dict[int, dict[str, int]]) -> dict[str, int]:
+    """Per-gate counts added up per status."""
+    totals: dict[str, int] = {}
+    for by_status in counts.values():
+        for status, count in by_status.items():
+            totals[status] = totals.get(status, 0) + count
+    return totals
+
+
+def list_gates(progress: list[GateProgress], current: int) -> tuple[list[GateProgress], int]:
+    """The gates a row of the partitions list shows (at most ``LIST_GATES``, kept around
+    the partition's ``current`` gate), and how many it leaves out."""
+    if len(progress) <= LIST_GATES:
+        return progress, 0
+    position = next((n for n, row in enumerate(progress) if row.gate >= current), 0)
+    start = max(0, min(position - LIST_GATES // 2, len(progress) - LIST_GATES))
+    return progress[start:start + LIST_GATES], len(progress) - LIST_GATES
+
+
+def age_text(then: datetime | None, now: datetime) -> str:
+    """How long ago ``then`` was, in its largest whole unit: ``"12 s"``, ``"5 min"``,
+    ``"3 h"``, ``"2 d"``; ``"-"`` when unknown. A time ahead of ``now`` reads ``"0 s"``."""
+    if then is None:
+        return "-"
+    seconds = max(0, int((now - then).total_seconds()))
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who holds a partition and for how long: ``state`` is ``held`` (a live lease),
+    ``expired`` (its holder stopped renewing), ``none``, or ``stopped`` (the partition
+    is not open, so nobody works on it)."""
+
+    state: str
+    owner: str
+    seconds_left: int
+
+
+def lease_of(info: PartitionInfo, now: datetime) -> Lease:
+    """The lease of ``info`` at ``now`` (the database clock)."""
+    if info.status != "available":
+        return Lease("stopped", info.owner, 0)
+    if not info.owner:
+        return Lease("none", "", 0)
+    left = int((info.until - now).total_seconds())
+    return Lease("held", info.owner, left) if left > 0 else Lease("expired", info.owner, 0)
+
+
+def step_of(info: PartitionInfo) -> str:
+    """What the partition does at its gate (``items``, ``reduce fold page 3``), or its
+    final status."""
+    return step_text(info) if info.status == "available" else info.status
+
+
+def count_text(count: int, cap: int) -> str:
+    """A count with thousands separators; ``"100,000+"`` when it reached the ``cap`` it
+    was read with."""
+    return f"{count:,}+" if count >= cap else f"{count:,}"
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteBar:
+    """One minute of the throughput chart: partitions finished per final status, and
+    the bar heights in percent of the busiest minute."""
+
+    label: str
+    counts: dict[str, int]
+    heights: dict[str, float]
+
+    @property
+    def total(self) -> int:
+        """Partitions finished in this minute."""
+        return sum(self.counts.values())
+
+    @property
+    def stack(self) -> list[tuple[str, float, float]]:
+        """The bar's parts from the bottom, ``(status, top, height)`` in percent of the
+        chart's height (0 at the top), complete first."""
+        bottom = 100.0
+        parts = []
+        for status in FINISHED:
+            height = self.heights.get(status, 0.0)
+            bottom -= height
+            parts.append((status, round(bottom, 2), height))
+        return parts
+
+
+def throughput_bars(throughput: Throughput) -> list[MinuteBar]:
+    """The throughput chart, oldest minute first: labels count minutes back from now."""
+    minutes = throughput.minutes
+    totals = [sum(throughput.finished.get(status, (0,) * minutes)[minute]
+                  for status in FINISHED) for minute in range(minutes)]
+    busiest = max(totals, default=0) or 1
+    bars = []
+    for minute in range(minutes):
+        counts = {status: throughput.finished.get(status, (0,) * minutes)[minute]
+                  for status in FINISHED}
+        back = minutes - minute - 1
+        bars.append(MinuteBar(
+            label="now" if back == 0 else f"-{back} min", counts=counts,
+            heights={status: round(100.0 * count / busiest, 2)
+                     for status, count in counts.items()}))
+    return bars
+
+
+@dataclass(frozen=True, slots=True)
+class ResultPreview:
+    """A partition result as the page shows it: ``text`` (JSON indented, or the bytes
+    decoded with replacement characters), whether it is JSON, its size in bytes, and
+    whether the text was cut."""
+
+    text: str
+    is_json: bool
+    size: int
+    truncated: bool
+
+
+def result_preview(result: bytes, limit: int = RESULT_PREVIEW_CHARS) -> ResultPreview:
+    """How the partition page shows ``result``."""
+    try:
+        text = json.dumps(json.loads(result), indent=2, ensure_ascii=False)
+        is_json = True
+    except ValueError:
+        text = result.decode("utf-8", errors="replace")
+        is_json = False
+    return ResultPreview(text[:limit], is_json, len(result), len(text) > limit)
+
+
+def error_summary(error: str | None, limit: int = ERROR_SUMMARY_CHARS) -> tuple[str, bool]:
+    """An error's first line cut to ``limit`` characters, and whether there is more of it
+    to show (more lines or more characters)."""
+    if not error:
+        return "", False
+    lines = error.strip().splitlines() or [""]
+    first = lines[0]
+    return first[:limit], len(lines) > 1 or len(first) > limit
+
+
+# After an action the browser is sent back with one of these codes; the page says what
+# happened in these words (and only these: the codes come from the address bar).
+NOTICES = {
+    "retried": "Retried: {count} failed item(s) are available again; the partition is {status}.",
+    "cancelled": "Cancelled: no processor dispatches its items any more. Retry resumes it.",
+    "not-cancelled": "Nothing to cancel: the partition is {status} already.",
+    "deleted": "Deleted partition {id} and its {count} item(s).",
+}
+
+
+def notice_text(code: str | None, **values: Any) -> str | None:
+    """The sentence for notice ``code`` with ``values`` filled in, or ``None`` for an
+    unknown code (a hand-edited address shows nothing)."""
+    template = NOTICES.get(code or "")
+    if template is None:
+        return None
+    try:
+        return template.format(**values)
+    except (KeyError, IndexError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    """One partition as the console lists it: the record, its progress per gate (the
+    shown ones, and how many more), its lease, item totals and ages."""
+
+    info: PartitionInfo
+    gates: list[GateProgress]
+    more_gates: int
+    lease: Lease
+    counts: dict[str, int]
+    total: int
+    age: str
+    updated: str
+    step: str
+
+
+def partition_row(info: PartitionInfo, counts: dict[int, dict[str, int]], now: datetime, *,
+                  all_gates: bool = False) -> PartitionRow:
+    """The row (or, with ``all_gates``, the page header) of ``info``, from its items
+    counted per gate and status, at ``now`` by the database clock."""
+    progress = gate_progress(info, counts)
+    shown, more = (progress, 0) if all_gates else list_gates(progress, info.gate)
+    totals = item_counts(counts)
+    return PartitionRow(info=info, gates=shown, more_gates=more, lease=lease_of(info, now),
+                        counts=totals, total=sum(totals.values()),
+                        age=age_text(info.created_at, now), updated=age_text(info.updated_at, now),
+                        step=step_of(info))

@@ -1,0 +1,579 @@
+"""The web console in headless Chromium, against real watchers and a real uvicorn handler.
+
+The console, the watchers and the handler run in this test's event loop (the
+console on its own uvicorn socket, as ``processor console`` serves it); the
+browser is the system's Chromium, driven by Playwright. ``processor console``
+and ``processor demo --console`` also run as subprocesses.
+
+With ``STATEFEED_SCREENSHOTS=docs`` (or another folder) the screenshot test
+writes the README's images there; otherwise into the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+import httpx
+import pytest
+
+from processor import AsyncClient, NewItem
+from processor.console.server import ConsoleOptions, console_running
+from processor.http_config import HttpProcessorConfig
+from processor.http_processor import HttpProcessor
+from tests.acceptance.harness.browser import chromium, require_chromium
+from tests.acceptance.harness.processes import run_cli, spawn
+from tests.support.engine import wait_until
+from tests.support.servers import read_body, send_json, serve_app
+from watcher.clock import FixedClock
+from watcher.config import WatcherConfig
+from watcher.dburl import parse_database_url
+from watcher.errors import ConfigError, PartitionNotFoundError
+from watcher.migrate import downgrade, upgrade
+from watcher.records import ItemWrite
+from watcher.store import Store
+from watcher.watcher import Watcher
+
+XSS_ID = "<img src=x onerror=alert(1)>"
+XSS_ITEM = "<img src=y onerror=alert(2)>"
+XSS_ERROR = "<script>alert(3)</script> scan has no text layer"
+TOKEN = "console-test-token-0123456789"
+# How long a browser expectation waits: a few of the pages' 1.5 s refreshes.
+SEE = 15_000
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def needs_chromium() -> None:
+    """Skip (locally) or fail (with CI set) a browser test where Chromium is missing."""
+    require_chromium()
+
+
+browser_test = pytest.mark.usefixtures("needs_chromium")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(database URL, table prefix): a migrated namespace on SQLite or PostgreSQL."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'console.db'}"
+    else:
+        from tests.conftest import POSTGRES_URL, require_postgres
+
+        require_postgres()
+        url = POSTGRES_URL
+    prefix = f"con{uuid.uuid4().hex[:8]}_"
+    upgrade(url, prefix)
+    yield url, prefix
+    downgrade(url, prefix)
+
+
+@pytest.fixture
+def sqlite_database(tmp_path: Path) -> tuple[str, str]:
+    """(database URL, table prefix) on a fresh SQLite file."""
+    url = f"sqlite:///{tmp_path / 'console.db'}"
+    upgrade(url, "")
+    return url, ""
+
+
+@dataclass
+class SteeredHandler:
+    """A two-gate handler a test steers: calls at gate g wait while ``gates[g]`` is clear,
+    items named in ``failing`` fail for good with ``error``, and every call takes
+    ``delay`` seconds. Gate 0 moves an item to gate 1; gate 1 completes it."""
+
+    gates: dict[int, asyncio.Event] = field(default_factory=dict)
+    failing: set[str] = field(default_factory=set)
+    error: str = "unreadable scan: no text layer"
+    delay: float = 0.0
+
+    def gate(self, gate: int) -> asyncio.Event:
+        """The event gate ``gate``'s calls wait for (open unless a test closed it)."""
+        if gate not in self.gates:
+            self.gates[gate] = asyncio.Event()
+            self.gates[gate].set()
+        return self.gates[gate]
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["method"] == "GET":
+            await send_json(send, 200, {"status": "ok"})
+            return
+        await read_body(receive)
+        headers = dict(scope["headers"])
+        item = unquote(headers.get(b"x-item-id", b"").decode())
+        gate = int(headers.get(b"x-gate", b"0"))
+        await self.gate(gate).wait()
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if item in self.failing:
+            await send_json(send, 422, {"error": {"message": self.error, "no_retry": True}})
+        elif gate == 0:
+            await send_json(send, 200, {"gate": 1, "data": {"item": item}})
+        else:
+            await send_json(send, 200, {"done": True})
+
+
+@contextlib.asynccontextmanager
+async def watchers(db_url: str, prefix: str, handler_url: str, *owners: str
+                   ) -> AsyncIterator[list[Watcher]]:
+    """Real watchers on the database, POSTing to ``handler_url``, for the block."""
+    started: list[tuple[Watcher, HttpProcessor, Store, asyncio.Task[None]]] = []
+    for owner in owners:
+        store = Store.open(db_url, prefix)
+        http = HttpProcessor(HttpProcessorConfig(handler_url=f"{handler_url}/"))
+        watcher = Watcher(store, http, WatcherConfig(
+            owner_id=owner, concurrency=4, poll_interval=0.1, lease_duration=5.0,
+            retry_backoff=0.05, retry_backoff_max=0.2, shutdown_timeout=2.0))
+        started.append((watcher, http, store, asyncio.create_task(watcher.run())))
+    try:
+        yield [watcher for watcher, *_ in started]
+    finally:
+        for watcher, http, store, task in started:
+            await watcher.stop()
+            await task
+            await http.aclose()
+            await store.close()
+
+
+def _options(db_url: str, prefix: str, **overrides: Any) -> ConsoleOptions:
+    return ConsoleOptions(db_url=parse_database_url(db_url), table_prefix=prefix, port=0,
+                          **overrides)
+
+
+async def _new_page(browser: Any) -> tuple[Any, list[str]]:
+    """A page in a fresh context, and the list its dialogs (alert, confirm) go to."""
+    context = await browser.new_context(viewport={"width": 1360, "height": 900})
+    page = await context.new_page()
+    dialogs: list[str] = []
+
+    async def dismissed(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        await dialog.dismiss()
+
+    page.on("dialog", dismissed)
+    return page, dialogs
+
+
+def _partition_url(base: str, partition_id: str, **params: str) -> str:
+    query = "&".join(f"{key}={quote(value)}" for key, value in params.items())
+    return f"{base}partition?id={quote(partition_id, safe='')}" + (f"&{query}" if query
+                                                                   else "")
+
+
+@browser_test
+async def test_overview_and_list_follow_a_processor_at_work(database) -> None:
+    from playwright.async_api import expect
+
+    db_url, prefix = database
+    handler = SteeredHandler()
+    handler.gate(0).clear()
+    handler.gate(1).clear()
+    async with serve_app(handler) as handler_url, \
+            AsyncClient(db_url, prefix) as client, \
+            console_running(_options(db_url, prefix)) as url, \
+            watchers(db_url, prefix, handler_url, "console-worker-1"), \
+            chromium() as browser:
+        await client.create_partition("opening-7", [NewItem(f"resume-{n:02}", b"{}")
+                                                    for n in range(20)])
+        page, _ = await _new_page(browser)
+        await page.goto(url)
+        row = page.locator("tr[data-key='opening-7']")
+        await expect(row).to_contain_text("console-worker-1", timeout=SEE)
+        holders = page.locator("table.holders")
+        await expect(holders).to_contain_text("console-worker-1")
+        await expect(holders.locator("td.num")).to_have_text("1")
+        await expect(row.locator(".minigate[data-key='g0'] .minigate-count")).to_have_text("0/20")
+        await page.evaluate("window.__kept = 'this page was not reloaded'")
+
+        handler.gate(0).set()  # gate 0 drains; gate 1 holds
+        await expect(row.locator(".minigate[data-key='g0'] .minigate-count")).to_have_text(
+            "20/20", timeout=SEE)
+        await expect(row.locator(".minigate[data-key='g1'] .minigate-count")).to_have_text(
+            "0/20")
+        await expect(row).to_contain_text("1 · items")
+        assert await page.evaluate("window.__kept") == "this page was not reloaded"
+
+        await page.goto(f"{url}partitions")
+        listed = page.locator("tr[data-key='opening-7']")
+        await expect(listed).to_contain_text("available")
+        await page.evaluate("window.__kept = 'still the same page'")
+        handler.gate(1).set()
+        await expect(listed.locator(".status")).to_have_text("complete", timeout=SEE)
+        await expect(listed.locator(".minigate[data-key='g1'] .minigate-count")).to_have_text(
+            "20/20")
+        assert await page.evaluate("window.__kept") == "still the same page"
+        assert (await client.partition("opening-7")).status == "complete"
+
+        await page.goto(url)
+        await expect(page.locator(".card-complete .card-count")).to_have_text("1")
+        await expect(page.locator("tr[data-key='opening-7']")).to_have_count(0)
+
+
+@browser_test
+async def test_a_failed_partition_shows_its_error_and_retry_completes_it(
+        sqlite_database) -> None:
+    from playwright.async_api import expect
+
+    db_url, prefix = sqlite_database
+    handler = SteeredHandler(failing={"resume-bad"})
+    async with serve_app(handler) as handler_url, \
+            AsyncClient(db_url, prefix) as client, \
+            console_running(_options(db_url, prefix)) as url, \
+            watchers(db_url, prefix, handler_url, "worker-a"), \
+            chromium() as browser:
+        await client.create_partition("batch-9", [
+            *(NewItem(f"resume-{n}", b"{}") for n in range(4)), NewItem("resume-bad", b"{}")])
+        failed = await client.wait("batch-9", timeout=30)
+        assert failed.status == "failed"
+        page, _ = await _new_page(browser)
+        await page.goto(_partition_url(url, "batch-9"))
+        await expect(page.locator(".summary .status")).to_have_text("failed")
+        failure = page.locator("section.failures tr[data-key='resume-bad']")
+        await expect(failure).to_contain_text("unreadable scan: no text layer")
+        await expect(page.locator(".timeline .state-failed")).to_contain_text("1 failed")
+
+        handler.failing.clear()
+        await page.click("#retry")
+        await expect(page.locator(".notice")).to_contain_text("Retried: 1 failed item(s)")
+        await expect(page.locator(".summary .status")).to_have_text("complete", timeout=SEE)
+        await expect(page.locator("section.failures")).to_have_count(0)
+        assert (await client.partition("batch-9")).counts == {"complete": 5}
+
+
+@browser_test
+async def test_cancel_and_delete_and_read_only_hides_them(sqlite_database) -> None:
+    from playwright.async_api import expect
+
+    db_url, prefix = sqlite_database
+    handler = SteeredHandler()
+    handler.gate(0).clear()  # the partition stays in flight, leased by the watcher
+    async with serve_app(handler) as handler_url, \
+            AsyncClient(db_url, prefix) as client, \
+            console_running(_options(db_url, prefix)) as url, \
+            console_running(_options(db_url, prefix, read_only=True)) as read_only_url, \
+            watchers(db_url, prefix, handler_url, "worker-b"), \
+            chromium() as browser:
+        await client.create_partition("long-1", [NewItem(f"i{n}", b"{}") for n in range(3)])
+        await wait_until(lambda: _leased(client, "long-1"), timeout=15, message="a lease")
+
+        viewer, _ = await _new_page(browser)
+        await viewer.goto(_partition_url(read_only_url, "long-1"))
+        await expect(viewer.locator(".badge.readonly")).to_have_text("read-only")
+        await expect(viewer.locator(".summary")).to_contain_text("worker-b")
+        for action in ("#retry", "#cancel", "#delete"):
+            await expect(viewer.locator(action)).to_have_count(0)
+        refused = await viewer.request.post(f"{read_only_url}partition/cancel",
+                                            form={"id": "long-1", "csrf": "x"},
+                                            headers={"origin": read_only_url.rstrip("/")})
+        assert refused.status == 403
+
+        page, dialogs = await _new_page(browser)
+        await page.goto(_partition_url(url, "long-1"))
+        await page.click("#cancel")
+        await expect(page.locator(".notice")).to_contain_text("Cancelled")
+        await expect(page.locator(".summary .status")).to_have_text("cancelled")
+        assert (await client.partition("long-1")).status == "cancelled"
+
+        await page.click("#delete")
+        await expect(page.locator("h1")).to_contain_text("Delete partition long-1?")
+        assert (await client.partition("long-1")).status == "cancelled"  # asked first
+        await page.click("#confirm-delete")
+        await expect(page.locator(".notice")).to_have_text(
+            "Deleted partition long-1 and its 3 item(s).")
+        await expect(page.locator("tr[data-key='long-1']")).to_have_count(0)
+        with pytest.raises(PartitionNotFoundError):
+            await client.partition("long-1")
+        assert dialogs == []
+        handler.gate(0).set()
+
+
+async def _leased(client: AsyncClient, partition_id: str) -> bool:
+    return bool((await client.partition(partition_id)).owner)
+
+
+@browser_test
+async def test_markup_in_ids_and_errors_renders_as_text(sqlite_database) -> None:
+    from playwright.async_api import expect
+
+    db_url, prefix = sqlite_database
+    handler = SteeredHandler(failing={XSS_ITEM}, error=XSS_ERROR)
+    async with serve_app(handler) as handler_url, \
+            AsyncClient(db_url, prefix) as client, \
+            console_running(_options(db_url, prefix)) as url, \
+            watchers(db_url, prefix, handler_url, "<b>worker</b>"), \
+            chromium() as browser:
+        await client.create_partition(XSS_ID, [NewItem(XSS_ITEM, b"{}"), NewItem("ok", b"")])
+        assert (await client.wait(XSS_ID, timeout=30)).status == "failed"
+        page, dialogs = await _new_page(browser)
+        await page.goto(url)  # the failed partition is counted there, not listed
+        await expect(page.locator(".card-failed .card-count")).to_have_text("1")
+        for address in (f"{url}partitions", _partition_url(url, XSS_ID),
+                        _partition_url(url, XSS_ID, status="failed")):
+            await page.goto(address)
+            await expect(page.get_by_text(XSS_ID, exact=True).first).to_be_visible()
+            await page.wait_for_timeout(1700)  # one live update patched the page
+        await expect(page.locator("#partition-id")).to_have_text(XSS_ID)
+        await expect(page.locator("tr[data-key='<img src=y onerror=alert(2)>']")).to_contain_text(
+            XSS_ERROR)
+        assert await page.locator("main img, main script").count() == 0
+        assert dialogs == []
+
+
+@browser_test
+async def test_without_the_token_a_console_beyond_loopback_answers_401(
+        sqlite_database) -> None:
+    from playwright.async_api import expect
+
+    db_url, prefix = sqlite_database
+    with pytest.raises(ConfigError, match="beyond loopback"):
+        _options(db_url, prefix, host="127.0.0.2")
+    # 127.0.0.2 is not one of the three loopback names, so it needs the token like any
+    # other address; and it is this machine, so the test binds it for real.
+    async with AsyncClient(db_url, prefix) as client, \
+            console_running(_options(db_url, prefix, host="127.0.0.2", token=TOKEN)) as url, \
+            chromium() as browser:
+        assert url.startswith("http://127.0.0.2:")
+        await client.create_partition("secret-job", [NewItem("i", b"")])
+        async with httpx.AsyncClient() as http:
+            for path in ("", "partitions", "live/overview", "live/partitions"):
+                answer = await http.get(url + path)
+                assert answer.status_code == 401, path
+                assert "secret-job" not in answer.text  # the listings are not shown
+            assert (await http.get(f"{url}partition?id=secret-job")).status_code == 401
+            assert (await http.post(f"{url}partition/cancel",
+                                    data={"id": "secret-job"})).status_code == 401
+            bearer = await http.get(url, headers={"authorization": f"Bearer {TOKEN}"})
+            assert bearer.status_code == 200 and "secret-job" in bearer.text
+
+        page, _ = await _new_page(browser)
+        refused = await page.goto(url)
+        assert refused is not None and refused.status == 401
+        await expect(page.locator("h1")).to_have_text("Sign in")
+        await page.goto(f"{url}partitions?token={TOKEN}")
+        assert page.url == f"{url}partitions"  # the token left the address bar
+        await expect(page.locator("tr[data-key='secret-job']")).to_be_visible()
+        await page.goto(_partition_url(url, "secret-job"))
+        await expect(page.locator("#partition-id")).to_have_text("secret-job")
+
+        other, _ = await _new_page(browser)
+        await other.goto(url)
+        await other.fill("input[name=token]", "not-the-token-at-all")
+        await other.click("button[type=submit]")
+        await expect(other.locator(".alert")).to_contain_text("not this console's token")
+        await other.fill("input[name=token]", TOKEN)
+        await other.click("button[type=submit]")
+        await expect(other.locator("h1")).to_have_text("Overview")
+
+
+async def test_processor_console_as_a_command(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    for host in ("0.0.0.0", "127.0.0.2"):
+        refused = run_cli("console", "--db-url", db, "--host", host, env={
+            "PROCESSOR_CONSOLE_TOKEN": ""})
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "beyond loopback" in refused.stderr
+    short = run_cli("console", "--db-url", db, "--token", "short")
+    assert short.returncode == 2 and "at least 16 characters" in short.stderr
+    unmigrated = run_cli("console", "--db-url", db, "--port", "0")
+    assert unmigrated.returncode == 1, unmigrated.stderr
+    assert unmigrated.stderr.count("\n") == 1 and "processor migrate" in unmigrated.stderr
+
+    upgrade(db)
+    proc = await spawn("console", ["console", "--db-url", db, "--port", "0", "--read-only"],
+                       tmp_path)
+    try:
+        line = await wait_until(lambda: _printed_url(proc.stdout_path), timeout=20,
+                                message="the console's address")
+        assert "(read-only)" in line
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)  # type: ignore[union-attr]
+        async with httpx.AsyncClient() as http:
+            answer = await http.get(url)
+            assert answer.status_code == 200 and "read-only" in answer.text
+            port = url.rsplit(":", 1)[1].rstrip("/")
+            busy = run_cli("console", "--db-url", db, "--port", port)
+            assert busy.returncode == 2 and "cannot listen on 127.0.0.1:" in busy.stderr
+    finally:
+        code = await proc.terminate()
+    assert code == 0, proc.stderr()
+    assert "Traceback" not in proc.stderr()
+
+
+def _printed_url(path: Path) -> str | None:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return next((line for line in text.splitlines() if "http://" in line), None)
+
+
+@browser_test
+async def test_demo_keeps_the_console_open(tmp_path: Path) -> None:
+    from playwright.async_api import expect
+
+    proc = await spawn("demo", ["demo", "--console", "--console-port", "0"], tmp_path,
+                       env={"COLUMNS": "120"})
+    try:
+        line = await wait_until(lambda: _printed_url(proc.stdout_path), timeout=30,
+                                message="the console's address")
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)  # type: ignore[union-attr]
+        async with chromium() as browser:
+            page, _ = await _new_page(browser)
+            await page.goto(f"{url}partitions")  # before the demo's partition exists
+            row = page.locator("tr[data-key='opening-42']")
+            await expect(row).to_be_visible(timeout=SEE)  # it appears by itself
+            await expect(row.locator(".status")).to_have_text("complete", timeout=30_000)
+            await page.goto(_partition_url(url, "opening-42"))
+            await expect(page.locator("pre.result")).to_contain_text('"ranked": 34')
+            await expect(page.locator("section.failures")).to_contain_text("resume-")
+        await wait_until(lambda: "stays open" in proc.stdout_path.read_text(), timeout=30,
+                         message="the demo's end")
+        proc.process.send_signal(signal.SIGINT)
+        code = await proc.wait(20)
+    finally:
+        if proc.running:
+            proc.kill()
+    output = proc.output()
+    assert code == 0, output
+    assert "resumes ranked" in output and "Traceback" not in output
+
+
+# -- screenshots ------------------------------------------------------------------
+
+def _screenshot_folder(tmp_path: Path) -> Path:
+    named = os.environ.get("STATEFEED_SCREENSHOTS")
+    if not named:
+        return tmp_path
+    folder = Path(named) if Path(named).is_absolute() else REPO / named
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@dataclass
+class HeldResumes:
+    """The resume example handler, with the calls of chosen partitions held: item calls
+    at gate 0 of items past ``hold_after`` in ``held_items``, and reduce calls of
+    ``held_reduces``, until ``release`` is set."""
+
+    app: Any
+    held_items: set[str] = field(default_factory=set)
+    held_reduces: set[str] = field(default_factory=set)
+    hold_after: int = 0
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            headers = dict(scope["headers"])
+            partition = unquote(headers.get(b"x-partition-id", b"").decode())
+            item = unquote(headers.get(b"x-item-id", b"").decode())
+            reducing = scope["path"].endswith("/reduce")
+            number = int(item.rsplit("-", 1)[1]) if item[-1:].isdigit() else 0
+            if (reducing and partition in self.held_reduces) or (
+                    not reducing and partition in self.held_items
+                    and number >= self.hold_after):
+                await self.release.wait()
+        await self.app(scope, receive, send)
+
+
+@browser_test
+async def test_screenshots_of_every_page(sqlite_database, tmp_path: Path) -> None:
+
+    from handlers.examples.resumes import app as resumes_app
+    from handlers.examples.resumes import sample_resumes
+
+    db_url, prefix = sqlite_database
+    folder = _screenshot_folder(tmp_path)
+    handler = HeldResumes(resumes_app, held_items={"opening-43"}, held_reduces={"opening-44"},
+                          hold_after=22)
+    now = datetime.now(UTC).replace(tzinfo=None)
+    clock = FixedClock(now)
+    aged = Store.open(db_url, prefix, clock=clock)
+    try:
+        # Partitions that finished over the last quarter of an hour, for the chart.
+        for n in range(40):
+            status = "failed" if n % 9 == 4 else "cancelled" if n % 13 == 7 else "complete"
+            clock.set(now - timedelta(seconds=800 - n * 19 - (n % 4) * 7))
+            await _finished(aged, f"nightly-{n:02}", status)
+    finally:
+        await aged.close()
+    async with serve_app(handler) as handler_url, \
+            AsyncClient(db_url, prefix) as client, \
+            console_running(_options(db_url, prefix)) as url, \
+            watchers(db_url, prefix, handler_url, "processor-7f3a", "processor-c41d"), \
+            chromium() as browser:
+        async def opening(name: str, size: int, unreadable: int, policy: str) -> None:
+            await client.create_partition(name, [
+                NewItem(f"resume-{n:03}", document) for n, document in enumerate(
+                    sample_resumes(size, seed=len(name) + size, unreadable=unreadable))
+            ], reduce_gates=[1], on_item_failure=policy)
+
+        # The finished ones first: the held calls fill the processors' slots.
+        await opening("opening-40", 12, 1, "fail")
+        await opening("opening-42", 36, 2, "continue")
+        assert (await client.wait("opening-42", timeout=60)).status == "complete"
+        assert (await client.wait("opening-40", timeout=60)).status == "failed"
+        await opening("opening-43", 40, 1, "continue")
+        await opening("opening-44", 28, 0, "continue")
+        await wait_until(lambda: _settled_before_hold(client), timeout=60,
+                         message="the held partitions at rest")
+
+        try:
+            await _take_screenshots(browser, url, folder)
+        finally:
+            handler.release.set()
+
+
+async def _finished(store: Store, partition_id: str, status: str) -> None:
+    """A partition of 3 items that its processor finished ``status`` at the store's time:
+    its items complete (one failed, for a failed one), or left as they were (cancelled)."""
+    await store.partition_create(partition_id, [NewItem(f"item-{n}", b"{}") for n in range(3)])
+    if status == "cancelled":
+        await store.partition_cancel(partition_id)
+        return
+    [row] = [row for row in await store.leases_read_free(100) if row.id == partition_id]
+    [lease] = await store.leases_take([row], "processor-c41d", 30)
+    ready = await store.items_ready(partition_id, 0, 10)
+    await store.items_apply([
+        ItemWrite(partition_id, item.id, item.version,
+                  "failed" if status == "failed" and n == 0 else "complete", 0, 1,
+                  last_error="timeout after 30 s" if status == "failed" and n == 0 else None)
+        for n, item in enumerate(ready)], "processor-c41d")
+    await store.partition_transition(partition_id, lease.version, "processor-c41d",
+                                     status=status)
+
+
+async def _take_screenshots(browser: Any, url: str, folder: Path) -> None:
+    from playwright.async_api import expect
+
+    page, dialogs = await _new_page(browser)
+    shots = {
+        "console-overview.png": url,
+        "console-partitions.png": f"{url}partitions",
+        "console-partition.png": _partition_url(url, "opening-42"),
+        "console-partition-running.png": _partition_url(url, "opening-43"),
+        "console-partition-failed.png": _partition_url(url, "opening-40"),
+    }
+    for file_name, address in shots.items():
+        await page.goto(address)
+        await expect(page.locator("#live-state")).to_have_text("live", timeout=SEE)
+        await page.wait_for_timeout(400)  # the bars' transitions end
+        target = folder / file_name
+        # The first screen of each page (all of the overview): what a README reader sees.
+        await page.screenshot(path=str(target), full_page=file_name == "console-overview.png")
+        assert target.stat().st_size > 20_000, file_name
+    assert dialogs == []
+
+
+async def _settled_before_hold(client: AsyncClient) -> bool:
+    running = await client.gate_counts(["opening-43", "opening-44"])
+    held_items = running.get("opening-43", {}).get(1, {}).get("available", 0)
+    reducing = running.get("opening-44", {}).get(1, {}).get("available", 0)
+    return held_items >= 21 and reducing >= 28

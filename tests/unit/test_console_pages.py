@@ -1,0 +1,154 @@
+"""What the console's pages show, computed from plain records: progress per gate, ages,
+leases, the throughput chart, result previews, error summaries and notices."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from processor.console import pages
+from watcher.records import PartitionInfo, ReduceProgress, Throughput
+
+NOW = datetime(2026, 5, 1, 12, 0, 0)
+
+
+def _info(status: str = "available", gate: int = 0, *, owner: str = "", until: datetime = NOW,
+          reduce_gates: tuple[int, ...] = (), reduce: ReduceProgress | None = None
+          ) -> PartitionInfo:
+    return PartitionInfo(id="p", status=status, gate=gate, owner=owner, until=until, version=1,
+                         created_at=NOW - timedelta(minutes=5), updated_at=NOW - timedelta(
+                             seconds=3), reduce_gates=reduce_gates, reduce=reduce)
+
+
+def _by_gate(progress: list[pages.GateProgress]) -> dict[int, tuple[int, int, int, int, str]]:
+    return {row.gate: (row.done, row.waiting, row.failed, row.not_reached, row.state)
+            for row in progress}
+
+
+def test_progress_of_a_fan_in_with_skipped_failures() -> None:
+    # The demo's end: 34 complete at the reduce gate 1, 2 failed at gate 0, "continue".
+    counts = {0: {"failed": 2}, 1: {"complete": 34}}
+    progress = pages.gate_progress(_info("complete", 1, reduce_gates=(1,)), counts)
+    assert _by_gate(progress) == {0: (34, 0, 2, 0, "passed"), 1: (34, 0, 2, 0, "complete")}
+    assert [row.reduce for row in progress] == [False, True]
+    assert all(row.total == 36 for row in progress)
+    assert progress[0].summary == "34/36 done, 2 failed"
+
+
+def test_progress_while_the_first_gate_drains() -> None:
+    counts = {0: {"available": 6, "failed": 1}, 1: {"available": 3}, 2: {"complete": 2}}
+    progress = pages.gate_progress(_info("available", 0), counts)
+    assert _by_gate(progress) == {
+        0: (5, 6, 1, 0, "current"),   # 3 at gate 1 and 2 complete have passed it
+        1: (2, 3, 1, 6, "ahead"),     # the failed one failed before gate 1
+        2: (2, 0, 1, 9, "ahead"),
+    }
+    first = progress[0]
+    assert first.segments == [("done", 0.0, 41.67), ("failed", 41.67, 8.33),
+                              ("waiting", 50.0, 50.0)]
+    assert first.summary == "5/12 done, 6 waiting, 1 failed"
+
+
+@pytest.mark.parametrize(("status", "state"), [
+    ("failed", "failed"), ("cancelled", "cancelled"), ("available", "current"),
+    ("deleting", "current"), ("complete", "complete")])
+def test_the_partitions_own_gate_says_how_it_stands(status: str, state: str) -> None:
+    [row] = pages.gate_progress(_info(status, 0), {0: {"available": 1}})
+    assert row.state == state
+
+
+def test_gates_are_dense_while_few_and_sparse_beyond() -> None:
+    assert pages.shown_gates(1, (), {1: {"complete": 3}}) == [0, 1]
+    assert pages.shown_gates(0, (3,), {}) == [0, 1, 2, 3]
+    assert pages.shown_gates(100, (5,), {0: {}, 100: {}}) == [0, 5, 100]
+
+
+def test_a_partition_without_items_shows_empty_bars() -> None:
+    [row] = pages.gate_progress(_info(), {})
+    assert (row.total, row.percent("done"), row.summary) == (0, 0.0, "0/0 done")
+
+
+def test_list_rows_keep_the_gates_around_the_current_one() -> None:
+    progress = pages.gate_progress(_info("available", 12), {gate: {"available": 1}
+                                                           for gate in range(15)})
+    shown, more = pages.list_gates(progress, 12)
+    assert [row.gate for row in shown] == list(range(7, 15)) and more == 7
+    shown, more = pages.list_gates(progress[:5], 3)
+    assert len(shown) == 5 and more == 0
+    shown, _ = pages.list_gates(progress, 0)
+    assert [row.gate for row in shown] == list(range(8))
+
+
+def test_partition_row_adds_up_the_items() -> None:
+    row = pages.partition_row(_info(owner="w1", until=NOW + timedelta(seconds=9)),
+                              {0: {"available": 2, "failed": 1}, 1: {"complete": 4}}, NOW)
+    assert row.counts == {"available": 2, "failed": 1, "complete": 4} and row.total == 7
+    assert (row.age, row.updated, row.step) == ("5 min", "3 s", "items")
+    assert row.lease == pages.Lease("held", "w1", 9)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0 s"), (59, "59 s"), (60, "1 min"), (3599, "59 min"), (7200, "2 h"),
+    (3 * 86400 + 5, "3 d"), (-30, "0 s")])
+def test_age_text(seconds: int, text: str) -> None:
+    assert pages.age_text(NOW - timedelta(seconds=seconds), NOW) == text
+    assert pages.age_text(None, NOW) == "-"
+
+
+def test_leases() -> None:
+    assert pages.lease_of(_info(owner="w", until=NOW + timedelta(seconds=5)), NOW) == \
+        pages.Lease("held", "w", 5)
+    assert pages.lease_of(_info(owner="w", until=NOW - timedelta(seconds=5)), NOW).state == \
+        "expired"
+    assert pages.lease_of(_info(), NOW).state == "none"
+    assert pages.lease_of(_info("complete", owner="w"), NOW).state == "stopped"
+
+
+def test_steps() -> None:
+    assert pages.step_of(_info()) == "items"
+    assert pages.step_of(_info(reduce=ReduceProgress("fold", 3, 1))) == \
+        "reduce fold page 3 (1 failed)"
+    assert pages.step_of(_info("failed")) == "failed"
+
+
+def test_counts_say_when_they_reached_their_cap() -> None:
+    assert pages.count_text(1234, 100_000) == "1,234"
+    assert pages.count_text(100_000, 100_000) == "100,000+"
+
+
+def test_throughput_bars_scale_to_the_busiest_minute() -> None:
+    bars = pages.throughput_bars(Throughput(3, {"complete": (0, 4, 1), "failed": (0, 4, 0),
+                                               "cancelled": (0, 0, 1)}))
+    assert [bar.label for bar in bars] == ["-2 min", "-1 min", "now"]
+    assert [bar.total for bar in bars] == [0, 8, 2]
+    assert bars[1].heights == {"complete": 50.0, "failed": 50.0, "cancelled": 0.0}
+    # Stacked from the bottom (y grows downwards): complete lowest.
+    assert bars[1].stack == [("complete", 50.0, 50.0), ("failed", 0.0, 50.0),
+                             ("cancelled", 0.0, 0.0)]
+    empty = pages.throughput_bars(Throughput(2, {}))
+    assert [bar.total for bar in empty] == [0, 0] and empty[0].heights["complete"] == 0.0
+
+
+def test_result_previews() -> None:
+    preview = pages.result_preview(b'{"top": ["a", "b"]}')
+    assert preview.is_json and preview.text == '{\n  "top": [\n    "a",\n    "b"\n  ]\n}'
+    assert (preview.size, preview.truncated) == (19, False)
+    raw = pages.result_preview(b"\xff\xfe plain", limit=4)
+    assert not raw.is_json and raw.truncated and raw.text == "\ufffd\ufffd p"
+
+
+def test_error_summaries() -> None:
+    assert pages.error_summary(None) == ("", False)
+    assert pages.error_summary("boom") == ("boom", False)
+    assert pages.error_summary("boom\n  at line 2") == ("boom", True)
+    assert pages.error_summary("x" * 200, limit=10) == ("x" * 10, True)
+
+
+def test_notices_come_only_from_their_own_words() -> None:
+    assert pages.notice_text("retried", count=3, status="available") == (
+        "Retried: 3 failed item(s) are available again; the partition is available.")
+    assert pages.notice_text("deleted", id="<b>x</b>", count=2) == \
+        "Deleted partition <b>x</b> and its 2 item(s)."  # the template escapes it
+    assert pages.notice_text("made-up") is None and pages.notice_text(None) is None
+    assert pages.notice_text("retried") is None  # a value missing: nothing shown
