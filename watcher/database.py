@@ -19,6 +19,7 @@ from watcher.errors import ConfigError
 registry.register("mssql.pymssql_threaded", "watcher.threaded_driver", "MSDialectThreaded_pymssql")
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+SQLITE_SYNCHRONOUS = "FULL"
 POOL_SIZE = 10
 POOL_MAX_OVERFLOW = 10
 MYSQL_ISOLATION_LEVEL = "READ COMMITTED"
@@ -36,6 +37,11 @@ def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
     SQLite runs in WAL mode and starts every transaction with ``BEGIN IMMEDIATE``
     (reads marked ``sqlite_read`` use a plain ``BEGIN``), so that two writers
     queue on the busy timeout instead of failing when a read lock is upgraded.
+    Its commits are synced to disk (``synchronous=FULL``): what the engine
+    writes (a client's partitions and items, leases, gate moves) survives a
+    power loss once acknowledged. (The SQLite driver's own connection, which
+    writes item results, commits more cheaply: see
+    :mod:`watcher.drivers.sqlite_direct`.)
     PostgreSQL ends sessions left idle inside a transaction for
     :data:`STUCK_TRANSACTION_SECONDS`. MySQL and MariaDB run at READ COMMITTED;
     SQL Server at its default READ COMMITTED, through pymssql in a worker
@@ -112,7 +118,9 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
         _use_write_ahead_log(cursor)
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        # In WAL mode NORMAL syncs the log only at checkpoints, so a commit acknowledged
+        # just before a power loss could be rolled back; FULL syncs it at every commit.
+        cursor.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")

@@ -62,8 +62,13 @@ class Watcher:
             raise TypeError("reduce must be an async function taking a ReduceCall")
         self.keeper = LeaseKeeper(store, self.config, self.hooks)
         self.slots = SlotPool(self.config.concurrency)
+        # Every queued result holds a dispatch slot until it is written, so the queue
+        # never outgrows the concurrency; a batch that size is full, and the writer
+        # does not linger over it: with every slot waiting on the writer, no other
+        # result can come, and lingering would only leave the slots idle.
         self.writer = ResultWriter(store, self.config.owner_id,
-                                   batch_size=self.config.result_batch,
+                                   batch_size=min(self.config.result_batch,
+                                                  self.config.concurrency),
                                    linger=self.config.result_linger)
         self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
         self._wake = asyncio.Event()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -32,8 +33,9 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.sql import ClauseElement, Select
 
 from tests.support.scenario import drive_every_method, store_methods
-from watcher.drivers import SQLServerDriver, driver_class
+from watcher.drivers import Driver, MySQLDriver, SQLServerDriver, driver_class
 from watcher.migrate import alembic_config, upgrade, upgrade_sql
+from watcher.records import ItemWrite
 from watcher.schema import tables_for
 from watcher.store import Store
 
@@ -173,15 +175,24 @@ def test_cli_prints_sql_server_ddl_without_connecting() -> None:
 
 # -- every store statement, compiled for SQL Server ---------------------------
 
+class _PortableBatchSQLServerDriver(SQLServerDriver):
+    """SQL Server's driver with the portable batch write, so that a scenario runs on SQLite."""
+
+    async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
+        return await Driver.items_apply(self, writes, owner)
+
+
 @pytest.fixture
 async def recorded(tmp_path) -> tuple[list[ClauseElement], set[str]]:
     """Every statement object the store executed while driving every public method."""
     url = f"sqlite:///{tmp_path / 'statements.db'}"
     upgrade(url)
     store = Store.open(url)
-    # The statements SQL Server's driver would send (it builds only portable ones).
+    # The statements SQL Server's driver would send; its batch write is checked on its
+    # own (test_sql_server_batch_write_renders_as_t_sql), SQLite cannot run OPENJSON.
     assert driver_class("mssql") is SQLServerDriver
-    store.driver = SQLServerDriver(store.engine, store.statements)
+    await store.driver.close()
+    store.driver = _PortableBatchSQLServerDriver(store.engine, store.statements)
     statements: list[ClauseElement] = []
     called: set[str] = set()
 
@@ -279,3 +290,86 @@ def test_sql_server_clock_and_limits_render_as_t_sql() -> None:
     # Whole seconds, then microseconds: an INT of milliseconds would overflow at 24.8 days.
     assert ("DATEADD(microsecond, CAST(((:param_1) - FLOOR(:param_1)) * 1000000 AS INT), "
             "DATEADD(second, CAST(FLOOR(:param_1) AS INT), SYSUTCDATETIME()))") in plus
+
+
+# -- the batch result writes, compiled ----------------------------------------
+
+def _batch_driver(driver: type[Driver], tmp_path) -> Any:
+    """``driver`` on a scratch SQLite store (it only builds its statements)."""
+    store = Store.open(f"sqlite:///{tmp_path / 'batch.db'}", PREFIX)
+    return driver(store.engine, store.statements)
+
+
+def test_sql_server_batch_write_renders_as_t_sql(tmp_path) -> None:
+    """One UPDATE over OPENJSON rows, guarded and fenced per row, OUTPUT for RETURNING."""
+    driver = _batch_driver(SQLServerDriver, tmp_path)
+    sql = _compile(driver.batch_statement, MSDialect_pymssql(paramstyle="pyformat"))
+    assert sql.startswith(f"UPDATE {PREFIX}items SET version=({PREFIX}items.version + ")
+    assert f"OUTPUT inserted.partition_id, inserted.id FROM {PREFIX}items, OPENJSON(" in sql
+    assert ("WITH (pid NVARCHAR(255) '$[0]', iid NVARCHAR(255) '$[1]', seen BIGINT '$[2]', "
+            "status NVARCHAR(16) '$[3]', gate BIGINT '$[4]', attempts BIGINT '$[5]', "
+            "error NVARCHAR(max) '$[6]', data VARCHAR(max) '$[7]', delay FLOAT '$[8]') AS v"
+            ) in sql
+    # The guard: key and version per row, compared in the ids' own collation; the fence.
+    collated = "(v.{} COLLATE Latin1_General_100_BIN2)"
+    assert (f"WHERE {PREFIX}items.partition_id = {collated.format('pid')} AND {PREFIX}items.id = "
+            f"{collated.format('iid')} AND {PREFIX}items.version = v.seen AND (EXISTS (") in sql
+    assert (f"{PREFIX}partitions.id = {collated.format('pid')} AND {PREFIX}partitions.owner = "
+            f"%(owner)s AND {PREFIX}partitions.status = %(status_1)s AND "
+            f"{PREFIX}partitions.until > {MSSQL_CLOCK}") in sql
+    assert f"data=coalesce(convert(VARBINARY(max), v.data, 2), {PREFIX}items.data)" in sql
+    assert "DATEADD(second, CAST(FLOOR(v.delay) AS INT), " in sql
+    assert not re.search(r"\bLIMIT\b|\bRETURNING\b|strftime|UTC_TIMESTAMP", sql), sql
+    assert sql.count("SYSUTCDATETIME()") == sql.count(MSSQL_CLOCK) == 4
+
+
+async def test_sql_server_batch_write_sends_one_statement_and_reads_its_output(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    import json
+
+    from watcher.drivers import mssql as mssql_driver
+
+    driver = _batch_driver(SQLServerDriver, tmp_path)
+    sent: list[tuple[Any, dict[str, Any]]] = []
+
+    class Connection:
+        async def execute(self, statement: Any, params: dict[str, Any]) -> Any:
+            sent.append((statement, params))
+            return type("Result", (), {"all": lambda self: [("p", "b"), ("q", "a")]})()
+
+    @contextlib.asynccontextmanager
+    async def transaction(engine: Any) -> Any:
+        yield Connection()
+
+    monkeypatch.setattr(mssql_driver, "write_transaction", transaction)
+    writes = [ItemWrite("p", "a", 3, "complete", 0, attempts=1),
+              ItemWrite("p", "b", 4, "available", 2, attempts=0, data=b"\x00\xff",
+                        retry_delay=1.5),
+              ItemWrite("q", "a", 1, "failed", 0, attempts=5, last_error="boom")]
+    assert await driver.items_apply(writes, "me") == [False, True, True]
+    ((statement, params),) = sent
+    assert statement is driver.batch_statement and params["owner"] == "me"
+    assert json.loads(params["rows"]) == [
+        ["p", "a", 3, "complete", 0, 1, None, None, 0.0],
+        ["p", "b", 4, "available", 2, 0, None, "00ff", 1.5],
+        ["q", "a", 1, "failed", 0, 5, "boom", None, 0.0]]
+    compiled = statement.compile(dialect=MSDialect_pymssql(paramstyle="pyformat"))
+    assert set(params) <= set(compiled.params)
+
+
+@pytest.mark.parametrize("dialect", [mysql.dialect(paramstyle="pyformat"),
+                                     MariaDBDialect(paramstyle="pyformat")],
+                         ids=lambda d: d.name)
+def test_mysql_batch_write_renders_with_json_table(dialect: Dialect, tmp_path) -> None:
+    """MariaDB runs it live; this pins the shape for MySQL too (no RETURNING there)."""
+    driver = _batch_driver(MySQLDriver, tmp_path)
+    sql = _compile(driver.batch_statement, dialect)
+    assert sql.startswith(f"UPDATE {PREFIX}items, JSON_TABLE(%(rows)s, '$[*]' COLUMNS (")
+    ids = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+    assert f"pid {ids} PATH '$[0]', iid {ids} PATH '$[1]', seen BIGINT PATH '$[2]'" in sql
+    assert (f"WHERE {PREFIX}items.partition_id = v.pid AND {PREFIX}items.id = v.iid AND "
+            f"{PREFIX}items.version = v.seen AND (EXISTS (") in sql
+    assert f"{PREFIX}items.data=coalesce(unhex(v.data), {PREFIX}items.data)" in sql
+    assert "RETURNING" not in sql and sql.count("UTC_TIMESTAMP(6)") == sql.count(
+        MYSQL_CLOCK.replace("%s", "%(clock_now)s")) == 4

@@ -5,14 +5,19 @@ A store opens one driver, once, from its engine's dialect
 database's module registers how it renders the clock (:mod:`.sql`) and
 defines its driver class:
 
-| module | database | driver |
-|---|---|---|
-| :mod:`.sqlite` | SQLite | portable |
-| :mod:`.postgresql` | PostgreSQL | direct psycopg path, one-statement batch write, LISTEN/NOTIFY |
-| :mod:`.mysql` | MariaDB, MySQL | portable |
-| :mod:`.mssql` | SQL Server | portable (compiled only: no server in CI) |
+- :mod:`.sqlite` (SQLite): the hot statements on a ``sqlite3`` connection of its
+  own, from the event loop's thread (:mod:`.sqlite_direct`); a batch of results
+  in one ``executemany``.
+- :mod:`.postgresql` (PostgreSQL): the hot statements through psycopg directly
+  (:mod:`.pg_direct`); a batch in one ``UPDATE ... jsonb_array_elements``;
+  LISTEN/NOTIFY.
+- :mod:`.mysql` (MariaDB, MySQL): the hot statements through aiomysql directly
+  (:mod:`.mysql_direct`); a batch in one ``UPDATE ... JSON_TABLE``.
+- :mod:`.mssql` (SQL Server, compiled only: no server in CI): a batch in one
+  ``UPDATE ... OPENJSON ... OUTPUT`` through the engine; the rest portable.
 
-The portable implementation and the interface are :class:`~.base.Driver`.
+The portable implementation and the interface are :class:`~.base.Driver`;
+:class:`~.base.DirectDriver` is the base of the drivers with a direct path.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from watcher.drivers.base import Driver
+from watcher.drivers.base import DirectDriver, Driver
 from watcher.drivers.conflicts import is_lock_conflict
 from watcher.drivers.mssql import SQLServerDriver
 from watcher.drivers.mysql import MySQLDriver
@@ -69,6 +74,7 @@ def open_driver(engine: AsyncEngine, statements: Statements) -> Driver:
 
 __all__ = [
     "DRIVERS",
+    "DirectDriver",
     "Driver",
     "MySQLDriver",
     "PostgreSQLDriver",

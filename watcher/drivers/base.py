@@ -13,25 +13,30 @@ to the driver; the driver owns what a database does its own way:
 - :meth:`Driver.notify` and :meth:`Driver.notifications`: wake-ups;
 - :meth:`Driver.add_statement_listener`: statements sent past the SQLAlchemy engine.
 
-This class is the portable implementation, which SQLite, MariaDB/MySQL and
-SQL Server use as it is: every statement goes through the SQLAlchemy engine,
-the ready read takes its limit as a literal and leaves items out with an
-expanding ``NOT IN``, a batch of results is one guarded ``UPDATE`` per item in
-one transaction, and there are no wake-ups (watchers poll). A database's own
-driver overrides only what it does better.
+:class:`Driver` is the portable implementation: every statement goes through
+the SQLAlchemy engine, the ready read takes its limit as a literal and leaves
+items out with an expanding ``NOT IN``, a batch of results is one guarded
+``UPDATE`` per item in one transaction, and there are no wake-ups (watchers
+poll). A database's own driver overrides only what it does better.
+:class:`DirectDriver` is the base of those that send the hot statements
+(:meth:`Driver.fetch`) through connections of their own instead of the engine
+(PostgreSQL, SQLite, MariaDB/MySQL): their ready read has one text for every
+read, the limit a parameter and the items in hand one JSON array.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from sqlalchemy import bindparam
+from sqlalchemy import Integer, bindparam, select
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.expression import Select
 
+from watcher.drivers.sql import json_param, json_text_table
 from watcher.records import ItemWrite
 
 if TYPE_CHECKING:
@@ -222,3 +227,87 @@ class Driver:
 
     def remove_statement_listener(self, listener: StatementListener) -> None:
         """Stop calling ``listener`` (a listener never added is ignored)."""
+
+
+class DirectPath(Protocol):
+    """A driver's own connections for the hot statements (see :class:`DirectDriver`)."""
+
+    listeners: list[StatementListener]
+
+    async def fetch(self, statement: ClauseElement, params: Mapping[str, Any]
+                    ) -> Sequence[tuple[Any, ...]]:
+        """Run one statement, atomic by itself; returns its rows (none for a write)."""
+        ...  # pragma: no cover
+
+    async def close(self) -> None:
+        """Close the connections."""
+        ...  # pragma: no cover
+
+
+class DirectDriver(Driver):
+    """A driver that sends the hot statements (:meth:`fetch`: the ready read, the gate
+    summary, its batch write) through connections of its own, :attr:`direct`.
+
+    Each of them is a single statement, atomic by itself, so it runs without a
+    transaction around it. The ready read is built once per shape: its limit
+    is a parameter, and the items in hand travel as one JSON array, encoded in
+    C (:meth:`build_ready` reads it with the database's JSON table function).
+    """
+
+    direct: DirectPath
+
+    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
+        super().__init__(engine, statements)
+        self.direct = self.open_direct()
+        self._ready = {excluding: self.build_ready(excluding) for excluding in (False, True)}
+
+    def open_direct(self) -> DirectPath:
+        """The driver's own connections (opened lazily, at the first statement)."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Close the direct path's connections."""
+        await self.direct.close()
+
+    async def fetch(self, statement: Any, params: Mapping[str, Any], *, read: bool
+                    ) -> Sequence[Any]:
+        """Run one statement on the direct path (a transaction of its own); returns its rows.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed, refused it or could
+                not be reached.
+        """
+        return await self.direct.fetch(statement, params)
+
+    # -- the ready read -----------------------------------------------------
+
+    def ready_statement(self, excluding: bool, limit: int) -> Select[Any]:
+        """The ready read with bind parameters pid, gate, limit (and exclude, a JSON array)."""
+        return self._ready[excluding]
+
+    def ready_params(self, partition_id: str, gate: int, limit: int,
+                     exclude: Collection[str]) -> dict[str, Any]:
+        """The parameters of :meth:`ready_statement`, ``exclude`` as JSON text."""
+        params: dict[str, Any] = {"pid": partition_id, "gate": gate, "limit": limit}
+        if exclude:
+            params["exclude"] = json_param(exclude)
+        return params
+
+    def build_ready(self, excluding: bool) -> Select[Any]:
+        """The ready read, with ``NOT IN`` the texts of the JSON array ``exclude``."""
+        query = self.statements.items_ready(bindparam("limit", type_=Integer()))
+        if excluding:
+            texts = json_text_table("exclude")
+            query = query.where(self.statements.tables.items.c.id.not_in(select(texts.c.value)))
+        return query
+
+    # -- observation --------------------------------------------------------
+
+    def add_statement_listener(self, listener: StatementListener) -> None:
+        """Call ``listener`` with the text of each statement sent on the direct path."""
+        self.direct.listeners.append(listener)
+
+    def remove_statement_listener(self, listener: StatementListener) -> None:
+        """Stop calling ``listener`` (a listener never added is ignored)."""
+        if listener in self.direct.listeners:
+            self.direct.listeners.remove(listener)

@@ -1,4 +1,11 @@
-"""SQL Server: the clock, and the portable driver.
+"""SQL Server: the clock, and the one-statement result write.
+
+A batch of results is one guarded ``UPDATE ... OUTPUT inserted.partition_id,
+inserted.id FROM items, OPENJSON(...) WITH (...) AS v``, each row matched on
+its version and fenced on the lease, the rows travelling as one JSON text:
+the shape of PostgreSQL's batch write, with ``OUTPUT`` for ``RETURNING``. It
+goes through the engine (pymssql has no asyncio path to go around it);
+everything else is the portable driver's.
 
 No SQL Server runs in CI: what this module renders is checked by compilation
 (``tests/unit/test_dialects.py``).
@@ -6,12 +13,30 @@ No SQL Server runs in CI: what this module renders is checked by compilation
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import bindparam, case, func, literal_column, update
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import Update
 
-from watcher.drivers.base import Driver
-from watcher.drivers.sql import clock_now, clock_parameter, data_size, db_now, time_plus
+from watcher.drivers.base import Driver, write_transaction
+from watcher.drivers.sql import (
+    batch_rows,
+    batch_rows_json,
+    batch_table,
+    clock_now,
+    clock_parameter,
+    data_size,
+    db_now,
+    json_texts,
+    time_plus,
+)
+from watcher.records import ItemWrite
+
+if TYPE_CHECKING:
+    from watcher.store import Statements
 
 NOW = "SYSUTCDATETIME()"
 
@@ -52,14 +77,39 @@ def _size(element: data_size, compiler: Any, **kw: Any) -> str:
     return f"DATALENGTH({compiler.process(element.clauses, **kw)})"
 
 
+# The id columns' collation (watcher.models): ids from the JSON rows are compared in
+# it, so that the comparison has one collation and the primary key serves it.
+ID_COLLATION = "Latin1_General_100_BIN2"
+# The batch rows' columns (watcher.drivers.sql.BATCH_COLUMNS), in OPENJSON's terms.
+BATCH_COLUMNS = ", ".join((
+    "pid NVARCHAR(255) '$[0]'", "iid NVARCHAR(255) '$[1]'", "seen BIGINT '$[2]'",
+    "status NVARCHAR(16) '$[3]'", "gate BIGINT '$[4]'", "attempts BIGINT '$[5]'",
+    "error NVARCHAR(max) '$[6]'", "data VARCHAR(max) '$[7]'", "delay FLOAT '$[8]'"))
+
+
+@compiles(batch_rows, "mssql")
+def _batch_rows(element: batch_rows, compiler: Any, **kw: Any) -> str:
+    return f"OPENJSON({compiler.process(element.clauses, **kw)}) WITH ({BATCH_COLUMNS})"
+
+
+@compiles(json_texts, "mssql")
+def _texts(element: json_texts, compiler: Any, **kw: Any) -> str:
+    return f"OPENJSON({compiler.process(element.clauses, **kw)}) WITH (value NVARCHAR(255) '$')"
+
+
 # Errors refusing a value: string or binary data truncated (8152, 2628), arithmetic
 # overflow (8115), conversion failed (245, 241), cannot insert NULL (515).
 VALUE_REFUSALS = frozenset({8152, 2628, 8115, 245, 241, 515})
 
 
 class SQLServerDriver(Driver):
-    """SQL Server: the portable driver. Its ready read keeps the literal limit
-    (``TOP n``) and its clock is ``SYSUTCDATETIME()``; watchers poll."""
+    """SQL Server: a batch of results in one ``UPDATE ... OPENJSON ... OUTPUT``; the rest
+    portable. Its ready read keeps the literal limit (``TOP n``) and its clock is
+    ``SYSUTCDATETIME()``; watchers poll."""
+
+    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
+        super().__init__(engine, statements)
+        self.batch_statement = self._build_batch()
 
     def refuses_value(self, error: BaseException) -> bool:
         """See :meth:`Driver.refuses_value`; adds SQL Server's value error numbers."""
@@ -67,3 +117,40 @@ class SQLServerDriver(Driver):
             return True
         args = getattr(getattr(error, "orig", None), "args", ())
         return bool(args) and isinstance(args[0], int) and args[0] in VALUE_REFUSALS
+
+    async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
+        """The whole batch as one guarded UPDATE; ``OUTPUT`` tells which rows were applied.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed or refused a write
+                (then none of the batch is written).
+        """
+        async with write_transaction(self.engine) as conn:
+            rows = (await conn.execute(self.batch_statement,
+                                       self.batch_params(writes, owner))).all()
+        applied = {(pid, iid) for pid, iid in rows}
+        return [(w.partition_id, w.item_id) in applied for w in writes]
+
+    @staticmethod
+    def batch_params(writes: Sequence[ItemWrite], owner: str) -> dict[str, Any]:
+        """The parameters of :attr:`batch_statement` for ``writes`` by ``owner``."""
+        return {"owner": owner, "rows": batch_rows_json(writes)}
+
+    def _build_batch(self) -> Update:
+        statements = self.statements
+        i = statements.tables.items
+        v = batch_table("rows").c
+        now = statements.now
+        data = func.convert(literal_column("VARBINARY(max)"), v.data, literal_column("2"))
+        return (
+            update(i)
+            .where(*statements.item_guard(v.pid.collate(ID_COLLATION),
+                                          v.iid.collate(ID_COLLATION), v.seen,
+                                          bindparam("owner")))
+            .values(version=i.c.version + 1, status=v.status,
+                    gate=func.coalesce(v.gate, i.c.gate), attempts=v.attempts,
+                    last_error=v.error, data=func.coalesce(data, i.c.data),
+                    updated_at=now,
+                    retry_at=case((v.delay > 0, statements.now_plus(v.delay)), else_=now))
+            .returning(i.c.partition_id, i.c.id)
+        )

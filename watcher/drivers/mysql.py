@@ -1,13 +1,46 @@
-"""MariaDB and MySQL: the clock, and the portable driver."""
+"""MariaDB and MySQL: the clock, the direct hot path, the one-statement result write.
+
+- The ready read and the gate summary go as autocommit statements through a
+  few aiomysql connections of the driver's own (:mod:`.mysql_direct`) instead
+  of SQLAlchemy's engine; the ready read leaves out the items in hand through
+  one JSON array parameter read with ``JSON_TABLE``.
+- A batch of results is one guarded ``UPDATE items, JSON_TABLE(...) AS v SET
+  ...``, each row still matched on its version and fenced on the lease, in a
+  transaction of its own. MariaDB has no ``RETURNING`` on ``UPDATE``, so the
+  count of changed rows tells the outcome: all of them, or none, is the
+  answer; anything between rolls the statement back and the batch goes again
+  one write at a time, each telling its own (the portable path).
+
+``JSON_TABLE`` needs MariaDB 10.6 or MySQL 8.0, which ``SKIP LOCKED`` needs too.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import bindparam, case, func, update
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import Update
 
-from watcher.drivers.base import Driver
-from watcher.drivers.sql import clock_now, clock_parameter, db_now, time_plus, time_plus_parts
+from watcher.drivers.base import DirectDriver
+from watcher.drivers.mysql_direct import MySQLDirect
+from watcher.drivers.sql import (
+    batch_rows,
+    batch_rows_json,
+    batch_table,
+    clock_now,
+    clock_parameter,
+    db_now,
+    json_texts,
+    time_plus,
+    time_plus_parts,
+)
+from watcher.records import ItemWrite
+
+if TYPE_CHECKING:
+    from watcher.store import Statements
 
 NOW = "UTC_TIMESTAMP(6)"
 
@@ -34,14 +67,46 @@ def _plus(element: time_plus, compiler: Any, **kw: Any) -> str:
     return f"({base} + INTERVAL CAST(({seconds}) * 1000000 AS SIGNED) MICROSECOND)"
 
 
+# Ids compare as the id columns do (utf8mb4_bin), so that the primary key serves the join.
+ID_TYPE = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+# The batch rows' columns (watcher.drivers.sql.BATCH_COLUMNS), in JSON_TABLE's terms.
+BATCH_COLUMNS = ", ".join((
+    f"pid {ID_TYPE} PATH '$[0]'", f"iid {ID_TYPE} PATH '$[1]'", "seen BIGINT PATH '$[2]'",
+    "status VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[3]'", "gate BIGINT PATH '$[4]'",
+    "attempts BIGINT PATH '$[5]'", "error LONGTEXT CHARACTER SET utf8mb4 PATH '$[6]'",
+    "data LONGTEXT CHARACTER SET ascii PATH '$[7]'", "delay DOUBLE PATH '$[8]'"))
+
+
+@compiles(batch_rows, "mysql")
+@compiles(batch_rows, "mariadb")
+def _batch_rows(element: batch_rows, compiler: Any, **kw: Any) -> str:
+    rows = compiler.process(element.clauses, **kw)
+    return f"JSON_TABLE({rows}, '$[*]' COLUMNS ({BATCH_COLUMNS}))"
+
+
+@compiles(json_texts, "mysql")
+@compiles(json_texts, "mariadb")
+def _texts(element: json_texts, compiler: Any, **kw: Any) -> str:
+    return (f"JSON_TABLE({compiler.process(element.clauses, **kw)}, '$[*]' "
+            f"COLUMNS (value {ID_TYPE} PATH '$'))")
+
+
 # Server errors refusing a value: packet too large, data too long, incorrect
 # string value, out of range, incorrect datetime, invalid JSON, column cannot be null.
 VALUE_REFUSALS = frozenset({1153, 1406, 1366, 1264, 1292, 3140, 1048})
 
 
-class MySQLDriver(Driver):
-    """MariaDB and MySQL: the portable driver (every statement through the engine,
-    watchers poll)."""
+class MySQLDriver(DirectDriver):
+    """MariaDB and MySQL: hot statements through aiomysql directly, one-statement batch
+    writes; watchers poll."""
+
+    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
+        super().__init__(engine, statements)
+        self.batch_statement = self._build_batch()
+
+    def open_direct(self) -> MySQLDirect:
+        """A few aiomysql connections with the engine's arguments (:mod:`.mysql_direct`)."""
+        return MySQLDirect.for_url(self.engine.url, self.engine.dialect)
 
     def refuses_value(self, error: BaseException) -> bool:
         """See :meth:`Driver.refuses_value`; adds the server's value error numbers."""
@@ -49,3 +114,45 @@ class MySQLDriver(Driver):
             return True
         args = getattr(getattr(error, "orig", None), "args", ())
         return bool(args) and isinstance(args[0], int) and args[0] in VALUE_REFUSALS
+
+    # -- result writes ------------------------------------------------------
+
+    async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
+        """The batch as one guarded ``UPDATE ... JSON_TABLE`` in a transaction of its own.
+
+        When every row changed, or none did, that is each write's outcome;
+        otherwise the statement is rolled back and the writes go one by one
+        (:meth:`Driver.items_apply`), each telling its own.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed or refused a write
+                (then none of the batch is written).
+        """
+        direct: MySQLDirect = self.direct  # type: ignore[assignment]
+        changed = await direct.write_batch(self.batch_statement,
+                                           self.batch_params(writes, owner), len(writes))
+        if changed == len(writes):
+            return [True] * len(writes)
+        if changed == 0:
+            return [False] * len(writes)
+        return await super().items_apply(writes, owner)
+
+    @staticmethod
+    def batch_params(writes: Sequence[ItemWrite], owner: str) -> dict[str, Any]:
+        """The parameters of :attr:`batch_statement` for ``writes`` by ``owner``."""
+        return {"owner": owner, "rows": batch_rows_json(writes)}
+
+    def _build_batch(self) -> Update:
+        statements = self.statements
+        i = statements.tables.items
+        v = batch_table("rows").c
+        now = statements.now
+        return (
+            update(i)
+            .where(*statements.item_guard(v.pid, v.iid, v.seen, bindparam("owner")))
+            .values(version=i.c.version + 1, status=v.status,
+                    gate=func.coalesce(v.gate, i.c.gate), attempts=v.attempts,
+                    last_error=v.error, data=func.coalesce(func.unhex(v.data), i.c.data),
+                    updated_at=now,
+                    retry_at=case((v.delay > 0, statements.now_plus(v.delay)), else_=now))
+        )

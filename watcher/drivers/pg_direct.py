@@ -21,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import psycopg
 from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
+
+from watcher.drivers.compiled import StatementCache
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +36,6 @@ log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 4
 # Seconds to wait for a new connection (libpq's connect_timeout; it takes 2 at least).
 CONNECT_TIMEOUT = 5
-
-
-class _Compiled(NamedTuple):
-    """A statement as sent: its text, the values bound in it, and the values read per run."""
-
-    sql: str
-    defaults: dict[str, Any]
-    live: dict[str, Callable[[], Any]]
 
 
 class DirectStatements:
@@ -63,21 +57,8 @@ class DirectStatements:
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._closed = False
-        self._compiled: dict[ClauseElement, _Compiled] = {}
+        self._compiled = StatementCache(dialect)
         self.listeners: list[Callable[[str], None]] = []
-
-    def _compile(self, statement: ClauseElement) -> _Compiled:
-        found = self._compiled.get(statement)
-        if found is None:
-            compiled = statement.compile(dialect=self._dialect)
-            # Parameters whose value is taken as the statement runs (the store's clock).
-            live = {name: bind.callable for name, bind in compiled.binds.items()
-                    if bind.callable is not None}
-            # The values SQLAlchemy bound itself (literals such as ``version + 1``).
-            defaults = {name: value for name, value in compiled.params.items()
-                        if value is not None and name not in live}
-            found = self._compiled[statement] = _Compiled(str(compiled), defaults, live)
-        return found
 
     async def fetch(self, statement: ClauseElement, params: Mapping[str, Any]
                     ) -> Sequence[tuple[Any, ...]]:
@@ -88,13 +69,11 @@ class DirectStatements:
                 could not be reached: the same types the SQLAlchemy engine
                 raises, with the parameters hidden.
         """
-        compiled = self._compile(statement)
+        compiled = self._compiled[statement]
         sql = compiled.sql
         for listener in self.listeners:
             listener(sql)
-        values = {**compiled.defaults, **params}
-        for name, read in compiled.live.items():
-            values.setdefault(name, read())
+        values = compiled.values(params)
         try:
             async with self._slots:
                 return await self._run(sql, values)

@@ -17,8 +17,7 @@ paths too: the clock is a parameter of the same statements.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Integer, Text, all_, bindparam, case, cast, column, func, select, update
@@ -27,13 +26,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, Select, Update
 
-from watcher.drivers.base import Driver, StatementListener
+from watcher.drivers.base import DirectDriver
 from watcher.drivers.pg_direct import DirectStatements
-from watcher.drivers.sql import db_now, time_plus, time_plus_parts
+from watcher.drivers.sql import batch_rows_json, db_now, time_plus, time_plus_parts
 from watcher.records import ItemWrite
 
 if TYPE_CHECKING:
     from watcher.store import Statements
+
+__all__ = ["PostgreSQLDriver", "batch_rows_json", "jsonb_param"]
 
 
 @compiles(db_now, "postgresql")
@@ -53,25 +54,12 @@ def jsonb_param(name: str) -> ColumnElement[Any]:
     return cast(bindparam(name, type_=Text()), JSONB)
 
 
-def batch_rows_json(writes: Iterable[ItemWrite]) -> str:
-    """Item writes as the JSON rows of the batch UPDATE: ``[pid, iid, seen, status,
-    gate, attempts, error, data as hex, retry delay]`` each.
-
-    Every text in a write is storable (:func:`~watcher.decisions.storable_text`),
-    so it is valid in ``jsonb`` too.
-    """
-    return json.dumps([
-        [w.partition_id, w.item_id, w.seen_version, w.status, w.gate, w.attempts,
-         w.last_error, None if w.data is None else w.data.hex(), w.retry_delay or 0.0]
-        for w in writes], ensure_ascii=False, separators=(",", ":"))
-
-
 # SQLSTATE classes of a refused value: data exception, integrity constraint
 # violation, program limit exceeded (a value too large to handle).
 VALUE_REFUSAL_CLASSES = frozenset({"22", "23", "54"})
 
 
-class PostgreSQLDriver(Driver):
+class PostgreSQLDriver(DirectDriver):
     """PostgreSQL: hot statements through psycopg directly, batch writes, notifications."""
 
     notifies = True
@@ -85,40 +73,17 @@ class PostgreSQLDriver(Driver):
 
     def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
         super().__init__(engine, statements)
-        self.direct = DirectStatements(engine.url, engine.dialect)
-        # Built once: the limit is a parameter, so one text serves every read.
-        self._ready = {excluding: self._build_ready(excluding) for excluding in (False, True)}
         self.batch_statement = self._build_batch()
 
-    async def close(self) -> None:
-        """Close the direct path's idle connections."""
-        await self.direct.close()
-
-    async def fetch(self, statement: Any, params: Mapping[str, Any], *, read: bool
-                    ) -> Sequence[Any]:
-        """Run one statement on the direct path (autocommit); returns its rows.
-
-        Raises:
-            sqlalchemy.exc.DBAPIError: the database failed, refused it or could
-                not be reached.
-        """
-        return await self.direct.fetch(statement, params)
+    def open_direct(self) -> DirectStatements:
+        """A few autocommit psycopg connections (:mod:`watcher.drivers.pg_direct`)."""
+        return DirectStatements(self.engine.url, self.engine.dialect)
 
     # -- the ready read -----------------------------------------------------
 
-    def ready_statement(self, excluding: bool, limit: int) -> Select[Any]:
-        """The ready read with bind parameters pid, gate, limit (and exclude, a JSON array)."""
-        return self._ready[excluding]
-
-    def ready_params(self, partition_id: str, gate: int, limit: int,
-                     exclude: Collection[str]) -> dict[str, Any]:
-        """The parameters of :meth:`ready_statement`, ``exclude`` as JSON text."""
-        params: dict[str, Any] = {"pid": partition_id, "gate": gate, "limit": limit}
-        if exclude:
-            params["exclude"] = json.dumps(list(exclude), ensure_ascii=False)
-        return params
-
-    def _build_ready(self, excluding: bool) -> Select[Any]:
+    def build_ready(self, excluding: bool) -> Select[Any]:
+        """The ready read; the items in hand are left out with ``<> ALL`` over an
+        array built from the JSON parameter."""
         query = self.statements.items_ready(bindparam("limit", type_=Integer()))
         if excluding:
             names = select(func.jsonb_array_elements_text(
@@ -142,8 +107,8 @@ class PostgreSQLDriver(Driver):
         """
         rows = await self.fetch(self.batch_statement, self.batch_params(writes, owner),
                                 read=False)
-        applied = {(pid, iid) for pid, iid in rows}
-        return [(w.partition_id, w.item_id) in applied for w in writes]
+        applied = {number for (number,) in rows}
+        return [number in applied for number in range(1, len(writes) + 1)]
 
     async def items_write_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
                              owner: str) -> int:
@@ -166,7 +131,7 @@ class PostgreSQLDriver(Driver):
         statements = self.statements
         i = statements.tables.items
         batch = func.jsonb_array_elements(jsonb_param("rows")).table_valued(
-            column("value", JSONB)).render_derived(name="v")
+            column("value", JSONB), with_ordinality="n").render_derived(name="v")
         row = batch.c.value
         pid, iid = row[0].as_string(), row[1].as_string()
         delay = row[8].as_float()
@@ -180,7 +145,9 @@ class PostgreSQLDriver(Driver):
                     data=func.coalesce(func.decode(row[7].as_string(), "hex"), i.c.data),
                     updated_at=now,
                     retry_at=case((delay > 0, statements.now_plus(delay)), else_=now))
-            .returning(i.c.partition_id, i.c.id)
+            # Each applied row's place in the batch (the same item twice in a batch is
+            # written once: only the write that was applied says so).
+            .returning(batch.c.n)
         )
 
     # -- wake-ups -----------------------------------------------------------
@@ -204,14 +171,3 @@ class PostgreSQLDriver(Driver):
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             async for notice in conn.notifies():
                 yield notice.payload
-
-    # -- observation --------------------------------------------------------
-
-    def add_statement_listener(self, listener: StatementListener) -> None:
-        """Call ``listener`` with the text of each statement sent on the direct path."""
-        self.direct.listeners.append(listener)
-
-    def remove_statement_listener(self, listener: StatementListener) -> None:
-        """Stop calling ``listener`` (a listener never added is ignored)."""
-        if listener in self.direct.listeners:
-            self.direct.listeners.remove(listener)

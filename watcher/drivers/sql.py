@@ -7,7 +7,9 @@ parameter the store's clock fills in at each execution (``NULL`` for the
 database clock, a fixed time in tests), so one statement serves both.
 ``time_plus(base, seconds)`` adds seconds (fractions allowed) to a time.
 ``lock_unless_busy(query, table)`` makes a SELECT lock the rows it reads and
-pass by rows another session holds.
+pass by rows another session holds. ``batch_rows(param)`` and
+``json_texts(param)`` read one JSON text parameter as a table: a batch of item
+writes (:func:`batch_rows_json`), and a list of ids.
 
 This module holds the elements and their portable renderings; each database's
 module in this package (:mod:`.sqlite`, :mod:`.postgresql`, :mod:`.mysql`,
@@ -17,9 +19,22 @@ registers them all.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import DateTime, Float, Integer, Select, Table, bindparam
+from sqlalchemy import (
+    DateTime,
+    Float,
+    Integer,
+    Select,
+    Table,
+    TableValuedAlias,
+    Text,
+    Unicode,
+    bindparam,
+    column,
+)
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, FunctionElement
 
@@ -27,6 +42,7 @@ from watcher.models import timestamp_type
 
 if TYPE_CHECKING:
     from watcher.clock import Clock
+    from watcher.records import ItemWrite
 
 # The name of the parameter that carries a clock's reading.
 CLOCK_PARAMETER = "clock_now"
@@ -133,3 +149,68 @@ def lock_unless_busy(query: Select[Any], table: Table) -> Select[Any]:
     """
     return (query.with_for_update(skip_locked=True)
             .with_hint(table, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql"))
+
+
+# -- JSON parameters read as tables -------------------------------------------
+
+# The columns of a batch row, in the order batch_rows_json writes them.
+BATCH_COLUMNS = (("pid", Unicode()), ("iid", Unicode()), ("seen", Integer()),
+                 ("status", Unicode()), ("gate", Integer()), ("attempts", Integer()),
+                 ("error", Text()), ("data", Text()), ("delay", Float()))
+
+
+def batch_rows_json(writes: Iterable[ItemWrite]) -> str:
+    """Item writes as the JSON rows of a batch write: ``[pid, iid, seen, status, gate,
+    attempts, error, data as hex, retry delay]`` each (:data:`BATCH_COLUMNS`).
+
+    Every text in a write is storable (:func:`~watcher.decisions.storable_text`),
+    so it is valid JSON text too. ``json.dumps`` encodes the whole batch in C,
+    where the same values as separate parameters would be encoded one by one.
+    """
+    return json.dumps([
+        [w.partition_id, w.item_id, w.seen_version, w.status, w.gate, w.attempts,
+         w.last_error, None if w.data is None else w.data.hex(), w.retry_delay or 0.0]
+        for w in writes], ensure_ascii=False, separators=(",", ":"))
+
+
+class batch_rows(FunctionElement[Any]):
+    """The rows of a :func:`batch_rows_json` parameter, as a table of
+    :data:`BATCH_COLUMNS`; use :func:`batch_table`. Each database renders its own
+    JSON table function (MariaDB/MySQL ``JSON_TABLE``, SQL Server ``OPENJSON``)."""
+
+    inherit_cache = True
+    name = "batch_rows"
+
+
+def batch_table(name: str) -> TableValuedAlias:
+    """The batch parameter ``name`` as the table ``v`` with the :data:`BATCH_COLUMNS`."""
+    rows = batch_rows(bindparam(name, type_=Text()))
+    return rows.table_valued(*(column(key, type_) for key, type_ in BATCH_COLUMNS), name="v")
+
+
+class json_texts(FunctionElement[Any]):
+    """The texts of a JSON array parameter, as a table of one column ``value``; use
+    :func:`json_text_table`. SQLite reads it with ``json_each``, MariaDB/MySQL with
+    ``JSON_TABLE``, SQL Server with ``OPENJSON``."""
+
+    inherit_cache = True
+    name = "json_texts"
+
+
+def json_text_table(name: str) -> TableValuedAlias:
+    """The JSON array parameter ``name`` as the table ``j`` of one column ``value``."""
+    texts = json_texts(bindparam(name, type_=Text()))
+    return texts.table_valued(column("value", Unicode()), name="j")
+
+
+def json_param(values: Iterable[str]) -> str:
+    """``values`` as the JSON array a :func:`json_text_table` parameter takes."""
+    return json.dumps(list(values), ensure_ascii=False, separators=(",", ":"))
+
+
+@compiles(batch_rows)
+@compiles(json_texts)
+def _json_table_portable(element: FunctionElement[Any], compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError(
+        f"statefeed reads no JSON parameter as a table on the {compiler.dialect.name!r} "
+        "database")

@@ -1,18 +1,36 @@
-"""SQLite: the clock as text, and the portable driver.
+"""SQLite: the clock as text, the hot path on the event loop's thread, batch writes.
 
 SQLite has no time type: SQLAlchemy stores times as text with six fractional
 digits, and comparisons order them as text, so the clock renders that same
 form. Its arithmetic keeps milliseconds (``strftime``'s ``%f``).
+
+The ready read, the gate summary and the batch of result writes run on one
+``sqlite3`` connection of the driver's own, from the event loop's thread
+(:mod:`watcher.drivers.sqlite_direct`, which also says what its commits
+promise); everything else goes through the engine (aiosqlite). A batch of
+results is one guarded, fenced ``UPDATE`` sent once with all the rows
+(``executemany``) in one transaction.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import Float, Integer, LargeBinary, bindparam, case, func, update
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import Update
 
-from watcher.drivers.base import Driver
-from watcher.drivers.sql import data_size, db_now, time_plus, time_plus_parts
+from watcher.database import SQLITE_BUSY_TIMEOUT_SECONDS
+from watcher.drivers.base import DirectDriver
+from watcher.drivers.sql import data_size, db_now, json_texts, time_plus, time_plus_parts
+from watcher.drivers.sqlite_direct import SQLiteDirect
+from watcher.records import ItemWrite
+
+if TYPE_CHECKING:
+    from watcher.store import Statements
 
 SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 
@@ -30,6 +48,12 @@ def _size(element: data_size, compiler: Any, **kw: Any) -> str:
     return f"length({compiler.process(element.clauses, **kw)})"
 
 
+@compiles(json_texts, "sqlite")
+def _texts(element: json_texts, compiler: Any, **kw: Any) -> str:
+    # json_each's own column is named "value", as json_texts promises.
+    return f"json_each({compiler.process(element.clauses, **kw)})"
+
+
 @compiles(time_plus, "sqlite")
 def _plus(element: time_plus, compiler: Any, **kw: Any) -> str:
     base, seconds = time_plus_parts(element, compiler, **kw)
@@ -39,5 +63,53 @@ def _plus(element: time_plus, compiler: Any, **kw: Any) -> str:
     )
 
 
-class SQLiteDriver(Driver):
-    """SQLite: the portable driver (every statement through the engine, watchers poll)."""
+class SQLiteDriver(DirectDriver):
+    """SQLite: the hot statements on a connection of its own, from the loop's thread;
+    a batch of results in one ``executemany``; watchers poll."""
+
+    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
+        super().__init__(engine, statements)
+        self.write_statement = self._build_write()
+
+    def open_direct(self) -> SQLiteDirect:
+        """One ``sqlite3`` connection on the engine's file (:mod:`.sqlite_direct`)."""
+        return SQLiteDirect(self.engine.url.database or "", SQLiteDialect_pysqlite(
+            paramstyle="named"), busy_timeout=SQLITE_BUSY_TIMEOUT_SECONDS)
+
+    async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
+        """The batch as one guarded, fenced ``UPDATE`` sent with every row at once
+        (``executemany``) in one transaction; when some row's guard fails, the rows
+        go again one by one to tell which (see :meth:`SQLiteDirect.write_rows`).
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: SQLite failed or refused a write (then none
+                of the batch is written).
+        """
+        direct: SQLiteDirect = self.direct  # type: ignore[assignment]
+        # The values every row shares: those SQLAlchemy bound, the clock's reading.
+        shared = direct.values(self.write_statement, {"owner": owner})
+        rows = [{**shared, "pid": w.partition_id, "iid": w.item_id, "seen": w.seen_version,
+                 "new_status": w.status, "new_gate": w.gate, "new_attempts": w.attempts,
+                 "new_error": w.last_error, "new_data": w.data,
+                 "delay": w.retry_delay or 0.0}
+                for w in writes]
+        return await direct.write_rows(self.write_statement, rows)
+
+    def _build_write(self) -> Update:
+        """One guarded, fenced item write for every shape of result: new data or not
+        (``COALESCE``), a retry delay or not (``CASE``)."""
+        statements = self.statements
+        i = statements.tables.items
+        delay = bindparam("delay", type_=Float())
+        now = statements.now
+        return (
+            update(i)
+            .where(*statements.item_guard(bindparam("pid"), bindparam("iid"),
+                                          bindparam("seen"), bindparam("owner")))
+            .values(version=i.c.version + 1, status=bindparam("new_status"),
+                    gate=func.coalesce(bindparam("new_gate", type_=Integer()), i.c.gate),
+                    attempts=bindparam("new_attempts"), last_error=bindparam("new_error"),
+                    data=func.coalesce(bindparam("new_data", type_=LargeBinary()), i.c.data),
+                    updated_at=now,
+                    retry_at=case((delay > 0, statements.now_plus(delay)), else_=now))
+        )

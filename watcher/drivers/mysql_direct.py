@@ -1,0 +1,230 @@
+"""Sending the engine's hottest statements to MariaDB/MySQL through aiomysql directly.
+
+Through SQLAlchemy's engine each statement is a transaction: a pool checkout
+that pings the server, ``BEGIN``, the statement and ``COMMIT``, four round
+trips and as many greenlet switches. The ready read and the gate summary
+are single statements, atomic by themselves, so they go instead as one
+autocommit statement on an open connection of this module's small pool; the
+batch of result writes is one statement too, sent in a transaction of its own
+on a connection that does not autocommit, so that it can be rolled back when
+fewer rows changed than were sent (:meth:`MySQLDirect.write_batch`).
+
+Connections take the engine's connect arguments (host, credentials,
+``charset``, TLS, ``FOUND_ROWS``, so a write counts the rows it matched) and
+run at READ COMMITTED, as the engine's do. A statement that meets a dead idle
+connection (the server restarted, or ended the session) is sent again once on
+a new one, as the engine's pool pre-ping would have arranged; a failure while
+a commit is under way is never sent again (it may have been applied).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import aiomysql
+import pymysql
+from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql import ClauseElement
+
+from watcher.drivers.compiled import StatementCache
+
+log = logging.getLogger(__name__)
+
+# Connections the hot path may hold at once, per kind (autocommit or not).
+MAX_CONNECTIONS = 4
+READ_COMMITTED = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+# The batch write joins its JSON rows to the items and checks the lease with
+# EXISTS. Left to itself, the optimizer turns that EXISTS into a semi-join and,
+# on a freshly filled table (no statistics yet), starts from the partitions and
+# reads every item of each one. Without semi-joins (and, on MariaDB, without
+# turning EXISTS into IN) it reads the JSON rows, finds each item by its primary
+# key and then its partition by its own: PostgreSQL's plan.
+OPTIMIZER = {True: "SET SESSION optimizer_switch = 'semijoin=off,exists_to_in=off'",
+             False: "SET SESSION optimizer_switch = 'semijoin=off'"}
+# Client errors meaning the connection is gone: server gone away, lost during a
+# query, out of sync, cannot connect, lost during the handshake.
+DISCONNECTS = frozenset({2006, 2013, 2014, 2003, 2055})
+
+
+def is_disconnect(error: BaseException) -> bool:
+    """Whether ``error`` means the connection is gone (not a refused statement)."""
+    if isinstance(error, pymysql.err.InterfaceError | ConnectionError | EOFError):
+        return True
+    args = getattr(error, "args", ())
+    return (isinstance(error, pymysql.err.OperationalError) and bool(args)
+            and args[0] in DISCONNECTS)
+
+
+class MySQLDirect:
+    """Runs compiled statements on a few aiomysql connections of its own.
+
+    ``connect_args`` are the keyword arguments of :func:`aiomysql.connect`
+    (``dialect.create_connect_args(url)``); ``dialect`` compiles the
+    statements (its paramstyle must be ``pyformat``) and names the errors.
+    ``listeners`` are called with each statement's text as it is sent.
+    """
+
+    def __init__(self, connect_args: Mapping[str, Any], dialect: Dialect, *,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
+        self._connect_args = dict(connect_args)
+        self._dialect = dialect
+        self._compiled = StatementCache(dialect)
+        self._slots = {True: asyncio.Semaphore(max_connections),
+                       False: asyncio.Semaphore(max_connections)}
+        self._idle: dict[bool, list[aiomysql.Connection]] = {True: [], False: []}
+        self._closed = False
+        self.listeners: list[Callable[[str], None]] = []
+
+    @classmethod
+    def for_url(cls, url: URL, dialect: Dialect) -> MySQLDirect:
+        """Connections with the arguments SQLAlchemy gives aiomysql for ``url`` (whatever
+        driver the engine has); statements compiled for ``dialect``'s database."""
+        from sqlalchemy.dialects.mysql.aiomysql import MySQLDialect_aiomysql
+
+        _, kwargs = MySQLDialect_aiomysql().create_connect_args(
+            url.set(drivername="mysql+aiomysql"))
+        compiling = type(dialect)(paramstyle="pyformat")
+        return cls(kwargs, compiling)
+
+    async def fetch(self, statement: ClauseElement, params: Mapping[str, Any]
+                    ) -> Sequence[tuple[Any, ...]]:
+        """Run one statement (autocommit); returns its rows (none for a write).
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed or refused it, or could
+                not be reached (parameters hidden).
+        """
+        compiled = self._compiled[statement]
+        sql = compiled.sql
+        self._sent(sql)
+        values = compiled.values(params)
+
+        async def run(conn: aiomysql.Connection) -> list[tuple[Any, ...]]:
+            async with conn.cursor() as cursor:
+                await cursor.execute(sql, values)
+                return compiled.rows(await cursor.fetchall())
+
+        return await self._on_connection(True, run, sql)
+
+    async def write_batch(self, statement: ClauseElement, params: Mapping[str, Any],
+                          expected: int) -> int:
+        """Run ``statement`` in a transaction of its own; commit it when it changed
+        ``expected`` rows, roll it back otherwise. Returns how many it changed
+        (so a figure other than ``expected`` means nothing was written).
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed or refused it, or could
+                not be reached (then nothing was written, unless the connection
+                dropped during the commit, which leaves the outcome unknown).
+        """
+        compiled = self._compiled[statement]
+        sql = compiled.sql
+        self._sent(sql)
+        values = compiled.values(params)
+
+        async def run(conn: aiomysql.Connection) -> int:
+            async with conn.cursor() as cursor:
+                changed: int = await cursor.execute(sql, values)
+            try:
+                if changed == expected:
+                    self._sent("COMMIT")
+                    await conn.commit()
+                else:
+                    self._sent("ROLLBACK")
+                    await conn.rollback()
+            except (pymysql.err.Error, ConnectionError, EOFError) as error:
+                raise _Unrepeatable(error) from None
+            return changed
+
+        return await self._on_connection(False, run, sql)
+
+    def _sent(self, sql: str) -> None:
+        for listener in self.listeners:
+            listener(sql)
+
+    async def _on_connection(self, autocommit: bool, run: Callable[[aiomysql.Connection], Any],
+                             sql: str) -> Any:
+        try:
+            async with self._slots[autocommit]:
+                return await self._run(autocommit, run)
+        except pymysql.err.Error as error:
+            raise DBAPIError.instance(sql, None, error, pymysql.err.Error, hide_parameters=True,
+                                      connection_invalidated=is_disconnect(error),
+                                      dialect=self._dialect) from None
+        except (ConnectionError, EOFError) as error:
+            raise DBAPIError.instance(sql, None, error, Exception, hide_parameters=True,
+                                      connection_invalidated=True,
+                                      dialect=self._dialect) from None
+
+    async def _run(self, autocommit: bool, run: Callable[[aiomysql.Connection], Any]) -> Any:
+        idle = self._idle[autocommit]
+        while True:
+            reused = bool(idle)
+            conn = idle.pop() if reused else await self._connect(autocommit)
+            try:
+                result = await run(conn)
+            except _Unrepeatable as failed:  # the commit's outcome is unknown: never resend
+                conn.close()
+                raise failed.error from None
+            except (pymysql.err.Error, ConnectionError, EOFError) as error:
+                if not is_disconnect(error):  # the statement failed; the connection is fine
+                    await self._release_after_error(conn)
+                    raise
+                conn.close()
+                if not reused:
+                    raise
+                log.debug("action=direct_connection_dead; sending again on a new connection")
+                continue
+            except BaseException:  # cancelled mid-statement: the session's state is unknown
+                conn.close()
+                raise
+            self._give_back(conn)
+            return result
+
+    async def _release_after_error(self, conn: aiomysql.Connection) -> None:
+        """Give ``conn`` back after a failed statement, its transaction rolled back."""
+        if not conn.get_autocommit():
+            try:
+                await conn.rollback()
+            except BaseException:
+                conn.close()
+                raise
+        self._give_back(conn)
+
+    async def _connect(self, autocommit: bool) -> aiomysql.Connection:
+        if self._closed:
+            raise pymysql.err.OperationalError(2006, "the store is closed")
+        conn = await aiomysql.connect(**self._connect_args, autocommit=autocommit)
+        try:
+            async with conn.cursor() as cursor:
+                await cursor.execute(READ_COMMITTED)
+                await cursor.execute(OPTIMIZER["MariaDB" in conn.get_server_info()])
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _give_back(self, conn: aiomysql.Connection) -> None:
+        if self._closed:
+            conn.close()
+        else:
+            self._idle[conn.get_autocommit()].append(conn)
+
+    async def close(self) -> None:
+        """Close the idle connections; those in use close when their statement ends."""
+        self._closed = True
+        for idle in self._idle.values():
+            while idle:
+                idle.pop().close()
+
+
+class _Unrepeatable(Exception):
+    """A failure after which the statement must not be sent again (during a commit)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error

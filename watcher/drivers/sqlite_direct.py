@@ -1,0 +1,262 @@
+"""SQLite's hot path: one connection of the driver's own, used from the event loop's thread.
+
+The engine runs SQLite through aiosqlite: every statement is a trip to a
+worker thread and back, and the worker needs the interpreter lock again after
+every step of SQLite's, which a busy event loop holds for up to the switch
+interval (5 ms). That, more than SQLite, set the speed. The ready read, the
+gate summary and the batch of result writes take microseconds in SQLite
+itself, so this path runs them synchronously on the event loop's thread, on
+one ``sqlite3`` connection of its own: no thread, no pool, no greenlet.
+
+Nothing here may block the loop for long, so the connection never waits on a
+lock inside SQLite (``busy_timeout`` 0): when another connection holds the
+write lock (a lease write of the engine's, another process), the statement
+fails at once with SQLITE_BUSY and is tried again after an ``asyncio.sleep``
+that grows from 1 ms, until the engine's busy timeout has passed. Reads never
+meet that lock (the file is in WAL mode: readers and the writer do not wait on
+each other). Checkpoints, which write the database file and sync it, run in a
+worker thread on a connection of their own: the hot connection never runs one
+(``wal_autocheckpoint=0``).
+
+SQLite runs in this process, so the database's clock is this machine's: where
+the store's clock gives no reading (the database clock), the statements here
+get the time read once per statement from Python instead of SQLite computing
+``strftime('now')`` for every row it looks at (the same clock, read once).
+
+Durability: the hot connection commits with ``synchronous=NORMAL``. In WAL
+mode that does not sync the log at each commit, so after a power loss the
+last result writes may be gone, and only as a whole: the log is replayed up
+to the last commit that reached the disk, which includes everything committed
+before any later ``synchronous=FULL`` commit (the engine's: client writes,
+leases, gate moves). A result write lost that way leaves its item as it was
+before the call, so the step runs again; it is never half applied and never
+applied twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql import ClauseElement
+
+from watcher.drivers.compiled import CompiledStatement, StatementCache
+from watcher.drivers.sql import CLOCK_PARAMETER
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# SQLite's primary result codes for "another connection holds the lock".
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+# Pauses between tries while another connection holds the write lock.
+FIRST_PAUSE = 0.001
+MAX_PAUSE = 0.05
+# A checkpoint is started in a worker thread after this many commits of the hot path.
+CHECKPOINT_EVERY = 64
+
+
+def is_busy(error: BaseException) -> bool:
+    """Whether ``error`` says another connection holds a lock SQLite needs."""
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
+    return "locked" in str(error)
+
+
+class SQLiteDirect:
+    """Runs compiled statements on one ``sqlite3`` connection, from the event loop's thread.
+
+    ``busy_timeout`` is how long a statement keeps trying while another
+    connection holds the write lock. ``listeners`` are called with each
+    statement's text as it is sent (the benchmark counts statements this way).
+    """
+
+    def __init__(self, path: str, dialect: Dialect, *, busy_timeout: float) -> None:
+        self._path = path
+        self._dialect = dialect
+        self._busy_timeout = busy_timeout
+        self._compiled = StatementCache(dialect)
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        self._commits = 0
+        self._checkpoint: asyncio.Future[None] | None = None
+        self._checkpoint_conn: sqlite3.Connection | None = None
+        self.listeners: list[Callable[[str], None]] = []
+
+    def compiled(self, statement: ClauseElement) -> CompiledStatement:
+        """``statement`` compiled for this connection (once)."""
+        return self._compiled[statement]
+
+    def values(self, statement: ClauseElement, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The parameters to send for ``params``, the clock's time read now."""
+        compiled = self._compiled[statement]
+        values = compiled.values(params)
+        if CLOCK_PARAMETER in compiled.live and values[CLOCK_PARAMETER] is None:
+            values[CLOCK_PARAMETER] = machine_now()
+        return values
+
+    # -- statements -----------------------------------------------------------
+
+    async def fetch(self, statement: ClauseElement, params: Mapping[str, Any]
+                    ) -> Sequence[tuple[Any, ...]]:
+        """Run one statement (autocommit: a transaction of its own); returns its rows.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: SQLite failed or refused it, or the lock
+                stayed taken for the busy timeout.
+        """
+        compiled = self._compiled[statement]
+        values = self.values(statement, params)
+        self._sent(compiled.sql)
+
+        def run() -> list[tuple[Any, ...]]:
+            cursor = self._connection().execute(compiled.sql, values)
+            return compiled.rows(cursor.fetchall())
+
+        return await self._retrying(run, compiled.sql)
+
+    async def write_rows(self, statement: ClauseElement, rows: Sequence[dict[str, Any]]
+                         ) -> list[bool]:
+        """Run ``statement`` (a write that changes at most one row) once per row of
+        ``rows`` in one transaction; returns, per row, whether it changed one.
+
+        The rows go in one ``executemany``; when fewer rows changed than were
+        sent, the transaction is rolled back and the rows run one by one, each
+        telling its own outcome. ``rows`` hold every parameter, in the types
+        ``sqlite3`` takes as they are.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: SQLite failed or refused a row (then none
+                is written), or the lock stayed taken for the busy timeout.
+        """
+        sql = self._compiled[statement].sql
+
+        def run() -> list[bool]:
+            conn = self._connection()
+            self._sent("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._sent(sql)
+                if conn.executemany(sql, rows).rowcount == len(rows):
+                    applied = [True] * len(rows)
+                else:  # some guard failed: find out which, one row at a time
+                    conn.execute("ROLLBACK")
+                    conn.execute("BEGIN IMMEDIATE")
+                    applied = []
+                    for row in rows:
+                        self._sent(sql)
+                        applied.append(conn.execute(sql, row).rowcount == 1)
+                self._sent("COMMIT")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return applied
+
+        applied = await self._retrying(run, sql)
+        self._committed()
+        return applied
+
+    def _sent(self, sql: str) -> None:
+        for listener in self.listeners:
+            listener(sql)
+
+    async def _retrying(self, run: Callable[[], T], sql: str) -> T:
+        """``run()`` now, and again after a pause while another connection holds the lock.
+
+        Raises what ``run`` raises as the engine would (a ``DBAPIError``, with
+        the parameters hidden); a busy database once the busy timeout has passed.
+        """
+        deadline: float | None = None
+        pause = FIRST_PAUSE
+        while True:
+            try:
+                return run()
+            except sqlite3.Error as error:
+                if not is_busy(error):
+                    raise _wrapped(sql, error, self._dialect) from None
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._busy_timeout
+                elif now >= deadline:
+                    raise _wrapped(sql, error, self._dialect) from None
+                wait = min(pause, deadline - now)  # the last try at the deadline
+            await asyncio.sleep(wait)
+            pause = min(pause * 2, MAX_PAUSE)
+
+    # -- the connection -------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            if self._closed:
+                raise sqlite3.OperationalError("the store is closed")
+            conn = sqlite3.connect(self._path, timeout=0, isolation_level=None,
+                                   check_same_thread=False)
+            try:
+                # WAL is a property of the file, set by the migration (or the engine's
+                # first connection); asking again costs nothing once it is set.
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("PRAGMA wal_autocheckpoint=0")
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _committed(self) -> None:
+        """Count a commit; after :data:`CHECKPOINT_EVERY`, checkpoint in a worker thread."""
+        self._commits += 1
+        if self._commits < CHECKPOINT_EVERY or self._checkpoint is not None or self._closed:
+            return
+        self._commits = 0
+        self._checkpoint = asyncio.get_running_loop().run_in_executor(None, self._run_checkpoint)
+        self._checkpoint.add_done_callback(self._checkpoint_done)
+
+    def _run_checkpoint(self) -> None:
+        # PASSIVE copies what no reader still needs and never waits on a lock.
+        if self._checkpoint_conn is None:
+            self._checkpoint_conn = sqlite3.connect(self._path, timeout=0, isolation_level=None,
+                                                    check_same_thread=False)
+        self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def _checkpoint_done(self, future: asyncio.Future[None]) -> None:
+        self._checkpoint = None
+        if not future.cancelled() and future.exception() is not None:
+            # The next one will try again; the engine's connections checkpoint too.
+            log.debug("action=checkpoint_failed error=%s", type(future.exception()).__name__)
+
+    async def close(self) -> None:
+        """Close the connections (waiting for a checkpoint under way)."""
+        self._closed = True
+        if self._checkpoint is not None:
+            with contextlib.suppress(Exception):
+                await self._checkpoint
+        for conn in (self._conn, self._checkpoint_conn):
+            if conn is not None:
+                conn.close()
+        self._conn = self._checkpoint_conn = None
+
+
+def machine_now() -> str:
+    """This machine's UTC time as SQLite stores times (the clock ``strftime('now')`` reads)."""
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _wrapped(sql: str, error: sqlite3.Error, dialect: Dialect) -> DBAPIError:
+    """``error`` as the SQLAlchemy error the engine would raise, parameters hidden."""
+    return DBAPIError.instance(sql, None, error, sqlite3.Error, hide_parameters=True,
+                               dialect=dialect)
