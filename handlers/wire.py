@@ -134,29 +134,58 @@ def parse_batch_entry(position: int, entry: Any) -> Item:
             wrong type or value. The message names the position and the field.
     """
     where = f"batch entry {position}"
+    _check_entry(where, entry, BATCH_FIELDS, "entry",
+                 ("partition_id", "item_id", "idempotency_key", "data_b64"))
+    gate = _entry_number(where, entry, "gate", 0)
+    attempt = _entry_number(where, entry, "attempt", 1)
+    data = _entry_data(where, entry)
+    return Item(id=entry["item_id"], partition_id=entry["partition_id"], gate=gate,
+                attempt=attempt, idempotency_key=entry["idempotency_key"], data=data)
+
+
+def _check_entry(where: str, entry: Any, fields: tuple[str, ...], noun: str,
+                 strings: tuple[str, ...]) -> None:
+    """Check that ``entry`` (a batch entry or a reduce item) is an object with every
+    one of ``fields``, and ``strings`` among them strings.
+
+    Raises:
+        BadRequest: it is not; the message names ``where`` and the field.
+    """
     if not isinstance(entry, dict):
         raise BadRequest(f"{where} is a JSON {_json_type(entry)}, not an object")
-    missing = [name for name in BATCH_FIELDS if name not in entry]
+    missing = [name for name in fields if name not in entry]
     if missing:
         raise BadRequest(f"{where} has no {', '.join(repr(name) for name in missing)}; "
-                         f"every entry needs {', '.join(BATCH_FIELDS)}")
-    for name in ("partition_id", "item_id", "idempotency_key", "data_b64"):
+                         f"every {noun} needs {', '.join(fields)}")
+    for name in strings:
         if not isinstance(entry[name], str):
             raise BadRequest(f"{where}: {name!r} must be a string, got {_show(entry[name])}")
-    gate, attempt = entry["gate"], entry["attempt"]
-    if type(gate) is not int or not 0 <= gate <= MAX_GATE:
-        raise BadRequest(f"{where}: 'gate' must be an integer from 0 to {MAX_GATE}, "
-                         f"got {_show(gate)}")
-    if type(attempt) is not int or not 1 <= attempt <= MAX_GATE:
-        raise BadRequest(f"{where}: 'attempt' must be an integer from 1 to {MAX_GATE}, "
-                         f"got {_show(attempt)}")
+
+
+def _entry_number(where: str, entry: dict[str, Any], name: str, minimum: int) -> int:
+    """``entry[name]`` if it is an integer from ``minimum`` to :data:`MAX_GATE`.
+
+    Raises:
+        BadRequest: it is not.
+    """
+    value = entry[name]
+    if type(value) is not int or not minimum <= value <= MAX_GATE:
+        raise BadRequest(f"{where}: {name!r} must be an integer from {minimum} to {MAX_GATE}, "
+                         f"got {_show(value)}")
+    return value
+
+
+def _entry_data(where: str, entry: dict[str, Any]) -> bytes:
+    """The bytes of ``entry["data_b64"]``.
+
+    Raises:
+        BadRequest: it is not valid standard base64.
+    """
     try:
-        data = base64.b64decode(entry["data_b64"], validate=True)
+        return base64.b64decode(entry["data_b64"], validate=True)
     except (binascii.Error, ValueError):
         raise BadRequest(f"{where}: 'data_b64' is not valid base64 (standard alphabet, "
                          "with = padding)") from None
-    return Item(id=entry["item_id"], partition_id=entry["partition_id"], gate=gate,
-                attempt=attempt, idempotency_key=entry["idempotency_key"], data=data)
 
 
 def _text_header(headers: Mapping[bytes, bytes], name: bytes) -> str:
@@ -373,28 +402,14 @@ def parse_reduce(body: bytes) -> ReducePage:
 
 def _reduce_item(position: int, entry: Any, document: dict[str, Any]) -> Item:
     where = f"reduce item {position}"
-    if not isinstance(entry, dict):
-        raise BadRequest(f"{where} is a JSON {_json_type(entry)}, not an object")
-    missing = [name for name in REDUCE_ITEM_FIELDS if name not in entry]
-    if missing:
-        raise BadRequest(f"{where} has no {', '.join(map(repr, missing))}; every item needs "
-                         f"{', '.join(REDUCE_ITEM_FIELDS)}")
-    for name in ("item_id", "status", "data_b64"):
-        if not isinstance(entry[name], str):
-            raise BadRequest(f"{where}: {name!r} must be a string, got {_show(entry[name])}")
-    if type(entry["gate"]) is not int or not 0 <= entry["gate"] <= MAX_GATE:
-        raise BadRequest(f"{where}: 'gate' must be an integer from 0 to {MAX_GATE}, "
-                         f"got {_show(entry['gate'])}")
+    _check_entry(where, entry, REDUCE_ITEM_FIELDS, "item", ("item_id", "status", "data_b64"))
+    gate = _entry_number(where, entry, "gate", 0)
     last_error = entry.get("last_error")
     if last_error is not None and not isinstance(last_error, str):
         raise BadRequest(f"{where}: 'last_error' must be a string or null, got "
                          f"{_show(last_error)}")
-    try:
-        data = base64.b64decode(entry["data_b64"], validate=True)
-    except (binascii.Error, ValueError):
-        raise BadRequest(f"{where}: 'data_b64' is not valid base64 (standard alphabet, "
-                         "with = padding)") from None
-    return Item(id=entry["item_id"], partition_id=document["partition_id"], gate=entry["gate"],
+    data = _entry_data(where, entry)
+    return Item(id=entry["item_id"], partition_id=document["partition_id"], gate=gate,
                 attempt=document["attempt"], idempotency_key=document["idempotency_key"],
                 data=data, status=entry["status"], last_error=last_error)
 
