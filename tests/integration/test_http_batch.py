@@ -119,10 +119,28 @@ async def test_batch_errors_name_each_item(db_url, table_prefix, make_store) -> 
     """A whole-batch failure (connection refused) is recorded against every item by name."""
     from tests.support.servers import free_port
 
+    items = await fail_two_items(db_url, table_prefix, make_store,
+                                 f"http://127.0.0.1:{free_port()}/")
+    for name in ("a", "b"):
+        assert "batch request failed" in items[name].last_error
+
+
+# --------------------------------------------------------------------------- bad answers
+# Each call below runs under a deadline: a future left unsettled would hold its
+# caller (and, in the engine, a dispatch slot) until shutdown.
+
+DEADLINE = 10.0
+
+
+async def fail_two_items(db_url: str, table_prefix: str, make_store: Any,
+                         handler_url: str) -> dict[str, Any]:
+    """Run items "a" and "b" through a batching processor at ``handler_url`` with no
+    retries; check that the partition and both items failed, each error naming its
+    item, and return the items by id."""
     async with AsyncClient(db_url, table_prefix) as client:
         await client.create_partition("p", [NewItem("a", b""), NewItem("b", b"")])
-        http = BatchingHttpProcessor(
-            HttpProcessorConfig(handler_url=f"http://127.0.0.1:{free_port()}/"), batch_size=10)
+        http = BatchingHttpProcessor(HttpProcessorConfig(handler_url=handler_url),
+                                     batch_size=10)
         watcher = Watcher(make_store(), http, WatcherConfig(owner_id="b", max_retries=0,
                                                             **FAST))
         try:
@@ -135,14 +153,7 @@ async def test_batch_errors_name_each_item(db_url, table_prefix, make_store) -> 
     for name in ("a", "b"):
         assert items[name].status == "failed"
         assert f"item {name!r}" in items[name].last_error
-        assert "batch request failed" in items[name].last_error
-
-
-# --------------------------------------------------------------------------- bad answers
-# Each call below runs under a deadline: a future left unsettled would hold its
-# caller (and, in the engine, a dispatch slot) until shutdown.
-
-DEADLINE = 10.0
+    return items
 
 
 def work(number: int) -> WorkItem:
@@ -304,20 +315,7 @@ async def test_a_handler_url_with_a_password_works_in_batch_mode() -> None:
 async def test_a_deeply_nested_batch_answer_fails_the_items_through_the_engine(
         db_url, table_prefix, make_store) -> None:
     """The engine sees the attempts fail (and moves on) instead of waiting forever."""
-    async with AsyncClient(db_url, table_prefix) as client, \
-            serve_app(answering(b"[" * 100_000)) as url:
-        await client.create_partition("p", [NewItem("a", b""), NewItem("b", b"")])
-        http = BatchingHttpProcessor(HttpProcessorConfig(handler_url=url), batch_size=10)
-        watcher = Watcher(make_store(), http, WatcherConfig(owner_id="b", max_retries=0,
-                                                            **FAST))
-        try:
-            async with running(watcher):
-                info = await client.wait("p", timeout=30)
-        finally:
-            await http.aclose()
-        items = {item.id: item for item in await client.items("p")}
-    assert info.status == "failed"
+    async with serve_app(answering(b"[" * 100_000)) as url:
+        items = await fail_two_items(db_url, table_prefix, make_store, url)
     for name in ("a", "b"):
-        assert items[name].status == "failed"
-        assert f"item {name!r}" in items[name].last_error
         assert "nested too deeply" in items[name].last_error
