@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -66,15 +67,23 @@ class Chaos:
     timeout: float = 90.0
 
 
+def chaos_handler(chaos: Chaos, seed: int, **options: Any) -> RecordingHandler:
+    """The recording handler of a chaos run: its failures and call delays drawn from
+    ``seed`` (reduce calls too, when ``options`` ask for a reduce gate)."""
+    delays = random.Random(seed + 1)
+    low, high = chaos.call_seconds
+    if "reduce_next_gate" in options:
+        options["reduce_delay"] = lambda request: delays.uniform(low, high)
+    return RecordingHandler(gates=chaos.gates, passes=chaos.passes,
+                            failure_rate=chaos.failure_rate, seed=seed + 2,
+                            delay=lambda call: delays.uniform(low, high), **options)
+
+
 async def run_chaos(tmp_path, chaos: Chaos, seed: int) -> str:
     """Run one chaos scenario and check everything; returns the summary line."""
     require_postgres()
     rng = random.Random(seed)
-    delays = random.Random(seed + 1)
-    low, high = chaos.call_seconds
-    handler = RecordingHandler(gates=chaos.gates, passes=chaos.passes,
-                               failure_rate=chaos.failure_rate, seed=seed + 2,
-                               delay=lambda call: delays.uniform(low, high))
+    handler = chaos_handler(chaos, seed)
     async with Cluster(tmp_path, handler, name="c") as cluster:
         layout = await cluster.create(chaos.partitions, chaos.items)
         blows = await inflict(cluster, chaos, rng, layout)
@@ -203,13 +212,7 @@ async def test_chaos_with_reduce_gates(tmp_path) -> None:
     seed = SEED + 14
     chaos = Chaos(partitions=16, items=0, gates=3, pause_share=0.3)
     rng = random.Random(seed)
-    delays = random.Random(seed + 1)
-    low, high = chaos.call_seconds
-    handler = RecordingHandler(gates=chaos.gates, passes=chaos.passes,
-                               failure_rate=chaos.failure_rate, seed=seed + 2,
-                               delay=lambda call: delays.uniform(low, high),
-                               reduce_next_gate=REDUCE_GATE + 1,
-                               reduce_delay=lambda request: delays.uniform(low, high))
+    handler = chaos_handler(chaos, seed, reduce_next_gate=REDUCE_GATE + 1)
     # Sizes around the page: one call (up to a page), or two to four pages.
     sizes = [3, 10, 4, 13, 2, 9, 1, 16]
     layout = {f"part{n:03d}": [f"item{m:03d}" for m in range(sizes[n % len(sizes)])]
@@ -518,11 +521,7 @@ async def test_chaos_with_operator_actions(tmp_path) -> None:
     seed = SEED + 16
     chaos = Chaos(partitions=20, items=5, gates=3, timeout=60.0)
     rng = random.Random(seed)
-    delays = random.Random(seed + 1)
-    low, high = chaos.call_seconds
-    handler = RecordingHandler(gates=chaos.gates, passes=chaos.passes,
-                               failure_rate=chaos.failure_rate, seed=seed + 2,
-                               delay=lambda call: delays.uniform(low, high))
+    handler = chaos_handler(chaos, seed)
     async with Cluster(tmp_path, handler, name="co") as cluster:
         layout = await cluster.create(chaos.partitions, chaos.items)
         operator = Operator(cluster, handler, layout, random.Random(seed + 3), chaos.timeout)
