@@ -21,6 +21,12 @@ DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 POSTGRES_URL = os.environ.get("PROCESSOR_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
 DEFAULT_MARIADB_URL = "mysql://root@127.0.0.1:3306/test"
 MARIADB_URL = os.environ.get("PROCESSOR_TEST_MARIADB_URL", DEFAULT_MARIADB_URL)
+# No SQL Server runs on the project's machines: the SQL Server variants run only
+# when a user points them at theirs, and skip (even under CI) otherwise.
+MSSQL_URL_ENV = "PROCESSOR_TEST_MSSQL_URL"
+MSSQL_URL = os.environ.get(MSSQL_URL_ENV, "")
+MSSQL_NOT_SET = (f"SQL Server: set {MSSQL_URL_ENV}=mssql://user:password@host:1433/database "
+                 f"(and pip install -e '.[test,mssql]') to run these against your server")
 
 
 def _reachable(url: str) -> str | None:
@@ -36,7 +42,8 @@ def _reachable(url: str) -> str | None:
 
 
 # Per server: False = not checked yet, None = reachable, text = why not.
-_PROBLEMS: dict[str, str | bool | None] = {"PostgreSQL": False, "MariaDB": False}
+_PROBLEMS: dict[str, str | bool | None] = {"PostgreSQL": False, "MariaDB": False,
+                                           "SQL Server": False}
 
 
 def _require(server: str, url: str) -> None:
@@ -61,18 +68,51 @@ def require_mariadb() -> None:
     _require("MariaDB", MARIADB_URL)
 
 
+def require_mssql() -> None:
+    """Skip with :data:`MSSQL_NOT_SET` when no SQL Server is configured; fail when one is
+    configured (``$PROCESSOR_TEST_MSSQL_URL``) but does not answer or pymssql is missing:
+    a user who asked for the SQL Server run must not get a quiet pass."""
+    if not MSSQL_URL:
+        pytest.skip(MSSQL_NOT_SET)  # reported once, by pytest_runtest_makereport
+    if _PROBLEMS["SQL Server"] is False:
+        _PROBLEMS["SQL Server"] = _reachable(MSSQL_URL)
+    problem = _PROBLEMS["SQL Server"]
+    if problem:
+        pytest.fail(f"SQL Server at {redact_url(MSSQL_URL)} ({MSSQL_URL_ENV}) is not "
+                    f"reachable ({problem}); is pymssql installed (pip install -e "
+                    f"'.[test,mssql]')?", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Iterator[pytest.TestReport]:
+    """Report every "no SQL Server configured" skip at one place, so ``-ra`` prints it as
+    one line with a count instead of a line per test."""
+    report = yield
+    longrepr = report.longrepr
+    if (report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3
+            and str(longrepr[2]).endswith(MSSQL_NOT_SET)):
+        report.longrepr = (__file__, require_mssql.__code__.co_firstlineno - 1, longrepr[2])
+    return report
+
+
 @pytest.fixture(params=[
     "sqlite",
     pytest.param("postgres", marks=pytest.mark.postgres),
     pytest.param("mariadb", marks=pytest.mark.mariadb),
+    pytest.param("mssql", marks=pytest.mark.mssql),
 ])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database URL: a fresh SQLite file, or the shared PostgreSQL or MariaDB test database."""
+    """A database URL: a fresh SQLite file, or the shared PostgreSQL, MariaDB or (when
+    ``$PROCESSOR_TEST_MSSQL_URL`` is set) SQL Server test database."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'statefeed.db'}"
     if request.param == "mariadb":
         require_mariadb()
         return MARIADB_URL
+    if request.param == "mssql":
+        require_mssql()
+        return MSSQL_URL
     require_postgres()
     return POSTGRES_URL
 

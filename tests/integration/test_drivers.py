@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import event
 
 from watcher.clock import FixedClock
-from watcher.drivers import MySQLDriver, PostgreSQLDriver, SQLiteDriver
+from watcher.drivers import MySQLDriver, PostgreSQLDriver, SQLiteDriver, SQLServerDriver
 from watcher.records import ItemWrite, LeaseRow, NewItem
 from watcher.store import Store
 
@@ -73,7 +73,8 @@ def _sent(store: Store) -> Iterator[tuple[list[str], list[str]]]:
 
 def test_each_database_gets_its_own_driver(store: Store) -> None:
     expected = {"sqlite": SQLiteDriver, "postgresql": PostgreSQLDriver,
-                "mysql": MySQLDriver, "mariadb": MySQLDriver}[store.engine.dialect.name]
+                "mysql": MySQLDriver, "mariadb": MySQLDriver,
+                "mssql": SQLServerDriver}[store.engine.dialect.name]
     assert type(store.driver) is expected
     assert store.notifies is (expected is PostgreSQLDriver)
 
