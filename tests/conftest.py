@@ -78,9 +78,10 @@ def require_mssql() -> None:
         _PROBLEMS["SQL Server"] = _reachable(MSSQL_URL)
     problem = _PROBLEMS["SQL Server"]
     if problem:
+        hint = ("; install its driver: pip install -e '.[test,mssql]'"
+                if "ModuleNotFoundError" in str(problem) else "")
         pytest.fail(f"SQL Server at {redact_url(MSSQL_URL)} ({MSSQL_URL_ENV}) is not "
-                    f"reachable ({problem}); is pymssql installed (pip install -e "
-                    f"'.[test,mssql]')?", pytrace=False)
+                    f"reachable ({problem}){hint}", pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)
