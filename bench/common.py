@@ -36,15 +36,43 @@ PROCESSOR = str(Path(sys.executable).with_name("processor"))
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 POSTGRES_URL_ENV = "PROCESSOR_BENCH_POSTGRES_URL"
+DEFAULT_MARIADB_URL = "mysql://root@127.0.0.1:3306/test"
+MARIADB_URL_ENV = "PROCESSOR_BENCH_MARIADB_URL"
+SQLITE_FILE = "bench.db"
+
+# The databases ``--db`` picks from, in the order they run and print, and their names.
+DATABASES = ("sqlite", "postgres", "mariadb")
+DATABASE_TITLES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mariadb": "MariaDB"}
 
 # Scenario names, in the order they run and print.
 SCENARIOS = ("library", "http", "batch", "latency", "failover", "scale", "fanin", "reduce",
              "chord")
+# Scenarios that run on PostgreSQL alone (they compare with PostgreSQL-only systems or
+# time PostgreSQL's wake-ups); on the other databases they are reported as not run.
+POSTGRES_ONLY = ("failover", "fanin", "reduce", "chord")
 
 
 def postgres_url() -> str:
     """The benchmark database: ``$PROCESSOR_BENCH_POSTGRES_URL`` or the local test database."""
     return os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL)
+
+
+def database_url(name: str, work_dir: Path) -> str:
+    """The benchmark URL of database ``name`` (one of :data:`DATABASES`): a SQLite file
+    in ``work_dir`` (the caller starts it fresh), or the server at
+    ``$PROCESSOR_BENCH_POSTGRES_URL`` / ``$PROCESSOR_BENCH_MARIADB_URL``."""
+    if name == "sqlite":
+        return f"sqlite:///{work_dir / SQLITE_FILE}"
+    if name == "postgres":
+        return postgres_url()
+    return os.environ.get(MARIADB_URL_ENV, DEFAULT_MARIADB_URL)
+
+
+def database_of(db_url: str) -> str:
+    """Which database ``db_url`` points at: ``sqlite``, ``postgres``, ``mariadb`` (MySQL
+    too), or SQLAlchemy's name for any other."""
+    backend = parse_database_url(db_url).sync_url.get_backend_name()
+    return {"postgresql": "postgres", "mysql": "mariadb"}.get(backend, backend)
 
 
 def libpq_url(db_url: str) -> str:
@@ -120,8 +148,19 @@ class Settings:
     mode: str = "default"  # smoke, default or full
     rounds: int = 1  # throughput runs per system, interleaved; the best one counts
     work_dir: Path = field(default_factory=lambda: Path("/tmp"))
-    # Figures one scenario measures and another reuses (the bare HTTP baselines).
+    # Figures one scenario measures and another reuses (the bare HTTP baselines, which
+    # do not depend on the database: several databases' settings may share them).
     shared: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def database(self) -> str:
+        """Which database the run is on: ``sqlite``, ``postgres`` or ``mariadb``."""
+        return database_of(self.db_url)
+
+    @property
+    def database_title(self) -> str:
+        """The database's name as printed: SQLite, PostgreSQL or MariaDB."""
+        return DATABASE_TITLES.get(self.database, self.database)
 
 
 # --------------------------------------------------------------------------- results
@@ -244,13 +283,15 @@ def new_prefix(tag: str) -> str:
 
 
 def drop_statefeed_tables(db_url: str, prefix: str) -> None:
-    """Downgrade ``prefix`` to nothing, and drop Alembic's version table too (which
-    a downgrade keeps)."""
+    """Downgrade ``prefix`` to nothing, and drop Alembic's version table too (which a
+    downgrade keeps), its name quoted as the database quotes names. Raises the driver's
+    error when the database refuses."""
     downgrade(db_url, prefix)
     engine = create_engine(parse_database_url(db_url).sync_url)
     try:
+        name = engine.dialect.identifier_preparer.quote(tables_for(prefix).version_table)
         with engine.begin() as conn:
-            conn.execute(text(f'DROP TABLE IF EXISTS "{tables_for(prefix).version_table}"'))
+            conn.execute(text(f"DROP TABLE IF EXISTS {name}"))
     finally:
         engine.dispose()
 

@@ -1,4 +1,4 @@
-"""Latency on PostgreSQL: insert -> first dispatch, and gate advance, with an idle watcher.
+"""Latency: insert -> first dispatch, and gate advance, with an idle watcher.
 
 One in-process watcher runs with ``poll_interval`` 1 s (so polling alone would
 give about 500 ms). Partitions are created one at a time, each with a few
@@ -12,6 +12,12 @@ with the poll loop.
   the first gate-1 dispatch (hook ``item_dispatched``).
 
 Every timestamp is ``time.perf_counter()`` in this one process.
+
+PostgreSQL wakes the watcher with LISTEN/NOTIFY as a client commits; the other
+databases carry no notifications, so there the first dispatch waits for the
+next poll (about half the poll interval on average). Both latencies are
+measured everywhere; the 10 ms goal on insert -> first dispatch is checked only
+where the database notifies, and the table says which wake-ups were used.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ from bench.common import (
 from processor import AsyncClient, NewItem
 from watcher import Hooks, Result, Store, Watcher, WatcherConfig, WorkItem
 
-TITLE = "Latency (PostgreSQL): insert -> first dispatch, gate advance; idle watcher, poll 1 s"
+TITLE = ("Latency ({database}): insert -> first dispatch, gate advance; idle watcher, "
+         "poll {poll:g} s")
 ITEMS_PER_PARTITION = 3
 GOAL_MS = 10.0
 WARMUP_PARTITIONS = 2
@@ -72,7 +79,8 @@ class TwoGates:
 async def run(settings: Settings) -> Outcome:
     """The latency scenario (see the module docstring)."""
     sizes = settings.sizes
-    outcome = Outcome("latency", TITLE)
+    outcome = Outcome("latency", TITLE.format(database=settings.database_title,
+                                              poll=sizes.latency_poll))
     hooks = LatencyHooks()
     processor = TwoGates()
     inserted: dict[str, float] = {}
@@ -112,11 +120,17 @@ async def run(settings: Settings) -> Outcome:
         outcome.rows.append(Row(f"{name} p50 / p99", f"{ms_text(p50)} / {ms_text(p99)}",
                                 f"{len(samples)} samples, max {ms_text(max(samples))}"))
         outcome.figures[key] = summary_ms(samples)
-        outcome.goals.append(Goal(f"{name} p50", f"<= {GOAL_MS:g} ms", ms_text(p50),
-                                  p50 * 1000 <= GOAL_MS))
+        # Without notifications the first dispatch waits for a poll: the goal assumes them.
+        if notifies or key != "insert_to_dispatch":
+            outcome.goals.append(Goal(f"{name} p50", f"<= {GOAL_MS:g} ms", ms_text(p50),
+                                      p50 * 1000 <= GOAL_MS))
     outcome.figures.update(poll_interval_s=sizes.latency_poll,
                            items_per_partition=ITEMS_PER_PARTITION,
                            listen_notify=notifies)
-    outcome.rows.append(Row("wake-ups", "LISTEN/NOTIFY" if notifies else "polling only",
-                            f"poll interval {sizes.latency_poll:g} s"))
+    outcome.rows.append(Row(
+        "wake-ups", "LISTEN/NOTIFY" if notifies else "polling only",
+        f"poll interval {sizes.latency_poll:g} s" if notifies else
+        f"poll interval {sizes.latency_poll:g} s: {settings.database_title} carries no "
+        f"notifications, so insert -> first dispatch waits for a poll (its goal is "
+        f"PostgreSQL's)"))
     return outcome

@@ -30,9 +30,10 @@ def print_outcome(console: Console, outcome: Outcome) -> None:
     console.print(table)
 
 
-def print_goals(console: Console, goals: list[Goal]) -> None:
+def print_goals(console: Console, goals: list[Goal],
+                title: str = "Goals (issues 5 and 14)") -> None:
     """The issue's goals next to the figures, PASS or MISS (never asserted)."""
-    table = Table(title="Goals (issues 5 and 14)", title_justify="left")
+    table = Table(title=title, title_justify="left")
     table.add_column("goal", style="bold")
     table.add_column("target", justify="right")
     table.add_column("measured", justify="right")

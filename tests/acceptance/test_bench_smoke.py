@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect
 
 from tests.conftest import POSTGRES_URL, require_postgres
 from watcher.dburl import parse_database_url
@@ -26,6 +26,20 @@ from watcher.dburl import parse_database_url
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ("library", "http", "batch", "latency", "failover", "scale", "fanin", "reduce",
              "chord")
+
+# The figures a scenario writes on every database it runs on (dotted paths into its
+# JSON object, each a number above zero); batch's where the build has batch mode.
+FIGURES = {
+    "library": ("statefeed.0.items_per_s", "statefeed.0.statements_per_item",
+                "statefeed.0.cpu_us_per_item", "statements_per_item"),
+    "http": ("processor.0.items_per_s", "processor.0.all_written_seconds",
+             "bare.0.items_per_s", "ratio_processor_over_bare_aiohttp"),
+    "batch": ("processor.items_per_s", "ratio_batch_over_best_bare"),
+    "latency": ("insert_to_dispatch.p50_ms", "gate_advance.p50_ms"),
+    "scale": ("statements_per_item", "drain.rss_mb.at_10pct", "drain.rss_mb.at_90pct",
+              *(f"poll_queries.{query}.{at}.p50_ms" for query in ("items_ready", "leases_free")
+                for at in ("at_10pct", "at_90pct"))),
+}
 
 pytestmark = pytest.mark.postgres
 
@@ -37,10 +51,23 @@ def _get(document: dict[str, Any], dotted: str) -> Any:
     return value
 
 
-def _positive(document: dict[str, Any], *paths: str) -> None:
+def positive(document: dict[str, Any], *paths: str) -> None:
+    """Assert that each dotted path (``statefeed.0.items_per_s``) of ``document`` holds a
+    number above zero."""
     for path in paths:
         value = _get(document, path)
         assert isinstance(value, int | float) and value > 0, f"{path} = {value!r}"
+
+
+def tables_left(url: str, prefixes: list[str]) -> list[str]:
+    """The tables of the database at ``url`` whose names start with one of ``prefixes``."""
+    engine = create_engine(parse_database_url(url).sync_url)
+    try:
+        with engine.connect() as conn:
+            names = inspect(conn).get_table_names()
+    finally:
+        engine.dispose()
+    return sorted(name for name in names if name.startswith(tuple(prefixes)))
 
 
 def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
@@ -52,7 +79,7 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
         env={**os.environ, "PROCESSOR_BENCH_POSTGRES_URL": POSTGRES_URL, "COLUMNS": "160"})
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     document = json.loads(out.read_text())
-    assert document["mode"] == "smoke"
+    assert document["mode"] == "smoke" and document["format"] == 1
     scenarios = document["scenarios"]
     assert set(scenarios) == set(SCENARIOS)
     sizes = document["sizes"]
@@ -64,22 +91,20 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     assert [run["batch_size"] for run in library["pgqueuer"]] == [10, 100, 10]
     assert all(run["items"] == sizes["items"]
                for run in library["statefeed"] + library["pgqueuer"])
-    _positive(library, "statefeed.0.items_per_s", "statefeed.0.statements_per_item",
-              "statefeed.0.cpu_us_per_item", "pgqueuer.0.items_per_s", "statements_per_item",
-              "ratio_statefeed_over_best_pgqueuer", "ratio_default_statefeed_over_best_pgqueuer")
+    positive(library, *FIGURES["library"], "pgqueuer.0.items_per_s",
+             "ratio_statefeed_over_best_pgqueuer", "ratio_default_statefeed_over_best_pgqueuer")
 
     http = scenarios["http"]
     assert all(run["items"] == sizes["http_items"] for run in http["processor"] + http["bare"])
     assert [run["system"] for run in http["bare"]] == ["bare aiohttp", "bare httpx"]
-    _positive(http, "processor.0.items_per_s", "processor.0.all_written_seconds",
-              "bare.0.items_per_s", "ratio_processor_over_bare_aiohttp")
+    positive(http, *FIGURES["http"])
 
     batch = scenarios["batch"]
     if batch["available"]:
         assert batch["processor"]["items"] == sizes["batch_items"]
         # Batches, not one request per item.
         assert batch["processor"]["requests"] < batch["processor"]["items"]
-        _positive(batch, "processor.items_per_s", "ratio_batch_over_best_bare")
+        positive(batch, *FIGURES["batch"])
 
     latency = scenarios["latency"]
     for key in ("insert_to_dispatch", "gate_advance"):
@@ -87,15 +112,13 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
         assert 0 < latency[key]["p50_ms"] <= latency[key]["p99_ms"]
 
     failover = scenarios["failover"]
-    _positive(failover, "failover_after_kill_s", "handoff_after_sigterm_s",
-              "lease_duration_s", "partitions_moved_on_kill", "partitions_moved_on_sigterm")
+    positive(failover, "failover_after_kill_s", "handoff_after_sigterm_s",
+             "lease_duration_s", "partitions_moved_on_kill", "partitions_moved_on_sigterm")
     assert failover["handoff_exit_code"] == 0
 
     scale = scenarios["scale"]
     assert scale["drain"]["items"] == sizes["scale_partitions"] * sizes["scale_items"]
-    _positive(scale, "statements_per_item", "drain.rss_mb.at_10pct", "drain.rss_mb.at_90pct",
-              *(f"poll_queries.{query}.{at}.p50_ms" for query in ("items_ready", "leases_free")
-                for at in ("at_10pct", "at_90pct")))
+    positive(scale, *FIGURES["scale"])
 
     fanin = scenarios["fanin"]
     assert fanin["items_per_gate"] == sizes["fanin_items"]
@@ -108,7 +131,7 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     reduce = scenarios["reduce"]
     assert [gate["items"] for gate in reduce["gates"]] == sizes["reduce_gate_items"]
     for number in range(len(reduce["gates"])):
-        _positive(reduce, *(f"gates.{number}.{figure}" for figure in (
+        positive(reduce, *(f"gates.{number}.{figure}" for figure in (
             "seconds", "items_per_s", "cpu_us_per_item", "rss_mb.start", "rss_mb.peak")))
     assert set(reduce["gates"][-1]["calls"]) == {"fold", "apply"}
     assert isinstance(reduce["peak_rss_growth"], float)
@@ -118,7 +141,7 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     for system in ("statefeed_library", "statefeed_http"):
         assert chord[system]["items"] == work
         assert chord[system]["partition_latency"]["samples"] == sizes["chord_partitions"]
-        _positive(chord, f"{system}.steps_per_s", f"{system}.partition_latency.p99_ms")
+        positive(chord, f"{system}.steps_per_s", f"{system}.partition_latency.p99_ms")
     celery = chord["celery"]
     if "skipped" in celery:
         assert "Redis" in celery["skipped"] or "Celery" in celery["skipped"], celery
@@ -127,10 +150,10 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
         assert [run["setup"] for run in celery["setups"]] == sizes["celery_setups"]
         for number, run in enumerate(celery["setups"]):
             assert run["items"] == work
-            _positive(chord, f"celery.setups.{number}.steps_per_s",
-                      f"celery.setups.{number}.partition_latency.p99_ms")
-        _positive(chord, "ratio_library_over_best_celery",
-                  "ratio_library_p99_over_best_celery_p99")
+            positive(chord, f"celery.setups.{number}.steps_per_s",
+                     f"celery.setups.{number}.partition_latency.p99_ms")
+        positive(chord, "ratio_library_over_best_celery",
+                 "ratio_library_p99_over_best_celery_p99")
         _no_celery_left([run["queue"] for run in celery["setups"]])
 
     names = {goal["name"] for goal in document["goals"]}
@@ -146,16 +169,7 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
 
     # Nothing left behind: every table prefix the run used is gone again.
     assert document["table_prefixes"]
-    engine = create_engine(parse_database_url(POSTGRES_URL).sync_url)
-    try:
-        with engine.connect() as conn:
-            left = conn.execute(text(
-                "SELECT table_name FROM information_schema.tables WHERE table_name LIKE ANY("
-                ":patterns)"), {"patterns": [f"{p}%" for p in document["table_prefixes"]]}
-            ).scalars().all()
-    finally:
-        engine.dispose()
-    assert left == []
+    assert tables_left(POSTGRES_URL, document["table_prefixes"]) == []
 
 
 def _no_celery_left(queues: list[str]) -> None:
