@@ -368,7 +368,7 @@ async def run(settings: Settings) -> Outcome:
     theirs = [best_round(runs) for runs in theirs_runs.values()]
     raw = best_round(raw_runs) if raw_runs else None
     # For reference: the same limit syncing the log at every commit, as sqlite3 does by
-    # default (the 39,343 items/s was measured so); not a goal's denominator.
+    # default (what client writes pay); not a goal's denominator.
     full_sync = await raw_sqlite_drain(settings, "FULL") if on_sqlite else None
     ours_best = max(ours, key=lambda drain: drain.per_second)
     best = max(theirs, key=lambda drain: drain.per_second, default=None)
