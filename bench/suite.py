@@ -42,6 +42,7 @@ from bench.common import (
     POSTGRES_ONLY,
     POSTGRES_URL_ENV,
     REPO,
+    RESULTS_DIR,
     SCENARIOS,
     USED_PREFIXES,
     Goal,
@@ -283,6 +284,25 @@ def summary_of(runs: Mapping[str, DatabaseRun]) -> Outcome:
     return summary
 
 
+# A file in every log directory the benchmark made: only such a directory is emptied.
+LOG_MARKER = ".statefeed-bench-logs"
+
+
+def fresh_log_directory(logs: Path) -> str | None:
+    """Empty ``logs`` (or make it) for a run's subprocess logs and SQLite file; returns
+    why not, or None. A directory the benchmark did not make (no :data:`LOG_MARKER`) is
+    never emptied: ``--json`` may point anywhere, and its folder's ``logs`` may be a user's."""
+    ours = logs.resolve() == (RESULTS_DIR / "logs").resolve()  # the default place
+    if logs.exists() and not ours and not (logs / LOG_MARKER).exists():
+        if not logs.is_dir() or any(logs.iterdir()):
+            return (f"{logs} exists and was not made by the benchmark; it is left as it is. "
+                    f"Write the figures elsewhere (--json) or remove it.")
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / LOG_MARKER).write_text("subprocess logs of python -m bench; emptied every run\n")
+    return None
+
+
 async def check_databases(plan: Mapping[str, Sequence[str]], logs: Path, *,
                           per_database: bool, console: Console) -> dict[str, DatabaseRun]:
     """Each planned database with its work directory (``logs/<name>``, or ``logs`` itself
@@ -373,8 +393,10 @@ async def run_plan(plan: Mapping[str, Sequence[str]], *, sizes: Sizes, mode: str
         with contextlib.suppress(NotImplementedError, RuntimeError):
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
     logs = logs or json_path.parent / "logs"
-    shutil.rmtree(logs, ignore_errors=True)
-    logs.mkdir(parents=True, exist_ok=True)
+    problem = fresh_log_directory(logs)
+    if problem is not None:
+        console.print(f"[bold red]bench:[/] {problem}", soft_wrap=True)
+        return 2
     runs = await check_databases(plan, logs, per_database=per_database, console=console)
     live = [run for run in runs.values() if run.skipped is None]
     if not live:
