@@ -25,6 +25,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from watcher.drivers import MySQLDriver, SQLiteDriver, sqlite_direct
+from watcher.drivers.sql import batch_params
 from watcher.records import ItemWrite, LeaseRow, NewItem
 from watcher.store import Store
 
@@ -246,7 +247,7 @@ async def test_mariadb_batch_write_finds_each_item_by_its_primary_key(mariadb_st
     writes = [ItemWrite("p07", item.id, item.version, "complete", 0, attempts=1)
               for item in ready]
     plan = await _explain(store, store.driver.batch_statement,
-                          store.driver.batch_params(writes, OWNER))
+                          batch_params(writes, OWNER))
     by_table = {row["table"]: row for row in plan}
     items, partitions = store.tables.items.name, store.tables.partitions.name
     assert plan[0]["table"] == "v", plan  # the JSON rows first

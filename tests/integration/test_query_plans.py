@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from watcher.drivers.sql import batch_params
 from watcher.records import ItemWrite, NewItem
 
 pytestmark = pytest.mark.postgres
@@ -72,7 +73,7 @@ async def test_result_write_finds_each_item_by_its_primary_key(store) -> None:
     writes = [ItemWrite("big", item.id, item.version, "complete", 0, attempts=0)
               for item in ready]
     nodes = await _plan(store, store.driver.batch_statement,
-                        store.driver.batch_params(writes, "me"))
+                        batch_params(writes, "me"))
     scans = [node for node in nodes if node.get("Relation Name") == store.tables.items.name
              and node["Node Type"] != "ModifyTable"]
     assert scans and all(scan.get("Index Name") == f"{store.tables.items.name}_pkey"

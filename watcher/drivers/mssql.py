@@ -23,8 +23,8 @@ from sqlalchemy.sql.expression import Update
 
 from watcher.drivers.base import Driver, write_transaction
 from watcher.drivers.sql import (
+    batch_params,
     batch_rows,
-    batch_rows_json,
     batch_table,
     clock_now,
     clock_parameter,
@@ -127,14 +127,9 @@ class SQLServerDriver(Driver):
         """
         async with write_transaction(self.engine) as conn:
             rows = (await conn.execute(self.batch_statement,
-                                       self.batch_params(writes, owner))).all()
+                                       batch_params(writes, owner))).all()
         applied = {(pid, iid) for pid, iid in rows}
         return [(w.partition_id, w.item_id) in applied for w in writes]
-
-    @staticmethod
-    def batch_params(writes: Sequence[ItemWrite], owner: str) -> dict[str, Any]:
-        """The parameters of :attr:`batch_statement` for ``writes`` by ``owner``."""
-        return {"owner": owner, "rows": batch_rows_json(writes)}
 
     def _build_batch(self) -> Update:
         statements = self.statements

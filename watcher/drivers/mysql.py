@@ -27,8 +27,8 @@ from sqlalchemy.sql.expression import Update
 from watcher.drivers.base import DirectDriver
 from watcher.drivers.mysql_direct import MySQLDirect
 from watcher.drivers.sql import (
+    batch_params,
     batch_rows,
-    batch_rows_json,
     batch_table,
     clock_now,
     clock_parameter,
@@ -130,17 +130,12 @@ class MySQLDriver(DirectDriver):
         """
         direct: MySQLDirect = self.direct  # type: ignore[assignment]
         changed = await direct.write_batch(self.batch_statement,
-                                           self.batch_params(writes, owner), len(writes))
+                                           batch_params(writes, owner), len(writes))
         if changed == len(writes):
             return [True] * len(writes)
         if changed == 0:
             return [False] * len(writes)
         return await super().items_apply(writes, owner)
-
-    @staticmethod
-    def batch_params(writes: Sequence[ItemWrite], owner: str) -> dict[str, Any]:
-        """The parameters of :attr:`batch_statement` for ``writes`` by ``owner``."""
-        return {"owner": owner, "rows": batch_rows_json(writes)}
 
     def _build_batch(self) -> Update:
         statements = self.statements

@@ -28,7 +28,7 @@ from sqlalchemy.sql.expression import ColumnElement, Select, Update
 
 from watcher.drivers.base import DirectDriver
 from watcher.drivers.pg_direct import DirectStatements
-from watcher.drivers.sql import batch_rows_json, db_now, time_plus, time_plus_parts
+from watcher.drivers.sql import batch_params, batch_rows_json, db_now, time_plus, time_plus_parts
 from watcher.records import ItemWrite
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class PostgreSQLDriver(DirectDriver):
             sqlalchemy.exc.DBAPIError: the database failed or refused a write
                 (then none of the batch is written).
         """
-        rows = await self.fetch(self.batch_statement, self.batch_params(writes, owner),
+        rows = await self.fetch(self.batch_statement, batch_params(writes, owner),
                                 read=False)
         applied = {number for (number,) in rows}
         return [number in applied for number in range(1, len(writes) + 1)]
@@ -119,13 +119,8 @@ class PostgreSQLDriver(DirectDriver):
         """
         if not writes:
             return 0
-        result = await conn.execute(self.batch_statement, self.batch_params(writes, owner))
+        result = await conn.execute(self.batch_statement, batch_params(writes, owner))
         return len(result.all())
-
-    @staticmethod
-    def batch_params(writes: Sequence[ItemWrite], owner: str) -> dict[str, Any]:
-        """The parameters of :attr:`batch_statement` for ``writes`` by ``owner``."""
-        return {"owner": owner, "rows": batch_rows_json(writes)}
 
     def _build_batch(self) -> Update:
         statements = self.statements

@@ -173,6 +173,12 @@ def batch_rows_json(writes: Iterable[ItemWrite]) -> str:
         for w in writes], ensure_ascii=False, separators=(",", ":"))
 
 
+def batch_params(writes: Iterable[ItemWrite], owner: str) -> dict[str, Any]:
+    """The parameters of a one-statement batch write (a driver's ``batch_statement``)
+    of ``writes`` by ``owner``."""
+    return {"owner": owner, "rows": batch_rows_json(writes)}
+
+
 class batch_rows(FunctionElement[Any]):
     """The rows of a :func:`batch_rows_json` parameter, as a table of
     :data:`BATCH_COLUMNS`; use :func:`batch_table`. Each database renders its own
