@@ -311,6 +311,27 @@ class Store:
     def _read(self) -> AbstractAsyncContextManager[AsyncConnection]:
         return read_transaction(self.engine)
 
+    async def _touch_partition(self, conn: AsyncConnection, partition_id: str,
+                               **values: Any) -> None:
+        """Bump the partition's version (and set ``values``) in ``conn``'s transaction,
+        which locks its row until the transaction ends.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        p = self.tables.partitions
+        touched = await conn.execute(
+            update(p).where(p.c.id == partition_id, p.c.status != DELETING)
+            .values(version=p.c.version + 1, updated_at=self.statements.now, **values))
+        if touched.rowcount != 1:
+            raise PartitionNotFoundError(partition_id)
+
+    async def _require_partition(self, conn: AsyncConnection, partition_id: str) -> None:
+        """Raises PartitionNotFoundError when no partition has this id."""
+        p = self.tables.partitions
+        if (await conn.execute(select(p.c.id).where(p.c.id == partition_id))).first() is None:
+            raise PartitionNotFoundError(partition_id)
+
     # -- notifications ------------------------------------------------------
 
     @property
@@ -396,11 +417,7 @@ class Store:
         """
         p, i = self.tables.partitions, self.tables.items
         async with self._write() as conn:
-            touched = await conn.execute(
-                update(p).where(p.c.id == partition_id, p.c.status != DELETING)
-                .values(version=p.c.version + 1, updated_at=self.statements.now))
-            if touched.rowcount != 1:
-                raise PartitionNotFoundError(partition_id)
+            await self._touch_partition(conn, partition_id)
             row = (await conn.execute(
                 select(p.c.gate, p.c.status, p.c.reduce_gates)
                 .where(p.c.id == partition_id))).one()
@@ -566,10 +583,9 @@ class Store:
         Raises:
             PartitionNotFoundError: no partition has this id.
         """
-        p, i = self.tables.partitions, self.tables.items
+        i = self.tables.items
         async with self._read() as conn:
-            if (await conn.execute(select(p.c.id).where(p.c.id == partition_id))).first() is None:
-                raise PartitionNotFoundError(partition_id)
+            await self._require_partition(conn, partition_id)
             rows = (await conn.execute(
                 select(i).where(i.c.partition_id == partition_id).order_by(i.c.id))).all()
         return [
@@ -599,7 +615,7 @@ class Store:
         Raises:
             PartitionNotFoundError: no partition has this id.
         """
-        p, i = self.tables.partitions, self.tables.items
+        i = self.tables.items
         columns = [i.c.partition_id, i.c.id, i.c.status, i.c.gate, i.c.attempts,
                    i.c.last_error, i.c.version, i.c.retry_at]
         if with_data:
@@ -612,8 +628,7 @@ class Store:
         if after is not None:
             query = query.where(i.c.id > after)
         async with self._read() as conn:
-            if (await conn.execute(select(p.c.id).where(p.c.id == partition_id))).first() is None:
-                raise PartitionNotFoundError(partition_id)
+            await self._require_partition(conn, partition_id)
             rows = (await conn.execute(query.order_by(i.c.id).limit(limit + 1))).all()
         more = len(rows) > limit
         infos = [
@@ -640,17 +655,11 @@ class Store:
         """
         p, i = self.tables.partitions, self.tables.items
         async with self._write() as conn:
-            touched = await conn.execute(
-                update(p).where(p.c.id == partition_id, p.c.status != DELETING).values(
-                    version=p.c.version + 1,
-                    status=case((p.c.status.in_((FAILED, CANCELLED)), AVAILABLE),
-                                else_=p.c.status),
-                    reduce_attempts=0, last_error=None,
-                    updated_at=self.statements.now,
-                )
-            )
-            if touched.rowcount != 1:
-                raise PartitionNotFoundError(partition_id)
+            await self._touch_partition(
+                conn, partition_id,
+                status=case((p.c.status.in_((FAILED, CANCELLED)), AVAILABLE),
+                            else_=p.c.status),
+                reduce_attempts=0, last_error=None)
             gate = (await conn.execute(
                 select(p.c.gate).where(p.c.id == partition_id))).scalar_one()
             now = self.statements.now
@@ -680,11 +689,7 @@ class Store:
         """
         p, i = self.tables.partitions, self.tables.items
         async with self._write() as conn:
-            touched = await conn.execute(
-                update(p).where(p.c.id == partition_id, p.c.status != DELETING)
-                .values(version=p.c.version + 1, updated_at=self.statements.now))
-            if touched.rowcount != 1:
-                raise PartitionNotFoundError(partition_id)
+            await self._touch_partition(conn, partition_id)
             current = (await conn.execute(
                 select(p.c.gate).where(p.c.id == partition_id))).scalar_one()
             if gate < current:
