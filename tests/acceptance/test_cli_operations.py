@@ -19,7 +19,7 @@ from processor import AsyncClient, NewItem
 from tests.acceptance.harness.processes import Processor, run_cli, spawn
 from tests.support.engine import wait_until
 from tests.support.handler_apps import read_request
-from tests.support.servers import free_port, send_json, serve_app
+from tests.support.servers import answered_probe, free_port, send_json, serve_app
 from watcher.clock import FixedClock
 from watcher.migrate import downgrade, upgrade
 from watcher.records import ItemWrite
@@ -204,10 +204,7 @@ class SelectiveHandler:
         self.calls: list[tuple[str, str, int]] = []
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        if scope["method"] == "GET":
-            await send_json(send, 200, {"status": "ok"})
+        if await answered_probe(scope, send):
             return
         request = await read_request(scope, receive)
         self.calls.append((request.partition_id, request.item_id, request.gate))

@@ -34,7 +34,7 @@ from processor.http_processor import HttpProcessor
 from tests.acceptance.harness.browser import chromium, require_chromium
 from tests.acceptance.harness.processes import run_cli, spawn
 from tests.support.engine import wait_until
-from tests.support.servers import read_body, send_json, serve_app
+from tests.support.servers import answered_probe, read_body, send_json, serve_app
 from watcher.clock import FixedClock
 from watcher.config import WatcherConfig
 from watcher.dburl import parse_database_url
@@ -105,10 +105,7 @@ class SteeredHandler:
         return self.gates[gate]
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        if scope["method"] == "GET":
-            await send_json(send, 200, {"status": "ok"})
+        if await answered_probe(scope, send):
             return
         await read_body(receive)
         headers = dict(scope["headers"])

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
-from tests.support.servers import read_body, send_json
+from tests.support.servers import answered_probe, read_body, send_json
 
 
 @dataclass
@@ -80,10 +80,7 @@ class TwoGateHandler:
     hold: asyncio.Event | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        if scope["method"] == "GET":
-            await send_json(send, 200, {"status": "ok"})
+        if await answered_probe(scope, send):
             return
         request = await read_request(scope, receive)
         self.calls.append(request)

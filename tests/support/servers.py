@@ -64,6 +64,17 @@ async def read_body(receive: Any) -> bytes:
             return body
 
 
+async def answered_probe(scope: dict[str, Any], send: Any) -> bool:
+    """Whether the request is not an item call and was dealt with here: a non-HTTP
+    event (ignored) or a ``GET`` health probe (answered ``{"status": "ok"}``)."""
+    if scope["type"] != "http":
+        return True
+    if scope["method"] == "GET":
+        await send_json(send, 200, {"status": "ok"})
+        return True
+    return False
+
+
 async def send_json(send: Any, status: int, payload: Any,
                     headers: Iterable[tuple[str, str]] = ()) -> None:
     """Answer an ASGI request with ``payload`` as JSON (bytes are sent as they are).

@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from tests.support.handler_apps import Request, read_request
-from tests.support.servers import read_body, send_json
+from tests.support.servers import answered_probe, read_body, send_json
 
 REDUCE_PATH = "/reduce"
 
@@ -203,10 +203,7 @@ class RecordingHandler:
                 and (caller is None or request.caller == caller)]
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        if scope["method"] == "GET":
-            await send_json(send, 200, {"status": "ok"})
+        if await answered_probe(scope, send):
             return
         path = scope["path"]
         if path.endswith(REDUCE_PATH):
