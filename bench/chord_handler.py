@@ -15,11 +15,11 @@ served by uvicorn in its own process for ``processor run``:
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
 import handlers
+from bench.handler_app import serve
 from bench.ranking import Accumulator, fold, ranks, score, summary
 
 
@@ -53,14 +53,7 @@ app = handlers.app(step, reduce=handlers.Reduce(fold=fold_page, apply=rank_page,
 
 def main() -> None:
     """Serve the app on 127.0.0.1:<--port> until terminated."""
-    parser = argparse.ArgumentParser(description="the chord scenario's handler")
-    parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args()
-    import uvicorn
-
-    # The same pure-Python stack as the other benchmark handlers (asyncio loop, h11).
-    uvicorn.run(app, host="127.0.0.1", port=args.port, loop="asyncio", http="h11",
-                log_level="warning", access_log=False, lifespan="off")
+    serve(app, "the chord scenario's handler")
 
 
 if __name__ == "__main__":

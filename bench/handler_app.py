@@ -98,17 +98,22 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await _send(send, answer)
 
 
-def main() -> None:
-    """Serve the app on 127.0.0.1:<--port> until terminated."""
-    parser = argparse.ArgumentParser(description="the benchmark's minimal handler")
+def serve(asgi_app: Any, description: str) -> None:
+    """Serve ``asgi_app`` on 127.0.0.1:<--port> until terminated (every benchmark handler)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
     import uvicorn
 
     # Pinned to the pure-Python stack (asyncio loop, h11), whatever else is installed
     # (PGQueuer pulls in uvloop), so figures compare across machines and runs.
-    uvicorn.run(app, host="127.0.0.1", port=args.port, loop="asyncio", http="h11",
+    uvicorn.run(asgi_app, host="127.0.0.1", port=args.port, loop="asyncio", http="h11",
                 log_level="warning", access_log=False, lifespan="off")
+
+
+def main() -> None:
+    """Serve the app on 127.0.0.1:<--port> until terminated."""
+    serve(app, "the benchmark's minimal handler")
 
 
 if __name__ == "__main__":
