@@ -232,8 +232,9 @@ async def test_a_bug_in_the_batch_send_path_fails_the_attempts(monkeypatch, capl
     assert len(bug_lines) == 1
 
 
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
-async def test_closing_mid_batch_answers_every_caller(transport) -> None:
+def _stalling_handler() -> tuple[Any, asyncio.Event, asyncio.Event]:
+    """A batch handler that sets ``arrived`` when a batch comes in and answers it (two
+    empty results) only once ``release`` is set: (app, arrived, release)."""
     arrived, release = asyncio.Event(), asyncio.Event()
 
     async def stalls(scope, receive, send) -> None:
@@ -243,6 +244,13 @@ async def test_closing_mid_batch_answers_every_caller(transport) -> None:
         arrived.set()
         await release.wait()
         await send_json(send, 200, [{}, {}])
+
+    return stalls, arrived, release
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_closing_mid_batch_answers_every_caller(transport) -> None:
+    stalls, arrived, release = _stalling_handler()
 
     async with serve_app(stalls) as url:
         http = BatchingHttpProcessor(HttpProcessorConfig(handler_url=url, transport=transport),
@@ -263,15 +271,7 @@ async def test_closing_mid_batch_answers_every_caller(transport) -> None:
 
 async def test_a_cancelled_send_cancels_its_callers_instead_of_stranding_them() -> None:
     """A send task cancelled mid-call (as at loop shutdown) cancels its callers' waits."""
-    arrived, release = asyncio.Event(), asyncio.Event()
-
-    async def stalls(scope, receive, send) -> None:
-        if scope["type"] != "http":
-            return
-        await read_body(receive)
-        arrived.set()
-        await release.wait()
-        await send_json(send, 200, [{}, {}])
+    stalls, arrived, release = _stalling_handler()
 
     async with serve_app(stalls) as url:
         async with BatchingHttpProcessor(HttpProcessorConfig(handler_url=url),
