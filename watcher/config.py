@@ -38,7 +38,7 @@ DEFAULT_REDUCE_PAGE_ITEMS = 1000
 DEFAULT_REDUCE_PAGE_BYTES = 8 * 1024 * 1024
 # The largest item data (inserted by a client, or answered by a handler). It fits
 # every supported database at its default settings: MariaDB's 16 MiB packet
-# carries 8 MiB of data even when escaping doubles it.
+# carries 8 MiB of any bytes, which travel as base64 (watcher.drivers.mysql_packet).
 DEFAULT_MAX_ITEM_BYTES = 8 * 1024 * 1024
 MIN_LEASE_DURATION = 1.0
 

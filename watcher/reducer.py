@@ -16,6 +16,7 @@ import logging
 import time
 from dataclasses import dataclass
 from enum import Enum
+from functools import partial
 
 from watcher.config import WatcherConfig
 from watcher.decisions import describe_error, storable_text
@@ -31,10 +32,13 @@ from watcher.protocol import (
 from watcher.reduction import (
     PageLimits,
     ReduceAnswerError,
+    ReducePlan,
+    ReduceStep,
     plan_reduce,
     reduce_call,
     reduce_step,
 )
+from watcher.refusals import is_refusal, write_or_refuse
 from watcher.slots import SlotPool
 from watcher.store import Store
 
@@ -135,9 +139,16 @@ class GateReducer:
             return await self._failed(call.attempt, failure, plan.pass_, started)
         finally:
             self.slots.give_back(1)
-        async with lease.lock:
-            version = None if lease.lost else await self.store.reduce_write(
-                pid, lease.version, self.keeper.owner, step)
+        try:
+            async with lease.lock:
+                version = None if lease.lost else await write_or_refuse(
+                    self.store, partial(self.store.reduce_write, pid, lease.version,
+                                        self.keeper.owner, step))
+        except Exception as error:
+            if not is_refusal(self.store, error):
+                raise  # an outage: the step is made again once the database answers
+            return await self._failed(call.attempt, self._refused(plan, step, error),
+                                      plan.pass_, started)
         seconds = time.monotonic() - started
         if version is None:  # the lease was lost (or the guard failed): fenced off
             self.hooks.reduce_outcome(pid, gate, plan.pass_, "stale", seconds)
@@ -152,6 +163,25 @@ class GateReducer:
             log.debug("action=reduce_page partition=%s gate=%d pass=%s page=%d", pid, gate,
                       plan.pass_, plan.page)
         return ReduceStepOutcome(StepKind.WROTE)
+
+    def _refused(self, plan: ReducePlan, step: ReduceStep, error: BaseException
+                 ) -> NonRetryableError:
+        """The final error of a reduce answer the database refused to store (logged once:
+        the partition fails with it, so nothing makes the call again by itself)."""
+        pid, gate = self.partition_id, self.lease.gate
+        sizes = {"result": len(step.result or b""), "accumulator": len(step.accumulator or b""),
+                 "largest item data": max((len(write.data or b"") for write in step.writes),
+                                          default=0)}
+        shown = ", ".join(f"{name} {size} bytes" for name, size in sizes.items())
+        # The database's own words: SQLAlchemy's text would add the statement and its values.
+        reason = str(getattr(error, "orig", None) or error)
+        log.warning("action=reduce_unstorable partition=%s gate=%d pass=%s page=%d error=%s",
+                    pid, gate, plan.pass_, plan.page, type(error).__name__)
+        return NonRetryableError(
+            f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page}: the "
+            f"database refused to store the reduce answer ({shown}): "
+            f"{type(error).__name__}: {reason}; make the answer smaller, or raise the "
+            "database's limit, then retry the partition (processor retry)")
 
     async def _call(self, call: ReduceCall) -> object:
         """Make the reduce call, abandoning it once the lease is lost or stopped (a

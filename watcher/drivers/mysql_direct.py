@@ -31,6 +31,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 
 from watcher.drivers.compiled import StatementCache
+from watcher.drivers.mysql_packet import READ_PACKET_LIMIT, check_packet
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ class MySQLDirect:
         self._idle: dict[bool, list[aiomysql.Connection]] = {True: [], False: []}
         self._closed = False
         self.listeners: list[Callable[[str], None]] = []
+        # The server's max_allowed_packet, read by each new connection (None: none yet).
+        self.packet_limit: int | None = None
 
     @classmethod
     def for_url(cls, url: URL, dialect: Dialect) -> MySQLDirect:
@@ -97,11 +100,13 @@ class MySQLDirect:
         Raises:
             sqlalchemy.exc.DBAPIError: the database failed or refused it, or could
                 not be reached (parameters hidden).
+            ValueRefusedError: the statement is over the server's packet; not sent.
         """
         compiled = self._compiled[statement]
         sql = compiled.sql
         self._sent(sql)
         values = compiled.values(params)
+        check_packet(sql, values, self.packet_limit)
 
         async def run(conn: aiomysql.Connection) -> list[tuple[Any, ...]]:
             async with conn.cursor() as cursor:
@@ -120,11 +125,13 @@ class MySQLDirect:
             sqlalchemy.exc.DBAPIError: the database failed or refused it, or could
                 not be reached (then nothing was written, unless the connection
                 dropped during the commit, which leaves the outcome unknown).
+            ValueRefusedError: the statement is over the server's packet; not sent.
         """
         compiled = self._compiled[statement]
         sql = compiled.sql
         self._sent(sql)
         values = compiled.values(params)
+        check_packet(sql, values, self.packet_limit)
 
         async def run(conn: aiomysql.Connection) -> int:
             async with conn.cursor() as cursor:
@@ -203,6 +210,9 @@ class MySQLDirect:
             async with conn.cursor() as cursor:
                 await cursor.execute(READ_COMMITTED)
                 await cursor.execute(OPTIMIZER["MariaDB" in conn.get_server_info()])
+                await cursor.execute(READ_PACKET_LIMIT)
+                (limit,) = await cursor.fetchone()
+                self.packet_limit = int(limit)
         except BaseException:
             conn.close()
             raise
