@@ -34,6 +34,7 @@ from watcher.reduction import (
     ReduceAnswerError,
     ReducePlan,
     ReduceStep,
+    page_problem,
     plan_reduce,
     reduce_call,
     reduce_step,
@@ -111,8 +112,13 @@ class GateReducer:
         entries = await self.store.reduce_entries(
             pid, gate, after=state.after, limit=self.limits.items + 1,
             include_failed=lease.settings.continue_on_failure)
-        plan = plan_reduce(state, entries, self.limits)
+        plan = plan_reduce(state, entries, self.limits, pid, self.config.max_item_bytes)
         call = reduce_call(pid, gate, plan, attempt=state.attempts + 1)
+        too_large = page_problem(call, self.limits)
+        if too_large is not None:  # no handler would take it: fail before calling
+            return await self._failed(call.attempt, NonRetryableError(
+                f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page}: "
+                f"{too_large}"), plan.pass_, time.monotonic())
         if self.slots.take(1) == 0:
             self.slots.notify_when_free(lease.wake)
             return ReduceStepOutcome(StepKind.BUSY)
