@@ -27,6 +27,7 @@ from watcher.protocol import (
     NonRetryableError,
     ReduceCall,
     ReduceCallable,
+    ReduceShapeCall,
     RetryableError,
 )
 from watcher.reduction import (
@@ -80,7 +81,7 @@ class GateReducer:
 
     def __init__(self, lease: Lease, *, store: Store, reduce: ReduceCallable | None,
                  slots: SlotPool, keeper: LeaseKeeper, config: WatcherConfig,
-                 hooks: Hooks) -> None:
+                 hooks: Hooks, shape: ReduceShapeCall | None = None) -> None:
         self.lease = lease
         self.store = store
         self.reduce = reduce
@@ -89,11 +90,56 @@ class GateReducer:
         self.config = config
         self.hooks = hooks
         self.limits = PageLimits(config.reduce_page_items, config.reduce_page_bytes)
+        self.shape = shape
+        # Whether the reducer's shape is still to be checked against this partition
+        # (once per lease, before any item work): see :meth:`check_shape`.
+        self.unchecked = shape is not None and bool(lease.settings.reduce_gates)
 
     @property
     def partition_id(self) -> str:
         """The partition whose gates this reducer reduces."""
         return self.lease.partition_id
+
+    async def check_shape(self) -> bool:
+        """Before any item work: ask the reducer what it takes, and fail the partition at
+        once when its gates cannot be reduced so (a reducer that takes a whole gate in
+        one call, and more items than one page holds). A smaller request limit the
+        reducer names becomes the page limit. Returns whether the partition failed.
+
+        Raises the database's error when a read or write fails (checked again then).
+        """
+        lease, pid = self.lease, self.partition_id
+        assert self.shape is not None
+        if lease.gate > max(lease.settings.reduce_gates):
+            self.unchecked = False
+            return False
+        shape = await self.shape()
+        if shape is None:  # the reducer does not say: its calls will tell
+            self.unchecked = False
+            return False
+        taken = shape.max_request_bytes
+        if taken is not None and taken < self.limits.request_bytes:
+            self.limits = PageLimits(self.limits.items, taken)
+        if shape.pages:
+            self.unchecked = False
+            return False
+        info = await self.store.partition_get(pid)
+        items = 0 if info is None else sum(info.counts.values())
+        self.unchecked = False
+        if items <= self.limits.items:
+            return False
+        gates = ", ".join(str(gate) for gate in sorted(lease.settings.reduce_gates))
+        error = NonRetryableError(
+            f"partition {pid!r} has {items} items and reduce gate {gates}: a gate of more "
+            f"than {self.limits.items} items (--reduce-page-items) is reduced in pages, but "
+            "the handler's reduce takes a whole gate in one call (a plain function); serve "
+            "it with handlers.Reduce(fold=..., apply=...), or raise --reduce-page-items to "
+            f"{items} or more, then retry the partition (processor retry). No item was "
+            "dispatched for it by this processor.")
+        log.warning("action=reduce_shape_mismatch partition=%s items=%d page_items=%d", pid,
+                    items, self.limits.items)
+        outcome = await self._failed(1, error, "all", time.monotonic())
+        return outcome.kind is StepKind.FAILED
 
     async def step(self) -> ReduceStepOutcome:
         """Make one reduce call at the lease's current gate and write its answer.

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
+import pytest
 
 import handlers
 from handlers import Item, Reduce, Result
@@ -39,7 +40,7 @@ class RequestSizes:
         self.sizes: list[int] = []
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == "/reduce":
+        if scope["type"] == "http" and scope["path"] == "/reduce" and scope["method"] == "POST":
             headers = dict(scope["headers"])
             self.sizes.append(int(headers[b"content-length"]))
         await self.app(scope, receive, send)
@@ -72,18 +73,22 @@ def mark(accumulator: Any, items: list[Item]) -> dict[str, Result]:
     return {item.id: Result(done=True, data={"seen": accumulator["seen"]}) for item in items}
 
 
+@pytest.mark.parametrize("limit_from", ["processor", "handler"])
 async def test_reduce_pages_fill_up_to_the_sdk_limit_and_never_past_it(
-        db_url: str, table_prefix: str, make_store: Callable[..., Any]) -> None:
+        db_url: str, table_prefix: str, make_store: Callable[..., Any], limit_from: str
+        ) -> None:
     """Item data counts as base64, with the accumulator and the envelope: every page of a
-    gate cut by bytes is taken by an SDK whose body limit is the processor's page limit,
-    and the fullest page comes within one item of that limit."""
+    gate cut by bytes is taken by an SDK whose body limit is the page limit (set on the
+    processor, or said by the SDK itself), and the fullest page comes within one item
+    of that limit."""
     sizes = RequestSizes(handlers.app(never, reduce=Reduce(fold=keep_text, apply=mark),
                                       max_body_bytes=LIMIT))
     data = b"\x00\xff" * 1500  # 3000 bytes: 4000 as base64
     async with AsyncClient(db_url, table_prefix) as client:
         await client.create_partition("p", [NewItem(f"i{n:03}", data, 1) for n in range(60)],
                                       reduce_gates=[1])
-        async with engine(make_store, sizes, reduce_page_bytes=LIMIT, reduce_page_items=1000):
+        page_bytes = {"reduce_page_bytes": LIMIT} if limit_from == "processor" else {}
+        async with engine(make_store, sizes, reduce_page_items=1000, **page_bytes):
             info = await client.wait("p", timeout=WAIT)
         items = await client.items("p")
     assert info.status == "complete", info.last_error
@@ -136,3 +141,54 @@ async def test_a_failed_item_over_the_size_limit_reaches_the_reduce_without_its_
     status, size, error = by_id["big"]
     assert (status, size) == ("failed", 0)
     assert "90000 bytes, over the item size limit of 50000" in (error or "")
+
+
+# -- a whole-gate reduce and a gate larger than a page: found before item work --
+
+
+def rank_all(page: handlers.ReducePage) -> handlers.Reduced:
+    """The README's first reduce: a plain function that takes the whole gate."""
+    scored = sorted(page.items, key=lambda item: -item.json()["score"])
+    return handlers.Reduced(result={"top": [item.id for item in scored[:3]]})
+
+
+async def test_a_whole_gate_reduce_and_a_gate_over_a_page_fail_before_any_item_work(
+        db_url: str, table_prefix: str, make_store: Callable[..., Any]) -> None:
+    """The README's one-call reduce with more items than --reduce-page-items: the
+    partition fails when it is first leased, with the fix in its error, and the item
+    handler is never called; a partition that fits one page is reduced as before."""
+    calls: list[str] = []
+
+    def score(item: Item) -> Result:
+        calls.append(item.id)
+        return Result(gate=1, data={"score": item.json()})
+
+    app = handlers.app({0: score}, reduce=rank_all)
+    async with AsyncClient(db_url, table_prefix) as client:
+        await client.create_partition("big", [NewItem(f"i{n:02}", json.dumps(n).encode())
+                                              for n in range(8)], reduce_gates=[1])
+        await client.create_partition("small", [NewItem(f"i{n:02}", json.dumps(n).encode())
+                                                for n in range(5)], reduce_gates=[1])
+        async with engine(make_store, app, reduce_page_items=5):
+            big = await client.wait("big", timeout=WAIT)
+            small = await client.wait("small", timeout=WAIT)
+    assert big.status == "failed" and big.gate == 0
+    assert big.counts == {"available": 8}
+    error = big.last_error or ""
+    assert "has 8 items" in error and "handlers.Reduce(fold=..., apply=...)" in error, error
+    assert "--reduce-page-items" in error, error
+    assert small.status == "complete" and small.result_json() == {"top": ["i04", "i03", "i02"]}
+    assert sorted(calls) == [f"i{n:02}" for n in range(5)]  # only the small partition's
+
+
+async def test_the_sdk_says_what_its_reduce_takes() -> None:
+    whole = handlers.app(never, reduce=rank_all, max_body_bytes=1234)
+    paged = handlers.app(never, reduce=Reduce(fold=keep_text, apply=mark))
+    none = handlers.app(never)
+    async with serve_app(whole) as w, serve_app(paged) as p, serve_app(none) as n, \
+            httpx.AsyncClient() as http:
+        assert (await http.get(w + "/reduce")).json() == {"pages": False,
+                                                          "max_body_bytes": 1234}
+        assert (await http.get(p + "/reduce")).json() == {
+            "pages": True, "max_body_bytes": DEFAULT_MAX_BODY_BYTES}
+        assert (await http.get(n + "/reduce")).status_code == 405
