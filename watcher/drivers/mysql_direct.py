@@ -32,6 +32,7 @@ from sqlalchemy.sql import ClauseElement
 
 from watcher.drivers.compiled import StatementCache
 from watcher.drivers.mysql_packet import READ_PACKET_LIMIT, check_packet
+from watcher.errors import ValueRefusedError
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +107,9 @@ class MySQLDirect:
         sql = compiled.sql
         self._sent(sql)
         values = compiled.values(params)
-        check_packet(sql, values, self.packet_limit)
 
         async def run(conn: aiomysql.Connection) -> list[tuple[Any, ...]]:
+            check_packet(sql, values, self.packet_limit)  # known once a connection opened
             async with conn.cursor() as cursor:
                 await cursor.execute(sql, values)
                 return compiled.rows(await cursor.fetchall())
@@ -131,9 +132,9 @@ class MySQLDirect:
         sql = compiled.sql
         self._sent(sql)
         values = compiled.values(params)
-        check_packet(sql, values, self.packet_limit)
 
         async def run(conn: aiomysql.Connection) -> int:
+            check_packet(sql, values, self.packet_limit)  # known once a connection opened
             async with conn.cursor() as cursor:
                 changed: int = await cursor.execute(sql, values)
             try:
@@ -186,6 +187,9 @@ class MySQLDirect:
                     raise
                 log.debug("action=direct_connection_dead; sending again on a new connection")
                 continue
+            except ValueRefusedError:  # refused before it was sent: the connection is fine
+                self._give_back(conn)
+                raise
             except BaseException:  # cancelled mid-statement: the session's state is unknown
                 conn.close()
                 raise

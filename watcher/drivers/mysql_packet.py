@@ -67,7 +67,7 @@ def value_size(value: Any) -> int:
         size = len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
         return size + sum(value.count(character) for character in _ESCAPED) + 2
     if isinstance(value, bytes | bytearray):
-        return len(value) + sum(value.count(character) for character in _ESCAPED_BYTES) + 9
+        return len(value) + sum(value.count(character) for character in _ESCAPED_BYTES) + 2
     if isinstance(value, Sequence):  # a tuple for IN (...)
         return sum(value_size(element) + 1 for element in value) + 2
     return 32
