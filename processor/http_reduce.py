@@ -63,15 +63,22 @@ class HttpReducer:
         self._basic_auth = basic_auth
         self._shape: ReduceShape | None = None
         self._shape_asked = False  # the handler answered the question (whatever it said)
+        self._asking = asyncio.Lock()
 
     async def shape(self) -> ReduceShape | None:
         """What the handler's reduce takes: ``GET`` on the reduce URL, which the Python
         SDK answers with ``{"pages": bool, "max_body_bytes": int}``. ``None`` when the
-        handler does not say (another kind of handler: a 404 or 405) or cannot be
-        reached now (asked again next time). Never raises.
+        handler does not say (another kind of handler: a 404 or 405) or cannot answer
+        now (no answer, or a 5xx: asked again next time). Never raises.
         """
         if self._shape_asked:
             return self._shape
+        async with self._asking:  # many partitions leased at once ask once
+            if self._shape_asked:
+                return self._shape
+            return await self._ask_shape()
+
+    async def _ask_shape(self) -> ReduceShape | None:
         headers = {"Authorization": self._basic_auth} if self._basic_auth else {}
         try:
             async with asyncio.timeout(min(SHAPE_TIMEOUT,
@@ -82,6 +89,8 @@ class HttpReducer:
             return None
         except Exception as error:  # a bug here must not stop the partition
             log.error("action=reduce_shape_bug error=%s", type(error).__name__)
+            return None
+        if reply.status >= 500:  # down for now: ask again next time
             return None
         self._shape_asked = True
         self._shape = _read_shape(reply.status, reply.body)
