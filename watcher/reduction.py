@@ -191,8 +191,9 @@ def page_problem(call: ReduceCall, limits: PageLimits) -> str | None:
         f"{4 * ((len(largest.data) + 2) // 3)} as base64)")
     return (f"a reduce request with {shown} and the accumulator "
             f"({len(call.accumulator or b'')} bytes) is {size} bytes, over the reduce request "
-            f"limit of {limits.request_bytes} bytes (reduce_page_bytes; the handler SDK takes "
-            "16 MiB): lower max_item_bytes to what a request carries, or raise both limits")
+            f"limit of {limits.request_bytes} bytes (reduce_page_bytes, or the handler's "
+            "smaller max_body_bytes): lower max_item_bytes to what a request carries, or "
+            "raise both limits")
 
 
 def reduce_key(partition_id: str, gate: int, pass_: str, page: int) -> str:

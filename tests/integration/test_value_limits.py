@@ -182,8 +182,10 @@ async def test_the_largest_item_fits_a_default_mariadb_packet_whatever_its_bytes
     info = await store.partition_get("p")
     assert items["a"].data == value + byte and b_item.data == value
     assert info is not None and info.result == value
-    assert sent_statements and max(sent_statements) < MARIADB_DEFAULT_PACKET, (
+    # The statements that carried the value were seen (over 8 MiB), and fit 16 MiB.
+    assert DEFAULT_MAX_ITEM_BYTES < max(sent_statements) < MARIADB_DEFAULT_PACKET, (
         max(sent_statements))
+    assert sum(size > DEFAULT_MAX_ITEM_BYTES for size in sent_statements) >= 4
 
 
 @MARIADB_ONLY
