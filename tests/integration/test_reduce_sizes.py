@@ -192,3 +192,23 @@ async def test_the_sdk_says_what_its_reduce_takes() -> None:
         assert (await http.get(p + "/reduce")).json() == {
             "pages": True, "max_body_bytes": DEFAULT_MAX_BODY_BYTES}
         assert (await http.get(n + "/reduce")).status_code == 405
+
+
+async def test_an_item_no_request_can_carry_fails_the_reduce_before_the_call(
+        db_url: str, table_prefix: str, make_store: Callable[..., Any]) -> None:
+    """One item whose request alone passes the handler's limit is never sent (the
+    handler would refuse it with a 413): the reduce fails at once, naming the item
+    and the sizes."""
+    sizes = RequestSizes(handlers.app(never, reduce=Reduce(fold=keep_text, apply=mark),
+                                      max_body_bytes=LIMIT))
+    async with AsyncClient(db_url, table_prefix) as client:
+        await client.create_partition("p", [NewItem("huge", b"y" * 60_000, 1),
+                                            NewItem("small", b"x" * 10, 1)],
+                                      reduce_gates=[1])
+        async with engine(make_store, sizes, max_item_bytes=100_000):
+            info = await client.wait("p", timeout=WAIT)
+    assert info.status == "failed" and info.gate == 1
+    assert sizes.sizes == []  # nothing was sent (the page of "huge" comes first)
+    error = info.last_error or ""
+    assert "item 'huge' (60000 bytes of data, 80000 as base64)" in error, error
+    assert f"over the reduce request limit of {LIMIT} bytes" in error, error
