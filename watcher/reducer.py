@@ -123,8 +123,12 @@ class GateReducer:
         if shape.pages:
             self.unchecked = False
             return False
+        # The items that may still reach a reduce gate: before any item work, every
+        # item (one that will complete before the gate cannot be told yet).
         info = await self.store.partition_get(pid)
-        items = 0 if info is None else sum(info.counts.values())
+        counts = {} if info is None else info.counts
+        items = counts.get(Status.AVAILABLE.value, 0) + (
+            counts.get(Status.FAILED.value, 0) if lease.settings.continue_on_failure else 0)
         self.unchecked = False
         if items <= self.limits.items:
             return False
