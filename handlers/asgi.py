@@ -9,7 +9,9 @@ Routes (all configurable):
 - ``POST /``: one item (headers and body per :mod:`handlers.wire`);
 - ``POST /batch``: a JSON array of items, answered with an array of results;
 - ``POST /reduce``: a reduce gate's items (see :mod:`handlers.reduce`), when
-  a reduce function is given;
+  a reduce function is given; ``GET /reduce`` says what it serves:
+  ``{"pages": false, "max_body_bytes": N}`` for a plain function (a whole gate
+  in one call), ``"pages": true`` for :class:`~handlers.reduce.Reduce`;
 - ``GET /healthz``: ``{"status": "ok"}``.
 
 Anything else is a 404 (unknown path) or a 405 (wrong method) with a JSON error
@@ -23,6 +25,7 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -134,6 +137,12 @@ class HandlerApp:
         self._reduce = (None if reduce is None
                         else whole_gate_only(reduce) if inspect.isroutine(reduce)
                         else reduce)
+        # What GET on the reduce path answers, so that a processor finds a gate too big
+        # for a whole-gate function before any item work: whether paged gates are
+        # served, and the largest request taken.
+        self._reduce_shape = json.dumps({
+            "pages": reduce is not None and not inspect.isroutine(reduce),
+            "max_body_bytes": max_body_bytes}).encode()
         routes = {"path": path, "health_path": health_path, "batch_path": batch_path,
                   "reduce_path": reduce_path}
         for name, value in routes.items():
@@ -199,6 +208,9 @@ class HandlerApp:
                     return
                 await self._batch(scope, receive, send)
             elif path == self.reduce_path:
+                if method in ("GET", "HEAD") and self._reduce is not None:
+                    await _respond(send, 200, self._reduce_shape)
+                    return
                 if method != "POST":
                     await _method_not_allowed(send, method, path, b"POST")
                     return

@@ -4,8 +4,10 @@ Two shapes are served at ``POST /reduce``:
 
 - a plain function ``rank_all(page: ReducePage) -> Reduced``, which gets the
   whole gate in one call (``page.pass_ == "all"``). It is the short way for
-  gates that fit one page (``--reduce-page-items``); a larger gate is answered
-  with an error that says to use the second shape.
+  gates that fit one page (``--reduce-page-items``). ``GET /reduce`` says so,
+  and a processor fails a partition with more items than a page before any
+  item work; a paged request that still comes is answered with an error that
+  says to use the second shape.
 - :class:`Reduce`, built from a *fold* and an *apply* function, which serves
   gates of any size: the processor sends a big gate in pages, first to fold
   (each page with the accumulator of the one before), then again to apply

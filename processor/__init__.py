@@ -21,6 +21,7 @@ from watcher.errors import (
     PartitionLeasedError,
     PartitionNotFoundError,
     StatefeedError,
+    ValueRefusedError,
 )
 from watcher.records import ItemInfo, NewItem, PartitionInfo
 
@@ -67,4 +68,5 @@ __all__ = [
     "PartitionLeasedError",
     "PartitionNotFoundError",
     "StatefeedError",
+    "ValueRefusedError",
 ]

@@ -47,7 +47,8 @@ class HandlerHealthCheck:
         shown = self._shown_url
         try:
             async with asyncio.timeout(self._timeout):
-                status = await self._sender.probe(self._url, self._headers, shown_url=shown)
+                status = (await self._sender.probe(self._url, self._headers,
+                                                   shown_url=shown)).status
         except TimeoutError:
             return False, f"no answer from {shown} within {self._timeout} s"
         except TransportError as error:

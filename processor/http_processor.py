@@ -69,7 +69,14 @@ from processor.wire import (
     read_item_reply,
     unexpected_failure,
 )
-from watcher.protocol import ProcessorError, ReduceCall, ReduceResult, Result, WorkItem
+from watcher.protocol import (
+    ProcessorError,
+    ReduceCall,
+    ReduceResult,
+    ReduceShape,
+    Result,
+    WorkItem,
+)
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +231,10 @@ class HttpProcessor:
             RetryableError, NonRetryableError: as :meth:`process`.
         """
         return await self.reducer.reduce(call)
+
+    async def reduce_shape(self) -> ReduceShape | None:
+        """What the handler's reduce takes (:meth:`HttpReducer.shape`). Never raises."""
+        return await self.reducer.shape()
 
     async def process(self, item: WorkItem) -> Result:
         """POST ``item`` to the handler and map the answer to a :class:`Result`.

@@ -10,6 +10,8 @@ reduce goes through the same pooled sender as the item calls.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -18,6 +20,7 @@ import httpx
 
 from processor.http_config import split_userinfo
 from processor.redact import redact_url
+from processor.transports import TransportError
 from processor.wire import (
     Failure,
     encode_reduce,
@@ -26,7 +29,7 @@ from processor.wire import (
     reduce_headers,
     unexpected_failure,
 )
-from watcher.protocol import ReduceCall, ReduceResult
+from watcher.protocol import ReduceCall, ReduceResult, ReduceShape
 
 if TYPE_CHECKING:
     from processor.http_processor import HandlerEndpoint
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_REDUCE_PATH = "/reduce"
+# How long the question "what does your reduce take?" may wait for its answer.
+SHAPE_TIMEOUT = 10.0
 
 
 def default_reduce_url(handler_url: str) -> str:
@@ -56,6 +61,43 @@ class HttpReducer:
         self.url = str(httpx.URL(bare))
         self.shown_url = redact_url(url)
         self._basic_auth = basic_auth
+        self._shape: ReduceShape | None = None
+        self._shape_asked = False  # the handler answered the question (whatever it said)
+        self._asking = asyncio.Lock()
+
+    async def shape(self) -> ReduceShape | None:
+        """What the handler's reduce takes: ``GET`` on the reduce URL, which the Python
+        SDK answers with ``{"pages": bool, "max_body_bytes": int}``. ``None`` when the
+        handler does not say (another kind of handler: a 404 or 405) or cannot answer
+        now (no answer, or a 5xx: asked again next time). Never raises.
+        """
+        if self._shape_asked:
+            return self._shape
+        async with self._asking:  # many partitions leased at once ask once
+            if self._shape_asked:
+                return self._shape
+            return await self._ask_shape()
+
+    async def _ask_shape(self) -> ReduceShape | None:
+        headers = {"Authorization": self._basic_auth} if self._basic_auth else {}
+        try:
+            async with asyncio.timeout(min(SHAPE_TIMEOUT,
+                                           self.endpoint.config.request_timeout)):
+                reply = await self.endpoint.sender.probe(self.url, headers,
+                                                         shown_url=self.shown_url)
+        except (TimeoutError, TransportError):
+            return None
+        except Exception as error:  # a bug here must not stop the partition
+            log.error("action=reduce_shape_bug error=%s", type(error).__name__)
+            return None
+        if reply.status >= 500:  # down for now: ask again next time
+            return None
+        self._shape_asked = True
+        self._shape = _read_shape(reply.status, reply.body)
+        if self._shape is not None:
+            log.info("action=reduce_shape url=%s pages=%s max_body_bytes=%s", self.shown_url,
+                     self._shape.pages, self._shape.max_request_bytes)
+        return self._shape
 
     async def reduce(self, call: ReduceCall) -> ReduceResult:
         """POST ``call`` and read the handler's answer.
@@ -88,3 +130,19 @@ class HttpReducer:
             raise reduce_error(call, outcome, endpoint.mask)
         return outcome
 
+
+
+def _read_shape(status: int, body: bytes | None) -> ReduceShape | None:
+    """The :class:`ReduceShape` a ``GET`` on the reduce URL answered, if it says one."""
+    if status != 200 or not body:
+        return None
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("pages"), bool):
+        return None
+    limit = document.get("max_body_bytes")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        limit = None
+    return ReduceShape(document["pages"], limit)

@@ -87,10 +87,10 @@ class Sender(Protocol):
         """
         ...
 
-    async def probe(self, url: str, headers: Mapping[str, str], *, shown_url: str) -> int:
-        """GET ``url`` with ``headers`` (on top of the configured ones); return the status.
+    async def probe(self, url: str, headers: Mapping[str, str], *, shown_url: str) -> Reply:
+        """GET ``url`` with ``headers`` (on top of the configured ones); return the answer.
 
-        The body is read up to ``max_response_bytes`` and dropped, so the
+        The body is read up to ``max_response_bytes`` (``None`` past it), so the
         connection goes back to the pool. Uses the same connections, TLS
         settings, configured headers and ``request_timeout`` as :meth:`post` (a
         caller wanting less wraps the call in ``asyncio.timeout``).
@@ -186,7 +186,7 @@ class AiohttpSender:
         except aiohttp.ClientError as error:
             raise self._failure(error, shown_url or self._settings.shown_url) from None
 
-    async def probe(self, url: str, headers: Mapping[str, str], *, shown_url: str) -> int:
+    async def probe(self, url: str, headers: Mapping[str, str], *, shown_url: str) -> Reply:
         """See :meth:`Sender.probe`."""
         if self._closed:
             raise TransportError(CLOSED_REASON)
@@ -194,8 +194,7 @@ class AiohttpSender:
         try:
             async with session.get(self._target(url), headers=headers,
                                    allow_redirects=False) as response:
-                await self._read(response)
-                return response.status
+                return Reply(response.status, None, await self._read(response))
         except aiohttp.ClientError as error:
             raise self._failure(error, shown_url) from None
 
@@ -285,7 +284,7 @@ class HttpxSender:
             raise self._failure(error, shown_url) from None
         return Reply(response.status_code, response.headers.get("retry-after"), body_read)
 
-    async def probe(self, url: str, headers: Mapping[str, str], *, shown_url: str) -> int:
+    async def probe(self, url: str, headers: Mapping[str, str], *, shown_url: str) -> Reply:
         """See :meth:`Sender.probe`."""
         if self._client.is_closed:
             raise TransportError(CLOSED_REASON)
@@ -294,12 +293,12 @@ class HttpxSender:
             async with asyncio.timeout(self._settings.request_timeout):
                 response = await self._transport.handle_async_request(request)
                 try:
-                    await self._read(response)
+                    body = await self._read(response)
                 finally:
                     await response.aclose()
         except httpx.RequestError as error:
             raise self._failure(error, shown_url) from None
-        return response.status_code
+        return Reply(response.status_code, None, body)
 
     def _failure(self, error: httpx.RequestError, shown_url: str) -> Exception:
         if isinstance(error, httpx.ConnectTimeout):

@@ -542,21 +542,27 @@ def encode_reduce(call: ReduceCall) -> bytes:
     ``{"partition_id", "gate", "attempt", "pass", "page", "last",
     "idempotency_key", "accumulator", "items": [{"item_id", "status", "gate",
     "last_error", "data_b64"}, ...]}``; the accumulator is the JSON value the
-    handler returned (``null`` before the first fold page).
+    handler returned (``null`` before the first fold page), its stored text
+    sent as it is (UTF-8). :func:`watcher.reduction.reduce_request_bytes`
+    says the body's size to the byte, for the page cut.
 
     Raises:
         ValueError: the stored accumulator is not JSON (it always is when the
             processor stored it from an answer).
     """
-    accumulator = None if call.accumulator is None else json.loads(call.accumulator)
-    return encode_json({
+    accumulator = b"null"
+    if call.accumulator is not None:
+        json.loads(call.accumulator)  # refuse a value that is not JSON (library mode)
+        accumulator = call.accumulator
+    head = encode_json({
         "partition_id": call.partition_id, "gate": call.gate, "attempt": call.attempt,
         "pass": call.pass_, "page": call.page, "last": call.last,
-        "idempotency_key": call.idempotency_key, "accumulator": accumulator,
-        "items": [{"item_id": item.id, "status": item.status, "gate": item.gate,
-                   "last_error": item.last_error, "data_b64": encode_b64(item.data)}
-                  for item in call.items],
+        "idempotency_key": call.idempotency_key, "accumulator": None,
     })
+    items = encode_json([{"item_id": item.id, "status": item.status, "gate": item.gate,
+                          "last_error": item.last_error, "data_b64": encode_b64(item.data)}
+                         for item in call.items])
+    return b"".join((head[:-len(b"null}")], accumulator, b',"items":', items, b"}"))
 
 
 def read_reduce_reply(reply: Reply, call: ReduceCall, *, max_bytes: int,

@@ -21,6 +21,7 @@ from watcher.errors import (
     PartitionLeasedError,
     PartitionNotFoundError,
     StatefeedError,
+    ValueRefusedError,
 )
 from watcher.hooks import CountingHooks, Hooks
 from watcher.protocol import (
@@ -86,6 +87,7 @@ __all__ = [
     "StatefeedError",
     "Status",
     "Store",
+    "ValueRefusedError",
     "Watcher",
     "WatcherConfig",
     "WorkItem",

@@ -33,12 +33,14 @@ MAX_RESULT_LINGER = 1.0
 # A reduce gate of up to this many items is reduced in one call; a larger one in
 # pages of this many (a fold pass, then an apply pass).
 DEFAULT_REDUCE_PAGE_ITEMS = 1000
-# A reduce page also stops before its items' data passes this size, so a request
-# stays under the handler SDK's 16 MiB body limit once base64-encoded.
-DEFAULT_REDUCE_PAGE_BYTES = 8 * 1024 * 1024
+# A reduce page also stops before its request, as encoded (item data as base64,
+# the accumulator, ids and errors), passes this size: the handler SDK's body limit
+# (handlers.asgi.DEFAULT_MAX_BODY_BYTES), so the SDK takes every page the
+# processor builds.
+DEFAULT_REDUCE_PAGE_BYTES = 16 * 1024 * 1024
 # The largest item data (inserted by a client, or answered by a handler). It fits
 # every supported database at its default settings: MariaDB's 16 MiB packet
-# carries 8 MiB of data even when escaping doubles it.
+# carries 8 MiB of any bytes, which travel as base64 (watcher.drivers.mysql_packet).
 DEFAULT_MAX_ITEM_BYTES = 8 * 1024 * 1024
 MIN_LEASE_DURATION = 1.0
 

@@ -76,3 +76,11 @@ class DatabaseError(StatefeedError):
 
     The message never contains the database password.
     """
+
+
+class ValueRefusedError(StatefeedError, ValueError):
+    """The database refuses a value of a write: it would fail the same way every
+    time, unlike an outage. The message names the value's size, the limit and the fix.
+
+    A write that raises it wrote nothing.
+    """

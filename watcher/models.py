@@ -74,10 +74,14 @@ def error_type() -> TypeEngine[str]:
 
 
 def data_type() -> TypeEngine[bytes]:
-    """Item bytes: LONGBLOB on MySQL (BLOB stops at 64 KiB), VARBINARY(max) on SQL Server."""
+    """Item bytes: LONGBLOB on MySQL (BLOB stops at 64 KiB), sent as base64 so that any
+    bytes take 4/3 of their size in a statement (:mod:`watcher.drivers.mysql_packet`);
+    VARBINARY(max) on SQL Server."""
+    from watcher.drivers.mysql_packet import Base64Blob
+
     return (
         LargeBinary()
-        .with_variant(mysql.LONGBLOB(), *MYSQL)
+        .with_variant(Base64Blob(), *MYSQL)
         .with_variant(mssql.VARBINARY("max"), "mssql")
     )
 

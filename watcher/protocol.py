@@ -147,3 +147,21 @@ class ReduceResult:
 
 
 ReduceCallable = Callable[[ReduceCall], Awaitable[ReduceResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceShape:
+    """What a reducer takes, as it says before any call.
+
+    - ``pages``: whether it serves a gate in pages (fold, then apply); a
+      reducer that takes only a whole gate in one call cannot reduce a gate of
+      more than ``reduce_page_items`` items.
+    - ``max_request_bytes``: the largest request it takes (``None``: not said).
+    """
+
+    pages: bool
+    max_request_bytes: int | None = None
+
+
+# Asks a reducer what it takes: ``None`` when it does not say. Never raises.
+ReduceShapeCall = Callable[[], Awaitable[ReduceShape | None]]

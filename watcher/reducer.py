@@ -16,6 +16,7 @@ import logging
 import time
 from dataclasses import dataclass
 from enum import Enum
+from functools import partial
 
 from watcher.config import WatcherConfig
 from watcher.decisions import describe_error, storable_text
@@ -26,15 +27,20 @@ from watcher.protocol import (
     NonRetryableError,
     ReduceCall,
     ReduceCallable,
+    ReduceShapeCall,
     RetryableError,
 )
 from watcher.reduction import (
     PageLimits,
     ReduceAnswerError,
+    ReducePlan,
+    ReduceStep,
+    page_problem,
     plan_reduce,
     reduce_call,
     reduce_step,
 )
+from watcher.refusals import is_refusal, write_or_refuse
 from watcher.slots import SlotPool
 from watcher.store import Store
 
@@ -75,7 +81,7 @@ class GateReducer:
 
     def __init__(self, lease: Lease, *, store: Store, reduce: ReduceCallable | None,
                  slots: SlotPool, keeper: LeaseKeeper, config: WatcherConfig,
-                 hooks: Hooks) -> None:
+                 hooks: Hooks, shape: ReduceShapeCall | None = None) -> None:
         self.lease = lease
         self.store = store
         self.reduce = reduce
@@ -84,11 +90,60 @@ class GateReducer:
         self.config = config
         self.hooks = hooks
         self.limits = PageLimits(config.reduce_page_items, config.reduce_page_bytes)
+        self.shape = shape
+        # Whether the reducer's shape is still to be checked against this partition
+        # (once per lease, before any item work): see :meth:`check_shape`.
+        self.unchecked = shape is not None and bool(lease.settings.reduce_gates)
 
     @property
     def partition_id(self) -> str:
         """The partition whose gates this reducer reduces."""
         return self.lease.partition_id
+
+    async def check_shape(self) -> bool:
+        """Before any item work: ask the reducer what it takes, and fail the partition at
+        once when its gates cannot be reduced so (a reducer that takes a whole gate in
+        one call, and more items than one page holds). A smaller request limit the
+        reducer names becomes the page limit. Returns whether the partition failed.
+
+        Raises the database's error when a read or write fails (checked again then).
+        """
+        lease, pid = self.lease, self.partition_id
+        assert self.shape is not None
+        if lease.gate > max(lease.settings.reduce_gates):
+            self.unchecked = False
+            return False
+        shape = await self.shape()
+        if shape is None:  # the reducer does not say: its calls will tell
+            self.unchecked = False
+            return False
+        taken = shape.max_request_bytes
+        if taken is not None and taken < self.limits.request_bytes:
+            self.limits = PageLimits(self.limits.items, taken)
+        if shape.pages:
+            self.unchecked = False
+            return False
+        # The items that may still reach a reduce gate: before any item work, every
+        # item (one that will complete before the gate cannot be told yet).
+        info = await self.store.partition_get(pid)
+        counts = {} if info is None else info.counts
+        items = counts.get(Status.AVAILABLE.value, 0) + (
+            counts.get(Status.FAILED.value, 0) if lease.settings.continue_on_failure else 0)
+        self.unchecked = False
+        if items <= self.limits.items:
+            return False
+        gates = ", ".join(str(gate) for gate in sorted(lease.settings.reduce_gates))
+        error = NonRetryableError(
+            f"partition {pid!r} has {items} items and reduce gate {gates}: a gate of more "
+            f"than {self.limits.items} items (--reduce-page-items) is reduced in pages, but "
+            "the handler's reduce takes a whole gate in one call (a plain function); serve "
+            "it with handlers.Reduce(fold=..., apply=...), or raise --reduce-page-items to "
+            f"{items} or more, then retry the partition (processor retry). No item was "
+            "dispatched for it by this processor.")
+        log.warning("action=reduce_shape_mismatch partition=%s items=%d page_items=%d", pid,
+                    items, self.limits.items)
+        outcome = await self._failed(1, error, "all", time.monotonic())
+        return outcome.kind is StepKind.FAILED
 
     async def step(self) -> ReduceStepOutcome:
         """Make one reduce call at the lease's current gate and write its answer.
@@ -107,8 +162,13 @@ class GateReducer:
         entries = await self.store.reduce_entries(
             pid, gate, after=state.after, limit=self.limits.items + 1,
             include_failed=lease.settings.continue_on_failure)
-        plan = plan_reduce(state, entries, self.limits)
+        plan = plan_reduce(state, entries, self.limits, pid, self.config.max_item_bytes)
         call = reduce_call(pid, gate, plan, attempt=state.attempts + 1)
+        too_large = page_problem(call, self.limits)
+        if too_large is not None:  # no handler would take it: fail before calling
+            return await self._failed(call.attempt, NonRetryableError(
+                f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page}: "
+                f"{too_large}"), plan.pass_, time.monotonic())
         if self.slots.take(1) == 0:
             self.slots.notify_when_free(lease.wake)
             return ReduceStepOutcome(StepKind.BUSY)
@@ -135,9 +195,16 @@ class GateReducer:
             return await self._failed(call.attempt, failure, plan.pass_, started)
         finally:
             self.slots.give_back(1)
-        async with lease.lock:
-            version = None if lease.lost else await self.store.reduce_write(
-                pid, lease.version, self.keeper.owner, step)
+        try:
+            async with lease.lock:
+                version = None if lease.lost else await write_or_refuse(
+                    self.store, partial(self.store.reduce_write, pid, lease.version,
+                                        self.keeper.owner, step))
+        except Exception as error:
+            if not is_refusal(self.store, error):
+                raise  # an outage: the step is made again once the database answers
+            return await self._failed(call.attempt, self._refused(plan, step, error),
+                                      plan.pass_, started)
         seconds = time.monotonic() - started
         if version is None:  # the lease was lost (or the guard failed): fenced off
             self.hooks.reduce_outcome(pid, gate, plan.pass_, "stale", seconds)
@@ -152,6 +219,25 @@ class GateReducer:
             log.debug("action=reduce_page partition=%s gate=%d pass=%s page=%d", pid, gate,
                       plan.pass_, plan.page)
         return ReduceStepOutcome(StepKind.WROTE)
+
+    def _refused(self, plan: ReducePlan, step: ReduceStep, error: BaseException
+                 ) -> NonRetryableError:
+        """The final error of a reduce answer the database refused to store (logged once:
+        the partition fails with it, so nothing makes the call again by itself)."""
+        pid, gate = self.partition_id, self.lease.gate
+        sizes = {"result": len(step.result or b""), "accumulator": len(step.accumulator or b""),
+                 "largest item data": max((len(write.data or b"") for write in step.writes),
+                                          default=0)}
+        shown = ", ".join(f"{name} {size} bytes" for name, size in sizes.items())
+        # The database's own words: SQLAlchemy's text would add the statement and its values.
+        reason = str(getattr(error, "orig", None) or error)
+        log.warning("action=reduce_unstorable partition=%s gate=%d pass=%s page=%d error=%s",
+                    pid, gate, plan.pass_, plan.page, type(error).__name__)
+        return NonRetryableError(
+            f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page}: the "
+            f"database refused to store the reduce answer ({shown}): "
+            f"{type(error).__name__}: {reason}; make the answer smaller, or raise the "
+            "database's limit, then retry the partition (processor retry)")
 
     async def _call(self, call: ReduceCall) -> object:
         """Make the reduce call, abandoning it once the lease is lost or stopped (a

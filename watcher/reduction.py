@@ -13,8 +13,9 @@ Nothing here does I/O; :mod:`watcher.reducer` reads, calls and writes.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from watcher.decisions import result_problem
 from watcher.models import ReducePass, Status
@@ -26,15 +27,36 @@ FOLD = ReducePass.FOLD.value
 APPLY = ReducePass.APPLY.value
 AVAILABLE = Status.AVAILABLE.value
 COMPLETE = Status.COMPLETE.value
+FAILED = Status.FAILED.value
 _COMPLETE_RESULT = Result(done=True)
+# The largest accumulator a fold answer may carry. With an item at the default size
+# limit (8 MiB, 4/3 of it as base64) and the envelope, one page still fits the
+# handler SDK's 16 MiB request limit.
+MAX_ACCUMULATOR_BYTES = 4 * 1024 * 1024
+
+# How a reduce request is encoded on the HTTP wire (processor.wire.encode_reduce):
+# compact JSON, ASCII-escaped, the stored accumulator's JSON text spliced in as it
+# is, item data as padded base64. The sizes below are exact for it, so that the
+# page cut and the handler's request limit agree to the byte.
+_WIRE = json.JSONEncoder(separators=(",", ":"))
+# A number larger than any gate, attempt or page: the envelope's size before its
+# call is known is an upper bound.
+_LARGEST_NUMBER = 10**15
+_KEY_LENGTH = 32
 
 
 @dataclass(frozen=True, slots=True)
 class PageLimits:
-    """How much one reduce page may hold: items, and bytes of item data."""
+    """How much one reduce page may hold: items, and bytes of its request as encoded
+    (:func:`reduce_request_bytes`)."""
 
     items: int
-    data_bytes: int
+    request_bytes: int
+
+
+class ReducePageError(ValueError):
+    """One item with the accumulator makes a reduce request over the request limit:
+    no page can carry it. The message names the sizes and the fix."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,39 +91,109 @@ class ReduceAnswerError(ValueError):
     """The reducer's answer breaks the reduce contract; the message says how."""
 
 
-def cut_page(entries: Sequence[ReduceEntry], limits: PageLimits
+def envelope_bytes(partition_id: str, gate: int, attempt: int, pass_: str, page: int,
+                   last: bool, idempotency_key: str, accumulator: bytes | None) -> int:
+    """The bytes of a reduce request without its items (``"items":[]``)."""
+    head = _WIRE.encode({"partition_id": partition_id, "gate": gate, "attempt": attempt,
+                         "pass": pass_, "page": page, "last": last,
+                         "idempotency_key": idempotency_key, "accumulator": None,
+                         "items": []})
+    return len(head) - len("null") + (len("null") if accumulator is None else len(accumulator))
+
+
+def item_bytes(item_id: str, status: str, gate: int, last_error: str | None,
+               data_length: int) -> int:
+    """The bytes one item takes in a reduce request's ``items`` array (no separator)."""
+    entry = _WIRE.encode({"item_id": item_id, "status": status, "gate": gate,
+                          "last_error": last_error, "data_b64": ""})
+    return len(entry) + 4 * ((data_length + 2) // 3)
+
+
+def reduce_request_bytes(call: ReduceCall) -> int:
+    """The exact size of ``call``'s HTTP request body (``processor.wire.encode_reduce``)."""
+    items = call.items
+    return (envelope_bytes(call.partition_id, call.gate, call.attempt, call.pass_, call.page,
+                           call.last, call.idempotency_key, call.accumulator)
+            + sum(item_bytes(item.id, item.status, item.gate, item.last_error,
+                             len(item.data)) for item in items)
+            + max(len(items) - 1, 0))
+
+
+def largest_envelope(partition_id: str, accumulator: bytes | None) -> int:
+    """An upper bound of :func:`envelope_bytes` for any call of this partition."""
+    return envelope_bytes(partition_id, _LARGEST_NUMBER, _LARGEST_NUMBER, "apply",
+                          _LARGEST_NUMBER, False, "k" * _KEY_LENGTH, accumulator)
+
+
+def cut_page(entries: Sequence[ReduceEntry], limits: PageLimits, envelope: int = 0
              ) -> tuple[tuple[ReduceEntry, ...], bool]:
     """The first page of ``entries`` (read in id order, one more than a page) and
     whether more entries follow it.
 
     A page holds at most ``limits.items`` entries and stops before the entry
-    that would take its data past ``limits.data_bytes``; it always holds at
-    least one entry, so one large item still makes progress.
+    that would take its request (``envelope`` bytes, then each item as
+    :func:`item_bytes` counts it) past ``limits.request_bytes``; it always
+    holds at least one entry, so one large item still makes progress (the
+    caller checks that its request fits: :func:`page_problem`).
     """
     page: list[ReduceEntry] = []
-    size = 0
+    size = envelope
     for entry in entries:
-        if len(page) >= limits.items or (page and size + len(entry.data) > limits.data_bytes):
+        cost = item_bytes(entry.id, entry.status, entry.gate, entry.last_error,
+                          len(entry.data)) + (1 if page else 0)
+        if len(page) >= limits.items or (page and size + cost > limits.request_bytes):
             return tuple(page), True
         page.append(entry)
-        size += len(entry.data)
+        size += cost
     return tuple(page), False
 
 
-def plan_reduce(state: ReduceState, entries: Sequence[ReduceEntry], limits: PageLimits
-                ) -> ReducePlan:
+def without_oversize_data(entries: Sequence[ReduceEntry], max_data_bytes: int | None
+                          ) -> list[ReduceEntry]:
+    """``entries`` with the data of failed items over ``max_data_bytes`` left out (empty):
+    they failed for their size (their ``last_error`` says so), and carrying them would
+    make a request no handler takes."""
+    if max_data_bytes is None:
+        return list(entries)
+    return [replace(entry, data=b"")
+            if entry.status == FAILED and len(entry.data) > max_data_bytes else entry
+            for entry in entries]
+
+
+def plan_reduce(state: ReduceState, entries: Sequence[ReduceEntry], limits: PageLimits,
+                partition_id: str = "", max_data_bytes: int | None = None) -> ReducePlan:
     """The next call for a reduce gate whose items (or stored progress) remain.
 
     ``entries`` are read after ``state.after`` in id order, at most one more
     than ``limits.items``. With no stored pass, a gate that fits one page is
-    reduced in one call, and a larger one starts the fold pass.
+    reduced in one call, and a larger one starts the fold pass. Failed items
+    over ``max_data_bytes`` go without their data (:func:`without_oversize_data`).
     """
-    page, more = cut_page(entries, limits)
+    entries = without_oversize_data(entries, max_data_bytes)
+    envelope = largest_envelope(partition_id, state.accumulator)
+    page, more = cut_page(entries, limits, envelope)
     if state.pass_ is None:
         if not more:
             return ReducePlan(ALL, 0, True, page, None)
         return ReducePlan(FOLD, 0, False, page, None)
     return ReducePlan(state.pass_, state.page, not more, page, state.accumulator)
+
+
+def page_problem(call: ReduceCall, limits: PageLimits) -> str | None:
+    """Why ``call`` cannot be sent (its request is over ``limits.request_bytes`` although
+    it holds a single item), or ``None``."""
+    size = reduce_request_bytes(call)
+    if size <= limits.request_bytes:
+        return None
+    largest = max(call.items, key=lambda item: len(item.data), default=None)
+    shown = "no item" if largest is None else (
+        f"item {_shown(largest.id)} ({len(largest.data)} bytes of data, "
+        f"{4 * ((len(largest.data) + 2) // 3)} as base64)")
+    return (f"a reduce request with {shown} and the accumulator "
+            f"({len(call.accumulator or b'')} bytes) is {size} bytes, over the reduce request "
+            f"limit of {limits.request_bytes} bytes (reduce_page_bytes, or the handler's "
+            "smaller max_body_bytes): lower max_item_bytes to what a request carries, or "
+            "raise both limits")
 
 
 def reduce_key(partition_id: str, gate: int, pass_: str, page: int) -> str:
@@ -132,7 +224,9 @@ def reduce_step(partition_id: str, gate: int, plan: ReducePlan, answer: object,
         raise ReduceAnswerError(
             f"the reducer returned {type(answer).__name__}, expected a ReduceResult")
     _check_bytes("result", answer.result, max_data_bytes)
-    _check_bytes("accumulator", answer.accumulator, max_data_bytes)
+    _check_bytes("accumulator", answer.accumulator, MAX_ACCUMULATOR_BYTES
+                 if max_data_bytes is None else min(max_data_bytes, MAX_ACCUMULATOR_BYTES),
+                 "the accumulator limit")
     after = plan.entries[-1].id if plan.entries else None
     if plan.pass_ == FOLD:
         if answer.items or answer.default is not None:
@@ -203,14 +297,17 @@ def _check_result(what: str, result: object, gate: int, max_data_bytes: int | No
             "move it to a later gate")
 
 
-def _check_bytes(what: str, value: object, max_bytes: int | None) -> None:
+def _check_bytes(what: str, value: object, max_bytes: int | None,
+                 limit: str = "the item size limit") -> None:
     if value is not None and not isinstance(value, bytes):
         raise ReduceAnswerError(
             f"the reduce answer's {what} must be bytes, got {type(value).__name__}")
     if max_bytes is not None and value is not None and len(value) > max_bytes:
+        name = "max_item_bytes" if limit == "the item size limit" else (
+            "a fold accumulator is sent back with every page: keep it small")
         raise ReduceAnswerError(
-            f"the reduce answer's {what} is {len(value)} bytes, over the item size limit of "
-            f"{max_bytes} bytes (max_item_bytes)")
+            f"the reduce answer's {what} is {len(value)} bytes, over {limit} of "
+            f"{max_bytes} bytes ({name})")
 
 
 def _shown(item_id: str) -> str:

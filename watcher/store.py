@@ -1260,6 +1260,12 @@ class Store:
         Guarded by the partition's version, owner and live lease, and by each
         item's version: if any guard fails nothing is written. Returns the
         partition's new version, or ``None`` when a guard failed (re-read).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a value
+                (nothing was written).
+            ValueRefusedError: a statement is over MariaDB/MySQL's packet (nothing
+                was written).
         """
         p = self.tables.partitions
         values: dict[str, Any] = {
@@ -1268,8 +1274,6 @@ class Store:
             "reduce_after": step.after, "reduce_acc": step.accumulator,
             "reduce_attempts": 0, "last_error": None,
         }
-        if step.result is not None:
-            values["result"] = step.result
         try:
             async with self._write() as conn:
                 touched = await conn.execute(
@@ -1277,6 +1281,11 @@ class Store:
                     .values(**values))
                 if touched.rowcount != 1:
                     return None
+                if step.result is not None:
+                    # A statement of its own: with the accumulator, a statement could hold
+                    # two values at the item size limit, more than MariaDB's default packet.
+                    await conn.execute(update(p).where(p.c.id == partition_id)
+                                       .values(result=step.result))
                 await self._reduce_items_write(conn, step.writes, owner)
         except _GuardLost:
             return None

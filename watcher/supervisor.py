@@ -34,7 +34,13 @@ from watcher.hooks import Hooks
 from watcher.in_hand import ItemsInHand
 from watcher.leases import Lease, LeaseKeeper
 from watcher.models import Status
-from watcher.protocol import NonRetryableError, ProcessCall, ReduceCallable, WorkItem
+from watcher.protocol import (
+    NonRetryableError,
+    ProcessCall,
+    ReduceCallable,
+    ReduceShapeCall,
+    WorkItem,
+)
 from watcher.records import ItemWrite, ReadyItem
 from watcher.reducer import GateReducer, StepKind
 from watcher.slots import SlotPool, wait_event
@@ -73,7 +79,8 @@ class PartitionSupervisor:
     def __init__(self, lease: Lease, *, store: Store, process: ProcessCall,
                  writer: ResultWriter, slots: SlotPool, keeper: LeaseKeeper,
                  config: WatcherConfig, hooks: Hooks,
-                 reduce: ReduceCallable | None = None) -> None:
+                 reduce: ReduceCallable | None = None,
+                 reduce_shape: ReduceShapeCall | None = None) -> None:
         self.lease = lease
         self.store = store
         self.process = process
@@ -84,7 +91,8 @@ class PartitionSupervisor:
         self.hooks = hooks
         self.in_hand = ItemsInHand()
         self.reducer = GateReducer(lease, store=store, reduce=reduce, slots=slots,
-                                   keeper=keeper, config=config, hooks=hooks)
+                                   keeper=keeper, config=config, hooks=hooks,
+                                   shape=reduce_shape)
         self._reduce_not_before = 0.0
         self.draining = False
         self._check_lease = False
@@ -150,6 +158,8 @@ class PartitionSupervisor:
             # The lease may have expired while renewals failed: dispatch nothing
             # until a renewal confirms it (or finds it lost).
             return Pass(wait=self.config.poll_interval)
+        if self.reducer.unchecked and await self.reducer.check_shape():
+            return Pass(wait=None)  # the reduce cannot take this partition: failed at once
         if lease.gate in lease.settings.reduce_gates:
             return await self._reduce(now)
         if not self._read_now(now):

@@ -22,7 +22,7 @@ from watcher.config import WatcherConfig
 from watcher.dialect import is_lock_conflict
 from watcher.hooks import Hooks, SafeHooks
 from watcher.leases import Lease, LeaseCycle, LeaseKeeper
-from watcher.protocol import ProcessCall, Processor, ReduceCallable
+from watcher.protocol import ProcessCall, Processor, ReduceCallable, ReduceShapeCall
 from watcher.slots import SlotPool, wait_event
 from watcher.store import Store
 from watcher.supervisor import PartitionSupervisor
@@ -60,6 +60,9 @@ class Watcher:
         self._reduce: ReduceCallable | None = reduce or getattr(processor, "reduce", None)
         if self._reduce is not None and not callable(self._reduce):
             raise TypeError("reduce must be an async function taking a ReduceCall")
+        # What the processor's own reduce says it takes (an HttpProcessor asks its handler).
+        self._reduce_shape: ReduceShapeCall | None = (
+            getattr(processor, "reduce_shape", None) if reduce is None else None)
         self.keeper = LeaseKeeper(store, self.config, self.hooks)
         self.slots = SlotPool(self.config.concurrency)
         # Every queued result holds a dispatch slot until it is written, so the queue
@@ -110,7 +113,7 @@ class Watcher:
         supervisor = PartitionSupervisor(
             lease, store=self.store, process=self._process, writer=self.writer,
             slots=self.slots, keeper=self.keeper, config=self.config, hooks=self.hooks,
-            reduce=self._reduce)
+            reduce=self._reduce, reduce_shape=self._reduce_shape)
         task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
         # A partition that closed (or was lost) frees room for another: look at once.
         task.add_done_callback(lambda _: self._wake.set())

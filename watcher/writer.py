@@ -11,6 +11,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable
+from functools import partial
 
 from sqlalchemy.exc import SQLAlchemyError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
@@ -19,6 +20,7 @@ from watcher.backoff import backoff, last_error, sleep_until
 from watcher.decisions import unstorable_write
 from watcher.dialect import is_lock_conflict
 from watcher.records import ItemWrite
+from watcher.refusals import blames_a_value, is_refusal, write_or_refuse
 from watcher.store import Store
 
 log = logging.getLogger(__name__)
@@ -32,17 +34,6 @@ OUTAGE_RETRY_MAX = 5.0
 
 class WriterClosedError(RuntimeError):
     """The writer stopped before this result could be written; the item will run again."""
-
-
-# How many times one write may drop the connection, while the database answers
-# other statements at once, before it is taken for a value the server cannot
-# take (MariaDB and MySQL drop the connection on a packet over max_allowed_packet).
-MAX_CONNECTION_DROPS = 3
-
-
-class UnwritableValueError(RuntimeError):
-    """The database dropped the connection on one write again and again while it
-    answered other statements: the write holds a value the server will not take."""
 
 
 # Told, once, how a queued write ended: applied (True), fenced off (False), or
@@ -227,14 +218,14 @@ class ResultWriter:
         an error saying why. Each waiter is answered as soon as its write is
         done. Raises what an outage raises, leaving the rest queued.
         """
-        refuses = self.store.driver.refuses_value
+        store = self.store
         for _ in range(count):
             write, done = self._queue[0]
             outcome: bool | BaseException
             try:
-                outcome = await self._write_alone(write)
+                outcome = await write_or_refuse(store, partial(self._write_alone, write))
             except Exception as error:
-                if not refuses(error) and not isinstance(error, UnwritableValueError):
+                if not is_refusal(store, error):
                     raise
                 log.warning("action=result_unstorable partition=%s item=%s error=%s",
                             write.partition_id, write.item_id, type(error).__name__)
@@ -242,7 +233,7 @@ class ResultWriter:
                     outcome = (await self.store.items_apply(
                         [unstorable_write(write, error)], self.owner))[0]
                 except Exception as second:
-                    if not refuses(second):
+                    if not is_refusal(store, second):
                         raise
                     outcome = second
             del self._queue[0]
@@ -251,45 +242,14 @@ class ResultWriter:
     async def _write_alone(self, write: ItemWrite) -> bool:
         """Write one result in a transaction of its own; returns whether it was applied.
 
-        A write on which the connection drops while the database answers other
-        statements is tried :data:`MAX_CONNECTION_DROPS` times, then taken for a
-        value the server will not take.
-
-        Raises:
-            UnwritableValueError: the write kept dropping the connection.
-            Exception: what the database raised otherwise (a refused value, an outage).
+        Raises what the database raised (a refused value, an outage).
         """
-        drops = 0
-        while True:
-            try:
-                return (await self.store.items_apply([write], self.owner))[0]
-            except Exception as error:
-                if not (self.store.driver.lost_connection(error)
-                        and await self._database_answers()):
-                    raise
-                drops += 1
-                if drops == MAX_CONNECTION_DROPS:
-                    raise UnwritableValueError(
-                        f"the database dropped the connection on this write {drops} times "
-                        "while it answered other statements: the value is likely larger "
-                        "than the server takes (MariaDB and MySQL: max_allowed_packet)"
-                    ) from None
+        return (await self.store.items_apply([write], self.owner))[0]
 
     async def _blames_a_value(self, error: BaseException) -> bool:
-        """Whether a failed batch is to be written one by one to find a bad value: the
-        database refused a value, or dropped the connection yet answers at once."""
-        driver = self.store.driver
-        if driver.refuses_value(error):
-            return True
-        return driver.lost_connection(error) and await self._database_answers()
-
-    async def _database_answers(self) -> bool:
-        """Whether the database answers a trivial query now."""
-        try:
-            await self.store.ping()
-        except Exception:
-            return False
-        return True
+        """Whether a failed batch is to be written one by one to find a bad value
+        (:func:`~watcher.refusals.blames_a_value`)."""
+        return await blames_a_value(self.store, error)
 
     def _fail_all(self, error: Exception) -> None:
         queued, self._queue = self._queue, []

@@ -370,6 +370,6 @@ def test_mysql_batch_write_renders_with_json_table(dialect: Dialect, tmp_path) -
     assert f"pid {ids} PATH '$[0]', iid {ids} PATH '$[1]', seen BIGINT PATH '$[2]'" in sql
     assert (f"WHERE {PREFIX}items.partition_id = v.pid AND {PREFIX}items.id = v.iid AND "
             f"{PREFIX}items.version = v.seen AND (EXISTS (") in sql
-    assert f"{PREFIX}items.data=coalesce(unhex(v.data), {PREFIX}items.data)" in sql
+    assert f"{PREFIX}items.data=coalesce(from_base64(v.data), {PREFIX}items.data)" in sql
     assert "RETURNING" not in sql and sql.count("UTC_TIMESTAMP(6)") == sql.count(
         MYSQL_CLOCK.replace("%s", "%(clock_now)s")) == 4

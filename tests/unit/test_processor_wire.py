@@ -22,6 +22,7 @@ from processor.wire import (
     decode_reply,
     encode_batch,
     encode_json,
+    encode_reduce,
     header_safe,
     item_error,
     item_headers,
@@ -36,7 +37,15 @@ from processor.wire import (
     read_item_reply,
     unexpected_failure,
 )
-from watcher.protocol import NonRetryableError, Result, RetryableError, WorkItem
+from watcher.protocol import (
+    NonRetryableError,
+    ReduceCall,
+    ReduceItem,
+    Result,
+    RetryableError,
+    WorkItem,
+)
+from watcher.reduction import reduce_request_bytes
 
 NOW = 1_700_000_000.0
 LIMIT = 1000
@@ -480,3 +489,29 @@ def test_parse_handler_error(value, expected):
 def test_parse_handler_error_refuses_other_values(value):
     with pytest.raises(MalformedResponseError, match="'error' must be an object or a string"):
         parse_handler_error(value)
+
+
+@pytest.mark.parametrize("call", [
+    ReduceCall("p", 1, 1, "all", 0, True, (), None, "k" * 32),
+    ReduceCall("p\u00e9\u2028\x01", 7, 12, "fold", 3, False,
+               (ReduceItem('i"\\\u00ef', "failed", 0, b"\x00" * 7, "boom\x00 \U0001f600"),
+                ReduceItem("b", "available", 7, b"", None),
+                ReduceItem("c", "available", 7, bytes(range(256)) * 3, "")),
+               '{"k": ["\u00e9\U0001f600", 1.5, null]}'.encode(), "0" * 32),
+    ReduceCall("q", 2**31, 10**6, "apply", 10**5, True,
+               (ReduceItem("x" * 255, "available", 2**31, b"ab", None),), b"[]", "z" * 32),
+])
+def test_the_reduce_request_size_the_page_cut_counts_is_the_body_sent(call: ReduceCall
+                                                                      ) -> None:
+    body = encode_reduce(call)
+    assert reduce_request_bytes(call) == len(body)
+    sent = json.loads(body)
+    assert sent["accumulator"] == (None if call.accumulator is None
+                                   else json.loads(call.accumulator))
+    assert [base64.b64decode(item["data_b64"]) for item in sent["items"]] == [
+        item.data for item in call.items]
+
+
+def test_a_stored_accumulator_that_is_not_json_is_refused() -> None:
+    with pytest.raises(ValueError):
+        encode_reduce(ReduceCall("p", 1, 1, "fold", 1, False, (), b"{not json", "k"))

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from watcher.protocol import ReduceResult, Result
 from watcher.records import ReduceEntry, ReduceState
 from watcher.reduction import (
+    MAX_ACCUMULATOR_BYTES,
     PageLimits,
     ReduceAnswerError,
     cut_page,
+    item_bytes,
+    largest_envelope,
+    page_problem,
     plan_reduce,
     reduce_call,
     reduce_key,
+    reduce_request_bytes,
     reduce_step,
 )
 
@@ -30,23 +37,82 @@ def state(pass_: str | None = None, page: int = 0, after: str | None = None,
     return ReduceState(7, GATE, pass_, page, after, accumulator, 0)
 
 
-LIMITS = PageLimits(items=3, data_bytes=100)
+# What an item of no data costs in a request: ids "i0".."i9" all have one length.
+ONE = item_bytes("i0", "available", GATE, None, 0)
+# Three items of no data, their two commas, and 300 bytes of data (400 as base64).
+LIMITS = PageLimits(items=3, request_bytes=3 * ONE + 2 + 400)
 
 
-@pytest.mark.parametrize(("sizes", "limits", "page_len", "more"), [
-    ([], LIMITS, 0, False),
-    ([1, 1, 1], LIMITS, 3, False),
-    ([1, 1, 1, 1], LIMITS, 3, True),
-    ([60, 50], LIMITS, 1, True),  # the second would pass the byte limit
-    ([500], LIMITS, 1, False),  # one item over the limit still makes a page
-    ([500, 1], LIMITS, 1, True),
-    ([50, 50, 1], LIMITS, 2, True),
+@pytest.mark.parametrize(("sizes", "page_len", "more"), [
+    ([], 0, False),
+    ([0, 0, 0], 3, False),
+    ([0, 0, 0, 0], 3, True),  # the item limit
+    ([300, 300], 1, True),  # the second would pass the byte limit
+    ([150, 150, 0], 3, False),  # exactly at the byte limit
+    ([150, 150, 3], 2, True),  # three bytes (four as base64) over it
+    ([3000], 1, False),  # one item over the limit still makes a page
+    ([3000, 0], 1, True),
 ])
-def test_cut_page(sizes: list[int], limits: PageLimits, page_len: int, more: bool) -> None:
+def test_cut_page_counts_the_request_as_encoded(sizes: list[int], page_len: int,
+                                                more: bool) -> None:
     entries = [entry(f"i{n}", size=size) for n, size in enumerate(sizes)]
-    page, has_more = cut_page(entries, limits)
+    page, has_more = cut_page(entries, LIMITS)
     assert [e.id for e in page] == [e.id for e in entries[:page_len]]
     assert has_more is more
+
+
+def test_the_envelope_and_accumulator_count_against_the_page() -> None:
+    entries = [entry(f"i{n}", size=0) for n in range(3)]
+    accumulator = b'"' + b"a" * 98 + b'"'
+    plain = plan_reduce(state("fold", accumulator=None), entries,
+                        PageLimits(10, 3 * ONE + 2 + largest_envelope("p", None)), "p")
+    assert len(plain.entries) == 3
+    with_accumulator = plan_reduce(
+        state("fold", accumulator=accumulator), entries,
+        PageLimits(10, 3 * ONE + 2 + largest_envelope("p", None)), "p")
+    assert len(with_accumulator.entries) == 1  # 100 more bytes: two items no longer fit
+
+
+def test_a_page_never_outgrows_its_request_limit_whatever_the_text() -> None:
+    """Ids and errors that JSON escapes (quotes, control characters, non-ASCII) are
+    counted as sent."""
+    entries = [ReduceEntry(f"\u00e9\"{n:02}\x01", 1, GATE, "failed", b"x" * 100,
+                           "boom \u2028\U0001f600 " * 20) for n in range(40)]
+    limits = PageLimits(1000, 5000)
+    plan = plan_reduce(state("fold", accumulator=b'{"k":"\xc3\xa9"}'), entries, limits, "p\u00e9")
+    call = reduce_call("p\u00e9", GATE, plan, attempt=3)
+    assert 1 < len(plan.entries) < 40
+    assert reduce_request_bytes(call) <= limits.request_bytes
+    one_more = replace(plan, entries=tuple(entries[:len(plan.entries) + 1]))
+    bigger = reduce_call("p\u00e9", GATE, one_more, attempt=3)
+    assert reduce_request_bytes(bigger) > limits.request_bytes
+
+
+def test_failed_items_over_the_size_limit_go_without_their_data() -> None:
+    entries = [entry("a", size=10), entry("f", status="failed", size=11),
+               entry("g", status="failed", size=10)]
+    plan = plan_reduce(state(), entries, PageLimits(10, 10**6), "p", max_data_bytes=10)
+    assert [(e.id, len(e.data)) for e in plan.entries] == [("a", 10), ("f", 0), ("g", 10)]
+    assert plan.entries[1].last_error == "boom"
+
+
+def test_a_single_item_too_large_for_any_request_is_named() -> None:
+    plan = plan_reduce(state(), [entry("big", size=3000)], LIMITS, "p")
+    call = reduce_call("p", GATE, plan, attempt=1)
+    problem = page_problem(call, LIMITS)
+    assert problem is not None and "item 'big' (3000 bytes of data, 4000 as base64)" in problem
+    assert page_problem(reduce_call("p", GATE, plan_reduce(state(), [entry("a")], LIMITS),
+                                    attempt=1), LIMITS) is None
+
+
+def test_an_accumulator_over_its_limit_is_refused() -> None:
+    plan = plan_reduce(state("fold"), [entry("a")], LIMITS)
+    big = b"1" * (MAX_ACCUMULATOR_BYTES + 1)
+    refused = r"accumulator is \d+ bytes, over the accumulator limit"
+    with pytest.raises(ReduceAnswerError, match=refused):
+        reduce_step("p", GATE, plan, ReduceResult(accumulator=big), 8 * 1024 * 1024)
+    step = reduce_step("p", GATE, plan, ReduceResult(accumulator=big[:-1]), 8 * 1024 * 1024)
+    assert step.accumulator == big[:-1]
 
 
 def test_small_gate_is_one_call_and_big_gate_starts_the_fold() -> None:
@@ -83,7 +149,7 @@ def test_fold_answer_with_item_answers_is_refused() -> None:
 
 def test_apply_writes_named_answers_and_default_and_skips_failed_items() -> None:
     entries = [entry("a"), entry("b"), entry("f", status="failed", gate=0), entry("c")]
-    plan = plan_reduce(state(), entries, PageLimits(10, 1000))
+    plan = plan_reduce(state(), entries, PageLimits(10, 10**6))
     answer = ReduceResult(items={"a": Result(gate=3, data=b"A")}, default=Result(gate=2),
                           result=b"{}")
     step = reduce_step("p", GATE, plan, answer)

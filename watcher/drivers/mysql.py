@@ -4,6 +4,9 @@
   few aiomysql connections of the driver's own (:mod:`.mysql_direct`) instead
   of SQLAlchemy's engine; the ready read leaves out the items in hand through
   one JSON array parameter read with ``JSON_TABLE``.
+- Item data is sent as base64 and stored by ``FROM_BASE64``, and a statement
+  over the server's ``max_allowed_packet`` is refused before it is sent
+  (:mod:`.mysql_packet`).
 - A batch of results is one guarded ``UPDATE items, JSON_TABLE(...) AS v SET
   ...``, each row still matched on its version and fenced on the lease, in a
   transaction of its own. MariaDB has no ``RETURNING`` on ``UPDATE``, so the
@@ -19,13 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, case, func, update
+from sqlalchemy import bindparam, case, event, func, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Update
 
 from watcher.drivers.base import DirectDriver
 from watcher.drivers.mysql_direct import MySQLDirect
+from watcher.drivers.mysql_packet import PACKET_KEY, READ_PACKET_LIMIT, base64_text, check_many
 from watcher.drivers.sql import (
     batch_params,
     batch_rows,
@@ -91,6 +95,30 @@ def _texts(element: json_texts, compiler: Any, **kw: Any) -> str:
             f"COLUMNS (value {ID_TYPE} PATH '$'))")
 
 
+def _check_packets(engine: AsyncEngine) -> None:
+    """Have each connection of ``engine`` read its server's ``max_allowed_packet`` and
+    refuse a statement larger than that before sending it
+    (:mod:`watcher.drivers.mysql_packet`)."""
+    sync_engine = engine.sync_engine
+    if event.contains(sync_engine, "before_cursor_execute", _before_execute):
+        return
+
+    @event.listens_for(sync_engine, "connect")
+    def _read_limit(dbapi_connection: Any, record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(READ_PACKET_LIMIT)
+        (limit,) = cursor.fetchone()
+        cursor.close()
+        record.info[PACKET_KEY] = int(limit)
+
+    event.listen(sync_engine, "before_cursor_execute", _before_execute)
+
+
+def _before_execute(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
+                    executemany: bool) -> None:
+    check_many(statement, parameters, conn.info.get(PACKET_KEY))
+
+
 # Server errors refusing a value: packet too large, data too long, incorrect
 # string value, out of range, incorrect datetime, invalid JSON, column cannot be null.
 VALUE_REFUSALS = frozenset({1153, 1406, 1366, 1264, 1292, 3140, 1048})
@@ -103,6 +131,7 @@ class MySQLDriver(DirectDriver):
     def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
         super().__init__(engine, statements)
         self.batch_statement = self._build_batch()
+        _check_packets(engine)
 
     def open_direct(self) -> MySQLDirect:
         """A few aiomysql connections with the engine's arguments (:mod:`.mysql_direct`)."""
@@ -129,8 +158,8 @@ class MySQLDriver(DirectDriver):
                 (then none of the batch is written).
         """
         direct: MySQLDirect = self.direct  # type: ignore[assignment]
-        changed = await direct.write_batch(self.batch_statement,
-                                           batch_params(writes, owner), len(writes))
+        changed = await direct.write_batch(
+            self.batch_statement, batch_params(writes, owner, base64_text), len(writes))
         if changed == len(writes):
             return [True] * len(writes)
         if changed == 0:
@@ -147,7 +176,7 @@ class MySQLDriver(DirectDriver):
             .where(*statements.item_guard(v.pid, v.iid, v.seen, bindparam("owner")))
             .values(version=i.c.version + 1, status=v.status,
                     gate=func.coalesce(v.gate, i.c.gate), attempts=v.attempts,
-                    last_error=v.error, data=func.coalesce(func.unhex(v.data), i.c.data),
+                    last_error=v.error, data=func.coalesce(func.from_base64(v.data), i.c.data),
                     updated_at=now,
                     retry_at=case((v.delay > 0, statements.now_plus(v.delay)), else_=now))
         )

@@ -31,6 +31,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 
 from watcher.drivers.compiled import StatementCache
+from watcher.drivers.mysql_packet import READ_PACKET_LIMIT, check_packet
+from watcher.errors import ValueRefusedError
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,8 @@ class MySQLDirect:
         self._idle: dict[bool, list[aiomysql.Connection]] = {True: [], False: []}
         self._closed = False
         self.listeners: list[Callable[[str], None]] = []
+        # The server's max_allowed_packet, read by each new connection (None: none yet).
+        self.packet_limit: int | None = None
 
     @classmethod
     def for_url(cls, url: URL, dialect: Dialect) -> MySQLDirect:
@@ -97,6 +101,7 @@ class MySQLDirect:
         Raises:
             sqlalchemy.exc.DBAPIError: the database failed or refused it, or could
                 not be reached (parameters hidden).
+            ValueRefusedError: the statement is over the server's packet; not sent.
         """
         compiled = self._compiled[statement]
         sql = compiled.sql
@@ -104,6 +109,7 @@ class MySQLDirect:
         values = compiled.values(params)
 
         async def run(conn: aiomysql.Connection) -> list[tuple[Any, ...]]:
+            check_packet(sql, values, self.packet_limit)  # known once a connection opened
             async with conn.cursor() as cursor:
                 await cursor.execute(sql, values)
                 return compiled.rows(await cursor.fetchall())
@@ -120,6 +126,7 @@ class MySQLDirect:
             sqlalchemy.exc.DBAPIError: the database failed or refused it, or could
                 not be reached (then nothing was written, unless the connection
                 dropped during the commit, which leaves the outcome unknown).
+            ValueRefusedError: the statement is over the server's packet; not sent.
         """
         compiled = self._compiled[statement]
         sql = compiled.sql
@@ -127,6 +134,7 @@ class MySQLDirect:
         values = compiled.values(params)
 
         async def run(conn: aiomysql.Connection) -> int:
+            check_packet(sql, values, self.packet_limit)  # known once a connection opened
             async with conn.cursor() as cursor:
                 changed: int = await cursor.execute(sql, values)
             try:
@@ -179,6 +187,9 @@ class MySQLDirect:
                     raise
                 log.debug("action=direct_connection_dead; sending again on a new connection")
                 continue
+            except ValueRefusedError:  # refused before it was sent: the connection is fine
+                self._give_back(conn)
+                raise
             except BaseException:  # cancelled mid-statement: the session's state is unknown
                 conn.close()
                 raise
@@ -203,6 +214,9 @@ class MySQLDirect:
             async with conn.cursor() as cursor:
                 await cursor.execute(READ_COMMITTED)
                 await cursor.execute(OPTIMIZER["MariaDB" in conn.get_server_info()])
+                await cursor.execute(READ_PACKET_LIMIT)
+                (limit,) = await cursor.fetchone()
+                self.packet_limit = int(limit)
         except BaseException:
             conn.close()
             raise

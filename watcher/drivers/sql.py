@@ -20,7 +20,7 @@ registers them all.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -159,9 +159,11 @@ BATCH_COLUMNS = (("pid", Unicode()), ("iid", Unicode()), ("seen", Integer()),
                  ("error", Text()), ("data", Text()), ("delay", Float()))
 
 
-def batch_rows_json(writes: Iterable[ItemWrite]) -> str:
+def batch_rows_json(writes: Iterable[ItemWrite],
+                    encode_data: Callable[[bytes], str] = bytes.hex) -> str:
     """Item writes as the JSON rows of a batch write: ``[pid, iid, seen, status, gate,
-    attempts, error, data as hex, retry delay]`` each (:data:`BATCH_COLUMNS`).
+    attempts, error, data as hex (or as ``encode_data`` makes it), retry delay]`` each
+    (:data:`BATCH_COLUMNS`).
 
     Every text in a write is storable (:func:`~watcher.decisions.storable_text`),
     so it is valid JSON text too. ``json.dumps`` encodes the whole batch in C,
@@ -169,14 +171,15 @@ def batch_rows_json(writes: Iterable[ItemWrite]) -> str:
     """
     return json.dumps([
         [w.partition_id, w.item_id, w.seen_version, w.status, w.gate, w.attempts,
-         w.last_error, None if w.data is None else w.data.hex(), w.retry_delay or 0.0]
+         w.last_error, None if w.data is None else encode_data(w.data), w.retry_delay or 0.0]
         for w in writes], ensure_ascii=False, separators=(",", ":"))
 
 
-def batch_params(writes: Iterable[ItemWrite], owner: str) -> dict[str, Any]:
+def batch_params(writes: Iterable[ItemWrite], owner: str,
+                 encode_data: Callable[[bytes], str] = bytes.hex) -> dict[str, Any]:
     """The parameters of a one-statement batch write (a driver's ``batch_statement``)
-    of ``writes`` by ``owner``."""
-    return {"owner": owner, "rows": batch_rows_json(writes)}
+    of ``writes`` by ``owner`` (data as :func:`batch_rows_json` encodes it)."""
+    return {"owner": owner, "rows": batch_rows_json(writes, encode_data)}
 
 
 class batch_rows(FunctionElement[Any]):
