@@ -92,7 +92,7 @@ SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 -- name: items_add (5)
 INSERT INTO items (partition_id,
                id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (%s, ...);
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s);
 
 -- name: items_apply
 UPDATE items,
@@ -105,14 +105,14 @@ UPDATE items,
                                             SET ascii PATH '$[7]', delay DOUBLE PATH '$[8]')) AS v
 SET items.version=(items.version + %(version_1)s), items.gate=coalesce(v.gate,
                                                                 items.gate), items.status=v.status,
-    items.data=coalesce(unhex(v.data), items.data), items.attempts=v.attempts, items.last_error=v.error, items.retry_at=CASE
-                                                                                                                            WHEN (v.delay > %(delay_1)s) THEN (COALESCE(CAST(%(clock_now)s AS DATETIME(6)),
-                                                                                                                                                                 UTC_TIMESTAMP(6)) + INTERVAL CAST((v.delay) * 1000000 AS SIGNED) MICROSECOND)
-                                                                                                                            ELSE COALESCE(CAST(%(clock_now)s AS DATETIME(6)),
-                                                                                                                                   UTC_TIMESTAMP(6))
-                                                                                                                        END,
-                                                                                                                        items.updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)),
-                                                                                                                                           UTC_TIMESTAMP(6))
+    items.data=coalesce(from_base64(v.data), items.data), items.attempts=v.attempts, items.last_error=v.error, items.retry_at=CASE
+                                                                                                                                  WHEN (v.delay > %(delay_1)s) THEN (COALESCE(CAST(%(clock_now)s AS DATETIME(6)),
+                                                                                                                                                                       UTC_TIMESTAMP(6)) + INTERVAL CAST((v.delay) * 1000000 AS SIGNED) MICROSECOND)
+                                                                                                                                  ELSE COALESCE(CAST(%(clock_now)s AS DATETIME(6)),
+                                                                                                                                         UTC_TIMESTAMP(6))
+                                                                                                                              END,
+                                                                                                                              items.updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)),
+                                                                                                                                                 UTC_TIMESTAMP(6))
 WHERE items.partition_id = v.pid
   AND items.id = v.iid
   AND items.version = v.seen
@@ -410,7 +410,7 @@ SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 -- name: partition_create (4)
 INSERT INTO items (partition_id,
                id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (%s, ...);
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -511,7 +511,7 @@ LIMIT %s;
 
 -- name: partition_set_gate (4)
 UPDATE partitions
-SET gate=%s, reduce_pass=%s, reduce_page=%s, reduce_after=%s, reduce_acc=%s, reduce_attempts=%s
+SET gate=%s, reduce_pass=%s, reduce_page=%s, reduce_after=%s, reduce_acc=from_base64(%s), reduce_attempts=%s
 WHERE partitions.id = %s;
 
 -- name: partition_state
@@ -757,10 +757,8 @@ WHERE partitions.id = %s;
 -- name: reduce_write (1)
 UPDATE partitions
 SET version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                    UTC_TIMESTAMP(6)), result=%s, reduce_pass=%s,
-                                                                              reduce_page=%s, reduce_after=%s,
-                                                                              reduce_acc=%s, reduce_attempts=%s,
-                                                                              last_error=%s
+                                                    UTC_TIMESTAMP(6)), reduce_pass=%s, reduce_page=%s, reduce_after=%s,
+                                       reduce_acc=from_base64(%s), reduce_attempts=%s, last_error=%s
 WHERE partitions.id = %s
   AND partitions.version = %s
   AND partitions.owner = %s
@@ -768,6 +766,11 @@ WHERE partitions.id = %s
   AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6));
 
 -- name: reduce_write (2)
+UPDATE partitions
+SET result=from_base64(%s)
+WHERE partitions.id = %s;
+
+-- name: reduce_write (3)
 UPDATE items
 SET version=(items.version + %s), gate=coalesce(%s,
                                          items.gate), status=%s, attempts=%s, last_error=%s,
@@ -785,10 +788,10 @@ WHERE items.partition_id = %s
             AND partitions.status = %s
             AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))));
 
--- name: reduce_write (3)
+-- name: reduce_write (4)
 UPDATE items
 SET version=(items.version + %s), gate=coalesce(%s,
-                                         items.gate), status=%s, data=%s, attempts=%s, last_error=%s,
+                                         items.gate), status=%s, data=from_base64(%s), attempts=%s, last_error=%s,
                                                                       retry_at=COALESCE(CAST(%s AS DATETIME(6)),
                                                                                  UTC_TIMESTAMP(6)),
                                                                       updated_at=COALESCE(CAST(%s AS DATETIME(6)),

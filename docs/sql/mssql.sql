@@ -848,13 +848,10 @@ WHERE partitions.id = %(id_n)s;
 -- name: reduce_write (1)
 UPDATE partitions
 SET version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                               SYSUTCDATETIME()), result=%(result)s,
-                                                                                         reduce_pass=%(reduce_pass)s,
-                                                                                         reduce_page=%(reduce_page)s,
-                                                                                         reduce_after=%(reduce_after)s,
-                                                                                         reduce_acc=%(reduce_acc)s,
-                                                                                         reduce_attempts=%(reduce_attempts)s,
-                                                                                         last_error=%(last_error)s
+                                                               SYSUTCDATETIME()), reduce_pass=%(reduce_pass)s,
+                                                  reduce_page=%(reduce_page)s, reduce_after=%(reduce_after)s,
+                                                  reduce_acc=%(reduce_acc)s, reduce_attempts=%(reduce_attempts)s,
+                                                  last_error=%(last_error)s
 WHERE partitions.id = %(id_n)s
   AND partitions.version = %(version_n)s
   AND partitions.owner = %(owner_n)s
@@ -862,6 +859,11 @@ WHERE partitions.id = %(id_n)s
   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME());
 
 -- name: reduce_write (2)
+UPDATE partitions
+SET result=%(result)s
+WHERE partitions.id = %(id_n)s;
+
+-- name: reduce_write (3)
 UPDATE items
 SET version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s,
                                                     items.gate), status=%(new_status)s, attempts=%(new_attempts)s,
@@ -881,7 +883,7 @@ WHERE items.partition_id = %(pid)s
             AND partitions.status = %(status_n)s
             AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
 
--- name: reduce_write (3)
+-- name: reduce_write (4)
 UPDATE items
 SET version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s,
                                                     items.gate), status=%(new_status)s, data=%(new_data)s,

@@ -745,13 +745,10 @@ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: reduce_write (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), result=%(result)s,
-                                                                                                                                                               reduce_pass=%(reduce_pass)s::VARCHAR,
-                                                                                                                                                               reduce_page=%(reduce_page)s::INTEGER,
-                                                                                                                                                               reduce_after=%(reduce_after)s::VARCHAR,
-                                                                                                                                                               reduce_acc=%(reduce_acc)s,
-                                                                                                                                                               reduce_attempts=%(reduce_attempts)s::INTEGER,
-                                                                                                                                                               last_error=%(last_error)s::VARCHAR
+SET version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), reduce_pass=%(reduce_pass)s::VARCHAR,
+                                                           reduce_page=%(reduce_page)s::INTEGER, reduce_after=%(reduce_after)s::VARCHAR,
+                                                           reduce_acc=%(reduce_acc)s,
+                                                           reduce_attempts=%(reduce_attempts)s::INTEGER, last_error=%(last_error)s::VARCHAR
 WHERE partitions.id = %(id_1)s::VARCHAR
   AND partitions.version = %(version_2)s::INTEGER
   AND partitions.owner = %(owner_1)s::VARCHAR
@@ -759,6 +756,11 @@ WHERE partitions.id = %(id_1)s::VARCHAR
   AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'));
 
 -- name: reduce_write (2)
+UPDATE partitions
+SET result=%(result)s
+WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: reduce_write (3)
 UPDATE items
 SET version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_1)s::INT AS INTEGER),
                                                              items.gate),

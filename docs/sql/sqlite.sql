@@ -851,13 +851,8 @@ WHERE partitions.id = ?;
 -- name: reduce_write (1)
 UPDATE partitions
 SET version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                'now') || '000')), result=?,
-                                                                                          reduce_pass=?,
-                                                                                          reduce_page=?,
-                                                                                          reduce_after=?,
-                                                                                          reduce_acc=?,
-                                                                                          reduce_attempts=?,
-                                                                                          last_error=?
+                                                                'now') || '000')), reduce_pass=?, reduce_page=?, reduce_after=?, reduce_acc=?,
+                                      reduce_attempts=?, last_error=?
 WHERE partitions.id = ?
   AND partitions.version = ?
   AND partitions.owner = ?
@@ -865,6 +860,11 @@ WHERE partitions.id = ?
   AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'));
 
 -- name: reduce_write (2)
+UPDATE partitions
+SET result=?
+WHERE partitions.id = ?;
+
+-- name: reduce_write (3)
 UPDATE items
 SET version=(items.version + ?), gate=coalesce(?,
                                         items.gate), status=?, attempts=?, last_error=?,
@@ -884,7 +884,7 @@ WHERE items.partition_id = ?
             AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
                                                   'now') || '000'))));
 
--- name: reduce_write (3)
+-- name: reduce_write (4)
 UPDATE items
 SET version=(items.version + ?), gate=coalesce(?,
                                         items.gate), status=?, data=?, attempts=?, last_error=?,
