@@ -3,252 +3,310 @@
 -- Table names carry the --table-prefix, if one is set.
 
 -- name: backlog_read
-SELECT
-  (SELECT count(*) AS count_1
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-      LIMIT %s) AS anon_2) AS anon_1,
-  (SELECT count(*) AS count_2
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-      LIMIT %s) AS anon_4) AS anon_3,
-  (SELECT count(*) AS count_3
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-      LIMIT %s) AS anon_6) AS anon_5,
-  (SELECT count(*) AS count_4
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-      LIMIT %s) AS anon_8) AS anon_7,
-  (SELECT count(*) AS count_5
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-      LIMIT %s) AS anon_10) AS anon_9,
-  (SELECT count(*) AS count_6
-   FROM
-     (SELECT items.id AS id
-      FROM items
-      INNER JOIN partitions ON partitions.id = items.partition_id
-      AND partitions.gate = items.gate
-      WHERE partitions.status = %s
-        AND items.status = %s
-      LIMIT %s) AS anon_12) AS anon_11;
+SELECT (
+        SELECT count(*) AS count_1
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                 LIMIT %s
+               ) AS anon_2
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                 LIMIT %s
+               ) AS anon_4
+       ) AS anon_3,
+       (
+        SELECT count(*) AS count_3
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                 LIMIT %s
+               ) AS anon_6
+       ) AS anon_5,
+       (
+        SELECT count(*) AS count_4
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                 LIMIT %s
+               ) AS anon_8
+       ) AS anon_7,
+       (
+        SELECT count(*) AS count_5
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                 LIMIT %s
+               ) AS anon_10
+       ) AS anon_9,
+       (
+        SELECT count(*) AS count_6
+          FROM (
+                SELECT items.id AS id
+                  FROM items
+                 INNER JOIN partitions
+                    ON partitions.id = items.partition_id
+                   AND partitions.gate = items.gate
+                 WHERE partitions.status = %s
+                   AND items.status = %s
+                 LIMIT %s
+               ) AS anon_12
+       ) AS anon_11;
 
 -- name: gate_summary
-SELECT
-  (SELECT count(*) AS count_1
-   FROM items
-   WHERE items.partition_id = %(pid)s
-     AND items.gate = %(gate)s
-     AND items.status = %(status_1)s) AS anon_1,
-  (SELECT min(items.retry_at) AS min_1
-   FROM items
-   WHERE items.partition_id = %(pid)s
-     AND items.gate = %(gate)s
-     AND items.status = %(status_1)s) AS anon_2,
-  (SELECT count(*) AS count_2
-   FROM items
-   WHERE items.partition_id = %(pid)s
-     AND items.gate = %(gate)s
-     AND items.status = %(status_2)s) AS anon_3,
-  (SELECT min(items.gate) AS min_2
-   FROM items
-   WHERE items.partition_id = %(pid)s
-     AND items.status = %(status_1)s
-     AND items.gate > %(gate)s) AS anon_4, COALESCE(CAST(%(clock_now)s AS DATETIME(6)),
-                                             UTC_TIMESTAMP(6)) AS clock_now_1;
+SELECT (
+        SELECT count(*) AS count_1
+          FROM items
+         WHERE items.partition_id = %(pid)s
+           AND items.gate = %(gate)s
+           AND items.status = %(status_1)s
+       ) AS anon_1,
+       (
+        SELECT min(items.retry_at) AS min_1
+          FROM items
+         WHERE items.partition_id = %(pid)s
+           AND items.gate = %(gate)s
+           AND items.status = %(status_1)s
+       ) AS anon_2,
+       (
+        SELECT count(*) AS count_2
+          FROM items
+         WHERE items.partition_id = %(pid)s
+           AND items.gate = %(gate)s
+           AND items.status = %(status_2)s
+       ) AS anon_3,
+       (
+        SELECT min(items.gate) AS min_2
+          FROM items
+         WHERE items.partition_id = %(pid)s
+           AND items.status = %(status_1)s
+           AND items.gate > %(gate)s
+       ) AS anon_4,
+       COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: items_add (1)
 UPDATE partitions
-SET version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                    UTC_TIMESTAMP(6))
-WHERE partitions.id = %s
-  AND partitions.status != %s;
+   SET
+version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.status != %s;
 
 -- name: items_add (2)
-SELECT partitions.gate, partitions.status, partitions.reduce_gates
-FROM partitions
-WHERE partitions.id = %s;
+SELECT partitions.gate,
+       partitions.status,
+       partitions.reduce_gates
+  FROM partitions
+ WHERE partitions.id = %s;
 
 -- name: items_add (3)
 SELECT items.id
-FROM items
-WHERE items.partition_id = %s
-  AND items.id IN (%s);
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id IN (%s);
 
 -- name: items_add (4)
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id,
-               id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
 VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s);
 
 -- name: items_apply
 UPDATE items,
-       JSON_TABLE(%(rows)s, '$[*]' COLUMNS (pid VARCHAR(255) CHARACTER
-                                            SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]', iid VARCHAR(255) CHARACTER
-                                            SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]', seen BIGINT PATH '$[2]', status VARCHAR(16) CHARACTER
-                                            SET utf8mb4 PATH '$[3]', gate BIGINT PATH '$[4]', attempts BIGINT PATH '$[5]',
-                                      error LONGTEXT CHARACTER
-                                            SET utf8mb4 PATH '$[6]', data LONGTEXT CHARACTER
-                                            SET ascii PATH '$[7]', delay DOUBLE PATH '$[8]')) AS v
-SET items.version=(items.version + %(version_1)s), items.gate=coalesce(v.gate,
-                                                                items.gate), items.status=v.status,
-    items.data=coalesce(from_base64(v.data), items.data), items.attempts=v.attempts, items.last_error=v.error, items.retry_at=CASE
-                                                                                                                                  WHEN (v.delay > %(delay_1)s) THEN (COALESCE(CAST(%(clock_now)s AS DATETIME(6)),
-                                                                                                                                                                       UTC_TIMESTAMP(6)) + INTERVAL CAST((v.delay) * 1000000 AS SIGNED) MICROSECOND)
-                                                                                                                                  ELSE COALESCE(CAST(%(clock_now)s AS DATETIME(6)),
-                                                                                                                                         UTC_TIMESTAMP(6))
-                                                                                                                              END,
-                                                                                                                              items.updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)),
-                                                                                                                                                 UTC_TIMESTAMP(6))
-WHERE items.partition_id = v.pid
-  AND items.id = v.iid
-  AND items.version = v.seen
-  AND (EXISTS
-         (SELECT *
-          FROM partitions
-          WHERE partitions.id = v.pid
-            AND partitions.owner = %(owner)s
-            AND partitions.status = %(status_1)s
-            AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))));
+       JSON_TABLE(%(rows)s, '$[*]' COLUMNS (pid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]', iid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]', seen BIGINT PATH '$[2]', status VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[3]', gate BIGINT PATH '$[4]', attempts BIGINT PATH '$[5]', error LONGTEXT CHARACTER SET utf8mb4 PATH '$[6]', data LONGTEXT CHARACTER SET ascii PATH '$[7]', delay DOUBLE PATH '$[8]')) AS v
+   SET items.version=(items.version + %(version_1)s),
+       items.gate=coalesce(v.gate, items.gate),
+       items.status=v.status,
+       items.data=coalesce(from_base64(v.data), items.data),
+       items.attempts=v.attempts,
+       items.last_error=v.error,
+       items.retry_at=CASE WHEN (v.delay > %(delay_1)s) THEN (COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((v.delay) * 1000000 AS SIGNED) MICROSECOND)
+            ELSE COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+             END,
+       items.updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = v.pid
+   AND items.id = v.iid
+   AND items.version = v.seen
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = v.pid AND partitions.owner = %(owner)s AND partitions.status = %(status_1)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))));
 
 -- name: items_gate_counts (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (%s, ...);
+  FROM partitions
+ WHERE partitions.id IN (%s, ...);
 
 -- name: items_gate_counts (2)
-SELECT items.partition_id, items.gate, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%s, ...)
-GROUP BY items.partition_id, items.gate, items.status;
+SELECT items.partition_id,
+       items.gate,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%s, ...)
+ GROUP BY items.partition_id,
+          items.gate,
+          items.status;
 
 -- name: items_list (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id = %s;
+  FROM partitions
+ WHERE partitions.id = %s;
 
 -- name: items_list (2)
-SELECT items.partition_id, items.id, items.version, items.gate, items.status, items.data, items.attempts, items.last_error,
-       items.retry_at, items.created_at, items.updated_at
-FROM items
-WHERE items.partition_id = %s
-ORDER BY items.id;
+SELECT items.partition_id,
+       items.id,
+       items.version,
+       items.gate,
+       items.status,
+       items.data,
+       items.attempts,
+       items.last_error,
+       items.retry_at,
+       items.created_at,
+       items.updated_at
+  FROM items
+ WHERE items.partition_id = %s
+ ORDER BY items.id;
 
 -- name: items_oversize
-SELECT items.id, items.version, items.gate, items.attempts, OCTET_LENGTH(items.data) AS data_size_1
-FROM items
-WHERE items.partition_id = %s
-  AND items.status = %s
-  AND items.gate = %s
-  AND items.retry_at <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
-  AND OCTET_LENGTH(items.data) > %s
-ORDER BY items.retry_at, items.id
-LIMIT %s;
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.attempts,
+       OCTET_LENGTH(items.data) AS data_size_1
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.status = %s
+   AND items.gate = %s
+   AND items.retry_at <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND OCTET_LENGTH(items.data) > %s
+ ORDER BY items.retry_at,
+          items.id
+ LIMIT %s;
 
 -- name: items_page (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id = %s;
+  FROM partitions
+ WHERE partitions.id = %s;
 
 -- name: items_page (2)
-SELECT items.partition_id, items.id, items.status, items.gate, items.attempts, items.last_error, items.version,
-       items.retry_at, items.data
-FROM items
-WHERE items.partition_id = %s
-ORDER BY items.id
-LIMIT %s;
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.data
+  FROM items
+ WHERE items.partition_id = %s
+ ORDER BY items.id
+ LIMIT %s;
 
 -- name: items_page (3)
-SELECT items.partition_id, items.id, items.status, items.gate, items.attempts, items.last_error, items.version,
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
        items.retry_at
-FROM items
-WHERE items.partition_id = %s
-  AND items.status = %s
-  AND items.gate = %s
-  AND items.id > %s
-ORDER BY items.id
-LIMIT %s;
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.status = %s
+   AND items.gate = %s
+   AND items.id > %s
+ ORDER BY items.id
+ LIMIT %s;
 
 -- name: items_ready (1)
-SELECT items.id, items.version, items.gate, items.data, items.attempts
-FROM items
-WHERE items.partition_id = %(pid)s
-  AND items.status = %(status_1)s
-  AND items.gate = %(gate)s
-  AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
-ORDER BY items.retry_at, items.id
-LIMIT %(limit)s;
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.data,
+       items.attempts
+  FROM items
+ WHERE items.partition_id = %(pid)s
+   AND items.status = %(status_1)s
+   AND items.gate = %(gate)s
+   AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ ORDER BY items.retry_at,
+          items.id
+ LIMIT %(limit)s;
 
 -- name: items_ready (2)
-SELECT items.id, items.version, items.gate, items.data, items.attempts
-FROM items
-WHERE items.partition_id = %(pid)s
-  AND items.status = %(status_1)s
-  AND items.gate = %(gate)s
-  AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
-  AND (items.id NOT IN
-         (SELECT j.value
-          FROM JSON_TABLE(%(exclude)s, '$[*]' COLUMNS (value VARCHAR(255) CHARACTER
-                                                       SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j))
-ORDER BY items.retry_at, items.id
-LIMIT %(limit)s;
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.data,
+       items.attempts
+  FROM items
+ WHERE items.partition_id = %(pid)s
+   AND items.status = %(status_1)s
+   AND items.gate = %(gate)s
+   AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND (items.id NOT IN (SELECT j.value FROM JSON_TABLE(%(exclude)s, '$[*]' COLUMNS (value VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j))
+ ORDER BY items.retry_at,
+          items.id
+ LIMIT %(limit)s;
 
 -- name: items_retry_failed (1)
 UPDATE partitions
-SET version=(partitions.version + %s), status=CASE WHEN (partitions.status IN (%s, ...)) THEN %s ELSE partitions.status
-                                              END,
-                                              updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                           UTC_TIMESTAMP(6)), reduce_attempts=%s, last_error=%s
-WHERE partitions.id = %s
-  AND partitions.status != %s;
+   SET
+version=(partitions.version + %s), status=CASE WHEN (partitions.status IN (%s, ...)) THEN %s
+            ELSE partitions.status
+             END,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       reduce_attempts=%s,
+       last_error=%s
+ WHERE partitions.id = %s
+   AND partitions.status != %s;
 
 -- name: items_retry_failed (2)
 SELECT partitions.gate
-FROM partitions
-WHERE partitions.id = %s;
+  FROM partitions
+ WHERE partitions.id = %s;
 
 -- name: items_retry_failed (3)
 UPDATE items
-SET version=(items.version + %s), status=%s, attempts=%s,
-                                  retry_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                             UTC_TIMESTAMP(6)), updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                             UTC_TIMESTAMP(6))
-WHERE items.partition_id = %s
-  AND items.status = %s
-  AND items.gate >= %s;
+   SET
+version=(items.version + %s), status=%s,
+       attempts=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = %s
+   AND items.status = %s
+   AND items.gate >= %s;
 
 -- name: leader_release
 UPDATE leaders
-SET owner=%s, until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), version=(leaders.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                                                                      UTC_TIMESTAMP(6))
-WHERE leaders.name = %s
-  AND leaders.owner = %s;
+   SET owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+version=(leaders.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE leaders.name = %s
+   AND leaders.owner = %s;
 
 -- name: leader_take (1)
 UPDATE leaders
-SET owner=%s, until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), version=(leaders.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                                                                                                                              UTC_TIMESTAMP(6))
-WHERE leaders.name = %s
-  AND (leaders.owner = %s
-       OR leaders.until <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
+   SET owner=%s,
+       until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND),
+version=(leaders.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE leaders.name = %s
+   AND (leaders.owner = %s OR leaders.until <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
 
 -- name: leader_take (2)
 SELECT leaders.name
-FROM leaders
-WHERE leaders.name = %s;
+  FROM leaders
+ WHERE leaders.name = %s;
 
 -- name: leader_take (3)
 INSERT INTO leaders (name, owner, until, version, updated_at)
@@ -256,553 +314,698 @@ VALUES (%s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL 
 
 -- name: lease_stats (1)
 SELECT count(*) AS count_1
-FROM partitions
-WHERE partitions.status = %s;
+  FROM partitions
+ WHERE partitions.status = %s;
 
 -- name: lease_stats (2)
-SELECT partitions.owner, count(*) AS count_1
-FROM partitions
-WHERE partitions.status = %s
-  AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
-  AND partitions.owner != %s
-GROUP BY partitions.owner;
+SELECT partitions.owner,
+       count(*) AS count_1
+  FROM partitions
+ WHERE partitions.status = %s
+   AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND partitions.owner != %s
+ GROUP BY partitions.owner;
 
 -- name: leases_of_owner
-SELECT partitions.id, partitions.version, partitions.gate, partitions.owner, partitions.reduce_gates,
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
        partitions.on_item_failure
-FROM partitions
-WHERE partitions.status = %s
-  AND partitions.owner = %s
-  AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
-ORDER BY partitions.until DESC, partitions.id
-LIMIT %s;
+  FROM partitions
+ WHERE partitions.status = %s
+   AND partitions.owner = %s
+   AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ ORDER BY partitions.until DESC,
+          partitions.id
+ LIMIT %s;
 
 -- name: leases_read_free
-SELECT partitions.id, partitions.version, partitions.gate, partitions.owner, partitions.reduce_gates,
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
        partitions.on_item_failure
-FROM partitions
-WHERE partitions.status = %s
-  AND partitions.until <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
-ORDER BY partitions.until
-LIMIT %s;
+  FROM partitions
+ WHERE partitions.status = %s
+   AND partitions.until <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ ORDER BY partitions.until
+ LIMIT %s;
 
 -- name: leases_release (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (%s)
-  FOR
-  UPDATE SKIP LOCKED;
+  FROM partitions
+ WHERE partitions.id IN (%s)
+   FOR UPDATE SKIP LOCKED;
 
 -- name: leases_release (2)
 UPDATE partitions
-SET version=(partitions.version + %s), owner=%s, until=COALESCE(CAST(%s AS DATETIME(6)),
-                                                         UTC_TIMESTAMP(6)),
-                                                       updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                    UTC_TIMESTAMP(6))
-WHERE partitions.id = %s
-  AND partitions.version = %s
-  AND partitions.owner = %s
-  AND partitions.status = %s;
+   SET
+version=(partitions.version + %s), owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s;
 
 -- name: leases_release (3)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(CAST(%s AS DATETIME(6)),
-                                       UTC_TIMESTAMP(6))) THEN %s ELSE %s
-       END AS anon_1
-FROM partitions
-WHERE partitions.id IN (%s);
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN %s
+            ELSE %s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%s);
 
 -- name: leases_renew (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (%s, ...)
-  FOR
-  UPDATE SKIP LOCKED;
+  FROM partitions
+ WHERE partitions.id IN (%s, ...)
+   FOR UPDATE SKIP LOCKED;
 
 -- name: leases_renew (2)
 UPDATE partitions
-SET version=(partitions.version + %s), until=(COALESCE(CAST(%s AS DATETIME(6)),
-                                                UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                                                                                       UTC_TIMESTAMP(6))
-WHERE partitions.id = %s
-  AND partitions.version = %s
-  AND partitions.owner = %s
-  AND partitions.status = %s;
+   SET
+version=(partitions.version + %s), until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s;
 
 -- name: leases_renew (3)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(CAST(%s AS DATETIME(6)),
-                                       UTC_TIMESTAMP(6))) THEN %s ELSE %s
-       END AS anon_1
-FROM partitions
-WHERE partitions.id IN (%s);
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN %s
+            ELSE %s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%s);
 
 -- name: leases_stopped
 SELECT partitions.id
-FROM partitions
-WHERE partitions.status IN (%s, ...)
-  AND partitions.owner = %s
-  AND partitions.until >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND);
+  FROM partitions
+ WHERE partitions.status IN (%s, ...)
+   AND partitions.owner = %s
+   AND partitions.until >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND);
 
 -- name: leases_take (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (%s, ...)
-  FOR
-  UPDATE SKIP LOCKED;
+  FROM partitions
+ WHERE partitions.id IN (%s, ...)
+   FOR UPDATE SKIP LOCKED;
 
 -- name: leases_take (2)
 UPDATE partitions
-SET version=(partitions.version + %s), owner=%s, until=(COALESCE(CAST(%s AS DATETIME(6)),
-                                                          UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                                                                                                 UTC_TIMESTAMP(6))
-WHERE partitions.id = %s
-  AND partitions.version = %s
-  AND partitions.status = %s;
+   SET
+version=(partitions.version + %s), owner=%s,
+       until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.status = %s;
 
 -- name: leases_take (3)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (%s)
-  FOR
-  UPDATE SKIP LOCKED;
+  FROM partitions
+ WHERE partitions.id IN (%s)
+   FOR UPDATE SKIP LOCKED;
 
 -- name: now
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: partition_cancel (1)
 SELECT partitions.status
-FROM partitions
-WHERE partitions.id = %s;
+  FROM partitions
+ WHERE partitions.id = %s;
 
 -- name: partition_cancel (2)
 UPDATE partitions
-SET version=(partitions.version + %s), status=%s, until=COALESCE(CAST(%s AS DATETIME(6)),
-                                                          UTC_TIMESTAMP(6)),
-                                                        updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                     UTC_TIMESTAMP(6))
-WHERE partitions.id = %s
-  AND partitions.status = %s;
+   SET
+version=(partitions.version + %s), status=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.status = %s;
 
 -- name: partition_cancel (3)
 UPDATE items
-SET version=(items.version + %s), attempts=(items.attempts + %s)
-WHERE items.partition_id = %s
-  AND items.status = %s
-  AND items.gate =
-    (SELECT partitions.gate
-     FROM partitions
-     WHERE partitions.id = %s);
+   SET
+version=(items.version + %s), attempts=(items.attempts + %s)
+ WHERE items.partition_id = %s
+   AND items.status = %s
+   AND items.gate = (
+        SELECT partitions.gate
+          FROM partitions
+         WHERE partitions.id = %s
+       );
 
 -- name: partition_create (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id = %s;
+  FROM partitions
+ WHERE partitions.id = %s;
 
 -- name: partition_create (2)
-INSERT INTO partitions (id,
-               version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure)
 VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s);
 
 -- name: partition_create (3)
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: partition_create (4)
-INSERT INTO items (partition_id,
-               id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
 VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
-SET version=(partitions.version + %s), status=%s
-WHERE partitions.id = %s
-  AND partitions.status = %s;
+   SET
+version=(partitions.version + %s), status=%s
+ WHERE partitions.id = %s
+   AND partitions.status = %s;
 
 -- name: partition_delete_batch (2)
-SELECT count(*) AS count_1, max(anon_1.id) AS max_1
-FROM
-  (SELECT items.id AS id
-   FROM items
-   WHERE items.partition_id = %s
-   ORDER BY items.id
-   LIMIT %s) AS anon_1;
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %s
+         ORDER BY items.id
+         LIMIT %s
+       ) AS anon_1;
 
 -- name: partition_delete_batch (3)
 DELETE
-FROM items
-WHERE items.partition_id = %s
-  AND items.id <= %s;
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id <= %s;
 
 -- name: partition_delete_batch (4)
 DELETE
-FROM partitions
-WHERE partitions.id = %s;
+  FROM partitions
+ WHERE partitions.id = %s;
 
 -- name: partition_delete_batch (5)
 UPDATE partitions
-SET version=(partitions.version + %s), status=%s
-WHERE partitions.id = %s
-  AND (partitions.status = %s
-       OR partitions.status IN (%s)
-       AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)),
-                                      UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND));
+   SET
+version=(partitions.version + %s), status=%s
+ WHERE partitions.id = %s
+   AND (partitions.status = %s OR partitions.status IN (%s) AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND));
 
 -- name: partition_delete_begin (1)
 UPDATE partitions
-SET version=(partitions.version + %s), status=%s, until=COALESCE(CAST(%s AS DATETIME(6)),
-                                                          UTC_TIMESTAMP(6)),
-                                                        updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                     UTC_TIMESTAMP(6))
-WHERE partitions.id = %s
-  AND NOT (partitions.status = %s
-           AND partitions.owner != %s
-           AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
+   SET
+version=(partitions.version + %s), status=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND NOT (partitions.status = %s AND partitions.owner != %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
 
 -- name: partition_delete_begin (2)
 SELECT partitions.owner
-FROM partitions
-WHERE partitions.id = %s;
+  FROM partitions
+ WHERE partitions.id = %s;
 
 -- name: partition_delete_begin (3)
 UPDATE partitions
-SET version=(partitions.version + %s), status=%s, until=COALESCE(CAST(%s AS DATETIME(6)),
-                                                          UTC_TIMESTAMP(6)),
-                                                        updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                     UTC_TIMESTAMP(6))
-WHERE partitions.id = %s;
+   SET
+version=(partitions.version + %s), status=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s;
 
 -- name: partition_get (1)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.id IN (%s)
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT %s;
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.id IN (%s)
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT %s;
 
 -- name: partition_get (2)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%s)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%s)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partition_set_gate (1)
 UPDATE partitions
-SET version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                    UTC_TIMESTAMP(6))
-WHERE partitions.id = %s
-  AND partitions.status != %s;
+   SET
+version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.status != %s;
 
 -- name: partition_set_gate (2)
 SELECT partitions.gate
-FROM partitions
-WHERE partitions.id = %s;
+  FROM partitions
+ WHERE partitions.id = %s;
 
 -- name: partition_set_gate (3)
-SELECT items.gate, count(*) AS count_1
-FROM items
-WHERE items.partition_id = %s
-  AND items.status = %s
-  AND items.gate < %s
-GROUP BY items.gate
-ORDER BY items.gate
-LIMIT %s;
+SELECT items.gate,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.status = %s
+   AND items.gate < %s
+ GROUP BY items.gate
+ ORDER BY items.gate
+ LIMIT %s;
 
 -- name: partition_set_gate (4)
 UPDATE partitions
-SET gate=%s, reduce_pass=%s, reduce_page=%s, reduce_after=%s, reduce_acc=from_base64(%s), reduce_attempts=%s
-WHERE partitions.id = %s;
+   SET gate=%s,
+       reduce_pass=%s,
+       reduce_page=%s,
+       reduce_after=%s,
+       reduce_acc=from_base64(%s),
+       reduce_attempts=%s
+ WHERE partitions.id = %s;
 
 -- name: partition_state
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(CAST(%s AS DATETIME(6)),
-                                       UTC_TIMESTAMP(6))) THEN %s ELSE %s
-       END AS anon_1
-FROM partitions
-WHERE partitions.id IN (%s);
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN %s
+            ELSE %s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%s);
 
 -- name: partition_transition (1)
 UPDATE partitions
-SET version=(partitions.version + %s), status=%s, owner=%s, until=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                    UTC_TIMESTAMP(6)),
-                                                                  updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                               UTC_TIMESTAMP(6))
-WHERE partitions.id = %s
-  AND partitions.version = %s
-  AND partitions.owner = %s
-  AND partitions.status = %s;
+   SET
+version=(partitions.version + %s), status=%s,
+       owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s;
 
 -- name: partition_transition (2)
 UPDATE partitions
-SET version=(partitions.version + %s), gate=%s,
-                                       updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                    UTC_TIMESTAMP(6))
-WHERE partitions.id = %s
-  AND partitions.version = %s
-  AND partitions.owner = %s
-  AND partitions.status = %s;
+   SET
+version=(partitions.version + %s), gate=%s,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s;
 
 -- name: partitions_finished_per_minute
-SELECT
-  (SELECT count(*) AS count_1
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-        AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-        AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-      LIMIT %s) AS anon_2) AS anon_1,
-  (SELECT count(*) AS count_2
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-        AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-        AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-      LIMIT %s) AS anon_4) AS anon_3,
-  (SELECT count(*) AS count_3
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-        AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-      LIMIT %s) AS anon_6) AS anon_5,
-  (SELECT count(*) AS count_4
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-        AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-        AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-      LIMIT %s) AS anon_8) AS anon_7,
-  (SELECT count(*) AS count_5
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-        AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-        AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-      LIMIT %s) AS anon_10) AS anon_9,
-  (SELECT count(*) AS count_6
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-        AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-      LIMIT %s) AS anon_12) AS anon_11,
-  (SELECT count(*) AS count_7
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-        AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-        AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-      LIMIT %s) AS anon_14) AS anon_13,
-  (SELECT count(*) AS count_8
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-        AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-        AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-      LIMIT %s) AS anon_16) AS anon_15,
-  (SELECT count(*) AS count_9
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %s
-        AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-      LIMIT %s) AS anon_18) AS anon_17;
+SELECT (
+        SELECT count(*) AS count_1
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                   AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                   AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                 LIMIT %s
+               ) AS anon_2
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                   AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                   AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                 LIMIT %s
+               ) AS anon_4
+       ) AS anon_3,
+       (
+        SELECT count(*) AS count_3
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                   AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                 LIMIT %s
+               ) AS anon_6
+       ) AS anon_5,
+       (
+        SELECT count(*) AS count_4
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                   AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                   AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                 LIMIT %s
+               ) AS anon_8
+       ) AS anon_7,
+       (
+        SELECT count(*) AS count_5
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                   AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                   AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                 LIMIT %s
+               ) AS anon_10
+       ) AS anon_9,
+       (
+        SELECT count(*) AS count_6
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                   AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                 LIMIT %s
+               ) AS anon_12
+       ) AS anon_11,
+       (
+        SELECT count(*) AS count_7
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                   AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                   AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                 LIMIT %s
+               ) AS anon_14
+       ) AS anon_13,
+       (
+        SELECT count(*) AS count_8
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                   AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                   AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                 LIMIT %s
+               ) AS anon_16
+       ) AS anon_15,
+       (
+        SELECT count(*) AS count_9
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                   AND partitions.updated_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+                 LIMIT %s
+               ) AS anon_18
+       ) AS anon_17;
 
 -- name: partitions_list (1)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.status = %s
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT %s;
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.status = %s
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT %s;
 
 -- name: partitions_list (2)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%s, ...)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%s, ...)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partitions_page (1)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT %s;
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT %s;
 
 -- name: partitions_page (2)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%s)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%s)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partitions_page (3)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.status = %s
-  AND (partitions.created_at < %s
-       OR partitions.created_at = %s
-       AND partitions.id < %s)
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT %s;
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.status = %s
+   AND (partitions.created_at < %s OR partitions.created_at = %s AND partitions.id < %s)
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT %s;
 
 -- name: partitions_page (4)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%s, ...)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%s, ...)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partitions_page (5)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.id LIKE %s ESCAPE '/'
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT %s;
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.id LIKE %s ESCAPE '/'
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT %s;
 
 -- name: partitions_purgeable
 SELECT partitions.id
-FROM partitions
-WHERE partitions.status = %s
-  OR partitions.status IN (%s)
-  AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-LIMIT %s;
+  FROM partitions
+ WHERE partitions.status = %s
+    OR partitions.status IN (%s)
+   AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+ LIMIT %s;
 
 -- name: partitions_purgeable_count (1)
 SELECT count(*) AS count_1
-FROM
-  (SELECT partitions.id AS id
-   FROM partitions
-   WHERE partitions.status = %s
-     OR partitions.status IN (%s)
-     AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)) AS anon_1;
+  FROM (
+        SELECT partitions.id AS id
+          FROM partitions
+         WHERE partitions.status = %s
+            OR partitions.status IN (%s)
+           AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+       ) AS anon_1;
 
 -- name: partitions_purgeable_count (2)
 SELECT count(*) AS count_1
-FROM items
-WHERE items.partition_id IN
-    (SELECT partitions.id
-     FROM partitions
-     WHERE partitions.status = %s
-       OR partitions.status IN (%s)
-       AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND));
+  FROM items
+ WHERE items.partition_id IN (
+        SELECT partitions.id
+          FROM partitions
+         WHERE partitions.status = %s
+            OR partitions.status IN (%s)
+           AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+       );
 
 -- name: ping
 SELECT %s AS anon_1;
 
 -- name: reduce_entries (1)
-SELECT items.id, items.version, items.gate, items.status, items.data, items.last_error
-FROM items
-WHERE items.partition_id = %s
-  AND (items.status = %s
-       AND items.gate = %s
-       OR items.status = %s
-       AND items.gate <= %s)
-ORDER BY items.id
-LIMIT %s;
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.status,
+       items.data,
+       items.last_error
+  FROM items
+ WHERE items.partition_id = %s
+   AND (items.status = %s AND items.gate = %s OR items.status = %s AND items.gate <= %s)
+ ORDER BY items.id
+ LIMIT %s;
 
 -- name: reduce_entries (2)
-SELECT items.id, items.version, items.gate, items.status, items.data, items.last_error
-FROM items
-WHERE items.partition_id = %s
-  AND items.status = %s
-  AND items.gate = %s
-  AND items.id > %s
-ORDER BY items.id
-LIMIT %s;
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.status,
+       items.data,
+       items.last_error
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.status = %s
+   AND items.gate = %s
+   AND items.id > %s
+ ORDER BY items.id
+ LIMIT %s;
 
 -- name: reduce_failed (1)
 UPDATE partitions
-SET version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                    UTC_TIMESTAMP(6)), reduce_attempts=%s, last_error=%s
-WHERE partitions.id = %s
-  AND partitions.version = %s
-  AND partitions.owner = %s
-  AND partitions.status = %s
-  AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6));
+   SET
+version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       reduce_attempts=%s,
+       last_error=%s
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s
+   AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6));
 
 -- name: reduce_failed (2)
 UPDATE partitions
-SET version=(partitions.version + %s), status=%s, owner=%s, until=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                    UTC_TIMESTAMP(6)),
-                                                                  updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                               UTC_TIMESTAMP(6)), reduce_attempts=%s, last_error=%s
-WHERE partitions.id = %s
-  AND partitions.version = %s
-  AND partitions.owner = %s
-  AND partitions.status = %s
-  AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6));
+   SET
+version=(partitions.version + %s), status=%s,
+       owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       reduce_attempts=%s,
+       last_error=%s
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s
+   AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6));
 
 -- name: reduce_state_read
-SELECT partitions.version, partitions.gate, partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after,
-       partitions.reduce_acc, partitions.reduce_attempts
-FROM partitions
-WHERE partitions.id = %s;
+SELECT partitions.version,
+       partitions.gate,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts
+  FROM partitions
+ WHERE partitions.id = %s;
 
 -- name: reduce_write (1)
 UPDATE partitions
-SET version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                    UTC_TIMESTAMP(6)), reduce_pass=%s, reduce_page=%s, reduce_after=%s,
-                                       reduce_acc=from_base64(%s), reduce_attempts=%s, last_error=%s
-WHERE partitions.id = %s
-  AND partitions.version = %s
-  AND partitions.owner = %s
-  AND partitions.status = %s
-  AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6));
+   SET
+version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       reduce_pass=%s,
+       reduce_page=%s,
+       reduce_after=%s,
+       reduce_acc=from_base64(%s),
+       reduce_attempts=%s,
+       last_error=%s
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s
+   AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6));
 
 -- name: reduce_write (2)
 UPDATE partitions
-SET result=from_base64(%s)
-WHERE partitions.id = %s;
+   SET result=from_base64(%s)
+ WHERE partitions.id = %s;
 
 -- name: reduce_write (3)
 UPDATE items
-SET version=(items.version + %s), gate=coalesce(%s,
-                                         items.gate), status=%s, attempts=%s, last_error=%s,
-                                  retry_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                             UTC_TIMESTAMP(6)), updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                             UTC_TIMESTAMP(6))
-WHERE items.partition_id = %s
-  AND items.id = %s
-  AND items.version = %s
-  AND (EXISTS
-         (SELECT *
-          FROM partitions
-          WHERE partitions.id = %s
-            AND partitions.owner = %s
-            AND partitions.status = %s
-            AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))));
+   SET
+version=(items.version + %s), gate=coalesce(%s, items.gate),
+       status=%s,
+       attempts=%s,
+       last_error=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = %s
+   AND items.id = %s
+   AND items.version = %s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %s AND partitions.owner = %s AND partitions.status = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))));
 
 -- name: reduce_write (4)
 UPDATE items
-SET version=(items.version + %s), gate=coalesce(%s,
-                                         items.gate), status=%s, data=from_base64(%s), attempts=%s, last_error=%s,
-                                                                      retry_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                                 UTC_TIMESTAMP(6)),
-                                                                      updated_at=COALESCE(CAST(%s AS DATETIME(6)),
-                                                                                   UTC_TIMESTAMP(6))
-WHERE items.partition_id = %s
-  AND items.id = %s
-  AND items.version = %s
-  AND (EXISTS
-         (SELECT *
-          FROM partitions
-          WHERE partitions.id = %s
-            AND partitions.owner = %s
-            AND partitions.status = %s
-            AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))));
+   SET
+version=(items.version + %s), gate=coalesce(%s, items.gate),
+       status=%s,
+       data=from_base64(%s),
+       attempts=%s,
+       last_error=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = %s
+   AND items.id = %s
+   AND items.version = %s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %s AND partitions.owner = %s AND partitions.status = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))));

@@ -3,250 +3,301 @@
 -- Table names carry the --table-prefix, if one is set.
 
 -- name: backlog_read
-SELECT
-  (SELECT count(*) AS count_1
-   FROM
-     (SELECT TOP 1000 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s) AS anon_2) AS anon_1,
-  (SELECT count(*) AS count_2
-   FROM
-     (SELECT TOP 1000 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s) AS anon_4) AS anon_3,
-  (SELECT count(*) AS count_3
-   FROM
-     (SELECT TOP 1000 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s) AS anon_6) AS anon_5,
-  (SELECT count(*) AS count_4
-   FROM
-     (SELECT TOP 1000 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s) AS anon_8) AS anon_7,
-  (SELECT count(*) AS count_5
-   FROM
-     (SELECT TOP 1000 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s) AS anon_10) AS anon_9,
-  (SELECT count(*) AS count_6
-   FROM
-     (SELECT TOP 1000 items.id AS id
-      FROM items
-      JOIN partitions ON partitions.id = items.partition_id
-      AND partitions.gate = items.gate
-      WHERE partitions.status = %(status_n)s
-        AND items.status = %(status_n)s) AS anon_12) AS anon_11;
+SELECT (
+        SELECT count(*) AS count_1
+          FROM (
+                SELECT TOP 1000 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+               ) AS anon_2
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM (
+                SELECT TOP 1000 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+               ) AS anon_4
+       ) AS anon_3,
+       (
+        SELECT count(*) AS count_3
+          FROM (
+                SELECT TOP 1000 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+               ) AS anon_6
+       ) AS anon_5,
+       (
+        SELECT count(*) AS count_4
+          FROM (
+                SELECT TOP 1000 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+               ) AS anon_8
+       ) AS anon_7,
+       (
+        SELECT count(*) AS count_5
+          FROM (
+                SELECT TOP 1000 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+               ) AS anon_10
+       ) AS anon_9,
+       (
+        SELECT count(*) AS count_6
+          FROM (
+                SELECT TOP 1000 items.id AS id
+                  FROM items
+                  JOIN partitions
+                    ON partitions.id = items.partition_id
+                   AND partitions.gate = items.gate
+                 WHERE partitions.status = %(status_n)s
+                   AND items.status = %(status_n)s
+               ) AS anon_12
+       ) AS anon_11;
 
 -- name: gate_summary
-SELECT
-  (SELECT count(*) AS count_1
-   FROM items
-   WHERE items.partition_id = %(pid)s
-     AND items.gate = %(gate)s
-     AND items.status = %(status_n)s) AS anon_1,
-  (SELECT min(items.retry_at) AS min_1
-   FROM items
-   WHERE items.partition_id = %(pid)s
-     AND items.gate = %(gate)s
-     AND items.status = %(status_n)s) AS anon_2,
-  (SELECT count(*) AS count_2
-   FROM items
-   WHERE items.partition_id = %(pid)s
-     AND items.gate = %(gate)s
-     AND items.status = %(status_n)s) AS anon_3,
-  (SELECT min(items.gate) AS min_2
-   FROM items
-   WHERE items.partition_id = %(pid)s
-     AND items.status = %(status_n)s
-     AND items.gate > %(gate)s) AS anon_4, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                             SYSUTCDATETIME()) AS clock_now_1;
+SELECT (
+        SELECT count(*) AS count_1
+          FROM items
+         WHERE items.partition_id = %(pid)s
+           AND items.gate = %(gate)s
+           AND items.status = %(status_n)s
+       ) AS anon_1,
+       (
+        SELECT min(items.retry_at) AS min_1
+          FROM items
+         WHERE items.partition_id = %(pid)s
+           AND items.gate = %(gate)s
+           AND items.status = %(status_n)s
+       ) AS anon_2,
+       (
+        SELECT count(*) AS count_2
+          FROM items
+         WHERE items.partition_id = %(pid)s
+           AND items.gate = %(gate)s
+           AND items.status = %(status_n)s
+       ) AS anon_3,
+       (
+        SELECT min(items.gate) AS min_2
+          FROM items
+         WHERE items.partition_id = %(pid)s
+           AND items.status = %(status_n)s
+           AND items.gate > %(gate)s
+       ) AS anon_4,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: items_add (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                               SYSUTCDATETIME())
-WHERE partitions.id = %(id_n)s
-  AND partitions.status != %(status_n)s;
+   SET
+version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(id_n)s
+   AND partitions.status != %(status_n)s;
 
 -- name: items_add (2)
-SELECT partitions.gate, partitions.status, partitions.reduce_gates
-FROM partitions
-WHERE partitions.id = %(id_n)s;
+SELECT partitions.gate,
+       partitions.status,
+       partitions.reduce_gates
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
 
 -- name: items_add (3)
 SELECT items.id
-FROM items
-WHERE items.partition_id = %(partition_id_n)s
-  AND items.id IN (%(id_1_n)s);
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id IN (%(id_1_n)s);
 
 -- name: items_add (4)
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id,
-               id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
 VALUES (%(partition_id)s, ...);
 
 -- name: items_apply
 UPDATE items
-SET version=(items.version + %(version_n)s), gate=coalesce(v.gate,
-                                                    items.gate), status=v.status, data=coalesce(convert(VARBINARY(max),
-                                                                                                  v.data, 2),
-                                                                                         items.data),
-                                                                                       attempts=v.attempts,
-                                                                                       last_error=v.error, retry_at=CASE
-                                                                                                                        WHEN (v.delay > %(delay_n)s) THEN DATEADD(microsecond,
-                                                                                                                                                            CAST(((v.delay) - FLOOR(v.delay)) * 1000000 AS INT),
-                                                                                                                                                            DATEADD(second,
-                                                                                                                                                              CAST(FLOOR(v.delay) AS INT),
-                                                                                                                                                              COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                                                                                                SYSUTCDATETIME())))
-                                                                                                                        ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                                                               SYSUTCDATETIME())
-                                                                                                                    END,
-                                                                                                                    updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                                                                 SYSUTCDATETIME()) OUTPUT inserted.partition_id,
-                                                                                                                                                          inserted.id
-FROM items, OPENJSON(%(rows)s) WITH (pid NVARCHAR(255) '$[0]', iid NVARCHAR(255) '$[1]', seen BIGINT '$[2]', status NVARCHAR(16) '$[3]',
-                                                                                                                                 gate BIGINT '$[4]', attempts BIGINT '$[5]', error NVARCHAR(max) '$[6]',
-                                                                                                                                                                                                 data VARCHAR(max) '$[7]',
-                                                                                                                                                                                                                   delay FLOAT '$[8]') AS v
-WHERE items.partition_id = (v.pid COLLATE Latin1_General_100_BIN2)
-  AND items.id = (v.iid COLLATE Latin1_General_100_BIN2)
-  AND items.version = v.seen
-  AND (EXISTS
-         (SELECT *
-          FROM partitions
-          WHERE partitions.id = (v.pid COLLATE Latin1_General_100_BIN2)
-            AND partitions.owner = %(owner)s
-            AND partitions.status = %(status_n)s
-            AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
+   SET
+version=(items.version + %(version_n)s), gate=coalesce(v.gate, items.gate),
+       status=v.status,
+       data=coalesce(convert(VARBINARY(max), v.data, 2), items.data),
+       attempts=v.attempts,
+       last_error=v.error,
+       retry_at=CASE WHEN (v.delay > %(delay_n)s) THEN DATEADD(microsecond, CAST(((v.delay) - FLOOR(v.delay)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(v.delay) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+            ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+             END,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) OUTPUT inserted.partition_id,
+       inserted.id
+  FROM items,
+       OPENJSON(%(rows)s) WITH (pid NVARCHAR(255) '$[0]', iid NVARCHAR(255) '$[1]', seen BIGINT '$[2]', status NVARCHAR(16) '$[3]', gate BIGINT '$[4]', attempts BIGINT '$[5]', error NVARCHAR(max) '$[6]', data VARCHAR(max) '$[7]', delay FLOAT '$[8]') AS v
+ WHERE items.partition_id = (v.pid COLLATE Latin1_General_100_BIN2)
+   AND items.id = (v.iid COLLATE Latin1_General_100_BIN2)
+   AND items.version = v.seen
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = (v.pid COLLATE Latin1_General_100_BIN2) AND partitions.owner = %(owner)s AND partitions.status = %(status_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
 
 -- name: items_gate_counts (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (%(id_1_n)s, ...);
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: items_gate_counts (2)
-SELECT items.partition_id, items.gate, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
-GROUP BY items.partition_id, items.gate, items.status;
+SELECT items.partition_id,
+       items.gate,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
+ GROUP BY items.partition_id,
+          items.gate,
+          items.status;
 
 -- name: items_list (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id = %(id_n)s;
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
 
 -- name: items_list (2)
-SELECT items.partition_id, items.id, items.version, items.gate, items.status, items.data, items.attempts, items.last_error,
-       items.retry_at, items.created_at, items.updated_at
-FROM items
-WHERE items.partition_id = %(partition_id_n)s
-ORDER BY items.id;
+SELECT items.partition_id,
+       items.id,
+       items.version,
+       items.gate,
+       items.status,
+       items.data,
+       items.attempts,
+       items.last_error,
+       items.retry_at,
+       items.created_at,
+       items.updated_at
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+ ORDER BY items.id;
 
 -- name: items_oversize
-SELECT TOP 10 items.id, items.version, items.gate, items.attempts, DATALENGTH(items.data) AS data_size_1
-FROM items
-WHERE items.partition_id = %(partition_id_n)s
-  AND items.status = %(status_n)s
-  AND items.gate = %(gate_n)s
-  AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
-  AND DATALENGTH(items.data) > %(param_n)s
-ORDER BY items.retry_at, items.id;
+SELECT TOP 10 items.id,
+       items.version,
+       items.gate,
+       items.attempts,
+       DATALENGTH(items.data) AS data_size_1
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status = %(status_n)s
+   AND items.gate = %(gate_n)s
+   AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND DATALENGTH(items.data) > %(param_n)s
+ ORDER BY items.retry_at,
+          items.id;
 
 -- name: items_page (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id = %(id_n)s;
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
 
 -- name: items_page (2)
-SELECT TOP 2 items.partition_id, items.id, items.status, items.gate, items.attempts, items.last_error, items.version,
-           items.retry_at, items.data
-FROM items
-WHERE items.partition_id = %(partition_id_n)s
-ORDER BY items.id;
+SELECT TOP 2 items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.data
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+ ORDER BY items.id;
 
 -- name: items_page (3)
-SELECT TOP 6 items.partition_id, items.id, items.status, items.gate, items.attempts, items.last_error, items.version,
-           items.retry_at
-FROM items
-WHERE items.partition_id = %(partition_id_n)s
-  AND items.status = %(status_n)s
-  AND items.gate = %(gate_n)s
-  AND items.id > %(id_n)s
-ORDER BY items.id;
+SELECT TOP 6 items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status = %(status_n)s
+   AND items.gate = %(gate_n)s
+   AND items.id > %(id_n)s
+ ORDER BY items.id;
 
 -- name: items_ready (1)
-SELECT TOP 10 items.id, items.version, items.gate, items.data, items.attempts
-FROM items
-WHERE items.partition_id = %(pid)s
-  AND items.status = %(status_n)s
-  AND items.gate = %(gate)s
-  AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
-ORDER BY items.retry_at, items.id;
+SELECT TOP 10 items.id,
+       items.version,
+       items.gate,
+       items.data,
+       items.attempts
+  FROM items
+ WHERE items.partition_id = %(pid)s
+   AND items.status = %(status_n)s
+   AND items.gate = %(gate)s
+   AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ ORDER BY items.retry_at,
+          items.id;
 
 -- name: items_ready (2)
-SELECT TOP 10 items.id, items.version, items.gate, items.data, items.attempts
-FROM items
-WHERE items.partition_id = %(pid)s
-  AND items.status = %(status_n)s
-  AND items.gate = %(gate)s
-  AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
-  AND (items.id NOT IN (%(exclude_n)s))
-ORDER BY items.retry_at, items.id;
+SELECT TOP 10 items.id,
+       items.version,
+       items.gate,
+       items.data,
+       items.attempts
+  FROM items
+ WHERE items.partition_id = %(pid)s
+   AND items.status = %(status_n)s
+   AND items.gate = %(gate)s
+   AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND (items.id NOT IN (%(exclude_n)s))
+ ORDER BY items.retry_at,
+          items.id;
 
 -- name: items_retry_failed (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), status=CASE
-                                                             WHEN (partitions.status IN (%(status_1_n)s, ...)) THEN %(param_n)s ELSE partitions.status
-                                                         END,
-                                                         updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                      SYSUTCDATETIME()), reduce_attempts=%(reduce_attempts)s,
-                                                         last_error=%(last_error)s
-WHERE partitions.id = %(id_n)s
-  AND partitions.status != %(status_n)s;
+   SET
+version=(partitions.version + %(version_n)s), status=CASE WHEN (partitions.status IN (%(status_1_n)s, ...)) THEN %(param_n)s
+            ELSE partitions.status
+             END,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       reduce_attempts=%(reduce_attempts)s,
+       last_error=%(last_error)s
+ WHERE partitions.id = %(id_n)s
+   AND partitions.status != %(status_n)s;
 
 -- name: items_retry_failed (2)
 SELECT partitions.gate
-FROM partitions
-WHERE partitions.id = %(id_n)s;
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
 
 -- name: items_retry_failed (3)
 UPDATE items
-SET version=(items.version + %(version_n)s), status=%(status)s, attempts=%(attempts)s,
-                                             retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                        SYSUTCDATETIME()),
-                                             updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                          SYSUTCDATETIME())
-WHERE items.partition_id = %(partition_id_n)s
-  AND items.status = %(status_n)s
-  AND items.gate >= %(gate_n)s;
+   SET
+version=(items.version + %(version_n)s), status=%(status)s,
+       attempts=%(attempts)s,
+       retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status = %(status_n)s
+   AND items.gate >= %(gate_n)s;
 
 -- name: leader_release
 UPDATE leaders
-SET owner=%(owner)s, until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), version=(leaders.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                                                                                    SYSUTCDATETIME())
-WHERE leaders.name = %(name_n)s
-  AND leaders.owner = %(owner_n)s;
+   SET owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+version=(leaders.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE leaders.name = %(name_n)s
+   AND leaders.owner = %(owner_n)s;
 
 -- name: leader_take (1)
 UPDATE leaders
-SET owner=%(owner)s, until=DATEADD(microsecond,
-                             CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                             DATEADD(second,
-                               CAST(FLOOR(%(param_n)s) AS INT),
-                               COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), version=(leaders.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                                                                                          SYSUTCDATETIME())
-WHERE leaders.name = %(name_n)s
-  AND (leaders.owner = %(owner_n)s
-       OR leaders.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
+   SET owner=%(owner)s,
+       until=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+version=(leaders.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE leaders.name = %(name_n)s
+   AND (leaders.owner = %(owner_n)s OR leaders.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
 
 -- name: leader_take (2)
 SELECT leaders.name
-FROM leaders
-WHERE leaders.name = %(name_n)s;
+  FROM leaders
+ WHERE leaders.name = %(name_n)s;
 
 -- name: leader_take (3)
 INSERT INTO leaders (name, owner, until, version, updated_at)
@@ -254,652 +305,685 @@ VALUES (%(name)s, %(owner)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(
 
 -- name: lease_stats (1)
 SELECT count(*) AS count_1
-FROM partitions
-WHERE partitions.status = %(status_n)s;
+  FROM partitions
+ WHERE partitions.status = %(status_n)s;
 
 -- name: lease_stats (2)
-SELECT partitions.owner, count(*) AS count_1
-FROM partitions
-WHERE partitions.status = %(status_n)s
-  AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
-  AND partitions.owner != %(owner_n)s
-GROUP BY partitions.owner;
+SELECT partitions.owner,
+       count(*) AS count_1
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND partitions.owner != %(owner_n)s
+ GROUP BY partitions.owner;
 
 -- name: leases_of_owner
-SELECT TOP 10 partitions.id, partitions.version, partitions.gate, partitions.owner, partitions.reduce_gates,
-           partitions.on_item_failure
-FROM partitions
-WHERE partitions.status = %(status_n)s
-  AND partitions.owner = %(owner_n)s
-  AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
-ORDER BY partitions.until DESC, partitions.id;
+SELECT TOP 10 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+   AND partitions.owner = %(owner_n)s
+   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ ORDER BY partitions.until DESC,
+          partitions.id;
 
 -- name: leases_read_free
-SELECT TOP 10 partitions.id, partitions.version, partitions.gate, partitions.owner, partitions.reduce_gates,
-           partitions.on_item_failure
-FROM partitions
-WHERE partitions.status = %(status_n)s
-  AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
-ORDER BY partitions.until;
+SELECT TOP 10 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+   AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ ORDER BY partitions.until;
 
 -- name: leases_release (1)
 SELECT partitions.id
-FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
-WHERE partitions.id IN (%(id_1_n)s);
+  FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
+ WHERE partitions.id IN (%(id_1_n)s);
 
 -- name: leases_release (2)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), owner=%(owner)s, until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                           SYSUTCDATETIME()),
-                                                                         updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                      SYSUTCDATETIME())
-WHERE partitions.id = %(pid)s
-  AND partitions.version = %(seen)s
-  AND partitions.owner = %(owner_n)s
-  AND partitions.status = %(status_n)s;
+   SET
+version=(partitions.version + %(version_n)s), owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(owner_n)s
+   AND partitions.status = %(status_n)s;
 
 -- name: leases_release (3)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner,
-       CASE
-           WHEN (partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                      SYSUTCDATETIME())) THEN %(param_n)s ELSE %(param_n)s
-       END AS anon_1
-FROM partitions
-WHERE partitions.id IN (%(id_1_n)s);
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN %(param_n)s
+            ELSE %(param_n)s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_n)s);
 
 -- name: leases_renew (1)
 SELECT partitions.id
-FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
-WHERE partitions.id IN (%(id_1_n)s, ...);
+  FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
+ WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: leases_renew (2)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), until=DATEADD(microsecond,
-                                                          CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                                          DATEADD(second,
-                                                            CAST(FLOOR(%(param_n)s) AS INT),
-                                                            COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                              SYSUTCDATETIME()))),
-                                                        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                     SYSUTCDATETIME())
-WHERE partitions.id = %(pid)s
-  AND partitions.version = %(seen)s
-  AND partitions.owner = %(owner_n)s
-  AND partitions.status = %(status_n)s;
+   SET
+version=(partitions.version + %(version_n)s), until=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(owner_n)s
+   AND partitions.status = %(status_n)s;
 
 -- name: leases_renew (3)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner,
-       CASE
-           WHEN (partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                      SYSUTCDATETIME())) THEN %(param_n)s ELSE %(param_n)s
-       END AS anon_1
-FROM partitions
-WHERE partitions.id IN (%(id_1_n)s);
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN %(param_n)s
+            ELSE %(param_n)s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_n)s);
 
 -- name: leases_stopped
 SELECT partitions.id
-FROM partitions
-WHERE partitions.status IN (%(status_1_n)s, ...)
-  AND partitions.owner = %(owner_n)s
-  AND partitions.until >= DATEADD(microsecond,
-                            CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                            DATEADD(second,
-                              CAST(FLOOR(%(param_n)s) AS INT),
-                              COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
+  FROM partitions
+ WHERE partitions.status IN (%(status_1_n)s, ...)
+   AND partitions.owner = %(owner_n)s
+   AND partitions.until >= DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
 
 -- name: leases_take (1)
 SELECT partitions.id
-FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
-WHERE partitions.id IN (%(id_1_n)s, ...);
+  FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
+ WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: leases_take (2)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), owner=%(owner)s, until=DATEADD(microsecond,
-                                                                           CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                                                           DATEADD(second,
-                                                                             CAST(FLOOR(%(param_n)s) AS INT),
-                                                                             COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                               SYSUTCDATETIME()))),
-                                                                         updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                      SYSUTCDATETIME())
-WHERE partitions.id = %(pid)s
-  AND partitions.version = %(seen)s
-  AND partitions.status = %(status_n)s;
+   SET
+version=(partitions.version + %(version_n)s), owner=%(owner)s,
+       until=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.status = %(status_n)s;
 
 -- name: leases_take (3)
 SELECT partitions.id
-FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
-WHERE partitions.id IN (%(id_1_n)s);
+  FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
+ WHERE partitions.id IN (%(id_1_n)s);
 
 -- name: now
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: partition_cancel (1)
 SELECT partitions.status
-FROM partitions
-WHERE partitions.id = %(id_n)s;
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
 
 -- name: partition_cancel (2)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), status=%(status)s, until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                             SYSUTCDATETIME()),
-                                                                           updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                        SYSUTCDATETIME())
-WHERE partitions.id = %(id_n)s
-  AND partitions.status = %(status_n)s;
+   SET
+version=(partitions.version + %(version_n)s), status=%(status)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(id_n)s
+   AND partitions.status = %(status_n)s;
 
 -- name: partition_cancel (3)
 UPDATE items
-SET version=(items.version + %(version_n)s), attempts=(items.attempts + %(attempts_n)s)
-WHERE items.partition_id = %(partition_id_n)s
-  AND items.status = %(status_n)s
-  AND items.gate =
-    (SELECT partitions.gate
-     FROM partitions
-     WHERE partitions.id = %(id_n)s);
+   SET
+version=(items.version + %(version_n)s), attempts=(items.attempts + %(attempts_n)s)
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status = %(status_n)s
+   AND items.gate = (
+        SELECT partitions.gate
+          FROM partitions
+         WHERE partitions.id = %(id_n)s
+       );
 
 -- name: partition_create (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id = %(id_n)s;
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
 
 -- name: partition_create (2)
-INSERT INTO partitions (id,
-               version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure)
 VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s);
 
 -- name: partition_create (3)
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: partition_create (4)
-INSERT INTO items (partition_id,
-               id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
 VALUES (%(partition_id)s, ...);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), status=%(status)s
-WHERE partitions.id = %(id_n)s
-  AND partitions.status = %(status_n)s;
+   SET
+version=(partitions.version + %(version_n)s), status=%(status)s
+ WHERE partitions.id = %(id_n)s
+   AND partitions.status = %(status_n)s;
 
 -- name: partition_delete_batch (2)
-SELECT count(*) AS count_1, max(anon_1.id) AS max_1
-FROM
-  (SELECT TOP 3 items.id AS id
-   FROM items
-   WHERE items.partition_id = %(partition_id_n)s
-   ORDER BY items.id) AS anon_1;
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT TOP 3 items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_n)s
+         ORDER BY items.id
+       ) AS anon_1;
 
 -- name: partition_delete_batch (3)
 DELETE
-FROM items
-WHERE items.partition_id = %(partition_id_n)s
-  AND items.id <= %(id_n)s;
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id <= %(id_n)s;
 
 -- name: partition_delete_batch (4)
 DELETE
-FROM partitions
-WHERE partitions.id = %(id_n)s;
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
 
 -- name: partition_delete_batch (5)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), status=%(status)s
-WHERE partitions.id = %(id_n)s
-  AND (partitions.status = %(status_n)s
-       OR partitions.status IN (%(status_2_n)s)
-       AND partitions.updated_at < DATEADD(microsecond,
-                                     CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                     DATEADD(second,
-                                       CAST(FLOOR(%(param_n)s) AS INT),
-                                       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                         SYSUTCDATETIME()))));
+   SET
+version=(partitions.version + %(version_n)s), status=%(status)s
+ WHERE partitions.id = %(id_n)s
+   AND (partitions.status = %(status_n)s OR partitions.status IN (%(status_2_n)s) AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))));
 
 -- name: partition_delete_batch (6)
-SELECT count(*) AS count_1, max(anon_1.id) AS max_1
-FROM
-  (SELECT TOP 10 items.id AS id
-   FROM items
-   WHERE items.partition_id = %(partition_id_n)s
-   ORDER BY items.id) AS anon_1;
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT TOP 10 items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_n)s
+         ORDER BY items.id
+       ) AS anon_1;
 
 -- name: partition_delete_begin (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), status=%(status)s, until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                             SYSUTCDATETIME()),
-                                                                           updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                        SYSUTCDATETIME())
-WHERE partitions.id = %(id_n)s
-  AND NOT (partitions.status = %(status_n)s
-           AND partitions.owner != %(owner_n)s
-           AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
+   SET
+version=(partitions.version + %(version_n)s), status=%(status)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(id_n)s
+   AND NOT (partitions.status = %(status_n)s AND partitions.owner != %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
 
 -- name: partition_delete_begin (2)
 SELECT partitions.owner
-FROM partitions
-WHERE partitions.id = %(id_n)s;
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
 
 -- name: partition_delete_begin (3)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), status=%(status)s, until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                             SYSUTCDATETIME()),
-                                                                           updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                        SYSUTCDATETIME())
-WHERE partitions.id = %(id_n)s;
+   SET
+version=(partitions.version + %(version_n)s), status=%(status)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(id_n)s;
 
 -- name: partition_get (1)
-SELECT TOP 1000 partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-           partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure,
-           partitions.result, partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after,
-           partitions.reduce_acc, partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.id IN (%(id_1_n)s)
-ORDER BY partitions.created_at DESC, partitions.id DESC;
+SELECT TOP 1000 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_n)s)
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC;
 
 -- name: partition_get (2)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%(partition_id_1_n)s)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%(partition_id_1_n)s)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partition_set_gate (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                               SYSUTCDATETIME())
-WHERE partitions.id = %(id_n)s
-  AND partitions.status != %(status_n)s;
+   SET
+version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(id_n)s
+   AND partitions.status != %(status_n)s;
 
 -- name: partition_set_gate (2)
 SELECT partitions.gate
-FROM partitions
-WHERE partitions.id = %(id_n)s;
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
 
 -- name: partition_set_gate (3)
-SELECT TOP 1 items.gate, count(*) AS count_1
-FROM items
-WHERE items.partition_id = %(partition_id_n)s
-  AND items.status = %(status_n)s
-  AND items.gate < %(gate_n)s
-GROUP BY items.gate
-ORDER BY items.gate;
+SELECT TOP 1 items.gate,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status = %(status_n)s
+   AND items.gate < %(gate_n)s
+ GROUP BY items.gate
+ ORDER BY items.gate;
 
 -- name: partition_set_gate (4)
 UPDATE partitions
-SET gate=%(gate)s, reduce_pass=%(reduce_pass)s, reduce_page=%(reduce_page)s, reduce_after=%(reduce_after)s,
-    reduce_acc=%(reduce_acc)s, reduce_attempts=%(reduce_attempts)s
-WHERE partitions.id = %(id_n)s;
+   SET gate=%(gate)s,
+       reduce_pass=%(reduce_pass)s,
+       reduce_page=%(reduce_page)s,
+       reduce_after=%(reduce_after)s,
+       reduce_acc=%(reduce_acc)s,
+       reduce_attempts=%(reduce_attempts)s
+ WHERE partitions.id = %(id_n)s;
 
 -- name: partition_state
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner,
-       CASE
-           WHEN (partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                      SYSUTCDATETIME())) THEN %(param_n)s ELSE %(param_n)s
-       END AS anon_1
-FROM partitions
-WHERE partitions.id IN (%(id_1_n)s);
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN %(param_n)s
+            ELSE %(param_n)s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_n)s);
 
 -- name: partition_transition (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), status=%(status)s, owner=%(owner)s, until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                              SYSUTCDATETIME()),
-                                                                                            updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                                         SYSUTCDATETIME())
-WHERE partitions.id = %(id_n)s
-  AND partitions.version = %(version_n)s
-  AND partitions.owner = %(owner_n)s
-  AND partitions.status = %(status_n)s;
+   SET
+version=(partitions.version + %(version_n)s), status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(id_n)s
+   AND partitions.version = %(version_n)s
+   AND partitions.owner = %(owner_n)s
+   AND partitions.status = %(status_n)s;
 
 -- name: partition_transition (2)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), gate=%(gate)s,
-                                                  updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                               SYSUTCDATETIME())
-WHERE partitions.id = %(id_n)s
-  AND partitions.version = %(version_n)s
-  AND partitions.owner = %(owner_n)s
-  AND partitions.status = %(status_n)s;
+   SET
+version=(partitions.version + %(version_n)s), gate=%(gate)s,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(id_n)s
+   AND partitions.version = %(version_n)s
+   AND partitions.owner = %(owner_n)s
+   AND partitions.status = %(status_n)s;
 
 -- name: partitions_finished_per_minute
-SELECT
-  (SELECT count(*) AS count_1
-   FROM
-     (SELECT TOP 100 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s
-        AND partitions.updated_at >= DATEADD(microsecond,
-                                       CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                       DATEADD(second,
-                                         CAST(FLOOR(%(param_n)s) AS INT),
-                                         COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                           SYSUTCDATETIME())))
-        AND partitions.updated_at < DATEADD(microsecond,
-                                      CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                      DATEADD(second,
-                                        CAST(FLOOR(%(param_n)s) AS INT),
-                                        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                          SYSUTCDATETIME())))) AS anon_2) AS anon_1,
-  (SELECT count(*) AS count_2
-   FROM
-     (SELECT TOP 100 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s
-        AND partitions.updated_at >= DATEADD(microsecond,
-                                       CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                       DATEADD(second,
-                                         CAST(FLOOR(%(param_n)s) AS INT),
-                                         COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                           SYSUTCDATETIME())))
-        AND partitions.updated_at < DATEADD(microsecond,
-                                      CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                      DATEADD(second,
-                                        CAST(FLOOR(%(param_n)s) AS INT),
-                                        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                          SYSUTCDATETIME())))) AS anon_4) AS anon_3,
-  (SELECT count(*) AS count_3
-   FROM
-     (SELECT TOP 100 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s
-        AND partitions.updated_at >= DATEADD(microsecond,
-                                       CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                       DATEADD(second,
-                                         CAST(FLOOR(%(param_n)s) AS INT),
-                                         COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                           SYSUTCDATETIME())))) AS anon_6) AS anon_5,
-  (SELECT count(*) AS count_4
-   FROM
-     (SELECT TOP 100 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s
-        AND partitions.updated_at >= DATEADD(microsecond,
-                                       CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                       DATEADD(second,
-                                         CAST(FLOOR(%(param_n)s) AS INT),
-                                         COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                           SYSUTCDATETIME())))
-        AND partitions.updated_at < DATEADD(microsecond,
-                                      CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                      DATEADD(second,
-                                        CAST(FLOOR(%(param_n)s) AS INT),
-                                        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                          SYSUTCDATETIME())))) AS anon_8) AS anon_7,
-  (SELECT count(*) AS count_5
-   FROM
-     (SELECT TOP 100 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s
-        AND partitions.updated_at >= DATEADD(microsecond,
-                                       CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                       DATEADD(second,
-                                         CAST(FLOOR(%(param_n)s) AS INT),
-                                         COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                           SYSUTCDATETIME())))
-        AND partitions.updated_at < DATEADD(microsecond,
-                                      CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                      DATEADD(second,
-                                        CAST(FLOOR(%(param_n)s) AS INT),
-                                        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                          SYSUTCDATETIME())))) AS anon_10) AS anon_9,
-  (SELECT count(*) AS count_6
-   FROM
-     (SELECT TOP 100 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s
-        AND partitions.updated_at >= DATEADD(microsecond,
-                                       CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                       DATEADD(second,
-                                         CAST(FLOOR(%(param_n)s) AS INT),
-                                         COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                           SYSUTCDATETIME())))) AS anon_12) AS anon_11,
-  (SELECT count(*) AS count_7
-   FROM
-     (SELECT TOP 100 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s
-        AND partitions.updated_at >= DATEADD(microsecond,
-                                       CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                       DATEADD(second,
-                                         CAST(FLOOR(%(param_n)s) AS INT),
-                                         COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                           SYSUTCDATETIME())))
-        AND partitions.updated_at < DATEADD(microsecond,
-                                      CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                      DATEADD(second,
-                                        CAST(FLOOR(%(param_n)s) AS INT),
-                                        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                          SYSUTCDATETIME())))) AS anon_14) AS anon_13,
-  (SELECT count(*) AS count_8
-   FROM
-     (SELECT TOP 100 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s
-        AND partitions.updated_at >= DATEADD(microsecond,
-                                       CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                       DATEADD(second,
-                                         CAST(FLOOR(%(param_n)s) AS INT),
-                                         COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                           SYSUTCDATETIME())))
-        AND partitions.updated_at < DATEADD(microsecond,
-                                      CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                      DATEADD(second,
-                                        CAST(FLOOR(%(param_n)s) AS INT),
-                                        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                          SYSUTCDATETIME())))) AS anon_16) AS anon_15,
-  (SELECT count(*) AS count_9
-   FROM
-     (SELECT TOP 100 partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_n)s
-        AND partitions.updated_at >= DATEADD(microsecond,
-                                       CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                       DATEADD(second,
-                                         CAST(FLOOR(%(param_n)s) AS INT),
-                                         COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                           SYSUTCDATETIME())))) AS anon_18) AS anon_17;
+SELECT (
+        SELECT count(*) AS count_1
+          FROM (
+                SELECT TOP 100 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+                   AND partitions.updated_at >= DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+                   AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+               ) AS anon_2
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM (
+                SELECT TOP 100 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+                   AND partitions.updated_at >= DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+                   AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+               ) AS anon_4
+       ) AS anon_3,
+       (
+        SELECT count(*) AS count_3
+          FROM (
+                SELECT TOP 100 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+                   AND partitions.updated_at >= DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+               ) AS anon_6
+       ) AS anon_5,
+       (
+        SELECT count(*) AS count_4
+          FROM (
+                SELECT TOP 100 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+                   AND partitions.updated_at >= DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+                   AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+               ) AS anon_8
+       ) AS anon_7,
+       (
+        SELECT count(*) AS count_5
+          FROM (
+                SELECT TOP 100 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+                   AND partitions.updated_at >= DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+                   AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+               ) AS anon_10
+       ) AS anon_9,
+       (
+        SELECT count(*) AS count_6
+          FROM (
+                SELECT TOP 100 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+                   AND partitions.updated_at >= DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+               ) AS anon_12
+       ) AS anon_11,
+       (
+        SELECT count(*) AS count_7
+          FROM (
+                SELECT TOP 100 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+                   AND partitions.updated_at >= DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+                   AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+               ) AS anon_14
+       ) AS anon_13,
+       (
+        SELECT count(*) AS count_8
+          FROM (
+                SELECT TOP 100 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+                   AND partitions.updated_at >= DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+                   AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+               ) AS anon_16
+       ) AS anon_15,
+       (
+        SELECT count(*) AS count_9
+          FROM (
+                SELECT TOP 100 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+                   AND partitions.updated_at >= DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+               ) AS anon_18
+       ) AS anon_17;
 
 -- name: partitions_list (1)
-SELECT TOP 10 partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-           partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure,
-           partitions.result, partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after,
-           partitions.reduce_acc, partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.status = %(status_n)s
-ORDER BY partitions.created_at DESC, partitions.id DESC;
+SELECT TOP 10 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC;
 
 -- name: partitions_list (2)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partitions_page (1)
-SELECT TOP 2 partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-           partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure,
-           partitions.result, partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after,
-           partitions.reduce_acc, partitions.reduce_attempts, partitions.last_error
-FROM partitions
-ORDER BY partitions.created_at DESC, partitions.id DESC;
+SELECT TOP 2 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC;
 
 -- name: partitions_page (2)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%(partition_id_1_n)s)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%(partition_id_1_n)s)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partitions_page (3)
-SELECT TOP 3 partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-           partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure,
-           partitions.result, partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after,
-           partitions.reduce_acc, partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.status = %(status_n)s
-  AND (partitions.created_at < %(created_at_n)s
-       OR partitions.created_at = %(created_at_n)s
-       AND partitions.id < %(id_n)s)
-ORDER BY partitions.created_at DESC, partitions.id DESC;
+SELECT TOP 3 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+   AND (partitions.created_at < %(created_at_n)s OR partitions.created_at = %(created_at_n)s AND partitions.id < %(id_n)s)
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC;
 
 -- name: partitions_page (4)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partitions_page (5)
-SELECT TOP 1001 partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-           partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure,
-           partitions.result, partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after,
-           partitions.reduce_acc, partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.id LIKE %(id_n)s ESCAPE '/'
-ORDER BY partitions.created_at DESC, partitions.id DESC;
+SELECT TOP 1001 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.id LIKE %(id_n)s ESCAPE '/'
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC;
 
 -- name: partitions_purgeable
 SELECT TOP 10 partitions.id
-FROM partitions
-WHERE partitions.status = %(status_n)s
-  OR partitions.status IN (%(status_2_n)s)
-  AND partitions.updated_at < DATEADD(microsecond,
-                                CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                DATEADD(second,
-                                  CAST(FLOOR(%(param_n)s) AS INT),
-                                  COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+    OR partitions.status IN (%(status_2_n)s)
+   AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
 
 -- name: partitions_purgeable_count (1)
 SELECT count(*) AS count_1
-FROM
-  (SELECT partitions.id AS id
-   FROM partitions
-   WHERE partitions.status = %(status_n)s
-     OR partitions.status IN (%(status_2_n)s)
-     AND partitions.updated_at < DATEADD(microsecond,
-                                   CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                   DATEADD(second,
-                                     CAST(FLOOR(%(param_n)s) AS INT),
-                                     COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                       SYSUTCDATETIME())))) AS anon_1;
+  FROM (
+        SELECT partitions.id AS id
+          FROM partitions
+         WHERE partitions.status = %(status_n)s
+            OR partitions.status IN (%(status_2_n)s)
+           AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+       ) AS anon_1;
 
 -- name: partitions_purgeable_count (2)
 SELECT count(*) AS count_1
-FROM items
-WHERE items.partition_id IN
-    (SELECT partitions.id
-     FROM partitions
-     WHERE partitions.status = %(status_n)s
-       OR partitions.status IN (%(status_2_n)s)
-       AND partitions.updated_at < DATEADD(microsecond,
-                                     CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT),
-                                     DATEADD(second,
-                                       CAST(FLOOR(%(param_n)s) AS INT),
-                                       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                         SYSUTCDATETIME()))));
+  FROM items
+ WHERE items.partition_id IN (
+        SELECT partitions.id
+          FROM partitions
+         WHERE partitions.status = %(status_n)s
+            OR partitions.status IN (%(status_2_n)s)
+           AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+       );
 
 -- name: ping
 SELECT %(param_n)s AS anon_1;
 
 -- name: reduce_entries (1)
-SELECT TOP 10 items.id, items.version, items.gate, items.status, items.data, items.last_error
-FROM items
-WHERE items.partition_id = %(partition_id_n)s
-  AND (items.status = %(status_n)s
-       AND items.gate = %(gate_n)s
-       OR items.status = %(status_n)s
-       AND items.gate <= %(gate_n)s)
-ORDER BY items.id;
+SELECT TOP 10 items.id,
+       items.version,
+       items.gate,
+       items.status,
+       items.data,
+       items.last_error
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND (items.status = %(status_n)s AND items.gate = %(gate_n)s OR items.status = %(status_n)s AND items.gate <= %(gate_n)s)
+ ORDER BY items.id;
 
 -- name: reduce_entries (2)
-SELECT TOP 10 items.id, items.version, items.gate, items.status, items.data, items.last_error
-FROM items
-WHERE items.partition_id = %(partition_id_n)s
-  AND items.status = %(status_n)s
-  AND items.gate = %(gate_n)s
-  AND items.id > %(id_n)s
-ORDER BY items.id;
+SELECT TOP 10 items.id,
+       items.version,
+       items.gate,
+       items.status,
+       items.data,
+       items.last_error
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status = %(status_n)s
+   AND items.gate = %(gate_n)s
+   AND items.id > %(id_n)s
+ ORDER BY items.id;
 
 -- name: reduce_failed (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                               SYSUTCDATETIME()), reduce_attempts=%(reduce_attempts)s,
-                                                  last_error=%(last_error)s
-WHERE partitions.id = %(id_n)s
-  AND partitions.version = %(version_n)s
-  AND partitions.owner = %(owner_n)s
-  AND partitions.status = %(status_n)s
-  AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME());
+   SET
+version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       reduce_attempts=%(reduce_attempts)s,
+       last_error=%(last_error)s
+ WHERE partitions.id = %(id_n)s
+   AND partitions.version = %(version_n)s
+   AND partitions.owner = %(owner_n)s
+   AND partitions.status = %(status_n)s
+   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME());
 
 -- name: reduce_failed (2)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), status=%(status)s, owner=%(owner)s, until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                              SYSUTCDATETIME()),
-                                                                                            updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                                         SYSUTCDATETIME()),
-                                                                                            reduce_attempts=%(reduce_attempts)s,
-                                                                                            last_error=%(last_error)s
-WHERE partitions.id = %(id_n)s
-  AND partitions.version = %(version_n)s
-  AND partitions.owner = %(owner_n)s
-  AND partitions.status = %(status_n)s
-  AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME());
+   SET
+version=(partitions.version + %(version_n)s), status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       reduce_attempts=%(reduce_attempts)s,
+       last_error=%(last_error)s
+ WHERE partitions.id = %(id_n)s
+   AND partitions.version = %(version_n)s
+   AND partitions.owner = %(owner_n)s
+   AND partitions.status = %(status_n)s
+   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME());
 
 -- name: reduce_state_read
-SELECT partitions.version, partitions.gate, partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after,
-       partitions.reduce_acc, partitions.reduce_attempts
-FROM partitions
-WHERE partitions.id = %(id_n)s;
+SELECT partitions.version,
+       partitions.gate,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
 
 -- name: reduce_write (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                               SYSUTCDATETIME()), reduce_pass=%(reduce_pass)s,
-                                                  reduce_page=%(reduce_page)s, reduce_after=%(reduce_after)s,
-                                                  reduce_acc=%(reduce_acc)s, reduce_attempts=%(reduce_attempts)s,
-                                                  last_error=%(last_error)s
-WHERE partitions.id = %(id_n)s
-  AND partitions.version = %(version_n)s
-  AND partitions.owner = %(owner_n)s
-  AND partitions.status = %(status_n)s
-  AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME());
+   SET
+version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       reduce_pass=%(reduce_pass)s,
+       reduce_page=%(reduce_page)s,
+       reduce_after=%(reduce_after)s,
+       reduce_acc=%(reduce_acc)s,
+       reduce_attempts=%(reduce_attempts)s,
+       last_error=%(last_error)s
+ WHERE partitions.id = %(id_n)s
+   AND partitions.version = %(version_n)s
+   AND partitions.owner = %(owner_n)s
+   AND partitions.status = %(status_n)s
+   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME());
 
 -- name: reduce_write (2)
 UPDATE partitions
-SET result=%(result)s
-WHERE partitions.id = %(id_n)s;
+   SET result=%(result)s
+ WHERE partitions.id = %(id_n)s;
 
 -- name: reduce_write (3)
 UPDATE items
-SET version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s,
-                                                    items.gate), status=%(new_status)s, attempts=%(new_attempts)s,
-                                             last_error=%(new_error)s,
-                                             retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                        SYSUTCDATETIME()),
-                                             updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                          SYSUTCDATETIME())
-WHERE items.partition_id = %(pid)s
-  AND items.id = %(iid)s
-  AND items.version = %(seen)s
-  AND (EXISTS
-         (SELECT *
-          FROM partitions
-          WHERE partitions.id = %(pid)s
-            AND partitions.owner = %(owner)s
-            AND partitions.status = %(status_n)s
-            AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
+   SET
+version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
+       status=%(new_status)s,
+       attempts=%(new_attempts)s,
+       last_error=%(new_error)s,
+       retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s
+   AND items.version = %(seen)s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND partitions.owner = %(owner)s AND partitions.status = %(status_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
 
 -- name: reduce_write (4)
 UPDATE items
-SET version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s,
-                                                    items.gate), status=%(new_status)s, data=%(new_data)s,
-                                                                                             attempts=%(new_attempts)s,
-                                                                                             last_error=%(new_error)s,
-                                                                                             retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                                        SYSUTCDATETIME()),
-                                                                                             updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)),
-                                                                                                          SYSUTCDATETIME())
-WHERE items.partition_id = %(pid)s
-  AND items.id = %(iid)s
-  AND items.version = %(seen)s
-  AND (EXISTS
-         (SELECT *
-          FROM partitions
-          WHERE partitions.id = %(pid)s
-            AND partitions.owner = %(owner)s
-            AND partitions.status = %(status_n)s
-            AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
+   SET
+version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
+       status=%(new_status)s,
+       data=%(new_data)s,
+       attempts=%(new_attempts)s,
+       last_error=%(new_error)s,
+       retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s
+   AND items.version = %(seen)s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND partitions.owner = %(owner)s AND partitions.status = %(status_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));

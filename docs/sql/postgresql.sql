@@ -3,94 +3,121 @@
 -- Table names carry the --table-prefix, if one is set.
 
 -- name: backlog_read
-SELECT
-  (SELECT count(*) AS count_1
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_1)s::VARCHAR
-      LIMIT %(param_1)s::INTEGER) AS anon_2) AS anon_1,
-  (SELECT count(*) AS count_2
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_2)s::VARCHAR
-      LIMIT %(param_2)s::INTEGER) AS anon_4) AS anon_3,
-  (SELECT count(*) AS count_3
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_3)s::VARCHAR
-      LIMIT %(param_3)s::INTEGER) AS anon_6) AS anon_5,
-  (SELECT count(*) AS count_4
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_4)s::VARCHAR
-      LIMIT %(param_4)s::INTEGER) AS anon_8) AS anon_7,
-  (SELECT count(*) AS count_5
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_5)s::VARCHAR
-      LIMIT %(param_5)s::INTEGER) AS anon_10) AS anon_9,
-  (SELECT count(*) AS count_6
-   FROM
-     (SELECT items.id AS id
-      FROM items
-      JOIN partitions ON partitions.id = items.partition_id
-      AND partitions.gate = items.gate
-      WHERE partitions.status = %(status_6)s::VARCHAR
-        AND items.status = %(status_7)s::VARCHAR
-      LIMIT %(param_6)s::INTEGER) AS anon_12) AS anon_11;
+SELECT (
+        SELECT count(*) AS count_1
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_1)s::VARCHAR
+                 LIMIT %(param_1)s::INTEGER
+               ) AS anon_2
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_2)s::VARCHAR
+                 LIMIT %(param_2)s::INTEGER
+               ) AS anon_4
+       ) AS anon_3,
+       (
+        SELECT count(*) AS count_3
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_3)s::VARCHAR
+                 LIMIT %(param_3)s::INTEGER
+               ) AS anon_6
+       ) AS anon_5,
+       (
+        SELECT count(*) AS count_4
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_4)s::VARCHAR
+                 LIMIT %(param_4)s::INTEGER
+               ) AS anon_8
+       ) AS anon_7,
+       (
+        SELECT count(*) AS count_5
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_5)s::VARCHAR
+                 LIMIT %(param_5)s::INTEGER
+               ) AS anon_10
+       ) AS anon_9,
+       (
+        SELECT count(*) AS count_6
+          FROM (
+                SELECT items.id AS id
+                  FROM items
+                  JOIN partitions
+                    ON partitions.id = items.partition_id
+                   AND partitions.gate = items.gate
+                 WHERE partitions.status = %(status_6)s::VARCHAR
+                   AND items.status = %(status_7)s::VARCHAR
+                 LIMIT %(param_6)s::INTEGER
+               ) AS anon_12
+       ) AS anon_11;
 
 -- name: gate_summary
-SELECT
-  (SELECT count(*) AS count_1
-   FROM items
-   WHERE items.partition_id = %(pid)s::VARCHAR
-     AND items.gate = %(gate)s::INTEGER
-     AND items.status = %(status_1)s::VARCHAR) AS anon_1,
-  (SELECT min(items.retry_at) AS min_1
-   FROM items
-   WHERE items.partition_id = %(pid)s::VARCHAR
-     AND items.gate = %(gate)s::INTEGER
-     AND items.status = %(status_1)s::VARCHAR) AS anon_2,
-  (SELECT count(*) AS count_2
-   FROM items
-   WHERE items.partition_id = %(pid)s::VARCHAR
-     AND items.gate = %(gate)s::INTEGER
-     AND items.status = %(status_2)s::VARCHAR) AS anon_3,
-  (SELECT min(items.gate) AS min_2
-   FROM items
-   WHERE items.partition_id = %(pid)s::VARCHAR
-     AND items.status = %(status_1)s::VARCHAR
-     AND items.gate > %(gate)s::INTEGER) AS anon_4,
+SELECT (
+        SELECT count(*) AS count_1
+          FROM items
+         WHERE items.partition_id = %(pid)s::VARCHAR
+           AND items.gate = %(gate)s::INTEGER
+           AND items.status = %(status_1)s::VARCHAR
+       ) AS anon_1,
+       (
+        SELECT min(items.retry_at) AS min_1
+          FROM items
+         WHERE items.partition_id = %(pid)s::VARCHAR
+           AND items.gate = %(gate)s::INTEGER
+           AND items.status = %(status_1)s::VARCHAR
+       ) AS anon_2,
+       (
+        SELECT count(*) AS count_2
+          FROM items
+         WHERE items.partition_id = %(pid)s::VARCHAR
+           AND items.gate = %(gate)s::INTEGER
+           AND items.status = %(status_2)s::VARCHAR
+       ) AS anon_3,
+       (
+        SELECT min(items.gate) AS min_2
+          FROM items
+         WHERE items.partition_id = %(pid)s::VARCHAR
+           AND items.status = %(status_1)s::VARCHAR
+           AND items.gate > %(gate)s::INTEGER
+       ) AS anon_4,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: items_add (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE partitions.id = %(id_1)s::VARCHAR
-  AND partitions.status != %(status_1)s::VARCHAR;
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status != %(status_1)s::VARCHAR;
 
 -- name: items_add (2)
-SELECT partitions.gate, partitions.status, partitions.reduce_gates
-FROM partitions
-WHERE partitions.id = %(id_1)s::VARCHAR;
+SELECT partitions.gate,
+       partitions.status,
+       partitions.reduce_gates
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: items_add (3)
 SELECT items.id
-FROM items
-WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-  AND items.id IN (%(id_1_1)s::VARCHAR);
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR);
 
 -- name: items_add (4)
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id,
-               id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
 VALUES (%(partition_id)s::VARCHAR, ...);
 
 -- name: items_add (6)
@@ -98,156 +125,195 @@ SELECT pg_notify(%(pg_notify_2)s::VARCHAR, ...) AS pg_notify_1;
 
 -- name: items_apply
 UPDATE items
-SET version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_1)s::INT AS INTEGER),
-                                                             items.gate),
-                                                      status=(CAST(v.value ->> %(value_2)s::INT AS VARCHAR)), data=coalesce(decode(CAST(v.value ->> %(value_3)s::INT AS VARCHAR),
-                                                                                                                              %(decode_1)s::VARCHAR),
-                                                                                                                     items.data),
-                                                                                                                   attempts=(CAST(v.value ->> %(value_4)s::INT AS INTEGER)),
-                                                                                                                   last_error=(CAST(v.value ->> %(value_5)s::INT AS VARCHAR)),
-                                                                                                                   retry_at=CASE
-                                                                                                                                WHEN (CAST((v.value ->> %(value_6)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_6)s::INT AS FLOAT)))
-                                                                                                                                ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-                                                                                                                            END,
-                                                                                                                            updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_1)s::INT AS INTEGER), items.gate),
+       status=(CAST(v.value ->> %(value_2)s::INT AS VARCHAR)),
+       data=coalesce(decode(CAST(v.value ->> %(value_3)s::INT AS VARCHAR), %(decode_1)s::VARCHAR), items.data),
+       attempts=(CAST(v.value ->> %(value_4)s::INT AS INTEGER)),
+       last_error=(CAST(v.value ->> %(value_5)s::INT AS VARCHAR)),
+       retry_at=CASE WHEN (CAST((v.value ->> %(value_6)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_6)s::INT AS FLOAT)))
+            ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+             END,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+  FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
 ORDINALITY AS v(value, n)
-WHERE items.partition_id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR)
-  AND items.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
-  AND items.version = CAST((v.value ->> %(value_9)s::INT) AS INTEGER)
-  AND (EXISTS
-         (SELECT *
-          FROM partitions
-          WHERE partitions.id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR)
-            AND partitions.owner = %(owner)s::VARCHAR
-            AND partitions.status = %(status_1)s::VARCHAR
-            AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
+ WHERE items.partition_id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR)
+   AND items.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
+   AND items.version = CAST((v.value ->> %(value_9)s::INT) AS INTEGER)
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
 
 -- name: items_gate_counts (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: items_gate_counts (2)
-SELECT items.partition_id, items.gate, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
-GROUP BY items.partition_id, items.gate, items.status;
+SELECT items.partition_id,
+       items.gate,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
+ GROUP BY items.partition_id,
+          items.gate,
+          items.status;
 
 -- name: items_list (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id = %(id_1)s::VARCHAR;
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: items_list (2)
-SELECT items.partition_id, items.id, items.version, items.gate, items.status, items.data, items.attempts, items.last_error,
-       items.retry_at, items.created_at, items.updated_at
-FROM items
-WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-ORDER BY items.id;
+SELECT items.partition_id,
+       items.id,
+       items.version,
+       items.gate,
+       items.status,
+       items.data,
+       items.attempts,
+       items.last_error,
+       items.retry_at,
+       items.created_at,
+       items.updated_at
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+ ORDER BY items.id;
 
 -- name: items_oversize
-SELECT items.id, items.version, items.gate, items.attempts, OCTET_LENGTH(items.data) AS data_size_1
-FROM items
-WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-  AND items.status = %(status_1)s::VARCHAR
-  AND items.gate = %(gate_1)s::INTEGER
-  AND items.retry_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-  AND OCTET_LENGTH(items.data) > %(param_1)s::INTEGER
-ORDER BY items.retry_at, items.id
-LIMIT %(param_2)s::INTEGER;
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.attempts,
+       OCTET_LENGTH(items.data) AS data_size_1
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.gate = %(gate_1)s::INTEGER
+   AND items.retry_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND OCTET_LENGTH(items.data) > %(param_1)s::INTEGER
+ ORDER BY items.retry_at,
+          items.id
+ LIMIT %(param_2)s::INTEGER;
 
 -- name: items_page (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id = %(id_1)s::VARCHAR;
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: items_page (2)
-SELECT items.partition_id, items.id, items.status, items.gate, items.attempts, items.last_error, items.version,
-       items.retry_at, items.data
-FROM items
-WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-ORDER BY items.id
-LIMIT %(param_1)s::INTEGER;
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.data
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+ ORDER BY items.id
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: items_page (3)
-SELECT items.partition_id, items.id, items.status, items.gate, items.attempts, items.last_error, items.version,
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
        items.retry_at
-FROM items
-WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-  AND items.status = %(status_1)s::VARCHAR
-  AND items.gate = %(gate_1)s::INTEGER
-  AND items.id > %(id_1)s::VARCHAR
-ORDER BY items.id
-LIMIT %(param_1)s::INTEGER;
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.gate = %(gate_1)s::INTEGER
+   AND items.id > %(id_1)s::VARCHAR
+ ORDER BY items.id
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: items_ready (1)
-SELECT items.id, items.version, items.gate, items.data, items.attempts
-FROM items
-WHERE items.partition_id = %(pid)s::VARCHAR
-  AND items.status = %(status_1)s::VARCHAR
-  AND items.gate = %(gate)s::INTEGER
-  AND items.retry_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-ORDER BY items.retry_at, items.id
-LIMIT %(limit)s::INTEGER;
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.data,
+       items.attempts
+  FROM items
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.gate = %(gate)s::INTEGER
+   AND items.retry_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ ORDER BY items.retry_at,
+          items.id
+ LIMIT %(limit)s::INTEGER;
 
 -- name: items_ready (2)
-SELECT items.id, items.version, items.gate, items.data, items.attempts
-FROM items
-WHERE items.partition_id = %(pid)s::VARCHAR
-  AND items.status = %(status_1)s::VARCHAR
-  AND items.gate = %(gate)s::INTEGER
-  AND items.retry_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-  AND items.id != ALL (array(
-                               (SELECT jsonb_array_elements_text(CAST(%(exclude)s::VARCHAR AS JSONB)) AS jsonb_array_elements_text_1)))
-ORDER BY items.retry_at, items.id
-LIMIT %(limit)s::INTEGER;
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.data,
+       items.attempts
+  FROM items
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.gate = %(gate)s::INTEGER
+   AND items.retry_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND items.id != ALL (array((SELECT jsonb_array_elements_text(CAST(%(exclude)s::VARCHAR AS JSONB)) AS jsonb_array_elements_text_1)))
+ ORDER BY items.retry_at,
+          items.id
+ LIMIT %(limit)s::INTEGER;
 
 -- name: items_retry_failed (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), status=CASE
-                                                                      WHEN (partitions.status IN (%(status_1_1)s::VARCHAR, ...)) THEN %(param_1)s::VARCHAR ELSE partitions.status
-                                                                  END,
-                                                                  updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-                                                                  reduce_attempts=%(reduce_attempts)s::INTEGER,
-                                                                  last_error=%(last_error)s::VARCHAR
-WHERE partitions.id = %(id_1)s::VARCHAR
-  AND partitions.status != %(status_2)s::VARCHAR;
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), status=CASE WHEN (partitions.status IN (%(status_1_1)s::VARCHAR, ...)) THEN %(param_1)s::VARCHAR
+            ELSE partitions.status
+             END,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       reduce_attempts=%(reduce_attempts)s::INTEGER,
+       last_error=%(last_error)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status != %(status_2)s::VARCHAR;
 
 -- name: items_retry_failed (2)
 SELECT partitions.gate
-FROM partitions
-WHERE partitions.id = %(id_1)s::VARCHAR;
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: items_retry_failed (3)
 UPDATE items
-SET version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR, attempts=%(attempts)s::INTEGER,
-                                                      retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-                                                      updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-  AND items.status = %(status_1)s::VARCHAR
-  AND items.gate >= %(gate_1)s::INTEGER;
+   SET
+version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       attempts=%(attempts)s::INTEGER,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.gate >= %(gate_1)s::INTEGER;
 
 -- name: items_retry_failed (4)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, ...) AS pg_notify_1;
 
 -- name: leader_release
 UPDATE leaders
-SET owner=%(owner)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), version=(leaders.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE leaders.name = %(name_1)s::VARCHAR
-  AND leaders.owner = %(owner_1)s::VARCHAR;
+   SET owner=%(owner)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+version=(leaders.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE leaders.name = %(name_1)s::VARCHAR
+   AND leaders.owner = %(owner_1)s::VARCHAR;
 
 -- name: leader_take (1)
 UPDATE leaders
-SET owner=%(owner)s::VARCHAR, until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), version=(leaders.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE leaders.name = %(name_1)s::VARCHAR
-  AND (leaders.owner = %(owner_1)s::VARCHAR
-       OR leaders.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
+   SET owner=%(owner)s::VARCHAR,
+       until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)),
+version=(leaders.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE leaders.name = %(name_1)s::VARCHAR
+   AND (leaders.owner = %(owner_1)s::VARCHAR OR leaders.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
 
 -- name: leader_take (2)
 SELECT leaders.name
-FROM leaders
-WHERE leaders.name = %(name_1)s::VARCHAR;
+  FROM leaders
+ WHERE leaders.name = %(name_1)s::VARCHAR;
 
 -- name: leader_take (3)
 INSERT INTO leaders (name, owner, until, version, updated_at)
@@ -255,152 +321,173 @@ VALUES (%(name)s::VARCHAR, %(owner)s::VARCHAR, (COALESCE(%(clock_now)s::TIMESTAM
 
 -- name: lease_stats (1)
 SELECT count(*) AS count_1
-FROM partitions
-WHERE partitions.status = %(status_1)s::VARCHAR;
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR;
 
 -- name: lease_stats (2)
-SELECT partitions.owner, count(*) AS count_1
-FROM partitions
-WHERE partitions.status = %(status_1)s::VARCHAR
-  AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-  AND partitions.owner != %(owner_1)s::VARCHAR
-GROUP BY partitions.owner;
+SELECT partitions.owner,
+       count(*) AS count_1
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+   AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND partitions.owner != %(owner_1)s::VARCHAR
+ GROUP BY partitions.owner;
 
 -- name: leases_of_owner
-SELECT partitions.id, partitions.version, partitions.gate, partitions.owner, partitions.reduce_gates,
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
        partitions.on_item_failure
-FROM partitions
-WHERE partitions.status = %(status_1)s::VARCHAR
-  AND partitions.owner = %(owner_1)s::VARCHAR
-  AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-ORDER BY partitions.until DESC, partitions.id
-LIMIT %(param_1)s::INTEGER;
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+   AND partitions.owner = %(owner_1)s::VARCHAR
+   AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ ORDER BY partitions.until DESC,
+          partitions.id
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: leases_read_free
-SELECT partitions.id, partitions.version, partitions.gate, partitions.owner, partitions.reduce_gates,
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
        partitions.on_item_failure
-FROM partitions
-WHERE partitions.status = %(status_1)s::VARCHAR
-  AND partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-ORDER BY partitions.until
-LIMIT %(param_1)s::INTEGER;
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+   AND partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ ORDER BY partitions.until
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: leases_release (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (%(id_1_1)s::VARCHAR)
-  FOR
-  UPDATE SKIP LOCKED;
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR)
+   FOR UPDATE SKIP LOCKED;
 
 -- name: leases_release (2)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-                                                                                           updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE partitions.id = %(pid)s::VARCHAR
-  AND partitions.version = %(seen)s::INTEGER
-  AND partitions.owner = %(owner_1)s::VARCHAR
-  AND partitions.status = %(status_1)s::VARCHAR;
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.version = %(seen)s::INTEGER
+   AND partitions.owner = %(owner_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: leases_release (3)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner,
-       CASE
-           WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s ELSE %(param_2)s
-       END AS anon_1
-FROM partitions
-WHERE partitions.id IN (%(id_1_1)s::VARCHAR);
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s
+            ELSE %(param_2)s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR);
 
 -- name: leases_renew (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
-  FOR
-  UPDATE SKIP LOCKED;
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
+   FOR UPDATE SKIP LOCKED;
 
 -- name: leases_renew (2)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE partitions.id = %(pid)s::VARCHAR
-  AND partitions.version = %(seen)s::INTEGER
-  AND partitions.owner = %(owner_1)s::VARCHAR
-  AND partitions.status = %(status_1)s::VARCHAR;
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.version = %(seen)s::INTEGER
+   AND partitions.owner = %(owner_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: leases_renew (3)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner,
-       CASE
-           WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s ELSE %(param_2)s
-       END AS anon_1
-FROM partitions
-WHERE partitions.id IN (%(id_1_1)s::VARCHAR);
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s
+            ELSE %(param_2)s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR);
 
 -- name: leases_stopped
 SELECT partitions.id
-FROM partitions
-WHERE partitions.status IN (%(status_1_1)s::VARCHAR, ...)
-  AND partitions.owner = %(owner_1)s::VARCHAR
-  AND partitions.until >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s));
+  FROM partitions
+ WHERE partitions.status IN (%(status_1_1)s::VARCHAR, ...)
+   AND partitions.owner = %(owner_1)s::VARCHAR
+   AND partitions.until >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s));
 
 -- name: leases_take (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
-  FOR
-  UPDATE SKIP LOCKED;
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
+   FOR UPDATE SKIP LOCKED;
 
 -- name: leases_take (2)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR, until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE partitions.id = %(pid)s::VARCHAR
-  AND partitions.version = %(seen)s::INTEGER
-  AND partitions.status = %(status_1)s::VARCHAR;
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
+       until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.version = %(seen)s::INTEGER
+   AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: leases_take (3)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (%(id_1_1)s::VARCHAR)
-  FOR
-  UPDATE SKIP LOCKED;
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR)
+   FOR UPDATE SKIP LOCKED;
 
 -- name: now
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: partition_cancel (1)
 SELECT partitions.status
-FROM partitions
-WHERE partitions.id = %(id_1)s::VARCHAR;
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_cancel (2)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-                                                                                             updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE partitions.id = %(id_1)s::VARCHAR
-  AND partitions.status = %(status_1)s::VARCHAR;
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: partition_cancel (3)
 UPDATE items
-SET version=(items.version + %(version_1)s::INTEGER), attempts=(items.attempts + %(attempts_1)s::INTEGER)
-WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-  AND items.status = %(status_1)s::VARCHAR
-  AND items.gate =
-    (SELECT partitions.gate
-     FROM partitions
-     WHERE partitions.id = %(id_1)s::VARCHAR);
+   SET
+version=(items.version + %(version_1)s::INTEGER), attempts=(items.attempts + %(attempts_1)s::INTEGER)
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.gate = (
+        SELECT partitions.gate
+          FROM partitions
+         WHERE partitions.id = %(id_1)s::VARCHAR
+       );
 
 -- name: partition_create (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id = %(id_1)s::VARCHAR;
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_create (2)
-INSERT INTO partitions (id,
-               version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure)
 VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR);
 
 -- name: partition_create (3)
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: partition_create (4)
-INSERT INTO items (partition_id,
-               id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
 VALUES (%(partition_id)s::VARCHAR, ...);
 
 -- name: partition_create (5)
@@ -408,381 +495,520 @@ SELECT pg_notify(%(pg_notify_2)s::VARCHAR, ...) AS pg_notify_1;
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR
-WHERE partitions.id = %(id_1)s::VARCHAR
-  AND partitions.status = %(status_1)s::VARCHAR;
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: partition_delete_batch (2)
-SELECT count(*) AS count_1, max(anon_1.id) AS max_1
-FROM
-  (SELECT items.id AS id
-   FROM items
-   WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   ORDER BY items.id
-   LIMIT %(param_1)s::INTEGER) AS anon_1;
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+         ORDER BY items.id
+         LIMIT %(param_1)s::INTEGER
+       ) AS anon_1;
 
 -- name: partition_delete_batch (3)
 DELETE
-FROM items
-WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-  AND items.id <= %(id_1)s::VARCHAR;
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id <= %(id_1)s::VARCHAR;
 
 -- name: partition_delete_batch (4)
 DELETE
-FROM partitions
-WHERE partitions.id = %(id_1)s::VARCHAR;
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_delete_batch (5)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR
-WHERE partitions.id = %(id_1)s::VARCHAR
-  AND (partitions.status = %(status_1)s::VARCHAR
-       OR partitions.status IN (%(status_2_1)s::VARCHAR)
-       AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)));
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND (partitions.status = %(status_1)s::VARCHAR OR partitions.status IN (%(status_2_1)s::VARCHAR) AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)));
 
 -- name: partition_delete_begin (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-                                                                                             updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE partitions.id = %(id_1)s::VARCHAR
-  AND NOT (partitions.status = %(status_1)s::VARCHAR
-           AND partitions.owner != %(owner_1)s::VARCHAR
-           AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND NOT (partitions.status = %(status_1)s::VARCHAR AND partitions.owner != %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
 
 -- name: partition_delete_begin (2)
 SELECT partitions.owner
-FROM partitions
-WHERE partitions.id = %(id_1)s::VARCHAR;
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_delete_begin (3)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-                                                                                             updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE partitions.id = %(id_1)s::VARCHAR;
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_get (1)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.id IN (%(id_1_1)s::VARCHAR)
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT %(param_1)s::INTEGER;
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR)
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: partition_get (2)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partition_set_gate (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE partitions.id = %(id_1)s::VARCHAR
-  AND partitions.status != %(status_1)s::VARCHAR;
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status != %(status_1)s::VARCHAR;
 
 -- name: partition_set_gate (2)
 SELECT partitions.gate
-FROM partitions
-WHERE partitions.id = %(id_1)s::VARCHAR;
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_set_gate (3)
-SELECT items.gate, count(*) AS count_1
-FROM items
-WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-  AND items.status = %(status_1)s::VARCHAR
-  AND items.gate < %(gate_1)s::INTEGER
-GROUP BY items.gate
-ORDER BY items.gate
-LIMIT %(param_1)s::INTEGER;
+SELECT items.gate,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.gate < %(gate_1)s::INTEGER
+ GROUP BY items.gate
+ ORDER BY items.gate
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: partition_set_gate (4)
 UPDATE partitions
-SET gate=%(gate)s::INTEGER, reduce_pass=%(reduce_pass)s::VARCHAR, reduce_page=%(reduce_page)s::INTEGER,
-    reduce_after=%(reduce_after)s::VARCHAR, reduce_acc=%(reduce_acc)s, reduce_attempts=%(reduce_attempts)s::INTEGER
-WHERE partitions.id = %(id_1)s::VARCHAR;
+   SET gate=%(gate)s::INTEGER,
+       reduce_pass=%(reduce_pass)s::VARCHAR,
+       reduce_page=%(reduce_page)s::INTEGER,
+       reduce_after=%(reduce_after)s::VARCHAR,
+       reduce_acc=%(reduce_acc)s,
+       reduce_attempts=%(reduce_attempts)s::INTEGER
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_set_gate (5)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, ...) AS pg_notify_1;
 
 -- name: partition_state
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner,
-       CASE
-           WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s ELSE %(param_2)s
-       END AS anon_1
-FROM partitions
-WHERE partitions.id IN (%(id_1_1)s::VARCHAR);
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s
+            ELSE %(param_2)s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR);
 
 -- name: partition_transition (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR, owner=%(owner)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-                                                                                                                       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE partitions.id = %(id_1)s::VARCHAR
-  AND partitions.version = %(version_2)s::INTEGER
-  AND partitions.owner = %(owner_1)s::VARCHAR
-  AND partitions.status = %(status_1)s::VARCHAR;
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       owner=%(owner)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.version = %(version_2)s::INTEGER
+   AND partitions.owner = %(owner_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: partition_transition (2)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
-                                                           updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-WHERE partitions.id = %(id_1)s::VARCHAR
-  AND partitions.version = %(version_2)s::INTEGER
-  AND partitions.owner = %(owner_1)s::VARCHAR
-  AND partitions.status = %(status_1)s::VARCHAR;
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.version = %(version_2)s::INTEGER
+   AND partitions.owner = %(owner_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: partitions_finished_per_minute
-SELECT
-  (SELECT count(*) AS count_1
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_1)s::VARCHAR
-        AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
-        AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_2)s))
-      LIMIT %(param_3)s::INTEGER) AS anon_2) AS anon_1,
-  (SELECT count(*) AS count_2
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_2)s::VARCHAR
-        AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_4)s))
-        AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_5)s))
-      LIMIT %(param_6)s::INTEGER) AS anon_4) AS anon_3,
-  (SELECT count(*) AS count_3
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_3)s::VARCHAR
-        AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_7)s))
-      LIMIT %(param_8)s::INTEGER) AS anon_6) AS anon_5,
-  (SELECT count(*) AS count_4
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_4)s::VARCHAR
-        AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_9)s))
-        AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_10)s))
-      LIMIT %(param_11)s::INTEGER) AS anon_8) AS anon_7,
-  (SELECT count(*) AS count_5
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_5)s::VARCHAR
-        AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_12)s))
-        AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_13)s))
-      LIMIT %(param_14)s::INTEGER) AS anon_10) AS anon_9,
-  (SELECT count(*) AS count_6
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_6)s::VARCHAR
-        AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_15)s))
-      LIMIT %(param_16)s::INTEGER) AS anon_12) AS anon_11,
-  (SELECT count(*) AS count_7
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_7)s::VARCHAR
-        AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_17)s))
-        AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_18)s))
-      LIMIT %(param_19)s::INTEGER) AS anon_14) AS anon_13,
-  (SELECT count(*) AS count_8
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_8)s::VARCHAR
-        AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_20)s))
-        AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_21)s))
-      LIMIT %(param_22)s::INTEGER) AS anon_16) AS anon_15,
-  (SELECT count(*) AS count_9
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = %(status_9)s::VARCHAR
-        AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_23)s))
-      LIMIT %(param_24)s::INTEGER) AS anon_18) AS anon_17;
+SELECT (
+        SELECT count(*) AS count_1
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_1)s::VARCHAR
+                   AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+                   AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_2)s))
+                 LIMIT %(param_3)s::INTEGER
+               ) AS anon_2
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_2)s::VARCHAR
+                   AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_4)s))
+                   AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_5)s))
+                 LIMIT %(param_6)s::INTEGER
+               ) AS anon_4
+       ) AS anon_3,
+       (
+        SELECT count(*) AS count_3
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_3)s::VARCHAR
+                   AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_7)s))
+                 LIMIT %(param_8)s::INTEGER
+               ) AS anon_6
+       ) AS anon_5,
+       (
+        SELECT count(*) AS count_4
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_4)s::VARCHAR
+                   AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_9)s))
+                   AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_10)s))
+                 LIMIT %(param_11)s::INTEGER
+               ) AS anon_8
+       ) AS anon_7,
+       (
+        SELECT count(*) AS count_5
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_5)s::VARCHAR
+                   AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_12)s))
+                   AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_13)s))
+                 LIMIT %(param_14)s::INTEGER
+               ) AS anon_10
+       ) AS anon_9,
+       (
+        SELECT count(*) AS count_6
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_6)s::VARCHAR
+                   AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_15)s))
+                 LIMIT %(param_16)s::INTEGER
+               ) AS anon_12
+       ) AS anon_11,
+       (
+        SELECT count(*) AS count_7
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_7)s::VARCHAR
+                   AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_17)s))
+                   AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_18)s))
+                 LIMIT %(param_19)s::INTEGER
+               ) AS anon_14
+       ) AS anon_13,
+       (
+        SELECT count(*) AS count_8
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_8)s::VARCHAR
+                   AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_20)s))
+                   AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_21)s))
+                 LIMIT %(param_22)s::INTEGER
+               ) AS anon_16
+       ) AS anon_15,
+       (
+        SELECT count(*) AS count_9
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_9)s::VARCHAR
+                   AND partitions.updated_at >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_23)s))
+                 LIMIT %(param_24)s::INTEGER
+               ) AS anon_18
+       ) AS anon_17;
 
 -- name: partitions_list (1)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.status = %(status_1)s::VARCHAR
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT %(param_1)s::INTEGER;
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: partitions_list (2)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partitions_page (1)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT %(param_1)s::INTEGER;
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: partitions_page (2)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partitions_page (3)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.status = %(status_1)s::VARCHAR
-  AND (partitions.created_at < %(created_at_1)s::TIMESTAMP WITHOUT TIME ZONE
-       OR partitions.created_at = %(created_at_2)s::TIMESTAMP WITHOUT TIME ZONE
-       AND partitions.id < %(id_1)s::VARCHAR)
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT %(param_1)s::INTEGER;
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+   AND (partitions.created_at < %(created_at_1)s::TIMESTAMP WITHOUT TIME ZONE OR partitions.created_at = %(created_at_2)s::TIMESTAMP WITHOUT TIME ZONE AND partitions.id < %(id_1)s::VARCHAR)
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: partitions_page (4)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partitions_page (5)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.id LIKE %(id_1)s::VARCHAR ESCAPE '/'
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT %(param_1)s::INTEGER;
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.id LIKE %(id_1)s::VARCHAR ESCAPE '/'
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: partitions_purgeable
 SELECT partitions.id
-FROM partitions
-WHERE partitions.status = %(status_1)s::VARCHAR
-  OR partitions.status IN (%(status_2_1)s::VARCHAR)
-  AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
-LIMIT %(param_2)s::INTEGER;
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+    OR partitions.status IN (%(status_2_1)s::VARCHAR)
+   AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+ LIMIT %(param_2)s::INTEGER;
 
 -- name: partitions_purgeable_count (1)
 SELECT count(*) AS count_1
-FROM
-  (SELECT partitions.id AS id
-   FROM partitions
-   WHERE partitions.status = %(status_1)s::VARCHAR
-     OR partitions.status IN (%(status_2_1)s::VARCHAR)
-     AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))) AS anon_1;
+  FROM (
+        SELECT partitions.id AS id
+          FROM partitions
+         WHERE partitions.status = %(status_1)s::VARCHAR
+            OR partitions.status IN (%(status_2_1)s::VARCHAR)
+           AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+       ) AS anon_1;
 
 -- name: partitions_purgeable_count (2)
 SELECT count(*) AS count_1
-FROM items
-WHERE items.partition_id IN
-    (SELECT partitions.id
-     FROM partitions
-     WHERE partitions.status = %(status_1)s::VARCHAR
-       OR partitions.status IN (%(status_2_1)s::VARCHAR)
-       AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)));
+  FROM items
+ WHERE items.partition_id IN (
+        SELECT partitions.id
+          FROM partitions
+         WHERE partitions.status = %(status_1)s::VARCHAR
+            OR partitions.status IN (%(status_2_1)s::VARCHAR)
+           AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+       );
 
 -- name: ping
 SELECT %(param_1)s::INTEGER AS anon_1;
 
 -- name: reduce_entries (1)
-SELECT items.id, items.version, items.gate, items.status, items.data, items.last_error
-FROM items
-WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-  AND (items.status = %(status_1)s::VARCHAR
-       AND items.gate = %(gate_1)s::INTEGER
-       OR items.status = %(status_2)s::VARCHAR
-       AND items.gate <= %(gate_2)s::INTEGER)
-ORDER BY items.id
-LIMIT %(param_1)s::INTEGER;
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.status,
+       items.data,
+       items.last_error
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND (items.status = %(status_1)s::VARCHAR AND items.gate = %(gate_1)s::INTEGER OR items.status = %(status_2)s::VARCHAR AND items.gate <= %(gate_2)s::INTEGER)
+ ORDER BY items.id
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: reduce_entries (2)
-SELECT items.id, items.version, items.gate, items.status, items.data, items.last_error
-FROM items
-WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-  AND items.status = %(status_1)s::VARCHAR
-  AND items.gate = %(gate_1)s::INTEGER
-  AND items.id > %(id_1)s::VARCHAR
-ORDER BY items.id
-LIMIT %(param_1)s::INTEGER;
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.status,
+       items.data,
+       items.last_error
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.gate = %(gate_1)s::INTEGER
+   AND items.id > %(id_1)s::VARCHAR
+ ORDER BY items.id
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: reduce_failed (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-                                                           reduce_attempts=%(reduce_attempts)s::INTEGER, last_error=%(last_error)s::VARCHAR
-WHERE partitions.id = %(id_1)s::VARCHAR
-  AND partitions.version = %(version_2)s::INTEGER
-  AND partitions.owner = %(owner_1)s::VARCHAR
-  AND partitions.status = %(status_1)s::VARCHAR
-  AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'));
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       reduce_attempts=%(reduce_attempts)s::INTEGER,
+       last_error=%(last_error)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.version = %(version_2)s::INTEGER
+   AND partitions.owner = %(owner_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR
+   AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'));
 
 -- name: reduce_failed (2)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR, owner=%(owner)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-                                                                                                                       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-                                                                                                                       reduce_attempts=%(reduce_attempts)s::INTEGER,
-                                                                                                                       last_error=%(last_error)s::VARCHAR
-WHERE partitions.id = %(id_1)s::VARCHAR
-  AND partitions.version = %(version_2)s::INTEGER
-  AND partitions.owner = %(owner_1)s::VARCHAR
-  AND partitions.status = %(status_1)s::VARCHAR
-  AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'));
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       owner=%(owner)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       reduce_attempts=%(reduce_attempts)s::INTEGER,
+       last_error=%(last_error)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.version = %(version_2)s::INTEGER
+   AND partitions.owner = %(owner_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR
+   AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'));
 
 -- name: reduce_state_read
-SELECT partitions.version, partitions.gate, partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after,
-       partitions.reduce_acc, partitions.reduce_attempts
-FROM partitions
-WHERE partitions.id = %(id_1)s::VARCHAR;
+SELECT partitions.version,
+       partitions.gate,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: reduce_write (1)
 UPDATE partitions
-SET version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), reduce_pass=%(reduce_pass)s::VARCHAR,
-                                                           reduce_page=%(reduce_page)s::INTEGER, reduce_after=%(reduce_after)s::VARCHAR,
-                                                           reduce_acc=%(reduce_acc)s,
-                                                           reduce_attempts=%(reduce_attempts)s::INTEGER, last_error=%(last_error)s::VARCHAR
-WHERE partitions.id = %(id_1)s::VARCHAR
-  AND partitions.version = %(version_2)s::INTEGER
-  AND partitions.owner = %(owner_1)s::VARCHAR
-  AND partitions.status = %(status_1)s::VARCHAR
-  AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'));
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       reduce_pass=%(reduce_pass)s::VARCHAR,
+       reduce_page=%(reduce_page)s::INTEGER,
+       reduce_after=%(reduce_after)s::VARCHAR,
+       reduce_acc=%(reduce_acc)s,
+       reduce_attempts=%(reduce_attempts)s::INTEGER,
+       last_error=%(last_error)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.version = %(version_2)s::INTEGER
+   AND partitions.owner = %(owner_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR
+   AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'));
 
 -- name: reduce_write (2)
 UPDATE partitions
-SET result=%(result)s
-WHERE partitions.id = %(id_1)s::VARCHAR;
+   SET result=%(result)s
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: reduce_write (3)
 UPDATE items
-SET version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_1)s::INT AS INTEGER),
-                                                             items.gate),
-                                                      status=(CAST(v.value ->> %(value_2)s::INT AS VARCHAR)), data=coalesce(decode(CAST(v.value ->> %(value_3)s::INT AS VARCHAR),
-                                                                                                                              %(decode_1)s::VARCHAR),
-                                                                                                                     items.data),
-                                                                                                                   attempts=(CAST(v.value ->> %(value_4)s::INT AS INTEGER)),
-                                                                                                                   last_error=(CAST(v.value ->> %(value_5)s::INT AS VARCHAR)),
-                                                                                                                   retry_at=CASE
-                                                                                                                                WHEN (CAST((v.value ->> %(value_6)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_6)s::INT AS FLOAT)))
-                                                                                                                                ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-                                                                                                                            END,
-                                                                                                                            updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_1)s::INT AS INTEGER), items.gate),
+       status=(CAST(v.value ->> %(value_2)s::INT AS VARCHAR)),
+       data=coalesce(decode(CAST(v.value ->> %(value_3)s::INT AS VARCHAR), %(decode_1)s::VARCHAR), items.data),
+       attempts=(CAST(v.value ->> %(value_4)s::INT AS INTEGER)),
+       last_error=(CAST(v.value ->> %(value_5)s::INT AS VARCHAR)),
+       retry_at=CASE WHEN (CAST((v.value ->> %(value_6)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_6)s::INT AS FLOAT)))
+            ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+             END,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+  FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
 ORDINALITY AS v(value, n)
-WHERE items.partition_id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR)
-  AND items.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
-  AND items.version = CAST((v.value ->> %(value_9)s::INT) AS INTEGER)
-  AND (EXISTS
-         (SELECT *
-          FROM partitions
-          WHERE partitions.id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR)
-            AND partitions.owner = %(owner)s::VARCHAR
-            AND partitions.status = %(status_1)s::VARCHAR
-            AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
+ WHERE items.partition_id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR)
+   AND items.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
+   AND items.version = CAST((v.value ->> %(value_9)s::INT) AS INTEGER)
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;

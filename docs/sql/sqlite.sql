@@ -3,266 +3,320 @@
 -- Table names carry the --table-prefix, if one is set.
 
 -- name: backlog_read
-SELECT
-  (SELECT count(*) AS count_1
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-      LIMIT ?
-      OFFSET ?) AS anon_2) AS anon_1,
-  (SELECT count(*) AS count_2
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-      LIMIT ?
-      OFFSET ?) AS anon_4) AS anon_3,
-  (SELECT count(*) AS count_3
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-      LIMIT ?
-      OFFSET ?) AS anon_6) AS anon_5,
-  (SELECT count(*) AS count_4
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-      LIMIT ?
-      OFFSET ?) AS anon_8) AS anon_7,
-  (SELECT count(*) AS count_5
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-      LIMIT ?
-      OFFSET ?) AS anon_10) AS anon_9,
-  (SELECT count(*) AS count_6
-   FROM
-     (SELECT items.id AS id
-      FROM items
-      JOIN partitions ON partitions.id = items.partition_id
-      AND partitions.gate = items.gate
-      WHERE partitions.status = ?
-        AND items.status = ?
-      LIMIT ?
-      OFFSET ?) AS anon_12) AS anon_11;
+SELECT (
+        SELECT count(*) AS count_1
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_2
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_4
+       ) AS anon_3,
+       (
+        SELECT count(*) AS count_3
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_6
+       ) AS anon_5,
+       (
+        SELECT count(*) AS count_4
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_8
+       ) AS anon_7,
+       (
+        SELECT count(*) AS count_5
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_10
+       ) AS anon_9,
+       (
+        SELECT count(*) AS count_6
+          FROM (
+                SELECT items.id AS id
+                  FROM items
+                  JOIN partitions
+                    ON partitions.id = items.partition_id
+                   AND partitions.gate = items.gate
+                 WHERE partitions.status = ?
+                   AND items.status = ?
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_12
+       ) AS anon_11;
 
 -- name: gate_summary
-SELECT
-  (SELECT count(*) AS count_1
-   FROM items
-   WHERE items.partition_id = :pid
-     AND items.gate = :gate
-     AND items.status = :status_1) AS anon_1,
-  (SELECT min(items.retry_at) AS min_1
-   FROM items
-   WHERE items.partition_id = :pid
-     AND items.gate = :gate
-     AND items.status = :status_1) AS anon_2,
-  (SELECT count(*) AS count_2
-   FROM items
-   WHERE items.partition_id = :pid
-     AND items.gate = :gate
-     AND items.status = :status_2) AS anon_3,
-  (SELECT min(items.gate) AS min_2
-   FROM items
-   WHERE items.partition_id = :pid
-     AND items.status = :status_1
-     AND items.gate > :gate) AS anon_4, COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                'now') || '000')) AS clock_now_1;
+SELECT (
+        SELECT count(*) AS count_1
+          FROM items
+         WHERE items.partition_id = :pid
+           AND items.gate = :gate
+           AND items.status = :status_1
+       ) AS anon_1,
+       (
+        SELECT min(items.retry_at) AS min_1
+          FROM items
+         WHERE items.partition_id = :pid
+           AND items.gate = :gate
+           AND items.status = :status_1
+       ) AS anon_2,
+       (
+        SELECT count(*) AS count_2
+          FROM items
+         WHERE items.partition_id = :pid
+           AND items.gate = :gate
+           AND items.status = :status_2
+       ) AS anon_3,
+       (
+        SELECT min(items.gate) AS min_2
+          FROM items
+         WHERE items.partition_id = :pid
+           AND items.status = :status_1
+           AND items.gate > :gate
+       ) AS anon_4,
+       COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: items_add (1)
 UPDATE partitions
-SET version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                'now') || '000'))
-WHERE partitions.id = ?
-  AND partitions.status != ?;
+   SET
+version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.status != ?;
 
 -- name: items_add (2)
-SELECT partitions.gate, partitions.status, partitions.reduce_gates
-FROM partitions
-WHERE partitions.id = ?;
+SELECT partitions.gate,
+       partitions.status,
+       partitions.reduce_gates
+  FROM partitions
+ WHERE partitions.id = ?;
 
 -- name: items_add (3)
 SELECT items.id
-FROM items
-WHERE items.partition_id = ?
-  AND items.id IN (?);
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id IN (?);
 
 -- name: items_add (4)
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id,
-               id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
 VALUES (?, ...);
 
 -- name: items_apply
 UPDATE items
-SET version=(items.version + :version_1), gate=coalesce(:new_gate,
-                                                 items.gate), status=:new_status, data=coalesce(:new_data,
-                                                                                         items.data),
-                                                                                       attempts=:new_attempts,
-                                                                                       last_error=:new_error, retry_at=CASE
-                                                                                                                           WHEN (:delay > :param_1) THEN (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                                                                                            COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                                                                                                                    'now') || '000')),
-                                                                                                                                                            printf('%+.3f seconds',
-                                                                                                                                                              :delay)) || '000')
-                                                                                                                           ELSE COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                                                                                        'now') || '000'))
-                                                                                                                       END,
-                                                                                                                       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                                                                                          'now') || '000'))
-WHERE items.partition_id = :pid
-  AND items.id = :iid
-  AND items.version = :seen
-  AND (EXISTS
-         (SELECT *
-          FROM partitions
-          WHERE partitions.id = :pid
-            AND partitions.owner = :owner
-            AND partitions.status = :status_1
-            AND partitions.until > COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f',
-                                                           'now') || '000'))));
+   SET
+version=(items.version + :version_1), gate=coalesce(:new_gate, items.gate),
+       status=:new_status,
+       data=coalesce(:new_data, items.data),
+       attempts=:new_attempts,
+       last_error=:new_error,
+       retry_at=CASE WHEN (:delay > :param_1) THEN (strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :delay)) || '000')
+            ELSE COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+             END,
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = :pid
+   AND items.id = :iid
+   AND items.version = :seen
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = :pid AND partitions.owner = :owner AND partitions.status = :status_1 AND partitions.until > COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))));
 
 -- name: items_gate_counts (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (?, ...);
+  FROM partitions
+ WHERE partitions.id IN (?, ...);
 
 -- name: items_gate_counts (2)
-SELECT items.partition_id, items.gate, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (?, ...)
-GROUP BY items.partition_id, items.gate, items.status;
+SELECT items.partition_id,
+       items.gate,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (?, ...)
+ GROUP BY items.partition_id,
+          items.gate,
+          items.status;
 
 -- name: items_list (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id = ?;
+  FROM partitions
+ WHERE partitions.id = ?;
 
 -- name: items_list (2)
-SELECT items.partition_id, items.id, items.version, items.gate, items.status, items.data, items.attempts, items.last_error,
-       items.retry_at, items.created_at, items.updated_at
-FROM items
-WHERE items.partition_id = ?
-ORDER BY items.id;
+SELECT items.partition_id,
+       items.id,
+       items.version,
+       items.gate,
+       items.status,
+       items.data,
+       items.attempts,
+       items.last_error,
+       items.retry_at,
+       items.created_at,
+       items.updated_at
+  FROM items
+ WHERE items.partition_id = ?
+ ORDER BY items.id;
 
 -- name: items_oversize
-SELECT items.id, items.version, items.gate, items.attempts, length(items.data) AS data_size_1
-FROM items
-WHERE items.partition_id = ?
-  AND items.status = ?
-  AND items.gate = ?
-  AND items.retry_at <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
-  AND length(items.data) > ?
-ORDER BY items.retry_at, items.id
-LIMIT ?
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.attempts,
+       length(items.data) AS data_size_1
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.status = ?
+   AND items.gate = ?
+   AND items.retry_at <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND length(items.data) > ?
+ ORDER BY items.retry_at,
+          items.id
+ LIMIT ?
 OFFSET ?;
 
 -- name: items_page (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id = ?;
+  FROM partitions
+ WHERE partitions.id = ?;
 
 -- name: items_page (2)
-SELECT items.partition_id, items.id, items.status, items.gate, items.attempts, items.last_error, items.version,
-       items.retry_at, items.data
-FROM items
-WHERE items.partition_id = ?
-ORDER BY items.id
-LIMIT ?
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.data
+  FROM items
+ WHERE items.partition_id = ?
+ ORDER BY items.id
+ LIMIT ?
 OFFSET ?;
 
 -- name: items_page (3)
-SELECT items.partition_id, items.id, items.status, items.gate, items.attempts, items.last_error, items.version,
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
        items.retry_at
-FROM items
-WHERE items.partition_id = ?
-  AND items.status = ?
-  AND items.gate = ?
-  AND items.id > ?
-ORDER BY items.id
-LIMIT ?
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.status = ?
+   AND items.gate = ?
+   AND items.id > ?
+ ORDER BY items.id
+ LIMIT ?
 OFFSET ?;
 
 -- name: items_ready (1)
-SELECT items.id, items.version, items.gate, items.data, items.attempts
-FROM items
-WHERE items.partition_id = :pid
-  AND items.status = :status_1
-  AND items.gate = :gate
-  AND items.retry_at <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f',
-                                                'now') || '000'))
-ORDER BY items.retry_at, items.id
-LIMIT :limit
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.data,
+       items.attempts
+  FROM items
+ WHERE items.partition_id = :pid
+   AND items.status = :status_1
+   AND items.gate = :gate
+   AND items.retry_at <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ ORDER BY items.retry_at,
+          items.id
+ LIMIT :limit
 OFFSET :param_1;
 
 -- name: items_ready (2)
-SELECT items.id, items.version, items.gate, items.data, items.attempts
-FROM items
-WHERE items.partition_id = :pid
-  AND items.status = :status_1
-  AND items.gate = :gate
-  AND items.retry_at <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f',
-                                                'now') || '000'))
-  AND (items.id NOT IN
-         (SELECT j.value
-          FROM json_each(:exclude) AS j))
-ORDER BY items.retry_at, items.id
-LIMIT :limit
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.data,
+       items.attempts
+  FROM items
+ WHERE items.partition_id = :pid
+   AND items.status = :status_1
+   AND items.gate = :gate
+   AND items.retry_at <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND (items.id NOT IN (SELECT j.value FROM json_each(:exclude) AS j))
+ ORDER BY items.retry_at,
+          items.id
+ LIMIT :limit
 OFFSET :param_1;
 
 -- name: items_retry_failed (1)
 UPDATE partitions
-SET version=(partitions.version + ?), status=CASE WHEN (partitions.status IN (?, ...)) THEN ? ELSE partitions.status
-                                             END,
-                                             updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                       'now') || '000')), reduce_attempts=?, last_error=?
-WHERE partitions.id = ?
-  AND partitions.status != ?;
+   SET
+version=(partitions.version + ?), status=CASE WHEN (partitions.status IN (?, ...)) THEN ?
+            ELSE partitions.status
+             END,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       reduce_attempts=?,
+       last_error=?
+ WHERE partitions.id = ?
+   AND partitions.status != ?;
 
 -- name: items_retry_failed (2)
 SELECT partitions.gate
-FROM partitions
-WHERE partitions.id = ?;
+  FROM partitions
+ WHERE partitions.id = ?;
 
 -- name: items_retry_failed (3)
 UPDATE items
-SET version=(items.version + ?), status=?, attempts=?,
-                                 retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                         'now') || '000')),
-                                 updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                           'now') || '000'))
-WHERE items.partition_id = ?
-  AND items.status = ?
-  AND items.gate >= ?;
+   SET
+version=(items.version + ?), status=?,
+       attempts=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = ?
+   AND items.status = ?
+   AND items.gate >= ?;
 
 -- name: leader_release
 UPDATE leaders
-SET owner=?, until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), version=(leaders.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                                                                          'now') || '000'))
-WHERE leaders.name = ?
-  AND leaders.owner = ?;
+   SET owner=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+version=(leaders.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE leaders.name = ?
+   AND leaders.owner = ?;
 
 -- name: leader_take (1)
 UPDATE leaders
-SET owner=?, until=(strftime('%Y-%m-%d %H:%M:%f',
-                      COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-                      printf('%+.3f seconds', ?)) || '000'), version=(leaders.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                                                      'now') || '000'))
-WHERE leaders.name = ?
-  AND (leaders.owner = ?
-       OR leaders.until <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
+   SET owner=?,
+       until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'),
+version=(leaders.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE leaders.name = ?
+   AND (leaders.owner = ? OR leaders.until <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
 
 -- name: leader_take (2)
 SELECT leaders.name
-FROM leaders
-WHERE leaders.name = ?;
+  FROM leaders
+ WHERE leaders.name = ?;
 
 -- name: leader_take (3)
 INSERT INTO leaders (name, owner, until, version, updated_at)
@@ -270,636 +324,715 @@ VALUES (?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:
 
 -- name: lease_stats (1)
 SELECT count(*) AS count_1
-FROM partitions
-WHERE partitions.status = ?;
+  FROM partitions
+ WHERE partitions.status = ?;
 
 -- name: lease_stats (2)
-SELECT partitions.owner, count(*) AS count_1
-FROM partitions
-WHERE partitions.status = ?
-  AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
-  AND partitions.owner != ?
-GROUP BY partitions.owner;
+SELECT partitions.owner,
+       count(*) AS count_1
+  FROM partitions
+ WHERE partitions.status = ?
+   AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND partitions.owner != ?
+ GROUP BY partitions.owner;
 
 -- name: leases_of_owner
-SELECT partitions.id, partitions.version, partitions.gate, partitions.owner, partitions.reduce_gates,
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
        partitions.on_item_failure
-FROM partitions
-WHERE partitions.status = ?
-  AND partitions.owner = ?
-  AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
-ORDER BY partitions.until DESC, partitions.id
-LIMIT ?
+  FROM partitions
+ WHERE partitions.status = ?
+   AND partitions.owner = ?
+   AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ ORDER BY partitions.until DESC,
+          partitions.id
+ LIMIT ?
 OFFSET ?;
 
 -- name: leases_read_free
-SELECT partitions.id, partitions.version, partitions.gate, partitions.owner, partitions.reduce_gates,
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
        partitions.on_item_failure
-FROM partitions
-WHERE partitions.status = ?
-  AND partitions.until <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
-ORDER BY partitions.until
-LIMIT ?
+  FROM partitions
+ WHERE partitions.status = ?
+   AND partitions.until <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ ORDER BY partitions.until
+ LIMIT ?
 OFFSET ?;
 
 -- name: leases_release (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (?);
+  FROM partitions
+ WHERE partitions.id IN (?);
 
 -- name: leases_release (2)
 UPDATE partitions
-SET version=(partitions.version + ?), owner=?, until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                    'now') || '000')),
-                                                     updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                               'now') || '000'))
-WHERE partitions.id = ?
-  AND partitions.version = ?
-  AND partitions.owner = ?
-  AND partitions.status = ?;
+   SET
+version=(partitions.version + ?), owner=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?;
 
 -- name: leases_release (3)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner,
-       CASE
-           WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                   'now') || '000'))) THEN ? ELSE ?
-       END AS anon_1
-FROM partitions
-WHERE partitions.id IN (?);
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN ?
+            ELSE ?
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (?);
 
 -- name: leases_renew (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (?, ...);
+  FROM partitions
+ WHERE partitions.id IN (?, ...);
 
 -- name: leases_renew (2)
 UPDATE partitions
-SET version=(partitions.version + ?), until=(strftime('%Y-%m-%d %H:%M:%f',
-                                               COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                              'now') || '000')), printf('%+.3f seconds',
-                                                                                   ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                                                            'now') || '000'))
-WHERE partitions.id = ?
-  AND partitions.version = ?
-  AND partitions.owner = ?
-  AND partitions.status = ?;
+   SET
+version=(partitions.version + ?), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?;
 
 -- name: leases_renew (3)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner,
-       CASE
-           WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                   'now') || '000'))) THEN ? ELSE ?
-       END AS anon_1
-FROM partitions
-WHERE partitions.id IN (?);
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN ?
+            ELSE ?
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (?);
 
 -- name: leases_stopped
 SELECT partitions.id
-FROM partitions
-WHERE partitions.status IN (?, ...)
-  AND partitions.owner = ?
-  AND partitions.until >= (strftime('%Y-%m-%d %H:%M:%f',
-                             COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                            'now') || '000')),
-                             printf('%+.3f seconds', ?)) || '000');
+  FROM partitions
+ WHERE partitions.status IN (?, ...)
+   AND partitions.owner = ?
+   AND partitions.until >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000');
 
 -- name: leases_take (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (?, ...);
+  FROM partitions
+ WHERE partitions.id IN (?, ...);
 
 -- name: leases_take (2)
 UPDATE partitions
-SET version=(partitions.version + ?), owner=?, until=(strftime('%Y-%m-%d %H:%M:%f',
-                                                        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                       'now') || '000')), printf('%+.3f seconds',
-                                                                                            ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                                                                     'now') || '000'))
-WHERE partitions.id = ?
-  AND partitions.version = ?
-  AND partitions.status = ?;
+   SET
+version=(partitions.version + ?), owner=?,
+       until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.status = ?;
 
 -- name: leases_take (3)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id IN (?);
+  FROM partitions
+ WHERE partitions.id IN (?);
 
 -- name: now
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: partition_cancel (1)
 SELECT partitions.status
-FROM partitions
-WHERE partitions.id = ?;
+  FROM partitions
+ WHERE partitions.id = ?;
 
 -- name: partition_cancel (2)
 UPDATE partitions
-SET version=(partitions.version + ?), status=?, until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                     'now') || '000')),
-                                                      updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                'now') || '000'))
-WHERE partitions.id = ?
-  AND partitions.status = ?;
+   SET
+version=(partitions.version + ?), status=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.status = ?;
 
 -- name: partition_cancel (3)
 UPDATE items
-SET version=(items.version + ?), attempts=(items.attempts + ?)
-WHERE items.partition_id = ?
-  AND items.status = ?
-  AND items.gate =
-    (SELECT partitions.gate
-     FROM partitions
-     WHERE partitions.id = ?);
+   SET
+version=(items.version + ?), attempts=(items.attempts + ?)
+ WHERE items.partition_id = ?
+   AND items.status = ?
+   AND items.gate = (
+        SELECT partitions.gate
+          FROM partitions
+         WHERE partitions.id = ?
+       );
 
 -- name: partition_create (1)
 SELECT partitions.id
-FROM partitions
-WHERE partitions.id = ?;
+  FROM partitions
+ WHERE partitions.id = ?;
 
 -- name: partition_create (2)
-INSERT INTO partitions (id,
-               version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure)
 VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?);
 
 -- name: partition_create (3)
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: partition_create (4)
-INSERT INTO items (partition_id,
-               id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
 VALUES (?, ...);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
-SET version=(partitions.version + ?), status=?
-WHERE partitions.id = ?
-  AND partitions.status = ?;
+   SET
+version=(partitions.version + ?), status=?
+ WHERE partitions.id = ?
+   AND partitions.status = ?;
 
 -- name: partition_delete_batch (2)
-SELECT count(*) AS count_1, max(anon_1.id) AS max_1
-FROM
-  (SELECT items.id AS id
-   FROM items
-   WHERE items.partition_id = ?
-   ORDER BY items.id
-   LIMIT ?
-   OFFSET ?) AS anon_1;
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = ?
+         ORDER BY items.id
+         LIMIT ?
+        OFFSET ?
+       ) AS anon_1;
 
 -- name: partition_delete_batch (3)
 DELETE
-FROM items
-WHERE items.partition_id = ?
-  AND items.id <= ?;
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id <= ?;
 
 -- name: partition_delete_batch (4)
 DELETE
-FROM partitions
-WHERE partitions.id = ?;
+  FROM partitions
+ WHERE partitions.id = ?;
 
 -- name: partition_delete_batch (5)
 UPDATE partitions
-SET version=(partitions.version + ?), status=?
-WHERE partitions.id = ?
-  AND (partitions.status = ?
-       OR partitions.status IN (?)
-       AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f',
-                                      COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                     'now') || '000')),
-                                      printf('%+.3f seconds', ?)) || '000'));
+   SET
+version=(partitions.version + ?), status=?
+ WHERE partitions.id = ?
+   AND (partitions.status = ? OR partitions.status IN (?) AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'));
 
 -- name: partition_delete_begin (1)
 UPDATE partitions
-SET version=(partitions.version + ?), status=?, until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                     'now') || '000')),
-                                                      updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                'now') || '000'))
-WHERE partitions.id = ?
-  AND NOT (partitions.status = ?
-           AND partitions.owner != ?
-           AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                 'now') || '000')));
+   SET
+version=(partitions.version + ?), status=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND NOT (partitions.status = ? AND partitions.owner != ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
 
 -- name: partition_delete_begin (2)
 SELECT partitions.owner
-FROM partitions
-WHERE partitions.id = ?;
+  FROM partitions
+ WHERE partitions.id = ?;
 
 -- name: partition_delete_begin (3)
 UPDATE partitions
-SET version=(partitions.version + ?), status=?, until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                     'now') || '000')),
-                                                      updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                'now') || '000'))
-WHERE partitions.id = ?;
+   SET
+version=(partitions.version + ?), status=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?;
 
 -- name: partition_get (1)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.id IN (?)
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT ?
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.id IN (?)
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT ?
 OFFSET ?;
 
 -- name: partition_get (2)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (?)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (?)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partition_set_gate (1)
 UPDATE partitions
-SET version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                'now') || '000'))
-WHERE partitions.id = ?
-  AND partitions.status != ?;
+   SET
+version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.status != ?;
 
 -- name: partition_set_gate (2)
 SELECT partitions.gate
-FROM partitions
-WHERE partitions.id = ?;
+  FROM partitions
+ WHERE partitions.id = ?;
 
 -- name: partition_set_gate (3)
-SELECT items.gate, count(*) AS count_1
-FROM items
-WHERE items.partition_id = ?
-  AND items.status = ?
-  AND items.gate < ?
-GROUP BY items.gate
-ORDER BY items.gate
-LIMIT ?
+SELECT items.gate,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.status = ?
+   AND items.gate < ?
+ GROUP BY items.gate
+ ORDER BY items.gate
+ LIMIT ?
 OFFSET ?;
 
 -- name: partition_set_gate (4)
 UPDATE partitions
-SET gate=?, reduce_pass=?, reduce_page=?, reduce_after=?, reduce_acc=?, reduce_attempts=?
-WHERE partitions.id = ?;
+   SET gate=?,
+       reduce_pass=?,
+       reduce_page=?,
+       reduce_after=?,
+       reduce_acc=?,
+       reduce_attempts=?
+ WHERE partitions.id = ?;
 
 -- name: partition_state
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner,
-       CASE
-           WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                   'now') || '000'))) THEN ? ELSE ?
-       END AS anon_1
-FROM partitions
-WHERE partitions.id IN (?);
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN ?
+            ELSE ?
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (?);
 
 -- name: partition_transition (1)
 UPDATE partitions
-SET version=(partitions.version + ?), status=?, owner=?, until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                              'now') || '000')),
-                                                               updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                         'now') || '000'))
-WHERE partitions.id = ?
-  AND partitions.version = ?
-  AND partitions.owner = ?
-  AND partitions.status = ?;
+   SET
+version=(partitions.version + ?), status=?,
+       owner=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?;
 
 -- name: partition_transition (2)
 UPDATE partitions
-SET version=(partitions.version + ?), gate=?,
-                                      updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                'now') || '000'))
-WHERE partitions.id = ?
-  AND partitions.version = ?
-  AND partitions.owner = ?
-  AND partitions.status = ?;
+   SET
+version=(partitions.version + ?), gate=?,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?;
 
 -- name: partitions_finished_per_minute
-SELECT
-  (SELECT count(*) AS count_1
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-        AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f',
-                                        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                       'now') || '000')),
-                                        printf('%+.3f seconds', ?)) || '000')
-        AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f',
-                                       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                      'now') || '000')),
-                                       printf('%+.3f seconds', ?)) || '000')
-      LIMIT ?
-      OFFSET ?) AS anon_2) AS anon_1,
-  (SELECT count(*) AS count_2
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-        AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f',
-                                        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                       'now') || '000')),
-                                        printf('%+.3f seconds', ?)) || '000')
-        AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f',
-                                       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                      'now') || '000')),
-                                       printf('%+.3f seconds', ?)) || '000')
-      LIMIT ?
-      OFFSET ?) AS anon_4) AS anon_3,
-  (SELECT count(*) AS count_3
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-        AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f',
-                                        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                       'now') || '000')),
-                                        printf('%+.3f seconds', ?)) || '000')
-      LIMIT ?
-      OFFSET ?) AS anon_6) AS anon_5,
-  (SELECT count(*) AS count_4
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-        AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f',
-                                        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                       'now') || '000')),
-                                        printf('%+.3f seconds', ?)) || '000')
-        AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f',
-                                       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                      'now') || '000')),
-                                       printf('%+.3f seconds', ?)) || '000')
-      LIMIT ?
-      OFFSET ?) AS anon_8) AS anon_7,
-  (SELECT count(*) AS count_5
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-        AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f',
-                                        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                       'now') || '000')),
-                                        printf('%+.3f seconds', ?)) || '000')
-        AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f',
-                                       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                      'now') || '000')),
-                                       printf('%+.3f seconds', ?)) || '000')
-      LIMIT ?
-      OFFSET ?) AS anon_10) AS anon_9,
-  (SELECT count(*) AS count_6
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-        AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f',
-                                        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                       'now') || '000')),
-                                        printf('%+.3f seconds', ?)) || '000')
-      LIMIT ?
-      OFFSET ?) AS anon_12) AS anon_11,
-  (SELECT count(*) AS count_7
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-        AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f',
-                                        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                       'now') || '000')),
-                                        printf('%+.3f seconds', ?)) || '000')
-        AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f',
-                                       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                      'now') || '000')),
-                                       printf('%+.3f seconds', ?)) || '000')
-      LIMIT ?
-      OFFSET ?) AS anon_14) AS anon_13,
-  (SELECT count(*) AS count_8
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-        AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f',
-                                        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                       'now') || '000')),
-                                        printf('%+.3f seconds', ?)) || '000')
-        AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f',
-                                       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                      'now') || '000')),
-                                       printf('%+.3f seconds', ?)) || '000')
-      LIMIT ?
-      OFFSET ?) AS anon_16) AS anon_15,
-  (SELECT count(*) AS count_9
-   FROM
-     (SELECT partitions.id AS id
-      FROM partitions
-      WHERE partitions.status = ?
-        AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f',
-                                        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                       'now') || '000')),
-                                        printf('%+.3f seconds', ?)) || '000')
-      LIMIT ?
-      OFFSET ?) AS anon_18) AS anon_17;
+SELECT (
+        SELECT count(*) AS count_1
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                   AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                   AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_2
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                   AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                   AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_4
+       ) AS anon_3,
+       (
+        SELECT count(*) AS count_3
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                   AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_6
+       ) AS anon_5,
+       (
+        SELECT count(*) AS count_4
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                   AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                   AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_8
+       ) AS anon_7,
+       (
+        SELECT count(*) AS count_5
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                   AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                   AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_10
+       ) AS anon_9,
+       (
+        SELECT count(*) AS count_6
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                   AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_12
+       ) AS anon_11,
+       (
+        SELECT count(*) AS count_7
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                   AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                   AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_14
+       ) AS anon_13,
+       (
+        SELECT count(*) AS count_8
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                   AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                   AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_16
+       ) AS anon_15,
+       (
+        SELECT count(*) AS count_9
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                   AND partitions.updated_at >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_18
+       ) AS anon_17;
 
 -- name: partitions_list (1)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.status = ?
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT ?
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.status = ?
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT ?
 OFFSET ?;
 
 -- name: partitions_list (2)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (?, ...)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (?, ...)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partitions_page (1)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT ?
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT ?
 OFFSET ?;
 
 -- name: partitions_page (2)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (?)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (?)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partitions_page (3)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.status = ?
-  AND (partitions.created_at < ?
-       OR partitions.created_at = ?
-       AND partitions.id < ?)
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT ?
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.status = ?
+   AND (partitions.created_at < ? OR partitions.created_at = ? AND partitions.id < ?)
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT ?
 OFFSET ?;
 
 -- name: partitions_page (4)
-SELECT items.partition_id, items.status, count(*) AS count_1
-FROM items
-WHERE items.partition_id IN (?, ...)
-GROUP BY items.partition_id, items.status;
+SELECT items.partition_id,
+       items.status,
+       count(*) AS count_1
+  FROM items
+ WHERE items.partition_id IN (?, ...)
+ GROUP BY items.partition_id,
+          items.status;
 
 -- name: partitions_page (5)
-SELECT partitions.id, partitions.version, partitions.gate, partitions.status, partitions.owner, partitions.until,
-       partitions.created_at, partitions.updated_at, partitions.reduce_gates, partitions.on_item_failure, partitions.result,
-       partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after, partitions.reduce_acc,
-       partitions.reduce_attempts, partitions.last_error
-FROM partitions
-WHERE partitions.id LIKE ? ESCAPE '/'
-ORDER BY partitions.created_at DESC, partitions.id DESC
-LIMIT ?
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       partitions.until,
+       partitions.created_at,
+       partitions.updated_at,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.result,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts,
+       partitions.last_error
+  FROM partitions
+ WHERE partitions.id LIKE ? ESCAPE '/'
+ ORDER BY partitions.created_at DESC,
+          partitions.id DESC
+ LIMIT ?
 OFFSET ?;
 
 -- name: partitions_purgeable
 SELECT partitions.id
-FROM partitions
-WHERE partitions.status = ?
-  OR partitions.status IN (?)
-  AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f',
-                                 COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                'now') || '000')),
-                                 printf('%+.3f seconds', ?)) || '000')
-LIMIT ?
+  FROM partitions
+ WHERE partitions.status = ?
+    OR partitions.status IN (?)
+   AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+ LIMIT ?
 OFFSET ?;
 
 -- name: partitions_purgeable_count (1)
 SELECT count(*) AS count_1
-FROM
-  (SELECT partitions.id AS id
-   FROM partitions
-   WHERE partitions.status = ?
-     OR partitions.status IN (?)
-     AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f',
-                                    COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                   'now') || '000')),
-                                    printf('%+.3f seconds', ?)) || '000')) AS anon_1;
+  FROM (
+        SELECT partitions.id AS id
+          FROM partitions
+         WHERE partitions.status = ?
+            OR partitions.status IN (?)
+           AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+       ) AS anon_1;
 
 -- name: partitions_purgeable_count (2)
 SELECT count(*) AS count_1
-FROM items
-WHERE items.partition_id IN
-    (SELECT partitions.id
-     FROM partitions
-     WHERE partitions.status = ?
-       OR partitions.status IN (?)
-       AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f',
-                                      COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                     'now') || '000')),
-                                      printf('%+.3f seconds', ?)) || '000'));
+  FROM items
+ WHERE items.partition_id IN (
+        SELECT partitions.id
+          FROM partitions
+         WHERE partitions.status = ?
+            OR partitions.status IN (?)
+           AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+       );
 
 -- name: ping
 SELECT ? AS anon_1;
 
 -- name: reduce_entries (1)
-SELECT items.id, items.version, items.gate, items.status, items.data, items.last_error
-FROM items
-WHERE items.partition_id = ?
-  AND (items.status = ?
-       AND items.gate = ?
-       OR items.status = ?
-       AND items.gate <= ?)
-ORDER BY items.id
-LIMIT ?
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.status,
+       items.data,
+       items.last_error
+  FROM items
+ WHERE items.partition_id = ?
+   AND (items.status = ? AND items.gate = ? OR items.status = ? AND items.gate <= ?)
+ ORDER BY items.id
+ LIMIT ?
 OFFSET ?;
 
 -- name: reduce_entries (2)
-SELECT items.id, items.version, items.gate, items.status, items.data, items.last_error
-FROM items
-WHERE items.partition_id = ?
-  AND items.status = ?
-  AND items.gate = ?
-  AND items.id > ?
-ORDER BY items.id
-LIMIT ?
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.status,
+       items.data,
+       items.last_error
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.status = ?
+   AND items.gate = ?
+   AND items.id > ?
+ ORDER BY items.id
+ LIMIT ?
 OFFSET ?;
 
 -- name: reduce_failed (1)
 UPDATE partitions
-SET version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                'now') || '000')), reduce_attempts=?, last_error=?
-WHERE partitions.id = ?
-  AND partitions.version = ?
-  AND partitions.owner = ?
-  AND partitions.status = ?
-  AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'));
+   SET
+version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       reduce_attempts=?,
+       last_error=?
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?
+   AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'));
 
 -- name: reduce_failed (2)
 UPDATE partitions
-SET version=(partitions.version + ?), status=?, owner=?, until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                              'now') || '000')),
-                                                               updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                         'now') || '000')), reduce_attempts=?, last_error=?
-WHERE partitions.id = ?
-  AND partitions.version = ?
-  AND partitions.owner = ?
-  AND partitions.status = ?
-  AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'));
+   SET
+version=(partitions.version + ?), status=?,
+       owner=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       reduce_attempts=?,
+       last_error=?
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?
+   AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'));
 
 -- name: reduce_state_read
-SELECT partitions.version, partitions.gate, partitions.reduce_pass, partitions.reduce_page, partitions.reduce_after,
-       partitions.reduce_acc, partitions.reduce_attempts
-FROM partitions
-WHERE partitions.id = ?;
+SELECT partitions.version,
+       partitions.gate,
+       partitions.reduce_pass,
+       partitions.reduce_page,
+       partitions.reduce_after,
+       partitions.reduce_acc,
+       partitions.reduce_attempts
+  FROM partitions
+ WHERE partitions.id = ?;
 
 -- name: reduce_write (1)
 UPDATE partitions
-SET version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                'now') || '000')), reduce_pass=?, reduce_page=?, reduce_after=?, reduce_acc=?,
-                                      reduce_attempts=?, last_error=?
-WHERE partitions.id = ?
-  AND partitions.version = ?
-  AND partitions.owner = ?
-  AND partitions.status = ?
-  AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'));
+   SET
+version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       reduce_pass=?,
+       reduce_page=?,
+       reduce_after=?,
+       reduce_acc=?,
+       reduce_attempts=?,
+       last_error=?
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?
+   AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'));
 
 -- name: reduce_write (2)
 UPDATE partitions
-SET result=?
-WHERE partitions.id = ?;
+   SET result=?
+ WHERE partitions.id = ?;
 
 -- name: reduce_write (3)
 UPDATE items
-SET version=(items.version + ?), gate=coalesce(?,
-                                        items.gate), status=?, attempts=?, last_error=?,
-                                 retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                         'now') || '000')),
-                                 updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                           'now') || '000'))
-WHERE items.partition_id = ?
-  AND items.id = ?
-  AND items.version = ?
-  AND (EXISTS
-         (SELECT *
-          FROM partitions
-          WHERE partitions.id = ?
-            AND partitions.owner = ?
-            AND partitions.status = ?
-            AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                  'now') || '000'))));
+   SET
+version=(items.version + ?), gate=coalesce(?, items.gate),
+       status=?,
+       attempts=?,
+       last_error=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = ?
+   AND items.id = ?
+   AND items.version = ?
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = ? AND partitions.owner = ? AND partitions.status = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))));
 
 -- name: reduce_write (4)
 UPDATE items
-SET version=(items.version + ?), gate=coalesce(?,
-                                        items.gate), status=?, data=?, attempts=?, last_error=?,
-                                                                    retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                            'now') || '000')),
-                                                                    updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                                                              'now') || '000'))
-WHERE items.partition_id = ?
-  AND items.id = ?
-  AND items.version = ?
-  AND (EXISTS
-         (SELECT *
-          FROM partitions
-          WHERE partitions.id = ?
-            AND partitions.owner = ?
-            AND partitions.status = ?
-            AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f',
-                                                  'now') || '000'))));
+   SET
+version=(items.version + ?), gate=coalesce(?, items.gate),
+       status=?,
+       data=?,
+       attempts=?,
+       last_error=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = ?
+   AND items.id = ?
+   AND items.version = ?
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = ? AND partitions.owner = ? AND partitions.status = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))));

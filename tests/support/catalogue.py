@@ -61,7 +61,7 @@ def _laid_out(text: str) -> str:
     """A statement broken into lines for reading (clauses, conditions, subqueries)."""
     import sqlparse
 
-    laid_out = sqlparse.format(text, reindent=True, wrap_after=100)
+    laid_out = sqlparse.format(text, reindent_aligned=True)
     return "\n".join(line for line in laid_out.splitlines() if line.strip())
 
 
