@@ -111,7 +111,7 @@ SELECT partitions.gate,
 SELECT items.id
   FROM items
  WHERE items.partition_id = %s
-   AND items.id IN (%s);
+   AND items.id IN (%s, ...);
 
 -- name: items_add (4)
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
@@ -357,7 +357,7 @@ SELECT partitions.id,
 -- name: leases_release (1)
 SELECT partitions.id
   FROM partitions
- WHERE partitions.id IN (%s)
+ WHERE partitions.id IN (%s, ...)
    FOR UPDATE SKIP LOCKED;
 
 -- name: leases_release (2)
@@ -381,7 +381,7 @@ SELECT partitions.id,
             ELSE %s
              END AS anon_1
   FROM partitions
- WHERE partitions.id IN (%s);
+ WHERE partitions.id IN (%s, ...);
 
 -- name: leases_renew (1)
 SELECT partitions.id
@@ -408,7 +408,7 @@ SELECT partitions.id,
             ELSE %s
              END AS anon_1
   FROM partitions
- WHERE partitions.id IN (%s);
+ WHERE partitions.id IN (%s, ...);
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -431,12 +431,6 @@ version=(partitions.version + %s), owner=%s,
  WHERE partitions.id = %s
    AND partitions.version = %s
    AND partitions.status = %s;
-
--- name: leases_take (3)
-SELECT partitions.id
-  FROM partitions
- WHERE partitions.id IN (%s)
-   FOR UPDATE SKIP LOCKED;
 
 -- name: now
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
@@ -517,7 +511,7 @@ UPDATE partitions
    SET
 version=(partitions.version + %s), status=%s
  WHERE partitions.id = %s
-   AND (partitions.status = %s OR partitions.status IN (%s) AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND));
+   AND (partitions.status = %s OR partitions.status IN (%s, ...) AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND));
 
 -- name: partition_delete_begin (1)
 UPDATE partitions
@@ -560,7 +554,7 @@ SELECT partitions.id,
        partitions.reduce_attempts,
        partitions.last_error
   FROM partitions
- WHERE partitions.id IN (%s)
+ WHERE partitions.id IN (%s, ...)
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
  LIMIT %s;
@@ -570,7 +564,7 @@ SELECT items.partition_id,
        items.status,
        count(*) AS count_1
   FROM items
- WHERE items.partition_id IN (%s)
+ WHERE items.partition_id IN (%s, ...)
  GROUP BY items.partition_id,
           items.status;
 
@@ -617,7 +611,7 @@ SELECT partitions.id,
             ELSE %s
              END AS anon_1
   FROM partitions
- WHERE partitions.id IN (%s);
+ WHERE partitions.id IN (%s, ...);
 
 -- name: partition_transition (1)
 UPDATE partitions
@@ -800,7 +794,7 @@ SELECT items.partition_id,
        items.status,
        count(*) AS count_1
   FROM items
- WHERE items.partition_id IN (%s)
+ WHERE items.partition_id IN (%s, ...)
  GROUP BY items.partition_id,
           items.status;
 
@@ -830,15 +824,6 @@ SELECT partitions.id,
  LIMIT %s;
 
 -- name: partitions_page (4)
-SELECT items.partition_id,
-       items.status,
-       count(*) AS count_1
-  FROM items
- WHERE items.partition_id IN (%s, ...)
- GROUP BY items.partition_id,
-          items.status;
-
--- name: partitions_page (5)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
@@ -866,7 +851,7 @@ SELECT partitions.id,
 SELECT partitions.id
   FROM partitions
  WHERE partitions.status = %s
-    OR partitions.status IN (%s)
+    OR partitions.status IN (%s, ...)
    AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
  LIMIT %s;
 
@@ -876,7 +861,7 @@ SELECT count(*) AS count_1
         SELECT partitions.id AS id
           FROM partitions
          WHERE partitions.status = %s
-            OR partitions.status IN (%s)
+            OR partitions.status IN (%s, ...)
            AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
        ) AS anon_1;
 
@@ -887,7 +872,7 @@ SELECT count(*) AS count_1
         SELECT partitions.id
           FROM partitions
          WHERE partitions.status = %s
-            OR partitions.status IN (%s)
+            OR partitions.status IN (%s, ...)
            AND partitions.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
        );
 

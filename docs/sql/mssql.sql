@@ -105,14 +105,14 @@ SELECT partitions.gate,
 SELECT items.id
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
-   AND items.id IN (%(id_1_n)s);
+   AND items.id IN (%(id_1_n)s, ...);
 
 -- name: items_add (4)
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: items_add (5)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (%(partition_id)s, ...);
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s);
 
 -- name: items_apply
 UPDATE items
@@ -246,7 +246,7 @@ SELECT TOP 10 items.id,
    AND items.status = %(status_n)s
    AND items.gate = %(gate)s
    AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
-   AND (items.id NOT IN (%(exclude_n)s))
+   AND (items.id NOT IN (%(exclude_n)s, ...))
  ORDER BY items.retry_at,
           items.id;
 
@@ -346,7 +346,7 @@ SELECT TOP 10 partitions.id,
 -- name: leases_release (1)
 SELECT partitions.id
   FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
- WHERE partitions.id IN (%(id_1_n)s);
+ WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: leases_release (2)
 UPDATE partitions
@@ -369,7 +369,7 @@ SELECT partitions.id,
             ELSE %(param_n)s
              END AS anon_1
   FROM partitions
- WHERE partitions.id IN (%(id_1_n)s);
+ WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: leases_renew (1)
 SELECT partitions.id
@@ -396,7 +396,7 @@ SELECT partitions.id,
             ELSE %(param_n)s
              END AS anon_1
   FROM partitions
- WHERE partitions.id IN (%(id_1_n)s);
+ WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -419,11 +419,6 @@ version=(partitions.version + %(version_n)s), owner=%(owner)s,
  WHERE partitions.id = %(pid)s
    AND partitions.version = %(seen)s
    AND partitions.status = %(status_n)s;
-
--- name: leases_take (3)
-SELECT partitions.id
-  FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
- WHERE partitions.id IN (%(id_1_n)s);
 
 -- name: now
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
@@ -468,7 +463,7 @@ SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_
 
 -- name: partition_create (4)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (%(partition_id)s, ...);
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -503,7 +498,7 @@ UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), status=%(status)s
  WHERE partitions.id = %(id_n)s
-   AND (partitions.status = %(status_n)s OR partitions.status IN (%(status_2_n)s) AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))));
+   AND (partitions.status = %(status_n)s OR partitions.status IN (%(status_2_n)s, ...) AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))));
 
 -- name: partition_delete_batch (6)
 SELECT count(*) AS count_1,
@@ -556,7 +551,7 @@ SELECT TOP 1000 partitions.id,
        partitions.reduce_attempts,
        partitions.last_error
   FROM partitions
- WHERE partitions.id IN (%(id_1_n)s)
+ WHERE partitions.id IN (%(id_1_n)s, ...)
  ORDER BY partitions.created_at DESC,
           partitions.id DESC;
 
@@ -565,7 +560,7 @@ SELECT items.partition_id,
        items.status,
        count(*) AS count_1
   FROM items
- WHERE items.partition_id IN (%(partition_id_1_n)s)
+ WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
  GROUP BY items.partition_id,
           items.status;
 
@@ -611,7 +606,7 @@ SELECT partitions.id,
             ELSE %(param_n)s
              END AS anon_1
   FROM partitions
- WHERE partitions.id IN (%(id_1_n)s);
+ WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: partition_transition (1)
 UPDATE partitions
@@ -783,7 +778,7 @@ SELECT items.partition_id,
        items.status,
        count(*) AS count_1
   FROM items
- WHERE items.partition_id IN (%(partition_id_1_n)s)
+ WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
  GROUP BY items.partition_id,
           items.status;
 
@@ -812,15 +807,6 @@ SELECT TOP 3 partitions.id,
           partitions.id DESC;
 
 -- name: partitions_page (4)
-SELECT items.partition_id,
-       items.status,
-       count(*) AS count_1
-  FROM items
- WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
- GROUP BY items.partition_id,
-          items.status;
-
--- name: partitions_page (5)
 SELECT TOP 1001 partitions.id,
        partitions.version,
        partitions.gate,
@@ -847,7 +833,7 @@ SELECT TOP 1001 partitions.id,
 SELECT TOP 10 partitions.id
   FROM partitions
  WHERE partitions.status = %(status_n)s
-    OR partitions.status IN (%(status_2_n)s)
+    OR partitions.status IN (%(status_2_n)s, ...)
    AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
 
 -- name: partitions_purgeable_count (1)
@@ -856,7 +842,7 @@ SELECT count(*) AS count_1
         SELECT partitions.id AS id
           FROM partitions
          WHERE partitions.status = %(status_n)s
-            OR partitions.status IN (%(status_2_n)s)
+            OR partitions.status IN (%(status_2_n)s, ...)
            AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
        ) AS anon_1;
 
@@ -867,7 +853,7 @@ SELECT count(*) AS count_1
         SELECT partitions.id
           FROM partitions
          WHERE partitions.status = %(status_n)s
-            OR partitions.status IN (%(status_2_n)s)
+            OR partitions.status IN (%(status_2_n)s, ...)
            AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
        );
 

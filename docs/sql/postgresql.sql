@@ -111,17 +111,17 @@ SELECT partitions.gate,
 SELECT items.id
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   AND items.id IN (%(id_1_1)s::VARCHAR);
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: items_add (4)
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: items_add (5)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (%(partition_id)s::VARCHAR, ...);
+VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE);
 
 -- name: items_add (6)
-SELECT pg_notify(%(pg_notify_2)s::VARCHAR, ...) AS pg_notify_1;
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: items_apply
 UPDATE items
@@ -292,7 +292,7 @@ version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
    AND items.gate >= %(gate_1)s::INTEGER;
 
 -- name: items_retry_failed (4)
-SELECT pg_notify(%(pg_notify_2)s::VARCHAR, ...) AS pg_notify_1;
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: leader_release
 UPDATE leaders
@@ -364,7 +364,7 @@ SELECT partitions.id,
 -- name: leases_release (1)
 SELECT partitions.id
   FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR)
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
    FOR UPDATE SKIP LOCKED;
 
 -- name: leases_release (2)
@@ -388,7 +388,7 @@ SELECT partitions.id,
             ELSE %(param_2)s
              END AS anon_1
   FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR);
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: leases_renew (1)
 SELECT partitions.id
@@ -415,7 +415,7 @@ SELECT partitions.id,
             ELSE %(param_2)s
              END AS anon_1
   FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR);
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -438,12 +438,6 @@ version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
  WHERE partitions.id = %(pid)s::VARCHAR
    AND partitions.version = %(seen)s::INTEGER
    AND partitions.status = %(status_1)s::VARCHAR;
-
--- name: leases_take (3)
-SELECT partitions.id
-  FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR)
-   FOR UPDATE SKIP LOCKED;
 
 -- name: now
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
@@ -488,10 +482,10 @@ SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 
 
 -- name: partition_create (4)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (%(partition_id)s::VARCHAR, ...);
+VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE);
 
 -- name: partition_create (5)
-SELECT pg_notify(%(pg_notify_2)s::VARCHAR, ...) AS pg_notify_1;
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -527,7 +521,7 @@ UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR
  WHERE partitions.id = %(id_1)s::VARCHAR
-   AND (partitions.status = %(status_1)s::VARCHAR OR partitions.status IN (%(status_2_1)s::VARCHAR) AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)));
+   AND (partitions.status = %(status_1)s::VARCHAR OR partitions.status IN (%(status_2_1)s::VARCHAR, ...) AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)));
 
 -- name: partition_delete_begin (1)
 UPDATE partitions
@@ -570,7 +564,7 @@ SELECT partitions.id,
        partitions.reduce_attempts,
        partitions.last_error
   FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR)
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
  LIMIT %(param_1)s::INTEGER;
@@ -580,7 +574,7 @@ SELECT items.partition_id,
        items.status,
        count(*) AS count_1
   FROM items
- WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR)
+ WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
  GROUP BY items.partition_id,
           items.status;
 
@@ -618,7 +612,7 @@ UPDATE partitions
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_set_gate (5)
-SELECT pg_notify(%(pg_notify_2)s::VARCHAR, ...) AS pg_notify_1;
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: partition_state
 SELECT partitions.id,
@@ -630,7 +624,7 @@ SELECT partitions.id,
             ELSE %(param_2)s
              END AS anon_1
   FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR);
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: partition_transition (1)
 UPDATE partitions
@@ -813,7 +807,7 @@ SELECT items.partition_id,
        items.status,
        count(*) AS count_1
   FROM items
- WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR)
+ WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
  GROUP BY items.partition_id,
           items.status;
 
@@ -843,15 +837,6 @@ SELECT partitions.id,
  LIMIT %(param_1)s::INTEGER;
 
 -- name: partitions_page (4)
-SELECT items.partition_id,
-       items.status,
-       count(*) AS count_1
-  FROM items
- WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
- GROUP BY items.partition_id,
-          items.status;
-
--- name: partitions_page (5)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
@@ -879,7 +864,7 @@ SELECT partitions.id,
 SELECT partitions.id
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
-    OR partitions.status IN (%(status_2_1)s::VARCHAR)
+    OR partitions.status IN (%(status_2_1)s::VARCHAR, ...)
    AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
  LIMIT %(param_2)s::INTEGER;
 
@@ -889,7 +874,7 @@ SELECT count(*) AS count_1
         SELECT partitions.id AS id
           FROM partitions
          WHERE partitions.status = %(status_1)s::VARCHAR
-            OR partitions.status IN (%(status_2_1)s::VARCHAR)
+            OR partitions.status IN (%(status_2_1)s::VARCHAR, ...)
            AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
        ) AS anon_1;
 
@@ -900,7 +885,7 @@ SELECT count(*) AS count_1
         SELECT partitions.id
           FROM partitions
          WHERE partitions.status = %(status_1)s::VARCHAR
-            OR partitions.status IN (%(status_2_1)s::VARCHAR)
+            OR partitions.status IN (%(status_2_1)s::VARCHAR, ...)
            AND partitions.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
        );
 

@@ -117,14 +117,14 @@ SELECT partitions.gate,
 SELECT items.id
   FROM items
  WHERE items.partition_id = ?
-   AND items.id IN (?);
+   AND items.id IN (?, ...);
 
 -- name: items_add (4)
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: items_add (5)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (?, ...);
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: items_apply
 UPDATE items
@@ -369,7 +369,7 @@ OFFSET ?;
 -- name: leases_release (1)
 SELECT partitions.id
   FROM partitions
- WHERE partitions.id IN (?);
+ WHERE partitions.id IN (?, ...);
 
 -- name: leases_release (2)
 UPDATE partitions
@@ -392,7 +392,7 @@ SELECT partitions.id,
             ELSE ?
              END AS anon_1
   FROM partitions
- WHERE partitions.id IN (?);
+ WHERE partitions.id IN (?, ...);
 
 -- name: leases_renew (1)
 SELECT partitions.id
@@ -418,7 +418,7 @@ SELECT partitions.id,
             ELSE ?
              END AS anon_1
   FROM partitions
- WHERE partitions.id IN (?);
+ WHERE partitions.id IN (?, ...);
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -440,11 +440,6 @@ version=(partitions.version + ?), owner=?,
  WHERE partitions.id = ?
    AND partitions.version = ?
    AND partitions.status = ?;
-
--- name: leases_take (3)
-SELECT partitions.id
-  FROM partitions
- WHERE partitions.id IN (?);
 
 -- name: now
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
@@ -489,7 +484,7 @@ SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now
 
 -- name: partition_create (4)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (?, ...);
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -526,7 +521,7 @@ UPDATE partitions
    SET
 version=(partitions.version + ?), status=?
  WHERE partitions.id = ?
-   AND (partitions.status = ? OR partitions.status IN (?) AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'));
+   AND (partitions.status = ? OR partitions.status IN (?, ...) AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'));
 
 -- name: partition_delete_begin (1)
 UPDATE partitions
@@ -569,7 +564,7 @@ SELECT partitions.id,
        partitions.reduce_attempts,
        partitions.last_error
   FROM partitions
- WHERE partitions.id IN (?)
+ WHERE partitions.id IN (?, ...)
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
  LIMIT ?
@@ -580,7 +575,7 @@ SELECT items.partition_id,
        items.status,
        count(*) AS count_1
   FROM items
- WHERE items.partition_id IN (?)
+ WHERE items.partition_id IN (?, ...)
  GROUP BY items.partition_id,
           items.status;
 
@@ -628,7 +623,7 @@ SELECT partitions.id,
             ELSE ?
              END AS anon_1
   FROM partitions
- WHERE partitions.id IN (?);
+ WHERE partitions.id IN (?, ...);
 
 -- name: partition_transition (1)
 UPDATE partitions
@@ -822,7 +817,7 @@ SELECT items.partition_id,
        items.status,
        count(*) AS count_1
   FROM items
- WHERE items.partition_id IN (?)
+ WHERE items.partition_id IN (?, ...)
  GROUP BY items.partition_id,
           items.status;
 
@@ -853,15 +848,6 @@ SELECT partitions.id,
 OFFSET ?;
 
 -- name: partitions_page (4)
-SELECT items.partition_id,
-       items.status,
-       count(*) AS count_1
-  FROM items
- WHERE items.partition_id IN (?, ...)
- GROUP BY items.partition_id,
-          items.status;
-
--- name: partitions_page (5)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
@@ -890,7 +876,7 @@ OFFSET ?;
 SELECT partitions.id
   FROM partitions
  WHERE partitions.status = ?
-    OR partitions.status IN (?)
+    OR partitions.status IN (?, ...)
    AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
  LIMIT ?
 OFFSET ?;
@@ -901,7 +887,7 @@ SELECT count(*) AS count_1
         SELECT partitions.id AS id
           FROM partitions
          WHERE partitions.status = ?
-            OR partitions.status IN (?)
+            OR partitions.status IN (?, ...)
            AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
        ) AS anon_1;
 
@@ -912,7 +898,7 @@ SELECT count(*) AS count_1
         SELECT partitions.id
           FROM partitions
          WHERE partitions.status = ?
-            OR partitions.status IN (?)
+            OR partitions.status IN (?, ...)
            AND partitions.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
        );
 

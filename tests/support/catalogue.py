@@ -43,7 +43,7 @@ _SESSION = re.compile(r"^\s*(PRAGMA|SET|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE|
 # A placeholder (?, %s, $1, :name or %(name)s), with PostgreSQL's cast if it has one.
 _PLACEHOLDER = r"(?:\?|%s|\$\d+|:\w+|%\(\w+\)s)(?:::[A-Z ]+)?"
 # An expanded IN list's run of placeholders, whose length follows the call.
-_PLACEHOLDER_RUN = re.compile(rf"\(\s*{_PLACEHOLDER}(?:\s*,\s*{_PLACEHOLDER})+\s*\)")
+_PLACEHOLDER_RUN = re.compile(rf"\bIN \(\s*{_PLACEHOLDER}(?:\s*,\s*{_PLACEHOLDER})*\s*\)", re.I)
 _NUMBERED = re.compile(r"(%\(\w+?)_\d+\)s")
 
 _method: ContextVar[str] = ContextVar("store_method", default="")
@@ -74,7 +74,7 @@ def same_statements(one: str, other: str) -> bool:
 def _first_placeholder(run: str) -> str:
     first = re.search(_PLACEHOLDER, run)
     assert first is not None
-    return f"({first.group(0)}, ...)"
+    return f"IN ({first.group(0)}, ...)"
 
 
 class Recorder:
