@@ -13,11 +13,13 @@ import json
 import logging
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from processor.http_processor import (
+# Only light modules at the top: `processor --help` and the one-line errors must not wait for
+# SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
+from processor.http_config import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_TRANSPORT,
@@ -36,10 +38,11 @@ from watcher.config import (
     WatcherConfig,
     default_owner_id,
 )
-from watcher.dburl import DatabaseURL, parse_database_url
 from watcher.errors import ConfigError, DatabaseError, StatefeedError
-from watcher.schema import validate_table_prefix
 from watcher.text import error_text
+
+if TYPE_CHECKING:
+    from watcher.dburl import DatabaseURL
 
 DEFAULT_DB_URL = "sqlite:///processor.db"
 # Defaults of `processor run` that have no home in an engine or HTTP config object.
@@ -87,6 +90,9 @@ def fail(message: str, code: int = EXIT_CONFIG) -> typer.Exit:
 
 
 def _database(raw: str, prefix: str) -> DatabaseURL:
+    from watcher.dburl import parse_database_url
+    from watcher.schema import validate_table_prefix
+
     url = parse_database_url(raw)
     validate_table_prefix(prefix)
     return url
@@ -636,10 +642,15 @@ def healthcheck(
     raise typer.Exit(0 if healthy else 1)
 
 
+def _is_sqlalchemy_error(error: BaseException) -> bool:
+    # Without importing SQLAlchemy (`--help` must stay light): if it was never loaded, the
+    # error cannot be one of its exceptions.
+    exc = sys.modules.get("sqlalchemy.exc")
+    return exc is not None and isinstance(error, exc.SQLAlchemyError)
+
+
 def main() -> None:
     """Entry point: run the CLI, turning configuration and database errors into one line."""
-    from sqlalchemy.exc import SQLAlchemyError
-
     try:
         app()
     except ConfigError as error:
@@ -651,12 +662,13 @@ def main() -> None:
     except StatefeedError as error:
         typer.echo(f"processor: error: {error}", err=True)
         sys.exit(EXIT_CONFIG)
-    except SQLAlchemyError as error:
-        typer.echo(f"processor: error: database failed: {type(error).__name__}", err=True)
-        sys.exit(EXIT_DATABASE)
     except KeyboardInterrupt:
         sys.exit(130)
-    except Exception as error:  # a driver refusing a URL parameter, or a bug: one line
+    except Exception as error:
+        if _is_sqlalchemy_error(error):
+            typer.echo(f"processor: error: database failed: {type(error).__name__}", err=True)
+            sys.exit(EXIT_DATABASE)
+        # a driver refusing a URL parameter, or a bug: one line
         logging.getLogger(__name__).debug("unexpected error", exc_info=error)
         typer.echo(f"processor: error: unexpected {error_text(error)} (a database URL "
                    "parameter the driver does not take? check the URL's query string)",
