@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, inspect
 
-from tests.conftest import POSTGRES_URL, require_postgres
+from tests.conftest import POSTGRES_URL, require_bench_peers, require_postgres
 from watcher.dburl import parse_database_url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,6 +71,7 @@ def tables_left(url: str, prefixes: list[str]) -> list[str]:
 
 
 def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
+    require_bench_peers()
     require_postgres()
     out = tmp_path / "bench.json"
     done = subprocess.run(
