@@ -42,6 +42,8 @@ from watcher.errors import ConfigError, DatabaseError, StatefeedError
 from watcher.text import error_text
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from watcher.dburl import DatabaseURL
 
 DEFAULT_DB_URL = "sqlite:///processor.db"
@@ -96,6 +98,15 @@ def _database(raw: str, prefix: str) -> DatabaseURL:
     url = parse_database_url(raw)
     validate_table_prefix(prefix)
     return url
+
+
+def _data_console(**options: object) -> Console:
+    """A Rich console that prints text literally: ids, owners and error texts are data, and
+    Rich would read ``[...]`` in them as markup (``[/x]`` even raises) and ``:name:`` as an
+    emoji."""
+    from rich.console import Console
+
+    return Console(markup=False, emoji=False, highlight=False, **options)  # type: ignore[arg-type]
 
 
 def _setup_logging(level: str) -> None:
@@ -320,7 +331,6 @@ def status(
     if as_json:
         typer.echo(json.dumps([partition_row(info) for info in infos], indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"statefeed partitions in {url.redacted()}")
@@ -332,7 +342,7 @@ def status(
         counts = info.counts
         table.add_row(info.id, info.status, str(info.gate), step_text(info), info.owner or "-",
                       *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")))
-    Console().print(table)
+    _data_console().print(table)
     if not infos:
         typer.echo("no partitions yet")
 
@@ -397,7 +407,6 @@ def items(
                                "items": [item_row(item) for item in page],
                                "next_cursor": page.next_cursor}, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"items of partition {partition_id!r}")
@@ -407,7 +416,7 @@ def items(
     for item in page:
         table.add_row(item.id, item.status, str(item.gate), str(item.attempts),
                       error_cell(item.last_error))
-    Console(soft_wrap=True).print(table)
+    _data_console(soft_wrap=True).print(table)
     if not page:
         typer.echo("no items" + (" match" if status or gate is not None or after else ""))
     if page.next_cursor is not None:
@@ -649,6 +658,15 @@ def _is_sqlalchemy_error(error: BaseException) -> bool:
     return exc is not None and isinstance(error, exc.SQLAlchemyError)
 
 
+def _unexpected_hint(error: BaseException) -> str:
+    # A driver given a keyword it does not take (a parameter of the database URL's query
+    # string) raises TypeError naming the argument; anything else is not the URL's fault.
+    if isinstance(error, TypeError) and "argument" in str(error):
+        return (" (a database URL parameter the driver does not take? check the URL's "
+                "query string)")
+    return " (a bug in statefeed: please report it with the command that led to it)"
+
+
 def main() -> None:
     """Entry point: run the CLI, turning configuration and database errors into one line."""
     try:
@@ -670,8 +688,7 @@ def main() -> None:
             sys.exit(EXIT_DATABASE)
         # a driver refusing a URL parameter, or a bug: one line
         logging.getLogger(__name__).debug("unexpected error", exc_info=error)
-        typer.echo(f"processor: error: unexpected {error_text(error)} (a database URL "
-                   "parameter the driver does not take? check the URL's query string)",
+        typer.echo(f"processor: error: unexpected {error_text(error)}{_unexpected_hint(error)}",
                    err=True)
         sys.exit(EXIT_DATABASE)
 
