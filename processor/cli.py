@@ -91,12 +91,31 @@ def fail(message: str, code: int = EXIT_CONFIG) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _database(raw: str, prefix: str) -> DatabaseURL:
+def _database(raw: str, prefix: str, *, migrated: bool = True) -> DatabaseURL:
+    """The parsed URL; with ``migrated``, after checking the database has statefeed's
+    tables (a SQLite file that does not exist is reported, not created).
+
+    Raises:
+        ConfigError: the URL or the prefix is invalid.
+        DatabaseError: the database is unreachable, or was never migrated ("run
+            `processor migrate` first": the same line on every verb).
+    """
     from watcher.dburl import parse_database_url
     from watcher.schema import validate_table_prefix
 
     url = parse_database_url(raw)
     validate_table_prefix(prefix)
+    if migrated:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from watcher.store import require_migrated
+
+        try:
+            asyncio.run(require_migrated(url, prefix))
+        except (SQLAlchemyError, OSError) as error:
+            from processor.service import describe_db_error
+
+            raise DatabaseError(describe_db_error(error, url)) from None
     return url
 
 
@@ -132,7 +151,7 @@ def migrate(
     from processor.service import describe_db_error
     from watcher.migrate import upgrade, upgrade_sql
 
-    url = _database(db_url, table_prefix)
+    url = _database(db_url, table_prefix, migrated=False)
     if sql:
         typer.echo(upgrade_sql(url, table_prefix))
         return
@@ -148,7 +167,12 @@ def migrate(
 def run(
     handler_url: Annotated[str, typer.Option("--handler-url", envvar=_env("HANDLER_URL"),
                                              help="URL the items are POSTed to.")] = "",
-    db_url: DbUrl = DEFAULT_DB_URL,
+    # No default: a container that forgot PROCESSOR_DB_URL must not run on a SQLite file
+    # of its own and report ready.
+    db_url: Annotated[str, typer.Option("--db-url", envvar=_env("DB_URL"), show_default=False,
+                                        help="Database URL (required): "
+                                        "postgresql://user:password@host:5432/dbname, "
+                                        "sqlite:///file.db, ...")] = "",
     owner_id: Annotated[str, typer.Option(envvar=_env("OWNER_ID"),
                                           help="Unique id of this processor (default: "
                                           "host-pid-random).")] = "",
@@ -267,6 +291,9 @@ def run(
 
     if not handler_url:
         raise fail("--handler-url is required (or set PROCESSOR_HANDLER_URL)")
+    if not db_url:
+        raise fail("--db-url is required (or set PROCESSOR_DB_URL): `processor run` never "
+                   "picks a database of its own; `processor demo` runs on a throwaway one")
     retention_config = None
     if retention:
         retention_config = RetentionConfig(
@@ -282,7 +309,8 @@ def run(
     if log_level.lower() not in LOG_LEVELS:
         raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     config = ServiceConfig(
-        db_url=_database(db_url, table_prefix),
+        # The service checks the tables itself: it waits for a database still starting.
+        db_url=_database(db_url, table_prefix, migrated=False),
         table_prefix=table_prefix,
         watcher=WatcherConfig(
             owner_id=owner_id or default_owner_id(), concurrency=concurrency,
@@ -597,7 +625,8 @@ def console(
 
     if log_level.lower() not in LOG_LEVELS:
         raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
-    options = ConsoleOptions(db_url=_database(db_url, table_prefix), table_prefix=table_prefix,
+    options = ConsoleOptions(db_url=_database(db_url, table_prefix, migrated=False),
+                             table_prefix=table_prefix,
                              host=host, port=port, token=token or None, read_only=read_only)
     _setup_logging(log_level)
     raise typer.Exit(asyncio.run(run_console(options, announce=typer.echo)))
