@@ -28,7 +28,6 @@ from watcher.checks import check_seconds, check_whole_number
 from watcher.config import WatcherConfig
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
-from watcher.migrate import upgrade
 from watcher.records import Backlog
 from watcher.retention import Retention, RetentionConfig
 from watcher.store import Store, missing_tables, not_migrated, sqlite_file_missing
@@ -184,6 +183,10 @@ class ProcessorService:
         if attempt.retry_state.attempt_number > 1:
             log.info("action=database_available")
         if missing and self.config.migrate:
+            # Imported here: Alembic (and Mako) add a fifth to a start-up that does not
+            # migrate, and a start's time is the time to a processor's first lease.
+            from watcher.migrate import upgrade
+
             await asyncio.to_thread(upgrade, self.config.db_url, self.config.table_prefix)
             log.info("action=migrated tables=%s", ",".join(missing))
         elif missing:

@@ -114,7 +114,9 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
 
     failover = scenarios["failover"]
     positive(failover, "failover_after_kill_s", "handoff_after_sigterm_s",
-             "lease_duration_s", "partitions_moved_on_kill", "partitions_moved_on_sigterm")
+             "lease_duration_s", "partitions_moved_on_kill", "partitions_moved_on_sigterm",
+             "start_to_first_lease_s", "start_to_first_lease_last_s")
+    assert failover["start_to_first_lease_s"] <= failover["start_to_first_lease_last_s"]
     assert failover["handoff_exit_code"] == 0
 
     scale = scenarios["scale"]
