@@ -148,7 +148,6 @@ def migrate(
     """Create or upgrade statefeed's tables."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from processor.service import describe_db_error
     from watcher.migrate import upgrade, upgrade_sql
 
     url = _database(db_url, table_prefix, migrated=False)
@@ -158,6 +157,8 @@ def migrate(
     try:
         upgrade(url, table_prefix)
     except SQLAlchemyError as error:
+        from processor.service import describe_db_error  # the service's HTTP stack: on failure only
+
         raise fail(describe_db_error(error, url), EXIT_DATABASE) from None
     typer.echo(f"statefeed tables are up to date in {url.redacted()}"
                + (f" (prefix {table_prefix!r})" if table_prefix else ""))
