@@ -22,7 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 OPTIONAL = ("aiomysql", "pymysql", "pymssql", "pgqueuer", "celery", "playwright")
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.install, pytest.mark.timeout(900)]
 
 
 def _run(command: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
