@@ -13,11 +13,13 @@ import json
 import logging
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from processor.http_processor import (
+# Only light modules at the top: `processor --help` and the one-line errors must not wait for
+# SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
+from processor.http_config import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_TRANSPORT,
@@ -36,10 +38,13 @@ from watcher.config import (
     WatcherConfig,
     default_owner_id,
 )
-from watcher.dburl import DatabaseURL, parse_database_url
 from watcher.errors import ConfigError, DatabaseError, StatefeedError
-from watcher.schema import validate_table_prefix
 from watcher.text import error_text
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from watcher.dburl import DatabaseURL
 
 DEFAULT_DB_URL = "sqlite:///processor.db"
 # Defaults of `processor run` that have no home in an engine or HTTP config object.
@@ -86,10 +91,41 @@ def fail(message: str, code: int = EXIT_CONFIG) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _database(raw: str, prefix: str) -> DatabaseURL:
+def _database(raw: str, prefix: str, *, migrated: bool = True) -> DatabaseURL:
+    """The parsed URL; with ``migrated``, after checking the database has statefeed's
+    tables (a SQLite file that does not exist is reported, not created).
+
+    Raises:
+        ConfigError: the URL or the prefix is invalid.
+        DatabaseError: the database is unreachable, or was never migrated ("run
+            `processor migrate` first": the same line on every verb).
+    """
+    from watcher.dburl import parse_database_url
+    from watcher.schema import validate_table_prefix
+
     url = parse_database_url(raw)
     validate_table_prefix(prefix)
+    if migrated:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from watcher.store import require_migrated
+
+        try:
+            asyncio.run(require_migrated(url, prefix))
+        except (SQLAlchemyError, OSError) as error:
+            from processor.service import describe_db_error
+
+            raise DatabaseError(describe_db_error(error, url)) from None
     return url
+
+
+def _data_console(**options: object) -> Console:
+    """A Rich console that prints text literally: ids, owners and error texts are data, and
+    Rich would read ``[...]`` in them as markup (``[/x]`` even raises) and ``:name:`` as an
+    emoji."""
+    from rich.console import Console
+
+    return Console(markup=False, emoji=False, highlight=False, **options)  # type: ignore[arg-type]
 
 
 def _setup_logging(level: str) -> None:
@@ -112,16 +148,17 @@ def migrate(
     """Create or upgrade statefeed's tables."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from processor.service import describe_db_error
     from watcher.migrate import upgrade, upgrade_sql
 
-    url = _database(db_url, table_prefix)
+    url = _database(db_url, table_prefix, migrated=False)
     if sql:
         typer.echo(upgrade_sql(url, table_prefix))
         return
     try:
         upgrade(url, table_prefix)
     except SQLAlchemyError as error:
+        from processor.service import describe_db_error  # the service's HTTP stack: on failure only
+
         raise fail(describe_db_error(error, url), EXIT_DATABASE) from None
     typer.echo(f"statefeed tables are up to date in {url.redacted()}"
                + (f" (prefix {table_prefix!r})" if table_prefix else ""))
@@ -131,7 +168,12 @@ def migrate(
 def run(
     handler_url: Annotated[str, typer.Option("--handler-url", envvar=_env("HANDLER_URL"),
                                              help="URL the items are POSTed to.")] = "",
-    db_url: DbUrl = DEFAULT_DB_URL,
+    # No default: a container that forgot PROCESSOR_DB_URL must not run on a SQLite file
+    # of its own and report ready.
+    db_url: Annotated[str, typer.Option("--db-url", envvar=_env("DB_URL"), show_default=False,
+                                        help="Database URL (required): "
+                                        "postgresql://user:password@host:5432/dbname, "
+                                        "sqlite:///file.db, ...")] = "",
     owner_id: Annotated[str, typer.Option(envvar=_env("OWNER_ID"),
                                           help="Unique id of this processor (default: "
                                           "host-pid-random).")] = "",
@@ -250,6 +292,9 @@ def run(
 
     if not handler_url:
         raise fail("--handler-url is required (or set PROCESSOR_HANDLER_URL)")
+    if not db_url:
+        raise fail("--db-url is required (or set PROCESSOR_DB_URL): `processor run` never "
+                   "picks a database of its own; `processor demo` runs on a throwaway one")
     retention_config = None
     if retention:
         retention_config = RetentionConfig(
@@ -265,7 +310,8 @@ def run(
     if log_level.lower() not in LOG_LEVELS:
         raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     config = ServiceConfig(
-        db_url=_database(db_url, table_prefix),
+        # The service checks the tables itself: it waits for a database still starting.
+        db_url=_database(db_url, table_prefix, migrated=False),
         table_prefix=table_prefix,
         watcher=WatcherConfig(
             owner_id=owner_id or default_owner_id(), concurrency=concurrency,
@@ -314,7 +360,6 @@ def status(
     if as_json:
         typer.echo(json.dumps([partition_row(info) for info in infos], indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"statefeed partitions in {url.redacted()}")
@@ -326,7 +371,7 @@ def status(
         counts = info.counts
         table.add_row(info.id, info.status, str(info.gate), step_text(info), info.owner or "-",
                       *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")))
-    Console().print(table)
+    _data_console().print(table)
     if not infos:
         typer.echo("no partitions yet")
 
@@ -391,7 +436,6 @@ def items(
                                "items": [item_row(item) for item in page],
                                "next_cursor": page.next_cursor}, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"items of partition {partition_id!r}")
@@ -401,7 +445,7 @@ def items(
     for item in page:
         table.add_row(item.id, item.status, str(item.gate), str(item.attempts),
                       error_cell(item.last_error))
-    Console(soft_wrap=True).print(table)
+    _data_console(soft_wrap=True).print(table)
     if not page:
         typer.echo("no items" + (" match" if status or gate is not None or after else ""))
     if page.next_cursor is not None:
@@ -582,7 +626,8 @@ def console(
 
     if log_level.lower() not in LOG_LEVELS:
         raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
-    options = ConsoleOptions(db_url=_database(db_url, table_prefix), table_prefix=table_prefix,
+    options = ConsoleOptions(db_url=_database(db_url, table_prefix, migrated=False),
+                             table_prefix=table_prefix,
                              host=host, port=port, token=token or None, read_only=read_only)
     _setup_logging(log_level)
     raise typer.Exit(asyncio.run(run_console(options, announce=typer.echo)))
@@ -636,10 +681,24 @@ def healthcheck(
     raise typer.Exit(0 if healthy else 1)
 
 
+def _is_sqlalchemy_error(error: BaseException) -> bool:
+    # Without importing SQLAlchemy (`--help` must stay light): if it was never loaded, the
+    # error cannot be one of its exceptions.
+    exc = sys.modules.get("sqlalchemy.exc")
+    return exc is not None and isinstance(error, exc.SQLAlchemyError)
+
+
+def _unexpected_hint(error: BaseException) -> str:
+    # A driver given a keyword it does not take (a parameter of the database URL's query
+    # string) raises TypeError naming the argument; anything else is not the URL's fault.
+    if isinstance(error, TypeError) and "argument" in str(error):
+        return (" (a database URL parameter the driver does not take? check the URL's "
+                "query string)")
+    return " (a bug in statefeed: please report it with the command that led to it)"
+
+
 def main() -> None:
     """Entry point: run the CLI, turning configuration and database errors into one line."""
-    from sqlalchemy.exc import SQLAlchemyError
-
     try:
         app()
     except ConfigError as error:
@@ -651,15 +710,15 @@ def main() -> None:
     except StatefeedError as error:
         typer.echo(f"processor: error: {error}", err=True)
         sys.exit(EXIT_CONFIG)
-    except SQLAlchemyError as error:
-        typer.echo(f"processor: error: database failed: {type(error).__name__}", err=True)
-        sys.exit(EXIT_DATABASE)
     except KeyboardInterrupt:
         sys.exit(130)
-    except Exception as error:  # a driver refusing a URL parameter, or a bug: one line
+    except Exception as error:
+        if _is_sqlalchemy_error(error):
+            typer.echo(f"processor: error: database failed: {type(error).__name__}", err=True)
+            sys.exit(EXIT_DATABASE)
+        # a driver refusing a URL parameter, or a bug: one line
         logging.getLogger(__name__).debug("unexpected error", exc_info=error)
-        typer.echo(f"processor: error: unexpected {error_text(error)} (a database URL "
-                   "parameter the driver does not take? check the URL's query string)",
+        typer.echo(f"processor: error: unexpected {error_text(error)}{_unexpected_hint(error)}",
                    err=True)
         sys.exit(EXIT_DATABASE)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import uvicorn
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from processor.client import AsyncClient
@@ -80,7 +81,7 @@ async def _progress(client: AsyncClient, info: PartitionInfo, elapsed: float) ->
             name += " - reducing"
         table.add_row(str(gate), name, str(waiting[gate]), f"{passed[gate]}/{total}")
     if failed:
-        table.add_row("-", "failed (skipped)", str(failed), first_error)
+        table.add_row("-", "failed (skipped)", str(failed), escape(first_error))
     return table
 
 
@@ -155,7 +156,7 @@ async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console
     from handlers.examples.resumes import sample_resumes
 
     console.print(f"[bold]statefeed demo[/]: {resumes} resumes -> gate 0 extract + "
-                  f"classify -> gate 1 rank, on {db_url}")
+                  f"classify -> gate 1 rank, on {escape(db_url)}")
     async with _serve_handler(_free_port()) as handler_url, \
             AsyncClient(db_url) as client:
         store = Store.open(db_url)
@@ -196,10 +197,12 @@ async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console
     for column in columns:
         table.add_column(column)
     for row in best:
-        table.add_row(*(_cell(row[column]) for column in columns))
+        table.add_row(*(escape(_cell(row[column])) for column in columns))
     console.print(table)
     for failure in ranking["failed"]:
-        console.print(f"[yellow]skipped[/] {failure['id']}: {failure['error']}")
+        # Data (ids, a handler's error text) is escaped: Rich would read "[...]" as markup.
+        console.print(f"[yellow]skipped[/] {escape(str(failure['id']))}: "
+                      f"{escape(str(failure['error']))}")
     console.print(f"[green]complete[/]: {ranking['ranked']} resumes ranked, "
                   f"{ranking['failed_count']} unreadable, in {elapsed:.2f} s")
     return 0

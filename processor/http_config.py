@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import httpx
-
 from processor.redact import redact_url
 from watcher.checks import check_seconds, check_whole_number
 from watcher.errors import ConfigError
@@ -192,6 +190,8 @@ def check_url(setting: str, url: object, *, example: str | None = None) -> str:
     shown = redact_url(url)
     if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
         raise ConfigError(f"{setting} {shown!r} contains whitespace or control characters")
+    import httpx  # here, not at the top: the CLI's --help reads this module's defaults
+
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError on a bad port

@@ -22,15 +22,15 @@ from processor.http_batch import BatchingHttpProcessor
 from processor.http_config import HttpProcessorConfig
 from processor.http_processor import HttpProcessor
 from processor.metrics import BACKLOG_CAP, DEFAULT_BACKLOG_INTERVAL, BacklogGauges, PrometheusHooks
+from processor.redact import redact_url
 from watcher.backoff import last_error, sleep_until
 from watcher.checks import check_seconds, check_whole_number
 from watcher.config import WatcherConfig
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
-from watcher.migrate import upgrade
 from watcher.records import Backlog
 from watcher.retention import Retention, RetentionConfig
-from watcher.store import Store, missing_tables
+from watcher.store import Store, missing_tables, not_migrated, sqlite_file_missing
 from watcher.text import first_line, shorten
 from watcher.watcher import Watcher
 
@@ -116,6 +116,24 @@ class ProcessorService:
                                      interval=config.backlog_interval)
         self._stop = asyncio.Event()
 
+    def startup_line(self) -> str:
+        """What this processor runs with, for its first log line: the database and the
+        handler with their passwords (and a URL's query values) masked, and the
+        concurrency."""
+        config = self.config
+        http = config.http
+        fields = [
+            "action=starting", f"owner={config.watcher.owner_id}",
+            f"database={config.db_url.redacted()}",
+            f"table_prefix={config.table_prefix or '-'}",
+            f"handler={redact_url(http.handler_url)}",
+            f"concurrency={config.watcher.concurrency}",
+            f"batch_size={config.batch_size}",
+            f"transport={http.transport}",
+            f"migrate={'yes' if config.migrate else 'no'}",
+        ]
+        return " ".join(fields)
+
     async def _read_backlog(self) -> Backlog:
         return await self.store.backlog_read(BACKLOG_CAP)
 
@@ -146,8 +164,13 @@ class ProcessorService:
 
         Raises:
             DatabaseError: the database is unreachable and ``exit_on_db_error`` is set,
-                or the tables are missing.
+                or the tables are missing (a SQLite file that does not exist is reported,
+                not created), unless ``migrate`` is set.
         """
+        if not self.config.migrate and sqlite_file_missing(self.config.db_url):
+            # Connecting would create an empty file (a typo in the path, say).
+            raise not_migrated(self.config.db_url, self.config.table_prefix,
+                               self._table_names())
         retrying = AsyncRetrying(
             retry=retry_if_exception_type((SQLAlchemyError, OSError)),
             wait=wait_exponential(multiplier=DB_WAIT_FIRST, max=DB_WAIT_MAX),
@@ -160,13 +183,19 @@ class ProcessorService:
         if attempt.retry_state.attempt_number > 1:
             log.info("action=database_available")
         if missing and self.config.migrate:
+            # Imported here: Alembic (and Mako) add a fifth to a start-up that does not
+            # migrate, and a start's time is the time to a processor's first lease.
+            from watcher.migrate import upgrade
+
             await asyncio.to_thread(upgrade, self.config.db_url, self.config.table_prefix)
             log.info("action=migrated tables=%s", ",".join(missing))
         elif missing:
-            raise DatabaseError(
-                f"tables {', '.join(missing)} do not exist in {self.config.db_url}: run "
-                "`processor migrate` first, or start with --migrate")
+            raise not_migrated(self.config.db_url, self.config.table_prefix, missing)
         return True
+
+    def _table_names(self) -> list[str]:
+        tables = self.store.tables
+        return [tables.partitions.name, tables.items.name, tables.leaders.name]
 
     async def _missing_tables(self) -> list[str]:
         """The statefeed tables the database lacks.
@@ -239,6 +268,7 @@ class ProcessorService:
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, self.request_stop)
+        log.info(self.startup_line())
         health = None
         health_task = None
         if self.config.health_port:

@@ -68,6 +68,24 @@ def require_mariadb() -> None:
     _require("MariaDB", MARIADB_URL)
 
 
+# The benchmark's peers (the bench extra): what the comparisons import.
+BENCH_PEERS = ("pgqueuer", "asyncpg", "celery", "redis")
+
+
+def require_bench_peers() -> None:
+    """Skip (locally) or fail (when CI is set) without the benchmark's peers: the smoke
+    runs compare statefeed with PGQueuer and Celery, installed by the ``bench`` extra."""
+    import importlib.util
+
+    missing = [name for name in BENCH_PEERS if importlib.util.find_spec(name) is None]
+    if missing:
+        message = (f"the benchmark's peers are not installed ({', '.join(missing)}): "
+                   "pip install -e '.[test,bench]'")
+        if os.environ.get("CI"):
+            pytest.fail(message + "; CI must run the benchmark smoke tests", pytrace=False)
+        pytest.skip(message)
+
+
 def require_mssql() -> None:
     """Skip with :data:`MSSQL_NOT_SET` when no SQL Server is configured; fail when one is
     configured (``$PROCESSOR_TEST_MSSQL_URL``) but does not answer or pymssql is missing:

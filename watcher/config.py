@@ -6,11 +6,13 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from watcher.checks import check_seconds, check_whole_number
-from watcher.decisions import RetryPolicy
 from watcher.errors import ConfigError
-from watcher.models import OWNER_MAX_LENGTH
+
+if TYPE_CHECKING:
+    from watcher.decisions import RetryPolicy
 
 DEFAULT_CONCURRENCY = 32
 DEFAULT_POLL_INTERVAL = 1.0
@@ -78,6 +80,10 @@ class WatcherConfig:
     max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES
 
     def __post_init__(self) -> None:
+        # Imported here, not at the top: the CLI reads this module's defaults for its --help,
+        # which must not load SQLModel (watcher.models) or the decisions built on it.
+        from watcher.models import OWNER_MAX_LENGTH
+
         if not isinstance(self.owner_id, str) or not self.owner_id.strip():
             raise ConfigError("owner id must be a non-empty string")
         if len(self.owner_id) > OWNER_MAX_LENGTH:
@@ -119,4 +125,6 @@ class WatcherConfig:
     @property
     def retry_policy(self) -> RetryPolicy:
         """The item retry policy these settings describe."""
+        from watcher.decisions import RetryPolicy
+
         return RetryPolicy(self.max_retries, self.retry_backoff, self.retry_backoff_max)

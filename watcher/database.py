@@ -12,7 +12,7 @@ from sqlalchemy.dialects import registry
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
 
-from watcher.dburl import DatabaseURL
+from watcher.dburl import DatabaseURL, require_driver
 from watcher.errors import ConfigError
 
 # SQL Server's engine driver: pymssql in a worker thread per connection.
@@ -50,6 +50,7 @@ def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
     Raises:
         ConfigError: the database's driver is not installed.
     """
+    require_driver(url)
     if url.dialect == "sqlite":
         engine = create_async_engine(
             url.async_url,

@@ -122,6 +122,35 @@ class DatabaseURL:
     __str__ = redacted
 
 
+# The packages each optional database needs, and the extra that installs them. SQLite
+# (aiosqlite) and PostgreSQL (psycopg) come with a plain install.
+_OPTIONAL_DRIVERS: dict[str, tuple[tuple[str, ...], str]] = {
+    "mysql": (("aiomysql", "pymysql"), "mysql"),
+    "mariadb": (("aiomysql", "pymysql"), "mysql"),
+    "mssql": (("pymssql",), "mssql"),
+}
+
+
+def require_driver(url: DatabaseURL) -> None:
+    """Check that the Python packages ``url``'s database needs are installed.
+
+    Called where a connection is about to be made (engine, migrations), so that a plain
+    install names the extra to add instead of failing deep inside SQLAlchemy.
+
+    Raises:
+        ConfigError: a driver package is missing; the message names the extra to install.
+    """
+    import importlib.util
+
+    packages, extra = _OPTIONAL_DRIVERS.get(url.dialect, ((), ""))
+    missing = [name for name in packages if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"{url.dialect}:// URLs need the {' and '.join(missing)} package"
+            f"{'s' if len(missing) > 1 else ''}, which statefeed installs only on request: "
+            f"pip install 'statefeed[{extra}]'")
+
+
 def redact_url(raw: str) -> str:
     """Return ``raw`` with its password and secret query values hidden, or a
     placeholder if it cannot be parsed safely."""

@@ -9,7 +9,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-from watcher.dburl import DatabaseURL, parse_database_url
+from watcher.dburl import DatabaseURL, parse_database_url, require_driver
 from watcher.schema import validate_table_prefix
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -34,15 +34,25 @@ def upgrade(url: str | DatabaseURL, table_prefix: str = "", revision: str = "hea
     """Bring the database's statefeed tables up to ``revision``.
 
     Raises:
-        ConfigError: the URL or the prefix is invalid.
+        ConfigError: the URL or the prefix is invalid, or the database's driver is not
+            installed.
         sqlalchemy.exc.SQLAlchemyError: the database refused or could not be reached.
     """
-    command.upgrade(alembic_config(url, table_prefix), revision)
+    parsed = url if isinstance(url, DatabaseURL) else parse_database_url(url)
+    require_driver(parsed)
+    command.upgrade(alembic_config(parsed, table_prefix), revision)
 
 
 def downgrade(url: str | DatabaseURL, table_prefix: str = "", revision: str = "base") -> None:
-    """Remove the statefeed tables (down to ``revision``)."""
-    command.downgrade(alembic_config(url, table_prefix), revision)
+    """Remove the statefeed tables (down to ``revision``).
+
+    Raises:
+        ConfigError: the URL or the prefix is invalid, or the database's driver is not
+            installed.
+    """
+    parsed = url if isinstance(url, DatabaseURL) else parse_database_url(url)
+    require_driver(parsed)
+    command.downgrade(alembic_config(parsed, table_prefix), revision)
 
 
 def upgrade_sql(url: str | DatabaseURL, table_prefix: str = "") -> str:

@@ -54,6 +54,7 @@ from watcher.drivers import Driver, open_driver
 from watcher.drivers.base import read_transaction, write_transaction
 from watcher.drivers.sql import clock_now, data_size, lock_unless_busy, time_plus
 from watcher.errors import (
+    DatabaseError,
     DuplicateItemError,
     GateError,
     InvalidInputError,
@@ -1381,3 +1382,45 @@ async def missing_tables(store: Store) -> list[str]:
         present = await conn.run_sync(
             lambda sync: {name for name in names if inspect_schema(sync).has_table(name)})
     return [name for name in names if name not in present]
+
+
+def sqlite_file_missing(url: DatabaseURL) -> bool:
+    """Whether ``url`` is a SQLite database whose file does not exist.
+
+    Opening one would create an empty file; only ``processor migrate`` (or
+    ``processor run --migrate``) should, so the other verbs ask this first.
+    """
+    import os
+
+    return url.dialect == "sqlite" and not os.path.exists(str(url.sync_url.database))
+
+
+def not_migrated(url: DatabaseURL, table_prefix: str, missing: Sequence[str]) -> DatabaseError:
+    """The error of every verb but ``migrate`` on a database that lacks statefeed's tables
+    (``missing``): one line, the same everywhere, saying what to do."""
+    where = f" with prefix {table_prefix!r}" if table_prefix else ""
+    return DatabaseError(
+        f"database {url.redacted()} has no statefeed tables{where} (missing: "
+        f"{', '.join(missing)}): run `processor migrate` first")
+
+
+async def require_migrated(url: DatabaseURL, table_prefix: str = "") -> None:
+    """Check that the database at ``url`` has statefeed's tables, without creating
+    anything: a SQLite file that does not exist is reported, not made.
+
+    Raises:
+        DatabaseError: the tables are missing (:func:`not_migrated`).
+        ConfigError: the prefix is invalid, or the database's driver is not installed.
+        sqlalchemy.exc.SQLAlchemyError | OSError: the database cannot be reached.
+    """
+    tables = tables_for(table_prefix)
+    if sqlite_file_missing(url):
+        raise not_migrated(url, table_prefix,
+                           [tables.partitions.name, tables.items.name, tables.leaders.name])
+    store = Store.open(url, table_prefix)
+    try:
+        missing = await missing_tables(store)
+    finally:
+        await store.close()
+    if missing:
+        raise not_migrated(url, table_prefix, missing)

@@ -8,7 +8,9 @@ templates turn these values into markup, and Jinja2 escapes every text they hold
 
 from __future__ import annotations
 
+import bisect
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -92,25 +94,42 @@ def shown_gates(gate: int, reduce_gates: tuple[int, ...], counts: dict[int, dict
     return list(range(highest + 1)) if highest < DENSE_GATES else sorted(known)
 
 
-def gate_progress(info: PartitionInfo, counts: dict[int, dict[str, int]]
-                  ) -> list[GateProgress]:
-    """The progress of each shown gate of ``info``, from its items counted per gate and
-    status (``counts``, as :meth:`AsyncClient.gate_counts` returns them)."""
+def gate_progress(info: PartitionInfo, counts: dict[int, dict[str, int]],
+                  gates: Sequence[int] | None = None) -> list[GateProgress]:
+    """The progress of each of ``gates`` of ``info`` (by default the shown ones:
+    :func:`shown_gates`), from its items counted per gate and status (``counts``, as
+    :meth:`AsyncClient.gate_counts` returns them).
+
+    One pass over the counted gates in order, whatever the number of gates asked for:
+    a partition with thousands of gates costs thousands of steps, not their square.
+    """
+    wanted = (shown_gates(info.gate, info.reduce_gates, counts) if gates is None
+              else sorted(gates))
+    counted = sorted(counts)
     complete = sum(by_status.get("complete", 0) for by_status in counts.values())
+    # Items still open (available or failed) at any gate: those beyond a gate are "done"
+    # with it, as they passed it.
+    still_open = sum(by_status.get("available", 0) + by_status.get("failed", 0)
+                     for by_status in counts.values())
     reduce_gates = set(info.reduce_gates)
     rows: list[GateProgress] = []
-    for gate in shown_gates(info.gate, info.reduce_gates, counts):
+    # Running sums over the counted gates below the one at hand.
+    below = failed_below = available_below = open_below = 0
+    for gate in wanted:
+        while below < len(counted) and counted[below] < gate:
+            by_status = counts[counted[below]]
+            available, failed = by_status.get("available", 0), by_status.get("failed", 0)
+            failed_below += failed
+            available_below += available
+            open_below += available + failed
+            below += 1
         here = counts.get(gate, {})
-        later = sum(by_status.get("available", 0) + by_status.get("failed", 0)
-                    for at, by_status in counts.items() if at > gate)
-        failed = sum(by_status.get("failed", 0) for at, by_status in counts.items()
-                     if at <= gate)
-        not_reached = sum(by_status.get("available", 0) for at, by_status in counts.items()
-                          if at < gate)
+        available, failed = here.get("available", 0), here.get("failed", 0)
+        later = still_open - open_below - available - failed
         rows.append(GateProgress(
             gate=gate, reduce=gate in reduce_gates, state=_gate_state(info, gate),
-            done=complete + later, waiting=here.get("available", 0), failed=failed,
-            not_reached=not_reached))
+            done=complete + later, waiting=available, failed=failed_below + failed,
+            not_reached=available_below))
     return rows
 
 
@@ -131,14 +150,27 @@ def item_counts(counts: dict[int, dict[str, int]]) -> dict[str, int]:
     return totals
 
 
+def list_window(gates: list[int], current: int) -> tuple[list[int], int]:
+    """Of the (sorted) ``gates``, those a row of the partitions list shows: at most
+    ``LIST_GATES``, kept around the partition's ``current`` gate; and how many it leaves
+    out."""
+    if len(gates) <= LIST_GATES:
+        return gates, 0
+    position = bisect.bisect_left(gates, current)
+    if position == len(gates):
+        position = 0
+    start = max(0, min(position - LIST_GATES // 2, len(gates) - LIST_GATES))
+    return gates[start:start + LIST_GATES], len(gates) - LIST_GATES
+
+
 def list_gates(progress: list[GateProgress], current: int) -> tuple[list[GateProgress], int]:
     """The gates a row of the partitions list shows (at most ``LIST_GATES``, kept around
     the partition's ``current`` gate), and how many it leaves out."""
-    if len(progress) <= LIST_GATES:
+    shown, more = list_window([row.gate for row in progress], current)
+    if not more:
         return progress, 0
-    position = next((n for n, row in enumerate(progress) if row.gate >= current), 0)
-    start = max(0, min(position - LIST_GATES // 2, len(progress) - LIST_GATES))
-    return progress[start:start + LIST_GATES], len(progress) - LIST_GATES
+    start = progress.index(next(row for row in progress if row.gate == shown[0]))
+    return progress[start:start + len(shown)], more
 
 
 def age_text(then: datetime | None, now: datetime) -> str:
@@ -306,10 +338,13 @@ def partition_row(info: PartitionInfo, counts: dict[int, dict[str, int]], now: d
                   all_gates: bool = False) -> PartitionRow:
     """The row (or, with ``all_gates``, the page header) of ``info``, from its items
     counted per gate and status, at ``now`` by the database clock."""
-    progress = gate_progress(info, counts)
-    shown, more = (progress, 0) if all_gates else list_gates(progress, info.gate)
+    # A row works out only the gates it shows: a partition with thousands of gates costs
+    # the list a pass over its counts, not a progress bar per gate.
+    gates = shown_gates(info.gate, info.reduce_gates, counts)
+    gates, more = (gates, 0) if all_gates else list_window(gates, info.gate)
     totals = item_counts(counts)
-    return PartitionRow(info=info, gates=shown, more_gates=more, lease=lease_of(info, now),
+    return PartitionRow(info=info, gates=gate_progress(info, counts, gates), more_gates=more,
+                        lease=lease_of(info, now),
                         counts=totals, total=sum(totals.values()),
                         age=age_text(info.created_at, now), updated=age_text(info.updated_at, now),
                         step=step_of(info))

@@ -19,7 +19,7 @@ from processor.console.app import create_app, settings_for
 from processor.console.security import check_bind
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
-from watcher.store import Store, missing_tables
+from watcher.store import require_migrated
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +100,12 @@ async def check_database(options: ConsoleOptions) -> None:
         DatabaseError: it does not answer (the message has no password), or the
             tables are missing (run ``processor migrate``).
     """
-    store = Store.open(options.db_url, options.table_prefix)
     try:
-        missing = await missing_tables(store)
+        await require_migrated(options.db_url, options.table_prefix)
     except (SQLAlchemyError, OSError) as error:
         from processor.service import describe_db_error
 
         raise DatabaseError(describe_db_error(error, options.db_url)) from None
-    finally:
-        await store.close()
-    if missing:
-        raise DatabaseError(f"tables {', '.join(missing)} do not exist in "
-                            f"{options.db_url.redacted()}: run `processor migrate` first")
 
 
 @contextlib.asynccontextmanager

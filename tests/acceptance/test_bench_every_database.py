@@ -23,7 +23,13 @@ from typing import Any
 import pytest
 
 from tests.acceptance.test_bench_smoke import FIGURES, positive, tables_left
-from tests.conftest import MARIADB_URL, POSTGRES_URL, require_mariadb, require_postgres
+from tests.conftest import (
+    MARIADB_URL,
+    POSTGRES_URL,
+    require_bench_peers,
+    require_mariadb,
+    require_postgres,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = ("library", "http", "batch", "latency", "scale")
@@ -40,6 +46,7 @@ REQUIRE: dict[str, Callable[[], None]] = {"sqlite": lambda: None, "postgres": re
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     """The JSON document and the output of one ``--smoke --db all`` run of the five
     scenarios."""
+    require_bench_peers()
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     command = [sys.executable, "-m", "bench", "--smoke", "--db", "all", "--json", str(out)]
     for scenario in MEASURED:

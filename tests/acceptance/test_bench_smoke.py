@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, inspect
 
-from tests.conftest import POSTGRES_URL, require_postgres
+from tests.conftest import POSTGRES_URL, require_bench_peers, require_postgres
 from watcher.dburl import parse_database_url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,6 +71,7 @@ def tables_left(url: str, prefixes: list[str]) -> list[str]:
 
 
 def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
+    require_bench_peers()
     require_postgres()
     out = tmp_path / "bench.json"
     done = subprocess.run(
@@ -113,7 +114,9 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
 
     failover = scenarios["failover"]
     positive(failover, "failover_after_kill_s", "handoff_after_sigterm_s",
-             "lease_duration_s", "partitions_moved_on_kill", "partitions_moved_on_sigterm")
+             "lease_duration_s", "partitions_moved_on_kill", "partitions_moved_on_sigterm",
+             "start_to_first_lease_s", "start_to_first_lease_last_s")
+    assert failover["start_to_first_lease_s"] <= failover["start_to_first_lease_last_s"]
     assert failover["handoff_exit_code"] == 0
 
     scale = scenarios["scale"]

@@ -203,6 +203,7 @@ def test_bad_configuration_is_one_clear_line(args, fragment, tmp_path) -> None:
 
 def test_environment_variables_configure_the_cli(tmp_path) -> None:
     done = run_cli("run", env={"PROCESSOR_HANDLER_URL": "http://127.0.0.1:9",
+                           "PROCESSOR_DB_URL": f"sqlite:///{tmp_path / 'x.db'}",
                            "PROCESSOR_CONCURRENCY": "0"})
     assert done.returncode != 0 and "concurrency" in done.stderr
 
@@ -217,6 +218,7 @@ def test_migrate_sql_prints_ddl_without_connecting() -> None:
 def test_handler_headers_from_the_environment_one_per_line(tmp_path) -> None:
     """Header values contain spaces, so the environment form is one header per line."""
     done = run_cli("run", env={"PROCESSOR_HANDLER_URL": "http://127.0.0.1:9",
+                           "PROCESSOR_DB_URL": f"sqlite:///{tmp_path / 'x.db'}",
                            "PROCESSOR_HANDLER_HEADER": "Authorization: Bearer a b\nBroken"})
     assert done.returncode == 2
     assert "Broken" in done.stderr or "header" in done.stderr

@@ -619,7 +619,9 @@ async def test_start_up_without_a_database_can_exit_instead(tmp_path) -> None:
         output = proc.output()
     assert code == 1, output
     assert "Traceback" not in output
-    lines = output.strip().splitlines()
+    # Its start-up line (what it runs with), then the error: one line.
+    starting, *lines = output.strip().splitlines()
+    assert "action=starting owner=leaving" in starting, output
     assert len(lines) == 1 and "unavailable" in lines[0], output
 
 

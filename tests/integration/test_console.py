@@ -356,3 +356,33 @@ async def test_pages_stay_fast_with_10000_partitions(db_url: str, table_prefix: 
     assert ">2,500<" in overview  # each status's count
     prefixed = (await web.get("/partitions?prefix=job-099")).text
     assert prefixed.count('href="/partition?id=job-099') == 50
+
+
+# -- a partition with thousands of gates ---------------------------------------------
+
+MANY_GATES = 4000
+
+
+async def test_a_partition_with_thousands_of_gates(client: AsyncClient,
+                                                   web: httpx.AsyncClient) -> None:
+    """Each page works out what it shows: a list row its 8 gates (and how many more), the
+    partition page every gate once. (The work per page is counted in
+    tests/unit/test_console_pages.py; here the pages answer, with the right numbers.)"""
+    await client.create_partition("wide", [NewItem(f"i{gate:05}", b"{}", gate=gate)
+                                           for gate in range(MANY_GATES)])
+    await client.create_partition("narrow", [NewItem("a", b"{}")])
+    paths = ["/", "/live/overview", "/partitions", "/live/partitions", "/partition?id=wide",
+             "/live/partition?id=wide"]
+    answers = {path: await web.get(path) for path in paths}
+    for path, answer in answers.items():
+        assert answer.status_code == 200, (path, answer.text[:500])
+    listing = answers["/partitions"].text
+    # A row of "wide" (at gate 0): gates 0..7 and the rest counted.
+    assert listing.count('class="minigate state-') == 8 + 1
+    assert f"+{MANY_GATES - 8} gates" in listing
+    assert 'data-key="g7"' in listing and 'data-key="g8"' not in listing
+    page = answers["/partition?id=wide"].text
+    assert page.count('class="step state-') == MANY_GATES
+    # The last gate: every other item is still available before it.
+    last = page[page.index(f'data-key="gate-{MANY_GATES - 1}"'):]
+    assert f"{MANY_GATES - 1:,} not reached" in last[:2000]

@@ -3,6 +3,7 @@ leases, the throughput chart, result previews, error summaries and notices."""
 
 from __future__ import annotations
 
+import random
 from datetime import datetime, timedelta
 
 import pytest
@@ -86,6 +87,78 @@ def test_partition_row_adds_up_the_items() -> None:
     assert row.counts == {"available": 2, "failed": 1, "complete": 4} and row.total == 7
     assert (row.age, row.updated, row.step) == ("5 min", "3 s", "items")
     assert row.lease == pages.Lease("held", "w1", 9)
+
+
+def _naive_progress(info: PartitionInfo, counts: dict[int, dict[str, int]]
+                    ) -> list[tuple[int, int, int, int, int]]:
+    # The definition, gate by gate over every count (quadratic): what the fast pass must
+    # agree with.
+    complete = sum(s.get("complete", 0) for s in counts.values())
+    rows = []
+    for gate in pages.shown_gates(info.gate, info.reduce_gates, counts):
+        later = sum(s.get("available", 0) + s.get("failed", 0)
+                    for at, s in counts.items() if at > gate)
+        failed = sum(s.get("failed", 0) for at, s in counts.items() if at <= gate)
+        not_reached = sum(s.get("available", 0) for at, s in counts.items() if at < gate)
+        rows.append((gate, complete + later, counts.get(gate, {}).get("available", 0),
+                     failed, not_reached))
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_progress_agrees_with_its_definition_on_random_partitions(seed: int) -> None:
+    rng = random.Random(seed)
+    spread = rng.choice([3, 15, 40, 500])
+    counts: dict[int, dict[str, int]] = {}
+    for _ in range(rng.randint(0, 60)):
+        by_status = counts.setdefault(rng.randrange(spread), {})
+        status = rng.choice(["available", "complete", "failed"])
+        by_status[status] = by_status.get(status, 0) + rng.randint(1, 5)
+    gate = rng.randrange(spread)
+    info = _info(rng.choice(["available", "failed", "complete"]), gate,
+                 reduce_gates=tuple(rng.sample(range(spread), rng.randint(0, 2))))
+    expected = _naive_progress(info, counts)
+    got = [(r.gate, r.done, r.waiting, r.failed, r.not_reached)
+           for r in pages.gate_progress(info, counts)]
+    assert got == expected
+    # A list row shows a window of the same rows, around the partition's gate.
+    row = pages.partition_row(info, counts, NOW)
+    window, more = pages.list_gates(pages.gate_progress(info, counts), info.gate)
+    assert [(r.gate, r.done, r.failed) for r in row.gates] == [
+        (r.gate, r.done, r.failed) for r in window]
+    assert row.more_gates == more == max(0, len(expected) - pages.LIST_GATES)
+    full = pages.partition_row(info, counts, NOW, all_gates=True)
+    assert [(r.gate, r.done, r.waiting, r.failed, r.not_reached) for r in full.gates] == expected
+
+
+class _CountedReads(dict):
+    """A gate's counts by status that count every read of a status: the work done."""
+
+    reads = 0
+
+    def get(self, key, default=None):
+        _CountedReads.reads += 1
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        _CountedReads.reads += 1
+        return super().__getitem__(key)
+
+
+@pytest.mark.parametrize("all_gates", [False, True], ids=["list row", "partition page"])
+def test_a_page_costs_a_pass_over_the_gates_not_their_square(all_gates: bool) -> None:
+    gates = 4000
+    counts = {gate: _CountedReads(available=1, failed=gate % 2, complete=1)
+              for gate in range(gates)}
+    info = _info("available", 2000)
+    _CountedReads.reads = 0
+    row = pages.partition_row(info, counts, NOW, all_gates=all_gates)
+    # A few reads per gate; the quadratic way made about 3 x 4000 x 4000.
+    assert _CountedReads.reads <= 10 * gates, _CountedReads.reads
+    assert len(row.gates) == (gates if all_gates else pages.LIST_GATES)
+    middle = next(r for r in row.gates if r.gate == 2000)
+    assert (middle.waiting, middle.failed, middle.not_reached) == (1, 1000, 2000)
+    assert middle.done == gates + 1999 + 1000  # complete + open items beyond gate 2000
 
 
 @pytest.mark.parametrize(("seconds", "text"), [

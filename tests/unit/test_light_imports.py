@@ -54,3 +54,27 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(ImportError):
         from processor import Nothing  # noqa: F401
     assert not hasattr(processor, "Nothing")
+
+
+HEAVY_FOR_HELP = ("sqlalchemy", "sqlmodel", "alembic", "aiohttp", "httpx", "uvicorn",
+                  "starlette", "rich")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["status", "--help"],
+                                  ["migrate", "--help"], ["console", "--help"],
+                                  ["healthcheck", "--health-port", "1"]])
+def test_cli_help_loads_no_database_or_http_library(argv: list[str]) -> None:
+    # `processor --help` (and a verb's) only reads option defaults: it must not wait for
+    # SQLAlchemy, SQLModel or an HTTP client to load. Nor must the image's health check
+    # (here against a closed port: it answers 1), which runs every few seconds.
+    done = _run(
+        "import sys\n"
+        f"sys.argv = ['processor', *{argv!r}]\n"
+        "from processor.cli import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exit:\n"
+        f"    assert exit.code in {(1,) if argv[0] == 'healthcheck' else (0, None)!r}, exit.code\n"
+        f"loaded = sorted(m for m in {HEAVY_FOR_HELP!r} if m in sys.modules)\n"
+        "assert not loaded, loaded\n")
+    assert done.returncode == 0, done.stderr[-2000:]

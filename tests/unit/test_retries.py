@@ -290,6 +290,8 @@ SECRET = "s3cret-pw"
 
 
 def _service(tmp_path, db_url: str | None = None, **overrides) -> ProcessorService:
+    # An existing file: a missing one is refused before any try (never created).
+    (tmp_path / "x.db").touch()
     config = ServiceConfig(
         db_url=parse_database_url(db_url or f"sqlite:///{tmp_path / 'x.db'}"),
         watcher=WatcherConfig(owner_id="me"),

@@ -22,30 +22,43 @@ The portable implementation and the interface are :class:`~.base.Driver`;
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from sqlalchemy.ext.asyncio import AsyncEngine
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from watcher.drivers.base import DirectDriver, Driver
 from watcher.drivers.conflicts import is_lock_conflict
-from watcher.drivers.mssql import SQLServerDriver
-from watcher.drivers.mysql import MySQLDriver
-from watcher.drivers.postgresql import PostgreSQLDriver
 from watcher.drivers.sql import clock_now, db_now, db_now_plus, lock_unless_busy, time_plus
-from watcher.drivers.sqlite import SQLiteDriver
 from watcher.errors import ConfigError
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from watcher.drivers.mssql import SQLServerDriver
+    from watcher.drivers.mysql import MySQLDriver
+    from watcher.drivers.postgresql import PostgreSQLDriver
+    from watcher.drivers.sqlite import SQLiteDriver
     from watcher.store import Statements
 
-# SQLAlchemy dialect name -> driver class.
-DRIVERS: dict[str, type[Driver]] = {
-    "sqlite": SQLiteDriver,
-    "postgresql": PostgreSQLDriver,
-    "mysql": MySQLDriver,
-    "mariadb": MySQLDriver,
-    "mssql": SQLServerDriver,
+# SQLAlchemy dialect name -> the module and name of its driver class. A driver module is
+# imported only when its database is used: the MariaDB one loads aiomysql, which a plain
+# install (without the mysql extra) does not have.
+DRIVERS: dict[str, tuple[str, str]] = {
+    "sqlite": ("sqlite", "SQLiteDriver"),
+    "postgresql": ("postgresql", "PostgreSQLDriver"),
+    "mysql": ("mysql", "MySQLDriver"),
+    "mariadb": ("mysql", "MySQLDriver"),
+    "mssql": ("mssql", "SQLServerDriver"),
 }
+_CLASSES = {name: module for module, name in DRIVERS.values()}
+
+
+def __getattr__(name: str) -> Any:
+    # The driver classes stay importable from the package (``from watcher.drivers import
+    # MySQLDriver``), loaded on first use.
+    module = _CLASSES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
 def driver_class(dialect_name: str) -> type[Driver]:
@@ -55,12 +68,14 @@ def driver_class(dialect_name: str) -> type[Driver]:
         ConfigError: statefeed has no driver for this database.
     """
     try:
-        return DRIVERS[dialect_name]
+        module, name = DRIVERS[dialect_name]
     except KeyError:
         supported = ", ".join(sorted(DRIVERS))
         raise ConfigError(
             f"statefeed does not support the {dialect_name!r} database; "
             f"use one of: {supported}") from None
+    driver: type[Driver] = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return driver
 
 
 def open_driver(engine: AsyncEngine, statements: Statements) -> Driver:

@@ -40,7 +40,7 @@ def require_chromium() -> str:
     try:
         import playwright.async_api  # noqa: F401
     except ImportError:
-        problem = "the playwright package is not installed (pip install -e '.[test]')"
+        problem = "the playwright package is not installed (pip install -e '.[test,browser]')"
     path = chromium_path()
     if problem is None and path is None:
         problem = ("Chromium is not installed (apt-get install chromium, as .ci/run does; "
