@@ -419,20 +419,20 @@ def retry(
     table_prefix: TablePrefix = "",
     as_json: JsonOption = False,
 ) -> None:
-    """Re-open a failed or cancelled partition where it stopped; its failed items at or
-    after its gate go back to available, with their attempts reset."""
+    """Run a partition's failed items again, with their attempts reset. A complete, failed
+    or cancelled partition re-opens at its lowest failed gate, and a reduce gate it had
+    finished after that gate runs again; a failed reduce is re-armed. Prints what was
+    done."""
     from processor.client import Client
+    from processor.views import retry_row, retry_text
 
     url = _database(db_url, table_prefix)
     with Client(url, table_prefix) as client:
-        reset = client.retry_failed(partition_id)
-        info = client.partition(partition_id)
+        report = client.retry_failed(partition_id)
     if as_json:
-        typer.echo(json.dumps({"id": info.id, "status": info.status, "gate": info.gate,
-                               "items_reset": reset}))
+        typer.echo(json.dumps(retry_row(report)))
         return
-    typer.echo(f"partition {partition_id!r} is {info.status} at gate {info.gate}; "
-               f"{reset} failed item(s) reset")
+    typer.echo(retry_text(report))
 
 
 @app.command()
@@ -535,8 +535,9 @@ def set_gate(
     table_prefix: TablePrefix = "",
     as_json: JsonOption = False,
 ) -> None:
-    """Move a partition's gate forward (a manual checkpoint). Refused while items below the
-    new gate are still available."""
+    """Move an open partition's gate forward (a manual checkpoint). Refused, writing
+    nothing, on a complete, failed or cancelled partition, while items below the new gate
+    are still available, and when no item is available at or after it."""
     from processor.client import Client
 
     url = _database(db_url, table_prefix)
