@@ -659,6 +659,13 @@ class Store:
         Raises:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
         """
+        try:
+            return await self._retry_failed(partition_id)
+        except _NothingToDo as nothing:  # rolled back: a retry that does nothing writes nothing
+            assert isinstance(nothing.value, RetryReport)
+            return nothing.value
+
+    async def _retry_failed(self, partition_id: str) -> RetryReport:
         p, i = self.tables.partitions, self.tables.items
         now = self.statements.now
         reset = {"version": i.c.version + 1, "status": AVAILABLE, "attempts": 0,
@@ -682,7 +689,8 @@ class Store:
                 lowest = (await conn.execute(select(func.min(i.c.gate)).where(
                     mine, i.c.status.in_((FAILED, AVAILABLE))))).scalar_one()
                 if lowest is None and row.status == COMPLETE:
-                    return RetryReport(partition_id, row.status, row.gate, row.status, row.gate)
+                    raise _NothingToDo(RetryReport(partition_id, row.status, row.gate,
+                                                   row.status, row.gate))
                 if lowest is not None:
                     gate = min(gate, lowest)
                 items = await conn.execute(update(i).where(
@@ -741,6 +749,12 @@ class Store:
                 gate, items below ``gate`` are still available, or no item is
                 available at or after ``gate``.
         """
+        try:
+            await self._set_gate(partition_id, gate)
+        except _NothingToDo:
+            pass  # rolled back: a move to the gate it is at writes nothing
+
+    async def _set_gate(self, partition_id: str, gate: int) -> None:
         p, i = self.tables.partitions, self.tables.items
         async with self._write() as conn:
             await self._touch_partition(conn, partition_id)
@@ -750,14 +764,23 @@ class Store:
                 raise GateError(
                     f"cannot move partition {partition_id!r} to gate {gate}: it is {status} "
                     f"(at gate {current}), and only an open partition's gate moves; "
-                    + ("processor retry (retry_failed) re-opens it at its lowest failed gate"
+                    + ("processor retry (retry_failed) re-opens it"
                        if status != COMPLETE else "add items to re-open it"))
             if gate < current:
                 raise GateError(
                     f"cannot move partition {partition_id!r} back from gate {current} to gate "
                     f"{gate}; a checkpoint only moves forward")
             if gate == current:
-                return
+                raise _NothingToDo(None)
+            highest = (await conn.execute(select(func.max(i.c.gate)).where(
+                i.c.partition_id == partition_id, i.c.status == AVAILABLE))).scalar_one()
+            if highest is None or highest < gate:
+                where = ("no item of it is available" if highest is None
+                         else f"its last available item is at gate {highest}")
+                raise GateError(
+                    f"cannot move partition {partition_id!r} to gate {gate}: {where}, so "
+                    "nothing would ever run there; move it to a gate that holds waiting "
+                    "items, or add items first")
             waiting = (await conn.execute(
                 select(i.c.gate, func.count()).where(
                     i.c.partition_id == partition_id, i.c.status == AVAILABLE, i.c.gate < gate)
@@ -768,15 +791,6 @@ class Store:
                     f"item(s) at gate {waiting[0]} are still available and would be stranded "
                     "below it; wait until they are done or failed, or move them with a handler "
                     "answer")
-            highest = (await conn.execute(select(func.max(i.c.gate)).where(
-                i.c.partition_id == partition_id, i.c.status == AVAILABLE))).scalar_one()
-            if highest is None or highest < gate:
-                where = ("no item of it is available" if highest is None
-                         else f"its last available item is at gate {highest}")
-                raise GateError(
-                    f"cannot move partition {partition_id!r} to gate {gate}: {where}, so "
-                    "nothing would ever run there; move it to a gate that holds waiting "
-                    "items, or add items first")
             await conn.execute(update(p).where(p.c.id == partition_id).values(
                 gate=gate, reduce_pass=None, reduce_page=0, reduce_after=None,
                 reduce_acc=None, reduce_attempts=0))
@@ -1417,6 +1431,15 @@ def _reduces_finished(reduce_gates: Collection[int], status: str, gate: int,
     if gate == stopped_at and status != COMPLETE:
         return []
     return sorted(reduce for reduce in reduce_gates if gate <= reduce <= stopped_at)
+
+
+class _NothingToDo(Exception):
+    """A client write found nothing to change: roll its transaction (the lock it took
+    by touching the partition row) back, and return ``value``."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__()
+        self.value = value
 
 
 class _GuardLost(Exception):

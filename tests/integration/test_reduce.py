@@ -172,7 +172,9 @@ async def test_reduce_that_keeps_failing_fails_the_partition_and_retry_failed_re
         assert info.counts == {"available": 9}
         assert info.reduce is not None and info.reduce.pass_ == "fold"
         broken["page"] = -1
-        assert await client.retry_failed("p") == 0
+        report = await client.retry_failed("p")
+        assert (report.items_reset, report.reduce_rearmed, report.reopened) == (0, True, True)
+        assert (report.items_rerun, report.gate) == (0, 1), "resumes from its stored page"
         info = await client.wait("p", timeout=WAIT)
     assert info.status == "complete" and info.result_json() == [8, 7, 6]
     # Page 0 of the fold was stored before the failure: it is not sent again.
