@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from processor.console import pages
-from watcher.records import PartitionInfo, ReduceProgress, Throughput
+from watcher.records import PartitionInfo, ReduceProgress, RetryReport, Throughput
 
 NOW = datetime(2026, 5, 1, 12, 0, 0)
 
@@ -146,9 +146,26 @@ def test_error_summaries() -> None:
 
 
 def test_notices_come_only_from_their_own_words() -> None:
-    assert pages.notice_text("retried", count=3, status="available") == (
-        "Retried: 3 failed item(s) are available again; the partition is available.")
     assert pages.notice_text("deleted", id="<b>x</b>", count=2) == \
         "Deleted partition <b>x</b> and its 2 item(s)."  # the template escapes it
     assert pages.notice_text("made-up") is None and pages.notice_text(None) is None
-    assert pages.notice_text("retried") is None  # a value missing: nothing shown
+    assert pages.notice_text("cancelled", count=1) is not None
+    assert pages.notice_text("deleted") is None  # a value missing: nothing shown
+
+
+def test_the_retry_notice_says_what_the_retry_did() -> None:
+    report = RetryReport("job", "complete", 2, "available", 0, items_reset=2, items_rerun=34,
+                         reduce_rearmed=False)
+    params = {name: str(value) for name, value in pages.retry_notice_params(report).items()}
+    assert pages.retry_notice("job", params) == (
+        "Retried: re-opened partition 'job' (complete at gate 2) at gate 0; 2 failed item(s) "
+        "reset, 34 item(s) back at their reduce gate to be reduced again.")
+    nothing = RetryReport("job", "complete", 1, "complete", 1)
+    params = {name: str(value) for name, value in pages.retry_notice_params(nothing).items()}
+    assert pages.retry_notice("job", params) == (
+        "Retried: partition 'job' is complete at gate 1; nothing to retry: no item of it "
+        "failed.")
+    # A hand-edited address shows nothing rather than made-up words.
+    assert pages.retry_notice("job", {**params, "was": "<b>"}) is None
+    assert pages.retry_notice("job", {**params, "count": "many"}) is None
+    assert pages.retry_notice("job", {}) is None
