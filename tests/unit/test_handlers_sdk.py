@@ -299,14 +299,14 @@ def test_item_json_and_text_decode_or_raise_a_value_error_that_fails_the_item() 
     assert item.json() == {"name": "Zoë"}
     assert item.text() == '{"name": "Zoë"}'
     for data in (b"\xff\xfe\xfa", b"NaN", b""):
-        with pytest.raises(ItemDataError, match="^data is not valid JSON") as raised:
+        with pytest.raises(ItemDataError, match=r"^data is not valid JSON") as raised:
             Item(id="i", partition_id="p", data=data).json()
         assert isinstance(raised.value, ValueError)
         assert isinstance(raised.value, Fail)
         # In a reduce page the processor names the page, not the item: the SDK names it.
-        with pytest.raises(ItemDataError, match="^item 'i': data is not valid JSON"):
+        with pytest.raises(ItemDataError, match=r"^item 'i': data is not valid JSON"):
             Item(id="i", partition_id="p", data=data, in_reduce=True).json()
-    with pytest.raises(ItemDataError, match="^data is not valid UTF-8"):
+    with pytest.raises(ItemDataError, match=r"^data is not valid UTF-8"):
         Item(id="i", partition_id="p", data=b"\xff").text()
 
 
