@@ -105,6 +105,8 @@ def retry_text(report: RetryReport) -> str:
     if report.items_left_failed:
         done.append(f"{report.items_left_failed} failed item(s) below gate {report.gate} "
                     "left failed while it runs (retry again once it has stopped)")
-    if not report:
-        return f"{where}; nothing to retry: no item of it failed"
-    return f"{where}; " + ", ".join(done)
+    if report:
+        return f"{where}; " + ", ".join(done)
+    if report.items_left_failed:
+        return f"{where}; nothing to retry at or after its gate, " + done[-1]
+    return f"{where}; nothing to retry: no item of it failed"

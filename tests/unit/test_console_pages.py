@@ -165,6 +165,17 @@ def test_the_retry_notice_says_what_the_retry_did() -> None:
     assert pages.retry_notice("job", params) == (
         "Retried: partition 'job' is complete at gate 1; nothing to retry: no item of it "
         "failed.")
+    running = RetryReport("job", "available", 3, "available", 3, items_left_failed=2)
+    params = {name: str(value) for name, value in pages.retry_notice_params(running).items()}
+    assert pages.retry_notice("job", params) == (
+        "Retried: partition 'job' is available at gate 3; nothing to retry at or after its "
+        "gate, 2 failed item(s) below gate 3 left failed while it runs (retry again once it "
+        "has stopped).")
+    rearmed = RetryReport("job", "failed", 1, "available", 1, reduce_rearmed=True)
+    assert rearmed and pages.retry_notice("job", {
+        name: str(value) for name, value in pages.retry_notice_params(rearmed).items()}) == (
+        "Retried: re-opened partition 'job' (failed at gate 1) at gate 1; 0 failed item(s) "
+        "reset, its failed reduce re-armed.")
     # A hand-edited address shows nothing rather than made-up words.
     assert pages.retry_notice("job", {**params, "was": "<b>"}) is None
     assert pages.retry_notice("job", {**params, "count": "many"}) is None
