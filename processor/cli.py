@@ -537,7 +537,7 @@ def set_gate(
 ) -> None:
     """Move an open partition's gate forward (a manual checkpoint). Refused, writing
     nothing, on a complete, failed or cancelled partition, while items below the new gate
-    are still available, and when no item is available at or after it."""
+    are still available, and when no item of it is available."""
     from processor.client import Client
 
     url = _database(db_url, table_prefix)

@@ -530,7 +530,7 @@ class AsyncClient:
             PartitionNotFoundError: no partition has this id.
             GateError: the partition is complete, failed or cancelled; ``gate`` is
                 below the current gate; items below ``gate`` are still available;
-                or no item is available at or after ``gate``.
+                or no item of it is available.
         """
         _check_id("partition", partition_id)
         if not _is_gate(gate):

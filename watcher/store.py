@@ -734,20 +734,20 @@ class Store:
 
         Refused, with nothing written, when the move means nothing or strands
         work: on a partition that is not open (complete, failed or cancelled:
-        nothing runs at any gate of it, and ``retry_failed`` re-opens it at its
-        lowest failed gate), below its gate, while an item below ``gate`` is
-        still available (nothing dispatches below a partition's gate, so the
-        item would be stranded and the partition could close over it), and to
-        a gate with no available item at or after it (nothing would ever run
-        there). Leaving a gate drops the reduce progress stored for it. The
-        partition row is written first, which locks it: a processor's
+        nothing runs at any gate of it, and ``retry_failed`` re-opens it), below
+        its gate, while an item below ``gate`` is still available (nothing
+        dispatches below a partition's gate, so the item would be stranded and
+        the partition could close over it; so a gate beyond every available item
+        is refused too), and when no item of it is available (nothing would ever
+        run at the new gate). Leaving a gate drops the reduce progress stored for
+        it. The partition row is written first, which locks it: a processor's
         concurrent write on it conflicts and re-reads.
 
         Raises:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
             GateError: the partition is not open, ``gate`` is below its current
-                gate, items below ``gate`` are still available, or no item is
-                available at or after ``gate``.
+                gate, items below ``gate`` are still available, or no item of
+                it is available.
         """
         try:
             await self._set_gate(partition_id, gate)
@@ -772,15 +772,6 @@ class Store:
                     f"{gate}; a checkpoint only moves forward")
             if gate == current:
                 raise _NothingToDo(None)
-            highest = (await conn.execute(select(func.max(i.c.gate)).where(
-                i.c.partition_id == partition_id, i.c.status == AVAILABLE))).scalar_one()
-            if highest is None or highest < gate:
-                where = ("no item of it is available" if highest is None
-                         else f"its last available item is at gate {highest}")
-                raise GateError(
-                    f"cannot move partition {partition_id!r} to gate {gate}: {where}, so "
-                    "nothing would ever run there; move it to a gate that holds waiting "
-                    "items, or add items first")
             waiting = (await conn.execute(
                 select(i.c.gate, func.count()).where(
                     i.c.partition_id == partition_id, i.c.status == AVAILABLE, i.c.gate < gate)
@@ -791,6 +782,13 @@ class Store:
                     f"item(s) at gate {waiting[0]} are still available and would be stranded "
                     "below it; wait until they are done or failed, or move them with a handler "
                     "answer")
+            if (await conn.execute(select(i.c.id).where(
+                    i.c.partition_id == partition_id, i.c.status == AVAILABLE).limit(1))
+                    ).first() is None:
+                raise GateError(
+                    f"cannot move partition {partition_id!r} to gate {gate}: no item of it is "
+                    "available, so nothing would ever run there; add items first (at the "
+                    "gate you want)")
             await conn.execute(update(p).where(p.c.id == partition_id).values(
                 gate=gate, reduce_pass=None, reduce_page=0, reduce_after=None,
                 reduce_acc=None, reduce_attempts=0))

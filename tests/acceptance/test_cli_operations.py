@@ -176,7 +176,7 @@ async def test_operator_verbs(migrated) -> None:
             # Moves that mean nothing are refused, and write nothing.
             before = {pid: await client.partition(pid) for pid in ("empty", "old-done")}
             one_error_line(run_cli("set-gate", "gated", "5", *where),
-                           "its last available item is at gate 4")
+                           "1 item(s) at gate 4 are still available")
             one_error_line(run_cli("set-gate", "empty", "2", *where),
                            "no item of it is available")
             one_error_line(run_cli("set-gate", "old-done", "99", *where), "it is complete")

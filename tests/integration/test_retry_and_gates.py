@@ -216,7 +216,8 @@ async def test_set_gate_refuses_moves_that_mean_nothing_and_writes_nothing(
     await client.create_partition("empty", [])
 
     refusals = [("done", 99, "it is complete"), ("stopped", 1, "it is cancelled"),
-                ("failing", 1, "it is failed"), ("open", 5, "last available item is at gate 4"),
+                ("failing", 1, "it is failed"),
+                ("open", 5, r"1 item\(s\) at gate 4 are still available"),
                 ("empty", 1, "no item of it is available")]
     for partition_id, gate, message in refusals:
         before = await client.partition(partition_id)
