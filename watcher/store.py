@@ -50,6 +50,7 @@ from sqlalchemy.sql.expression import ColumnElement, Exists, Select, Update
 from watcher.clock import Clock, DatabaseClock
 from watcher.database import create_engine
 from watcher.dburl import DatabaseURL, parse_database_url
+from watcher.decisions import reduces_to_run_again
 from watcher.drivers import Driver, open_driver
 from watcher.drivers.base import read_transaction, write_transaction
 from watcher.drivers.sql import clock_now, data_size, lock_unless_busy, time_plus
@@ -695,8 +696,9 @@ class Store:
                     gate = min(gate, lowest)
                 items = await conn.execute(update(i).where(
                     mine, i.c.status == FAILED).values(**reset))
-                again = _reduces_finished(settings_of(row.reduce_gates, None).reduce_gates,
-                                          row.status, gate, row.gate)
+                again = reduces_to_run_again(
+                    settings_of(row.reduce_gates, None).reduce_gates, row.status,
+                    reopen_at=gate, stopped_at=row.gate)
                 if again:
                     rerun = (await conn.execute(update(i).where(
                         mine, i.c.status == COMPLETE, i.c.gate.in_(again)
@@ -1416,19 +1418,6 @@ def _colliding_ids(items: Sequence[NewItem]) -> list[str]:
         groups.setdefault(item.id.rstrip(" "), []).append(item.id)
     colliding = sorted(one for group in groups.values() if len(group) > 1 for one in group)
     return colliding or sorted(item.id for item in items)
-
-
-def _reduces_finished(reduce_gates: Collection[int], status: str, gate: int,
-                      stopped_at: int) -> list[int]:
-    """The reduce gates that run again when a partition stopped at ``stopped_at`` (with
-    ``status``) re-opens at ``gate``: every one from ``gate`` up to ``stopped_at``
-    when the gate moves back (a reduce under way at ``stopped_at`` starts over
-    too, its stored progress being dropped), and, when it does not, the one at
-    ``stopped_at`` only if the partition completed it (a failed reduce resumes
-    from its stored page instead)."""
-    if gate == stopped_at and status != COMPLETE:
-        return []
-    return sorted(reduce for reduce in reduce_gates if gate <= reduce <= stopped_at)
 
 
 class _NothingToDo(Exception):
