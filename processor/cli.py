@@ -380,7 +380,7 @@ def items(
     import shlex
 
     from processor.client import Client
-    from processor.views import error_cell, item_row
+    from processor.views import error_after_context, error_cell, item_row
 
     url = _database(db_url, table_prefix)
     with Client(url, table_prefix) as client:
@@ -400,7 +400,7 @@ def items(
                          overflow="fold")
     for item in page:
         table.add_row(item.id, item.status, str(item.gate), str(item.attempts),
-                      error_cell(item.last_error))
+                      error_cell(error_after_context(item)))
     Console(soft_wrap=True).print(table)
     if not page:
         typer.echo("no items" + (" match" if status or gate is not None or after else ""))

@@ -57,6 +57,21 @@ def partition_row(info: PartitionInfo) -> dict[str, Any]:
             "last_error": info.last_error, **result_value(info.result)}
 
 
+def error_after_context(item: ItemInfo) -> str | None:
+    """An item's last error without the context the processor put before it (its
+    partition, id, gate and attempt), for a table whose columns show them already, so
+    a cut cell still shows what went wrong; the whole error when it does not start so.
+
+    The processor writes the attempt that failed, which is the item's ``attempts``
+    while the error stands (a retry resets them, and the error then shows whole).
+    """
+    from processor.wire import item_context
+
+    error = item.last_error
+    prefix = item_context(item.partition_id, item.id, item.gate, item.attempts) + ": "
+    return error[len(prefix):] if error and error.startswith(prefix) else error
+
+
 def error_cell(error: str | None, limit: int = ERROR_CELL_CHARS) -> str:
     """An item's last error for a table cell: its first line, shortened; ``-`` for none."""
     if not error:

@@ -224,6 +224,7 @@ class Console:
             "known_gates": sorted({*counts, info.gate, *info.reduce_gates}),
             "result": None if info.result is None else pages.result_preview(info.result),
             "error_summary": pages.error_summary,
+            "item_error_summary": pages.item_error_summary,
             # retry_failed re-opens a stopped partition (at its lowest failed gate), or
             # re-runs a running one's failed items at or after its gate (those before it
             # stay: its gate does not move back under its holder).

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from processor.views import retry_text, step_text
+from processor.views import error_after_context, retry_text, step_text
 from watcher.models import Status
-from watcher.records import PartitionInfo, RetryReport, Throughput
+from watcher.records import ItemInfo, PartitionInfo, RetryReport, Throughput
 
 PARTITION_STATUS_NAMES = frozenset(status.value for status in Status)
 
@@ -256,6 +256,15 @@ def result_preview(result: bytes, limit: int = RESULT_PREVIEW_CHARS) -> ResultPr
         text = result.decode("utf-8", errors="replace")
         is_json = False
     return ResultPreview(text[:limit], is_json, len(result), len(text) > limit)
+
+
+def item_error_summary(item: ItemInfo, limit: int = ERROR_SUMMARY_CHARS) -> tuple[str, bool]:
+    """:func:`error_summary` of an item's error without the context its row shows (see
+    :func:`processor.views.error_after_context`); there is more to show when the
+    context was left out."""
+    shown = error_after_context(item)
+    first, more = error_summary(shown, limit)
+    return first, more or shown != item.last_error
 
 
 def error_summary(error: str | None, limit: int = ERROR_SUMMARY_CHARS) -> tuple[str, bool]:

@@ -17,6 +17,7 @@ from processor import AsyncClient, NewItem
 from processor.http_batch import BatchingHttpProcessor
 from processor.http_config import HttpProcessorConfig
 from processor.http_processor import HttpProcessor
+from processor.views import error_after_context, error_cell
 from tests.support.engine import running
 from tests.support.servers import serve_app
 from watcher import Watcher, WatcherConfig
@@ -88,6 +89,14 @@ async def test_stored_errors_name_each_thing_once(make_store: Callable[..., Any]
         gate = 7 if item_id == "lost" else 0
         assert message.startswith(f"partition 'p' item {item_id!r} gate {gate} (attempt 1): ")
         once(message, "'p'", repr(item_id), f"gate {gate}", "attempt")
+    # A table whose columns show the item, gate and attempts shows the message itself.
+    [refused] = [item for item in await client.items("p", status="failed")
+                 if item.id == "refused"]
+    shown = error_after_context(refused)
+    assert shown is not None and shown.startswith("the handler ")  # HTTP 422, or a batch's 200
+    assert shown.endswith("unreadable scan (no_retry set: not retried)")
+    assert error_cell(error_after_context(refused)).endswith("unreadable scan (no_retry set: "
+                                                             "not retried)")
     # The reduce names its page; the item whose data it cannot read is named by the SDK.
     assert info.status == "failed" and info.last_error is not None
     assert info.last_error.startswith("partition 'p' gate 10 reduce all page 0 (attempt 1): ")

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from processor.console import pages
-from watcher.records import PartitionInfo, ReduceProgress, RetryReport, Throughput
+from processor.views import error_after_context
+from watcher.records import ItemInfo, PartitionInfo, ReduceProgress, RetryReport, Throughput
 
 NOW = datetime(2026, 5, 1, 12, 0, 0)
 
@@ -180,3 +181,18 @@ def test_the_retry_notice_says_what_the_retry_did() -> None:
     assert pages.retry_notice("job", {**params, "was": "<b>"}) is None
     assert pages.retry_notice("job", {**params, "count": "many"}) is None
     assert pages.retry_notice("job", {}) is None
+
+
+def test_an_item_error_shows_without_the_context_its_row_shows() -> None:
+    def item(error: str | None, attempts: int = 2) -> ItemInfo:
+        return ItemInfo(partition_id="p", id="i'7", status="failed", gate=3, data=b"",
+                        attempts=attempts, last_error=error, version=5)
+
+    stored = "partition 'p' item \"i'7\" gate 3 (attempt 2): the handler answered HTTP 422: scan"
+    assert error_after_context(item(stored)) == "the handler answered HTTP 422: scan"
+    assert pages.item_error_summary(item(stored)) == ("the handler answered HTTP 422: scan",
+                                                       True)  # the whole one can be opened
+    # Another item's, another attempt's or a library processor's error shows whole.
+    for other in (item(stored, attempts=0), item("cannot parse"), item(None)):
+        assert error_after_context(other) == other.last_error
+    assert pages.item_error_summary(item("cannot parse")) == ("cannot parse", False)
