@@ -687,16 +687,20 @@ class Store:
                 left = (await conn.execute(select(func.count()).where(
                     mine, i.c.status == FAILED, i.c.gate < gate))).scalar_one()
             else:
-                lowest = (await conn.execute(select(func.min(i.c.gate)).where(
-                    mine, i.c.status.in_((FAILED, AVAILABLE))))).scalar_one()
-                if lowest is None and row.status == COMPLETE:
+                lowest_failed, lowest = (await conn.execute(select(
+                    select(func.min(i.c.gate)).where(mine, i.c.status == FAILED)
+                    .scalar_subquery(),
+                    select(func.min(i.c.gate)).where(mine, i.c.status == AVAILABLE)
+                    .scalar_subquery()))).one()
+                if lowest_failed is None and lowest is None and row.status == COMPLETE:
                     raise _NothingToDo(RetryReport(partition_id, row.status, row.gate,
                                                    row.status, row.gate))
-                if lowest is not None:
-                    gate = min(gate, lowest)
+                gate = min(gate, *(low for low in (lowest_failed, lowest) if low is not None))
                 items = await conn.execute(update(i).where(
                     mine, i.c.status == FAILED).values(**reset))
-                again = reduces_to_run_again(
+                # Only retried items take a reduce back over its gate (an available item
+                # left by a version before this fix goes on from where it waits).
+                again = [] if lowest_failed is None else reduces_to_run_again(
                     settings_of(row.reduce_gates, None).reduce_gates, row.status,
                     reopen_at=gate, stopped_at=row.gate)
                 if again:

@@ -243,3 +243,20 @@ async def test_partition_settings_survive_a_retry(client: AsyncClient, store: St
     await client.retry_failed("p")
     [row] = [row for row in await store.leases_read_free(10) if row.id == "p"]
     assert row.settings == PartitionSettings(frozenset({5}), continue_on_failure=True)
+
+
+async def test_a_partition_stranded_before_the_fix_is_not_done_and_retry_heals_it(
+        client: AsyncClient, store: Store) -> None:
+    """A database may hold a complete partition with available items (left by a version
+    before this fix): wait() does not call it done, and retry re-opens it."""
+    await client.create_partition("p", [NewItem("a", b""), NewItem("b", b"", gate=2)])
+    version = await lease(store, "p")
+    await answer(store, "p", {"a": ("complete", 0)})
+    await close(store, "p", version, 0, "complete")  # closed over "b", as the defect did
+    assert await stranded(store) == {"p": 1}
+    with pytest.raises(TimeoutError, match="processor retry re-opens it"):
+        await client.wait("p", timeout=0.2)
+    report = await client.retry_failed("p")
+    assert (report.reopened, report.gate, report.items_reset) == (True, 0, 0)
+    assert await stranded(store) == {}
+    assert (await client.partition("p")).status == "available"
