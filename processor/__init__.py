@@ -22,7 +22,7 @@ from watcher.errors import (
     PartitionNotFoundError,
     StatefeedError,
 )
-from watcher.records import ItemInfo, NewItem, PartitionInfo
+from watcher.records import ItemInfo, NewItem, PartitionInfo, RetryReport
 
 if TYPE_CHECKING:
     from processor.client import AsyncClient, Client
@@ -66,5 +66,6 @@ __all__ = [
     "PartitionInfo",
     "PartitionLeasedError",
     "PartitionNotFoundError",
+    "RetryReport",
     "StatefeedError",
 ]
