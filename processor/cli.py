@@ -420,9 +420,9 @@ def retry(
     as_json: JsonOption = False,
 ) -> None:
     """Run a partition's failed items again, with their attempts reset. A complete, failed
-    or cancelled partition re-opens at its lowest failed gate, and a reduce gate it had
-    finished after that gate runs again; a failed reduce is re-armed. Prints what was
-    done."""
+    or cancelled partition re-opens at its lowest failed gate, and each reduce gate it had
+    finished from there on runs again over its whole gate; a failed reduce is re-armed.
+    Prints what was done."""
     from processor.client import Client
     from processor.views import retry_row, retry_text
 
