@@ -199,7 +199,8 @@ async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console
         table.add_row(*(_cell(row[column]) for column in columns))
     console.print(table)
     for failure in ranking["failed"]:
-        console.print(f"[yellow]skipped[/] {failure['id']}: {failure['error']}")
+        # The stored error names the partition, item, gate and attempt already.
+        console.print(f"[yellow]skipped[/] {failure['error'] or failure['id']}")
     console.print(f"[green]complete[/]: {ranking['ranked']} resumes ranked, "
                   f"{ranking['failed_count']} unreadable, in {elapsed:.2f} s")
     return 0
