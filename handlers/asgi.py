@@ -309,7 +309,7 @@ class HandlerApp:
         except ResultError as error:
             log.error("action=reduce_bad_answer partition=%s gate=%d error=%s",
                       page.partition_id, page.gate, error)
-            return _Answer(500, encode_error(f"{page.describe()}: {error}", no_retry=False))
+            return _Answer(500, encode_error(str(error), no_retry=False))
 
     async def _entry(self, position: int, entry: Any) -> bytes:
         try:
@@ -365,8 +365,7 @@ class HandlerApp:
         if target is None:
             target = self._by_gate.get(item.gate)
             if target is None:
-                message = (f"no handler for gate {item.gate}: {item.describe()}; this app "
-                           f"handles gates {self._gates_text}")
+                message = f"no handler for this gate; this app handles gates {self._gates_text}"
                 log.warning("action=unknown_gate partition=%s item=%s gate=%d",
                             item.partition_id, item.id, item.gate)
                 return _Answer(Fail.status, encode_error(message, no_retry=True))
@@ -399,7 +398,7 @@ class HandlerApp:
         except ResultError as error:
             log.error("action=handler_bad_result partition=%s item=%s gate=%d attempt=%d "
                       "error=%s", item.partition_id, item.id, item.gate, item.attempt, error)
-            return _Answer(500, encode_error(f"{item.describe()}: {error}", no_retry=False))
+            return _Answer(500, encode_error(str(error), no_retry=False))
 
     def _threads(self) -> ThreadPoolExecutor:
         if self._pool is None:

@@ -40,6 +40,10 @@ class Item:
     - ``status``, ``last_error``: in a reduce, ``"failed"`` and the error for an
       item that failed at an earlier gate of a partition that carries on
       without it; ``"available"`` and ``None`` otherwise.
+    - ``in_reduce``: the item came in a reduce page. The processor puts the
+      partition, gate and attempt (and, for a per-item call, the item) before
+      every error it stores, so the SDK's own messages name only what it
+      leaves out: the item, in a reduce.
 
     Keyword-only, so tests of handler functions can build items without
     mixing up the two ids: ``Item(id="r1", partition_id="p", data=b"{}")``.
@@ -53,6 +57,7 @@ class Item:
     data: bytes = b""
     status: str = "available"
     last_error: str | None = None
+    in_reduce: bool = False
 
     @property
     def failed(self) -> bool:
@@ -63,34 +68,42 @@ class Item:
         """The data decoded as JSON (UTF-8; ``NaN`` and ``Infinity`` are refused).
 
         Raises:
-            ItemDataError: the data is not valid JSON; the message names the item.
+            ItemDataError: the data is not valid JSON (the message names the item in a
+                reduce page; for a per-item call the processor names it).
                 Uncaught, it becomes a non-retryable 400 answer.
         """
         try:
             return json.loads(self.data, parse_constant=reject_json_constant)
         except RecursionError:
             raise ItemDataError(
-                f"{self.describe()}: data is JSON nested too deeply to decode") from None
+                f"{self._named()}data is JSON nested too deeply to decode") from None
         except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
             raise ItemDataError(
-                f"{self.describe()}: data is not valid JSON "
+                f"{self._named()}data is not valid JSON "
                 f"({_shorten(str(error))}); it starts with {self.data[:40]!r}") from None
 
     def text(self) -> str:
         """The data decoded as UTF-8 text.
 
         Raises:
-            ItemDataError: the data is not valid UTF-8; the message names the item.
+            ItemDataError: the data is not valid UTF-8 (named as for :meth:`json`).
                 Uncaught, it becomes a non-retryable 400 answer.
         """
         try:
             return self.data.decode("utf-8")
         except UnicodeDecodeError as error:
             raise ItemDataError(
-                f"{self.describe()}: data is not valid UTF-8 text ({error})") from None
+                f"{self._named()}data is not valid UTF-8 text ({error})") from None
+
+    def _named(self) -> str:
+        """What an error message of the SDK starts with: the item in a reduce page (the
+        processor names the page, not the item), nothing for a per-item call (the
+        processor names the partition, item, gate and attempt)."""
+        return f"item {self.id!r}: " if self.in_reduce else ""
 
     def describe(self) -> str:
-        """How messages name this item: partition, item, gate and attempt."""
+        """The partition, item, gate and attempt, for a handler's own logs. Error messages
+        need none of it: the processor adds it to what it stores."""
         return (f"partition {self.partition_id!r} item {self.id!r} gate {self.gate} "
                 f"(attempt {self.attempt})")
 
@@ -156,7 +169,8 @@ class ReducePage:
     accumulator: Any = None
 
     def describe(self) -> str:
-        """How messages name this page: partition, gate, pass, page and attempt."""
+        """The partition, gate, pass, page and attempt, for a handler's own logs. Error
+        messages need none of it: the processor adds it to what it stores."""
         return (f"partition {self.partition_id!r} gate {self.gate} reduce {self.pass_} "
                 f"page {self.page} (attempt {self.attempt})")
 

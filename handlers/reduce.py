@@ -100,7 +100,7 @@ def whole_gate_only(func: ReduceFunction) -> Callable[[ReducePage], Awaitable[An
     async def call(page: ReducePage) -> Any:
         if page.pass_ != "all":
             raise Fail(
-                f"{page.describe()}: this gate holds more items than one reduce page, and "
+                "this gate holds more items than one reduce page, and "
                 "the handler's reduce function takes the whole gate at once; serve it with "
                 "handlers.Reduce(fold=..., apply=...) or raise the processor's "
                 "--reduce-page-items")

@@ -411,7 +411,7 @@ def _reduce_item(position: int, entry: Any, document: dict[str, Any]) -> Item:
     data = _entry_data(where, entry)
     return Item(id=entry["item_id"], partition_id=document["partition_id"], gate=gate,
                 attempt=document["attempt"], idempotency_key=document["idempotency_key"],
-                data=data, status=entry["status"], last_error=last_error)
+                data=data, status=entry["status"], last_error=last_error, in_reduce=True)
 
 
 def coerce_reduced(value: Any) -> Reduced:

@@ -23,7 +23,7 @@ from watcher.errors import (
     StatefeedError,
     ValueRefusedError,
 )
-from watcher.records import ItemInfo, NewItem, PartitionInfo
+from watcher.records import ItemInfo, NewItem, PartitionInfo, RetryReport
 
 if TYPE_CHECKING:
     from processor.client import AsyncClient, Client
@@ -67,6 +67,7 @@ __all__ = [
     "PartitionInfo",
     "PartitionLeasedError",
     "PartitionNotFoundError",
+    "RetryReport",
     "StatefeedError",
     "ValueRefusedError",
 ]

@@ -425,7 +425,7 @@ def items(
     import shlex
 
     from processor.client import Client
-    from processor.views import error_cell, item_row
+    from processor.views import error_after_context, error_cell, item_row
 
     url = _database(db_url, table_prefix)
     with Client(url, table_prefix) as client:
@@ -444,7 +444,7 @@ def items(
                          overflow="fold")
     for item in page:
         table.add_row(item.id, item.status, str(item.gate), str(item.attempts),
-                      error_cell(item.last_error))
+                      error_cell(error_after_context(item)))
     _data_console(soft_wrap=True).print(table)
     if not page:
         typer.echo("no items" + (" match" if status or gate is not None or after else ""))
@@ -463,20 +463,20 @@ def retry(
     table_prefix: TablePrefix = "",
     as_json: JsonOption = False,
 ) -> None:
-    """Re-open a failed or cancelled partition where it stopped; its failed items at or
-    after its gate go back to available, with their attempts reset."""
+    """Run a partition's failed items again, with their attempts reset. A complete, failed
+    or cancelled partition re-opens at its lowest failed gate, and each reduce gate it had
+    finished from there on runs again over its whole gate; a failed reduce is re-armed.
+    Prints what was done."""
     from processor.client import Client
+    from processor.views import retry_row, retry_text
 
     url = _database(db_url, table_prefix)
     with Client(url, table_prefix) as client:
-        reset = client.retry_failed(partition_id)
-        info = client.partition(partition_id)
+        report = client.retry_failed(partition_id)
     if as_json:
-        typer.echo(json.dumps({"id": info.id, "status": info.status, "gate": info.gate,
-                               "items_reset": reset}))
+        typer.echo(json.dumps(retry_row(report)))
         return
-    typer.echo(f"partition {partition_id!r} is {info.status} at gate {info.gate}; "
-               f"{reset} failed item(s) reset")
+    typer.echo(retry_text(report))
 
 
 @app.command()
@@ -579,8 +579,9 @@ def set_gate(
     table_prefix: TablePrefix = "",
     as_json: JsonOption = False,
 ) -> None:
-    """Move a partition's gate forward (a manual checkpoint). Refused while items below the
-    new gate are still available."""
+    """Move an open partition's gate forward (a manual checkpoint). Refused, writing
+    nothing, on a complete, failed or cancelled partition, while items below the new gate
+    are still available, and when no item of it is available."""
     from processor.client import Client
 
     url = _database(db_url, table_prefix)

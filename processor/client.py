@@ -36,6 +36,7 @@ from watcher.records import (
     PartitionInfo,
     PartitionSettings,
     PurgeReport,
+    RetryReport,
     Throughput,
 )
 from watcher.retention import (
@@ -438,11 +439,15 @@ class AsyncClient:
                 return
             after = page.next_cursor
 
-    async def retry_failed(self, partition_id: str) -> int:
-        """Put failed items back to available (attempts reset) and re-open the partition.
+    async def retry_failed(self, partition_id: str) -> RetryReport:
+        """Run the partition's failed items again (attempts reset), re-opening it if it
+        stopped, and say what was done.
 
-        A failed or cancelled partition re-opens at the gate where it stopped.
-        Returns how many items were reset.
+        A complete, failed or cancelled partition re-opens at its lowest failed
+        gate; a reduce gate it had finished after that gate runs again, over
+        the items it completed and the retried ones. A failed reduce is
+        re-armed. A running partition keeps its gate: its failed items below
+        it stay failed. See :meth:`watcher.store.Store.items_retry_failed`.
 
         Raises:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
@@ -516,12 +521,16 @@ class AsyncClient:
                                       batch=batch))
 
     async def set_gate(self, partition_id: str, gate: int) -> None:
-        """Move the partition's gate forward (manual checkpoint mode).
+        """Move an open partition's gate forward (a manual checkpoint); moving it to the
+        gate it is at changes nothing. Moves that mean nothing are refused, and
+        nothing is written.
 
         Raises:
             InvalidInputError: ``gate`` is not a whole number >= 0.
             PartitionNotFoundError: no partition has this id.
-            GateError: ``gate`` is below the current gate.
+            GateError: the partition is complete, failed or cancelled; ``gate`` is
+                below the current gate; items below ``gate`` are still available;
+                or no item of it is available.
         """
         _check_id("partition", partition_id)
         if not _is_gate(gate):
@@ -540,13 +549,19 @@ class AsyncClient:
         delay = WAIT_POLL_START
         while True:
             info = await self.partition(partition_id)
-            if info.status in FINISHED_STATUSES:
+            # A complete partition holding available items (stranded by a version
+            # before the store re-opened it on every re-arm) is not done.
+            stranded = info.status == Status.COMPLETE.value and info.counts.get(
+                Status.AVAILABLE.value)
+            if info.status in FINISHED_STATUSES and not stranded:
                 return info
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                advice = ("; nothing dispatches the available items of a complete "
+                          "partition: processor retry re-opens it" if stranded else "")
                 raise TimeoutError(
                     f"partition {partition_id!r} is still {info.status} at gate {info.gate} "
-                    f"after {timeout} s (items: {info.counts})")
+                    f"after {timeout} s (items: {info.counts}){advice}")
             await asyncio.sleep(min(delay, remaining))
             delay = min(WAIT_POLL_MAX, delay * 2)
 
@@ -679,7 +694,7 @@ class Client:
                 return
             after = page.next_cursor
 
-    def retry_failed(self, partition_id: str) -> int:
+    def retry_failed(self, partition_id: str) -> RetryReport:
         """See :meth:`AsyncClient.retry_failed`."""
         return self._run(self._async.retry_failed(partition_id))
 

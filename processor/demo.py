@@ -200,9 +200,9 @@ async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console
         table.add_row(*(escape(_cell(row[column])) for column in columns))
     console.print(table)
     for failure in ranking["failed"]:
-        # Data (ids, a handler's error text) is escaped: Rich would read "[...]" as markup.
-        console.print(f"[yellow]skipped[/] {escape(str(failure['id']))}: "
-                      f"{escape(str(failure['error']))}")
+        # The stored error names the partition, item, gate and attempt already. Data (ids, a
+        # handler's error text) is escaped: Rich would read "[...]" as markup.
+        console.print(f"[yellow]skipped[/] {escape(str(failure['error'] or failure['id']))}")
     console.print(f"[green]complete[/]: {ranking['ranked']} resumes ranked, "
                   f"{ranking['failed_count']} unreadable, in {elapsed:.2f} s")
     return 0

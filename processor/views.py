@@ -2,7 +2,8 @@
 tables.
 
 Pure functions over the records (:class:`~watcher.records.PartitionInfo`,
-:class:`~watcher.records.ItemInfo`, :class:`~watcher.records.PurgeReport`); no I/O.
+:class:`~watcher.records.ItemInfo`, :class:`~watcher.records.PurgeReport`,
+:class:`~watcher.records.RetryReport`); no I/O.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from typing import Any
 
 from watcher.durations import format_duration
-from watcher.records import ItemInfo, PartitionInfo, PurgeReport
+from watcher.records import ItemInfo, PartitionInfo, PurgeReport, RetryReport
 from watcher.text import shorten
 
 # How much of an item's last error a table shows (--json shows all of it).
@@ -56,6 +57,21 @@ def partition_row(info: PartitionInfo) -> dict[str, Any]:
             "last_error": info.last_error, **result_value(info.result)}
 
 
+def error_after_context(item: ItemInfo) -> str | None:
+    """An item's last error without the context the processor put before it (its
+    partition, id, gate and attempt), for a table whose columns show them already, so
+    a cut cell still shows what went wrong; the whole error when it does not start so.
+
+    The processor writes the attempt that failed, which is the item's ``attempts``
+    while the error stands (a retry resets them, and the error then shows whole).
+    """
+    from processor.wire import item_context
+
+    error = item.last_error
+    prefix = item_context(item.partition_id, item.id, item.gate, item.attempts) + ": "
+    return error[len(prefix):] if error and error.startswith(prefix) else error
+
+
 def error_cell(error: str | None, limit: int = ERROR_CELL_CHARS) -> str:
     """An item's last error for a table cell: its first line, shortened; ``-`` for none."""
     if not error:
@@ -77,3 +93,35 @@ def purge_text(report: PurgeReport, *, older_than: float, statuses: tuple[str, .
     what = (f"{report.partitions} partition(s) ({', '.join(statuses)}, last updated more than "
             f"{format_duration(older_than)} ago) and {report.items} item(s)")
     return f"would delete {what}" if dry_run else f"deleted {what}"
+
+
+def retry_row(report: RetryReport) -> dict[str, Any]:
+    """What a retry did, as ``processor retry --json`` prints it."""
+    return {"id": report.partition_id, "status": report.status, "gate": report.gate,
+            "status_before": report.status_before, "gate_before": report.gate_before,
+            "reopened": report.reopened, "items_reset": report.items_reset,
+            "items_rerun": report.items_rerun, "items_left_failed": report.items_left_failed,
+            "reduce_rearmed": report.reduce_rearmed}
+
+
+def retry_text(report: RetryReport) -> str:
+    """One line saying what a retry did (the CLI prints it; the console shows it)."""
+    if report.reopened:
+        where = (f"re-opened partition {report.partition_id!r} ({report.status_before} at "
+                 f"gate {report.gate_before}) at gate {report.gate}")
+    else:
+        where = f"partition {report.partition_id!r} is {report.status} at gate {report.gate}"
+    done = [f"{report.items_reset} failed item(s) reset"]
+    if report.items_rerun:
+        done.append(f"{report.items_rerun} item(s) back at their reduce gate to be reduced "
+                    "again")
+    if report.reduce_rearmed:
+        done.append("its failed reduce re-armed")
+    if report.items_left_failed:
+        done.append(f"{report.items_left_failed} failed item(s) below gate {report.gate} "
+                    "left failed while it runs (retry again once it has stopped)")
+    if report:
+        return f"{where}; " + ", ".join(done)
+    if report.items_left_failed:
+        return f"{where}; nothing to retry at or after its gate, " + done[-1]
+    return f"{where}; nothing to retry: no item of it failed"

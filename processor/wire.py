@@ -685,8 +685,12 @@ def reduce_error(call: ReduceCall, failure: Failure, mask: Mask = _unchanged
 
 def describe_item(item: WorkItem) -> str:
     """How messages name an item: partition, item, gate and attempt."""
-    return (f"partition {item.partition_id!r} item {item.id!r} gate {item.gate} "
-            f"(attempt {item.attempt})")
+    return item_context(item.partition_id, item.id, item.gate, item.attempt)
+
+
+def item_context(partition_id: str, item_id: str, gate: int, attempt: int) -> str:
+    """The context the processor puts before an item's error (see :func:`item_error`)."""
+    return f"partition {partition_id!r} item {item_id!r} gate {gate} (attempt {attempt})"
 
 
 def item_error(item: WorkItem, failure: Failure, mask: Mask = _unchanged) -> ProcessorError:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
@@ -97,6 +98,24 @@ def decide_gate(summary: GateSummary, *, auto_close: bool, manual_checkpoint: bo
             return GateAction(GateStep.IDLE)
         return GateAction(GateStep.ADVANCE, summary.next_gate)
     return GateAction(GateStep.CLOSE if auto_close else GateStep.IDLE)
+
+
+def reduces_to_run_again(reduce_gates: Collection[int], status: str, *, reopen_at: int,
+                         stopped_at: int) -> list[int]:
+    """The reduce gates that run again when ``retry_failed`` re-opens a partition that
+    stopped at gate ``stopped_at`` with ``status``, at gate ``reopen_at`` (its lowest
+    failed gate, at most ``stopped_at``).
+
+    When the gate moves back, every reduce gate from ``reopen_at`` up to
+    ``stopped_at``: the retried items will reach it again, and its reduce must see
+    the whole gate, not only them (one under way at ``stopped_at`` starts over,
+    its stored progress being dropped). When it does not, the one at
+    ``stopped_at`` only if the partition completed it; a failed or cancelled
+    partition's reduce there resumes from its stored page instead.
+    """
+    if reopen_at == stopped_at and status != Status.COMPLETE:
+        return []
+    return sorted(gate for gate in reduce_gates if reopen_at <= gate <= stopped_at)
 
 
 # -- read pacing -------------------------------------------------------------

@@ -263,6 +263,41 @@ class PurgeReport:
 
 
 @dataclass(frozen=True, slots=True)
+class RetryReport:
+    """What ``retry_failed`` did to one partition.
+
+    ``items_reset`` failed items went back to available (attempts reset);
+    ``items_rerun`` items a finished reduce had completed went back to available at
+    their reduce gate, so that reduce runs again over them and the retried ones;
+    ``items_left_failed`` failed items below the gate of a running partition were
+    left as they are (nothing dispatches below its gate; retry again once it
+    has stopped). ``reduce_rearmed`` says a failed reduce's count and error were
+    cleared (it runs again, from its stored page when the gate did not move).
+    The partition went from ``status_before`` at ``gate_before`` to ``status``
+    at ``gate``. A report is true (``bool``) when the retry changed anything.
+    """
+
+    partition_id: str
+    status_before: str
+    gate_before: int
+    status: str
+    gate: int
+    items_reset: int = 0
+    items_rerun: int = 0
+    items_left_failed: int = 0
+    reduce_rearmed: bool = False
+
+    @property
+    def reopened(self) -> bool:
+        """Whether the retry re-opened a complete, failed or cancelled partition."""
+        return self.status_before != self.status
+
+    def __bool__(self) -> bool:
+        return bool(self.reopened or self.items_reset or self.items_rerun
+                    or self.reduce_rearmed)
+
+
+@dataclass(frozen=True, slots=True)
 class Backlog:
     """What is waiting, for an autoscaler: partitions per status, and available items at
     their open partition's current gate. Each count stops at the cap it was read with."""

@@ -196,10 +196,20 @@ def page_problem(call: ReduceCall, limits: PageLimits) -> str | None:
             "raise both limits")
 
 
-def reduce_key(partition_id: str, gate: int, pass_: str, page: int) -> str:
-    """An idempotency key stable for one page of one pass of one partition's gate."""
-    raw = f"{len(partition_id)}:{partition_id}:reduce:{gate}:{pass_}:{page}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+def reduce_key(partition_id: str, gate: int, pass_: str, page: int,
+               entries: Sequence[ReduceEntry] = ()) -> str:
+    """An idempotency key stable for one page of one pass of one partition's gate.
+
+    The page's items and their versions go in too: they stay the same for every
+    retry of the call (a failed call writes no item), and change when
+    ``retry_failed`` puts items back for a finished reduce to run again, whose
+    calls are new calls, not repeats a handler may answer from its cache.
+    """
+    digest = hashlib.sha256(f"{len(partition_id)}:{partition_id}:reduce:{gate}:{pass_}:"
+                            f"{page}".encode())
+    for entry in entries:
+        digest.update(f":{len(entry.id)}:{entry.id}:{entry.version}".encode())
+    return digest.hexdigest()[:32]
 
 
 def reduce_call(partition_id: str, gate: int, plan: ReducePlan, attempt: int) -> ReduceCall:
@@ -207,7 +217,8 @@ def reduce_call(partition_id: str, gate: int, plan: ReducePlan, attempt: int) ->
     items = tuple(ReduceItem(e.id, e.status, e.gate, e.data, e.last_error)
                   for e in plan.entries)
     return ReduceCall(partition_id, gate, attempt, plan.pass_, plan.page, plan.last, items,
-                      plan.accumulator, reduce_key(partition_id, gate, plan.pass_, plan.page))
+                      plan.accumulator,
+                      reduce_key(partition_id, gate, plan.pass_, plan.page, plan.entries))
 
 
 def reduce_step(partition_id: str, gate: int, plan: ReducePlan, answer: object,

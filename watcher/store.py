@@ -50,6 +50,7 @@ from sqlalchemy.sql.expression import ColumnElement, Exists, Select, Update
 from watcher.clock import Clock, DatabaseClock
 from watcher.database import create_engine
 from watcher.dburl import DatabaseURL, parse_database_url
+from watcher.decisions import reduces_to_run_again
 from watcher.drivers import Driver, open_driver
 from watcher.drivers.base import read_transaction, write_transaction
 from watcher.drivers.sql import clock_now, data_size, lock_unless_busy, time_plus
@@ -81,6 +82,7 @@ from watcher.records import (
     ReduceEntry,
     ReduceProgress,
     ReduceState,
+    RetryReport,
     Throughput,
 )
 from watcher.reduction import ReduceStep
@@ -447,10 +449,7 @@ class Store:
             except IntegrityError:
                 raise DuplicateItemError(partition_id, ids, stored=True) from None
             await self._notify(conn, partition_id)
-            if row.status != COMPLETE:
-                return False
-            await conn.execute(update(p).where(p.c.id == partition_id).values(status=AVAILABLE))
-            return True
+            return await self._reopen_if_holding(conn, partition_id)
 
     async def _items_insert(self, conn: AsyncConnection, partition_id: str,
                             items: Sequence[NewItem]) -> None:
@@ -642,61 +641,144 @@ class Store:
         ]
         return Page(infos, infos[-1].id if more else None)
 
-    async def items_retry_failed(self, partition_id: str) -> int:
-        """Put a partition's failed items back to available and re-open the partition.
+    async def items_retry_failed(self, partition_id: str) -> RetryReport:
+        """Run a partition's failed items again, re-opening the partition if it stopped.
 
-        A failed or cancelled partition re-opens at its gate, where it stopped.
-        Items failed at gates the partition has passed (it carries on without
-        failed items) stay failed: re-opening them below the partition's gate
-        would strand them. A failed reduce is re-armed: its attempts are reset
-        and it resumes from its stored progress. Returns the number of items reset.
+        A stopped partition (complete, failed or cancelled) re-opens at the
+        lowest gate that holds a failed or available item: every failed item
+        goes back to available at the gate where it failed, attempts reset.
+        When that moves the gate back, each reduce gate the partition finished
+        on the way (from the new gate up to where it stopped) runs again: the
+        items it completed there go back to available at that gate, so the
+        reduce sees them with the retried ones, and the stored reduce progress
+        is dropped. A failed reduce whose gate does not move resumes from its
+        stored page. A complete partition with nothing failed stays as it is.
+
+        A running partition keeps its gate (its holder dispatches there): its
+        failed items at or after the gate go back to available, and those below
+        stay failed (counted in the report). Returns a :class:`RetryReport`.
 
         Raises:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        try:
+            return await self._retry_failed(partition_id)
+        except _NothingToDo as nothing:  # rolled back: a retry that does nothing writes nothing
+            assert isinstance(nothing.value, RetryReport)
+            return nothing.value
+
+    async def _retry_failed(self, partition_id: str) -> RetryReport:
+        p, i = self.tables.partitions, self.tables.items
+        now = self.statements.now
+        reset = {"version": i.c.version + 1, "status": AVAILABLE, "attempts": 0,
+                 "retry_at": now, "updated_at": now}
+        mine = i.c.partition_id == partition_id
+        async with self._write() as conn:
+            await self._touch_partition(conn, partition_id)  # locks the row first
+            row = (await conn.execute(
+                select(p.c.status, p.c.gate, p.c.reduce_gates, p.c.reduce_attempts,
+                       p.c.last_error).where(p.c.id == partition_id))).one()
+            values: dict[str, Any] = {"reduce_attempts": 0, "last_error": None}
+            rearmed = bool(row.reduce_attempts) or row.last_error is not None
+            gate, rerun, left = row.gate, 0, 0
+            if row.status == AVAILABLE:
+                # Its gate cannot move back under the holder dispatching at it.
+                items = await conn.execute(update(i).where(
+                    mine, i.c.status == FAILED, i.c.gate >= gate).values(**reset))
+                left = (await conn.execute(select(func.count()).where(
+                    mine, i.c.status == FAILED, i.c.gate < gate))).scalar_one()
+            else:
+                lowest_failed, lowest = (await conn.execute(select(
+                    select(func.min(i.c.gate)).where(mine, i.c.status == FAILED)
+                    .scalar_subquery(),
+                    select(func.min(i.c.gate)).where(mine, i.c.status == AVAILABLE)
+                    .scalar_subquery()))).one()
+                if lowest_failed is None and lowest is None and row.status == COMPLETE:
+                    raise _NothingToDo(RetryReport(partition_id, row.status, row.gate,
+                                                   row.status, row.gate))
+                gate = min(gate, *(low for low in (lowest_failed, lowest) if low is not None))
+                items = await conn.execute(update(i).where(
+                    mine, i.c.status == FAILED).values(**reset))
+                # Only retried items take a reduce back over its gate (an available item
+                # left by a version before this fix goes on from where it waits).
+                again = [] if lowest_failed is None else reduces_to_run_again(
+                    settings_of(row.reduce_gates, None).reduce_gates, row.status,
+                    reopen_at=gate, stopped_at=row.gate)
+                if again:
+                    rerun = (await conn.execute(update(i).where(
+                        mine, i.c.status == COMPLETE, i.c.gate.in_(again)
+                    ).values(**reset))).rowcount
+                if gate != row.gate or again:
+                    values.update(reduce_pass=None, reduce_page=0, reduce_after=None,
+                                  reduce_acc=None)
+                values.update(status=AVAILABLE, gate=gate)
+            await conn.execute(update(p).where(p.c.id == partition_id).values(**values))
+            await self._notify(conn, partition_id)
+            return RetryReport(partition_id, row.status, row.gate, AVAILABLE, gate,
+                               items_reset=items.rowcount, items_rerun=rerun,
+                               items_left_failed=left, reduce_rearmed=rearmed)
+
+    async def _reopen_if_holding(self, conn: AsyncConnection, partition_id: str) -> bool:
+        """Re-open the partition, in ``conn``'s transaction, when it is complete but holds
+        an available item; returns whether it did.
+
+        A complete partition must never hold one: nothing dispatches it there, and
+        ``wait()`` would call the partition done over it. Every client write that
+        puts items at available (added ones) ends with this, holding the
+        partition row's lock.
         """
         p, i = self.tables.partitions, self.tables.items
-        async with self._write() as conn:
-            await self._touch_partition(
-                conn, partition_id,
-                status=case((p.c.status.in_((FAILED, CANCELLED)), AVAILABLE),
-                            else_=p.c.status),
-                reduce_attempts=0, last_error=None)
-            gate = (await conn.execute(
-                select(p.c.gate).where(p.c.id == partition_id))).scalar_one()
-            now = self.statements.now
-            reset = await conn.execute(
-                update(i).where(i.c.partition_id == partition_id, i.c.status == FAILED,
-                                i.c.gate >= gate).values(
-                    version=i.c.version + 1, status=AVAILABLE, attempts=0, retry_at=now,
-                    updated_at=now,
-                )
-            )
-            await self._notify(conn, partition_id)
-            return reset.rowcount
+        reopened = await conn.execute(
+            update(p).where(p.c.id == partition_id, p.c.status == COMPLETE,
+                            exists().where(i.c.partition_id == partition_id,
+                                           i.c.status == AVAILABLE))
+            .values(status=AVAILABLE))
+        return reopened.rowcount == 1
 
     async def partition_set_gate(self, partition_id: str, gate: int) -> None:
-        """Move a partition's gate forward (a checkpoint, in manual-checkpoint mode or not).
+        """Move an open partition's gate forward (a checkpoint, in manual-checkpoint mode
+        or not); a move to the gate it is at changes nothing.
 
-        Refused while an item below ``gate`` is still available: nothing
+        Refused, with nothing written, when the move means nothing or strands
+        work: on a partition that is not open (complete, failed or cancelled:
+        nothing runs at any gate of it, and ``retry_failed`` re-opens it), below
+        its gate, while an item below ``gate`` is still available (nothing
         dispatches below a partition's gate, so the item would be stranded and
-        the partition could close over it. Leaving a gate drops the reduce
-        progress stored for it. The partition row is written first, which
-        locks it: a processor's concurrent write on it conflicts and re-reads.
+        the partition could close over it; so a gate beyond every available item
+        is refused too), and when no item of it is available (nothing would ever
+        run at the new gate). Leaving a gate drops the reduce progress stored for
+        it. The partition row is written first, which locks it: a processor's
+        concurrent write on it conflicts and re-reads.
 
         Raises:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
-            GateError: ``gate`` is below the partition's current gate, or items
-                below ``gate`` are still available.
+            GateError: the partition is not open, ``gate`` is below its current
+                gate, items below ``gate`` are still available, or no item of
+                it is available.
         """
+        try:
+            await self._set_gate(partition_id, gate)
+        except _NothingToDo:
+            pass  # rolled back: a move to the gate it is at writes nothing
+
+    async def _set_gate(self, partition_id: str, gate: int) -> None:
         p, i = self.tables.partitions, self.tables.items
         async with self._write() as conn:
             await self._touch_partition(conn, partition_id)
-            current = (await conn.execute(
-                select(p.c.gate).where(p.c.id == partition_id))).scalar_one()
+            status, current = (await conn.execute(
+                select(p.c.status, p.c.gate).where(p.c.id == partition_id))).one()
+            if status != AVAILABLE:
+                raise GateError(
+                    f"cannot move partition {partition_id!r} to gate {gate}: it is {status} "
+                    f"(at gate {current}), and only an open partition's gate moves; "
+                    + ("processor retry (retry_failed) re-opens it"
+                       if status != COMPLETE else "add items to re-open it"))
             if gate < current:
                 raise GateError(
                     f"cannot move partition {partition_id!r} back from gate {current} to gate "
                     f"{gate}; a checkpoint only moves forward")
+            if gate == current:
+                raise _NothingToDo(None)
             waiting = (await conn.execute(
                 select(i.c.gate, func.count()).where(
                     i.c.partition_id == partition_id, i.c.status == AVAILABLE, i.c.gate < gate)
@@ -707,10 +789,16 @@ class Store:
                     f"item(s) at gate {waiting[0]} are still available and would be stranded "
                     "below it; wait until they are done or failed, or move them with a handler "
                     "answer")
-            if gate != current:
-                await conn.execute(update(p).where(p.c.id == partition_id).values(
-                    gate=gate, reduce_pass=None, reduce_page=0, reduce_after=None,
-                    reduce_acc=None, reduce_attempts=0))
+            if (await conn.execute(select(i.c.id).where(
+                    i.c.partition_id == partition_id, i.c.status == AVAILABLE).limit(1))
+                    ).first() is None:
+                raise GateError(
+                    f"cannot move partition {partition_id!r} to gate {gate}: no item of it is "
+                    "available, so nothing would ever run there; add items first (at the "
+                    "gate you want)")
+            await conn.execute(update(p).where(p.c.id == partition_id).values(
+                gate=gate, reduce_pass=None, reduce_page=0, reduce_after=None,
+                reduce_acc=None, reduce_attempts=0))
             await self._notify(conn, partition_id)
 
     # -- client: cancel, delete, purge ---------------------------------------
@@ -1344,6 +1432,15 @@ def _colliding_ids(items: Sequence[NewItem]) -> list[str]:
         groups.setdefault(item.id.rstrip(" "), []).append(item.id)
     colliding = sorted(one for group in groups.values() if len(group) > 1 for one in group)
     return colliding or sorted(item.id for item in items)
+
+
+class _NothingToDo(Exception):
+    """A client write found nothing to change: roll its transaction (the lock it took
+    by touching the partition row) back, and return ``value``."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__()
+        self.value = value
 
 
 class _GuardLost(Exception):

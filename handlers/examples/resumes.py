@@ -216,7 +216,7 @@ def extract(item: handlers.Item) -> handlers.Result:
     except handlers.ItemDataError:
         raise
     except ValueError as error:
-        raise handlers.Fail(f"{item.describe()}: {error}") from None
+        raise handlers.Fail(str(error)) from None
     return handlers.Result(gate=1, data=enriched)
 
 
@@ -238,13 +238,16 @@ def scored(item: handlers.Item) -> dict[str, Any]:
         handlers.ItemDataError: the item is not JSON.
         handlers.Fail: the item lacks the fields gate 0 adds.
     """
+    # The processor names the partition, gate and attempt (and the item of a per-item
+    # call) before the error it stores; in a reduce page only the item is ours to name.
+    named = f"item {item.id!r}: " if item.in_reduce else ""
     enriched = item.json()
     if not isinstance(enriched, dict):
-        raise handlers.Fail(f"{item.describe()}: expected the JSON object gate 0 produces")
+        raise handlers.Fail(f"{named}expected the JSON object gate 0 produces")
     try:
         score = final_score(enriched)
     except ValueError as error:
-        raise handlers.Fail(f"{item.describe()}: {error}") from None
+        raise handlers.Fail(f"{named}{error}") from None
     return {**enriched, "score": score, "tier": tier(score)}
 
 

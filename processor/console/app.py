@@ -224,10 +224,13 @@ class Console:
             "known_gates": sorted({*counts, info.gate, *info.reduce_gates}),
             "result": None if info.result is None else pages.result_preview(info.result),
             "error_summary": pages.error_summary,
-            # retry_failed re-opens a stopped partition, or re-runs the failed items at or
-            # after its gate (those failed before it stay: nothing dispatches below a gate).
+            "item_error_summary": pages.item_error_summary,
+            # retry_failed re-opens a stopped partition (at its lowest failed gate), or
+            # re-runs a running one's failed items at or after its gate (those before it
+            # stay: its gate does not move back under its holder).
             "can_retry": info.status in ("failed", "cancelled") or any(
-                by_status.get("failed") for at, by_status in counts.items() if at >= info.gate),
+                by_status.get("failed") for at, by_status in counts.items()
+                if info.status == "complete" or at >= info.gate),
             "can_cancel": info.status in ("available", "failed"),
         }
 
@@ -260,9 +263,11 @@ class Console:
     async def partition(self, request: Request) -> Response:
         async def page(request: Request) -> Response:
             data = await self.partition_data(request)
-            notice = pages.notice_text(request.query_params.get("notice"),
-                                       status=data["info"].status,
-                                       count=_count(request.query_params.get("count")))
+            code = request.query_params.get("notice")
+            notice = (pages.retry_notice(data["info"].id, request.query_params)
+                      if code == "retried" else
+                      pages.notice_text(code, status=data["info"].status,
+                                        count=_count(request.query_params.get("count"))))
             return self.render(request, "partition.html", notice=notice, **data)
         return await self.guarded(request, page)
 
@@ -301,9 +306,9 @@ class Console:
 
         async def act(request: Request) -> Response:
             if verb == "retry":
-                reset = await self.client.retry_failed(partition_id)
+                report = await self.client.retry_failed(partition_id)
                 return _see(page_url("/partition", id=partition_id, notice="retried",
-                                     count=reset))
+                                     **pages.retry_notice_params(report)))
             if verb == "cancel":
                 cancelled = await self.client.cancel(partition_id)
                 return _see(page_url("/partition", id=partition_id,

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from processor.views import step_text
-from watcher.records import PartitionInfo, Throughput
+from processor.views import error_after_context, retry_text, step_text
+from watcher.models import Status
+from watcher.records import ItemInfo, PartitionInfo, RetryReport, Throughput
+
+PARTITION_STATUS_NAMES = frozenset(status.value for status in Status)
 
 # Gates up to this one are all shown (0, 1, 2, ...), passed ones included; a partition
 # with a higher gate shows only the gates its items, its reduce gates and it are at.
@@ -286,6 +289,15 @@ def result_preview(result: bytes, limit: int = RESULT_PREVIEW_CHARS) -> ResultPr
     return ResultPreview(text[:limit], is_json, len(result), len(text) > limit)
 
 
+def item_error_summary(item: ItemInfo, limit: int = ERROR_SUMMARY_CHARS) -> tuple[str, bool]:
+    """:func:`error_summary` of an item's error without the context its row shows (see
+    :func:`processor.views.error_after_context`); there is more to show when the
+    context was left out."""
+    shown = error_after_context(item)
+    first, more = error_summary(shown, limit)
+    return first, more or shown != item.last_error
+
+
 def error_summary(error: str | None, limit: int = ERROR_SUMMARY_CHARS) -> tuple[str, bool]:
     """An error's first line cut to ``limit`` characters, and whether there is more of it
     to show (more lines or more characters)."""
@@ -299,11 +311,36 @@ def error_summary(error: str | None, limit: int = ERROR_SUMMARY_CHARS) -> tuple[
 # After an action the browser is sent back with one of these codes; the page says what
 # happened in these words (and only these: the codes come from the address bar).
 NOTICES = {
-    "retried": "Retried: {count} failed item(s) are available again; the partition is {status}.",
     "cancelled": "Cancelled: no processor dispatches its items any more. Retry resumes it.",
     "not-cancelled": "Nothing to cancel: the partition is {status} already.",
     "deleted": "Deleted partition {id} and its {count} item(s).",
 }
+
+
+def retry_notice_params(report: RetryReport) -> dict[str, Any]:
+    """The numbers of a retry's report, for the address the console sends the browser
+    to after it (the page shows :func:`retry_notice` from them)."""
+    return {"was": report.status_before, "from": report.gate_before, "gate": report.gate,
+            "status": report.status, "count": report.items_reset, "rerun": report.items_rerun,
+            "left": report.items_left_failed, "reduce": int(report.reduce_rearmed)}
+
+
+def retry_notice(partition_id: str, params: Mapping[str, str]) -> str | None:
+    """The sentence saying what a retry did, from :func:`retry_notice_params` in an
+    address (``None`` when they are not such numbers: a hand-edited address)."""
+    try:
+        numbers = {name: int(params.get(name, "")) for name in
+                   ("from", "gate", "count", "rerun", "left", "reduce")}
+    except ValueError:
+        return None
+    was, status = params.get("was", ""), params.get("status", "")
+    if was not in PARTITION_STATUS_NAMES or status not in PARTITION_STATUS_NAMES or min(
+            numbers.values()) < 0:
+        return None
+    return "Retried: " + retry_text(RetryReport(
+        partition_id, was, numbers["from"], status, numbers["gate"],
+        items_reset=numbers["count"], items_rerun=numbers["rerun"],
+        items_left_failed=numbers["left"], reduce_rearmed=bool(numbers["reduce"]))) + "."
 
 
 def notice_text(code: str | None, **values: Any) -> str | None:

@@ -115,16 +115,77 @@ async def test_operator_verbs(migrated) -> None:
 
             # retry, cancel, set-gate.
             retried = json.loads(ok(run_cli("retry", "job", *where, "--json")))
-            assert retried == {"id": "job", "status": "available", "gate": 0, "items_reset": 1}
+            assert retried == {"id": "job", "status": "available", "gate": 0,
+                               "status_before": "failed", "gate_before": 0, "reopened": True,
+                               "items_reset": 1, "items_rerun": 0, "items_left_failed": 0,
+                               "reduce_rearmed": False}
+            await client.create_partition("finished", [NewItem("f", b"")])
+            [won] = await store.leases_take(
+                [r for r in await store.leases_read_free(10) if r.id == "finished"], "setup", 9)
+            [f] = await store.items_ready("finished", 0, 10)
+            assert await store.items_apply(
+                [ItemWrite("finished", "f", f.version, "complete", 0, 0)], "setup") == [True]
+            await store.partition_transition("finished", won.version, "setup", status="complete")
+            assert ok(run_cli("retry", "finished", *where)).strip() == (
+                "partition 'finished' is complete at gate 0; nothing to retry: no item of it "
+                "failed")
+            await client.delete_partition("finished")
+            # The defect: a complete partition's failures were reset and left stranded, and a
+            # re-armed reduce printed "0 failed item(s) reset". Each now says what it did.
+            await client.create_partition("cont", [NewItem("a", b""), NewItem("b", b"")],
+                                          on_item_failure="continue")
+            [won] = await store.leases_take(
+                [r for r in await store.leases_read_free(10) if r.id == "cont"], "setup", 9)
+            ready = {item.id: item for item in await store.items_ready("cont", 0, 10)}
+            assert await store.items_apply([
+                ItemWrite("cont", "a", ready["a"].version, "failed", 0, 1, last_error="x"),
+                ItemWrite("cont", "b", ready["b"].version, "complete", 1, 0)], "setup") == [
+                True, True]
+            await store.partition_transition("cont", won.version, "setup", gate=1,
+                                             status="complete")
+            assert ok(run_cli("retry", "cont", *where)).strip() == (
+                "re-opened partition 'cont' (complete at gate 1) at gate 0; 1 failed item(s) "
+                "reset")
+            assert (await client.partition("cont")).status == "available"
+            await client.create_partition("reducing", [NewItem("r", b"")], reduce_gates=[0])
+            [won] = await store.leases_take(
+                [r for r in await store.leases_read_free(10) if r.id == "reducing"], "setup", 9)
+            await store.reduce_failed("reducing", won.version, "setup", attempts=6,
+                                      error="the model is missing", fail=True)
+            assert ok(run_cli("retry", "reducing", *where)).strip() == (
+                "re-opened partition 'reducing' (failed at gate 0) at gate 0; 0 failed item(s) "
+                "reset, its failed reduce re-armed")
+            for partition_id in ("cont", "reducing"):
+                await client.delete_partition(partition_id)
             said = ok(run_cli("cancel", "job", *where))
             assert said.startswith("cancelled partition 'job' at gate 0 (items: 4 available, "
                                    "1 complete)")
             again = json.loads(ok(run_cli("cancel", "job", *where, "--json")))
             assert (again["cancelled"], again["status"]) == (False, "cancelled")
             assert "already" in ok(run_cli("cancel", "job", *where))
-            assert json.loads(ok(run_cli("set-gate", "empty", "2", *where, "--json"))) == {
-                "id": "empty", "gate": 2, "status": "available"}
-            one_error_line(run_cli("set-gate", "empty", "1", *where), "only moves forward")
+            await client.create_partition("gated", [NewItem("g0", b""),
+                                                    NewItem("g4", b"", gate=4)])
+            await store.leases_take(
+                [r for r in await store.leases_read_free(10) if r.id == "gated"], "setup", 300)
+            [g0] = await store.items_ready("gated", 0, 10)
+            assert await store.items_apply(
+                [ItemWrite("gated", "g0", g0.version, "complete", 0, 0)], "setup") == [True]
+            assert json.loads(ok(run_cli("set-gate", "gated", "2", *where, "--json"))) == {
+                "id": "gated", "gate": 2, "status": "available"}
+            one_error_line(run_cli("set-gate", "gated", "1", *where), "only moves forward")
+            # Moves that mean nothing are refused, and write nothing.
+            before = {pid: await client.partition(pid) for pid in ("empty", "old-done")}
+            one_error_line(run_cli("set-gate", "gated", "5", *where),
+                           "1 item(s) at gate 4 are still available")
+            one_error_line(run_cli("set-gate", "empty", "2", *where),
+                           "no item of it is available")
+            one_error_line(run_cli("set-gate", "old-done", "99", *where), "it is complete")
+            for pid, info in before.items():
+                after = await client.partition(pid)
+                assert (after.gate, after.version, after.status) == (
+                    info.gate, info.version, info.status)
+            assert (await client.partition("gated")).gate == 2
+            await client.delete_partition("gated", force=True)
 
             # delete: refused while leased, forced, and plain.
             refused = one_error_line(run_cli("delete", "busy", *where),

@@ -243,7 +243,9 @@ async def test_a_failed_partition_shows_its_error_and_retry_completes_it(
 
         handler.failing.clear()
         await page.click("#retry")
-        await expect(page.locator(".notice")).to_contain_text("Retried: 1 failed item(s)")
+        await expect(page.locator(".notice")).to_contain_text(
+            "Retried: re-opened partition 'batch-9' (failed at gate 0) at gate 0; 1 failed "
+            "item(s) reset.")
         await expect(page.locator(".summary .status")).to_have_text("complete", timeout=SEE)
         await expect(page.locator("section.failures")).to_have_count(0)
         assert (await client.partition("batch-9")).counts == {"complete": 5}

@@ -78,11 +78,14 @@ async def test_add_items_errors_write_nothing(client) -> None:
 
 
 async def test_set_gate_moves_forward_only(client) -> None:
-    await client.create_partition("job", [])
-    await client.set_gate("job", 3)
+    await client.create_partition("job", [NewItem("a", b"", gate=3), NewItem("b", b"", gate=5)])
+    await client.set_gate("job", 3)  # the gate it is at: nothing changes
+    with pytest.raises(GateError, match="stranded"):
+        await client.set_gate("job", 5)
     assert (await client.partition("job")).gate == 3
     with pytest.raises(GateError, match="only moves forward"):
         await client.set_gate("job", 1)
+    assert (await client.partition("job")).gate == 3
     with pytest.raises(PartitionNotFoundError):
         await client.set_gate("nope", 1)
     with pytest.raises(InvalidInputError):

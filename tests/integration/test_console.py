@@ -186,6 +186,31 @@ async def test_pages_escape_ids_and_errors_and_never_show_the_url(
     assert (await web.get("/partition?id=x&gate=-1")).status_code == 400
 
 
+async def test_retry_failed_on_a_complete_partition_re_opens_it_and_says_so(
+        web: httpx.AsyncClient, client: AsyncClient, store: Store) -> None:
+    """A "continue" partition complete with a failure offers Retry failed; the retry
+    re-opens it (nothing is stranded) and the page says what the retry did."""
+    await client.create_partition("job", [NewItem("a", b""), NewItem("b", b"")],
+                                  on_item_failure="continue")
+    [won] = await store.leases_take(await store.leases_read_free(5), "setup", 30)
+    ready = {item.id: item for item in await store.items_ready("job", 0, 5)}
+    assert await store.items_apply([
+        ItemWrite("job", "a", ready["a"].version, "failed", 0, 1, last_error="scan"),
+        ItemWrite("job", "b", ready["b"].version, "complete", 1, 0)], "setup") == [True, True]
+    await store.partition_transition("job", won.version, "setup", gate=1, status="complete")
+    page = (await web.get("/partition?id=job")).text
+    assert 'id="retry"' in page
+    retried = await web.post("/partition/retry", data={"id": "job", "csrf": _csrf(page)},
+                             headers={"origin": ORIGIN})
+    assert retried.status_code == 303
+    shown = (await web.get(retried.headers["location"])).text
+    assert ("Retried: re-opened partition &#39;job&#39; (complete at gate 1) at gate 0; "
+            "1 failed item(s) reset.") in shown
+    info = await client.partition("job")
+    assert (info.status, info.gate, info.counts) == ("available", 0,
+                                                     {"available": 1, "complete": 1})
+
+
 async def test_actions_need_the_session_token_and_a_page_of_the_console(
         web: httpx.AsyncClient, client: AsyncClient) -> None:
     await client.create_partition("job", [NewItem("i", b"")])

@@ -101,7 +101,8 @@ async def test_failed_item_fails_partition_and_retry_failed_resumes(db_url, tabl
         assert (ok.status, ok.gate) == ("available", 1), "gate 1 never ran"
 
         broken.clear()
-        assert await client.retry_failed("p") == 1
+        report = await client.retry_failed("p")
+        assert (report.items_reset, report.status_before, report.gate) == (1, "failed", 0)
         info = await client.wait("p", timeout=15)
         assert info.status == "complete" and info.counts == {"complete": 2}
     await client.close()

@@ -191,7 +191,7 @@ async def test_ids_that_need_percent_encoding_reach_the_handler_unchanged(
     ("retry", RetryableError, "HTTP 503: busy"),
     ("fail", NonRetryableError, "HTTP 422: never"),
     ("bug", RetryableError, "HTTP 500: ValueError: boom"),
-    ("bad-json", NonRetryableError, "HTTP 400: partition 'opening-42' item 'bad-json'"),
+    ("bad-json", NonRetryableError, "HTTP 400: data is not valid JSON"),
     ("forgot-return", RetryableError, "returned None"),
 ])
 async def test_the_processor_classifies_sdk_errors_as_the_sdk_meant_them(
@@ -200,6 +200,11 @@ async def test_the_processor_classifies_sdk_errors_as_the_sdk_meant_them(
         await processor.process(work_item(b"not json", item_id=item_id))
     assert type(raised.value) is error
     assert fragment in raised.value.message
+    # The processor names the partition, item, gate and attempt; the SDK adds none again.
+    message = raised.value.message
+    assert message.startswith(f"partition 'opening-42' item {item_id!r} gate 0 (attempt 1): ")
+    for context in ("opening-42", repr(item_id), "gate 0", "attempt"):
+        assert message.count(context) == 1, (context, message)
     if item_id == "retry":
         assert raised.value.retry_after == 2.0
 

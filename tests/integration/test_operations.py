@@ -229,7 +229,8 @@ async def test_cancel_mid_gate_stops_the_partition_and_leaves_the_others(
         print(f"cancelled partition dropped by its holder in {dropped_in:.3f} s")
         # Resumed where it stopped: the five items at gate 1 are not run at gate 0 again.
         before_resume = len(calls)
-        assert await client.retry_failed("doomed") == 0
+        resumed_report = await client.retry_failed("doomed")
+        assert (resumed_report.items_reset, resumed_report.reopened) == (0, True)
         done = await client.wait("doomed", timeout=20)
     assert done.status == "complete" and done.counts == {"complete": 20}
     resumed = [(c[2], c[3]) for c in calls[before_resume:] if c[1] == "doomed"]
@@ -271,7 +272,7 @@ async def test_cancel_what_is_finished_or_unknown(client, store) -> None:
     # Adding items does not re-open it; retry_failed does.
     assert await client.add_items("open", [NewItem("b", b"")]) is False
     assert (await client.partition("open")).status == "cancelled"
-    assert await client.retry_failed("open") == 0
+    assert (await client.retry_failed("open")).items_reset == 0
     assert (await client.partition("open")).status == "available"
     [row] = [r for r in await store.leases_read_free(5) if r.id == "empty"]
     [won] = await store.leases_take([row], "w", 30)

@@ -172,12 +172,53 @@ async def test_reduce_that_keeps_failing_fails_the_partition_and_retry_failed_re
         assert info.counts == {"available": 9}
         assert info.reduce is not None and info.reduce.pass_ == "fold"
         broken["page"] = -1
-        assert await client.retry_failed("p") == 0
+        report = await client.retry_failed("p")
+        assert (report.items_reset, report.reduce_rearmed, report.reopened) == (0, True, True)
+        assert (report.items_rerun, report.gate) == (0, 1), "resumes from its stored page"
         info = await client.wait("p", timeout=WAIT)
     assert info.status == "complete" and info.result_json() == [8, 7, 6]
     # Page 0 of the fold was stored before the failure: it is not sent again.
     assert recorder.seen() == [("fold", 0, 3), ("fold", 1, 3), ("fold", 2, 3),
                                ("apply", 0, 3), ("apply", 1, 3), ("apply", 2, 3)]
+
+
+async def test_a_retry_after_a_fan_in_with_failures_reduces_the_whole_gate_again(
+        make_store: Callable[..., Any], client: AsyncClient) -> None:
+    """The demo's case: two unreadable items fail at gate 0 of a "continue" partition,
+    which ranks the others and completes. After the fix, retry re-opens it at gate 0;
+    wait() waits; the reduce runs again over all eight (a new call: new keys), and the
+    result counts every item."""
+    unreadable = {"i02", "i05"}
+
+    def extract(item: Item) -> Result:
+        if item.id in unreadable:
+            raise handlers.Fail("unreadable scan")
+        return Result(gate=1)
+
+    def total(page: ReducePage) -> Reduced:
+        return Reduced(result={
+            "sum": sum(item.json() for item in page.items if not item.failed),
+            "failed": sorted(item.id for item in page.items if item.failed)})
+
+    recorder = Recorder(total)
+    app = handlers.app(extract, reduce=recorder)
+    await client.create_partition("p", numbered(8), reduce_gates=[1],
+                                  on_item_failure="continue")
+    async with engine(make_store, app, max_retries=0):
+        info = await client.wait("p", timeout=WAIT)
+        assert info.status == "complete" and info.counts == {"complete": 6, "failed": 2}
+        assert info.result_json() == {"sum": 28 - 2 - 5, "failed": ["i02", "i05"]}
+        unreadable.clear()
+        report = await client.retry_failed("p")
+        assert (report.status_before, report.gate_before, report.gate) == ("complete", 1, 0)
+        assert (report.items_reset, report.items_rerun) == (2, 6)
+        info = await client.wait("p", timeout=WAIT)
+    assert info.status == "complete" and info.counts == {"complete": 8}
+    assert info.result_json() == {"sum": 28, "failed": []}
+    first, second = recorder.pages
+    assert [item.id for item in second.items] == [f"i{n:02}" for n in range(8)]
+    assert not any(item.failed for item in second.items)
+    assert second.idempotency_key != first.idempotency_key
 
 
 @pytest.mark.parametrize(("answer", "problem"), [

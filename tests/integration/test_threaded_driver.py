@@ -68,9 +68,9 @@ async def threaded_store() -> AsyncIterator[Store]:
 async def test_every_store_method_runs_through_the_threaded_driver(threaded_store) -> None:
     await drive_every_method(threaded_store)
     info = await threaded_store.partition_get("p1")
-    # The gate move to 2 was refused (item "b" waits at gate 0); p4 took it instead.
+    # The gate move to 2 was refused (item "b" waits at gate 0); p7 took it instead.
     assert info is not None and info.gate == 0 and info.status == "available"
-    moved = await threaded_store.partition_get("p4")
+    moved = await threaded_store.partition_get("p7")
     assert moved is not None and moved.gate == 2
     items = {item.id: item for item in await threaded_store.items_list("p1")}
     assert items["a"].status == "complete" and items["a"].data == b"y"

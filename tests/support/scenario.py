@@ -69,15 +69,22 @@ async def drive_every_method(store: Store) -> None:
     await store.gate_summary("p1", 0)
     new_version = await store.partition_transition("p1", versions["p1"], "w1", status="failed")
     assert new_version is not None
-    assert await store.items_retry_failed("p1") == 1
+    report = await store.items_retry_failed("p1")
+    assert (report.items_reset, report.reopened) == (1, True)
     # The retry moved the version on: a transition with the old one loses.
     assert await store.partition_transition("p1", new_version, "w1", gate=1) is None
     with pytest.raises(GateError, match="stranded"):
         await store.partition_set_gate("p1", 2)
     await store.partition_create("p4", [])
-    await store.partition_set_gate("p4", 2)
+    with pytest.raises(GateError, match="nothing would ever run there"):
+        await store.partition_set_gate("p4", 2)
+    await store.partition_create("p7", [NewItem("g", b""), NewItem("h", b"", gate=2)])
+    await store.leases_take(
+        [row for row in await store.leases_read_free(10) if row.id == "p7"], "w3", 30)
+    assert await store.items_apply([ItemWrite("p7", "g", 1, "complete", 0, 0)], "w3") == [True]
+    await store.partition_set_gate("p7", 2)
     with pytest.raises(GateError, match="only moves forward"):
-        await store.partition_set_gate("p4", 0)
+        await store.partition_set_gate("p7", 0)
     await _drive_reduce_methods(store)
     await _drive_operations(store)
     await store.leases_release({"p2": versions["p2"] + 1}, "w1")
@@ -107,6 +114,19 @@ async def _drive_reduce_methods(store: Store) -> None:
     assert written is not None
     assert await store.reduce_write("p3", version, "w1", step) is None  # a lost guard
     await store.reduce_failed("p3", written, "w1", attempts=9, error="y", fail=True)
+    # A retry of a complete partition that failed an item before its reduce gate: it
+    # re-opens at the failed gate, and the items the reduce completed go back to it.
+    await store.partition_create("p8", [NewItem("f", b""), NewItem("k", b"")],
+                                 PartitionSettings(frozenset({1}), continue_on_failure=True))
+    [lease] = await store.leases_take(
+        [row for row in await store.leases_read_free(10) if row.id == "p8"], "w1", 30)
+    assert await store.items_apply([ItemWrite("p8", "f", 1, "failed", 0, 1, last_error="x"),
+                                    ItemWrite("p8", "k", 1, "complete", 1, 0)], "w1") == [
+        True, True]
+    assert await store.partition_transition("p8", lease.version, "w1", gate=1,
+                                            status="complete") is not None
+    report = await store.items_retry_failed("p8")
+    assert (report.items_reset, report.items_rerun, report.gate) == (1, 1, 0)
 
 
 async def _drive_operations(store: Store) -> None:

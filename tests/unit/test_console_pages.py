@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from processor.console import pages
-from watcher.records import PartitionInfo, ReduceProgress, Throughput
+from processor.views import error_after_context
+from watcher.records import ItemInfo, PartitionInfo, ReduceProgress, RetryReport, Throughput
 
 NOW = datetime(2026, 5, 1, 12, 0, 0)
 
@@ -219,9 +220,52 @@ def test_error_summaries() -> None:
 
 
 def test_notices_come_only_from_their_own_words() -> None:
-    assert pages.notice_text("retried", count=3, status="available") == (
-        "Retried: 3 failed item(s) are available again; the partition is available.")
     assert pages.notice_text("deleted", id="<b>x</b>", count=2) == \
         "Deleted partition <b>x</b> and its 2 item(s)."  # the template escapes it
     assert pages.notice_text("made-up") is None and pages.notice_text(None) is None
-    assert pages.notice_text("retried") is None  # a value missing: nothing shown
+    assert pages.notice_text("cancelled", count=1) is not None
+    assert pages.notice_text("deleted") is None  # a value missing: nothing shown
+
+
+def test_the_retry_notice_says_what_the_retry_did() -> None:
+    report = RetryReport("job", "complete", 2, "available", 0, items_reset=2, items_rerun=34,
+                         reduce_rearmed=False)
+    params = {name: str(value) for name, value in pages.retry_notice_params(report).items()}
+    assert pages.retry_notice("job", params) == (
+        "Retried: re-opened partition 'job' (complete at gate 2) at gate 0; 2 failed item(s) "
+        "reset, 34 item(s) back at their reduce gate to be reduced again.")
+    nothing = RetryReport("job", "complete", 1, "complete", 1)
+    params = {name: str(value) for name, value in pages.retry_notice_params(nothing).items()}
+    assert pages.retry_notice("job", params) == (
+        "Retried: partition 'job' is complete at gate 1; nothing to retry: no item of it "
+        "failed.")
+    running = RetryReport("job", "available", 3, "available", 3, items_left_failed=2)
+    params = {name: str(value) for name, value in pages.retry_notice_params(running).items()}
+    assert pages.retry_notice("job", params) == (
+        "Retried: partition 'job' is available at gate 3; nothing to retry at or after its "
+        "gate, 2 failed item(s) below gate 3 left failed while it runs (retry again once it "
+        "has stopped).")
+    rearmed = RetryReport("job", "failed", 1, "available", 1, reduce_rearmed=True)
+    assert rearmed and pages.retry_notice("job", {
+        name: str(value) for name, value in pages.retry_notice_params(rearmed).items()}) == (
+        "Retried: re-opened partition 'job' (failed at gate 1) at gate 1; 0 failed item(s) "
+        "reset, its failed reduce re-armed.")
+    # A hand-edited address shows nothing rather than made-up words.
+    assert pages.retry_notice("job", {**params, "was": "<b>"}) is None
+    assert pages.retry_notice("job", {**params, "count": "many"}) is None
+    assert pages.retry_notice("job", {}) is None
+
+
+def test_an_item_error_shows_without_the_context_its_row_shows() -> None:
+    def item(error: str | None, attempts: int = 2) -> ItemInfo:
+        return ItemInfo(partition_id="p", id="i'7", status="failed", gate=3, data=b"",
+                        attempts=attempts, last_error=error, version=5)
+
+    stored = "partition 'p' item \"i'7\" gate 3 (attempt 2): the handler answered HTTP 422: scan"
+    assert error_after_context(item(stored)) == "the handler answered HTTP 422: scan"
+    assert pages.item_error_summary(item(stored)) == ("the handler answered HTTP 422: scan",
+                                                       True)  # the whole one can be opened
+    # Another item's, another attempt's or a library processor's error shows whole.
+    for other in (item(stored, attempts=0), item("cannot parse"), item(None)):
+        assert error_after_context(other) == other.last_error
+    assert pages.item_error_summary(item("cannot parse")) == ("cannot parse", False)

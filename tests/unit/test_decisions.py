@@ -19,6 +19,7 @@ from watcher.decisions import (
     idempotency_step,
     outcome_name,
     plan_balance,
+    reduces_to_run_again,
     result_problem,
     storable_text,
     unstorable_write,
@@ -249,3 +250,20 @@ def test_an_unstorable_write_becomes_a_failure_in_place() -> None:
         "failed", None, None, 7)
     assert "could not be stored" in failure.last_error
     assert "int32" in failure.last_error and str(2**40) in failure.last_error
+
+
+@pytest.mark.parametrize(("gates", "status", "reopen_at", "stopped_at", "expected"), [
+    # A complete "continue" partition retried below its reduce gates: all of them again.
+    ({1, 3}, "complete", 0, 3, [1, 3]),
+    ({1, 3, 5}, "complete", 2, 3, [3]),  # gate 1 was before the failure; 5 never reached
+    ({1}, "complete", 1, 1, [1]),  # failed at the reduce gate it completed: reduce again
+    ({1}, "complete", 2, 2, []),  # the failure after the reduce: it stands
+    ({0}, "failed", 0, 0, []),  # a failed reduce resumes from its stored page
+    ({0}, "cancelled", 0, 0, []),
+    ({0, 2}, "cancelled", 0, 2, [0, 2]),  # moved back: the one under way starts over
+    (set(), "complete", 0, 4, []),
+])
+def test_which_reduces_a_retry_runs_again(gates: set[int], status: str, reopen_at: int,
+                                          stopped_at: int, expected: list[int]) -> None:
+    assert reduces_to_run_again(frozenset(gates), status, reopen_at=reopen_at,
+                                stopped_at=stopped_at) == expected

@@ -204,4 +204,18 @@ def test_reduce_call_carries_items_and_position() -> None:
     assert (call.pass_, call.page, call.last, call.attempt, call.accumulator) == (
         "fold", 4, True, 2, b"[]")
     assert [item.id for item in call.items] == ["a"]
-    assert call.idempotency_key == reduce_key("p", GATE, "fold", 4)
+    assert call.idempotency_key == reduce_key("p", GATE, "fold", 4, plan.entries)
+
+
+def test_idempotency_key_changes_when_the_page_items_were_put_back() -> None:
+    """A retry of a call (no item written) keeps its key; a reduce run again after
+    retry_failed put its items back (their versions bumped) gets new keys, so a handler
+    that caches answers by key does not replay the first run's answer."""
+    first = reduce_call("p", GATE, plan_reduce(state(), [entry("a"), entry("b")], LIMITS), 1)
+    repeat = reduce_call("p", GATE, plan_reduce(state(), [entry("a"), entry("b")], LIMITS), 2)
+    assert repeat.idempotency_key == first.idempotency_key
+    again = reduce_call("p", GATE, plan_reduce(
+        state(), [entry("a"), entry("b", version=2)], LIMITS), 1)
+    more = reduce_call("p", GATE, plan_reduce(
+        state(), [entry("a"), entry("b"), entry("c")], LIMITS), 1)
+    assert len({first.idempotency_key, again.idempotency_key, more.idempotency_key}) == 3
