@@ -120,6 +120,13 @@ SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
 VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s);
 
+-- name: items_add (6)
+UPDATE partitions
+   SET status=%s
+ WHERE partitions.id = %s
+   AND partitions.status = %s
+   AND (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s));
+
 -- name: items_apply
 UPDATE items,
        JSON_TABLE(%(rows)s, '$[*]' COLUMNS (pid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]', iid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]', seen BIGINT PATH '$[2]', status VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[3]', gate BIGINT PATH '$[4]', attempts BIGINT PATH '$[5]', error LONGTEXT CHARACTER SET utf8mb4 PATH '$[6]', data LONGTEXT CHARACTER SET ascii PATH '$[7]', delay DOUBLE PATH '$[8]')) AS v
@@ -262,21 +269,52 @@ SELECT items.id,
 -- name: items_retry_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + %s), status=CASE WHEN (partitions.status IN (%s, ...)) THEN %s
-            ELSE partitions.status
-             END,
-       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       reduce_attempts=%s,
-       last_error=%s
+version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
  WHERE partitions.id = %s
    AND partitions.status != %s;
 
 -- name: items_retry_failed (2)
-SELECT partitions.gate
+SELECT partitions.status,
+       partitions.gate,
+       partitions.reduce_gates,
+       partitions.reduce_attempts,
+       partitions.last_error
   FROM partitions
  WHERE partitions.id = %s;
 
 -- name: items_retry_failed (3)
+SELECT (
+        SELECT min(items.gate) AS min_1
+          FROM items
+         WHERE items.partition_id = %s
+           AND items.status = %s
+       ) AS anon_1,
+       (
+        SELECT min(items.gate) AS min_2
+          FROM items
+         WHERE items.partition_id = %s
+           AND items.status = %s
+       ) AS anon_2;
+
+-- name: items_retry_failed (4)
+UPDATE items
+   SET
+version=(items.version + %s), status=%s,
+       attempts=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = %s
+   AND items.status = %s;
+
+-- name: items_retry_failed (5)
+UPDATE partitions
+   SET gate=%s,
+       status=%s,
+       reduce_attempts=%s,
+       last_error=%s
+ WHERE partitions.id = %s;
+
+-- name: items_retry_failed (6)
 UPDATE items
    SET
 version=(items.version + %s), status=%s,
@@ -285,7 +323,19 @@ version=(items.version + %s), status=%s,
        updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
  WHERE items.partition_id = %s
    AND items.status = %s
-   AND items.gate >= %s;
+   AND items.gate IN (%s, ...);
+
+-- name: items_retry_failed (7)
+UPDATE partitions
+   SET gate=%s,
+       status=%s,
+       reduce_pass=%s,
+       reduce_page=%s,
+       reduce_after=%s,
+       reduce_acc=from_base64(%s),
+       reduce_attempts=%s,
+       last_error=%s
+ WHERE partitions.id = %s;
 
 -- name: leader_release
 UPDATE leaders
@@ -576,7 +626,8 @@ version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), 
    AND partitions.status != %s;
 
 -- name: partition_set_gate (2)
-SELECT partitions.gate
+SELECT partitions.status,
+       partitions.gate
   FROM partitions
  WHERE partitions.id = %s;
 
@@ -592,6 +643,13 @@ SELECT items.gate,
  LIMIT %s;
 
 -- name: partition_set_gate (4)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.status = %s
+ LIMIT %s;
+
+-- name: partition_set_gate (5)
 UPDATE partitions
    SET gate=%s,
        reduce_pass=%s,
@@ -629,6 +687,19 @@ version=(partitions.version + %s), status=%s,
 UPDATE partitions
    SET
 version=(partitions.version + %s), gate=%s,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s;
+
+-- name: partition_transition (3)
+UPDATE partitions
+   SET
+version=(partitions.version + %s), gate=%s,
+       status=%s,
+       owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
        updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
  WHERE partitions.id = %s
    AND partitions.version = %s

@@ -114,6 +114,13 @@ SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
 VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s);
 
+-- name: items_add (6)
+UPDATE partitions
+   SET status=%(status)s
+ WHERE partitions.id = %(id_n)s
+   AND partitions.status = %(status_n)s
+   AND (EXISTS (SELECT * FROM items WHERE items.partition_id = %(partition_id_n)s AND items.status = %(status_n)s));
+
 -- name: items_apply
 UPDATE items
    SET
@@ -253,21 +260,52 @@ SELECT TOP 10 items.id,
 -- name: items_retry_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), status=CASE WHEN (partitions.status IN (%(status_1_n)s, ...)) THEN %(param_n)s
-            ELSE partitions.status
-             END,
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       reduce_attempts=%(reduce_attempts)s,
-       last_error=%(last_error)s
+version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
  WHERE partitions.id = %(id_n)s
    AND partitions.status != %(status_n)s;
 
 -- name: items_retry_failed (2)
-SELECT partitions.gate
+SELECT partitions.status,
+       partitions.gate,
+       partitions.reduce_gates,
+       partitions.reduce_attempts,
+       partitions.last_error
   FROM partitions
  WHERE partitions.id = %(id_n)s;
 
 -- name: items_retry_failed (3)
+SELECT (
+        SELECT min(items.gate) AS min_1
+          FROM items
+         WHERE items.partition_id = %(partition_id_n)s
+           AND items.status = %(status_n)s
+       ) AS anon_1,
+       (
+        SELECT min(items.gate) AS min_2
+          FROM items
+         WHERE items.partition_id = %(partition_id_n)s
+           AND items.status = %(status_n)s
+       ) AS anon_2;
+
+-- name: items_retry_failed (4)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), status=%(status)s,
+       attempts=%(attempts)s,
+       retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status = %(status_n)s;
+
+-- name: items_retry_failed (5)
+UPDATE partitions
+   SET gate=%(gate)s,
+       status=%(status)s,
+       reduce_attempts=%(reduce_attempts)s,
+       last_error=%(last_error)s
+ WHERE partitions.id = %(id_n)s;
+
+-- name: items_retry_failed (6)
 UPDATE items
    SET
 version=(items.version + %(version_n)s), status=%(status)s,
@@ -276,7 +314,19 @@ version=(items.version + %(version_n)s), status=%(status)s,
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
  WHERE items.partition_id = %(partition_id_n)s
    AND items.status = %(status_n)s
-   AND items.gate >= %(gate_n)s;
+   AND items.gate IN (%(gate_1_n)s, ...);
+
+-- name: items_retry_failed (7)
+UPDATE partitions
+   SET gate=%(gate)s,
+       status=%(status)s,
+       reduce_pass=%(reduce_pass)s,
+       reduce_page=%(reduce_page)s,
+       reduce_after=%(reduce_after)s,
+       reduce_acc=%(reduce_acc)s,
+       reduce_attempts=%(reduce_attempts)s,
+       last_error=%(last_error)s
+ WHERE partitions.id = %(id_n)s;
 
 -- name: leader_release
 UPDATE leaders
@@ -572,7 +622,8 @@ version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_n
    AND partitions.status != %(status_n)s;
 
 -- name: partition_set_gate (2)
-SELECT partitions.gate
+SELECT partitions.status,
+       partitions.gate
   FROM partitions
  WHERE partitions.id = %(id_n)s;
 
@@ -587,6 +638,12 @@ SELECT TOP 1 items.gate,
  ORDER BY items.gate;
 
 -- name: partition_set_gate (4)
+SELECT TOP 1 items.id
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status = %(status_n)s;
+
+-- name: partition_set_gate (5)
 UPDATE partitions
    SET gate=%(gate)s,
        reduce_pass=%(reduce_pass)s,
@@ -624,6 +681,19 @@ version=(partitions.version + %(version_n)s), status=%(status)s,
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), gate=%(gate)s,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(id_n)s
+   AND partitions.version = %(version_n)s
+   AND partitions.owner = %(owner_n)s
+   AND partitions.status = %(status_n)s;
+
+-- name: partition_transition (3)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s), gate=%(gate)s,
+       status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
  WHERE partitions.id = %(id_n)s
    AND partitions.version = %(version_n)s

@@ -123,6 +123,13 @@ VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate
 -- name: items_add (6)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
+-- name: items_add (7)
+UPDATE partitions
+   SET status=%(status)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR
+   AND (EXISTS (SELECT * FROM items WHERE items.partition_id = %(partition_id_1)s::VARCHAR AND items.status = %(status_2)s::VARCHAR));
+
 -- name: items_apply
 UPDATE items
    SET
@@ -266,21 +273,55 @@ SELECT items.id,
 -- name: items_retry_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), status=CASE WHEN (partitions.status IN (%(status_1_1)s::VARCHAR, ...)) THEN %(param_1)s::VARCHAR
-            ELSE partitions.status
-             END,
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       reduce_attempts=%(reduce_attempts)s::INTEGER,
-       last_error=%(last_error)s::VARCHAR
+version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
  WHERE partitions.id = %(id_1)s::VARCHAR
-   AND partitions.status != %(status_2)s::VARCHAR;
+   AND partitions.status != %(status_1)s::VARCHAR;
 
 -- name: items_retry_failed (2)
-SELECT partitions.gate
+SELECT partitions.status,
+       partitions.gate,
+       partitions.reduce_gates,
+       partitions.reduce_attempts,
+       partitions.last_error
   FROM partitions
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: items_retry_failed (3)
+SELECT (
+        SELECT min(items.gate) AS min_1
+          FROM items
+         WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+           AND items.status = %(status_1)s::VARCHAR
+       ) AS anon_1,
+       (
+        SELECT min(items.gate) AS min_2
+          FROM items
+         WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+           AND items.status = %(status_2)s::VARCHAR
+       ) AS anon_2;
+
+-- name: items_retry_failed (4)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       attempts=%(attempts)s::INTEGER,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR;
+
+-- name: items_retry_failed (5)
+UPDATE partitions
+   SET gate=%(gate)s::INTEGER,
+       status=%(status)s::VARCHAR,
+       reduce_attempts=%(reduce_attempts)s::INTEGER,
+       last_error=%(last_error)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: items_retry_failed (6)
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+
+-- name: items_retry_failed (7)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
@@ -289,10 +330,19 @@ version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.status = %(status_1)s::VARCHAR
-   AND items.gate >= %(gate_1)s::INTEGER;
+   AND items.gate IN (%(gate_1_1)s::INTEGER, ...);
 
--- name: items_retry_failed (4)
-SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+-- name: items_retry_failed (8)
+UPDATE partitions
+   SET gate=%(gate)s::INTEGER,
+       status=%(status)s::VARCHAR,
+       reduce_pass=%(reduce_pass)s::VARCHAR,
+       reduce_page=%(reduce_page)s::INTEGER,
+       reduce_after=%(reduce_after)s::VARCHAR,
+       reduce_acc=%(reduce_acc)s,
+       reduce_attempts=%(reduce_attempts)s::INTEGER,
+       last_error=%(last_error)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: leader_release
 UPDATE leaders
@@ -586,7 +636,8 @@ version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clo
    AND partitions.status != %(status_1)s::VARCHAR;
 
 -- name: partition_set_gate (2)
-SELECT partitions.gate
+SELECT partitions.status,
+       partitions.gate
   FROM partitions
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
@@ -602,6 +653,13 @@ SELECT items.gate,
  LIMIT %(param_1)s::INTEGER;
 
 -- name: partition_set_gate (4)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+ LIMIT %(param_1)s::INTEGER;
+
+-- name: partition_set_gate (5)
 UPDATE partitions
    SET gate=%(gate)s::INTEGER,
        reduce_pass=%(reduce_pass)s::VARCHAR,
@@ -611,7 +669,7 @@ UPDATE partitions
        reduce_attempts=%(reduce_attempts)s::INTEGER
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
--- name: partition_set_gate (5)
+-- name: partition_set_gate (6)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: partition_state
@@ -642,6 +700,19 @@ version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHA
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.version = %(version_2)s::INTEGER
+   AND partitions.owner = %(owner_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR;
+
+-- name: partition_transition (3)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
+       status=%(status)s::VARCHAR,
+       owner=%(owner)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.version = %(version_2)s::INTEGER

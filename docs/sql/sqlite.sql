@@ -126,6 +126,13 @@ SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
+-- name: items_add (6)
+UPDATE partitions
+   SET status=?
+ WHERE partitions.id = ?
+   AND partitions.status = ?
+   AND (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ?));
+
 -- name: items_apply
 UPDATE items
    SET
@@ -272,21 +279,52 @@ OFFSET :param_1;
 -- name: items_retry_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + ?), status=CASE WHEN (partitions.status IN (?, ...)) THEN ?
-            ELSE partitions.status
-             END,
-       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       reduce_attempts=?,
-       last_error=?
+version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE partitions.id = ?
    AND partitions.status != ?;
 
 -- name: items_retry_failed (2)
-SELECT partitions.gate
+SELECT partitions.status,
+       partitions.gate,
+       partitions.reduce_gates,
+       partitions.reduce_attempts,
+       partitions.last_error
   FROM partitions
  WHERE partitions.id = ?;
 
 -- name: items_retry_failed (3)
+SELECT (
+        SELECT min(items.gate) AS min_1
+          FROM items
+         WHERE items.partition_id = ?
+           AND items.status = ?
+       ) AS anon_1,
+       (
+        SELECT min(items.gate) AS min_2
+          FROM items
+         WHERE items.partition_id = ?
+           AND items.status = ?
+       ) AS anon_2;
+
+-- name: items_retry_failed (4)
+UPDATE items
+   SET
+version=(items.version + ?), status=?,
+       attempts=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = ?
+   AND items.status = ?;
+
+-- name: items_retry_failed (5)
+UPDATE partitions
+   SET gate=?,
+       status=?,
+       reduce_attempts=?,
+       last_error=?
+ WHERE partitions.id = ?;
+
+-- name: items_retry_failed (6)
 UPDATE items
    SET
 version=(items.version + ?), status=?,
@@ -295,7 +333,19 @@ version=(items.version + ?), status=?,
        updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE items.partition_id = ?
    AND items.status = ?
-   AND items.gate >= ?;
+   AND items.gate IN (?, ...);
+
+-- name: items_retry_failed (7)
+UPDATE partitions
+   SET gate=?,
+       status=?,
+       reduce_pass=?,
+       reduce_page=?,
+       reduce_after=?,
+       reduce_acc=?,
+       reduce_attempts=?,
+       last_error=?
+ WHERE partitions.id = ?;
 
 -- name: leader_release
 UPDATE leaders
@@ -587,7 +637,8 @@ version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:
    AND partitions.status != ?;
 
 -- name: partition_set_gate (2)
-SELECT partitions.gate
+SELECT partitions.status,
+       partitions.gate
   FROM partitions
  WHERE partitions.id = ?;
 
@@ -604,6 +655,14 @@ SELECT items.gate,
 OFFSET ?;
 
 -- name: partition_set_gate (4)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.status = ?
+ LIMIT ?
+OFFSET ?;
+
+-- name: partition_set_gate (5)
 UPDATE partitions
    SET gate=?,
        reduce_pass=?,
@@ -641,6 +700,19 @@ version=(partitions.version + ?), status=?,
 UPDATE partitions
    SET
 version=(partitions.version + ?), gate=?,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?;
+
+-- name: partition_transition (3)
+UPDATE partitions
+   SET
+version=(partitions.version + ?), gate=?,
+       status=?,
+       owner=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
        updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE partitions.id = ?
    AND partitions.version = ?
