@@ -137,3 +137,46 @@ def test_every_relative_link_in_the_readme_leads_somewhere() -> None:
         elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
             broken.append(f"{link}: no heading #{anchor} in {target}")
     assert not broken, "\n".join(broken)
+
+
+async def test_the_library_mode_example_prints_what_it_says(tmp_path) -> None:
+    """The client reference's library-mode script, run as it stands (its SQLite file is
+    relative, so in a fresh folder), prints what its comment says."""
+    code = marked_blocks(ROOT / "docs" / "reference" / "client.md")["library"]
+    [expected] = re.findall(r"^\s*print\(.*?\)\s*# (.+)$", code, re.M)
+    (tmp_path / "library.py").write_text(code, encoding="utf-8")
+    script = await asyncio.create_subprocess_exec(
+        sys.executable, "library.py", cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(script.communicate(), timeout=120)
+    assert script.returncode == 0, err.decode()[-3000:]
+    assert out.decode().strip() == expected.strip()
+
+
+async def test_the_curl_check_gets_the_answer_shown_from_the_sdk_example(tmp_path) -> None:
+    """The contract page's curl request, sent to the SDK page's ranker.py, gets the answer
+    the contract page shows."""
+    from tests.support.servers import serve_app  # uvicorn: imported where it is used
+
+    ranker = marked_blocks(ROOT / "docs" / "reference" / "handler-sdk.md")["ranker"]
+    (tmp_path / "ranker.py").write_text(ranker, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("docs_ranker", tmp_path / "ranker.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    block = marked_blocks(ROOT / "docs" / "reference" / "http-contract.md")["curl"]
+    command, expected = block.replace("\\\n", " ").strip().split("\n# ")
+    words = shlex.split(command)
+    assert words[:4] == ["curl", "-s", "-X", "POST"]
+    url = words[4]
+    headers = dict(words[i + 1].split(": ", 1) for i, word in enumerate(words) if word == "-H")
+    body = words[words.index("--data-binary") + 1].encode()
+
+    import httpx
+
+    async with serve_app(module.app) as base_url, httpx.AsyncClient() as client:
+        answer = await client.post(url.replace("http://localhost:8000", base_url),
+                                   headers=headers, content=body)
+    assert answer.status_code == 200, answer.text
+    assert answer.text == expected.strip()
