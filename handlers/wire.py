@@ -4,22 +4,11 @@ Nothing here does I/O, so every rule of the contract is tested with plain
 values. :mod:`handlers.asgi` only moves bytes between these functions and the
 ASGI server.
 
-Single item
-    ``POST``; the body is the item's bytes. Headers ``X-Partition-Id``,
-    ``X-Item-Id``, ``Idempotency-Key`` (percent-decoded: the processor
-    percent-encodes values that are not plain ASCII), ``X-Gate`` (an integer
-    >= 0) and ``X-Attempt`` (an integer >= 1); all five are required.
-
-Batch
-    ``POST`` a JSON array of ``{"partition_id", "item_id", "gate", "attempt",
-    "idempotency_key", "data_b64"}`` objects; the answer is a JSON array of the
-    same length and order whose elements are result objects or error objects.
-
-Answers
-    success: ``{"gate": int, "done": true, "data": any}`` or ``"data_b64"``,
-    each key present only when it says something (``{}`` is a loop);
-    error: ``{"error": {"message": str, "no_retry": bool}}`` plus
-    ``"retry_after": seconds`` when the handler asked for a delay.
+The contract is stated once, in ``docs/reference/http-contract.md``; this module
+is its handler side. What the SDK adds is in ``docs/reference/handler-sdk.md``:
+all five per-item headers are required (a missing or bad one is a 400 naming
+it), and an error object carries ``"retry_after": seconds`` when the handler
+asked for a delay.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_CONNECTIONS = 100
 # httpx's own connection pool slows down as concurrency grows, and its request
 # and response objects cost CPU per call; item calls go through aiohttp by default
-# (processor/transports.py; the README's benchmark section has the figures).
+# (processor/transports.py; docs/explanation/performance.md has the figures).
 TRANSPORTS = ("aiohttp", "httpx")
 DEFAULT_TRANSPORT = "aiohttp"
 HEALTH_CHECK_TIMEOUT = 5.0

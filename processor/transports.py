@@ -4,8 +4,8 @@ Two interchangeable senders implement it:
 
 - :class:`AiohttpSender` (the default) posts through an ``aiohttp`` session,
   which costs less CPU per call than building httpx request and response
-  objects; that cost bounds the per-item mode on a small machine (the README's
-  benchmark section has the figures).
+  objects; that cost bounds the per-item mode on a small machine (the figures are in
+  docs/explanation/performance.md).
 - :class:`HttpxSender` posts through an ``httpx.AsyncClient`` transport.
 
 Both use one pooled keep-alive connection set, never follow redirects, give

@@ -5,53 +5,9 @@ in :mod:`processor.http_processor` and :mod:`processor.http_batch` move bytes
 between these functions and a :mod:`processor.transports` sender, so every
 rule of the contract is tested with plain values.
 
-Request, per item
-    ``POST <handler URL>``; the body is the item's bytes unchanged, with
-    ``Content-Type: application/octet-stream`` and the headers ``X-Partition-Id``,
-    ``X-Item-Id``, ``X-Gate`` (the item's current gate), ``X-Attempt`` (1-based)
-    and ``Idempotency-Key`` (stable across retries of one step), plus the
-    operator's extra headers (such as ``Authorization``). Ids and the key are
-    sent unchanged when they consist only of visible ASCII other than ``%``;
-    any other value is percent-encoded (RFC 3986, every byte but unreserved
-    characters), so a handler always decodes them with ``urllib.parse.unquote``
-    or ``decodeURIComponent`` (a no-op on values without ``%``).
-
-Request, batched
-    ``POST <batch URL>`` with a JSON array of ``{"partition_id", "item_id",
-    "gate", "attempt", "idempotency_key", "data_b64"}`` objects; the answer is a
-    JSON array of the same length and order, each entry what a per-item body
-    would be.
-
-Answer: a JSON object, every field optional
-    ``{"gate": int, "done": bool, "data": any}`` or ``{..., "data_b64": str}``.
-    An empty per-item body (or ``{}``, or 204) keeps the gate and the data: a
-    loop. ``gate`` (a non-negative integer; ``true`` is not an integer) moves
-    the item; absent or ``null`` keeps the current gate. ``done`` (``true``/
-    ``false``; absent or ``null`` is ``false``) completes the item. ``data``,
-    when the key is present, replaces the item's bytes with its compact JSON
-    encoding (so ``"data": null`` stores ``null``); ``data_b64`` replaces them
-    with the decoded standard base64 (padding required). Setting both is
-    malformed. Unknown keys are ignored. The Content-Type is not checked.
-
-Errors: ``{"error": {"message": str, "no_retry": bool}}`` with any status
-    (``"error": "text"`` is accepted too). Final (not retried): a 4xx other than
-    408 and 429, a 3xx (redirects are not followed: the URL is wrong) or
-    ``no_retry: true`` with any status. Retryable: 5xx, 408, 429, an error
-    object on a 2xx, timeouts and connection failures. On 429 and 503 a
-    ``Retry-After`` header (delta-seconds or HTTP-date) is the minimum delay.
-
-Request, reduce
-    ``POST <reduce URL>`` with a JSON object: the partition, gate, attempt,
-    pass (``all``, ``fold`` or ``apply``), page, ``last``, the idempotency key,
-    the accumulator and the page's items; the answer is a JSON object with
-    per-item answers by id (``items``), a ``default`` answer, the partition
-    ``result`` and, for a fold page, the next ``accumulator``.
-
-Malformed answers (invalid JSON, ``NaN`` or ``Infinity``, a number that
-overflows a float such as ``1e999``, nesting too deep to decode, a body of the
-wrong shape, wrong field types, a negative gate, bad base64, a body over
-``max_response_bytes``) are retryable failures: a fixed handler can still
-process the item, and the engine's retry budget bounds the attempts.
+The contract itself (per-item, batched and reduce requests, answers, errors, what
+is malformed) is stated once, in ``docs/reference/http-contract.md``; this module
+is its processor side, rule for rule.
 
 A call's outcome travels as a value: a :class:`Result` or a :class:`Failure`.
 :func:`decode_reply` turns any :class:`Reply` into a decoded JSON document or

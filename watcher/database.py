@@ -69,9 +69,9 @@ def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
         # committed row and record locks only, which is READ COMMITTED.
         options["isolation_level"] = MYSQL_ISOLATION_LEVEL
     elif url.dialect == "mssql":
-        # READ COMMITTED is SQL Server's default; with READ_COMMITTED_SNAPSHOT on (see the
-        # README) it reads row versions and readers never block writers. use_datetime2
-        # sends datetimes with microseconds instead of DATETIME's 1/300 s.
+        # READ COMMITTED is SQL Server's default; with READ_COMMITTED_SNAPSHOT on (see
+        # docs/how-to/databases.md) it reads row versions and readers never block writers.
+        # use_datetime2 sends datetimes with microseconds instead of DATETIME's 1/300 s.
         options["connect_args"] = {"use_datetime2": True}
     try:
         engine = create_async_engine(

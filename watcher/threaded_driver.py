@@ -11,7 +11,7 @@ touched by its one thread, one call at a time; the event loop never blocks.
 What is verified where: this adaptation is exercised live against MariaDB with
 PyMySQL in ``tests/integration/test_threaded_driver.py`` (every store method);
 the SQL Server dialect on top of it is verified by compilation only, because no
-SQL Server runs in CI. See the README's "Databases" section.
+SQL Server runs in CI. See docs/how-to/databases.md.
 """
 
 from __future__ import annotations

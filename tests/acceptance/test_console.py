@@ -6,7 +6,8 @@ browser is the system's Chromium, driven by Playwright. ``processor console``
 and ``processor demo --console`` also run as subprocesses.
 
 With ``STATEFEED_SCREENSHOTS=docs`` (or another folder) the screenshot test
-writes the README's images there; otherwise into the test's temporary folder.
+writes the docs' images there (docs/how-to/console.md and the README show them);
+otherwise into the test's temporary folder.
 """
 
 from __future__ import annotations
@@ -565,7 +566,7 @@ async def _take_screenshots(browser: Any, url: str, folder: Path) -> None:
         await expect(page.locator("#live-state")).to_have_text("live", timeout=SEE)
         await page.wait_for_timeout(400)  # the bars' transitions end
         target = folder / file_name
-        # The first screen of each page (all of the overview): what a README reader sees.
+        # The first screen of each page (all of the overview): what a docs reader sees.
         await page.screenshot(path=str(target), full_page=file_name == "console-overview.png")
         assert target.stat().st_size > 20_000, file_name
     assert dialogs == []

@@ -147,14 +147,14 @@ async def test_a_failed_item_over_the_size_limit_reaches_the_reduce_without_its_
 
 
 def rank_all(page: handlers.ReducePage) -> handlers.Reduced:
-    """The README's first reduce: a plain function that takes the whole gate."""
+    """docs/reference/handler-sdk.md's first reduce: a plain function that takes the whole gate."""
     scored = sorted(page.items, key=lambda item: -item.json()["score"])
     return handlers.Reduced(result={"top": [item.id for item in scored[:3]]})
 
 
 async def test_a_whole_gate_reduce_and_a_gate_over_a_page_fail_before_any_item_work(
         db_url: str, table_prefix: str, make_store: Callable[..., Any]) -> None:
-    """The README's one-call reduce with more items than --reduce-page-items: the
+    """The handler SDK page's one-call reduce with more items than --reduce-page-items: the
     partition fails when it is first leased, with the fix in its error, and the item
     handler is never called; a partition that fits one page is reduced as before."""
     calls: list[str] = []

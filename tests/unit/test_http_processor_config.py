@@ -145,7 +145,7 @@ def test_transport_choice_is_validated() -> None:
 
 
 def test_the_old_import_path_still_offers_the_public_names() -> None:
-    """The README and older code import these from processor.http_processor."""
+    """Older code (and the docs of earlier releases) import these from processor.http_processor."""
     import processor.http_config as config_module
     import processor.http_processor as old
     import processor.wire as wire

@@ -3,7 +3,7 @@
 SQLAlchemy's async engine spends several times a statement's own cost on one
 transaction (pool checkout with a ping, BEGIN, the statement and COMMIT, each
 across a greenlet switch); one autocommit statement on an open psycopg
-connection costs a fraction of that (the README gives the figures). The
+connection costs a fraction of that (docs/explanation/how-it-works.md gives the figures). The
 statements themselves stay SQLAlchemy constructs, built by the store and the
 PostgreSQL driver (:mod:`watcher.drivers.postgresql`); this
 module compiles each once for the store's dialect and sends it. Only single
