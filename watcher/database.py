@@ -14,6 +14,7 @@ from sqlalchemy.util import await_only
 
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError
+from watcher.round_trips import DEFAULT_DB_TIMEOUT
 
 # SQL Server's engine driver: pymssql in a worker thread per connection.
 registry.register("mssql.pymssql_threaded", "watcher.threaded_driver", "MSDialectThreaded_pymssql")
@@ -31,8 +32,13 @@ STUCK_TRANSACTION_SECONDS = 5.0
 DRIVER_EXTRAS = {"mysql": "mysql", "mariadb": "mysql", "mssql": "mssql"}
 
 
-def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
+def create_engine(url: DatabaseURL, *, echo: bool = False,
+                  timeout: float = DEFAULT_DB_TIMEOUT) -> AsyncEngine:
     """Create the async engine for ``url``.
+
+    On PostgreSQL and MariaDB/MySQL the server ends a statement (or a lock wait)
+    after ``timeout`` seconds; connects are bounded by it too, and TCP keepalives
+    notice a vanished peer (:mod:`watcher.round_trips` bounds the rest).
 
     SQLite runs in WAL mode and starts every transaction with ``BEGIN IMMEDIATE``
     (reads marked ``sqlite_read`` use a plain ``BEGIN``), so that two writers
@@ -67,11 +73,17 @@ def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
         # concurrent writers. statefeed's guarded writes (version = :seen) want the latest
         # committed row and record locks only, which is READ COMMITTED.
         options["isolation_level"] = MYSQL_ISOLATION_LEVEL
+        if "connect_timeout" not in url.async_url.query:
+            options["connect_args"] = {"connect_timeout": timeout}
     elif url.dialect == "mssql":
         # READ COMMITTED is SQL Server's default; with READ_COMMITTED_SNAPSHOT on (see the
         # README) it reads row versions and readers never block writers. use_datetime2
         # sends datetimes with microseconds instead of DATETIME's 1/300 s.
         options["connect_args"] = {"use_datetime2": True}
+    elif url.dialect == "postgresql":
+        from watcher.drivers.pg_direct import connect_options
+
+        options["connect_args"] = connect_options(timeout, url.async_url.query)
     try:
         engine = create_async_engine(
             url.async_url,
@@ -88,19 +100,24 @@ def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
             f"install it with: pip install 'statefeed[{extra}]'"
         ) from None
     if url.dialect == "postgresql":
-        _end_stuck_transactions(engine)
+        _end_stuck_transactions(engine, timeout)
+    elif url.dialect in ("mysql", "mariadb"):
+        _bound_mysql_sessions(engine, timeout)
     return engine
 
 
-def _end_stuck_transactions(engine: AsyncEngine) -> None:
+def _end_stuck_transactions(engine: AsyncEngine, timeout: float) -> None:
     # A SET on each new connection rather than a startup option, which poolers
     # such as PgBouncer refuse.
+    from watcher.drivers.pg_direct import statement_timeout
+
     milliseconds = int(STUCK_TRANSACTION_SECONDS * 1000)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
+        cursor.execute(statement_timeout(timeout))
         # psycopg prepares a statement after a few runs, and PostgreSQL may then
         # switch to a generic plan; for the guarded item write that plan can walk
         # the ready index over the whole partition instead of seeking the primary
@@ -108,6 +125,20 @@ def _end_stuck_transactions(engine: AsyncEngine) -> None:
         cursor.execute("SET plan_cache_mode = force_custom_plan")
         cursor.close()
         dbapi_connection.commit()
+
+
+def _bound_mysql_sessions(engine: AsyncEngine, timeout: float) -> None:
+    from watcher.drivers.mysql_direct import session_timeouts, tune_keepalive
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        driver_connection = dbapi_connection.driver_connection
+        tune_keepalive(driver_connection)
+        mariadb = "MariaDB" in driver_connection.get_server_info()
+        cursor = dbapi_connection.cursor()
+        for setting in session_timeouts(timeout, mariadb):
+            cursor.execute(setting)
+        cursor.close()
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

@@ -34,6 +34,7 @@ from watcher.drivers.postgresql import PostgreSQLDriver
 from watcher.drivers.sql import clock_now, db_now, db_now_plus, lock_unless_busy, time_plus
 from watcher.drivers.sqlite import SQLiteDriver
 from watcher.errors import ConfigError
+from watcher.round_trips import DEFAULT_DB_TIMEOUT
 
 if TYPE_CHECKING:
     from watcher.store import Statements
@@ -63,13 +64,15 @@ def driver_class(dialect_name: str) -> type[Driver]:
             f"use one of: {supported}") from None
 
 
-def open_driver(engine: AsyncEngine, statements: Statements) -> Driver:
-    """The driver for ``engine``'s database, building on the store's ``statements``.
+def open_driver(engine: AsyncEngine, statements: Statements, *,
+                timeout: float = DEFAULT_DB_TIMEOUT) -> Driver:
+    """The driver for ``engine``'s database, building on the store's ``statements``;
+    ``timeout`` bounds each round trip (seconds).
 
     Raises:
         ConfigError: statefeed has no driver for this database.
     """
-    return driver_class(engine.dialect.name)(engine, statements)
+    return driver_class(engine.dialect.name)(engine, statements, timeout=timeout)
 
 
 __all__ = [

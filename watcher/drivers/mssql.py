@@ -34,6 +34,7 @@ from watcher.drivers.sql import (
     time_plus,
 )
 from watcher.records import ItemWrite
+from watcher.round_trips import DEFAULT_DB_TIMEOUT
 
 if TYPE_CHECKING:
     from watcher.store import Statements
@@ -107,8 +108,9 @@ class SQLServerDriver(Driver):
     portable. Its ready read keeps the literal limit (``TOP n``) and its clock is
     ``SYSUTCDATETIME()``; watchers poll."""
 
-    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
-        super().__init__(engine, statements)
+    def __init__(self, engine: AsyncEngine, statements: Statements, *,
+                 timeout: float = DEFAULT_DB_TIMEOUT) -> None:
+        super().__init__(engine, statements, timeout=timeout)
         self.batch_statement = self._build_batch()
 
     def refuses_value(self, error: BaseException) -> bool:

@@ -28,6 +28,7 @@ from watcher.drivers.base import DirectDriver
 from watcher.drivers.sql import data_size, db_now, json_texts, time_plus, time_plus_parts
 from watcher.drivers.sqlite_direct import SQLiteDirect
 from watcher.records import ItemWrite
+from watcher.round_trips import DEFAULT_DB_TIMEOUT
 
 if TYPE_CHECKING:
     from watcher.store import Statements
@@ -67,8 +68,9 @@ class SQLiteDriver(DirectDriver):
     """SQLite: the hot statements on a connection of its own, from the loop's thread;
     a batch of results in one ``executemany``; watchers poll."""
 
-    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
-        super().__init__(engine, statements)
+    def __init__(self, engine: AsyncEngine, statements: Statements, *,
+                 timeout: float = DEFAULT_DB_TIMEOUT) -> None:
+        super().__init__(engine, statements, timeout=timeout)
         self.write_statement = self._build_write()
 
     def open_direct(self) -> SQLiteDirect:
