@@ -38,6 +38,7 @@ from watcher.config import (
 )
 from watcher.dburl import DatabaseURL, parse_database_url
 from watcher.errors import ConfigError, DatabaseError, StatefeedError
+from watcher.round_trips import DEFAULT_DB_TIMEOUT
 from watcher.schema import validate_table_prefix
 from watcher.text import error_text
 
@@ -213,6 +214,11 @@ def run(
     migrate_first: Annotated[bool, typer.Option("--migrate", envvar=_env("MIGRATE"),
                                                 help="Create missing tables at start-up.")
                              ] = False,
+    db_timeout: Annotated[float, typer.Option(envvar=_env("DB_TIMEOUT"),
+                                              help="Seconds one database round trip may "
+                                              "take (statement, lock wait, connect); then "
+                                              "the connection is dropped and the work tried "
+                                              "again.")] = DEFAULT_DB_TIMEOUT,
     exit_on_db_error: Annotated[bool, typer.Option(envvar=_env("EXIT_ON_DB_ERROR"),
                                                    help="Exit instead of waiting when the "
                                                    "database is unreachable at start-up.")
@@ -287,6 +293,7 @@ def run(
         health_host=health_host,
         migrate=migrate_first,
         exit_on_db_error=exit_on_db_error,
+        db_timeout=db_timeout,
         retention=retention_config,
         backlog_interval=backlog_interval,
     )

@@ -30,6 +30,7 @@ from watcher.errors import ConfigError, DatabaseError
 from watcher.migrate import upgrade
 from watcher.records import Backlog
 from watcher.retention import Retention, RetentionConfig
+from watcher.round_trips import DEFAULT_DB_TIMEOUT
 from watcher.store import Store, missing_tables
 from watcher.text import first_line, shorten
 from watcher.watcher import Watcher
@@ -69,11 +70,13 @@ class ServiceConfig:
     exit_on_db_error: bool = False
     retention: RetentionConfig | None = None
     backlog_interval: float = DEFAULT_BACKLOG_INTERVAL
+    db_timeout: float = DEFAULT_DB_TIMEOUT
 
     def __post_init__(self) -> None:
         check_whole_number("handler batch size", self.batch_size, minimum=0)
         check_whole_number("health port", self.health_port, minimum=0, maximum=MAX_PORT)
         check_seconds("backlog interval", self.backlog_interval)
+        check_seconds("database timeout (--db-timeout)", self.db_timeout)
 
 
 def describe_db_error(error: BaseException, url: DatabaseURL) -> str:
@@ -103,7 +106,8 @@ class ProcessorService:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.hooks = PrometheusHooks()
-        self.store = Store.open(config.db_url, config.table_prefix)
+        self.store = Store.open(config.db_url, config.table_prefix,
+                                db_timeout=config.db_timeout)
         self.http = (BatchingHttpProcessor(config.http, batch_size=config.batch_size,
                                            batch_url=config.batch_url)
                      if config.batch_size else HttpProcessor(config.http))
@@ -126,6 +130,11 @@ class ProcessorService:
         self._stop.set()
 
     async def _check_database(self) -> tuple[bool, str]:
+        """Ready while the database answers in time: no kind of round trip is timing
+        out (:meth:`Store.problem`), and a trivial query answers."""
+        problem = self.store.problem()
+        if problem is not None:
+            return False, problem
         try:
             await self.store.ping()
             return True, "ok"

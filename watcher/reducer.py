@@ -109,6 +109,8 @@ class GateReducer:
             include_failed=lease.settings.continue_on_failure)
         plan = plan_reduce(state, entries, self.limits)
         call = reduce_call(pid, gate, plan, attempt=state.attempts + 1)
+        if self.keeper.expired(lease):  # the reads outlasted the lease: call nothing
+            return ReduceStepOutcome(StepKind.CONFLICT)
         if self.slots.take(1) == 0:
             self.slots.notify_when_free(lease.wake)
             return ReduceStepOutcome(StepKind.BUSY)

@@ -132,11 +132,14 @@ class RoundTrips:
     busy timeout does, and nothing is interrupted). ``timed_out(error)`` says
     whether a database error is the server's own timeout (a statement or lock
     wait timeout). ``database`` names the database in log lines (redacted).
+    ``precheck`` runs before each transaction and raises to refuse it.
     """
 
     def __init__(self, *, timeout: float, bound: float | None,
-                 timed_out: Callable[[BaseException], bool], database: str) -> None:
+                 timed_out: Callable[[BaseException], bool], database: str,
+                 precheck: Callable[[], None] | None = None) -> None:
         self.timeout = timeout
+        self._precheck = precheck
         self.bound = bound
         self._server_timed_out = timed_out
         self.database = database
@@ -184,8 +187,10 @@ class RoundTrips:
                           what: str) -> AsyncIterator[AsyncConnection]:
         """The transaction ``opening`` makes, each of its statements within the bound.
 
-        Raises as :meth:`call` does.
+        Raises as :meth:`call` does, and what ``precheck`` raises.
         """
+        if self._precheck is not None:
+            self._precheck()
         if self.bound is None:
             try:
                 async with opening as conn:

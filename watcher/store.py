@@ -292,7 +292,8 @@ class Store:
         # Every round trip below goes through it: bounded, and its timeouts remembered.
         self.round_trips = RoundTrips(timeout=db_timeout, bound=self.driver.round_trip_bound(),
                                       timed_out=self.driver.timed_out,
-                                      database=render_redacted(engine.url))
+                                      database=render_redacted(engine.url),
+                                      precheck=self.driver.require_usable)
         self.round_trips.watch(engine)
 
     @classmethod

@@ -114,6 +114,9 @@ class Driver:
         portable driver knows none; SQLite's reports its file deleted or replaced."""
         return None
 
+    # Checks before each engine transaction (SQLite's: its file is still there).
+    require_usable: Callable[[], None] | None = None
+
     def round_trip_bound(self) -> float | None:
         """How long the client waits for a round trip's answer before dropping the
         connection (``None``: the database bounds its own waits)."""
