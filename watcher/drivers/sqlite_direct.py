@@ -62,8 +62,11 @@ SQLITE_LOCKED = 6
 # Pauses between tries while another connection holds the write lock.
 FIRST_PAUSE = 0.001
 MAX_PAUSE = 0.05
-# A checkpoint is started in a worker thread after this many commits of the hot path.
+# A checkpoint is started in a worker thread after this many commits of the hot path,
+# and at once when the WAL is found over WAL_SIZE_LIMIT (looked at every
+# SIZE_CHECK_EVERY commits: one stat per few batches).
 CHECKPOINT_EVERY = 64
+SIZE_CHECK_EVERY = 4
 # Past this size the WAL is checkpointed with TRUNCATE, which waits (up to
 # TRUNCATE_WAIT, holding new writers back) for readers to leave the old frames and
 # then empties the file: PASSIVE checkpoints alone never reset a WAL that some
@@ -183,6 +186,7 @@ class SQLiteDirect:
         self._closed = False
         self._commits = 0
         self._checkpoint: asyncio.Future[None] | None = None
+        self._truncating = False  # the checkpoint under way empties the log
         self._checkpoint_conn: sqlite3.Connection | None = None
         self.listeners: list[Callable[[str], None]] = []
 
@@ -259,6 +263,8 @@ class SQLiteDirect:
                 raise
             return applied
 
+        if self._truncating:
+            await self._checkpoint_first()
         applied = await self._retrying(run, sql)
         self._committed()
         return applied
@@ -313,15 +319,31 @@ class SQLiteDirect:
         return self._conn
 
     def _committed(self) -> None:
-        """Count a commit; after :data:`CHECKPOINT_EVERY`, checkpoint in a worker thread."""
+        """Count a commit; after :data:`CHECKPOINT_EVERY`, or with the WAL over
+        :data:`WAL_SIZE_LIMIT`, checkpoint in a worker thread."""
         self._commits += 1
-        if self._commits < CHECKPOINT_EVERY or self._checkpoint is not None or self._closed:
+        if self._checkpoint is not None or self._closed:
+            return
+        if self._commits % SIZE_CHECK_EVERY and self._commits < CHECKPOINT_EVERY:
+            return
+        truncate = self._wal_size() > WAL_SIZE_LIMIT
+        if not truncate and self._commits < CHECKPOINT_EVERY:
             return
         self._commits = 0
-        self._checkpoint = asyncio.get_running_loop().run_in_executor(None, self._run_checkpoint)
+        self._truncating = truncate
+        self._checkpoint = asyncio.get_running_loop().run_in_executor(
+            None, self._run_checkpoint, truncate)
         self._checkpoint.add_done_callback(self._checkpoint_done)
 
-    def _run_checkpoint(self) -> None:
+    async def _checkpoint_first(self) -> None:
+        """While a TRUNCATE checkpoint waits for readers, the next write waits for it
+        (up to :data:`TRUNCATE_WAIT`): a writer that kept the write lock busy would
+        starve it, and the log would grow on."""
+        checkpoint = self._checkpoint
+        if checkpoint is not None and self._truncating:
+            await asyncio.wait({checkpoint}, timeout=TRUNCATE_WAIT)
+
+    def _run_checkpoint(self, truncate: bool) -> None:
         # PASSIVE copies what no reader still needs and never waits on a lock. A WAL
         # over the limit is emptied with TRUNCATE instead (see WAL_SIZE_LIMIT).
         if self._checkpoint_conn is None:
@@ -329,17 +351,21 @@ class SQLiteDirect:
                                    check_same_thread=False)
             conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             self._checkpoint_conn = conn
-        try:
-            wal_size = os.stat(self._path + "-wal").st_size
-        except FileNotFoundError:
-            wal_size = 0
-        mode = "TRUNCATE" if wal_size > WAL_SIZE_LIMIT else "PASSIVE"
+        mode = "TRUNCATE" if truncate else "PASSIVE"
         busy, _, _ = self._checkpoint_conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
-        if busy and mode == "TRUNCATE":
-            log.debug("action=checkpoint_blocked wal_bytes=%d (a reader held it)", wal_size)
+        if busy and truncate:
+            log.debug("action=checkpoint_blocked (a reader held the log past %s s)",
+                      TRUNCATE_WAIT)
+
+    def _wal_size(self) -> int:
+        try:
+            return os.stat(self._path + "-wal").st_size
+        except FileNotFoundError:
+            return 0
 
     def _checkpoint_done(self, future: asyncio.Future[None]) -> None:
         self._checkpoint = None
+        self._truncating = False
         if not future.cancelled() and future.exception() is not None:
             # The next one will try again; the engine's connections checkpoint too.
             log.debug("action=checkpoint_failed error=%s", type(future.exception()).__name__)
