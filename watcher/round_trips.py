@@ -54,6 +54,18 @@ DEADLINE_KEY = "statefeed_deadline"
 SHOWN_STATEMENT_CHARS = 80
 
 
+class _DeadlineCancellations(logging.Filter):
+    """Drops psycopg's WARNINGs about a statement it was interrupted in: the deadline
+    interrupts it on purpose, and logs its own one line for the outage."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(("query cancellation",
+                                                    "query not terminated"))
+
+
+DEADLINE_CANCELLATIONS = _DeadlineCancellations()
+
+
 class DatabaseTimeoutError(OperationalError):
     """A database round trip got no answer within the database timeout.
 
@@ -145,6 +157,8 @@ class RoundTrips:
         self.database = database
         # Kind of round trip -> time.monotonic() of its last timeout, while failing.
         self._failing: dict[str, float] = {}
+        if bound is not None:
+            logging.getLogger("psycopg").addFilter(DEADLINE_CANCELLATIONS)  # once only
 
     def watch(self, engine: AsyncEngine) -> None:
         """Start each statement of ``engine``'s transactions with a fresh deadline."""
