@@ -102,3 +102,14 @@ async def test_a_deleted_sqlite_file_turns_readiness_off(tmp_path: Path) -> None
         assert str(path) in detail and "deleted" in detail
         assert proc.running
         assert proc.stderr().count("action=database_file_lost") == 1
+
+
+def test_a_database_timeout_that_is_not_positive_is_refused_in_one_line(tmp_path: Path) -> None:
+    from tests.acceptance.harness.processes import run_cli
+
+    for args, env in ((["--db-timeout", "0"], None), ([], {"PROCESSOR_DB_TIMEOUT": "-1"})):
+        done = run_cli("run", "--handler-url", "http://127.0.0.1:9/", "--health-port", "0",
+                       "--db-url", f"sqlite:///{tmp_path / 'x.db'}", *args, env=env)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--db-timeout" in lines[0], done.stderr
