@@ -1,5 +1,5 @@
 """A lease is never trusted past its until while its renewal hangs: the holder's
-connection to PostgreSQL stops answering (a TCP proxy stalls it) with a database
+connection to PostgreSQL or MariaDB stops answering (a TCP proxy stalls it) with a database
 timeout longer than the lease, so the renewal write hangs; once the last
 renewal's until has passed, the holder drops the lease, abandons its calls and
 starts none, while another processor takes the partition over."""
@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from tests.acceptance.harness.faults import TcpProxy
-from tests.conftest import POSTGRES_URL, require_postgres
+from tests.conftest import MARIADB_URL, POSTGRES_URL, require_mariadb, require_postgres
 from tests.support.engine import running, wait_until
 from watcher import Watcher, WatcherConfig, WorkItem
 from watcher.dburl import parse_database_url
@@ -22,18 +22,23 @@ from watcher.migrate import downgrade, upgrade
 from watcher.records import NewItem
 from watcher.store import Store
 
-pytestmark = pytest.mark.postgres
-
 LEASE = 2.0
 
 
-async def test_a_hanging_renewal_does_not_keep_the_lease(caplog: pytest.LogCaptureFixture
-                                                          ) -> None:
-    require_postgres()
+@pytest.mark.parametrize("database", [pytest.param("postgres", marks=pytest.mark.postgres),
+                                      pytest.param("mariadb", marks=pytest.mark.mariadb)])
+async def test_a_hanging_renewal_does_not_keep_the_lease(
+        database: str, caplog: pytest.LogCaptureFixture) -> None:
+    if database == "postgres":
+        require_postgres()
+        db_url, scheme = POSTGRES_URL, "postgresql"
+    else:
+        require_mariadb()
+        db_url, scheme = MARIADB_URL, "mysql"
     prefix = f"le{uuid.uuid4().hex[:8]}_"
-    await asyncio.to_thread(upgrade, POSTGRES_URL, prefix)
-    address = parse_database_url(POSTGRES_URL).async_url
-    direct = Store.open(POSTGRES_URL, prefix)
+    await asyncio.to_thread(upgrade, db_url, prefix)
+    address = parse_database_url(db_url).async_url
+    direct = Store.open(db_url, prefix)
     started: list[float] = []
     cancelled: list[str] = []
     release = asyncio.Event()
@@ -50,7 +55,7 @@ async def test_a_hanging_renewal_does_not_keep_the_lease(caplog: pytest.LogCaptu
         await direct.partition_create("p", [NewItem(f"i{n}", b"") for n in range(3)])
         async with TcpProxy(address.host or "127.0.0.1", address.port or 5432) as proxy:
             proxy.forward()
-            url = address.set(host="127.0.0.1", port=proxy.port, drivername="postgresql")
+            url = address.set(host="127.0.0.1", port=proxy.port, drivername=scheme)
             # A database timeout far longer than the lease: the renewal hangs throughout.
             held = Store.open(url.render_as_string(hide_password=False), prefix, db_timeout=30)
             watcher = Watcher(held, process, WatcherConfig(
@@ -84,7 +89,7 @@ async def test_a_hanging_renewal_does_not_keep_the_lease(caplog: pytest.LogCaptu
         assert lost_after < taken_at - stalled_at
     finally:
         await direct.close()
-        await asyncio.to_thread(downgrade, POSTGRES_URL, prefix)
+        await asyncio.to_thread(downgrade, db_url, prefix)
 
 
 async def _take(store: Store) -> list[str]:
