@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from sqlalchemy import text
 
 from tests.acceptance.harness.cluster import Cluster
 from tests.acceptance.harness.faults import TcpProxy
@@ -82,6 +83,41 @@ async def test_a_database_that_stops_answering_is_reported_and_survived(
         log = proc.stderr()
     assert "Traceback" not in log
     assert log.count("action=database_timeout ") <= 3, log  # once per outage, not per poll
+
+
+@pytest.mark.parametrize("database", [pytest.param("postgres", marks=pytest.mark.postgres),
+                                      pytest.param("mariadb", marks=pytest.mark.mariadb)])
+async def test_a_result_write_waiting_on_a_row_lock_is_reported_and_survived(
+        tmp_path, database: str) -> None:
+    """Another session holds one item's row locked: the result write waits on it until
+    the server's statement (or lock wait) timeout ends it, over and over; /readyz says
+    so meanwhile, and once the lock goes every item ends exactly right."""
+    if database == "postgres":
+        require_postgres()
+        url = POSTGRES_URL
+    else:
+        require_mariadb()
+        url = MARIADB_URL
+    handler = RecordingHandler(gates=1, passes=1)
+    async with Cluster(tmp_path, handler, db_url=url) as cluster:
+        layout = await cluster.create(2, 3)
+        async with cluster.db.engine.connect() as holder:
+            transaction = await holder.begin()
+            await holder.execute(text(
+                f"SELECT id FROM {cluster.prefix}items WHERE partition_id = 'part000' "
+                "AND id = 'item0' FOR UPDATE"))
+            proc = await cluster.start(None, "--db-timeout", str(DB_TIMEOUT), health=True,
+                                       db_url=url)
+            line = await proc.wait_log("action=database_timeout", timeout=30)
+            assert "what=items_apply" in line
+            assert await wait_until(_readiness_is(proc, 503), timeout=15,
+                                    message="/readyz to answer 503")
+            await transaction.rollback()
+        await wait_until(_readiness_is(proc, 200), timeout=30,
+                         message="/readyz to answer 200 again")
+        await cluster.wait_settled(layout, timeout=60)
+        assert_exact(cluster, handler, await cluster.items(layout), layout)
+        assert "Traceback" not in proc.stderr()
 
 
 async def test_a_deleted_sqlite_file_turns_readiness_off(tmp_path: Path) -> None:
