@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import sqlite3
 import time
 from typing import Any
@@ -79,7 +80,11 @@ def create_engine(url: DatabaseURL, *, echo: bool = False,
         # READ COMMITTED is SQL Server's default; with READ_COMMITTED_SNAPSHOT on (see the
         # README) it reads row versions and readers never block writers. use_datetime2
         # sends datetimes with microseconds instead of DATETIME's 1/300 s.
-        options["connect_args"] = {"use_datetime2": True}
+        # pymssql bounds each query and the login itself (whole seconds); a statement
+        # in its worker thread cannot be interrupted from the event loop.
+        seconds = max(1, math.ceil(timeout))
+        options["connect_args"] = {"use_datetime2": True, "timeout": seconds,
+                                   "login_timeout": seconds}
     elif url.dialect == "postgresql":
         from watcher.drivers.pg_direct import connect_options
 

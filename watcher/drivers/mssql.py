@@ -113,6 +113,11 @@ class SQLServerDriver(Driver):
         super().__init__(engine, statements, timeout=timeout)
         self.batch_statement = self._build_batch()
 
+    def round_trip_bound(self) -> None:
+        """pymssql bounds its own queries and logins (:func:`watcher.database.create_engine`);
+        its worker thread cannot be interrupted from the event loop."""
+        return None
+
     def refuses_value(self, error: BaseException) -> bool:
         """See :meth:`Driver.refuses_value`; adds SQL Server's value error numbers."""
         if super().refuses_value(error):
