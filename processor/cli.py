@@ -26,6 +26,7 @@ from processor.http_config import (
 )
 from watcher.config import (
     DEFAULT_CONCURRENCY,
+    DEFAULT_DB_TIMEOUT,
     DEFAULT_LEASE_DURATION,
     DEFAULT_MAX_ITEM_BYTES,
     DEFAULT_MAX_LEASES,
@@ -255,6 +256,11 @@ def run(
     migrate_first: Annotated[bool, typer.Option("--migrate", envvar=_env("MIGRATE"),
                                                 help="Create missing tables at start-up.")
                              ] = False,
+    db_timeout: Annotated[float, typer.Option(envvar=_env("DB_TIMEOUT"),
+                                              help="Seconds one database round trip may "
+                                              "take (statement, lock wait, connect); then "
+                                              "the connection is dropped and the work tried "
+                                              "again.")] = DEFAULT_DB_TIMEOUT,
     exit_on_db_error: Annotated[bool, typer.Option(envvar=_env("EXIT_ON_DB_ERROR"),
                                                    help="Exit instead of waiting when the "
                                                    "database is unreachable at start-up.")
@@ -333,6 +339,7 @@ def run(
         health_host=health_host,
         migrate=migrate_first,
         exit_on_db_error=exit_on_db_error,
+        db_timeout=db_timeout,
         retention=retention_config,
         backlog_interval=backlog_interval,
     )

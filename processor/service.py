@@ -25,7 +25,7 @@ from processor.metrics import BACKLOG_CAP, DEFAULT_BACKLOG_INTERVAL, BacklogGaug
 from processor.redact import redact_url
 from watcher.backoff import last_error, sleep_until
 from watcher.checks import check_seconds, check_whole_number
-from watcher.config import WatcherConfig
+from watcher.config import DEFAULT_DB_TIMEOUT, WatcherConfig
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
 from watcher.records import Backlog
@@ -69,11 +69,13 @@ class ServiceConfig:
     exit_on_db_error: bool = False
     retention: RetentionConfig | None = None
     backlog_interval: float = DEFAULT_BACKLOG_INTERVAL
+    db_timeout: float = DEFAULT_DB_TIMEOUT
 
     def __post_init__(self) -> None:
         check_whole_number("handler batch size", self.batch_size, minimum=0)
         check_whole_number("health port", self.health_port, minimum=0, maximum=MAX_PORT)
         check_seconds("backlog interval", self.backlog_interval)
+        check_seconds("database timeout (--db-timeout)", self.db_timeout)
 
 
 def describe_db_error(error: BaseException, url: DatabaseURL) -> str:
@@ -103,7 +105,8 @@ class ProcessorService:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.hooks = PrometheusHooks()
-        self.store = Store.open(config.db_url, config.table_prefix)
+        self.store = Store.open(config.db_url, config.table_prefix,
+                                db_timeout=config.db_timeout)
         self.http = (BatchingHttpProcessor(config.http, batch_size=config.batch_size,
                                            batch_url=config.batch_url)
                      if config.batch_size else HttpProcessor(config.http))
@@ -144,6 +147,11 @@ class ProcessorService:
         self._stop.set()
 
     async def _check_database(self) -> tuple[bool, str]:
+        """Ready while the database answers in time: no kind of round trip is timing
+        out (:meth:`Store.problem`), and a trivial query answers."""
+        problem = self.store.problem()
+        if problem is not None:
+            return False, problem
         try:
             await self.store.ping()
             return True, "ok"

@@ -21,6 +21,8 @@ DEFAULT_MAX_RETRIES = 5
 DEFAULT_RETRY_BACKOFF = 1.0
 DEFAULT_RETRY_BACKOFF_MAX = 300.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+# Seconds one database round trip may take, unless configured (--db-timeout).
+DEFAULT_DB_TIMEOUT = 10.0
 DEFAULT_LEASE_BATCH = 16
 DEFAULT_STEAL_BATCH = 2
 # Partitions one watcher leases at most: its memory and lease renewals stay bounded

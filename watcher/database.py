@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import sqlite3
 import time
 from typing import Any
@@ -12,6 +13,7 @@ from sqlalchemy.dialects import registry
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
 
+from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.dburl import DatabaseURL, require_driver
 from watcher.errors import ConfigError
 
@@ -31,8 +33,13 @@ STUCK_TRANSACTION_SECONDS = 5.0
 DRIVER_EXTRAS = {"mysql": "mysql", "mariadb": "mysql", "mssql": "mssql"}
 
 
-def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
+def create_engine(url: DatabaseURL, *, echo: bool = False,
+                  timeout: float = DEFAULT_DB_TIMEOUT) -> AsyncEngine:
     """Create the async engine for ``url``.
+
+    On PostgreSQL and MariaDB/MySQL the server ends a statement (or a lock wait)
+    after ``timeout`` seconds; connects are bounded by it too, and TCP keepalives
+    notice a vanished peer (:mod:`watcher.round_trips` bounds the rest).
 
     SQLite runs in WAL mode and starts every transaction with ``BEGIN IMMEDIATE``
     (reads marked ``sqlite_read`` use a plain ``BEGIN``), so that two writers
@@ -68,11 +75,22 @@ def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
         # concurrent writers. statefeed's guarded writes (version = :seen) want the latest
         # committed row and record locks only, which is READ COMMITTED.
         options["isolation_level"] = MYSQL_ISOLATION_LEVEL
+        if "connect_timeout" not in url.async_url.query:
+            options["connect_args"] = {"connect_timeout": timeout}
     elif url.dialect == "mssql":
         # READ COMMITTED is SQL Server's default; with READ_COMMITTED_SNAPSHOT on (see
-        # docs/how-to/databases.md) it reads row versions and readers never block writers.
-        # use_datetime2 sends datetimes with microseconds instead of DATETIME's 1/300 s.
-        options["connect_args"] = {"use_datetime2": True}
+        # docs/how-to/databases.md) it reads row versions and readers never block
+        # writers. use_datetime2 sends datetimes with microseconds instead of DATETIME's
+        # 1/300 s.
+        # pymssql bounds each query and the login itself (whole seconds); a statement
+        # in its worker thread cannot be interrupted from the event loop.
+        seconds = max(1, math.ceil(timeout))
+        options["connect_args"] = {"use_datetime2": True, "timeout": seconds,
+                                   "login_timeout": seconds}
+    elif url.dialect == "postgresql":
+        from watcher.drivers.pg_direct import connect_options
+
+        options["connect_args"] = connect_options(timeout, url.async_url.query)
     try:
         engine = create_async_engine(
             url.async_url,
@@ -89,19 +107,24 @@ def create_engine(url: DatabaseURL, *, echo: bool = False) -> AsyncEngine:
             f"install it with: pip install 'statefeed[{extra}]'"
         ) from None
     if url.dialect == "postgresql":
-        _end_stuck_transactions(engine)
+        _end_stuck_transactions(engine, timeout)
+    elif url.dialect in ("mysql", "mariadb"):
+        _bound_mysql_sessions(engine, timeout)
     return engine
 
 
-def _end_stuck_transactions(engine: AsyncEngine) -> None:
+def _end_stuck_transactions(engine: AsyncEngine, timeout: float) -> None:
     # A SET on each new connection rather than a startup option, which poolers
     # such as PgBouncer refuse.
+    from watcher.drivers.pg_direct import statement_timeout
+
     milliseconds = int(STUCK_TRANSACTION_SECONDS * 1000)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
+        cursor.execute(statement_timeout(timeout))
         # psycopg prepares a statement after a few runs, and PostgreSQL may then
         # switch to a generic plan; for the guarded item write that plan can walk
         # the ready index over the whole partition instead of seeking the primary
@@ -109,6 +132,20 @@ def _end_stuck_transactions(engine: AsyncEngine) -> None:
         cursor.execute("SET plan_cache_mode = force_custom_plan")
         cursor.close()
         dbapi_connection.commit()
+
+
+def _bound_mysql_sessions(engine: AsyncEngine, timeout: float) -> None:
+    from watcher.drivers.mysql_direct import session_timeouts, tune_keepalive
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        driver_connection = dbapi_connection.driver_connection
+        tune_keepalive(driver_connection)
+        mariadb = "MariaDB" in driver_connection.get_server_info()
+        cursor = dbapi_connection.cursor()
+        for setting in session_timeouts(timeout, mariadb):
+            cursor.execute(setting)
+        cursor.close()
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

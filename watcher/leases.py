@@ -203,6 +203,9 @@ class LeaseKeeper:
 
     async def _take(self, rows: list[LeaseRow], *, stolen_from: str | None) -> list[str]:
         """Take ``rows``; returns the partitions newly held (not those held already)."""
+        # The database sets each until from its clock during the write, so a lease
+        # counted from before the write never outlives the database's until.
+        started = time.monotonic()
         won = await self.store.leases_take(rows, self.owner, self.config.lease_duration)
         taken: list[str] = []
         for row in won:
@@ -211,11 +214,12 @@ class LeaseKeeper:
                 # Our own lease, expired while its renewal was held up (an outage, a
                 # write in progress): its supervisor still drives this Lease, so it
                 # must go on holding the partition, not a new one beside it.
-                held.renewed(row.version, row.gate, time.monotonic())
+                held.renewed(row.version, row.gate, started)
                 log.info("action=lease_reacquired partition=%s owner=%s gate=%d", row.id,
                          self.owner, row.gate)
                 continue
-            self.leases[row.id] = Lease(row.id, row.version, row.gate, settings=row.settings)
+            self.leases[row.id] = Lease(row.id, row.version, row.gate, renewed_at=started,
+                                        settings=row.settings)
             taken.append(row.id)
             self.hooks.lease_acquired(row.id, stolen_from=stolen_from)
             log.info("action=lease_acquired partition=%s owner=%s gate=%d%s", row.id,
@@ -287,13 +291,29 @@ class LeaseKeeper:
                 self.mark_lost(lease)
         return lost
 
-    def mark_lost(self, lease: Lease) -> None:
-        """Record that another watcher holds ``lease`` now (or it is gone)."""
+    def mark_lost(self, lease: Lease, *, reason: str = "") -> None:
+        """Record that another watcher holds ``lease`` now (or it is gone, or expired)."""
         if not lease.mark_lost():
             return
         self._drop(lease)
         self.hooks.lease_lost(lease.partition_id)
-        log.info("action=lease_lost partition=%s owner=%s", lease.partition_id, self.owner)
+        log.info("action=lease_lost partition=%s owner=%s%s", lease.partition_id, self.owner,
+                 f" reason={reason}" if reason else "")
+
+    def expired(self, lease: Lease, now: float | None = None) -> bool:
+        """Whether ``lease`` is past its until: a whole lease duration since its last
+        renewal began (the database set the until later than that, so this errs early).
+
+        Such a lease is marked lost at once, even while a renewal is still under
+        way (a write that hangs): another watcher may hold the partition by now,
+        so nothing may be dispatched or reduced under it.
+        """
+        now = time.monotonic() if now is None else now
+        if now - lease.renewed_at < self.config.lease_duration:
+            return False
+        if not lease.closed:
+            self.mark_lost(lease, reason="expired")
+        return True
 
     def stop_lease(self, lease: Lease) -> bool:
         """A client cancelled (or began deleting) ``lease``'s partition: stop driving it.

@@ -164,6 +164,8 @@ class GateReducer:
             include_failed=lease.settings.continue_on_failure)
         plan = plan_reduce(state, entries, self.limits, pid, self.config.max_item_bytes)
         call = reduce_call(pid, gate, plan, attempt=state.attempts + 1)
+        if self.keeper.expired(lease):  # the reads outlasted the lease: call nothing
+            return ReduceStepOutcome(StepKind.CONFLICT)
         too_large = page_problem(call, self.limits)
         if too_large is not None:  # no handler would take it: fail before calling
             return await self._failed(call.attempt, NonRetryableError(

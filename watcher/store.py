@@ -23,6 +23,7 @@ import base64
 import binascii
 import functools
 import json
+import sys
 from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
@@ -47,9 +48,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.expression import ColumnElement, Exists, Select, Update
 
+from watcher.checks import check_seconds
 from watcher.clock import Clock, DatabaseClock
+from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.database import create_engine
-from watcher.dburl import DatabaseURL, parse_database_url
+from watcher.dburl import DatabaseURL, parse_database_url, render_redacted
 from watcher.decisions import reduces_to_run_again
 from watcher.drivers import Driver, open_driver
 from watcher.drivers.base import read_transaction, write_transaction
@@ -86,6 +89,7 @@ from watcher.records import (
     Throughput,
 )
 from watcher.reduction import ReduceStep
+from watcher.round_trips import RoundTrips
 from watcher.schema import Tables, tables_for
 
 INSERT_CHUNK = 500
@@ -282,24 +286,39 @@ class Store:
         ConfigError: statefeed has no driver for the engine's database.
     """
 
-    def __init__(self, engine: AsyncEngine, tables: Tables, *, clock: Clock | None = None):
+    def __init__(self, engine: AsyncEngine, tables: Tables, *, clock: Clock | None = None,
+                 db_timeout: float = DEFAULT_DB_TIMEOUT):
         self.engine = engine
         self.tables = tables
         self.clock: Clock = clock if clock is not None else DatabaseClock()
         self.statements = Statements(tables, self.clock)
-        self.driver: Driver = open_driver(engine, self.statements)
+        self.driver: Driver = open_driver(engine, self.statements, timeout=db_timeout)
+        # Every round trip below goes through it: bounded, and its timeouts remembered.
+        self.round_trips = RoundTrips(timeout=db_timeout, bound=self.driver.round_trip_bound(),
+                                      timed_out=self.driver.timed_out,
+                                      database=render_redacted(engine.url),
+                                      precheck=self.driver.require_usable)
+        self.round_trips.watch(engine)
 
     @classmethod
     def open(cls, url: str | DatabaseURL, table_prefix: str = "", *,
-             clock: Clock | None = None) -> Store:
-        """Create a store with its own engine.
+             clock: Clock | None = None, db_timeout: float = DEFAULT_DB_TIMEOUT) -> Store:
+        """Create a store with its own engine; ``db_timeout`` bounds each database
+        round trip (seconds, see :mod:`watcher.round_trips`).
 
         Raises:
-            ConfigError: the URL or the table prefix is invalid, or the
-                database is not supported.
+            ConfigError: the URL, the table prefix or the timeout is invalid, or
+                the database is not supported.
         """
+        check_seconds("database timeout", db_timeout)
         parsed = url if isinstance(url, DatabaseURL) else parse_database_url(url)
-        return cls(create_engine(parsed), tables_for(table_prefix), clock=clock)
+        return cls(create_engine(parsed, timeout=db_timeout), tables_for(table_prefix),
+                   clock=clock, db_timeout=db_timeout)
+
+    def problem(self) -> str | None:
+        """Why the database cannot be relied on now (``None`` when it can): round trips
+        that time out, or (SQLite) a database file deleted or replaced."""
+        return self.driver.problem() or self.round_trips.problem()
 
     async def close(self) -> None:
         """Dispose of the driver's and the engine's connections."""
@@ -308,11 +327,16 @@ class Store:
 
     # -- transactions -------------------------------------------------------
 
+    # Each transaction is named for the store method that opens it (its caller), in
+    # the round trips' log line.
+
     def _write(self) -> AbstractAsyncContextManager[AsyncConnection]:
-        return write_transaction(self.engine)
+        return self.round_trips.transaction(write_transaction(self.engine),
+                                            sys._getframe(1).f_code.co_name)
 
     def _read(self) -> AbstractAsyncContextManager[AsyncConnection]:
-        return read_transaction(self.engine)
+        return self.round_trips.transaction(read_transaction(self.engine),
+                                            sys._getframe(1).f_code.co_name)
 
     async def _touch_partition(self, conn: AsyncConnection, partition_id: str,
                                **values: Any) -> None:
@@ -1272,7 +1296,8 @@ class Store:
         on (partition, status, gate, retry_at, id) returns in order: the read
         stops at ``limit`` rows and never touches completed items.
         """
-        rows = await self.driver.items_ready(partition_id, gate, limit, exclude)
+        rows = await self.round_trips.call(
+            "items_ready", self.driver.items_ready(partition_id, gate, limit, exclude))
         return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4]) for row in rows]
 
     async def items_oversize(self, partition_id: str, gate: int, max_bytes: int,
@@ -1294,8 +1319,8 @@ class Store:
 
     async def gate_summary(self, partition_id: str, gate: int) -> GateSummary:
         """Summarise what is left at ``gate``: pending and failed items, and the next gate."""
-        row = (await self.driver.fetch(self.statements.gate_summary,
-                                       {"pid": partition_id, "gate": gate}, read=True))[0]
+        row = (await self.round_trips.call("gate_summary", self.driver.fetch(
+            self.statements.gate_summary, {"pid": partition_id, "gate": gate}, read=True)))[0]
         pending_count, earliest, failed_count, lowest, now = row
         wait = None
         if pending_count and earliest is not None:
@@ -1421,7 +1446,7 @@ class Store:
         """
         if not writes:
             return []
-        return await self.driver.items_apply(writes, owner)
+        return await self.round_trips.call("items_apply", self.driver.items_apply(writes, owner))
 
 
 def _colliding_ids(items: Sequence[NewItem]) -> list[str]:
@@ -1475,7 +1500,7 @@ async def missing_tables(store: Store) -> list[str]:
     from sqlalchemy import inspect as inspect_schema
 
     names = [store.tables.partitions.name, store.tables.items.name, store.tables.leaders.name]
-    async with store.engine.connect() as conn:
+    async with store.round_trips.transaction(store.engine.connect(), "missing_tables") as conn:
         present = await conn.run_sync(
             lambda sync: {name for name in names if inspect_schema(sync).has_table(name)})
     return [name for name in names if name not in present]

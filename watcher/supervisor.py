@@ -43,6 +43,7 @@ from watcher.protocol import (
 )
 from watcher.records import ItemWrite, ReadyItem
 from watcher.reducer import GateReducer, StepKind
+from watcher.round_trips import DatabaseTimeoutError
 from watcher.slots import SlotPool, wait_event
 from watcher.store import Store
 from watcher.writer import ResultWriter, WriterClosedError
@@ -154,10 +155,9 @@ class PartitionSupervisor:
         if self._check_lease and not await self._confirm_lease():
             return Pass(wait=None)
         now = time.monotonic()
-        if now - lease.renewed_at > self.config.lease_duration:
-            # The lease may have expired while renewals failed: dispatch nothing
-            # until a renewal confirms it (or finds it lost).
-            return Pass(wait=self.config.poll_interval)
+        if self.keeper.expired(lease, now):
+            # Renewals failed or hang past the lease's until: it is lost.
+            return Pass(wait=None)
         if self.reducer.unchecked and await self.reducer.check_shape():
             return Pass(wait=None)  # the reduce cannot take this partition: failed at once
         if lease.gate in lease.settings.reduce_gates:
@@ -207,14 +207,20 @@ class PartitionSupervisor:
             else:  # too many to name in a query: read more and filter here
                 ready = await self.store.items_ready(
                     self.partition_id, gate, taken + len(exclude))
-        except SQLAlchemyError:
+        except SQLAlchemyError as error:
             self.slots.give_back(taken)
-            if await self._fail_unreadable(gate):
+            # A read that timed out says nothing of the items' sizes: skip the look-up.
+            if (not isinstance(error, DatabaseTimeoutError)
+                    and await self._fail_unreadable(gate)):
                 return 0
             raise
         except BaseException:
             self.slots.give_back(taken)
             raise
+        if self.keeper.expired(self.lease):  # the read outlasted the lease: start nothing
+            self.in_hand.end_read(read, [], taken, time.monotonic())
+            self.slots.give_back(taken)
+            return 0
         fresh = self.in_hand.end_read(read, ready, taken, time.monotonic())
         if taken > len(fresh):
             self.slots.give_back(taken - len(fresh))
@@ -363,7 +369,7 @@ class PartitionSupervisor:
             return Pass(wait=max(MIN_WAIT, outcome.wait))
         if kind is StepKind.BUSY:
             return Pass(wait=self.config.poll_interval)
-        if kind is StepKind.FAILED:
+        if kind is StepKind.FAILED or self.lease.lost:
             return Pass(wait=None)
         self.hooks.lease_conflict(self.partition_id)
         return Pass(wait=0.0 if await self._confirm_lease() else None)

@@ -27,7 +27,7 @@ def _direct(url: str, **options) -> DirectStatements:
 async def test_an_unreachable_server_fails_as_an_operational_error_without_the_password(
         ) -> None:
     url = make_url("postgresql://statefeed:hunter2-secret@127.0.0.1:9/test")
-    direct = DirectStatements(url, postgresql.dialect(), connect_timeout=2)
+    direct = DirectStatements(url, postgresql.dialect(), timeout=2)
     started = time.monotonic()
     try:
         with pytest.raises(OperationalError) as caught:

@@ -6,12 +6,13 @@ tested in tests/integration/test_leases.py).
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from watcher.config import WatcherConfig
 from watcher.hooks import CountingHooks
 from watcher.leases import Lease, LeaseKeeper
-from watcher.records import LeaseRenewal
+from watcher.records import LeaseRenewal, LeaseRow
 
 
 class RenewingStore:
@@ -90,3 +91,32 @@ def test_a_lease_records_its_own_writes_and_notifications() -> None:
     assert not lease.notified
     lease.renewed(4, None, at=123.0)
     assert (lease.version, lease.gate, lease.renewed_at) == (4, 5, 123.0)
+
+
+async def test_a_lease_past_its_until_is_lost_even_while_its_renewal_hangs() -> None:
+    overdue, fresh = Lease("overdue", 1, 0), Lease("fresh", 1, 0)
+    overdue.renewed_at = time.monotonic() - 9.0  # the lease is 9 s: its until has passed
+    keeper, hooks = _keeper(RenewingStore(LeaseRenewal({})), overdue, fresh)
+    assert keeper.expired(overdue) and overdue.lost and overdue.ended.is_set()
+    assert not keeper.expired(fresh) and not fresh.lost
+    assert list(keeper.leases) == ["fresh"] and hooks.counts["lease_lost"] == 1
+
+
+class SlowTakingStore:
+    """Takes every row asked for, after ``seconds`` (a slow lease write)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    async def leases_take(self, rows, owner, duration):
+        await asyncio.sleep(self.seconds)
+        return list(rows)
+
+
+async def test_a_taken_lease_counts_from_before_its_write() -> None:
+    """The database set the until while the write ran: counting from its answer would
+    trust the lease past it."""
+    keeper, _ = _keeper(SlowTakingStore(0.2))  # type: ignore[arg-type]
+    before = time.monotonic()
+    assert await keeper._take([LeaseRow("p", 1, 0, "")], stolen_from=None) == ["p"]
+    assert keeper.leases["p"].renewed_at <= before + 0.05

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.base import DirectDriver, Driver
 from watcher.drivers.conflicts import is_lock_conflict
 from watcher.drivers.sql import clock_now, db_now, db_now_plus, lock_unless_busy, time_plus
@@ -78,13 +79,15 @@ def driver_class(dialect_name: str) -> type[Driver]:
     return driver
 
 
-def open_driver(engine: AsyncEngine, statements: Statements) -> Driver:
-    """The driver for ``engine``'s database, building on the store's ``statements``.
+def open_driver(engine: AsyncEngine, statements: Statements, *,
+                timeout: float = DEFAULT_DB_TIMEOUT) -> Driver:
+    """The driver for ``engine``'s database, building on the store's ``statements``;
+    ``timeout`` bounds each round trip (seconds).
 
     Raises:
         ConfigError: statefeed has no driver for this database.
     """
-    return driver_class(engine.dialect.name)(engine, statements)
+    return driver_class(engine.dialect.name)(engine, statements, timeout=timeout)
 
 
 __all__ = [

@@ -36,8 +36,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.expression import Select
 
+from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.sql import json_param, json_text_table
 from watcher.records import ItemWrite
+from watcher.round_trips import CLIENT_MARGIN
 
 if TYPE_CHECKING:
     from watcher.store import Statements
@@ -69,15 +71,18 @@ class Driver:
     """The portable driver: every statement through the SQLAlchemy engine.
 
     ``statements`` is the store's shared SQL; the driver builds on it and
-    never changes it.
+    never changes it. ``timeout`` is how long one round trip may take
+    (seconds): the server's statement timeout, where the database has one.
     """
 
     # Whether the database carries wake-up notifications (LISTEN/NOTIFY).
     notifies: ClassVar[bool] = False
 
-    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
+    def __init__(self, engine: AsyncEngine, statements: Statements, *,
+                 timeout: float = DEFAULT_DB_TIMEOUT) -> None:
         self.engine = engine
         self.statements = statements
+        self.timeout = timeout
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.engine.dialect.name})"
@@ -98,6 +103,25 @@ class Driver:
         if isinstance(error, StatementError) and not isinstance(error, DBAPIError):
             return True  # a parameter SQLAlchemy could not convert
         return isinstance(error, ValueError | OverflowError)  # includes UnicodeError
+
+    def timed_out(self, error: BaseException) -> bool:
+        """Whether ``error`` is the database ending a statement that ran or waited on a
+        lock too long (its statement or lock wait timeout). The portable driver
+        knows none; databases add theirs in their modules."""
+        return False
+
+    def problem(self) -> str | None:
+        """A standing problem of the database seen from here (``None``: none). The
+        portable driver knows none; SQLite's reports its file deleted or replaced."""
+        return None
+
+    # Checks before each engine transaction (SQLite's: its file is still there).
+    require_usable: Callable[[], None] | None = None
+
+    def round_trip_bound(self) -> float | None:
+        """How long the client waits for a round trip's answer before dropping the
+        connection (``None``: the database bounds its own waits)."""
+        return self.timeout + CLIENT_MARGIN
 
     def lost_connection(self, error: BaseException) -> bool:
         """Whether the connection dropped during the statement: an outage does that,
@@ -256,8 +280,9 @@ class DirectDriver(Driver):
 
     direct: DirectPath
 
-    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
-        super().__init__(engine, statements)
+    def __init__(self, engine: AsyncEngine, statements: Statements, *,
+                 timeout: float = DEFAULT_DB_TIMEOUT) -> None:
+        super().__init__(engine, statements, timeout=timeout)
         self.direct = self.open_direct()
         self._ready = {excluding: self.build_ready(excluding) for excluding in (False, True)}
 

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Update
 
+from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.base import Driver, write_transaction
 from watcher.drivers.sql import (
     batch_params,
@@ -107,9 +108,15 @@ class SQLServerDriver(Driver):
     portable. Its ready read keeps the literal limit (``TOP n``) and its clock is
     ``SYSUTCDATETIME()``; watchers poll."""
 
-    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
-        super().__init__(engine, statements)
+    def __init__(self, engine: AsyncEngine, statements: Statements, *,
+                 timeout: float = DEFAULT_DB_TIMEOUT) -> None:
+        super().__init__(engine, statements, timeout=timeout)
         self.batch_statement = self._build_batch()
+
+    def round_trip_bound(self) -> None:
+        """pymssql bounds its own queries and logins (:func:`watcher.database.create_engine`);
+        its worker thread cannot be interrupted from the event loop."""
+        return None
 
     def refuses_value(self, error: BaseException) -> bool:
         """See :meth:`Driver.refuses_value`; adds SQL Server's value error numbers."""

@@ -27,8 +27,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Update
 
+from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.base import DirectDriver
-from watcher.drivers.mysql_direct import MySQLDirect
+from watcher.drivers.mysql_direct import MySQLDirect, is_timeout
 from watcher.drivers.mysql_packet import PACKET_KEY, READ_PACKET_LIMIT, base64_text, check_many
 from watcher.drivers.sql import (
     batch_params,
@@ -128,14 +129,19 @@ class MySQLDriver(DirectDriver):
     """MariaDB and MySQL: hot statements through aiomysql directly, one-statement batch
     writes; watchers poll."""
 
-    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
-        super().__init__(engine, statements)
+    def __init__(self, engine: AsyncEngine, statements: Statements, *,
+                 timeout: float = DEFAULT_DB_TIMEOUT) -> None:
+        super().__init__(engine, statements, timeout=timeout)
         self.batch_statement = self._build_batch()
         _check_packets(engine)
 
     def open_direct(self) -> MySQLDirect:
         """A few aiomysql connections with the engine's arguments (:mod:`.mysql_direct`)."""
-        return MySQLDirect.for_url(self.engine.url, self.engine.dialect)
+        return MySQLDirect.for_url(self.engine.url, self.engine.dialect, timeout=self.timeout)
+
+    def timed_out(self, error: BaseException) -> bool:
+        """See :meth:`Driver.timed_out`: the statement or lock wait timeout."""
+        return is_timeout(error)
 
     def refuses_value(self, error: BaseException) -> bool:
         """See :meth:`Driver.refuses_value`; adds the server's value error numbers."""

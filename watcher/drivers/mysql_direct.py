@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +32,7 @@ from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 
+from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.compiled import StatementCache
 from watcher.drivers.mysql_packet import READ_PACKET_LIMIT, check_packet
 from watcher.errors import ValueRefusedError
@@ -47,6 +50,45 @@ READ_COMMITTED = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 # key and then its partition by its own: PostgreSQL's plan.
 OPTIMIZER = {True: "SET SESSION optimizer_switch = 'semijoin=off,exists_to_in=off'",
              False: "SET SESSION optimizer_switch = 'semijoin=off'"}
+# TCP keepalives, so that a connection whose peer vanished fails within idle +
+# interval * count seconds even while idle (aiomysql turns keepalives on).
+KEEPALIVE_IDLE = 10
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_COUNT = 3
+# Server errors ending a statement for its time: MariaDB's max_statement_time,
+# MySQL's max_execution_time, and the lock wait timeout.
+TIMEOUT_CODES = frozenset({1969, 3024, 1205})
+
+
+def session_timeouts(timeout: float, mariadb: bool) -> list[str]:
+    """The SETs that make the server end a statement, or a row lock wait, after
+    ``timeout`` seconds (MySQL bounds only SELECTs that way; the lock wait, in whole
+    seconds, bounds its writes' waits)."""
+    limit = (f"SET SESSION max_statement_time = {timeout:g}" if mariadb
+             else f"SET SESSION max_execution_time = {max(1, int(timeout * 1000))}")
+    return [limit, f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(timeout))}"]
+
+
+def tune_keepalive(conn: Any) -> None:
+    """Set the keepalive timing on an aiomysql connection's socket (Linux), if it has one."""
+    writer = getattr(conn, "_writer", None)  # aiomysql exposes no socket of its own
+    sock = writer.transport.get_extra_info("socket") if writer is not None else None
+    if sock is None or not hasattr(socket, "TCP_KEEPIDLE"):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT)
+
+
+def is_timeout(error: BaseException) -> bool:
+    """Whether ``error`` (the driver's, or SQLAlchemy's around it) is the server ending
+    a statement for its time."""
+    orig = getattr(error, "orig", error)
+    args = getattr(orig, "args", ())
+    return bool(args) and isinstance(args[0], int) and args[0] in TIMEOUT_CODES
+
+
 # Client errors meaning the connection is gone: server gone away, lost during a
 # query, out of sync, cannot connect, lost during the handshake.
 DISCONNECTS = frozenset({2006, 2013, 2014, 2003, 2055})
@@ -71,8 +113,13 @@ class MySQLDirect:
     """
 
     def __init__(self, connect_args: Mapping[str, Any], dialect: Dialect, *,
+                 timeout: float = DEFAULT_DB_TIMEOUT,
                  max_connections: int = MAX_CONNECTIONS) -> None:
         self._connect_args = dict(connect_args)
+        # aiomysql's connect_timeout bounds the TCP connect only; the store's round-trip
+        # bound covers the handshake.
+        self._connect_args.setdefault("connect_timeout", timeout)
+        self._timeout = timeout
         self._dialect = dialect
         self._compiled = StatementCache(dialect)
         self._slots = {True: asyncio.Semaphore(max_connections),
@@ -84,15 +131,17 @@ class MySQLDirect:
         self.packet_limit: int | None = None
 
     @classmethod
-    def for_url(cls, url: URL, dialect: Dialect) -> MySQLDirect:
+    def for_url(cls, url: URL, dialect: Dialect, *,
+                timeout: float = DEFAULT_DB_TIMEOUT) -> MySQLDirect:
         """Connections with the arguments SQLAlchemy gives aiomysql for ``url`` (whatever
-        driver the engine has); statements compiled for ``dialect``'s database."""
+        driver the engine has); statements compiled for ``dialect``'s database, each
+        ended by the server after ``timeout`` seconds."""
         from sqlalchemy.dialects.mysql.aiomysql import MySQLDialect_aiomysql
 
         _, kwargs = MySQLDialect_aiomysql().create_connect_args(
             url.set(drivername="mysql+aiomysql"))
         compiling = type(dialect)(paramstyle="pyformat")
-        return cls(kwargs, compiling)
+        return cls(kwargs, compiling, timeout=timeout)
 
     async def fetch(self, statement: ClauseElement, params: Mapping[str, Any]
                     ) -> Sequence[tuple[Any, ...]]:
@@ -211,9 +260,13 @@ class MySQLDirect:
             raise pymysql.err.OperationalError(2006, "the store is closed")
         conn = await aiomysql.connect(**self._connect_args, autocommit=autocommit)
         try:
+            tune_keepalive(conn)
+            mariadb = "MariaDB" in conn.get_server_info()
             async with conn.cursor() as cursor:
                 await cursor.execute(READ_COMMITTED)
-                await cursor.execute(OPTIMIZER["MariaDB" in conn.get_server_info()])
+                await cursor.execute(OPTIMIZER[mariadb])
+                for setting in session_timeouts(self._timeout, mariadb):
+                    await cursor.execute(setting)
                 await cursor.execute(READ_PACKET_LIMIT)
                 (limit,) = await cursor.fetchone()
                 self.packet_limit = int(limit)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -28,14 +29,35 @@ from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 
+from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.compiled import StatementCache
 
 log = logging.getLogger(__name__)
 
 # Connections the hot path may hold at once (the SQLAlchemy engine has its own).
 MAX_CONNECTIONS = 4
-# Seconds to wait for a new connection (libpq's connect_timeout; it takes 2 at least).
-CONNECT_TIMEOUT = 5
+# TCP keepalives, so that a connection whose peer vanished (a failover, a half-open
+# connection) fails within idle + interval * count seconds even while idle.
+KEEPALIVE_IDLE = 10
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_COUNT = 3
+
+
+def connect_options(timeout: float, given: Collection[str] = ()) -> dict[str, Any]:
+    """libpq connection options bounding a connection's waits by ``timeout`` seconds:
+    the connect (``connect_timeout``, 2 at least), TCP keepalives, and unacknowledged
+    data (``tcp_user_timeout``). Options the URL sets (``given``) are left to it."""
+    options: dict[str, Any] = {
+        "connect_timeout": max(2, math.ceil(timeout)), "keepalives": 1,
+        "keepalives_idle": KEEPALIVE_IDLE, "keepalives_interval": KEEPALIVE_INTERVAL,
+        "keepalives_count": KEEPALIVE_COUNT, "tcp_user_timeout": int(timeout * 1000)}
+    return {key: value for key, value in options.items() if key not in given}
+
+
+def statement_timeout(timeout: float) -> str:
+    """The SET that makes the server end a statement (or a lock wait) after ``timeout``
+    seconds; a SET rather than a startup option, which poolers such as PgBouncer refuse."""
+    return f"SET statement_timeout = {max(1, int(timeout * 1000))}"
 
 
 class DirectStatements:
@@ -43,17 +65,19 @@ class DirectStatements:
 
     A statement that fails because an idle pooled connection had died (the
     server restarted, or ended the session) is sent once more on a new
-    connection, as a pool's pre-ping would have arranged. ``listeners`` are
+    connection, as a pool's pre-ping would have arranged. The server ends a
+    statement after ``timeout`` seconds; a statement interrupted (by the
+    store's round-trip bound) closes its connection. ``listeners`` are
     called with each statement's text as it is sent (the benchmark counts
     statements this way).
     """
 
-    def __init__(self, url: URL, dialect: Dialect, *,
-                 max_connections: int = MAX_CONNECTIONS,
-                 connect_timeout: int = CONNECT_TIMEOUT) -> None:
+    def __init__(self, url: URL, dialect: Dialect, *, timeout: float = DEFAULT_DB_TIMEOUT,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
         self._dialect = dialect
-        self._connect_timeout = connect_timeout
+        self._options = connect_options(timeout, url.query)
+        self._statement_timeout = statement_timeout(timeout)
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._closed = False
@@ -106,8 +130,14 @@ class DirectStatements:
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         if self._closed:
             raise psycopg.OperationalError("the store is closed")
-        return await psycopg.AsyncConnection.connect(
-            self._conninfo, autocommit=True, connect_timeout=self._connect_timeout)
+        conn = await psycopg.AsyncConnection.connect(
+            self._conninfo, autocommit=True, **self._options)
+        try:
+            await conn.execute(self._statement_timeout)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
 
     async def _give_back(self, conn: psycopg.AsyncConnection[Any]) -> None:
         if self._closed:

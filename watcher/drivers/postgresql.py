@@ -26,8 +26,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, Select, Update
 
+from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.base import DirectDriver
-from watcher.drivers.pg_direct import DirectStatements
+from watcher.drivers.pg_direct import DirectStatements, connect_options
 from watcher.drivers.sql import batch_params, batch_rows_json, db_now, time_plus, time_plus_parts
 from watcher.records import ItemWrite
 
@@ -57,6 +58,9 @@ def jsonb_param(name: str) -> ColumnElement[Any]:
 # SQLSTATE classes of a refused value: data exception, integrity constraint
 # violation, program limit exceeded (a value too large to handle).
 VALUE_REFUSAL_CLASSES = frozenset({"22", "23", "54"})
+# SQLSTATEs of a statement the server ended for its time: query canceled (the
+# statement timeout), lock not available (a lock timeout).
+TIMEOUT_SQLSTATES = frozenset({"57014", "55P03"})
 
 
 class PostgreSQLDriver(DirectDriver):
@@ -71,13 +75,20 @@ class PostgreSQLDriver(DirectDriver):
         sqlstate = getattr(getattr(error, "orig", None), "sqlstate", None) or ""
         return sqlstate[:2] in VALUE_REFUSAL_CLASSES
 
-    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
-        super().__init__(engine, statements)
+    def __init__(self, engine: AsyncEngine, statements: Statements, *,
+                 timeout: float = DEFAULT_DB_TIMEOUT) -> None:
+        super().__init__(engine, statements, timeout=timeout)
         self.batch_statement = self._build_batch()
 
     def open_direct(self) -> DirectStatements:
         """A few autocommit psycopg connections (:mod:`watcher.drivers.pg_direct`)."""
-        return DirectStatements(self.engine.url, self.engine.dialect)
+        return DirectStatements(self.engine.url, self.engine.dialect, timeout=self.timeout)
+
+    def timed_out(self, error: BaseException) -> bool:
+        """See :meth:`Driver.timed_out`: SQLSTATE 57014 (the statement timeout) or
+        55P03 (a lock timeout)."""
+        sqlstate = getattr(getattr(error, "orig", None), "sqlstate", None)
+        return sqlstate in TIMEOUT_SQLSTATES
 
     # -- the ready read -----------------------------------------------------
 
@@ -162,7 +173,8 @@ class PostgreSQLDriver(DirectDriver):
 
         url = self.engine.url.set(drivername="postgresql")
         async with await psycopg.AsyncConnection.connect(
-                url.render_as_string(hide_password=False), autocommit=True) as conn:
+                url.render_as_string(hide_password=False), autocommit=True,
+                **connect_options(self.timeout, url.query)) as conn:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             async for notice in conn.notifies():
                 yield notice.payload

@@ -14,19 +14,22 @@ results is one guarded, fenced ``UPDATE`` sent once with all the rows
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Float, Integer, LargeBinary, bindparam, case, func, update
+from sqlalchemy import Float, Integer, LargeBinary, bindparam, case, event, func, update
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Update
 
+from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.database import SQLITE_BUSY_TIMEOUT_SECONDS
 from watcher.drivers.base import DirectDriver
 from watcher.drivers.sql import data_size, db_now, json_texts, time_plus, time_plus_parts
-from watcher.drivers.sqlite_direct import SQLiteDirect
+from watcher.drivers.sqlite_direct import WAL_SIZE_LIMIT, DatabaseFile, SQLiteDirect, is_busy
 from watcher.records import ItemWrite
 
 if TYPE_CHECKING:
@@ -67,14 +70,52 @@ class SQLiteDriver(DirectDriver):
     """SQLite: the hot statements on a connection of its own, from the loop's thread;
     a batch of results in one ``executemany``; watchers poll."""
 
-    def __init__(self, engine: AsyncEngine, statements: Statements) -> None:
-        super().__init__(engine, statements)
+    def __init__(self, engine: AsyncEngine, statements: Statements, *,
+                 timeout: float = DEFAULT_DB_TIMEOUT) -> None:
+        self.file = DatabaseFile(engine.url.database or "")
+        super().__init__(engine, statements, timeout=timeout)
         self.write_statement = self._build_write()
+        self._watch_file(engine)
 
     def open_direct(self) -> SQLiteDirect:
         """One ``sqlite3`` connection on the engine's file (:mod:`.sqlite_direct`)."""
         return SQLiteDirect(self.engine.url.database or "", SQLiteDialect_pysqlite(
-            paramstyle="named"), busy_timeout=SQLITE_BUSY_TIMEOUT_SECONDS)
+            paramstyle="named"), busy_timeout=SQLITE_BUSY_TIMEOUT_SECONDS, file=self.file)
+
+    def _watch_file(self, engine: AsyncEngine) -> None:
+        """Refuse the engine's connections and transactions once the database file
+        was deleted or replaced (see :class:`DatabaseFile`)."""
+        file = self.file
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            file.opened()
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+            cursor.close()
+
+    def problem(self) -> str | None:
+        """The database file deleted or replaced under this process, if it was."""
+        return self.file.check()
+
+    def require_usable(self) -> None:
+        """Refuse a transaction once the database file was deleted or replaced.
+
+        Raises:
+            sqlalchemy.exc.OperationalError: it was (checked at most once a second).
+        """
+        try:
+            self.file.require()
+        except sqlite3.OperationalError as error:
+            raise OperationalError(None, None, error) from None
+
+    def timed_out(self, error: BaseException) -> bool:
+        """See :meth:`Driver.timed_out`: the lock stayed taken for the busy timeout."""
+        return is_busy(getattr(error, "orig", error))
+
+    def round_trip_bound(self) -> None:
+        """SQLite bounds its own waits (the busy timeout); nothing is interrupted."""
+        return None
 
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
         """The batch as one guarded, fenced ``UPDATE`` sent with every row at once

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -61,8 +62,99 @@ SQLITE_LOCKED = 6
 # Pauses between tries while another connection holds the write lock.
 FIRST_PAUSE = 0.001
 MAX_PAUSE = 0.05
-# A checkpoint is started in a worker thread after this many commits of the hot path.
+# A checkpoint is started in a worker thread after this many commits of the hot path,
+# and at once when the WAL is found over WAL_SIZE_LIMIT (looked at every
+# SIZE_CHECK_EVERY commits: one stat per few batches).
 CHECKPOINT_EVERY = 64
+SIZE_CHECK_EVERY = 4
+# Past this size the WAL is checkpointed with TRUNCATE, which waits (up to
+# TRUNCATE_WAIT, holding new writers back) for readers to leave the old frames and
+# then empties the file: PASSIVE checkpoints alone never reset a WAL that some
+# reader always uses, and it grows without end. After any reset the file is cut
+# back to this size (journal_size_limit).
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
+TRUNCATE_WAIT = 1.0
+# How often the database file's identity is checked, at most (see DatabaseFile).
+FILE_CHECK_INTERVAL = 1.0
+
+
+def file_identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``, or ``None`` when there is none."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+class DatabaseFile:
+    """The SQLite file a store opened, and whether its path still names that file.
+
+    SQLite goes on using an open file after it is deleted or replaced (moved
+    over, restored from a backup): every write would then go to a file no longer
+    at the path, and be lost. The file's identity (device, inode) is taken when
+    the first connection opens it; a later connection that finds another file
+    there is refused, and :meth:`check` (on readiness checks, and at most every
+    :data:`FILE_CHECK_INTERVAL` s before statements) compares the path's.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        # An in-memory database has no file to lose.
+        self.watched = bool(path) and path != ":memory:" and not path.startswith("file:")
+        self.identity: tuple[int, int] | None = None
+        self.problem: str | None = None
+        self._next_check = 0.0
+
+    def opened(self) -> None:
+        """A connection just opened the path: remember its file, or refuse another.
+
+        Raises:
+            sqlite3.OperationalError: the path names another file than the first
+                connection opened.
+        """
+        if not self.watched:
+            return
+        identity = file_identity(self.path)
+        if self.identity is None:
+            self.identity = identity
+        elif identity != self.identity:
+            raise sqlite3.OperationalError(self._lost(identity))
+
+    def check(self) -> str | None:
+        """Compare the path's file with the one opened; returns the problem, if any."""
+        self._next_check = time.monotonic() + FILE_CHECK_INTERVAL
+        if self.identity is None:
+            return None
+        identity = file_identity(self.path)
+        if identity == self.identity:
+            if self.problem is not None:
+                log.warning("action=database_file_restored path=%s", self.path)
+            self.problem = None
+            return None
+        return self._lost(identity)
+
+    def require(self) -> None:
+        """Check (at most every :data:`FILE_CHECK_INTERVAL` s) before a statement.
+
+        Raises:
+            sqlite3.OperationalError: the file was deleted or replaced.
+        """
+        if time.monotonic() >= self._next_check:
+            self.check()
+        if self.problem is not None:
+            raise sqlite3.OperationalError(self.problem)
+
+    def _lost(self, identity: tuple[int, int] | None) -> str:
+        if self.problem is None:
+            how = "deleted" if identity is None else "replaced by another file"
+            self.problem = (
+                f"the SQLite database file {self.path} was {how} while this process had it "
+                "open; nothing more is written to the old file (its writes would be lost). "
+                "Put the file back, or restart the processor to use the file now at the path")
+            log.error("action=database_file_lost path=%s how=%s", self.path,
+                      "deleted" if identity is None else "replaced")
+        return self.problem
 
 
 def is_busy(error: BaseException) -> bool:
@@ -83,8 +175,10 @@ class SQLiteDirect:
     statement's text as it is sent (the benchmark counts statements this way).
     """
 
-    def __init__(self, path: str, dialect: Dialect, *, busy_timeout: float) -> None:
+    def __init__(self, path: str, dialect: Dialect, *, busy_timeout: float,
+                 file: DatabaseFile | None = None) -> None:
         self._path = path
+        self._file = file if file is not None else DatabaseFile(path)
         self._dialect = dialect
         self._busy_timeout = busy_timeout
         self._compiled = StatementCache(dialect)
@@ -92,6 +186,7 @@ class SQLiteDirect:
         self._closed = False
         self._commits = 0
         self._checkpoint: asyncio.Future[None] | None = None
+        self._truncating = False  # the checkpoint under way empties the log
         self._checkpoint_conn: sqlite3.Connection | None = None
         self.listeners: list[Callable[[str], None]] = []
 
@@ -122,6 +217,7 @@ class SQLiteDirect:
         self._sent(compiled.sql)
 
         def run() -> list[tuple[Any, ...]]:
+            self._file.require()
             cursor = self._connection().execute(compiled.sql, values)
             return compiled.rows(cursor.fetchall())
 
@@ -144,6 +240,7 @@ class SQLiteDirect:
         sql = self._compiled[statement].sql
 
         def run() -> list[bool]:
+            self._file.require()
             conn = self._connection()
             self._sent("BEGIN IMMEDIATE")
             conn.execute("BEGIN IMMEDIATE")
@@ -166,6 +263,8 @@ class SQLiteDirect:
                 raise
             return applied
 
+        if self._truncating:
+            await self._checkpoint_first()
         applied = await self._retrying(run, sql)
         self._committed()
         return applied
@@ -211,6 +310,8 @@ class SQLiteDirect:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.execute("PRAGMA wal_autocheckpoint=0")
+                conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+                self._file.opened()
             except BaseException:
                 conn.close()
                 raise
@@ -218,23 +319,53 @@ class SQLiteDirect:
         return self._conn
 
     def _committed(self) -> None:
-        """Count a commit; after :data:`CHECKPOINT_EVERY`, checkpoint in a worker thread."""
+        """Count a commit; after :data:`CHECKPOINT_EVERY`, or with the WAL over
+        :data:`WAL_SIZE_LIMIT`, checkpoint in a worker thread."""
         self._commits += 1
-        if self._commits < CHECKPOINT_EVERY or self._checkpoint is not None or self._closed:
+        if self._checkpoint is not None or self._closed:
+            return
+        if self._commits % SIZE_CHECK_EVERY and self._commits < CHECKPOINT_EVERY:
+            return
+        truncate = self._wal_size() > WAL_SIZE_LIMIT
+        if not truncate and self._commits < CHECKPOINT_EVERY:
             return
         self._commits = 0
-        self._checkpoint = asyncio.get_running_loop().run_in_executor(None, self._run_checkpoint)
+        self._truncating = truncate
+        self._checkpoint = asyncio.get_running_loop().run_in_executor(
+            None, self._run_checkpoint, truncate)
         self._checkpoint.add_done_callback(self._checkpoint_done)
 
-    def _run_checkpoint(self) -> None:
-        # PASSIVE copies what no reader still needs and never waits on a lock.
+    async def _checkpoint_first(self) -> None:
+        """While a TRUNCATE checkpoint waits for readers, the next write waits for it
+        (up to :data:`TRUNCATE_WAIT`): a writer that kept the write lock busy would
+        starve it, and the log would grow on."""
+        checkpoint = self._checkpoint
+        if checkpoint is not None and self._truncating:
+            await asyncio.wait({checkpoint}, timeout=TRUNCATE_WAIT)
+
+    def _run_checkpoint(self, truncate: bool) -> None:
+        # PASSIVE copies what no reader still needs and never waits on a lock. A WAL
+        # over the limit is emptied with TRUNCATE instead (see WAL_SIZE_LIMIT).
         if self._checkpoint_conn is None:
-            self._checkpoint_conn = sqlite3.connect(self._path, timeout=0, isolation_level=None,
-                                                    check_same_thread=False)
-        self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            conn = sqlite3.connect(self._path, timeout=TRUNCATE_WAIT, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+            self._checkpoint_conn = conn
+        mode = "TRUNCATE" if truncate else "PASSIVE"
+        busy, _, _ = self._checkpoint_conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        if busy and truncate:
+            log.debug("action=checkpoint_blocked (a reader held the log past %s s)",
+                      TRUNCATE_WAIT)
+
+    def _wal_size(self) -> int:
+        try:
+            return os.stat(self._path + "-wal").st_size
+        except FileNotFoundError:
+            return 0
 
     def _checkpoint_done(self, future: asyncio.Future[None]) -> None:
         self._checkpoint = None
+        self._truncating = False
         if not future.cancelled() and future.exception() is not None:
             # The next one will try again; the engine's connections checkpoint too.
             log.debug("action=checkpoint_failed error=%s", type(future.exception()).__name__)
