@@ -33,7 +33,7 @@ from typing import Any, Final, TypeAlias
 
 from handlers.errors import Fail, HandlerError, Retry
 from handlers.model import Item, ReducePage, Result
-from handlers.reduce import Reduce, ReduceFunction, whole_gate_only
+from handlers.reduce import Reduce, ReduceFunction, call_user, whole_gate_only
 from handlers.wire import (
     BadRequest,
     ResultError,
@@ -291,7 +291,7 @@ class HandlerApp:
         """Run the reduce function for ``page``; never raises (but ``CancelledError``)."""
         assert self._reduce is not None
         try:
-            value = await self._reduce(page)
+            value = await call_user(self._reduce, page)
         except Retry as error:
             return _Answer(error.status, encode_error(
                 error.message, no_retry=False, retry_after=error.retry_after),

@@ -75,14 +75,14 @@ class Reduce:
         """
         items = list(page.items)
         if page.pass_ == "apply":
-            return _answers(await _call(self.apply, page.accumulator, items))
+            return _answers(await call_user(self.apply, page.accumulator, items))
         start = self.initial if page.pass_ == "all" or page.page == 0 else page.accumulator
-        accumulator = await _call(self.fold, start, items)
+        accumulator = await call_user(self.fold, start, items)
         if page.pass_ == "fold":
             if not page.last:
                 return Reduced(accumulator=accumulator)
             return Reduced(accumulator=accumulator, result=await self._result(accumulator))
-        answered = _answers(await _call(self.apply, accumulator, items))
+        answered = _answers(await call_user(self.apply, accumulator, items))
         result = (await self._result(accumulator) if answered.result is UNSET
                   else answered.result)
         return Reduced(items=answered.items, default=answered.default, result=result)
@@ -90,7 +90,7 @@ class Reduce:
     async def _result(self, accumulator: Any) -> Any:
         if self.result is None:
             return accumulator
-        return await _call(self.result, accumulator)
+        return await call_user(self.result, accumulator)
 
 
 def whole_gate_only(func: ReduceFunction) -> Callable[[ReducePage], Awaitable[Any]]:
@@ -104,7 +104,7 @@ def whole_gate_only(func: ReduceFunction) -> Callable[[ReducePage], Awaitable[An
                 "the handler's reduce function takes the whole gate at once; serve it with "
                 "handlers.Reduce(fold=..., apply=...) or raise the processor's "
                 "--reduce-page-items")
-        return await _call(func, page)
+        return await call_user(func, page)
 
     return call
 
@@ -118,7 +118,7 @@ def _answers(value: Any) -> Reduced:
                     f"{type(value).__name__}")
 
 
-async def _call(func: Callable[..., Any], *args: Any) -> Any:
+async def call_user(func: Callable[..., Any], *args: Any) -> Any:
     """Run a user function: async ones on the loop, sync ones on a worker thread
     (a reduce may block on I/O; it runs once per page, so the hop costs nothing)."""
     if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -159,8 +160,8 @@ def _check_items(partition_id: str, items: Iterable[NewItem], *, allow_empty: bo
         checked.append(item)
     if not checked and not allow_empty:
         raise InvalidInputError(f"no items given for partition {partition_id!r}")
-    seen: set[str] = set()
-    repeated = sorted({item.id for item in checked if item.id in seen or seen.add(item.id)})
+    repeated = sorted(item_id for item_id, count in Counter(item.id for item in checked).items()
+                      if count > 1)
     if repeated:
         raise DuplicateItemError(partition_id, repeated, stored=False)
     return checked

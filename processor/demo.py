@@ -34,6 +34,7 @@ from rich.table import Table
 
 from processor.client import AsyncClient
 from processor.console.server import ConsoleOptions, console_running
+from processor.embedded import EmbeddedServer
 from processor.http_config import HttpProcessorConfig
 from processor.http_processor import HttpProcessor
 from watcher.config import WatcherConfig
@@ -89,10 +90,9 @@ async def _progress(client: AsyncClient, info: PartitionInfo, elapsed: float) ->
 async def _serve_handler(port: int):
     from handlers.examples.resumes import app
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+    server = EmbeddedServer(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", access_log=False,
                                            lifespan="off"))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:

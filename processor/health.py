@@ -61,7 +61,7 @@ class HandlerHealthCheck:
 class HealthApp:
     """ASGI app serving liveness, readiness and Prometheus metrics."""
 
-    def __init__(self, *, checks: dict[str, Check], metrics: Callable[[], bytes]) -> None:
+    def __init__(self, *, checks: Mapping[str, Check], metrics: Callable[[], bytes]) -> None:
         self.checks = checks
         self.metrics = metrics
 

@@ -17,6 +17,7 @@ import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
+from processor.embedded import EmbeddedServer
 from processor.health import HealthApp
 from processor.http_batch import BatchingHttpProcessor
 from processor.http_config import HttpProcessorConfig
@@ -280,10 +281,9 @@ class ProcessorService:
         health = None
         health_task = None
         if self.config.health_port:
-            health = uvicorn.Server(uvicorn.Config(
+            health = EmbeddedServer(uvicorn.Config(
                 self._health_app(), host=self.config.health_host, port=self.config.health_port,
                 log_level="warning", access_log=False, lifespan="off"))
-            health.install_signal_handlers = lambda: None  # type: ignore[method-assign]
             health_task = asyncio.create_task(
                 health.serve(sockets=[self._bind_health()]), name="health")
         try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from watcher.config import WatcherConfig
 from watcher.decisions import plan_balance
-from watcher.hooks import Hooks
+from watcher.hooks import Hooks, SafeHooks
 from watcher.records import LeaseRow, PartitionSettings
 from watcher.store import Store
 
@@ -130,7 +130,7 @@ class LeaseCycle:
 class LeaseKeeper:
     """Holds this watcher's leases and moves them toward a fair share."""
 
-    def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks) -> None:
+    def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks | SafeHooks) -> None:
         self.store = store
         self.config = config
         self.hooks = hooks

@@ -70,7 +70,7 @@ def timestamp_type() -> TypeEngine[Any]:
 def error_type() -> TypeEngine[str]:
     """Error text: NVARCHAR(max) on SQL Server (UnicodeText would render the deprecated NTEXT
     when no server is asked for its version, as in offline DDL)."""
-    return UnicodeText().with_variant(mssql.NVARCHAR("max"), "mssql")
+    return UnicodeText().with_variant(mssql.NVARCHAR(), "mssql")
 
 
 def data_type() -> TypeEngine[bytes]:

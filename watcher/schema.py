@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 
 from sqlalchemy import MetaData, Table
+from sqlalchemy.sql.elements import quoted_name
+from sqlmodel import SQLModel
 
 from watcher.errors import ConfigError
 from watcher.models import Item, Leader, Partition
@@ -47,7 +49,7 @@ class Tables:
 def _copy(table: Table, metadata: MetaData, prefix: str) -> Table:
     copied = table.to_metadata(metadata, name=f"{prefix}{table.name}")
     for index in copied.indexes:
-        index.name = f"{prefix}{index.name}"
+        index.name = quoted_name(f"{prefix}{index.name}", None)
     return copied
 
 
@@ -59,13 +61,13 @@ def tables_for(prefix: str = "") -> Tables:
         ConfigError: the prefix is invalid.
     """
     validate_table_prefix(prefix)
+    plain = [_table_of(model) for model in (Partition, Item, Leader)]
     if prefix == "":
-        return Tables("", Partition.__table__, Item.__table__,  # type: ignore[arg-type]
-                      Leader.__table__)  # type: ignore[arg-type]
+        return Tables("", *plain)
     metadata = MetaData()
-    return Tables(
-        prefix,
-        _copy(Partition.__table__, metadata, prefix),  # type: ignore[arg-type]
-        _copy(Item.__table__, metadata, prefix),  # type: ignore[arg-type]
-        _copy(Leader.__table__, metadata, prefix),  # type: ignore[arg-type]
-    )
+    return Tables(prefix, *(_copy(table, metadata, prefix) for table in plain))
+
+
+def _table_of(model: type[SQLModel]) -> Table:
+    """The table SQLModel made for ``model`` (its registry names it by ``__tablename__``)."""
+    return SQLModel.metadata.tables[str(model.__tablename__)]

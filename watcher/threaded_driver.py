@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy.connectors.asyncio import (
     AsyncAdapt_dbapi_connection,
@@ -73,7 +73,7 @@ class _Cursor:
 
     @property
     def rowcount(self) -> int:
-        return self._cursor.rowcount  # type: ignore[no-any-return]
+        return self._cursor.rowcount
 
     @property
     def lastrowid(self) -> Any:
@@ -81,7 +81,7 @@ class _Cursor:
 
     @property
     def arraysize(self) -> int:
-        return self._cursor.arraysize  # type: ignore[no-any-return]
+        return self._cursor.arraysize
 
     @arraysize.setter
     def arraysize(self, value: int) -> None:
@@ -198,7 +198,7 @@ class ThreadedDBAPI(AsyncAdapt_dbapi_module):
                 raise
             return _Connection(raw, worker)
 
-        return await_(ThreadedConnection.create(self, open_connection()))  # type: ignore[no-any-return]
+        return await_(ThreadedConnection.create(self, cast("Awaitable[Any]", open_connection())))
 
 
 class ThreadedDialect:

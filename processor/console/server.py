@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import uvicorn
@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from processor.client import AsyncClient
 from processor.console.app import create_app, settings_for
 from processor.console.security import check_bind
+from processor.embedded import EmbeddedServer
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
 from watcher.store import require_migrated
@@ -48,18 +49,6 @@ class ConsoleOptions:
         if type(self.port) is not int or not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be from 0 to 65535, got {self.port!r}")
         check_bind(self.host, self.token)
-
-
-class _EmbeddedServer(uvicorn.Server):
-    """uvicorn without its signal handling: the caller decides when the console stops
-    (uvicorn would re-raise the signal after shutting down)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    def install_signal_handlers(self) -> None:  # uvicorn releases before 0.29
-        return
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -123,7 +112,7 @@ async def console_running(options: ConsoleOptions, client: AsyncClient | None = 
     port = sock.getsockname()[1]
     settings = settings_for(options.db_url, options.table_prefix, host=options.host,
                             port=port, token=options.token, read_only=options.read_only)
-    server = _EmbeddedServer(uvicorn.Config(
+    server = EmbeddedServer(uvicorn.Config(
         create_app(settings, client), log_config=None, log_level="warning",
         access_log=False, server_header=False, proxy_headers=False, lifespan="on"))
     task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -13,10 +13,11 @@ text). Rows come back through the result processors the engine would apply.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 
 Processor = Callable[[Any], Any]
 
@@ -27,7 +28,7 @@ class CompiledStatement(NamedTuple):
     sql: str
     defaults: dict[str, Any]  # the values SQLAlchemy bound itself (``version + 1``'s 1)
     live: dict[str, Callable[[], Any]]  # values read as the statement runs (the clock)
-    binds: dict[str, Processor]  # per parameter, how the engine converts its value
+    binds: Mapping[str, Processor]  # per parameter, how the engine converts its value
     results: tuple[Processor | None, ...]  # per result column, how the engine reads it
 
     def values(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -55,13 +56,13 @@ class CompiledStatement(NamedTuple):
 def compile_statement(statement: ClauseElement, dialect: Dialect) -> CompiledStatement:
     """Compile ``statement`` for ``dialect`` (whose paramstyle must be a named one:
     the values travel as a mapping)."""
-    compiled = statement.compile(dialect=dialect)
+    compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
     live = {name: bind.callable for name, bind in compiled.binds.items()
             if bind.callable is not None}
     defaults = {name: value for name, value in compiled.params.items()
                 if value is not None and name not in live}
     binds = {name: convert for name, convert in compiled._bind_processors.items()
-             if convert is not None and not isinstance(convert, tuple)}
+             if callable(convert)}
     results = tuple(entry.type._cached_result_processor(dialect, None)
                     for entry in compiled._result_columns)
     return CompiledStatement(str(compiled), defaults, live, binds, results)

@@ -10,6 +10,14 @@ CONFLICT_SQLSTATES = frozenset({"40P01", "40001"})
 CONFLICT_CODES = frozenset({1213, 1205})
 
 
+def error_number(error: BaseException | None) -> int | None:
+    """The error number a driver error carries first in its ``args`` (MariaDB, MySQL and
+    SQL Server put it there), or ``None``."""
+    args: tuple[object, ...] = getattr(error, "args", ())
+    number = args[0] if args else None
+    return number if isinstance(number, int) else None
+
+
 def is_lock_conflict(error: BaseException) -> bool:
     """Whether ``error`` (a SQLAlchemy error) is a deadlock or lock timeout, not an outage."""
     orig = getattr(error, "orig", None)
@@ -17,5 +25,4 @@ def is_lock_conflict(error: BaseException) -> bool:
         return False
     if getattr(orig, "sqlstate", None) in CONFLICT_SQLSTATES:
         return True
-    args = getattr(orig, "args", ())
-    return bool(args) and isinstance(args[0], int) and args[0] in CONFLICT_CODES
+    return error_number(orig) in CONFLICT_CODES

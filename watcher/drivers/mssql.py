@@ -23,6 +23,7 @@ from sqlalchemy.sql.expression import Update
 
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.base import Driver, write_transaction
+from watcher.drivers.conflicts import error_number
 from watcher.drivers.sql import (
     batch_params,
     batch_rows,
@@ -62,7 +63,7 @@ def _plus(element: time_plus, compiler: Any, **kw: Any) -> str:
     base_clause, seconds_clause = element.clauses.clauses
 
     def seconds() -> str:
-        return compiler.process(seconds_clause, **kw)  # type: ignore[no-any-return]
+        return compiler.process(seconds_clause, **kw)
 
     whole = f"FLOOR({seconds()})"
     fraction = f"(({seconds()}) - FLOOR({seconds()}))"
@@ -122,8 +123,7 @@ class SQLServerDriver(Driver):
         """See :meth:`Driver.refuses_value`; adds SQL Server's value error numbers."""
         if super().refuses_value(error):
             return True
-        args = getattr(getattr(error, "orig", None), "args", ())
-        return bool(args) and isinstance(args[0], int) and args[0] in VALUE_REFUSALS
+        return error_number(getattr(error, "orig", None)) in VALUE_REFUSALS
 
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
         """The whole batch as one guarded UPDATE; ``OUTPUT`` tells which rows were applied.

@@ -29,6 +29,7 @@ from sqlalchemy.sql.expression import Update
 
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.base import DirectDriver
+from watcher.drivers.conflicts import error_number
 from watcher.drivers.mysql_direct import MySQLDirect, is_timeout
 from watcher.drivers.mysql_packet import PACKET_KEY, READ_PACKET_LIMIT, base64_text, check_many
 from watcher.drivers.sql import (
@@ -147,8 +148,7 @@ class MySQLDriver(DirectDriver):
         """See :meth:`Driver.refuses_value`; adds the server's value error numbers."""
         if super().refuses_value(error):
             return True
-        args = getattr(getattr(error, "orig", None), "args", ())
-        return bool(args) and isinstance(args[0], int) and args[0] in VALUE_REFUSALS
+        return error_number(getattr(error, "orig", None)) in VALUE_REFUSALS
 
     # -- result writes ------------------------------------------------------
 

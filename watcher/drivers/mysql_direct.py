@@ -24,16 +24,18 @@ import logging
 import math
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import aiomysql
 import pymysql
 from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.compiled import StatementCache
+from watcher.drivers.conflicts import error_number
 from watcher.drivers.mysql_packet import READ_PACKET_LIMIT, check_packet
 from watcher.errors import ValueRefusedError
 
@@ -84,9 +86,7 @@ def tune_keepalive(conn: Any) -> None:
 def is_timeout(error: BaseException) -> bool:
     """Whether ``error`` (the driver's, or SQLAlchemy's around it) is the server ending
     a statement for its time."""
-    orig = getattr(error, "orig", error)
-    args = getattr(orig, "args", ())
-    return bool(args) and isinstance(args[0], int) and args[0] in TIMEOUT_CODES
+    return error_number(getattr(error, "orig", error)) in TIMEOUT_CODES
 
 
 # Client errors meaning the connection is gone: server gone away, lost during a
@@ -98,9 +98,8 @@ def is_disconnect(error: BaseException) -> bool:
     """Whether ``error`` means the connection is gone (not a refused statement)."""
     if isinstance(error, pymysql.err.InterfaceError | ConnectionError | EOFError):
         return True
-    args = getattr(error, "args", ())
-    return (isinstance(error, pymysql.err.OperationalError) and bool(args)
-            and args[0] in DISCONNECTS)
+    return (isinstance(error, pymysql.err.OperationalError)
+            and error_number(error) in DISCONNECTS)
 
 
 class MySQLDirect:
@@ -140,7 +139,7 @@ class MySQLDirect:
 
         _, kwargs = MySQLDialect_aiomysql().create_connect_args(
             url.set(drivername="mysql+aiomysql"))
-        compiling = type(dialect)(paramstyle="pyformat")
+        compiling = cast("type[DefaultDialect]", type(dialect))(paramstyle="pyformat")
         return cls(kwargs, compiling, timeout=timeout)
 
     async def fetch(self, statement: ClauseElement, params: Mapping[str, Any]

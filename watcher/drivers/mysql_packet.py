@@ -52,7 +52,7 @@ class Base64Blob(TypeDecorator[bytes]):
         return _to_base64
 
 
-def base64_text(data: bytes) -> str:
+def base64_text(data: bytes | bytearray | memoryview) -> str:
     """``data`` as base64 text, which ``FROM_BASE64`` turns back into bytes."""
     return base64.b64encode(data).decode("ascii")
 

@@ -113,7 +113,7 @@ def time_plus_parts(element: time_plus, compiler: Any, **kw: Any) -> tuple[str, 
 def clock_parameter(element: clock_now, compiler: Any, **kw: Any) -> str:
     """The compiled parameter of a :class:`clock_now`, for a database's rendering."""
     (parameter,) = element.clauses.clauses
-    return compiler.process(parameter, **kw)  # type: ignore[no-any-return]
+    return compiler.process(parameter, **kw)
 
 
 @compiles(db_now)

@@ -46,7 +46,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.sql import ClauseElement
 
 from watcher.drivers.compiled import CompiledStatement, StatementCache
@@ -387,7 +387,7 @@ def machine_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
-def _wrapped(sql: str, error: sqlite3.Error, dialect: Dialect) -> DBAPIError:
+def _wrapped(sql: str, error: sqlite3.Error, dialect: Dialect) -> StatementError:
     """``error`` as the SQLAlchemy error the engine would raise, parameters hidden."""
     return DBAPIError.instance(sql, None, error, sqlite3.Error, hide_parameters=True,
                                dialect=dialect)

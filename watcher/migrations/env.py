@@ -23,11 +23,11 @@ raw_url = (
     or config.get_main_option("sqlalchemy.url")
     or "sqlite:///processor.db"
 )
-prefix = validate_table_prefix(
+prefix = validate_table_prefix(str(
     config.attributes.get("table_prefix")
     if config.attributes.get("table_prefix") is not None
     else x_args.get("table_prefix", os.environ.get("PROCESSOR_TABLE_PREFIX", ""))
-)
+))
 database_url = parse_database_url(raw_url)
 # The migration scripts read the prefix from here.
 config.attributes["table_prefix"] = prefix
