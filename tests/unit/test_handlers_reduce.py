@@ -72,6 +72,27 @@ async def test_whole_gate_function_refuses_a_paged_request_with_the_fix() -> Non
     assert "handlers.Reduce(fold=..., apply=...)" in answer.json()["error"]["message"]
 
 
+async def test_a_reduce_object_with_a_plain_call_is_served_off_the_loop() -> None:
+    """An object whose ``__call__(page)`` is not async is run on a worker thread."""
+    import threading
+
+    class Counting:
+        def __init__(self) -> None:
+            self.threads: list[str] = []
+
+        def __call__(self, page: ReducePage) -> Reduced:
+            self.threads.append(threading.current_thread().name)
+            return Reduced(result={"items": len(page.items), "pass": page.pass_})
+
+    reduce = Counting()
+    app = handlers.app(lambda item: Result(done=True), reduce=reduce)
+    async with client_for(app) as client:
+        answer = await client.post("/reduce", json=request("fold", last=False, items=SCORES))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["result"] == {"items": 4, "pass": "fold"}
+    assert reduce.threads and reduce.threads[0] != threading.main_thread().name
+
+
 async def test_reduce_serves_one_call_and_both_passes_with_the_same_functions() -> None:
     app = handlers.app(lambda item: Result(done=True), reduce=TOP2)
     async with client_for(app) as client:
