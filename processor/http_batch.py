@@ -15,7 +15,7 @@ of every item in it, classified as in the per-item protocol. The engine still
 sees one call per item, so retries, fencing and gate order do not change.
 
 The encoding and decoding are :mod:`processor.wire`'s; the connections,
-secrets and error words are the :class:`~processor.http_processor.HandlerEndpoint`'s.
+secrets and error words are the :class:`~processor.endpoint.HandlerEndpoint`'s.
 Every item handed over is answered: a bug in the send path fails the batch's
 attempts, and a send cut short by cancellation cancels them.
 """
@@ -30,8 +30,8 @@ from types import TracebackType
 
 import httpx
 
+from processor.endpoint import HandlerEndpoint
 from processor.http_config import HttpProcessorConfig, check_url, split_userinfo
-from processor.http_processor import HandlerEndpoint
 from processor.http_reduce import HttpReducer
 from processor.redact import redact_url
 from processor.wire import (

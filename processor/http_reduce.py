@@ -4,7 +4,7 @@ When a partition's reduce gate becomes its current gate, the engine hands each
 :class:`~watcher.protocol.ReduceCall` here; it is POSTed as JSON to the
 handler's reduce URL (``<handler-url>/reduce`` by default) and the answer is
 read by :func:`processor.wire.read_reduce_reply`. The connections, secrets and
-error words are the :class:`~processor.http_processor.HandlerEndpoint`'s, so a
+error words are the :class:`~processor.endpoint.HandlerEndpoint`'s, so a
 reduce goes through the same pooled sender as the item calls.
 """
 
@@ -14,10 +14,10 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import httpx
 
+from processor.endpoint import HandlerEndpoint
 from processor.http_config import split_userinfo
 from processor.redact import redact_url
 from processor.transports import TransportError
@@ -30,9 +30,6 @@ from processor.wire import (
     unexpected_failure,
 )
 from watcher.protocol import ReduceCall, ReduceResult, ReduceShape
-
-if TYPE_CHECKING:
-    from processor.http_processor import HandlerEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +46,7 @@ def default_reduce_url(handler_url: str) -> str:
 class HttpReducer:
     """Sends reduce calls to the handler's reduce URL through an endpoint's sender.
 
-    ``endpoint`` is a :class:`~processor.http_processor.HandlerEndpoint`; its
+    ``endpoint`` is a :class:`~processor.endpoint.HandlerEndpoint`; its
     config's ``reduce_url`` (or the default) is where the calls go.
     """
 

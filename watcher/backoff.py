@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from tenacity import RetryCallState, wait_exponential
 
-from watcher.dialect import is_lock_conflict
+from watcher.drivers.conflicts import is_lock_conflict
 from watcher.slots import wait_event
 
 

@@ -19,7 +19,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from watcher.backoff import backoff, last_error, sleep_until
 from watcher.config import WatcherConfig
-from watcher.dialect import is_lock_conflict
+from watcher.drivers.conflicts import is_lock_conflict
 from watcher.hooks import Hooks, SafeHooks
 from watcher.leases import Lease, LeaseCycle, LeaseKeeper
 from watcher.protocol import ProcessCall, Processor, ReduceCallable, ReduceShapeCall

@@ -18,7 +18,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from watcher.backoff import backoff, last_error, sleep_until
 from watcher.decisions import unstorable_write
-from watcher.dialect import is_lock_conflict
+from watcher.drivers.conflicts import is_lock_conflict
 from watcher.records import ItemWrite
 from watcher.refusals import blames_a_value, is_refusal, write_or_refuse
 from watcher.store import Store

@@ -10,7 +10,7 @@ from sqlalchemy.dialects import mssql, mysql, postgresql, sqlite
 
 from watcher.config import WatcherConfig
 from watcher.dburl import parse_database_url, redact_url
-from watcher.dialect import db_now, db_now_plus
+from watcher.drivers.sql import db_now, db_now_plus
 from watcher.errors import ConfigError
 from watcher.schema import tables_for, validate_table_prefix
 
@@ -164,6 +164,6 @@ class _Orig(Exception):
 def test_lock_conflicts_are_told_from_outages(orig, conflict) -> None:
     from sqlalchemy.exc import OperationalError
 
-    from watcher.dialect import is_lock_conflict
+    from watcher.drivers.conflicts import is_lock_conflict
 
     assert is_lock_conflict(OperationalError("stmt", {}, orig)) is conflict

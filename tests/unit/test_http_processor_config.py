@@ -144,19 +144,23 @@ def test_transport_choice_is_validated() -> None:
         HttpProcessorConfig(handler_url="http://h/", transport="curl")
 
 
-def test_the_old_import_path_still_offers_the_public_names() -> None:
-    """Older code (and the docs of earlier releases) import these from processor.http_processor."""
+def test_each_public_name_has_one_import_path() -> None:
+    """The configuration and contract names live in processor.http_config and
+    processor.wire alone; processor.http_processor no longer re-exports them, and the
+    handler endpoint has a module of its own (no import circle with http_reduce)."""
     import processor.http_config as config_module
-    import processor.http_processor as old
+    import processor.http_processor as http_processor
     import processor.wire as wire
+    from processor.endpoint import HandlerEndpoint
 
-    assert old.HttpProcessorConfig is HttpProcessorConfig
-    assert old.parse_header is parse_header
-    assert old.DEFAULT_MAX_CONNECTIONS == config_module.DEFAULT_MAX_CONNECTIONS == 100
-    for name in ("header_safe", "parse_success_body", "parse_answer", "parse_error_body",
-                 "classify_error", "parse_retry_after", "Failure", "HandlerError",
-                 "MalformedResponseError", "MAX_RETRY_AFTER", "describe_item"):
-        assert getattr(old, name) is getattr(wire, name), name
+    assert not hasattr(http_processor, "__all__")
+    assert HandlerEndpoint.__module__ == "processor.endpoint"
+    for name in ("parse_header", "DEFAULT_MAX_CONNECTIONS", "header_safe",
+                 "parse_success_body", "parse_answer", "parse_error_body", "classify_error",
+                 "parse_retry_after", "HandlerError", "MalformedResponseError",
+                 "MAX_RETRY_AFTER", "describe_item"):
+        assert name not in vars(http_processor), name
+        assert hasattr(config_module, name) or hasattr(wire, name), name
 
 
 @pytest.mark.parametrize("url, expected", [

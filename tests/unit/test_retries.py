@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from processor import service as service_module
-from processor.http_processor import HttpProcessorConfig
+from processor.http_config import HttpProcessorConfig
 from processor.service import ProcessorService, ServiceConfig
 from tests.support.engine import wait_until
 from watcher import watcher as watcher_module

@@ -1,0 +1,131 @@
+"""The user's handler as the processors reach it: one endpoint for every kind of call.
+
+:class:`HandlerEndpoint` holds the handler's URLs, the one pooled sender
+(:mod:`processor.transports`) and the secrets to mask, and turns a failed
+call (a :class:`~processor.wire.Failure` value) into the engine's
+:class:`~watcher.protocol.RetryableError` or
+:class:`~watcher.protocol.NonRetryableError` with the call's context. The
+per-item processor (:mod:`processor.http_processor`), the batching one
+(:mod:`processor.http_batch`) and the reduce caller (:mod:`processor.http_reduce`)
+share it. No message, ``repr`` or log line of this module contains a configured
+header value, the password of a URL or the values of its query string.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import httpx
+
+from processor.health import HandlerHealthCheck
+from processor.http_config import (
+    HEALTH_CHECK_TIMEOUT,
+    HttpProcessorConfig,
+    split_userinfo,
+    ssl_verify,
+)
+from processor.redact import Scrubber, header_secrets, redact_url, url_secrets
+from processor.transports import USER_AGENT, SenderSettings, TransportError, open_sender
+from processor.wire import Failure, Mask, Reply, item_error, unexpected_failure
+from watcher.protocol import ProcessorError, WorkItem
+
+log = logging.getLogger(__name__)
+
+
+class HandlerEndpoint:
+    """The user's handler as the processors reach it: URLs, sender, secrets, words.
+
+    Built once from an :class:`HttpProcessorConfig`; holds the one pooled
+    sender (:mod:`processor.transports`) that item calls, batch calls and the
+    health check all go through. Safe to use from many tasks at once.
+
+    - ``url`` / ``shown_url``: the handler URL to send to (userinfo moved into
+      a Basic ``Authorization`` header) and its redacted form for messages.
+    - ``mask``: hides every configured secret in a text: header values, and
+      the passwords and query values of the handler URL, the health URL and
+      ``other_urls`` (such as a batch URL), with the Basic credentials they imply.
+
+    Raises:
+        ConfigError: (on construction) the CA bundle cannot be loaded.
+    """
+
+    def __init__(self, config: HttpProcessorConfig, *, other_urls: Sequence[str] = ()) -> None:
+        self.config = config
+        url, basic_auth = split_userinfo(config.handler_url)
+        self.url = str(httpx.URL(url))  # normalised and percent-encoded once
+        self.shown_url = redact_url(config.handler_url)
+        headers = {"User-Agent": USER_AGENT, **config.headers}
+        if basic_auth:
+            headers["Authorization"] = basic_auth
+        secrets: list[str] = []
+        for value in headers.values():
+            secrets.extend(header_secrets(value))
+        health_url, health_auth = (None, None) if config.health_url is None else (
+            split_userinfo(config.health_url))
+        for secret_url in (config.handler_url, config.health_url, config.reduce_url,
+                           *other_urls):
+            if secret_url is not None:
+                secrets.extend(url_secrets(secret_url))
+                implied = split_userinfo(secret_url)[1]
+                if implied:
+                    secrets.extend(header_secrets(implied))
+        self.mask: Mask = Scrubber(secrets)
+        self.sender = open_sender(config.transport, SenderSettings(
+            headers=headers, request_timeout=config.request_timeout,
+            connect_timeout=min(config.connect_timeout, config.request_timeout),
+            max_response_bytes=config.max_response_bytes,
+            max_connections=config.max_connections, verify=ssl_verify(config.verify),
+            shown_url=self.shown_url))
+        self._health: HandlerHealthCheck | None = None
+        if health_url is not None:
+            self._health = HandlerHealthCheck(
+                self.sender, str(httpx.URL(health_url)),
+                shown_url=redact_url(config.health_url or ""),
+                headers={"Authorization": health_auth} if health_auth else {},
+                timeout=min(HEALTH_CHECK_TIMEOUT, config.request_timeout), mask=self.mask)
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], *,
+                   shown_url: str) -> Reply | Failure:
+        """POST to ``url`` (shown as ``shown_url``): the reply, or why none came.
+
+        Never raises but for a bug (or ``CancelledError``): a timeout or a
+        transport failure comes back as a retryable :class:`Failure`.
+        """
+        try:
+            return await self.sender.post(url, body, headers, shown_url=shown_url)
+        except TimeoutError:
+            return Failure(True, f"no complete answer from {shown_url} within "
+                                 f"{self.config.request_timeout} s (request_timeout)")
+        except TransportError as error:
+            return Failure(True, error.reason)
+
+    def failed(self, item: WorkItem, failure: Failure) -> ProcessorError:
+        """``failure`` as the engine's error for ``item`` (:func:`~processor.wire.item_error`)."""
+        log.debug("action=handler_call_failed partition=%s item=%s gate=%d attempt=%d "
+                  "retryable=%s", item.partition_id, item.id, item.gate, item.attempt,
+                  failure.retryable)
+        return item_error(item, failure, self.mask)
+
+    def unexpected(self, item: WorkItem, error: Exception, doing: str) -> ProcessorError:
+        """A bug met while ``doing`` something for ``item``, logged, as a retryable error."""
+        log.error("action=handler_call_bug partition=%s item=%s gate=%d error=%s",
+                  item.partition_id, item.id, item.gate, type(error).__name__)
+        return self.failed(item, unexpected_failure(error, doing))
+
+    async def check_health(self) -> tuple[bool, str]:
+        """GET the health URL: ``(True, detail)`` on a 2xx answer. Never raises.
+
+        Without a health URL the handler counts as healthy.
+        """
+        if self._health is None:
+            return True, "no health URL configured"
+        return await self._health()
+
+    def start(self) -> None:
+        """Build the HTTP client now (see :meth:`HttpProcessor.start`)."""
+        self.sender.start()
+
+    async def aclose(self) -> None:
+        """Close the pooled connections. Safe to call more than once."""
+        await self.sender.aclose()
