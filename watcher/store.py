@@ -1091,43 +1091,63 @@ class Store:
             free.update(row[0] for row in rows)
         return free
 
+    async def _lock_states(self, conn: AsyncConnection, ids: Sequence[str]
+                           ) -> dict[str, Any]:
+        """Lock the partition rows ``ids`` that no other session holds; return their
+        rows (``id``, ``version``, ``gate``, ``status``, ``owner``) by id.
+
+        Like :meth:`_lock_free`, rows locked elsewhere are passed by (absent from
+        the answer), and so are partitions that no longer exist.
+        """
+        p = self.tables.partitions
+        states: dict[str, Any] = {}
+        for chunk in _chunks(sorted(ids), IN_CHUNK):
+            rows = await conn.execute(lock_unless_busy(
+                select(p.c.id, p.c.version, p.c.gate, p.c.status, p.c.owner)
+                .where(p.c.id.in_(chunk)), p))
+            states.update((row.id, row) for row in rows)
+        return states
+
     async def _lease_rewrite(self, leases: dict[str, int], owner: str, *,
                              until: ColumnElement[Any], release: bool) -> LeaseRenewal:
+        """Renew (or release) all of ``leases`` in one guarded UPDATE per chunk.
+
+        The rows are read and locked first, so the states read are the states
+        the UPDATE meets: a partition ``owner`` still holds, still available, is
+        rewritten at the version read (a client write that bumped the version
+        is not a lost lease; its gate comes back re-read). Each row's guard is
+        its id, that version, ``owner`` and ``available``.
+        """
         p = self.tables.partitions
         values: dict[str, Any] = {
             "version": p.c.version + 1, "until": until, "updated_at": self.statements.now}
         if release:
             values["owner"] = ""
-        statement = (
-            update(p)
-            .where(p.c.id == bindparam("pid"), p.c.version == bindparam("seen"),
-                   p.c.owner == owner, p.c.status == AVAILABLE)
-            .values(**values)
-        )
         held: dict[str, tuple[int, int | None]] = {}
         async with self._write() as conn:
-            free = await self._lock_free(conn, list(leases))
-            missed: list[str] = []
-            for partition_id, version in sorted(leases.items()):  # id order: no deadlocks
-                if partition_id not in free:
-                    continue
-                result = await conn.execute(statement, {"pid": partition_id, "seen": version})
-                if result.rowcount == 1:
-                    held[partition_id] = (version + 1, None)
-                else:
-                    missed.append(partition_id)
-            states = await self._states(conn, missed) if missed else {}
-            stopped = frozenset(partition_id for partition_id, state in states.items()
-                                if state.status in (CANCELLED, DELETING))
-            for partition_id, state in sorted(states.items()):
-                if state.owner != owner or state.status != AVAILABLE:
-                    continue
+            states = await self._lock_states(conn, list(leases))
+            ours = sorted((state for state in states.values()
+                           if state.owner == owner and state.status == AVAILABLE),
+                          key=lambda state: state.id)
+            for chunk in _chunks(ours, IN_CHUNK):
+                guards = [and_(p.c.id == state.id, p.c.version == state.version)
+                          for state in chunk]
                 result = await conn.execute(
-                    statement, {"pid": partition_id, "seen": state.version})
-                if result.rowcount == 1:
-                    held[partition_id] = (state.version + 1, state.gate)
-        # Not in ``free``: locked by another session, or deleted (then never free again).
-        return LeaseRenewal(held, frozenset(leases) - free, stopped)
+                    update(p).where(or_(*guards), p.c.owner == owner, p.c.status == AVAILABLE)
+                    .values(**values))
+                if result.rowcount != len(chunk):
+                    # Locked rows cannot change under us; a short count means a
+                    # database that does not lock as asked: believe only a re-read.
+                    after = await self._states(conn, [state.id for state in chunk])
+                    chunk = [state for state in chunk if state.id in after
+                             and after[state.id].version == state.version + 1]
+                for state in chunk:
+                    gate = None if state.version == leases[state.id] else state.gate
+                    held[state.id] = (state.version + 1, gate)
+        stopped = frozenset(pid for pid, state in states.items()
+                            if state.status in (CANCELLED, DELETING))
+        # Not in ``states``: locked by another session, or deleted (then never free again).
+        return LeaseRenewal(held, frozenset(leases) - states.keys(), stopped)
 
     async def _states(self, conn: AsyncConnection, ids: Sequence[str]
                       ) -> dict[str, PartitionState]:

@@ -355,7 +355,11 @@ SELECT partitions.id,
  LIMIT %s;
 
 -- name: leases_release (1)
-SELECT partitions.id
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner
   FROM partitions
  WHERE partitions.id IN (%s, ...)
    FOR UPDATE SKIP LOCKED;
@@ -371,20 +375,12 @@ version=(partitions.version + %s), owner=%s,
    AND partitions.owner = %s
    AND partitions.status = %s;
 
--- name: leases_release (3)
+-- name: leases_renew (1)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
        partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN %s
-            ELSE %s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%s, ...);
-
--- name: leases_renew (1)
-SELECT partitions.id
+       partitions.owner
   FROM partitions
  WHERE partitions.id IN (%s, ...)
    FOR UPDATE SKIP LOCKED;
@@ -393,22 +389,9 @@ SELECT partitions.id
 UPDATE partitions
    SET
 version=(partitions.version + %s), until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
- WHERE partitions.id = %s
-   AND partitions.version = %s
+ WHERE (partitions.id = %s AND partitions.version = %s OR partitions.id = %s AND partitions.version = %s)
    AND partitions.owner = %s
    AND partitions.status = %s;
-
--- name: leases_renew (3)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN %s
-            ELSE %s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%s, ...);
 
 -- name: leases_stopped
 SELECT partitions.id

@@ -344,7 +344,11 @@ SELECT TOP 10 partitions.id,
  ORDER BY partitions.until;
 
 -- name: leases_release (1)
-SELECT partitions.id
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner
   FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
  WHERE partitions.id IN (%(id_1_n)s, ...);
 
@@ -354,25 +358,17 @@ UPDATE partitions
 version=(partitions.version + %(version_n)s), owner=%(owner)s,
        until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
- WHERE partitions.id = %(pid)s
-   AND partitions.version = %(seen)s
+ WHERE partitions.id = %(id_n)s
+   AND partitions.version = %(version_n)s
    AND partitions.owner = %(owner_n)s
    AND partitions.status = %(status_n)s;
 
--- name: leases_release (3)
+-- name: leases_renew (1)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
        partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN %(param_n)s
-            ELSE %(param_n)s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%(id_1_n)s, ...);
-
--- name: leases_renew (1)
-SELECT partitions.id
+       partitions.owner
   FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
  WHERE partitions.id IN (%(id_1_n)s, ...);
 
@@ -381,22 +377,9 @@ UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), until=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
- WHERE partitions.id = %(pid)s
-   AND partitions.version = %(seen)s
+ WHERE (partitions.id = %(id_n)s AND partitions.version = %(version_n)s OR partitions.id = %(id_n)s AND partitions.version = %(version_n)s)
    AND partitions.owner = %(owner_n)s
    AND partitions.status = %(status_n)s;
-
--- name: leases_renew (3)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN %(param_n)s
-            ELSE %(param_n)s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: leases_stopped
 SELECT partitions.id

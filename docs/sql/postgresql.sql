@@ -362,7 +362,11 @@ SELECT partitions.id,
  LIMIT %(param_1)s::INTEGER;
 
 -- name: leases_release (1)
-SELECT partitions.id
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner
   FROM partitions
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
    FOR UPDATE SKIP LOCKED;
@@ -373,25 +377,17 @@ UPDATE partitions
 version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
        until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.version = %(seen)s::INTEGER
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.version = %(version_2)s::INTEGER
    AND partitions.owner = %(owner_1)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
 
--- name: leases_release (3)
+-- name: leases_renew (1)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
        partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s
-            ELSE %(param_2)s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
-
--- name: leases_renew (1)
-SELECT partitions.id
+       partitions.owner
   FROM partitions
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
    FOR UPDATE SKIP LOCKED;
@@ -400,22 +396,9 @@ SELECT partitions.id
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.version = %(seen)s::INTEGER
+ WHERE (partitions.id = %(id_1)s::VARCHAR AND partitions.version = %(version_2)s::INTEGER OR partitions.id = %(id_2)s::VARCHAR AND partitions.version = %(version_3)s::INTEGER)
    AND partitions.owner = %(owner_1)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
-
--- name: leases_renew (3)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s
-            ELSE %(param_2)s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: leases_stopped
 SELECT partitions.id

@@ -367,7 +367,11 @@ SELECT partitions.id,
 OFFSET ?;
 
 -- name: leases_release (1)
-SELECT partitions.id
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner
   FROM partitions
  WHERE partitions.id IN (?, ...);
 
@@ -382,20 +386,12 @@ version=(partitions.version + ?), owner=?,
    AND partitions.owner = ?
    AND partitions.status = ?;
 
--- name: leases_release (3)
+-- name: leases_renew (1)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
        partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN ?
-            ELSE ?
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (?, ...);
-
--- name: leases_renew (1)
-SELECT partitions.id
+       partitions.owner
   FROM partitions
  WHERE partitions.id IN (?, ...);
 
@@ -403,22 +399,9 @@ SELECT partitions.id
 UPDATE partitions
    SET
 version=(partitions.version + ?), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
- WHERE partitions.id = ?
-   AND partitions.version = ?
+ WHERE (partitions.id = ? AND partitions.version = ? OR partitions.id = ? AND partitions.version = ?)
    AND partitions.owner = ?
    AND partitions.status = ?;
-
--- name: leases_renew (3)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN ?
-            ELSE ?
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (?, ...);
 
 -- name: leases_stopped
 SELECT partitions.id
