@@ -317,13 +317,19 @@ class Store:
         """Bump the partition's version (and set ``values``) in ``conn``'s transaction,
         which locks its row until the transaction ends.
 
+        ``updated_at`` moves only with a new ``status``: it is indexed (retention,
+        the finished-per-minute counts), and a write that changes no indexed
+        column is a HOT update on PostgreSQL (no new index entries, and the old
+        row version is pruned within its page).
+
         Raises:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
         """
         p = self.tables.partitions
         touched = await conn.execute(
             update(p).where(p.c.id == partition_id, p.c.status != DELETING)
-            .values(version=p.c.version + 1, updated_at=self.statements.now, **values))
+            .values(version=p.c.version + 1, **values,
+                    **({"updated_at": self.statements.now} if "status" in values else {})))
         if touched.rowcount != 1:
             raise PartitionNotFoundError(partition_id)
 
@@ -449,7 +455,8 @@ class Store:
             await self._notify(conn, partition_id)
             if row.status != COMPLETE:
                 return False
-            await conn.execute(update(p).where(p.c.id == partition_id).values(status=AVAILABLE))
+            await conn.execute(update(p).where(p.c.id == partition_id)
+                               .values(status=AVAILABLE, updated_at=self.statements.now))
             return True
 
     async def _items_insert(self, conn: AsyncConnection, partition_id: str,
@@ -1177,11 +1184,13 @@ class Store:
         the new version, or ``None`` when the write lost (re-read to see why).
         """
         p = self.tables.partitions
-        values: dict[str, Any] = {"version": p.c.version + 1, "updated_at": self.statements.now}
+        # A gate advance changes no indexed column (a HOT update on PostgreSQL);
+        # updated_at, indexed with status, moves with the status alone.
+        values: dict[str, Any] = {"version": p.c.version + 1}
         if gate is not None:
             values["gate"] = gate
         if status is not None:
-            values["status"] = status
+            values.update(status=status, updated_at=self.statements.now)
             if status != AVAILABLE:
                 values.update(owner="", until=self.statements.now)
         async with self._write() as conn:
@@ -1289,8 +1298,8 @@ class Store:
                 was written).
         """
         p = self.tables.partitions
-        values: dict[str, Any] = {
-            "version": p.c.version + 1, "updated_at": self.statements.now,
+        values: dict[str, Any] = {  # no indexed column: a HOT update on PostgreSQL
+            "version": p.c.version + 1,
             "reduce_pass": step.pass_, "reduce_page": step.page,
             "reduce_after": step.after, "reduce_acc": step.accumulator,
             "reduce_attempts": 0, "last_error": None,
@@ -1326,10 +1335,11 @@ class Store:
         partition fails (and its lease is released). Guarded like
         :meth:`reduce_write`; returns the new version or ``None``."""
         p = self.tables.partitions
-        values: dict[str, Any] = {"version": p.c.version + 1, "updated_at": self.statements.now,
+        values: dict[str, Any] = {"version": p.c.version + 1,
                                   "reduce_attempts": attempts, "last_error": error}
         if fail:
-            values.update(status=FAILED, owner="", until=self.statements.now)
+            values.update(status=FAILED, owner="", until=self.statements.now,
+                          updated_at=self.statements.now)
         async with self._write() as conn:
             touched = await conn.execute(
                 update(p).where(*self._lease_guard(partition_id, version, owner))

@@ -96,7 +96,7 @@ SELECT (
 -- name: items_add (1)
 UPDATE partitions
    SET
-version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+version=(partitions.version + %s)
  WHERE partitions.id = %s
    AND partitions.status != %s;
 
@@ -554,7 +554,7 @@ SELECT items.partition_id,
 -- name: partition_set_gate (1)
 UPDATE partitions
    SET
-version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+version=(partitions.version + %s)
  WHERE partitions.id = %s
    AND partitions.status != %s;
 
@@ -611,8 +611,7 @@ version=(partitions.version + %s), status=%s,
 -- name: partition_transition (2)
 UPDATE partitions
    SET
-version=(partitions.version + %s), gate=%s,
-       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+version=(partitions.version + %s), gate=%s
  WHERE partitions.id = %s
    AND partitions.version = %s
    AND partitions.owner = %s
@@ -893,8 +892,7 @@ SELECT items.id,
 -- name: reduce_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       reduce_attempts=%s,
+version=(partitions.version + %s), reduce_attempts=%s,
        last_error=%s
  WHERE partitions.id = %s
    AND partitions.version = %s
@@ -931,8 +929,7 @@ SELECT partitions.version,
 -- name: reduce_write (1)
 UPDATE partitions
    SET
-version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       reduce_pass=%s,
+version=(partitions.version + %s), reduce_pass=%s,
        reduce_page=%s,
        reduce_after=%s,
        reduce_acc=from_base64(%s),

@@ -90,7 +90,7 @@ SELECT (
 -- name: items_add (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+version=(partitions.version + %(version_n)s)
  WHERE partitions.id = %(id_n)s
    AND partitions.status != %(status_n)s;
 
@@ -550,7 +550,7 @@ SELECT items.partition_id,
 -- name: partition_set_gate (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+version=(partitions.version + %(version_n)s)
  WHERE partitions.id = %(id_n)s
    AND partitions.status != %(status_n)s;
 
@@ -606,8 +606,7 @@ version=(partitions.version + %(version_n)s), status=%(status)s,
 -- name: partition_transition (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), gate=%(gate)s,
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+version=(partitions.version + %(version_n)s), gate=%(gate)s
  WHERE partitions.id = %(id_n)s
    AND partitions.version = %(version_n)s
    AND partitions.owner = %(owner_n)s
@@ -872,8 +871,7 @@ SELECT TOP 10 items.id,
 -- name: reduce_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       reduce_attempts=%(reduce_attempts)s,
+version=(partitions.version + %(version_n)s), reduce_attempts=%(reduce_attempts)s,
        last_error=%(last_error)s
  WHERE partitions.id = %(id_n)s
    AND partitions.version = %(version_n)s
@@ -910,8 +908,7 @@ SELECT partitions.version,
 -- name: reduce_write (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       reduce_pass=%(reduce_pass)s,
+version=(partitions.version + %(version_n)s), reduce_pass=%(reduce_pass)s,
        reduce_page=%(reduce_page)s,
        reduce_after=%(reduce_after)s,
        reduce_acc=%(reduce_acc)s,

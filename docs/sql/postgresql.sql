@@ -96,7 +96,7 @@ SELECT (
 -- name: items_add (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+version=(partitions.version + %(version_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.status != %(status_1)s::VARCHAR;
 
@@ -564,7 +564,7 @@ SELECT items.partition_id,
 -- name: partition_set_gate (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+version=(partitions.version + %(version_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.status != %(status_1)s::VARCHAR;
 
@@ -624,8 +624,7 @@ version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHA
 -- name: partition_transition (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+version=(partitions.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.version = %(version_2)s::INTEGER
    AND partitions.owner = %(owner_1)s::VARCHAR
@@ -906,8 +905,7 @@ SELECT items.id,
 -- name: reduce_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       reduce_attempts=%(reduce_attempts)s::INTEGER,
+version=(partitions.version + %(version_1)s::INTEGER), reduce_attempts=%(reduce_attempts)s::INTEGER,
        last_error=%(last_error)s::VARCHAR
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.version = %(version_2)s::INTEGER
@@ -944,8 +942,7 @@ SELECT partitions.version,
 -- name: reduce_write (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       reduce_pass=%(reduce_pass)s::VARCHAR,
+version=(partitions.version + %(version_1)s::INTEGER), reduce_pass=%(reduce_pass)s::VARCHAR,
        reduce_page=%(reduce_page)s::INTEGER,
        reduce_after=%(reduce_after)s::VARCHAR,
        reduce_acc=%(reduce_acc)s,

@@ -102,7 +102,7 @@ SELECT (
 -- name: items_add (1)
 UPDATE partitions
    SET
-version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+version=(partitions.version + ?)
  WHERE partitions.id = ?
    AND partitions.status != ?;
 
@@ -565,7 +565,7 @@ SELECT items.partition_id,
 -- name: partition_set_gate (1)
 UPDATE partitions
    SET
-version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+version=(partitions.version + ?)
  WHERE partitions.id = ?
    AND partitions.status != ?;
 
@@ -623,8 +623,7 @@ version=(partitions.version + ?), status=?,
 -- name: partition_transition (2)
 UPDATE partitions
    SET
-version=(partitions.version + ?), gate=?,
-       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+version=(partitions.version + ?), gate=?
  WHERE partitions.id = ?
    AND partitions.version = ?
    AND partitions.owner = ?
@@ -921,8 +920,7 @@ OFFSET ?;
 -- name: reduce_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       reduce_attempts=?,
+version=(partitions.version + ?), reduce_attempts=?,
        last_error=?
  WHERE partitions.id = ?
    AND partitions.version = ?
@@ -959,8 +957,7 @@ SELECT partitions.version,
 -- name: reduce_write (1)
 UPDATE partitions
    SET
-version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       reduce_pass=?,
+version=(partitions.version + ?), reduce_pass=?,
        reduce_page=?,
        reduce_after=?,
        reduce_acc=?,

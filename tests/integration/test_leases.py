@@ -184,3 +184,27 @@ async def test_renewal_of_many_leases_is_one_guarded_update(make_store) -> None:
 
 def _row(rows: list[LeaseRow], pid: str) -> LeaseRow:
     return next(row for row in rows if row.id == pid)
+
+
+async def test_updated_at_moves_with_the_status_not_with_each_write(make_store) -> None:
+    """add_items and a gate advance on an open partition leave ``updated_at`` (indexed:
+    their writes stay HOT on PostgreSQL); a close and a re-open move it, so retention
+    and the finished-per-minute counts still see when a partition finished."""
+    clock = FixedClock(datetime(2030, 1, 1))
+    store = make_store(clock=clock)
+    await store.partition_create("p", [NewItem("a", b"x")])
+    await store.leases_take(await store.leases_read_free(5), "me", 30.0)
+    taken_at = (await store.partition_get("p")).updated_at
+    clock.advance(60)
+    await store.items_add("p", [NewItem("b", b"y", gate=1)])
+    version = (await store.partition_get("p")).version
+    advanced = await store.partition_transition("p", version, "me", gate=1)
+    assert advanced == version + 1
+    assert (await store.partition_get("p")).updated_at == taken_at
+    closed_at = clock.advance(60)
+    assert await store.partition_transition("p", advanced, "me", status="complete")
+    assert (await store.partition_get("p")).updated_at == closed_at
+    reopened_at = clock.advance(60)
+    assert await store.items_add("p", [NewItem("c", b"z", gate=1)]) is True
+    info = await store.partition_get("p")
+    assert (info.status, info.updated_at) == ("available", reopened_at)
