@@ -167,6 +167,7 @@ class Statements:
         self.clock = clock
         self.now: ColumnElement[Any] = clock_now(clock)
         self._item_writes: dict[tuple[bool, bool], Update] = {}
+        self._lease_rewrites: dict[tuple[int, bool], Update] = {}
 
     def now_plus(self, seconds: float | ColumnElement[Any]) -> ColumnElement[Any]:
         """The clock's time plus ``seconds`` (a number, or an SQL expression)."""
@@ -247,6 +248,51 @@ class Statements:
             params["new_data"] = write.data
         if write.retry_delay:
             params["delay"] = write.retry_delay
+        return params
+
+    def lease_rewrite(self, rows: int, *, release: bool) -> Update:
+        """One guarded renewal (or, with ``release``, release) of ``rows`` leases
+        (built once per shape); its parameters come from :meth:`lease_rewrite_params`.
+
+        Each row's guard is its id (``pid<n>``) and the version read
+        (``seen<n>``); every row must be ``holder``'s and ``available``. A renewal's
+        ``until`` is the clock's time plus ``duration``; a release's, the time itself.
+        """
+        key = (rows, release)
+        found = self._lease_rewrites.get(key)
+        if found is None:
+            p = self.tables.partitions
+            values: dict[str, Any] = {"version": p.c.version + 1, "updated_at": self.now}
+            if release:
+                values.update(owner="", until=self.now)
+            else:
+                values["until"] = self.now_plus(bindparam("duration", type_=Float()))
+            guards = [and_(p.c.id == bindparam(f"pid{n}"), p.c.version == bindparam(f"seen{n}"))
+                      for n in range(rows)]
+            found = self._lease_rewrites[key] = (
+                update(p).where(or_(*guards), p.c.owner == bindparam("holder"),
+                                p.c.status == AVAILABLE)
+                .values(**values))
+        return found
+
+    @staticmethod
+    def lease_rewrite_shape(leases: int) -> int:
+        """The rows of the :meth:`lease_rewrite` that carries ``leases`` leases: the
+        next power of two, so a few statement shapes serve every count."""
+        return 1 << max(leases - 1, 0).bit_length()
+
+    @staticmethod
+    def lease_rewrite_params(leases: Sequence[tuple[str, int]], rows: int, owner: str,
+                             duration: float | None) -> dict[str, Any]:
+        """The parameters of a :meth:`lease_rewrite` of ``rows`` rows for ``leases``
+        (partition id, version read), the last repeated to fill the rows."""
+        params: dict[str, Any] = {"holder": owner}
+        if duration is not None:
+            params["duration"] = duration
+        for n in range(rows):
+            pid, seen = leases[min(n, len(leases) - 1)]
+            params[f"pid{n}"] = pid
+            params[f"seen{n}"] = seen
         return params
 
     @functools.cached_property
@@ -1072,15 +1118,14 @@ class Store:
         cannot stall the renewal of every other lease. Partitions a client
         cancelled or began deleting come back as ``stopped``.
         """
-        return await self._lease_rewrite(
-            leases, owner, until=self.statements.now_plus(duration), release=False)
+        return await self._lease_rewrite(leases, owner, duration=duration)
 
     async def leases_release(self, leases: dict[str, int], owner: str) -> int:
         """Give up ``owner``'s leases at once, so another watcher can take them.
 
         Returns the number released.
         """
-        renewal = await self._lease_rewrite(leases, owner, until=self.statements.now, release=True)
+        renewal = await self._lease_rewrite(leases, owner, duration=None)
         return len(renewal.held)
 
     async def _lock_free(self, conn: AsyncConnection, ids: Sequence[str]) -> set[str]:
@@ -1116,8 +1161,9 @@ class Store:
         return states
 
     async def _lease_rewrite(self, leases: dict[str, int], owner: str, *,
-                             until: ColumnElement[Any], release: bool) -> LeaseRenewal:
-        """Renew (or release) all of ``leases`` in one guarded UPDATE per chunk.
+                             duration: float | None) -> LeaseRenewal:
+        """Renew for ``duration`` (or, given ``None``, release) all of ``leases`` in
+        one guarded UPDATE per chunk.
 
         The rows are read and locked first, so the states read are the states
         the UPDATE meets: a partition ``owner`` still holds, still available, is
@@ -1125,11 +1171,6 @@ class Store:
         is not a lost lease; its gate comes back re-read). Each row's guard is
         its id, that version, ``owner`` and ``available``.
         """
-        p = self.tables.partitions
-        values: dict[str, Any] = {
-            "version": p.c.version + 1, "until": until, "updated_at": self.statements.now}
-        if release:
-            values["owner"] = ""
         held: dict[str, tuple[int, int | None]] = {}
         async with self._write() as conn:
             states = await self._lock_states(conn, list(leases))
@@ -1137,11 +1178,11 @@ class Store:
                            if state.owner == owner and state.status == AVAILABLE),
                           key=lambda state: state.id)
             for chunk in _chunks(ours, IN_CHUNK):
-                guards = [and_(p.c.id == state.id, p.c.version == state.version)
-                          for state in chunk]
+                rows = self.statements.lease_rewrite_shape(len(chunk))
                 result = await conn.execute(
-                    update(p).where(or_(*guards), p.c.owner == owner, p.c.status == AVAILABLE)
-                    .values(**values))
+                    self.statements.lease_rewrite(rows, release=duration is None),
+                    self.statements.lease_rewrite_params(
+                        [(state.id, state.version) for state in chunk], rows, owner, duration))
                 if result.rowcount != len(chunk):
                     # Locked rows cannot change under us; a short count means a
                     # database that does not lock as asked: believe only a re-read.

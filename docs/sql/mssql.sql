@@ -358,9 +358,9 @@ UPDATE partitions
 version=(partitions.version + %(version_n)s), owner=%(owner)s,
        until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
- WHERE partitions.id = %(id_n)s
-   AND partitions.version = %(version_n)s
-   AND partitions.owner = %(owner_n)s
+ WHERE partitions.id = %(pid0)s
+   AND partitions.version = %(seen0)s
+   AND partitions.owner = %(holder)s
    AND partitions.status = %(status_n)s;
 
 -- name: leases_renew (1)
@@ -375,10 +375,10 @@ SELECT partitions.id,
 -- name: leases_renew (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), until=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+version=(partitions.version + %(version_n)s), until=DATEADD(microsecond, CAST(((%(duration)s) - FLOOR(%(duration)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(duration)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
- WHERE (partitions.id = %(id_n)s AND partitions.version = %(version_n)s OR partitions.id = %(id_n)s AND partitions.version = %(version_n)s)
-   AND partitions.owner = %(owner_n)s
+ WHERE (partitions.id = %(pid0)s AND partitions.version = %(seen0)s OR partitions.id = %(pid1)s AND partitions.version = %(seen1)s)
+   AND partitions.owner = %(holder)s
    AND partitions.status = %(status_n)s;
 
 -- name: leases_stopped

@@ -377,9 +377,9 @@ UPDATE partitions
 version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
        until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE partitions.id = %(id_1)s::VARCHAR
-   AND partitions.version = %(version_2)s::INTEGER
-   AND partitions.owner = %(owner_1)s::VARCHAR
+ WHERE partitions.id = %(pid0)s::VARCHAR
+   AND partitions.version = %(seen0)s::INTEGER
+   AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: leases_renew (1)
@@ -395,9 +395,9 @@ SELECT partitions.id,
 -- name: leases_renew (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE (partitions.id = %(id_1)s::VARCHAR AND partitions.version = %(version_2)s::INTEGER OR partitions.id = %(id_2)s::VARCHAR AND partitions.version = %(version_3)s::INTEGER)
-   AND partitions.owner = %(owner_1)s::VARCHAR
+version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE (partitions.id = %(pid0)s::VARCHAR AND partitions.version = %(seen0)s::INTEGER OR partitions.id = %(pid1)s::VARCHAR AND partitions.version = %(seen1)s::INTEGER)
+   AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: leases_stopped
