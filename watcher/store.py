@@ -920,6 +920,50 @@ class Store:
                 select(func.count()).where(i.c.partition_id.in_(wanted)))).scalar_one()
         return partitions, items
 
+    async def partitions_open_page(self, *, after: str | None, limit: int) -> list[str]:
+        """Up to ``limit`` ids of open (``available``) partitions after the id ``after``,
+        by id: the partitions whose finished items item retention looks at."""
+        p = self.tables.partitions
+        query = select(p.c.id).where(p.c.status == AVAILABLE)
+        if after is not None:
+            query = query.where(p.c.id > after)
+        async with self._read() as conn:
+            return list((await conn.execute(query.order_by(p.c.id).limit(limit))).scalars())
+
+    async def items_purge_finished(self, partition_id: str, *, older_than: float,
+                                   batch: int) -> int:
+        """Delete up to ``batch`` (about) complete items of the open partition
+        ``partition_id`` last updated more than ``older_than`` seconds ago by the
+        store's clock, in id order, in one transaction; returns how many went.
+
+        Only ``complete`` items go: a reduce reads the available items at its
+        gate and, under ``on_item_failure=continue``, the failed ones, never a
+        complete one, so no reduce's view changes; failed items stay for
+        ``retry_failed``. While the partition stands at a reduce gate, the items
+        at that gate stay until it has passed. A partition that is not open is
+        left alone (partition retention removes finished ones whole).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing of this batch went).
+        """
+        p, i = self.tables.partitions, self.tables.items
+        async with self._write() as conn:
+            row = (await conn.execute(
+                select(p.c.gate, p.c.reduce_gates)
+                .where(p.c.id == partition_id, p.c.status == AVAILABLE))).first()
+            if row is None:
+                return 0
+            wanted = [i.c.partition_id == partition_id, i.c.status == COMPLETE,
+                      i.c.updated_at < self.statements.now_plus(-older_than)]
+            if row.gate in settings_of(row.reduce_gates, None).reduce_gates:
+                wanted.append(i.c.gate != row.gate)
+            page = select(i.c.id).where(*wanted).order_by(i.c.id).limit(batch).subquery()
+            last = (await conn.execute(select(func.max(page.c.id)))).scalar_one()
+            if last is None:
+                return 0
+            removed = await conn.execute(delete(i).where(*wanted, i.c.id <= last))
+            return int(removed.rowcount)
+
     # -- leaders: duties one processor at a time performs ---------------------
 
     async def leader_take(self, name: str, owner: str, duration: float) -> bool:
