@@ -146,13 +146,14 @@ async def purge_finished_items(store: Store, *, older_than: float,
     while True:
         page = await store.partitions_open_page(after=after, limit=OPEN_READ)
         for partition_id in page:
+            resume: str | None = None
             while True:
                 if keep_going is not None and not await keep_going():
                     return PurgeReport(finished_items=removed, stopped=True)
-                count = await store.items_purge_finished(partition_id, older_than=older_than,
-                                                         batch=batch)
+                count, resume = await store.items_purge_finished(
+                    partition_id, older_than=older_than, batch=batch, after=resume)
                 removed += count
-                if count < batch:
+                if resume is None:
                     break
         if len(page) < OPEN_READ:
             return PurgeReport(finished_items=removed)

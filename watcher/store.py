@@ -931,10 +931,15 @@ class Store:
             return list((await conn.execute(query.order_by(p.c.id).limit(limit))).scalars())
 
     async def items_purge_finished(self, partition_id: str, *, older_than: float,
-                                   batch: int) -> int:
+                                   batch: int, after: str | None = None
+                                   ) -> tuple[int, str | None]:
         """Delete up to ``batch`` (about) complete items of the open partition
         ``partition_id`` last updated more than ``older_than`` seconds ago by the
-        store's clock, in id order, in one transaction; returns how many went.
+        store's clock, the next in id order after ``after``, in one transaction.
+
+        Returns how many went and the id to pass as ``after`` for the next batch
+        (``None``: nothing more to delete). The walk follows the primary key, so
+        the items kept are not read again batch after batch.
 
         Only ``complete`` items go: a reduce reads the available items at its
         gate and, under ``on_item_failure=continue``, the failed ones, never a
@@ -952,17 +957,20 @@ class Store:
                 select(p.c.gate, p.c.reduce_gates)
                 .where(p.c.id == partition_id, p.c.status == AVAILABLE))).first()
             if row is None:
-                return 0
+                return 0, None
             wanted = [i.c.partition_id == partition_id, i.c.status == COMPLETE,
                       i.c.updated_at < self.statements.now_plus(-older_than)]
+            if after is not None:
+                wanted.append(i.c.id > after)
             if row.gate in settings_of(row.reduce_gates, None).reduce_gates:
                 wanted.append(i.c.gate != row.gate)
             page = select(i.c.id).where(*wanted).order_by(i.c.id).limit(batch).subquery()
-            last = (await conn.execute(select(func.max(page.c.id)))).scalar_one()
-            if last is None:
-                return 0
+            count, last = (await conn.execute(
+                select(func.count(), func.max(page.c.id)))).one()
+            if not count:
+                return 0, None
             removed = await conn.execute(delete(i).where(*wanted, i.c.id <= last))
-            return int(removed.rowcount)
+            return int(removed.rowcount), (last if count >= batch else None)
 
     # -- leaders: duties one processor at a time performs ---------------------
 

@@ -228,6 +228,62 @@ SELECT items.partition_id,
  ORDER BY items.id
  LIMIT %s;
 
+-- name: items_purge_finished (1)
+SELECT partitions.gate,
+       partitions.reduce_gates
+  FROM partitions
+ WHERE partitions.id = %s
+   AND partitions.status = %s;
+
+-- name: items_purge_finished (2)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %s
+           AND items.status = %s
+           AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+         ORDER BY items.id
+         LIMIT %s
+       ) AS anon_1;
+
+-- name: items_purge_finished (3)
+DELETE
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.status = %s
+   AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+   AND items.id <= %s;
+
+-- name: items_purge_finished (4)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %s
+           AND items.status = %s
+           AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+           AND items.id > %s
+         ORDER BY items.id
+         LIMIT %s
+       ) AS anon_1;
+
+-- name: items_purge_finished (5)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %s
+           AND items.status = %s
+           AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+           AND items.gate != %s
+         ORDER BY items.id
+         LIMIT %s
+       ) AS anon_1;
+
 -- name: items_ready (1)
 SELECT items.id,
        items.version,
@@ -747,6 +803,21 @@ SELECT items.partition_id,
  WHERE items.partition_id IN (%s, ...)
  GROUP BY items.partition_id,
           items.status;
+
+-- name: partitions_open_page (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.status = %s
+ ORDER BY partitions.id
+ LIMIT %s;
+
+-- name: partitions_open_page (2)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.status = %s
+   AND partitions.id > %s
+ ORDER BY partitions.id
+ LIMIT %s;
 
 -- name: partitions_page (1)
 SELECT partitions.id,

@@ -221,6 +221,59 @@ SELECT TOP 6 items.partition_id,
    AND items.id > %(id_n)s
  ORDER BY items.id;
 
+-- name: items_purge_finished (1)
+SELECT partitions.gate,
+       partitions.reduce_gates
+  FROM partitions
+ WHERE partitions.id = %(id_n)s
+   AND partitions.status = %(status_n)s;
+
+-- name: items_purge_finished (2)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT TOP 10 items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_n)s
+           AND items.status = %(status_n)s
+           AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+         ORDER BY items.id
+       ) AS anon_1;
+
+-- name: items_purge_finished (3)
+DELETE
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status = %(status_n)s
+   AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+   AND items.id <= %(id_n)s;
+
+-- name: items_purge_finished (4)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT TOP 10 items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_n)s
+           AND items.status = %(status_n)s
+           AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+           AND items.id > %(id_n)s
+         ORDER BY items.id
+       ) AS anon_1;
+
+-- name: items_purge_finished (5)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT TOP 10 items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_n)s
+           AND items.status = %(status_n)s
+           AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+           AND items.gate != %(gate_n)s
+         ORDER BY items.id
+       ) AS anon_1;
+
 -- name: items_ready (1)
 SELECT TOP 10 items.id,
        items.version,
@@ -732,6 +785,19 @@ SELECT items.partition_id,
  WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
  GROUP BY items.partition_id,
           items.status;
+
+-- name: partitions_open_page (1)
+SELECT TOP 10 partitions.id
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+ ORDER BY partitions.id;
+
+-- name: partitions_open_page (2)
+SELECT TOP 10 partitions.id
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+   AND partitions.id > %(id_n)s
+ ORDER BY partitions.id;
 
 -- name: partitions_page (1)
 SELECT TOP 2 partitions.id,

@@ -232,6 +232,62 @@ SELECT items.partition_id,
  ORDER BY items.id
  LIMIT %(param_1)s::INTEGER;
 
+-- name: items_purge_finished (1)
+SELECT partitions.gate,
+       partitions.reduce_gates
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR;
+
+-- name: items_purge_finished (2)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+           AND items.status = %(status_1)s::VARCHAR
+           AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+         ORDER BY items.id
+         LIMIT %(param_2)s::INTEGER
+       ) AS anon_1;
+
+-- name: items_purge_finished (3)
+DELETE
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+   AND items.id <= %(id_1)s::VARCHAR;
+
+-- name: items_purge_finished (4)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+           AND items.status = %(status_1)s::VARCHAR
+           AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+           AND items.id > %(id_1)s::VARCHAR
+         ORDER BY items.id
+         LIMIT %(param_2)s::INTEGER
+       ) AS anon_1;
+
+-- name: items_purge_finished (5)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+           AND items.status = %(status_1)s::VARCHAR
+           AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+           AND items.gate != %(gate_1)s::INTEGER
+         ORDER BY items.id
+         LIMIT %(param_2)s::INTEGER
+       ) AS anon_1;
+
 -- name: items_ready (1)
 SELECT items.id,
        items.version,
@@ -760,6 +816,21 @@ SELECT items.partition_id,
  WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
  GROUP BY items.partition_id,
           items.status;
+
+-- name: partitions_open_page (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+ ORDER BY partitions.id
+ LIMIT %(param_1)s::INTEGER;
+
+-- name: partitions_open_page (2)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+   AND partitions.id > %(id_1)s::VARCHAR
+ ORDER BY partitions.id
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: partitions_page (1)
 SELECT partitions.id,

@@ -236,6 +236,65 @@ SELECT items.partition_id,
  LIMIT ?
 OFFSET ?;
 
+-- name: items_purge_finished (1)
+SELECT partitions.gate,
+       partitions.reduce_gates
+  FROM partitions
+ WHERE partitions.id = ?
+   AND partitions.status = ?;
+
+-- name: items_purge_finished (2)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = ?
+           AND items.status = ?
+           AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+         ORDER BY items.id
+         LIMIT ?
+        OFFSET ?
+       ) AS anon_1;
+
+-- name: items_purge_finished (3)
+DELETE
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.status = ?
+   AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+   AND items.id <= ?;
+
+-- name: items_purge_finished (4)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = ?
+           AND items.status = ?
+           AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+           AND items.id > ?
+         ORDER BY items.id
+         LIMIT ?
+        OFFSET ?
+       ) AS anon_1;
+
+-- name: items_purge_finished (5)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = ?
+           AND items.status = ?
+           AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+           AND items.gate != ?
+         ORDER BY items.id
+         LIMIT ?
+        OFFSET ?
+       ) AS anon_1;
+
 -- name: items_ready (1)
 SELECT items.id,
        items.version,
@@ -769,6 +828,23 @@ SELECT items.partition_id,
  WHERE items.partition_id IN (?, ...)
  GROUP BY items.partition_id,
           items.status;
+
+-- name: partitions_open_page (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.status = ?
+ ORDER BY partitions.id
+ LIMIT ?
+OFFSET ?;
+
+-- name: partitions_open_page (2)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.status = ?
+   AND partitions.id > ?
+ ORDER BY partitions.id
+ LIMIT ?
+OFFSET ?;
 
 -- name: partitions_page (1)
 SELECT partitions.id,

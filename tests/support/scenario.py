@@ -82,6 +82,15 @@ async def drive_every_method(store: Store) -> None:
     await _drive_operations(store)
     await store.leases_release({"p2": versions["p2"] + 1}, "w1")
     await store.leases_take([LeaseRow("p2", 0, 0, "")], "w2", 30)  # a lost race
+    # Item retention: open partitions by page; a batch at a plain gate and one at the
+    # reduce gate a partition stands at.
+    await store.partitions_open_page(after=None, limit=10)
+    await store.partitions_open_page(after="p1", limit=10)
+    await asyncio.sleep(0.05)  # p1's complete item is then older than the cutoff
+    await store.items_purge_finished("p1", older_than=0.001, batch=10)
+    await store.items_purge_finished("p1", older_than=0.001, batch=10, after="a")
+    await store.partition_create("p7", [NewItem("r", b"")], PartitionSettings(frozenset({0})))
+    await store.items_purge_finished("p7", older_than=0.001, batch=10)
 
 
 
