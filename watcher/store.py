@@ -1161,11 +1161,14 @@ class Store:
 
     async def leases_renew(self, leases: dict[str, int], owner: str,
                            duration: float) -> LeaseRenewal:
-        """Extend ``owner``'s leases, given as partition id -> version held.
+        """Extend ``owner``'s leases, given as partition id -> version held, for
+        ``duration`` seconds.
 
-        A renewal that loses on version is retried once against a fresh read
-        when ``owner`` still holds the partition (a client write bumped the
-        version). Partitions whose row another session holds locked are not
+        One locked read and one UPDATE (per 500 leases) renew them all, the new
+        ``until`` by the database clock. A partition ``owner`` still holds whose
+        version moved on (a client write bumped it) is renewed at the version
+        read, and its gate comes back re-read; one another owner holds now is
+        lost. Partitions whose row another session holds locked are not
         waited for: they come back as ``busy``, so one stuck transaction
         cannot stall the renewal of every other lease. Partitions a client
         cancelled or began deleting come back as ``stopped``.

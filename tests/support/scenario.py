@@ -48,7 +48,7 @@ async def drive_every_method(store: Store) -> None:
     assert {row.id for row in won} == {"p1", "p2"}
     await store.leases_of_owner("w1", 10)
     versions = {row.id: row.version for row in won}
-    # A stale version makes the renewal re-read the partition and retry once.
+    # A stale version held (a client write moved it on) is renewed at the version read.
     held = await store.leases_renew({"p1": versions["p1"] - 1, "p2": versions["p2"]}, "w1", 30)
     versions = {pid: version for pid, (version, _) in held.held.items()}
     await store.partition_state("p1")
