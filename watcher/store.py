@@ -1172,6 +1172,9 @@ class Store:
         waited for: they come back as ``busy``, so one stuck transaction
         cannot stall the renewal of every other lease. Partitions a client
         cancelled or began deleting come back as ``stopped``.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was renewed).
         """
         return await self._lease_rewrite(leases, owner, duration=duration)
 
