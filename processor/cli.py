@@ -281,6 +281,11 @@ def run(
                                                     help="How often retention looks for "
                                                     "partitions to delete.")
                                   ] = DEFAULT_RETENTION_INTERVAL,
+    retention_items: Annotated[str, typer.Option(envvar=_env("RETENTION_ITEMS"),
+                                                 help="Delete the complete items of open "
+                                                 "partitions last updated longer ago than "
+                                                 "this (7d, 12h, 30m, 90s), in the background "
+                                                 "(default: off).")] = "",
     backlog_interval: Annotated[float, typer.Option(envvar=_env("BACKLOG_INTERVAL"),
                                                     help="Seconds between reads of the "
                                                     "backlog gauges of /metrics, at most.")
@@ -302,9 +307,11 @@ def run(
         raise fail("--db-url is required (or set PROCESSOR_DB_URL): `processor run` never "
                    "picks a database of its own; `processor demo` runs on a throwaway one")
     retention_config = None
-    if retention:
+    if retention or retention_items:
         retention_config = RetentionConfig(
-            older_than=parse_duration("--retention", retention),
+            older_than=parse_duration("--retention", retention) if retention else None,
+            items_older_than=(parse_duration("--retention-items", retention_items)
+                              if retention_items else None),
             statuses=check_statuses("--retention-status", retention_status),
             interval=parse_duration("--retention-interval", retention_interval))
     header_specs = list(handler_header or [])

@@ -77,7 +77,8 @@ class PrometheusHooks(Hooks):
                                          "Partitions deleted by background retention",
                                          registry=r)
         self.purged_items = Counter("statefeed_purged_items_total",
-                                    "Items deleted by background retention", registry=r)
+                                    "Items deleted by background retention (with their "
+                                    "partitions, or finished items of open ones)", registry=r)
         self._outcomes: dict[str, Counter] = {}
         self.scraped_at = 0.0  # time.monotonic() of the last render, 0.0 before any
 
@@ -95,7 +96,7 @@ class PrometheusHooks(Hooks):
     def retention_purged(self, report: PurgeReport) -> None:
         """Count what a background retention pass removed."""
         self.purged_partitions.inc(report.partitions)
-        self.purged_items.inc(report.items)
+        self.purged_items.inc(report.items + report.finished_items)
 
     def lease_acquired(self, partition_id: str, *, stolen_from: str | None) -> None:
         self.lease_events.labels("stolen" if stolen_from else "acquired").inc()

@@ -16,7 +16,10 @@ if TYPE_CHECKING:
 
 DEFAULT_CONCURRENCY = 32
 DEFAULT_POLL_INTERVAL = 1.0
-DEFAULT_LEASE_DURATION = 30.0
+# A crashed processor's partitions wait out the rest of its lease (then one poll)
+# before another takes them over, so the lease bounds recovery. Renewal is one
+# statement per tick for all of a processor's leases, so a short lease is cheap.
+DEFAULT_LEASE_DURATION = 10.0
 DEFAULT_MAX_RETRIES = 5
 DEFAULT_RETRY_BACKOFF = 1.0
 DEFAULT_RETRY_BACKOFF_MAX = 300.0

@@ -260,6 +260,9 @@ class PurgeReport:
     partitions: int = 0
     items: int = 0
     stopped: bool = False
+    # Complete items deleted from open partitions (item retention); ``items``
+    # counts those of the partitions removed whole.
+    finished_items: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
@@ -40,6 +41,8 @@ DEFAULT_BATCH = 1000
 MAX_BATCH = 100_000
 # Candidate partitions read per query.
 PURGE_READ = 100
+# Open partitions item retention reads per query.
+OPEN_READ = 100
 # What retention and purge remove unless told otherwise: failed partitions are
 # kept for someone to look at.
 DEFAULT_STATUSES = (Status.COMPLETE.value, Status.CANCELLED.value)
@@ -123,11 +126,47 @@ async def purge(store: Store, *, older_than: float, statuses: Collection[str],
             return PurgeReport(partitions, items)
 
 
+async def purge_finished_items(store: Store, *, older_than: float,
+                               batch: int = DEFAULT_BATCH,
+                               keep_going: KeepGoing | None = None) -> PurgeReport:
+    """Delete the complete items of open partitions last updated more than
+    ``older_than`` seconds ago (by the store's clock), in batches of about ``batch``.
+
+    A long-lived partition that keeps re-opening never finishes, so partition
+    retention never removes it; this sheds its finished items (see
+    :meth:`Store.items_purge_finished` for what stays). Each batch is its own
+    transaction; ``keep_going`` is asked before each. The report counts the
+    removed items as ``finished_items``.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database failed; what was deleted stays deleted.
+    """
+    removed = 0
+    after: str | None = None
+    while True:
+        page = await store.partitions_open_page(after=after, limit=OPEN_READ)
+        for partition_id in page:
+            resume: str | None = None
+            while True:
+                if keep_going is not None and not await keep_going():
+                    return PurgeReport(finished_items=removed, stopped=True)
+                count, resume = await store.items_purge_finished(
+                    partition_id, older_than=older_than, batch=batch, after=resume)
+                removed += count
+                if resume is None:
+                    break
+        if len(page) < OPEN_READ:
+            return PurgeReport(finished_items=removed)
+        after = page[-1]
+
+
 @dataclass(frozen=True)
 class RetentionConfig:
     """Background retention: what to remove and how often to look.
 
-    ``older_than`` is seconds since a partition's last update; ``interval`` is
+    ``older_than`` is seconds since a partition's last update (``None``: finished
+    partitions stay); ``items_older_than``, when set, also deletes the complete
+    items of open partitions last updated that long ago; ``interval`` is
     how often a processor tries to take the retention lease and purge;
     ``hold`` is how long the lease lasts past a renewal (renewed every third
     of it while purging); ``batch`` is items deleted per transaction.
@@ -136,14 +175,21 @@ class RetentionConfig:
         ConfigError: a value is out of range; the message names it.
     """
 
-    older_than: float
+    older_than: float | None
     statuses: tuple[str, ...] = DEFAULT_STATUSES
     interval: float = DEFAULT_INTERVAL
     hold: float = DEFAULT_HOLD
     batch: int = DEFAULT_BATCH
+    items_older_than: float | None = None
 
     def __post_init__(self) -> None:
-        check_seconds("retention", self.older_than)
+        if self.older_than is None and self.items_older_than is None:
+            raise ConfigError("retention needs --retention (finished partitions) or "
+                              "--retention-items (finished items of open partitions), or both")
+        if self.older_than is not None:
+            check_seconds("retention", self.older_than)
+        if self.items_older_than is not None:
+            check_seconds("item retention", self.items_older_than)
         check_seconds("retention interval", self.interval)
         check_seconds("retention lease", self.hold)
         check_whole_number("purge batch", self.batch, maximum=MAX_BATCH)
@@ -184,14 +230,28 @@ class Retention:
         if not await self.store.leader_take(RETENTION_DUTY, self.owner, self._lease):
             return None
         self._renewed_at = time.monotonic()
-        report = await purge(self.store, older_than=self.config.older_than,
-                             statuses=self.config.statuses, batch=self.config.batch,
-                             keep_going=self._still_leader)
-        if report.partitions or report.items:
-            log.info("action=retention_purged owner=%s partitions=%d items=%d older_than=%s "
-                     "statuses=%s%s", self.owner, report.partitions, report.items,
-                     format_duration(self.config.older_than), ",".join(self.config.statuses),
-                     " stopped=true" if report.stopped else "")
+        report = PurgeReport()
+        if self.config.older_than is not None:
+            report = await purge(self.store, older_than=self.config.older_than,
+                                 statuses=self.config.statuses, batch=self.config.batch,
+                                 keep_going=self._still_leader)
+            if report.partitions or report.items:
+                log.info("action=retention_purged owner=%s partitions=%d items=%d "
+                         "older_than=%s statuses=%s%s", self.owner, report.partitions,
+                         report.items, format_duration(self.config.older_than),
+                         ",".join(self.config.statuses),
+                         " stopped=true" if report.stopped else "")
+        if self.config.items_older_than is not None and not report.stopped:
+            shed = await purge_finished_items(
+                self.store, older_than=self.config.items_older_than, batch=self.config.batch,
+                keep_going=self._still_leader)
+            if shed.finished_items:
+                log.info("action=retention_items_purged owner=%s items=%d older_than=%s%s",
+                         self.owner, shed.finished_items,
+                         format_duration(self.config.items_older_than),
+                         " stopped=true" if shed.stopped else "")
+            report = dataclasses.replace(report, finished_items=shed.finished_items,
+                                         stopped=shed.stopped)
         if self._on_purged is not None:
             self._on_purged(report)
         return report
@@ -217,9 +277,10 @@ class Retention:
         A database failure is logged when it begins and when it ends; the next
         pass tries again.
         """
-        log.info("action=retention_started owner=%s older_than=%s statuses=%s every=%s",
-                 self.owner, format_duration(self.config.older_than),
-                 ",".join(self.config.statuses), format_duration(self.config.interval))
+        log.info("action=retention_started owner=%s older_than=%s statuses=%s items_older_than=%s "
+                 "every=%s", self.owner, _duration_or_off(self.config.older_than),
+                 ",".join(self.config.statuses), _duration_or_off(self.config.items_older_than),
+                 format_duration(self.config.interval))
         try:
             while not self._stop.is_set():
                 try:
@@ -243,3 +304,7 @@ class Retention:
     def stop(self) -> None:
         """Ask :meth:`run` to end after the batch in progress. Safe to call twice."""
         self._stop.set()
+
+
+def _duration_or_off(seconds: float | None) -> str:
+    return "off" if seconds is None else format_duration(seconds)

@@ -173,6 +173,7 @@ class Statements:
         self.clock = clock
         self.now: ColumnElement[Any] = clock_now(clock)
         self._item_writes: dict[tuple[bool, bool], Update] = {}
+        self._lease_rewrites: dict[tuple[int, bool], Update] = {}
 
     def now_plus(self, seconds: float | ColumnElement[Any]) -> ColumnElement[Any]:
         """The clock's time plus ``seconds`` (a number, or an SQL expression)."""
@@ -253,6 +254,51 @@ class Statements:
             params["new_data"] = write.data
         if write.retry_delay:
             params["delay"] = write.retry_delay
+        return params
+
+    def lease_rewrite(self, rows: int, *, release: bool) -> Update:
+        """One guarded renewal (or, with ``release``, release) of ``rows`` leases
+        (built once per shape); its parameters come from :meth:`lease_rewrite_params`.
+
+        Each row's guard is its id (``pid<n>``) and the version read
+        (``seen<n>``); every row must be ``holder``'s and ``available``. A renewal's
+        ``until`` is the clock's time plus ``duration``; a release's, the time itself.
+        """
+        key = (rows, release)
+        found = self._lease_rewrites.get(key)
+        if found is None:
+            p = self.tables.partitions
+            values: dict[str, Any] = {"version": p.c.version + 1, "updated_at": self.now}
+            if release:
+                values.update(owner="", until=self.now)
+            else:
+                values["until"] = self.now_plus(bindparam("duration", type_=Float()))
+            guards = [and_(p.c.id == bindparam(f"pid{n}"), p.c.version == bindparam(f"seen{n}"))
+                      for n in range(rows)]
+            found = self._lease_rewrites[key] = (
+                update(p).where(or_(*guards), p.c.owner == bindparam("holder"),
+                                p.c.status == AVAILABLE)
+                .values(**values))
+        return found
+
+    @staticmethod
+    def lease_rewrite_shape(leases: int) -> int:
+        """The rows of the :meth:`lease_rewrite` that carries ``leases`` leases: the
+        next power of two, so a few statement shapes serve every count."""
+        return 1 << max(leases - 1, 0).bit_length()
+
+    @staticmethod
+    def lease_rewrite_params(leases: Sequence[tuple[str, int]], rows: int, owner: str,
+                             duration: float | None) -> dict[str, Any]:
+        """The parameters of a :meth:`lease_rewrite` of ``rows`` rows for ``leases``
+        (partition id, version read), the last repeated to fill the rows."""
+        params: dict[str, Any] = {"holder": owner}
+        if duration is not None:
+            params["duration"] = duration
+        for n in range(rows):
+            pid, seen = leases[min(n, len(leases) - 1)]
+            params[f"pid{n}"] = pid
+            params[f"seen{n}"] = seen
         return params
 
     @functools.cached_property
@@ -343,13 +389,19 @@ class Store:
         """Bump the partition's version (and set ``values``) in ``conn``'s transaction,
         which locks its row until the transaction ends.
 
+        ``updated_at`` moves only with a new ``status``: it is indexed (retention,
+        the finished-per-minute counts), and a write that changes no indexed
+        column is a HOT update on PostgreSQL (no new index entries, and the old
+        row version is pruned within its page).
+
         Raises:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
         """
         p = self.tables.partitions
         touched = await conn.execute(
             update(p).where(p.c.id == partition_id, p.c.status != DELETING)
-            .values(version=p.c.version + 1, updated_at=self.statements.now, **values))
+            .values(version=p.c.version + 1, **values,
+                    **({"updated_at": self.statements.now} if "status" in values else {})))
         if touched.rowcount != 1:
             raise PartitionNotFoundError(partition_id)
 
@@ -735,7 +787,7 @@ class Store:
                 if gate != row.gate or again:
                     values.update(reduce_pass=None, reduce_page=0, reduce_after=None,
                                   reduce_acc=None)
-                values.update(status=AVAILABLE, gate=gate)
+                values.update(status=AVAILABLE, gate=gate, updated_at=self.statements.now)
             await conn.execute(update(p).where(p.c.id == partition_id).values(**values))
             await self._notify(conn, partition_id)
             return RetryReport(partition_id, row.status, row.gate, AVAILABLE, gate,
@@ -756,7 +808,7 @@ class Store:
             update(p).where(p.c.id == partition_id, p.c.status == COMPLETE,
                             exists().where(i.c.partition_id == partition_id,
                                            i.c.status == AVAILABLE))
-            .values(status=AVAILABLE))
+            .values(status=AVAILABLE, updated_at=self.statements.now))
         return reopened.rowcount == 1
 
     async def partition_set_gate(self, partition_id: str, gate: int) -> None:
@@ -979,6 +1031,58 @@ class Store:
                 select(func.count()).where(i.c.partition_id.in_(wanted)))).scalar_one()
         return partitions, items
 
+    async def partitions_open_page(self, *, after: str | None, limit: int) -> list[str]:
+        """Up to ``limit`` ids of open (``available``) partitions after the id ``after``,
+        by id: the partitions whose finished items item retention looks at."""
+        p = self.tables.partitions
+        query = select(p.c.id).where(p.c.status == AVAILABLE)
+        if after is not None:
+            query = query.where(p.c.id > after)
+        async with self._read() as conn:
+            return list((await conn.execute(query.order_by(p.c.id).limit(limit))).scalars())
+
+    async def items_purge_finished(self, partition_id: str, *, older_than: float,
+                                   batch: int, after: str | None = None
+                                   ) -> tuple[int, str | None]:
+        """Delete up to ``batch`` (about) complete items of the open partition
+        ``partition_id`` last updated more than ``older_than`` seconds ago by the
+        store's clock, the next in id order after ``after``, in one transaction.
+
+        Returns how many went and the id to pass as ``after`` for the next batch
+        (``None``: nothing more to delete). The walk follows the primary key, so
+        the items kept are not read again batch after batch.
+
+        Only ``complete`` items go: a reduce reads the available items at its
+        gate and, under ``on_item_failure=continue``, the failed ones, never a
+        complete one, so no reduce's view changes; failed items stay for
+        ``retry_failed``. While the partition stands at a reduce gate, the items
+        at that gate stay until it has passed. A partition that is not open is
+        left alone (partition retention removes finished ones whole).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing of this batch went).
+        """
+        p, i = self.tables.partitions, self.tables.items
+        async with self._write() as conn:
+            row = (await conn.execute(
+                select(p.c.gate, p.c.reduce_gates)
+                .where(p.c.id == partition_id, p.c.status == AVAILABLE))).first()
+            if row is None:
+                return 0, None
+            wanted = [i.c.partition_id == partition_id, i.c.status == COMPLETE,
+                      i.c.updated_at < self.statements.now_plus(-older_than)]
+            if after is not None:
+                wanted.append(i.c.id > after)
+            if row.gate in settings_of(row.reduce_gates, None).reduce_gates:
+                wanted.append(i.c.gate != row.gate)
+            page = select(i.c.id).where(*wanted).order_by(i.c.id).limit(batch).subquery()
+            count, last = (await conn.execute(
+                select(func.count(), func.max(page.c.id)))).one()
+            if not count:
+                return 0, None
+            removed = await conn.execute(delete(i).where(*wanted, i.c.id <= last))
+            return int(removed.rowcount), (last if count >= batch else None)
+
     # -- leaders: duties one processor at a time performs ---------------------
 
     async def leader_take(self, name: str, owner: str, duration: float) -> bool:
@@ -1168,24 +1272,29 @@ class Store:
 
     async def leases_renew(self, leases: dict[str, int], owner: str,
                            duration: float) -> LeaseRenewal:
-        """Extend ``owner``'s leases, given as partition id -> version held.
+        """Extend ``owner``'s leases, given as partition id -> version held, for
+        ``duration`` seconds.
 
-        A renewal that loses on version is retried once against a fresh read
-        when ``owner`` still holds the partition (a client write bumped the
-        version). Partitions whose row another session holds locked are not
+        One locked read and one UPDATE (per 500 leases) renew them all, the new
+        ``until`` by the database clock. A partition ``owner`` still holds whose
+        version moved on (a client write bumped it) is renewed at the version
+        read, and its gate comes back re-read; one another owner holds now is
+        lost. Partitions whose row another session holds locked are not
         waited for: they come back as ``busy``, so one stuck transaction
         cannot stall the renewal of every other lease. Partitions a client
         cancelled or began deleting come back as ``stopped``.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was renewed).
         """
-        return await self._lease_rewrite(
-            leases, owner, until=self.statements.now_plus(duration), release=False)
+        return await self._lease_rewrite(leases, owner, duration=duration)
 
     async def leases_release(self, leases: dict[str, int], owner: str) -> int:
         """Give up ``owner``'s leases at once, so another watcher can take them.
 
         Returns the number released.
         """
-        renewal = await self._lease_rewrite(leases, owner, until=self.statements.now, release=True)
+        renewal = await self._lease_rewrite(leases, owner, duration=None)
         return len(renewal.held)
 
     async def _lock_free(self, conn: AsyncConnection, ids: Sequence[str]) -> set[str]:
@@ -1203,43 +1312,59 @@ class Store:
             free.update(row[0] for row in rows)
         return free
 
-    async def _lease_rewrite(self, leases: dict[str, int], owner: str, *,
-                             until: ColumnElement[Any], release: bool) -> LeaseRenewal:
+    async def _lock_states(self, conn: AsyncConnection, ids: Sequence[str]
+                           ) -> dict[str, Any]:
+        """Lock the partition rows ``ids`` that no other session holds; return their
+        rows (``id``, ``version``, ``gate``, ``status``, ``owner``) by id.
+
+        Like :meth:`_lock_free`, rows locked elsewhere are passed by (absent from
+        the answer), and so are partitions that no longer exist.
+        """
         p = self.tables.partitions
-        values: dict[str, Any] = {
-            "version": p.c.version + 1, "until": until, "updated_at": self.statements.now}
-        if release:
-            values["owner"] = ""
-        statement = (
-            update(p)
-            .where(p.c.id == bindparam("pid"), p.c.version == bindparam("seen"),
-                   p.c.owner == owner, p.c.status == AVAILABLE)
-            .values(**values)
-        )
+        states: dict[str, Any] = {}
+        for chunk in _chunks(sorted(ids), IN_CHUNK):
+            rows = await conn.execute(lock_unless_busy(
+                select(p.c.id, p.c.version, p.c.gate, p.c.status, p.c.owner)
+                .where(p.c.id.in_(chunk)), p))
+            states.update((row.id, row) for row in rows)
+        return states
+
+    async def _lease_rewrite(self, leases: dict[str, int], owner: str, *,
+                             duration: float | None) -> LeaseRenewal:
+        """Renew for ``duration`` (or, given ``None``, release) all of ``leases`` in
+        one guarded UPDATE per chunk.
+
+        The rows are read and locked first, so the states read are the states
+        the UPDATE meets: a partition ``owner`` still holds, still available, is
+        rewritten at the version read (a client write that bumped the version
+        is not a lost lease; its gate comes back re-read). Each row's guard is
+        its id, that version, ``owner`` and ``available``.
+        """
         held: dict[str, tuple[int, int | None]] = {}
         async with self._write() as conn:
-            free = await self._lock_free(conn, list(leases))
-            missed: list[str] = []
-            for partition_id, version in sorted(leases.items()):  # id order: no deadlocks
-                if partition_id not in free:
-                    continue
-                result = await conn.execute(statement, {"pid": partition_id, "seen": version})
-                if result.rowcount == 1:
-                    held[partition_id] = (version + 1, None)
-                else:
-                    missed.append(partition_id)
-            states = await self._states(conn, missed) if missed else {}
-            stopped = frozenset(partition_id for partition_id, state in states.items()
-                                if state.status in (CANCELLED, DELETING))
-            for partition_id, state in sorted(states.items()):
-                if state.owner != owner or state.status != AVAILABLE:
-                    continue
+            states = await self._lock_states(conn, list(leases))
+            ours = sorted((state for state in states.values()
+                           if state.owner == owner and state.status == AVAILABLE),
+                          key=lambda state: state.id)
+            for chunk in _chunks(ours, IN_CHUNK):
+                rows = self.statements.lease_rewrite_shape(len(chunk))
                 result = await conn.execute(
-                    statement, {"pid": partition_id, "seen": state.version})
-                if result.rowcount == 1:
-                    held[partition_id] = (state.version + 1, state.gate)
-        # Not in ``free``: locked by another session, or deleted (then never free again).
-        return LeaseRenewal(held, frozenset(leases) - free, stopped)
+                    self.statements.lease_rewrite(rows, release=duration is None),
+                    self.statements.lease_rewrite_params(
+                        [(state.id, state.version) for state in chunk], rows, owner, duration))
+                if result.rowcount != len(chunk):
+                    # Locked rows cannot change under us; a short count means a
+                    # database that does not lock as asked: believe only a re-read.
+                    after = await self._states(conn, [state.id for state in chunk])
+                    chunk = [state for state in chunk if state.id in after
+                             and after[state.id].version == state.version + 1]
+                for state in chunk:
+                    gate = None if state.version == leases[state.id] else state.gate
+                    held[state.id] = (state.version + 1, gate)
+        stopped = frozenset(pid for pid, state in states.items()
+                            if state.status in (CANCELLED, DELETING))
+        # Not in ``states``: locked by another session, or deleted (then never free again).
+        return LeaseRenewal(held, frozenset(leases) - states.keys(), stopped)
 
     async def _states(self, conn: AsyncConnection, ids: Sequence[str]
                       ) -> dict[str, PartitionState]:
@@ -1269,11 +1394,13 @@ class Store:
         the new version, or ``None`` when the write lost (re-read to see why).
         """
         p = self.tables.partitions
-        values: dict[str, Any] = {"version": p.c.version + 1, "updated_at": self.statements.now}
+        # A gate advance changes no indexed column (a HOT update on PostgreSQL);
+        # updated_at, indexed with status, moves with the status alone.
+        values: dict[str, Any] = {"version": p.c.version + 1}
         if gate is not None:
             values["gate"] = gate
         if status is not None:
-            values["status"] = status
+            values.update(status=status, updated_at=self.statements.now)
             if status != AVAILABLE:
                 values.update(owner="", until=self.statements.now)
         async with self._write() as conn:
@@ -1382,8 +1509,8 @@ class Store:
                 was written).
         """
         p = self.tables.partitions
-        values: dict[str, Any] = {
-            "version": p.c.version + 1, "updated_at": self.statements.now,
+        values: dict[str, Any] = {  # no indexed column: a HOT update on PostgreSQL
+            "version": p.c.version + 1,
             "reduce_pass": step.pass_, "reduce_page": step.page,
             "reduce_after": step.after, "reduce_acc": step.accumulator,
             "reduce_attempts": 0, "last_error": None,
@@ -1419,10 +1546,11 @@ class Store:
         partition fails (and its lease is released). Guarded like
         :meth:`reduce_write`; returns the new version or ``None``."""
         p = self.tables.partitions
-        values: dict[str, Any] = {"version": p.c.version + 1, "updated_at": self.statements.now,
+        values: dict[str, Any] = {"version": p.c.version + 1,
                                   "reduce_attempts": attempts, "last_error": error}
         if fail:
-            values.update(status=FAILED, owner="", until=self.statements.now)
+            values.update(status=FAILED, owner="", until=self.statements.now,
+                          updated_at=self.statements.now)
         async with self._write() as conn:
             touched = await conn.execute(
                 update(p).where(*self._lease_guard(partition_id, version, owner))

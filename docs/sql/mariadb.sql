@@ -96,7 +96,7 @@ SELECT (
 -- name: items_add (1)
 UPDATE partitions
    SET
-version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+version=(partitions.version + %s)
  WHERE partitions.id = %s
    AND partitions.status != %s;
 
@@ -122,7 +122,8 @@ VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s);
 
 -- name: items_add (6)
 UPDATE partitions
-   SET status=%s
+   SET status=%s,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
  WHERE partitions.id = %s
    AND partitions.status = %s
    AND (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s));
@@ -235,6 +236,62 @@ SELECT items.partition_id,
  ORDER BY items.id
  LIMIT %s;
 
+-- name: items_purge_finished (1)
+SELECT partitions.gate,
+       partitions.reduce_gates
+  FROM partitions
+ WHERE partitions.id = %s
+   AND partitions.status = %s;
+
+-- name: items_purge_finished (2)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %s
+           AND items.status = %s
+           AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+         ORDER BY items.id
+         LIMIT %s
+       ) AS anon_1;
+
+-- name: items_purge_finished (3)
+DELETE
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.status = %s
+   AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+   AND items.id <= %s;
+
+-- name: items_purge_finished (4)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %s
+           AND items.status = %s
+           AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+           AND items.id > %s
+         ORDER BY items.id
+         LIMIT %s
+       ) AS anon_1;
+
+-- name: items_purge_finished (5)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %s
+           AND items.status = %s
+           AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+           AND items.gate != %s
+         ORDER BY items.id
+         LIMIT %s
+       ) AS anon_1;
+
 -- name: items_ready (1)
 SELECT items.id,
        items.version,
@@ -269,7 +326,7 @@ SELECT items.id,
 -- name: items_retry_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+version=(partitions.version + %s)
  WHERE partitions.id = %s
    AND partitions.status != %s;
 
@@ -310,6 +367,7 @@ version=(items.version + %s), status=%s,
 UPDATE partitions
    SET gate=%s,
        status=%s,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
        reduce_attempts=%s,
        last_error=%s
  WHERE partitions.id = %s;
@@ -329,6 +387,7 @@ version=(items.version + %s), status=%s,
 UPDATE partitions
    SET gate=%s,
        status=%s,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
        reduce_pass=%s,
        reduce_page=%s,
        reduce_after=%s,
@@ -405,7 +464,11 @@ SELECT partitions.id,
  LIMIT %s;
 
 -- name: leases_release (1)
-SELECT partitions.id
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner
   FROM partitions
  WHERE partitions.id IN (%s, ...)
    FOR UPDATE SKIP LOCKED;
@@ -421,20 +484,12 @@ version=(partitions.version + %s), owner=%s,
    AND partitions.owner = %s
    AND partitions.status = %s;
 
--- name: leases_release (3)
+-- name: leases_renew (1)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
        partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN %s
-            ELSE %s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%s, ...);
-
--- name: leases_renew (1)
-SELECT partitions.id
+       partitions.owner
   FROM partitions
  WHERE partitions.id IN (%s, ...)
    FOR UPDATE SKIP LOCKED;
@@ -443,22 +498,9 @@ SELECT partitions.id
 UPDATE partitions
    SET
 version=(partitions.version + %s), until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
- WHERE partitions.id = %s
-   AND partitions.version = %s
+ WHERE (partitions.id = %s AND partitions.version = %s OR partitions.id = %s AND partitions.version = %s)
    AND partitions.owner = %s
    AND partitions.status = %s;
-
--- name: leases_renew (3)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN %s
-            ELSE %s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%s, ...);
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -621,7 +663,7 @@ SELECT items.partition_id,
 -- name: partition_set_gate (1)
 UPDATE partitions
    SET
-version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+version=(partitions.version + %s)
  WHERE partitions.id = %s
    AND partitions.status != %s;
 
@@ -686,8 +728,7 @@ version=(partitions.version + %s), status=%s,
 -- name: partition_transition (2)
 UPDATE partitions
    SET
-version=(partitions.version + %s), gate=%s,
-       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+version=(partitions.version + %s), gate=%s
  WHERE partitions.id = %s
    AND partitions.version = %s
    AND partitions.owner = %s
@@ -837,6 +878,21 @@ SELECT items.partition_id,
  GROUP BY items.partition_id,
           items.status;
 
+-- name: partitions_open_page (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.status = %s
+ ORDER BY partitions.id
+ LIMIT %s;
+
+-- name: partitions_open_page (2)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.status = %s
+   AND partitions.id > %s
+ ORDER BY partitions.id
+ LIMIT %s;
+
 -- name: partitions_page (1)
 SELECT partitions.id,
        partitions.version,
@@ -981,8 +1037,7 @@ SELECT items.id,
 -- name: reduce_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       reduce_attempts=%s,
+version=(partitions.version + %s), reduce_attempts=%s,
        last_error=%s
  WHERE partitions.id = %s
    AND partitions.version = %s
@@ -1019,8 +1074,7 @@ SELECT partitions.version,
 -- name: reduce_write (1)
 UPDATE partitions
    SET
-version=(partitions.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       reduce_pass=%s,
+version=(partitions.version + %s), reduce_pass=%s,
        reduce_page=%s,
        reduce_after=%s,
        reduce_acc=from_base64(%s),

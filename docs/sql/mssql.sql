@@ -90,7 +90,7 @@ SELECT (
 -- name: items_add (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+version=(partitions.version + %(version_n)s)
  WHERE partitions.id = %(id_n)s
    AND partitions.status != %(status_n)s;
 
@@ -116,7 +116,8 @@ VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %
 
 -- name: items_add (6)
 UPDATE partitions
-   SET status=%(status)s
+   SET status=%(status)s,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
  WHERE partitions.id = %(id_n)s
    AND partitions.status = %(status_n)s
    AND (EXISTS (SELECT * FROM items WHERE items.partition_id = %(partition_id_n)s AND items.status = %(status_n)s));
@@ -228,6 +229,59 @@ SELECT TOP 6 items.partition_id,
    AND items.id > %(id_n)s
  ORDER BY items.id;
 
+-- name: items_purge_finished (1)
+SELECT partitions.gate,
+       partitions.reduce_gates
+  FROM partitions
+ WHERE partitions.id = %(id_n)s
+   AND partitions.status = %(status_n)s;
+
+-- name: items_purge_finished (2)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT TOP 10 items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_n)s
+           AND items.status = %(status_n)s
+           AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+         ORDER BY items.id
+       ) AS anon_1;
+
+-- name: items_purge_finished (3)
+DELETE
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status = %(status_n)s
+   AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+   AND items.id <= %(id_n)s;
+
+-- name: items_purge_finished (4)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT TOP 10 items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_n)s
+           AND items.status = %(status_n)s
+           AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+           AND items.id > %(id_n)s
+         ORDER BY items.id
+       ) AS anon_1;
+
+-- name: items_purge_finished (5)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT TOP 10 items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_n)s
+           AND items.status = %(status_n)s
+           AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+           AND items.gate != %(gate_n)s
+         ORDER BY items.id
+       ) AS anon_1;
+
 -- name: items_ready (1)
 SELECT TOP 10 items.id,
        items.version,
@@ -260,7 +314,7 @@ SELECT TOP 10 items.id,
 -- name: items_retry_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+version=(partitions.version + %(version_n)s)
  WHERE partitions.id = %(id_n)s
    AND partitions.status != %(status_n)s;
 
@@ -301,6 +355,7 @@ version=(items.version + %(version_n)s), status=%(status)s,
 UPDATE partitions
    SET gate=%(gate)s,
        status=%(status)s,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
        reduce_attempts=%(reduce_attempts)s,
        last_error=%(last_error)s
  WHERE partitions.id = %(id_n)s;
@@ -320,6 +375,7 @@ version=(items.version + %(version_n)s), status=%(status)s,
 UPDATE partitions
    SET gate=%(gate)s,
        status=%(status)s,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
        reduce_pass=%(reduce_pass)s,
        reduce_page=%(reduce_page)s,
        reduce_after=%(reduce_after)s,
@@ -394,7 +450,11 @@ SELECT TOP 10 partitions.id,
  ORDER BY partitions.until;
 
 -- name: leases_release (1)
-SELECT partitions.id
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner
   FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
  WHERE partitions.id IN (%(id_1_n)s, ...);
 
@@ -404,49 +464,28 @@ UPDATE partitions
 version=(partitions.version + %(version_n)s), owner=%(owner)s,
        until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
- WHERE partitions.id = %(pid)s
-   AND partitions.version = %(seen)s
-   AND partitions.owner = %(owner_n)s
+ WHERE partitions.id = %(pid0)s
+   AND partitions.version = %(seen0)s
+   AND partitions.owner = %(holder)s
    AND partitions.status = %(status_n)s;
 
--- name: leases_release (3)
+-- name: leases_renew (1)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
        partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN %(param_n)s
-            ELSE %(param_n)s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%(id_1_n)s, ...);
-
--- name: leases_renew (1)
-SELECT partitions.id
+       partitions.owner
   FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
  WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: leases_renew (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), until=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+version=(partitions.version + %(version_n)s), until=DATEADD(microsecond, CAST(((%(duration)s) - FLOOR(%(duration)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(duration)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
- WHERE partitions.id = %(pid)s
-   AND partitions.version = %(seen)s
-   AND partitions.owner = %(owner_n)s
+ WHERE (partitions.id = %(pid0)s AND partitions.version = %(seen0)s OR partitions.id = %(pid1)s AND partitions.version = %(seen1)s)
+   AND partitions.owner = %(holder)s
    AND partitions.status = %(status_n)s;
-
--- name: leases_renew (3)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN %(param_n)s
-            ELSE %(param_n)s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -617,7 +656,7 @@ SELECT items.partition_id,
 -- name: partition_set_gate (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+version=(partitions.version + %(version_n)s)
  WHERE partitions.id = %(id_n)s
    AND partitions.status != %(status_n)s;
 
@@ -680,8 +719,7 @@ version=(partitions.version + %(version_n)s), status=%(status)s,
 -- name: partition_transition (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), gate=%(gate)s,
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+version=(partitions.version + %(version_n)s), gate=%(gate)s
  WHERE partitions.id = %(id_n)s
    AND partitions.version = %(version_n)s
    AND partitions.owner = %(owner_n)s
@@ -821,6 +859,19 @@ SELECT items.partition_id,
  GROUP BY items.partition_id,
           items.status;
 
+-- name: partitions_open_page (1)
+SELECT TOP 10 partitions.id
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+ ORDER BY partitions.id;
+
+-- name: partitions_open_page (2)
+SELECT TOP 10 partitions.id
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+   AND partitions.id > %(id_n)s
+ ORDER BY partitions.id;
+
 -- name: partitions_page (1)
 SELECT TOP 2 partitions.id,
        partitions.version,
@@ -959,8 +1010,7 @@ SELECT TOP 10 items.id,
 -- name: reduce_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       reduce_attempts=%(reduce_attempts)s,
+version=(partitions.version + %(version_n)s), reduce_attempts=%(reduce_attempts)s,
        last_error=%(last_error)s
  WHERE partitions.id = %(id_n)s
    AND partitions.version = %(version_n)s
@@ -997,8 +1047,7 @@ SELECT partitions.version,
 -- name: reduce_write (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       reduce_pass=%(reduce_pass)s,
+version=(partitions.version + %(version_n)s), reduce_pass=%(reduce_pass)s,
        reduce_page=%(reduce_page)s,
        reduce_after=%(reduce_after)s,
        reduce_acc=%(reduce_acc)s,

@@ -96,7 +96,7 @@ SELECT (
 -- name: items_add (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+version=(partitions.version + %(version_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.status != %(status_1)s::VARCHAR;
 
@@ -125,7 +125,8 @@ SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notif
 
 -- name: items_add (7)
 UPDATE partitions
-   SET status=%(status)s::VARCHAR
+   SET status=%(status)s::VARCHAR,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR
    AND (EXISTS (SELECT * FROM items WHERE items.partition_id = %(partition_id_1)s::VARCHAR AND items.status = %(status_2)s::VARCHAR));
@@ -239,6 +240,62 @@ SELECT items.partition_id,
  ORDER BY items.id
  LIMIT %(param_1)s::INTEGER;
 
+-- name: items_purge_finished (1)
+SELECT partitions.gate,
+       partitions.reduce_gates
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR;
+
+-- name: items_purge_finished (2)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+           AND items.status = %(status_1)s::VARCHAR
+           AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+         ORDER BY items.id
+         LIMIT %(param_2)s::INTEGER
+       ) AS anon_1;
+
+-- name: items_purge_finished (3)
+DELETE
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+   AND items.id <= %(id_1)s::VARCHAR;
+
+-- name: items_purge_finished (4)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+           AND items.status = %(status_1)s::VARCHAR
+           AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+           AND items.id > %(id_1)s::VARCHAR
+         ORDER BY items.id
+         LIMIT %(param_2)s::INTEGER
+       ) AS anon_1;
+
+-- name: items_purge_finished (5)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+           AND items.status = %(status_1)s::VARCHAR
+           AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+           AND items.gate != %(gate_1)s::INTEGER
+         ORDER BY items.id
+         LIMIT %(param_2)s::INTEGER
+       ) AS anon_1;
+
 -- name: items_ready (1)
 SELECT items.id,
        items.version,
@@ -273,7 +330,7 @@ SELECT items.id,
 -- name: items_retry_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+version=(partitions.version + %(version_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.status != %(status_1)s::VARCHAR;
 
@@ -314,6 +371,7 @@ version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
 UPDATE partitions
    SET gate=%(gate)s::INTEGER,
        status=%(status)s::VARCHAR,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
        reduce_attempts=%(reduce_attempts)s::INTEGER,
        last_error=%(last_error)s::VARCHAR
  WHERE partitions.id = %(id_1)s::VARCHAR;
@@ -336,6 +394,7 @@ version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
 UPDATE partitions
    SET gate=%(gate)s::INTEGER,
        status=%(status)s::VARCHAR,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
        reduce_pass=%(reduce_pass)s::VARCHAR,
        reduce_page=%(reduce_page)s::INTEGER,
        reduce_after=%(reduce_after)s::VARCHAR,
@@ -412,7 +471,11 @@ SELECT partitions.id,
  LIMIT %(param_1)s::INTEGER;
 
 -- name: leases_release (1)
-SELECT partitions.id
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner
   FROM partitions
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
    FOR UPDATE SKIP LOCKED;
@@ -423,25 +486,17 @@ UPDATE partitions
 version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
        until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.version = %(seen)s::INTEGER
-   AND partitions.owner = %(owner_1)s::VARCHAR
+ WHERE partitions.id = %(pid0)s::VARCHAR
+   AND partitions.version = %(seen0)s::INTEGER
+   AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
 
--- name: leases_release (3)
+-- name: leases_renew (1)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
        partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s
-            ELSE %(param_2)s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
-
--- name: leases_renew (1)
-SELECT partitions.id
+       partitions.owner
   FROM partitions
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
    FOR UPDATE SKIP LOCKED;
@@ -449,23 +504,10 @@ SELECT partitions.id
 -- name: leases_renew (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.version = %(seen)s::INTEGER
-   AND partitions.owner = %(owner_1)s::VARCHAR
+version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE (partitions.id = %(pid0)s::VARCHAR AND partitions.version = %(seen0)s::INTEGER OR partitions.id = %(pid1)s::VARCHAR AND partitions.version = %(seen1)s::INTEGER)
+   AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
-
--- name: leases_renew (3)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s
-            ELSE %(param_2)s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -631,7 +673,7 @@ SELECT items.partition_id,
 -- name: partition_set_gate (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+version=(partitions.version + %(version_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.status != %(status_1)s::VARCHAR;
 
@@ -699,8 +741,7 @@ version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHA
 -- name: partition_transition (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+version=(partitions.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.version = %(version_2)s::INTEGER
    AND partitions.owner = %(owner_1)s::VARCHAR
@@ -850,6 +891,21 @@ SELECT items.partition_id,
  GROUP BY items.partition_id,
           items.status;
 
+-- name: partitions_open_page (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+ ORDER BY partitions.id
+ LIMIT %(param_1)s::INTEGER;
+
+-- name: partitions_open_page (2)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+   AND partitions.id > %(id_1)s::VARCHAR
+ ORDER BY partitions.id
+ LIMIT %(param_1)s::INTEGER;
+
 -- name: partitions_page (1)
 SELECT partitions.id,
        partitions.version,
@@ -994,8 +1050,7 @@ SELECT items.id,
 -- name: reduce_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       reduce_attempts=%(reduce_attempts)s::INTEGER,
+version=(partitions.version + %(version_1)s::INTEGER), reduce_attempts=%(reduce_attempts)s::INTEGER,
        last_error=%(last_error)s::VARCHAR
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.version = %(version_2)s::INTEGER
@@ -1032,8 +1087,7 @@ SELECT partitions.version,
 -- name: reduce_write (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       reduce_pass=%(reduce_pass)s::VARCHAR,
+version=(partitions.version + %(version_1)s::INTEGER), reduce_pass=%(reduce_pass)s::VARCHAR,
        reduce_page=%(reduce_page)s::INTEGER,
        reduce_after=%(reduce_after)s::VARCHAR,
        reduce_acc=%(reduce_acc)s,

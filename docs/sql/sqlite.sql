@@ -102,7 +102,7 @@ SELECT (
 -- name: items_add (1)
 UPDATE partitions
    SET
-version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+version=(partitions.version + ?)
  WHERE partitions.id = ?
    AND partitions.status != ?;
 
@@ -128,7 +128,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: items_add (6)
 UPDATE partitions
-   SET status=?
+   SET status=?,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE partitions.id = ?
    AND partitions.status = ?
    AND (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ?));
@@ -243,6 +244,65 @@ SELECT items.partition_id,
  LIMIT ?
 OFFSET ?;
 
+-- name: items_purge_finished (1)
+SELECT partitions.gate,
+       partitions.reduce_gates
+  FROM partitions
+ WHERE partitions.id = ?
+   AND partitions.status = ?;
+
+-- name: items_purge_finished (2)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = ?
+           AND items.status = ?
+           AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+         ORDER BY items.id
+         LIMIT ?
+        OFFSET ?
+       ) AS anon_1;
+
+-- name: items_purge_finished (3)
+DELETE
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.status = ?
+   AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+   AND items.id <= ?;
+
+-- name: items_purge_finished (4)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = ?
+           AND items.status = ?
+           AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+           AND items.id > ?
+         ORDER BY items.id
+         LIMIT ?
+        OFFSET ?
+       ) AS anon_1;
+
+-- name: items_purge_finished (5)
+SELECT count(*) AS count_1,
+       max(anon_1.id) AS max_1
+  FROM (
+        SELECT items.id AS id
+          FROM items
+         WHERE items.partition_id = ?
+           AND items.status = ?
+           AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+           AND items.gate != ?
+         ORDER BY items.id
+         LIMIT ?
+        OFFSET ?
+       ) AS anon_1;
+
 -- name: items_ready (1)
 SELECT items.id,
        items.version,
@@ -279,7 +339,7 @@ OFFSET :param_1;
 -- name: items_retry_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+version=(partitions.version + ?)
  WHERE partitions.id = ?
    AND partitions.status != ?;
 
@@ -320,6 +380,7 @@ version=(items.version + ?), status=?,
 UPDATE partitions
    SET gate=?,
        status=?,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
        reduce_attempts=?,
        last_error=?
  WHERE partitions.id = ?;
@@ -339,6 +400,7 @@ version=(items.version + ?), status=?,
 UPDATE partitions
    SET gate=?,
        status=?,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
        reduce_pass=?,
        reduce_page=?,
        reduce_after=?,
@@ -417,7 +479,11 @@ SELECT partitions.id,
 OFFSET ?;
 
 -- name: leases_release (1)
-SELECT partitions.id
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner
   FROM partitions
  WHERE partitions.id IN (?, ...);
 
@@ -432,20 +498,12 @@ version=(partitions.version + ?), owner=?,
    AND partitions.owner = ?
    AND partitions.status = ?;
 
--- name: leases_release (3)
+-- name: leases_renew (1)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
        partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN ?
-            ELSE ?
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (?, ...);
-
--- name: leases_renew (1)
-SELECT partitions.id
+       partitions.owner
   FROM partitions
  WHERE partitions.id IN (?, ...);
 
@@ -453,22 +511,9 @@ SELECT partitions.id
 UPDATE partitions
    SET
 version=(partitions.version + ?), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
- WHERE partitions.id = ?
-   AND partitions.version = ?
+ WHERE (partitions.id = ? AND partitions.version = ? OR partitions.id = ? AND partitions.version = ?)
    AND partitions.owner = ?
    AND partitions.status = ?;
-
--- name: leases_renew (3)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN ?
-            ELSE ?
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (?, ...);
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -632,7 +677,7 @@ SELECT items.partition_id,
 -- name: partition_set_gate (1)
 UPDATE partitions
    SET
-version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+version=(partitions.version + ?)
  WHERE partitions.id = ?
    AND partitions.status != ?;
 
@@ -699,8 +744,7 @@ version=(partitions.version + ?), status=?,
 -- name: partition_transition (2)
 UPDATE partitions
    SET
-version=(partitions.version + ?), gate=?,
-       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+version=(partitions.version + ?), gate=?
  WHERE partitions.id = ?
    AND partitions.version = ?
    AND partitions.owner = ?
@@ -860,6 +904,23 @@ SELECT items.partition_id,
  GROUP BY items.partition_id,
           items.status;
 
+-- name: partitions_open_page (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.status = ?
+ ORDER BY partitions.id
+ LIMIT ?
+OFFSET ?;
+
+-- name: partitions_open_page (2)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.status = ?
+   AND partitions.id > ?
+ ORDER BY partitions.id
+ LIMIT ?
+OFFSET ?;
+
 -- name: partitions_page (1)
 SELECT partitions.id,
        partitions.version,
@@ -1010,8 +1071,7 @@ OFFSET ?;
 -- name: reduce_failed (1)
 UPDATE partitions
    SET
-version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       reduce_attempts=?,
+version=(partitions.version + ?), reduce_attempts=?,
        last_error=?
  WHERE partitions.id = ?
    AND partitions.version = ?
@@ -1048,8 +1108,7 @@ SELECT partitions.version,
 -- name: reduce_write (1)
 UPDATE partitions
    SET
-version=(partitions.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       reduce_pass=?,
+version=(partitions.version + ?), reduce_pass=?,
        reduce_page=?,
        reduce_after=?,
        reduce_acc=?,

@@ -243,6 +243,10 @@ def sqlite_namespace(tmp_path_factory) -> tuple[str, ...]:
       "--retention-status", "available"], "only finished statuses"),
     (["run", "--handler-url", "http://127.0.0.1:9", "--retention", "7d",
       "--retention-interval", "never"], "--retention-interval must be a duration"),
+    (["run", "--handler-url", "http://127.0.0.1:9", "--retention-items", "soon"],
+     "--retention-items must be a duration"),
+    (["run", "--handler-url", "http://127.0.0.1:9", "--retention-items", "0s"],
+     "--retention-items must be a duration"),
     (["run", "--handler-url", "http://127.0.0.1:9", "--backlog-interval", "0"],
      "backlog interval"),
 ])

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import event, update
 
 from watcher.clock import FixedClock
-from watcher.records import LeaseRenewal, NewItem
+from watcher.records import LeaseRenewal, LeaseRow, NewItem
+from watcher.store import Store
 
 
 async def test_concurrent_lease_attempts_exactly_one_wins(make_store) -> None:
@@ -121,3 +125,86 @@ async def test_lease_writes_pass_by_a_row_another_session_holds(make_store) -> N
         await transaction.rollback()
     renewal = await store.leases_renew({"b": versions["b"]}, "me", 30.0)
     assert set(renewal.held) == {"b"} and renewal.busy == frozenset()
+
+
+@contextlib.contextmanager
+def _updates_sent(store: Store) -> Iterator[list[str]]:
+    """The UPDATE statements ``store`` sends through its engine meanwhile."""
+    sent: list[str] = []
+
+    def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE"):
+            sent.append(statement)
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", on_execute)
+    try:
+        yield sent
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", on_execute)
+
+
+async def test_renewal_of_many_leases_is_one_guarded_update(make_store) -> None:
+    """N leases renew in one UPDATE; in that same statement a lease taken over by
+    another watcher, one released elsewhere and one cancelled are not renewed,
+    and a client write (a bumped version) is adopted with the gate re-read."""
+    store = make_store()
+    ids = [f"p{n:02d}" for n in range(12)]
+    for pid in ids:
+        await store.partition_create(pid, [NewItem("i", b"x")])
+    won = await store.leases_take(await store.leases_read_free(20), "me", 30.0)
+    versions = {row.id: row.version for row in won}
+    assert sorted(versions) == ids
+    # p00: its lease expired and another watcher took it (a stale version, a new owner).
+    thief = make_store(clock=FixedClock(datetime(2999, 1, 1)))
+    (stolen,) = await thief.leases_take([_row(won, "p00")], "thief", 30.0)
+    # p01: a client added items (version bumped, still ours).
+    await store.items_add("p01", [NewItem("j", b"y")])
+    # p02: a client cancelled it.
+    await store.partition_cancel("p02")
+    with _updates_sent(store) as updates:
+        renewal = await store.leases_renew(versions, "me", 30.0)
+    assert len(updates) == 1, updates
+    assert set(renewal.held) == set(ids) - {"p00", "p02"}
+    assert renewal.held["p01"] == (versions["p01"] + 2, 0), "the client write is adopted"
+    assert all(renewal.held[pid] == (versions[pid] + 1, None) for pid in ids[3:])
+    assert renewal.stopped == {"p02"} and renewal.busy == frozenset()
+    assert (await store.partition_get("p00")).owner == "thief"
+    assert (await store.partition_get("p00")).version == stolen.version, "not rewritten"
+    for pid in ids[3:]:
+        assert (await store.partition_get(pid)).version == versions[pid] + 1
+
+    # Releasing all of them is one statement too, and frees only what is ours.
+    held = {pid: version for pid, (version, _) in renewal.held.items()}
+    with _updates_sent(store) as updates:
+        assert await store.leases_release(held, "me") == len(held)
+    assert len(updates) == 1
+    assert (await store.partition_get("p00")).owner == "thief"
+    assert {row.id for row in await store.leases_read_free(20)} == set(held)
+
+
+def _row(rows: list[LeaseRow], pid: str) -> LeaseRow:
+    return next(row for row in rows if row.id == pid)
+
+
+async def test_updated_at_moves_with_the_status_not_with_each_write(make_store) -> None:
+    """add_items and a gate advance on an open partition leave ``updated_at`` (indexed:
+    their writes stay HOT on PostgreSQL); a close and a re-open move it, so retention
+    and the finished-per-minute counts still see when a partition finished."""
+    clock = FixedClock(datetime(2030, 1, 1))
+    store = make_store(clock=clock)
+    await store.partition_create("p", [NewItem("a", b"x")])
+    await store.leases_take(await store.leases_read_free(5), "me", 30.0)
+    taken_at = (await store.partition_get("p")).updated_at
+    clock.advance(60)
+    await store.items_add("p", [NewItem("b", b"y", gate=1)])
+    version = (await store.partition_get("p")).version
+    advanced = await store.partition_transition("p", version, "me", gate=1)
+    assert advanced == version + 1
+    assert (await store.partition_get("p")).updated_at == taken_at
+    closed_at = clock.advance(60)
+    assert await store.partition_transition("p", advanced, "me", status="complete")
+    assert (await store.partition_get("p")).updated_at == closed_at
+    reopened_at = clock.advance(60)
+    assert await store.items_add("p", [NewItem("c", b"z", gate=1)]) is True
+    info = await store.partition_get("p")
+    assert (info.status, info.updated_at) == ("available", reopened_at)

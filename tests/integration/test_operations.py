@@ -518,3 +518,83 @@ async def test_backlog_counts_what_waits_at_each_open_gate(client, store) -> Non
                                   "cancelled": 1, "deleting": 0}
     capped = await store.backlog_read(1)
     assert capped.items_waiting == 1 and capped.partitions["available"] == 1
+
+
+# -- item retention: finished items of open partitions ----------------------------
+
+async def _settle(store: Store, partition_id: str, outcomes: dict[str, str]) -> None:
+    """Write ``outcomes`` (item id -> complete/failed) under a lease of ``setup``."""
+    items = {item.id: item for item in await store.items_list(partition_id)}
+    writes = [ItemWrite(partition_id, item_id, items[item_id].version, status, None, 1,
+                        last_error="boom" if status == "failed" else None)
+              for item_id, status in outcomes.items()]
+    assert await store.items_apply(writes, "setup") == [True] * len(writes)
+
+
+async def test_item_retention_sheds_old_complete_items_of_open_partitions(make_store) -> None:
+    """Complete items older than the cutoff go from open partitions, in batches; failed
+    and available items, items at the reduce gate a partition stands at, recent items
+    and the items of finished partitions stay, byte for byte."""
+    from watcher.records import PartitionSettings
+    from watcher.retention import purge_finished_items
+
+    clock = FixedClock(utc_now() - timedelta(days=10))
+    store = make_store(clock=clock)
+    await store.partition_create("queue", [NewItem(f"q{n:02}", b"q") for n in range(25)])
+    await store.partition_create(
+        "red", [NewItem("r0", b"r"), *(NewItem(f"r{n}", b"r", gate=1) for n in (1, 2, 3))],
+        PartitionSettings(reduce_gates=frozenset({1}), continue_on_failure=True))
+    await make_finished(store, clock, "done", "complete", at=clock.moment, items=3)
+    await store.leases_take(await store.leases_read_free(10), "setup", 30 * DAY)
+    await _settle(store, "queue", {**{f"q{n:02}": "complete" for n in range(20)},
+                                   "q20": "failed", "q21": "failed"})
+    await _settle(store, "red", {"r0": "complete"})
+    await store.partition_set_gate("red", 1)  # a reduce gate: the reduce is under way
+    await _settle(store, "red", {"r1": "complete", "r2": "failed"})
+    clock.set(utc_now())
+    await store.partition_create("recent", [NewItem("n0", b"n"), NewItem("n1", b"n")])
+    await store.leases_take(await store.leases_read_free(10), "setup", 30 * DAY)
+    await _settle(store, "recent", {"n0": "complete"})
+    before = await snapshot(store)
+
+    batches = count_calls(store, "items_purge_finished")
+    report = await purge_finished_items(store, older_than=DAY, batch=7)
+    assert (report.finished_items, report.partitions, report.items) == (21, 0, 0)
+    # queue: 7 + 7 + 6 (short: done); red, recent: one each; done is not open.
+    assert batches["items_purge_finished"] == 5
+    gone = {("queue", f"q{n:02}") for n in range(20)} | {("red", "r0")}
+    after = await snapshot(store)
+    assert set(after) == set(before)
+    for pid, (info, items) in before.items():
+        kept = [item for item in items if (pid, item[0]) not in gone]
+        assert after[pid][1] == kept, pid
+        assert after[pid][0].status == info.status
+    # Counts are of the items still stored.
+    assert (await store.partition_get("queue")).counts == {"failed": 2, "available": 3}
+    assert (await purge_finished_items(store, older_than=DAY)).finished_items == 0
+
+    # Once the partition has passed the reduce gate, its complete items there go too.
+    clock.set(utc_now() + timedelta(days=2))
+    version = (await store.partition_state("red")).version
+    assert await store.partition_transition("red", version, "setup", gate=2)
+    assert (await purge_finished_items(store, older_than=DAY)).finished_items == 2  # r1, n0
+    assert [item.id for item in await store.items_list("red")] == ["r2", "r3"]
+
+
+async def test_background_retention_of_finished_items_alone(make_store) -> None:
+    """--retention-items without --retention: finished partitions stay whole, the open
+    partition's old complete items go, and the report counts them."""
+    clock = FixedClock(utc_now() - timedelta(days=10))
+    store = make_store(clock=clock)
+    await store.partition_create("open", [NewItem(f"i{n}", b"x") for n in range(4)])
+    await make_finished(store, clock, "done", "complete", at=clock.moment, items=2)
+    await store.leases_take(await store.leases_read_free(10), "setup", 30 * DAY)
+    await _settle(store, "open", {"i0": "complete", "i1": "complete"})
+    clock.set(utc_now())
+    with pytest.raises(ValueError, match="--retention-items"):
+        RetentionConfig(older_than=None)
+    retention = Retention(store, "r", RetentionConfig(older_than=None, items_older_than=DAY))
+    report = await retention.run_once()
+    assert report is not None and (report.partitions, report.finished_items) == (0, 2)
+    assert [item.id for item in await store.items_list("open")] == ["i2", "i3"]
+    assert len(await store.items_list("done")) == 2

@@ -48,7 +48,7 @@ async def drive_every_method(store: Store) -> None:
     assert {row.id for row in won} == {"p1", "p2"}
     await store.leases_of_owner("w1", 10)
     versions = {row.id: row.version for row in won}
-    # A stale version makes the renewal re-read the partition and retry once.
+    # A stale version held (a client write moved it on) is renewed at the version read.
     held = await store.leases_renew({"p1": versions["p1"] - 1, "p2": versions["p2"]}, "w1", 30)
     versions = {pid: version for pid, (version, _) in held.held.items()}
     await store.partition_state("p1")
@@ -89,6 +89,15 @@ async def drive_every_method(store: Store) -> None:
     await _drive_operations(store)
     await store.leases_release({"p2": versions["p2"] + 1}, "w1")
     await store.leases_take([LeaseRow("p2", 0, 0, "")], "w2", 30)  # a lost race
+    # Item retention: open partitions by page; a batch at a plain gate and one at the
+    # reduce gate a partition stands at.
+    await store.partitions_open_page(after=None, limit=10)
+    await store.partitions_open_page(after="p1", limit=10)
+    await asyncio.sleep(0.05)  # p1's complete item is then older than the cutoff
+    await store.items_purge_finished("p1", older_than=0.001, batch=10)
+    await store.items_purge_finished("p1", older_than=0.001, batch=10, after="a")
+    await store.partition_create("p9", [NewItem("r", b"")], PartitionSettings(frozenset({0})))
+    await store.items_purge_finished("p9", older_than=0.001, batch=10)
 
 
 

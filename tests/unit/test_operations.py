@@ -66,6 +66,11 @@ def test_statuses_a_purge_may_remove() -> None:
     with pytest.raises(ConfigError, match="purge batch"):
         RetentionConfig(older_than=60, batch=0)
     assert RetentionConfig(older_than=60, statuses=("failed",)).statuses == ("failed",)
+    with pytest.raises(ConfigError, match="--retention-items"):
+        RetentionConfig(older_than=None)
+    with pytest.raises(ConfigError, match="item retention"):
+        RetentionConfig(older_than=None, items_older_than=0)
+    assert RetentionConfig(older_than=None, items_older_than=60).items_older_than == 60
 
 
 def test_a_page_is_the_list_it_holds() -> None:
