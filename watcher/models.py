@@ -98,6 +98,14 @@ class Status(StrEnum):
     DELETING = "deleting"
 
 
+# The statuses as the plain strings the tables store (and statements compare with).
+AVAILABLE = Status.AVAILABLE.value
+COMPLETE = Status.COMPLETE.value
+FAILED = Status.FAILED.value
+CANCELLED = Status.CANCELLED.value
+DELETING = Status.DELETING.value
+
+
 class ItemFailurePolicy(StrEnum):
     """What a failed item does to its partition (chosen when the partition is created)."""
 

@@ -18,16 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from watcher.decisions import result_problem
-from watcher.models import ReducePass, Status
+from watcher.models import AVAILABLE, COMPLETE, FAILED, ReducePass
 from watcher.protocol import ReduceCall, ReduceItem, ReduceResult, Result
 from watcher.records import ItemWrite, ReduceEntry, ReduceState
 
 ALL = "all"
 FOLD = ReducePass.FOLD.value
 APPLY = ReducePass.APPLY.value
-AVAILABLE = Status.AVAILABLE.value
-COMPLETE = Status.COMPLETE.value
-FAILED = Status.FAILED.value
 _COMPLETE_RESULT = Result(done=True)
 # The largest accumulator a fold answer may carry. With an item at the default size
 # limit (8 MiB, 4/3 of it as base64) and the envelope, one page still fits the

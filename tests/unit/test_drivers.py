@@ -23,7 +23,7 @@ from watcher.drivers import (
 )
 from watcher.errors import ConfigError
 from watcher.schema import tables_for
-from watcher.store import Statements
+from watcher.statements import Statements
 
 MOMENT = datetime(2030, 1, 1, 12, 0, 0)
 DIALECTS = [postgresql.dialect(), sqlite.dialect(), mysql.dialect(), MariaDBDialect(),

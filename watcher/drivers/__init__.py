@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from watcher.drivers.mysql import MySQLDriver
     from watcher.drivers.postgresql import PostgreSQLDriver
     from watcher.drivers.sqlite import SQLiteDriver
-    from watcher.store import Statements
+    from watcher.statements import Statements
 
 # SQLAlchemy dialect name -> the module and name of its driver class. A driver module is
 # imported only when its database is used: the MariaDB one loads aiomysql, which a plain

@@ -2,7 +2,7 @@
 
 A store holds one :class:`Driver`, chosen once when it opens from the
 database's dialect (:func:`watcher.drivers.open_driver`). The store builds the
-SQL that every database shares (:class:`watcher.store.Statements`) and hands it
+SQL that every database shares (:class:`watcher.statements.Statements`) and hands it
 to the driver; the driver owns what a database does its own way:
 
 - :meth:`Driver.fetch`: how one hot statement travels, in a transaction of its own;
@@ -42,7 +42,7 @@ from watcher.records import ItemWrite
 from watcher.round_trips import CLIENT_MARGIN
 
 if TYPE_CHECKING:
-    from watcher.store import Statements
+    from watcher.statements import Statements
 
 StatementListener = Callable[[str], None]
 

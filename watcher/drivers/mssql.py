@@ -38,7 +38,7 @@ from watcher.drivers.sql import (
 from watcher.records import ItemWrite
 
 if TYPE_CHECKING:
-    from watcher.store import Statements
+    from watcher.statements import Statements
 
 NOW = "SYSUTCDATETIME()"
 

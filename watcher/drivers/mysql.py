@@ -46,7 +46,7 @@ from watcher.drivers.sql import (
 from watcher.records import ItemWrite
 
 if TYPE_CHECKING:
-    from watcher.store import Statements
+    from watcher.statements import Statements
 
 NOW = "UTC_TIMESTAMP(6)"
 

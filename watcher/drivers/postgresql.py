@@ -33,7 +33,7 @@ from watcher.drivers.sql import batch_params, batch_rows_json, db_now, time_plus
 from watcher.records import ItemWrite
 
 if TYPE_CHECKING:
-    from watcher.store import Statements
+    from watcher.statements import Statements
 
 __all__ = ["PostgreSQLDriver", "batch_rows_json", "jsonb_param"]
 

@@ -33,7 +33,7 @@ from watcher.drivers.sqlite_direct import WAL_SIZE_LIMIT, DatabaseFile, SQLiteDi
 from watcher.records import ItemWrite
 
 if TYPE_CHECKING:
-    from watcher.store import Statements
+    from watcher.statements import Statements
 
 SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 

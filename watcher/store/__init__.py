@@ -1,0 +1,117 @@
+"""The store seam: every SQL statement statefeed runs is built here or in its database's driver.
+
+Engine writes are guarded: ``UPDATE ... SET version = version + 1 ... WHERE
+<key> AND version = :seen`` and count only when exactly one row changed. Lease
+held writes also match the owner. Times come from the store's clock
+(:mod:`watcher.clock`): the database's own in production, a fixed time in
+tests, sent as a parameter of the same statements.
+
+:class:`Store` is assembled from one part per kind of caller, each in its own
+module: :mod:`~watcher.store.partitions` (client writes and reads),
+:mod:`~watcher.store.operations` (retry, set-gate, cancel),
+:mod:`~watcher.store.removal` (delete, purge, item retention),
+:mod:`~watcher.store.fleet` (leader leases, backlog), :mod:`~watcher.store.leases`
+(leases and a holder's transitions), :mod:`~watcher.store.hot` (the dispatch
+path) and :mod:`~watcher.store.reduce` (reduce gates), on
+:mod:`~watcher.store.base` (engine, transactions, the partition lock and the lease
+guard) and :mod:`~watcher.store.codecs` (shared values). The SQL every database
+shares is :class:`watcher.statements.Statements`; what a database does its own way
+belongs to the driver the store opens once (:mod:`watcher.drivers`).
+
+Methods are named entity first (``leases_take``, ``items_ready``, ...). Each one
+is a single transaction. They raise :class:`sqlalchemy.exc.SQLAlchemyError`
+subclasses when the database fails; client-facing methods raise the
+:mod:`watcher.errors` types for bad input and write nothing in that case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from watcher.dburl import DatabaseURL
+from watcher.errors import DatabaseError
+from watcher.schema import tables_for
+from watcher.store.codecs import decode_partition_cursor, encode_partition_cursor
+from watcher.store.fleet import FleetStore
+from watcher.store.hot import HotPathStore
+from watcher.store.leases import LeasesStore
+from watcher.store.operations import OperationsStore
+from watcher.store.partitions import PartitionsStore
+from watcher.store.reduce import ReduceStore
+from watcher.store.removal import RemovalStore
+
+
+class Store(PartitionsStore, OperationsStore, RemovalStore, FleetStore, LeasesStore,
+            HotPathStore, ReduceStore):
+    """All reads and writes of the ``partitions``, ``items`` and ``leaders`` tables.
+
+    ``clock`` is where statements take the time from: the database's own
+    (:class:`~watcher.clock.DatabaseClock`, the default) or a test's
+    :class:`~watcher.clock.FixedClock`. The per-database driver is chosen
+    here, once, from the engine's dialect.
+
+    Raises:
+        ConfigError: statefeed has no driver for the engine's database.
+    """
+
+async def missing_tables(store: Store) -> list[str]:
+    """Names of statefeed tables that do not exist yet (empty when migrated).
+
+    Raises the driver's error when the database cannot be reached.
+    """
+    from sqlalchemy import inspect as inspect_schema
+
+    names = [store.tables.partitions.name, store.tables.items.name, store.tables.leaders.name]
+    async with store.round_trips.transaction(store.engine.connect(), "missing_tables") as conn:
+        present = await conn.run_sync(
+            lambda sync: {name for name in names if inspect_schema(sync).has_table(name)})
+    return [name for name in names if name not in present]
+
+def sqlite_file_missing(url: DatabaseURL) -> bool:
+    """Whether ``url`` is a SQLite database whose file does not exist.
+
+    Opening one would create an empty file; only ``processor migrate`` (or
+    ``processor run --migrate``) should, so the other verbs ask this first.
+    """
+    import os
+
+    return url.dialect == "sqlite" and not os.path.exists(str(url.sync_url.database))
+
+def not_migrated(url: DatabaseURL, table_prefix: str, missing: Sequence[str]) -> DatabaseError:
+    """The error of every verb but ``migrate`` on a database that lacks statefeed's tables
+    (``missing``): one line, the same everywhere, saying what to do."""
+    where = f" with prefix {table_prefix!r}" if table_prefix else ""
+    return DatabaseError(
+        f"database {url.redacted()} has no statefeed tables{where} (missing: "
+        f"{', '.join(missing)}): run `processor migrate` first")
+
+async def require_migrated(url: DatabaseURL, table_prefix: str = "") -> None:
+    """Check that the database at ``url`` has statefeed's tables, without creating
+    anything: a SQLite file that does not exist is reported, not made.
+
+    Raises:
+        DatabaseError: the tables are missing (:func:`not_migrated`).
+        ConfigError: the prefix is invalid, or the database's driver is not installed.
+        sqlalchemy.exc.SQLAlchemyError | OSError: the database cannot be reached.
+    """
+    tables = tables_for(table_prefix)
+    if sqlite_file_missing(url):
+        raise not_migrated(url, table_prefix,
+                           [tables.partitions.name, tables.items.name, tables.leaders.name])
+    store = Store.open(url, table_prefix)
+    try:
+        missing = await missing_tables(store)
+    finally:
+        await store.close()
+    if missing:
+        raise not_migrated(url, table_prefix, missing)
+
+__all__ = [
+    "Store",
+    "decode_partition_cursor",
+    "encode_partition_cursor",
+    "missing_tables",
+    "not_migrated",
+    "require_migrated",
+    "sqlite_file_missing",
+]

@@ -1,0 +1,192 @@
+"""The store's foundation: its engine, tables, clock, driver and round trips, its
+transactions, the partition lock and the lease guard every lease-held write uses,
+wake-ups, and the reads several kinds of caller share.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any, Self
+
+from sqlalchemy import (
+    and_,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from watcher.checks import check_seconds
+from watcher.clock import Clock, DatabaseClock
+from watcher.config import DEFAULT_DB_TIMEOUT
+from watcher.database import create_engine
+from watcher.dburl import DatabaseURL, parse_database_url, render_redacted
+from watcher.drivers import Driver, open_driver
+from watcher.drivers.base import read_transaction, write_transaction
+from watcher.errors import (
+    PartitionNotFoundError,
+)
+from watcher.models import DELETING
+from watcher.round_trips import RoundTrips
+from watcher.schema import Tables, tables_for
+from watcher.statements import Statements
+from watcher.store.codecs import (
+    IN_CHUNK,
+    LIKE_ESCAPE,
+    chunks,
+    like_prefix,
+)
+
+
+class StoreBase:
+    """The engine, tables, clock, driver and round trips every part of the store uses."""
+
+    def __init__(self, engine: AsyncEngine, tables: Tables, *, clock: Clock | None = None,
+                 db_timeout: float = DEFAULT_DB_TIMEOUT):
+        self.engine = engine
+        self.tables = tables
+        self.clock: Clock = clock if clock is not None else DatabaseClock()
+        self.statements = Statements(tables, self.clock)
+        self.driver: Driver = open_driver(engine, self.statements, timeout=db_timeout)
+        # Every round trip below goes through it: bounded, and its timeouts remembered.
+        self.round_trips = RoundTrips(timeout=db_timeout, bound=self.driver.round_trip_bound(),
+                                      timed_out=self.driver.timed_out,
+                                      database=render_redacted(engine.url),
+                                      precheck=self.driver.require_usable)
+        self.round_trips.watch(engine)
+
+    @classmethod
+    def open(cls, url: str | DatabaseURL, table_prefix: str = "", *,
+             clock: Clock | None = None, db_timeout: float = DEFAULT_DB_TIMEOUT) -> Self:
+        """Create a store with its own engine; ``db_timeout`` bounds each database
+        round trip (seconds, see :mod:`watcher.round_trips`).
+
+        Raises:
+            ConfigError: the URL, the table prefix or the timeout is invalid, or
+                the database is not supported.
+        """
+        check_seconds("database timeout", db_timeout)
+        parsed = url if isinstance(url, DatabaseURL) else parse_database_url(url)
+        return cls(create_engine(parsed, timeout=db_timeout), tables_for(table_prefix),
+                   clock=clock, db_timeout=db_timeout)
+
+    def problem(self) -> str | None:
+        """Why the database cannot be relied on now (``None`` when it can): round trips
+        that time out, or (SQLite) a database file deleted or replaced."""
+        return self.driver.problem() or self.round_trips.problem()
+
+    async def close(self) -> None:
+        """Dispose of the driver's and the engine's connections."""
+        await self.driver.close()
+        await self.engine.dispose()
+
+    # -- transactions -------------------------------------------------------
+
+    # Each transaction is named for the store method that opens it (its caller), in
+    # the round trips' log line.
+
+    def _write(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return self.round_trips.transaction(write_transaction(self.engine),
+                                            sys._getframe(1).f_code.co_name)
+
+    def _read(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return self.round_trips.transaction(read_transaction(self.engine),
+                                            sys._getframe(1).f_code.co_name)
+
+    async def _touch_partition(self, conn: AsyncConnection, partition_id: str,
+                               **values: Any) -> None:
+        """Bump the partition's version (and set ``values``) in ``conn``'s transaction,
+        which locks its row until the transaction ends.
+
+        ``updated_at`` moves only with a new ``status``: it is indexed (retention,
+        the finished-per-minute counts), and a write that changes no indexed
+        column is a HOT update on PostgreSQL (no new index entries, and the old
+        row version is pruned within its page).
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        p = self.tables.partitions
+        touched = await conn.execute(
+            update(p).where(p.c.id == partition_id, p.c.status != DELETING)
+            .values(version=p.c.version + 1, **values,
+                    **({"updated_at": self.statements.now} if "status" in values else {})))
+        if touched.rowcount != 1:
+            raise PartitionNotFoundError(partition_id)
+
+    async def _require_partition(self, conn: AsyncConnection, partition_id: str) -> None:
+        """Raises PartitionNotFoundError when no partition has this id."""
+        p = self.tables.partitions
+        if (await conn.execute(select(p.c.id).where(p.c.id == partition_id))).first() is None:
+            raise PartitionNotFoundError(partition_id)
+
+    @property
+    def notifies(self) -> bool:
+        """Whether this database carries wake-up notifications (PostgreSQL only)."""
+        return self.driver.notifies
+
+    @property
+    def channel(self) -> str:
+        """The notification channel of this namespace (the prefix is validated)."""
+        return f"{self.tables.prefix}statefeed"
+
+    async def _notify(self, conn: AsyncConnection, partition_id: str) -> None:
+        await self.driver.notify(conn, self.channel, partition_id)
+
+    def notifications(self) -> AsyncIterator[str]:
+        """Yield the partition ids that clients wrote, as their transactions commit.
+
+        Holds one dedicated connection. Raises the driver's error when the
+        connection fails (the caller reconnects), and ``NotImplementedError``
+        on a database without notifications (see :attr:`notifies`).
+        """
+        return self.driver.notifications(self.channel)
+
+    async def ping(self) -> None:
+        """Run a trivial query. Raises the driver's error when the database is unreachable."""
+        async with self._read() as conn:
+            await conn.execute(select(literal(1)))
+
+    async def now(self) -> datetime:
+        """The current time by the store's clock (the database's, unless a test fixed it)."""
+        async with self._read() as conn:
+            return (await conn.execute(select(self.statements.now))).scalar_one()
+
+    async def _counts(self, conn: AsyncConnection, rows: Sequence[Any]
+                      ) -> dict[str, dict[str, int]]:
+        """Item counts per status of the partitions ``rows``, read through the ready index."""
+        i = self.tables.items
+        counts: dict[str, dict[str, int]] = {row.id: {} for row in rows}
+        for chunk in chunks(list(counts), IN_CHUNK):
+            grouped = await conn.execute(
+                select(i.c.partition_id, i.c.status, func.count())
+                .where(i.c.partition_id.in_(chunk))
+                .group_by(i.c.partition_id, i.c.status)
+            )
+            for partition_id, item_status, count in grouped:
+                counts[partition_id][item_status] = count
+        return counts
+
+    async def _partitions_rows(self, conn: AsyncConnection, *, ids: list[str] | None = None,
+                               status: str | None = None, limit: int = 1000,
+                               after: tuple[datetime, str] | None = None,
+                               prefix: str | None = None) -> list[Any]:
+        p = self.tables.partitions
+        query = select(p)
+        if ids is not None:
+            query = query.where(p.c.id.in_(ids))
+        if status is not None:
+            query = query.where(p.c.status == status)
+        if prefix:
+            query = query.where(p.c.id.like(like_prefix(prefix), escape=LIKE_ESCAPE))
+        if after is not None:
+            created, last_id = after
+            query = query.where(or_(p.c.created_at < created,
+                                    and_(p.c.created_at == created, p.c.id < last_id)))
+        query = query.order_by(p.c.created_at.desc(), p.c.id.desc()).limit(limit)
+        return list((await conn.execute(query)).all())

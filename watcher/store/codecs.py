@@ -1,0 +1,127 @@
+"""Values the store's parts share: statuses, chunk sizes, cursors, the stored form of a
+partition's settings, and rows turned into records.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from watcher.errors import (
+    InvalidInputError,
+)
+from watcher.models import AVAILABLE, ItemFailurePolicy
+from watcher.records import (
+    LeaseRow,
+    NewItem,
+    PartitionInfo,
+    PartitionSettings,
+    ReduceProgress,
+)
+
+INSERT_CHUNK = 500
+IN_CHUNK = 500
+
+NO_SETTINGS = PartitionSettings()
+
+
+
+# The escape character of the LIKE patterns the store builds, and the characters it
+# escapes: the wildcards, itself, and "[" (a character class on SQL Server).
+LIKE_ESCAPE = "/"
+
+
+def like_prefix(prefix: str) -> str:
+    """A LIKE pattern matching the texts that start with ``prefix`` (and, on databases
+    whose LIKE ignores case, those that do so but for case)."""
+    escaped = "".join(LIKE_ESCAPE + char if char in "%_[/" else char for char in prefix)
+    return escaped + "%"
+
+
+def chunks(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+def encode_partition_cursor(info: PartitionInfo | Any) -> str:
+    """The cursor of a partitions page that ends with ``info`` (a partition or its row):
+    its creation time and id, in an opaque URL-safe text."""
+    assert info.created_at is not None
+    raw = json.dumps([info.created_at.isoformat(), info.id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode("ascii").rstrip("=")
+
+
+def decode_partition_cursor(cursor: str) -> tuple[datetime, str]:
+    """The creation time and id that :func:`encode_partition_cursor` put in ``cursor``.
+
+    Raises:
+        InvalidInputError: ``cursor`` is not such a cursor.
+    """
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, partition_id = json.loads(raw)
+        if not isinstance(partition_id, str):
+            raise TypeError(partition_id)
+        return datetime.fromisoformat(created), partition_id
+    except (binascii.Error, ValueError, TypeError):
+        raise InvalidInputError(
+            f"{cursor[:60]!r} is not a cursor of the partitions listing; pass the "
+            "next_cursor of the page before") from None
+
+
+def encode_reduce_gates(gates: Collection[int]) -> str | None:
+    """The ``reduce_gates`` column for ``gates``: a sorted JSON list, or NULL for none."""
+    return json.dumps(sorted(gates), separators=(",", ":")) if gates else None
+
+
+def settings_of(reduce_gates: str | None, on_item_failure: str | None) -> PartitionSettings:
+    """A partition's settings from its ``reduce_gates`` and ``on_item_failure`` columns."""
+    gates = frozenset(json.loads(reduce_gates)) if reduce_gates else frozenset()
+    return PartitionSettings(gates, on_item_failure == ItemFailurePolicy.CONTINUE.value)
+
+
+def colliding_ids(items: Sequence[NewItem]) -> list[str]:
+    """The ids of ``items`` that equal another's but for trailing spaces (all of them
+    when none does): what a PAD SPACE collation takes for duplicates."""
+    groups: dict[str, list[str]] = {}
+    for item in items:
+        groups.setdefault(item.id.rstrip(" "), []).append(item.id)
+    colliding = sorted(one for group in groups.values() if len(group) > 1 for one in group)
+    return colliding or sorted(item.id for item in items)
+
+
+class NothingToDo(Exception):
+    """A client write found nothing to change: roll its transaction (the lock it took
+    by touching the partition row) back, and return ``value``."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__()
+        self.value = value
+
+
+class GuardLost(Exception):
+    """An item of a reduce step moved since it was read: roll the step back."""
+
+
+def to_lease_row(row: Any) -> LeaseRow:
+    return LeaseRow(row.id, row.version, row.gate, row.owner,
+                    settings_of(row.reduce_gates, row.on_item_failure))
+
+
+def to_partition_info(row: Any, counts: dict[str, int]) -> PartitionInfo:
+    settings = settings_of(row.reduce_gates, row.on_item_failure)
+    reducing = row.status == AVAILABLE and row.gate in settings.reduce_gates
+    progress = (ReduceProgress(row.reduce_pass, row.reduce_page, row.reduce_attempts)
+                if reducing or row.reduce_pass is not None else None)
+    return PartitionInfo(
+        id=row.id, status=row.status, gate=row.gate, owner=row.owner, until=row.until,
+        version=row.version, counts=counts, created_at=row.created_at,
+        updated_at=row.updated_at, reduce_gates=tuple(sorted(settings.reduce_gates)),
+        on_item_failure=row.on_item_failure,
+        result=None if row.result is None else bytes(row.result),
+        last_error=row.last_error, reduce=progress,
+    )

@@ -1,0 +1,78 @@
+"""The hot path: the ready read, the oversize check, the gate summary and the batch of
+guarded item results, each sent through the driver's own path for its database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from sqlalchemy import (
+    select,
+)
+
+from watcher.drivers.sql import data_size
+from watcher.models import AVAILABLE
+from watcher.records import (
+    GateSummary,
+    ItemWrite,
+    ReadyItem,
+)
+from watcher.store.base import StoreBase
+
+
+class HotPathStore(StoreBase):
+    """What every dispatch pass reads and writes."""
+
+    async def items_ready(self, partition_id: str, gate: int, limit: int,
+                          exclude: Collection[str] = ()) -> list[ReadyItem]:
+        """Read up to ``limit`` available items at ``gate`` whose retry time has passed.
+
+        ``exclude`` names items the caller already has in hand (in flight), so
+        they are not read again. Ordered by (retry time, id), which the index
+        on (partition, status, gate, retry_at, id) returns in order: the read
+        stops at ``limit`` rows and never touches completed items.
+        """
+        rows = await self.round_trips.call(
+            "items_ready", self.driver.items_ready(partition_id, gate, limit, exclude))
+        return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4]) for row in rows]
+
+    async def items_oversize(self, partition_id: str, gate: int, max_bytes: int,
+                             limit: int) -> list[ReadyItem]:
+        """Read up to ``limit`` ready items at ``gate`` whose data is over ``max_bytes``,
+        without their data (``data`` is empty): items too large to read or dispatch,
+        inserted around the client's limit. Their sizes are read from the stored
+        values' headers, so even a value too large to fetch is found."""
+        i = self.tables.items
+        size = data_size(i.c.data)
+        query = (
+            select(i.c.id, i.c.version, i.c.gate, i.c.attempts, size)
+            .where(i.c.partition_id == partition_id, i.c.status == AVAILABLE,
+                   i.c.gate == gate, i.c.retry_at <= self.statements.now, size > max_bytes)
+            .order_by(i.c.retry_at, i.c.id).limit(limit))
+        async with self._read() as conn:
+            return [ReadyItem(row.id, row.version, row.gate, b"", row.attempts, size=row[4])
+                    for row in await conn.execute(query)]
+
+    async def gate_summary(self, partition_id: str, gate: int) -> GateSummary:
+        """Summarise what is left at ``gate``: pending and failed items, and the next gate."""
+        row = (await self.round_trips.call("gate_summary", self.driver.fetch(
+            self.statements.gate_summary, {"pid": partition_id, "gate": gate}, read=True)))[0]
+        pending_count, earliest, failed_count, lowest, now = row
+        wait = None
+        if pending_count and earliest is not None:
+            wait = max(0.0, (earliest - now).total_seconds())
+        return GateSummary(pending=pending_count, failed=failed_count, next_gate=lowest,
+                           seconds_to_next_retry=wait)
+
+    async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
+        """Write attempt outcomes in one transaction; each write guarded and fenced.
+
+        A write counts only if the item still has the version that was read
+        (so it is still available: every item write bumps the version) and
+        ``owner`` still holds a live lease on its partition
+        (:meth:`Statements.item_guard`). Returns, per write, whether it was
+        applied. How the batch travels is the driver's choice.
+        """
+        if not writes:
+            return []
+        return await self.round_trips.call("items_apply", self.driver.items_apply(writes, owner))

@@ -1,0 +1,268 @@
+"""Partition leases: reading free partitions, taking, renewing and releasing them (each
+row guarded by its version, by the database clock), and the guarded transitions a
+holder makes (advance a gate, close, fail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    bindparam,
+    case,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.expression import Select
+
+from watcher.drivers.sql import lock_unless_busy
+from watcher.models import AVAILABLE, CANCELLED, DELETING
+from watcher.records import (
+    LeaseRenewal,
+    LeaseRow,
+    LeaseStats,
+    PartitionState,
+)
+from watcher.store.base import StoreBase
+from watcher.store.codecs import (
+    IN_CHUNK,
+    chunks,
+    to_lease_row,
+)
+
+
+class LeasesStore(StoreBase):
+    """Taking, renewing and releasing leases; a holder's partition transitions."""
+
+    async def leases_stopped(self, owner: str, within: float) -> list[str]:
+        """Partitions that clients cancelled, or began deleting, while ``owner`` held them,
+        in the last ``within`` seconds.
+
+        Cancelling or deleting a partition keeps its owner and sets ``until``
+        to the moment it happened, so this is one read of the lease index
+        (status, until, owner): a holder drops such partitions within a poll,
+        without waiting for its next renewal to find them lost.
+        """
+        p = self.tables.partitions
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(p.c.id).where(p.c.status.in_((CANCELLED, DELETING)), p.c.owner == owner,
+                                     p.c.until >= self.statements.now_plus(-within)))
+            return [row[0] for row in rows]
+
+    async def leases_read_free(self, limit: int) -> list[LeaseRow]:
+        """Read up to ``limit`` available partitions that are unleased or expired."""
+        p = self.tables.partitions
+        query = (
+            self._lease_columns()
+            .where(p.c.status == AVAILABLE, p.c.until <= self.statements.now)
+            .order_by(p.c.until).limit(limit)
+        )
+        async with self._read() as conn:
+            return [to_lease_row(row) for row in await conn.execute(query)]
+
+    def _lease_columns(self) -> Select[Any]:
+        p = self.tables.partitions
+        return select(p.c.id, p.c.version, p.c.gate, p.c.owner, p.c.reduce_gates,
+                      p.c.on_item_failure)
+
+    async def leases_of_owner(self, owner: str, limit: int) -> list[LeaseRow]:
+        """Read up to ``limit`` partitions that ``owner`` holds with a live lease."""
+        p = self.tables.partitions
+        query = (
+            self._lease_columns()
+            .where(p.c.status == AVAILABLE, p.c.owner == owner, p.c.until > self.statements.now)
+            .order_by(p.c.until.desc(), p.c.id).limit(limit)
+        )
+        async with self._read() as conn:
+            return [to_lease_row(row) for row in await conn.execute(query)]
+
+    async def lease_stats(self) -> LeaseStats:
+        """Count active partitions and the live leases of each owner."""
+        p = self.tables.partitions
+        async with self._read() as conn:
+            active = (await conn.execute(
+                select(func.count()).where(p.c.status == AVAILABLE))).scalar_one()
+            owners = await conn.execute(
+                select(p.c.owner, func.count())
+                .where(p.c.status == AVAILABLE, p.c.until > self.statements.now, p.c.owner != "")
+                .group_by(p.c.owner)
+            )
+            return LeaseStats(active=active, owners={owner: count for owner, count in owners})
+
+    async def leases_take(self, rows: Sequence[LeaseRow], owner: str,
+                          duration: float) -> list[LeaseRow]:
+        """Take leases on ``rows`` for ``owner``; each take is guarded by the version read.
+
+        Used for free partitions and for steals alike: if the version still
+        matches, nobody renewed or moved the partition since it was read.
+        Returns the rows won, with their new versions.
+        """
+        p = self.tables.partitions
+        statement = (
+            update(p)
+            .where(p.c.id == bindparam("pid"), p.c.version == bindparam("seen"),
+                   p.c.status == AVAILABLE)
+            .values(version=p.c.version + 1, owner=owner, until=self.statements.now_plus(duration),
+                    updated_at=self.statements.now)
+        )
+        won: list[LeaseRow] = []
+        async with self._write() as conn:
+            # Rows another session holds locked are passed by, not waited for.
+            free = await self._lock_free(conn, [row.id for row in rows])
+            for row in sorted(rows, key=lambda row: row.id):  # id order, as everywhere
+                if row.id not in free:
+                    continue
+                result = await conn.execute(statement, {"pid": row.id, "seen": row.version})
+                if result.rowcount == 1:
+                    won.append(LeaseRow(row.id, row.version + 1, row.gate, owner, row.settings))
+        return won
+
+    async def leases_renew(self, leases: dict[str, int], owner: str,
+                           duration: float) -> LeaseRenewal:
+        """Extend ``owner``'s leases, given as partition id -> version held, for
+        ``duration`` seconds.
+
+        One locked read and one UPDATE (per 500 leases) renew them all, the new
+        ``until`` by the database clock. A partition ``owner`` still holds whose
+        version moved on (a client write bumped it) is renewed at the version
+        read, and its gate comes back re-read; one another owner holds now is
+        lost. Partitions whose row another session holds locked are not
+        waited for: they come back as ``busy``, so one stuck transaction
+        cannot stall the renewal of every other lease. Partitions a client
+        cancelled or began deleting come back as ``stopped``.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was renewed).
+        """
+        return await self._lease_rewrite(leases, owner, duration=duration)
+
+    async def leases_release(self, leases: dict[str, int], owner: str) -> int:
+        """Give up ``owner``'s leases at once, so another watcher can take them.
+
+        Returns the number released.
+        """
+        renewal = await self._lease_rewrite(leases, owner, duration=None)
+        return len(renewal.held)
+
+    async def _lock_free(self, conn: AsyncConnection, ids: Sequence[str]) -> set[str]:
+        """Lock the partition rows ``ids`` that no other session holds; return their ids.
+
+        A session stopped inside a transaction (a frozen client, a paused
+        processor) keeps its rows locked; lease writes pass them by instead of
+        queueing behind them, so only that partition is held up.
+        """
+        p = self.tables.partitions
+        free: set[str] = set()
+        for chunk in chunks(sorted(ids), IN_CHUNK):
+            rows = await conn.execute(
+                lock_unless_busy(select(p.c.id).where(p.c.id.in_(chunk)), p))
+            free.update(row[0] for row in rows)
+        return free
+
+    async def _lock_states(self, conn: AsyncConnection, ids: Sequence[str]
+                           ) -> dict[str, Any]:
+        """Lock the partition rows ``ids`` that no other session holds; return their
+        rows (``id``, ``version``, ``gate``, ``status``, ``owner``) by id.
+
+        Like :meth:`_lock_free`, rows locked elsewhere are passed by (absent from
+        the answer), and so are partitions that no longer exist.
+        """
+        p = self.tables.partitions
+        states: dict[str, Any] = {}
+        for chunk in chunks(sorted(ids), IN_CHUNK):
+            rows = await conn.execute(lock_unless_busy(
+                select(p.c.id, p.c.version, p.c.gate, p.c.status, p.c.owner)
+                .where(p.c.id.in_(chunk)), p))
+            states.update((row.id, row) for row in rows)
+        return states
+
+    async def _lease_rewrite(self, leases: dict[str, int], owner: str, *,
+                             duration: float | None) -> LeaseRenewal:
+        """Renew for ``duration`` (or, given ``None``, release) all of ``leases`` in
+        one guarded UPDATE per chunk.
+
+        The rows are read and locked first, so the states read are the states
+        the UPDATE meets: a partition ``owner`` still holds, still available, is
+        rewritten at the version read (a client write that bumped the version
+        is not a lost lease; its gate comes back re-read). Each row's guard is
+        its id, that version, ``owner`` and ``available``.
+        """
+        held: dict[str, tuple[int, int | None]] = {}
+        async with self._write() as conn:
+            states = await self._lock_states(conn, list(leases))
+            ours = sorted((state for state in states.values()
+                           if state.owner == owner and state.status == AVAILABLE),
+                          key=lambda state: state.id)
+            for chunk in chunks(ours, IN_CHUNK):
+                rows = self.statements.lease_rewrite_shape(len(chunk))
+                result = await conn.execute(
+                    self.statements.lease_rewrite(rows, release=duration is None),
+                    self.statements.lease_rewrite_params(
+                        [(state.id, state.version) for state in chunk], rows, owner, duration))
+                if result.rowcount != len(chunk):
+                    # Locked rows cannot change under us; a short count means a
+                    # database that does not lock as asked: believe only a re-read.
+                    after = await self._states(conn, [state.id for state in chunk])
+                    chunk = [state for state in chunk if state.id in after
+                             and after[state.id].version == state.version + 1]
+                for state in chunk:
+                    gate = None if state.version == leases[state.id] else state.gate
+                    held[state.id] = (state.version + 1, gate)
+        stopped = frozenset(pid for pid, state in states.items()
+                            if state.status in (CANCELLED, DELETING))
+        # Not in ``states``: locked by another session, or deleted (then never free again).
+        return LeaseRenewal(held, frozenset(leases) - states.keys(), stopped)
+
+    async def _states(self, conn: AsyncConnection, ids: Sequence[str]
+                      ) -> dict[str, PartitionState]:
+        p = self.tables.partitions
+        live = case((p.c.until > self.statements.now, True), else_=False)
+        states: dict[str, PartitionState] = {}
+        for chunk in chunks(list(ids), IN_CHUNK):
+            rows = await conn.execute(
+                select(p.c.id, p.c.version, p.c.gate, p.c.status, p.c.owner, live)
+                .where(p.c.id.in_(chunk)))
+            for row in rows:
+                states[row[0]] = PartitionState(row[0], row[1], row[2], row[3], row[4],
+                                                bool(row[5]))
+        return states
+
+    async def partition_state(self, partition_id: str) -> PartitionState | None:
+        """Re-read one partition's version, gate, status, owner and lease liveness."""
+        async with self._read() as conn:
+            return (await self._states(conn, [partition_id])).get(partition_id)
+
+    async def partition_transition(self, partition_id: str, version: int, owner: str, *,
+                                   gate: int | None = None, status: str | None = None
+                                   ) -> int | None:
+        """Advance a leased partition's gate, or close it as ``complete``/``failed``.
+
+        Guarded by version and owner. Closing also releases the lease. Returns
+        the new version, or ``None`` when the write lost (re-read to see why).
+        """
+        p = self.tables.partitions
+        # A gate advance changes no indexed column (a HOT update on PostgreSQL);
+        # updated_at, indexed with status, moves with the status alone.
+        values: dict[str, Any] = {"version": p.c.version + 1}
+        if gate is not None:
+            values["gate"] = gate
+        if status is not None:
+            values.update(status=status, updated_at=self.statements.now)
+            if status != AVAILABLE:
+                values.update(owner="", until=self.statements.now)
+        async with self._write() as conn:
+            result = await conn.execute(
+                # No live-until check: every other processor that takes the partition
+                # bumps its version first, so the version alone fences a stale holder
+                # out; a transition landing a moment after the until, with nobody else
+                # holding the partition, is still the holder's and is kept.
+                update(p)
+                .where(*self.statements.lease_held(partition_id, owner, version=version,
+                                                   live=False))
+                .values(**values)
+            )
+        return version + 1 if result.rowcount == 1 else None

@@ -1,0 +1,134 @@
+"""Reduce gates: the stored progress, the page reads, and the guarded write of one
+reduce step (its item answers, the accumulator and the result) in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    and_,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.expression import ColumnElement
+
+from watcher.models import AVAILABLE, FAILED
+from watcher.records import (
+    ItemWrite,
+    ReduceEntry,
+    ReduceState,
+)
+from watcher.reduction import ReduceStep
+from watcher.store.base import StoreBase
+from watcher.store.codecs import (
+    INSERT_CHUNK,
+    GuardLost,
+    chunks,
+)
+
+
+class ReduceStore(StoreBase):
+    """A reduce gate's reads and its guarded step writes."""
+
+    async def reduce_state_read(self, partition_id: str) -> ReduceState | None:
+        """Read a partition's gate and stored reduce progress, or ``None`` if it is gone."""
+        p = self.tables.partitions
+        async with self._read() as conn:
+            row = (await conn.execute(
+                select(p.c.version, p.c.gate, p.c.reduce_pass, p.c.reduce_page,
+                       p.c.reduce_after, p.c.reduce_acc, p.c.reduce_attempts)
+                .where(p.c.id == partition_id))).first()
+        if row is None:
+            return None
+        accumulator = None if row.reduce_acc is None else bytes(row.reduce_acc)
+        return ReduceState(row.version, row.gate, row.reduce_pass, row.reduce_page,
+                           row.reduce_after, accumulator, row.reduce_attempts)
+
+    async def reduce_entries(self, partition_id: str, gate: int, *, after: str | None,
+                             limit: int, include_failed: bool) -> list[ReduceEntry]:
+        """Read up to ``limit`` items of a reduce at ``gate`` after the id ``after``, by id.
+
+        The items are the available ones at ``gate`` and, with
+        ``include_failed``, those that failed at ``gate`` or before. The read
+        walks the partition's primary key from ``after``, so each page of a
+        paged reduce costs one range read.
+        """
+        i = self.tables.items
+        wanted: ColumnElement[Any] = and_(i.c.status == AVAILABLE, i.c.gate == gate)
+        if include_failed:
+            wanted = or_(wanted, and_(i.c.status == FAILED, i.c.gate <= gate))
+        query = select(i.c.id, i.c.version, i.c.gate, i.c.status, i.c.data,
+                       i.c.last_error).where(i.c.partition_id == partition_id, wanted)
+        if after is not None:
+            query = query.where(i.c.id > after)
+        async with self._read() as conn:
+            rows = await conn.execute(query.order_by(i.c.id).limit(limit))
+            return [ReduceEntry(row.id, row.version, row.gate, row.status, bytes(row.data),
+                                row.last_error) for row in rows]
+
+    async def reduce_write(self, partition_id: str, version: int, owner: str,
+                           step: ReduceStep) -> int | None:
+        """Apply one answered reduce step in one transaction: the stored progress, the
+        partition result (when the step has one) and the item answers.
+
+        Guarded by the partition's version, owner and live lease, and by each
+        item's version: if any guard fails nothing is written. Returns the
+        partition's new version, or ``None`` when a guard failed (re-read).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a value
+                (nothing was written).
+            ValueRefusedError: a statement is over MariaDB/MySQL's packet (nothing
+                was written).
+        """
+        p = self.tables.partitions
+        values: dict[str, Any] = {  # no indexed column: a HOT update on PostgreSQL
+            "version": p.c.version + 1,
+            "reduce_pass": step.pass_, "reduce_page": step.page,
+            "reduce_after": step.after, "reduce_acc": step.accumulator,
+            "reduce_attempts": 0, "last_error": None,
+        }
+        try:
+            async with self._write() as conn:
+                guard = self.statements.lease_held(partition_id, owner, version=version)
+                touched = await conn.execute(update(p).where(*guard).values(**values))
+                if touched.rowcount != 1:
+                    return None
+                if step.result is not None:
+                    # A statement of its own: with the accumulator, a statement could hold
+                    # two values at the item size limit, more than MariaDB's default packet.
+                    await conn.execute(update(p).where(p.c.id == partition_id)
+                                       .values(result=step.result))
+                await self._reduce_items_write(conn, step.writes, owner)
+        except GuardLost:
+            return None
+        return version + 1
+
+    async def _reduce_items_write(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
+                                  owner: str) -> None:
+        """Write a reduce page's item answers; raises :class:`GuardLost` (rolling the
+        transaction back) when an item moved since it was read."""
+        for chunk in chunks(writes, INSERT_CHUNK):
+            if await self.driver.items_write_in(conn, chunk, owner) != len(chunk):
+                raise GuardLost
+
+    async def reduce_failed(self, partition_id: str, version: int, owner: str, *,
+                            attempts: int, error: str, fail: bool) -> int | None:
+        """Record a failed reduce call: its count and error; with ``fail``, the
+        partition fails (and its lease is released). Guarded like
+        :meth:`reduce_write`; returns the new version or ``None``."""
+        p = self.tables.partitions
+        values: dict[str, Any] = {"version": p.c.version + 1,
+                                  "reduce_attempts": attempts, "last_error": error}
+        if fail:
+            values.update(status=FAILED, owner="", until=self.statements.now,
+                          updated_at=self.statements.now)
+        async with self._write() as conn:
+            touched = await conn.execute(
+                update(p).where(*self.statements.lease_held(partition_id, owner, version=version))
+                .values(**values))
+        return version + 1 if touched.rowcount == 1 else None
