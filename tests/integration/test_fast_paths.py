@@ -173,9 +173,9 @@ async def test_sqlite_checkpoints_run_in_a_worker_thread(
     direct = store.driver.direct
     run_checkpoint = direct._run_checkpoint
 
-    def recorded() -> None:
+    def recorded(truncate: bool) -> None:
         threads.append(threading.get_ident())
-        run_checkpoint()
+        run_checkpoint(truncate)
 
     monkeypatch.setattr(sqlite_direct, "CHECKPOINT_EVERY", 2)
     monkeypatch.setattr(direct, "_run_checkpoint", recorded)
