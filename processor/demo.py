@@ -200,9 +200,13 @@ async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console
         table.add_row(*(escape(_cell(row[column])) for column in columns))
     console.print(table)
     for failure in ranking["failed"]:
-        # The stored error names the partition, item, gate and attempt already. Data (ids, a
-        # handler's error text) is escaped: Rich would read "[...]" as markup.
-        console.print(f"[yellow]skipped[/] {escape(str(failure['error'] or failure['id']))}")
+        # The stored error starts with the partition, item, gate and attempt; the line
+        # names the resume once and shows what went wrong. Data (ids, a handler's error
+        # text) is escaped: Rich would read "[...]" as markup.
+        error = str(failure["error"] or "")
+        if error.startswith("partition ") and "): " in error:
+            error = error.split("): ", 1)[1]
+        console.print(f"[yellow]skipped[/] {escape(str(failure['id']))}: {escape(error)}")
     console.print(f"[green]complete[/]: {ranking['ranked']} resumes ranked, "
                   f"{ranking['failed_count']} unreadable, in {elapsed:.2f} s")
     return 0
