@@ -500,6 +500,10 @@ async def test_database_connection_drops_are_survived(tmp_path) -> None:
             assert proc.running, f"{proc.owner} exited:\n{proc.stderr()[-3000:]}"
             assert (await proc.get("/readyz")).status_code == 200
         cluster.assert_no_tracebacks()
+        # A loop whose last pass failed logs its recovery at its next pass, after its
+        # back-off: wait for that line rather than read the logs before it is written.
+        await wait_until(lambda: all(_recovered(warning_lines(proc.stderr())) for proc in procs),
+                         timeout=30, message="every processor logs its recovery")
         logs = {proc.owner: proc.stderr() for proc in procs}
     assert sum(terminated) >= OUTAGES, terminated
     counts = {}
@@ -509,8 +513,7 @@ async def test_database_connection_drops_are_survived(tmp_path) -> None:
         # Per outage: the lease loop and the result writer each say "unavailable"
         # and "recovered" once; a line per poll would be dozens per outage.
         assert len(warnings) <= 8 * OUTAGES, f"{owner} logged too much:\n" + "\n".join(warnings)
-        for failed, recovered in (("database_unavailable", "database_recovered"),
-                                  ("result_write_failed", "result_write_recovered")):
+        for failed, recovered in RECOVERIES:
             states = [line for line in warnings if failed in line or recovered in line]
             assert not states or recovered in states[-1], f"{owner} did not recover: {states}"
     assert any(counts.values()), "no processor noticed a dropped connection"
@@ -787,3 +790,16 @@ async def test_database_outage_longer_than_a_lease_is_survived(tmp_path) -> None
 
 async def _no_live_lease(cluster: Cluster) -> bool:
     return not await cluster.live_owners()
+
+
+RECOVERIES = (("database_unavailable", "database_recovered"),
+              ("result_write_failed", "result_write_recovered"))
+
+
+def _recovered(warnings: list[str]) -> bool:
+    """Whether each failure these warning lines report is followed by its recovery."""
+    for failed, recovered in RECOVERIES:
+        states = [line for line in warnings if failed in line or recovered in line]
+        if states and recovered not in states[-1]:
+            return False
+    return True
