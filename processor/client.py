@@ -141,6 +141,8 @@ def _check_items(partition_id: str, items: Iterable[NewItem], *, allow_empty: bo
                 f"item #{position} for partition {partition_id!r} is a {type(item).__name__}; "
                 "pass NewItem(id, data: bytes, gate=0)")
         _check_id("item", item.id)
+        if item.gate is None:  # the client's default gate
+            item = NewItem(item.id, item.data, 0)
         if isinstance(item.data, bytearray | memoryview):
             item = NewItem(item.id, bytes(item.data), item.gate)
         if not isinstance(item.data, bytes):

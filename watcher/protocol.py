@@ -8,9 +8,11 @@ treated as retryable.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
+
+from watcher.records import NewItem
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,11 @@ class Result:
     - ``done``: the item is complete.
     - ``gate``: the item's next gate; ``None`` keeps the current gate.
     - ``data``: the item's new bytes; ``None`` keeps the stored bytes.
+    - ``spawn``: new items of the partition, inserted in the same transaction as
+      this result and only if it is written; each one's gate defaults to the
+      gate at which this item was called (``NewItem.gate`` of ``None``). At most
+      ``max_spawn`` per answer: a larger fan-out pages (spawn a slice, answer
+      ``Result(data=cursor)`` to be called again).
 
     ``Result()`` (not done, same gate) asks for the item to run again: a loop.
     """
@@ -46,6 +53,7 @@ class Result:
     gate: int | None = None
     done: bool = False
     data: bytes | None = None
+    spawn: Sequence[NewItem] = ()
 
 
 class ProcessorError(Exception):
@@ -135,6 +143,9 @@ class ReduceResult:
       completes them (``Result(done=True)``).
     - ``result``: the partition result to store (bytes; ``None`` keeps the stored one).
     - ``accumulator``: the next accumulator (JSON bytes), for a fold page.
+    - ``spawn``: new items at gates after the reduce gate (a gate of ``None``
+      is the next gate, reduce gate + 1), inserted with the answer; a fold page
+      may not spawn. Item results' own ``spawn`` is not allowed in a reduce.
 
     Every item result must complete the item or move it to a later gate: a
     reduce never leaves an item at its gate.
@@ -144,6 +155,7 @@ class ReduceResult:
     default: Result | None = None
     result: bytes | None = None
     accumulator: bytes | None = None
+    spawn: Sequence[NewItem] = ()
 
 
 ReduceCallable = Callable[[ReduceCall], Awaitable[ReduceResult]]

@@ -13,11 +13,16 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class NewItem:
-    """An item to insert: its id, its bytes and its first gate."""
+    """An item to insert: its id, its bytes and its first gate.
+
+    ``gate`` of ``None`` means the default gate: 0 for an item the client adds,
+    and the spawning item's gate for an item a step spawns (see
+    :attr:`watcher.protocol.Result.spawn`).
+    """
 
     id: str
     data: bytes
-    gate: int = 0
+    gate: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +64,7 @@ class PartitionInfo:
     result: bytes | None = None
     last_error: str | None = None
     reduce: ReduceProgress | None = None
+    spawned: int = 0  # items its steps and reduces spawned
 
     def result_json(self) -> Any:
         """The partition result decoded as JSON (``None`` when there is none).
@@ -82,6 +88,7 @@ class ItemInfo:
     last_error: str | None
     version: int
     retry_at: datetime | None = None
+    parent: str | None = None  # the item whose answer spawned it; None: the client added it
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +222,9 @@ class ItemWrite:
     data: bytes | None = None
     last_error: str | None = None
     retry_delay: float | None = None
+    # Items to insert, each with its gate resolved, in the write's transaction and
+    # only if the write applies; their parent is ``item_id``.
+    spawn: tuple[NewItem, ...] = ()
 
 
 class Page(list[T], Generic[T]):
