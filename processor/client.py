@@ -28,6 +28,7 @@ from watcher.errors import (
     InvalidInputError,
     PartitionNotFoundError,
 )
+from watcher.ids import id_problem
 from watcher.models import ID_MAX_LENGTH, MAX_GATE, ItemFailurePolicy, Status
 from watcher.records import (
     Backlog,
@@ -108,23 +109,10 @@ def _is_gate(value: object) -> bool:
 
 
 def _check_id(kind: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidInputError(f"{kind} id must be a non-empty string, got {value!r}")
-    if len(value) > ID_MAX_LENGTH:
-        raise InvalidInputError(
-            f"{kind} id {value[:40]!r}... is {len(value)} characters; the limit is "
-            f"{ID_MAX_LENGTH}")
-    # One rule on every database: PostgreSQL refuses NUL in text, and no database
-    # stores a lone UTF-16 surrogate (it is not UTF-8).
-    if "\x00" in value:
-        raise InvalidInputError(
-            f"{kind} id {value[:40]!r} contains a NUL character; ids must be text without NUL")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInputError(
-            f"{kind} id {value[:40]!r} contains an unpaired surrogate; ids must be valid "
-            "Unicode text") from None
+    problem = id_problem(kind, value)
+    if problem is not None:
+        raise InvalidInputError(problem)
+    assert isinstance(value, str)
     return value
 
 

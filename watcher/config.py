@@ -13,6 +13,7 @@ from watcher.errors import ConfigError
 
 if TYPE_CHECKING:
     from watcher.decisions import RetryPolicy
+    from watcher.spawning import SpawnLimits
 
 DEFAULT_CONCURRENCY = 32
 DEFAULT_POLL_INTERVAL = 1.0
@@ -49,6 +50,8 @@ DEFAULT_REDUCE_PAGE_BYTES = 16 * 1024 * 1024
 # every supported database at its default settings: MariaDB's 16 MiB packet
 # carries 8 MiB of any bytes, which travel as base64 (watcher.drivers.mysql_packet).
 DEFAULT_MAX_ITEM_BYTES = 8 * 1024 * 1024
+# How many items one answer may spawn (a larger fan-out pages: see watcher.spawning).
+DEFAULT_MAX_SPAWN = 1000
 MIN_LEASE_DURATION = 1.0
 
 
@@ -83,6 +86,7 @@ class WatcherConfig:
     reduce_page_items: int = DEFAULT_REDUCE_PAGE_ITEMS
     reduce_page_bytes: int = DEFAULT_REDUCE_PAGE_BYTES
     max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES
+    max_spawn: int = DEFAULT_MAX_SPAWN
 
     def __post_init__(self) -> None:
         # Imported here, not at the top: the CLI reads this module's defaults for its --help,
@@ -101,6 +105,7 @@ class WatcherConfig:
         check_whole_number("reduce page items", self.reduce_page_items)
         check_whole_number("reduce page bytes", self.reduce_page_bytes)
         check_whole_number("max item bytes", self.max_item_bytes)
+        check_whole_number("max spawn", self.max_spawn)
         check_whole_number("max retries", self.max_retries, minimum=0)
         check_seconds("poll interval", self.poll_interval)
         check_seconds("lease duration", self.lease_duration)
@@ -126,6 +131,13 @@ class WatcherConfig:
     def renew_interval(self) -> float:
         """How often leases are renewed: a third of the lease duration."""
         return self.lease_duration / 3
+
+    @property
+    def spawn_limits(self) -> SpawnLimits:
+        """What one answer may spawn under these settings."""
+        from watcher.spawning import SpawnLimits
+
+        return SpawnLimits(self.max_spawn, self.max_item_bytes)
 
     @property
     def retry_policy(self) -> RetryPolicy:

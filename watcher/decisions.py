@@ -13,7 +13,14 @@ from enum import Enum
 
 from watcher.models import MAX_GATE, Status
 from watcher.protocol import NonRetryableError, ProcessorError, Result, RetryableError
-from watcher.records import GateSummary, ItemWrite, LeaseStats, ReadyItem
+from watcher.records import GateSummary, ItemWrite, LeaseStats, NewItem, ReadyItem
+from watcher.spawning import (
+    DEFAULT_SPAWN_LIMITS,
+    SpawnConflictError,
+    SpawnLimits,
+    resolve_spawn,
+    spawn_problem,
+)
 
 # -- balancing ---------------------------------------------------------------
 
@@ -189,10 +196,13 @@ def idempotency_step(item: ReadyItem) -> int:
 
 
 def write_for_result(partition_id: str, item: ReadyItem, result: Result, partition_gate: int,
-                     policy: RetryPolicy, rng: random.Random | None = None) -> ItemWrite:
-    """The item update a processor's result asks for.
+                     policy: RetryPolicy, rng: random.Random | None = None, *,
+                     spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS) -> ItemWrite:
+    """The item update a processor's result asks for, with the items it spawns.
 
-    A gate below the partition's gate is turned into a non-retryable error.
+    A gate below the partition's gate, and a spawn that cannot be written
+    (:func:`~watcher.spawning.spawn_problem`), are turned into a non-retryable
+    error: the item fails and nothing of the answer is written.
     """
     gate = item.gate if result.gate is None else result.gate
     if gate < partition_gate:
@@ -203,9 +213,18 @@ def write_for_result(partition_id: str, item: ReadyItem, result: Result, partiti
                 f"{partition_id!r}, but the partition is at gate {partition_gate}; a result "
                 "may not move an item below its partition's gate"),
             policy, rng)
+    spawn: tuple[NewItem, ...] = ()
+    if result.spawn:
+        problem = spawn_problem(result.spawn, floor=partition_gate, limits=spawn_limits)
+        if problem is not None:
+            return write_for_error(
+                partition_id, item,
+                NonRetryableError(f"item {item.id!r} of partition {partition_id!r}: {problem}"),
+                policy, rng)
+        spawn = resolve_spawn(result.spawn, item.gate)
     status = Status.COMPLETE if result.done else Status.AVAILABLE
     return ItemWrite(partition_id, item.id, item.version, status.value, gate, attempts=0,
-                     data=result.data, last_error=None)
+                     data=result.data, last_error=None, spawn=spawn)
 
 
 def write_for_error(partition_id: str, item: ReadyItem, error: BaseException,
@@ -242,6 +261,8 @@ def unstorable_write(write: ItemWrite, error: BaseException) -> ItemWrite:
     reason = storable_text(f"{type(error).__name__}: {error}")[:MAX_ERROR_LENGTH // 2]
     message = (f"the result for item {write.item_id!r} of partition {write.partition_id!r} "
                f"could not be stored (status {write.status}, gate {write.gate}): {reason}")
+    if isinstance(error, SpawnConflictError):
+        message = storable_text(str(error))  # it names the item, the ids and what to do
     return ItemWrite(write.partition_id, write.item_id, write.seen_version,
                      Status.FAILED.value, gate=None, attempts=write.attempts,
                      last_error=message[:MAX_ERROR_LENGTH])

@@ -170,6 +170,9 @@ class Partition(SQLModel, table=True):
     reduce_attempts: int = Field(default=0, sa_column=Column(Integer, nullable=False,
                                                              server_default=text("0")))
     last_error: str | None = Field(default=None, sa_column=Column(error_type(), nullable=True))
+    # Items its steps and reduces spawned (revision 0006).
+    spawned: int = Field(default=0, sa_column=Column(Integer, nullable=False,
+                                                     server_default=text("0")))
 
 
 class Item(SQLModel, table=True):
@@ -194,6 +197,9 @@ class Item(SQLModel, table=True):
     retry_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
     created_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
     updated_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
+    # The item whose answer spawned this one; NULL for the client's (revision 0006).
+    parent: str | None = Field(
+        default=None, sa_column=Column(key_type(ID_MAX_LENGTH), nullable=True))
 
 
 class Leader(SQLModel, table=True):

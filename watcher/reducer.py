@@ -42,6 +42,7 @@ from watcher.reduction import (
 )
 from watcher.refusals import is_refusal, write_or_refuse
 from watcher.slots import SlotPool
+from watcher.spawning import SpawnConflictError
 from watcher.store import Store
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,8 @@ class GateReducer:
                     "reducer: give the Watcher a reduce function (library mode) or serve "
                     "POST /reduce in the handler")
             answer = await self._call(call)
-            step = reduce_step(pid, gate, plan, answer, self.config.max_item_bytes)
+            step = reduce_step(pid, gate, plan, answer, self.config.max_item_bytes,
+                               spawn_limits=self.config.spawn_limits)
         except asyncio.CancelledError:
             raise
         except LeaseGoneError:
@@ -227,6 +229,9 @@ class GateReducer:
         """The final error of a reduce answer the database refused to store (logged once:
         the partition fails with it, so nothing makes the call again by itself)."""
         pid, gate = self.partition_id, self.lease.gate
+        if isinstance(error, SpawnConflictError):
+            return NonRetryableError(
+                f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page}: {error}")
         sizes = {"result": len(step.result or b""), "accumulator": len(step.accumulator or b""),
                  "largest item data": max((len(write.data or b"") for write in step.writes),
                                           default=0)}

@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from watcher.decisions import result_problem
 from watcher.models import AVAILABLE, COMPLETE, FAILED, ReducePass
 from watcher.protocol import ReduceCall, ReduceItem, ReduceResult, Result
-from watcher.records import ItemWrite, ReduceEntry, ReduceState
+from watcher.records import ItemWrite, NewItem, ReduceEntry, ReduceState
+from watcher.spawning import DEFAULT_SPAWN_LIMITS, SpawnLimits, resolve_spawn, spawn_problem
 
 ALL = "all"
 FOLD = ReducePass.FOLD.value
@@ -82,6 +83,7 @@ class ReduceStep:
     accumulator: bytes | None
     result: bytes | None
     writes: tuple[ItemWrite, ...]
+    spawn: tuple[NewItem, ...] = ()  # new items at later gates, parent none
 
 
 class ReduceAnswerError(ValueError):
@@ -219,18 +221,22 @@ def reduce_call(partition_id: str, gate: int, plan: ReducePlan, attempt: int) ->
 
 
 def reduce_step(partition_id: str, gate: int, plan: ReducePlan, answer: object,
-                max_data_bytes: int | None = None) -> ReduceStep:
+                max_data_bytes: int | None = None, *,
+                spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS) -> ReduceStep:
     """What ``answer`` to the call of ``plan`` writes.
 
     Raises:
         ReduceAnswerError: the answer is not a :class:`ReduceResult`, a fold
             answer carries item answers, an answer names an item that is not
             available in this page, or an item answer is invalid or would
-            leave the item at the reduce gate (or move it below).
+            leave the item at the reduce gate (or move it below), or the answer's
+            spawn cannot be written (a fold page spawns, or
+            :func:`~watcher.spawning.spawn_problem`).
     """
     if not isinstance(answer, ReduceResult):
         raise ReduceAnswerError(
             f"the reducer returned {type(answer).__name__}, expected a ReduceResult")
+    spawn = _checked_spawn(answer, gate, plan.pass_, spawn_limits)
     _check_bytes("result", answer.result, max_data_bytes)
     _check_bytes("accumulator", answer.accumulator, MAX_ACCUMULATOR_BYTES
                  if max_data_bytes is None else min(max_data_bytes, MAX_ACCUMULATOR_BYTES),
@@ -247,8 +253,25 @@ def reduce_step(partition_id: str, gate: int, plan: ReducePlan, answer: object,
     writes = item_writes(partition_id, gate, plan.entries, answer.items, answer.default,
                          max_data_bytes)
     if plan.last:
-        return ReduceStep(None, 0, None, None, answer.result, writes)
-    return ReduceStep(APPLY, plan.page + 1, after, plan.accumulator, answer.result, writes)
+        return ReduceStep(None, 0, None, None, answer.result, writes, spawn)
+    return ReduceStep(APPLY, plan.page + 1, after, plan.accumulator, answer.result, writes,
+                      spawn)
+
+
+def _checked_spawn(answer: ReduceResult, gate: int, pass_: str, limits: SpawnLimits
+                   ) -> tuple[NewItem, ...]:
+    """The items a reduce answer spawns, each at a gate after the reduce gate (``None``:
+    the next gate). Raises :class:`ReduceAnswerError` as :func:`reduce_step` says."""
+    if not answer.spawn:
+        return ()
+    if pass_ == FOLD:
+        raise ReduceAnswerError(
+            "a fold page may not spawn items; spawn from the apply pass or from a reduce "
+            "that answers the whole gate at once")
+    problem = spawn_problem(answer.spawn, floor=gate + 1, limits=limits)
+    if problem is not None:
+        raise ReduceAnswerError(problem)
+    return resolve_spawn(answer.spawn, gate + 1)
 
 
 def item_writes(partition_id: str, gate: int, entries: Sequence[ReduceEntry],
@@ -295,6 +318,10 @@ def _check_result(what: str, result: object, gate: int, max_data_bytes: int | No
     if problem is not None:
         raise ReduceAnswerError(f"{what}: {problem}")
     assert isinstance(result, Result)
+    if result.spawn:
+        raise ReduceAnswerError(
+            f"{what} spawns items; in a reduce, spawn from the reduce answer itself "
+            "(ReduceResult.spawn, or the answer's top-level 'spawn')")
     target = gate if result.gate is None else result.gate
     if target < gate:
         raise ReduceAnswerError(

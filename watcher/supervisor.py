@@ -98,6 +98,7 @@ class PartitionSupervisor:
         self.draining = False
         self._check_lease = False
         self._policy = config.retry_policy
+        self._spawn_limits = config.spawn_limits
         self._db_failing = False
 
     @property
@@ -294,7 +295,8 @@ class PartitionSupervisor:
             try:
                 problem = result_problem(result, self.config.max_item_bytes)
                 if problem is None:
-                    write = write_for_result(pid, item, result, self.lease.gate, self._policy)
+                    write = write_for_result(pid, item, result, self.lease.gate, self._policy,
+                                             spawn_limits=self._spawn_limits)
                 else:
                     error = NonRetryableError(f"item {item.id!r}: {problem}")
             except Exception as bug:  # recorded on the item like a processor error
@@ -326,6 +328,8 @@ class PartitionSupervisor:
                 self.hooks.stale_result(pid, item.id)
                 log.debug("action=stale_result partition=%s item=%s", pid, item.id)
                 self._check_lease = True
+            elif any(child.gate == self.lease.gate for child in write.spawn):
+                self.lease.notify()  # spawned items at this gate: read them without a poll
         finally:
             self._let_go(item)
 

@@ -14,11 +14,13 @@ from typing import Any, Self
 from sqlalchemy import (
     and_,
     func,
+    insert,
     literal,
     or_,
     select,
     update,
 )
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from watcher.checks import check_seconds
@@ -31,14 +33,18 @@ from watcher.drivers.base import read_transaction, write_transaction
 from watcher.errors import (
     PartitionNotFoundError,
 )
-from watcher.models import DELETING
+from watcher.models import AVAILABLE, DELETING
+from watcher.records import NewItem
 from watcher.round_trips import RoundTrips
 from watcher.schema import Tables, tables_for
+from watcher.spawning import SpawnConflictError
 from watcher.statements import Statements
 from watcher.store.codecs import (
     IN_CHUNK,
+    INSERT_CHUNK,
     LIKE_ESCAPE,
     chunks,
+    colliding_ids,
     like_prefix,
 )
 
@@ -124,6 +130,61 @@ class StoreBase:
         p = self.tables.partitions
         if (await conn.execute(select(p.c.id).where(p.c.id == partition_id))).first() is None:
             raise PartitionNotFoundError(partition_id)
+
+    async def _stored_ids(self, conn: AsyncConnection, partition_id: str,
+                          ids: Sequence[str]) -> list[str]:
+        """Which of ``ids`` the partition holds already (read by primary key, in chunks)."""
+        i = self.tables.items
+        stored: list[str] = []
+        for chunk in chunks(list(ids), IN_CHUNK):
+            stored += (await conn.execute(select(i.c.id).where(
+                i.c.partition_id == partition_id, i.c.id.in_(chunk)))).scalars().all()
+        return sorted(stored)
+
+    async def _items_insert(self, conn: AsyncConnection, partition_id: str,
+                            items: Sequence[NewItem], parent: str | None = None) -> None:
+        """Insert ``items`` (gates resolved) at available, in ``conn``'s transaction;
+        ``parent`` is the item that spawned them (``None``: the client's, or a reduce's).
+
+        Raises:
+            sqlalchemy.exc.IntegrityError: an id is stored already.
+        """
+        if not items:
+            return
+        now = (await conn.execute(select(self.statements.now))).scalar_one()
+        statement = insert(self.tables.items)
+        for chunk in chunks(items, INSERT_CHUNK):
+            await conn.execute(statement, [
+                {
+                    "partition_id": partition_id, "id": item.id, "version": 1,
+                    "gate": item.gate, "status": AVAILABLE, "data": item.data, "attempts": 0,
+                    "last_error": None, "retry_at": now, "created_at": now, "updated_at": now,
+                    "parent": parent,
+                }
+                for item in chunk
+            ])
+
+    async def _spawn_in(self, conn: AsyncConnection, partition_id: str, parent: str | None,
+                        children: Sequence[NewItem]) -> None:
+        """Insert the items an answer spawned, in the transaction that writes the answer,
+        and count them on the partition (its version is left alone: the lease's guard).
+
+        Raises:
+            SpawnConflictError: an id is stored already, or two compare as equal on
+                this database (the caller's transaction is to be rolled back).
+        """
+        stored = await self._stored_ids(conn, partition_id, [child.id for child in children])
+        if stored:
+            raise SpawnConflictError(partition_id, parent, stored)
+        try:
+            await self._items_insert(conn, partition_id, children, parent)
+        except IntegrityError:
+            # Two ids the database compares as equal (MariaDB and MySQL ignore trailing
+            # spaces, SQL Server too), or a client added one meanwhile.
+            raise SpawnConflictError(partition_id, parent, colliding_ids(children)) from None
+        p = self.tables.partitions
+        await conn.execute(update(p).where(p.c.id == partition_id)
+                           .values(spawned=p.c.spawned + len(children)))
 
     @property
     def notifies(self) -> bool:

@@ -123,5 +123,5 @@ def to_partition_info(row: Any, counts: dict[str, int]) -> PartitionInfo:
         updated_at=row.updated_at, reduce_gates=tuple(sorted(settings.reduce_gates)),
         on_item_failure=row.on_item_failure,
         result=None if row.result is None else bytes(row.result),
-        last_error=row.last_error, reduce=progress,
+        last_error=row.last_error, reduce=progress, spawned=row.spawned,
     )

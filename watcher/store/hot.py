@@ -71,8 +71,40 @@ class HotPathStore(StoreBase):
         (so it is still available: every item write bumps the version) and
         ``owner`` still holds a live lease on its partition
         (:meth:`Statements.item_guard`). Returns, per write, whether it was
-        applied. How the batch travels is the driver's choice.
+        applied. How the batch travels is the driver's choice, unless a write
+        spawns items: then the batch is one transaction here, and each applied
+        write's items are inserted in it (:meth:`items_apply_spawning`).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write
+                (then none of the batch is written).
+            SpawnConflictError: a write spawns an id its partition holds already
+                (none of the batch is written).
         """
         if not writes:
             return []
+        if any(write.spawn for write in writes):
+            return await self.items_apply_spawning(writes, owner)
         return await self.round_trips.call("items_apply", self.driver.items_apply(writes, owner))
+
+    async def items_apply_spawning(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
+        """Write ``writes`` in one transaction, each guarded and fenced as
+        :meth:`items_apply` says, and insert the items each applied write spawns
+        (a write that is fenced off spawns nothing); returns, per write, whether it
+        was applied.
+
+        Raises:
+            SpawnConflictError: as :meth:`items_apply` says.
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
+        """
+        statements = self.statements
+        applied: list[bool] = []
+        async with self._write() as conn:
+            for write in writes:
+                statement = statements.item_write(new_data=write.data is not None,
+                                                  delayed=bool(write.retry_delay))
+                result = await conn.execute(statement, statements.item_write_params(write, owner))
+                applied.append(result.rowcount == 1)
+                if applied[-1] and write.spawn:
+                    await self._spawn_in(conn, write.partition_id, write.item_id, write.spawn)
+        return applied

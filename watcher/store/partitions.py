@@ -33,7 +33,6 @@ from watcher.records import (
 from watcher.store.base import StoreBase
 from watcher.store.codecs import (
     IN_CHUNK,
-    INSERT_CHUNK,
     NO_SETTINGS,
     chunks,
     colliding_ids,
@@ -57,7 +56,7 @@ class PartitionsStore(StoreBase):
             PartitionExistsError: a partition with this id exists.
         """
         p = self.tables.partitions
-        first_gate = min((item.gate for item in items), default=0)
+        first_gate = min((item.gate or 0 for item in items), default=0)
         try:
             async with self._write() as conn:
                 found = await conn.execute(select(p.c.id).where(p.c.id == partition_id))
@@ -95,13 +94,13 @@ class PartitionsStore(StoreBase):
             GateError: an item's gate is below the partition's current gate.
             DuplicateItemError: an item id is already stored in the partition.
         """
-        p, i = self.tables.partitions, self.tables.items
+        p = self.tables.partitions
         async with self._write() as conn:
             await self._touch_partition(conn, partition_id)
             row = (await conn.execute(
                 select(p.c.gate, p.c.status, p.c.reduce_gates)
                 .where(p.c.id == partition_id))).one()
-            low = min(items, key=lambda item: item.gate)
+            low = min(items, key=lambda item: item.gate or 0)
             if low.gate < row.gate:
                 raise GateError(
                     f"item {low.id!r} has gate {low.gate} but partition {partition_id!r} is "
@@ -115,10 +114,7 @@ class PartitionsStore(StoreBase):
                     f"items at gate {row.gate + 1} or later"
                 )
             ids = [item.id for item in items]
-            stored: list[str] = []
-            for chunk in chunks(ids, IN_CHUNK):
-                stored += (await conn.execute(select(i.c.id).where(
-                    i.c.partition_id == partition_id, i.c.id.in_(chunk)))).scalars().all()
+            stored = await self._stored_ids(conn, partition_id, ids)
             if stored:
                 raise DuplicateItemError(partition_id, sorted(stored), stored=True)
             try:
@@ -127,22 +123,6 @@ class PartitionsStore(StoreBase):
                 raise DuplicateItemError(partition_id, ids, stored=True) from None
             await self._notify(conn, partition_id)
             return await self._reopen_if_holding(conn, partition_id)
-
-    async def _items_insert(self, conn: AsyncConnection, partition_id: str,
-                            items: Sequence[NewItem]) -> None:
-        if not items:
-            return
-        now = (await conn.execute(select(self.statements.now))).scalar_one()
-        statement = insert(self.tables.items)
-        for chunk in chunks(items, INSERT_CHUNK):
-            await conn.execute(statement, [
-                {
-                    "partition_id": partition_id, "id": item.id, "version": 1,
-                    "gate": item.gate, "status": AVAILABLE, "data": item.data, "attempts": 0,
-                    "last_error": None, "retry_at": now, "created_at": now, "updated_at": now,
-                }
-                for item in chunk
-            ])
 
     async def _reopen_if_holding(self, conn: AsyncConnection, partition_id: str) -> bool:
         """Re-open the partition, in ``conn``'s transaction, when it is complete but holds
@@ -252,7 +232,7 @@ class PartitionsStore(StoreBase):
             ItemInfo(
                 partition_id=row.partition_id, id=row.id, status=row.status, gate=row.gate,
                 data=bytes(row.data), attempts=row.attempts, last_error=row.last_error,
-                version=row.version, retry_at=row.retry_at,
+                version=row.version, retry_at=row.retry_at, parent=row.parent,
             )
             for row in rows
         ]
@@ -277,7 +257,7 @@ class PartitionsStore(StoreBase):
         """
         i = self.tables.items
         columns = [i.c.partition_id, i.c.id, i.c.status, i.c.gate, i.c.attempts,
-                   i.c.last_error, i.c.version, i.c.retry_at]
+                   i.c.last_error, i.c.version, i.c.retry_at, i.c.parent]
         if with_data:
             columns.append(i.c.data)
         query = select(*columns).where(i.c.partition_id == partition_id)
@@ -296,6 +276,7 @@ class PartitionsStore(StoreBase):
                 partition_id=row.partition_id, id=row.id, status=row.status, gate=row.gate,
                 data=bytes(row.data) if with_data else b"", attempts=row.attempts,
                 last_error=row.last_error, version=row.version, retry_at=row.retry_at,
+                parent=row.parent,
             )
             for row in rows[:limit]
         ]

@@ -82,8 +82,9 @@ class ReduceStore(StoreBase):
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused a value
                 (nothing was written).
-            ValueRefusedError: a statement is over MariaDB/MySQL's packet (nothing
-                was written).
+            ValueRefusedError: a statement is over MariaDB/MySQL's packet, or
+                (SpawnConflictError) the step spawns an id the partition holds
+                (nothing was written).
         """
         p = self.tables.partitions
         values: dict[str, Any] = {  # no indexed column: a HOT update on PostgreSQL
@@ -104,6 +105,8 @@ class ReduceStore(StoreBase):
                     await conn.execute(update(p).where(p.c.id == partition_id)
                                        .values(result=step.result))
                 await self._reduce_items_write(conn, step.writes, owner)
+                if step.spawn:
+                    await self._spawn_in(conn, partition_id, None, step.spawn)
         except GuardLost:
             return None
         return version + 1
