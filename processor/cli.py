@@ -31,6 +31,7 @@ from watcher.config import (
     DEFAULT_MAX_ITEM_BYTES,
     DEFAULT_MAX_LEASES,
     DEFAULT_MAX_RETRIES,
+    DEFAULT_MAX_SPAWN,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REDUCE_PAGE_ITEMS,
     DEFAULT_RETRY_BACKOFF,
@@ -226,6 +227,10 @@ def run(
                                                 help="Largest item data a handler may answer; "
                                                 "a larger answer fails its item.")
                               ] = DEFAULT_MAX_ITEM_BYTES,
+    max_spawn: Annotated[int, typer.Option(envvar=_env("MAX_SPAWN"),
+                                           help="Most items one answer may spawn; a larger "
+                                           "fan-out pages (spawn a slice, answer the same "
+                                           "gate with a cursor).")] = DEFAULT_MAX_SPAWN,
     reduce_page_items: Annotated[int, typer.Option(envvar=_env("REDUCE_PAGE_ITEMS"),
                                                    help="A reduce gate of up to N items is "
                                                    "one call; a larger one goes in pages "
@@ -333,7 +338,7 @@ def run(
             retry_backoff_max=max(retry_backoff, DEFAULT_RETRY_BACKOFF_MAX), auto_close=auto_close,
             manual_checkpoint=manual_checkpoint, shutdown_timeout=shutdown_timeout,
             max_leases=max_leases, reduce_page_items=reduce_page_items,
-            max_item_bytes=max_item_bytes),
+            max_item_bytes=max_item_bytes, max_spawn=max_spawn),
         http=HttpProcessorConfig(
             handler_url=handler_url, headers=headers, request_timeout=request_timeout,
             max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),
@@ -364,7 +369,8 @@ def status(
     limit: Annotated[int, typer.Option(help="Show at most this many partitions.")
                      ] = DEFAULT_STATUS_LIMIT,
 ) -> None:
-    """Show partitions with their status, gate, owner and item counts."""
+    """Show partitions with their status, gate, owner, item counts and how many items
+    their steps spawned."""
     from processor.client import Client
     from processor.views import partition_row, step_text
 
@@ -378,13 +384,14 @@ def status(
 
     table = Table(title=f"statefeed partitions in {url.redacted()}")
     for column in ("partition", "status", "gate", "step", "owner", "available", "complete",
-                   "failed"):
+                   "failed", "spawned"):
         table.add_column(column, justify="right" if column in (
-            "gate", "available", "complete", "failed") else "left")
+            "gate", "available", "complete", "failed", "spawned") else "left")
     for info in infos:
         counts = info.counts
         table.add_row(info.id, info.status, str(info.gate), step_text(info), info.owner or "-",
-                      *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")))
+                      *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")),
+                      str(info.spawned))
     _data_console().print(table)
     if not infos:
         typer.echo("no partitions yet")
@@ -432,7 +439,8 @@ def items(
                                        "cursor the page before printed).")] = "",
     as_json: JsonOption = False,
 ) -> None:
-    """Show a partition's items in id order: id, status, gate, attempts and last error.
+    """Show a partition's items in id order: id, status, gate, attempts, the item that
+    spawned it (its parent) and last error.
 
     One page at a time; the last line says how to read the next one.
     """
@@ -453,12 +461,12 @@ def items(
     from rich.table import Table
 
     table = Table(title=f"items of partition {partition_id!r}")
-    for column in ("item", "status", "gate", "attempts", "last error"):
+    for column in ("item", "status", "gate", "attempts", "parent", "last error"):
         table.add_column(column, justify="right" if column in ("gate", "attempts") else "left",
                          overflow="fold")
     for item in page:
         table.add_row(item.id, item.status, str(item.gate), str(item.attempts),
-                      error_cell(error_after_context(item)))
+                      item.parent or "-", error_cell(error_after_context(item)))
     _data_console(soft_wrap=True).print(table)
     if not page:
         typer.echo("no items" + (" match" if status or gate is not None or after else ""))

@@ -54,7 +54,8 @@ def partition_row(info: PartitionInfo) -> dict[str, Any]:
     return {"id": info.id, "status": info.status, "gate": info.gate, "owner": info.owner,
             "counts": info.counts, "reduce_gates": list(info.reduce_gates),
             "on_item_failure": info.on_item_failure, "reduce": reduce,
-            "last_error": info.last_error, **result_value(info.result)}
+            "spawned": info.spawned, "last_error": info.last_error,
+            **result_value(info.result)}
 
 
 def error_after_context(item: ItemInfo) -> str | None:
@@ -84,7 +85,8 @@ def item_row(info: ItemInfo) -> dict[str, Any]:
     """One item as ``processor items --json`` prints it (its data left out)."""
     return {"id": info.id, "status": info.status, "gate": info.gate, "attempts": info.attempts,
             "last_error": info.last_error, "version": info.version,
-            "retry_at": None if info.retry_at is None else info.retry_at.isoformat()}
+            "retry_at": None if info.retry_at is None else info.retry_at.isoformat(),
+            "parent": info.parent}
 
 
 def purge_text(report: PurgeReport, *, older_than: float, statuses: tuple[str, ...],

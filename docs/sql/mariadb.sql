@@ -117,8 +117,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 
 -- name: items_add (6)
 UPDATE partitions
@@ -145,6 +145,38 @@ UPDATE items,
    AND items.id = v.iid
    AND items.version = v.seen
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = v.pid AND partitions.owner = %(owner)s AND partitions.status = %(status_1)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))));
+
+-- name: items_apply_spawning (1)
+UPDATE items
+   SET
+version=(items.version + %s), gate=coalesce(%s, items.gate),
+       status=%s,
+       attempts=%s,
+       last_error=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = %s
+   AND items.id = %s
+   AND items.version = %s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %s AND partitions.owner = %s AND partitions.status = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))));
+
+-- name: items_apply_spawning (2)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id IN (%s, ...);
+
+-- name: items_apply_spawning (3)
+SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+
+-- name: items_apply_spawning (4)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
+
+-- name: items_apply_spawning (5)
+UPDATE partitions
+   SET spawned=(partitions.spawned + %s)
+ WHERE partitions.id = %s;
 
 -- name: items_gate_counts (1)
 SELECT partitions.id
@@ -178,7 +210,8 @@ SELECT items.partition_id,
        items.last_error,
        items.retry_at,
        items.created_at,
-       items.updated_at
+       items.updated_at,
+       items.parent
   FROM items
  WHERE items.partition_id = %s
  ORDER BY items.id;
@@ -213,6 +246,7 @@ SELECT items.partition_id,
        items.last_error,
        items.version,
        items.retry_at,
+       items.parent,
        items.data
   FROM items
  WHERE items.partition_id = %s
@@ -227,7 +261,8 @@ SELECT items.partition_id,
        items.attempts,
        items.last_error,
        items.version,
-       items.retry_at
+       items.retry_at,
+       items.parent
   FROM items
  WHERE items.partition_id = %s
    AND items.status = %s
@@ -566,8 +601,8 @@ VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: partition_create (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -644,7 +679,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.id IN (%s, ...)
  ORDER BY partitions.created_at DESC,
@@ -862,7 +898,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.status = %s
  ORDER BY partitions.created_at DESC,
@@ -910,7 +947,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -942,7 +980,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.status = %s
    AND (partitions.created_at < %s OR partitions.created_at = %s AND partitions.id < %s)
@@ -967,7 +1006,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.id LIKE %s ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1119,3 +1159,21 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
    AND items.id = %s
    AND items.version = %s
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %s AND partitions.owner = %s AND partitions.status = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))));
+
+-- name: reduce_write (5)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id IN (%s, ...);
+
+-- name: reduce_write (6)
+SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+
+-- name: reduce_write (7)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
+
+-- name: reduce_write (8)
+UPDATE partitions
+   SET spawned=(partitions.spawned + %s)
+ WHERE partitions.id = %s;

@@ -111,8 +111,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s);
 
 -- name: items_add (6)
 UPDATE partitions
@@ -141,6 +141,38 @@ version=(items.version + %(version_n)s), gate=coalesce(v.gate, items.gate),
    AND items.id = (v.iid COLLATE Latin1_General_100_BIN2)
    AND items.version = v.seen
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = (v.pid COLLATE Latin1_General_100_BIN2) AND partitions.owner = %(owner)s AND partitions.status = %(status_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
+
+-- name: items_apply_spawning (1)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
+       status=%(new_status)s,
+       attempts=%(new_attempts)s,
+       last_error=%(new_error)s,
+       retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s
+   AND items.version = %(seen)s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND partitions.owner = %(owner)s AND partitions.status = %(status_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
+
+-- name: items_apply_spawning (2)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id IN (%(id_1_n)s, ...);
+
+-- name: items_apply_spawning (3)
+SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+
+-- name: items_apply_spawning (4)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s);
+
+-- name: items_apply_spawning (5)
+UPDATE partitions
+   SET spawned=(partitions.spawned + %(spawned_n)s)
+ WHERE partitions.id = %(id_n)s;
 
 -- name: items_gate_counts (1)
 SELECT partitions.id
@@ -174,7 +206,8 @@ SELECT items.partition_id,
        items.last_error,
        items.retry_at,
        items.created_at,
-       items.updated_at
+       items.updated_at,
+       items.parent
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
  ORDER BY items.id;
@@ -208,6 +241,7 @@ SELECT TOP 2 items.partition_id,
        items.last_error,
        items.version,
        items.retry_at,
+       items.parent,
        items.data
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
@@ -221,7 +255,8 @@ SELECT TOP 6 items.partition_id,
        items.attempts,
        items.last_error,
        items.version,
-       items.retry_at
+       items.retry_at,
+       items.parent
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.status = %(status_n)s
@@ -551,8 +586,8 @@ VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(cl
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: partition_create (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -638,7 +673,8 @@ SELECT TOP 1000 partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.id IN (%(id_1_n)s, ...)
  ORDER BY partitions.created_at DESC,
@@ -844,7 +880,8 @@ SELECT TOP 10 partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.status = %(status_n)s
  ORDER BY partitions.created_at DESC,
@@ -889,7 +926,8 @@ SELECT TOP 2 partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC;
@@ -920,7 +958,8 @@ SELECT TOP 3 partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND (partitions.created_at < %(created_at_n)s OR partitions.created_at = %(created_at_n)s AND partitions.id < %(id_n)s)
@@ -944,7 +983,8 @@ SELECT TOP 1001 partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.id LIKE %(id_n)s ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1092,3 +1132,21 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
    AND items.id = %(iid)s
    AND items.version = %(seen)s
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND partitions.owner = %(owner)s AND partitions.status = %(status_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
+
+-- name: reduce_write (5)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id IN (%(id_1_n)s, ...);
+
+-- name: reduce_write (6)
+SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+
+-- name: reduce_write (7)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s);
+
+-- name: reduce_write (8)
+UPDATE partitions
+   SET spawned=(partitions.spawned + %(spawned_n)s)
+ WHERE partitions.id = %(id_n)s;

@@ -117,8 +117,8 @@ SELECT items.id
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR);
 
 -- name: items_add (6)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
@@ -149,6 +149,38 @@ ORDINALITY AS v(value, n)
    AND items.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
    AND items.version = CAST((v.value ->> %(value_9)s::INT) AS INTEGER)
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
+
+-- name: items_apply_spawning (1)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
+       status=%(new_status)s::VARCHAR,
+       attempts=%(new_attempts)s::INTEGER,
+       last_error=%(new_error)s::VARCHAR,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND items.id = %(iid)s::VARCHAR
+   AND items.version = %(seen)s::INTEGER
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s::VARCHAR AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))));
+
+-- name: items_apply_spawning (2)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: items_apply_spawning (3)
+SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+
+-- name: items_apply_spawning (4)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR);
+
+-- name: items_apply_spawning (5)
+UPDATE partitions
+   SET spawned=(partitions.spawned + %(spawned_1)s::INTEGER)
+ WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: items_gate_counts (1)
 SELECT partitions.id
@@ -182,7 +214,8 @@ SELECT items.partition_id,
        items.last_error,
        items.retry_at,
        items.created_at,
-       items.updated_at
+       items.updated_at,
+       items.parent
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
  ORDER BY items.id;
@@ -217,6 +250,7 @@ SELECT items.partition_id,
        items.last_error,
        items.version,
        items.retry_at,
+       items.parent,
        items.data
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
@@ -231,7 +265,8 @@ SELECT items.partition_id,
        items.attempts,
        items.last_error,
        items.version,
-       items.retry_at
+       items.retry_at,
+       items.parent
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.status = %(status_1)s::VARCHAR
@@ -573,8 +608,8 @@ VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VA
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: partition_create (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR);
 
 -- name: partition_create (5)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
@@ -654,7 +689,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
  ORDER BY partitions.created_at DESC,
@@ -875,7 +911,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
  ORDER BY partitions.created_at DESC,
@@ -923,7 +960,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -955,7 +993,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND (partitions.created_at < %(created_at_1)s::TIMESTAMP WITHOUT TIME ZONE OR partitions.created_at = %(created_at_2)s::TIMESTAMP WITHOUT TIME ZONE AND partitions.id < %(id_1)s::VARCHAR)
@@ -980,7 +1019,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.id LIKE %(id_1)s::VARCHAR ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1122,3 +1162,21 @@ ORDINALITY AS v(value, n)
    AND items.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
    AND items.version = CAST((v.value ->> %(value_9)s::INT) AS INTEGER)
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
+
+-- name: reduce_write (4)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: reduce_write (5)
+SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+
+-- name: reduce_write (6)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR);
+
+-- name: reduce_write (7)
+UPDATE partitions
+   SET spawned=(partitions.spawned + %(spawned_1)s::INTEGER)
+ WHERE partitions.id = %(id_1)s::VARCHAR;

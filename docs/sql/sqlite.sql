@@ -123,8 +123,8 @@ SELECT items.id
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: items_add (6)
 UPDATE partitions
@@ -150,6 +150,38 @@ version=(items.version + :version_1), gate=coalesce(:new_gate, items.gate),
    AND items.id = :iid
    AND items.version = :seen
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = :pid AND partitions.owner = :owner AND partitions.status = :status_1 AND partitions.until > COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))));
+
+-- name: items_apply_spawning (1)
+UPDATE items
+   SET
+version=(items.version + ?), gate=coalesce(?, items.gate),
+       status=?,
+       attempts=?,
+       last_error=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = ?
+   AND items.id = ?
+   AND items.version = ?
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = ? AND partitions.owner = ? AND partitions.status = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))));
+
+-- name: items_apply_spawning (2)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id IN (?, ...);
+
+-- name: items_apply_spawning (3)
+SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: items_apply_spawning (4)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: items_apply_spawning (5)
+UPDATE partitions
+   SET spawned=(partitions.spawned + ?)
+ WHERE partitions.id = ?;
 
 -- name: items_gate_counts (1)
 SELECT partitions.id
@@ -183,7 +215,8 @@ SELECT items.partition_id,
        items.last_error,
        items.retry_at,
        items.created_at,
-       items.updated_at
+       items.updated_at,
+       items.parent
   FROM items
  WHERE items.partition_id = ?
  ORDER BY items.id;
@@ -219,6 +252,7 @@ SELECT items.partition_id,
        items.last_error,
        items.version,
        items.retry_at,
+       items.parent,
        items.data
   FROM items
  WHERE items.partition_id = ?
@@ -234,7 +268,8 @@ SELECT items.partition_id,
        items.attempts,
        items.last_error,
        items.version,
-       items.retry_at
+       items.retry_at,
+       items.parent
   FROM items
  WHERE items.partition_id = ?
    AND items.status = ?
@@ -578,8 +613,8 @@ VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: partition_create (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -657,7 +692,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.id IN (?, ...)
  ORDER BY partitions.created_at DESC,
@@ -887,7 +923,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.status = ?
  ORDER BY partitions.created_at DESC,
@@ -938,7 +975,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -971,7 +1009,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.status = ?
    AND (partitions.created_at < ? OR partitions.created_at = ? AND partitions.id < ?)
@@ -997,7 +1036,8 @@ SELECT partitions.id,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       partitions.last_error
+       partitions.last_error,
+       partitions.spawned
   FROM partitions
  WHERE partitions.id LIKE ? ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1153,3 +1193,21 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
    AND items.id = ?
    AND items.version = ?
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = ? AND partitions.owner = ? AND partitions.status = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))));
+
+-- name: reduce_write (5)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id IN (?, ...);
+
+-- name: reduce_write (6)
+SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: reduce_write (7)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: reduce_write (8)
+UPDATE partitions
+   SET spawned=(partitions.spawned + ?)
+ WHERE partitions.id = ?;

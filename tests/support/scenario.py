@@ -10,6 +10,7 @@ import pytest
 from watcher.errors import GateError, PartitionExistsError, PartitionLeasedError
 from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionSettings
 from watcher.reduction import ReduceStep
+from watcher.spawning import SpawnConflictError
 from watcher.store import Store
 
 # Store methods that never run on SQL Server or MySQL (PostgreSQL LISTEN) or run no SQL.
@@ -66,6 +67,12 @@ async def drive_every_method(store: Store) -> None:
     await store.items_apply([ItemWrite("p1", "a", by_id["a"].version + 1, "complete", 0, 1,
                                        data=b"y")], "w1")
     await store.items_apply([ItemWrite("p2", "z", 1, "available", 0, 1, retry_delay=1.0)], "w1")
+    # A write that spawns: the children go in with it; one already stored refuses it whole.
+    assert await store.items_apply([ItemWrite("p2", "z", 2, "available", 0, 0,
+                                              spawn=(NewItem("z1", b"s", 0),))], "w1") == [True]
+    with pytest.raises(SpawnConflictError, match="'z1'"):
+        await store.items_apply([ItemWrite("p2", "z", 3, "available", 0, 0,
+                                           spawn=(NewItem("z1", b"s", 0),))], "w1")
     await store.gate_summary("p1", 0)
     new_version = await store.partition_transition("p1", versions["p1"], "w1", status="failed")
     assert new_version is not None
@@ -120,7 +127,8 @@ async def _drive_reduce_methods(store: Store) -> None:
     assert version is not None
     step = ReduceStep("apply", 1, "r1", b"[]", b"{}", (
         ItemWrite("p3", "r1", entries[0].version, "complete", 0, 0),
-        ItemWrite("p3", "r2", entries[1].version, "available", 1, 0, data=b"z")))
+        ItemWrite("p3", "r2", entries[1].version, "available", 1, 0, data=b"z")),
+        spawn=(NewItem("r3", b"3", 1),))
     written = await store.reduce_write("p3", version, "w1", step)
     assert written is not None
     assert await store.reduce_write("p3", version, "w1", step) is None  # a lost guard

@@ -143,7 +143,7 @@ class StoreBase:
 
     async def _items_insert(self, conn: AsyncConnection, partition_id: str,
                             items: Sequence[NewItem], parent: str | None = None) -> None:
-        """Insert ``items`` (gates resolved) at available, in ``conn``'s transaction;
+        """Insert ``items`` at available (a gate of ``None`` is 0), in ``conn``'s transaction;
         ``parent`` is the item that spawned them (``None``: the client's, or a reduce's).
 
         Raises:
@@ -157,9 +157,9 @@ class StoreBase:
             await conn.execute(statement, [
                 {
                     "partition_id": partition_id, "id": item.id, "version": 1,
-                    "gate": item.gate, "status": AVAILABLE, "data": item.data, "attempts": 0,
-                    "last_error": None, "retry_at": now, "created_at": now, "updated_at": now,
-                    "parent": parent,
+                    "gate": 0 if item.gate is None else item.gate, "status": AVAILABLE,
+                    "data": item.data, "attempts": 0, "last_error": None, "retry_at": now,
+                    "created_at": now, "updated_at": now, "parent": parent,
                 }
                 for item in chunk
             ])

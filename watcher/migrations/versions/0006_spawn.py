@@ -44,7 +44,7 @@ def upgrade() -> None:
     prefix = context.config.attributes.get("table_prefix", "")
     op.add_column(f"{prefix}items", sa.Column("parent", _key(), nullable=True))
     op.add_column(f"{prefix}partitions",
-                  sa.Column("spawned", sa.Integer, nullable=False, server_default="0"))
+                  sa.Column("spawned", sa.Integer, nullable=False, server_default=sa.text("0")))
 
 
 def downgrade() -> None:
