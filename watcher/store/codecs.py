@@ -84,6 +84,13 @@ def settings_of(reduce_gates: str | None, on_item_failure: str | None) -> Partit
     return PartitionSettings(gates, on_item_failure == ItemFailurePolicy.CONTINUE.value)
 
 
+def client_items(items: Sequence[NewItem]) -> list[NewItem]:
+    """``items`` with a gate of ``None`` (the default) set to 0: where a client's items
+    start."""
+    return [item if item.gate is not None else NewItem(item.id, item.data, 0)
+            for item in items]
+
+
 def colliding_ids(items: Sequence[NewItem]) -> list[str]:
     """The ids of ``items`` that equal another's but for trailing spaces (all of them
     when none does): what a PAD SPACE collation takes for duplicates."""

@@ -35,6 +35,7 @@ from watcher.store.codecs import (
     IN_CHUNK,
     NO_SETTINGS,
     chunks,
+    client_items,
     colliding_ids,
     decode_partition_cursor,
     encode_partition_cursor,
@@ -56,6 +57,7 @@ class PartitionsStore(StoreBase):
             PartitionExistsError: a partition with this id exists.
         """
         p = self.tables.partitions
+        items = client_items(items)
         first_gate = min((item.gate or 0 for item in items), default=0)
         try:
             async with self._write() as conn:
@@ -95,6 +97,7 @@ class PartitionsStore(StoreBase):
             DuplicateItemError: an item id is already stored in the partition.
         """
         p = self.tables.partitions
+        items = client_items(items)
         async with self._write() as conn:
             await self._touch_partition(conn, partition_id)
             row = (await conn.execute(
