@@ -52,7 +52,7 @@ class ServiceConfig:
     ``batch_size`` 0 sends one item per request; ``health_port`` 0 turns the
     health endpoints off (and with them the backlog gauges, read every
     ``backlog_interval`` seconds at most); ``retention`` turns background
-    retention on. The CLI holds the defaults (``processor.cli``).
+    retention on. The CLI holds the defaults (``processor.cli.common``).
 
     Raises:
         ConfigError: ``batch_size``, ``health_port`` or ``backlog_interval`` is out of range.

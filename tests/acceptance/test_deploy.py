@@ -24,7 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from processor import AsyncClient, NewItem
-from processor.cli import app
+from processor.cli.common import app
 from processor.health import HealthApp
 from tests.conftest import POSTGRES_URL, require_postgres
 from watcher.dburl import parse_database_url

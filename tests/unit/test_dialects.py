@@ -164,7 +164,7 @@ def test_models_and_migration_agree(dialect: Dialect, tmp_path) -> None:
 def test_cli_prints_sql_server_ddl_without_connecting() -> None:
     from typer.testing import CliRunner
 
-    from processor.cli import app
+    from processor.cli.common import app
 
     done = CliRunner().invoke(app, ["migrate", "--sql", "--db-url",
                                     f"mssql+pymssql://user:{SECRET}@nowhere.invalid/db"])

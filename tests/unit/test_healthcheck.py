@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import typer
 
-from processor.cli import DEFAULT_HEALTH_HOST, DEFAULT_HEALTH_PORT, app
+from processor.cli.common import DEFAULT_HEALTH_HOST, DEFAULT_HEALTH_PORT, app
 from processor.healthcheck import (
     HealthOptionsError,
     HealthTarget,

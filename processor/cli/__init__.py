@@ -1,0 +1,76 @@
+"""The ``processor`` command: migrate, run, status and result; the operator's verbs items,
+retry, cancel, delete, purge and set-gate; the web console; and demo.
+
+The verbs live by kind in :mod:`~processor.cli.serve`, :mod:`~processor.cli.data`,
+:mod:`~processor.cli.operate` and :mod:`~processor.cli.tools`, on
+:mod:`~processor.cli.common` (the app, shared options and helpers); this module
+imports them, so that each registers its verbs, and holds :func:`main`.
+
+Every option can also be set as an environment variable ``PROCESSOR_<OPTION>``
+(``--db-url`` is ``PROCESSOR_DB_URL``). Configuration errors print one line on
+stderr and exit with status 2; database failures exit with status 1.
+"""
+
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+
+# Each module registers its verbs as it is imported, in the order `processor --help` lists them.
+from processor.cli import serve  # noqa: F401
+from processor.cli import data  # noqa: F401
+from processor.cli import operate  # noqa: F401
+from processor.cli import tools  # noqa: F401
+from processor.cli.common import EXIT_CONFIG, EXIT_DATABASE, app
+from watcher.errors import ConfigError, DatabaseError, StatefeedError
+from watcher.text import error_text
+
+
+def _is_sqlalchemy_error(error: BaseException) -> bool:
+    # Without importing SQLAlchemy (`--help` must stay light): if it was never loaded, the
+    # error cannot be one of its exceptions.
+    exc = sys.modules.get("sqlalchemy.exc")
+    return exc is not None and isinstance(error, exc.SQLAlchemyError)
+
+
+def _unexpected_hint(error: BaseException) -> str:
+    # A driver given a keyword it does not take (a parameter of the database URL's query
+    # string) raises TypeError naming the argument; anything else is not the URL's fault.
+    if isinstance(error, TypeError) and "argument" in str(error):
+        return (" (a database URL parameter the driver does not take? check the URL's "
+                "query string)")
+    return " (a bug in statefeed: please report it with the command that led to it)"
+
+
+def main() -> None:
+    """Entry point: run the CLI, turning configuration and database errors into one line."""
+    try:
+        app()
+    except ConfigError as error:
+        typer.echo(f"processor: error: {error}", err=True)
+        sys.exit(EXIT_CONFIG)
+    except DatabaseError as error:
+        typer.echo(f"processor: error: {error}", err=True)
+        sys.exit(EXIT_DATABASE)
+    except StatefeedError as error:
+        typer.echo(f"processor: error: {error}", err=True)
+        sys.exit(EXIT_CONFIG)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as error:
+        if _is_sqlalchemy_error(error):
+            typer.echo(f"processor: error: database failed: {type(error).__name__}", err=True)
+            sys.exit(EXIT_DATABASE)
+        # a driver refusing a URL parameter, or a bug: one line
+        logging.getLogger(__name__).debug("unexpected error", exc_info=error)
+        typer.echo(f"processor: error: unexpected {error_text(error)}{_unexpected_hint(error)}",
+                   err=True)
+        sys.exit(EXIT_DATABASE)
+
+
+if __name__ == "__main__":
+    main()
+

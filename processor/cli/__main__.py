@@ -1,0 +1,5 @@
+"""``python -m processor.cli``: the ``processor`` command."""
+
+from processor.cli import main
+
+main()

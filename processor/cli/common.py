@@ -1,0 +1,120 @@
+"""What every ``processor`` verb shares: the Typer app, the options every verb takes,
+the defaults, exit codes, and the helpers that open the database and print data."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+# Only light modules at the top: `processor --help` and the one-line errors must not wait for
+# SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
+from watcher.errors import DatabaseError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from watcher.dburl import DatabaseURL
+
+DEFAULT_DB_URL = "sqlite:///processor.db"
+# Defaults of `processor run` that have no home in an engine or HTTP config object.
+DEFAULT_HANDLER_BATCH_SIZE = 0  # one item per request
+DEFAULT_HEALTH_PORT = 8080
+DEFAULT_HEALTH_HOST = "0.0.0.0"
+DEFAULT_LOG_LEVEL = "info"
+DEFAULT_STATUS_LIMIT = 100
+DEFAULT_ITEMS_LIMIT = 50
+DEFAULT_PURGE_BATCH = 1000
+DEFAULT_PURGE_STATUSES = "complete,cancelled"
+DEFAULT_RETENTION_INTERVAL = "60s"
+DEFAULT_BACKLOG_INTERVAL = 5.0
+EXIT_DATABASE = 1
+EXIT_CONFIG = 2
+EXIT_NO_RESULT = 3
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+app = typer.Typer(
+    name="processor",
+    help="statefeed processor: lease partitions from SQL and drive their items through an "
+    "HTTP handler, gate by gate.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    add_completion=False,
+)
+
+
+def env_name(name: str) -> str:
+    return f"PROCESSOR_{name}"
+
+
+DbUrl = Annotated[str, typer.Option("--db-url", envvar=env_name("DB_URL"),
+                                    help="Database URL: sqlite:///file.db or "
+                                    "postgresql://user:password@host:5432/dbname.")]
+TablePrefix = Annotated[str, typer.Option("--table-prefix", envvar=env_name("TABLE_PREFIX"),
+                                          help="Prefix for statefeed's table names.")]
+
+
+def fail(message: str, code: int = EXIT_CONFIG) -> typer.Exit:
+    """Print one line on stderr and return the exit to raise."""
+    typer.echo(f"processor: error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def database_url(raw: str, prefix: str, *, migrated: bool = True) -> DatabaseURL:
+    """The parsed URL; with ``migrated``, after checking the database has statefeed's
+    tables (a SQLite file that does not exist is reported, not created).
+
+    Raises:
+        ConfigError: the URL or the prefix is invalid.
+        DatabaseError: the database is unreachable, or was never migrated ("run
+            `processor migrate` first": the same line on every verb).
+    """
+    from watcher.dburl import parse_database_url
+    from watcher.schema import validate_table_prefix
+
+    url = parse_database_url(raw)
+    validate_table_prefix(prefix)
+    if migrated:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from watcher.store import require_migrated
+
+        try:
+            asyncio.run(require_migrated(url, prefix))
+        except (SQLAlchemyError, OSError) as error:
+            from processor.service import describe_db_error
+
+            raise DatabaseError(describe_db_error(error, url)) from None
+    return url
+
+
+def data_console(**options: object) -> Console:
+    """A Rich console that prints text literally: ids, owners and error texts are data, and
+    Rich would read ``[...]`` in them as markup (``[/x]`` even raises) and ``:name:`` as an
+    emoji."""
+    from rich.console import Console
+
+    return Console(markup=False, emoji=False, highlight=False, **options)  # type: ignore[arg-type]
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    # httpx logs each request URL at INFO; keep the processor's lines readable.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+
+PartitionArgument = Annotated[str, typer.Argument(help="The partition's id.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+DEFAULT_CONSOLE_HOST = "127.0.0.1"
+DEFAULT_CONSOLE_PORT = 8090
+

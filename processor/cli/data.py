@@ -1,0 +1,144 @@
+"""The verbs that show data: status, result and items."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+# Only light modules at the top: `processor --help` and the one-line errors must not wait for
+# SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
+
+if TYPE_CHECKING:
+
+    pass
+from processor.cli.common import (
+    DEFAULT_DB_URL,
+    DEFAULT_ITEMS_LIMIT,
+    DEFAULT_STATUS_LIMIT,
+    EXIT_NO_RESULT,
+    DbUrl,
+    JsonOption,
+    PartitionArgument,
+    TablePrefix,
+    app,
+    data_console,
+    database_url,
+    fail,
+)
+
+
+@app.command()
+def status(
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")
+                       ] = False,
+    limit: Annotated[int, typer.Option(help="Show at most this many partitions.")
+                     ] = DEFAULT_STATUS_LIMIT,
+) -> None:
+    """Show partitions with their status, gate, owner, item counts and how many items
+    their steps spawned."""
+    from processor.client import Client
+    from processor.views import partition_row, step_text
+
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        infos = client.partitions(limit=limit)
+    if as_json:
+        typer.echo(json.dumps([partition_row(info) for info in infos], indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"statefeed partitions in {url.redacted()}")
+    for column in ("partition", "status", "gate", "step", "owner", "available", "complete",
+                   "failed", "spawned"):
+        table.add_column(column, justify="right" if column in (
+            "gate", "available", "complete", "failed", "spawned") else "left")
+    for info in infos:
+        counts = info.counts
+        table.add_row(info.id, info.status, str(info.gate), step_text(info), info.owner or "-",
+                      *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")),
+                      str(info.spawned))
+    data_console().print(table)
+    if not infos:
+        typer.echo("no partitions yet")
+
+
+@app.command()
+def result(
+    partition_id: Annotated[str, typer.Argument(help="The partition whose result to print.")],
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+) -> None:
+    """Print a partition's result (what its reduce stored): JSON pretty-printed, other
+    bytes as they are."""
+    from processor.client import Client
+
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        info = client.partition(partition_id)
+    if info.result is None:
+        raise fail(f"partition {partition_id!r} has no result yet (it is {info.status} at gate "
+                   f"{info.gate}; a reduce gate stores one)", EXIT_NO_RESULT)
+    try:
+        typer.echo(json.dumps(json.loads(info.result), indent=2, ensure_ascii=False))
+    except ValueError:
+        sys.stdout.buffer.write(info.result)
+        sys.stdout.buffer.flush()
+
+
+@app.command()
+def items(
+    partition_id: PartitionArgument,
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    status: Annotated[str, typer.Option("--status", help="Only items with this status: "
+                                        "available, complete or failed.")] = "",
+    gate: Annotated[int | None, typer.Option("--gate", help="Only items at this gate.")
+                    ] = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many items (a page).")
+                     ] = DEFAULT_ITEMS_LIMIT,
+    after: Annotated[str, typer.Option("--after", help="Start after this item id (the "
+                                       "cursor the page before printed).")] = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Show a partition's items in id order: id, status, gate, attempts, the item that
+    spawned it (its parent) and last error.
+
+    One page at a time; the last line says how to read the next one.
+    """
+    import shlex
+
+    from processor.client import Client
+    from processor.views import error_after_context, error_cell, item_row
+
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        page = client.items(partition_id, status=status or None, gate=gate, limit=limit,
+                            after=after or None, with_data=False)
+    if as_json:
+        typer.echo(json.dumps({"partition": partition_id,
+                               "items": [item_row(item) for item in page],
+                               "next_cursor": page.next_cursor}, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"items of partition {partition_id!r}")
+    for column in ("item", "status", "gate", "attempts", "parent", "last error"):
+        table.add_column(column, justify="right" if column in ("gate", "attempts") else "left",
+                         overflow="fold")
+    for item in page:
+        table.add_row(item.id, item.status, str(item.gate), str(item.attempts),
+                      item.parent or "-", error_cell(error_after_context(item)))
+    data_console(soft_wrap=True).print(table)
+    if not page:
+        typer.echo("no items" + (" match" if status or gate is not None or after else ""))
+    if page.next_cursor is not None:
+        where = " ".join(shlex.quote(part) for part in (
+            partition_id, *(("--status", status) if status else ()),
+            *(("--gate", str(gate)) if gate is not None else ()),
+            "--limit", str(limit), "--after", page.next_cursor))
+        typer.echo(f"more: processor items {where}")

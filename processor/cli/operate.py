@@ -1,0 +1,164 @@
+"""The operator's verbs that change partitions: retry, cancel, delete, purge, set-gate."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+# Only light modules at the top: `processor --help` and the one-line errors must not wait for
+# SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
+
+if TYPE_CHECKING:
+
+    pass
+from processor.cli.common import (
+    DEFAULT_DB_URL,
+    DEFAULT_PURGE_BATCH,
+    DEFAULT_PURGE_STATUSES,
+    DbUrl,
+    JsonOption,
+    PartitionArgument,
+    TablePrefix,
+    app,
+    database_url,
+)
+
+
+@app.command()
+def retry(
+    partition_id: PartitionArgument,
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Run a partition's failed items again, with their attempts reset. A complete, failed
+    or cancelled partition re-opens at its lowest failed gate, and each reduce gate it had
+    finished from there on runs again over its whole gate; a failed reduce is re-armed.
+    Prints what was done."""
+    from processor.client import Client
+    from processor.views import retry_row, retry_text
+
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        report = client.retry_failed(partition_id)
+    if as_json:
+        typer.echo(json.dumps(retry_row(report)))
+        return
+    typer.echo(retry_text(report))
+
+
+@app.command()
+def cancel(
+    partition_id: PartitionArgument,
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Stop a partition: no processor dispatches its items again (its holder lets it go
+    within a poll interval, and late results are dropped). `processor retry` resumes it."""
+    from processor.client import Client
+
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        cancelled = client.cancel(partition_id)
+        info = client.partition(partition_id)
+    if as_json:
+        typer.echo(json.dumps({"id": info.id, "cancelled": cancelled, "status": info.status,
+                               "gate": info.gate, "counts": info.counts}))
+    elif cancelled:
+        typer.echo(f"cancelled partition {partition_id!r} at gate {info.gate} (items: "
+                   f"{_counts_text(info.counts)}); `processor retry` resumes it, "
+                   "`processor delete` removes it")
+    else:
+        typer.echo(f"partition {partition_id!r} is {info.status} already; nothing to cancel")
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "none"
+
+
+@app.command()
+def delete(
+    partition_id: PartitionArgument,
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    force: Annotated[bool, typer.Option("--force", help="Delete it even while a processor "
+                                        "holds it (cancelling it first).")] = False,
+    batch: Annotated[int, typer.Option(help="Items deleted per transaction.")
+                     ] = DEFAULT_PURGE_BATCH,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete a partition and its items (in batches). Refused while a processor holds it,
+    unless --force."""
+    from processor.client import Client
+
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        deleted = client.delete_partition(partition_id, force=force, batch=batch)
+    if as_json:
+        typer.echo(json.dumps({"id": partition_id, "deleted": True, "items": deleted}))
+        return
+    typer.echo(f"deleted partition {partition_id!r} and its {deleted} item(s)")
+
+
+@app.command()
+def purge(
+    older_than: Annotated[str, typer.Option("--older-than", help="Delete partitions last "
+                                            "updated longer ago than this: 7d, 12h, 30m, "
+                                            "90s.")],
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    status: Annotated[str, typer.Option("--status", help="Statuses to delete, "
+                                        "comma-separated: complete, cancelled, failed.")
+                      ] = DEFAULT_PURGE_STATUSES,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be deleted; "
+                                          "delete nothing.")] = False,
+    batch: Annotated[int, typer.Option(help="Items deleted per transaction.")
+                     ] = DEFAULT_PURGE_BATCH,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete finished partitions (complete and cancelled by default) and their items,
+    in batches, when they were last updated longer ago than --older-than."""
+    from processor.client import Client
+    from processor.views import purge_text
+    from watcher.durations import parse_duration
+    from watcher.retention import check_statuses
+
+    seconds = parse_duration("--older-than", older_than)
+    statuses = check_statuses("--status", status)
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        report = client.purge(older_than=seconds, statuses=statuses, batch=batch,
+                              dry_run=dry_run)
+    if as_json:
+        typer.echo(json.dumps({"dry_run": dry_run, "partitions": report.partitions,
+                               "items": report.items, "older_than_seconds": seconds,
+                               "statuses": list(statuses)}))
+        return
+    typer.echo(purge_text(report, older_than=seconds, statuses=statuses, dry_run=dry_run))
+
+
+@app.command("set-gate")
+def set_gate(
+    partition_id: PartitionArgument,
+    gate: Annotated[int, typer.Argument(help="The gate to move the partition to (forward "
+                                        "only).")],
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Move an open partition's gate forward (a manual checkpoint). Refused, writing
+    nothing, on a complete, failed or cancelled partition, while items below the new gate
+    are still available, and when no item of it is available."""
+    from processor.client import Client
+
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        client.set_gate(partition_id, gate)
+        info = client.partition(partition_id)
+    if as_json:
+        typer.echo(json.dumps({"id": info.id, "gate": info.gate, "status": info.status}))
+        return
+    typer.echo(f"partition {partition_id!r} is at gate {info.gate} ({info.status})")

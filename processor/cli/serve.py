@@ -1,0 +1,276 @@
+"""The verbs that set up and run a processor: migrate and run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+# Only light modules at the top: `processor --help` and the one-line errors must not wait for
+# SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
+from processor.http_config import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_TRANSPORT,
+)
+from watcher.config import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_DB_TIMEOUT,
+    DEFAULT_LEASE_DURATION,
+    DEFAULT_MAX_ITEM_BYTES,
+    DEFAULT_MAX_LEASES,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_MAX_SPAWN,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_REDUCE_PAGE_ITEMS,
+    DEFAULT_RETRY_BACKOFF,
+    DEFAULT_RETRY_BACKOFF_MAX,
+    DEFAULT_SHUTDOWN_TIMEOUT,
+    WatcherConfig,
+    default_owner_id,
+)
+
+if TYPE_CHECKING:
+
+    pass
+from processor.cli.common import (
+    DEFAULT_BACKLOG_INTERVAL,
+    DEFAULT_DB_URL,
+    DEFAULT_HANDLER_BATCH_SIZE,
+    DEFAULT_HEALTH_HOST,
+    DEFAULT_HEALTH_PORT,
+    DEFAULT_LOG_LEVEL,
+    DEFAULT_PURGE_STATUSES,
+    DEFAULT_RETENTION_INTERVAL,
+    EXIT_DATABASE,
+    LOG_LEVELS,
+    DbUrl,
+    TablePrefix,
+    app,
+    database_url,
+    env_name,
+    fail,
+    setup_logging,
+)
+
+
+@app.command()
+def migrate(
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    sql: Annotated[bool, typer.Option("--sql", help="Print the DDL for the URL's database "
+                                      "without connecting.")] = False,
+) -> None:
+    """Create or upgrade statefeed's tables."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from watcher.migrate import upgrade, upgrade_sql
+
+    url = database_url(db_url, table_prefix, migrated=False)
+    if sql:
+        typer.echo(upgrade_sql(url, table_prefix))
+        return
+    try:
+        upgrade(url, table_prefix)
+    except SQLAlchemyError as error:
+        from processor.service import describe_db_error  # the service's HTTP stack: on failure only
+
+        raise fail(describe_db_error(error, url), EXIT_DATABASE) from None
+    typer.echo(f"statefeed tables are up to date in {url.redacted()}"
+               + (f" (prefix {table_prefix!r})" if table_prefix else ""))
+
+
+@app.command()
+def run(
+    handler_url: Annotated[str, typer.Option("--handler-url", envvar=env_name("HANDLER_URL"),
+                                             help="URL the items are POSTed to.")] = "",
+    # No default: a container that forgot PROCESSOR_DB_URL must not run on a SQLite file
+    # of its own and report ready.
+    db_url: Annotated[str, typer.Option("--db-url", envvar=env_name("DB_URL"), show_default=False,
+                                        help="Database URL (required): "
+                                        "postgresql://user:password@host:5432/dbname, "
+                                        "sqlite:///file.db, ...")] = "",
+    owner_id: Annotated[str, typer.Option(envvar=env_name("OWNER_ID"),
+                                          help="Unique id of this processor (default: "
+                                          "host-pid-random).")] = "",
+    concurrency: Annotated[int, typer.Option(envvar=env_name("CONCURRENCY"),
+                                             help="Handler calls in flight at once.")
+                           ] = DEFAULT_CONCURRENCY,
+    poll_interval: Annotated[float, typer.Option(envvar=env_name("POLL_INTERVAL"),
+                                                 help="Seconds between scans for work.")
+                             ] = DEFAULT_POLL_INTERVAL,
+    lease_duration: Annotated[float, typer.Option(envvar=env_name("LEASE_DURATION"),
+                                                  help="Lease length in seconds (>= 1).")
+                              ] = DEFAULT_LEASE_DURATION,
+    max_leases: Annotated[int, typer.Option(envvar=env_name("MAX_LEASES"),
+                                            help="Partitions this processor leases at most.")
+                          ] = DEFAULT_MAX_LEASES,
+    max_retries: Annotated[int, typer.Option(envvar=env_name("MAX_RETRIES"),
+                                             help="Retries before an item fails.")
+                           ] = DEFAULT_MAX_RETRIES,
+    retry_backoff: Annotated[float, typer.Option(envvar=env_name("RETRY_BACKOFF"),
+                                                 help="First retry delay in seconds; "
+                                                 "doubles per retry.")] = DEFAULT_RETRY_BACKOFF,
+    auto_close: Annotated[bool, typer.Option("--auto-close/--no-auto-close",
+                                             envvar=env_name("AUTO_CLOSE"),
+                                             help="Close partitions when all items are "
+                                             "done.")] = True,
+    manual_checkpoint: Annotated[bool, typer.Option(envvar=env_name("MANUAL_CHECKPOINT"),
+                                                    help="Never move gates; clients do.")
+                                 ] = False,
+    table_prefix: TablePrefix = "",
+    handler_header: Annotated[list[str] | None, typer.Option(
+        help="Extra request header 'Name: value' (repeatable), e.g. an Authorization "
+        "header. Env: PROCESSOR_HANDLER_HEADER, one header per line.")] = None,
+    handler_health_url: Annotated[str, typer.Option(envvar=env_name("HANDLER_HEALTH_URL"),
+                                                    help="Handler URL checked by /readyz.")
+                                  ] = "",
+    handler_batch_size: Annotated[int, typer.Option(envvar=env_name("HANDLER_BATCH_SIZE"),
+                                                    help="Send up to N items per request "
+                                                    "to the batch URL (0 = one item per "
+                                                    "request).")
+                                ] = DEFAULT_HANDLER_BATCH_SIZE,
+    handler_batch_url: Annotated[str, typer.Option(envvar=env_name("HANDLER_BATCH_URL"),
+                                                   help="Batch protocol URL (default: "
+                                                   "<handler-url>/batch).")] = "",
+    handler_reduce_url: Annotated[str, typer.Option(envvar=env_name("HANDLER_REDUCE_URL"),
+                                                    help="Where reduce gates are POSTed "
+                                                    "(default: <handler-url>/reduce).")
+                                  ] = "",
+    max_item_bytes: Annotated[int, typer.Option(envvar=env_name("MAX_ITEM_BYTES"),
+                                                help="Largest item data a handler may answer; "
+                                                "a larger answer fails its item.")
+                              ] = DEFAULT_MAX_ITEM_BYTES,
+    max_spawn: Annotated[int, typer.Option(envvar=env_name("MAX_SPAWN"),
+                                           help="Most items one answer may spawn; a larger "
+                                           "fan-out pages (spawn a slice, answer the same "
+                                           "gate with a cursor).")] = DEFAULT_MAX_SPAWN,
+    reduce_page_items: Annotated[int, typer.Option(envvar=env_name("REDUCE_PAGE_ITEMS"),
+                                                   help="A reduce gate of up to N items is "
+                                                   "one call; a larger one goes in pages "
+                                                   "of N (a fold pass, then an apply "
+                                                   "pass).")] = DEFAULT_REDUCE_PAGE_ITEMS,
+    http_transport: Annotated[str, typer.Option(envvar=env_name("HTTP_TRANSPORT"),
+                                                help="aiohttp (fast at high concurrency) "
+                                                "or httpx (httpx's own pool).")
+                            ] = DEFAULT_TRANSPORT,
+    request_timeout: Annotated[float, typer.Option(envvar=env_name("REQUEST_TIMEOUT"),
+                                                   help="Seconds one handler call may take.")
+                               ] = DEFAULT_REQUEST_TIMEOUT,
+    max_response_bytes: Annotated[int, typer.Option(envvar=env_name("MAX_RESPONSE_BYTES"),
+                                                    help="Largest handler response accepted.")
+                                  ] = DEFAULT_MAX_RESPONSE_BYTES,
+    ca_bundle: Annotated[str, typer.Option(envvar=env_name("CA_BUNDLE"),
+                                           help="CA bundle for the handler's TLS "
+                                           "certificate (verification is always on).")] = "",
+    shutdown_timeout: Annotated[float, typer.Option(envvar=env_name("SHUTDOWN_TIMEOUT"),
+                                                    help="Seconds to finish in-flight items "
+                                                    "on SIGTERM.")] = DEFAULT_SHUTDOWN_TIMEOUT,
+    health_port: Annotated[int, typer.Option(envvar=env_name("HEALTH_PORT"),
+                                             help="Port for /healthz, /readyz and /metrics "
+                                             "(0 = off).")] = DEFAULT_HEALTH_PORT,
+    health_host: Annotated[str, typer.Option(envvar=env_name("HEALTH_HOST"),
+                                             help="Address the health port listens on.")
+                           ] = DEFAULT_HEALTH_HOST,
+    migrate_first: Annotated[bool, typer.Option("--migrate", envvar=env_name("MIGRATE"),
+                                                help="Create missing tables at start-up.")
+                             ] = False,
+    db_timeout: Annotated[float, typer.Option(envvar=env_name("DB_TIMEOUT"),
+                                              help="Seconds one database round trip may "
+                                              "take (statement, lock wait, connect); then "
+                                              "the connection is dropped and the work tried "
+                                              "again.")] = DEFAULT_DB_TIMEOUT,
+    exit_on_db_error: Annotated[bool, typer.Option(envvar=env_name("EXIT_ON_DB_ERROR"),
+                                                   help="Exit instead of waiting when the "
+                                                   "database is unreachable at start-up.")
+                                ] = False,
+    log_level: Annotated[str, typer.Option(envvar=env_name("LOG_LEVEL"),
+                                           help="debug, info, warning or error.")
+                         ] = DEFAULT_LOG_LEVEL,
+    retention: Annotated[str, typer.Option(envvar=env_name("RETENTION"),
+                                           help="Delete finished partitions (those of "
+                                           "--retention-status) last updated longer ago than "
+                                           "this (7d, 12h, 30m, 90s), in the background, on "
+                                           "one processor at a time (default: off).")] = "",
+    retention_status: Annotated[str, typer.Option(envvar=env_name("RETENTION_STATUS"),
+                                                  help="Statuses retention deletes, "
+                                                  "comma-separated: complete, cancelled, "
+                                                  "failed.")] = DEFAULT_PURGE_STATUSES,
+    retention_interval: Annotated[str, typer.Option(envvar=env_name("RETENTION_INTERVAL"),
+                                                    help="How often retention looks for "
+                                                    "partitions to delete.")
+                                  ] = DEFAULT_RETENTION_INTERVAL,
+    retention_items: Annotated[str, typer.Option(envvar=env_name("RETENTION_ITEMS"),
+                                                 help="Delete the complete items of open "
+                                                 "partitions last updated longer ago than "
+                                                 "this (7d, 12h, 30m, 90s), in the background "
+                                                 "(default: off).")] = "",
+    backlog_interval: Annotated[float, typer.Option(envvar=env_name("BACKLOG_INTERVAL"),
+                                                    help="Seconds between reads of the "
+                                                    "backlog gauges of /metrics, at most.")
+                                ] = DEFAULT_BACKLOG_INTERVAL,
+) -> None:
+    """Lease partitions and dispatch their items to the handler until SIGTERM."""
+    from processor.http_config import (
+        DEFAULT_MAX_CONNECTIONS,
+        HttpProcessorConfig,
+        parse_header,
+    )
+    from processor.service import ProcessorService, ServiceConfig
+    from watcher.durations import parse_duration
+    from watcher.retention import RetentionConfig, check_statuses
+
+    if not handler_url:
+        raise fail("--handler-url is required (or set PROCESSOR_HANDLER_URL)")
+    if not db_url:
+        raise fail("--db-url is required (or set PROCESSOR_DB_URL): `processor run` never "
+                   "picks a database of its own; `processor demo` runs on a throwaway one")
+    retention_config = None
+    if retention or retention_items:
+        retention_config = RetentionConfig(
+            older_than=parse_duration("--retention", retention) if retention else None,
+            items_older_than=(parse_duration("--retention-items", retention_items)
+                              if retention_items else None),
+            statuses=check_statuses("--retention-status", retention_status),
+            interval=parse_duration("--retention-interval", retention_interval))
+    header_specs = list(handler_header or [])
+    if not header_specs and os.environ.get(env_name("HANDLER_HEADER")):
+        # One header per line: values such as "Bearer x" contain spaces.
+        header_specs = [line for line in os.environ[env_name("HANDLER_HEADER")].splitlines()
+                        if line.strip()]
+    headers = dict(parse_header(spec) for spec in header_specs)
+    if log_level.lower() not in LOG_LEVELS:
+        raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    config = ServiceConfig(
+        # The service checks the tables itself: it waits for a database still starting.
+        db_url=database_url(db_url, table_prefix, migrated=False),
+        table_prefix=table_prefix,
+        watcher=WatcherConfig(
+            owner_id=owner_id or default_owner_id(), concurrency=concurrency,
+            poll_interval=poll_interval, lease_duration=lease_duration,
+            max_retries=max_retries, retry_backoff=retry_backoff,
+            retry_backoff_max=max(retry_backoff, DEFAULT_RETRY_BACKOFF_MAX), auto_close=auto_close,
+            manual_checkpoint=manual_checkpoint, shutdown_timeout=shutdown_timeout,
+            max_leases=max_leases, reduce_page_items=reduce_page_items,
+            max_item_bytes=max_item_bytes, max_spawn=max_spawn),
+        http=HttpProcessorConfig(
+            handler_url=handler_url, headers=headers, request_timeout=request_timeout,
+            max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),
+            max_response_bytes=max_response_bytes, verify=ca_bundle or True,
+            health_url=handler_health_url or None, transport=http_transport,
+            reduce_url=handler_reduce_url or None),
+        batch_size=handler_batch_size,
+        batch_url=handler_batch_url or None,
+        health_port=health_port,
+        health_host=health_host,
+        migrate=migrate_first,
+        exit_on_db_error=exit_on_db_error,
+        db_timeout=db_timeout,
+        retention=retention_config,
+        backlog_interval=backlog_interval,
+    )
+    setup_logging(log_level)
+    code = asyncio.run(ProcessorService(config).run())
+    raise typer.Exit(code)

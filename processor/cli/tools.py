@@ -1,0 +1,113 @@
+"""The verbs beside a processor: the web console, the demo, and the container's health check."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+# Only light modules at the top: `processor --help` and the one-line errors must not wait for
+# SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
+
+if TYPE_CHECKING:
+
+    pass
+from processor.cli.common import (
+    DEFAULT_CONSOLE_HOST,
+    DEFAULT_CONSOLE_PORT,
+    DEFAULT_DB_URL,
+    DEFAULT_LOG_LEVEL,
+    LOG_LEVELS,
+    DbUrl,
+    TablePrefix,
+    app,
+    database_url,
+    env_name,
+    fail,
+    setup_logging,
+)
+
+
+@app.command()
+def console(
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    host: Annotated[str, typer.Option(envvar=env_name("CONSOLE_HOST"),
+                                      help="Address to listen on. Anything but 127.0.0.1, "
+                                      "::1 or localhost needs --token.")
+                    ] = DEFAULT_CONSOLE_HOST,
+    port: Annotated[int, typer.Option(envvar=env_name("CONSOLE_PORT"),
+                                      help="Port to listen on (0: any free port).")
+                    ] = DEFAULT_CONSOLE_PORT,
+    token: Annotated[str, typer.Option(envvar=env_name("CONSOLE_TOKEN"), show_default=False,
+                                       help="Secret a browser presents once (?token=... or "
+                                       "the sign-in form; scripts send 'Authorization: "
+                                       "Bearer ...'), at least 16 characters. Required "
+                                       "beyond loopback.")] = "",
+    read_only: Annotated[bool, typer.Option("--read-only", envvar=env_name("CONSOLE_READ_ONLY"),
+                                            help="Show partitions without the retry, "
+                                            "cancel and delete actions.")] = False,
+    log_level: Annotated[str, typer.Option(envvar=env_name("LOG_LEVEL"),
+                                           help="debug, info, warning or error.")
+                         ] = DEFAULT_LOG_LEVEL,
+) -> None:
+    """Serve a web console: every partition's progress gate by gate, the processors and
+    their leases, failed items with their errors; retry, cancel and delete."""
+    from processor.console.server import ConsoleOptions, run_console
+
+    if log_level.lower() not in LOG_LEVELS:
+        raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    options = ConsoleOptions(db_url=database_url(db_url, table_prefix, migrated=False),
+                             table_prefix=table_prefix,
+                             host=host, port=port, token=token or None, read_only=read_only)
+    setup_logging(log_level)
+    raise typer.Exit(asyncio.run(run_console(options, announce=typer.echo)))
+
+
+@app.command()
+def demo(
+    resumes: Annotated[int, typer.Option(help="How many resumes to rank.")] = 36,
+    top: Annotated[int, typer.Option(help="How many top candidates to print.")] = 5,
+    with_console: Annotated[bool, typer.Option("--console", help="Serve the web console on "
+                                               "the demo's database while it runs, and "
+                                               "keep it open afterwards until Ctrl-C.")
+                            ] = False,
+    console_port: Annotated[int, typer.Option(help="The console's port on 127.0.0.1 (0: any "
+                                              "free port).")] = DEFAULT_CONSOLE_PORT,
+) -> None:
+    """Run the resume-ranking pipeline end to end on a throwaway SQLite database."""
+    from processor.demo import run_demo
+
+    raise typer.Exit(asyncio.run(run_demo(
+        resumes=resumes, top=top, console_port=console_port if with_console else None)))
+
+
+@app.command()
+def healthcheck(
+    health_port: Annotated[int | None, typer.Option(
+        help="Port to check (default: the one the running `processor run` serves, from "
+        "its --health-port or PROCESSOR_HEALTH_PORT).")] = None,
+    health_host: Annotated[str | None, typer.Option(
+        help="Address to check (default: the running processor's --health-host; "
+        "0.0.0.0 is checked on 127.0.0.1).")] = None,
+    ready: Annotated[bool, typer.Option("--ready", help="Check /readyz (database and "
+                                        "handler) instead of /healthz.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer.")] = 3.0,
+) -> None:
+    """Exit 0 if this machine's (or container's) processor answers /healthz, 1 if not:
+    the image's HEALTHCHECK. It finds the health port and host the way `processor run`
+    was configured, by flag or by environment."""
+    from processor.healthcheck import HealthOptionsError, health_target, probe
+
+    run_command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    try:
+        target = health_target(run_command, port=health_port, host=health_host)
+    except HealthOptionsError as error:
+        # Docker reserves exit status 2 of a health check: every failure here is 1.
+        typer.echo(f"processor healthcheck: cannot read the health options: {error}",
+                   err=True)
+        raise typer.Exit(1) from None
+    healthy, detail = probe(target, "/readyz" if ready else "/healthz", timeout)
+    typer.echo(detail, err=not healthy)
+    raise typer.Exit(0 if healthy else 1)
