@@ -26,11 +26,12 @@ from watcher.errors import (
 from watcher.records import ItemInfo, NewItem, PartitionInfo, RetryReport
 
 if TYPE_CHECKING:
-    from processor.client import AsyncClient, Client
+    from processor.async_client import AsyncClient
+    from processor.client import Client
 
 # Public names whose modules import SQLAlchemy: loaded by __getattr__ on first use.
 _LAZY = {
-    "AsyncClient": "processor.client",
+    "AsyncClient": "processor.async_client",
     "Client": "processor.client",
 }
 

@@ -32,7 +32,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from processor.client import AsyncClient
+from processor.async_client import AsyncClient
 from processor.console.server import ConsoleOptions, console_running
 from processor.embedded import EmbeddedServer
 from processor.http_config import HttpProcessorConfig

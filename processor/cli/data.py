@@ -39,8 +39,8 @@ def status(
     limit: Annotated[int, typer.Option(help="Show at most this many partitions.")
                      ] = DEFAULT_STATUS_LIMIT,
 ) -> None:
-    """Show partitions with their status, gate, owner, item counts and how many items
-    their steps spawned."""
+    """Show partitions with their status, gate, owner and item counts (and, once a step
+    spawned items, how many)."""
     from processor.client import Client
     from processor.views import partition_row, step_text
 
@@ -53,15 +53,17 @@ def status(
     from rich.table import Table
 
     table = Table(title=f"statefeed partitions in {url.redacted()}")
+    # The spawned column only when a step spawned: a narrow terminal keeps the ids whole.
+    spawning = any(info.spawned for info in infos)
     for column in ("partition", "status", "gate", "step", "owner", "available", "complete",
-                   "failed", "spawned"):
+                   "failed", *(("spawned",) if spawning else ())):
         table.add_column(column, justify="right" if column in (
             "gate", "available", "complete", "failed", "spawned") else "left")
     for info in infos:
         counts = info.counts
         table.add_row(info.id, info.status, str(info.gate), step_text(info), info.owner or "-",
                       *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")),
-                      str(info.spawned))
+                      *((str(info.spawned),) if spawning else ()))
     data_console().print(table)
     if not infos:
         typer.echo("no partitions yet")
@@ -105,8 +107,8 @@ def items(
                                        "cursor the page before printed).")] = "",
     as_json: JsonOption = False,
 ) -> None:
-    """Show a partition's items in id order: id, status, gate, attempts, the item that
-    spawned it (its parent) and last error.
+    """Show a partition's items in id order: id, status, gate, attempts, last error and,
+    for spawned items, the item that spawned them (their parent).
 
     One page at a time; the last line says how to read the next one.
     """
@@ -127,12 +129,16 @@ def items(
     from rich.table import Table
 
     table = Table(title=f"items of partition {partition_id!r}")
-    for column in ("item", "status", "gate", "attempts", "parent", "last error"):
+    # The parent column only when an item of the page was spawned.
+    spawned = any(item.parent is not None for item in page)
+    for column in ("item", "status", "gate", "attempts", *(("parent",) if spawned else ()),
+                   "last error"):
         table.add_column(column, justify="right" if column in ("gate", "attempts") else "left",
                          overflow="fold")
     for item in page:
         table.add_row(item.id, item.status, str(item.gate), str(item.attempts),
-                      item.parent or "-", error_cell(error_after_context(item)))
+                      *((item.parent or "-",) if spawned else ()),
+                      error_cell(error_after_context(item)))
     data_console(soft_wrap=True).print(table)
     if not page:
         typer.echo("no items" + (" match" if status or gate is not None or after else ""))

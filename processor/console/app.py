@@ -28,7 +28,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from processor.client import MAX_PAGE, PARTITION_STATUSES, AsyncClient
+from processor.async_client import AsyncClient
+from processor.client_checks import MAX_PAGE, PARTITION_STATUSES
 from processor.console import pages
 from processor.console.security import (
     Access,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 
-from processor.client import AsyncClient
+from processor.async_client import AsyncClient
 from processor.console.app import create_app, settings_for
 from processor.console.security import check_bind
 from processor.embedded import EmbeddedServer

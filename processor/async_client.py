@@ -1,0 +1,438 @@
+"""The asyncio client: create partitions, add items, inspect and steer them.
+
+Bad input raises a :class:`watcher.errors.InvalidInputError` subclass naming what is
+wrong (:mod:`processor.client_checks`), and nothing is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from processor.client_checks import (
+    DEFAULT_COUNT_CAP,
+    DEFAULT_PAGE,
+    DEFAULT_THROUGHPUT_MINUTES,
+    FINISHED_STATUSES,
+    ITEM_STATUSES,
+    MAX_COUNT_CAP,
+    MAX_GATE_COUNT_PARTITIONS,
+    MAX_PAGE,
+    MAX_THROUGHPUT_MINUTES,
+    PARTITION_STATUSES,
+    WAIT_POLL_MAX,
+    WAIT_POLL_START,
+    check_cursor,
+    check_id,
+    check_items,
+    check_limit,
+    check_seconds_value,
+    check_settings,
+    check_status,
+    is_gate,
+)
+from watcher.checks import check_whole_number
+from watcher.config import DEFAULT_MAX_ITEM_BYTES
+from watcher.dburl import DatabaseURL, parse_database_url
+from watcher.errors import (
+    ConfigError,
+    DatabaseError,
+    InvalidInputError,
+    PartitionNotFoundError,
+)
+from watcher.models import ID_MAX_LENGTH, MAX_GATE, Status
+from watcher.records import (
+    Backlog,
+    ItemInfo,
+    NewItem,
+    Page,
+    PartitionInfo,
+    PurgeReport,
+    RetryReport,
+    Throughput,
+)
+from watcher.retention import (
+    DEFAULT_BATCH,
+    DEFAULT_STATUSES,
+    MAX_BATCH,
+    check_statuses,
+    delete_partition,
+    purge,
+)
+from watcher.store import Store
+from watcher.text import first_line
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """Insert and inspect partitions and items (asyncio).
+
+    ``db_url`` is a SQLAlchemy-style URL (``sqlite:///file.db``,
+    ``postgresql://user:pass@host/db``); ``table_prefix`` namespaces the tables.
+    ``max_item_bytes`` is the largest item data accepted (8 MiB by default, a
+    size every supported database stores at its default settings); give the
+    processors the same ``--max-item-bytes``.
+
+    Raises:
+        ConfigError: the URL, the table prefix or the limit is invalid.
+    """
+
+    def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "", *,
+                 max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> None:
+        self.max_item_bytes = check_whole_number("max_item_bytes", max_item_bytes)
+        self._url = db_url if isinstance(db_url, DatabaseURL) else parse_database_url(db_url)
+        self.store = Store.open(self._url, table_prefix)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the database connections."""
+        await self.store.close()
+
+    async def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Await ``coroutine``, turning a database failure into one readable error.
+
+        Raises:
+            DatabaseError: the database failed; the message names it (no password).
+        """
+        try:
+            return await coroutine
+        except SQLAlchemyError as error:
+            raise DatabaseError(
+                f"database {self._url.redacted()} failed: "
+                f"{type(error).__name__}: {self._url.scrub(first_line(error))}"
+            ) from None
+
+    async def create_partition(self, partition_id: str, items: Sequence[NewItem] = (), *,
+                               reduce_gates: Iterable[int] = (),
+                               on_item_failure: str = "fail") -> None:
+        """Create a partition with its items, in one transaction.
+
+        ``reduce_gates`` are gates whose step is one reduce call for the whole
+        gate (in pages for a big one) instead of one call per item.
+        ``on_item_failure`` says what a failed item does: ``"fail"`` fails the
+        partition at that gate (the default); ``"continue"`` carries on with
+        the other items (a reduce sees the failed ones) and the partition
+        completes with its failures counted.
+
+        Raises:
+            InvalidInputError: bad ids, data, gates, reduce gates or policy (a
+                subclass names the case).
+            PartitionExistsError: the partition exists already.
+            DuplicateItemError: item ids repeat.
+        """
+        check_id("partition", partition_id)
+        settings = check_settings(partition_id, reduce_gates, on_item_failure)
+        checked = check_items(partition_id, items, allow_empty=True,
+                               max_item_bytes=self.max_item_bytes)
+        await self._call(self.store.partition_create(partition_id, checked, settings))
+
+    async def add_items(self, partition_id: str, items: Sequence[NewItem]) -> bool:
+        """Add items to a partition, re-opening it if it was complete.
+
+        Returns whether the partition was re-opened. A failed partition stays
+        failed until :meth:`retry_failed`.
+
+        Raises:
+            InvalidInputError: bad ids, data or gates.
+            PartitionNotFoundError: no partition has this id.
+            GateError: an item's gate is below the partition's current gate.
+            DuplicateItemError: an item id repeats or is already stored.
+        """
+        check_id("partition", partition_id)
+        checked = check_items(partition_id, items, allow_empty=False,
+                               max_item_bytes=self.max_item_bytes)
+        return await self._call(self.store.items_add(partition_id, checked))
+
+    async def partition(self, partition_id: str) -> PartitionInfo:
+        """Read a partition with its item counts per status.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id.
+        """
+        check_id("partition", partition_id)
+        info = await self._call(self.store.partition_get(partition_id))
+        if info is None:
+            raise PartitionNotFoundError(partition_id)
+        return info
+
+    async def partitions(self, status: str | None = None, limit: int = DEFAULT_PAGE, *,
+                         after: str | None = None, id_prefix: str | None = None,
+                         with_counts: bool = True) -> Page[PartitionInfo]:
+        """One page of partitions, newest first, optionally only those with ``status``
+        and those whose id starts with ``id_prefix`` (case counts).
+
+        The page is a list of at most ``limit`` partitions; its ``next_cursor``,
+        passed as ``after`` (with the same filters), reads the next page
+        (``None``: this is the last). Pages stay stable while partitions change
+        (the order is by creation time and id). :meth:`iter_partitions` walks
+        them all. ``with_counts=False`` leaves the item counts unread
+        (``counts`` is empty).
+
+        Raises:
+            InvalidInputError: ``status`` is not a known status, ``limit`` is not
+                from 1 to 10,000, ``after`` is not a cursor of this listing, or
+                ``id_prefix`` is not text of at most 255 characters.
+        """
+        check_status(status, PARTITION_STATUSES, "partition")
+        check_limit("limit", limit, MAX_PAGE)
+        check_cursor(after)
+        if id_prefix is not None and (not isinstance(id_prefix, str)
+                                      or len(id_prefix) > ID_MAX_LENGTH):
+            raise InvalidInputError(f"id_prefix must be text of at most {ID_MAX_LENGTH} "
+                                    f"characters, got {id_prefix!r:.60}")
+        return await self._call(self.store.partitions_page(
+            status=status, after=after, limit=limit, prefix=id_prefix or None,
+            with_counts=with_counts))
+
+    async def gate_counts(self, partition_ids: Sequence[str]
+                          ) -> dict[str, dict[int, dict[str, int]]]:
+        """Each partition's items counted per gate and status, for up to 1,000 partitions:
+        ``{partition: {gate: {status: count}}}``, where an item counts at the gate it
+        is at now. A partition without items maps to ``{}``; unknown ids are left out.
+
+        It reads the items of the partitions asked for (through an index), so ask
+        for one page of partitions at a time.
+
+        Raises:
+            InvalidInputError: an id is not a valid partition id, or more than 1,000
+                are given.
+        """
+        ids = [check_id("partition", partition_id) for partition_id in partition_ids]
+        if len(ids) > MAX_GATE_COUNT_PARTITIONS:
+            raise InvalidInputError(f"gate_counts takes at most {MAX_GATE_COUNT_PARTITIONS} "
+                                    f"partitions at once, got {len(ids)}")
+        return await self._call(self.store.items_gate_counts(ids))
+
+    async def lease_holders(self) -> dict[str, int]:
+        """The processors holding live leases now, each with how many partitions it holds."""
+        stats = await self._call(self.store.lease_stats())
+        return dict(sorted(stats.owners.items(), key=lambda pair: (-pair[1], pair[0])))
+
+    async def backlog(self, cap: int = DEFAULT_COUNT_CAP) -> Backlog:
+        """Partitions per status, and available items at their open partition's current
+        gate, each count stopping at ``cap`` (one bounded, indexed statement).
+
+        Raises:
+            InvalidInputError: ``cap`` is not from 1 to 1,000,000.
+        """
+        check_limit("cap", cap, MAX_COUNT_CAP)
+        return await self._call(self.store.backlog_read(cap))
+
+    async def throughput(self, minutes: int = DEFAULT_THROUGHPUT_MINUTES,
+                         cap: int = DEFAULT_COUNT_CAP) -> Throughput:
+        """Partitions finished (complete, failed, cancelled) in each of the last
+        ``minutes`` minutes by the database clock, each count stopping at ``cap``.
+
+        Raises:
+            InvalidInputError: ``minutes`` is not from 1 to 60, or ``cap`` not from 1
+                to 1,000,000.
+        """
+        check_limit("minutes", minutes, MAX_THROUGHPUT_MINUTES)
+        check_limit("cap", cap, MAX_COUNT_CAP)
+        return await self._call(self.store.partitions_finished_per_minute(minutes, cap))
+
+    async def now(self) -> datetime:
+        """The database clock's time (naive UTC, like the partitions' and items' times)."""
+        return await self._call(self.store.now())
+
+    async def iter_partitions(self, status: str | None = None, *,
+                              page_size: int = DEFAULT_PAGE) -> AsyncIterator[PartitionInfo]:
+        """Every partition (of ``status``), newest first, read a page at a time.
+
+        Raises:
+            InvalidInputError: see :meth:`partitions`.
+        """
+        after: str | None = None
+        while True:
+            page = await self.partitions(status, page_size, after=after)
+            for info in page:
+                yield info
+            if page.next_cursor is None:
+                return
+            after = page.next_cursor
+
+    async def items(self, partition_id: str, *, status: str | None = None,
+                    gate: int | None = None, limit: int = DEFAULT_PAGE,
+                    after: str | None = None, with_data: bool = True) -> Page[ItemInfo]:
+        """One page of a partition's items in id order, optionally only those with
+        ``status`` and at ``gate``.
+
+        The page is a list of at most ``limit`` items (1,000 by default); its
+        ``next_cursor`` (the last item id) passed as ``after`` reads the next
+        page, and is ``None`` on the last. Pages stay stable while items change
+        status. ``with_data=False`` leaves the items' bytes unread (``data`` is
+        ``b""``). :meth:`iter_items` walks a whole partition in bounded memory.
+
+        Raises:
+            InvalidInputError: an unknown status, a gate that is not a whole
+                number from 0, ``limit`` not from 1 to 10,000, or a bad ``after``.
+            PartitionNotFoundError: no partition has this id.
+        """
+        check_id("partition", partition_id)
+        check_status(status, ITEM_STATUSES, "item")
+        if gate is not None and not is_gate(gate):
+            raise InvalidInputError(f"gate must be a whole number from 0 to {MAX_GATE}, "
+                                    f"got {gate!r}")
+        check_limit("limit", limit, MAX_PAGE)
+        check_cursor(after)
+        return await self._call(self.store.items_page(
+            partition_id, status=status, gate=gate, after=after, limit=limit,
+            with_data=with_data))
+
+    async def iter_items(self, partition_id: str, *, status: str | None = None,
+                         gate: int | None = None, page_size: int = DEFAULT_PAGE,
+                         with_data: bool = True) -> AsyncIterator[ItemInfo]:
+        """Every item of a partition (with ``status``, at ``gate``), in id order, read a
+        page at a time: memory holds one page, whatever the partition's size.
+
+        Raises:
+            InvalidInputError: see :meth:`items`.
+            PartitionNotFoundError: no partition has this id.
+        """
+        after: str | None = None
+        while True:
+            page = await self.items(partition_id, status=status, gate=gate, limit=page_size,
+                                    after=after, with_data=with_data)
+            for item in page:
+                yield item
+            if page.next_cursor is None:
+                return
+            after = page.next_cursor
+
+    async def retry_failed(self, partition_id: str) -> RetryReport:
+        """Run the partition's failed items again (attempts reset), re-opening it if it
+        stopped, and say what was done.
+
+        A complete, failed or cancelled partition re-opens at its lowest failed
+        gate; a reduce gate it had finished after that gate runs again, over
+        the items it completed and the retried ones. A failed reduce is
+        re-armed. A running partition keeps its gate: its failed items below
+        it stay failed. See :meth:`watcher.store.Store.items_retry_failed`.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        check_id("partition", partition_id)
+        return await self._call(self.store.items_retry_failed(partition_id))
+
+    async def cancel(self, partition_id: str) -> bool:
+        """Stop a partition: an open or failed partition becomes ``cancelled``.
+
+        No processor dispatches its items again: its holder drops it within a
+        poll interval, cancelling the calls in flight, and any result that
+        arrives for it later is discarded as stale. Its items stay as they
+        are: :meth:`retry_failed` resumes it where it stopped, and
+        :meth:`delete_partition` or :meth:`purge` removes it. Returns ``True``
+        when it was cancelled, ``False`` when it was complete or cancelled
+        already (it is left as it was).
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        check_id("partition", partition_id)
+        before = await self._call(self.store.partition_cancel(partition_id))
+        return before in (Status.AVAILABLE.value, Status.FAILED.value)
+
+    async def delete_partition(self, partition_id: str, *, force: bool = False,
+                               batch: int = DEFAULT_BATCH) -> int:
+        """Delete a partition and its items, ``batch`` items per transaction.
+
+        Refused while a processor holds a live lease on it, unless ``force``,
+        which cancels it first. A delete cut short (the database failed) leaves
+        the partition ``deleting``: nothing runs or re-opens it, and deleting it
+        again (or a purge) finishes the job. Returns how many items were deleted.
+
+        Raises:
+            InvalidInputError: ``batch`` is not from 1 to 100,000.
+            PartitionNotFoundError: no partition has this id.
+            PartitionLeasedError: a processor holds its lease and ``force`` is false.
+        """
+        check_id("partition", partition_id)
+        check_limit("batch", batch, MAX_BATCH)
+        return await self._call(delete_partition(self.store, partition_id, force=force,
+                                                 batch=batch))
+
+    async def purge(self, *, older_than: float | timedelta,
+                    statuses: Collection[str] = DEFAULT_STATUSES, batch: int = DEFAULT_BATCH,
+                    dry_run: bool = False) -> PurgeReport:
+        """Delete the partitions in ``statuses`` (complete and cancelled by default; failed
+        ones only when named) last updated more than ``older_than`` ago by the database
+        clock, with their items, ``batch`` items per transaction.
+
+        Partitions left ``deleting`` by a delete cut short are finished too.
+        With ``dry_run`` nothing is deleted: the report counts what would be.
+
+        Raises:
+            InvalidInputError: ``older_than`` is not a positive number of seconds or
+                timedelta, a status is not complete, failed or cancelled, or
+                ``batch`` is not from 1 to 100,000.
+        """
+        seconds = check_seconds_value("older_than", older_than)
+        try:
+            wanted = check_statuses("statuses", statuses)
+        except ConfigError as error:
+            raise InvalidInputError(str(error)) from None
+        check_limit("batch", batch, MAX_BATCH)
+        if dry_run:
+            partitions, items = await self._call(self.store.partitions_purgeable_count(
+                older_than=seconds, statuses=wanted))
+            return PurgeReport(partitions, items)
+        return await self._call(purge(self.store, older_than=seconds, statuses=wanted,
+                                      batch=batch))
+
+    async def set_gate(self, partition_id: str, gate: int) -> None:
+        """Move an open partition's gate forward (a manual checkpoint); moving it to the
+        gate it is at changes nothing. Moves that mean nothing are refused, and
+        nothing is written.
+
+        Raises:
+            InvalidInputError: ``gate`` is not a whole number >= 0.
+            PartitionNotFoundError: no partition has this id.
+            GateError: the partition is complete, failed or cancelled; ``gate`` is
+                below the current gate; items below ``gate`` are still available;
+                or no item of it is available.
+        """
+        check_id("partition", partition_id)
+        if not is_gate(gate):
+            raise InvalidInputError(f"gate must be a whole number from 0 to {MAX_GATE}, "
+                                    f"got {gate!r}")
+        await self._call(self.store.partition_set_gate(partition_id, gate))
+
+    async def wait(self, partition_id: str, timeout: float) -> PartitionInfo:  # noqa: ASYNC109
+        """Wait until the partition is complete, failed or cancelled and return it.
+
+        Raises:
+            TimeoutError: it is still open after ``timeout`` seconds.
+            PartitionNotFoundError: no partition has this id.
+        """
+        deadline = time.monotonic() + timeout
+        delay = WAIT_POLL_START
+        while True:
+            info = await self.partition(partition_id)
+            # A complete partition holding available items (stranded by a version
+            # before the store re-opened it on every re-arm) is not done.
+            stranded = info.status == Status.COMPLETE.value and info.counts.get(
+                Status.AVAILABLE.value)
+            if info.status in FINISHED_STATUSES and not stranded:
+                return info
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                advice = ("; nothing dispatches the available items of a complete "
+                          "partition: processor retry re-opens it" if stranded else "")
+                raise TimeoutError(
+                    f"partition {partition_id!r} is still {info.status} at gate {info.gate} "
+                    f"after {timeout} s (items: {info.counts}){advice}")
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(WAIT_POLL_MAX, delay * 2)
+
