@@ -2,8 +2,9 @@
 
 ``run_once()`` does one pass and says how long to wait; ``run()`` only waits,
 wakes and stops. A pass dispatches the ready items at the current gate up to
-the free slots; when the gate has nothing ready or in flight it asks
-:func:`watcher.decisions.decide_gate` what to do and does it in one guarded write.
+the free slots; when the gate has nothing ready or in flight, its
+:class:`~watcher.gate_steps.GateStepper` moves the gate (or reduces it) in one
+guarded write.
 """
 
 from __future__ import annotations
@@ -13,16 +14,13 @@ import functools
 import hashlib
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.config import WatcherConfig
 from watcher.decisions import (
-    GateStep,
     ReadStep,
-    decide_gate,
     decide_read,
     idempotency_step,
     outcome_name,
@@ -30,10 +28,10 @@ from watcher.decisions import (
     write_for_error,
     write_for_result,
 )
+from watcher.gate_steps import GateStepper, Pass
 from watcher.hooks import Hooks
 from watcher.in_hand import ItemsInHand
 from watcher.leases import Lease, LeaseKeeper
-from watcher.models import Status
 from watcher.protocol import (
     NonRetryableError,
     ProcessCall,
@@ -42,7 +40,7 @@ from watcher.protocol import (
     WorkItem,
 )
 from watcher.records import ItemWrite, ReadyItem
-from watcher.reducer import GateReducer, StepKind
+from watcher.reducer import GateReducer
 from watcher.round_trips import DatabaseTimeoutError
 from watcher.slots import SlotPool, wait_event
 from watcher.store import Store
@@ -50,22 +48,9 @@ from watcher.writer import ResultWriter, WriterClosedError
 
 log = logging.getLogger(__name__)
 
-# Shortest wait between passes, so a partition never spins on the database.
-MIN_WAIT = 0.005
 # Items in hand up to this many are excluded by id in the read query; beyond it
 # the read fetches extra rows and filters them here.
 MAX_EXCLUDED = 1000
-# A partition in one of these was stopped by a client: its holder lets it go.
-STOPPED_BY_CLIENT = (Status.CANCELLED.value, Status.DELETING.value)
-
-
-@dataclass(frozen=True, slots=True)
-class Pass:
-    """What one supervisor pass did and what comes next."""
-
-    dispatched: int = 0
-    wait: float | None = 0.0  # None: the supervisor is finished
-    step: GateStep | None = None
 
 
 def idempotency_key(partition_id: str, item: ReadyItem) -> str:
@@ -94,7 +79,8 @@ class PartitionSupervisor:
         self.reducer = GateReducer(lease, store=store, reduce=reduce, slots=slots,
                                    keeper=keeper, config=config, hooks=hooks,
                                    shape=reduce_shape)
-        self._reduce_not_before = 0.0
+        self.gates = GateStepper(lease, store=store, keeper=keeper, config=config, hooks=hooks,
+                                 reducer=self.reducer)
         self.draining = False
         self._check_lease = False
         self._policy = config.retry_policy
@@ -162,7 +148,7 @@ class PartitionSupervisor:
         if self.reducer.unchecked and await self.reducer.check_shape():
             return Pass(wait=None)  # the reduce cannot take this partition: failed at once
         if lease.gate in lease.settings.reduce_gates:
-            return await self._reduce(now)
+            return await self.gates.reduce(now)
         if not self._read_now(now):
             return Pass(wait=self.config.poll_interval)
         dispatched = await self._dispatch()
@@ -170,7 +156,7 @@ class PartitionSupervisor:
             return Pass(dispatched, wait=self.config.poll_interval)
         if self.slots.free == 0:
             return Pass(wait=self.config.poll_interval)
-        return await self._step_gate()
+        return await self.gates.step()
 
     def _read_now(self, now: float) -> bool:
         """Whether to read ready items now (:func:`~watcher.decisions.decide_read`).
@@ -342,86 +328,7 @@ class PartitionSupervisor:
     async def _confirm_lease(self) -> bool:
         """Re-read the partition after a fenced write: still ours, or lost?"""
         self._check_lease = False
-        async with self.lease.lock:
-            state = await self.store.partition_state(self.partition_id)
-            if (state is not None and state.owner == self.keeper.owner
-                    and state.status == Status.AVAILABLE and state.lease_live):
-                self.lease.adopt(state.version, state.gate)
-                return True
-        if state is not None and state.status in STOPPED_BY_CLIENT:
-            self.keeper.stop_lease(self.lease)
-        else:
-            self.keeper.mark_lost(self.lease)
-        return False
-
-    async def _reduce(self, now: float) -> Pass:
-        """One step of the reduce at the current gate (:class:`~watcher.reducer.GateReducer`);
-        when nothing is left to reduce, the gate steps on as any other.
-
-        Raises the database's error when a read or write fails.
-        """
-        if now < self._reduce_not_before:  # woken early during a retry's backoff
-            return Pass(wait=self._reduce_not_before - now)
-        outcome = await self.reducer.step()
-        kind = outcome.kind
-        if kind is StepKind.NOTHING:
-            return await self._step_gate()
-        if kind is StepKind.WROTE:
-            return Pass(wait=0.0)
-        if kind is StepKind.RETRY:
-            self._reduce_not_before = time.monotonic() + outcome.wait
-            return Pass(wait=max(MIN_WAIT, outcome.wait))
-        if kind is StepKind.BUSY:
-            return Pass(wait=self.config.poll_interval)
-        if kind is StepKind.FAILED or self.lease.lost:
-            return Pass(wait=None)
-        self.hooks.lease_conflict(self.partition_id)
-        return Pass(wait=0.0 if await self._confirm_lease() else None)
-
-    async def _step_gate(self) -> Pass:
-        """The gate has nothing ready or in flight: wait, move it, fail or close the partition.
-
-        Raises the database's error when a read or write fails.
-        """
-        lease = self.lease
-        summary = await self.store.gate_summary(self.partition_id, lease.gate)
-        action = decide_gate(summary, auto_close=self.config.auto_close,
-                             manual_checkpoint=self.config.manual_checkpoint,
-                             continue_on_failure=lease.settings.continue_on_failure)
-        if action.step is GateStep.WAIT:
-            wait = self.config.poll_interval
-            if summary.seconds_to_next_retry is not None:
-                wait = min(wait, summary.seconds_to_next_retry)
-            return Pass(wait=max(MIN_WAIT, wait), step=action.step)
-        if action.step is GateStep.IDLE:
-            return Pass(wait=self.config.poll_interval, step=action.step)
-        status = {GateStep.FAIL: Status.FAILED.value,
-                  GateStep.CLOSE: Status.COMPLETE.value}.get(action.step)
-        from_gate = lease.gate
-        async with lease.lock:
-            if lease.lost:
-                return Pass(wait=None)
-            version = await self.store.partition_transition(
-                self.partition_id, lease.version, self.keeper.owner, gate=action.gate,
-                status=status)
-        if version is None:
-            # Someone wrote the partition: a client added items or moved the gate
-            # (re-evaluate), or another watcher took it (stop).
-            self.hooks.lease_conflict(self.partition_id)
-            confirmed = await self._confirm_lease()
-            return Pass(wait=0.0 if confirmed else None, step=action.step)
-        lease.wrote(version, action.gate)
-        if action.step is GateStep.ADVANCE:
-            assert action.gate is not None
-            self.hooks.gate_advanced(self.partition_id, from_gate, action.gate)
-            log.info("action=gate_advanced partition=%s from=%d to=%d", self.partition_id,
-                     from_gate, action.gate)
-            return Pass(wait=0.0, step=action.step)
-        self.keeper.forget(lease)
-        self.hooks.partition_closed(self.partition_id, status or "")
-        log.info("action=partition_closed partition=%s status=%s gate=%d", self.partition_id,
-                 status, from_gate)
-        return Pass(wait=None, step=action.step)
+        return await self.gates.confirm_lease()
 
     async def drain(self, grace: float) -> None:
         """Stop dispatching; let in-flight items finish and write (up to ``grace`` s)."""

@@ -1,0 +1,138 @@
+"""A leased partition's moves between gates: wait, advance, fail or close it in one
+guarded write (:func:`watcher.decisions.decide_gate`), the steps of a reduce gate
+(:class:`~watcher.reducer.GateReducer`), and re-reading the lease after a write was
+fenced off. The partition's supervisor (:mod:`watcher.supervisor`) calls it once the
+gate has nothing ready or in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from watcher.config import WatcherConfig
+from watcher.decisions import GateStep, decide_gate
+from watcher.hooks import Hooks
+from watcher.leases import Lease, LeaseKeeper
+from watcher.models import Status
+from watcher.reducer import GateReducer, StepKind
+from watcher.store import Store
+
+log = logging.getLogger(__name__)
+
+# Shortest wait between passes, so a partition never spins on the database.
+MIN_WAIT = 0.005
+# A partition in one of these was stopped by a client: its holder lets it go.
+STOPPED_BY_CLIENT = (Status.CANCELLED.value, Status.DELETING.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """What one supervisor pass did and what comes next."""
+
+    dispatched: int = 0
+    wait: float | None = 0.0  # None: the supervisor is finished
+    step: GateStep | None = None
+
+
+class GateStepper:
+    """Moves one leased partition between gates, and confirms its lease."""
+
+    def __init__(self, lease: Lease, *, store: Store, keeper: LeaseKeeper,
+                 config: WatcherConfig, hooks: Hooks, reducer: GateReducer) -> None:
+        self.lease = lease
+        self.store = store
+        self.keeper = keeper
+        self.config = config
+        self.hooks = hooks
+        self.reducer = reducer
+        self._reduce_not_before = 0.0
+
+    @property
+    def partition_id(self) -> str:
+        """The partition it moves."""
+        return self.lease.partition_id
+
+    async def confirm_lease(self) -> bool:
+        """Re-read the partition after a fenced write: still ours, or lost?"""
+        async with self.lease.lock:
+            state = await self.store.partition_state(self.partition_id)
+            if (state is not None and state.owner == self.keeper.owner
+                    and state.status == Status.AVAILABLE and state.lease_live):
+                self.lease.adopt(state.version, state.gate)
+                return True
+        if state is not None and state.status in STOPPED_BY_CLIENT:
+            self.keeper.stop_lease(self.lease)
+        else:
+            self.keeper.mark_lost(self.lease)
+        return False
+
+    async def reduce(self, now: float) -> Pass:
+        """One step of the reduce at the current gate (:class:`~watcher.reducer.GateReducer`);
+        when nothing is left to reduce, the gate steps on as any other.
+
+        Raises the database's error when a read or write fails.
+        """
+        if now < self._reduce_not_before:  # woken early during a retry's backoff
+            return Pass(wait=self._reduce_not_before - now)
+        outcome = await self.reducer.step()
+        kind = outcome.kind
+        if kind is StepKind.NOTHING:
+            return await self.step()
+        if kind is StepKind.WROTE:
+            return Pass(wait=0.0)
+        if kind is StepKind.RETRY:
+            self._reduce_not_before = time.monotonic() + outcome.wait
+            return Pass(wait=max(MIN_WAIT, outcome.wait))
+        if kind is StepKind.BUSY:
+            return Pass(wait=self.config.poll_interval)
+        if kind is StepKind.FAILED or self.lease.lost:
+            return Pass(wait=None)
+        self.hooks.lease_conflict(self.partition_id)
+        return Pass(wait=0.0 if await self.confirm_lease() else None)
+
+    async def step(self) -> Pass:
+        """The gate has nothing ready or in flight: wait, move it, fail or close the partition.
+
+        Raises the database's error when a read or write fails.
+        """
+        lease = self.lease
+        summary = await self.store.gate_summary(self.partition_id, lease.gate)
+        action = decide_gate(summary, auto_close=self.config.auto_close,
+                             manual_checkpoint=self.config.manual_checkpoint,
+                             continue_on_failure=lease.settings.continue_on_failure)
+        if action.step is GateStep.WAIT:
+            wait = self.config.poll_interval
+            if summary.seconds_to_next_retry is not None:
+                wait = min(wait, summary.seconds_to_next_retry)
+            return Pass(wait=max(MIN_WAIT, wait), step=action.step)
+        if action.step is GateStep.IDLE:
+            return Pass(wait=self.config.poll_interval, step=action.step)
+        status = {GateStep.FAIL: Status.FAILED.value,
+                  GateStep.CLOSE: Status.COMPLETE.value}.get(action.step)
+        from_gate = lease.gate
+        async with lease.lock:
+            if lease.lost:
+                return Pass(wait=None)
+            version = await self.store.partition_transition(
+                self.partition_id, lease.version, self.keeper.owner, gate=action.gate,
+                status=status)
+        if version is None:
+            # Someone wrote the partition: a client added items or moved the gate
+            # (re-evaluate), or another watcher took it (stop).
+            self.hooks.lease_conflict(self.partition_id)
+            confirmed = await self.confirm_lease()
+            return Pass(wait=0.0 if confirmed else None, step=action.step)
+        lease.wrote(version, action.gate)
+        if action.step is GateStep.ADVANCE:
+            assert action.gate is not None
+            self.hooks.gate_advanced(self.partition_id, from_gate, action.gate)
+            log.info("action=gate_advanced partition=%s from=%d to=%d", self.partition_id,
+                     from_gate, action.gate)
+            return Pass(wait=0.0, step=action.step)
+        self.keeper.forget(lease)
+        self.hooks.partition_closed(self.partition_id, status or "")
+        log.info("action=partition_closed partition=%s status=%s gate=%d", self.partition_id,
+                 status, from_gate)
+        return Pass(wait=None, step=action.step)
