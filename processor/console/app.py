@@ -29,8 +29,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from processor.async_client import AsyncClient
-from processor.client_checks import MAX_PAGE, PARTITION_STATUSES
 from processor.console import pages
+from processor.console.reads import BadRequest, list_data, overview_data, partition_data
 from processor.console.security import (
     Access,
     Guard,
@@ -55,16 +55,8 @@ log = logging.getLogger(__name__)
 
 # How often the pages fetch their live part (milliseconds); the pages stop while hidden.
 REFRESH_MS = 1500
-LIST_PAGE = 50
-ITEMS_PAGE = 50
-OPEN_ON_OVERVIEW = 10
-FAILED_PREVIEW = 10
-THROUGHPUT_MINUTES = 15
-# Where the overview's counts stop (shown as "100,000+"): each is a bounded index read.
-COUNT_CAP = 100_000
 # A form is an id and a token: a larger body is refused unread.
 MAX_FORM_BYTES = 16_384
-ITEM_STATUSES = ("available", "complete", "failed")
 
 
 @dataclass(frozen=True)
@@ -79,10 +71,6 @@ class ConsoleSettings:
     loopback_only: bool = True
     port: int = 0
     refresh_ms: int = REFRESH_MS
-
-
-class BadRequest(Exception):
-    """A query parameter or form field the console cannot use; the message says which."""
 
 
 def templates() -> Environment:
@@ -147,104 +135,16 @@ class Console:
                                message="The database did not answer; the console's log "
                                "says why. The page tries again by itself.")
 
-    # -- data ----------------------------------------------------------------
-
-    async def overview_data(self) -> dict[str, Any]:
-        client = self.client
-        backlog = await client.backlog(COUNT_CAP)
-        holders = await client.lease_holders()
-        throughput = await client.throughput(THROUGHPUT_MINUTES, COUNT_CAP)
-        open_page = await client.partitions("available", OPEN_ON_OVERVIEW, with_counts=False)
-        counts = await client.gate_counts([info.id for info in open_page])
-        now = await client.now()
-        busiest = max(holders.values(), default=0) or 1
-        return {
-            "statuses": [(status, backlog.partitions.get(status, 0)) for status in
-                         PARTITION_STATUSES],
-            "count_text": lambda count: pages.count_text(count, COUNT_CAP),
-            "items_waiting": pages.count_text(backlog.items_waiting, COUNT_CAP),
-            "holders": [(owner, held, round(100.0 * held / busiest, 2))
-                        for owner, held in holders.items()],
-            "leases_held": sum(holders.values()),
-            "bars": pages.throughput_bars(throughput),
-            "peak": max((bar.total for bar in pages.throughput_bars(throughput)), default=0),
-            "finished_total": sum(sum(counts_) for counts_ in throughput.finished.values()),
-            "minutes": THROUGHPUT_MINUTES,
-            "rows": [pages.partition_row(info, counts.get(info.id, {}), now)
-                     for info in open_page],
-            "more_open": open_page.next_cursor is not None,
-        }
-
-    async def list_data(self, request: Request) -> dict[str, Any]:
-        query = request.query_params
-        status = query.get("status") or None
-        if status is not None and status not in PARTITION_STATUSES:
-            raise BadRequest(f"unknown status {status!r}; use one of "
-                             f"{', '.join(PARTITION_STATUSES)}")
-        prefix = query.get("prefix") or None
-        after = query.get("after") or None
-        limit = _whole(query.get("limit"), "limit", LIST_PAGE, 1, MAX_PAGE // 10)
-        page = await self.client.partitions(status, limit, after=after, id_prefix=prefix,
-                                            with_counts=False)
-        counts = await self.client.gate_counts([info.id for info in page])
-        now = await self.client.now()
-        return {
-            "rows": [pages.partition_row(info, counts.get(info.id, {}), now) for info in page],
-            "status": status or "", "prefix": prefix or "", "after": after or "",
-            "limit": limit if limit != LIST_PAGE else "",
-            "next_cursor": page.next_cursor, "statuses": PARTITION_STATUSES,
-        }
-
-    async def partition_data(self, request: Request) -> dict[str, Any]:
-        query = request.query_params
-        partition_id = query.get("id") or ""
-        if not partition_id:
-            raise BadRequest("name a partition: /partition?id=...")
-        item_status = query.get("status") or None
-        if item_status is not None and item_status not in ITEM_STATUSES:
-            raise BadRequest(f"unknown item status {item_status!r}; use one of "
-                             f"{', '.join(ITEM_STATUSES)}")
-        gate = query.get("gate")
-        gate_number = None if gate in (None, "") else _whole(gate, "gate", 0, 0, 2**31 - 1)
-        after = query.get("after") or None
-        client = self.client
-        info = await client.partition(partition_id)
-        counts = (await client.gate_counts([partition_id])).get(partition_id, {})
-        items = await client.items(partition_id, status=item_status, gate=gate_number,
-                                   limit=ITEMS_PAGE, after=after, with_data=False)
-        failed: list[Any] = []
-        row = pages.partition_row(info, counts, await client.now(), all_gates=True)
-        if row.counts.get("failed") and item_status is None and gate_number is None:
-            failed = list(await client.items(partition_id, status="failed",
-                                             limit=FAILED_PREVIEW, with_data=False))
-        return {
-            "row": row, "info": info, "items": items, "failed": failed,
-            "item_status": item_status or "", "gate": "" if gate_number is None else gate_number,
-            "after": after or "", "next_cursor": items.next_cursor,
-            "item_statuses": ITEM_STATUSES,
-            "known_gates": sorted({*counts, info.gate, *info.reduce_gates}),
-            "result": None if info.result is None else pages.result_preview(info.result),
-            "error_summary": pages.error_summary,
-            "item_error_summary": pages.item_error_summary,
-            # retry_failed re-opens a stopped partition (at its lowest failed gate), or
-            # re-runs a running one's failed items at or after its gate (those before it
-            # stay: its gate does not move back under its holder).
-            "can_retry": info.status in ("failed", "cancelled") or any(
-                by_status.get("failed") for at, by_status in counts.items()
-                if info.status == "complete" or at >= info.gate),
-            "can_cancel": info.status in ("available", "failed"),
-        }
-
     # -- pages ----------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
         async def page(request: Request) -> Response:
-            return self.render(request, "overview.html", **await self.overview_data())
+            return self.render(request, "overview.html", **await overview_data(self.client))
         return await self.guarded(request, page)
 
     async def overview_live(self, request: Request) -> Response:
         async def page(request: Request) -> Response:
-            return self.render(request, "_overview.html", **await self.overview_data())
+            return self.render(request, "_overview.html", **await overview_data(self.client))
         return await self.guarded(request, page)
 
     async def partitions(self, request: Request) -> Response:
@@ -253,17 +153,18 @@ class Console:
                                        id=request.query_params.get("id", ""),
                                        count=_count(request.query_params.get("count")))
             return self.render(request, "partitions.html", notice=notice,
-                               **await self.list_data(request))
+                               **await list_data(self.client, request.query_params))
         return await self.guarded(request, page)
 
     async def partitions_live(self, request: Request) -> Response:
         async def page(request: Request) -> Response:
-            return self.render(request, "_partitions.html", **await self.list_data(request))
+            data = await list_data(self.client, request.query_params)
+            return self.render(request, "_partitions.html", **data)
         return await self.guarded(request, page)
 
     async def partition(self, request: Request) -> Response:
         async def page(request: Request) -> Response:
-            data = await self.partition_data(request)
+            data = await partition_data(self.client, request.query_params)
             code = request.query_params.get("notice")
             notice = (pages.retry_notice(data["info"].id, request.query_params)
                       if code == "retried" else
@@ -274,7 +175,8 @@ class Console:
 
     async def partition_live(self, request: Request) -> Response:
         async def page(request: Request) -> Response:
-            return self.render(request, "_partition.html", **await self.partition_data(request))
+            data = await partition_data(self.client, request.query_params)
+            return self.render(request, "_partition.html", **data)
         return await self.guarded(request, page)
 
     async def delete_confirm(self, request: Request) -> Response:
@@ -387,18 +289,6 @@ class Console:
                                error=None, signed_out=True)
         response.headers["www-authenticate"] = 'Bearer realm="statefeed console"'
         await response(scope, receive, send)
-
-
-def _whole(text: str | None, name: str, default: int, low: int, high: int) -> int:
-    if text in (None, ""):
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadRequest(f"{name} must be a whole number, got {text!r:.40}") from None
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be from {low} to {high}, got {value}")
-    return value
 
 
 def _count(text: str | None) -> int:
