@@ -57,6 +57,8 @@ class PrometheusHooks(Hooks):
                              "Results not written because the item or lease moved on",
                              registry=r)
         self.gates = Counter("statefeed_gate_advances_total", "Gate advances", registry=r)
+        self.spawned = Counter("statefeed_items_spawned_total",
+                               "Items inserted by steps' answers (spawn)", registry=r)
         self.closed = Counter("statefeed_partitions_closed_total", "Partitions closed",
                               ["status"], registry=r)
         self.reduces = Counter("statefeed_reduce_calls_total",
@@ -123,6 +125,9 @@ class PrometheusHooks(Hooks):
 
     def gate_advanced(self, partition_id: str, from_gate: int, to_gate: int) -> None:
         self.gates.inc()
+
+    def items_spawned(self, partition_id: str, count: int) -> None:
+        self.spawned.inc(count)
 
     def partition_closed(self, partition_id: str, status: str) -> None:
         self.closed.labels(status).inc()

@@ -25,6 +25,7 @@ class Hooks:
     def item_outcome(self, partition_id: str, item_id: str, gate: int, outcome: str,
                      seconds: float) -> None: ...
     def stale_result(self, partition_id: str, item_id: str) -> None: ...
+    def items_spawned(self, partition_id: str, count: int) -> None: ...
     def gate_advanced(self, partition_id: str, from_gate: int, to_gate: int) -> None: ...
     def partition_closed(self, partition_id: str, status: str) -> None: ...
     def reduce_outcome(self, partition_id: str, gate: int, pass_: str, outcome: str,
@@ -58,6 +59,9 @@ class CountingHooks(Hooks):
 
     def stale_result(self, partition_id: str, item_id: str) -> None:
         self.counts["stale_result"] += 1
+
+    def items_spawned(self, partition_id: str, count: int) -> None:
+        self.counts["items_spawned"] += count
 
     def gate_advanced(self, partition_id: str, from_gate: int, to_gate: int) -> None:
         self.counts["gate_advanced"] += 1

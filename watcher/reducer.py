@@ -216,6 +216,8 @@ class GateReducer:
             return ReduceStepOutcome(StepKind.CONFLICT)
         lease.wrote(version)
         self.hooks.reduce_outcome(pid, gate, plan.pass_, "applied", seconds)
+        if step.spawn:
+            self.hooks.items_spawned(pid, len(step.spawn))
         if step.pass_ is None:
             log.info("action=gate_reduced partition=%s gate=%d pages=%d", pid, gate,
                      plan.page + 1)

@@ -314,8 +314,10 @@ class PartitionSupervisor:
                 self.hooks.stale_result(pid, item.id)
                 log.debug("action=stale_result partition=%s item=%s", pid, item.id)
                 self._check_lease = True
-            elif any(child.gate == self.lease.gate for child in write.spawn):
-                self.lease.notify()  # spawned items at this gate: read them without a poll
+            elif write.spawn:
+                self.hooks.items_spawned(pid, len(write.spawn))
+                if any(child.gate == self.lease.gate for child in write.spawn):
+                    self.lease.notify()  # spawned items at this gate: read them at once
         finally:
             self._let_go(item)
 

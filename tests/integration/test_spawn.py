@@ -9,7 +9,7 @@ import json
 
 from processor import AsyncClient, NewItem
 from tests.support.engine import running, wait_until
-from watcher import Result, Watcher, WatcherConfig, WorkItem
+from watcher import CountingHooks, Result, Watcher, WatcherConfig, WorkItem
 from watcher.protocol import ReduceCall, ReduceResult
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
@@ -39,11 +39,13 @@ async def test_spawn_at_the_same_gate_holds_the_gate(db_url, table_prefix, make_
             early.append(item.id)
         return Result(done=True)
 
+    hooks = CountingHooks()
     await client.create_partition("p", [NewItem("inbox", b"{}")])
-    async with running(Watcher(make_store(), process, config())):
+    async with running(Watcher(make_store(), process, config(), hooks)):
         info = await client.wait("p", timeout=30)
     assert info.status == "complete"
     assert info.counts == {"complete": 6}
+    assert hooks.counts["items_spawned"] == 5
     assert info.spawned == 5
     assert early == [], "gate 1 ran before the spawned items finished gate 0"
     items = {item.id: item for item in await client.items("p")}
