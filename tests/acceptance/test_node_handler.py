@@ -4,6 +4,7 @@ HTTP; the README shows that file as it is."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -40,8 +41,8 @@ async def node_handler() -> AsyncIterator[str]:
     """Serve the example with Node.js on a free loopback port; yields its URL."""
     assert NODE is not None
     port = free_port()
-    server = subprocess.Popen([NODE, str(HANDLER), str(port)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE)
+    server = await asyncio.create_subprocess_exec(
+        NODE, str(HANDLER), str(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
 
     async def answers() -> bool:
@@ -56,7 +57,7 @@ async def node_handler() -> AsyncIterator[str]:
         yield url
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        await asyncio.wait_for(server.wait(), timeout=10)
 
 
 @pytest.mark.skipif(NODE is None, reason="Node.js is not installed")
