@@ -30,7 +30,7 @@ from handlers.asgi import (
     serve,
 )
 from handlers.errors import Fail, HandlerError, ItemDataError, Retry
-from handlers.model import UNSET, Item, Reduced, ReducePage, Result
+from handlers.model import UNSET, Item, Reduced, ReducePage, Result, Spawn
 from handlers.reduce import Reduce
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "Reduced",
     "Result",
     "Retry",
+    "Spawn",
     "app",
     "serve",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -109,6 +109,63 @@ class Item:
 
 
 @dataclass(frozen=True, slots=True)
+class Spawn:
+    """A new item of the partition, spawned by an answer (``Result(spawn=[...])``).
+
+    - ``id``: its id, unique in the partition (a repeat fails the spawning item,
+      and is not retried): derive it from the parent's id, so a step that runs
+      again spawns the same ids.
+    - ``data``: its content, as :attr:`Result.data` (bytes as they are, any other
+      value as its JSON encoding).
+    - ``gate``: where it starts; ``None`` is the gate the spawning item was called
+      at (a reduce's default is the gate after the reduce gate).
+
+    Raises:
+        TypeError: ``id`` is not a non-empty string, or ``gate`` is not an int or ``None``.
+        ValueError: ``gate`` is negative or beyond a 32-bit integer.
+    """
+
+    id: str
+    data: Any
+    gate: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise TypeError(f"Spawn(id=...) must be a non-empty string, got {self.id!r}")
+        _check_gate("Spawn", self.gate)
+
+
+def _check_gate(owner: str, gate: object) -> None:
+    if gate is None:
+        return
+    if type(gate) is not int:  # bool is an int subclass; True is no gate
+        raise TypeError(f"{owner}(gate=...) must be an int or None, got {gate!r}")
+    if not 0 <= gate <= MAX_GATE:
+        raise ValueError(f"{owner}(gate=...) must be between 0 and {MAX_GATE}, got {gate}")
+
+
+def _spawn_tuple(owner: str, spawn: object) -> tuple[Spawn, ...]:
+    """``spawn`` as a tuple of :class:`Spawn` (mappings with ``id``, ``data`` and
+    ``gate`` are taken as one). Raises TypeError naming what is wrong."""
+    if isinstance(spawn, str | bytes | Mapping | Spawn) or not isinstance(spawn, Sequence):
+        raise TypeError(f"{owner}(spawn=...) must be a list of handlers.Spawn, got "
+                        f"{type(spawn).__name__}")
+    children = []
+    for position, child in enumerate(spawn):
+        if isinstance(child, Mapping):
+            unknown = set(child) - {"id", "data", "gate"}
+            if unknown or "id" not in child or "data" not in child:
+                raise TypeError(f"{owner}(spawn=...)[{position}] must have 'id' and 'data' "
+                                f"(and 'gate'), got keys {sorted(map(str, child))}")
+            child = Spawn(**child)
+        if not isinstance(child, Spawn):
+            raise TypeError(f"{owner}(spawn=...)[{position}] must be a handlers.Spawn, got "
+                            f"{type(child).__name__}")
+        children.append(child)
+    return tuple(children)
+
+
+@dataclass(frozen=True, slots=True)
 class Result:
     """A handler function's answer for one item.
 
@@ -120,27 +177,30 @@ class Result:
       its compact JSON encoding (sent as ``data``), so ``data=None`` stores the
       four bytes ``null``. Leave it unset (:data:`UNSET`) to keep the stored bytes.
 
+    - ``spawn``: new items of the partition (:class:`Spawn`), inserted with this
+      answer and only if it is written, so exactly once. At most the processor's
+      ``--max-spawn`` (1,000 by default) per answer: page a larger fan-out (spawn
+      a slice, keep a cursor in ``data``, answer ``Result()`` to be called again).
+
     ``Result()`` (same gate, not done, data kept) runs the item again: a loop.
 
     Raises:
-        TypeError: ``gate`` is not an integer or ``None``, or ``done`` is not a bool.
-        ValueError: ``gate`` is negative or beyond a 64-bit integer.
+        TypeError: ``gate`` is not an integer or ``None``, ``done`` is not a bool,
+            or ``spawn`` is not a list of :class:`Spawn`.
+        ValueError: ``gate`` is negative or beyond a 32-bit integer.
     """
 
     gate: int | None = None
     done: bool = False
     data: Any = field(default=UNSET)
+    spawn: Sequence[Spawn] = ()
 
     def __post_init__(self) -> None:
-        gate = self.gate
-        if gate is not None:
-            if type(gate) is not int:  # bool is an int subclass; True is no gate
-                raise TypeError(f"Result(gate=...) must be an int or None, got {gate!r}")
-            if not 0 <= gate <= MAX_GATE:
-                raise ValueError(
-                    f"Result(gate=...) must be between 0 and {MAX_GATE}, got {gate}")
+        _check_gate("Result", self.gate)
         if type(self.done) is not bool:
             raise TypeError(f"Result(done=...) must be True or False, got {self.done!r}")
+        if self.spawn:
+            object.__setattr__(self, "spawn", _spawn_tuple("Result", self.spawn))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,12 +245,23 @@ class Reduced:
     - ``result``: the partition result (JSON-compatible value, or bytes);
       leave it :data:`UNSET` to store none.
     - ``accumulator``: a fold page's answer (a JSON-compatible value).
+    - ``spawn``: new items (:class:`Spawn`) at gates after the reduce gate (a
+      gate of ``None`` is the next one): how a map, reduce, map pipeline goes on.
+      Not on a fold page.
+
+    Raises:
+        TypeError: ``spawn`` is not a list of :class:`Spawn`.
     """
 
     items: Mapping[str, Result] = field(default_factory=dict)
     default: Result | None = None
     result: Any = UNSET
     accumulator: Any = UNSET
+    spawn: Sequence[Spawn] = ()
+
+    def __post_init__(self) -> None:
+        if self.spawn:
+            object.__setattr__(self, "spawn", _spawn_tuple("Reduced", self.spawn))
 
 
 def reject_json_constant(name: str) -> Any:

@@ -17,7 +17,7 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import unquote
 
@@ -28,6 +28,7 @@ from handlers.model import (
     Reduced,
     ReducePage,
     Result,
+    Spawn,
     reject_json_constant,
 )
 
@@ -50,7 +51,7 @@ _HEADER_NAMES: Final = {
 _REQUIRED_HEADERS_TEXT: Final = ", ".join(_HEADER_NAMES.values())
 BATCH_FIELDS: Final = ("partition_id", "item_id", "gate", "attempt", "idempotency_key",
                        "data_b64")
-RESULT_KEYS: Final = frozenset({"gate", "done", "data"})
+RESULT_KEYS: Final = frozenset({"gate", "done", "data", "spawn"})
 
 
 class BadRequest(ValueError):
@@ -239,7 +240,7 @@ def coerce_result(value: Any) -> Result:
         if unknown:
             raise ResultError(
                 f"the handler returned a dict with unknown keys {sorted(map(str, unknown))}; "
-                "use only 'gate', 'done' and 'data'")
+                "use only 'gate', 'done', 'data' and 'spawn'")
         try:
             return Result(**value)
         except (TypeError, ValueError) as error:
@@ -256,14 +257,16 @@ def encode_result(result: Result) -> bytes:
     """The JSON body of a successful answer, compact UTF-8.
 
     Only informative keys are written: ``gate`` when set, ``done`` when true,
-    ``data_b64`` for bytes data, ``data`` for other data, nothing for unset data.
+    ``data_b64`` for bytes data, ``data`` for other data, nothing for unset data,
+    and ``spawn`` when it spawns.
 
     Raises:
-        ResultError: ``data`` cannot be encoded as JSON (an unsupported type, a
-            circular reference, ``NaN`` or infinity, an unpaired surrogate).
+        ResultError: ``data`` (or a spawned item's) cannot be encoded as JSON (an
+            unsupported type, a circular reference, ``NaN`` or infinity, an
+            unpaired surrogate).
     """
     data = result.data
-    if data is UNSET:  # the common answers, without the JSON encoder
+    if data is UNSET and not result.spawn:  # the common answers, without the JSON encoder
         if result.gate is None:
             return b'{"done":true}' if result.done else b"{}"
         return (f'{{"gate":{result.gate},"done":true}}' if result.done
@@ -275,8 +278,10 @@ def encode_result(result: Result) -> bytes:
         payload["done"] = True
     if isinstance(data, bytes | bytearray | memoryview):
         payload["data_b64"] = base64.b64encode(data).decode("ascii")
-    else:
+    elif data is not UNSET:
         payload["data"] = data
+    if result.spawn:
+        payload["spawn"] = spawn_payload(result.spawn)
     try:
         return _RESULT_ENCODER.encode(payload).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
@@ -284,6 +289,22 @@ def encode_result(result: Result) -> bytes:
                           f"({type(error).__name__}: {_shorten(str(error))}); return "
                           "JSON-compatible values (dict, list, str, int, float, bool, "
                           "None) or bytes") from None
+
+
+def spawn_payload(spawn: Sequence[Spawn]) -> list[dict[str, Any]]:
+    """The ``spawn`` array of an answer: each new item's id, its gate when set, and its
+    data (``data_b64`` for bytes, ``data`` for any other value)."""
+    entries: list[dict[str, Any]] = []
+    for child in spawn:
+        entry: dict[str, Any] = {"id": child.id}
+        if child.gate is not None:
+            entry["gate"] = child.gate
+        if isinstance(child.data, bytes | bytearray | memoryview):
+            entry["data_b64"] = base64.b64encode(child.data).decode("ascii")
+        else:
+            entry["data"] = child.data
+        entries.append(entry)
+    return entries
 
 
 def encode_error(message: str, *, no_retry: bool, retry_after: float | None = None) -> bytes:
@@ -415,12 +436,17 @@ def coerce_reduced(value: Any) -> Reduced:
             or results that cannot be coerced.
     """
     if isinstance(value, Mapping) and not isinstance(value, Reduced):
-        unknown = set(value) - {"items", "default", "result", "accumulator"}
+        unknown = set(value) - {"items", "default", "result", "accumulator", "spawn"}
         if unknown:
             raise ResultError(
                 f"the reduce function returned a dict with unknown keys "
-                f"{sorted(map(str, unknown))}; use items, default, result and accumulator")
-        value = Reduced(**value)
+                f"{sorted(map(str, unknown))}; use items, default, result, accumulator "
+                "and spawn")
+        try:
+            value = Reduced(**value)
+        except TypeError as error:
+            raise ResultError(f"the reduce function returned an invalid answer: {error}"
+                              ) from None
     if not isinstance(value, Reduced):
         raise ResultError(
             f"the reduce function returned {type(value).__name__}; return "
@@ -430,8 +456,11 @@ def coerce_reduced(value: Any) -> Reduced:
                           f"{type(value.items).__name__}")
     items = {str(key): coerce_result(result) for key, result in value.items.items()}
     default = None if value.default is None else coerce_result(value.default)
+    if any(result.spawn for result in (*items.values(), *([default] if default else []))):
+        raise ResultError("a reduce spawns from Reduced(spawn=[...]), not from an item's "
+                          "Result")
     return Reduced(items=items, default=default, result=value.result,
-                   accumulator=value.accumulator)
+                   accumulator=value.accumulator, spawn=value.spawn)
 
 
 def encode_reduced(reduced: Reduced) -> bytes:
@@ -453,6 +482,8 @@ def encode_reduced(reduced: Reduced) -> bytes:
             payload["result"] = reduced.result
     if reduced.accumulator is not UNSET:
         payload["accumulator"] = reduced.accumulator
+    if reduced.spawn:
+        payload["spawn"] = spawn_payload(reduced.spawn)
     try:
         return _RESULT_ENCODER.encode(payload).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:

@@ -42,6 +42,7 @@ from watcher.protocol import (
     RetryableError,
     WorkItem,
 )
+from watcher.records import NewItem
 from watcher.text import shorten
 
 # A Retry-After beyond this is taken as this: a day is already "much later".
@@ -267,29 +268,88 @@ def parse_answer(document: Any, mask: Mask = _unchanged) -> Result | HandlerErro
         done = False
     elif type(done) is not bool:
         raise MalformedResponseError(f"'done' must be true or false, got {_show(done)}")
+    data = _answer_data(document, "")
+    spawn = parse_spawn(document["spawn"]) if document.get("spawn") is not None else ()
+    return Result(gate=gate, done=done, data=data, spawn=spawn)
+
+
+def _answer_data(document: dict[str, Any], where: str) -> bytes | None:
+    """The bytes an answer object's ``data`` (any JSON value, stored as its compact
+    encoding: ``null`` too) or ``data_b64`` (standard base64) carries; ``None`` when
+    it has neither. ``where`` starts each message (such as ``"spawn[2]: "``).
+
+    Raises:
+        MalformedResponseError: both are set, or the value cannot be stored.
+    """
     encoded = document.get("data_b64")
-    data: bytes | None = None
     if "data" in document:
         if encoded is not None:
-            raise MalformedResponseError("both 'data' and 'data_b64' are set; set one of them")
+            raise MalformedResponseError(
+                f"{where}both 'data' and 'data_b64' are set; set one of them")
         try:
-            data = _DATA_ENCODER.encode(document["data"]).encode()
+            return _DATA_ENCODER.encode(document["data"]).encode()
         except UnicodeEncodeError:
             raise MalformedResponseError(
-                "'data' contains an unpaired UTF-16 surrogate escape") from None
+                f"{where}'data' contains an unpaired UTF-16 surrogate escape") from None
         except RecursionError:
-            raise MalformedResponseError("'data' is nested too deeply to store") from None
-    elif encoded is not None:
-        if not isinstance(encoded, str):
+            raise MalformedResponseError(f"{where}'data' is nested too deeply to store") from None
+    if encoded is None:
+        return None
+    if not isinstance(encoded, str):
+        raise MalformedResponseError(
+            f"{where}'data_b64' must be a base64 string, got {_show(encoded)}")
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise MalformedResponseError(
+            f"{where}'data_b64' is not valid base64 (standard alphabet, with = padding)"
+        ) from None
+
+
+SPAWN_FIELDS: Final = frozenset({"id", "gate", "data", "data_b64"})
+
+
+def parse_spawn(value: Any) -> tuple[NewItem, ...]:
+    """An answer's ``spawn``: a JSON array of ``{"id", "gate"?, "data" | "data_b64"}``
+    objects, as the :class:`NewItem` values the engine inserts (a missing or ``null``
+    gate is ``None``: the engine's default). Only the shape is checked here; the id
+    rules, the count limit, repeats and gates are the engine's
+    (:func:`watcher.spawning.spawn_problem`), the same for every kind of answer.
+
+    Raises:
+        MalformedResponseError: not an array, an entry not an object, an unknown
+            key (a typo such as ``"gates"`` is caught), a missing or non-string id,
+            a bad gate, or neither or both of ``data`` and ``data_b64``.
+    """
+    if not isinstance(value, list):
+        raise MalformedResponseError(
+            f"'spawn' must be an array of new items, got {_show(value)}")
+    children: list[NewItem] = []
+    for position, entry in enumerate(value):
+        where = f"spawn[{position}]: "
+        if not isinstance(entry, dict):
             raise MalformedResponseError(
-                f"'data_b64' must be a base64 string, got {_show(encoded)}")
-        try:
-            data = base64.b64decode(encoded, validate=True)
-        except (binascii.Error, ValueError):
+                f"{where}each new item must be an object such as "
+                f'{{"id": "a", "data": {{}}}}, got {_show(entry)}')
+        unknown = sorted(set(entry) - SPAWN_FIELDS)
+        if unknown:
             raise MalformedResponseError(
-                "'data_b64' is not valid base64 (standard alphabet, with = padding)"
-            ) from None
-    return Result(gate=gate, done=done, data=data)
+                f"{where}unknown key {_show(unknown[0])}; a new item has 'id', 'gate', "
+                "and 'data' or 'data_b64'")
+        item_id = entry.get("id")
+        if not isinstance(item_id, str):
+            raise MalformedResponseError(f"{where}'id' must be a string, got {_show(item_id)}")
+        gate = entry.get("gate")
+        if gate is not None and (type(gate) is not int or not 0 <= gate <= MAX_GATE):
+            raise MalformedResponseError(
+                f"{where}'gate' must be an integer from 0 to {MAX_GATE}, got {_show(gate)}")
+        data = _answer_data(entry, where)
+        if data is None:
+            raise MalformedResponseError(
+                f"{where}a new item needs its content: set 'data' (any JSON value) or "
+                "'data_b64'")
+        children.append(NewItem(item_id, data, gate))
+    return tuple(children)
 
 
 def parse_handler_error(value: Any, mask: Mask = _unchanged) -> HandlerError:
@@ -529,8 +589,9 @@ def read_reduce_reply(reply: Reply, call: ReduceCall, *, max_bytes: int,
     The answer is a JSON object: ``items`` (item id to a per-item answer
     object), ``default`` (a per-item answer object), ``result`` or
     ``result_b64`` (the partition result), and for a fold page ``accumulator``
-    (required, any JSON value). ``error`` reports a failure as in the per-item
-    contract. Whether the ids and gates fit the request is the engine's check
+    (required, any JSON value); ``spawn`` (new items at later gates, not on a
+    fold page). ``error`` reports a failure as in the per-item contract.
+    Whether the ids and gates fit the request is the engine's check
     (:func:`watcher.reduction.reduce_step`). Never raises.
     """
     folding = call.pass_ == "fold"
@@ -576,8 +637,15 @@ def _reduce_result(document: dict[str, Any], folding: bool) -> ReduceResult:
                 "is sent with it; a handler whose reduce takes the whole gate at once "
                 "cannot serve a gate of more than one page")
         accumulator = _encode_value("accumulator", document["accumulator"])
+    spawn: tuple[NewItem, ...] = ()
+    if document.get("spawn") is not None:
+        if folding:
+            raise MalformedResponseError(
+                "a fold page may not spawn items; spawn from the apply pass, or from a "
+                "reduce that answers the whole gate at once")
+        spawn = parse_spawn(document["spawn"])
     return ReduceResult(items=items, default=default_result, result=result,
-                        accumulator=accumulator)
+                        accumulator=accumulator, spawn=spawn)
 
 
 def _reduce_item_answer(where: str, answer: Any) -> Result:
@@ -589,6 +657,9 @@ def _reduce_item_answer(where: str, answer: Any) -> Result:
         raise MalformedResponseError(
             f"{where} is an error; a reduce fails or succeeds as a whole: answer the "
             "reduce with an error instead")
+    if parsed.spawn:
+        raise MalformedResponseError(
+            f"{where} spawns items; in a reduce, spawn from the answer's top-level 'spawn'")
     return parsed
 
 
