@@ -1,11 +1,12 @@
 """``processor demo``: the resume pipeline end to end, on a throwaway SQLite database.
 
 It serves the example handler (``handlers/examples/resumes.py``) with uvicorn
-on loopback, runs a watcher that POSTs to it, inserts one partition of
-resumes (two of them unreadable scans), shows progress per gate while gate 0
-(extract and classify) fans out and gate 1 (rank, a reduce gate) fans in, and
-prints the top candidates from the partition's result, which the reduce
-stored. The partition carries on without the unreadable resumes
+on loopback, runs a watcher that POSTs to it, and inserts one partition of one
+item: an inbox, a zip of resumes (two of them unreadable scans). At gate 0 the
+inbox unpacks itself by spawning one item per resume, and each resume is
+extracted and classified (the fan-out); gate 1 (rank, a reduce gate) fans in.
+It shows progress per gate meanwhile and prints the top candidates from the
+partition's result, which the reduce stored. The partition carries on without the unreadable resumes
 (``on_item_failure="continue"``), so they are listed as failures instead of
 stopping the ranking.
 
@@ -47,7 +48,8 @@ from watcher.watcher import Watcher
 PARTITION = "opening-42"
 DEMO_TIMEOUT = 60.0
 REFRESH = 0.1
-GATE_NAMES = {0: "extract + classify", 1: "rank (reduce: fan-in)"}
+GATE_NAMES = {0: "unpack (spawn) + extract + classify", 1: "rank (reduce: fan-in)"}
+INBOX = "inbox"
 UNREADABLE = 2
 # With the console: how long the demo waits before creating its partition, so that a
 # browser opened on the printed address sees the partition from its start.
@@ -80,6 +82,8 @@ async def _progress(client: AsyncClient, info: PartitionInfo, elapsed: float) ->
     for gate, name in GATE_NAMES.items():
         if gate == info.gate and info.reduce is not None and info.status == "available":
             name += " - reducing"
+        if gate == 0:
+            name += f" - {info.spawned} spawned"
         table.add_row(str(gate), name, str(waiting[gate]), f"{passed[gate]}/{total}")
     if failed:
         table.add_row("-", "failed (skipped)", str(failed), escape(first_error))
@@ -153,10 +157,10 @@ async def _until_stopped() -> None:
 
 async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console) -> int:
     """Rank ``resumes`` resumes on ``db_url`` and print the best ``top``; the exit code."""
-    from handlers.examples.resumes import sample_resumes
+    from handlers.examples.resumes import inbox_archive, sample_resumes
 
-    console.print(f"[bold]statefeed demo[/]: {resumes} resumes -> gate 0 extract + "
-                  f"classify -> gate 1 rank, on {escape(db_url)}")
+    console.print(f"[bold]statefeed demo[/]: one inbox of {resumes} resumes -> gate 0 "
+                  f"unpack (spawn) + extract + classify -> gate 1 rank, on {escape(db_url)}")
     async with _serve_handler(_free_port()) as handler_url, \
             AsyncClient(db_url) as client:
         store = Store.open(db_url)
@@ -168,9 +172,10 @@ async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console
         try:
             documents = sample_resumes(resumes, seed=42,
                                        unreadable=min(UNREADABLE, resumes))
-            await client.create_partition(PARTITION, [
-                NewItem(f"resume-{n:03}", document) for n, document in enumerate(documents)
-            ], reduce_gates=[1], on_item_failure="continue")
+            # One item: the fan-out (one item per resume) is the inbox's own step.
+            await client.create_partition(
+                PARTITION, [NewItem(INBOX, inbox_archive(documents))],
+                reduce_gates=[1], on_item_failure="continue")
             watcher.wake()
             info = await client.partition(PARTITION)
             with Live(console=console, refresh_per_second=10, transient=False) as live:
@@ -207,8 +212,9 @@ async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console
         if error.startswith("partition ") and "): " in error:
             error = error.split("): ", 1)[1]
         console.print(f"[yellow]skipped[/] {escape(str(failure['id']))}: {escape(error)}")
-    console.print(f"[green]complete[/]: {ranking['ranked']} resumes ranked, "
-                  f"{ranking['failed_count']} unreadable, in {elapsed:.2f} s")
+    console.print(f"[green]complete[/]: the inbox spawned {info.spawned} resumes; "
+                  f"{ranking['ranked']} resumes ranked, {ranking['failed_count']} "
+                  f"unreadable, in {elapsed:.2f} s")
     return 0
 
 

@@ -1,7 +1,11 @@
 """A resume pipeline in two gates: fan out to classify, fan in to rank.
 
 Each item of a partition (one job opening) is one resume, stored as JSON bytes
-``{"name": ..., "text": ...}``.
+``{"name": ..., "text": ...}``, or an *inbox*: a zip of resumes as uploaded,
+whose item id starts with ``inbox``. At gate 0 an inbox unpacks itself by
+spawning one item per resume (``resume-007.json`` becomes item ``resume-007``),
+:data:`UNPACK_PAGE` per answer, and completes: the whole fan-out happens inside
+statefeed, exactly once, and gate 1 waits for every resume it spawned.
 
 Gate 0, *extract and classify* (fan-out: every resume on its own, in parallel)
     parses the skills and the years of experience out of the free text and
@@ -35,9 +39,12 @@ Serve with ``uvicorn handlers.examples.resumes:app``. The pure functions
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import random
 import re
+import zipfile
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -204,6 +211,58 @@ def top_candidates(items_data: Iterable[bytes], k: int) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- handlers
 
 
+INBOX_PREFIX: Final = "inbox"
+# Resumes one inbox answer spawns; a larger archive is unpacked over several calls.
+UNPACK_PAGE: Final = 500
+
+
+def intake(item: handlers.Item) -> handlers.Result:
+    """Gate 0: an inbox unpacks (:func:`unpack`); a resume is classified (:func:`extract`)."""
+    return unpack(item) if item.id.startswith(INBOX_PREFIX) else extract(item)
+
+
+def unpack(item: handlers.Item) -> handlers.Result:
+    """An inbox's step: spawn one resume per ``.json`` file of its zip, at gate 0.
+
+    At most :data:`UNPACK_PAGE` per answer: until the last page, the answer keeps
+    the archive and the next position in the inbox's data and asks to run again
+    (``Result()`` at the same gate), so any number of resumes unpacks in bounded
+    pieces. The last page completes the inbox with ``{"unpacked": n}``. Item ids
+    come from the file names, so a step that runs again spawns the same ids.
+
+    Raises:
+        handlers.Fail: the data is not a zip archive (422, not retried).
+    """
+    if item.data.startswith(b"PK"):  # the archive as uploaded: the first page
+        archive, start = item.data, 0
+    else:
+        state = item.json()
+        archive, start = base64.b64decode(state["archive"]), state["next"]
+    try:
+        with zipfile.ZipFile(io.BytesIO(archive)) as files:
+            names = sorted(name for name in files.namelist() if name.endswith(".json"))
+            page = names[start:start + UNPACK_PAGE]
+            spawn = [handlers.Spawn(name.rsplit("/", 1)[-1].removesuffix(".json"),
+                                    files.read(name)) for name in page]
+    except zipfile.BadZipFile as error:
+        raise handlers.Fail(f"the inbox is not a zip archive ({error})") from None
+    end = start + len(page)
+    if end >= len(names):
+        return handlers.Result(done=True, data={"unpacked": len(names)}, spawn=spawn)
+    return handlers.Result(data={"archive": base64.b64encode(archive).decode("ascii"),
+                                 "next": end}, spawn=spawn)
+
+
+def inbox_archive(resumes: Iterable[bytes]) -> bytes:
+    """A zip of ``resumes`` as ``resume-000.json``, ``resume-001.json``, ...: what an
+    inbox item carries."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as files:
+        for number, resume in enumerate(resumes):
+            files.writestr(f"resume-{number:03}.json", resume)
+    return buffer.getvalue()
+
+
 def extract(item: handlers.Item) -> handlers.Result:
     """Gate 0: classify the resume and move it to gate 1 with the enriched fields.
 
@@ -306,7 +365,7 @@ def opening_result(best: dict[str, Any]) -> dict[str, Any]:
 
 RANK: Final = handlers.Reduce(fold=keep_best, apply=mark_ranks, result=opening_result)
 
-app = handlers.app({0: extract, 1: rank}, reduce=RANK)
+app = handlers.app({0: intake, 1: rank}, reduce=RANK)
 
 
 # --------------------------------------------------------------------------- sample data

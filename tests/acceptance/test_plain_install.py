@@ -93,7 +93,8 @@ def test_client_migrate_and_demo_run_on_sqlite(venv: Path, tmp_path: Path) -> No
 
     done = _run([str(venv / "processor"), "demo", "--resumes", "6", "--top", "2"], tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "complete: 4 resumes ranked, 2 unreadable" in done.stdout
+    assert "the inbox spawned 6 resumes; 4 resumes ranked, 2 unreadable" in (
+        done.stdout.replace("\n", " "))
 
 
 @pytest.mark.parametrize(("url", "extra", "packages"), [
