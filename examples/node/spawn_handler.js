@@ -1,8 +1,4 @@
-// A statefeed handler in Node.js, no dependencies: node spawn_handler.js [port]
-// A folder item ({"files": N}) lists its files by spawning one item per file,
-// 100 per answer: each answer keeps its cursor in the folder's data and, until
-// the last page, asks to be called again (same gate, not done).
-const PAGE = 100;
+// node spawn_handler.js [port]: a folder {"files": N} spawns its files, 100 per call.
 require("http").createServer((req, res) => {
   if (req.method === "GET") return res.end('{"status":"ok"}');
   let body = "";
@@ -11,16 +7,13 @@ require("http").createServer((req, res) => {
     const id = decodeURIComponent(req.headers["x-item-id"]);
     const item = JSON.parse(body || "{}");
     res.setHeader("Content-Type", "application/json");
-    if (item.files === undefined) {  // one file: do its work, then it is done
+    if (item.files === undefined)  // a file: its own work, then done
       return res.end(JSON.stringify({ done: true, data: { file: item.file, checked: true } }));
-    }
-    const from = item.cursor || 0;
-    const to = Math.min(from + PAGE, item.files);
-    const spawn = [];
-    for (let n = from; n < to; n++) {
+    const from = item.cursor || 0, to = Math.min(from + 100, item.files), spawn = [];
+    for (let n = from; n < to; n++)
       spawn.push({ id: `${id}/file-${n}`, data: { file: `file-${n}.pdf` } });
-    }
-    const done = to === item.files;
-    res.end(JSON.stringify({ done, data: { files: item.files, cursor: to }, spawn }));
+    // Not done until the last page: called again with the cursor kept in its data.
+    const answer = { done: to === item.files, data: { files: item.files, cursor: to }, spawn };
+    res.end(JSON.stringify(answer));
   });
 }).listen(Number(process.argv[2] || 8000));
