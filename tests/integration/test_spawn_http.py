@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -114,3 +115,37 @@ async def test_a_malformed_spawn_over_http_writes_nothing(
         [item] = await client.items("job")
     assert info.status == "failed" and info.spawned == 0
     assert item.status == "failed" and expected in (item.last_error or ""), item.last_error
+
+
+async def test_a_crawl_over_http_then_a_reduce_counts_every_node(
+        db_url, table_prefix, make_store) -> None:
+    """A tree four levels deep, each node spawning its children at gate 0 through the
+    SDK; the reduce at gate 1 counts the nodes exactly, and from the handler's own log
+    no reduce call starts before the last gate-0 call ended."""
+    log: list[tuple[str, float]] = []
+    fanout, depth = 3, 3
+
+    def crawl(item: handlers.Item) -> handlers.Result:
+        log.append(("start", time.monotonic()))
+        level = item.id.count(".")
+        children = ([handlers.Spawn(f"{item.id}.{n}", {"level": level + 1})
+                     for n in range(fanout)] if level < depth else [])
+        log.append(("end", time.monotonic()))
+        return handlers.Result(gate=1, spawn=children)
+
+    def count(page: handlers.ReducePage) -> handlers.Reduced:
+        log.append(("reduce", time.monotonic()))
+        return handlers.Reduced(result={"nodes": len(page.items)})
+
+    app = handlers.app({0: crawl}, reduce=count)
+    expected = sum(fanout ** level for level in range(depth + 1))
+    async with AsyncClient(db_url, table_prefix) as client, serve_app(app) as url:
+        await client.create_partition("site", [NewItem("n", b"{}")], reduce_gates=[1])
+        async with engine(make_store, HttpProcessor(HttpProcessorConfig(handler_url=f"{url}/"))):
+            info = await client.wait("site", timeout=60)
+    assert info.status == "complete" and info.spawned == expected - 1
+    assert json.loads(info.result or b"") == {"nodes": expected}
+    last_end = max(at for what, at in log if what == "end")
+    first_reduce = min(at for what, at in log if what == "reduce")
+    assert sum(what == "end" for what, _ in log) == expected
+    assert first_reduce >= last_end, "the reduce started before the crawl ended"
