@@ -53,3 +53,57 @@ def reduce(results: list[list[Any]], partition: str) -> dict[str, Any]:
     """The chord body: fold every step result of ``partition`` into its summary."""
     folded = summary(fold(None, ((identifier, value) for identifier, value in results)))
     return {"partition": partition, **folded, "done_at": time.monotonic()}
+
+
+# --------------------------------------------------------------------------- crawl
+
+# A crawl's fan-in, as Celery users build it by hand for a fan-out whose size is known
+# only as it runs (a chord's header is fixed when it is sent): two Redis counters per
+# crawl. A node adds its children to ``pending`` before it counts itself ``done``; the
+# node that makes ``done`` equal ``pending`` is the last, and sends the reduce.
+
+
+def crawl_children(node: str, depth: int, fanout: int) -> list[str]:
+    """The children of ``node`` (``"n"``, ``"n.0"``, ``"n.0.2"``...) in a tree ``depth``
+    levels below the root, ``fanout`` per node."""
+    return [f"{node}.{n}" for n in range(fanout)] if node.count(".") < depth else []
+
+
+def _counters(crawl: str) -> tuple[str, str]:
+    return f"bench-crawl:{crawl}:pending", f"bench-crawl:{crawl}:done"
+
+
+def crawl_start(crawl: str, depth: int, fanout: int, queue: str) -> Any:
+    """Set a crawl's counters and send its root; returns the root task's result."""
+    pending, done = _counters(crawl)
+    client = app.backend.client
+    client.set(pending, 1)
+    client.set(done, 0)
+    return crawl_node.apply_async((crawl, "n", depth, fanout, queue), queue=queue)
+
+
+@app.task(name="bench.crawl_node")
+def crawl_node(crawl: str, node: str, depth: int, fanout: int, queue: str) -> None:
+    """Visit one node: send its children, count it, and send the reduce if it is last."""
+    client = app.backend.client
+    pending, done = _counters(crawl)
+    children = crawl_children(node, depth, fanout)
+    if children:
+        client.incrby(pending, len(children))
+        for child in children:
+            crawl_node.apply_async((crawl, child, depth, fanout, queue), queue=queue,
+                                   ignore_result=True)
+    finished = client.incr(done)
+    if finished == int(client.get(pending)):
+        crawl_reduce.apply_async((crawl,), queue=queue)
+
+
+@app.task(name="bench.crawl_reduce")
+def crawl_reduce(crawl: str) -> dict[str, Any]:
+    """The crawl's fan-in: how many nodes it visited, stamped with ``time.monotonic()``."""
+    client = app.backend.client
+    pending, done = _counters(crawl)
+    nodes = int(client.get(done))
+    client.set(f"bench-crawl:{crawl}:result", f"{nodes} {time.monotonic()}", ex=RESULT_EXPIRES)
+    client.delete(pending, done)
+    return {"crawl": crawl, "nodes": nodes, "done_at": time.monotonic()}

@@ -45,11 +45,11 @@ DATABASES = ("sqlite", "postgres", "mariadb")
 DATABASE_TITLES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mariadb": "MariaDB"}
 
 # Scenario names, in the order they run and print.
-SCENARIOS = ("library", "http", "batch", "latency", "failover", "scale", "fanin", "reduce",
-             "chord")
+SCENARIOS = ("library", "http", "batch", "spawn", "latency", "failover", "scale", "fanin",
+             "reduce", "chord", "crawl")
 # Scenarios that run on PostgreSQL alone (they compare with PostgreSQL-only systems or
 # time PostgreSQL's wake-ups); on the other databases they are reported as not run.
-POSTGRES_ONLY = ("failover", "fanin", "reduce", "chord")
+POSTGRES_ONLY = ("failover", "fanin", "reduce", "chord", "crawl")
 
 
 def postgres_url() -> str:
@@ -103,6 +103,11 @@ class Sizes:
     fanin_items: int = 10_000  # fan-in latency: items per reduce gate
     fanin_samples: int = 10  # fan-in latency: partitions, one after another
     reduce_gate_items: tuple[int, ...] = (10_000, 100_000)  # big reduce gates, in turn
+    spawn_children: int = 100_000  # spawn: children inserted through answers, in all
+    spawn_page: int = 1_000  # spawn: children per answer (and per add_items call)
+    crawl_count: int = 20  # crawl: trees, each one partition (one reduce)
+    crawl_fanout: int = 5  # crawl: children per node
+    crawl_depth: int = 3  # crawl: levels below the root (5, 3: 156 nodes a tree)
     chord_partitions: int = 20  # fan-out/fan-in against Celery's chord: P partitions x
     chord_items: int = 500  # N items each
     # Celery worker setups ("pool:concurrency"), each run in turn; the best one counts.
@@ -120,6 +125,8 @@ class Sizes:
                         lease_duration=1.5, scale_partitions=20, scale_items=20,
                         query_samples=20, fanin_items=1_200, fanin_samples=2,
                         reduce_gate_items=(300, 2_500), chord_partitions=3, chord_items=20,
+                        spawn_children=2_000, spawn_page=100, crawl_count=3,
+                        crawl_fanout=3, crawl_depth=2,
                         celery_setups=("prefork:2",), phase_timeout=60.0)
         elif full:
             sizes = cls(items=100_000, http_items=20_000, batch_items=100_000,

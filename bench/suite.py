@@ -74,12 +74,13 @@ GOALS_TITLE_PER_DATABASE = "Goals (issues 5 and 14), per database"
 
 def runners() -> dict[str, Runner]:
     """Each scenario's entry point, by name."""
-    from bench import chord, failover, http_mode, latency, library, reduce, scale
+    from bench import chord, crawl, failover, http_mode, latency, library, reduce, scale, spawn
 
     return {"library": library.run, "http": http_mode.run_per_item,
-            "batch": http_mode.run_batch, "latency": latency.run, "failover": failover.run,
+            "batch": http_mode.run_batch, "spawn": spawn.run, "latency": latency.run,
+            "failover": failover.run,
             "scale": scale.run, "fanin": reduce.run_fanin, "reduce": reduce.run_big,
-            "chord": chord.run}
+            "chord": chord.run, "crawl": crawl.run}
 
 
 def plan_for(databases: Sequence[str], scenarios: Sequence[str]) -> dict[str, tuple[str, ...]]:

@@ -7,10 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from processor import AsyncClient, NewItem
 from tests.support.engine import running, wait_until
 from watcher import CountingHooks, Result, Watcher, WatcherConfig, WorkItem
 from watcher.protocol import ReduceCall, ReduceResult
+from watcher.records import ItemWrite, LeaseRow
+from watcher.spawning import SpawnConflictError
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2}
@@ -222,3 +226,19 @@ async def test_spawned_items_are_read_without_waiting_for_a_poll(db_url, table_p
     async with running(watcher):
         await wait_until(done.is_set, timeout=10, message="the spawned child's call")
     await client.close()
+
+
+async def test_one_batch_spawning_an_id_twice_is_refused_whole(store, make_store) -> None:
+    """Two answers of one batch spawn the same id: the batch writes nothing and the error
+    names the second answer; alone, the first is written with its child."""
+    await store.partition_create("p", [NewItem("a", b""), NewItem("b", b"")])
+    await store.leases_take([LeaseRow("p", 1, 0, "")], "w1", 30)
+    first = ItemWrite("p", "a", 1, "complete", None, 0, spawn=(NewItem("x", b"1", 0),))
+    second = ItemWrite("p", "b", 1, "complete", None, 0, spawn=(NewItem("x", b"2", 0),))
+    with pytest.raises(SpawnConflictError, match=r"item 'b'.*'x'"):
+        await store.items_apply([first, second], "w1")
+    assert [item.id for item in await store.items_list("p")] == ["a", "b"]
+    assert await store.items_apply([first], "w1") == [True]
+    items = {item.id: item for item in await store.items_list("p")}
+    assert items["x"].parent == "a" and items["x"].data == b"1"
+    assert (await store.partition_get("p")).spawned == 1

@@ -12,7 +12,8 @@ module: :mod:`~watcher.store.partitions` (client writes and reads),
 :mod:`~watcher.store.removal` (delete, purge, item retention),
 :mod:`~watcher.store.fleet` (leader leases, backlog), :mod:`~watcher.store.leases`
 (leases and a holder's transitions), :mod:`~watcher.store.hot` (the dispatch
-path) and :mod:`~watcher.store.reduce` (reduce gates), on
+path) and :mod:`~watcher.store.reduce` (reduce gates), both on
+:mod:`~watcher.store.spawns` (what their answers spawn), on
 :mod:`~watcher.store.base` (engine, transactions, the partition lock and the lease
 guard) and :mod:`~watcher.store.codecs` (shared values). The SQL every database
 shares is :class:`watcher.statements.Statements`; what a database does its own way

@@ -20,7 +20,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from watcher.checks import check_seconds
@@ -37,14 +36,12 @@ from watcher.models import AVAILABLE, DELETING
 from watcher.records import NewItem
 from watcher.round_trips import RoundTrips
 from watcher.schema import Tables, tables_for
-from watcher.spawning import SpawnConflictError
 from watcher.statements import Statements
 from watcher.store.codecs import (
     IN_CHUNK,
     INSERT_CHUNK,
     LIKE_ESCAPE,
     chunks,
-    colliding_ids,
     like_prefix,
 )
 
@@ -149,11 +146,21 @@ class StoreBase:
         Raises:
             sqlalchemy.exc.IntegrityError: an id is stored already.
         """
-        if not items:
+        await self._rows_insert(conn, [(partition_id, item, parent) for item in items])
+
+    async def _rows_insert(self, conn: AsyncConnection,
+                           rows: Sequence[tuple[str, NewItem, str | None]]) -> None:
+        """Insert ``(partition id, item, parent)`` rows at available, in ``conn``'s
+        transaction, a chunk of rows per statement.
+
+        Raises:
+            sqlalchemy.exc.IntegrityError: an id is stored already.
+        """
+        if not rows:
             return
         now = (await conn.execute(select(self.statements.now))).scalar_one()
         statement = insert(self.tables.items)
-        for chunk in chunks(items, INSERT_CHUNK):
+        for chunk in chunks(rows, INSERT_CHUNK):
             await conn.execute(statement, [
                 {
                     "partition_id": partition_id, "id": item.id, "version": 1,
@@ -161,30 +168,8 @@ class StoreBase:
                     "data": item.data, "attempts": 0, "last_error": None, "retry_at": now,
                     "created_at": now, "updated_at": now, "parent": parent,
                 }
-                for item in chunk
+                for partition_id, item, parent in chunk
             ])
-
-    async def _spawn_in(self, conn: AsyncConnection, partition_id: str, parent: str | None,
-                        children: Sequence[NewItem]) -> None:
-        """Insert the items an answer spawned, in the transaction that writes the answer,
-        and count them on the partition (its version is left alone: the lease's guard).
-
-        Raises:
-            SpawnConflictError: an id is stored already, or two compare as equal on
-                this database (the caller's transaction is to be rolled back).
-        """
-        stored = await self._stored_ids(conn, partition_id, [child.id for child in children])
-        if stored:
-            raise SpawnConflictError(partition_id, parent, stored)
-        try:
-            await self._items_insert(conn, partition_id, children, parent)
-        except IntegrityError:
-            # Two ids the database compares as equal (MariaDB and MySQL ignore trailing
-            # spaces, SQL Server too), or a client added one meanwhile.
-            raise SpawnConflictError(partition_id, parent, colliding_ids(children)) from None
-        p = self.tables.partitions
-        await conn.execute(update(p).where(p.c.id == partition_id)
-                           .values(spawned=p.c.spawned + len(children)))
 
     @property
     def notifies(self) -> bool:

@@ -17,10 +17,10 @@ from watcher.records import (
     ItemWrite,
     ReadyItem,
 )
-from watcher.store.base import StoreBase
+from watcher.store.spawns import SpawnsStore
 
 
-class HotPathStore(StoreBase):
+class HotPathStore(SpawnsStore):
     """What every dispatch pass reads and writes."""
 
     async def items_ready(self, partition_id: str, gate: int, limit: int,
@@ -105,6 +105,7 @@ class HotPathStore(StoreBase):
                                                   delayed=bool(write.retry_delay))
                 result = await conn.execute(statement, statements.item_write_params(write, owner))
                 applied.append(result.rowcount == 1)
-                if applied[-1] and write.spawn:
-                    await self._spawn_in(conn, write.partition_id, write.item_id, write.spawn)
+            await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)
+                                        for write, ok in zip(writes, applied, strict=True)
+                                        if ok and write.spawn])
         return applied

@@ -23,15 +23,15 @@ from watcher.records import (
     ReduceState,
 )
 from watcher.reduction import ReduceStep
-from watcher.store.base import StoreBase
 from watcher.store.codecs import (
     INSERT_CHUNK,
     GuardLost,
     chunks,
 )
+from watcher.store.spawns import SpawnsStore
 
 
-class ReduceStore(StoreBase):
+class ReduceStore(SpawnsStore):
     """A reduce gate's reads and its guarded step writes."""
 
     async def reduce_state_read(self, partition_id: str) -> ReduceState | None:
@@ -105,8 +105,7 @@ class ReduceStore(StoreBase):
                     await conn.execute(update(p).where(p.c.id == partition_id)
                                        .values(result=step.result))
                 await self._reduce_items_write(conn, step.writes, owner)
-                if step.spawn:
-                    await self._spawn_in(conn, partition_id, None, step.spawn)
+                await self._spawn_in(conn, [(partition_id, None, step.spawn)])
         except GuardLost:
             return None
         return version + 1

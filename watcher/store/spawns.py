@@ -1,0 +1,88 @@
+"""Spawned items: inserted in the transaction that writes the answers that spawned them.
+
+A batch of answers (a writer's batch of item results, or one reduce step) spawns
+in a few statements, whatever the number of answers: one read of the ids the
+partitions hold already, the inserts in chunks, and one count per partition.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+from sqlalchemy import update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from watcher.records import NewItem
+from watcher.spawning import SpawnConflictError
+from watcher.store.base import StoreBase
+from watcher.store.codecs import colliding_ids
+
+Spawn = tuple[str, str | None, Sequence[NewItem]]
+"""What one answer spawned: its partition id, the spawning item's id (``None``: a
+reduce), and the new items, gates resolved."""
+
+
+class SpawnsStore(StoreBase):
+    """Inserting what answers spawned, inside the transaction that writes the answers."""
+
+    async def _spawn_in(self, conn: AsyncConnection, spawns: Sequence[Spawn]) -> None:
+        """Insert every new item of ``spawns`` and count them on their partitions (whose
+        versions are left alone: they are the leases' guard), in ``conn``'s transaction.
+
+        Raises:
+            SpawnConflictError: an id is stored already, spawned twice in the batch, or
+                two compare as equal on this database; it names the first answer at
+                fault (the caller's transaction is to be rolled back).
+        """
+        spawns = [spawn for spawn in spawns if spawn[2]]
+        if not spawns:
+            return
+        _refuse_repeats(spawns)
+        by_partition: dict[str, list[str]] = defaultdict(list)
+        for partition_id, _, children in spawns:
+            by_partition[partition_id] += [child.id for child in children]
+        for partition_id, ids in by_partition.items():
+            stored = set(await self._stored_ids(conn, partition_id, ids))
+            if stored:
+                _refuse_stored(spawns, partition_id, stored)
+        try:
+            await self._rows_insert(conn, [(partition_id, child, parent)
+                                           for partition_id, parent, children in spawns
+                                           for child in children])
+        except IntegrityError:
+            # Two ids the database compares as equal (MariaDB and MySQL ignore trailing
+            # spaces, SQL Server too), or a client added one meanwhile.
+            partition_id, parent, children = spawns[0]
+            raise SpawnConflictError(partition_id, parent, colliding_ids(
+                [child for spawn in spawns for child in spawn[2]])) from None
+        p = self.tables.partitions
+        counts = Counter({partition_id: 0 for partition_id in by_partition})
+        for partition_id, _, children in spawns:
+            counts[partition_id] += len(children)
+        for partition_id, count in counts.items():
+            await conn.execute(update(p).where(p.c.id == partition_id)
+                               .values(spawned=p.c.spawned + count))
+
+
+def _refuse_repeats(spawns: Sequence[Spawn]) -> None:
+    """Raises SpawnConflictError for the first answer that spawns an id an earlier answer
+    of the batch spawned into the same partition (each answer's own ids are distinct)."""
+    seen: set[tuple[str, str]] = set()
+    for partition_id, parent, children in spawns:
+        keys = {(partition_id, child.id) for child in children}
+        repeated = sorted(item_id for _, item_id in keys & seen)
+        if repeated:
+            raise SpawnConflictError(partition_id, parent, repeated)
+        seen |= keys
+
+
+def _refuse_stored(spawns: Sequence[Spawn], partition_id: str, stored: set[str]) -> None:
+    """Raises SpawnConflictError naming the first answer into ``partition_id`` that
+    spawns one of the ``stored`` ids."""
+    for spawn_partition, parent, children in spawns:
+        if spawn_partition == partition_id:
+            clashing = sorted(child.id for child in children if child.id in stored)
+            if clashing:
+                raise SpawnConflictError(partition_id, parent, clashing)
