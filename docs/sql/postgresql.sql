@@ -153,16 +153,21 @@ ORDINALITY AS v(value, n)
 -- name: items_apply_spawning (1)
 UPDATE items
    SET
-version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
-       status=%(new_status)s::VARCHAR,
-       attempts=%(new_attempts)s::INTEGER,
-       last_error=%(new_error)s::VARCHAR,
-       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_1)s::INT AS INTEGER), items.gate),
+       status=(CAST(v.value ->> %(value_2)s::INT AS VARCHAR)),
+       data=coalesce(decode(CAST(v.value ->> %(value_3)s::INT AS VARCHAR), %(decode_1)s::VARCHAR), items.data),
+       attempts=(CAST(v.value ->> %(value_4)s::INT AS INTEGER)),
+       last_error=(CAST(v.value ->> %(value_5)s::INT AS VARCHAR)),
+       retry_at=CASE WHEN (CAST((v.value ->> %(value_6)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_6)s::INT AS FLOAT)))
+            ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+             END,
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE items.partition_id = %(pid)s::VARCHAR
-   AND items.id = %(iid)s::VARCHAR
-   AND items.version = %(seen)s::INTEGER
-   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s::VARCHAR AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))));
+  FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
+ORDINALITY AS v(value, n)
+ WHERE items.partition_id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR)
+   AND items.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
+   AND items.version = CAST((v.value ->> %(value_9)s::INT) AS INTEGER)
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
 
 -- name: items_apply_spawning (2)
 SELECT items.id

@@ -197,6 +197,24 @@ class Driver:
                 applied.append(result.rowcount == 1)
         return applied
 
+    async def items_write_each(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
+                               owner: str) -> list[bool]:
+        """Write ``writes``, each guarded and fenced, inside the caller's transaction
+        ``conn`` (one that also inserts what they spawn); returns, per write, whether
+        it was applied. The portable driver sends one ``UPDATE`` per write.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
+        """
+        statements = self.statements
+        applied: list[bool] = []
+        for write in writes:
+            statement = statements.item_write(new_data=write.data is not None,
+                                              delayed=bool(write.retry_delay))
+            result = await conn.execute(statement, statements.item_write_params(write, owner))
+            applied.append(result.rowcount == 1)
+        return applied
+
     # -- wake-ups -----------------------------------------------------------
 
     async def items_write_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],

@@ -133,6 +133,21 @@ class PostgreSQLDriver(DirectDriver):
         result = await conn.execute(self.batch_statement, batch_params(writes, owner))
         return len(result.all())
 
+    async def items_write_each(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
+                               owner: str) -> list[bool]:
+        """The batch UPDATE of :meth:`items_apply` inside the caller's transaction (one
+        that also inserts what the writes spawn); returns, per write, whether it was
+        applied.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
+        """
+        if not writes:
+            return []
+        result = await conn.execute(self.batch_statement, batch_params(writes, owner))
+        applied = {number for (number,) in result.all()}
+        return [number in applied for number in range(1, len(writes) + 1)]
+
     def _build_batch(self) -> Update:
         statements = self.statements
         i = statements.tables.items

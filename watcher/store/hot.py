@@ -89,22 +89,17 @@ class HotPathStore(SpawnsStore):
 
     async def items_apply_spawning(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
         """Write ``writes`` in one transaction, each guarded and fenced as
-        :meth:`items_apply` says, and insert the items each applied write spawns
-        (a write that is fenced off spawns nothing); returns, per write, whether it
-        was applied.
+        :meth:`items_apply` says (as the driver batches them:
+        :meth:`~watcher.drivers.base.Driver.items_write_each`), and insert the items
+        each applied write spawns (a write that is fenced off spawns nothing) in a few
+        statements for the whole batch; returns, per write, whether it was applied.
 
         Raises:
             SpawnConflictError: as :meth:`items_apply` says.
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
         """
-        statements = self.statements
-        applied: list[bool] = []
         async with self._write() as conn:
-            for write in writes:
-                statement = statements.item_write(new_data=write.data is not None,
-                                                  delayed=bool(write.retry_delay))
-                result = await conn.execute(statement, statements.item_write_params(write, owner))
-                applied.append(result.rowcount == 1)
+            applied = await self.driver.items_write_each(conn, writes, owner)
             await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)
                                         for write, ok in zip(writes, applied, strict=True)
                                         if ok and write.spawn])
