@@ -17,20 +17,22 @@ next to it). Without ``--db`` the database is PostgreSQL
 
 Scenarios: library (in-process watcher vs PGQueuer; on SQLite vs the raw
 sqlite3 limit), http (processor run vs bare httpx and aiohttp clients), batch
-(--handler-batch-size), latency (insert -> dispatch, gate advance), failover
+(--handler-batch-size), spawn (children inserted through answers vs the client's
+add_items), latency (insert -> dispatch, gate advance), failover
 (kill -9, SIGTERM), scale (poll queries, memory and statements per item as
 completed items accumulate), fanin (last gate-0 result -> reduce -> partition
 complete, 10,000 items a gate), reduce (a 100,000-item reduce gate in pages,
 and the reducer's memory), chord (P partitions x N items, a step then a
 reduce: statefeed vs Celery's chord on Redis at ``$PROCESSOR_BENCH_REDIS_URL``,
 default ``redis://127.0.0.1:6379/0``; Celery is skipped with a message where
-no Redis answers).
+no Redis answers), crawl (trees visited by spawning, then a reduce counts them:
+statefeed vs Celery with hand-made Redis counters).
 
 Databases (``--db``, repeatable; ``all`` = sqlite, postgres, mariadb): SQLite
 is a fresh file in the run's log directory, MariaDB the server at
 ``$PROCESSOR_BENCH_MARIADB_URL`` (default ``mysql://root@127.0.0.1:3306/test``).
-library, http, batch, latency and scale run on each; failover, fanin, reduce
-and chord on PostgreSQL only (reported as not run on the others), and so does
+library, http, batch, spawn, latency and scale run on each; failover, fanin,
+reduce, chord and crawl on PostgreSQL only (reported as not run on the others), and so does
 PGQueuer within library; on databases without LISTEN/NOTIFY the latency table
 says the first dispatch waits for a poll. Each database gets its tables, then
 come every goal per database and issue 15's goals on the figures of the same
@@ -64,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "http, batch, latency and scale run on each chosen database (SQLite: a fresh file "
         "in the log directory; MariaDB: $PROCESSOR_BENCH_MARIADB_URL, default "
         "mysql://root@127.0.0.1:3306/test; PostgreSQL: $PROCESSOR_BENCH_POSTGRES_URL), "
-        "failover, fanin, reduce and chord on PostgreSQL only; a table per scenario and "
+        "failover, fanin, reduce, chord and crawl on PostgreSQL only; a table per scenario and "
         "database, then issue 15's goals. A database that does not answer is skipped "
         "(exit 2 when none does).")
     size = parser.add_mutually_exclusive_group()
@@ -83,7 +85,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"run only this scenario (repeatable): {', '.join(SCENARIOS)}")
     parser.add_argument("--db", action="append", choices=(*DATABASES, "all"), metavar="DB",
                         help="run on this database (repeatable): sqlite, postgres, mariadb, "
-                        "or all of them; failover, fanin, reduce and chord run on postgres "
+                        "or all of them; failover, fanin, reduce, chord and crawl run on postgres "
                         "only. Default: postgres alone, with the single-database JSON")
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "latest.json",
                         metavar="PATH", help="where to write the JSON (default: %(default)s)")

@@ -24,8 +24,8 @@ from tests.conftest import POSTGRES_URL, require_bench_peers, require_postgres
 from watcher.dburl import parse_database_url
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = ("library", "http", "batch", "latency", "failover", "scale", "fanin", "reduce",
-             "chord")
+SCENARIOS = ("library", "http", "batch", "spawn", "latency", "failover", "scale", "fanin",
+             "reduce", "chord", "crawl")
 
 # The figures a scenario writes on every database it runs on (dotted paths into its
 # JSON object, each a number above zero); batch's where the build has batch mode.
@@ -76,7 +76,7 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--json", str(out)], cwd=REPO,
-        capture_output=True, text=True, timeout=200,
+        capture_output=True, text=True, timeout=300,
         env={**os.environ, "PROCESSOR_BENCH_POSTGRES_URL": POSTGRES_URL, "COLUMNS": "160"})
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     document = json.loads(out.read_text())
@@ -159,13 +159,26 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
                  "ratio_library_p99_over_best_celery_p99")
         _no_celery_left([run["queue"] for run in celery["setups"]])
 
+    spawn = scenarios["spawn"]
+    assert spawn["children"] >= sizes["spawn_children"] and spawn["page"] == sizes["spawn_page"]
+    positive(spawn, "add_items_per_second", "spawn_per_second", "cost_ratio")
+
+    crawl = scenarios["crawl"]
+    assert crawl["statefeed_library"]["partitions"] == sizes["crawl_count"]
+    positive(crawl, "statefeed_library.steps_per_s", "statefeed_library.partition_latency.p99_ms")
+    if "skipped" not in crawl["celery"]:
+        assert [run["setup"] for run in crawl["celery"]["setups"]] == sizes["celery_setups"]
+        positive(crawl, "lead_nodes_per_second", "lead_p99")
+
     names = {goal["name"] for goal in document["goals"]}
     assert {"library: statefeed vs PGQueuer (best vs best)", "DB statements per item, amortized",
             "HTTP per-item: processor vs bare aiohttp", "HTTP batch vs bare per-item",
             "insert -> first dispatch p50", "gate advance p50",
             "reduce: memory bounded as the gate grows (bench criterion)",
             "chord: statefeed library (defaults) vs best Celery, steps/s",
-            "chord: partition p99, statefeed library / best Celery"} <= names
+            "chord: partition p99, statefeed library / best Celery",
+            "spawn cost per child vs add_items", "crawl: statefeed vs best Celery, nodes/s",
+            "crawl: best Celery p99 / statefeed p99"} <= names
     assert {goal["result"] for goal in document["goals"]} <= {"PASS", "MISS", "n/a"}
     assert "Goals" in done.stdout
     assert "PASS" in done.stdout or "MISS" in done.stdout
