@@ -1,6 +1,7 @@
 """Spawn under chaos (PostgreSQL, ``processor run`` subprocesses): producers page their
 children through answers (50 per call, the cursor in their own data) while processors
-are killed with kill -9, frozen past their lease, and their database sessions dropped.
+are killed with kill -9, frozen past their lease, their database sessions ended, and
+their connections cut by a proxy between them and PostgreSQL.
 
 The end state must be exact: every producer complete with its last cursor, exactly
 ``producers x children`` children, none doubled (a double would fail on the primary
@@ -13,6 +14,8 @@ The default run is 20 producers of 100 children; ``STATEFEED_SOAK=1`` adds the f
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import random
@@ -22,6 +25,8 @@ from typing import Any
 import pytest
 
 from tests.acceptance.harness.cluster import Cluster
+from tests.acceptance.harness.database import postgres_address, via
+from tests.acceptance.harness.faults import TcpProxy
 from tests.acceptance.harness.handler import Call, RecordingHandler
 from tests.acceptance.test_chaos import SEED, Chaos, inflict
 from tests.conftest import require_postgres
@@ -29,6 +34,7 @@ from tests.conftest import require_postgres
 pytestmark = pytest.mark.postgres
 
 PAGE = 50
+CUT_EVERY = (1.0, 3.0)  # seconds between two cuts of every processor connection
 
 
 def producer_answers(children: int) -> Any:
@@ -56,17 +62,40 @@ async def run_spawn_chaos(tmp_path, *, partitions: int, producers: int, children
                                delay=lambda call: delays.uniform(*chaos.call_seconds))
     layout = {f"spawn{p:02d}": [f"prod{p:02d}{n:03d}" for n in range(producers)]
               for p in range(partitions)}
-    async with Cluster(tmp_path, handler, name="sp") as cluster:
+    cuts = 0
+    async with Cluster(tmp_path, handler, name="sp") as cluster, \
+            TcpProxy(*postgres_address()) as proxy:
         for partition_id, producer_ids in layout.items():
             await cluster.client.create_partition(partition_id, [
                 _producer(item_id) for item_id in producer_ids])
-        blows = await inflict(cluster, chaos, rng, layout)
+        # The processors reach the database through a proxy that drops every connection
+        # now and then (the test's own client and checks go direct).
+        proxy.forward()
+        cluster.db_url = via(cluster.db_url, proxy.port)
+        stop_cutting = asyncio.Event()
+
+        async def cut_now_and_then() -> None:
+            nonlocal cuts
+            while not stop_cutting.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop_cutting.wait(), rng.uniform(*CUT_EVERY))
+                if not stop_cutting.is_set():
+                    proxy.cut()
+                    cuts += 1
+
+        cutter = asyncio.create_task(cut_now_and_then())
+        try:
+            blows = await inflict(cluster, chaos, rng, layout)
+        finally:
+            stop_cutting.set()
+            await cutter
         infos = await cluster.partitions()
         items = await cluster.items(layout)
         cluster.assert_no_tracebacks()
         log_tail = cluster.log_tail()
 
     extra = (f"seed={seed} kills={blows.kills} pauses={blows.pauses} drops={blows.drops} "
+             f"proxy_cuts={cuts} "
              f"calls={len(handler.calls)} seconds={blows.seconds:.1f}")
     total_producers = partitions * producers
     expected_children = total_producers * children
@@ -96,7 +125,7 @@ async def run_spawn_chaos(tmp_path, *, partitions: int, producers: int, children
         if item.status != "complete" or json.loads(item.data) != {"cursor": children}:
             problems.append(f"{item.id} is {item.status} with {item.data[:60]!r}")
     assert not problems, "\n".join([extra, *problems[:20], log_tail])
-    assert blows.kills + blows.pauses >= 3, f"too little chaos: {extra}"
+    assert blows.kills + blows.pauses >= 3 and cuts >= 1, f"too little chaos: {extra}"
     # Pages answered more than once (a kill between the call and its write) spawned once.
     pages = Counter((call.item_id, json.loads(call.body)["cursor"]) for call in handler.calls
                     if "-c" not in call.item_id and call.ok)
