@@ -458,7 +458,9 @@ def decode_reply(reply: Reply, *, expected: str, max_bytes: int, mask: Mask = _u
     if 200 <= status < 300:
         if body is None:
             return Failure(True, f"malformed answer (HTTP {status}): the body is larger than "
-                                 f"max_response_bytes ({max_bytes} bytes)")
+                                 f"max_response_bytes ({max_bytes} bytes); an answer that "
+                                 "spawns many items pages them: spawn a slice and answer "
+                                 "the same gate, not done, with a cursor in its data")
         if not body or body.isspace():
             return empty if empty is not None else malformed(status, "the body is empty",
                                                              expected)
