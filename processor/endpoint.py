@@ -2,7 +2,7 @@
 
 :class:`HandlerEndpoint` holds the handler's URLs, the one pooled sender
 (:mod:`processor.transports`) and the secrets to mask, and turns a failed
-call (a :class:`~processor.wire.Failure` value) into the engine's
+call (a :class:`~processor.wire_values.Failure` value) into the engine's
 :class:`~watcher.protocol.RetryableError` or
 :class:`~watcher.protocol.NonRetryableError` with the call's context. The
 per-item processor (:mod:`processor.http_processor`), the batching one
@@ -27,7 +27,8 @@ from processor.http_config import (
 )
 from processor.redact import Scrubber, header_secrets, redact_url, url_secrets
 from processor.transports import USER_AGENT, SenderSettings, TransportError, open_sender
-from processor.wire import Failure, Mask, Reply, item_error, unexpected_failure
+from processor.wire_errors import item_error, unexpected_failure
+from processor.wire_values import Failure, Mask, Reply
 from watcher.protocol import ProcessorError, WorkItem
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,8 @@ class HandlerEndpoint:
             return Failure(True, error.reason)
 
     def failed(self, item: WorkItem, failure: Failure) -> ProcessorError:
-        """``failure`` as the engine's error for ``item`` (:func:`~processor.wire.item_error`)."""
+        """``failure`` as the engine's error for ``item``
+        (:func:`~processor.wire_errors.item_error`)."""
         log.debug("action=handler_call_failed partition=%s item=%s gate=%d attempt=%d "
                   "retryable=%s", item.partition_id, item.id, item.gate, item.attempt,
                   failure.retryable)

@@ -10,7 +10,7 @@ batch URL (``<handler-url>/batch`` by default)::
 The answer is a JSON array of the same length, in the same order; each entry
 is what the per-item protocol's body would be (``{"gate", "done", "data"}`` or
 ``{"error": {...}}``). A failure of the whole request (connection, timeout,
-non-2xx, a body that is not such an array) is a :class:`~processor.wire.Failure`
+non-2xx, a body that is not such an array) is a :class:`~processor.wire_values.Failure`
 of every item in it, classified as in the per-item protocol. The engine still
 sees one call per item, so retries, fencing and gate order do not change.
 
@@ -34,13 +34,9 @@ from processor.endpoint import HandlerEndpoint
 from processor.http_config import HttpProcessorConfig, check_url, split_userinfo
 from processor.http_reduce import HttpReducer
 from processor.redact import redact_url
-from processor.wire import (
-    Failure,
-    encode_batch,
-    json_headers,
-    read_batch_reply,
-    unexpected_failure,
-)
+from processor.wire import encode_batch, json_headers, read_batch_reply
+from processor.wire_errors import unexpected_failure
+from processor.wire_values import Failure
 from watcher.checks import check_whole_number
 from watcher.protocol import ReduceCall, ReduceResult, Result, WorkItem
 

@@ -5,7 +5,7 @@ so handlers can be written in any language. The contract (request headers,
 answer fields, how errors are classified) is :mod:`processor.wire`; the
 settings are :mod:`processor.http_config`; the handler as the processors reach
 it is :class:`~processor.endpoint.HandlerEndpoint`. This module only connects
-them. Every failed call is a :class:`~processor.wire.Failure` value until the
+them. Every failed call is a :class:`~processor.wire_values.Failure` value until the
 endpoint turns it into an error naming the partition, item, gate and attempt.
 """
 
@@ -17,7 +17,8 @@ from types import TracebackType
 from processor.endpoint import HandlerEndpoint
 from processor.http_config import HttpProcessorConfig
 from processor.http_reduce import HttpReducer
-from processor.wire import Failure, item_headers, read_item_reply
+from processor.wire import item_headers, read_item_reply
+from processor.wire_values import Failure
 from watcher.protocol import ReduceCall, ReduceResult, ReduceShape, Result, WorkItem
 
 

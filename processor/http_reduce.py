@@ -3,7 +3,7 @@
 When a partition's reduce gate becomes its current gate, the engine hands each
 :class:`~watcher.protocol.ReduceCall` here; it is POSTed as JSON to the
 handler's reduce URL (``<handler-url>/reduce`` by default) and the answer is
-read by :func:`processor.wire.read_reduce_reply`. The connections, secrets and
+read by :func:`processor.wire_reduce.read_reduce_reply`. The connections, secrets and
 error words are the :class:`~processor.endpoint.HandlerEndpoint`'s, so a
 reduce goes through the same pooled sender as the item calls.
 """
@@ -21,14 +21,9 @@ from processor.endpoint import HandlerEndpoint
 from processor.http_config import split_userinfo
 from processor.redact import redact_url
 from processor.transports import TransportError
-from processor.wire import (
-    Failure,
-    encode_reduce,
-    read_reduce_reply,
-    reduce_error,
-    reduce_headers,
-    unexpected_failure,
-)
+from processor.wire_errors import unexpected_failure
+from processor.wire_reduce import encode_reduce, read_reduce_reply, reduce_error, reduce_headers
+from processor.wire_values import Failure
 from watcher.protocol import ReduceCall, ReduceResult, ReduceShape
 
 log = logging.getLogger(__name__)

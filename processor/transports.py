@@ -32,7 +32,7 @@ import aiohttp
 import httpx
 import yarl
 
-from processor.wire import Reply
+from processor.wire_values import Reply
 from watcher.text import error_text
 
 log = logging.getLogger(__name__)

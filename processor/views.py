@@ -66,7 +66,7 @@ def error_after_context(item: ItemInfo) -> str | None:
     The processor writes the attempt that failed, which is the item's ``attempts``
     while the error stands (a retry resets them, and the error then shows whole).
     """
-    from processor.wire import item_context
+    from processor.wire_errors import item_context
 
     error = item.last_error
     prefix = item_context(item.partition_id, item.id, item.gate, item.attempts) + ": "

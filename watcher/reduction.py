@@ -32,7 +32,7 @@ _COMPLETE_RESULT = Result(done=True)
 # handler SDK's 16 MiB request limit.
 MAX_ACCUMULATOR_BYTES = 4 * 1024 * 1024
 
-# How a reduce request is encoded on the HTTP wire (processor.wire.encode_reduce):
+# How a reduce request is encoded on the HTTP wire (processor.wire_reduce.encode_reduce):
 # compact JSON, ASCII-escaped, the stored accumulator's JSON text spliced in as it
 # is, item data as padded base64. The sizes below are exact for it, so that the
 # page cut and the handler's request limit agree to the byte.
@@ -109,7 +109,7 @@ def item_bytes(item_id: str, status: str, gate: int, last_error: str | None,
 
 
 def reduce_request_bytes(call: ReduceCall) -> int:
-    """The exact size of ``call``'s HTTP request body (``processor.wire.encode_reduce``)."""
+    """The exact size of ``call``'s HTTP request body (``processor.wire_reduce.encode_reduce``)."""
     items = call.items
     return (envelope_bytes(call.partition_id, call.gate, call.attempt, call.pass_, call.page,
                            call.last, call.idempotency_key, call.accumulator)

@@ -12,30 +12,34 @@ import pytest
 from handlers import wire as handler_wire
 from processor.wire import (
     ITEM_ANSWER,
+    decode_reply,
+    encode_batch,
+    encode_json,
+    header_safe,
+    item_headers,
+    parse_answer,
+    parse_success_body,
+    read_answer,
+    read_batch_reply,
+    read_item_reply,
+)
+from processor.wire_errors import (
+    classify_error,
+    item_error,
+    malformed,
+    parse_error_body,
+    parse_handler_error,
+    parse_retry_after,
+    unexpected_failure,
+)
+from processor.wire_reduce import encode_reduce
+from processor.wire_values import (
     MAX_RETRY_AFTER,
     Failure,
     HandlerError,
     MalformedResponseError,
     Reply,
-    classify_error,
     decode_json,
-    decode_reply,
-    encode_batch,
-    encode_json,
-    encode_reduce,
-    header_safe,
-    item_error,
-    item_headers,
-    malformed,
-    parse_answer,
-    parse_error_body,
-    parse_handler_error,
-    parse_retry_after,
-    parse_success_body,
-    read_answer,
-    read_batch_reply,
-    read_item_reply,
-    unexpected_failure,
 )
 from watcher.protocol import (
     NonRetryableError,
@@ -49,6 +53,8 @@ from watcher.reduction import reduce_request_bytes
 
 NOW = 1_700_000_000.0
 LIMIT = 1000
+PAGING_HINT = ("an answer that spawns many items pages them: spawn a slice and answer the "
+               "same gate, not done, with a cursor in its data")
 DEEP = b"[" * 100_000
 
 
@@ -289,7 +295,8 @@ def test_parse_retry_after(value, expected):
     (Reply(204, None, b""), Failure(True, "malformed answer (HTTP 204): the body is empty; "
                                           "expected X")),
     (Reply(200, None, None), Failure(True, "malformed answer (HTTP 200): the body is larger "
-                                           f"than max_response_bytes ({LIMIT} bytes)")),
+                                           f"than max_response_bytes ({LIMIT} bytes); "
+                                           f"{PAGING_HINT}")),
     (Reply(200, None, b"{"), Malformed("not valid JSON")),
     (Reply(200, None, b"[NaN]"), Malformed("NaN is not a JSON number")),
     (Reply(200, None, b"[1e999]"), Malformed("overflows a 64-bit float")),
@@ -356,7 +363,8 @@ def test_read_answer(entry, status, expected):
     (Reply(200, None, b'{"data": NaN}'), Malformed("NaN is not a JSON number")),
     (Reply(200, None, DEEP), Malformed("nested too deeply")),
     (Reply(200, None, None), Failure(True, "malformed answer (HTTP 200): the body is larger "
-                                           f"than max_response_bytes ({LIMIT} bytes)")),
+                                           f"than max_response_bytes ({LIMIT} bytes); "
+                                           f"{PAGING_HINT}")),
     (Reply(200, None, b'{"error": "busy"}'),
      Failure(True, "the handler reported an error (HTTP 200): busy")),
     (Reply(422, None, b'{"error": "no"}'), Failure(False, "the handler answered HTTP 422: no")),

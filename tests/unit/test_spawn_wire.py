@@ -9,13 +9,9 @@ import pytest
 
 import handlers
 from handlers.wire import coerce_reduced, coerce_result, encode_reduced, encode_result
-from processor.wire import (
-    MalformedResponseError,
-    Reply,
-    parse_answer,
-    parse_spawn,
-    read_reduce_reply,
-)
+from processor.wire import parse_answer, parse_spawn
+from processor.wire_reduce import read_reduce_reply
+from processor.wire_values import MalformedResponseError, Reply
 from watcher.protocol import ReduceCall, Result
 from watcher.records import NewItem
 
