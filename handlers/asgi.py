@@ -34,19 +34,17 @@ from typing import Any, Final, TypeAlias
 from handlers.errors import Fail, HandlerError, Retry
 from handlers.model import Item, ReducePage, Result
 from handlers.reduce import Reduce, ReduceFunction, call_user, whole_gate_only
+from handlers.reduce_wire import coerce_reduced, encode_reduced, parse_reduce
 from handlers.wire import (
     BadRequest,
     ResultError,
-    coerce_reduced,
     coerce_result,
     encode_error,
-    encode_reduced,
     encode_result,
     exception_message,
     parse_batch,
     parse_batch_entry,
     parse_item,
-    parse_reduce,
     retry_after_header,
 )
 

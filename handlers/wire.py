@@ -25,17 +25,14 @@ from handlers.model import (
     MAX_GATE,
     UNSET,
     Item,
-    Reduced,
-    ReducePage,
     Result,
     Spawn,
-    reject_json_constant,
 )
 
 MAX_ERROR_MESSAGE_CHARS: Final = 1000  # the processor keeps no more than this
 _SHOWN_VALUE_CHARS = 40
 # One encoder for every answer: json.dumps() with options builds a new one per call.
-_RESULT_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+RESULT_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
                                           allow_nan=False)
 _ERROR_ENCODER: Final = json.JSONEncoder(separators=(",", ":"))
 
@@ -111,7 +108,7 @@ def parse_batch(body: bytes) -> list[Any]:
         raise BadRequest(f"the batch body is not valid JSON ({error}); expected an array "
                          f"of objects with the fields {', '.join(BATCH_FIELDS)}") from None
     if not isinstance(document, list):
-        raise BadRequest(f"the batch body is a JSON {_json_type(document)}; expected an "
+        raise BadRequest(f"the batch body is a JSON {json_type(document)}; expected an "
                          f"array of objects with the fields {', '.join(BATCH_FIELDS)}")
     return document
 
@@ -124,16 +121,16 @@ def parse_batch_entry(position: int, entry: Any) -> Item:
             wrong type or value. The message names the position and the field.
     """
     where = f"batch entry {position}"
-    _check_entry(where, entry, BATCH_FIELDS, "entry",
+    check_entry(where, entry, BATCH_FIELDS, "entry",
                  ("partition_id", "item_id", "idempotency_key", "data_b64"))
-    gate = _entry_number(where, entry, "gate", 0)
-    attempt = _entry_number(where, entry, "attempt", 1)
-    data = _entry_data(where, entry)
+    gate = entry_number(where, entry, "gate", 0)
+    attempt = entry_number(where, entry, "attempt", 1)
+    data = entry_data(where, entry)
     return Item(id=entry["item_id"], partition_id=entry["partition_id"], gate=gate,
                 attempt=attempt, idempotency_key=entry["idempotency_key"], data=data)
 
 
-def _check_entry(where: str, entry: Any, fields: tuple[str, ...], noun: str,
+def check_entry(where: str, entry: Any, fields: tuple[str, ...], noun: str,
                  strings: tuple[str, ...]) -> None:
     """Check that ``entry`` (a batch entry or a reduce item) is an object with every
     one of ``fields``, and ``strings`` among them strings.
@@ -142,17 +139,17 @@ def _check_entry(where: str, entry: Any, fields: tuple[str, ...], noun: str,
         BadRequest: it is not; the message names ``where`` and the field.
     """
     if not isinstance(entry, dict):
-        raise BadRequest(f"{where} is a JSON {_json_type(entry)}, not an object")
+        raise BadRequest(f"{where} is a JSON {json_type(entry)}, not an object")
     missing = [name for name in fields if name not in entry]
     if missing:
         raise BadRequest(f"{where} has no {', '.join(repr(name) for name in missing)}; "
                          f"every {noun} needs {', '.join(fields)}")
     for name in strings:
         if not isinstance(entry[name], str):
-            raise BadRequest(f"{where}: {name!r} must be a string, got {_show(entry[name])}")
+            raise BadRequest(f"{where}: {name!r} must be a string, got {show_value(entry[name])}")
 
 
-def _entry_number(where: str, entry: dict[str, Any], name: str, minimum: int) -> int:
+def entry_number(where: str, entry: dict[str, Any], name: str, minimum: int) -> int:
     """``entry[name]`` if it is an integer from ``minimum`` to :data:`MAX_GATE`.
 
     Raises:
@@ -161,11 +158,11 @@ def _entry_number(where: str, entry: dict[str, Any], name: str, minimum: int) ->
     value = entry[name]
     if type(value) is not int or not minimum <= value <= MAX_GATE:
         raise BadRequest(f"{where}: {name!r} must be an integer from {minimum} to {MAX_GATE}, "
-                         f"got {_show(value)}")
+                         f"got {show_value(value)}")
     return value
 
 
-def _entry_data(where: str, entry: dict[str, Any]) -> bytes:
+def entry_data(where: str, entry: dict[str, Any]) -> bytes:
     """The bytes of ``entry["data_b64"]``.
 
     Raises:
@@ -190,7 +187,7 @@ def _text_header(headers: Mapping[bytes, bytes], name: bytes) -> str:
         return unquote(value, errors="strict")
     except UnicodeDecodeError:
         raise BadRequest(f"header {_HEADER_NAMES[name]} is not valid percent-encoded UTF-8: "
-                         f"{_shorten(value, _SHOWN_VALUE_CHARS)!r}") from None
+                         f"{shorten(value, _SHOWN_VALUE_CHARS)!r}") from None
 
 
 def _decode_utf8(name: bytes, raw: bytes) -> str:
@@ -207,7 +204,7 @@ def _int_header(headers: Mapping[bytes, bytes], name: bytes, *, minimum: int) ->
         raise _missing(name)
     # bytes.isdigit() accepts ASCII digits only: no sign, spaces, "_" or "1.0".
     if not raw.isdigit() or len(raw) > 19 or not minimum <= int(raw) <= MAX_GATE:
-        shown = _shorten(raw.decode("latin-1"), _SHOWN_VALUE_CHARS)
+        shown = shorten(raw.decode("latin-1"), _SHOWN_VALUE_CHARS)
         raise BadRequest(f"header {_HEADER_NAMES[name]} must be an integer from {minimum} "
                          f"to {MAX_GATE}, got {shown!r}")
     return int(raw)
@@ -283,10 +280,10 @@ def encode_result(result: Result) -> bytes:
     if result.spawn:
         payload["spawn"] = spawn_payload(result.spawn)
     try:
-        return _RESULT_ENCODER.encode(payload).encode("utf-8")
+        return RESULT_ENCODER.encode(payload).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
         raise ResultError(f"the handler's Result.data cannot be encoded as JSON "
-                          f"({type(error).__name__}: {_shorten(str(error))}); return "
+                          f"({type(error).__name__}: {shorten(str(error))}); return "
                           "JSON-compatible values (dict, list, str, int, float, bool, "
                           "None) or bytes") from None
 
@@ -312,7 +309,7 @@ def encode_error(message: str, *, no_retry: bool, retry_after: float | None = No
 
     The message is cut to :data:`MAX_ERROR_MESSAGE_CHARS` characters.
     """
-    error: dict[str, Any] = {"message": _shorten(message), "no_retry": no_retry}
+    error: dict[str, Any] = {"message": shorten(message), "no_retry": no_retry}
     if retry_after is not None:
         error["retry_after"] = retry_after
     # ASCII escapes keep any str encodable, unpaired surrogates included.
@@ -330,18 +327,18 @@ def exception_message(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def _shorten(text: str, limit: int = MAX_ERROR_MESSAGE_CHARS) -> str:
+def shorten(text: str, limit: int = MAX_ERROR_MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
     try:
-        return _shorten(json.dumps(value), _SHOWN_VALUE_CHARS)
+        return shorten(json.dumps(value), _SHOWN_VALUE_CHARS)
     except (TypeError, ValueError):
         return type(value).__name__
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     if isinstance(value, dict):
         return "object"
     if isinstance(value, list):
@@ -353,154 +350,3 @@ def _json_type(value: Any) -> str:
     if value is None:
         return "null"
     return "number"
-
-
-# --------------------------------------------------------------------------- reduce
-
-REDUCE_PASSES: Final = ("all", "fold", "apply")
-REDUCE_FIELDS: Final = ("partition_id", "gate", "attempt", "pass", "page", "last",
-                        "idempotency_key", "items")
-REDUCE_ITEM_FIELDS: Final = ("item_id", "status", "gate", "data_b64")
-
-
-def parse_reduce(body: bytes) -> ReducePage:
-    """Build the :class:`ReducePage` of a reduce request body.
-
-    Raises:
-        BadRequest: the body is not a JSON object with the reduce fields, or a
-            field has the wrong type or value. The message names the field.
-    """
-    try:
-        document = json.loads(body, parse_constant=reject_json_constant)
-    except RecursionError:
-        raise BadRequest("the reduce body is JSON nested too deeply to decode") from None
-    except ValueError as error:
-        raise BadRequest(f"the reduce body is not valid JSON ({error})") from None
-    if not isinstance(document, dict):
-        raise BadRequest(f"the reduce body is a JSON {_json_type(document)}; expected an "
-                         f"object with the fields {', '.join(REDUCE_FIELDS)}")
-    missing = [name for name in REDUCE_FIELDS if name not in document]
-    if missing:
-        raise BadRequest(f"the reduce body has no {', '.join(map(repr, missing))}; a "
-                         f"statefeed processor sends {', '.join(REDUCE_FIELDS)}")
-    for name in ("partition_id", "idempotency_key"):
-        if not isinstance(document[name], str):
-            raise BadRequest(f"reduce field {name!r} must be a string, got "
-                             f"{_show(document[name])}")
-    pass_ = document["pass"]
-    if pass_ not in REDUCE_PASSES:
-        raise BadRequest(f"reduce field 'pass' must be one of {', '.join(REDUCE_PASSES)}, "
-                         f"got {_show(pass_)}")
-    gate, attempt, page = document["gate"], document["attempt"], document["page"]
-    for name, value, minimum in (("gate", gate, 0), ("attempt", attempt, 1), ("page", page, 0)):
-        if type(value) is not int or not minimum <= value <= MAX_GATE:
-            raise BadRequest(f"reduce field {name!r} must be an integer from {minimum} to "
-                             f"{MAX_GATE}, got {_show(value)}")
-    if type(document["last"]) is not bool:
-        raise BadRequest(f"reduce field 'last' must be true or false, got "
-                         f"{_show(document['last'])}")
-    entries = document["items"]
-    if not isinstance(entries, list):
-        raise BadRequest(f"reduce field 'items' must be an array, got {_show(entries)}")
-    items = tuple(_reduce_item(position, entry, document)
-                  for position, entry in enumerate(entries))
-    return ReducePage(partition_id=document["partition_id"], gate=gate, attempt=attempt,
-                      pass_=pass_, page=page, last=document["last"],
-                      idempotency_key=document["idempotency_key"], items=items,
-                      accumulator=document.get("accumulator"))
-
-
-def _reduce_item(position: int, entry: Any, document: dict[str, Any]) -> Item:
-    where = f"reduce item {position}"
-    _check_entry(where, entry, REDUCE_ITEM_FIELDS, "item", ("item_id", "status", "data_b64"))
-    gate = _entry_number(where, entry, "gate", 0)
-    last_error = entry.get("last_error")
-    if last_error is not None and not isinstance(last_error, str):
-        raise BadRequest(f"{where}: 'last_error' must be a string or null, got "
-                         f"{_show(last_error)}")
-    data = _entry_data(where, entry)
-    return Item(id=entry["item_id"], partition_id=document["partition_id"], gate=gate,
-                attempt=document["attempt"], idempotency_key=document["idempotency_key"],
-                data=data, status=entry["status"], last_error=last_error, in_reduce=True)
-
-
-def coerce_reduced(value: Any) -> Reduced:
-    """The :class:`Reduced` a reduce function's return value stands for.
-
-    A :class:`Reduced` is taken as it is; a mapping with keys among ``items``,
-    ``default``, ``result`` and ``accumulator`` is ``Reduced(**mapping)``, and
-    the values of its ``items`` (and ``default``) may be result dicts.
-
-    Raises:
-        ResultError: ``value`` is ``None``, another type, or has unknown keys
-            or results that cannot be coerced.
-    """
-    if isinstance(value, Mapping) and not isinstance(value, Reduced):
-        unknown = set(value) - {"items", "default", "result", "accumulator", "spawn"}
-        if unknown:
-            raise ResultError(
-                f"the reduce function returned a dict with unknown keys "
-                f"{sorted(map(str, unknown))}; use items, default, result, accumulator "
-                "and spawn")
-        try:
-            value = Reduced(**value)
-        except TypeError as error:
-            raise ResultError(f"the reduce function returned an invalid answer: {error}"
-                              ) from None
-    if not isinstance(value, Reduced):
-        raise ResultError(
-            f"the reduce function returned {type(value).__name__}; return "
-            "handlers.Reduced(items=..., default=..., result=..., accumulator=...)")
-    if not isinstance(value.items, Mapping):
-        raise ResultError(f"Reduced.items must map item ids to results, got "
-                          f"{type(value.items).__name__}")
-    items = {str(key): coerce_result(result) for key, result in value.items.items()}
-    default = None if value.default is None else coerce_result(value.default)
-    if any(result.spawn for result in (*items.values(), *([default] if default else []))):
-        raise ResultError("a reduce spawns from Reduced(spawn=[...]), not from an item's "
-                          "Result")
-    return Reduced(items=items, default=default, result=value.result,
-                   accumulator=value.accumulator, spawn=value.spawn)
-
-
-def encode_reduced(reduced: Reduced) -> bytes:
-    """The JSON body of a reduce answer, compact UTF-8.
-
-    Raises:
-        ResultError: a value cannot be encoded as JSON.
-    """
-    payload: dict[str, Any] = {}
-    if reduced.items:
-        payload["items"] = {item_id: _result_payload(result)
-                            for item_id, result in reduced.items.items()}
-    if reduced.default is not None:
-        payload["default"] = _result_payload(reduced.default)
-    if reduced.result is not UNSET:
-        if isinstance(reduced.result, bytes | bytearray | memoryview):
-            payload["result_b64"] = base64.b64encode(reduced.result).decode("ascii")
-        else:
-            payload["result"] = reduced.result
-    if reduced.accumulator is not UNSET:
-        payload["accumulator"] = reduced.accumulator
-    if reduced.spawn:
-        payload["spawn"] = spawn_payload(reduced.spawn)
-    try:
-        return _RESULT_ENCODER.encode(payload).encode("utf-8")
-    except (TypeError, ValueError, RecursionError) as error:
-        raise ResultError(f"the reduce answer cannot be encoded as JSON "
-                          f"({type(error).__name__}: {_shorten(str(error))}); return "
-                          "JSON-compatible values (dict, list, str, int, float, bool, "
-                          "None) or bytes") from None
-
-
-def _result_payload(result: Result) -> dict[str, Any]:
-    payload: dict[str, Any] = {}
-    if result.gate is not None:
-        payload["gate"] = result.gate
-    if result.done:
-        payload["done"] = True
-    if isinstance(result.data, bytes | bytearray | memoryview):
-        payload["data_b64"] = base64.b64encode(result.data).decode("ascii")
-    elif result.data is not UNSET:
-        payload["data"] = result.data
-    return payload

@@ -8,7 +8,8 @@ import json
 import pytest
 
 import handlers
-from handlers.wire import coerce_reduced, coerce_result, encode_reduced, encode_result
+from handlers.reduce_wire import coerce_reduced, encode_reduced
+from handlers.wire import ResultError, coerce_result, encode_result
 from processor.wire import parse_answer, parse_spawn
 from processor.wire_reduce import read_reduce_reply
 from processor.wire_values import MalformedResponseError, Reply
@@ -60,7 +61,7 @@ def test_the_sdk_refuses_bad_spawns_when_they_are_made(make, message: str) -> No
 def test_a_reduce_answer_spawns_from_its_top_level_only() -> None:
     reduced = coerce_reduced({"result": 1, "spawn": [handlers.Spawn("next", {})]})
     assert json.loads(encode_reduced(reduced))["spawn"] == [{"id": "next", "data": {}}]
-    with pytest.raises(handlers.wire.ResultError, match="Reduced\\(spawn"):
+    with pytest.raises(ResultError, match="Reduced\\(spawn"):
         coerce_reduced({"items": {"a": handlers.Result(done=True,
                                                        spawn=[handlers.Spawn("x", 1)])}})
 
