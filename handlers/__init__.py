@@ -26,12 +26,11 @@ from handlers.asgi import (
     HandlerApp,
     HandlerFunction,
     Handlers,
-    app,
-    serve,
 )
 from handlers.errors import Fail, HandlerError, ItemDataError, Retry
 from handlers.model import UNSET, Item, Reduced, ReducePage, Result, Spawn
 from handlers.reduce import Reduce
+from handlers.serving import app, serve
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",

@@ -35,6 +35,15 @@ from handlers.errors import Fail, HandlerError, Retry
 from handlers.model import Item, ReducePage, Result
 from handlers.reduce import Reduce, ReduceFunction, call_user, whole_gate_only
 from handlers.reduce_wire import coerce_reduced, encode_reduced, parse_reduce
+from handlers.responses import (
+    Answer,
+    Receive,
+    Scope,
+    Send,
+    method_not_allowed,
+    respond,
+    send_answer,
+)
 from handlers.wire import (
     BadRequest,
     ResultError,
@@ -45,7 +54,6 @@ from handlers.wire import (
     parse_batch,
     parse_batch_entry,
     parse_item,
-    retry_after_header,
 )
 
 log = logging.getLogger(__name__)
@@ -64,27 +72,12 @@ HandlerReturn: TypeAlias = Result | Mapping[str, Any]
 HandlerFunction: TypeAlias = Callable[[Item], HandlerReturn | Awaitable[HandlerReturn]]
 Handlers: TypeAlias = HandlerFunction | Mapping[int, HandlerFunction]
 
-Scope: TypeAlias = dict[str, Any]
-Receive: TypeAlias = Callable[[], Awaitable[dict[str, Any]]]
-Send: TypeAlias = Callable[[dict[str, Any]], Awaitable[None]]
 
-_JSON: Final = (b"content-type", b"application/json")
 _HEALTH_BODY: Final = b'{"status":"ok"}'
 
 
 class _Disconnected(Exception):
     """The client went away before the request body was complete."""
-
-
-class _Answer:
-    """One item's answer: status, JSON body, and the delay asked for (if any)."""
-
-    __slots__ = ("body", "retry_after", "status")
-
-    def __init__(self, status: int, body: bytes, retry_after: float | None = None) -> None:
-        self.status = status
-        self.body = body
-        self.retry_after = retry_after
 
 
 class _Target:
@@ -192,29 +185,29 @@ class HandlerApp:
         try:
             if path == self.path:
                 if method != "POST":
-                    await _method_not_allowed(send, method, path, b"POST")
+                    await method_not_allowed(send, method, path, b"POST")
                     return
                 await self._one(scope, receive, send)
             elif path == self.health_path:
                 if method not in ("GET", "HEAD"):
-                    await _method_not_allowed(send, method, path, b"GET, HEAD")
+                    await method_not_allowed(send, method, path, b"GET, HEAD")
                     return
-                await _respond(send, 200, _HEALTH_BODY)
+                await respond(send, 200, _HEALTH_BODY)
             elif path == self.batch_path:
                 if method != "POST":
-                    await _method_not_allowed(send, method, path, b"POST")
+                    await method_not_allowed(send, method, path, b"POST")
                     return
                 await self._batch(scope, receive, send)
             elif path == self.reduce_path:
                 if method in ("GET", "HEAD") and self._reduce is not None:
-                    await _respond(send, 200, self._reduce_shape)
+                    await respond(send, 200, self._reduce_shape)
                     return
                 if method != "POST":
-                    await _method_not_allowed(send, method, path, b"POST")
+                    await method_not_allowed(send, method, path, b"POST")
                     return
                 await self._reduce_request(scope, receive, send)
             else:
-                await _respond(send, 404, encode_error(
+                await respond(send, 404, encode_error(
                     f"no route for {method} {path}; this handler serves {self._routes_text}",
                     no_retry=True))
         except _Disconnected:
@@ -248,9 +241,9 @@ class HandlerApp:
         try:
             item = parse_item(headers, body)
         except BadRequest as error:
-            await _respond(send, error.status, encode_error(error.message, no_retry=True))
+            await respond(send, error.status, encode_error(error.message, no_retry=True))
             return
-        await _send_answer(send, await self._settle(item))
+        await send_answer(send, await self._settle(item))
 
     async def _batch(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await self._read_body(dict(scope["headers"]), receive)
@@ -260,13 +253,13 @@ class HandlerApp:
         try:
             entries = parse_batch(body)
         except BadRequest as error:
-            await _respond(send, error.status, encode_error(error.message, no_retry=True))
+            await respond(send, error.status, encode_error(error.message, no_retry=True))
             return
         # Entries run concurrently, as the processor would run the same items as
         # separate requests; _entry never raises, so one bad entry spoils nothing.
         parts = await asyncio.gather(*(self._entry(position, entry)
                                        for position, entry in enumerate(entries)))
-        await _respond(send, 200, b"[" + b",".join(parts) + b"]")
+        await respond(send, 200, b"[" + b",".join(parts) + b"]")
 
     async def _reduce_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await self._read_body(dict(scope["headers"]), receive)
@@ -274,40 +267,40 @@ class HandlerApp:
             await self._too_large(send)
             return
         if self._reduce is None:
-            await _respond(send, 404, encode_error(
+            await respond(send, 404, encode_error(
                 "this handler serves no reduce: pass reduce=... to handlers.app(), or remove "
                 "the gate from the partition's reduce_gates", no_retry=True))
             return
         try:
             page = parse_reduce(body)
         except BadRequest as error:
-            await _respond(send, error.status, encode_error(error.message, no_retry=True))
+            await respond(send, error.status, encode_error(error.message, no_retry=True))
             return
-        await _send_answer(send, await self._run_reduce(page))
+        await send_answer(send, await self._run_reduce(page))
 
-    async def _run_reduce(self, page: ReducePage) -> _Answer:
+    async def _run_reduce(self, page: ReducePage) -> Answer:
         """Run the reduce function for ``page``; never raises (but ``CancelledError``)."""
         assert self._reduce is not None
         try:
             value = await call_user(self._reduce, page)
         except Retry as error:
-            return _Answer(error.status, encode_error(
+            return Answer(error.status, encode_error(
                 error.message, no_retry=False, retry_after=error.retry_after),
                 error.retry_after)
         except HandlerError as error:
             log.info("action=reduce_refused partition=%s gate=%d pass=%s page=%d status=%d",
                      page.partition_id, page.gate, page.pass_, page.page, error.status)
-            return _Answer(error.status, encode_error(error.message, no_retry=error.no_retry))
+            return Answer(error.status, encode_error(error.message, no_retry=error.no_retry))
         except Exception as error:  # a reduce bug answers 500, never crashes the app
             log.exception("action=reduce_exception partition=%s gate=%d pass=%s page=%d",
                           page.partition_id, page.gate, page.pass_, page.page)
-            return _Answer(500, encode_error(exception_message(error), no_retry=False))
+            return Answer(500, encode_error(exception_message(error), no_retry=False))
         try:
-            return _Answer(200, encode_reduced(coerce_reduced(value)))
+            return Answer(200, encode_reduced(coerce_reduced(value)))
         except ResultError as error:
             log.error("action=reduce_bad_answer partition=%s gate=%d error=%s",
                       page.partition_id, page.gate, error)
-            return _Answer(500, encode_error(str(error), no_retry=False))
+            return Answer(500, encode_error(str(error), no_retry=False))
 
     async def _entry(self, position: int, entry: Any) -> bytes:
         try:
@@ -348,13 +341,13 @@ class HandlerApp:
         return None if size > limit else b"".join(chunks)
 
     async def _too_large(self, send: Send) -> None:
-        await _respond(send, 413, encode_error(
+        await respond(send, 413, encode_error(
             f"the request body is larger than max_body_bytes ({self.max_body_bytes} bytes)",
             no_retry=True))
 
     # ------------------------------------------------------------------ calling user code
 
-    async def _settle(self, item: Item) -> _Answer:
+    async def _settle(self, item: Item) -> Answer:
         """Run the handler function for ``item`` and turn any outcome into an answer.
 
         Never raises (but ``CancelledError``): user errors become error answers.
@@ -366,7 +359,7 @@ class HandlerApp:
                 message = f"no handler for this gate; this app handles gates {self._gates_text}"
                 log.warning("action=unknown_gate partition=%s item=%s gate=%d",
                             item.partition_id, item.id, item.gate)
-                return _Answer(Fail.status, encode_error(message, no_retry=True))
+                return Answer(Fail.status, encode_error(message, no_retry=True))
         try:
             if target.is_async:
                 value = await target.func(item)  # type: ignore[misc]
@@ -379,113 +372,30 @@ class HandlerApp:
         except Retry as error:
             log.debug("action=item_retry partition=%s item=%s gate=%d attempt=%d",
                       item.partition_id, item.id, item.gate, item.attempt)
-            return _Answer(error.status, encode_error(
+            return Answer(error.status, encode_error(
                 error.message, no_retry=False, retry_after=error.retry_after),
                 error.retry_after)
         except HandlerError as error:
             log.info("action=item_refused partition=%s item=%s gate=%d attempt=%d status=%d "
                      "no_retry=%s", item.partition_id, item.id, item.gate, item.attempt,
                      error.status, error.no_retry)
-            return _Answer(error.status, encode_error(error.message, no_retry=error.no_retry))
+            return Answer(error.status, encode_error(error.message, no_retry=error.no_retry))
         except Exception as error:  # a handler bug answers 500, never crashes the app
             log.exception("action=handler_exception partition=%s item=%s gate=%d attempt=%d",
                           item.partition_id, item.id, item.gate, item.attempt)
-            return _Answer(500, encode_error(exception_message(error), no_retry=False))
+            return Answer(500, encode_error(exception_message(error), no_retry=False))
         try:
-            return _Answer(200, encode_result(coerce_result(value)))
+            return Answer(200, encode_result(coerce_result(value)))
         except ResultError as error:
             log.error("action=handler_bad_result partition=%s item=%s gate=%d attempt=%d "
                       "error=%s", item.partition_id, item.id, item.gate, item.attempt, error)
-            return _Answer(500, encode_error(str(error), no_retry=False))
+            return Answer(500, encode_error(str(error), no_retry=False))
 
     def _threads(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.threads,
                                             thread_name_prefix="statefeed-handler")
         return self._pool
-
-
-def app(handlers: Handlers, *, health_path: str | None = DEFAULT_HEALTH_PATH,
-        batch_path: str | None = DEFAULT_BATCH_PATH, path: str = DEFAULT_PATH,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, threads: int = DEFAULT_THREADS,
-        reduce: Reduce | ReduceFunction | None = None,
-        reduce_path: str = DEFAULT_REDUCE_PATH) -> HandlerApp:
-    """Turn a handler function into an ASGI3 app for uvicorn (or any ASGI server).
-
-    ``handlers`` is ``func(item: Item) -> Result`` (sync or async), or a mapping
-    ``{gate: func}`` that routes each item by its gate; an item at a gate that
-    is not in the mapping fails with a non-retryable 422 naming the gate.
-
-    What the function does decides the answer:
-
-    - returns a :class:`Result` (or a dict of its fields) -> 200 with the result;
-    - returns ``None`` -> retryable 500 naming the fix: a forgotten ``return``
-      must not silently complete the item nor loop it forever;
-    - raises :class:`Retry` -> 503 (with ``Retry-After`` when given);
-    - raises :class:`Fail` -> 422, :class:`ItemDataError` -> 400, both ``no_retry``;
-    - raises anything else -> 500, retryable, message ``"<Type>: <message>"``;
-      the traceback is logged once.
-
-    ``reduce`` serves ``POST /reduce`` for the partition's reduce gates: a
-    function ``f(page: ReducePage) -> Reduced`` that answers a whole gate at
-    once, or :class:`handlers.Reduce` ``(fold=..., apply=...)`` for gates of any
-    size (see :mod:`handlers.reduce`).
-
-    ``health_path`` and ``batch_path`` may be ``None`` to turn those routes off.
-    Bodies over ``max_body_bytes`` are refused with a non-retryable 413. Sync
-    functions run on up to ``threads`` threads at once (match the processor's
-    concurrency when they block on I/O).
-
-    Raises:
-        TypeError: a handler is not callable, or a gate key is not an integer >= 0.
-        ValueError: the mapping is empty, a path does not start with ``/``, two
-            paths are equal, or ``max_body_bytes``/``threads`` is below 1.
-    """
-    return HandlerApp(handlers, path=path, health_path=health_path, batch_path=batch_path,
-                      max_body_bytes=max_body_bytes, threads=threads, reduce=reduce,
-                      reduce_path=reduce_path)
-
-
-def serve(handlers: HandlerApp | Handlers, host: str = "127.0.0.1", port: int = 8000,
-          **uvicorn_options: Any) -> None:
-    """Serve a handler with uvicorn until interrupted (Ctrl-C, SIGTERM).
-
-    ``handlers`` is an app from :func:`app`, or what :func:`app` takes. Other
-    keyword arguments go to ``uvicorn.run``; the access log is off unless
-    ``access_log=True`` (one line per item is a lot of lines).
-
-    Raises:
-        TypeError, ValueError: :func:`app` refuses ``handlers``.
-    """
-    import uvicorn  # only the serving process needs it
-
-    asgi = handlers if isinstance(handlers, HandlerApp) else app(handlers)
-    uvicorn_options.setdefault("access_log", False)
-    uvicorn.run(asgi, host=host, port=port, **uvicorn_options)
-
-
-async def _respond(send: Send, status: int, body: bytes,
-                   extra: tuple[bytes, bytes] | None = None) -> None:
-    headers = [_JSON, (b"content-length", str(len(body)).encode("ascii"))]
-    if extra is not None:
-        headers.append(extra)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _send_answer(send: Send, answer: _Answer) -> None:
-    """Send ``answer``, with a ``Retry-After`` header when it asks for a delay."""
-    if answer.retry_after is not None:
-        await _respond(send, answer.status, answer.body,
-                       (b"retry-after", retry_after_header(answer.retry_after)))
-    else:
-        await _respond(send, answer.status, answer.body)
-
-
-async def _method_not_allowed(send: Send, method: str, path: str, allow: bytes) -> None:
-    await _respond(send, 405, encode_error(
-        f"method {method} is not allowed on {path}; use {allow.decode('ascii')}",
-        no_retry=True), (b"allow", allow))
 
 
 def _is_async(func: Any) -> bool:
