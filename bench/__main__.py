@@ -7,32 +7,38 @@ next to it). Without ``--db`` the database is PostgreSQL
 (``$PROCESSOR_BENCH_POSTGRES_URL``, default
 ``postgresql://postgres@127.0.0.1:5432/test``).
 
-    .venv/bin/python -m bench                  # the default sizes, about 5 minutes
-    .venv/bin/python -m bench --smoke          # every scenario at tiny sizes, about 1 minute
+    .venv/bin/python -m bench                  # the default sizes, about 6 minutes
+    .venv/bin/python -m bench --smoke          # every scenario at tiny sizes, about 2 minutes
     .venv/bin/python -m bench --full           # the issue's sizes (10,000 x 100 scale)
     .venv/bin/python -m bench --only latency --only failover
     .venv/bin/python -m bench --items 50000 --partitions 20
     .venv/bin/python -m bench --db all         # every scenario on every database
     .venv/bin/python -m bench --db sqlite --db mariadb --only library --only http
 
-Scenarios: library (in-process watcher vs PGQueuer; on SQLite vs the raw
-sqlite3 limit), http (processor run vs bare httpx and aiohttp clients), batch
-(--handler-batch-size), spawn (children inserted through answers vs the client's
-add_items), latency (insert -> dispatch, gate advance), failover
-(kill -9, SIGTERM), scale (poll queries, memory and statements per item as
-completed items accumulate), fanin (last gate-0 result -> reduce -> partition
-complete, 10,000 items a gate), reduce (a 100,000-item reduce gate in pages,
-and the reducer's memory), chord (P partitions x N items, a step then a
-reduce: statefeed vs Celery's chord on Redis at ``$PROCESSOR_BENCH_REDIS_URL``,
-default ``redis://127.0.0.1:6379/0``; Celery is skipped with a message where
-no Redis answers), crawl (trees visited by spawning, then a reduce counts them:
-statefeed vs Celery with hand-made Redis counters).
+Scenarios: library (in-process watcher vs PGQueuer; on SQLite vs the raw sqlite3
+limit), small (2,000 partitions of 20 items vs the same items in 10 partitions, and
+the CPU each partition costs), http (processor run vs bare httpx and aiohttp
+clients), batch (--handler-batch-size), spawn (children inserted through answers vs
+the client's add_items), latency (insert -> dispatch, gate advance), failover (kill
+-9, SIGTERM), scale (poll queries, memory and statements per item as completed items
+accumulate), fanin (last gate-0 result -> reduce -> partition complete, 10,000 items
+a gate), reduce (a 100,000-item reduce gate in pages, and the reducer's memory),
+chord (P partitions x N items, a step then a reduce: statefeed vs Celery's chord,
+its results in the Redis at ``$PROCESSOR_BENCH_REDIS_URL``, default
+``redis://127.0.0.1:6379/0``, on that Redis and on the RabbitMQ at
+``$PROCESSOR_BENCH_RABBITMQ_URL`` as brokers; Celery is skipped with a message where
+no Redis answers, its RabbitMQ runs where no RabbitMQ does), crawl (trees visited by
+spawning, then a reduce counts them: statefeed vs Celery with hand-made Redis
+counters), fleet (the same items drained by 1, 2 and 4 processor processes, and the
+CPU each item costs the fleet), instructions (CPU instructions per item in library
+mode, counted by valgrind's callgrind over two drains that differ only in their
+items; a figure a busy machine does not move).
 
 Databases (``--db``, repeatable; ``all`` = sqlite, postgres, mariadb): SQLite
 is a fresh file in the run's log directory, MariaDB the server at
 ``$PROCESSOR_BENCH_MARIADB_URL`` (default ``mysql://root@127.0.0.1:3306/test``).
-library, http, batch, spawn, latency and scale run on each; failover, fanin,
-reduce, chord and crawl on PostgreSQL only (reported as not run on the others), and so does
+library, small, instructions, http, batch, spawn, latency and scale run on each; failover, fanin,
+reduce, chord, crawl and fleet on PostgreSQL only (reported as not run on the others), and so does
 PGQueuer within library; on databases without LISTEN/NOTIFY the latency table
 says the first dispatch waits for a poll. Each database gets its tables, then
 come every goal per database and issue 15's goals on the figures of the same

@@ -1,10 +1,13 @@
 """The Celery side of the chord scenario: the app, its step task and its reduce (chord body).
 
 The worker runs this module (``celery -A bench.celery_app worker``); the
-benchmark imports it too, to send the chords. Broker and result backend are
-the Redis at ``$PROCESSOR_BENCH_REDIS_URL`` (default
-``redis://127.0.0.1:6379/0``). JSON only. Results expire after
-:data:`RESULT_EXPIRES` seconds, should a run be killed before it deletes them.
+benchmark imports it too, to send the chords. The result backend is the Redis
+at ``$PROCESSOR_BENCH_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``); the
+broker is that Redis too, or the RabbitMQ at ``$PROCESSOR_BENCH_RABBITMQ_URL``
+(default ``amqp://guest:guest@127.0.0.1:5672//``) when
+``$PROCESSOR_BENCH_CELERY_BROKER`` is ``rabbitmq``. JSON only. Results expire
+after :data:`RESULT_EXPIRES` seconds, should a run be killed before it deletes
+them.
 
 The tasks do the work of :mod:`bench.ranking`: ``step(n)`` scores item ``n``,
 and the chord body ``reduce(results, partition)`` folds every ``[id, score]``
@@ -24,7 +27,18 @@ from bench.ranking import fold, item_id, score, summary
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 REDIS_URL_ENV = "PROCESSOR_BENCH_REDIS_URL"
+DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
+RABBITMQ_URL_ENV = "PROCESSOR_BENCH_RABBITMQ_URL"
+BROKER_ENV = "PROCESSOR_BENCH_CELERY_BROKER"  # "redis" (the default) or "rabbitmq"
+BROKERS = ("redis", "rabbitmq")
 RESULT_EXPIRES = 600
+SETTINGS: dict[str, Any] = {
+    "task_serializer": "json", "result_serializer": "json", "accept_content": ["json"],
+    "result_expires": RESULT_EXPIRES, "broker_connection_retry_on_startup": True,
+    # Nothing but the tasks: no remote control, events or heartbeats, whose
+    # queues and keys would outlive the run.
+    "worker_enable_remote_control": False, "worker_send_task_events": False,
+    "worker_hijack_root_logger": False}
 
 
 def redis_url() -> str:
@@ -32,14 +46,35 @@ def redis_url() -> str:
     return os.environ.get(REDIS_URL_ENV, DEFAULT_REDIS_URL)
 
 
-app = Celery("bench_chord", broker=redis_url(), backend=redis_url())
-app.conf.update(
-    task_serializer="json", result_serializer="json", accept_content=["json"],
-    result_expires=RESULT_EXPIRES, broker_connection_retry_on_startup=True,
-    # Nothing but the tasks: no remote control, events or heartbeats, whose
-    # queues and keys would outlive the run.
-    worker_enable_remote_control=False, worker_send_task_events=False,
-    worker_hijack_root_logger=False)
+def rabbitmq_url() -> str:
+    """The benchmark's RabbitMQ: ``$PROCESSOR_BENCH_RABBITMQ_URL`` or the local one."""
+    return os.environ.get(RABBITMQ_URL_ENV, DEFAULT_RABBITMQ_URL)
+
+
+def broker_url(broker: str) -> str:
+    """The URL of ``broker`` (one of :data:`BROKERS`).
+
+    Raises:
+        ValueError: ``broker`` is not one of :data:`BROKERS`.
+    """
+    if broker not in BROKERS:
+        raise ValueError(f"Celery broker {broker!r}: expected one of {', '.join(BROKERS)}")
+    return rabbitmq_url() if broker == "rabbitmq" else redis_url()
+
+
+app = Celery("bench_chord", broker=broker_url(os.environ.get(BROKER_ENV, "redis")),
+             backend=redis_url())
+app.conf.update(SETTINGS)
+_senders: dict[str, Celery] = {}
+
+
+def sender(broker: str) -> Celery:
+    """An app that sends this module's tasks, by name, through ``broker`` (one per broker,
+    kept for the process); its results come from the same Redis backend as ``app``'s."""
+    if broker not in _senders:
+        _senders[broker] = Celery("bench_chord", broker=broker_url(broker), backend=redis_url())
+        _senders[broker].conf.update(SETTINGS)
+    return _senders[broker]
 
 
 @app.task(name="bench.step")

@@ -16,12 +16,15 @@ and warmed up by one small partition.
   the SDK (:mod:`bench.chord_handler`: ``handlers.app(step, reduce=...)``) in
   its own uvicorn process.
 - Celery: a chord per partition (N ``step`` tasks, the ``reduce`` task as its
-  body; :mod:`bench.celery_app`), Redis as broker and result backend, one
-  worker per setup (prefork with 2 processes, threads, solo) started and
-  stopped here, in a process group of its own so none of its children can be
-  left behind. Skipped, with a message, where Celery is not installed or no
-  Redis answers (``$PROCESSOR_BENCH_REDIS_URL``, default
-  ``redis://127.0.0.1:6379/0``).
+  body; :mod:`bench.celery_app`), Redis as result backend, one worker per
+  setup (prefork with 2 processes, threads, solo) and per broker (Redis, and
+  RabbitMQ where it answers), started and stopped here, in a process group of
+  its own so none of its children can be left behind. The best setup on
+  either broker counts. Skipped, with a message, where Celery is not
+  installed or no Redis answers (``$PROCESSOR_BENCH_REDIS_URL``, default
+  ``redis://127.0.0.1:6379/0``); RabbitMQ's setups alone are skipped where
+  it does not answer (``$PROCESSOR_BENCH_RABBITMQ_URL``, default
+  ``amqp://guest:guest@127.0.0.1:5672//``).
 
 Figures: steps/s (P x N items through step and reduce, divided by the time),
 and the partition latency p50/p99, from the moment its creation (its chord's
@@ -33,22 +36,32 @@ statefeed library mode at its defaults against the best Celery setup.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import dataclasses
-import json
-import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import func, select
 
+from bench.celery_side import (
+    STARTUP_TIMEOUT,
+    STOP_TIMEOUT,
+    CeleryClient,
+    broker_title,
+    brokers_available,
+    celery_unavailable,
+    celery_version,
+    delete_queue,
+    redis_url,
+    setup_label,
+    shown_url,
+    start_worker,
+    wait_result,
+)
 from bench.common import (
-    PYTHON,
     Goal,
     Outcome,
     Row,
@@ -64,22 +77,18 @@ from bench.common import (
     summary_ms,
     wait_for,
 )
-from bench.procs import Child, Handler, Processes
+from bench.procs import Handler, Processes
 from bench.ranking import LibraryRanker, check_result, item_id, library_step, number_data
 from bench.reduce import FanInHooks
 from processor import AsyncClient, NewItem
 from watcher import Store, Watcher, WatcherConfig
 
 TITLE = ("Fan-out/fan-in: P partitions x N items, a step then a reduce per partition "
-         "(statefeed vs Celery chord on Redis)")
+         "(statefeed vs Celery chord on Redis and RabbitMQ)")
 THROUGHPUT_GOAL = 10.0  # statefeed library at defaults / best Celery setup, at least
 P99_GOAL = 0.2  # statefeed library p99 / best Celery p99, at most
 WARMUP_ITEMS = 4
-STARTUP_TIMEOUT = 60.0
-STOP_TIMEOUT = 20.0
 POLL = 0.02
-RESULT_POLL = 0.5  # the longest a wait for a Celery result goes without checking for a stop
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -250,98 +259,12 @@ async def statefeed_http(settings: Settings, procs: Processes, handler: Handler)
 # --------------------------------------------------------------------------- Celery
 
 
-def redis_url() -> str:
-    """The Redis the Celery side uses (see :mod:`bench.celery_app`)."""
-    from bench.celery_app import redis_url as configured  # imports Celery
-
-    return configured()
-
-
-def shown_url(url: str) -> str:
-    """``url`` with any password hidden."""
-    from kombu.utils.url import maybe_sanitize_url
-
-    return str(maybe_sanitize_url(url))
-
-
-def celery_unavailable() -> str | None:
-    """None when Celery is installed and Redis answers; otherwise why the system is skipped."""
-    try:
-        import celery  # noqa: F401
-        import redis
-    except ImportError as error:
-        return f"Celery not installed ({error.name}); pip install -e '.[bench]'"
-    url = redis_url()
-    try:
-        connection = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
-        try:
-            connection.ping()
-        finally:
-            connection.close()
-    except Exception as error:
-        return (f"no Redis answers at {shown_url(url)} ({type(error).__name__}: "
-                f"{str(error).splitlines()[0][:160] if str(error) else ''}); start "
-                "redis-server or set PROCESSOR_BENCH_REDIS_URL")
-    return None
-
-
-def setup_label(setup: str) -> tuple[str, str | None, str]:
-    """``"prefork:2"`` -> (pool, concurrency, label ``"prefork, 2 processes"``).
-
-    Raises:
-        ValueError: the pool is not one of prefork, threads, solo.
-    """
-    pool, _, concurrency = setup.partition(":")
-    if pool == "solo":
-        return pool, None, "solo"
-    if pool not in ("prefork", "threads") or not concurrency.isdigit():
-        raise ValueError(f"Celery setup {setup!r}: expected prefork:N, threads:N or solo")
-    unit = "processes" if pool == "prefork" else "threads"
-    return pool, concurrency, f"{pool}, {concurrency} {unit}"
-
-
-class CeleryClient:
-    """Sends chords and reads their results on one thread of its own (Celery's client is
-    blocking, and its result backend is per thread). :meth:`stop` makes a wait on that
-    thread give up within :data:`RESULT_POLL` s, so an interrupted run never hangs."""
-
-    def __init__(self) -> None:
-        self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="celery")
-        self.stopping = threading.Event()
-
-    async def call(self, func: Callable[..., T], *args: Any) -> T:
-        """Run ``func(*args)`` on the client's thread."""
-        return await asyncio.get_running_loop().run_in_executor(self.thread, func, *args)
-
-    def stop(self) -> None:
-        """Make the work on the thread give up, and let the thread go (without waiting)."""
-        self.stopping.set()
-        self.thread.shutdown(wait=False, cancel_futures=True)
-
-
-def _result(result: Any, deadline: float, stopping: threading.Event) -> Any:
-    """``result.get()``, in short waits so that ``stopping`` is seen.
-
-    Raises:
-        TimeoutError: the deadline passed first.
-        RuntimeError: ``stopping`` was set.
-    """
-    from celery.exceptions import TimeoutError as ResultTimeout
-
-    while not stopping.is_set():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"no result for Celery task {result.id} in time")
-        with contextlib.suppress(ResultTimeout):
-            return result.get(timeout=min(RESULT_POLL, remaining))
-    raise RuntimeError("the Celery client was stopped")
-
-
-def celery_chords(queue: str, partitions: Sequence[str], items: int, timeout: float,
-                  stopping: threading.Event
+def celery_chords(queue: str, broker: str, partitions: Sequence[str], items: int,
+                  timeout: float, stopping: threading.Event
                   ) -> tuple[float, dict[str, float], dict[str, dict[str, Any]]]:
-    """Send one chord per partition to ``queue``, wait for every body's result, delete the
-    results; returns the start, when each chord's sending began, and each result.
+    """Send one chord per partition to ``queue`` through ``broker``, wait for every body's
+    result, delete the results; returns the start, when each chord's sending began, and
+    each result.
 
     Raises:
         TimeoutError: a result did not come within ``timeout`` s.
@@ -349,10 +272,13 @@ def celery_chords(queue: str, partitions: Sequence[str], items: int, timeout: fl
     """
     from celery import chord
 
-    from bench.celery_app import app, reduce, step
+    from bench.celery_app import sender
 
-    signatures = [chord([step.s(number).set(queue=queue) for number in range(items)],
-                        reduce.s(pid).set(queue=queue)) for pid in partitions]
+    app = sender(broker)
+    signatures = [chord([app.signature("bench.step", (number,), queue=queue)
+                         for number in range(items)],
+                        app.signature("bench.reduce", (pid,), queue=queue), app=app)
+                  for pid in partitions]
     deadline = time.monotonic() + timeout
     created: dict[str, float] = {}
     sent = []
@@ -364,7 +290,7 @@ def celery_chords(queue: str, partitions: Sequence[str], items: int, timeout: fl
                 raise RuntimeError("the Celery client was stopped")
             created[pid] = time.monotonic()
             sent.append(signature.apply_async())
-        values = {pid: _result(result, deadline, stopping)
+        values = {pid: wait_result(result, deadline, stopping)
                   for pid, result in zip(partitions, sent, strict=True)}
     finally:
         _forget(app, sent)
@@ -389,40 +315,11 @@ def _forget(app: Any, sent: list[Any]) -> None:
         client.delete(*keys[start:start + 1000])
 
 
-def _delete_queue(queue: str) -> None:
-    """Delete what kombu keeps in Redis for ``queue``: the list, its bindings, and the
-    messages a killed worker had taken but not acknowledged (kept as ``[message,
-    exchange, routing key]`` in the transport's shared ``unacked`` hash)."""
-    import redis
-
-    connection = redis.Redis.from_url(redis_url(), socket_connect_timeout=2, socket_timeout=5)
-    try:
-        connection.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
-        for tag, payload in connection.hscan_iter("unacked"):
-            with contextlib.suppress(ValueError, IndexError, TypeError):
-                if json.loads(payload)[2] == queue:
-                    connection.hdel("unacked", tag)
-                    connection.zrem("unacked_index", tag)
-    finally:
-        connection.close()
-
-
-async def start_worker(procs: Processes, setup: str, queue: str) -> Child:
-    """Start a Celery worker for ``queue`` in a process group of its own."""
-    pool, concurrency, _ = setup_label(setup)
-    command = [PYTHON, "-m", "celery", "-A", "bench.celery_app", "worker", "--pool", pool,
-               "--queues", queue, "--hostname", f"{queue}@%h", "--without-gossip",
-               "--without-mingle", "--without-heartbeat", "--loglevel", "WARNING"]
-    if concurrency is not None:
-        command += ["--concurrency", concurrency]
-    return await procs.start(f"celery-{pool}", *command, env=dict(os.environ), group=True)
-
-
-async def celery_runs(settings: Settings, procs: Processes, client: CeleryClient, setup: str
-                      ) -> list[ChordRun]:
-    """Start a worker of ``setup``, warm it up, run the rounds, stop it (SIGTERM, a warm
-    shutdown; kill -9 of its process group after :data:`STOP_TIMEOUT` s) and delete its
-    queue.
+async def celery_runs(settings: Settings, procs: Processes, client: CeleryClient, setup: str,
+                      broker: str) -> list[ChordRun]:
+    """Start a worker of ``setup`` on ``broker``, warm it up, run the rounds, stop it
+    (SIGTERM, a warm shutdown; kill -9 of its process group after :data:`STOP_TIMEOUT` s)
+    and delete its queue.
 
     Raises:
         RuntimeError: the worker exited, or a result is wrong.
@@ -432,13 +329,13 @@ async def celery_runs(settings: Settings, procs: Processes, client: CeleryClient
     _, _, label = setup_label(setup)
     queue = f"bench-chord-{uuid.uuid4().hex[:8]}"
     ids = _partition_ids(sizes.chord_partitions)
-    worker = await start_worker(procs, setup, queue)
+    worker = await start_worker(procs, setup, queue, broker)
     runs: list[ChordRun] = []
 
     async def chords(partitions: list[str], items: int, timeout: float  # noqa: ASYNC109
                      ) -> tuple[float, dict[str, float], dict[str, dict[str, Any]]]:
-        work = asyncio.ensure_future(client.call(celery_chords, queue, partitions, items,
-                                                 timeout, client.stopping))
+        work = asyncio.ensure_future(client.call(celery_chords, queue, broker, partitions,
+                                                 items, timeout, client.stopping))
         try:
             while not work.done():  # fail fast if the worker dies
                 await asyncio.wait([work], timeout=0.2)
@@ -458,23 +355,17 @@ async def celery_runs(settings: Settings, procs: Processes, client: CeleryClient
             started, created, values = await chords(ids, sizes.chord_items,
                                                     sizes.phase_timeout)
             runs.append(ChordRun(
-                f"Celery chord ({label})", len(ids), len(ids) * sizes.chord_items,
+                f"Celery chord ({label}, {broker_title(broker)})", len(ids),
+                len(ids) * sizes.chord_items,
                 max(value["done_at"] for value in values.values()) - started,
                 tuple(values[pid]["done_at"] - created[pid] for pid in ids),
-                {"setup": setup, "queue": queue}))
+                {"setup": setup, "broker": broker, "queue": queue}))
     finally:
         code = await worker.terminate(STOP_TIMEOUT)
-        await asyncio.to_thread(_delete_queue, queue)
+        await asyncio.to_thread(delete_queue, queue, broker)
     # 0 when the worker stopped by itself on SIGTERM (a warm shutdown), -9 when killed.
     return [dataclasses.replace(run, extra={**run.extra, "worker_exit_code": code})
             for run in runs]
-
-
-def celery_version() -> str:
-    """The installed Celery's version."""
-    import celery
-
-    return str(celery.__version__)
 
 
 # --------------------------------------------------------------------------- scenario
@@ -487,6 +378,7 @@ async def run(settings: Settings) -> Outcome:
     library = best_round([await statefeed_library(settings) for _ in range(settings.rounds)])
     celery_best: list[ChordRun] = []
     skipped = await asyncio.to_thread(celery_unavailable)
+    brokers, brokers_skipped = await asyncio.to_thread(brokers_available)
     async with Processes(settings.work_dir) as procs:
         handler = await procs.handler("chord-handler", module="bench.chord_handler")
         http = best_round([await statefeed_http(settings, procs, handler)
@@ -494,9 +386,10 @@ async def run(settings: Settings) -> Outcome:
         if skipped is None:
             client = CeleryClient()
             try:
-                for setup in sizes.celery_setups:
-                    celery_best.append(best_round(await celery_runs(settings, procs, client,
-                                                                    setup)))
+                for broker in brokers:
+                    for setup in sizes.celery_setups:
+                        celery_best.append(best_round(await celery_runs(
+                            settings, procs, client, setup, broker)))
             finally:
                 client.stop()
     # Each ratio against the Celery setup that did best on that figure.
@@ -515,6 +408,9 @@ async def run(settings: Settings) -> Outcome:
                                 celery_run.detail()))
     if skipped is not None:
         outcome.rows.append(Row("Celery chord", "skipped", skipped))
+    else:
+        for broker, why in brokers_skipped.items():
+            outcome.rows.append(Row(f"Celery chord on {broker_title(broker)}", "skipped", why))
     if best is not None and quickest is not None and throughput is not None \
             and p99_share is not None:
         outcome.rows.append(Row("ratio statefeed library (defaults) / best Celery, steps/s",
@@ -528,6 +424,7 @@ async def run(settings: Settings) -> Outcome:
         "statefeed_library": library.as_json(), "statefeed_http": http.as_json(),
         "celery": ({"skipped": skipped} if skipped is not None else
                    {"version": version, "redis": shown_url(redis_url()),
+                    "brokers": brokers, "brokers_skipped": brokers_skipped,
                     "setups": [run.as_json() for run in celery_best]}),
         "ratio_library_over_best_celery": None if throughput is None else round(throughput, 3),
         "ratio_library_p99_over_best_celery_p99":

@@ -45,11 +45,11 @@ DATABASES = ("sqlite", "postgres", "mariadb")
 DATABASE_TITLES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mariadb": "MariaDB"}
 
 # Scenario names, in the order they run and print.
-SCENARIOS = ("library", "http", "batch", "spawn", "latency", "failover", "scale", "fanin",
-             "reduce", "chord", "crawl")
+SCENARIOS = ("library", "small", "fleet", "instructions", "http", "batch", "spawn", "latency",
+             "failover", "scale", "fanin", "reduce", "chord", "crawl")
 # Scenarios that run on PostgreSQL alone (they compare with PostgreSQL-only systems or
 # time PostgreSQL's wake-ups); on the other databases they are reported as not run.
-POSTGRES_ONLY = ("failover", "fanin", "reduce", "chord", "crawl")
+POSTGRES_ONLY = ("fleet", "failover", "fanin", "reduce", "chord", "crawl")
 
 
 def postgres_url() -> str:
@@ -99,6 +99,12 @@ class Sizes:
     lease_duration: float = 2.0
     scale_partitions: int = 1_000
     scale_items: int = 50  # per partition
+    small_partitions: int = 2_000  # small partitions: this many partitions...
+    small_items: int = 20  # ...of this many items each
+    fleet_partitions: int = 40  # fleet: partitions drained by 1, 2 and 4 processors...
+    fleet_items: int = 500  # ...of this many items each
+    instructions_partitions: int = 10  # instructions: two counted drains over this many
+    instructions_items: tuple[int, int] = (1_000, 5_000)  # ...partitions, of these items
     query_samples: int = 200
     fanin_items: int = 10_000  # fan-in latency: items per reduce gate
     fanin_samples: int = 10  # fan-in latency: partitions, one after another
@@ -123,6 +129,9 @@ class Sizes:
                         batch_size=20, batch_concurrency=80, pgqueuer_workers=2,
                         latency_samples=5, latency_poll=0.5, failover_partitions=4,
                         lease_duration=1.5, scale_partitions=20, scale_items=20,
+                        small_partitions=40, small_items=5, fleet_partitions=8,
+                        fleet_items=20, instructions_partitions=4,
+                        instructions_items=(40, 200),
                         query_samples=20, fanin_items=1_200, fanin_samples=2,
                         reduce_gate_items=(300, 2_500), chord_partitions=3, chord_items=20,
                         spawn_children=2_000, spawn_page=100, crawl_count=3,

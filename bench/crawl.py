@@ -28,19 +28,19 @@ import time
 import uuid
 from typing import Any
 
-from bench.chord import (
+from bench.celery_side import (
     STARTUP_TIMEOUT,
     STOP_TIMEOUT,
     CeleryClient,
-    ChordRun,
-    _delete_queue,
     celery_unavailable,
     celery_version,
+    delete_queue,
     redis_url,
     setup_label,
     shown_url,
     start_worker,
 )
+from bench.chord import ChordRun
 from bench.common import (
     Goal,
     Outcome,
@@ -227,7 +227,7 @@ async def celery_runs(settings: Settings, procs: Processes, client: CeleryClient
                 tuple(results[name][1] - created[name] for name in names), {"setup": setup}))
     finally:
         await worker.terminate(STOP_TIMEOUT)
-        await asyncio.to_thread(_delete_queue, queue)
+        await asyncio.to_thread(delete_queue, queue, "redis")
     return runs
 
 

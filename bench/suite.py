@@ -74,9 +74,24 @@ GOALS_TITLE_PER_DATABASE = "Goals (issues 5 and 14), per database"
 
 def runners() -> dict[str, Runner]:
     """Each scenario's entry point, by name."""
-    from bench import chord, crawl, failover, http_mode, latency, library, reduce, scale, spawn
+    from bench import (
+        chord,
+        crawl,
+        failover,
+        fleet,
+        http_mode,
+        instructions,
+        latency,
+        library,
+        reduce,
+        scale,
+        small,
+        spawn,
+    )
 
-    return {"library": library.run, "http": http_mode.run_per_item,
+    return {"library": library.run, "small": small.run, "fleet": fleet.run,
+            "instructions": instructions.run,
+            "http": http_mode.run_per_item,
             "batch": http_mode.run_batch, "spawn": spawn.run, "latency": latency.run,
             "failover": failover.run,
             "scale": scale.run, "fanin": reduce.run_fanin, "reduce": reduce.run_big,

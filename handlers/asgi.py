@@ -29,7 +29,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, cast
 
 from handlers.errors import Fail, HandlerError, Retry
 from handlers.model import Item, ReducePage, Result
@@ -360,9 +360,11 @@ class HandlerApp:
                 log.warning("action=unknown_gate partition=%s item=%s gate=%d",
                             item.partition_id, item.id, item.gate)
                 return Answer(Fail.status, encode_error(message, no_retry=True))
+        value: Any
         try:
             if target.is_async:
-                value = await target.func(item)  # type: ignore[misc]
+                value = await cast("Callable[[Item], Awaitable[HandlerReturn]]",
+                                   target.func)(item)
             else:
                 value = await asyncio.get_running_loop().run_in_executor(
                     self._threads(),

@@ -157,7 +157,8 @@ async def _until_stopped() -> None:
 
 async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console) -> int:
     """Rank ``resumes`` resumes on ``db_url`` and print the best ``top``; the exit code."""
-    from handlers.examples.resumes import inbox_archive, sample_resumes
+    from handlers.examples.resumes import inbox_archive
+    from handlers.examples.samples import sample_resumes
 
     console.print(f"[bold]statefeed demo[/]: one inbox of {resumes} resumes -> gate 0 "
                   f"unpack (spawn) + extract + classify -> gate 1 rank, on {escape(db_url)}")

@@ -6,14 +6,9 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from watcher.checks import check_seconds, check_whole_number
 from watcher.errors import ConfigError
-
-if TYPE_CHECKING:
-    from watcher.decisions import RetryPolicy
-    from watcher.spawning import SpawnLimits
 
 DEFAULT_CONCURRENCY = 32
 DEFAULT_POLL_INTERVAL = 1.0
@@ -48,7 +43,7 @@ DEFAULT_REDUCE_PAGE_ITEMS = 1000
 DEFAULT_REDUCE_PAGE_BYTES = 16 * 1024 * 1024
 # The largest item data (inserted by a client, or answered by a handler). It fits
 # every supported database at its default settings: MariaDB's 16 MiB packet
-# carries 8 MiB of any bytes, which travel as base64 (watcher.drivers.mysql_packet).
+# carries 8 MiB of any bytes, which travel as base64 (watcher.drivers.mysql.packet).
 DEFAULT_MAX_ITEM_BYTES = 8 * 1024 * 1024
 # How many items one answer may spawn (a larger fan-out pages: see watcher.spawning).
 DEFAULT_MAX_SPAWN = 1000
@@ -131,17 +126,3 @@ class WatcherConfig:
     def renew_interval(self) -> float:
         """How often leases are renewed: a third of the lease duration."""
         return self.lease_duration / 3
-
-    @property
-    def spawn_limits(self) -> SpawnLimits:
-        """What one answer may spawn under these settings."""
-        from watcher.spawning import SpawnLimits
-
-        return SpawnLimits(self.max_spawn, self.max_item_bytes)
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        """The item retry policy these settings describe."""
-        from watcher.decisions import RetryPolicy
-
-        return RetryPolicy(self.max_retries, self.retry_backoff, self.retry_backoff_max)

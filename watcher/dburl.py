@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
 from urllib.parse import quote_plus, unquote
@@ -9,32 +10,22 @@ from urllib.parse import quote_plus, unquote
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from watcher.drivers import DRIVERS, PACKAGES
+from watcher.drivers.mysql import CHARSET as MYSQL_CHARSET
 from watcher.errors import ConfigError
 
-# Plain scheme -> (async driver URL scheme, sync driver URL scheme).
-_DRIVERS: dict[str, tuple[str, str]] = {
-    "postgresql": ("postgresql+psycopg", "postgresql+psycopg"),
-    "postgres": ("postgresql+psycopg", "postgresql+psycopg"),
-    "postgresql+psycopg": ("postgresql+psycopg", "postgresql+psycopg"),
-    "sqlite": ("sqlite+aiosqlite", "sqlite"),
-    "sqlite+aiosqlite": ("sqlite+aiosqlite", "sqlite"),
-    # MySQL and MariaDB: aiomysql (pure Python, on PyMySQL) runs the engine, PyMySQL the
-    # migrations. mariadb:// selects SQLAlchemy's MariaDB dialect, which insists on one.
-    "mysql": ("mysql+aiomysql", "mysql+pymysql"),
-    "mysql+aiomysql": ("mysql+aiomysql", "mysql+pymysql"),
-    "mysql+pymysql": ("mysql+aiomysql", "mysql+pymysql"),
-    "mariadb": ("mariadb+aiomysql", "mariadb+pymysql"),
-    "mariadb+aiomysql": ("mariadb+aiomysql", "mariadb+pymysql"),
-    "mariadb+pymysql": ("mariadb+aiomysql", "mariadb+pymysql"),
-    # SQL Server: pymssql (FreeTDS, shipped in its wheels). pymssql is synchronous: the
-    # engine runs it in a worker thread per connection (watcher.threaded_driver).
-    "mssql": ("mssql+pymssql_threaded", "mssql+pymssql"),
-    "mssql+pymssql": ("mssql+pymssql_threaded", "mssql+pymssql"),
-}
+
+def _schemes() -> dict[str, tuple[str, str]]:
+    """Plain scheme -> (async driver URL scheme, sync driver URL scheme), gathered from
+    the database packages (:mod:`watcher.drivers`), which say their own."""
+    found: dict[str, tuple[str, str]] = {}
+    for package in PACKAGES:
+        found.update(importlib.import_module(f"watcher.drivers.{package}").SCHEMES)
+    return found
+
+
+_DRIVERS = _schemes()
 SUPPORTED = "sqlite:///path, postgresql://..., mysql://..., mariadb://..., mssql://..."
-# The character set MySQL/MariaDB connections use unless the URL names one: every
-# Unicode character, as on the other databases.
-MYSQL_CHARSET = "utf8mb4"
 MASK = "***"
 # Query parameters shown as they are in messages; every other value is masked,
 # since drivers take credentials in the query too (password, sslpassword, passwd,
@@ -122,15 +113,6 @@ class DatabaseURL:
     __str__ = redacted
 
 
-# The packages each optional database needs, and the extra that installs them. SQLite
-# (aiosqlite) and PostgreSQL (psycopg) come with a plain install.
-_OPTIONAL_DRIVERS: dict[str, tuple[tuple[str, ...], str]] = {
-    "mysql": (("aiomysql", "pymysql"), "mysql"),
-    "mariadb": (("aiomysql", "pymysql"), "mysql"),
-    "mssql": (("pymssql",), "mssql"),
-}
-
-
 def require_driver(url: DatabaseURL) -> None:
     """Check that the Python packages ``url``'s database needs are installed.
 
@@ -142,7 +124,10 @@ def require_driver(url: DatabaseURL) -> None:
     """
     import importlib.util
 
-    packages, extra = _OPTIONAL_DRIVERS.get(url.dialect, ((), ""))
+    if url.dialect not in DRIVERS:
+        return
+    database = importlib.import_module(f"watcher.drivers.{DRIVERS[url.dialect][0]}")
+    packages, extra = database.PACKAGES, database.EXTRA
     missing = [name for name in packages if importlib.util.find_spec(name) is None]
     if missing:
         raise ConfigError(
@@ -169,7 +154,7 @@ def parse_database_url(raw: str) -> DatabaseURL:
     ``mysql://`` and ``mariadb://`` map to aiomysql for the engine and PyMySQL
     for migrations (with ``charset=utf8mb4`` unless the URL sets one);
     ``mssql://`` maps to pymssql (run in a worker thread per connection for the
-    engine, see :mod:`watcher.threaded_driver`).
+    engine, see :mod:`watcher.drivers.mssql.threaded`).
 
     Raises:
         ConfigError: the URL is malformed or names an unsupported database.

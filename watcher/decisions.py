@@ -11,6 +11,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
+from watcher.config import WatcherConfig
 from watcher.models import MAX_GATE, Status
 from watcher.protocol import NonRetryableError, ProcessorError, Result, RetryableError
 from watcher.records import GateSummary, ItemWrite, LeaseStats, NewItem, ReadyItem
@@ -134,6 +135,7 @@ class ReadStep(Enum):
     READ = "read"
     WAIT_FOR_SLOTS = "wait_for_slots"  # too few slots free: wait for a turn at freed ones
     WAIT_FOR_POLL = "wait_for_poll"  # the gate looked empty: look again at the next poll
+    STEP_GATE = "step_gate"  # the gate is drained: its summary says what comes next
 
 
 def decide_read(*, free_slots: int, refill_at: int, slots_in_use: int, in_flight: int,
@@ -147,13 +149,19 @@ def decide_read(*, free_slots: int, refill_at: int, slots_in_use: int, in_flight
     take turns at the freed slots. After a read that found the gate empty,
     wait for the next poll (new items come only from clients, whose writes
     notify, or from retries), unless nothing of this partition is in flight
-    anymore: then its gate may be ready to move, and reading finds out.
+    anymore: then the gate is drained, and the gate's summary (not another
+    read) says whether it moves, closes or waits. ``gate_looked_empty`` must
+    be cleared whenever an item may have become ready at the gate since that
+    read (a result that keeps its item there, an item let go unwritten, a
+    gate step that waits); a notification reads at once.
 
     ``free_slots``, ``refill_at`` and ``slots_in_use`` describe the watcher's
     shared slot pool; ``in_flight`` counts this partition's calls;
     ``notified`` says a client wrote the partition since the last read.
     """
     idle = in_flight == 0
+    if idle and gate_looked_empty and not notified:
+        return ReadStep.STEP_GATE
     if free_slots < refill_at and slots_in_use > 0 and not (idle and gate_looked_empty):
         return ReadStep.WAIT_FOR_SLOTS
     if idle or notified:
@@ -174,6 +182,11 @@ class RetryPolicy:
     backoff: float = 1.0
     backoff_max: float = 300.0
     jitter: float = 0.5  # the delay is scaled by a random factor in [1 - jitter, 1 + jitter]
+
+    @classmethod
+    def of(cls, config: WatcherConfig) -> RetryPolicy:
+        """The item retry policy ``config`` describes."""
+        return cls(config.max_retries, config.retry_backoff, config.retry_backoff_max)
 
     def delay(self, attempts: int, rng: random.Random | None = None) -> float:
         """The wait before the next try, after ``attempts`` errors (1-based)."""

@@ -74,11 +74,24 @@ class CountingHooks(Hooks):
         self.counts[f"reduce_{outcome}"] += 1
 
 
+def overrides(hooks: Hooks | SafeHooks, name: str) -> bool:
+    """Whether ``hooks`` (or the hooks a :class:`SafeHooks` wraps) does more than the
+    base class's no-op for the hook ``name``."""
+    if isinstance(hooks, SafeHooks):
+        hooks = hooks.wrapped
+    return getattr(type(hooks), name, None) is not getattr(Hooks, name, None)
+
+
 class SafeHooks:
     """Wraps hooks so that an exception inside one never reaches the engine."""
 
     def __init__(self, hooks: Hooks) -> None:
         self._hooks = hooks
+
+    @property
+    def wrapped(self) -> Hooks:
+        """The hooks this wraps."""
+        return self._hooks
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._hooks, name)

@@ -13,8 +13,8 @@ class ItemsInHand:
     """What a supervisor holds, so that no item is dispatched twice.
 
     - **In flight**: items dispatched and not yet written, mapped to the task
-      of their processor call while it runs, and to ``None`` once their result
-      is queued for the writer.
+      that calls the processor for their batch while their call runs, and to
+      ``None`` once their result is queued for the writer.
     - **Let go while a read ran**: items whose result was written (or dropped)
       while a read of ready items may have been running. That read can still
       return the item's old row, which must not be dispatched again. Each entry
@@ -68,19 +68,35 @@ class ItemsInHand:
         self._let_go = {key: value for key, value in let_go.items() if value[1] >= read}
         return fresh
 
-    def started(self, item_id: str, call: asyncio.Task[None]) -> None:
-        """``item_id`` was dispatched; ``call`` is the task of its processor call."""
-        self._in_flight[item_id] = call
+    def started(self, items: Sequence[ReadyItem], call: asyncio.Task[None]) -> None:
+        """``items`` were dispatched together; ``call`` is the task calling the processor."""
+        in_flight = self._in_flight
+        for item in items:
+            in_flight[item.id] = call
 
-    def result_queued(self, item_id: str) -> None:
-        """The call of ``item_id`` ended and its result waits for the writer."""
-        self._in_flight[item_id] = None
+    def results_queued(self, items: Sequence[ReadyItem]) -> None:
+        """The calls of ``items`` ended and their results wait for the writer."""
+        in_flight = self._in_flight
+        for item in items:
+            in_flight[item.id] = None
 
-    def let_go(self, item: ReadyItem) -> None:
-        """``item`` is no longer in hand; a read still running may return its old row."""
-        self._let_go[item.id] = (item.version, self._reads)
-        self._in_flight.pop(item.id, None)
+    def let_go(self, items: Sequence[ReadyItem]) -> None:
+        """``items`` are no longer in hand; a read still running may return their old rows."""
+        in_flight, let_go, reads = self._in_flight, self._let_go, self._reads
+        for item in items:
+            let_go[item.id] = (item.version, reads)
+            in_flight.pop(item.id, None)
+
+    def settled(self) -> None:
+        """Nothing is in flight and no read is running: every item let go is visible as it
+        now is to any read that starts from here, so none is left out of the next one."""
+        self._let_go.clear()
 
     def calls(self) -> list[asyncio.Task[None]]:
-        """The processor calls still running."""
-        return [call for call in self._in_flight.values() if call is not None]
+        """The tasks still calling the processor (one per batch)."""
+        return list({call for call in self._in_flight.values() if call is not None})
+
+    def calling(self, items: Sequence[ReadyItem]) -> list[ReadyItem]:
+        """Those of ``items`` whose call has not ended (no result queued for them)."""
+        in_flight = self._in_flight
+        return [item for item in items if in_flight.get(item.id) is not None]

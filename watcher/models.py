@@ -6,9 +6,9 @@ them. A partition is *free* when it is ``available`` and its ``until`` has
 passed: unleased partitions carry ``owner = ''`` and an ``until`` in the past,
 so one index on ``(status, until, owner)`` serves both "free" and "live" scans.
 
-Column types carry per-database variants, the same ones the migration creates:
-ids compare exactly (binary collations on MySQL/MariaDB and SQL Server, whose
-defaults ignore case), times keep microseconds, and item data holds more than
+Column types carry per-database variants, the same ones the migration creates;
+each database's are in its package (``watcher/drivers/<database>/columns.py``):
+ids compare exactly, times keep microseconds, and item data holds more than
 the 16 MiB a handler may answer.
 """
 
@@ -19,9 +19,11 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Column, DateTime, Index, Integer, LargeBinary, Unicode, UnicodeText, text
-from sqlalchemy.dialects import mssql, mysql
 from sqlalchemy.types import TypeEngine
 from sqlmodel import Field, SQLModel
+
+from watcher.drivers.mssql import columns as mssql_columns
+from watcher.drivers.mysql import columns as mysql_columns
 
 ID_MAX_LENGTH = 255
 OWNER_MAX_LENGTH = 255
@@ -29,61 +31,35 @@ STATUS_MAX_LENGTH = 16
 # Gates (and versions, attempts) are INTEGER columns: 32-bit signed on every database.
 MAX_GATE = 2**31 - 1
 
-MYSQL = ("mysql", "mariadb")
 # InnoDB with a four-byte UTF-8 default, whatever the server's own default is.
-# (The mariadb dialect reads only the mariadb_ spellings, the mysql one only mysql_.)
-MYSQL_TABLE_OPTIONS: dict[str, Any] = {
-    f"{name}_{option}": value
-    for name in MYSQL
-    for option, value in (("engine", "InnoDB"), ("charset", "utf8mb4"))
-}
+MYSQL_TABLE_OPTIONS = mysql_columns.TABLE_OPTIONS
 
 
 def key_type(length: int) -> TypeEngine[str]:
-    """An id column: NVARCHAR on SQL Server, VARCHAR elsewhere; compared exactly everywhere.
-
-    MySQL, MariaDB and SQL Server compare text case-insensitively by default, so
-    ``Resume-1`` and ``resume-1`` would collide; binary collations make them
-    differ, as they do on PostgreSQL and SQLite.
-    """
-    return (
-        Unicode(length)
-        .with_variant(mysql.VARCHAR(length, collation="utf8mb4_bin"), *MYSQL)
-        .with_variant(mssql.NVARCHAR(length, collation="Latin1_General_100_BIN2"), "mssql")
-    )
+    """An id column: compared exactly on every database (MySQL, MariaDB and SQL Server
+    get binary collations: their defaults ignore case)."""
+    return (Unicode(length)
+            .with_variant(mysql_columns.key_type(length), *mysql_columns.DIALECTS)
+            .with_variant(mssql_columns.key_type(length), *mssql_columns.DIALECTS))
 
 
 def timestamp_type() -> TypeEngine[Any]:
-    """A naive UTC time with microseconds, as Python's datetime has.
-
-    MySQL's DATETIME keeps no fraction by default; SQL Server's DATETIME2 keeps
-    100 ns, which a driver must round (pymssql has rounded 23:59:59.9999999 to an
-    invalid hour), so both are pinned to six digits.
-    """
-    return (
-        DateTime()
-        .with_variant(mysql.DATETIME(fsp=6), *MYSQL)
-        .with_variant(mssql.DATETIME2(precision=6), "mssql")
-    )
+    """A naive UTC time with microseconds, as Python's datetime has."""
+    return (DateTime()
+            .with_variant(mysql_columns.timestamp_type(), *mysql_columns.DIALECTS)
+            .with_variant(mssql_columns.timestamp_type(), *mssql_columns.DIALECTS))
 
 
 def error_type() -> TypeEngine[str]:
-    """Error text: NVARCHAR(max) on SQL Server (UnicodeText would render the deprecated NTEXT
-    when no server is asked for its version, as in offline DDL)."""
-    return UnicodeText().with_variant(mssql.NVARCHAR(), "mssql")
+    """Error text of any length."""
+    return UnicodeText().with_variant(mssql_columns.error_type(), *mssql_columns.DIALECTS)
 
 
 def data_type() -> TypeEngine[bytes]:
-    """Item bytes: LONGBLOB on MySQL (BLOB stops at 64 KiB), sent as base64 so that any
-    bytes take 4/3 of their size in a statement (:mod:`watcher.drivers.mysql_packet`);
-    VARBINARY(max) on SQL Server."""
-    from watcher.drivers.mysql_packet import Base64Blob
-
-    return (
-        LargeBinary()
-        .with_variant(Base64Blob(), *MYSQL)
-        .with_variant(mssql.VARBINARY("max"), "mssql")
-    )
+    """Item bytes, more than the 16 MiB a handler may answer."""
+    return (LargeBinary()
+            .with_variant(mysql_columns.data_type(), *mysql_columns.DIALECTS)
+            .with_variant(mssql_columns.data_type(), *mssql_columns.DIALECTS))
 
 
 class Status(StrEnum):

@@ -3,7 +3,8 @@
 A *processor* is any object with ``async def process(item: WorkItem) -> Result``
 (or a bare coroutine function of that shape). It may raise
 :class:`RetryableError` or :class:`NonRetryableError`; any other exception is
-treated as retryable.
+treated as retryable. A processor that also has ``async def process_batch(items)``
+(:data:`ProcessBatchCall`) gets each read's items in one call instead.
 """
 
 from __future__ import annotations
@@ -88,6 +89,11 @@ class Processor(Protocol):
 
 ProcessCall = Callable[[WorkItem], Awaitable[Result]]
 """A processor as a bare coroutine function: what the engine calls for each item."""
+
+ProcessBatchCall = Callable[[Sequence[WorkItem]], Awaitable[Sequence["Result | Exception"]]]
+"""A processor's optional ``process_batch(items)``: one call for the items of one read
+(of one partition, at one gate), answering a :class:`Result` or an exception per item,
+in the same order. An exception raised by the call itself is every item's answer."""
 
 
 # -- reduce gates -------------------------------------------------------------

@@ -19,7 +19,7 @@ from enum import Enum
 from functools import partial
 
 from watcher.config import WatcherConfig
-from watcher.decisions import describe_error, storable_text
+from watcher.decisions import RetryPolicy, describe_error, storable_text
 from watcher.hooks import Hooks
 from watcher.leases import Lease, LeaseKeeper
 from watcher.models import Status
@@ -42,7 +42,7 @@ from watcher.reduction import (
 )
 from watcher.refusals import is_refusal, write_or_refuse
 from watcher.slots import SlotPool
-from watcher.spawning import SpawnConflictError
+from watcher.spawning import SpawnConflictError, SpawnLimits
 from watcher.store import Store
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ class GateReducer:
                     "POST /reduce in the handler")
             answer = await self._call(call)
             step = reduce_step(pid, gate, plan, answer, self.config.max_item_bytes,
-                               spawn_limits=self.config.spawn_limits)
+                               spawn_limits=SpawnLimits.of(self.config))
         except asyncio.CancelledError:
             raise
         except LeaseGoneError:
@@ -271,7 +271,7 @@ class GateReducer:
                       started: float) -> ReduceStepOutcome:
         """Count a failed reduce call; fail the partition once retries are spent."""
         lease, pid = self.lease, self.partition_id
-        policy = self.config.retry_policy
+        policy = RetryPolicy.of(self.config)
         final = isinstance(error, NonRetryableError) or attempt > policy.max_retries
         message = storable_text(describe_error(error))[:MAX_REDUCE_ERROR_LENGTH]
         self.hooks.reduce_outcome(pid, lease.gate, pass_, "failed" if final else "retry",

@@ -214,11 +214,11 @@ class RoundTrips:
             deadline = Deadline(self.bound)
             try:
                 async with deadline, opening as conn:
-                    conn.sync_connection.info[DEADLINE_KEY] = deadline  # type: ignore[union-attr]
+                    conn.info[DEADLINE_KEY] = deadline
                     try:
                         yield conn
                     finally:
-                        conn.sync_connection.info.pop(DEADLINE_KEY, None)  # type: ignore[union-attr]
+                        conn.info.pop(DEADLINE_KEY, None)
             except TimeoutError:
                 raise self._client_timeout(what, deadline.statement) from None
             except SQLAlchemyError as error:

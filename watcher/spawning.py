@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from watcher.config import DEFAULT_MAX_ITEM_BYTES, DEFAULT_MAX_SPAWN
+from watcher.config import DEFAULT_MAX_ITEM_BYTES, DEFAULT_MAX_SPAWN, WatcherConfig
 from watcher.errors import ValueRefusedError
 from watcher.ids import id_problem
 from watcher.models import MAX_GATE
@@ -35,6 +35,12 @@ class SpawnLimits:
 
     max_spawn: int = DEFAULT_MAX_SPAWN
     max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES
+
+
+    @classmethod
+    def of(cls, config: WatcherConfig) -> SpawnLimits:
+        """What one answer may spawn under ``config``."""
+        return cls(config.max_spawn, config.max_item_bytes)
 
 
 DEFAULT_SPAWN_LIMITS = SpawnLimits()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
@@ -14,6 +15,7 @@ from sqlalchemy import (
     Integer,
     and_,
     bindparam,
+    case,
     exists,
     func,
     or_,
@@ -21,6 +23,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.sql.expression import ColumnElement, Exists, Select, Update
+from sqlalchemy.types import TypeEngine
 
 from watcher.clock import Clock
 from watcher.drivers.sql import clock_now, time_plus
@@ -29,6 +32,39 @@ from watcher.records import (
     ItemWrite,
 )
 from watcher.schema import Tables
+
+
+@dataclass(frozen=True)
+class ResultSource:
+    """Where a result write (:meth:`Statements.result_write`) reads each value: bound
+    parameters, or the columns of a batch's rows, one row per write.
+
+    A NULL ``gate`` or ``data`` keeps the item's; ``data`` or ``delay`` left out
+    (``None``) means the write never sets the data, or makes the item ready now.
+    """
+
+    partition_id: ColumnElement[Any]
+    item_id: ColumnElement[Any]
+    seen: ColumnElement[Any]
+    status: ColumnElement[Any]
+    gate: ColumnElement[Any]
+    attempts: ColumnElement[Any]
+    error: ColumnElement[Any]
+    data: ColumnElement[Any] | None = None
+    delay: ColumnElement[Any] | None = None
+    owner: ColumnElement[Any] = field(default_factory=lambda: bindparam("owner"))
+
+    @classmethod
+    def parameters(cls, data_type: TypeEngine[bytes], *, new_data: bool = True,
+                   delayed: bool = True) -> ResultSource:
+        """Bound parameters named as :meth:`Statements.item_write_params` names them;
+        the data travels as ``data_type`` (the data column's: MariaDB's sends base64)."""
+        return cls(
+            partition_id=bindparam("pid"), item_id=bindparam("iid"), seen=bindparam("seen"),
+            status=bindparam("new_status"), gate=bindparam("new_gate", type_=Integer()),
+            attempts=bindparam("new_attempts"), error=bindparam("new_error"),
+            data=bindparam("new_data", type_=data_type) if new_data else None,
+            delay=bindparam("delay", type_=Float()) if delayed else None)
 
 
 class Statements:
@@ -47,6 +83,8 @@ class Statements:
         self.now: ColumnElement[Any] = clock_now(clock)
         self._item_writes: dict[tuple[bool, bool], Update] = {}
         self._lease_rewrites: dict[tuple[int, bool], Update] = {}
+        self._lease_takes: dict[int, Update] = {}
+        self._transitions: dict[tuple[bool, str | None], Update] = {}
 
     def now_plus(self, seconds: float | ColumnElement[Any]) -> ColumnElement[Any]:
         """The clock's time plus ``seconds`` (a number, or an SQL expression)."""
@@ -71,7 +109,8 @@ class Statements:
         )
 
     def lease_held(self, partition_id: str | ColumnElement[Any],
-                   owner: str | ColumnElement[Any], *, version: int | None = None,
+                   owner: str | ColumnElement[Any], *,
+                   version: int | ColumnElement[Any] | None = None,
                    live: bool = True) -> tuple[ColumnElement[bool], ...]:
         """The partition guard, for a ``WHERE`` on ``partitions``: ``owner`` holds the
         open partition ``partition_id`` (at ``version``, when given) and, when ``live``,
@@ -86,15 +125,47 @@ class Statements:
             guard.append(p.c.until > self.now)
         return tuple(guard)
 
+    def partition_transition(self, *, gate: bool, status: str | None) -> Update:
+        """A holder's move of its partition (built once per shape): to the gate
+        ``:new_gate`` (with ``gate``), and/or to ``status``; a status other than
+        ``available`` also ends the lease. Parameters: ``pid``, ``seen`` (the version
+        held), ``holder`` (the owner).
+
+        No live-until check: every other processor that takes the partition bumps
+        its version first, so the version alone fences a stale holder out; a
+        transition landing a moment after the until, with nobody else holding the
+        partition, is still the holder's and is kept.
+        """
+        key = (gate, status)
+        found = self._transitions.get(key)
+        if found is None:
+            p = self.tables.partitions
+            # A gate move changes no indexed column (a HOT update on PostgreSQL);
+            # updated_at, indexed with status, moves with the status alone.
+            values: dict[str, Any] = {"version": p.c.version + 1}
+            if gate:
+                values["gate"] = bindparam("new_gate", type_=Integer())
+            if status is not None:
+                values.update(status=status, updated_at=self.now)
+                if status != AVAILABLE:
+                    values.update(owner="", until=self.now)
+            # "holder", not "owner": a close sets the owner column, whose value takes that name.
+            guard = self.lease_held(bindparam("pid"), bindparam("holder"),
+                                    version=bindparam("seen", type_=Integer()), live=False)
+            found = self._transitions[key] = update(p).where(*guard).values(**values)
+        return found
+
     def lease_fence(self, partition_id: ColumnElement[Any], owner: ColumnElement[Any]
                     ) -> Exists:
         """True while ``owner`` holds a live lease on the partition ``partition_id``."""
         return exists().where(*self.lease_held(partition_id, owner))
 
     def item_guard(self, partition_id: ColumnElement[Any], item_id: ColumnElement[Any],
-                   seen: ColumnElement[Any], owner: ColumnElement[Any]
+                   seen: ColumnElement[Any], owner: ColumnElement[Any], *, fenced: bool = True
                    ) -> tuple[ColumnElement[Any], ...]:
-        """The WHERE of a result write: the item's key, the version read, and the lease fence.
+        """The WHERE of a result write: the item's key, the version read, and the lease
+        fence (left out with ``fenced`` false, for a writer that checked the lease
+        once in a transaction no other writer can enter: SQLite's).
 
         It names the primary key and the version, and on purpose not the
         status: with ``status = 'available'`` in it, a planner without
@@ -104,29 +175,44 @@ class Statements:
         The version implies the status (every item write bumps it).
         """
         i = self.tables.items
-        return (i.c.partition_id == partition_id, i.c.id == item_id, i.c.version == seen,
-                self.lease_fence(partition_id, owner))
+        key = (i.c.partition_id == partition_id, i.c.id == item_id, i.c.version == seen)
+        return (*key, self.lease_fence(partition_id, owner)) if fenced else key
+
+    def result_write(self, source: ResultSource, *, fenced: bool = True) -> Update:
+        """The guarded, fenced UPDATE that stores one item's result, its values read
+        from ``source``: what every result write sets, written once for every
+        database and shape (one write, or a batch's rows in one statement).
+
+        It bumps the version, sets the status, attempts and error, keeps the gate
+        and the data where the source's are NULL, stamps ``updated_at``, and makes
+        the item ready again after the source's delay (now, without one). Without
+        ``fenced`` it leaves out the lease fence (see :meth:`item_guard`).
+        """
+        i = self.tables.items
+        now = self.now
+        values: dict[str, Any] = {
+            "version": i.c.version + 1, "status": source.status,
+            "gate": func.coalesce(source.gate, i.c.gate), "attempts": source.attempts,
+            "last_error": source.error, "updated_at": now,
+            "retry_at": (now if source.delay is None
+                         else case((source.delay > 0, self.now_plus(source.delay)), else_=now)),
+        }
+        if source.data is not None:
+            values["data"] = func.coalesce(source.data, i.c.data)
+        guard = self.item_guard(source.partition_id, source.item_id, source.seen, source.owner,
+                                fenced=fenced)
+        return update(i).where(*guard).values(**values)
 
     def item_write(self, *, new_data: bool, delayed: bool) -> Update:
-        """One guarded, fenced result write (built once per shape); its parameters
-        come from :meth:`item_write_params`."""
+        """One guarded, fenced result write from bound parameters (built once per shape:
+        with new data or without, with a delay or without); its parameters come
+        from :meth:`item_write_params`."""
         key = (new_data, delayed)
         found = self._item_writes.get(key)
         if found is None:
-            i = self.tables.items
-            guard = self.item_guard(bindparam("pid"), bindparam("iid"), bindparam("seen"),
-                                    bindparam("owner"))
-            values: dict[str, Any] = {
-                "version": i.c.version + 1, "status": bindparam("new_status"),
-                "gate": func.coalesce(bindparam("new_gate", type_=Integer()), i.c.gate),
-                "attempts": bindparam("new_attempts"),
-                "last_error": bindparam("new_error"), "updated_at": self.now,
-                "retry_at": (self.now_plus(bindparam("delay", type_=Float())) if delayed
-                             else self.now),
-            }
-            if new_data:
-                values["data"] = bindparam("new_data")
-            found = self._item_writes[key] = update(i).where(*guard).values(**values)
+            found = self._item_writes[key] = self.result_write(
+                ResultSource.parameters(self.tables.items.c.data.type, new_data=new_data,
+                                        delayed=delayed))
         return found
 
     @staticmethod
@@ -166,6 +252,27 @@ class Statements:
                 update(p).where(or_(*guards), p.c.owner == bindparam("holder"),
                                 p.c.status == AVAILABLE)
                 .values(**values))
+        return found
+
+    def lease_take(self, rows: int) -> Update:
+        """One guarded take of ``rows`` leases (built once per shape) for the owner
+        ``holder``, until the clock's time plus ``duration``; parameters from
+        :meth:`lease_rewrite_params`.
+
+        Each row's guard is its id (``pid<n>``) and the version read
+        (``seen<n>``), and every row must still be ``available``: whoever held
+        it, if nobody renewed or moved it since it was read, it is taken.
+        """
+        found = self._lease_takes.get(rows)
+        if found is None:
+            p = self.tables.partitions
+            guards = [and_(p.c.id == bindparam(f"pid{n}"), p.c.version == bindparam(f"seen{n}"))
+                      for n in range(rows)]
+            found = self._lease_takes[rows] = (
+                update(p).where(or_(*guards), p.c.status == AVAILABLE)
+                .values(version=p.c.version + 1, owner=bindparam("holder"),
+                        until=self.now_plus(bindparam("duration", type_=Float())),
+                        updated_at=self.now))
         return found
 
     @staticmethod

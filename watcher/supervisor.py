@@ -14,13 +14,14 @@ import functools
 import hashlib
 import logging
 import time
-from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from watcher.batch_calls import CallOutcome, call_batch, call_each
 from watcher.config import WatcherConfig
 from watcher.decisions import (
     ReadStep,
+    RetryPolicy,
     decide_read,
     idempotency_step,
     outcome_name,
@@ -29,11 +30,14 @@ from watcher.decisions import (
     write_for_result,
 )
 from watcher.gate_steps import GateStepper, Pass
-from watcher.hooks import Hooks
+from watcher.hooks import Hooks, overrides
 from watcher.in_hand import ItemsInHand
 from watcher.leases import Lease, LeaseKeeper
+from watcher.models import AVAILABLE
+from watcher.oversize import fail_unreadable, oversize_error
 from watcher.protocol import (
     NonRetryableError,
+    ProcessBatchCall,
     ProcessCall,
     ReduceCallable,
     ReduceShapeCall,
@@ -43,6 +47,7 @@ from watcher.records import ItemWrite, ReadyItem
 from watcher.reducer import GateReducer
 from watcher.round_trips import DatabaseTimeoutError
 from watcher.slots import SlotPool, wait_event
+from watcher.spawning import SpawnLimits
 from watcher.store import Store
 from watcher.writer import ResultWriter, WriterClosedError
 
@@ -66,10 +71,12 @@ class PartitionSupervisor:
                  writer: ResultWriter, slots: SlotPool, keeper: LeaseKeeper,
                  config: WatcherConfig, hooks: Hooks,
                  reduce: ReduceCallable | None = None,
-                 reduce_shape: ReduceShapeCall | None = None) -> None:
+                 reduce_shape: ReduceShapeCall | None = None,
+                 process_batch: ProcessBatchCall | None = None) -> None:
         self.lease = lease
         self.store = store
         self.process = process
+        self.process_batch = process_batch
         self.writer = writer
         self.slots = slots
         self.keeper = keeper
@@ -83,9 +90,12 @@ class PartitionSupervisor:
                                  reducer=self.reducer)
         self.draining = False
         self._check_lease = False
-        self._policy = config.retry_policy
-        self._spawn_limits = config.spawn_limits
+        self._policy = RetryPolicy.of(config)
+        self._spawn_limits = SpawnLimits.of(config)
         self._db_failing = False
+        # Per-item hooks are called only when overridden: the no-ops cost a call per item.
+        self._reports_dispatch = overrides(hooks, "item_dispatched")
+        self._reports_outcomes = overrides(hooks, "item_outcome")
 
     @property
     def partition_id(self) -> str:
@@ -149,16 +159,28 @@ class PartitionSupervisor:
             return Pass(wait=None)  # the reduce cannot take this partition: failed at once
         if lease.gate in lease.settings.reduce_gates:
             return await self.gates.reduce(now)
-        if not self._read_now(now):
+        step = self._read_step(now)
+        if step is ReadStep.STEP_GATE:
+            return await self._step_gate()
+        if step is not ReadStep.READ:
             return Pass(wait=self.config.poll_interval)
         dispatched = await self._dispatch()
         if dispatched or self.in_hand:
             return Pass(dispatched, wait=self.config.poll_interval)
         if self.slots.free == 0:
             return Pass(wait=self.config.poll_interval)
-        return await self.gates.step()
+        return await self._step_gate()
 
-    def _read_now(self, now: float) -> bool:
+    async def _step_gate(self) -> Pass:
+        """Move, close or wait at the drained gate; whatever it did, the gate's items are
+        read before its summary is asked again. Nothing is in flight: the results let go
+        are written, and the next read (maybe at the next gate) need not leave them out."""
+        self.in_hand.settled()
+        outcome = await self.gates.step()
+        self.in_hand.gate_looked_empty = False
+        return outcome
+
+    def _read_step(self, now: float) -> ReadStep:
         """Whether to read ready items now (:func:`~watcher.decisions.decide_read`).
 
         When too few slots are free, asks to be woken for a turn at freed ones.
@@ -172,7 +194,7 @@ class PartitionSupervisor:
                            poll_interval=self.config.poll_interval)
         if step is ReadStep.WAIT_FOR_SLOTS:
             slots.notify_when_free(self.lease.wake)
-        return step is ReadStep.READ
+        return step
 
     async def _dispatch(self) -> int:
         """Read ready items at the gate, up to the free slots, and start their calls.
@@ -198,7 +220,9 @@ class PartitionSupervisor:
             self.slots.give_back(taken)
             # A read that timed out says nothing of the items' sizes: skip the look-up.
             if (not isinstance(error, DatabaseTimeoutError)
-                    and await self._fail_unreadable(gate)):
+                    and await fail_unreadable(self.store, self.writer, self.partition_id, gate,
+                                              self.config.max_item_bytes, self._policy,
+                                              limit_rows=MAX_EXCLUDED)):
                 return 0
             raise
         except BaseException:
@@ -211,120 +235,148 @@ class PartitionSupervisor:
         fresh = self.in_hand.end_read(read, ready, taken, time.monotonic())
         if taken > len(fresh):
             self.slots.give_back(taken - len(fresh))
-        for item in fresh:
-            self._start(item)
+        if fresh:
+            self._start(fresh)
         self.hooks.in_flight(self.slots.in_use)
         return len(fresh)
 
-    async def _fail_unreadable(self, gate: int) -> bool:
-        """After a failed read of ready items: fail the items too large to read or
-        dispatch (stored around the client's limit), so that they cannot block their
-        partition's reads. Returns whether any was found.
-
-        Raises the database's error when the look-up fails.
-        """
-        oversize = await self.store.items_oversize(
-            self.partition_id, gate, self.config.max_item_bytes, limit=MAX_EXCLUDED)
-        for item in oversize:
-            await self.writer.submit(write_for_error(
-                self.partition_id, item, self._oversize_error(item), self._policy))
-        if oversize:
-            log.warning("action=items_unreadable partition=%s gate=%d count=%d",
-                        self.partition_id, gate, len(oversize))
-        return bool(oversize)
-
-    def _oversize_error(self, item: ReadyItem) -> NonRetryableError:
-        size = len(item.data) if item.size is None else item.size
-        return NonRetryableError(
-            f"item {item.id!r} of partition {self.partition_id!r} is {size} bytes, over the "
-            f"item size limit of {self.config.max_item_bytes} bytes (max_item_bytes); it "
-            "was stored around the client's limit and is not dispatched")
-
-    def _start(self, item: ReadyItem) -> None:
-        """Call the processor for ``item`` in a task of its own; the item is in hand
-        from here until its result is written. An item over the size limit fails
-        without a call."""
-        if len(item.data) > self.config.max_item_bytes:
-            self._finish_call(item, time.monotonic(), None, self._oversize_error(item))
-            return
+    def _start(self, items: list[ReadyItem]) -> None:
+        """Call the processor for ``items`` (one read's) in one task; they are in hand
+        from here until their results are written."""
         pid = self.partition_id
-        work = WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version,
-                        idempotency_key(pid, item))
-        self.hooks.item_dispatched(pid, item.id, item.gate)
-        self.in_hand.started(item.id, asyncio.create_task(
-            self._call(item, work), name=f"item-{pid}-{item.id}"))
+        if self._reports_dispatch:
+            for item in items:
+                self.hooks.item_dispatched(pid, item.id, item.gate)
+        self.in_hand.started(items, asyncio.create_task(
+            self._run_batch(items), name=f"batch-{pid}-{items[0].id}"))
 
-    async def _call(self, item: ReadyItem, work: WorkItem) -> None:
+    async def _run_batch(self, items: list[ReadyItem]) -> None:
+        """Call the processor for a batch and queue the results' writes as calls finish.
+
+        Items over the size limit fail without a call. Cancelled (the lease was
+        lost, the watcher stops): the items whose calls had not ended are let go
+        unwritten, and run again.
+        """
         started = time.monotonic()
+        limit = self.config.max_item_bytes
+        if any(len(item.data) > limit for item in items):
+            oversize = [item for item in items if len(item.data) > limit]
+            errors: list[CallOutcome] = [oversize_error(self.partition_id, item, limit)
+                                         for item in oversize]
+            self._finish(oversize, errors, started)
+            items = [item for item in items if len(item.data) <= limit]
+            if not items:
+                return
+        pid = self.partition_id
+        works = [WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version,
+                          idempotency_key(pid, item)) for item in items]
         try:
-            result = await self.process(work)
+            if self.process_batch is not None:
+                self._finish(items, await call_batch(self.process_batch, works), started)
+            else:
+                await call_each(self.process, works, lambda positions, outcomes: self._finish(
+                    [items[position] for position in positions], outcomes, started))
         except asyncio.CancelledError:
-            self._let_go(item)
+            self._let_go(self.in_hand.calling(items))
             raise
-        except Exception as error:
-            self._finish_call(item, started, None, error)
-        else:
-            self._finish_call(item, started, result, None)
+        except Exception:  # a bug: never strand the items (and their slots) in hand
+            log.exception("action=batch_error partition=%s items=%d", pid, len(items))
+            self._let_go(self.in_hand.calling(items))
 
-    def _finish_call(self, item: ReadyItem, started: float, result: Any,
-                     error: Exception | None) -> None:
-        """Turn a finished call into its item write and queue the write.
+    def _finish(self, items: list[ReadyItem], outcomes: list[CallOutcome],
+                started: float) -> None:
+        """Turn finished calls into item writes and queue them as one writer entry.
 
-        The call's slot stays taken until the write is done (or dropped), so
+        The calls' slots stay taken until the writes are done (or dropped), so
         the concurrency bounds calls in flight plus results not yet written: while
         writes fail, the slots fill up and no more calls are made whose results
-        could not be stored.
+        could not be stored. A call that cancelled itself is not written: its
+        item stays available and runs again.
         """
-        pid = self.partition_id
-        write: ItemWrite | None = None
-        if error is None:
-            try:
-                problem = result_problem(result, self.config.max_item_bytes)
-                if problem is None:
-                    write = write_for_result(pid, item, result, self.lease.gate, self._policy,
-                                             spawn_limits=self._spawn_limits)
-                else:
-                    error = NonRetryableError(f"item {item.id!r}: {problem}")
-            except Exception as bug:  # recorded on the item like a processor error
-                error = bug
-        if write is None:
-            assert error is not None
-            write = write_for_error(pid, item, error, self._policy)
-        self.in_hand.result_queued(item.id)
+        writes: list[ItemWrite] = []
+        written: list[ReadyItem] = []
+        for item, outcome in zip(items, outcomes, strict=True):
+            if isinstance(outcome, asyncio.CancelledError):
+                self._let_go([item])
+                continue
+            writes.append(self._write_for(item, outcome))
+            written.append(item)
+        if not writes:
+            return
+        self.in_hand.results_queued(written)
         try:
-            self.writer.enqueue(write, functools.partial(self._written, item, write, started))
+            self.writer.enqueue_many(writes, functools.partial(
+                self._written, written, writes, started))
         except WriterClosedError:
-            self._let_go(item)  # not written: the item stays available and runs again
+            self._let_go(written)  # not written: the items stay available and run again
 
-    def _written(self, item: ReadyItem, write: ItemWrite, started: float,
-                 outcome: bool | BaseException) -> None:
-        """The writer's answer for ``item``: report the outcome and let the item go."""
+    def _write_for(self, item: ReadyItem, outcome: CallOutcome) -> ItemWrite:
+        """The write a call's outcome asks for (an error's, when the result is unusable)."""
         pid = self.partition_id
+        if isinstance(outcome, BaseException):
+            return write_for_error(pid, item, outcome, self._policy)
         try:
-            if isinstance(outcome, WriterClosedError):
-                return  # not written: the item stays available and runs again
-            if isinstance(outcome, BaseException):  # the database refused even the failure
-                log.error("action=result_not_written partition=%s item=%s error=%s "
-                          "(the item stays available)", pid, item.id, type(outcome).__name__)
-                return
-            self.hooks.item_outcome(pid, item.id, item.gate,
-                                    outcome_name(item, write) if outcome else "stale",
-                                    time.monotonic() - started)
-            if not outcome:
-                self.hooks.stale_result(pid, item.id)
-                log.debug("action=stale_result partition=%s item=%s", pid, item.id)
-                self._check_lease = True
-            elif write.spawn:
-                self.hooks.items_spawned(pid, len(write.spawn))
-                if any(child.gate == self.lease.gate for child in write.spawn):
-                    self.lease.notify()  # spawned items at this gate: read them at once
-        finally:
-            self._let_go(item)
+            problem = result_problem(outcome, self.config.max_item_bytes)
+            if problem is None:
+                return write_for_result(pid, item, outcome, self.lease.gate, self._policy,
+                                        spawn_limits=self._spawn_limits)
+            error: BaseException = NonRetryableError(f"item {item.id!r}: {problem}")
+        except Exception as bug:  # recorded on the item like a processor error
+            error = bug
+        return write_for_error(pid, item, error, self._policy)
 
-    def _let_go(self, item: ReadyItem) -> None:
-        """``item`` is no longer in hand: free its slot, wake the supervisor to read again."""
-        self.in_hand.let_go(item)
-        self.slots.give_back(1)
+    def _written(self, items: list[ReadyItem], writes: list[ItemWrite], started: float,
+                 outcomes: list[bool | BaseException]) -> None:
+        """The writer's answer for a batch's writes: report the outcomes, let the items go."""
+        pid = self.partition_id
+        ready_again = False  # an item may be ready at this gate again
+        try:
+            seconds = time.monotonic() - started
+            report = self._reports_outcomes
+            gate = self.lease.gate
+            for item, write, outcome in zip(items, writes, outcomes, strict=True):
+                if outcome is not True or (write.status == AVAILABLE
+                                           and write.gate in (None, gate)):
+                    ready_again = True
+                if outcome is True:
+                    if report:
+                        self.hooks.item_outcome(pid, item.id, item.gate,
+                                                outcome_name(item, write), seconds)
+                    if write.spawn:
+                        self._spawned(write)
+                elif outcome is False:
+                    if report:
+                        self.hooks.item_outcome(pid, item.id, item.gate, "stale", seconds)
+                    self.hooks.stale_result(pid, item.id)
+                    log.debug("action=stale_result partition=%s item=%s", pid, item.id)
+                    self._check_lease = True
+                elif not isinstance(outcome, WriterClosedError):
+                    # The database refused even the failure; not written: the item
+                    # stays available and runs again.
+                    log.error("action=result_not_written partition=%s item=%s error=%s "
+                              "(the item stays available)", pid, item.id,
+                              type(outcome).__name__)
+        finally:
+            self._let_go(items, ready_again=ready_again)
+
+    def _spawned(self, write: ItemWrite) -> None:
+        """A written result inserted items: count them, read those at this gate at once."""
+        self.hooks.items_spawned(self.partition_id, len(write.spawn))
+        if any(child.gate == self.lease.gate for child in write.spawn):
+            self.lease.notify()
+
+    def _let_go(self, items: list[ReadyItem], *, ready_again: bool = True) -> None:
+        """``items`` are no longer in hand: free their slots, wake the supervisor.
+
+        ``ready_again`` (the default, for items let go unwritten) says one of them may
+        be ready at the gate: it is read again before the gate is taken as drained.
+        """
+        if not items:
+            return
+        if ready_again:
+            self.in_hand.gate_looked_empty = False
+        self.in_hand.let_go(items)
+        self.slots.give_back(len(items))
         self.lease.wake.set()
 
     async def _confirm_lease(self) -> bool:

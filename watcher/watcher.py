@@ -22,7 +22,13 @@ from watcher.config import WatcherConfig
 from watcher.drivers.conflicts import is_lock_conflict
 from watcher.hooks import Hooks, SafeHooks
 from watcher.leases import Lease, LeaseCycle, LeaseKeeper
-from watcher.protocol import ProcessCall, Processor, ReduceCallable, ReduceShapeCall
+from watcher.protocol import (
+    ProcessBatchCall,
+    ProcessCall,
+    Processor,
+    ReduceCallable,
+    ReduceShapeCall,
+)
 from watcher.slots import SlotPool, wait_event
 from watcher.store import Store
 from watcher.supervisor import PartitionSupervisor
@@ -41,9 +47,12 @@ class Watcher:
     """Leases partitions from ``store`` and drives their items through ``processor``.
 
     ``processor`` is an object with ``async process(item)`` or such a coroutine
-    function itself. ``reduce`` (``async reduce(call) -> ReduceResult``) runs the
-    partitions' reduce gates; by default the processor's own ``reduce`` method,
-    if it has one (an :class:`~processor.http_processor.HttpProcessor` does).
+    function itself. A processor that also has ``async process_batch(items)``
+    (:data:`~watcher.protocol.ProcessBatchCall`) gets each read's items in one call
+    instead, answering a result or an exception per item. ``reduce`` (``async
+    reduce(call) -> ReduceResult``) runs the partitions' reduce gates; by default
+    the processor's own ``reduce`` method, if it has one (an
+    :class:`~processor.http_processor.HttpProcessor` does).
     """
 
     def __init__(self, store: Store, processor: Processor | ProcessCall,
@@ -56,6 +65,9 @@ class Watcher:
         if not callable(process):
             raise TypeError("processor must have an async process(item) method or be one")
         self._process: ProcessCall = process
+        self._process_batch: ProcessBatchCall | None = getattr(processor, "process_batch", None)
+        if self._process_batch is not None and not callable(self._process_batch):
+            raise TypeError("process_batch must be an async function taking a list of items")
         # The reduce of reduce gates: given, or the processor's own (an HttpProcessor's).
         self._reduce: ReduceCallable | None = reduce or getattr(processor, "reduce", None)
         if self._reduce is not None and not callable(self._reduce):
@@ -113,7 +125,8 @@ class Watcher:
         supervisor = PartitionSupervisor(
             lease, store=self.store, process=self._process, writer=self.writer,
             slots=self.slots, keeper=self.keeper, config=self.config, hooks=self.hooks,
-            reduce=self._reduce, reduce_shape=self._reduce_shape)
+            reduce=self._reduce, reduce_shape=self._reduce_shape,
+            process_batch=self._process_batch)
         task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
         # A partition that closed (or was lost) frees room for another: look at once.
         task.add_done_callback(lambda _: self._wake.set())

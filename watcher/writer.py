@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -36,9 +36,32 @@ class WriterClosedError(RuntimeError):
     """The writer stopped before this result could be written; the item will run again."""
 
 
+Outcome = bool | BaseException
 # Told, once, how a queued write ended: applied (True), fenced off (False), or
 # the error that kept it from being written (WriterClosedError: never written).
-WriteDone = Callable[[bool | BaseException], None]
+WriteDone = Callable[[Outcome], None]
+# Told, once, how each write of a queued batch ended, in the batch's order.
+WritesDone = Callable[[list[Outcome]], None]
+
+
+class _Entry:
+    """Writes queued together (one dispatched batch's results) and their one waiter.
+
+    ``outcomes`` holds the answers of the writes done so far: a batch written
+    one write at a time (to find a refused value) can be cut short by an
+    outage and go on later from where it stopped.
+    """
+
+    __slots__ = ("done", "outcomes", "writes")
+
+    def __init__(self, writes: Sequence[ItemWrite], done: WritesDone) -> None:
+        self.writes = writes
+        self.done = done
+        self.outcomes: list[Outcome] = []
+
+    def unwritten(self) -> Sequence[ItemWrite]:
+        """The writes not answered yet."""
+        return self.writes[len(self.outcomes):] if self.outcomes else self.writes
 
 
 class ResultWriter:
@@ -51,7 +74,8 @@ class ResultWriter:
         self.batch_size = batch_size
         self.linger = linger
         self._last_write = -math.inf  # the loop time at which the last write ended
-        self._queue: list[tuple[ItemWrite, WriteDone]] = []
+        self._queue: list[_Entry] = []
+        self._queued = 0  # writes in the queue, over every entry
         self._pending = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()  # an event so that it cuts a retry wait short
@@ -62,12 +86,15 @@ class ResultWriter:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"result-writer-{self.owner}")
 
-    def enqueue(self, write: ItemWrite, done: WriteDone) -> None:
-        """Queue ``write``; ``done`` is called once it is written or cannot be.
+    def enqueue_many(self, writes: Sequence[ItemWrite], done: WritesDone) -> None:
+        """Queue ``writes``; ``done`` is called once, when every one of them is written or
+        cannot be, with each one's outcome in order.
 
-        ``done`` gets whether the write was applied (``False``: the item moved
+        An outcome is whether the write was applied (``False``: the item moved
         on or the lease was lost, so the result was fenced off), or the error
-        that stopped it. It is called from the writer's task and must not block.
+        that stopped it. ``done`` is called from the writer's task and must
+        not block. The writes of one call go in one transaction, with other
+        queued writes, unless the database refuses a value in them.
 
         Raises:
             WriterClosedError: the writer is stopping; nothing was queued.
@@ -75,8 +102,17 @@ class ResultWriter:
         if self._closing.is_set():
             raise WriterClosedError("the result writer is stopping")
         self.start()
-        self._queue.append((write, done))
+        self._queue.append(_Entry(writes, done))
+        self._queued += len(writes)
         self._pending.set()
+
+    def enqueue(self, write: ItemWrite, done: WriteDone) -> None:
+        """Queue one write; ``done`` gets its outcome (see :meth:`enqueue_many`).
+
+        Raises:
+            WriterClosedError: the writer is stopping; nothing was queued.
+        """
+        self.enqueue_many((write,), lambda outcomes: done(outcomes[0]))
 
     async def submit(self, write: ItemWrite) -> bool:
         """Queue ``write`` and wait until it is written; returns whether it was applied.
@@ -87,7 +123,7 @@ class ResultWriter:
         """
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
-        def done(outcome: bool | BaseException) -> None:
+        def done(outcome: Outcome) -> None:
             if future.done():
                 return
             if isinstance(outcome, BaseException):
@@ -98,21 +134,34 @@ class ResultWriter:
         self.enqueue(write, done)
         return await future
 
+    def _head(self) -> list[_Entry]:
+        """The entries at the front of the queue that make up the next batch: up to
+        ``batch_size`` writes, and always the first entry, however many it holds."""
+        head: list[_Entry] = []
+        count = 0
+        for entry in self._queue:
+            size = len(entry.writes) - len(entry.outcomes)
+            if head and count + size > self.batch_size:
+                break
+            head.append(entry)
+            count += size
+        return head
+
     async def _run(self) -> None:
         while True:
             await self._pending.wait()
             self._pending.clear()
             while self._queue:
                 await self._linger()
-                batch = self._queue[: self.batch_size]
+                batch = self._head()
                 try:
                     written = await self._write_head()
                 except Exception as error:  # a bug: fail this batch, keep the writer alive
                     log.exception("action=result_write_error owner=%s", self.owner)
                     for entry in batch:
                         if entry in self._queue:
-                            self._queue.remove(entry)
-                            _tell(entry[1], error)
+                            self._remove(entry)
+                            _answer_all(entry, error)
                     continue
                 if not written:
                     return  # closed during an outage: everything queued has failed
@@ -131,7 +180,7 @@ class ResultWriter:
         bug raises.
         """
         try:
-            await self._write(self._queue[: self.batch_size])
+            await self._write(self._head())
             return True
         except SQLAlchemyError as error:
             # Entering the retry loop for every batch would add to the cost of
@@ -158,7 +207,7 @@ class ResultWriter:
                 with attempt:
                     if attempt.retry_state.attempt_number == 1:
                         raise failure  # the first try, made before the retry loop
-                    await self._write(self._queue[: self.batch_size])
+                    await self._write(self._head())
         except SQLAlchemyError as error:  # closing during an outage
             self._write_failed(error)
             self._fail_all(WriterClosedError("the database failed while the watcher was stopping"))
@@ -177,7 +226,7 @@ class ResultWriter:
         elif not self._failing:
             self._failing = True
             log.warning("action=result_write_failed owner=%s pending=%d error=%s",
-                        self.owner, len(self._queue), type(error).__name__)
+                        self.owner, self._queued, type(error).__name__)
 
     async def _linger(self) -> None:
         """Right after a write, wait out the linger so that the next one carries more.
@@ -185,59 +234,75 @@ class ResultWriter:
         A result that comes after a quiet spell is written at once; a full batch,
         or a writer that is closing, does not wait either.
         """
-        if not self.linger or self._closing.is_set() or len(self._queue) >= self.batch_size:
+        if not self.linger or self._closing.is_set() or self._queued >= self.batch_size:
             return
         remaining = self._last_write + self.linger - asyncio.get_running_loop().time()
         if remaining > 0:
             await asyncio.sleep(remaining)
 
-    async def _write(self, batch: list[tuple[ItemWrite, WriteDone]]) -> None:
-        """Write ``batch`` (the head of the queue) in one transaction and answer its waiters.
+    async def _write(self, head: list[_Entry]) -> None:
+        """Write the unanswered writes of ``head`` (the front of the queue) in one
+        transaction and answer its waiters.
 
         When the database refuses the batch for a value in it, or drops the
         connection on it while it answers other statements at once, the writes
         go one per transaction instead, so that only the bad one is affected.
         Raises what an outage raises, leaving the batch queued.
         """
+        writes = [write for entry in head for write in entry.unwritten()]
         try:
-            applied = await self.store.items_apply([write for write, _ in batch], self.owner)
+            applied = await self.store.items_apply(writes, self.owner)
         except Exception as error:
             if not await self._blames_a_value(error):
                 raise
-            await self._write_one_by_one(len(batch))
+            await self._write_one_by_one(head)
             return
-        del self._queue[: len(batch)]
-        for (_, done), ok in zip(batch, applied, strict=True):
-            _tell(done, ok)
+        start = 0
+        for entry in head:
+            end = start + len(entry.writes) - len(entry.outcomes)
+            entry.outcomes.extend(applied[start:end])
+            start = end
+            self._remove(entry)
+            _answer(entry)
 
-    async def _write_one_by_one(self, count: int) -> None:
-        """Write the first ``count`` queued writes one per transaction.
+    async def _write_one_by_one(self, head: list[_Entry]) -> None:
+        """Write the unanswered writes of ``head`` one per transaction.
 
         A write the database refuses for its values is replaced by
         :func:`~watcher.decisions.unstorable_write`, which fails the item with
-        an error saying why. Each waiter is answered as soon as its write is
-        done. Raises what an outage raises, leaving the rest queued.
+        an error saying why. Each entry's waiter is answered as soon as its
+        writes are done. Raises what an outage raises, leaving the rest queued
+        (an entry keeps the answers of the writes it had done).
         """
         store = self.store
-        for _ in range(count):
-            write, done = self._queue[0]
-            outcome: bool | BaseException
-            try:
-                outcome = await write_or_refuse(store, partial(self._write_alone, write))
-            except Exception as error:
-                if not is_refusal(store, error):
-                    raise
-                log.warning("action=result_unstorable partition=%s item=%s error=%s",
-                            write.partition_id, write.item_id, type(error).__name__)
+        for entry in head:
+            for write in entry.unwritten():
+                outcome: Outcome
                 try:
-                    outcome = (await self.store.items_apply(
-                        [unstorable_write(write, error)], self.owner))[0]
-                except Exception as second:
-                    if not is_refusal(store, second):
+                    outcome = await write_or_refuse(store, partial(self._write_alone, write))
+                except Exception as error:
+                    if not is_refusal(store, error):
                         raise
-                    outcome = second
+                    log.warning("action=result_unstorable partition=%s item=%s error=%s",
+                                write.partition_id, write.item_id, type(error).__name__)
+                    try:
+                        outcome = (await self.store.items_apply(
+                            [unstorable_write(write, error)], self.owner))[0]
+                    except Exception as second:
+                        if not is_refusal(store, second):
+                            raise
+                        outcome = second
+                entry.outcomes.append(outcome)
+            self._remove(entry)
+            _answer(entry)
+
+    def _remove(self, entry: _Entry) -> None:
+        """Take an answered entry off the queue (almost always its head)."""
+        if self._queue[0] is entry:
             del self._queue[0]
-            _tell(done, outcome)
+        else:
+            self._queue.remove(entry)
+        self._queued -= len(entry.writes)
 
     async def _write_alone(self, write: ItemWrite) -> bool:
         """Write one result in a transaction of its own; returns whether it was applied.
@@ -252,9 +317,9 @@ class ResultWriter:
         return await blames_a_value(self.store, error)
 
     def _fail_all(self, error: Exception) -> None:
-        queued, self._queue = self._queue, []
-        for _, done in queued:
-            _tell(done, error)
+        queued, self._queue, self._queued = self._queue, [], 0
+        for entry in queued:
+            _answer_all(entry, error)
 
     async def close(self, grace: float) -> None:
         """Write what is queued (waiting up to ``grace`` seconds), then stop.
@@ -273,9 +338,16 @@ class ResultWriter:
         self._fail_all(WriterClosedError("the result writer stopped"))
 
 
-def _tell(done: WriteDone, outcome: bool | BaseException) -> None:
-    """Report an outcome to a waiter; a waiter that raises is logged, never the writer's end."""
+def _answer_all(entry: _Entry, error: BaseException) -> None:
+    """Answer ``error`` for every write of ``entry`` not answered yet."""
+    entry.outcomes.extend([error] * (len(entry.writes) - len(entry.outcomes)))
+    _answer(entry)
+
+
+def _answer(entry: _Entry) -> None:
+    """Report an entry's outcomes to its waiter; a waiter that raises is logged, never
+    the writer's end."""
     try:
-        done(outcome)
+        entry.done(entry.outcomes)
     except Exception:
         log.exception("action=write_callback_failed")

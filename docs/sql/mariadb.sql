@@ -555,9 +555,29 @@ UPDATE partitions
    SET
 version=(partitions.version + %s), owner=%s,
        until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE (partitions.id = %s AND partitions.version = %s OR partitions.id = %s AND partitions.version = %s)
+   AND partitions.status = %s;
+
+-- name: leases_take (3)
+UPDATE partitions
+   SET
+version=(partitions.version + %s), owner=%s,
+       until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
  WHERE partitions.id = %s
    AND partitions.version = %s
    AND partitions.status = %s;
+
+-- name: leases_take (4)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN %s
+            ELSE %s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%s, ...);
 
 -- name: now
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
@@ -752,36 +772,36 @@ SELECT partitions.id,
 -- name: partition_transition (1)
 UPDATE partitions
    SET
-version=(partitions.version + %s), status=%s,
-       owner=%s,
-       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
- WHERE partitions.id = %s
-   AND partitions.version = %s
-   AND partitions.owner = %s
-   AND partitions.status = %s;
+version=(partitions.version + %(version_1)s), status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_1)s;
 
 -- name: partition_transition (2)
 UPDATE partitions
    SET
-version=(partitions.version + %s), gate=%s
- WHERE partitions.id = %s
-   AND partitions.version = %s
-   AND partitions.owner = %s
-   AND partitions.status = %s;
+version=(partitions.version + %(version_1)s), gate=%(new_gate)s
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_1)s;
 
 -- name: partition_transition (3)
 UPDATE partitions
    SET
-version=(partitions.version + %s), gate=%s,
-       status=%s,
-       owner=%s,
-       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
- WHERE partitions.id = %s
-   AND partitions.version = %s
-   AND partitions.owner = %s
-   AND partitions.status = %s;
+version=(partitions.version + %(version_1)s), gate=%(new_gate)s,
+       status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_1)s;
 
 -- name: partitions_finished_per_minute
 SELECT (
@@ -1150,7 +1170,7 @@ UPDATE items
    SET
 version=(items.version + %s), gate=coalesce(%s, items.gate),
        status=%s,
-       data=from_base64(%s),
+       data=coalesce(from_base64(%s), items.data),
        attempts=%s,
        last_error=%s,
        retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),

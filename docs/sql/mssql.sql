@@ -537,12 +537,33 @@ SELECT partitions.id
 -- name: leases_take (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), owner=%(owner)s,
-       until=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+version=(partitions.version + %(version_n)s), owner=%(holder)s,
+       until=DATEADD(microsecond, CAST(((%(duration)s) - FLOOR(%(duration)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(duration)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
- WHERE partitions.id = %(pid)s
-   AND partitions.version = %(seen)s
+ WHERE (partitions.id = %(pid0)s AND partitions.version = %(seen0)s OR partitions.id = %(pid1)s AND partitions.version = %(seen1)s)
    AND partitions.status = %(status_n)s;
+
+-- name: leases_take (3)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s), owner=%(holder)s,
+       until=DATEADD(microsecond, CAST(((%(duration)s) - FLOOR(%(duration)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(duration)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(pid0)s
+   AND partitions.version = %(seen0)s
+   AND partitions.status = %(status_n)s;
+
+-- name: leases_take (4)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN %(param_n)s
+            ELSE %(param_n)s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: now
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
@@ -747,31 +768,31 @@ version=(partitions.version + %(version_n)s), status=%(status)s,
        owner=%(owner)s,
        until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
- WHERE partitions.id = %(id_n)s
-   AND partitions.version = %(version_n)s
-   AND partitions.owner = %(owner_n)s
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
    AND partitions.status = %(status_n)s;
 
 -- name: partition_transition (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), gate=%(gate)s
- WHERE partitions.id = %(id_n)s
-   AND partitions.version = %(version_n)s
-   AND partitions.owner = %(owner_n)s
+version=(partitions.version + %(version_n)s), gate=%(new_gate)s
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
    AND partitions.status = %(status_n)s;
 
 -- name: partition_transition (3)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_n)s), gate=%(gate)s,
+version=(partitions.version + %(version_n)s), gate=%(new_gate)s,
        status=%(status)s,
        owner=%(owner)s,
        until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
- WHERE partitions.id = %(id_n)s
-   AND partitions.version = %(version_n)s
-   AND partitions.owner = %(owner_n)s
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
    AND partitions.status = %(status_n)s;
 
 -- name: partitions_finished_per_minute
@@ -1123,7 +1144,7 @@ UPDATE items
    SET
 version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
        status=%(new_status)s,
-       data=%(new_data)s,
+       data=coalesce(%(new_data)s, items.data),
        attempts=%(new_attempts)s,
        last_error=%(new_error)s,
        retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),

@@ -565,11 +565,31 @@ SELECT partitions.id
 -- name: leases_take (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
-       until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.version = %(seen)s::INTEGER
+version=(partitions.version + %(version_1)s::INTEGER), owner=%(holder)s::VARCHAR,
+       until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE (partitions.id = %(pid0)s::VARCHAR AND partitions.version = %(seen0)s::INTEGER OR partitions.id = %(pid1)s::VARCHAR AND partitions.version = %(seen1)s::INTEGER)
    AND partitions.status = %(status_1)s::VARCHAR;
+
+-- name: leases_take (3)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), owner=%(holder)s::VARCHAR,
+       until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(pid0)s::VARCHAR
+   AND partitions.version = %(seen0)s::INTEGER
+   AND partitions.status = %(status_1)s::VARCHAR;
+
+-- name: leases_take (4)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s
+            ELSE %(param_2)s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: now
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
@@ -774,31 +794,31 @@ version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHA
        owner=%(owner)s::VARCHAR,
        until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE partitions.id = %(id_1)s::VARCHAR
-   AND partitions.version = %(version_2)s::INTEGER
-   AND partitions.owner = %(owner_1)s::VARCHAR
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.version = %(seen)s::INTEGER
+   AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: partition_transition (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER
- WHERE partitions.id = %(id_1)s::VARCHAR
-   AND partitions.version = %(version_2)s::INTEGER
-   AND partitions.owner = %(owner_1)s::VARCHAR
+version=(partitions.version + %(version_1)s::INTEGER), gate=%(new_gate)s::INTEGER
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.version = %(seen)s::INTEGER
+   AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: partition_transition (3)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
+version=(partitions.version + %(version_1)s::INTEGER), gate=%(new_gate)s::INTEGER,
        status=%(status)s::VARCHAR,
        owner=%(owner)s::VARCHAR,
        until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE partitions.id = %(id_1)s::VARCHAR
-   AND partitions.version = %(version_2)s::INTEGER
-   AND partitions.owner = %(owner_1)s::VARCHAR
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.version = %(seen)s::INTEGER
+   AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: partitions_finished_per_minute

@@ -134,7 +134,15 @@ UPDATE partitions
    AND partitions.status = ?
    AND (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ?));
 
--- name: items_apply
+-- name: items_apply (1)
+SELECT 1
+  FROM partitions
+ WHERE partitions.id = :pid
+   AND partitions.owner = :owner
+   AND partitions.status = :status_1
+   AND partitions.until > COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'));
+
+-- name: items_apply (2)
 UPDATE items
    SET
 version=(items.version + :version_1), gate=coalesce(:new_gate, items.gate),
@@ -148,8 +156,7 @@ version=(items.version + :version_1), gate=coalesce(:new_gate, items.gate),
        updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE items.partition_id = :pid
    AND items.id = :iid
-   AND items.version = :seen
-   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = :pid AND partitions.owner = :owner AND partitions.status = :status_1 AND partitions.until > COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))));
+   AND items.version = :seen;
 
 -- name: items_apply_spawning (1)
 UPDATE items
@@ -567,9 +574,29 @@ UPDATE partitions
    SET
 version=(partitions.version + ?), owner=?,
        until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE (partitions.id = ? AND partitions.version = ? OR partitions.id = ? AND partitions.version = ?)
+   AND partitions.status = ?;
+
+-- name: leases_take (3)
+UPDATE partitions
+   SET
+version=(partitions.version + ?), owner=?,
+       until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE partitions.id = ?
    AND partitions.version = ?
    AND partitions.status = ?;
+
+-- name: leases_take (4)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN ?
+            ELSE ?
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (?, ...);
 
 -- name: now
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
@@ -768,36 +795,36 @@ SELECT partitions.id,
 -- name: partition_transition (1)
 UPDATE partitions
    SET
-version=(partitions.version + ?), status=?,
-       owner=?,
-       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
- WHERE partitions.id = ?
-   AND partitions.version = ?
-   AND partitions.owner = ?
-   AND partitions.status = ?;
+version=(partitions.version + :version_1), status=:status,
+       owner=:owner,
+       until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = :pid
+   AND partitions.version = :seen
+   AND partitions.owner = :holder
+   AND partitions.status = :status_1;
 
 -- name: partition_transition (2)
 UPDATE partitions
    SET
-version=(partitions.version + ?), gate=?
- WHERE partitions.id = ?
-   AND partitions.version = ?
-   AND partitions.owner = ?
-   AND partitions.status = ?;
+version=(partitions.version + :version_1), gate=:new_gate
+ WHERE partitions.id = :pid
+   AND partitions.version = :seen
+   AND partitions.owner = :holder
+   AND partitions.status = :status_1;
 
 -- name: partition_transition (3)
 UPDATE partitions
    SET
-version=(partitions.version + ?), gate=?,
-       status=?,
-       owner=?,
-       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
- WHERE partitions.id = ?
-   AND partitions.version = ?
-   AND partitions.owner = ?
-   AND partitions.status = ?;
+version=(partitions.version + :version_1), gate=:new_gate,
+       status=:status,
+       owner=:owner,
+       until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = :pid
+   AND partitions.version = :seen
+   AND partitions.owner = :holder
+   AND partitions.status = :status_1;
 
 -- name: partitions_finished_per_minute
 SELECT (
@@ -1184,7 +1211,7 @@ UPDATE items
    SET
 version=(items.version + ?), gate=coalesce(?, items.gate),
        status=?,
-       data=?,
+       data=coalesce(?, items.data),
        attempts=?,
        last_error=?,
        retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),

@@ -92,13 +92,13 @@ def database_url(raw: str, prefix: str, *, migrated: bool = True) -> DatabaseURL
     return url
 
 
-def data_console(**options: object) -> Console:
+def data_console(*, soft_wrap: bool = False) -> Console:
     """A Rich console that prints text literally: ids, owners and error texts are data, and
     Rich would read ``[...]`` in them as markup (``[/x]`` even raises) and ``:name:`` as an
     emoji."""
     from rich.console import Console
 
-    return Console(markup=False, emoji=False, highlight=False, **options)  # type: ignore[arg-type]
+    return Console(markup=False, emoji=False, highlight=False, soft_wrap=soft_wrap)
 
 
 def setup_logging(level: str) -> None:

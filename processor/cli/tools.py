@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
@@ -98,9 +98,12 @@ def healthcheck(
     """Exit 0 if this machine's (or container's) processor answers /healthz, 1 if not:
     the image's HEALTHCHECK. It finds the health port and host the way `processor run`
     was configured, by flag or by environment."""
+    import click
+
     from processor.healthcheck import HealthOptionsError, health_target, probe
 
-    run_command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    group = cast(click.Group, typer.main.get_command(app))
+    run_command = group.commands["run"]
     try:
         target = health_target(run_command, port=health_port, host=health_host)
     except HealthOptionsError as error:

@@ -3,9 +3,10 @@
 No timing thresholds: the figures depend on the machine. The test checks that
 every scenario ran, that each wrote the figures its table and goals are made
 of, that the comparisons ran against the same amount of work, and that the
-run left no tables behind, and no Celery worker or Redis queue either (the
+run left no tables behind, and no Celery worker or broker queue either (the
 Celery side of the chord scenario runs where Redis answers, and is skipped
-with its reason where none does).
+with its reason where none does; its RabbitMQ setups run where RabbitMQ
+answers).
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ from tests.conftest import POSTGRES_URL, require_bench_peers, require_postgres
 from watcher.dburl import parse_database_url
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = ("library", "http", "batch", "spawn", "latency", "failover", "scale", "fanin",
-             "reduce", "chord", "crawl")
+SCENARIOS = ("library", "small", "fleet", "instructions", "http", "batch", "spawn", "latency",
+             "failover", "scale", "fanin", "reduce", "chord", "crawl")
 
 # The figures a scenario writes on every database it runs on (dotted paths into its
 # JSON object, each a number above zero); batch's where the build has batch mode.
 FIGURES = {
     "library": ("statefeed.0.items_per_s", "statefeed.0.statements_per_item",
                 "statefeed.0.cpu_us_per_item", "statements_per_item"),
+    "small": ("small.items_per_s", "big.items_per_s", "ratio_small_over_big",
+              "cpu_ms_per_small_partition"),
     "http": ("processor.0.items_per_s", "processor.0.all_written_seconds",
              "bare.0.items_per_s", "ratio_processor_over_bare_aiohttp"),
     "batch": ("processor.items_per_s", "ratio_batch_over_best_bare"),
@@ -95,6 +98,27 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     positive(library, *FIGURES["library"], "pgqueuer.0.items_per_s",
              "ratio_statefeed_over_best_pgqueuer", "ratio_default_statefeed_over_best_pgqueuer")
 
+    small = scenarios["small"]
+    assert small["small"]["items"] == small["big"]["items"] == (
+        sizes["small_partitions"] * sizes["small_items"])
+    positive(small, *FIGURES["small"])
+
+    fleet = scenarios["fleet"]
+    assert set(fleet["runs"]) == {"1", "2", "4"}
+    for run in fleet["runs"].values():
+        assert run["items"] == sum(run["items_by_processor"]) == (
+            sizes["fleet_partitions"] * sizes["fleet_items"])
+    positive(fleet, "runs.1.items_per_s", "runs.4.cpu_us_per_item",
+             "ratio_cpu_per_item_4_over_1")
+
+    instructions = scenarios["instructions"]
+    if instructions["status"] == "skipped":
+        assert "valgrind" in instructions["reason"], instructions
+    else:
+        assert instructions["items"] == list(sizes["instructions_items"])
+        assert instructions["instructions"][1] > instructions["instructions"][0] > 0
+        positive(instructions, "instructions_per_item")
+
     http = scenarios["http"]
     assert all(run["items"] == sizes["http_items"] for run in http["processor"] + http["bare"])
     assert [run["system"] for run in http["bare"]] == ["bare aiohttp", "bare httpx"]
@@ -150,14 +174,18 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
         assert "Redis" in celery["skipped"] or "Celery" in celery["skipped"], celery
         assert chord["ratio_library_over_best_celery"] is None
     else:
-        assert [run["setup"] for run in celery["setups"]] == sizes["celery_setups"]
+        brokers = celery["brokers"]
+        assert brokers[0] == "redis" and set(brokers) | set(celery["brokers_skipped"]) == {
+            "redis", "rabbitmq"}, celery
+        assert [(run["broker"], run["setup"]) for run in celery["setups"]] == [
+            (broker, setup) for broker in brokers for setup in sizes["celery_setups"]]
         for number, run in enumerate(celery["setups"]):
             assert run["items"] == work
             positive(chord, f"celery.setups.{number}.steps_per_s",
                      f"celery.setups.{number}.partition_latency.p99_ms")
         positive(chord, "ratio_library_over_best_celery",
                  "ratio_library_p99_over_best_celery_p99")
-        _no_celery_left([run["queue"] for run in celery["setups"]])
+        _no_celery_left([(run["broker"], run["queue"]) for run in celery["setups"]])
 
     spawn = scenarios["spawn"]
     assert spawn["children"] >= sizes["spawn_children"] and spawn["page"] == sizes["spawn_page"]
@@ -177,7 +205,9 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
             "reduce: memory bounded as the gate grows (bench criterion)",
             "chord: statefeed library (defaults) vs best Celery, steps/s",
             "chord: partition p99, statefeed library / best Celery",
-            "spawn cost per child vs add_items", "crawl: statefeed vs best Celery, nodes/s",
+            "spawn cost per child vs add_items", "small partitions vs big, items/s",
+            "fleet: CPU per item, 4 processors / 1",
+            "crawl: statefeed vs best Celery, nodes/s",
             "crawl: best Celery p99 / statefeed p99"} <= names
     assert {goal["result"] for goal in document["goals"]} <= {"PASS", "MISS", "n/a"}
     assert "Goals" in done.stdout
@@ -188,21 +218,30 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     assert tables_left(POSTGRES_URL, document["table_prefixes"]) == []
 
 
-def _no_celery_left(queues: list[str]) -> None:
-    """No process still serves one of the run's Celery queues, and Redis keeps none of them."""
+def _no_celery_left(queues: list[tuple[str, str]]) -> None:
+    """No process still serves one of the run's Celery queues, and no broker keeps one of
+    them (given as ``(broker, queue)``)."""
     import redis
+    from kombu import Connection
+    from kombu.exceptions import ChannelError
 
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             words = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue  # it exited meanwhile
-        assert not any(queue.encode() in words for queue in queues), (cmdline, words)
-    from bench.celery_app import redis_url
+        assert not any(queue.encode() in words for _, queue in queues), (cmdline, words)
+    from bench.celery_app import rabbitmq_url, redis_url
 
     connection = redis.Redis.from_url(redis_url(), socket_timeout=5)
     try:
-        for queue in queues:
-            assert not connection.exists(queue, f"_kombu.binding.{queue}"), queue
+        for broker, queue in queues:
+            if broker == "redis":
+                assert not connection.exists(queue, f"_kombu.binding.{queue}"), queue
     finally:
         connection.close()
+    for broker, queue in queues:
+        if broker == "rabbitmq":
+            with Connection(rabbitmq_url(), connect_timeout=5) as rabbit, \
+                    pytest.raises(ChannelError):
+                rabbit.channel().queue_declare(queue, passive=True)

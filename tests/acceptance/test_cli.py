@@ -92,11 +92,11 @@ async def test_migrate_run_status(migrated, tmp_path) -> None:
 
 
 async def test_run_reduces_a_gate_and_result_prints_it(migrated, tmp_path) -> None:
-    from handlers.examples import resumes
+    from handlers.examples import resumes, samples
 
     db_url, prefix = migrated
     where = ("--db-url", db_url, "--table-prefix", prefix)
-    documents = resumes.sample_resumes(30, seed=4, unreadable=2)
+    documents = samples.sample_resumes(30, seed=4, unreadable=2)
     async with AsyncClient(db_url, prefix) as client, serve_app(resumes.app) as base_url:
         await client.create_partition(
             "job", [NewItem(f"r{n:02}", document) for n, document in enumerate(documents)],

@@ -487,7 +487,7 @@ class HeldResumes:
 async def test_screenshots_of_every_page(sqlite_database, tmp_path: Path) -> None:
 
     from handlers.examples.resumes import app as resumes_app
-    from handlers.examples.resumes import sample_resumes
+    from handlers.examples.samples import sample_resumes
 
     db_url, prefix = sqlite_database
     folder = _screenshot_folder(tmp_path)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from handlers.examples.resumes import sample_resumes
+from handlers.examples.samples import sample_resumes
 from processor import AsyncClient, NewItem
 from tests.acceptance.harness.cluster import Cluster
 from tests.acceptance.harness.handler import RecordingHandler

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, insert
 
 from processor import AsyncClient, NewItem
 from processor.console.app import create_app, settings_for
-from tests.integration.test_operations import make_finished
+from tests.conformance.test_operations import make_finished
 from watcher.clock import FixedClock
 from watcher.dburl import parse_database_url
 from watcher.errors import InvalidInputError

@@ -12,7 +12,7 @@ import pytest
 
 import handlers
 from handlers import Item, Reduced, ReducePage, Result
-from handlers.examples import resumes
+from handlers.examples import resumes, samples
 from processor import AsyncClient, NewItem
 from processor.http_batch import BatchingHttpProcessor
 from processor.http_config import HttpProcessorConfig
@@ -108,7 +108,7 @@ async def test_the_resume_example_names_nothing_the_processor_names(
         make_store: Callable[..., Any], client: AsyncClient) -> None:
     await client.create_partition("opening", [
         NewItem("scan", b'{"name": "x"}'), *(NewItem(f"r{n}", document) for n, document in
-                                             enumerate(resumes.sample_resumes(3, seed=1)))],
+                                             enumerate(samples.sample_resumes(3, seed=1)))],
         reduce_gates=[1], on_item_failure="continue")
     async with engine(make_store, resumes.app, "item"):
         info = await client.wait("opening", timeout=WAIT)

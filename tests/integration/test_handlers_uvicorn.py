@@ -19,7 +19,7 @@ import pytest
 
 import handlers
 from handlers import Fail, Item, Result, Retry
-from handlers.examples import echo, resumes
+from handlers.examples import echo, resumes, samples
 from processor import AsyncClient, NewItem
 from processor.http_config import HttpProcessorConfig
 from processor.http_processor import HttpProcessor
@@ -100,7 +100,7 @@ async def test_retry_after_reaches_the_client_as_a_header() -> None:
 
 
 async def test_the_resume_example_over_http_matches_its_pure_functions() -> None:
-    documents = resumes.sample_resumes(12, seed=3)
+    documents = samples.sample_resumes(12, seed=3)
     async with served(resumes.app) as client:
 
         async def through_both_gates(number: int, document: bytes) -> bytes:
@@ -212,7 +212,7 @@ async def test_the_processor_classifies_sdk_errors_as_the_sdk_meant_them(
 async def test_the_resume_pipeline_runs_through_the_engine(tmp_path) -> None:
     db_url = f"sqlite:///{tmp_path / 'resumes.db'}"
     await asyncio.to_thread(upgrade, db_url)
-    documents = resumes.sample_resumes(24, seed=11)
+    documents = samples.sample_resumes(24, seed=11)
     async with serve_app(resumes.app) as url, AsyncClient(db_url) as client:
         store = Store.open(db_url)
         http = HttpProcessor(HttpProcessorConfig(handler_url=f"{url}/", request_timeout=WAIT))

@@ -29,7 +29,8 @@ from sqlalchemy.dialects.mssql.pymssql import MSDialect_pymssql
 from sqlalchemy.sql import ClauseElement, Select
 
 from tests.support.scenario import drive_every_method, store_methods
-from watcher.drivers import Driver, SQLServerDriver
+from watcher.drivers.base import Driver
+from watcher.drivers.mssql.driver import SQLServerDriver
 from watcher.migrate import downgrade, upgrade
 from watcher.records import ItemWrite
 from watcher.store import Store

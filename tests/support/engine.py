@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from watcher import Watcher
+from watcher.records import LeaseRow, NewItem
+from watcher.store import Store
 
 
 async def wait_until(condition: Callable[[], Any | Awaitable[Any]], *, timeout: float = 10.0,  # noqa: ASYNC109
@@ -69,3 +71,12 @@ def count_calls(store: Any, *names: str) -> dict[str, int]:
 
         setattr(store, name, make())
     return counts
+
+
+async def leased_partition(store: Store, partition_id: str, count: int, owner: str
+                           ) -> dict[str, int]:
+    """Create a partition of ``count`` items (``i0``...) leased to ``owner``; returns
+    item id -> version, as a result write must quote it."""
+    await store.partition_create(partition_id, [NewItem(f"i{n}", b"x") for n in range(count)])
+    await store.leases_take([LeaseRow(partition_id, 1, 0, "")], owner, 60.0)
+    return {row.id: row.version for row in await store.items_ready(partition_id, 0, 1000)}

@@ -12,15 +12,12 @@ from sqlalchemy.dialects.mysql.mariadb import MariaDBDialect
 from sqlalchemy.engine import Dialect
 
 from watcher.clock import DatabaseClock, FixedClock
-from watcher.drivers import (
-    MySQLDriver,
-    PostgreSQLDriver,
-    SQLiteDriver,
-    SQLServerDriver,
-    clock_now,
-    driver_class,
-    time_plus,
-)
+from watcher.drivers import driver_class
+from watcher.drivers.mssql.driver import SQLServerDriver
+from watcher.drivers.mysql.driver import MySQLDriver
+from watcher.drivers.postgresql.driver import PostgreSQLDriver
+from watcher.drivers.sql import clock_now, time_plus
+from watcher.drivers.sqlite.driver import SQLiteDriver
 from watcher.errors import ConfigError
 from watcher.schema import tables_for
 from watcher.statements import Statements

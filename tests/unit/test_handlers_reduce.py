@@ -171,9 +171,9 @@ async def test_reduce_bug_is_a_retryable_500_and_bad_answer_says_why() -> None:
 
 
 async def test_resume_ranking_is_the_same_in_one_call_and_in_pages() -> None:
-    from handlers.examples import resumes
+    from handlers.examples import resumes, samples
 
-    documents = resumes.sample_resumes(30, seed=5)
+    documents = samples.sample_resumes(30, seed=5)
     classified = [json.dumps(resumes.classify(json.loads(d))).encode() for d in documents]
     items = [Item(id=f"r{n:02}", partition_id="p", gate=1, data=data)
              for n, data in enumerate(classified)]

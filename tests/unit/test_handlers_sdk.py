@@ -16,7 +16,7 @@ import pytest
 
 import handlers
 from handlers import Fail, Item, ItemDataError, Result, Retry
-from handlers.examples import echo, resumes
+from handlers.examples import echo, resumes, samples
 from handlers.wire import coerce_result, encode_result
 
 HEADERS = {
@@ -722,9 +722,9 @@ def test_top_candidates_orders_by_score_then_name_and_skips_unranked_items() -> 
 
 
 def test_sample_resumes_are_deterministic_varied_and_classifiable() -> None:
-    documents = resumes.sample_resumes(40, seed=7)
-    assert documents == resumes.sample_resumes(40, seed=7)
-    assert documents != resumes.sample_resumes(40, seed=8)
+    documents = samples.sample_resumes(40, seed=7)
+    assert documents == samples.sample_resumes(40, seed=7)
+    assert documents != samples.sample_resumes(40, seed=8)
     parsed = [json.loads(document) for document in documents]
     assert all(set(resume) == {"name", "text"} for resume in parsed)
     classified = [resumes.classify(resume) for resume in parsed]
@@ -733,7 +733,7 @@ def test_sample_resumes_are_deterministic_varied_and_classifiable() -> None:
     assert any(data["years"] == 0 for data in classified)  # graduates state no years
     assert len({resume["text"] for resume in parsed}) == 40
     with pytest.raises(ValueError):
-        resumes.sample_resumes(-1)
+        samples.sample_resumes(-1)
 
 
 async def test_the_resume_handler_classifies_at_gate_0_and_ranks_at_gate_1() -> None:

@@ -21,10 +21,10 @@ async def test_items_in_flight_are_excluded_and_counted() -> None:
     in_hand = ItemsInHand()
     call = asyncio.create_task(_call())
     try:
-        in_hand.started("a", call)
+        in_hand.started([_item("a")], call)
         assert len(in_hand) == 1 and in_hand.ids() == {"a"}
         assert in_hand.calls() == [call]
-        in_hand.result_queued("a")
+        in_hand.results_queued([_item("a")])
         assert len(in_hand) == 1, "in hand until written"
         assert in_hand.calls() == [], "the call has ended"
         read = in_hand.begin_read()
@@ -38,11 +38,11 @@ async def test_an_item_let_go_during_a_read_is_not_taken_from_that_read() -> Non
     """The read began before the result was written, so it may return the old row."""
     in_hand = ItemsInHand()
     call = asyncio.create_task(_call())
-    in_hand.started("a", call)
-    in_hand.result_queued("a")
+    in_hand.started([_item("a")], call)
+    in_hand.results_queued([_item("a")])
     call.cancel()
     read = in_hand.begin_read()
-    in_hand.let_go(_item("a", version=3))  # written while the read runs
+    in_hand.let_go([_item("a", version=3)])  # written while the read runs
     assert len(in_hand) == 0 and in_hand.ids() == {"a"}
     assert in_hand.end_read(read, [_item("a", version=3)], wanted=4, now=1.0) == []
     # The next read began after the write: it sees the new row, which is new work.
@@ -55,7 +55,7 @@ async def test_an_item_let_go_during_a_read_is_not_taken_from_that_read() -> Non
 
 def test_an_item_let_go_before_a_read_began_is_forgotten_after_it() -> None:
     in_hand = ItemsInHand()
-    in_hand.let_go(_item("a", version=3))
+    in_hand.let_go([_item("a", version=3)])
     read = in_hand.begin_read()
     assert in_hand.end_read(read, [], wanted=4, now=1.0) == []
     assert in_hand.ids() == set()
@@ -70,3 +70,21 @@ def test_a_read_records_whether_the_gate_looked_empty_and_when() -> None:
     read = in_hand.begin_read()
     in_hand.end_read(read, [_item("c")], wanted=2, now=6.0)
     assert in_hand.gate_looked_empty and in_hand.last_read == 6.0
+
+
+async def test_a_batch_is_one_call_for_its_items_until_each_result_is_queued() -> None:
+    in_hand = ItemsInHand()
+    call = asyncio.create_task(_call())
+    batch = [_item("a"), _item("b"), _item("c")]
+    try:
+        in_hand.started(batch, call)
+        assert len(in_hand) == 3 and in_hand.calls() == [call], "one task for the batch"
+        in_hand.results_queued(batch[:1])
+        assert in_hand.calling(batch) == batch[1:]
+        assert in_hand.calls() == [call], "its other calls still run"
+        in_hand.results_queued(batch[1:])
+        assert in_hand.calling(batch) == [] and in_hand.calls() == []
+        in_hand.let_go(batch)
+        assert len(in_hand) == 0 and in_hand.ids() == {"a", "b", "c"}
+    finally:
+        call.cancel()

@@ -1,35 +1,23 @@
 """Lease bookkeeping without a database: what a renewal does to each lease it holds.
 
-The store is a stand-in that answers ``leases_renew`` as told (the SQL side is
-tested in tests/integration/test_leases.py).
+The store is the typed stand-in (tests/support/fake_store.py), answering
+``leases_renew`` as told (the SQL side is tested in tests/conformance/test_leases.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 
+from tests.support.fake_store import FakeStore
 from watcher.config import WatcherConfig
 from watcher.hooks import CountingHooks
 from watcher.leases import Lease, LeaseKeeper
 from watcher.records import LeaseRenewal, LeaseRow
 
 
-class RenewingStore:
-    """Answers every renewal with ``renewal`` and records what was asked."""
-
-    def __init__(self, renewal: LeaseRenewal) -> None:
-        self.renewal = renewal
-        self.asked: list[dict[str, int]] = []
-
-    async def leases_renew(self, versions, owner, duration):
-        self.asked.append(dict(versions))
-        return self.renewal
-
-
-def _keeper(store: RenewingStore, *leases: Lease) -> tuple[LeaseKeeper, CountingHooks]:
+def _keeper(store: FakeStore, *leases: Lease) -> tuple[LeaseKeeper, CountingHooks]:
     hooks = CountingHooks()
-    keeper = LeaseKeeper(store, WatcherConfig(owner_id="me", lease_duration=9.0,  # type: ignore[arg-type]
+    keeper = LeaseKeeper(store, WatcherConfig(owner_id="me", lease_duration=9.0,
                                               poll_interval=0.5), hooks)
     keeper.leases = {lease.partition_id: lease for lease in leases}
     return keeper, hooks
@@ -40,11 +28,11 @@ async def test_renewal_extends_adopts_defers_and_loses() -> None:
                                Lease("gone", 3, 0))
     for lease in (held, moved, busy, gone):
         lease.renewed_at = time.monotonic() - 5
-    store = RenewingStore(LeaseRenewal({"held": (2, None), "moved": (6, 3)},
+    store = FakeStore(renewal=LeaseRenewal({"held": (2, None), "moved": (6, 3)},
                                        busy=frozenset({"busy"})))
     keeper, hooks = _keeper(store, held, moved, busy, gone)
     renewed, lost = await keeper.renew()
-    assert store.asked == [{"held": 1, "moved": 4, "busy": 2, "gone": 3}]
+    assert store.asked.renewals == [{"held": 1, "moved": 4, "busy": 2, "gone": 3}]
     assert (renewed, lost) == (2, ["gone"])
     assert (held.version, held.gate) == (2, 0) and not held.wake.is_set()
     assert (moved.version, moved.gate) == (6, 3) and moved.wake.is_set(), \
@@ -58,11 +46,11 @@ async def test_renewal_extends_adopts_defers_and_loses() -> None:
 
 async def test_a_lease_mid_write_is_deferred_then_given_up_after_a_whole_lease() -> None:
     writing = Lease("writing", 1, 0)
-    store = RenewingStore(LeaseRenewal({}))
+    store = FakeStore(renewal=LeaseRenewal({}))
     keeper, _ = _keeper(store, writing)
     async with writing.lock:  # its partition is mid-write
         assert await keeper.renew() == (0, [])
-        assert store.asked == [], "a locked lease is not asked for"
+        assert store.asked.renewals == [], "a locked lease is not asked for"
         writing.renewed_at = time.monotonic() - 9.5
         assert await keeper.renew() == (0, ["writing"])
     assert writing.lost and keeper.leases == {}
@@ -72,10 +60,10 @@ async def test_closed_and_lost_leases_are_not_renewed() -> None:
     closed, lost = Lease("closed", 1, 0), Lease("lost", 1, 0)
     closed.mark_closed()
     assert lost.mark_lost() and not lost.mark_lost(), "lost once"
-    store = RenewingStore(LeaseRenewal({}))
+    store = FakeStore(renewal=LeaseRenewal({}))
     keeper, _ = _keeper(store, closed, lost)
     assert await keeper.renew() == (0, [])
-    assert store.asked == []
+    assert store.asked.renewals == []
 
 
 def test_a_lease_records_its_own_writes_and_notifications() -> None:
@@ -96,27 +84,16 @@ def test_a_lease_records_its_own_writes_and_notifications() -> None:
 async def test_a_lease_past_its_until_is_lost_even_while_its_renewal_hangs() -> None:
     overdue, fresh = Lease("overdue", 1, 0), Lease("fresh", 1, 0)
     overdue.renewed_at = time.monotonic() - 9.0  # the lease is 9 s: its until has passed
-    keeper, hooks = _keeper(RenewingStore(LeaseRenewal({})), overdue, fresh)
+    keeper, hooks = _keeper(FakeStore(renewal=LeaseRenewal({})), overdue, fresh)
     assert keeper.expired(overdue) and overdue.lost and overdue.ended.is_set()
     assert not keeper.expired(fresh) and not fresh.lost
     assert list(keeper.leases) == ["fresh"] and hooks.counts["lease_lost"] == 1
 
 
-class SlowTakingStore:
-    """Takes every row asked for, after ``seconds`` (a slow lease write)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    async def leases_take(self, rows, owner, duration):
-        await asyncio.sleep(self.seconds)
-        return list(rows)
-
-
 async def test_a_taken_lease_counts_from_before_its_write() -> None:
     """The database set the until while the write ran: counting from its answer would
     trust the lease past it."""
-    keeper, _ = _keeper(SlowTakingStore(0.2))  # type: ignore[arg-type]
+    keeper, _ = _keeper(FakeStore(take_delay=0.2))
     before = time.monotonic()
     assert await keeper._take([LeaseRow("p", 1, 0, "")], stolen_from=None) == ["p"]
     assert keeper.leases["p"].renewed_at <= before + 0.05

@@ -7,7 +7,7 @@ import base64
 import pytest
 from pymysql.converters import escape_item
 
-from watcher.drivers.mysql_packet import (
+from watcher.drivers.mysql.packet import (
     PACKET_MARGIN,
     Base64Blob,
     check_packet,

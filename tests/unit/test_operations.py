@@ -1,6 +1,6 @@
 """The pure parts of operating statefeed: durations, statuses, pages and cursors, what the
 CLI shows, the backlog gauges' schedule, and the lease keeper dropping what a client
-stopped. The SQL side is tested in tests/integration/test_operations.py."""
+stopped. The SQL side is tested in tests/conformance/test_operations.py."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from processor.metrics import BacklogGauges, PrometheusHooks
 from processor.views import error_cell, item_row, purge_text
+from tests.support.fake_store import FakeStore
 from watcher.config import WatcherConfig
 from watcher.durations import format_duration, parse_duration
 from watcher.errors import ConfigError, InvalidInputError
@@ -154,47 +155,26 @@ async def test_backlog_gauges_read_once_then_only_after_a_scrape(caplog) -> None
     await asyncio.wait_for(task, 1)
 
 
-class StoppedStore:
-    """Answers ``leases_stopped`` with the partitions a client stopped."""
-
-    def __init__(self, stopped: list[str]) -> None:
-        self.stopped = stopped
-        self.asked: list[tuple[str, float]] = []
-
-    async def leases_stopped(self, owner: str, within: float) -> list[str]:
-        self.asked.append((owner, within))
-        return self.stopped
-
-
 async def test_the_keeper_drops_what_a_client_stopped() -> None:
-    store = StoppedStore(["cancelled", "not-mine"])
+    store = FakeStore(stopped=["cancelled", "not-mine"])
     hooks = CountingHooks()
-    keeper = LeaseKeeper(store, WatcherConfig(owner_id="me", lease_duration=9.0,  # type: ignore[arg-type]
+    keeper = LeaseKeeper(store, WatcherConfig(owner_id="me", lease_duration=9.0,
                                               poll_interval=0.5), hooks)
     cancelled, running = Lease("cancelled", 3, 0), Lease("running", 2, 0)
     keeper.leases = {"cancelled": cancelled, "running": running}
     assert await keeper.drop_stopped() == ["cancelled"]
-    assert store.asked == [("me", 9.0)]
+    assert store.asked.stopped == [("me", 9.0)]
     assert cancelled.lost and cancelled.wake.is_set(), "its supervisor stops"
     assert set(keeper.leases) == {"running"} and not running.lost
     assert hooks.counts["lease_released"] == 1 and hooks.counts["lease_lost"] == 0
     assert await keeper.drop_stopped() == [], "dropped once"
 
 
-class RenewingStore:
-    """Answers the renewal with ``renewal``."""
-
-    def __init__(self, renewal: LeaseRenewal) -> None:
-        self.renewal = renewal
-
-    async def leases_renew(self, versions, owner, duration):
-        return self.renewal
-
-
 async def test_a_renewal_that_finds_a_cancel_stops_the_lease_not_loses_it() -> None:
-    store = RenewingStore(LeaseRenewal({"kept": (2, None)}, stopped=frozenset({"cancelled"})))
+    store = FakeStore(renewal=LeaseRenewal({"kept": (2, None)},
+                                           stopped=frozenset({"cancelled"})))
     hooks = CountingHooks()
-    keeper = LeaseKeeper(store, WatcherConfig(owner_id="me", lease_duration=9.0,  # type: ignore[arg-type]
+    keeper = LeaseKeeper(store, WatcherConfig(owner_id="me", lease_duration=9.0,
                                               poll_interval=0.5), hooks)
     kept, cancelled = Lease("kept", 1, 0), Lease("cancelled", 1, 0)
     keeper.leases = {"kept": kept, "cancelled": cancelled}

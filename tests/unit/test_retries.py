@@ -12,8 +12,6 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator
-from types import SimpleNamespace
 
 import pytest
 from sqlalchemy.exc import OperationalError
@@ -22,11 +20,11 @@ from processor import service as service_module
 from processor.http_config import HttpProcessorConfig
 from processor.service import ProcessorService, ServiceConfig
 from tests.support.engine import wait_until
+from tests.support.fake_store import FakeStore
 from watcher import watcher as watcher_module
 from watcher import writer as writer_module
 from watcher.config import WatcherConfig
 from watcher.dburl import parse_database_url
-from watcher.drivers.base import Driver
 from watcher.errors import DatabaseError
 from watcher.leases import LeaseCycle
 from watcher.records import ItemWrite
@@ -58,37 +56,6 @@ def lines(caplog: pytest.LogCaptureFixture, action: str, level: int | None = Non
 # -- the result writer -------------------------------------------------------
 
 
-class FailingStore:
-    """Applies writes, after raising the errors in ``failures`` one per call.
-
-    Errors are classified as the portable driver does; the database answers a
-    ping unless it fails ``forever``.
-    """
-
-    driver = SimpleNamespace(refuses_value=lambda error: Driver.refuses_value(None, error),
-                             lost_connection=lambda error: Driver.lost_connection(None, error))
-
-    async def ping(self) -> None:
-        if self.forever:
-            raise outage()
-
-    def __init__(self, *failures: Exception, forever: bool = False) -> None:
-        self.failures = list(failures)
-        self.forever = forever
-        self.calls = 0
-        self.written: list[str] = []
-
-    async def items_apply(self, writes, owner):
-        self.calls += 1
-        await asyncio.sleep(0)
-        if self.forever:
-            raise outage()
-        if self.failures:
-            raise self.failures.pop(0)
-        self.written += [write.item_id for write in writes]
-        return [True] * len(writes)
-
-
 def _write(n: int) -> ItemWrite:
     return ItemWrite("p", f"i{n}", 1, "complete", 0, attempts=0)
 
@@ -104,21 +71,21 @@ def _enqueue(writer: ResultWriter, count: int) -> list[asyncio.Future]:
 
 async def test_the_writer_rides_out_an_outage_with_one_line_each_way(caplog) -> None:
     caplog.set_level(logging.DEBUG, logger="watcher.writer")
-    store = FailingStore(outage(), outage(), outage())
+    store = FakeStore(failures=[outage(), outage(), outage()])
     writer = ResultWriter(store, "me", batch_size=10)
     try:
         futures = _enqueue(writer, 3)
         assert await asyncio.wait_for(asyncio.gather(*futures), 10) == [True] * 3
     finally:
         await writer.close(1.0)
-    assert store.calls == 4 and sorted(store.written) == ["i0", "i1", "i2"]
+    assert store.asked.apply_calls == 4 and sorted(store.written) == ["i0", "i1", "i2"]
     assert len(lines(caplog, "result_write_failed", logging.WARNING)) == 1
     assert len(lines(caplog, "result_write_recovered", logging.WARNING)) == 1
 
 
 async def test_the_writer_retries_a_deadlock_quietly(caplog) -> None:
     caplog.set_level(logging.DEBUG, logger="watcher.writer")
-    store = FailingStore(deadlock(), deadlock())
+    store = FakeStore(failures=[deadlock(), deadlock()])
     writer = ResultWriter(store, "me", batch_size=10)
     try:
         assert await asyncio.wait_for(asyncio.gather(*_enqueue(writer, 2)), 10) == [True] * 2
@@ -134,7 +101,7 @@ async def test_closing_during_an_outage_fails_what_is_queued_at_once(monkeypatch
     more, and when that fails too every queued write fails."""
     monkeypatch.setattr(writer_module, "OUTAGE_RETRY_FIRST", 60.0)
     monkeypatch.setattr(writer_module, "OUTAGE_RETRY_MAX", 60.0)
-    store = FailingStore(forever=True)
+    store = FakeStore(forever=True, outage=outage)
     writer = ResultWriter(store, "me", batch_size=2)
     futures = _enqueue(writer, 5)
     # Logged as the writer begins to wait (nothing runs between the two).
@@ -144,14 +111,14 @@ async def test_closing_during_an_outage_fails_what_is_queued_at_once(monkeypatch
     assert time.monotonic() - started < 5, "close() waited out the backoff"
     outcomes = await asyncio.gather(*futures)
     assert all(isinstance(outcome, WriterClosedError) for outcome in outcomes)
-    assert store.calls == 2, "tried once more when closing"
+    assert store.asked.apply_calls == 2, "tried once more when closing"
     assert len(lines(caplog, "result_write_failed", logging.WARNING)) == 1
     with pytest.raises(WriterClosedError):
         writer.enqueue(_write(9), lambda outcome: None)
 
 
 async def test_closing_before_an_outage_is_noticed_still_logs_it_once(caplog) -> None:
-    store = FailingStore(forever=True)
+    store = FakeStore(forever=True, outage=outage)
     writer = ResultWriter(store, "me", batch_size=2)
     futures = _enqueue(writer, 2)
     await writer.close(5.0)
@@ -163,15 +130,9 @@ async def test_closing_before_an_outage_is_noticed_still_logs_it_once(caplog) ->
 # -- the lease loop and the listener -------------------------------------------
 
 
-class QuietStore:
-    """Just enough of a store for a watcher whose lease cycle is replaced."""
-
-    notifies = False
-
-
 def _watcher(poll_interval: float = 0.01, store: object | None = None) -> Watcher:
     config = WatcherConfig(owner_id="me", poll_interval=poll_interval, lease_duration=60.0)
-    return Watcher(store or QuietStore(), lambda item: None, config)  # type: ignore[arg-type]
+    return Watcher(store or FakeStore(), lambda item: None, config)
 
 
 def _scripted_cycles(watcher: Watcher, *errors: Exception) -> list[float]:
@@ -222,36 +183,13 @@ async def test_stop_does_not_wait_out_the_lease_loop_backoff(caplog) -> None:
     assert len(began) == 1, "no lease cycle after stop"
 
 
-class ListeningStore:
-    """Notifications that fail on cue: each call plays the next script.
-
-    A script is a list of partition ids to yield, ending with an exception to raise
-    (or ``None`` to stay connected).
-    """
-
-    notifies = True
-
-    def __init__(self, *scripts: list) -> None:
-        self.scripts = list(scripts)
-        self.connects: list[float] = []
-
-    async def notifications(self) -> AsyncIterator[str]:
-        self.connects.append(time.monotonic())
-        script = self.scripts.pop(0) if self.scripts else [None]
-        for step in script:
-            if isinstance(step, Exception):
-                raise step
-            if step is None:
-                await asyncio.Event().wait()
-            yield step
-
-
 async def test_the_listener_reconnects_with_backoff_and_at_once_after_working(
         monkeypatch, caplog) -> None:
     monkeypatch.setattr(watcher_module, "LISTEN_BACKOFF_FIRST", 0.02)
     caplog.set_level(logging.DEBUG, logger="watcher.watcher")
-    store = ListeningStore([OSError("refused")], [OSError("refused")],
-                           ["p1", ConnectionResetError("dropped")], ["p2", None])
+    store = FakeStore(notifies=True, notification_scripts=[
+        [OSError("refused")], [OSError("refused")],
+        ["p1", ConnectionResetError("dropped")], ["p2", None]])
     watcher = _watcher(store=store)
     seen: list[str] = []
     watcher.on_notification = seen.append  # type: ignore[method-assign]
@@ -271,7 +209,7 @@ async def test_the_listener_reconnects_with_backoff_and_at_once_after_working(
 
 async def test_a_listener_stream_that_ends_at_once_is_backed_off(monkeypatch) -> None:
     monkeypatch.setattr(watcher_module, "LISTEN_BACKOFF_FIRST", 0.02)
-    store = ListeningStore([], [], ["p1", None])
+    store = FakeStore(notifies=True, notification_scripts=[[], [], ["p1", None]])
     watcher = _watcher(store=store)
     seen: list[str] = []
     watcher.on_notification = seen.append  # type: ignore[method-assign]

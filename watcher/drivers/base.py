@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from sqlalchemy import Integer, bindparam, select
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
@@ -142,6 +142,16 @@ class Driver:
         async with transaction(self.engine) as conn:
             result = await conn.execute(statement, dict(params))
             return result.all() if result.returns_rows else []
+
+    async def execute(self, statement: Any, params: Mapping[str, Any]) -> int:
+        """Run one write statement in a transaction of its own; returns how many rows
+        it matched.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused it.
+        """
+        async with write_transaction(self.engine) as conn:
+            return (await conn.execute(statement, dict(params))).rowcount
 
     # -- the ready read -----------------------------------------------------
 
@@ -281,12 +291,19 @@ class DirectPath(Protocol):
         """Run one statement, atomic by itself; returns its rows (none for a write)."""
         ...  # pragma: no cover
 
+    async def execute(self, statement: ClauseElement, params: Mapping[str, Any]) -> int:
+        """Run one write statement, atomic by itself; returns how many rows it matched."""
+        ...  # pragma: no cover
+
     async def close(self) -> None:
         """Close the connections."""
         ...  # pragma: no cover
 
 
-class DirectDriver(Driver):
+DirectT = TypeVar("DirectT", bound=DirectPath)
+
+
+class DirectDriver(Driver, Generic[DirectT]):
     """A driver that sends the hot statements (:meth:`fetch`: the ready read, the gate
     summary, its batch write) through connections of its own, :attr:`direct`.
 
@@ -296,7 +313,7 @@ class DirectDriver(Driver):
     C (:meth:`build_ready` reads it with the database's JSON table function).
     """
 
-    direct: DirectPath
+    direct: DirectT
 
     def __init__(self, engine: AsyncEngine, statements: Statements, *,
                  timeout: float = DEFAULT_DB_TIMEOUT) -> None:
@@ -304,7 +321,7 @@ class DirectDriver(Driver):
         self.direct = self.open_direct()
         self._ready = {excluding: self.build_ready(excluding) for excluding in (False, True)}
 
-    def open_direct(self) -> DirectPath:
+    def open_direct(self) -> DirectT:
         """The driver's own connections (opened lazily, at the first statement)."""
         raise NotImplementedError
 
@@ -321,6 +338,16 @@ class DirectDriver(Driver):
                 not be reached.
         """
         return await self.direct.fetch(statement, params)
+
+    async def execute(self, statement: Any, params: Mapping[str, Any]) -> int:
+        """Run one write statement on the direct path (a transaction of its own);
+        returns how many rows it matched.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed, refused it or could
+                not be reached.
+        """
+        return await self.direct.execute(statement, params)
 
     # -- the ready read -----------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 The hottest statements (the ready read, the gate summary, the batch result
 write) stay SQLAlchemy constructs, built by the store and the drivers; a
-driver's direct path (:mod:`.pg_direct`, :mod:`.sqlite_direct`,
-:mod:`.mysql_direct`) compiles each of them once here for its dialect and then
+driver's direct path (:mod:`.postgresql.direct`, :mod:`.sqlite.direct`,
+:mod:`.mysql.direct`) compiles each of them once here for its dialect and then
 sends the text with the values the engine would have sent: the values
 SQLAlchemy bound itself, the store's clock read as the statement runs, and
 each value through the column type's bind processor (SQLite keeps times as
@@ -30,6 +30,9 @@ class CompiledStatement(NamedTuple):
     live: dict[str, Callable[[], Any]]  # values read as the statement runs (the clock)
     binds: Mapping[str, Processor]  # per parameter, how the engine converts its value
     results: tuple[Processor | None, ...]  # per result column, how the engine reads it
+    # The parameters' names in the order a positional (qmark) text takes them; empty
+    # for a named paramstyle.
+    positions: tuple[str, ...] = ()
 
     def values(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The parameters to send for ``params``: defaults, live values, converted."""
@@ -54,8 +57,9 @@ class CompiledStatement(NamedTuple):
 
 
 def compile_statement(statement: ClauseElement, dialect: Dialect) -> CompiledStatement:
-    """Compile ``statement`` for ``dialect`` (whose paramstyle must be a named one:
-    the values travel as a mapping)."""
+    """Compile ``statement`` for ``dialect``: with a named paramstyle the values travel
+    as a mapping (:meth:`CompiledStatement.values`); with a positional one, as tuples
+    in the order of :attr:`CompiledStatement.positions`."""
     compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
     live = {name: bind.callable for name, bind in compiled.binds.items()
             if bind.callable is not None}
@@ -65,7 +69,8 @@ def compile_statement(statement: ClauseElement, dialect: Dialect) -> CompiledSta
              if callable(convert)}
     results = tuple(entry.type._cached_result_processor(dialect, None)
                     for entry in compiled._result_columns)
-    return CompiledStatement(str(compiled), defaults, live, binds, results)
+    positions = tuple(compiled.positiontup or ())
+    return CompiledStatement(str(compiled), defaults, live, binds, results, positions)
 
 
 class StatementCache:

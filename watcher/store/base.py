@@ -27,8 +27,8 @@ from watcher.clock import Clock, DatabaseClock
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.database import create_engine
 from watcher.dburl import DatabaseURL, parse_database_url, render_redacted
-from watcher.drivers import Driver, open_driver
-from watcher.drivers.base import read_transaction, write_transaction
+from watcher.drivers import open_driver
+from watcher.drivers.base import Driver, read_transaction, write_transaction
 from watcher.errors import (
     PartitionNotFoundError,
 )

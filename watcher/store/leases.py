@@ -9,11 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
-    bindparam,
     case,
     func,
     select,
-    update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import Select
@@ -98,27 +96,30 @@ class LeasesStore(StoreBase):
         """Take leases on ``rows`` for ``owner``; each take is guarded by the version read.
 
         Used for free partitions and for steals alike: if the version still
-        matches, nobody renewed or moved the partition since it was read.
-        Returns the rows won, with their new versions.
+        matches, nobody renewed or moved the partition since it was read. The
+        rows no other session holds locked are locked, then taken in one UPDATE
+        (per 500). Returns the rows won, with their new versions.
         """
-        p = self.tables.partitions
-        statement = (
-            update(p)
-            .where(p.c.id == bindparam("pid"), p.c.version == bindparam("seen"),
-                   p.c.status == AVAILABLE)
-            .values(version=p.c.version + 1, owner=owner, until=self.statements.now_plus(duration),
-                    updated_at=self.statements.now)
-        )
         won: list[LeaseRow] = []
+        statements = self.statements
         async with self._write() as conn:
             # Rows another session holds locked are passed by, not waited for.
             free = await self._lock_free(conn, [row.id for row in rows])
-            for row in sorted(rows, key=lambda row: row.id):  # id order, as everywhere
-                if row.id not in free:
-                    continue
-                result = await conn.execute(statement, {"pid": row.id, "seen": row.version})
-                if result.rowcount == 1:
-                    won.append(LeaseRow(row.id, row.version + 1, row.gate, owner, row.settings))
+            wanted = sorted((row for row in rows if row.id in free), key=lambda row: row.id)
+            for chunk in chunks(wanted, IN_CHUNK):
+                shape = statements.lease_rewrite_shape(len(chunk))
+                result = await conn.execute(
+                    statements.lease_take(shape),
+                    statements.lease_rewrite_params([(row.id, row.version) for row in chunk],
+                                                    shape, owner, duration))
+                if result.rowcount != len(chunk):
+                    # Some had moved on since they were read: a re-read says which we won.
+                    after = await self._states(conn, [row.id for row in chunk])
+                    chunk = [row for row in chunk if row.id in after
+                             and after[row.id].version == row.version + 1
+                             and after[row.id].owner == owner]
+                won.extend(LeaseRow(row.id, row.version + 1, row.gate, owner, row.settings)
+                           for row in chunk)
         return won
 
     async def leases_renew(self, leases: dict[str, int], owner: str,
@@ -244,25 +245,12 @@ class LeasesStore(StoreBase):
         Guarded by version and owner. Closing also releases the lease. Returns
         the new version, or ``None`` when the write lost (re-read to see why).
         """
-        p = self.tables.partitions
-        # A gate advance changes no indexed column (a HOT update on PostgreSQL);
-        # updated_at, indexed with status, moves with the status alone.
-        values: dict[str, Any] = {"version": p.c.version + 1}
+        statement = self.statements.partition_transition(gate=gate is not None, status=status)
+        params: dict[str, Any] = {"pid": partition_id, "seen": version, "holder": owner}
         if gate is not None:
-            values["gate"] = gate
-        if status is not None:
-            values.update(status=status, updated_at=self.statements.now)
-            if status != AVAILABLE:
-                values.update(owner="", until=self.statements.now)
-        async with self._write() as conn:
-            result = await conn.execute(
-                # No live-until check: every other processor that takes the partition
-                # bumps its version first, so the version alone fences a stale holder
-                # out; a transition landing a moment after the until, with nobody else
-                # holding the partition, is still the holder's and is kept.
-                update(p)
-                .where(*self.statements.lease_held(partition_id, owner, version=version,
-                                                   live=False))
-                .values(**values)
-            )
-        return version + 1 if result.rowcount == 1 else None
+            params["new_gate"] = gate
+        # One statement, atomic by itself: on the driver's own connections where it has
+        # them (SQLite's go through the engine, whose commits are synced).
+        matched = await self.round_trips.call("partition_transition",
+                                              self.driver.execute(statement, params))
+        return version + 1 if matched == 1 else None

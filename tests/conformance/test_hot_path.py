@@ -1,13 +1,15 @@
-"""One conformance suite for the per-database drivers, run against every live database.
+"""The hot path (the ready read and the result writes), one suite run on every live database.
 
 Each store holds the driver of its database (:mod:`watcher.drivers`). Whatever
-a driver does its own way (the PostgreSQL direct path and one-statement batch
-write today; one-statement batches on the other databases later), its methods
-must answer the same: the ready read orders, limits and leaves out the items
-in hand; a batch of results is guarded by version and fenced by a live lease,
-write by write; times follow the store's clock. The stores here run on a
-:class:`~watcher.clock.FixedClock`, which must take the same statements, and
-on PostgreSQL the same direct path and batch write, as the database clock.
+a driver does its own way (a direct path, a one-statement batch write), its
+methods must answer the same: the ready read orders, limits and leaves out the
+items in hand; a batch of results is guarded by version and fenced by a live
+lease, write by write, whatever mix of applied, stale and fenced-off rows it
+holds (the SQLite and MariaDB batches find out which rows failed by rolling
+back and writing one by one); times follow the store's clock. The stores here
+run on a :class:`~watcher.clock.FixedClock`, which must take the same
+statements, and on PostgreSQL the same direct path and batch write, as the
+database clock.
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from tests.support.engine import leased_partition
 from watcher.clock import FixedClock
-from watcher.drivers import MySQLDriver, PostgreSQLDriver, SQLiteDriver, SQLServerDriver
+from watcher.drivers.mssql.driver import SQLServerDriver
+from watcher.drivers.mysql.driver import MySQLDriver
+from watcher.drivers.postgresql.driver import PostgreSQLDriver
+from watcher.drivers.sqlite.driver import SQLiteDriver
 from watcher.records import ItemWrite, LeaseRow, NewItem
 from watcher.store import Store
 
@@ -176,11 +182,12 @@ async def test_the_fixed_clock_sends_the_statements_the_database_clock_sends(mak
     assert sent["fixed"] == sent["database"]
     engine, direct = sent["fixed"]
     assert engine == [], "nothing of the hot path went through the engine"
-    # Two reads, one batch write (one statement; on SQLite one executemany in a
-    # transaction; on MariaDB a transaction), one gate summary.
+    # Two reads, one batch write (one statement; on SQLite one lease check per
+    # partition and one unfenced executemany in a write transaction; on MariaDB a
+    # transaction), one gate summary.
     assert [text.split(None, 1)[0] for text in direct] == {
         PostgreSQLDriver: ["SELECT", "SELECT", "UPDATE", "SELECT"],
-        SQLiteDriver: ["SELECT", "SELECT", "BEGIN", "UPDATE", "COMMIT", "SELECT"],
+        SQLiteDriver: ["SELECT", "SELECT", "BEGIN", "SELECT", "UPDATE", "COMMIT", "SELECT"],
         MySQLDriver: ["SELECT", "SELECT", "UPDATE", "COMMIT", "SELECT"],
     }[type(stores["fixed"].driver)], direct
     batch_function = {PostgreSQLDriver: "jsonb_array_elements(", SQLiteDriver: "",
@@ -222,3 +229,25 @@ async def test_notifications_reach_a_listener_where_the_database_carries_them(ma
         with contextlib.suppress(BaseException):
             await first
         await received.aclose()
+
+
+async def test_a_mixed_batch_applies_exactly_the_rows_whose_guards_hold(store: Store) -> None:
+    ours = await leased_partition(store, "p", 4, OWNER)
+    theirs = await leased_partition(store, "q", 1, "other")
+    complete = "complete"
+    writes = [ItemWrite("p", "i0", ours["i0"], complete, 0, attempts=1),
+              ItemWrite("p", "i1", ours["i1"] + 1, complete, 0, attempts=1),  # stale
+              ItemWrite("q", "i0", theirs["i0"], complete, 0, attempts=1),  # fenced off
+              ItemWrite("p", "i2", ours["i2"], "available", 0, attempts=1, data=b"new",
+                        last_error="later", retry_delay=0.5),
+              ItemWrite("p", "i2", ours["i2"], complete, 0, attempts=1),  # twice in a batch
+              ItemWrite("p", "i3", ours["i3"], complete, 0, attempts=1)]
+    assert await store.items_apply(writes, OWNER) == [True, False, False, True, False, True]
+    items = {item.id: item for item in await store.items_list("p")}
+    assert [items[f"i{n}"].status for n in range(4)] == [
+        complete, "available", "available", complete]
+    assert (items["i2"].data, items["i2"].last_error) == (b"new", "later")
+    assert [item.status for item in await store.items_list("q")] == ["available"]
+    # Every guard failing: nothing is written, every write says so.
+    assert await store.items_apply(writes[:3], OWNER) == [False, False, False]
+    assert (await store.items_list("p"))[0].version == ours["i0"] + 1

@@ -6,31 +6,38 @@ form. Its arithmetic keeps milliseconds (``strftime``'s ``%f``).
 
 The ready read, the gate summary and the batch of result writes run on one
 ``sqlite3`` connection of the driver's own, from the event loop's thread
-(:mod:`watcher.drivers.sqlite_direct`, which also says what its commits
+(:mod:`watcher.drivers.sqlite.direct`, which also says what its commits
 promise); everything else goes through the engine (aiosqlite). A batch of
-results is one guarded, fenced ``UPDATE`` sent once with all the rows
-(``executemany``) in one transaction.
+results is one transaction: each lease checked once, then one ``UPDATE``
+guarded by key and version sent once with all the rows (``executemany``).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Float, Integer, LargeBinary, bindparam, case, event, func, update
+from sqlalchemy import bindparam, event, literal_column, select
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.expression import Update
+from sqlalchemy.sql.expression import Select
 
 from watcher.config import DEFAULT_DB_TIMEOUT
-from watcher.database import SQLITE_BUSY_TIMEOUT_SECONDS
 from watcher.drivers.base import DirectDriver
 from watcher.drivers.sql import data_size, db_now, json_texts, time_plus, time_plus_parts
-from watcher.drivers.sqlite_direct import WAL_SIZE_LIMIT, DatabaseFile, SQLiteDirect, is_busy
+from watcher.drivers.sqlite.direct import (
+    WAL_SIZE_LIMIT,
+    Fence,
+    SQLiteDirect,
+    is_busy,
+)
+from watcher.drivers.sqlite.engine import BUSY_TIMEOUT_SECONDS
+from watcher.drivers.sqlite.files import DatabaseFile
 from watcher.records import ItemWrite
+from watcher.statements import ResultSource
 
 if TYPE_CHECKING:
     from watcher.statements import Statements
@@ -66,7 +73,7 @@ def _plus(element: time_plus, compiler: Any, **kw: Any) -> str:
     )
 
 
-class SQLiteDriver(DirectDriver):
+class SQLiteDriver(DirectDriver[SQLiteDirect]):
     """SQLite: the hot statements on a connection of its own, from the loop's thread;
     a batch of results in one ``executemany``; watchers poll."""
 
@@ -74,13 +81,19 @@ class SQLiteDriver(DirectDriver):
                  timeout: float = DEFAULT_DB_TIMEOUT) -> None:
         self.file = DatabaseFile(engine.url.database or "")
         super().__init__(engine, statements, timeout=timeout)
-        self.write_statement = self._build_write()
+        # One statement for every shape of result: new data or not (a NULL keeps it),
+        # a retry delay or not (0 is ready now). It is guarded by key and version only:
+        # the batch checks each lease once, in the same transaction (see items_apply).
+        self.write_statement = statements.result_write(
+            ResultSource.parameters(statements.tables.items.c.data.type), fenced=False)
+        self.fence_statement: Select[Any] = select(literal_column("1")).where(
+            *statements.lease_held(bindparam("pid"), bindparam("owner")))
         self._watch_file(engine)
 
     def open_direct(self) -> SQLiteDirect:
-        """One ``sqlite3`` connection on the engine's file (:mod:`.sqlite_direct`)."""
+        """One ``sqlite3`` connection on the engine's file (:mod:`.direct`)."""
         return SQLiteDirect(self.engine.url.database or "", SQLiteDialect_pysqlite(
-            paramstyle="named"), busy_timeout=SQLITE_BUSY_TIMEOUT_SECONDS, file=self.file)
+            paramstyle="named"), busy_timeout=BUSY_TIMEOUT_SECONDS, file=self.file)
 
     def _watch_file(self, engine: AsyncEngine) -> None:
         """Refuse the engine's connections and transactions once the database file
@@ -109,6 +122,18 @@ class SQLiteDriver(DirectDriver):
         except sqlite3.OperationalError as error:
             raise OperationalError(None, None, error) from None
 
+    async def execute(self, statement: Any, params: Mapping[str, Any]) -> int:
+        """On the direct path, its one commit synced to disk (FULL), as a partition's
+        gate moves and closes are promised to be (see :mod:`.direct`).
+
+        Raises:
+            sqlalchemy.exc.OperationalError: the database file was deleted or replaced.
+            sqlalchemy.exc.DBAPIError: SQLite failed or refused it, or the lock stayed
+                taken for the busy timeout.
+        """
+        self.require_usable()
+        return await self.direct.execute(statement, params, synced=True)
+
     def timed_out(self, error: BaseException) -> bool:
         """See :meth:`Driver.timed_out`: the lock stayed taken for the busy timeout."""
         return is_busy(getattr(error, "orig", error))
@@ -118,15 +143,18 @@ class SQLiteDriver(DirectDriver):
         return None
 
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
-        """The batch as one guarded, fenced ``UPDATE`` sent with every row at once
-        (``executemany``) in one transaction; when some row's guard fails, the rows
-        go again one by one to tell which (see :meth:`SQLiteDirect.write_rows`).
+        """The batch in one transaction: each partition's lease checked once (the
+        transaction holds SQLite's only write lock, so no lease changes before it
+        commits), then one ``UPDATE`` guarded by key and version sent with the rows
+        of the partitions still held, all at once (``executemany``); when some
+        row's guard fails, those rows go again one by one to tell which (see
+        :meth:`SQLiteDirect.write_rows`).
 
         Raises:
             sqlalchemy.exc.DBAPIError: SQLite failed or refused a write (then none
                 of the batch is written).
         """
-        direct: SQLiteDirect = self.direct  # type: ignore[assignment]
+        direct = self.direct
         # The values every row shares: those SQLAlchemy bound, the clock's reading.
         shared = direct.values(self.write_statement, {"owner": owner})
         rows = [{**shared, "pid": w.partition_id, "iid": w.item_id, "seen": w.seen_version,
@@ -134,23 +162,8 @@ class SQLiteDriver(DirectDriver):
                  "new_error": w.last_error, "new_data": w.data,
                  "delay": w.retry_delay or 0.0}
                 for w in writes]
-        return await direct.write_rows(self.write_statement, rows)
-
-    def _build_write(self) -> Update:
-        """One guarded, fenced item write for every shape of result: new data or not
-        (``COALESCE``), a retry delay or not (``CASE``)."""
-        statements = self.statements
-        i = statements.tables.items
-        delay = bindparam("delay", type_=Float())
-        now = statements.now
-        return (
-            update(i)
-            .where(*statements.item_guard(bindparam("pid"), bindparam("iid"),
-                                          bindparam("seen"), bindparam("owner")))
-            .values(version=i.c.version + 1, status=bindparam("new_status"),
-                    gate=func.coalesce(bindparam("new_gate", type_=Integer()), i.c.gate),
-                    attempts=bindparam("new_attempts"), last_error=bindparam("new_error"),
-                    data=func.coalesce(bindparam("new_data", type_=LargeBinary()), i.c.data),
-                    updated_at=now,
-                    retry_at=case((delay > 0, statements.now_plus(delay)), else_=now))
-        )
+        leases: dict[str, int] = {}
+        of_row = [leases.setdefault(w.partition_id, len(leases)) for w in writes]
+        fence = Fence(self.fence_statement,
+                      [{"pid": partition_id, "owner": owner} for partition_id in leases], of_row)
+        return await direct.write_rows(self.write_statement, rows, fence)

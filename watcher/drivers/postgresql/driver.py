@@ -2,7 +2,7 @@
 
 - The ready read, the gate summary and the result write go through a few
   autocommit psycopg connections of the driver's own
-  (:mod:`watcher.drivers.pg_direct`) instead of SQLAlchemy's engine.
+  (:mod:`watcher.drivers.postgresql.direct`) instead of SQLAlchemy's engine.
 - The ready read sends one statement text for every limit and leaves out the
   items in hand through one JSON array parameter: the text stays constant
   (prepared once), and ``json.dumps`` encodes the list in C, where a ``text[]``
@@ -18,9 +18,9 @@ paths too: the clock is a parameter of the same statements.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import Integer, Text, all_, bindparam, case, cast, column, func, select, update
+from sqlalchemy import Integer, Text, all_, bindparam, cast, column, func, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.ext.compiler import compiles
@@ -28,12 +28,10 @@ from sqlalchemy.sql.expression import ColumnElement, Select, Update
 
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.base import DirectDriver
-from watcher.drivers.pg_direct import DirectStatements, connect_options
+from watcher.drivers.postgresql.direct import DirectStatements, connect_options
 from watcher.drivers.sql import batch_params, batch_rows_json, db_now, time_plus, time_plus_parts
 from watcher.records import ItemWrite
-
-if TYPE_CHECKING:
-    from watcher.statements import Statements
+from watcher.statements import ResultSource, Statements
 
 __all__ = ["PostgreSQLDriver", "batch_rows_json", "jsonb_param"]
 
@@ -63,7 +61,7 @@ VALUE_REFUSAL_CLASSES = frozenset({"22", "23", "54"})
 TIMEOUT_SQLSTATES = frozenset({"57014", "55P03"})
 
 
-class PostgreSQLDriver(DirectDriver):
+class PostgreSQLDriver(DirectDriver[DirectStatements]):
     """PostgreSQL: hot statements through psycopg directly, batch writes, notifications."""
 
     notifies = True
@@ -81,7 +79,7 @@ class PostgreSQLDriver(DirectDriver):
         self.batch_statement = self._build_batch()
 
     def open_direct(self) -> DirectStatements:
-        """A few autocommit psycopg connections (:mod:`watcher.drivers.pg_direct`)."""
+        """A few autocommit psycopg connections (:mod:`watcher.drivers.postgresql.direct`)."""
         return DirectStatements(self.engine.url, self.engine.dialect, timeout=self.timeout)
 
     def timed_out(self, error: BaseException) -> bool:
@@ -149,27 +147,17 @@ class PostgreSQLDriver(DirectDriver):
         return [number in applied for number in range(1, len(writes) + 1)]
 
     def _build_batch(self) -> Update:
-        statements = self.statements
-        i = statements.tables.items
         batch = func.jsonb_array_elements(jsonb_param("rows")).table_valued(
             column("value", JSONB), with_ordinality="n").render_derived(name="v")
         row = batch.c.value
-        pid, iid = row[0].as_string(), row[1].as_string()
-        delay = row[8].as_float()
-        now = statements.now
-        return (
-            update(i)
-            .where(*statements.item_guard(pid, iid, row[2].as_integer(), bindparam("owner")))
-            .values(version=i.c.version + 1, status=row[3].as_string(),
-                    gate=func.coalesce(row[4].as_integer(), i.c.gate),
-                    attempts=row[5].as_integer(), last_error=row[6].as_string(),
-                    data=func.coalesce(func.decode(row[7].as_string(), "hex"), i.c.data),
-                    updated_at=now,
-                    retry_at=case((delay > 0, statements.now_plus(delay)), else_=now))
-            # Each applied row's place in the batch (the same item twice in a batch is
-            # written once: only the write that was applied says so).
-            .returning(batch.c.n)
-        )
+        source = ResultSource(
+            partition_id=row[0].as_string(), item_id=row[1].as_string(),
+            seen=row[2].as_integer(), status=row[3].as_string(), gate=row[4].as_integer(),
+            attempts=row[5].as_integer(), error=row[6].as_string(),
+            data=func.decode(row[7].as_string(), "hex"), delay=row[8].as_float())
+        # Each applied row's place in the batch (the same item twice in a batch is
+        # written once: only the write that was applied says so).
+        return self.statements.result_write(source).returning(batch.c.n)
 
     # -- wake-ups -----------------------------------------------------------
 

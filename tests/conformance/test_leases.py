@@ -30,6 +30,25 @@ async def test_concurrent_lease_attempts_exactly_one_wins(make_store) -> None:
     assert await setup.leases_read_free(10) == []
 
 
+async def test_one_take_of_many_partitions_wins_exactly_those_not_moved_on(store) -> None:
+    """Taken in one guarded UPDATE: a partition written since it was read (a client
+    added items), or taken by another meanwhile, is not won; the others are."""
+    for n in range(7):
+        await store.partition_create(f"p{n}", [NewItem("i", b"x")])
+    rows = await store.leases_read_free(10)
+    assert len(rows) == 7
+    await store.items_add("p2", [NewItem("j", b"y")])  # bumps p2's version
+    assert len(await store.leases_take([row for row in rows if row.id == "p5"], "other", 30.0)) == 1
+    won = await store.leases_take(rows, "me", 30.0)
+    assert sorted(lease.id for lease in won) == ["p0", "p1", "p3", "p4", "p6"]
+    by_id = {row.id: row for row in rows}
+    assert all(lease.version == by_id[lease.id].version + 1 and lease.owner == "me"
+               for lease in won)
+    assert (await store.partition_get("p5")).owner == "other"
+    assert (await store.partition_get("p2")).owner == ""
+    assert (await store.lease_stats()).owners == {"me": 5, "other": 1}
+
+
 async def test_take_renew_release_cycle(store) -> None:
     await store.partition_create("p", [NewItem("i", b"x")])
     (row,) = await store.leases_read_free(5)

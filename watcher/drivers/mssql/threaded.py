@@ -9,7 +9,7 @@ connection's own single worker thread, and SQLAlchemy's asyncio adaptation
 touched by its one thread, one call at a time; the event loop never blocks.
 
 What is verified where: this adaptation is exercised live against MariaDB with
-PyMySQL in ``tests/integration/test_threaded_driver.py`` (every store method);
+PyMySQL in ``tests/databases/test_mariadb.py`` (every store method);
 the SQL Server dialect on top of it is verified by compilation only, because no
 SQL Server runs in CI. See docs/how-to/databases.md.
 """
@@ -149,17 +149,21 @@ class ThreadedConnection(AsyncAdapt_terminate, AsyncAdapt_dbapi_connection):
     """
 
     __slots__ = ()
-    _connection: _Connection  # type: ignore[assignment]
+
+    @property
+    def _own(self) -> _Connection:
+        """The worker-owned connection this adapter was made with."""
+        return cast(_Connection, self._connection)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):  # not set yet, or private: never the driver's
             raise AttributeError(name)
-        attribute = getattr(self._connection.raw, name)
+        attribute = getattr(self._own.raw, name)
         if not callable(attribute):
             return attribute
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return await_(self._connection.worker.call(attribute, *args, **kwargs))
+            return await_(self._own.worker.call(attribute, *args, **kwargs))
 
         return call
 
@@ -167,14 +171,14 @@ class ThreadedConnection(AsyncAdapt_terminate, AsyncAdapt_dbapi_connection):
         self.terminate()
 
     async def _terminate_graceful_close(self) -> None:
-        await self._connection.close()
+        await self._own.close()
 
     def _terminate_force_close(self) -> None:
         # Garbage collection or an invalidated connection outside the event loop.
         try:
-            self._connection.raw.close()
+            self._own.raw.close()
         finally:
-            self._connection.worker.stop()
+            self._own.worker.stop()
 
 
 class ThreadedDBAPI(AsyncAdapt_dbapi_module):

@@ -14,9 +14,9 @@ No SQL Server runs in CI: what this module renders is checked by compilation
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import bindparam, case, func, literal_column, update
+from sqlalchemy import func, literal_column
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Update
@@ -24,6 +24,7 @@ from sqlalchemy.sql.expression import Update
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.base import Driver, write_transaction
 from watcher.drivers.conflicts import error_number
+from watcher.drivers.mssql.columns import ID_COLLATION
 from watcher.drivers.sql import (
     batch_params,
     batch_rows,
@@ -36,9 +37,7 @@ from watcher.drivers.sql import (
     time_plus,
 )
 from watcher.records import ItemWrite
-
-if TYPE_CHECKING:
-    from watcher.statements import Statements
+from watcher.statements import ResultSource, Statements
 
 NOW = "SYSUTCDATETIME()"
 
@@ -79,9 +78,6 @@ def _size(element: data_size, compiler: Any, **kw: Any) -> str:
     return f"DATALENGTH({compiler.process(element.clauses, **kw)})"
 
 
-# The id columns' collation (watcher.models): ids from the JSON rows are compared in
-# it, so that the comparison has one collation and the primary key serves it.
-ID_COLLATION = "Latin1_General_100_BIN2"
 # The batch rows' columns (watcher.drivers.sql.BATCH_COLUMNS), in OPENJSON's terms.
 BATCH_COLUMNS = ", ".join((
     "pid NVARCHAR(255) '$[0]'", "iid NVARCHAR(255) '$[1]'", "seen BIGINT '$[2]'",
@@ -139,20 +135,11 @@ class SQLServerDriver(Driver):
         return [(w.partition_id, w.item_id) in applied for w in writes]
 
     def _build_batch(self) -> Update:
-        statements = self.statements
-        i = statements.tables.items
         v = batch_table("rows").c
-        now = statements.now
+        items = self.statements.tables.items
         data = func.convert(literal_column("VARBINARY(max)"), v.data, literal_column("2"))
-        return (
-            update(i)
-            .where(*statements.item_guard(v.pid.collate(ID_COLLATION),
-                                          v.iid.collate(ID_COLLATION), v.seen,
-                                          bindparam("owner")))
-            .values(version=i.c.version + 1, status=v.status,
-                    gate=func.coalesce(v.gate, i.c.gate), attempts=v.attempts,
-                    last_error=v.error, data=func.coalesce(data, i.c.data),
-                    updated_at=now,
-                    retry_at=case((v.delay > 0, statements.now_plus(v.delay)), else_=now))
-            .returning(i.c.partition_id, i.c.id)
-        )
+        source = ResultSource(
+            partition_id=v.pid.collate(ID_COLLATION), item_id=v.iid.collate(ID_COLLATION),
+            seen=v.seen, status=v.status, gate=v.gate, attempts=v.attempts, error=v.error,
+            data=data, delay=v.delay)
+        return self.statements.result_write(source).returning(items.c.partition_id, items.c.id)

@@ -23,14 +23,17 @@ the store's clock gives no reading (the database clock), the statements here
 get the time read once per statement from Python instead of SQLite computing
 ``strftime('now')`` for every row it looks at (the same clock, read once).
 
-Durability: the hot connection commits with ``synchronous=NORMAL``. In WAL
-mode that does not sync the log at each commit, so after a power loss the
-last result writes may be gone, and only as a whole: the log is replayed up
-to the last commit that reached the disk, which includes everything committed
-before any later ``synchronous=FULL`` commit (the engine's: client writes,
-leases, gate moves). A result write lost that way leaves its item as it was
-before the call, so the step runs again; it is never half applied and never
-applied twice.
+Durability: the hot connection commits result writes with
+``synchronous=NORMAL``. In WAL mode that does not sync the log at each commit,
+so after a power loss the last result writes may be gone, and only as a whole:
+the log is replayed up to the last commit that reached the disk, which
+includes everything committed before any later ``synchronous=FULL`` commit
+(the engine's: client writes, leases; and this connection's gate moves and
+closes, whose one commit each is synced: :meth:`SQLiteDirect.execute` with
+``synced``). A result write lost that way leaves its item as it was before
+the call, so the step runs again; it is never half applied and never applied
+twice. A synced commit waits for the disk on the event loop's thread: one log
+sync, well under a millisecond on a local disk.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, StatementError
@@ -51,6 +54,7 @@ from sqlalchemy.sql import ClauseElement
 
 from watcher.drivers.compiled import CompiledStatement, StatementCache
 from watcher.drivers.sql import CLOCK_PARAMETER
+from watcher.drivers.sqlite.files import DatabaseFile
 
 log = logging.getLogger(__name__)
 
@@ -74,89 +78,6 @@ SIZE_CHECK_EVERY = 4
 # back to this size (journal_size_limit).
 WAL_SIZE_LIMIT = 16 * 1024 * 1024
 TRUNCATE_WAIT = 1.0
-# How often the database file's identity is checked, at most (see DatabaseFile).
-FILE_CHECK_INTERVAL = 1.0
-
-
-def file_identity(path: str) -> tuple[int, int] | None:
-    """(device, inode) of the file at ``path``, or ``None`` when there is none."""
-    try:
-        found = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return found.st_dev, found.st_ino
-
-
-class DatabaseFile:
-    """The SQLite file a store opened, and whether its path still names that file.
-
-    SQLite goes on using an open file after it is deleted or replaced (moved
-    over, restored from a backup): every write would then go to a file no longer
-    at the path, and be lost. The file's identity (device, inode) is taken when
-    the first connection opens it; a later connection that finds another file
-    there is refused, and :meth:`check` (on readiness checks, and at most every
-    :data:`FILE_CHECK_INTERVAL` s before statements) compares the path's.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        # An in-memory database has no file to lose.
-        self.watched = bool(path) and path != ":memory:" and not path.startswith("file:")
-        self.identity: tuple[int, int] | None = None
-        self.problem: str | None = None
-        self._next_check = 0.0
-
-    def opened(self) -> None:
-        """A connection just opened the path: remember its file, or refuse another.
-
-        Raises:
-            sqlite3.OperationalError: the path names another file than the first
-                connection opened.
-        """
-        if not self.watched:
-            return
-        identity = file_identity(self.path)
-        if self.identity is None:
-            self.identity = identity
-        elif identity != self.identity:
-            raise sqlite3.OperationalError(self._lost(identity))
-
-    def check(self) -> str | None:
-        """Compare the path's file with the one opened; returns the problem, if any."""
-        self._next_check = time.monotonic() + FILE_CHECK_INTERVAL
-        if self.identity is None:
-            return None
-        identity = file_identity(self.path)
-        if identity == self.identity:
-            if self.problem is not None:
-                log.warning("action=database_file_restored path=%s", self.path)
-            self.problem = None
-            return None
-        return self._lost(identity)
-
-    def require(self) -> None:
-        """Check (at most every :data:`FILE_CHECK_INTERVAL` s) before a statement.
-
-        Raises:
-            sqlite3.OperationalError: the file was deleted or replaced.
-        """
-        if time.monotonic() >= self._next_check:
-            self.check()
-        if self.problem is not None:
-            raise sqlite3.OperationalError(self.problem)
-
-    def _lost(self, identity: tuple[int, int] | None) -> str:
-        if self.problem is None:
-            how = "deleted" if identity is None else "replaced by another file"
-            self.problem = (
-                f"the SQLite database file {self.path} was {how} while this process had it "
-                "open; nothing more is written to the old file (its writes would be lost). "
-                "Put the file back, or restart the processor to use the file now at the path")
-            log.error("action=database_file_lost path=%s how=%s", self.path,
-                      "deleted" if identity is None else "replaced")
-        return self.problem
-
-
 def is_busy(error: BaseException) -> bool:
     """Whether ``error`` says another connection holds a lock SQLite needs."""
     if not isinstance(error, sqlite3.OperationalError):
@@ -165,6 +86,16 @@ def is_busy(error: BaseException) -> bool:
     if code is not None:
         return code & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
     return "locked" in str(error)
+
+
+class Fence(NamedTuple):
+    """The lease check a batch of writes needs, made once per lease: ``statement``
+    returns a row while a lease holds, with the parameters of each of ``leases``;
+    ``of_row`` gives, per row of the batch, the index of its lease."""
+
+    statement: ClauseElement
+    leases: Sequence[Mapping[str, Any]]
+    of_row: Sequence[int]
 
 
 class SQLiteDirect:
@@ -223,21 +154,54 @@ class SQLiteDirect:
 
         return await self._retrying(run, compiled.sql)
 
-    async def write_rows(self, statement: ClauseElement, rows: Sequence[dict[str, Any]]
-                         ) -> list[bool]:
+    async def execute(self, statement: ClauseElement, params: Mapping[str, Any], *,
+                      synced: bool = False) -> int:
+        """Run one write statement (autocommit: a transaction of its own); returns how
+        many rows it matched. With ``synced`` its commit syncs the log to disk
+        (``synchronous=FULL`` for that one commit), and with it every commit before.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: SQLite failed or refused it, or the lock
+                stayed taken for the busy timeout.
+        """
+        compiled = self._compiled[statement]
+        values = self.values(statement, params)
+        self._sent(compiled.sql)
+
+        def run() -> int:
+            self._file.require()
+            connection = self._connection()
+            if not synced:
+                return connection.execute(compiled.sql, values).rowcount
+            connection.execute("PRAGMA synchronous=FULL")
+            try:
+                return connection.execute(compiled.sql, values).rowcount
+            finally:
+                connection.execute("PRAGMA synchronous=NORMAL")
+
+        matched = await self._retrying(run, compiled.sql)
+        self._committed()
+        return matched
+
+    async def write_rows(self, statement: ClauseElement, rows: Sequence[dict[str, Any]],
+                         fence: Fence | None = None) -> list[bool]:
         """Run ``statement`` (a write that changes at most one row) once per row of
         ``rows`` in one transaction; returns, per row, whether it changed one.
 
-        The rows go in one ``executemany``; when fewer rows changed than were
-        sent, the transaction is rolled back and the rows run one by one, each
-        telling its own outcome. ``rows`` hold every parameter, in the types
-        ``sqlite3`` takes as they are.
+        With ``fence``, the transaction first checks each lease the rows need, once
+        (``BEGIN IMMEDIATE`` holds the only write lock, so no lease can change
+        until the commit), and sends only the rows whose lease holds; the others
+        come back ``False``. The rows go in one ``executemany``; when fewer rows
+        changed than were sent, the transaction is rolled back and the rows run
+        one by one, each telling its own outcome. ``rows`` hold every parameter,
+        in the types ``sqlite3`` takes as they are.
 
         Raises:
             sqlalchemy.exc.DBAPIError: SQLite failed or refused a row (then none
                 is written), or the lock stayed taken for the busy timeout.
         """
         sql = self._compiled[statement].sql
+        fence_sql = "" if fence is None else self._compiled[fence.statement].sql
 
         def run() -> list[bool]:
             self._file.require()
@@ -245,22 +209,36 @@ class SQLiteDirect:
             self._sent("BEGIN IMMEDIATE")
             conn.execute("BEGIN IMMEDIATE")
             try:
-                self._sent(sql)
-                if conn.executemany(sql, rows).rowcount == len(rows):
-                    applied = [True] * len(rows)
-                else:  # some guard failed: find out which, one row at a time
+                sendable: Sequence[int] = range(len(rows))
+                if fence is not None:
+                    held = []
+                    for params in fence.leases:
+                        self._sent(fence_sql)
+                        found = conn.execute(fence_sql, self.values(fence.statement, params))
+                        held.append(found.fetchone() is not None)
+                    sendable = [k for k, lease in enumerate(fence.of_row) if held[lease]]
+                sent = [rows[k] for k in sendable]
+                changed: list[bool] = []
+                if sent:
+                    self._sent(sql)
+                    if conn.executemany(sql, sent).rowcount == len(sent):
+                        changed = [True] * len(sent)
+                if sent and not changed:  # some guard failed: find out which, one by one
                     conn.execute("ROLLBACK")
                     conn.execute("BEGIN IMMEDIATE")
-                    applied = []
-                    for row in rows:
+                    changed = []
+                    for row in sent:
                         self._sent(sql)
-                        applied.append(conn.execute(sql, row).rowcount == 1)
+                        changed.append(conn.execute(sql, row).rowcount == 1)
                 self._sent("COMMIT")
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            applied = [False] * len(rows)
+            for k, ok in zip(sendable, changed, strict=True):
+                applied[k] = ok
             return applied
 
         if self._truncating:

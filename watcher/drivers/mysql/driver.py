@@ -1,12 +1,12 @@
 """MariaDB and MySQL: the clock, the direct hot path, the one-statement result write.
 
 - The ready read and the gate summary go as autocommit statements through a
-  few aiomysql connections of the driver's own (:mod:`.mysql_direct`) instead
+  few aiomysql connections of the driver's own (:mod:`.direct`) instead
   of SQLAlchemy's engine; the ready read leaves out the items in hand through
   one JSON array parameter read with ``JSON_TABLE``.
 - Item data is sent as base64 and stored by ``FROM_BASE64``, and a statement
   over the server's ``max_allowed_packet`` is refused before it is sent
-  (:mod:`.mysql_packet`).
+  (:mod:`.packet`).
 - A batch of results is one guarded ``UPDATE items, JSON_TABLE(...) AS v SET
   ...``, each row still matched on its version and fenced on the lease, in a
   transaction of its own. MariaDB has no ``RETURNING`` on ``UPDATE``, so the
@@ -20,9 +20,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import bindparam, case, event, func, update
+from sqlalchemy import event, func
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Update
@@ -30,8 +30,8 @@ from sqlalchemy.sql.expression import Update
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.base import DirectDriver
 from watcher.drivers.conflicts import error_number
-from watcher.drivers.mysql_direct import MySQLDirect, is_timeout
-from watcher.drivers.mysql_packet import PACKET_KEY, READ_PACKET_LIMIT, base64_text, check_many
+from watcher.drivers.mysql.direct import MySQLDirect, is_timeout
+from watcher.drivers.mysql.packet import PACKET_KEY, READ_PACKET_LIMIT, base64_text, check_many
 from watcher.drivers.sql import (
     batch_params,
     batch_rows,
@@ -44,9 +44,7 @@ from watcher.drivers.sql import (
     time_plus_parts,
 )
 from watcher.records import ItemWrite
-
-if TYPE_CHECKING:
-    from watcher.statements import Statements
+from watcher.statements import ResultSource, Statements
 
 NOW = "UTC_TIMESTAMP(6)"
 
@@ -100,7 +98,7 @@ def _texts(element: json_texts, compiler: Any, **kw: Any) -> str:
 def _check_packets(engine: AsyncEngine) -> None:
     """Have each connection of ``engine`` read its server's ``max_allowed_packet`` and
     refuse a statement larger than that before sending it
-    (:mod:`watcher.drivers.mysql_packet`)."""
+    (:mod:`watcher.drivers.mysql.packet`)."""
     sync_engine = engine.sync_engine
     if event.contains(sync_engine, "before_cursor_execute", _before_execute):
         return
@@ -126,7 +124,7 @@ def _before_execute(conn: Any, cursor: Any, statement: str, parameters: Any, con
 VALUE_REFUSALS = frozenset({1153, 1406, 1366, 1264, 1292, 3140, 1048})
 
 
-class MySQLDriver(DirectDriver):
+class MySQLDriver(DirectDriver[MySQLDirect]):
     """MariaDB and MySQL: hot statements through aiomysql directly, one-statement batch
     writes; watchers poll."""
 
@@ -137,7 +135,7 @@ class MySQLDriver(DirectDriver):
         _check_packets(engine)
 
     def open_direct(self) -> MySQLDirect:
-        """A few aiomysql connections with the engine's arguments (:mod:`.mysql_direct`)."""
+        """A few aiomysql connections with the engine's arguments (:mod:`.direct`)."""
         return MySQLDirect.for_url(self.engine.url, self.engine.dialect, timeout=self.timeout)
 
     def timed_out(self, error: BaseException) -> bool:
@@ -163,7 +161,7 @@ class MySQLDriver(DirectDriver):
             sqlalchemy.exc.DBAPIError: the database failed or refused a write
                 (then none of the batch is written).
         """
-        direct: MySQLDirect = self.direct  # type: ignore[assignment]
+        direct = self.direct
         changed = await direct.write_batch(
             self.batch_statement, batch_params(writes, owner, base64_text), len(writes))
         if changed == len(writes):
@@ -173,16 +171,8 @@ class MySQLDriver(DirectDriver):
         return await super().items_apply(writes, owner)
 
     def _build_batch(self) -> Update:
-        statements = self.statements
-        i = statements.tables.items
         v = batch_table("rows").c
-        now = statements.now
-        return (
-            update(i)
-            .where(*statements.item_guard(v.pid, v.iid, v.seen, bindparam("owner")))
-            .values(version=i.c.version + 1, status=v.status,
-                    gate=func.coalesce(v.gate, i.c.gate), attempts=v.attempts,
-                    last_error=v.error, data=func.coalesce(func.from_base64(v.data), i.c.data),
-                    updated_at=now,
-                    retry_at=case((v.delay > 0, statements.now_plus(v.delay)), else_=now))
-        )
+        return self.statements.result_write(ResultSource(
+            partition_id=v.pid, item_id=v.iid, seen=v.seen, status=v.status, gate=v.gate,
+            attempts=v.attempts, error=v.error, data=func.from_base64(v.data),
+            delay=v.delay))

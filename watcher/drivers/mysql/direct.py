@@ -19,10 +19,6 @@ a commit is under way is never sent again (it may have been applied).
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import math
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -36,10 +32,10 @@ from sqlalchemy.sql import ClauseElement
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.compiled import StatementCache
 from watcher.drivers.conflicts import error_number
-from watcher.drivers.mysql_packet import READ_PACKET_LIMIT, check_packet
+from watcher.drivers.mysql.engine import session_timeouts, tune_keepalive
+from watcher.drivers.mysql.packet import READ_PACKET_LIMIT, check_packet
+from watcher.drivers.pool import ConnectionPool, Verdict
 from watcher.errors import ValueRefusedError
-
-log = logging.getLogger(__name__)
 
 # Connections the hot path may hold at once, per kind (autocommit or not).
 MAX_CONNECTIONS = 4
@@ -52,35 +48,9 @@ READ_COMMITTED = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 # key and then its partition by its own: PostgreSQL's plan.
 OPTIMIZER = {True: "SET SESSION optimizer_switch = 'semijoin=off,exists_to_in=off'",
              False: "SET SESSION optimizer_switch = 'semijoin=off'"}
-# TCP keepalives, so that a connection whose peer vanished fails within idle +
-# interval * count seconds even while idle (aiomysql turns keepalives on).
-KEEPALIVE_IDLE = 10
-KEEPALIVE_INTERVAL = 5
-KEEPALIVE_COUNT = 3
 # Server errors ending a statement for its time: MariaDB's max_statement_time,
 # MySQL's max_execution_time, and the lock wait timeout.
 TIMEOUT_CODES = frozenset({1969, 3024, 1205})
-
-
-def session_timeouts(timeout: float, mariadb: bool) -> list[str]:
-    """The SETs that make the server end a statement, or a row lock wait, after
-    ``timeout`` seconds (MySQL bounds only SELECTs that way; the lock wait, in whole
-    seconds, bounds its writes' waits)."""
-    limit = (f"SET SESSION max_statement_time = {timeout:g}" if mariadb
-             else f"SET SESSION max_execution_time = {max(1, int(timeout * 1000))}")
-    return [limit, f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(timeout))}"]
-
-
-def tune_keepalive(conn: Any) -> None:
-    """Set the keepalive timing on an aiomysql connection's socket (Linux), if it has one."""
-    writer = getattr(conn, "_writer", None)  # aiomysql exposes no socket of its own
-    sock = writer.transport.get_extra_info("socket") if writer is not None else None
-    if sock is None or not hasattr(socket, "TCP_KEEPIDLE"):
-        return
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT)
 
 
 def is_timeout(error: BaseException) -> bool:
@@ -121,10 +91,8 @@ class MySQLDirect:
         self._timeout = timeout
         self._dialect = dialect
         self._compiled = StatementCache(dialect)
-        self._slots = {True: asyncio.Semaphore(max_connections),
-                       False: asyncio.Semaphore(max_connections)}
-        self._idle: dict[bool, list[aiomysql.Connection]] = {True: [], False: []}
-        self._closed = False
+        self._pools = {autocommit: _Connections(self, autocommit, max_connections)
+                       for autocommit in (True, False)}
         self.listeners: list[Callable[[str], None]] = []
         # The server's max_allowed_packet, read by each new connection (None: none yet).
         self.packet_limit: int | None = None
@@ -163,6 +131,28 @@ class MySQLDirect:
                 return compiled.rows(await cursor.fetchall())
 
         return await self._on_connection(True, run, sql)
+
+    async def execute(self, statement: ClauseElement, params: Mapping[str, Any]) -> int:
+        """Run one write statement (autocommit); returns how many rows it matched (the
+        connections count found rows, not changed ones).
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: as :meth:`fetch`.
+            ValueRefusedError: the statement is over the server's packet; not sent.
+        """
+        compiled = self._compiled[statement]
+        sql = compiled.sql
+        self._sent(sql)
+        values = compiled.values(params)
+
+        async def run(conn: aiomysql.Connection) -> int:
+            check_packet(sql, values, self.packet_limit)
+            async with conn.cursor() as cursor:
+                matched: int = await cursor.execute(sql, values)
+            return matched
+
+        result: int = await self._on_connection(True, run, sql)
+        return result
 
     async def write_batch(self, statement: ClauseElement, params: Mapping[str, Any],
                           expected: int) -> int:
@@ -205,8 +195,7 @@ class MySQLDirect:
     async def _on_connection(self, autocommit: bool, run: Callable[[aiomysql.Connection], Any],
                              sql: str) -> Any:
         try:
-            async with self._slots[autocommit]:
-                return await self._run(autocommit, run)
+            return await self._run(autocommit, run)
         except pymysql.err.Error as error:
             raise DBAPIError.instance(sql, None, error, pymysql.err.Error, hide_parameters=True,
                                       connection_invalidated=is_disconnect(error),
@@ -217,45 +206,13 @@ class MySQLDirect:
                                       dialect=self._dialect) from None
 
     async def _run(self, autocommit: bool, run: Callable[[aiomysql.Connection], Any]) -> Any:
-        idle = self._idle[autocommit]
-        while True:
-            reused = bool(idle)
-            conn = idle.pop() if reused else await self._connect(autocommit)
-            try:
-                result = await run(conn)
-            except _Unrepeatable as failed:  # the commit's outcome is unknown: never resend
-                conn.close()
-                raise failed.error from None
-            except (pymysql.err.Error, ConnectionError, EOFError) as error:
-                if not is_disconnect(error):  # the statement failed; the connection is fine
-                    await self._release_after_error(conn)
-                    raise
-                conn.close()
-                if not reused:
-                    raise
-                log.debug("action=direct_connection_dead; sending again on a new connection")
-                continue
-            except ValueRefusedError:  # refused before it was sent: the connection is fine
-                self._give_back(conn)
-                raise
-            except BaseException:  # cancelled mid-statement: the session's state is unknown
-                conn.close()
-                raise
-            self._give_back(conn)
-            return result
-
-    async def _release_after_error(self, conn: aiomysql.Connection) -> None:
-        """Give ``conn`` back after a failed statement, its transaction rolled back."""
-        if not conn.get_autocommit():
-            try:
-                await conn.rollback()
-            except BaseException:
-                conn.close()
-                raise
-        self._give_back(conn)
+        try:
+            return await self._pools[autocommit].run(run)
+        except _Unrepeatable as failed:  # the commit's outcome is unknown: never resent
+            raise failed.error from None
 
     async def _connect(self, autocommit: bool) -> aiomysql.Connection:
-        if self._closed:
+        if self._pools[autocommit].closed:
             raise pymysql.err.OperationalError(2006, "the store is closed")
         conn = await aiomysql.connect(**self._connect_args, autocommit=autocommit)
         try:
@@ -274,18 +231,59 @@ class MySQLDirect:
             raise
         return conn
 
-    def _give_back(self, conn: aiomysql.Connection) -> None:
-        if self._closed:
-            conn.close()
-        else:
-            self._idle[conn.get_autocommit()].append(conn)
-
     async def close(self) -> None:
         """Close the idle connections; those in use close when their statement ends."""
-        self._closed = True
-        for idle in self._idle.values():
-            while idle:
-                idle.pop().close()
+        for pool in self._pools.values():
+            await pool.close()
+
+
+class _Connections(ConnectionPool[aiomysql.Connection]):
+    """The direct path's connections of one kind: autocommit (reads), or not (the
+    batch write, in a transaction of its own)."""
+
+    def __init__(self, direct: MySQLDirect, autocommit: bool, max_connections: int) -> None:
+        super().__init__(max_connections)
+        self._direct = direct
+        self._autocommit = autocommit
+
+    async def open(self) -> aiomysql.Connection:
+        """A new connection at READ COMMITTED with the session's bounds set.
+
+        Raises:
+            pymysql.err.OperationalError: the pool is closed, or the server cannot
+                be reached.
+        """
+        return await self._direct._connect(self._autocommit)
+
+    def verdict(self, conn: aiomysql.Connection, error: BaseException) -> Verdict:
+        """A refused or failed statement keeps the connection; a lost connection is
+        replaced; a cut-off commit or a cancellation drops it."""
+        if isinstance(error, _Unrepeatable):
+            return Verdict.DROP
+        if isinstance(error, pymysql.err.Error | ConnectionError | EOFError):
+            return Verdict.DEAD if is_disconnect(error) else Verdict.KEEP
+        if isinstance(error, ValueRefusedError):  # refused before it was sent
+            return Verdict.KEEP
+        return Verdict.DROP
+
+    async def recover(self, conn: aiomysql.Connection, error: BaseException) -> None:
+        """Roll back the failed statement's transaction (a connection that does not
+        autocommit).
+
+        Raises:
+            pymysql.err.Error: the rollback failed (``conn`` is closed).
+        """
+        if isinstance(error, ValueRefusedError) or conn.get_autocommit():
+            return
+        try:
+            await conn.rollback()
+        except BaseException:
+            conn.close()
+            raise
+
+    async def discard(self, conn: aiomysql.Connection) -> None:
+        """Close ``conn``."""
+        conn.close()
 
 
 class _Unrepeatable(Exception):

@@ -1,0 +1,361 @@
+"""What is special to SQLite, on a real file.
+
+- The hot connection never waits inside SQLite on the event loop's thread: it
+  pauses between tries while another connection holds the write lock, reads
+  meanwhile (WAL), gives up after the busy timeout, commits with
+  ``synchronous=NORMAL`` (the engine with FULL) and checkpoints in a thread; a
+  refused value fails as the engine's would.
+- A database file deleted or replaced under a running store is noticed
+  (readiness problem, one ERROR line, nothing more written to the orphan file),
+  and the write-ahead log stays bounded behind readers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from tests.support.engine import leased_partition
+from watcher.drivers.sqlite import direct as sqlite_direct
+from watcher.drivers.sqlite.driver import SQLiteDriver
+from watcher.migrate import upgrade
+from watcher.records import ItemWrite, NewItem
+from watcher.store import Store
+
+OWNER = "me"
+
+
+async def _leased(store: Store, partition_id: str, count: int, owner: str = OWNER
+                  ) -> dict[str, int]:
+    return await leased_partition(store, partition_id, count, owner)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    from watcher.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'fast.db'}"
+    upgrade(url)
+    return url
+
+
+@pytest.fixture
+async def hot_store(sqlite_url: str) -> Any:
+    store = Store.open(sqlite_url)
+    assert isinstance(store.driver, SQLiteDriver)
+    yield store
+    await store.close()
+
+
+def _hold_write_lock(url: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
+
+
+async def _ticks_while(work: Any) -> tuple[Any, float]:
+    """Await ``work`` while a task measures the longest gap between event loop turns."""
+    longest = 0.0
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal longest
+        last = time.monotonic()
+        while not done.is_set():
+            await asyncio.sleep(0.001)
+            now = time.monotonic()
+            longest, last = max(longest, now - last), now
+
+    ticking = asyncio.create_task(ticker())
+    try:
+        result = await work
+    finally:
+        done.set()
+        await ticking
+    return result, longest
+
+
+async def test_sqlite_writes_wait_for_another_writer_without_blocking_the_loop(
+        hot_store: Store, sqlite_url: str) -> None:
+    store = hot_store
+    seen = await _leased(store, "p", 3)
+    other = _hold_write_lock(sqlite_url)
+    write = asyncio.ensure_future(store.items_apply(
+        [ItemWrite("p", "i0", seen["i0"], "complete", 0, attempts=1)], OWNER))
+    try:
+        # Readers never wait on the writer: the hot read answers at once.
+        ready = await asyncio.wait_for(store.items_ready("p", 0, 10), timeout=1)
+        assert [item.id for item in ready] == ["i0", "i1", "i2"]
+        await asyncio.sleep(0.3)
+        assert not write.done(), "the write went through while another writer held the lock"
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    applied, longest = await _ticks_while(write)
+    assert applied == [True]
+    assert longest < 0.1, f"the event loop stalled {longest:.3f} s"
+
+
+async def test_sqlite_writes_give_up_after_the_busy_timeout(
+        hot_store: Store, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = hot_store
+    seen = await _leased(store, "p", 1)
+    monkeypatch.setattr(store.driver.direct, "_busy_timeout", 0.3)
+    write = ItemWrite("p", "i0", seen["i0"], "complete", 0, attempts=1)
+    other = _hold_write_lock(sqlite_url)
+    started = time.monotonic()
+    try:
+        with pytest.raises(OperationalError, match="database is locked"):
+            await store.items_apply([write], OWNER)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert 0.3 <= time.monotonic() - started < 2
+    assert await store.items_apply([write], OWNER) == [True]
+
+
+async def test_sqlite_sync_levels(hot_store: Store) -> None:
+    """Engine writes (clients, leases) sync every commit; result writes sync at
+    checkpoints, and the hot connection leaves checkpoints to a thread."""
+    store = hot_store
+    async with store.engine.connect() as conn:
+        assert (await conn.execute(text("PRAGMA synchronous"))).scalar_one() == 2  # FULL
+        assert (await conn.execute(text("PRAGMA journal_mode"))).scalar_one() == "wal"
+    await store.items_ready("absent", 0, 1)
+    hot = store.driver.direct._conn
+    assert hot is not None
+    assert hot.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
+    assert hot.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+
+
+async def test_sqlite_gate_moves_and_closes_commit_synced_on_the_hot_connection(
+        hot_store: Store) -> None:
+    """A gate move or a close is one statement on the driver's own connection, its one
+    commit at FULL (and with it every result write before it); the connection goes
+    back to NORMAL for result writes."""
+    store = hot_store
+    await _leased(store, "p", 1)
+    hot = store.driver.direct._conn
+    assert hot is not None
+    sent: list[str] = []
+    hot.set_trace_callback(sent.append)
+    try:
+        moved = await store.partition_transition("p", 2, OWNER, gate=3)
+        closed = await store.partition_transition("p", 3, OWNER, status="complete")
+    finally:
+        hot.set_trace_callback(None)
+    assert moved == 3 and closed == 4
+    updates = [n for n, sql in enumerate(sent) if sql.lstrip().upper().startswith("UPDATE")]
+    assert len(updates) == 2
+    for at in updates:
+        assert sent[at - 1] == "PRAGMA synchronous=FULL", sent
+        assert sent[at + 1] == "PRAGMA synchronous=NORMAL", sent
+    assert hot.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL again
+    info = await store.partition_get("p")
+    assert info is not None and info.status == "complete" and info.gate == 3
+
+
+async def test_sqlite_checkpoints_run_in_a_worker_thread(
+        hot_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = hot_store
+    threads: list[int] = []
+    direct = store.driver.direct
+    run_checkpoint = direct._run_checkpoint
+
+    def recorded(truncate: bool) -> None:
+        threads.append(threading.get_ident())
+        run_checkpoint(truncate)
+
+    monkeypatch.setattr(sqlite_direct, "CHECKPOINT_EVERY", 2)
+    monkeypatch.setattr(direct, "_run_checkpoint", recorded)
+    seen = await _leased(store, "p", 2)
+    for item_id, version in seen.items():
+        assert await store.items_apply(
+            [ItemWrite("p", item_id, version, "complete", 0, attempts=1)], OWNER) == [True]
+    assert direct._checkpoint is not None
+    await direct._checkpoint
+    assert threads and threads[0] != threading.get_ident()
+    assert [item.status for item in await store.items_list("p")] == ["complete", "complete"]
+
+
+async def test_sqlite_a_refused_value_fails_like_the_engine(hot_store: Store) -> None:
+    """A value SQLite refuses (NULL into a NOT NULL column) is a refusal, not an outage,
+    and the batch writes nothing."""
+    store = hot_store
+    seen = await _leased(store, "p", 2)
+    good = ItemWrite("p", "i0", seen["i0"], "complete", 0, attempts=1)
+    bad = ItemWrite("p", "i1", seen["i1"], None, 0, attempts=1)  # type: ignore[arg-type]
+    with pytest.raises(DBAPIError) as caught:
+        await store.items_apply([good, bad], OWNER)
+    assert store.driver.refuses_value(caught.value)
+    assert [item.status for item in await store.items_list("p")] == ["available"] * 2
+
+
+PREFIX = "t_"
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[tuple[Store, Path]]:
+    path = tmp_path / "statefeed.db"
+    upgrade(f"sqlite:///{path}", PREFIX)
+    store = Store.open(f"sqlite:///{path}", PREFIX)
+    yield store, path
+    await store.close()
+
+
+async def _lease(store: Store, items: int = 1, data: bytes = b"1") -> None:
+    await store.partition_create("p", [NewItem(f"i{n:05d}", data) for n in range(items)])
+    [_] = await store.leases_take(await store.leases_read_free(5), "w", 60)
+
+
+async def _complete_one(store: Store) -> list[bool]:
+    [item, *_] = await store.items_ready("p", 0, 1)
+    return await store.items_apply([ItemWrite("p", item.id, item.version, "complete", 0, 1)],
+                                   "w")
+
+
+async def test_a_deleted_database_file_is_noticed_and_not_written(
+        sqlite_store, caplog: pytest.LogCaptureFixture) -> None:
+    store, path = sqlite_store
+    await _lease(store, items=3)
+    assert await _complete_one(store) == [True]
+    assert store.problem() is None
+    caplog.set_level(logging.ERROR)
+    path.unlink()
+    problem = store.problem()
+    assert problem is not None and str(path) in problem and "deleted" in problem
+    with pytest.raises(OperationalError, match="deleted"):  # the direct path
+        await store.items_ready("p", 0, 10)
+    with pytest.raises(OperationalError, match="deleted"):  # the engine path
+        await store.partition_state("p")
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "action=database_file_lost" in errors[0], errors
+    assert str(path) in errors[0]
+
+
+def _contents(path: Path) -> tuple[bytes, bytes]:
+    """The bytes of the database's log and of its main file."""
+    return Path(f"{path}-wal").read_bytes(), path.read_bytes()
+
+
+async def test_a_replaced_database_file_is_noticed_and_the_new_one_left_alone(
+        sqlite_store, tmp_path: Path) -> None:
+    store, path = sqlite_store
+    await _lease(store, items=3)
+    assert await _complete_one(store) == [True]
+    other = tmp_path / "restored.db"
+    upgrade(f"sqlite:///{other}", PREFIX)
+    os.replace(other, path)
+    # The log beside the path is still the one the store's connections write to.
+    log_before, main_before = _contents(path)
+    problem = store.problem()
+    assert problem is not None and "replaced" in problem
+    with pytest.raises(OperationalError, match="replaced"):
+        await _complete_one(store)
+    with pytest.raises(OperationalError, match="replaced"):
+        await store.ping()
+    log_after, main_after = _contents(path)
+    assert log_after == log_before, "a write went on after the swap"
+    assert main_after == main_before, "the processor wrote into the new file"
+
+
+async def test_a_file_moved_away_and_back_is_used_again(sqlite_store) -> None:
+    store, path = sqlite_store
+    await _lease(store, items=3)
+    moved = path.with_suffix(".moved")
+    path.rename(moved)
+    assert store.problem() is not None
+    with pytest.raises(OperationalError):
+        await _complete_one(store)
+    moved.rename(path)
+    assert store.problem() is None
+    assert await _complete_one(store) == [True]
+
+
+def _wal_size(path: Path) -> int:
+    wal = Path(f"{path}-wal")
+    return wal.stat().st_size if wal.exists() else 0
+
+
+async def _rewrite_all(store: Store, data: bytes) -> None:
+    """Write every ready item again (still available, new data): one batch of writes."""
+    ready = await store.items_ready("p", 0, 1000)
+    writes = [ItemWrite("p", item.id, item.version, "available", 0, 0, data=data)
+              for item in ready]
+    assert all(await store.items_apply(writes, "w"))
+
+
+async def test_the_wal_stays_bounded_behind_readers_that_never_stop(
+        sqlite_store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readers that overlap one another (a dashboard, a second process polling) keep
+    passive checkpoints from ever resetting the log; the TRUNCATE checkpoint past the
+    limit waits for a gap between reads and empties it."""
+    limit = 1024 * 1024
+    monkeypatch.setattr(sqlite_direct, "WAL_SIZE_LIMIT", limit)
+    store, path = sqlite_store
+    data = os.urandom(2048)
+    await _lease(store, items=50, data=data)
+    stop = threading.Event()
+
+    def reader(offset: float) -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            while not stop.is_set():
+                conn.execute("BEGIN")
+                conn.execute(f"SELECT count(*) FROM {PREFIX}items").fetchone()
+                stop.wait(0.02 + offset)
+                conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=reader, args=(n * 0.007,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    largest = 0
+    try:
+        for _ in range(600):
+            await _rewrite_all(store, data)
+            largest = max(largest, _wal_size(path))
+            await asyncio.sleep(0)  # let a checkpoint's thread report back
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    # 600 batches of 50 items of 2 KiB: over 100 MiB went through the log.
+    assert largest < 6 * limit, f"the WAL grew to {largest} bytes (limit {limit})"
+
+
+async def test_the_wal_is_emptied_once_a_long_reader_ends(
+        sqlite_store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that holds one snapshot pins every frame written after it: nothing can
+    reset the log meanwhile. Once it ends, the next checkpoint cuts the log back."""
+    limit = 256 * 1024
+    monkeypatch.setattr(sqlite_direct, "WAL_SIZE_LIMIT", limit)
+    store, path = sqlite_store
+    data = os.urandom(2048)
+    await _lease(store, items=100, data=data)
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute(f"SELECT count(*) FROM {PREFIX}items").fetchone()
+    for _ in range(40):
+        await _rewrite_all(store, data)
+    grown = _wal_size(path)
+    assert grown > 4 * limit, grown
+    reader.execute("COMMIT")
+    reader.close()
+    for _ in range(2 * sqlite_direct.CHECKPOINT_EVERY):
+        await _rewrite_all(store, data)
+        await asyncio.sleep(0)  # let a checkpoint's thread report back
+    # Cut back, then grown by at most the few batches between two looks at its size.
+    assert _wal_size(path) < min(grown / 4, 8 * limit), f"{_wal_size(path)} after {grown}"

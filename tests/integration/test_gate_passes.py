@@ -1,0 +1,46 @@
+"""A drained gate costs one summary and no extra read: the gate's items are read once,
+its summary moves it, and the next gate's items are read at once. On every database."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from processor import AsyncClient, NewItem
+from tests.support.engine import running
+from watcher import Result, Watcher, WatcherConfig, WorkItem
+
+FAST = {"poll_interval": 0.05, "lease_duration": 3.0}
+
+
+def counting(store: Any, counts: Counter[str], *names: str) -> Any:
+    """``store`` with the named methods counting their calls into ``counts``."""
+    for name in names:
+        method = getattr(store, name)
+
+        async def counted(*args: Any, _method: Any = method, _name: str = name,
+                          **kwargs: Any) -> Any:
+            counts[_name] += 1
+            return await _method(*args, **kwargs)
+
+        setattr(store, name, counted)
+    return store
+
+
+async def two_gates(item: WorkItem) -> Result:
+    return Result(gate=1) if item.gate == 0 else Result(done=True)
+
+
+async def test_each_gate_is_read_once_and_summarized_once(db_url, table_prefix,
+                                                          make_store) -> None:
+    counts: Counter[str] = Counter()
+    store = counting(make_store(), counts, "items_ready", "gate_summary")
+    async with AsyncClient(db_url, table_prefix) as client:
+        await client.create_partition("p", [NewItem(f"i{n}", b"x") for n in range(5)])
+        watcher = Watcher(store, two_gates, WatcherConfig(owner_id="w", **FAST))
+        async with running(watcher):
+            info = await client.wait("p", timeout=30)
+    assert info.status == "complete" and info.counts == {"complete": 5}
+    # Gate 0: one read (all five), then its summary moves it; gate 1 the same, and its
+    # summary closes the partition. No empty read before a summary, and none after it.
+    assert counts == {"items_ready": 2, "gate_summary": 2}, counts
