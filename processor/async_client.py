@@ -108,10 +108,13 @@ class AsyncClient:
         try:
             return await coroutine
         except SQLAlchemyError as error:
-            raise DatabaseError(
-                f"database {self._url.redacted()} failed: "
-                f"{type(error).__name__}: {self._url.scrub(first_line(error))}"
-            ) from None
+            raise self.database_error(error) from None
+
+    def database_error(self, error: SQLAlchemyError) -> DatabaseError:
+        """The one readable error for a database failure: the URL without its password,
+        and the driver's first line with every secret of the URL scrubbed."""
+        return DatabaseError(f"database {self._url.redacted()} failed: "
+                             f"{type(error).__name__}: {self._url.scrub(first_line(error))}")
 
     async def create_partition(self, partition_id: str, items: Sequence[NewItem] = (), *,
                                reduce_gates: Iterable[int] = (),

@@ -88,32 +88,8 @@ def check_items(partition_id: str, items: Iterable[NewItem], *, allow_empty: boo
         raise InvalidInputError(
             f"items for partition {partition_id!r} must be a list of NewItem, not a single "
             f"{type(items).__name__}")
-    checked: list[NewItem] = []
-    for position, item in enumerate(items):
-        if not isinstance(item, NewItem):
-            raise InvalidInputError(
-                f"item #{position} for partition {partition_id!r} is a {type(item).__name__}; "
-                "pass NewItem(id, data: bytes, gate=0)")
-        check_id("item", item.id)
-        if item.gate is None:  # the client's default gate
-            item = NewItem(item.id, item.data, 0)
-        if isinstance(item.data, bytearray | memoryview):
-            item = NewItem(item.id, bytes(item.data), item.gate)
-        if not isinstance(item.data, bytes):
-            hint = " (encode text first, e.g. text.encode())" if isinstance(item.data, str) else ""
-            raise InvalidInputError(
-                f"item {item.id!r} of partition {partition_id!r}: data must be bytes, got "
-                f"{type(item.data).__name__}{hint}")
-        if not is_gate(item.gate):
-            raise InvalidInputError(
-                f"item {item.id!r} of partition {partition_id!r}: gate must be a whole number "
-                f"from 0 to {MAX_GATE}, got {item.gate!r}")
-        if len(item.data) > max_item_bytes:
-            raise InvalidInputError(
-                f"item {item.id!r} of partition {partition_id!r} is {len(item.data)} bytes; "
-                f"the limit is {max_item_bytes} bytes (max_item_bytes): store large content "
-                "elsewhere and put a reference in the item")
-        checked.append(item)
+    checked = [check_item(partition_id, item, position, max_item_bytes)
+               for position, item in enumerate(items)]
     if not checked and not allow_empty:
         raise InvalidInputError(f"no items given for partition {partition_id!r}")
     repeated = sorted(item_id for item_id, count in Counter(item.id for item in checked).items()
@@ -121,6 +97,42 @@ def check_items(partition_id: str, items: Iterable[NewItem], *, allow_empty: boo
     if repeated:
         raise DuplicateItemError(partition_id, repeated, stored=False)
     return checked
+
+
+def check_item(partition_id: str, item: object, position: int,
+               max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> NewItem:
+    """One item the client (or the ingest API) inserts, as it is stored: its id checked,
+    its gate set (``None`` is 0), its data bytes within ``max_item_bytes``.
+    ``position`` (from 0) names it in the message when it is not a :class:`NewItem`.
+
+    Raises:
+        InvalidInputError: not a NewItem, a bad id, data that is not bytes, a gate that
+            is not a whole number from 0, or data over ``max_item_bytes``.
+    """
+    if not isinstance(item, NewItem):
+        raise InvalidInputError(
+            f"item #{position} for partition {partition_id!r} is a {type(item).__name__}; "
+            "pass NewItem(id, data: bytes, gate=0)")
+    check_id("item", item.id)
+    if item.gate is None:  # the client's default gate
+        item = NewItem(item.id, item.data, 0)
+    if isinstance(item.data, bytearray | memoryview):
+        item = NewItem(item.id, bytes(item.data), item.gate)
+    if not isinstance(item.data, bytes):
+        hint = " (encode text first, e.g. text.encode())" if isinstance(item.data, str) else ""
+        raise InvalidInputError(
+            f"item {item.id!r} of partition {partition_id!r}: data must be bytes, got "
+            f"{type(item.data).__name__}{hint}")
+    if not is_gate(item.gate):
+        raise InvalidInputError(
+            f"item {item.id!r} of partition {partition_id!r}: gate must be a whole number "
+            f"from 0 to {MAX_GATE}, got {item.gate!r}")
+    if len(item.data) > max_item_bytes:
+        raise InvalidInputError(
+            f"item {item.id!r} of partition {partition_id!r} is {len(item.data)} bytes; "
+            f"the limit is {max_item_bytes} bytes (max_item_bytes): store large content "
+            "elsewhere and put a reference in the item")
+    return item
 
 
 MAX_REDUCE_GATES = 64

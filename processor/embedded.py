@@ -8,10 +8,18 @@ shutting down), so the server they embed handles no signals.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import uvicorn
+
+from watcher.errors import ConfigError
+
+STARTUP_TIMEOUT = 15.0
+STOP_TIMEOUT = 10.0
 
 
 class EmbeddedServer(uvicorn.Server):
@@ -23,3 +31,63 @@ class EmbeddedServer(uvicorn.Server):
 
     def install_signal_handlers(self) -> None:  # uvicorn releases before 0.29
         return
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port``.
+
+    Raises:
+        ConfigError: the address does not resolve, or cannot be bound (in use, not
+            this machine's); one line saying which.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as error:
+        raise ConfigError(f"cannot listen on {host}: {error.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as error:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    sock.setblocking(False)
+    return sock
+
+
+def http_url(host: str, port: int) -> str:
+    """The address a browser opens: ``http://127.0.0.1:8090/`` (``[::1]`` for IPv6)."""
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any, sock: socket.socket, *, what: str) -> AsyncIterator[None]:
+    """Serve the ASGI ``app`` on the listening ``sock`` for the block (``what`` names it
+    in errors): no access log, no server header, the app's lifespan run; stopped, with
+    up to 10 s for requests in flight, when the block ends.
+
+    Raises:
+        RuntimeError: the server did not start (its lifespan failed).
+        TimeoutError: it did not start within 15 s.
+    """
+    server = EmbeddedServer(uvicorn.Config(
+        app, log_config=None, log_level="warning", access_log=False, server_header=False,
+        proxy_headers=False, lifespan="on", timeout_graceful_shutdown=int(STOP_TIMEOUT)))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(STARTUP_TIMEOUT):
+            while not server.started:
+                if task.done():
+                    task.result()
+                    raise RuntimeError(f"{what}'s web server stopped while starting")
+                await asyncio.sleep(0.02)
+        yield
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(task, STOP_TIMEOUT + 2)
+        sock.close()

@@ -241,32 +241,43 @@ def parse_spawn(value: Any) -> tuple[NewItem, ...]:
     if not isinstance(value, list):
         raise MalformedResponseError(
             f"'spawn' must be an array of new items, got {show_value(value)}")
-    children: list[NewItem] = []
-    for position, entry in enumerate(value):
-        where = f"spawn[{position}]: "
-        if not isinstance(entry, dict):
-            raise MalformedResponseError(
-                f"{where}each new item must be an object such as "
-                f'{{"id": "a", "data": {{}}}}, got {show_value(entry)}')
-        unknown = sorted(set(entry) - SPAWN_FIELDS)
-        if unknown:
-            raise MalformedResponseError(
-                f"{where}unknown key {show_value(unknown[0])}; a new item has 'id', 'gate', "
-                "and 'data' or 'data_b64'")
-        item_id = entry.get("id")
-        if not isinstance(item_id, str):
-            raise MalformedResponseError(f"{where}'id' must be a string, got {show_value(item_id)}")
-        gate = entry.get("gate")
-        if gate is not None and (type(gate) is not int or not 0 <= gate <= MAX_GATE):
-            raise MalformedResponseError(
-                f"{where}'gate' must be an integer from 0 to {MAX_GATE}, got {show_value(gate)}")
-        data = _answer_data(entry, where)
-        if data is None:
-            raise MalformedResponseError(
-                f"{where}a new item needs its content: set 'data' (any JSON value) or "
-                "'data_b64'")
-        children.append(NewItem(item_id, data, gate))
-    return tuple(children)
+    return tuple(parse_new_item(entry, f"spawn[{position}]: ")
+                 for position, entry in enumerate(value))
+
+
+def parse_new_item(entry: Any, where: str) -> NewItem:
+    """One new item: a JSON object ``{"id", "gate"?, "data" | "data_b64"}``, as a
+    handler's ``spawn`` and the ingest API's items carry it (a missing or ``null``
+    gate is ``None``: the default of whoever inserts it). ``where`` starts each message
+    (``"spawn[2]: "``, ``"line 7: "``). Only the shape is checked; the id rules and
+    size limits are the inserter's.
+
+    Raises:
+        MalformedResponseError: not an object, an unknown key, a missing or non-string
+            id, a bad gate, or neither or both of ``data`` and ``data_b64``.
+    """
+    if not isinstance(entry, dict):
+        raise MalformedResponseError(
+            f"{where}each new item must be an object such as "
+            f'{{"id": "a", "data": {{}}}}, got {show_value(entry)}')
+    unknown = sorted(set(entry) - SPAWN_FIELDS)
+    if unknown:
+        raise MalformedResponseError(
+            f"{where}unknown key {show_value(unknown[0])}; a new item has 'id', 'gate', "
+            "and 'data' or 'data_b64'")
+    item_id = entry.get("id")
+    if not isinstance(item_id, str):
+        raise MalformedResponseError(f"{where}'id' must be a string, got {show_value(item_id)}")
+    gate = entry.get("gate")
+    if gate is not None and (type(gate) is not int or not 0 <= gate <= MAX_GATE):
+        raise MalformedResponseError(
+            f"{where}'gate' must be an integer from 0 to {MAX_GATE}, got {show_value(gate)}")
+    data = _answer_data(entry, where)
+    if data is None:
+        raise MalformedResponseError(
+            f"{where}a new item needs its content: set 'data' (any JSON value) or "
+            "'data_b64'")
+    return NewItem(item_id, data, gate)
 
 
 

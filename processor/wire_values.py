@@ -88,8 +88,9 @@ DATA_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False
 _DECODER: Final = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
 
 
-def decode_json(body: bytes) -> Any:
-    """Decode a JSON answer body strictly (UTF-8, -16 or -32, as :func:`json.loads`).
+def decode_json(body: bytes, what: str = "the body") -> Any:
+    """Decode a JSON answer body strictly (UTF-8, -16 or -32, as :func:`json.loads`);
+    ``what`` names it in messages (``"line 7"``).
 
     ``NaN``, ``Infinity`` and ``-Infinity`` are refused (they are not JSON), as
     are numbers that overflow a float (``1e999``), integers over Python's digit
@@ -104,9 +105,9 @@ def decode_json(body: bytes) -> Any:
     except MalformedResponseError:
         raise
     except RecursionError:
-        raise MalformedResponseError("the body is nested too deeply to parse") from None
+        raise MalformedResponseError(f"{what} is nested too deeply to parse") from None
     except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, the digit limit
-        raise MalformedResponseError(f"the body is not valid JSON ({error})") from None
+        raise MalformedResponseError(f"{what} is not valid JSON ({error})") from None
 
 
 

@@ -53,6 +53,7 @@ class DuplicateItemError(InvalidInputError):
         )
         self.partition_id = partition_id
         self.item_ids = item_ids
+        self.stored = stored
 
 
 class GateError(InvalidInputError):

@@ -99,6 +99,7 @@ class ReducePass(StrEnum):
 REDUCE_GATES_MAX_LENGTH = 1000
 POLICY_MAX_LENGTH = 16
 REDUCE_PASS_MAX_LENGTH = 8
+REQUEST_DIGEST_LENGTH = 64
 
 
 class Partition(SQLModel, table=True):
@@ -149,6 +150,10 @@ class Partition(SQLModel, table=True):
     # Items its steps and reduces spawned (revision 0006).
     spawned: int = Field(default=0, sa_column=Column(Integer, nullable=False,
                                                      server_default=text("0")))
+    # SHA-256 (hex) of the ingest API request that created it; NULL when the client
+    # library did (revision 0007).
+    request_digest: str | None = Field(
+        default=None, sa_column=Column(Unicode(REQUEST_DIGEST_LENGTH), nullable=True))
 
 
 class Item(SQLModel, table=True):

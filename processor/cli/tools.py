@@ -1,4 +1,5 @@
-"""The verbs beside a processor: the web console, the demo, and the container's health check."""
+"""The verbs beside a processor: the web console, the ingest API, the demo, and the
+container's health check."""
 
 from __future__ import annotations
 
@@ -63,6 +64,53 @@ def console(
                              host=host, port=port, token=token or None, read_only=read_only)
     setup_logging(log_level)
     raise typer.Exit(asyncio.run(run_console(options, announce=typer.echo)))
+
+
+@app.command()
+def api(
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    host: Annotated[str, typer.Option(envvar=env_name("API_HOST"),
+                                      help="Address to listen on. Anything but 127.0.0.1, "
+                                      "::1 or localhost needs --token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar=env_name("API_PORT"),
+                                      help="Port to listen on (0: any free port).")] = 8091,
+    token: Annotated[str, typer.Option(envvar=env_name("API_TOKEN"), show_default=False,
+                                       help="Secret every request sends as 'Authorization: "
+                                       "Bearer ...', at least 16 characters. Required "
+                                       "beyond loopback.")] = "",
+    max_item_bytes: Annotated[int, typer.Option(envvar=env_name("MAX_ITEM_BYTES"),
+                                                help="Largest item data accepted (give the "
+                                                "processors the same).")] = 8 * 1024 * 1024,
+    max_body_bytes: Annotated[int, typer.Option(envvar=env_name("API_MAX_BODY_BYTES"),
+                                                help="Largest body read whole: a JSON "
+                                                "create, and every add.")] = 64 * 1024 * 1024,
+    max_upload_bytes: Annotated[int, typer.Option(envvar=env_name("API_MAX_UPLOAD_BYTES"),
+                                                  help="Largest NDJSON create, streamed "
+                                                  "to a temporary file.")
+                                ] = 4096 * 1024 * 1024,
+    log_level: Annotated[str, typer.Option(envvar=env_name("LOG_LEVEL"),
+                                           help="debug, info, warning or error.")
+                         ] = DEFAULT_LOG_LEVEL,
+) -> None:
+    """Serve the ingest API: producers in any language create partitions (JSON, or NDJSON
+    streamed), add items, read, wait for, page, retry, cancel and delete them over HTTP.
+    Its OpenAPI document is at /v1/openapi.json."""
+    from processor.api.server import ApiOptions, run_api
+    from processor.api.upload import Limits
+
+    if log_level.lower() not in LOG_LEVELS:
+        raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    for name, value in (("--max-item-bytes", max_item_bytes),
+                        ("--max-body-bytes", max_body_bytes),
+                        ("--max-upload-bytes", max_upload_bytes)):
+        if value < 1:
+            raise fail(f"{name} must be a positive number of bytes, got {value}")
+    options = ApiOptions(db_url=database_url(db_url, table_prefix, migrated=False),
+                         table_prefix=table_prefix, host=host, port=port, token=token or None,
+                         limits=Limits(max_item_bytes, max_body_bytes, max_upload_bytes))
+    setup_logging(log_level)
+    raise typer.Exit(asyncio.run(run_api(options, announce=typer.echo)))
 
 
 @app.command()

@@ -69,8 +69,9 @@ def is_loopback(host: str) -> bool:
     return host.strip("[]").lower() in LOOPBACK_HOSTS
 
 
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse a bind the console must not make.
+def check_bind(host: str, token: str | None, *, what: str = "the console",
+               token_env: str = TOKEN_ENV) -> None:
+    """Refuse a bind that ``what`` (the console, the ingest API) must not make.
 
     Raises:
         ConfigError: ``host`` is not loopback and no token is given, or the token is
@@ -79,12 +80,12 @@ def check_bind(host: str, token: str | None) -> None:
     if not host:
         raise ConfigError("--host must name an address to listen on, such as 127.0.0.1")
     if token is not None and len(token) < MIN_TOKEN_LENGTH:
-        raise ConfigError(f"the console token must be at least {MIN_TOKEN_LENGTH} characters "
+        raise ConfigError(f"{what}'s token must be at least {MIN_TOKEN_LENGTH} characters "
                           f"(got {len(token)}); generate one with `openssl rand -hex 16`")
     if token is None and not is_loopback(host):
         raise ConfigError(
-            f"the console listens on {host}, beyond loopback: give it a token with --token "
-            f"or {TOKEN_ENV} (at least {MIN_TOKEN_LENGTH} characters), or bind 127.0.0.1")
+            f"{what} listens on {host}, beyond loopback: give it a token with --token "
+            f"or {token_env} (at least {MIN_TOKEN_LENGTH} characters), or bind 127.0.0.1")
 
 
 def host_name(host_header: str) -> str:

@@ -7,17 +7,15 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 
 from processor.async_client import AsyncClient
 from processor.console.app import create_app, settings_for
 from processor.console.security import check_bind
-from processor.embedded import EmbeddedServer
+from processor.embedded import http_url, listen, serving
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
 from watcher.store import require_migrated
@@ -26,8 +24,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8090
-STARTUP_TIMEOUT = 15.0
-STOP_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -51,38 +47,7 @@ class ConsoleOptions:
         check_bind(self.host, self.token)
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host``:``port``.
-
-    Raises:
-        ConfigError: the address does not resolve, or cannot be bound (in use, not
-            this machine's); one line saying which.
-    """
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    except socket.gaierror as error:
-        raise ConfigError(f"cannot listen on {host}: {error.strerror}") from None
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as error:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
-    sock.setblocking(False)
-    return sock
-
-
-def console_url(host: str, port: int) -> str:
-    """The address a browser opens: ``http://127.0.0.1:8090/`` (``[::1]`` for IPv6)."""
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
-
-
-async def check_database(options: ConsoleOptions) -> None:
+async def check_database(db_url: DatabaseURL, table_prefix: str) -> None:
     """Make sure the database answers and has statefeed's tables.
 
     Raises:
@@ -90,11 +55,11 @@ async def check_database(options: ConsoleOptions) -> None:
             tables are missing (run ``processor migrate``).
     """
     try:
-        await require_migrated(options.db_url, options.table_prefix)
+        await require_migrated(db_url, table_prefix)
     except (SQLAlchemyError, OSError) as error:
         from processor.service import describe_db_error
 
-        raise DatabaseError(describe_db_error(error, options.db_url)) from None
+        raise DatabaseError(describe_db_error(error, db_url)) from None
 
 
 @contextlib.asynccontextmanager
@@ -112,23 +77,8 @@ async def console_running(options: ConsoleOptions, client: AsyncClient | None = 
     port = sock.getsockname()[1]
     settings = settings_for(options.db_url, options.table_prefix, host=options.host,
                             port=port, token=options.token, read_only=options.read_only)
-    server = EmbeddedServer(uvicorn.Config(
-        create_app(settings, client), log_config=None, log_level="warning",
-        access_log=False, server_header=False, proxy_headers=False, lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(STARTUP_TIMEOUT):
-            while not server.started:
-                if task.done():
-                    task.result()
-                    raise RuntimeError("the console's web server stopped while starting")
-                await asyncio.sleep(0.02)
-        yield console_url(options.host, port)
-    finally:
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await asyncio.wait_for(task, STOP_TIMEOUT)
-        sock.close()
+    async with serving(create_app(settings, client), sock, what="the console"):
+        yield http_url(options.host, port)
 
 
 async def run_console(options: ConsoleOptions, announce: Callable[[str], None]) -> int:
@@ -139,7 +89,7 @@ async def run_console(options: ConsoleOptions, announce: Callable[[str], None]) 
         ConfigError: the address cannot be bound.
         DatabaseError: the database does not answer or has no statefeed tables.
     """
-    await check_database(options)
+    await check_database(options.db_url, options.table_prefix)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from sqlalchemy import (
@@ -55,15 +55,41 @@ class PartitionsStore(StoreBase):
 
         Raises:
             PartitionExistsError: a partition with this id exists.
+            DuplicateItemError: two item ids the database takes for one.
         """
-        p = self.tables.partitions
         items = client_items(items)
         first_gate = min((item.gate or 0 for item in items), default=0)
         try:
+            await self.partition_create_batches(partition_id, [items], first_gate, settings)
+        except IntegrityError:
+            # No such partition: two item ids the database compares as equal (MariaDB
+            # and MySQL ignore trailing spaces, SQL Server too).
+            raise DuplicateItemError(partition_id, colliding_ids(items),
+                                     stored=False) from None
+
+    async def partition_create_batches(self, partition_id: str,
+                                       batches: Iterable[Sequence[NewItem]], first_gate: int,
+                                       settings: PartitionSettings = NO_SETTINGS, *,
+                                       request_digest: str | None = None) -> bool:
+        """Insert a partition and its items, read a batch at a time from ``batches``
+        (items already checked, gates set), in one transaction: what the ingest API
+        streams from its spool. ``first_gate`` is the lowest gate of them all.
+
+        ``request_digest`` (the ingest API's digest of the request) is stored with the
+        partition. When the partition exists already with the same digest, nothing is
+        written and this returns ``False`` (a retried request); else ``True``.
+
+        Raises:
+            PartitionExistsError: a partition with this id exists (with another digest,
+                or created by the client library).
+            sqlalchemy.exc.IntegrityError: two item ids the database takes for one
+                (nothing is written).
+        """
+        p = self.tables.partitions
+        try:
             async with self._write() as conn:
-                found = await conn.execute(select(p.c.id).where(p.c.id == partition_id))
-                if found.first() is not None:
-                    raise PartitionExistsError(partition_id)
+                if await self._existing_digest(conn, partition_id, request_digest):
+                    return False
                 now = self.statements.now
                 policy = (ItemFailurePolicy.CONTINUE if settings.continue_on_failure
                           else ItemFailurePolicy.FAIL)
@@ -71,17 +97,33 @@ class PartitionsStore(StoreBase):
                     id=partition_id, version=1, gate=first_gate, status=AVAILABLE, owner="",
                     until=now, created_at=now, updated_at=now,
                     reduce_gates=encode_reduce_gates(settings.reduce_gates),
-                    on_item_failure=policy.value,
+                    on_item_failure=policy.value, request_digest=request_digest,
                 ))
-                await self._items_insert(conn, partition_id, items)
+                for batch in batches:
+                    await self._items_insert(conn, partition_id, batch)
                 await self._notify(conn, partition_id)
         except IntegrityError:
-            if await self.partition_get(partition_id) is not None:
-                raise PartitionExistsError(partition_id) from None
-            # No such partition: two item ids the database compares as equal (MariaDB
-            # and MySQL ignore trailing spaces, SQL Server too).
-            raise DuplicateItemError(partition_id, colliding_ids(items),
-                                     stored=False) from None
+            async with self._read() as conn:
+                if await self._existing_digest(conn, partition_id, request_digest):
+                    return False
+            raise
+        return True
+
+    async def _existing_digest(self, conn: AsyncConnection, partition_id: str,
+                               request_digest: str | None) -> bool:
+        """Whether the partition exists with ``request_digest`` (not ``None``).
+
+        Raises:
+            PartitionExistsError: it exists, with another digest or none.
+        """
+        p = self.tables.partitions
+        found = (await conn.execute(select(p.c.request_digest)
+                                    .where(p.c.id == partition_id))).first()
+        if found is None:
+            return False
+        if request_digest is not None and found.request_digest == request_digest:
+            return True
+        raise PartitionExistsError(partition_id)
 
     async def items_add(self, partition_id: str, items: Sequence[NewItem]) -> bool:
         """Add items to a partition, re-opening it if it was complete.

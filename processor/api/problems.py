@@ -1,0 +1,94 @@
+"""The API's one error shape, and which HTTP status each of statefeed's errors is.
+
+Every error answer is ``{"error": {"status", "code", "message", "field", "line"}}``:
+``code`` is stable for programs, ``message`` says what is wrong and what to do,
+``field`` names the part of the request at fault (``"items[3]"``, ``"reduce_gates"``,
+``"partition_id"``) and ``line`` the NDJSON line, each ``null`` when it does not
+apply. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from watcher.errors import (
+    DatabaseError,
+    DuplicateItemError,
+    GateError,
+    InvalidInputError,
+    PartitionExistsError,
+    PartitionLeasedError,
+    PartitionNotFoundError,
+)
+
+ERROR_MEDIA_TYPE = "application/json"
+
+
+@dataclass
+class ApiError(Exception):
+    """An answer other than success: its status, code and message, and where the
+    request went wrong (``field``, ``line``)."""
+
+    status: int
+    code: str
+    message: str
+    field: str | None = None
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+    def body(self) -> bytes:
+        """The JSON body of the answer."""
+        return json.dumps({"error": {
+            "status": self.status, "code": self.code, "message": self.message,
+            "field": self.field, "line": self.line}}, ensure_ascii=False).encode()
+
+
+def bad_request(message: str, *, field: str | None = None, line: int | None = None
+                ) -> ApiError:
+    """A body or parameter that is not what the route takes (400 ``bad_request``)."""
+    return ApiError(400, "bad_request", message, field, line)
+
+
+def too_large(message: str, *, field: str | None = None, line: int | None = None
+              ) -> ApiError:
+    """A body, line or item over its limit (413 ``too_large``)."""
+    return ApiError(413, "too_large", message, field, line)
+
+
+def from_statefeed(error: Exception, *, field: str | None = None, line: int | None = None
+                   ) -> ApiError:
+    """The answer for an error the client library raises: 404 for a partition that is not
+    there, 409 for a conflict with what is stored, 422 for input the rules refuse, 503
+    for a database that failed. Anything else is not statefeed's: it is re-raised.
+
+    Raises:
+        Exception: ``error`` itself, when it is none of those.
+    """
+    message = str(error)
+    if isinstance(error, PartitionNotFoundError):
+        return ApiError(404, "partition_not_found",
+                        f"partition {error.partition_id!r} does not exist; create it with "
+                        "PUT /v1/partitions/{id}", "partition_id")
+    if isinstance(error, PartitionExistsError):
+        return ApiError(409, "partition_exists", (
+            f"partition {error.partition_id!r} already exists: a retried create answers as "
+            "the first did only with the same Idempotency-Key (or none both times), query "
+            "and body; add items with POST /v1/partitions/{id}/items"), "partition_id")
+    if isinstance(error, DuplicateItemError):
+        if error.stored:
+            return ApiError(409, "items_exist", message, field, line)
+        return ApiError(422, "duplicate_items", message, field, line)
+    if isinstance(error, GateError):
+        return ApiError(409, "gate_conflict", message, field, line)
+    if isinstance(error, PartitionLeasedError):
+        return ApiError(409, "partition_leased", message + "; add ?force=true to cancel it "
+                        "and delete it anyway", "partition_id")
+    if isinstance(error, InvalidInputError):
+        return ApiError(422, "invalid_input", message, field, line)
+    if isinstance(error, DatabaseError):
+        return ApiError(503, "database_unavailable", message)
+    raise error
+

@@ -1,0 +1,353 @@
+"""The ingest API's routes over one :class:`~processor.async_client.AsyncClient`.
+
+=======  =====================================  =======================================
+PUT      ``/v1/partitions/{id}``                create it with its items (JSON or NDJSON)
+GET      ``/v1/partitions/{id}``                read it: status, gate, counts, result
+DELETE   ``/v1/partitions/{id}``                delete it and its items (``?force=true``)
+POST     ``/v1/partitions/{id}/items``          add items (JSON or NDJSON)
+GET      ``/v1/partitions/{id}/items``          a page of its items
+GET      ``/v1/partitions/{id}/wait``           long poll until it finishes (``?timeout=``)
+POST     ``/v1/partitions/{id}/retry``          run its failed items again
+POST     ``/v1/partitions/{id}/cancel``         stop it
+GET      ``/v1/openapi.json``                   the OpenAPI 3.1 document
+GET      ``/healthz``                           liveness (no database read)
+=======  =====================================  =======================================
+
+Ids are path segments, percent-encoded: ``/v1/partitions/inbox%2F2026/items`` is
+partition ``inbox/2026``. Routing reads the raw path, so any id has an address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib.resources import files
+from typing import Any
+from urllib.parse import quote, unquote_to_bytes
+
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+
+from processor.api.problems import ApiError, bad_request, from_statefeed
+from processor.api.upload import (
+    ADD_FIELDS,
+    CREATE_FIELDS,
+    JSON_TYPES,
+    Limits,
+    NdjsonItems,
+    RequestDigest,
+    Spool,
+    json_document,
+    json_items,
+    media_type,
+    query_settings,
+    read_whole,
+    settings_from,
+    stream_into,
+)
+from processor.api.views import (
+    DEFAULT_ITEMS_LIMIT,
+    DEFAULT_WAIT_SECONDS,
+    MAX_WAIT_SECONDS,
+    flag,
+    item_view,
+    only,
+    partition_view,
+    seconds,
+    whole_number,
+)
+from processor.async_client import AsyncClient
+from processor.client_checks import MAX_PAGE, check_id
+from processor.views import retry_row
+from watcher.dburl import DatabaseURL
+from watcher.errors import DuplicateItemError, InvalidInputError, StatefeedError
+from watcher.models import MAX_GATE
+from watcher.records import NewItem
+
+log = logging.getLogger(__name__)
+
+MAX_IDEMPOTENCY_KEY = 255
+OPENAPI = files("processor.api").joinpath("openapi.json")
+
+Handler = Callable[["IngestApi", Request, str], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """The database the API writes, its limits, and who may call it (a bearer ``token``;
+    ``loopback_only``: requests must name a loopback host)."""
+
+    db_url: DatabaseURL
+    table_prefix: str = ""
+    limits: Limits = field(default_factory=Limits)
+    token: str | None = None
+    loopback_only: bool = True
+
+
+def answer(status: int, document: dict[str, Any], *headers: tuple[str, str]) -> Response:
+    return JSONResponse(document, status, headers=dict(headers))
+
+
+class IngestApi:
+    """The routes, and the client they share (opened by the app's lifespan when not
+    given)."""
+
+    def __init__(self, settings: ApiSettings, client: AsyncClient | None = None) -> None:
+        self.settings = settings
+        self.limits = settings.limits
+        self._client = client
+
+    @property
+    def client(self) -> AsyncClient:
+        assert self._client is not None, "the API's lifespan has not started"
+        return self._client
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _: object) -> AsyncIterator[None]:
+        """Open the client for the app's life (unless one was given)."""
+        if self._client is not None:
+            yield
+            return
+        self._client = AsyncClient(self.settings.db_url, self.settings.table_prefix,
+                                   max_item_bytes=self.limits.max_item_bytes)
+        try:
+            yield
+        finally:
+            await self._client.close()
+            self._client = None
+
+    # ------------------------------------------------------------------ create and add
+
+    async def create(self, request: Request, partition_id: str) -> Response:
+        key = request.headers.get("idempotency-key")
+        if key is not None and not (0 < len(key) <= MAX_IDEMPOTENCY_KEY):
+            raise bad_request(f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} "
+                              "characters", field="Idempotency-Key")
+        media = media_type(request)
+        digest = RequestDigest(key, media)
+        spool = Spool()
+        try:
+            if media in JSON_TYPES:
+                only(request.query_params, frozenset())
+                body = await read_whole(request, self.limits.max_body_bytes)
+                digest.update(body)
+                document = json_document(body, CREATE_FIELDS)
+                settings = settings_from(partition_id, document.get("reduce_gates"),
+                                         document.get("on_item_failure"))
+                for item in json_items(partition_id, document.get("items"), self.limits,
+                                       allow_empty=True):
+                    spool.add(item)
+            else:
+                settings = query_settings(partition_id, dict(request.query_params))
+                lines = NdjsonItems(partition_id, self.limits, spool, digest)
+                await stream_into(request, lines)
+            created = await self._insert(partition_id, spool, settings, digest.settle(settings))
+        finally:
+            spool.close()
+        view = {"id": partition_id, "items": spool.count, "first_gate": spool.first_gate or 0,
+                "reduce_gates": sorted(settings.reduce_gates),
+                "on_item_failure": "continue" if settings.continue_on_failure else "fail"}
+        if created:
+            log.info("action=api_partition_created partition=%r items=%d", partition_id,
+                     spool.count)
+        return answer(201, view, ("location", f"/v1/partitions/{quote(partition_id, safe='')}"),
+                      ("idempotent-replayed", "false" if created else "true"))
+
+    async def _insert(self, partition_id: str, spool: Spool, settings: Any, digest: str
+                      ) -> bool:
+        store = self.client.store
+        try:
+            return await store.partition_create_batches(
+                partition_id, spool.batches(), spool.first_gate or 0, settings,
+                request_digest=digest)
+        except IntegrityError:
+            raise from_statefeed(DuplicateItemError(partition_id, spool.repeated_ids(),
+                                                    stored=False), field="items") from None
+        except SQLAlchemyError as error:
+            raise from_statefeed(self.client.database_error(error)) from None
+
+    async def add(self, request: Request, partition_id: str) -> Response:
+        only(request.query_params, frozenset())
+        media = media_type(request)
+        items: list[NewItem]
+        if media in JSON_TYPES:
+            body = await read_whole(request, self.limits.max_body_bytes)
+            document = json_document(body, ADD_FIELDS)
+            if "items" not in document:
+                raise bad_request("the body needs 'items', an array of new items",
+                                  field="items")
+            items = json_items(partition_id, document["items"], self.limits, allow_empty=False)
+        else:
+            spool = Spool()
+            try:
+                await stream_into(request, NdjsonItems(partition_id, self.limits, spool,
+                                                       whole=True))
+                items = [item for batch in spool.batches() for item in batch]
+            finally:
+                spool.close()
+        reopened = await self.client.add_items(partition_id, items)
+        log.info("action=api_items_added partition=%r items=%d reopened=%s", partition_id,
+                 len(items), reopened)
+        return answer(200, {"id": partition_id, "added": len(items), "reopened": reopened})
+
+    # ------------------------------------------------------------------ reads
+
+    async def read(self, request: Request, partition_id: str) -> Response:
+        only(request.query_params, frozenset())
+        return answer(200, partition_view(await self.client.partition(partition_id)))
+
+    async def wait(self, request: Request, partition_id: str) -> Response:
+        only(request.query_params, frozenset({"timeout"}))
+        timeout = seconds(request.query_params, "timeout", DEFAULT_WAIT_SECONDS,
+                          high=MAX_WAIT_SECONDS)
+        try:
+            info = await self.client.wait(partition_id, timeout)
+        except TimeoutError:
+            info = await self.client.partition(partition_id)
+        view = partition_view(info)
+        return answer(200 if view["finished"] else 202, view)
+
+    async def items(self, request: Request, partition_id: str) -> Response:
+        query = request.query_params
+        only(query, frozenset({"status", "gate", "after", "limit", "data"}))
+        with_data = flag(query, "data", True)
+        page = await self.client.items(
+            partition_id, status=query.get("status"),
+            gate=whole_number(query, "gate", None, low=0, high=MAX_GATE),
+            limit=whole_number(query, "limit", DEFAULT_ITEMS_LIMIT, low=1, high=MAX_PAGE)
+            or DEFAULT_ITEMS_LIMIT,
+            after=query.get("after"), with_data=with_data)
+        return answer(200, {"items": [item_view(item, with_data=with_data) for item in page],
+                            "next_cursor": page.next_cursor})
+
+    # ------------------------------------------------------------------ operations
+
+    async def retry(self, request: Request, partition_id: str) -> Response:
+        only(request.query_params, frozenset())
+        report = await self.client.retry_failed(partition_id)
+        log.info("action=api_retry partition=%r items_reset=%d", partition_id,
+                 report.items_reset)
+        return answer(200, retry_row(report))
+
+    async def cancel(self, request: Request, partition_id: str) -> Response:
+        only(request.query_params, frozenset())
+        cancelled = await self.client.cancel(partition_id)
+        info = await self.client.partition(partition_id)
+        log.info("action=api_cancel partition=%r cancelled=%s", partition_id, cancelled)
+        return answer(200, {"id": partition_id, "cancelled": cancelled, "status": info.status})
+
+    async def delete(self, request: Request, partition_id: str) -> Response:
+        only(request.query_params, frozenset({"force"}))
+        deleted = await self.client.delete_partition(
+            partition_id, force=flag(request.query_params, "force", False))
+        log.info("action=api_delete partition=%r items=%d", partition_id, deleted)
+        return answer(200, {"id": partition_id, "deleted": True, "items_deleted": deleted})
+
+
+# --------------------------------------------------------------------------- routing
+
+PARTITION = "{id}"
+ROUTES: dict[tuple[str, ...], dict[str, Handler]] = {
+    ("v1", "partitions", PARTITION): {
+        "PUT": IngestApi.create, "GET": IngestApi.read, "DELETE": IngestApi.delete},
+    ("v1", "partitions", PARTITION, "items"): {"POST": IngestApi.add, "GET": IngestApi.items},
+    ("v1", "partitions", PARTITION, "wait"): {"GET": IngestApi.wait},
+    ("v1", "partitions", PARTITION, "retry"): {"POST": IngestApi.retry},
+    ("v1", "partitions", PARTITION, "cancel"): {"POST": IngestApi.cancel},
+}
+STATIC_ROUTES = {("v1", "openapi.json"), ("healthz",)}
+
+
+def resolve(raw_path: str) -> tuple[tuple[str, ...], str]:
+    """The route template a raw (still percent-encoded) path matches, and the partition
+    id in it (``""`` for routes without one).
+
+    Raises:
+        ApiError: 404 for a path no route has; 400 for an id that is not UTF-8.
+    """
+    segments = tuple(raw_path.split("/")[1:])
+    if segments in STATIC_ROUTES:
+        return segments, ""
+    if len(segments) >= 3:
+        template = (*segments[:2], PARTITION, *segments[3:])
+        if template in ROUTES:
+            try:
+                partition_id = unquote_to_bytes(segments[2]).decode()
+            except UnicodeDecodeError:
+                raise bad_request("the partition id is not UTF-8 once percent-decoded",
+                                  field="partition_id") from None
+            try:
+                return template, check_id("partition", partition_id)
+            except InvalidInputError as error:
+                raise from_statefeed(error, field="partition_id") from None
+    raise ApiError(404, "not_found", f"no route {raw_path!r}: see /v1/openapi.json for the "
+                   "routes")
+
+
+class Dispatch:
+    """The ASGI app of the routes: resolves each request, runs its handler, and turns
+    every error into the one error shape (an unexpected one into a 500 that is
+    logged, never a traceback in the answer)."""
+
+    def __init__(self, api: IngestApi) -> None:
+        self.api = api
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        try:
+            response = await self._answer(request, raw_path.split("?")[0])
+        except ClientDisconnect:
+            log.info("action=api_request_abandoned method=%s path=%r: the client went away "
+                     "before the body ended; nothing was written", scope["method"], raw_path)
+            return
+        await response(scope, receive, send)
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        await receive()  # lifespan.startup
+        try:
+            async with self.api.lifespan(None):
+                await send({"type": "lifespan.startup.complete"})
+                await receive()  # lifespan.shutdown
+        except Exception as error:
+            log.exception("action=api_start_failed")
+            await send({"type": "lifespan.startup.failed", "message": str(error)})
+            return
+        await send({"type": "lifespan.shutdown.complete"})
+
+    async def _answer(self, request: Request, raw_path: str) -> Response:
+        try:
+            template, partition_id = resolve(raw_path)
+            method = request.method
+            if template == ("healthz",) and method in ("GET", "HEAD"):
+                return answer(200, {"status": "ok"})
+            if template == ("v1", "openapi.json") and method in ("GET", "HEAD"):
+                return Response(OPENAPI.read_bytes(), media_type="application/json")
+            handlers = ROUTES.get(template, {})
+            if method not in handlers:
+                allowed = ", ".join(sorted(handlers) or ["GET"])
+                raise ApiError(405, "method_not_allowed",
+                               f"{method} is not allowed here; this route takes {allowed}")
+            return await handlers[method](self.api, request, partition_id)
+        except ApiError as error:
+            return error_response(error)
+        except StatefeedError as error:
+            return error_response(from_statefeed(error))
+        except ClientDisconnect:
+            raise
+        except Exception:
+            log.exception("action=api_error method=%s path=%r", request.method, raw_path)
+            return error_response(ApiError(500, "internal_error",
+                                           "the API failed; its log says why"))
+
+
+def error_response(error: ApiError) -> Response:
+    return Response(error.body(), error.status, media_type="application/json")

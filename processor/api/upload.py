@@ -1,0 +1,361 @@
+"""Reading a request's items: a JSON body whole, or NDJSON line by line into a spool.
+
+An NDJSON create may be far bigger than memory should hold. Each line is checked
+as it arrives (the item's shape, then the client library's rules) and written to
+a :class:`Spool`, a temporary file kept in memory up to a few MiB; nothing
+reaches the database until the stream has ended whole. The digest of the
+request (its idempotency key, settings and bytes) is taken on the way.
+
+Every check raises :class:`~processor.api.problems.ApiError` naming the field or
+line at fault. No I/O but the spool's file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+
+from processor.api.problems import ApiError, bad_request, from_statefeed, too_large
+from processor.client_checks import check_item, check_items, check_settings
+from processor.wire import parse_new_item
+from processor.wire_values import MalformedResponseError, decode_json
+from watcher.config import DEFAULT_MAX_ITEM_BYTES
+from watcher.errors import InvalidInputError
+from watcher.records import NewItem, PartitionSettings
+
+MIB = 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = 64 * MIB
+DEFAULT_MAX_UPLOAD_BYTES = 4096 * MIB
+# What a spool keeps in memory before it moves to a temporary file.
+SPOOL_MEMORY_BYTES = 4 * MIB
+# Items per INSERT batch read back from a spool.
+SPOOL_BATCH = 1000
+# A line holds one item: its data (as JSON, or base64 at 4/3 of its size) and its id.
+LINE_OVERHEAD_BYTES = 64 * 1024
+JSON_TYPES = frozenset({"application/json"})
+NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
+CREATE_FIELDS = frozenset({"items", "reduce_gates", "on_item_failure"})
+ADD_FIELDS = frozenset({"items"})
+NDJSON_CREATE_PARAMETERS = frozenset({"reduce_gates", "on_item_failure"})
+_RECORD = struct.Struct("<IIQ")  # id length, gate, data length
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a request may carry: an item's data (``max_item_bytes``, as the client's),
+    a body read whole (``max_body_bytes``: JSON, and every add) and an NDJSON create
+    streamed to a spool (``max_upload_bytes``)."""
+
+    max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+
+    @property
+    def max_line_bytes(self) -> int:
+        """The longest NDJSON line: twice an item's data limit, plus room for the id."""
+        return 2 * self.max_item_bytes + LINE_OVERHEAD_BYTES
+
+
+class Spool:
+    """Checked items in a temporary file, in arrival order: memory holds a few MiB of
+    them whatever their number. ``count`` and ``first_gate`` (the lowest gate) are
+    kept as they are added."""
+
+    def __init__(self) -> None:
+        self.file = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)
+        self.count = 0
+        self.first_gate: int | None = None
+
+    def add(self, item: NewItem) -> None:
+        """Append a checked item (its gate set)."""
+        gate = item.gate or 0
+        encoded = item.id.encode()
+        self.file.write(_RECORD.pack(len(encoded), gate, len(item.data)))
+        self.file.write(encoded)
+        self.file.write(item.data)
+        self.count += 1
+        self.first_gate = gate if self.first_gate is None else min(self.first_gate, gate)
+
+    def batches(self, size: int = SPOOL_BATCH) -> Iterator[list[NewItem]]:
+        """The items again, ``size`` at a time, from the start."""
+        self.file.seek(0)
+        batch: list[NewItem] = []
+        for _ in range(self.count):
+            id_length, gate, data_length = _RECORD.unpack(self.file.read(_RECORD.size))
+            item_id = self.file.read(id_length).decode()
+            batch.append(NewItem(item_id, self.file.read(data_length), gate))
+            if len(batch) == size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def repeated_ids(self) -> list[str]:
+        """The ids that appear more than once, or that equal another but for trailing
+        spaces (what MariaDB and SQL Server take for one id): read when the database
+        refused the insert, to name them."""
+        seen: dict[str, list[str]] = {}
+        for batch in self.batches():
+            for item in batch:
+                seen.setdefault(item.id.rstrip(" "), []).append(item.id)
+        return sorted({one for group in seen.values() if len(group) > 1 for one in group})
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class RequestDigest:
+    """The SHA-256 of a create: the route's idempotency key, the body's media type, the
+    settings and every byte of the body. The same request gives the same digest."""
+
+    def __init__(self, idempotency_key: str | None, media_type: str) -> None:
+        self._hash = hashlib.sha256(b"statefeed-create/1\n")
+        self._hash.update(json.dumps([idempotency_key, media_type]).encode() + b"\n")
+
+    def update(self, chunk: bytes) -> None:
+        self._hash.update(chunk)
+
+    def settle(self, settings: PartitionSettings) -> str:
+        """The digest, once the body has been read whole: ``settings`` (from the query
+        or the body) are part of it."""
+        self._hash.update(b"\n" + json.dumps(
+            [sorted(settings.reduce_gates), settings.continue_on_failure]).encode())
+        return self._hash.hexdigest()
+
+
+class NdjsonItems:
+    """Splits an NDJSON stream into lines and checks each as a new item into a
+    :class:`Spool`. Blank lines are skipped; lines are numbered from 1."""
+
+    def __init__(self, partition_id: str, limits: Limits, spool: Spool,
+                 digest: RequestDigest | None = None, *, whole: bool = False) -> None:
+        self.partition_id = partition_id
+        self.limits = limits
+        # A body read whole (an add) has the body limit; a create's stream the upload's.
+        self.max_bytes, self.limit_option = (
+            (limits.max_body_bytes, "--max-body-bytes") if whole
+            else (limits.max_upload_bytes, "--max-upload-bytes"))
+        self.spool = spool
+        self.digest = digest
+        self.received = 0
+        self.lines = 0
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        """Take the next bytes of the stream.
+
+        Raises:
+            ApiError: the stream is over its limit, a line is over the line
+                limit, or a line is not a valid item (413, 400 or 422).
+        """
+        self.received += len(chunk)
+        if self.received > self.max_bytes:
+            raise too_large(f"the body is over {self.max_bytes} bytes ({self.limit_option}): "
+                            "send the items in several requests")
+        if self.digest is not None:
+            self.digest.update(chunk)
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._line(line)
+        if len(self._partial) > self.limits.max_line_bytes:
+            raise self._line_too_long(self.lines + 1)
+
+    def finish(self) -> None:
+        """The stream ended whole: check its last line (one without a newline).
+
+        Raises:
+            ApiError: as :meth:`feed`.
+        """
+        if self._partial:
+            self._line(self._partial)
+            self._partial = b""
+
+    def _line(self, raw: bytes) -> None:
+        self.lines += 1
+        number = self.lines
+        if len(raw) > self.limits.max_line_bytes:
+            raise self._line_too_long(number)
+        if not raw.strip():
+            return
+        where = f"line {number}"
+        try:
+            entry = parse_new_item(decode_json(raw, where), f"{where}: ")
+        except MalformedResponseError as error:
+            raise bad_request(str(error), line=number) from None
+        try:
+            self.spool.add(check_item(self.partition_id, entry, number - 1,
+                                      self.limits.max_item_bytes))
+        except InvalidInputError as error:
+            raise from_statefeed(InvalidInputError(f"{where}: {error}"), line=number) from None
+
+    def _line_too_long(self, number: int) -> ApiError:
+        return too_large(f"line {number} is over {self.limits.max_line_bytes} bytes; an item's "
+                         f"data may be at most {self.limits.max_item_bytes} bytes "
+                         "(--max-item-bytes)", line=number)
+
+
+def json_document(body: bytes, allowed: frozenset[str]) -> dict[str, Any]:
+    """A JSON body that must be an object with only ``allowed`` keys.
+
+    Raises:
+        ApiError: 400 when it is not JSON, not an object, or has an unknown key.
+    """
+    try:
+        document = decode_json(body)
+    except MalformedResponseError as error:
+        raise bad_request(str(error)) from None
+    if not isinstance(document, dict):
+        raise bad_request(f"the body must be a JSON object with {_listed(allowed)}")
+    unknown = sorted(set(document) - allowed)
+    if unknown:
+        raise bad_request(f"unknown field {unknown[0]!r}; the body may have {_listed(allowed)}",
+                          field=unknown[0])
+    return document
+
+
+def json_items(partition_id: str, value: Any, limits: Limits, *, allow_empty: bool
+               ) -> list[NewItem]:
+    """The ``items`` of a JSON body, checked as the client checks them (ids, gates,
+    sizes, repeats).
+
+    Raises:
+        ApiError: 400 for a shape that is not a list of new items (the field names
+            the entry), 422 for items the rules refuse.
+    """
+    if value is None:
+        value = []
+    if not isinstance(value, list):
+        raise bad_request("'items' must be an array of new items "
+                          '({"id": "a", "gate": 0, "data": {}})', field="items")
+    items = []
+    for position, entry in enumerate(value):
+        where = f"items[{position}]"
+        try:
+            items.append(parse_new_item(entry, f"{where}: "))
+        except MalformedResponseError as error:
+            raise bad_request(str(error), field=where) from None
+    try:
+        return check_items(partition_id, items, allow_empty=allow_empty,
+                           max_item_bytes=limits.max_item_bytes)
+    except InvalidInputError as error:
+        raise from_statefeed(error, field="items") from None
+
+
+def settings_from(partition_id: str, reduce_gates: Any, on_item_failure: Any
+                  ) -> PartitionSettings:
+    """A create's settings, checked as the client checks them.
+
+    Raises:
+        ApiError: 400 when a value has the wrong type, 422 when the rules refuse it.
+    """
+    if reduce_gates is None:
+        reduce_gates = []
+    if on_item_failure is None:
+        on_item_failure = "fail"
+    if not isinstance(reduce_gates, list):
+        raise bad_request("'reduce_gates' must be an array of gates, such as [1]",
+                          field="reduce_gates")
+    if not isinstance(on_item_failure, str):
+        raise bad_request("'on_item_failure' must be \"fail\" or \"continue\"",
+                          field="on_item_failure")
+    try:
+        return check_settings(partition_id, reduce_gates, on_item_failure)
+    except InvalidInputError as error:
+        field = "on_item_failure" if "on_item_failure" in str(error) else "reduce_gates"
+        raise from_statefeed(error, field=field) from None
+
+
+def query_settings(partition_id: str, query: dict[str, str]) -> PartitionSettings:
+    """An NDJSON create's settings, from its query string: ``reduce_gates=1,3`` and
+    ``on_item_failure=continue``.
+
+    Raises:
+        ApiError: 400 for an unknown parameter or a gate that is not a number, 422
+            when the rules refuse a value.
+    """
+    unknown = sorted(set(query) - NDJSON_CREATE_PARAMETERS)
+    if unknown:
+        raise bad_request(f"unknown query parameter {unknown[0]!r}; an NDJSON create takes "
+                          f"{_listed(NDJSON_CREATE_PARAMETERS)}", field=unknown[0])
+    raw = query.get("reduce_gates", "").strip()
+    try:
+        gates = [int(part) for part in raw.split(",")] if raw else []
+    except ValueError:
+        raise bad_request(f"reduce_gates must be gates separated by commas, such as 1,3; "
+                          f"got {raw!r}", field="reduce_gates") from None
+    return settings_from(partition_id, gates, query.get("on_item_failure"))
+
+
+def _listed(names: frozenset[str]) -> str:
+    return ", ".join(repr(name) for name in sorted(names))
+
+
+def media_type(request: Request) -> str:
+    """The body's media type, JSON or NDJSON.
+
+    Raises:
+        ApiError: 415 for any other type (or none).
+    """
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media in JSON_TYPES or media in NDJSON_TYPES:
+        return media
+    raise ApiError(415, "unsupported_media_type",
+                   f"Content-Type {media or '(none)'!r} is not taken here: send "
+                   "application/json, or application/x-ndjson (one item per line)",
+                   "Content-Type")
+
+
+def declared_length(request: Request, limit: int, option: str) -> None:
+    """Refuse a body whose Content-Length is over ``limit`` before reading it.
+
+    Raises:
+        ApiError: 413 naming the limit, 400 for a Content-Length that is not a number.
+    """
+    raw = request.headers.get("content-length")
+    if raw is None:
+        return
+    if not raw.isdigit():
+        raise bad_request(f"Content-Length must be a number, got {raw!r}",
+                          field="Content-Length")
+    if int(raw) > limit:
+        raise too_large(f"the body is {raw} bytes; the limit is {limit} bytes ({option}): "
+                        "send the items in several requests, or as NDJSON")
+
+
+async def read_whole(request: Request, limit: int) -> bytes:
+    """The body, up to ``limit`` bytes.
+
+    Raises:
+        ApiError: 413 when it is longer.
+        ClientDisconnect: the client went away before the end.
+    """
+    declared_length(request, limit, "--max-body-bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_large(f"the body is over {limit} bytes (--max-body-bytes): send the "
+                            "items in several requests, or as NDJSON")
+    return bytes(body)
+
+
+async def stream_into(request: Request, lines: NdjsonItems) -> None:
+    """Feed the body to ``lines`` as it arrives, and finish it when it ends whole.
+
+    Raises:
+        ApiError: as :meth:`NdjsonItems.feed`.
+        ClientDisconnect: the client went away before the end.
+    """
+    declared_length(request, lines.max_bytes, lines.limit_option)
+    async for chunk in request.stream():
+        if chunk:
+            lines.feed(chunk)
+    lines.finish()
