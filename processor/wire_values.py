@@ -70,14 +70,14 @@ class Failure:
 
 
 def _refuse_constant(name: str) -> Any:
-    raise MalformedResponseError(f"the body is not valid JSON ({name} is not a JSON number)")
+    raise MalformedResponseError(f"is not valid JSON ({name} is not a JSON number)")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if math.isinf(value):
         raise MalformedResponseError(
-            f"the body has a number out of range: {shorten(text, SHOWN_VALUE_CHARS)} "
+            f"has a number out of range: {shorten(text, SHOWN_VALUE_CHARS)} "
             "overflows a 64-bit float")
     return value
 
@@ -102,8 +102,8 @@ def decode_json(body: bytes, what: str = "the body") -> Any:
     """
     try:
         return _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
-    except MalformedResponseError:
-        raise
+    except MalformedResponseError as error:  # from the hooks: says what, not whose
+        raise MalformedResponseError(f"{what} {error}") from None
     except RecursionError:
         raise MalformedResponseError(f"{what} is nested too deeply to parse") from None
     except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, the digit limit

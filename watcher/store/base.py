@@ -223,7 +223,8 @@ class StoreBase:
                                after: tuple[datetime, str] | None = None,
                                prefix: str | None = None) -> list[Any]:
         p = self.tables.partitions
-        query = select(p)
+        # Every column a PartitionInfo shows: the create's request digest is the API's.
+        query = select(*(column for column in p.c if column.name != "request_digest"))
         if ids is not None:
             query = query.where(p.c.id.in_(ids))
         if status is not None:
