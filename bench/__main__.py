@@ -19,12 +19,14 @@ Scenarios: library (in-process watcher vs PGQueuer; on SQLite vs the raw sqlite3
 limit), small (2,000 partitions of 20 items vs the same items in 10 partitions, and
 the CPU each partition costs), http (processor run vs bare httpx and aiohttp
 clients), batch (--handler-batch-size), spawn (children inserted through answers vs
-the client's add_items), latency (insert -> dispatch, gate advance), failover (kill
--9, SIGTERM), scale (poll queries, memory and statements per item as completed items
-accumulate), fanin (last gate-0 result -> reduce -> partition complete, 10,000 items
-a gate), reduce (a 100,000-item reduce gate in pages, and the reducer's memory),
-chord (P partitions x N items, a step then a reduce: statefeed vs Celery's chord,
-its results in the Redis at ``$PROCESSOR_BENCH_REDIS_URL``, default
+the client's add_items), ingest (a partition created through ``processor api``,
+NDJSON streamed and one JSON body, vs the client's create_partition), latency
+(insert -> dispatch, gate advance), failover (kill -9, SIGTERM), scale (poll
+queries, memory and statements per item as completed items accumulate), fanin
+(last gate-0 result -> reduce -> partition complete, 10,000 items a gate), reduce
+(a 100,000-item reduce gate in pages, and the reducer's memory), chord (P
+partitions x N items, a step then a reduce: statefeed vs Celery's chord, its
+results in the Redis at ``$PROCESSOR_BENCH_REDIS_URL``, default
 ``redis://127.0.0.1:6379/0``, on that Redis and on the RabbitMQ at
 ``$PROCESSOR_BENCH_RABBITMQ_URL`` as brokers; Celery is skipped with a message where
 no Redis answers, its RabbitMQ runs where no RabbitMQ does), crawl (trees visited by
@@ -34,19 +36,19 @@ CPU each item costs the fleet), instructions (CPU instructions per item in libra
 mode, counted by valgrind's callgrind over two drains that differ only in their
 items; a figure a busy machine does not move).
 
-Databases (``--db``, repeatable; ``all`` = sqlite, postgres, mariadb): SQLite
-is a fresh file in the run's log directory, MariaDB the server at
+Databases (``--db``, repeatable; ``all`` = sqlite, postgres, mariadb): SQLite is a
+fresh file in the run's log directory, MariaDB the server at
 ``$PROCESSOR_BENCH_MARIADB_URL`` (default ``mysql://root@127.0.0.1:3306/test``).
-library, small, instructions, http, batch, spawn, latency and scale run on each; failover, fanin,
-reduce, chord, crawl and fleet on PostgreSQL only (reported as not run on the others), and so does
-PGQueuer within library; on databases without LISTEN/NOTIFY the latency table
-says the first dispatch waits for a poll. Each database gets its tables, then
-come every goal per database and issue 15's goals on the figures of the same
-run (SQLite's library drain >= 0.5x the sqlite3 limit, SQLite's HTTP per item
->= 0.5x bare aiohttp, MariaDB's library drain >= 0.5x PostgreSQL's). With
-``--db`` the JSON holds a ``databases`` object (``format`` 2); without it, the
-single-PostgreSQL document (``format`` 1). A database that does not answer is
-skipped with a one-line message.
+library, small, instructions, http, batch, spawn, ingest, latency and scale run on
+each; failover, fanin, reduce, chord, crawl and fleet on PostgreSQL only (reported
+as not run on the others), and so does PGQueuer within library; on databases without
+LISTEN/NOTIFY the latency table says the first dispatch waits for a poll. Each
+database gets its tables, then come every goal per database and issue 15's goals on
+the figures of the same run (SQLite's library drain >= 0.5x the sqlite3 limit,
+SQLite's HTTP per item >= 0.5x bare aiohttp, MariaDB's library drain >= 0.5x
+PostgreSQL's). With ``--db`` the JSON holds a ``databases`` object (``format`` 2);
+without it, the single-PostgreSQL document (``format`` 1). A database that does not
+answer is skipped with a one-line message.
 
 Exit status: 0 when every scenario ran (goals missed or not), 1 when one
 failed, 2 when no chosen database can be reached or an option is wrong, 130

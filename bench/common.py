@@ -45,8 +45,8 @@ DATABASES = ("sqlite", "postgres", "mariadb")
 DATABASE_TITLES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mariadb": "MariaDB"}
 
 # Scenario names, in the order they run and print.
-SCENARIOS = ("library", "small", "fleet", "instructions", "http", "batch", "spawn", "latency",
-             "failover", "scale", "fanin", "reduce", "chord", "crawl")
+SCENARIOS = ("library", "small", "fleet", "instructions", "http", "batch", "spawn", "ingest",
+             "latency", "failover", "scale", "fanin", "reduce", "chord", "crawl")
 # Scenarios that run on PostgreSQL alone (they compare with PostgreSQL-only systems or
 # time PostgreSQL's wake-ups); on the other databases they are reported as not run.
 POSTGRES_ONLY = ("fleet", "failover", "fanin", "reduce", "chord", "crawl")
@@ -111,6 +111,8 @@ class Sizes:
     reduce_gate_items: tuple[int, ...] = (10_000, 100_000)  # big reduce gates, in turn
     spawn_children: int = 100_000  # spawn: children inserted through answers, in all
     spawn_page: int = 1_000  # spawn: children per answer (and per add_items call)
+    ingest_items: int = 50_000  # ingest: items per create, API NDJSON and client alike
+    ingest_json_items: int = 10_000  # ingest: items per create with one JSON body
     crawl_count: int = 20  # crawl: trees, each one partition (one reduce)
     crawl_fanout: int = 5  # crawl: children per node
     crawl_depth: int = 3  # crawl: levels below the root (5, 3: 156 nodes a tree)
@@ -134,11 +136,13 @@ class Sizes:
                         instructions_items=(40, 200),
                         query_samples=20, fanin_items=1_200, fanin_samples=2,
                         reduce_gate_items=(300, 2_500), chord_partitions=3, chord_items=20,
-                        spawn_children=2_000, spawn_page=100, crawl_count=3,
+                        spawn_children=2_000, spawn_page=100, ingest_items=2_000,
+                        ingest_json_items=500, crawl_count=3,
                         crawl_fanout=3, crawl_depth=2,
                         celery_setups=("prefork:2",), phase_timeout=60.0)
         elif full:
             sizes = cls(items=100_000, http_items=20_000, batch_items=100_000,
+                        ingest_items=200_000, ingest_json_items=20_000,
                         latency_samples=200, scale_partitions=10_000, scale_items=100,
                         query_samples=1_000, fanin_samples=30, phase_timeout=1_800.0)
         else:

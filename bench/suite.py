@@ -80,6 +80,7 @@ def runners() -> dict[str, Runner]:
         failover,
         fleet,
         http_mode,
+        ingest,
         instructions,
         latency,
         library,
@@ -92,7 +93,8 @@ def runners() -> dict[str, Runner]:
     return {"library": library.run, "small": small.run, "fleet": fleet.run,
             "instructions": instructions.run,
             "http": http_mode.run_per_item,
-            "batch": http_mode.run_batch, "spawn": spawn.run, "latency": latency.run,
+            "batch": http_mode.run_batch, "spawn": spawn.run, "ingest": ingest.run,
+            "latency": latency.run,
             "failover": failover.run,
             "scale": scale.run, "fanin": reduce.run_fanin, "reduce": reduce.run_big,
             "chord": chord.run, "crawl": crawl.run}

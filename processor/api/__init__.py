@@ -3,7 +3,9 @@ items, read, wait for, page, retry, cancel and delete them over HTTP, with the c
 library's rules and errors.
 
 :mod:`~processor.api.problems` is the one error shape, :mod:`~processor.api.upload`
-reads and checks request bodies (NDJSON streamed to a spool), :mod:`~processor.api.routes`
-is the Starlette app, and :mod:`~processor.api.server` serves it. The OpenAPI document,
+checks items and settings (NDJSON line by line into a spool; the CLI's ``create`` uses
+it too), :mod:`~processor.api.bodies` reads request bodies into it,
+:mod:`~processor.api.views` shapes the answers, :mod:`~processor.api.routes` routes
+and answers requests, and :mod:`~processor.api.server` guards and serves them. The OpenAPI document,
 ``openapi.json`` here, is the contract; a test holds the routes to it.
 """

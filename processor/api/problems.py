@@ -20,6 +20,7 @@ from watcher.errors import (
     PartitionExistsError,
     PartitionLeasedError,
     PartitionNotFoundError,
+    ValueRefusedError,
 )
 
 ERROR_MEDIA_TYPE = "application/json"
@@ -41,9 +42,14 @@ class ApiError(Exception):
 
     def body(self) -> bytes:
         """The JSON body of the answer."""
-        return json.dumps({"error": {
-            "status": self.status, "code": self.code, "message": self.message,
-            "field": self.field, "line": self.line}}, ensure_ascii=False).encode()
+        document = {"error": {"status": self.status, "code": self.code,
+                              "message": self.message, "field": self.field, "line": self.line}}
+        try:
+            return json.dumps(document, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            # A field named in the request may hold an unpaired surrogate (a JSON key
+            # "\udc00"), which UTF-8 cannot carry; JSON's \u escapes can.
+            return json.dumps(document).encode()
 
 
 def bad_request(message: str, *, field: str | None = None, line: int | None = None
@@ -61,8 +67,9 @@ def too_large(message: str, *, field: str | None = None, line: int | None = None
 def from_statefeed(error: Exception, *, field: str | None = None, line: int | None = None
                    ) -> ApiError:
     """The answer for an error the client library raises: 404 for a partition that is not
-    there, 409 for a conflict with what is stored, 422 for input the rules refuse, 503
-    for a database that failed. Anything else is not statefeed's: it is re-raised.
+    there, 409 for a conflict with what is stored, 422 for input the rules refuse, 413
+    for a value the database refuses for its size, 503 for a database that failed.
+    Anything else is not statefeed's: it is re-raised.
 
     Raises:
         Exception: ``error`` itself, when it is none of those.
@@ -88,6 +95,8 @@ def from_statefeed(error: Exception, *, field: str | None = None, line: int | No
                         "and delete it anyway", "partition_id")
     if isinstance(error, InvalidInputError):
         return ApiError(422, "invalid_input", message, field, line)
+    if isinstance(error, ValueRefusedError):
+        return too_large(message, field=field, line=line)
     if isinstance(error, DatabaseError):
         return ApiError(503, "database_unavailable", message)
     raise error

@@ -31,6 +31,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from processor.api.bodies import media_type, read_whole, stream_into
 from processor.api.problems import ApiError, bad_request, from_statefeed
 from processor.api.upload import (
     ADD_FIELDS,
@@ -42,11 +43,8 @@ from processor.api.upload import (
     Spool,
     json_document,
     json_items,
-    media_type,
     query_settings,
-    read_whole,
     settings_from,
-    stream_into,
 )
 from processor.api.views import (
     DEFAULT_ITEMS_LIMIT,
@@ -259,6 +257,7 @@ ROUTES: dict[tuple[str, ...], dict[str, Handler]] = {
     ("v1", "partitions", PARTITION, "cancel"): {"POST": IngestApi.cancel},
 }
 STATIC_ROUTES = {("v1", "openapi.json"), ("healthz",)}
+STATIC_METHODS = frozenset({"GET", "HEAD"})
 
 
 def resolve(raw_path: str) -> tuple[tuple[str, ...], str]:
@@ -327,26 +326,41 @@ class Dispatch:
         try:
             template, partition_id = resolve(raw_path)
             method = request.method
-            if template == ("healthz",) and method in ("GET", "HEAD"):
+            if template == ("healthz",) and method in STATIC_METHODS:
                 return answer(200, {"status": "ok"})
-            if template == ("v1", "openapi.json") and method in ("GET", "HEAD"):
+            if template == ("v1", "openapi.json") and method in STATIC_METHODS:
                 return Response(OPENAPI.read_bytes(), media_type="application/json")
             handlers = ROUTES.get(template, {})
             if method not in handlers:
-                allowed = ", ".join(sorted(handlers) or ["GET"])
-                raise ApiError(405, "method_not_allowed",
-                               f"{method} is not allowed here; this route takes {allowed}")
+                allowed = ", ".join(sorted(handlers or STATIC_METHODS))
+                refusal = error_response(ApiError(
+                    405, "method_not_allowed",
+                    f"{method} is not allowed here; this route takes {allowed}"))
+                refusal.headers["allow"] = allowed  # RFC 9110: a 405 says what is allowed
+                return refusal
             return await handlers[method](self.api, request, partition_id)
         except ApiError as error:
             return error_response(error)
-        except StatefeedError as error:
-            return error_response(from_statefeed(error))
         except ClientDisconnect:
             raise
-        except Exception:
+        except Exception as error:
+            known = statefeed_answer(error)
+            if known is not None:
+                return error_response(known)
             log.exception("action=api_error method=%s path=%r", request.method, raw_path)
             return error_response(ApiError(500, "internal_error",
                                            "the API failed; its log says why"))
+
+
+def statefeed_answer(error: Exception) -> ApiError | None:
+    """The answer for one of statefeed's errors; ``None`` for any other error, and for
+    one of statefeed's that has no answer (an internal error: 500)."""
+    if not isinstance(error, StatefeedError):
+        return None
+    try:
+        return from_statefeed(error)
+    except StatefeedError:
+        return None
 
 
 def error_response(error: ApiError) -> Response:

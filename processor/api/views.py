@@ -2,20 +2,25 @@
 the query parameters its reads take. Pure: no I/O.
 
 An item's ``data`` (and a partition's ``result``) is shown as the JSON value it
-holds when it is JSON, and as ``data_b64`` (``result_b64``) when it is other bytes:
-what went in as ``data`` comes back as ``data``.
+holds when it is UTF-8 JSON an answer can carry, and as ``data_b64``
+(``result_b64``) when it is other bytes: what went in as ``data`` comes back as
+``data``. Times are RFC 3339, in UTC. Numbers in a query are ASCII digits:
+``int()`` and ``float()`` take more (``"1_0"``, other scripts' digits), and
+``str.isdigit()`` takes ``"²"``, which ``int()`` then refuses.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import math
+import re
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from processor.api.problems import bad_request
 from processor.views import partition_row
+from processor.wire_values import DATA_ENCODER, MalformedResponseError, decode_json
 from watcher.records import ItemInfo, PartitionInfo
 
 FINISHED = ("complete", "failed", "cancelled")
@@ -23,17 +28,28 @@ DEFAULT_WAIT_SECONDS = 30.0
 MAX_WAIT_SECONDS = 300.0
 DEFAULT_ITEMS_LIMIT = 100
 TRUE_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+# A whole number, and a decimal number with an optional exponent: ASCII only, and short
+# enough that neither int()'s digit limit nor a float's range is reached unchecked.
+WHOLE_NUMBER = re.compile(r"[0-9]{1,20}")
+DECIMAL_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+MAX_NUMBER_CHARS = 40
+# A \uD800-\uDFFF escape: a JSON text holding one may decode to an unpaired surrogate,
+# which no UTF-8 answer can carry.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def partition_view(info: PartitionInfo) -> dict[str, Any]:
     """A partition: status, gate, counts per status, settings, result and timestamps;
     ``finished`` says it is complete, failed or cancelled."""
     row = partition_row(info)
+    row.pop("owner", None)
+    row.pop("result", None)
+    row.pop("result_b64", None)
+    row.update({"result": None} if info.result is None else data_value(info.result, "result"))
     row["finished"] = info.status in FINISHED
     row["total"] = sum(info.counts.values())
-    row["created_at"] = None if info.created_at is None else info.created_at.isoformat()
-    row["updated_at"] = None if info.updated_at is None else info.updated_at.isoformat()
-    row.pop("owner", None)
+    row["created_at"] = timestamp(info.created_at)
+    row["updated_at"] = timestamp(info.updated_at)
     return row
 
 
@@ -42,19 +58,31 @@ def item_view(info: ItemInfo, *, with_data: bool) -> dict[str, Any]:
     view: dict[str, Any] = {
         "id": info.id, "status": info.status, "gate": info.gate, "attempts": info.attempts,
         "last_error": info.last_error, "version": info.version,
-        "retry_at": None if info.retry_at is None else info.retry_at.isoformat(),
-        "parent": info.parent}
+        "retry_at": timestamp(info.retry_at), "parent": info.parent}
     if with_data:
         view.update(data_value(info.data))
     return view
 
 
-def data_value(data: bytes) -> dict[str, Any]:
-    """``{"data": value}`` when ``data`` is JSON, else ``{"data_b64": text}``."""
+def timestamp(value: datetime | None) -> str | None:
+    """A stored time (naive UTC, or aware) as RFC 3339 in UTC; ``None`` stays ``None``."""
+    if value is None:
+        return None
+    return (value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+            ).isoformat()
+
+
+def data_value(data: bytes, name: str = "data") -> dict[str, Any]:
+    """``{name: value}`` when ``data`` is UTF-8 JSON an answer can carry (no ``NaN``, no
+    number out of a float's range, no unpaired surrogate), else ``{name_b64: text}``."""
     try:
-        return {"data": json.loads(data)}
-    except ValueError:
-        return {"data_b64": base64.b64encode(data).decode("ascii")}
+        data.decode("utf-8")
+        value = decode_json(data)
+        if _SURROGATE_ESCAPE.search(data):
+            DATA_ENCODER.encode(value).encode()
+    except (MalformedResponseError, ValueError):  # UnicodeError is a ValueError
+        return {f"{name}_b64": base64.b64encode(data).decode("ascii")}
+    return {name: value}
 
 
 def only(query: Mapping[str, str], allowed: frozenset[str]) -> None:
@@ -72,7 +100,8 @@ def only(query: Mapping[str, str], allowed: frozenset[str]) -> None:
 
 def whole_number(query: Mapping[str, str], name: str, default: int | None, *,
                  low: int, high: int) -> int | None:
-    """A whole-number query parameter from ``low`` to ``high`` (``default`` if absent).
+    """A whole-number query parameter (ASCII digits) from ``low`` to ``high`` (``default``
+    if absent).
 
     Raises:
         ApiError: 400 naming the parameter when it is not such a number.
@@ -80,14 +109,15 @@ def whole_number(query: Mapping[str, str], name: str, default: int | None, *,
     raw = query.get(name)
     if raw is None:
         return default
-    if not raw.strip().isdigit() or not low <= int(raw) <= high:
+    if not WHOLE_NUMBER.fullmatch(raw) or not low <= int(raw) <= high:
         raise bad_request(f"{name} must be a whole number from {low} to {high}, got {raw!r}",
                           field=name)
     return int(raw)
 
 
 def seconds(query: Mapping[str, str], name: str, default: float, *, high: float) -> float:
-    """A number of seconds from 0 to ``high`` (``default`` if absent).
+    """A number of seconds from 0 to ``high`` (``default`` if absent): digits with an
+    optional fraction and exponent (``0.5``, ``30``, ``1e-05``).
 
     Raises:
         ApiError: 400 naming the parameter when it is not such a number.
@@ -95,10 +125,8 @@ def seconds(query: Mapping[str, str], name: str, default: float, *, high: float)
     raw = query.get(name)
     if raw is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
+    value = float(raw) if len(raw) <= MAX_NUMBER_CHARS and DECIMAL_NUMBER.fullmatch(raw) \
+        else math.nan
     if not 0 <= value <= high:
         raise bad_request(f"{name} must be a number of seconds from 0 to {high:g}, got {raw!r}",
                           field=name)

@@ -1,14 +1,20 @@
-"""The ``processor`` command: migrate, run, status and result; the operator's verbs items,
-retry, cancel, delete, purge and set-gate; the web console; and demo.
+"""The ``processor`` command: migrate and run; the producer's verbs create, add and wait;
+status, result and items; the operator's verbs retry, cancel, delete, purge and
+set-gate; the web console, the ingest API, demo and healthcheck.
 
-The verbs live by kind in :mod:`~processor.cli.serve`, :mod:`~processor.cli.data`,
-:mod:`~processor.cli.operate` and :mod:`~processor.cli.tools`, on
-:mod:`~processor.cli.common` (the app, shared options and helpers); this module
-imports them, so that each registers its verbs, and holds :func:`main`.
+The verbs live by kind in :mod:`~processor.cli.serve`, :mod:`~processor.cli.produce`,
+:mod:`~processor.cli.data`, :mod:`~processor.cli.operate` and
+:mod:`~processor.cli.tools`, on :mod:`~processor.cli.common` (the app, shared options
+and helpers); this module imports them, so that each registers its verbs, and holds
+:func:`main`.
 
 Every option can also be set as an environment variable ``PROCESSOR_<OPTION>``
-(``--db-url`` is ``PROCESSOR_DB_URL``). Configuration errors print one line on
-stderr and exit with status 2; database failures exit with status 1.
+(``--db-url`` is ``PROCESSOR_DB_URL``; ``wait --timeout`` is
+``PROCESSOR_WAIT_TIMEOUT``). Configuration errors (and bad input: a bad NDJSON line,
+a partition that exists or does not) print one line on stderr and exit with status
+2; database failures exit with status 1. ``processor result`` exits with 3 when the
+partition has no result; ``processor wait`` with 4 when the partition failed or was
+cancelled, and 5 when it was still open at the timeout.
 """
 
 
@@ -21,6 +27,7 @@ import typer
 
 # Each module registers its verbs as it is imported, in the order `processor --help` lists them.
 from processor.cli import serve  # noqa: F401
+from processor.cli import produce  # noqa: F401
 from processor.cli import data  # noqa: F401
 from processor.cli import operate  # noqa: F401
 from processor.cli import tools  # noqa: F401

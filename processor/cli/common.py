@@ -34,6 +34,10 @@ DEFAULT_BACKLOG_INTERVAL = 5.0
 EXIT_DATABASE = 1
 EXIT_CONFIG = 2
 EXIT_NO_RESULT = 3
+# `processor wait`: the partition stopped without completing (failed or cancelled), or was
+# still open when the timeout passed.
+EXIT_PARTITION_STOPPED = 4
+EXIT_WAIT_TIMEOUT = 5
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 app = typer.Typer(

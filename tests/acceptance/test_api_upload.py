@@ -79,7 +79,7 @@ def memory(pid: int) -> dict[str, int]:
 async def cut_off_midway(url: str, lines: int) -> None:
     """Send the headers and ``lines`` lines of a chunked create, then close the socket."""
     host, port = re.match(r"http://([\d.]+):(\d+)/", url).groups()  # type: ignore[union-attr]
-    reader, writer = await asyncio.open_connection(host, int(port))
+    _, writer = await asyncio.open_connection(host, int(port))
     writer.write(b"PUT /v1/partitions/inbox HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                  b"Content-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n"
                  + f"Idempotency-Key: {KEY}\r\n\r\n".encode())

@@ -25,8 +25,8 @@ from tests.conftest import POSTGRES_URL, require_bench_peers, require_postgres
 from watcher.dburl import parse_database_url
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = ("library", "small", "fleet", "instructions", "http", "batch", "spawn", "latency",
-             "failover", "scale", "fanin", "reduce", "chord", "crawl")
+SCENARIOS = ("library", "small", "fleet", "instructions", "http", "batch", "spawn", "ingest",
+             "latency", "failover", "scale", "fanin", "reduce", "chord", "crawl")
 
 # The figures a scenario writes on every database it runs on (dotted paths into its
 # JSON object, each a number above zero); batch's where the build has batch mode.
@@ -38,6 +38,9 @@ FIGURES = {
     "http": ("processor.0.items_per_s", "processor.0.all_written_seconds",
              "bare.0.items_per_s", "ratio_processor_over_bare_aiohttp"),
     "batch": ("processor.items_per_s", "ratio_batch_over_best_bare"),
+    "ingest": ("client.items_per_s", "api_ndjson.items_per_s", "api_ndjson.api_cpu_us_per_item",
+               "ratio_ndjson_over_client", "client_json_size.items_per_s",
+               "api_json.items_per_s", "ratio_json_over_client"),
     "latency": ("insert_to_dispatch.p50_ms", "gate_advance.p50_ms"),
     "scale": ("statements_per_item", "drain.rss_mb.at_10pct", "drain.rss_mb.at_90pct",
               *(f"poll_queries.{query}.{at}.p50_ms" for query in ("items_ready", "leases_free")
@@ -73,13 +76,16 @@ def tables_left(url: str, prefixes: list[str]) -> list[str]:
     return sorted(name for name in names if name.startswith(tuple(prefixes)))
 
 
+# Every scenario once at its smallest: about 3 minutes on an idle 2-core machine, twice
+# that under load (valgrind's instruction count is most of it).
+@pytest.mark.timeout(720)
 def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     require_bench_peers()
     require_postgres()
     out = tmp_path / "bench.json"
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--json", str(out)], cwd=REPO,
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=660,
         env={**os.environ, "PROCESSOR_BENCH_POSTGRES_URL": POSTGRES_URL, "COLUMNS": "160"})
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     document = json.loads(out.read_text())
@@ -191,6 +197,16 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     assert spawn["children"] >= sizes["spawn_children"] and spawn["page"] == sizes["spawn_page"]
     positive(spawn, "add_items_per_second", "spawn_per_second", "cost_ratio")
 
+    ingest = scenarios["ingest"]
+    # The same items each way, at least three rounds each.
+    assert ingest["items"] == ingest["client"]["items"] == ingest["api_ndjson"]["items"] == (
+        sizes["ingest_items"])
+    assert ingest["json_items"] == ingest["client_json_size"]["items"] == (
+        ingest["api_json"]["items"]) == sizes["ingest_json_items"]
+    for way in ("client", "api_ndjson", "client_json_size", "api_json"):
+        assert len(ingest[way]["rounds_items_per_s"]) >= 3, (way, ingest[way])
+    positive(ingest, *FIGURES["ingest"])
+
     crawl = scenarios["crawl"]
     assert crawl["statefeed_library"]["partitions"] == sizes["crawl_count"]
     positive(crawl, "statefeed_library.steps_per_s", "statefeed_library.partition_latency.p99_ms")
@@ -206,6 +222,7 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
             "chord: statefeed library (defaults) vs best Celery, steps/s",
             "chord: partition p99, statefeed library / best Celery",
             "spawn cost per child vs add_items", "small partitions vs big, items/s",
+            "ingest: API NDJSON vs the client's create_partition, items/s",
             "fleet: CPU per item, 4 processors / 1",
             "crawl: statefeed vs best Celery, nodes/s",
             "crawl: best Celery p99 / statefeed p99"} <= names

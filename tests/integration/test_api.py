@@ -108,7 +108,8 @@ async def test_an_empty_create_makes_an_empty_partition(api, client) -> None:
 
 async def test_any_id_has_an_address(api, client) -> None:
     partition = "inbox/2026 résumés?#%"
-    response = await api.put("/v1/partitions/" + quote(partition, safe=""), json={"items": [{"id": "x/y", "data": 1}]})
+    response = await api.put("/v1/partitions/" + quote(partition, safe=""),
+                             json={"items": [{"id": "x/y", "data": 1}]})
     assert response.status_code == 201, response.text
     assert response.json()["id"] == partition
     assert (await api.get(response.headers["location"])).json()["id"] == partition
@@ -382,7 +383,7 @@ async def test_cancel_retry_and_delete(api, client) -> None:
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_a_bind_beyond_loopback_needs_a_token(db_url, table_prefix) -> None:
-    with pytest.raises(ConfigError, match="the API listens on 0.0.0.0, beyond loopback"):
+    with pytest.raises(ConfigError, match=r"the API listens on 0\.0\.0\.0, beyond loopback"):
         ApiOptions(parse_database_url(db_url), table_prefix, host="0.0.0.0", port=0)
     with pytest.raises(ConfigError, match="at least 16 characters"):
         ApiOptions(parse_database_url(db_url), table_prefix, port=0, token="short")

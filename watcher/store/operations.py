@@ -87,7 +87,8 @@ class OperationsStore(StoreBase):
                 if lowest_failed is None and lowest is None and row.status == COMPLETE:
                     raise NothingToDo(RetryReport(partition_id, row.status, row.gate,
                                                    row.status, row.gate))
-                gate = min(gate, *(low for low in (lowest_failed, lowest) if low is not None))
+                # Neither may exist (a cancelled partition whose items all completed).
+                gate = min([gate, *(low for low in (lowest_failed, lowest) if low is not None)])
                 items = await conn.execute(update(i).where(
                     mine, i.c.status == FAILED).values(**reset))
                 # Only retried items take a reduce back over its gate (an available item
