@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -91,3 +92,12 @@ async def serving(app: Any, sock: socket.socket, *, what: str) -> AsyncIterator[
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(task, STOP_TIMEOUT + 2)
         sock.close()
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM: what a served verb waits on before it stops."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    return stop

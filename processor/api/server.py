@@ -10,10 +10,8 @@ the log.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +28,7 @@ from processor.console.security import (
     token_matches,
 )
 from processor.console.server import check_database
-from processor.embedded import http_url, listen, serving
+from processor.embedded import http_url, listen, serving, stop_on_signals
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError
 
@@ -142,10 +140,7 @@ async def run_api(options: ApiOptions, announce: Callable[[str], None]) -> int:
         DatabaseError: the database does not answer or has no statefeed tables.
     """
     await check_database(options.db_url, options.table_prefix)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_on_signals()
     async with api_running(options) as url:
         guard = "; send 'Authorization: Bearer <token>'" if options.token else ""
         announce(f"statefeed ingest API: {url}v1/ (OpenAPI: {url}v1/openapi.json){guard}")

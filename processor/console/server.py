@@ -3,10 +3,8 @@ busy port is one clear error, and ``--port 0`` prints the port it got."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -15,7 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from processor.async_client import AsyncClient
 from processor.console.app import create_app, settings_for
 from processor.console.security import check_bind
-from processor.embedded import http_url, listen, serving
+from processor.embedded import http_url, listen, serving, stop_on_signals
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
 from watcher.store import require_migrated
@@ -90,10 +88,7 @@ async def run_console(options: ConsoleOptions, announce: Callable[[str], None]) 
         DatabaseError: the database does not answer or has no statefeed tables.
     """
     await check_database(options.db_url, options.table_prefix)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_on_signals()
     async with console_running(options) as url:
         mode = " (read-only)" if options.read_only else ""
         sign_in = "; sign in with its token" if options.token else ""
