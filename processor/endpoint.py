@@ -14,7 +14,8 @@ header value, the password of a URL or the values of its query string.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 
 import httpx
 
@@ -25,6 +26,7 @@ from processor.http_config import (
     split_userinfo,
     ssl_verify,
 )
+from processor.outage import OutageTracker, answered_by_handler
 from processor.redact import Scrubber, header_secrets, redact_url, url_secrets
 from processor.transports import USER_AGENT, SenderSettings, TransportError, open_sender
 from processor.wire_errors import item_error, unexpected_failure
@@ -46,13 +48,18 @@ class HandlerEndpoint:
     - ``mask``: hides every configured secret in a text: header values, and
       the passwords and query values of the handler URL, the health URL and
       ``other_urls`` (such as a batch URL), with the Basic credentials they imply.
+    - ``outage``: the :class:`~processor.outage.OutageTracker` every call feeds, timed
+      by ``clock`` (monotonic seconds).
 
     Raises:
         ConfigError: (on construction) the CA bundle cannot be loaded.
     """
 
-    def __init__(self, config: HttpProcessorConfig, *, other_urls: Sequence[str] = ()) -> None:
+    def __init__(self, config: HttpProcessorConfig, *, other_urls: Sequence[str] = (),
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        self.clock = clock
+        self.outage = OutageTracker()
         url, basic_auth = split_userinfo(config.handler_url)
         self.url = str(httpx.URL(url))  # normalised and percent-encoded once
         self.shown_url = redact_url(config.handler_url)
@@ -84,22 +91,52 @@ class HandlerEndpoint:
                 self.sender, str(httpx.URL(health_url)),
                 shown_url=redact_url(config.health_url or ""),
                 headers={"Authorization": health_auth} if health_auth else {},
-                timeout=min(HEALTH_CHECK_TIMEOUT, config.request_timeout), mask=self.mask)
+                timeout=min(HEALTH_CHECK_TIMEOUT, config.request_timeout), mask=self.mask,
+                optional=config.health_optional)
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], *,
                    shown_url: str) -> Reply | Failure:
         """POST to ``url`` (shown as ``shown_url``): the reply, or why none came.
 
-        Never raises but for a bug (or ``CancelledError``): a timeout or a
+        Every call's outcome goes to :attr:`outage` (:mod:`processor.outage`), which
+        logs one WARNING when the handler stops answering and one when it answers
+        again. Never raises but for a bug (or ``CancelledError``): a timeout or a
         transport failure comes back as a retryable :class:`Failure`.
         """
+        started = self.clock()
         try:
-            return await self.sender.post(url, body, headers, shown_url=shown_url)
+            reply = await self.sender.post(url, body, headers, shown_url=shown_url)
         except TimeoutError:
-            return Failure(True, f"no complete answer from {shown_url} within "
-                                 f"{self.config.request_timeout} s (request_timeout)")
+            failure = Failure(True, f"no complete answer from {shown_url} within "
+                                    f"{self.config.request_timeout} s (request_timeout)")
         except TransportError as error:
-            return Failure(True, error.reason)
+            failure = Failure(True, error.reason)
+        else:
+            if answered_by_handler(reply):
+                self._answered()
+            else:
+                self._unanswered(shown_url, f"{shown_url} answered HTTP {reply.status} "
+                                 "without the handler's error object", started)
+            return reply
+        self._unanswered(shown_url, failure.reason, started)
+        return failure
+
+    def _unanswered(self, shown_url: str, reason: str, started: float) -> None:
+        """A call got no answer from the handler: log the outage it starts, if any."""
+        began = self.outage.unanswered(shown_url, reason, started=started, ended=self.clock())
+        if began is not None:
+            log.warning("action=handler_outage_started url=%s failed_calls=%d seconds=%.1f "
+                        "error=%s", began.url, began.failed_calls, began.seconds,
+                        self.mask(began.reason))
+
+    def _answered(self) -> None:
+        """The handler answered a call: log the outage it ends, if one was on."""
+        if self.outage.failed_calls == 0:
+            return  # the hot path: nothing to reset
+        ended = self.outage.answered(ended=self.clock())
+        if ended is not None:
+            log.warning("action=handler_outage_ended url=%s seconds=%.1f failed_calls=%d",
+                        ended.url, ended.seconds, ended.failed_calls)
 
     def failed(self, item: WorkItem, failure: Failure) -> ProcessorError:
         """``failure`` as the engine's error for ``item``

@@ -1,8 +1,10 @@
 """The health and metrics endpoints: ``/healthz``, ``/readyz`` and ``/metrics``.
 
 A raw ASGI app, so it adds no web framework to the processor. ``/readyz``
-answers 503 while the database (or the handler's health URL, when one is set)
-does not answer. :class:`HandlerHealthCheck` is the handler's check: a ``GET``
+answers 503 while the database, or the handler's health URL, does not answer
+(``processor run`` checks ``<handler-url>/healthz`` unless told another URL, or
+``off``; a handler that serves no such route counts as healthy while it answers).
+:class:`HandlerHealthCheck` is the handler's check: a ``GET``
 through the same sender (connections, TLS, headers) as the item calls.
 """
 
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
 
 Check = Callable[[], Awaitable[tuple[bool, str]]]
 CHECK_TIMEOUT = 5.0
+# What a handler without the route answers a guessed health URL.
+NO_HEALTH_ROUTE = (404, 405)
 
 
 class HandlerHealthCheck:
@@ -29,13 +33,16 @@ class HandlerHealthCheck:
     ``url`` is the URL to send (without userinfo), ``shown_url`` its redacted
     form for the detail text, ``headers`` the ones to add to the sender's (such
     as the Basic authentication of the health URL), and ``mask`` hides secrets
-    in the detail of an unexpected failure.
+    in the detail of an unexpected failure. ``optional``: the URL was guessed
+    (``<handler-url>/healthz``), so a 404 or 405 (no such route) counts as
+    healthy: the handler answered. No answer, or a 5xx, is unhealthy either way.
     """
 
     def __init__(self, sender: Sender, url: str, *, shown_url: str,
                  headers: Mapping[str, str], timeout: float,
-                 mask: Callable[[str], str]) -> None:
+                 mask: Callable[[str], str], optional: bool = False) -> None:
         self._sender = sender
+        self._optional = optional
         self._url = url
         self._shown_url = shown_url
         self._headers = dict(headers)
@@ -55,6 +62,10 @@ class HandlerHealthCheck:
             return False, self._mask(f"{type(error).__name__}: {error.reason}")
         except Exception as error:  # a health check reports, it never raises
             return False, self._mask(f"{shown}: {error_text(error)}")
+        if self._optional and status in NO_HEALTH_ROUTE:
+            return True, (f"{shown} answered HTTP {status}: the handler serves no health "
+                          "route there, so only its answering counts (--handler-health-url "
+                          "names one)")
         return 200 <= status < 300, f"{shown} answered HTTP {status}"
 
 

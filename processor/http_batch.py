@@ -31,7 +31,12 @@ from types import TracebackType
 import httpx
 
 from processor.endpoint import HandlerEndpoint
-from processor.http_config import HttpProcessorConfig, check_url, split_userinfo
+from processor.http_config import (
+    HttpProcessorConfig,
+    beside_handler,
+    check_url,
+    split_userinfo,
+)
 from processor.http_reduce import HttpReducer
 from processor.redact import redact_url
 from processor.wire import encode_batch, json_headers, read_batch_reply
@@ -46,8 +51,9 @@ DEFAULT_BATCH_PATH = "/batch"
 
 
 def default_batch_url(handler_url: str) -> str:
-    """``<handler-url>/batch``, without doubling the slash."""
-    return handler_url.rstrip("/") + DEFAULT_BATCH_PATH
+    """``<handler-url>/batch``, without doubling the slash, the handler URL's query
+    string after it (:func:`~processor.http_config.beside_handler`)."""
+    return beside_handler(handler_url, DEFAULT_BATCH_PATH)
 
 
 @dataclass(slots=True)

@@ -34,6 +34,8 @@ DEFAULT_MAX_CONNECTIONS = 100
 TRANSPORTS = ("aiohttp", "httpx")
 DEFAULT_TRANSPORT = "aiohttp"
 HEALTH_CHECK_TIMEOUT = 5.0
+# Where the handler SDK answers GET for health checks (handlers.asgi.DEFAULT_HEALTH_PATH).
+DEFAULT_HEALTH_PATH = "/healthz"
 
 # Headers statefeed sets itself, or that frame the HTTP message: an operator
 # header with one of these names would corrupt the request.
@@ -69,6 +71,9 @@ class HttpProcessorConfig:
     - ``verify``: check TLS certificates (``True``), don't (``False``), or check
       them against this CA bundle file or directory.
     - ``health_url``: URL answered with 2xx while the handler is healthy.
+    - ``health_optional``: a 404 or 405 from ``health_url`` counts as healthy (the
+      handler serves no such route): for a health URL guessed, not given
+      (:func:`default_health_url`). No answer, or a 5xx, is unhealthy still.
     - ``transport``: the HTTP client the calls go through, one of :data:`TRANSPORTS`.
     - ``reduce_url``: where reduce gates are POSTed (default: ``<handler_url>/reduce``).
 
@@ -86,6 +91,7 @@ class HttpProcessorConfig:
     health_url: str | None = None
     transport: str = DEFAULT_TRANSPORT
     reduce_url: str | None = None
+    health_optional: bool = False
 
     def __post_init__(self) -> None:
         check_url("handler_url", self.handler_url)
@@ -129,6 +135,29 @@ class HttpProcessorConfig:
         )
 
     __str__ = __repr__
+
+
+def beside_handler(handler_url: str, path: str) -> str:
+    """``<handler-url><path>``: ``path`` (``/batch``) added to the handler URL's path, its
+    query string (a token, say) kept after it, the fragment dropped.
+
+    Raises:
+        ValueError: ``handler_url`` does not parse (:func:`check_url` names it).
+    """
+    parts = urlsplit(handler_url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + path,
+                       parts.query, ""))
+
+
+def default_health_url(handler_url: str) -> str:
+    """``<handler-url>/healthz``, as the batch and reduce URLs default to
+    ``<handler-url>/batch`` and ``/reduce``: where the handler SDK answers health
+    checks when the handler URL is its root.
+
+    Raises:
+        ValueError: ``handler_url`` does not parse (:func:`check_url` names it).
+    """
+    return beside_handler(handler_url, DEFAULT_HEALTH_PATH)
 
 
 def check_header(name: str, value: str) -> None:

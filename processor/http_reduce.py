@@ -18,7 +18,7 @@ import time
 import httpx
 
 from processor.endpoint import HandlerEndpoint
-from processor.http_config import split_userinfo
+from processor.http_config import beside_handler, split_userinfo
 from processor.redact import redact_url
 from processor.transports import TransportError
 from processor.wire_errors import unexpected_failure
@@ -34,8 +34,9 @@ SHAPE_TIMEOUT = 10.0
 
 
 def default_reduce_url(handler_url: str) -> str:
-    """``<handler-url>/reduce``, without doubling the slash."""
-    return handler_url.rstrip("/") + DEFAULT_REDUCE_PATH
+    """``<handler-url>/reduce``, without doubling the slash, the handler URL's query
+    string after it (:func:`~processor.http_config.beside_handler`)."""
+    return beside_handler(handler_url, DEFAULT_REDUCE_PATH)
 
 
 class HttpReducer:

@@ -2,9 +2,16 @@
 
 Each :class:`PrometheusHooks` owns its registry, so several watchers in one
 process (tests, the demo) never collide on metric names. The backlog gauges
-(partitions per status, items waiting at their partition's gate) come from
-the database: :class:`BacklogGauges` reads them at most every few seconds, and
-only while ``/metrics`` is being scraped, never on the scrape itself.
+(partitions per status, items waiting at their partition's gate, the age of the
+oldest one ready) come from the database: :class:`BacklogGauges` reads them at
+most every few seconds, and only while ``/metrics`` is being scraped, never on
+the scrape itself.
+
+A series appears once its value is known: a labelled series when it is first
+counted, the backlog gauges after their first successful read. Labels come from
+small fixed sets (the cardinality rule in ``docs/reference/metrics.md``): gates
+from :data:`GATE_LABELS` on, and every outcome or pass the engine does not
+name, share one value; no partition or item id is ever a label.
 """
 
 from __future__ import annotations
@@ -12,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import platform
 import time
 from collections.abc import Awaitable, Callable
+from importlib import metadata
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.hooks import Hooks
@@ -31,21 +40,52 @@ BACKLOG_CAP = 1_000_000
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
                    60)
 
+# Gates 0 to 15 are labelled by number; every later gate shares the label "16+".
+GATE_LABELS = 16
+ITEM_OUTCOMES = frozenset({"complete", "advanced", "looped", "retry", "failed", "stale"})
+REDUCE_PASSES = frozenset({"all", "fold", "apply"})
+REDUCE_OUTCOMES = frozenset({"applied", "retry", "failed", "stale"})
+# The label of an outcome or pass outside its set (none today: a guard on cardinality).
+OTHER = "other"
+
+
+def gate_label(gate: int) -> str:
+    """The ``gate`` label of a gate: its number below :data:`GATE_LABELS`, else ``"16+"``."""
+    return str(gate) if gate < GATE_LABELS else f"{GATE_LABELS}+"
+
+
+def known(value: str, names: frozenset[str]) -> str:
+    """``value`` when it is one of ``names``, else :data:`OTHER`."""
+    return value if value in names else OTHER
+
+
+def build_labels() -> dict[str, str]:
+    """The ``statefeed_build_info`` labels: statefeed's version and Python's."""
+    try:
+        version = metadata.version("statefeed")
+    except metadata.PackageNotFoundError:  # run from a source tree never installed
+        version = "unknown"
+    return {"version": version, "python": platform.python_version()}
+
 
 class PrometheusHooks(Hooks):
-    """Counts items by outcome, handler latency, in-flight calls, leases, gates, reduces
-    and closes."""
+    """Counts items by outcome, handler latency by gate and outcome, calls in flight,
+    leases, gates, reduces and closes; holds the backlog gauges and the build info."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        Info("statefeed_build", "statefeed's version and Python's (always 1)",
+             registry=r).info(build_labels())
         self.items = Counter("statefeed_items_total", "Item attempts by outcome",
                              ["outcome"], registry=r)
         self.latency = Histogram("statefeed_handler_seconds",
-                                 "Time from dispatch to result, per item attempt",
-                                 buckets=LATENCY_BUCKETS, registry=r)
-        self.in_flight_calls = Gauge("statefeed_in_flight", "Processor calls in flight",
-                                     registry=r)
+                                 "Time from dispatch to result, per item attempt, by gate "
+                                 "(16+ for gates from 16 on) and outcome",
+                                 ["gate", "outcome"], buckets=LATENCY_BUCKETS, registry=r)
+        self.in_flight_calls = Gauge("statefeed_in_flight",
+                                     "Handler calls running: items (alone or in a batch "
+                                     "request) and reduce calls", registry=r)
         self.leases = Gauge("statefeed_leases_held", "Partitions leased by this processor",
                             registry=r)
         self.lease_events = Counter("statefeed_lease_events_total",
@@ -63,25 +103,33 @@ class PrometheusHooks(Hooks):
                               ["status"], registry=r)
         self.reduces = Counter("statefeed_reduce_calls_total",
                                "Reduce calls by pass (all, fold, apply) and outcome (applied, "
-                               "retry, failed, stale)", ["pass_", "outcome"], registry=r)
+                               "retry, failed, stale)", ["pass", "outcome"], registry=r)
         self.reduce_latency = Histogram("statefeed_reduce_seconds",
                                         "Time from reduce call to its write, per call",
-                                        ["pass_"], buckets=LATENCY_BUCKETS, registry=r)
-        self.partitions = Gauge("statefeed_partitions",
-                                "Partitions by status (read from the database every few "
-                                "seconds; each count stops at 1,000,000)", ["status"],
-                                registry=r)
-        self.items_waiting = Gauge("statefeed_items_waiting",
-                                   "Available items at their open partition's current gate "
-                                   "(read from the database every few seconds; stops at "
-                                   "1,000,000)", registry=r)
+                                        ["pass"], buckets=LATENCY_BUCKETS, registry=r)
         self.purged_partitions = Counter("statefeed_purged_partitions_total",
                                          "Partitions deleted by background retention",
                                          registry=r)
         self.purged_items = Counter("statefeed_purged_items_total",
                                     "Items deleted by background retention (with their "
                                     "partitions, or finished items of open ones)", registry=r)
-        self._outcomes: dict[str, Counter] = {}
+        # Registered at the first read of the backlog: until then their values are unknown.
+        self.partitions = Gauge("statefeed_partitions",
+                                "Partitions by status (read from the database every few "
+                                "seconds; each count stops at 1,000,000)", ["status"],
+                                registry=None)
+        self.items_waiting = Gauge("statefeed_items_waiting",
+                                   "Available items at their open partition's current gate "
+                                   "(read from the database every few seconds; stops at "
+                                   "1,000,000)", registry=None)
+        self.oldest_waiting = Gauge("statefeed_oldest_waiting_item_seconds",
+                                    "How long the oldest item ready at its open partition's "
+                                    "current gate has waited, by the database clock (0 when "
+                                    "none is ready; read every few seconds)", registry=None)
+        self._backlog_known = False
+        # labels() takes a lock and builds a key: made once per label set, then looked up.
+        self._item_series: dict[tuple[int, str], tuple[Counter, Histogram]] = {}
+        self._reduce_series: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         self.scraped_at = 0.0  # time.monotonic() of the last render, 0.0 before any
 
     def render(self) -> bytes:
@@ -90,10 +138,15 @@ class PrometheusHooks(Hooks):
         return generate_latest(self.registry)
 
     def backlog(self, backlog: Backlog) -> None:
-        """Set the backlog gauges from a read of the database."""
+        """Set the backlog gauges from a read of the database (they appear at the first)."""
         for status, count in backlog.partitions.items():
             self.partitions.labels(status).set(count)
         self.items_waiting.set(backlog.items_waiting)
+        self.oldest_waiting.set(backlog.oldest_waiting)
+        if not self._backlog_known:
+            self._backlog_known = True
+            for gauge in (self.partitions, self.items_waiting, self.oldest_waiting):
+                self.registry.register(gauge)
 
     def retention_purged(self, report: PurgeReport) -> None:
         """Count what a background retention pass removed."""
@@ -114,11 +167,15 @@ class PrometheusHooks(Hooks):
 
     def item_outcome(self, partition_id: str, item_id: str, gate: int, outcome: str,
                      seconds: float) -> None:
-        counter = self._outcomes.get(outcome)
-        if counter is None:  # labels() takes a lock and builds a key: once per outcome
-            counter = self._outcomes[outcome] = self.items.labels(outcome)
+        key = (gate if gate < GATE_LABELS else GATE_LABELS, outcome)
+        series = self._item_series.get(key)
+        if series is None:
+            label = known(outcome, ITEM_OUTCOMES)
+            series = self._item_series[key] = (
+                self.items.labels(label), self.latency.labels(gate_label(gate), label))
+        counter, histogram = series
         counter.inc()
-        self.latency.observe(seconds)
+        histogram.observe(seconds)
 
     def stale_result(self, partition_id: str, item_id: str) -> None:
         self.stale.inc()
@@ -134,8 +191,16 @@ class PrometheusHooks(Hooks):
 
     def reduce_outcome(self, partition_id: str, gate: int, pass_: str, outcome: str,
                        seconds: float) -> None:
-        self.reduces.labels(pass_, outcome).inc()
-        self.reduce_latency.labels(pass_).observe(seconds)
+        key = (pass_, outcome)
+        series = self._reduce_series.get(key)
+        if series is None:
+            label = known(pass_, REDUCE_PASSES)
+            series = self._reduce_series[key] = (
+                self.reduces.labels(label, known(outcome, REDUCE_OUTCOMES)),
+                self.reduce_latency.labels(label))
+        counter, histogram = series
+        counter.inc()
+        histogram.observe(seconds)
 
     def leases_held(self, count: int) -> None:
         self.leases.set(count)
@@ -163,7 +228,8 @@ class BacklogGauges:
 
     async def run_once(self) -> bool:
         """Read the backlog and set the gauges. Returns ``False`` when the read failed
-        (the gauges keep their last values; the failure is logged once)."""
+        (the gauges keep their last values, or stay absent before the first read that
+        succeeded; the failure is logged once). Never raises a database error."""
         try:
             backlog = await self.read()
         except SQLAlchemyError as error:

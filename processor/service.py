@@ -283,7 +283,7 @@ class ProcessorService:
         if self.config.health_port:
             health = EmbeddedServer(uvicorn.Config(
                 self._health_app(), host=self.config.health_host, port=self.config.health_port,
-                log_level="warning", access_log=False, lifespan="off"))
+                log_config=None, log_level="warning", access_log=False, lifespan="off"))
             health_task = asyncio.create_task(
                 health.serve(sockets=[self._bind_health()]), name="health")
         try:

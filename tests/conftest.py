@@ -86,6 +86,21 @@ def require_bench_peers() -> None:
         pytest.skip(message)
 
 
+def require_promtool() -> str:
+    """The path of Prometheus's ``promtool``; skip (locally) or fail (when CI is set)
+    without it. Debian's ``prometheus`` package has it; ``.ci/run`` installs that."""
+    import shutil
+
+    path = shutil.which("promtool")
+    if path is None:
+        message = ("promtool is not installed (Debian's prometheus package: "
+                   "apt-get install prometheus)")
+        if os.environ.get("CI"):
+            pytest.fail(message + "; CI must check the metrics with it", pytrace=False)
+        pytest.skip(message)
+    return path
+
+
 def require_mssql() -> None:
     """Skip with :data:`MSSQL_NOT_SET` when no SQL Server is configured; fail when one is
     configured (``$PROCESSOR_TEST_MSSQL_URL``) but does not answer or pymssql is missing:

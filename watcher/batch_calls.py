@@ -21,7 +21,7 @@ import asyncio
 import contextvars
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from watcher.protocol import ProcessBatchCall, ProcessCall, Result, WorkItem
 
@@ -34,6 +34,13 @@ GROUP_WAIT = 0.02
 CallOutcome = Result | BaseException
 # Told the positions (in the batch) of finished calls and their outcomes.
 Finished = Callable[[list[int], list[CallOutcome]], None]
+
+
+class CallCounter(Protocol):
+    """Told how many calls begin and end (a :class:`~watcher.slots.SlotPool`)."""
+
+    def calls_started(self, count: int) -> None: ...
+    def calls_ended(self, count: int) -> None: ...
 
 
 class BatchAnswerError(RuntimeError):
@@ -61,6 +68,36 @@ async def call_batch(process_batch: ProcessBatchCall, works: Sequence[WorkItem]
     return [answer if isinstance(answer, Result | BaseException)
             else TypeError(f"process_batch answered {type(answer).__name__} for an item; "
                            "answer a Result or an exception") for answer in answers]
+
+
+async def call_items(process: ProcessCall, process_batch: ProcessBatchCall | None,
+                     works: Sequence[WorkItem], counter: CallCounter, finished: Finished
+                     ) -> None:
+    """Call the processor for ``works``: in one ``process_batch`` call when it has one
+    (:func:`call_batch`), else once per item (:func:`call_each`); hand the finished
+    calls to ``finished``. ``counter`` is told of every item's call as it starts and
+    ends, so it counts the calls in flight whether they end answered, failed or
+    cancelled.
+
+    Raises :class:`asyncio.CancelledError` when cancelled, and what ``finished`` raises.
+    """
+    running = len(works)
+    counter.calls_started(running)
+
+    def ended(positions: list[int], outcomes: list[CallOutcome]) -> None:
+        nonlocal running
+        running -= len(positions)
+        counter.calls_ended(len(positions))
+        finished(positions, outcomes)
+
+    try:
+        if process_batch is not None:
+            ended(list(range(len(works))), await call_batch(process_batch, works))
+        else:
+            await call_each(process, works, ended)
+    finally:
+        if running:
+            counter.calls_ended(running)
 
 
 async def call_each(process: ProcessCall, works: Sequence[WorkItem], finished: Finished,

@@ -11,8 +11,12 @@ import logging
 import time
 from dataclasses import dataclass
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from watcher.config import WatcherConfig
 from watcher.decisions import GateStep, decide_gate
+from watcher.errors import StatefeedError
+from watcher.failures import ItemFailure, partition_failed_at_items
 from watcher.hooks import Hooks
 from watcher.leases import Lease, LeaseKeeper
 from watcher.models import Status
@@ -133,6 +137,24 @@ class GateStepper:
             return Pass(wait=0.0, step=action.step)
         self.keeper.forget(lease)
         self.hooks.partition_closed(self.partition_id, status or "")
-        log.info("action=partition_closed partition=%s status=%s gate=%d", self.partition_id,
-                 status, from_gate)
+        if action.step is GateStep.FAIL:
+            partition_failed_at_items(self.partition_id, from_gate, summary.failed,
+                                      await self._failed_item(from_gate))
+        else:
+            log.info("action=partition_closed partition=%s status=%s gate=%d",
+                     self.partition_id, status, from_gate)
         return Pass(wait=None, step=action.step)
+
+    async def _failed_item(self, gate: int) -> ItemFailure | None:
+        """One of the failed items that failed the partition at ``gate``, for its log line;
+        ``None`` when it cannot be read (the line says so). Never raises but for
+        cancellation: the partition has failed already."""
+        try:
+            page = await self.store.items_page(self.partition_id, status=Status.FAILED.value,
+                                               gate=gate, limit=1, with_data=False)
+        except (SQLAlchemyError, StatefeedError) as error:
+            log.debug("action=failed_item_unread partition=%s error=%s", self.partition_id,
+                      type(error).__name__)
+            return None
+        return next((ItemFailure(item.id, item.attempts, item.last_error or "")
+                     for item in page), None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from watcher.decisions import RetryPolicy, write_for_error
+from watcher.failures import item_failed
 from watcher.protocol import NonRetryableError
 from watcher.records import ReadyItem
 from watcher.store import Store
@@ -31,8 +32,10 @@ async def fail_unreadable(store: Store, writer: ResultWriter, partition_id: str,
     """
     oversize = await store.items_oversize(partition_id, gate, limit, limit=limit_rows)
     for item in oversize:
-        await writer.submit(write_for_error(partition_id, item,
-                                            oversize_error(partition_id, item, limit), policy))
+        write = write_for_error(partition_id, item, oversize_error(partition_id, item, limit),
+                                policy)
+        if await writer.submit(write):
+            item_failed(partition_id, item.id, item.gate, write.attempts, write.last_error)
     if oversize:
         log.warning("action=items_unreadable partition=%s gate=%d count=%d",
                     partition_id, gate, len(oversize))

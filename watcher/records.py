@@ -313,10 +313,16 @@ class RetryReport:
 @dataclass(frozen=True, slots=True)
 class Backlog:
     """What is waiting, for an autoscaler: partitions per status, and available items at
-    their open partition's current gate. Each count stops at the cap it was read with."""
+    their open partition's current gate. Each count stops at the cap it was read with.
+
+    ``oldest_waiting`` is how many seconds the oldest of those items has been ready to
+    run (since it was created, reached its gate or its retry delay ended), by the
+    database clock; 0.0 when none is ready.
+    """
 
     partitions: dict[str, int]
     items_waiting: int
+    oldest_waiting: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

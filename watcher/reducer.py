@@ -20,6 +20,7 @@ from functools import partial
 
 from watcher.config import WatcherConfig
 from watcher.decisions import RetryPolicy, describe_error, storable_text
+from watcher.failures import partition_failed_at_reduce
 from watcher.hooks import Hooks
 from watcher.leases import Lease, LeaseKeeper
 from watcher.models import Status
@@ -182,7 +183,11 @@ class GateReducer:
                     f"partition {pid!r} has reduce gate {gate}, but this processor has no "
                     "reducer: give the Watcher a reduce function (library mode) or serve "
                     "POST /reduce in the handler")
-            answer = await self._call(call)
+            self.slots.calls_started(1)
+            try:
+                answer = await self._call(call)
+            finally:
+                self.slots.calls_ended(1)
             step = reduce_step(pid, gate, plan, answer, self.config.max_item_bytes,
                                spawn_limits=SpawnLimits.of(self.config))
         except asyncio.CancelledError:
@@ -289,8 +294,7 @@ class GateReducer:
             lease.mark_closed()
             self.keeper.forget(lease)
             self.hooks.partition_closed(pid, Status.FAILED.value)
-            log.info("action=partition_closed partition=%s status=failed gate=%d reason=reduce "
-                     "attempts=%d", pid, lease.gate, attempt)
+            partition_failed_at_reduce(pid, lease.gate, attempt, message)
             return ReduceStepOutcome(StepKind.FAILED)
         lease.wrote(version)
         delay = policy.delay(attempt)

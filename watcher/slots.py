@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 
 class SlotPool:
@@ -15,12 +16,20 @@ class SlotPool:
     is done and slots are still free. So partitions take turns at freed slots,
     and a watcher holding a thousand partitions wakes one of them per refill,
     not all of them at every completed call.
+
+    A slot stays taken from the call's start until its result is written, so
+    :attr:`in_use` counts results waiting for the writer too; :attr:`calls`
+    counts only the processor calls running (an item's, alone or in a batch, or
+    a reduce call's), and ``on_calls`` is told that count whenever it changes.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, on_calls: Callable[[int], None] | None = None
+                 ) -> None:
         self.capacity = capacity
         self.refill_at = max(1, capacity // 4)
         self.in_use = 0
+        self.calls = 0
+        self._on_calls = on_calls
         self._waiting: dict[asyncio.Event, None] = {}
         self._granted: asyncio.Event | None = None  # woken for the current turn
 
@@ -34,6 +43,18 @@ class SlotPool:
         taken = max(0, min(wanted, self.free))
         self.in_use += taken
         return taken
+
+    def calls_started(self, count: int) -> None:
+        """``count`` processor calls began, in slots taken for them."""
+        self.calls += count
+        if self._on_calls is not None:
+            self._on_calls(self.calls)
+
+    def calls_ended(self, count: int) -> None:
+        """``count`` processor calls ended (answered, failed or cancelled)."""
+        self.calls -= count
+        if self._on_calls is not None:
+            self._on_calls(self.calls)
 
     def give_back(self, count: int = 1) -> None:
         """Return slots; wake the longest-waiting partition once enough are free."""

@@ -11,29 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import time
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from watcher.batch_calls import CallOutcome, call_batch, call_each
+from watcher.batch_calls import CallOutcome, call_items
 from watcher.config import WatcherConfig
 from watcher.decisions import (
     ReadStep,
     RetryPolicy,
     decide_read,
-    idempotency_step,
+    idempotency_key,
     outcome_name,
     result_problem,
     write_for_error,
     write_for_result,
 )
+from watcher.failures import item_failed
 from watcher.gate_steps import GateStepper, Pass
 from watcher.hooks import Hooks, overrides
 from watcher.in_hand import ItemsInHand
 from watcher.leases import Lease, LeaseKeeper
-from watcher.models import AVAILABLE
+from watcher.models import AVAILABLE, FAILED
 from watcher.oversize import fail_unreadable, oversize_error
 from watcher.protocol import (
     NonRetryableError,
@@ -56,12 +56,6 @@ log = logging.getLogger(__name__)
 # Items in hand up to this many are excluded by id in the read query; beyond it
 # the read fetches extra rows and filters them here.
 MAX_EXCLUDED = 1000
-
-
-def idempotency_key(partition_id: str, item: ReadyItem) -> str:
-    """A key stable for one logical step of one item, safe to send as a header."""
-    raw = f"{len(partition_id)}:{partition_id}{item.id}:{idempotency_step(item)}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
 class PartitionSupervisor:
@@ -237,7 +231,6 @@ class PartitionSupervisor:
             self.slots.give_back(taken - len(fresh))
         if fresh:
             self._start(fresh)
-        self.hooks.in_flight(self.slots.in_use)
         return len(fresh)
 
     def _start(self, items: list[ReadyItem]) -> None:
@@ -271,11 +264,9 @@ class PartitionSupervisor:
         works = [WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version,
                           idempotency_key(pid, item)) for item in items]
         try:
-            if self.process_batch is not None:
-                self._finish(items, await call_batch(self.process_batch, works), started)
-            else:
-                await call_each(self.process, works, lambda positions, outcomes: self._finish(
-                    [items[position] for position in positions], outcomes, started))
+            await call_items(self.process, self.process_batch, works, self.slots,
+                             lambda positions, outcomes: self._finish(
+                                 [items[position] for position in positions], outcomes, started))
         except asyncio.CancelledError:
             self._let_go(self.in_hand.calling(items))
             raise
@@ -342,6 +333,8 @@ class PartitionSupervisor:
                     if report:
                         self.hooks.item_outcome(pid, item.id, item.gate,
                                                 outcome_name(item, write), seconds)
+                    if write.status == FAILED:  # for good: its one line
+                        item_failed(pid, item.id, item.gate, write.attempts, write.last_error)
                     if write.spawn:
                         self._spawned(write)
                 elif outcome is False:

@@ -20,7 +20,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from watcher.backoff import backoff, last_error, sleep_until
 from watcher.config import WatcherConfig
 from watcher.drivers.conflicts import is_lock_conflict
-from watcher.hooks import Hooks, SafeHooks
+from watcher.hooks import Hooks, SafeHooks, overrides
 from watcher.leases import Lease, LeaseCycle, LeaseKeeper
 from watcher.protocol import (
     ProcessBatchCall,
@@ -76,7 +76,8 @@ class Watcher:
         self._reduce_shape: ReduceShapeCall | None = (
             getattr(processor, "reduce_shape", None) if reduce is None else None)
         self.keeper = LeaseKeeper(store, self.config, self.hooks)
-        self.slots = SlotPool(self.config.concurrency)
+        self.slots = SlotPool(self.config.concurrency, on_calls=(
+            self.hooks.in_flight if overrides(self.hooks, "in_flight") else None))
         # Every queued result holds a dispatch slot until it is written, so the queue
         # never outgrows the concurrency; a batch that size is full, and the writer
         # does not linger over it: with every slot waiting on the writer, no other

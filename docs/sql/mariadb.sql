@@ -60,7 +60,26 @@ SELECT (
                    AND items.status = %s
                  LIMIT %s
                ) AS anon_12
-       ) AS anon_11;
+       ) AS anon_11,
+       (
+        SELECT min(anon_14.ready_at) AS min_1
+          FROM (
+                SELECT (
+                        SELECT items.retry_at
+                          FROM items
+                         WHERE items.partition_id = partitions.id
+                           AND items.status = %s
+                           AND items.gate = partitions.gate
+                           AND items.retry_at <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+                         ORDER BY items.retry_at
+                         LIMIT %s
+                       ) AS ready_at
+                  FROM partitions
+                 WHERE partitions.status = %s
+                 LIMIT %s
+               ) AS anon_14
+       ) AS anon_13,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: gate_summary
 SELECT (

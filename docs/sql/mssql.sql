@@ -54,7 +54,24 @@ SELECT (
                  WHERE partitions.status = %(status_n)s
                    AND items.status = %(status_n)s
                ) AS anon_12
-       ) AS anon_11;
+       ) AS anon_11,
+       (
+        SELECT min(anon_14.ready_at) AS min_1
+          FROM (
+                SELECT TOP 1000 (
+                        SELECT TOP 1 items.retry_at
+                          FROM items
+                         WHERE items.partition_id = partitions.id
+                           AND items.status = %(status_n)s
+                           AND items.gate = partitions.gate
+                           AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+                         ORDER BY items.retry_at
+                       ) AS ready_at
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+               ) AS anon_14
+       ) AS anon_13,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: gate_summary
 SELECT (

@@ -60,7 +60,26 @@ SELECT (
                    AND items.status = %(status_7)s::VARCHAR
                  LIMIT %(param_6)s::INTEGER
                ) AS anon_12
-       ) AS anon_11;
+       ) AS anon_11,
+       (
+        SELECT min(anon_14.ready_at) AS min_1
+          FROM (
+                SELECT (
+                        SELECT items.retry_at
+                          FROM items
+                         WHERE items.partition_id = partitions.id
+                           AND items.status = %(status_8)s::VARCHAR
+                           AND items.gate = partitions.gate
+                           AND items.retry_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+                         ORDER BY items.retry_at
+                         LIMIT %(param_7)s::INTEGER
+                       ) AS ready_at
+                  FROM partitions
+                 WHERE partitions.status = %(status_9)s::VARCHAR
+                 LIMIT %(param_8)s::INTEGER
+               ) AS anon_14
+       ) AS anon_13,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: gate_summary
 SELECT (

@@ -66,7 +66,28 @@ SELECT (
                  LIMIT ?
                 OFFSET ?
                ) AS anon_12
-       ) AS anon_11;
+       ) AS anon_11,
+       (
+        SELECT min(anon_14.ready_at) AS min_1
+          FROM (
+                SELECT (
+                        SELECT items.retry_at
+                          FROM items
+                         WHERE items.partition_id = partitions.id
+                           AND items.status = ?
+                           AND items.gate = partitions.gate
+                           AND items.retry_at <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+                         ORDER BY items.retry_at
+                         LIMIT ?
+                        OFFSET ?
+                       ) AS ready_at
+                  FROM partitions
+                 WHERE partitions.status = ?
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_14
+       ) AS anon_13,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: gate_summary
 SELECT (

@@ -6,7 +6,7 @@ The verbs live by kind in :mod:`~processor.cli.serve`, :mod:`~processor.cli.prod
 :mod:`~processor.cli.data`, :mod:`~processor.cli.operate` and
 :mod:`~processor.cli.tools`, on :mod:`~processor.cli.common` (the app, shared options
 and helpers); this module imports them, so that each registers its verbs, and holds
-:func:`main`.
+:func:`main` and ``processor --version``.
 
 Every option can also be set as an environment variable ``PROCESSOR_<OPTION>``
 (``--db-url`` is ``PROCESSOR_DB_URL``; ``wait --timeout`` is
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Annotated
 
 import typer
 
@@ -50,6 +51,33 @@ def _unexpected_hint(error: BaseException) -> str:
         return (" (a database URL parameter the driver does not take? check the URL's "
                 "query string)")
     return " (a bug in statefeed: please report it with the command that led to it)"
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: print the installed package's version and exit 0.
+
+    Raises:
+        typer.Exit: (code 0) always, once the version is printed.
+    """
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        typer.echo(f"processor (statefeed) {version('statefeed')}")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        typer.echo("processor (statefeed) unknown version: the package is not installed")
+    raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_print_version,
+        help="Print the version and exit.")] = False,
+) -> None:
+    # The options of `processor` itself, before the verb: only --version.
+    pass
 
 
 def main() -> None:

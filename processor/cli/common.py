@@ -4,14 +4,14 @@ the defaults, exit codes, and the helpers that open the database and print data.
 from __future__ import annotations
 
 import asyncio
-import logging
-import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 # Only light modules at the top: `processor --help` and the one-line errors must not wait for
 # SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
+from processor.logs import DEFAULT_LOG_FORMAT, LOG_FORMATS
+from processor.logs import setup_logging as configure_logging
 from watcher.errors import DatabaseError
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ DEFAULT_HEALTH_PORT = 8080
 DEFAULT_HEALTH_HOST = "0.0.0.0"
 DEFAULT_LOG_LEVEL = "info"
 DEFAULT_STATUS_LIMIT = 100
+DEFAULT_WATCH_INTERVAL = 2.0
 DEFAULT_ITEMS_LIMIT = 50
 DEFAULT_PURGE_BATCH = 1000
 DEFAULT_PURGE_STATUSES = "complete,cancelled"
@@ -60,6 +61,12 @@ DbUrl = Annotated[str, typer.Option("--db-url", envvar=env_name("DB_URL"),
                                     "postgresql://user:password@host:5432/dbname.")]
 TablePrefix = Annotated[str, typer.Option("--table-prefix", envvar=env_name("TABLE_PREFIX"),
                                           help="Prefix for statefeed's table names.")]
+LogLevel = Annotated[str, typer.Option("--log-level", envvar=env_name("LOG_LEVEL"),
+                                       help="debug, info, warning or error.")]
+LogFormat = Annotated[str, typer.Option("--log-format", envvar=env_name("LOG_FORMAT"),
+                                        help="text (time LEVEL logger message) or json "
+                                        "(one object per line, the key=value parts as "
+                                        "fields).")]
 
 
 def fail(message: str, code: int = EXIT_CONFIG) -> typer.Exit:
@@ -105,14 +112,26 @@ def data_console(*, soft_wrap: bool = False) -> Console:
     return Console(markup=False, emoji=False, highlight=False, soft_wrap=soft_wrap)
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    # httpx logs each request URL at INFO; keep the processor's lines readable.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+def check_logging(level: str, log_format: str) -> None:
+    """Check ``--log-level`` and ``--log-format`` before a verb starts.
+
+    Raises:
+        typer.Exit: (exit 2, with one line on stderr) either is not one of its choices.
+    """
+    if level.lower() not in LOG_LEVELS:
+        raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    if log_format.lower() not in LOG_FORMATS:
+        raise fail(f"--log-format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
+
+
+def setup_logging(level: str, log_format: str = DEFAULT_LOG_FORMAT) -> None:
+    """Log to stderr at ``level``, one line per record as ``text`` or ``json``
+    (:mod:`processor.logs`). Call :func:`check_logging` first.
+
+    Raises:
+        ValueError: ``log_format`` is not one of :data:`LOG_FORMATS`.
+    """
+    configure_logging(level, log_format.lower())
 
 
 

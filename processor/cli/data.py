@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -12,12 +14,15 @@ import typer
 # SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
 
-    pass
+    from processor import PartitionInfo
+    from watcher.dburl import DatabaseURL
 from processor.cli.common import (
     DEFAULT_DB_URL,
     DEFAULT_ITEMS_LIMIT,
     DEFAULT_STATUS_LIMIT,
+    DEFAULT_WATCH_INTERVAL,
     EXIT_NO_RESULT,
     DbUrl,
     JsonOption,
@@ -38,35 +43,95 @@ def status(
                        ] = False,
     limit: Annotated[int, typer.Option(help="Show at most this many partitions.")
                      ] = DEFAULT_STATUS_LIMIT,
+    only: Annotated[str, typer.Option("--status", help="Only partitions with this status: "
+                                      "available, complete, failed, cancelled or deleting.")
+                    ] = "",
+    watch: Annotated[bool, typer.Option("--watch", help="Redraw the table every --interval "
+                                        "seconds until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between the "
+                                            "redraws of --watch.")] = DEFAULT_WATCH_INTERVAL,
 ) -> None:
     """Show partitions with their status, gate, owner and item counts (and, once a step
-    spawned items, how many)."""
+    spawned items, how many); with --watch, again and again until Ctrl-C."""
     from processor.client import Client
-    from processor.views import partition_row, step_text
+    from processor.views import partition_row
+    from watcher.checks import check_seconds
 
+    if watch and as_json:
+        raise fail("--watch redraws the table; leave out --json (or poll `status --json`)")
+    check_seconds("--interval", interval)
     url = database_url(db_url, table_prefix)
     with Client(url, table_prefix) as client:
-        infos = client.partitions(limit=limit)
+        def read() -> list[PartitionInfo]:
+            return list(client.partitions(only or None, limit=limit))
+
+        if watch:
+            _watch(lambda: _partitions_view(read(), url, only, every=interval), interval)
+            return
+        infos = read()
     if as_json:
         typer.echo(json.dumps([partition_row(info) for info in infos], indent=2))
         return
-    from rich.table import Table
+    data_console().print(_partitions_view(infos, url, only))
 
-    table = Table(title=f"statefeed partitions in {url.redacted()}")
+
+def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
+                     every: float | None = None) -> RenderableType:
+    """The table of ``status``, and a line when it is empty; with ``every``, the time it
+    was read and how to stop. Long ids and owners fold over lines, never cut: two ids
+    that differ only at the end stay apart on a narrow terminal."""
+    import datetime
+
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from processor.views import step_text
+
+    table = Table(title=f"statefeed partitions in {url.redacted()}"
+                  + (f" ({only})" if only else ""))
+    if every is not None:
+        now = datetime.datetime.now().strftime("%H:%M:%S")
+        table.caption = f"read at {now}, every {every:g} s; Ctrl-C stops"
     # The spawned column only when a step spawned: a narrow terminal keeps the ids whole.
     spawning = any(info.spawned for info in infos)
     for column in ("partition", "status", "gate", "step", "owner", "available", "complete",
                    "failed", *(("spawned",) if spawning else ())):
-        table.add_column(column, justify="right" if column in (
+        # Only the ids and owners give up width (they fold); the short cells keep theirs.
+        folds = column in ("partition", "owner")
+        table.add_column(column, overflow="fold", no_wrap=not folds, justify="right" if column in (
             "gate", "available", "complete", "failed", "spawned") else "left")
     for info in infos:
         counts = info.counts
         table.add_row(info.id, info.status, str(info.gate), step_text(info), info.owner or "-",
                       *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")),
                       *((str(info.spawned),) if spawning else ()))
-    data_console().print(table)
-    if not infos:
-        typer.echo("no partitions yet")
+    if infos:
+        return table
+    return Group(table, Text(f"no {only} partitions" if only else "no partitions yet"))
+
+
+def _watch(render: Callable[[], RenderableType], interval: float) -> None:
+    """Show ``render()`` every ``interval`` seconds until Ctrl-C (SIGINT), which ends it
+    quietly. On a terminal the view is redrawn in place (rich's Live); into a file or
+    a pipe, each one is printed after the last.
+
+    Raises what ``render`` raises (a database error ends the watch).
+    """
+    from rich.live import Live
+
+    console = data_console()
+    try:
+        if not console.is_terminal:
+            while True:
+                console.print(render())
+                time.sleep(interval)
+        with Live(render(), console=console, auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(render(), refresh=True)
+    except KeyboardInterrupt:
+        return
 
 
 @app.command()

@@ -41,14 +41,17 @@ from processor.cli.common import (
     DEFAULT_HANDLER_BATCH_SIZE,
     DEFAULT_HEALTH_HOST,
     DEFAULT_HEALTH_PORT,
+    DEFAULT_LOG_FORMAT,
     DEFAULT_LOG_LEVEL,
     DEFAULT_PURGE_STATUSES,
     DEFAULT_RETENTION_INTERVAL,
     EXIT_DATABASE,
-    LOG_LEVELS,
     DbUrl,
+    LogFormat,
+    LogLevel,
     TablePrefix,
     app,
+    check_logging,
     database_url,
     env_name,
     fail,
@@ -125,8 +128,10 @@ def run(
         help="Extra request header 'Name: value' (repeatable), e.g. an Authorization "
         "header. Env: PROCESSOR_HANDLER_HEADER, one header per line.")] = None,
     handler_health_url: Annotated[str, typer.Option(envvar=env_name("HANDLER_HEALTH_URL"),
-                                                    help="Handler URL checked by /readyz.")
-                                  ] = "",
+                                                    help="Handler URL /readyz GETs (default: "
+                                                    "<handler-url>/healthz, where a 404 "
+                                                    "counts as healthy; off: no handler "
+                                                    "check).")] = "",
     handler_batch_size: Annotated[int, typer.Option(envvar=env_name("HANDLER_BATCH_SIZE"),
                                                     help="Send up to N items per request "
                                                     "to the batch URL (0 = one item per "
@@ -186,9 +191,8 @@ def run(
                                                    help="Exit instead of waiting when the "
                                                    "database is unreachable at start-up.")
                                 ] = False,
-    log_level: Annotated[str, typer.Option(envvar=env_name("LOG_LEVEL"),
-                                           help="debug, info, warning or error.")
-                         ] = DEFAULT_LOG_LEVEL,
+    log_level: LogLevel = DEFAULT_LOG_LEVEL,
+    log_format: LogFormat = DEFAULT_LOG_FORMAT,
     retention: Annotated[str, typer.Option(envvar=env_name("RETENTION"),
                                            help="Delete finished partitions (those of "
                                            "--retention-status) last updated longer ago than "
@@ -241,8 +245,7 @@ def run(
         header_specs = [line for line in os.environ[env_name("HANDLER_HEADER")].splitlines()
                         if line.strip()]
     headers = dict(parse_header(spec) for spec in header_specs)
-    if log_level.lower() not in LOG_LEVELS:
-        raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    check_logging(log_level, log_format)
     config = ServiceConfig(
         # The service checks the tables itself: it waits for a database still starting.
         db_url=database_url(db_url, table_prefix, migrated=False),
@@ -259,8 +262,8 @@ def run(
             handler_url=handler_url, headers=headers, request_timeout=request_timeout,
             max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),
             max_response_bytes=max_response_bytes, verify=ca_bundle or True,
-            health_url=handler_health_url or None, transport=http_transport,
-            reduce_url=handler_reduce_url or None),
+            health_url=_health_url(handler_url, handler_health_url), transport=http_transport,
+            reduce_url=handler_reduce_url or None, health_optional=not handler_health_url),
         batch_size=handler_batch_size,
         batch_url=handler_batch_url or None,
         health_port=health_port,
@@ -271,6 +274,21 @@ def run(
         retention=retention_config,
         backlog_interval=backlog_interval,
     )
-    setup_logging(log_level)
+    setup_logging(log_level, log_format)
     code = asyncio.run(ProcessorService(config).run())
     raise typer.Exit(code)
+
+
+def _health_url(handler_url: str, given: str) -> str | None:
+    """The handler URL /readyz checks: the one given, none for ``off``, else
+    ``<handler-url>/healthz`` (:func:`~processor.http_config.default_health_url`)."""
+    from processor.http_config import default_health_url
+
+    if given.strip().lower() == "off":
+        return None
+    if given:
+        return given
+    try:
+        return default_health_url(handler_url)
+    except ValueError:  # a malformed handler URL: the config's check names it
+        return None

@@ -18,11 +18,14 @@ from processor.cli.common import (
     DEFAULT_CONSOLE_HOST,
     DEFAULT_CONSOLE_PORT,
     DEFAULT_DB_URL,
+    DEFAULT_LOG_FORMAT,
     DEFAULT_LOG_LEVEL,
-    LOG_LEVELS,
     DbUrl,
+    LogFormat,
+    LogLevel,
     TablePrefix,
     app,
+    check_logging,
     database_url,
     env_name,
     fail,
@@ -49,20 +52,18 @@ def console(
     read_only: Annotated[bool, typer.Option("--read-only", envvar=env_name("CONSOLE_READ_ONLY"),
                                             help="Show partitions without the retry, "
                                             "cancel and delete actions.")] = False,
-    log_level: Annotated[str, typer.Option(envvar=env_name("LOG_LEVEL"),
-                                           help="debug, info, warning or error.")
-                         ] = DEFAULT_LOG_LEVEL,
+    log_level: LogLevel = DEFAULT_LOG_LEVEL,
+    log_format: LogFormat = DEFAULT_LOG_FORMAT,
 ) -> None:
     """Serve a web console: every partition's progress gate by gate, the processors and
     their leases, failed items with their errors; retry, cancel and delete."""
     from processor.console.server import ConsoleOptions, run_console
 
-    if log_level.lower() not in LOG_LEVELS:
-        raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    check_logging(log_level, log_format)
     options = ConsoleOptions(db_url=database_url(db_url, table_prefix, migrated=False),
                              table_prefix=table_prefix,
                              host=host, port=port, token=token or None, read_only=read_only)
-    setup_logging(log_level)
+    setup_logging(log_level, log_format)
     raise typer.Exit(asyncio.run(run_console(options, announce=typer.echo)))
 
 
@@ -89,9 +90,8 @@ def api(
                                                   help="Largest NDJSON create, streamed "
                                                   "to a temporary file.")
                                 ] = 4096 * 1024 * 1024,
-    log_level: Annotated[str, typer.Option(envvar=env_name("LOG_LEVEL"),
-                                           help="debug, info, warning or error.")
-                         ] = DEFAULT_LOG_LEVEL,
+    log_level: LogLevel = DEFAULT_LOG_LEVEL,
+    log_format: LogFormat = DEFAULT_LOG_FORMAT,
 ) -> None:
     """Serve the ingest API: producers in any language create partitions (JSON, or NDJSON
     streamed), add items, read, wait for, page, retry, cancel and delete them over HTTP.
@@ -99,8 +99,7 @@ def api(
     from processor.api.server import ApiOptions, run_api
     from processor.api.upload import Limits
 
-    if log_level.lower() not in LOG_LEVELS:
-        raise fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    check_logging(log_level, log_format)
     for name, value in (("--max-item-bytes", max_item_bytes),
                         ("--max-body-bytes", max_body_bytes),
                         ("--max-upload-bytes", max_upload_bytes)):
@@ -109,7 +108,7 @@ def api(
     options = ApiOptions(db_url=database_url(db_url, table_prefix, migrated=False),
                          table_prefix=table_prefix, host=host, port=port, token=token or None,
                          limits=Limits(max_item_bytes, max_body_bytes, max_upload_bytes))
-    setup_logging(log_level)
+    setup_logging(log_level, log_format)
     raise typer.Exit(asyncio.run(run_api(options, announce=typer.echo)))
 
 

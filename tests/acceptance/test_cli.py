@@ -108,8 +108,8 @@ async def test_run_reduces_a_gate_and_result_prints_it(migrated, tmp_path) -> No
             info = await client.wait("job", timeout=60)
             assert info.status == "complete", info
             metrics = (await proc.get("/metrics")).text
-            assert 'statefeed_reduce_calls_total{outcome="applied",pass_="fold"} 4.0' in metrics
-            assert 'statefeed_reduce_calls_total{outcome="applied",pass_="apply"} 4.0' in metrics
+            assert 'statefeed_reduce_calls_total{outcome="applied",pass="fold"} 4.0' in metrics
+            assert 'statefeed_reduce_calls_total{outcome="applied",pass="apply"} 4.0' in metrics
     assert info.counts == {"complete": 28, "failed": 2}
     shown = run_cli("result", "job", *where)
     assert shown.returncode == 0, shown.stderr

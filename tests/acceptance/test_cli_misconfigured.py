@@ -19,11 +19,15 @@ from tests.support.servers import free_port
 
 NOT_MIGRATED = "run `processor migrate` first"
 # Every verb that reads or writes the tables, with the arguments it needs.
-VERBS = [["status"], ["items", "p"], ["result", "p"], ["retry", "p"], ["cancel", "p"],
-         ["delete", "p"], ["set-gate", "p", "2"], ["purge", "--older-than", "1d"],
-         ["console", "--port", "0"],
+VERBS = [["status"], ["status", "--watch", "--interval", "0.1"], ["items", "p"],
+         ["result", "p"], ["retry", "p"], ["cancel", "p"], ["delete", "p"],
+         ["set-gate", "p", "2"], ["purge", "--older-than", "1d"], ["create", "p"],
+         ["add", "p", "--items", os.devnull], ["wait", "p", "--timeout", "1"],
+         ["console", "--port", "0"], ["api", "--port", "0"],
          ["run", "--handler-url", "http://127.0.0.1:9/", "--health-port", "0",
-          "--exit-on-db-error"]]
+          "--exit-on-db-error"],
+         ["run", "--handler-url", "http://127.0.0.1:9/", "--health-port", "0",
+          "--exit-on-db-error", "--log-format", "json"]]
 
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
@@ -59,7 +63,8 @@ def test_run_without_a_database_exits_2_and_creates_nothing(tmp_path: Path) -> N
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("verb", VERBS, ids=lambda verb: verb[0])
+@pytest.mark.parametrize("verb", VERBS, ids=lambda verb: "-".join(
+    [verb[0], *(part[2:] for part in verb if part in ("--watch", "--log-format"))]))
 def test_a_mistyped_sqlite_path_is_refused_not_created(tmp_path: Path, verb: list[str]
                                                        ) -> None:
     typo = tmp_path / "procesor.db"
@@ -70,7 +75,8 @@ def test_a_mistyped_sqlite_path_is_refused_not_created(tmp_path: Path, verb: lis
     assert list(tmp_path.iterdir()) == [], "a SQLite file was created"
 
 
-@pytest.mark.parametrize("verb", VERBS, ids=lambda verb: verb[0])
+@pytest.mark.parametrize("verb", VERBS, ids=lambda verb: "-".join(
+    [verb[0], *(part[2:] for part in verb if part in ("--watch", "--log-format"))]))
 def test_every_verb_refuses_a_database_never_migrated(db_url: str, tmp_path: Path,
                                                       verb: list[str]) -> None:
     prefix = f"nm{uuid.uuid4().hex[:8]}_"

@@ -269,7 +269,7 @@ async def snapshot(cluster: Cluster, layout: dict[str, list[str]]) -> tuple[Any,
 
 async def stale_reduces(proc: Processor, pass_: str) -> float:
     """How many ``pass_`` reduce calls ``proc`` counted as stale (0 while none)."""
-    wanted = {f'pass_="{pass_}"', 'outcome="stale"'}
+    wanted = {f'pass="{pass_}"', 'outcome="stale"'}
     return sum(value for name, value in (await proc.metrics()).items()
                if name.startswith("statefeed_reduce_calls_total{")
                and wanted <= set(name[name.index("{") + 1:-1].split(",")))

@@ -520,6 +520,41 @@ async def test_backlog_counts_what_waits_at_each_open_gate(client, store) -> Non
     assert capped.items_waiting == 1 and capped.partitions["available"] == 1
 
 
+async def test_backlog_finds_the_oldest_ready_item_by_the_store_clock(make_store) -> None:
+    """How long the oldest item ready at its open partition's gate has waited, by the
+    store's clock: completed items, items at a later gate, items whose retry delay runs
+    and the items of a cancelled partition are not waiting; none waiting reads 0."""
+    start = utc_now() - timedelta(days=1)
+    clock = FixedClock(start)
+    store = make_store(clock=clock)
+    assert (await store.backlog_read(1000)).oldest_waiting == 0.0
+    await store.partition_create("cancelled", [NewItem("x", b"")])
+    await store.partition_cancel("cancelled")
+    await store.partition_create("mixed", [NewItem("done", b""), NewItem("later", b""),
+                                           NewItem("next", b"", gate=1)])
+    await store.leases_take(await store.leases_read_free(10), "setup", DAY)
+    clock.advance(30)  # start + 30 s: one completes, the other fails into a 1 h delay
+    versions = {item.id: item.version for item in await store.items_list("mixed")}
+    assert await store.items_apply([
+        ItemWrite("mixed", "done", versions["done"], "complete", None, 1),
+        ItemWrite("mixed", "later", versions["later"], "available", None, 1,
+                  last_error="busy", retry_delay=3600.0)], "setup") == [True, True]
+    clock.advance(30)
+    await store.partition_create("ready", [NewItem("a", b""), NewItem("b", b"")])
+    clock.advance(40)  # start + 100 s: "ready" has waited 40 s, nothing else waits
+    backlog = await store.backlog_read(1000)
+    assert backlog.oldest_waiting == pytest.approx(40.0, abs=0.01)
+    assert backlog.items_waiting == 3  # a, b and the delayed one (waiting, not ready)
+    await store.leases_take(await store.leases_read_free(10), "setup", DAY)
+    versions = {item.id: item.version for item in await store.items_list("ready")}
+    assert await store.items_apply([
+        ItemWrite("ready", item_id, version, "complete", None, 1)
+        for item_id, version in versions.items()], "setup") == [True, True]
+    assert (await store.backlog_read(1000)).oldest_waiting == 0.0
+    clock.advance(3600)  # start + 3700 s: the delay ended at start + 3630 s
+    assert (await store.backlog_read(1000)).oldest_waiting == pytest.approx(70.0, abs=0.01)
+
+
 # -- item retention: finished items of open partitions ----------------------------
 
 async def _settle(store: Store, partition_id: str, outcomes: dict[str, str]) -> None:

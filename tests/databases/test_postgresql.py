@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Integer, bindparam, cast, func, select, text
+from sqlalchemy import Integer, bindparam, cast, event, func, select, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DataError, OperationalError
@@ -177,6 +177,37 @@ async def test_result_write_finds_each_item_by_its_primary_key(store) -> None:
              and node["Node Type"] != "ModifyTable"]
     assert scans and all(scan.get("Index Name") == f"{store.tables.items.name}_pkey"
                          for scan in scans), scans
+
+
+async def test_backlog_read_reaches_items_through_the_ready_index_only(store) -> None:
+    """The backlog gauges' read (counts and the oldest ready item) on a partition whose
+    items mostly completed: every read of the items table goes through the ready index,
+    so completed items cost nothing, and no scan reads the whole table."""
+    await _filled(store)
+    done = (await store.items_ready("big", 0, ITEMS))[10:]
+    assert await store.items_apply([ItemWrite("big", item.id, item.version, "complete", 0, 1)
+                                    for item in done], "me") == [True] * len(done)
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
+               executemany: bool) -> None:
+        sent.append((statement, parameters))
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        await store.backlog_read(1000)
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", record)
+    ((statement, parameters),) = sent
+    async with store.engine.connect() as conn:
+        raw = (await conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {statement}", parameters)
+               ).scalar_one()
+    document = raw if isinstance(raw, list) else json.loads(raw)
+    nodes = list(_nodes(document[0]["Plan"]))
+    scans = [node for node in nodes if node.get("Relation Name") == store.tables.items.name]
+    assert len(scans) >= 2, nodes  # the waiting count and the oldest ready item
+    assert {scan.get("Index Name") for scan in scans} == {
+        f"{store.tables.prefix}ix_items_ready"}, scans
 
 
 async def _updates(store: Store) -> tuple[int, int]:

@@ -483,7 +483,11 @@ async def test_a_malformed_answer_is_retried_then_fails_without_stalling_the_par
     assert all(items[g].status == "complete" for g in good)
     assert [c.attempt for c in handler.of(BAD)] == [1, 2, 3]
     assert all(len(handler.of(g)) == 2 for g in good)
-    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], "nothing crashed"
+    # Nothing crashed: the one ERROR is the partition's failure, with its reason.
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].startswith(
+        "action=partition_closed partition=p status=failed gate=0 reason=item "
+        f"failed_items=1 item={BAD} attempts=3 error="), errors
 
 
 # --------------------------------------------------------------------------- 11. gate below

@@ -8,8 +8,9 @@ import contextvars
 
 import pytest
 
-from watcher.batch_calls import BatchAnswerError, call_batch, call_each
+from watcher.batch_calls import BatchAnswerError, call_batch, call_each, call_items
 from watcher.protocol import Result, WorkItem
+from watcher.slots import SlotPool
 
 TRACE: contextvars.ContextVar[str] = contextvars.ContextVar("trace", default="")
 
@@ -218,3 +219,80 @@ async def test_an_entry_that_is_neither_result_nor_exception_fails_its_item() ->
 
     outcomes = await call_batch(batch, _works(2))  # type: ignore[arg-type]
     assert outcomes[0] == Result(done=True) and isinstance(outcomes[1], TypeError)
+
+
+# -- calls in flight (statefeed_in_flight) ------------------------------------------
+
+async def test_calls_in_flight_are_counted_per_item_as_each_call_ends() -> None:
+    """Per item: every call counts from its start to its end, one by one; a call that
+    ends before the others leaves the count at once (within its group's wait)."""
+    reported: list[int] = []
+    pool = SlotPool(8, on_calls=reported.append)
+    gates = {f"i{n}": asyncio.Event() for n in range(3)}
+
+    async def held(item: WorkItem) -> Result:
+        await gates[item.id].wait()
+        return Result(done=True)
+
+    groups = Groups()
+    batch = asyncio.create_task(call_items(held, None, _works(3), pool, groups))
+    await asyncio.sleep(0)
+    assert pool.calls == 3 and reported == [3]
+    gates["i1"].set()
+    await asyncio.wait_for(groups.handed.wait(), 5)
+    assert pool.calls == 2 and reported[-1] == 2
+    gates["i0"].set()
+    gates["i2"].set()
+    await asyncio.wait_for(batch, 5)
+    assert pool.calls == 0 and reported[-1] == 0
+
+
+async def test_calls_in_flight_are_counted_per_item_of_a_batch_call() -> None:
+    """A batch request counts each of its items until the request ends, however it ends."""
+    pool = SlotPool(8)
+    release = asyncio.Event()
+    during: list[int] = []
+
+    async def batch(items: list[WorkItem]) -> list[Result]:
+        during.append(pool.calls)
+        await release.wait()
+        return [Result(done=True)] * len(items)
+
+    groups = Groups()
+    task = asyncio.create_task(call_items(batch, batch, _works(4), pool, groups))
+    await asyncio.sleep(0.01)
+    release.set()
+    await asyncio.wait_for(task, 5)
+    assert during == [4] and pool.calls == 0
+    assert [position for position, _ in groups.groups[0]] == [0, 1, 2, 3]
+
+    async def raises(items: list[WorkItem]) -> list[Result]:
+        raise RuntimeError("handler down")
+
+    await call_items(batch, raises, _works(2), pool, Groups())
+    assert pool.calls == 0
+
+
+@pytest.mark.parametrize("batched", [False, True])
+async def test_cancelled_calls_leave_the_count(batched: bool) -> None:
+    pool = SlotPool(8)
+    started = asyncio.Event()
+
+    async def forever(item: WorkItem) -> Result:
+        started.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def forever_batch(items: list[WorkItem]) -> list[Result]:
+        started.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    task = asyncio.create_task(call_items(forever, forever_batch if batched else None,
+                                          _works(3), pool, Groups()))
+    await asyncio.wait_for(started.wait(), 5)
+    assert pool.calls == 3
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert pool.calls == 0

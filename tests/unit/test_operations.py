@@ -10,9 +10,11 @@ import time
 from datetime import datetime
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from processor.metrics import BacklogGauges, PrometheusHooks
 from processor.views import error_cell, item_row, purge_text
+from tests.support.engine import wait_until
 from tests.support.fake_store import FakeStore
 from watcher.config import WatcherConfig
 from watcher.durations import format_duration, parse_duration
@@ -153,6 +155,41 @@ async def test_backlog_gauges_read_once_then_only_after_a_scrape(caplog) -> None
     assert len([r for r in caplog.records if "backlog_read_failed" in r.message]) == 1
     gauges.stop()
     await asyncio.wait_for(task, 1)
+
+
+async def test_backlog_gauges_appear_only_after_a_read_succeeds() -> None:
+    """No false zeros: while the database does not answer, the backlog gauges are absent
+    from the scrape (not 0); the first read that succeeds makes them appear."""
+    from sqlalchemy.exc import OperationalError
+
+    hooks = PrometheusHooks()
+    answers = False
+
+    async def read() -> Backlog:
+        if not answers:
+            raise OperationalError("SELECT", {}, Exception("down"))
+        return Backlog({"available": 1}, items_waiting=3, oldest_waiting=9.0)
+
+    gauges = BacklogGauges(hooks, read, interval=0.02)
+    task = asyncio.create_task(gauges.run())
+    try:
+        assert not await gauges.run_once()
+        names = {family.name for family in text_string_to_metric_families(
+            hooks.render().decode())}
+        assert not names & {"statefeed_items_waiting", "statefeed_partitions",
+                            "statefeed_oldest_waiting_item_seconds"}, names
+        answers = True
+
+        def scraped() -> str | None:  # each scrape asks for a read within the interval
+            text = hooks.render().decode()
+            return text if "statefeed_items_waiting 3.0" in text else None
+
+        text = await wait_until(scraped, timeout=5, message="the first successful read")
+        assert "statefeed_oldest_waiting_item_seconds 9.0" in text
+        assert 'statefeed_partitions{status="available"} 1.0' in text
+    finally:
+        gauges.stop()
+        await asyncio.wait_for(task, 1)
 
 
 async def test_the_keeper_drops_what_a_client_stopped() -> None:

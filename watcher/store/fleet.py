@@ -73,13 +73,17 @@ class FleetStore(StoreBase):
 
     async def backlog_read(self, cap: int) -> Backlog:
         """Count partitions per status, and available items at their open partition's
-        current gate, each count stopping at ``cap``.
+        current gate, each count stopping at ``cap``; and find how long the oldest of
+        those items has been ready to run, by the store's clock.
 
         One statement of bounded reads: the status counts read the index on
         (status, updated_at), the items the ready index of each open partition
-        at its gate; a count stops at ``cap`` rows whatever the tables hold.
+        at its gate; a count stops at ``cap`` rows whatever the tables hold. The
+        oldest ready item is the first entry of each open partition's ready
+        index range (at most ``cap`` partitions), so no completed item is read.
         """
         p, i = self.tables.partitions, self.tables.items
+        now = self.statements.now
 
         def capped(query: Select[Any]) -> ColumnElement[Any]:
             return (select(func.count()).select_from(query.limit(cap).subquery())
@@ -91,10 +95,21 @@ class FleetStore(StoreBase):
             select(i.c.id)
             .join(p, and_(p.c.id == i.c.partition_id, p.c.gate == i.c.gate))
             .where(p.c.status == AVAILABLE, i.c.status == AVAILABLE))
+        # Per open partition, the ready index's first entry at its gate (retry_at order).
+        first_ready = (
+            select(i.c.retry_at)
+            .where(i.c.partition_id == p.c.id, i.c.status == AVAILABLE, i.c.gate == p.c.gate,
+                   i.c.retry_at <= now)
+            .order_by(i.c.retry_at).limit(1).correlate(p).scalar_subquery())
+        per_partition = (select(first_ready.label("ready_at")).select_from(p)
+                         .where(p.c.status == AVAILABLE).limit(cap).subquery())
+        oldest = select(func.min(per_partition.c.ready_at)).scalar_subquery()
         async with self._read() as conn:
-            row = (await conn.execute(select(*counts, waiting))).one()
-        return Backlog(partitions=dict(zip(statuses, row[:-1], strict=True)),
-                       items_waiting=row[-1])
+            row = (await conn.execute(select(*counts, waiting, oldest, now))).one()
+        *by_status, items_waiting, ready_at, read_at = row
+        age = 0.0 if ready_at is None else max(0.0, (read_at - ready_at).total_seconds())
+        return Backlog(partitions=dict(zip(statuses, by_status, strict=True)),
+                       items_waiting=items_waiting, oldest_waiting=age)
 
     async def partitions_finished_per_minute(self, minutes: int, cap: int) -> Throughput:
         """Count the partitions that finished (complete, failed or cancelled) in each of
