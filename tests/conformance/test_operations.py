@@ -50,10 +50,11 @@ async def make_finished(store: Store, clock: FixedClock, partition_id: str, stat
                         at: datetime, items: int = 0) -> None:
     """A partition created and, at ``at`` by the store's fixed clock, left ``status``.
 
-    A partition to cancel is created with its (free) lease time a day ahead, so that
-    running watchers cannot take and finish it before the cancel.
+    A partition to cancel is created with its (free) lease time a day ahead of the
+    real clock (the running watchers' clock, not ``at``, which may be days ago), so
+    that they cannot take and finish it before the cancel.
     """
-    clock.set(at + timedelta(days=1) if status == "cancelled" else at)
+    clock.set(max(at, utc_now()) + timedelta(days=1) if status == "cancelled" else at)
     await store.partition_create(partition_id, [NewItem(f"i{n:05}", b"x") for n in range(items)])
     clock.set(at)
     if status == "available":
