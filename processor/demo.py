@@ -121,6 +121,9 @@ async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None =
         ConfigError: the console's port cannot be bound.
     """
     logging.basicConfig(level=logging.WARNING)
+    # The two unreadable resumes fail on purpose, and the demo lists them itself: their
+    # item_failed WARNING lines would say it twice.
+    logging.getLogger("watcher.failures").setLevel(logging.ERROR)
     async with contextlib.AsyncExitStack() as stack:
         folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="statefeed-demo-"))
         db_url = f"sqlite:///{Path(folder) / 'demo.db'}"
