@@ -154,6 +154,13 @@ class Partition(SQLModel, table=True):
     # library did (revision 0007).
     request_digest: str | None = Field(
         default=None, sa_column=Column(Unicode(REQUEST_DIGEST_LENGTH), nullable=True))
+    # The creator's W3C trace context as JSON (traceparent, tracestate); NULL when
+    # tracing was off (revision 0008).
+    trace_context: str | None = Field(default=None,
+                                      sa_column=Column(error_type(), nullable=True))
+    # Bounded JSON: when each gate began and ended, items written per minute; the
+    # lease holder writes it when a gate moves and when it renews (revision 0008).
+    timeline: str | None = Field(default=None, sa_column=Column(error_type(), nullable=True))
 
 
 class Item(SQLModel, table=True):
@@ -163,6 +170,8 @@ class Item(SQLModel, table=True):
     # Ready reads: one partition's available items at a gate, in (retry_at, id) order.
     __table_args__ = (
         Index("ix_items_ready", "partition_id", "status", "gate", "retry_at", "id"),
+        # An item by id across partitions (search, ``processor items --show``).
+        Index("ix_items_id", "id"),
         MYSQL_TABLE_OPTIONS,
     )
 
@@ -181,6 +190,10 @@ class Item(SQLModel, table=True):
     # The item whose answer spawned this one; NULL for the client's (revision 0006).
     parent: str | None = Field(
         default=None, sa_column=Column(key_type(ID_MAX_LENGTH), nullable=True))
+    # The last few errors as JSON, each with its time, attempt and gate; NULL while
+    # it has none (revision 0008).
+    error_history: str | None = Field(default=None,
+                                      sa_column=Column(error_type(), nullable=True))
 
 
 class Leader(SQLModel, table=True):

@@ -128,8 +128,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
 
 -- name: items_add (6)
 UPDATE partitions
@@ -183,8 +183,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: items_apply_spawning (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
 
 -- name: items_apply_spawning (5)
 UPDATE partitions
@@ -224,7 +224,8 @@ SELECT items.partition_id,
        items.retry_at,
        items.created_at,
        items.updated_at,
-       items.parent
+       items.parent,
+       items.error_history
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
  ORDER BY items.id;
@@ -624,8 +625,8 @@ VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(cl
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: partition_create_batches (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1181,8 +1182,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: reduce_write (7)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
 
 -- name: reduce_write (8)
 UPDATE partitions

@@ -239,7 +239,8 @@ SELECT items.partition_id,
        items.retry_at,
        items.created_at,
        items.updated_at,
-       items.parent
+       items.parent,
+       items.error_history
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
  ORDER BY items.id;

@@ -244,7 +244,8 @@ SELECT items.partition_id,
        items.retry_at,
        items.created_at,
        items.updated_at,
-       items.parent
+       items.parent,
+       items.error_history
   FROM items
  WHERE items.partition_id = ?
  ORDER BY items.id;

@@ -46,6 +46,10 @@ from watcher.store.codecs import (
 )
 
 
+# Partition columns a listing leaves unread (see :meth:`_partitions_rows`).
+UNLISTED_COLUMNS = frozenset({"request_digest", "trace_context", "timeline"})
+
+
 class StoreBase:
     """The engine, tables, clock, driver and round trips every part of the store uses."""
 
@@ -223,8 +227,9 @@ class StoreBase:
                                after: tuple[datetime, str] | None = None,
                                prefix: str | None = None) -> list[Any]:
         p = self.tables.partitions
-        # Every column a PartitionInfo shows: the create's request digest is the API's.
-        query = select(*(column for column in p.c if column.name != "request_digest"))
+        # Every column a PartitionInfo shows: the create's request digest is the API's,
+        # and the trace context and timeline are read where they are shown.
+        query = select(*(column for column in p.c if column.name not in UNLISTED_COLUMNS))
         if ids is not None:
             query = query.where(p.c.id.in_(ids))
         if status is not None:

@@ -1,0 +1,55 @@
+"""Observe: trace context, a partition's timeline, each item's error history.
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-11-26
+
+- ``partitions.trace_context``: the W3C trace context (``traceparent`` and
+  ``tracestate``, as JSON) of the caller that created the partition, so handler
+  calls can link to it; NULL when tracing was off.
+- ``partitions.timeline``: a bounded JSON record of when each gate began and
+  ended and of items written per minute, written by the lease holder when a
+  gate moves and when it renews its lease; NULL until then.
+- ``items.error_history``: the item's last few errors (JSON, each with the time
+  by the database clock, attempt and gate); NULL while it has none.
+- ``ix_items_id``: finds an item by id across partitions (the console's search
+  and ``processor items --show``) without scanning the table.
+
+Nullable columns are metadata-only changes on every supported database. The
+types are spelled out here rather than imported from :mod:`watcher.models`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import context, op
+from sqlalchemy.dialects import mssql
+
+revision = "0008"
+down_revision = "0007"
+branch_labels = None
+depends_on = None
+
+
+def _text() -> sa.types.TypeEngine[Any]:
+    return sa.UnicodeText().with_variant(mssql.NVARCHAR(), "mssql")
+
+
+def upgrade() -> None:
+    prefix = context.config.attributes.get("table_prefix", "")
+    op.add_column(f"{prefix}partitions", sa.Column("trace_context", _text(), nullable=True))
+    op.add_column(f"{prefix}partitions", sa.Column("timeline", _text(), nullable=True))
+    op.add_column(f"{prefix}items", sa.Column("error_history", _text(), nullable=True))
+    op.create_index(f"{prefix}ix_items_id", f"{prefix}items", ["id"])
+
+
+def downgrade() -> None:
+    prefix = context.config.attributes.get("table_prefix", "")
+    op.drop_index(f"{prefix}ix_items_id", table_name=f"{prefix}items")
+    with op.batch_alter_table(f"{prefix}items") as batch:
+        batch.drop_column("error_history")
+    with op.batch_alter_table(f"{prefix}partitions") as batch:
+        batch.drop_column("timeline")
+        batch.drop_column("trace_context")
