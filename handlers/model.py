@@ -135,6 +135,18 @@ class Spawn:
         _check_gate("Spawn", self.gate)
 
 
+def _check_snooze(result: Result) -> None:
+    snooze = result.snooze
+    if isinstance(snooze, bool) or not isinstance(snooze, int | float):
+        raise TypeError(f"Result(snooze=...) must be a number of seconds, got {snooze!r}")
+    if not snooze > 0 or snooze == float("inf"):
+        raise ValueError(f"Result(snooze=...) must be a number of seconds above 0, "
+                         f"got {snooze!r}")
+    if result.done or result.gate is not None:
+        raise ValueError("Result(snooze=...) keeps the item at its gate to call it again "
+                         "later; it cannot come with done or gate")
+
+
 def _check_gate(owner: str, gate: object) -> None:
     if gate is None:
         return
@@ -182,23 +194,32 @@ class Result:
       ``--max-spawn`` (1,000 by default) per answer: page a larger fan-out (spawn
       a slice, keep a cursor in ``data``, answer ``Result()`` to be called again).
 
+    - ``snooze``: seconds to wait before the item is called again at the same gate
+      (to poll an outside system): a success, so it uses up no attempt. It may
+      come with ``data`` (a cursor) and ``spawn``, not with ``done`` or ``gate``.
+      The processor caps it (a week by default).
+
     ``Result()`` (same gate, not done, data kept) runs the item again: a loop.
 
     Raises:
         TypeError: ``gate`` is not an integer or ``None``, ``done`` is not a bool,
-            or ``spawn`` is not a list of :class:`Spawn`.
-        ValueError: ``gate`` is negative or beyond a 32-bit integer.
+            ``snooze`` is not a number, or ``spawn`` is not a list of :class:`Spawn`.
+        ValueError: ``gate`` is negative or beyond a 32-bit integer, ``snooze`` is not
+            above 0, or ``snooze`` comes with ``done`` or ``gate``.
     """
 
     gate: int | None = None
     done: bool = False
     data: Any = field(default=UNSET)
     spawn: Sequence[Spawn] = ()
+    snooze: float | None = None
 
     def __post_init__(self) -> None:
         _check_gate("Result", self.gate)
         if type(self.done) is not bool:
             raise TypeError(f"Result(done=...) must be True or False, got {self.done!r}")
+        if self.snooze is not None:
+            _check_snooze(self)
         if self.spawn:
             object.__setattr__(self, "spawn", _spawn_tuple("Result", self.spawn))
 

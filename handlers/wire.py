@@ -48,7 +48,7 @@ _HEADER_NAMES: Final = {
 _REQUIRED_HEADERS_TEXT: Final = ", ".join(_HEADER_NAMES.values())
 BATCH_FIELDS: Final = ("partition_id", "item_id", "gate", "attempt", "idempotency_key",
                        "data_b64")
-RESULT_KEYS: Final = frozenset({"gate", "done", "data", "spawn"})
+RESULT_KEYS: Final = frozenset({"gate", "done", "data", "spawn", "snooze"})
 
 
 class BadRequest(ValueError):
@@ -237,7 +237,7 @@ def coerce_result(value: Any) -> Result:
         if unknown:
             raise ResultError(
                 f"the handler returned a dict with unknown keys {sorted(map(str, unknown))}; "
-                "use only 'gate', 'done', 'data' and 'spawn'")
+                "use only 'gate', 'done', 'data', 'spawn' and 'snooze'")
         try:
             return Result(**value)
         except (TypeError, ValueError) as error:
@@ -255,7 +255,7 @@ def encode_result(result: Result) -> bytes:
 
     Only informative keys are written: ``gate`` when set, ``done`` when true,
     ``data_b64`` for bytes data, ``data`` for other data, nothing for unset data,
-    and ``spawn`` when it spawns.
+    ``spawn`` when it spawns, and ``snooze`` when it snoozes.
 
     Raises:
         ResultError: ``data`` (or a spawned item's) cannot be encoded as JSON (an
@@ -263,7 +263,7 @@ def encode_result(result: Result) -> bytes:
             unpaired surrogate).
     """
     data = result.data
-    if data is UNSET and not result.spawn:  # the common answers, without the JSON encoder
+    if data is UNSET and not result.spawn and result.snooze is None:  # the common answers
         if result.gate is None:
             return b'{"done":true}' if result.done else b"{}"
         return (f'{{"gate":{result.gate},"done":true}}' if result.done
@@ -279,6 +279,8 @@ def encode_result(result: Result) -> bytes:
         payload["data"] = data
     if result.spawn:
         payload["spawn"] = spawn_payload(result.spawn)
+    if result.snooze is not None:
+        payload["snooze"] = result.snooze
     try:
         return RESULT_ENCODER.encode(payload).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:

@@ -17,13 +17,14 @@ from watcher.errors import (
     DuplicateItemError,
     GateError,
     InvalidInputError,
+    ItemNotFoundError,
     PartitionExistsError,
     PartitionLeasedError,
     PartitionNotFoundError,
     StatefeedError,
     ValueRefusedError,
 )
-from watcher.records import ItemInfo, NewItem, PartitionInfo, RetryReport
+from watcher.records import ErrorEntry, ItemInfo, NewItem, PartitionInfo, RetryReport
 
 if TYPE_CHECKING:
     from processor.async_client import AsyncClient
@@ -60,9 +61,11 @@ __all__ = [
     "ConfigError",
     "DatabaseError",
     "DuplicateItemError",
+    "ErrorEntry",
     "GateError",
     "InvalidInputError",
     "ItemInfo",
+    "ItemNotFoundError",
     "NewItem",
     "PartitionExistsError",
     "PartitionInfo",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -33,9 +34,12 @@ from processor.client_checks import (
     check_limit,
     check_seconds_value,
     check_settings,
+    check_start_at,
     check_status,
     is_gate,
 )
+from processor.client_flow import FlowClient
+from processor.tracing import capture_context
 from watcher.checks import check_whole_number
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.dburl import DatabaseURL, parse_database_url
@@ -43,6 +47,7 @@ from watcher.errors import (
     ConfigError,
     DatabaseError,
     InvalidInputError,
+    ItemNotFoundError,
     PartitionNotFoundError,
 )
 from watcher.models import ID_MAX_LENGTH, MAX_GATE, Status
@@ -66,12 +71,18 @@ from watcher.retention import (
 )
 from watcher.store import Store
 from watcher.text import first_line
+from watcher.timeline import Timeline, decode_timeline
 
 T = TypeVar("T")
 
+# How many partitions find_items() lists by default, and at most.
+DEFAULT_FIND_LIMIT = 20
+MAX_FIND_LIMIT = 1000
 
-class AsyncClient:
-    """Insert and inspect partitions and items (asyncio).
+
+class AsyncClient(FlowClient):
+    """Insert and inspect partitions and items (asyncio), and control the flow of work
+    (:class:`~processor.client_flow.FlowClient`).
 
     ``db_url`` is a SQLAlchemy-style URL (``sqlite:///file.db``,
     ``postgresql://user:pass@host/db``); ``table_prefix`` namespaces the tables.
@@ -118,7 +129,9 @@ class AsyncClient:
 
     async def create_partition(self, partition_id: str, items: Sequence[NewItem] = (), *,
                                reduce_gates: Iterable[int] = (),
-                               on_item_failure: str = "fail") -> None:
+                               on_item_failure: str = "fail",
+                               start_at: datetime | None = None,
+                               priority: int = 0, key: str | None = None) -> None:
         """Create a partition with its items, in one transaction.
 
         ``reduce_gates`` are gates whose step is one reduce call for the whole
@@ -126,19 +139,37 @@ class AsyncClient:
         ``on_item_failure`` says what a failed item does: ``"fail"`` fails the
         partition at that gate (the default); ``"continue"`` carries on with
         the other items (a reduce sees the failed ones) and the partition
-        completes with its failures counted.
+        completes with its failures counted. ``start_at`` (an aware datetime)
+        schedules the partition: no processor leases it before then, by the
+        database clock. An item's own ``NewItem.not_before`` holds back that item.
+        ``priority`` (from -10 to 10, 0 by default) puts it ahead in the lease queue:
+        each step counts as 30 s of waiting (:mod:`watcher.priority`), so a lower
+        priority still starts within a bounded time. ``key`` (a tenant or customer
+        id) is the partition's concurrency key: partitions are queued fairly across
+        keys, and the items in flight for one key, across the whole fleet, stay
+        within its limit (:meth:`set_key_limit`).
+        When an OpenTelemetry span is current, its trace context is stored with the
+        partition: every handler call's span links to it (docs/how-to/trace.md).
 
         Raises:
             InvalidInputError: bad ids, data, gates, reduce gates or policy (a
-                subclass names the case).
+                subclass names the case), or a ``start_at`` or ``not_before`` with no
+                time zone or more than a year ahead, a priority out of range, or a
+                key that is not a valid id.
             PartitionExistsError: the partition exists already.
             DuplicateItemError: item ids repeat.
         """
         check_id("partition", partition_id)
-        settings = check_settings(partition_id, reduce_gates, on_item_failure)
+        settings = check_settings(partition_id, reduce_gates, on_item_failure, priority,
+                                  key)
+        trace_context = capture_context()
+        if trace_context is not None:
+            settings = replace(settings, trace_context=trace_context)
+        start = check_start_at(partition_id, start_at)
         checked = check_items(partition_id, items, allow_empty=True,
                                max_item_bytes=self.max_item_bytes)
-        await self._call(self.store.partition_create(partition_id, checked, settings))
+        await self._call(self.store.partition_create(partition_id, checked, settings,
+                                                     start_at=start))
 
     async def add_items(self, partition_id: str, items: Sequence[NewItem]) -> bool:
         """Add items to a partition, re-opening it if it was complete.
@@ -293,6 +324,54 @@ class AsyncClient:
             partition_id, status=status, gate=gate, after=after, limit=limit,
             with_data=with_data))
 
+    async def item(self, partition_id: str, item_id: str, *,
+                   with_data: bool = True) -> ItemInfo:
+        """Read one item of a partition, with its error history (the oldest entry first)
+        and, unless ``with_data`` is false, its data (``data`` is ``b""`` then).
+
+        Raises:
+            InvalidInputError: ``partition_id`` or ``item_id`` is not a valid id.
+            PartitionNotFoundError: no partition has this id.
+            ItemNotFoundError: the partition holds no item with this id.
+        """
+        check_id("partition", partition_id)
+        check_id("item", item_id)
+        info = await self._call(self.store.item_get(partition_id, item_id,
+                                                    with_data=with_data))
+        if info is None:
+            raise ItemNotFoundError(partition_id, item_id)
+        return info
+
+    async def find_items(self, item_id: str, *, limit: int = DEFAULT_FIND_LIMIT
+                         ) -> list[ItemInfo]:
+        """The items with exactly this id, one per partition holding it (at most
+        ``limit``, ordered by partition id), without their data (``data`` is ``b""``).
+
+        One read through the index on item ids, whatever the number of partitions.
+
+        Raises:
+            InvalidInputError: ``item_id`` is not a valid id, or ``limit`` is not from 1
+                to 1,000.
+        """
+        check_id("item", item_id)
+        check_limit("limit", limit, MAX_FIND_LIMIT)
+        return await self._call(self.store.items_find(item_id, limit))
+
+    async def partition_timeline(self, partition_id: str) -> Timeline:
+        """A partition's timeline (:mod:`watcher.timeline`): when each gate began and
+        ended, with the items that left it, and the items done in each of the last
+        minutes, by the database clock. Empty until a processor has written it.
+
+        Raises:
+            InvalidInputError: ``partition_id`` is not a valid id.
+            PartitionNotFoundError: no partition has this id.
+        """
+        check_id("partition", partition_id)
+        found, text = await self._call(self.store.partition_timeline(partition_id))
+        if not found:
+            raise PartitionNotFoundError(partition_id)
+        return decode_timeline(text)
+
     async def iter_items(self, partition_id: str, *, status: str | None = None,
                          gate: int | None = None, page_size: int = DEFAULT_PAGE,
                          with_data: bool = True) -> AsyncIterator[ItemInfo]:
@@ -346,6 +425,31 @@ class AsyncClient:
         check_id("partition", partition_id)
         before = await self._call(self.store.partition_cancel(partition_id))
         return before in (Status.AVAILABLE.value, Status.FAILED.value)
+
+    async def pause(self, partition_id: str) -> bool:
+        """Pause a partition, durably, until :meth:`resume`.
+
+        Its holder starts no new call from its next read (within a poll
+        interval); the calls in flight finish and their results are written;
+        then it lets the lease go, and no processor takes the partition while it
+        is paused, through restarts and failovers. Returns ``True`` when it was
+        running and is paused now, ``False`` when it was paused already.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        check_id("partition", partition_id)
+        return await self._call(self.store.partition_pause(partition_id, True))
+
+    async def resume(self, partition_id: str) -> bool:
+        """Lift a pause: the partition is leased again as before (within a lease cycle;
+        at once on PostgreSQL). Returns ``False`` when it was not paused.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        check_id("partition", partition_id)
+        return await self._call(self.store.partition_pause(partition_id, False))
 
     async def delete_partition(self, partition_id: str, *, force: bool = False,
                                batch: int = DEFAULT_BATCH) -> int:

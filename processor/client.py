@@ -16,7 +16,7 @@ from collections.abc import Collection, Coroutine, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from processor.async_client import AsyncClient
+from processor.async_client import DEFAULT_FIND_LIMIT, AsyncClient
 from processor.client_checks import (
     DEFAULT_COUNT_CAP,
     DEFAULT_PAGE,
@@ -26,6 +26,7 @@ from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.dburl import DatabaseURL
 from watcher.records import (
     Backlog,
+    FlowControlInfo,
     ItemInfo,
     NewItem,
     Page,
@@ -97,10 +98,13 @@ class Client:
 
     def create_partition(self, partition_id: str, items: Sequence[NewItem] = (), *,
                          reduce_gates: Iterable[int] = (),
-                         on_item_failure: str = "fail") -> None:
+                         on_item_failure: str = "fail",
+                         start_at: datetime | None = None, priority: int = 0,
+                         key: str | None = None) -> None:
         """See :meth:`AsyncClient.create_partition`."""
         return self._run(self._async.create_partition(
-            partition_id, items, reduce_gates=reduce_gates, on_item_failure=on_item_failure))
+            partition_id, items, reduce_gates=reduce_gates, on_item_failure=on_item_failure,
+            start_at=start_at, priority=priority, key=key))
 
     def add_items(self, partition_id: str, items: Sequence[NewItem]) -> bool:
         """See :meth:`AsyncClient.add_items`."""
@@ -157,6 +161,14 @@ class Client:
         return self._run(self._async.items(partition_id, status=status, gate=gate, limit=limit,
                                            after=after, with_data=with_data))
 
+    def item(self, partition_id: str, item_id: str, *, with_data: bool = True) -> ItemInfo:
+        """See :meth:`AsyncClient.item`."""
+        return self._run(self._async.item(partition_id, item_id, with_data=with_data))
+
+    def find_items(self, item_id: str, *, limit: int = DEFAULT_FIND_LIMIT) -> list[ItemInfo]:
+        """See :meth:`AsyncClient.find_items`."""
+        return self._run(self._async.find_items(item_id, limit=limit))
+
     def iter_items(self, partition_id: str, *, status: str | None = None,
                    gate: int | None = None, page_size: int = DEFAULT_PAGE,
                    with_data: bool = True) -> Iterator[ItemInfo]:
@@ -177,6 +189,40 @@ class Client:
     def cancel(self, partition_id: str) -> bool:
         """See :meth:`AsyncClient.cancel`."""
         return self._run(self._async.cancel(partition_id))
+
+    def set_key_limit(self, key: str, max_inflight: int | None, *,
+                      define: bool = False) -> None:
+        """See :meth:`AsyncClient.set_key_limit`."""
+        return self._run(self._async.set_key_limit(key, max_inflight, define=define))
+
+    def pause_key(self, key: str) -> bool:
+        """See :meth:`AsyncClient.pause_key`."""
+        return self._run(self._async.pause_key(key))
+
+    def resume_key(self, key: str) -> bool:
+        """See :meth:`AsyncClient.resume_key`."""
+        return self._run(self._async.resume_key(key))
+
+    def pause_all(self) -> bool:
+        """See :meth:`AsyncClient.pause_all`."""
+        return self._run(self._async.pause_all())
+
+    def resume_all(self) -> bool:
+        """See :meth:`AsyncClient.resume_all`."""
+        return self._run(self._async.resume_all())
+
+    def flow_controls(self, scope: str | None = None, *, limit: int = 1000,
+                      after: tuple[str, str] | None = None) -> list[FlowControlInfo]:
+        """See :meth:`AsyncClient.flow_controls`."""
+        return self._run(self._async.flow_controls(scope, limit=limit, after=after))
+
+    def pause(self, partition_id: str) -> bool:
+        """See :meth:`AsyncClient.pause`."""
+        return self._run(self._async.pause(partition_id))
+
+    def resume(self, partition_id: str) -> bool:
+        """See :meth:`AsyncClient.resume`."""
+        return self._run(self._async.resume(partition_id))
 
     def delete_partition(self, partition_id: str, *, force: bool = False,
                          batch: int = DEFAULT_BATCH) -> int:

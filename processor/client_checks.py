@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
+from watcher.delays import DelayError, checked_time
 from watcher.errors import (
     DuplicateItemError,
     InvalidInputError,
 )
 from watcher.ids import id_problem
 from watcher.models import MAX_GATE, ItemFailurePolicy, Status
+from watcher.priority import DEFAULT_PRIORITY, priority_problem
 from watcher.records import (
     NewItem,
     PartitionSettings,
@@ -107,7 +109,8 @@ def check_item(partition_id: str, item: object, position: int,
 
     Raises:
         InvalidInputError: not a NewItem, a bad id, data that is not bytes, a gate that
-            is not a whole number from 0, or data over ``max_item_bytes``.
+            is not a whole number from 0, data over ``max_item_bytes``, or a
+            ``not_before`` without a time zone or more than a year ahead.
     """
     if not isinstance(item, NewItem):
         raise InvalidInputError(
@@ -115,9 +118,9 @@ def check_item(partition_id: str, item: object, position: int,
             "pass NewItem(id, data: bytes, gate=0)")
     check_id("item", item.id)
     if item.gate is None:  # the client's default gate
-        item = NewItem(item.id, item.data, 0)
+        item = NewItem(item.id, item.data, 0, item.not_before)
     if isinstance(item.data, bytearray | memoryview):
-        item = NewItem(item.id, bytes(item.data), item.gate)
+        item = NewItem(item.id, bytes(item.data), item.gate, item.not_before)
     if not isinstance(item.data, bytes):
         hint = " (encode text first, e.g. text.encode())" if isinstance(item.data, str) else ""
         raise InvalidInputError(
@@ -127,6 +130,13 @@ def check_item(partition_id: str, item: object, position: int,
         raise InvalidInputError(
             f"item {item.id!r} of partition {partition_id!r}: gate must be a whole number "
             f"from 0 to {MAX_GATE}, got {item.gate!r}")
+    if item.not_before is not None:
+        try:
+            not_before = checked_time(item.not_before, "not_before")
+        except DelayError as error:
+            raise InvalidInputError(f"item {item.id!r} of partition {partition_id!r}: "
+                                    f"{error}") from None
+        item = NewItem(item.id, item.data, item.gate, not_before)
     if len(item.data) > max_item_bytes:
         raise InvalidInputError(
             f"item {item.id!r} of partition {partition_id!r} is {len(item.data)} bytes; "
@@ -140,7 +150,15 @@ ITEM_FAILURE_POLICIES = tuple(policy.value for policy in ItemFailurePolicy)
 
 
 def check_settings(partition_id: str, reduce_gates: Iterable[int],
-                    on_item_failure: str) -> PartitionSettings:
+                    on_item_failure: str, priority: object = DEFAULT_PRIORITY,
+                    key: object = None) -> PartitionSettings:
+    """A partition's settings, checked.
+
+    Raises:
+        InvalidInputError: reduce gates that are not a list of distinct gates (or too
+            many), an unknown failure policy, a priority out of range, or a key that
+            is not a valid id.
+    """
     if isinstance(reduce_gates, str | bytes | int) or not isinstance(reduce_gates, Iterable):
         raise InvalidInputError(
             f"reduce_gates for partition {partition_id!r} must be a list of gates such as "
@@ -164,6 +182,42 @@ def check_settings(partition_id: str, reduce_gates: Iterable[int],
         raise InvalidInputError(
             f"on_item_failure for partition {partition_id!r} must be one of "
             f"{', '.join(map(repr, ITEM_FAILURE_POLICIES))}, got {on_item_failure!r}")
+    problem = priority_problem(priority)
+    if problem is not None:
+        raise InvalidInputError(f"partition {partition_id!r}: {problem}")
+    assert isinstance(priority, int)
     return PartitionSettings(frozenset(gates),
-                             on_item_failure == ItemFailurePolicy.CONTINUE.value)
+                             on_item_failure == ItemFailurePolicy.CONTINUE.value,
+                             priority=priority, flow_key=checked_key(key))
 
+
+def checked_key(key: object) -> str:
+    """A concurrency key as stored: ``None`` is ``''`` (no key).
+
+    Raises:
+        InvalidInputError: not a string, or not a valid id (empty, too long, ...).
+    """
+    if key is None:
+        return ""
+    if not isinstance(key, str):
+        raise InvalidInputError(f"key must be a string (a tenant or customer id), got "
+                                f"{type(key).__name__}")
+    problem = id_problem("key", key)
+    if problem is not None:
+        raise InvalidInputError(problem)
+    return key
+
+
+
+def check_start_at(partition_id: str, start_at: object) -> datetime | None:
+    """A partition's ``start_at`` in UTC, or ``None`` when it has none.
+
+    Raises:
+        InvalidInputError: not an aware datetime, or more than a year ahead.
+    """
+    if start_at is None:
+        return None
+    try:
+        return checked_time(start_at, "start_at")
+    except DelayError as error:
+        raise InvalidInputError(f"partition {partition_id!r}: {error}") from None

@@ -28,6 +28,7 @@ from processor.http_config import (
 )
 from processor.outage import OutageTracker, answered_by_handler
 from processor.redact import Scrubber, header_secrets, redact_url, url_secrets
+from processor.tracing import CallSpans
 from processor.transports import USER_AGENT, SenderSettings, TransportError, open_sender
 from processor.wire_errors import item_error, unexpected_failure
 from processor.wire_values import Failure, Mask, Reply
@@ -50,15 +51,19 @@ class HandlerEndpoint:
       ``other_urls`` (such as a batch URL), with the Basic credentials they imply.
     - ``outage``: the :class:`~processor.outage.OutageTracker` every call feeds, timed
       by ``clock`` (monotonic seconds).
+    - ``tracer``: the :class:`~processor.tracing.CallSpans` whose current span the
+      calls carry as a ``traceparent`` header, or ``None`` (tracing off).
 
     Raises:
         ConfigError: (on construction) the CA bundle cannot be loaded.
     """
 
     def __init__(self, config: HttpProcessorConfig, *, other_urls: Sequence[str] = (),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 tracer: CallSpans | None = None) -> None:
         self.config = config
         self.clock = clock
+        self.tracer = tracer
         self.outage = OutageTracker()
         url, basic_auth = split_userinfo(config.handler_url)
         self.url = str(httpx.URL(url))  # normalised and percent-encoded once

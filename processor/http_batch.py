@@ -27,6 +27,7 @@ import logging
 import time
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import httpx
 
@@ -39,6 +40,7 @@ from processor.http_config import (
 )
 from processor.http_reduce import HttpReducer
 from processor.redact import redact_url
+from processor.tracing import CallSpans, resolve
 from processor.wire import encode_batch, json_headers, read_batch_reply
 from processor.wire_errors import unexpected_failure
 from processor.wire_values import Failure
@@ -62,28 +64,35 @@ class _Pending:
 
     item: WorkItem
     future: asyncio.Future[Result]
+    # The span of the item's call when tracing is on: the batch request links to it.
+    span_context: Any = None
 
 
 class BatchingHttpProcessor:
     """Processes items through the batch protocol, ``batch_size`` at a time at most.
 
     Items handed over in the same event-loop turn go out together; a full
-    batch goes out at once.
+    batch goes out at once. ``call_tracer`` is as for
+    :class:`~processor.http_processor.HttpProcessor`: each item's call is a span,
+    and each batch request a span of its own, linked to theirs, whose
+    ``traceparent`` it carries.
 
     Raises:
         ConfigError: (on construction) a bad batch size or batch URL, or a CA
-            bundle that cannot be loaded.
+            bundle that cannot be loaded, or a tracer asked for without OpenTelemetry.
     """
 
     def __init__(self, config: HttpProcessorConfig, *, batch_size: int,
-                 batch_url: str | None = None) -> None:
+                 batch_url: str | None = None,
+                 call_tracer: CallSpans | str | None = "auto") -> None:
         check_whole_number("handler batch size", batch_size)
         url = check_url("handler batch URL", batch_url or default_batch_url(config.handler_url),
                         example="http://handler:8000/batch")
         bare, basic_auth = split_userinfo(url)
         self.config = config
         self.batch_size = batch_size
-        self.endpoint = HandlerEndpoint(config, other_urls=[url])
+        self.call_tracer = resolve(call_tracer, client=False)
+        self.endpoint = HandlerEndpoint(config, other_urls=[url], tracer=self.call_tracer)
         self.reducer = HttpReducer(self.endpoint)
         self._batch_url = str(httpx.URL(bare))
         self._shown_batch_url = redact_url(url)
@@ -130,7 +139,9 @@ class BatchingHttpProcessor:
             RetryableError, NonRetryableError: as in the per-item protocol.
         """
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        self._waiting.append(_Pending(item, future))
+        tracer = self.call_tracer
+        self._waiting.append(_Pending(item, future) if tracer is None else
+                             _Pending(item, future, tracer.current_span_context()))
         if len(self._waiting) >= self.batch_size:
             self._flush()
         elif not self._flush_scheduled:
@@ -153,7 +164,8 @@ class BatchingHttpProcessor:
         if not live:
             return
         try:
-            outcomes = await self._call([p.item for p in live])
+            outcomes = await (self._call([p.item for p in live]) if self.call_tracer is None
+                              else self._traced_call(live, self.call_tracer))
             for pending, outcome in zip(live, outcomes, strict=True):
                 self._answer(pending, outcome)
         except Exception as error:  # a bug here must fail the attempts, not strand them
@@ -169,11 +181,23 @@ class BatchingHttpProcessor:
                 if not pending.future.done():
                     pending.future.cancel()
 
-    async def _call(self, items: list[WorkItem]) -> list[Result | Failure]:
+    async def _traced_call(self, live: list[_Pending], tracer: CallSpans
+                           ) -> list[Result | Failure]:
+        """:meth:`_call` in a span of its own, linked to the items' call spans."""
+        with tracer.batch_request([p.span_context for p in live], len(live)) as span:
+            headers = dict(self._headers)
+            tracer.inject(headers)
+            outcomes = await self._call([p.item for p in live], headers)
+            tracer.answered(span, sum(isinstance(outcome, Failure) for outcome in outcomes),
+                            len(outcomes))
+            return outcomes
+
+    async def _call(self, items: list[WorkItem], headers: dict[str, str] | None = None
+                    ) -> list[Result | Failure]:
         """POST ``items`` as one batch: one :class:`Result` or :class:`Failure` per item."""
         endpoint = self.endpoint
-        reply = await endpoint.post(self._batch_url, encode_batch(items), self._headers,
-                                    shown_url=self._shown_batch_url)
+        reply = await endpoint.post(self._batch_url, encode_batch(items),
+                                    headers or self._headers, shown_url=self._shown_batch_url)
         outcomes = reply if isinstance(reply, Failure) else read_batch_reply(
             reply, len(items), max_bytes=self.config.max_response_bytes,
             mask=endpoint.mask, clock=time.time)

@@ -17,6 +17,7 @@ from types import TracebackType
 from processor.endpoint import HandlerEndpoint
 from processor.http_config import HttpProcessorConfig
 from processor.http_reduce import HttpReducer
+from processor.tracing import CallSpans, resolve
 from processor.wire import item_headers, read_item_reply
 from processor.wire_values import Failure
 from watcher.protocol import ReduceCall, ReduceResult, ReduceShape, Result, WorkItem
@@ -29,13 +30,21 @@ class HttpProcessor:
     :class:`HandlerEndpoint`); safe to call from many tasks at once. Close it
     with :meth:`aclose` or ``async with``.
 
+    ``call_tracer``: a :class:`~processor.tracing.CallSpans` to trace the calls with
+    (each request carries its span as ``traceparent``), ``None`` for none, or
+    ``"auto"``: traced when the application set an OpenTelemetry tracer provider. A
+    :class:`~watcher.Watcher` traces its calls with the same.
+
     Raises:
-        ConfigError: (on construction) the CA bundle cannot be loaded.
+        ConfigError: (on construction) the CA bundle cannot be loaded, or a tracer is
+            asked for without OpenTelemetry installed.
     """
 
-    def __init__(self, config: HttpProcessorConfig) -> None:
+    def __init__(self, config: HttpProcessorConfig, *,
+                 call_tracer: CallSpans | str | None = "auto") -> None:
         self.config = config
-        self.endpoint = HandlerEndpoint(config)
+        self.call_tracer = resolve(call_tracer, client=True)
+        self.endpoint = HandlerEndpoint(config, tracer=self.call_tracer)
         self.reducer = HttpReducer(self.endpoint)
 
     def __repr__(self) -> str:
@@ -91,7 +100,10 @@ class HttpProcessor:
         """
         endpoint = self.endpoint
         try:
-            reply = await endpoint.post(endpoint.url, item.data, item_headers(item),
+            headers = item_headers(item)
+            if endpoint.tracer is not None:
+                endpoint.tracer.inject(headers)
+            reply = await endpoint.post(endpoint.url, item.data, headers,
                                         shown_url=endpoint.shown_url)
             outcome = reply if isinstance(reply, Failure) else read_item_reply(
                 reply, max_bytes=self.config.max_response_bytes, mask=endpoint.mask,

@@ -106,6 +106,8 @@ class HttpReducer:
             headers = reduce_headers(call)
             if self._basic_auth:
                 headers["Authorization"] = self._basic_auth
+            if endpoint.tracer is not None:
+                endpoint.tracer.inject(headers)
             reply = await endpoint.post(self.url, encode_reduce(call), headers,
                                         shown_url=self.shown_url)
             outcome = reply if isinstance(reply, Failure) else read_reduce_reply(

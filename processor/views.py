@@ -59,11 +59,12 @@ def partition_row(info: PartitionInfo) -> dict[str, Any]:
 
 
 def error_after_context(item: ItemInfo) -> str | None:
-    """An item's last error without the context the processor put before it (its
+    """An item's last error without the context earlier versions put before it (its
     partition, id, gate and attempt), for a table whose columns show them already, so
-    a cut cell still shows what went wrong; the whole error when it does not start so.
+    a cut cell still shows what went wrong; the whole error when it does not start so
+    (errors stored now never do: :func:`processor.wire_errors.item_error`).
 
-    The processor writes the attempt that failed, which is the item's ``attempts``
+    The processor wrote the attempt that failed, which is the item's ``attempts``
     while the error stands (a retry resets them, and the error then shows whole).
     """
     from processor.wire_errors import item_context
@@ -87,6 +88,73 @@ def item_row(info: ItemInfo) -> dict[str, Any]:
             "last_error": info.last_error, "version": info.version,
             "retry_at": None if info.retry_at is None else info.retry_at.isoformat(),
             "parent": info.parent}
+
+
+def history_rows(info: ItemInfo) -> list[dict[str, Any]]:
+    """An item's error history for JSON output, the oldest entry first."""
+    return [{"at": entry.at.isoformat(), "attempt": entry.attempt, "gate": entry.gate,
+             "error": entry.error} for entry in info.error_history]
+
+
+def item_detail(info: ItemInfo) -> dict[str, Any]:
+    """One item as ``processor items PARTITION --show ITEM --json`` prints it: its row,
+    its partition, its data whole (``data`` when it is JSON, ``data_b64`` otherwise, and
+    ``data_bytes``) and its error history."""
+    data: dict[str, Any]
+    try:
+        data = {"data": json.loads(info.data)} if info.data else {"data_b64": ""}
+    except ValueError:
+        data = {"data_b64": base64.b64encode(info.data).decode("ascii")}
+    return {"partition": info.partition_id, **item_row(info), "data_bytes": len(info.data),
+            **data, "error_history": history_rows(info)}
+
+
+def data_lines(data: bytes, limit: int | None) -> tuple[str, list[str]]:
+    """An item's data for the terminal: what it is (``"JSON, 12 bytes"``, ``"binary,
+    3 bytes, hex"``, ``"empty"``) and its lines, JSON pretty-printed and other bytes in
+    hex, 32 bytes a line. With a ``limit`` (characters), the text stops there and a last
+    line says how much was left out and that ``--all`` prints it whole."""
+    size = f"{len(data):,} byte{'' if len(data) == 1 else 's'}"
+    if not data:
+        return "empty", []
+    try:
+        text = json.dumps(json.loads(data), indent=2, ensure_ascii=False)
+        kind = f"JSON, {size}"
+    except ValueError:
+        text = "\n".join(data[start:start + 32].hex(" ")
+                         for start in range(0, len(data), 32))
+        kind = f"binary, {size}, hex"
+    if limit is None or len(text) <= limit:
+        return kind, text.splitlines()
+    left_out = len(text) - limit
+    return kind, [*text[:limit].splitlines(),
+                  f"... ({left_out:,} more characters; --all prints it whole)"]
+
+
+def item_lines(info: ItemInfo, *, data_limit: int | None) -> list[str]:
+    """One item as ``processor items PARTITION --show ITEM`` prints it: its status, gate,
+    attempts, parent and retry time, its data (:func:`data_lines`), and its error
+    history, the oldest first (an error stored before the history existed shows alone)."""
+    lines = [f"item {info.id!r} of partition {info.partition_id!r}",
+             f"  status    {info.status}", f"  gate      {info.gate}",
+             f"  attempts  {info.attempts}", f"  parent    {info.parent or '-'}"]
+    if info.retry_at is not None and info.status == "available":
+        lines.append(f"  ready at  {info.retry_at.isoformat(sep=' ', timespec='milliseconds')} UTC")
+    kind, shown = data_lines(info.data, data_limit)
+    lines.append(f"data ({kind})" + (":" if shown else ""))
+    lines += [f"  {line}" for line in shown]
+    if info.error_history:
+        lines.append("error history (oldest first; times UTC):")
+        for entry in info.error_history:
+            first, *more = entry.error.splitlines() or [""]
+            lines.append(f"  {entry.at.isoformat(sep=' ', timespec='milliseconds')}  "
+                         f"attempt {entry.attempt}  gate {entry.gate}  {first}")
+            lines += [f"      {line}" for line in more]
+    elif info.last_error:
+        lines.append(f"last error: {info.last_error}")
+    else:
+        lines.append("no errors")
+    return lines
 
 
 def purge_text(report: PurgeReport, *, older_than: float, statuses: tuple[str, ...],

@@ -51,6 +51,7 @@ from processor.wire_values import (
     show_value,
     unchanged,
 )
+from watcher.delays import DelayError, parse_time
 from watcher.models import MAX_GATE
 from watcher.protocol import (
     Result,
@@ -187,7 +188,11 @@ def parse_answer(document: Any, mask: Mask = unchanged) -> Result | HandlerError
         raise MalformedResponseError(f"'done' must be true or false, got {show_value(done)}")
     data = _answer_data(document, "")
     spawn = parse_spawn(document["spawn"]) if document.get("spawn") is not None else ()
-    return Result(gate=gate, done=done, data=data, spawn=spawn)
+    snooze = document.get("snooze")
+    if snooze is not None and (type(snooze) not in (int, float) or snooze != snooze):
+        raise MalformedResponseError(
+            f"'snooze' must be a number of seconds, got {show_value(snooze)}")
+    return Result(gate=gate, done=done, data=data, spawn=spawn, snooze=snooze)
 
 
 def _answer_data(document: dict[str, Any], where: str) -> bytes | None:
@@ -223,7 +228,7 @@ def _answer_data(document: dict[str, Any], where: str) -> bytes | None:
         ) from None
 
 
-SPAWN_FIELDS: Final = frozenset({"id", "gate", "data", "data_b64"})
+SPAWN_FIELDS: Final = frozenset({"id", "gate", "data", "data_b64", "not_before"})
 
 
 def parse_spawn(value: Any) -> tuple[NewItem, ...]:
@@ -246,7 +251,8 @@ def parse_spawn(value: Any) -> tuple[NewItem, ...]:
 
 
 def parse_new_item(entry: Any, where: str) -> NewItem:
-    """One new item: a JSON object ``{"id", "gate"?, "data" | "data_b64"}``, as a
+    """One new item: a JSON object ``{"id", "gate"?, "not_before"?, "data" | "data_b64"}``
+    (``not_before`` an RFC 3339 time with an offset), as a
     handler's ``spawn`` and the ingest API's items carry it (a missing or ``null``
     gate is ``None``: the default of whoever inserts it). ``where`` starts each message
     (``"spawn[2]: "``, ``"line 7: "``). Only the shape is checked; the id rules and
@@ -264,7 +270,7 @@ def parse_new_item(entry: Any, where: str) -> NewItem:
     if unknown:
         raise MalformedResponseError(
             f"{where}unknown key {show_value(unknown[0])}; a new item has 'id', 'gate', "
-            "and 'data' or 'data_b64'")
+            "'not_before', and 'data' or 'data_b64'")
     item_id = entry.get("id")
     if not isinstance(item_id, str):
         raise MalformedResponseError(f"{where}'id' must be a string, got {show_value(item_id)}")
@@ -277,7 +283,13 @@ def parse_new_item(entry: Any, where: str) -> NewItem:
         raise MalformedResponseError(
             f"{where}a new item needs its content: set 'data' (any JSON value) or "
             "'data_b64'")
-    return NewItem(item_id, data, gate)
+    not_before = entry.get("not_before")
+    if not_before is not None:
+        try:
+            not_before = parse_time(not_before, "'not_before'")
+        except DelayError as error:
+            raise MalformedResponseError(f"{where}{error}") from None
+    return NewItem(item_id, data, gate, not_before)
 
 
 

@@ -134,17 +134,21 @@ def describe_item(item: WorkItem) -> str:
 
 
 def item_context(partition_id: str, item_id: str, gate: int, attempt: int) -> str:
-    """The context the processor puts before an item's error (see :func:`item_error`)."""
+    """How a message names an item: partition, item, gate and attempt. Item errors
+    stored by earlier versions start with it (see
+    :func:`processor.views.error_after_context`); new ones do not (:func:`item_error`)."""
     return f"partition {partition_id!r} item {item_id!r} gate {gate} (attempt {attempt})"
 
 
 def item_error(item: WorkItem, failure: Failure, mask: Mask = unchanged) -> ProcessorError:
     """``failure`` as the engine's error for ``item``: the one place failures become errors.
 
-    The message names the partition, item, gate and attempt, then the reason,
-    with secrets masked. Never raises.
+    The message is the reason alone (what kind of failure, then the handler's own
+    message), with secrets masked: the item's partition, id, gate and attempt are
+    stored beside it (its row, its error history) and logged as fields
+    (:mod:`watcher.failures`), so the text names none of them. Never raises.
     """
-    message = mask(f"{describe_item(item)}: {failure.reason}")
+    message = mask(failure.reason)
     if failure.retryable:
         return RetryableError(message, retry_after=failure.retry_after)
     return NonRetryableError(message)

@@ -17,6 +17,7 @@ from watcher.errors import (
     DuplicateItemError,
     GateError,
     InvalidInputError,
+    ItemNotFoundError,
     PartitionExistsError,
     PartitionLeasedError,
     PartitionNotFoundError,
@@ -31,7 +32,7 @@ from watcher.protocol import (
     RetryableError,
     WorkItem,
 )
-from watcher.records import ItemInfo, NewItem, PartitionInfo
+from watcher.records import ErrorEntry, ItemInfo, NewItem, PartitionInfo
 
 if TYPE_CHECKING:
     from watcher.config import WatcherConfig
@@ -71,10 +72,12 @@ __all__ = [
     "CountingHooks",
     "DatabaseError",
     "DuplicateItemError",
+    "ErrorEntry",
     "GateError",
     "Hooks",
     "InvalidInputError",
     "ItemInfo",
+    "ItemNotFoundError",
     "NewItem",
     "NonRetryableError",
     "PartitionExistsError",

@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from watcher.checks import check_seconds, check_whole_number
+from watcher.delays import MAX_SNOOZE_SECONDS
 from watcher.errors import ConfigError
 
 DEFAULT_CONCURRENCY = 32
@@ -47,6 +48,7 @@ DEFAULT_REDUCE_PAGE_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_ITEM_BYTES = 8 * 1024 * 1024
 # How many items one answer may spawn (a larger fan-out pages: see watcher.spawning).
 DEFAULT_MAX_SPAWN = 1000
+DEFAULT_MAX_SNOOZE = MAX_SNOOZE_SECONDS
 MIN_LEASE_DURATION = 1.0
 
 
@@ -82,6 +84,12 @@ class WatcherConfig:
     reduce_page_bytes: int = DEFAULT_REDUCE_PAGE_BYTES
     max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES
     max_spawn: int = DEFAULT_MAX_SPAWN
+    # The longest snooze a handler may ask for (seconds): at most
+    # watcher.delays.MAX_SNOOZE_SECONDS, and the retention period when one is set.
+    max_snooze: float = DEFAULT_MAX_SNOOZE
+    # Calls in flight per concurrency key across the fleet, unless an operator set the
+    # key's own limit; None: no default limit.
+    max_inflight_per_key: int | None = None
 
     def __post_init__(self) -> None:
         # Imported here, not at the top: the CLI reads this module's defaults for its --help,
@@ -104,6 +112,12 @@ class WatcherConfig:
         check_whole_number("max retries", self.max_retries, minimum=0)
         check_seconds("poll interval", self.poll_interval)
         check_seconds("lease duration", self.lease_duration)
+        check_seconds("max snooze", self.max_snooze)
+        if self.max_inflight_per_key is not None:
+            check_whole_number("max in-flight per key", self.max_inflight_per_key)
+        if self.max_snooze > MAX_SNOOZE_SECONDS:
+            raise ConfigError(f"max snooze must be at most {MAX_SNOOZE_SECONDS:g} s, got "
+                              f"{self.max_snooze!r}")
         check_seconds("retry backoff", self.retry_backoff)
         check_seconds("retry backoff max", self.retry_backoff_max)
         check_seconds("shutdown timeout", self.shutdown_timeout, allow_zero=True)

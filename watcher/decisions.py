@@ -8,11 +8,14 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeVar
 
 from watcher.config import WatcherConfig
+from watcher.delays import MAX_SNOOZE_SECONDS, snooze_problem
+from watcher.error_history import appended
 from watcher.models import MAX_GATE, Status
 from watcher.protocol import NonRetryableError, ProcessorError, Result, RetryableError
 from watcher.records import GateSummary, ItemWrite, LeaseStats, NewItem, ReadyItem
@@ -23,6 +26,8 @@ from watcher.spawning import (
     resolve_spawn,
     spawn_problem,
 )
+
+T = TypeVar("T")
 
 # -- balancing ---------------------------------------------------------------
 
@@ -40,6 +45,21 @@ class BalancePlan:
 def fair_share(active: int, live_owners: int) -> int:
     """ceil(active partitions / live owners); 0 when nothing is active."""
     return math.ceil(active / live_owners) if active and live_owners else 0
+
+
+def pick_free(candidates: Sequence[T], count: int, rng: random.Random) -> list[T]:
+    """Which ``count`` of the free ``candidates`` (in lease-queue order) to take.
+
+    The head of the queue always, so priority and fair queuing hold: the
+    partition that ranks first is leased in the next scan of any processor with
+    room. The rest at random from the first ``2 * count``, so processors that scan
+    at the same moment mostly spread over different partitions instead of all
+    contending for the same few rows, without reaching far down the queue.
+    """
+    if count <= 0 or not candidates:
+        return []
+    head, window = candidates[0], list(candidates[1:2 * count])
+    return [head, *rng.sample(window, min(count - 1, len(window)))]
 
 
 def plan_balance(me: str, stats: LeaseStats, free: int, *, max_take: int,
@@ -81,6 +101,7 @@ class GateStep(Enum):
     ADVANCE = "advance"  # jump to the lowest gate holding available items
     CLOSE = "close"  # nothing left anywhere: the partition is complete
     IDLE = "idle"  # nothing to do until a client adds items or moves the gate
+    RELEASE = "release"  # a client paused the partition: let the lease go
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +118,11 @@ def decide_gate(summary: GateSummary, *, auto_close: bool, manual_checkpoint: bo
 
     With ``continue_on_failure`` (the partition's ``on_item_failure="continue"``)
     a failed item does not stop the fan-in: the partition goes on with the others.
+    A paused partition lets its lease go (nothing is in flight when this is asked),
+    so its processor's slots and lease room go to other work until it is resumed.
     """
+    if summary.paused:
+        return GateAction(GateStep.RELEASE)
     if summary.pending > 0:
         return GateAction(GateStep.WAIT)
     if summary.failed > 0 and not continue_on_failure:
@@ -229,9 +254,9 @@ def write_for_result(partition_id: str, item: ReadyItem, result: Result, partiti
         return write_for_error(
             partition_id, item,
             NonRetryableError(
-                f"handler returned gate {gate} for item {item.id!r} of partition "
-                f"{partition_id!r}, but the partition is at gate {partition_gate}; a result "
-                "may not move an item below its partition's gate"),
+                f"the handler returned gate {gate}, but the partition is at gate "
+                f"{partition_gate}; a result may not move an item below its partition's "
+                "gate"),
             policy, rng)
     spawn: tuple[NewItem, ...] = ()
     if result.spawn:
@@ -239,28 +264,33 @@ def write_for_result(partition_id: str, item: ReadyItem, result: Result, partiti
         if problem is not None:
             return write_for_error(
                 partition_id, item,
-                NonRetryableError(f"item {item.id!r} of partition {partition_id!r}: {problem}"),
+                NonRetryableError(problem),
                 policy, rng)
         spawn = resolve_spawn(result.spawn, item.gate)
     status = Status.COMPLETE if result.done else Status.AVAILABLE
     return ItemWrite(partition_id, item.id, item.version, status.value, gate, attempts=0,
-                     data=result.data, last_error=None, spawn=spawn)
+                     data=result.data, last_error=None, spawn=spawn,
+                     retry_delay=result.snooze)
 
 
 def write_for_error(partition_id: str, item: ReadyItem, error: BaseException,
                     policy: RetryPolicy, rng: random.Random | None = None) -> ItemWrite:
-    """The item update for a failed attempt: back off and retry, or fail."""
+    """The item update for a failed attempt: back off and retry, or fail; either way the
+    error joins the item's error history (:func:`watcher.error_history.appended`),
+    whose time the write stamps from the database clock."""
     attempts = item.attempts + 1
     message = storable_text(describe_error(error))[:MAX_ERROR_LENGTH]
+    history = appended(item.error_history, attempt=attempts, gate=item.gate, error=message)
     retryable = not isinstance(error, NonRetryableError)
     if not retryable or attempts > policy.max_retries:
         return ItemWrite(partition_id, item.id, item.version, Status.FAILED.value, item.gate,
-                         attempts=attempts, last_error=message)
+                         attempts=attempts, last_error=message, error_history=history)
     delay = policy.delay(attempts, rng)
     if isinstance(error, RetryableError) and error.retry_after:
         delay = max(delay, error.retry_after)
     return ItemWrite(partition_id, item.id, item.version, Status.AVAILABLE.value, item.gate,
-                     attempts=attempts, last_error=message, retry_delay=delay)
+                     attempts=attempts, last_error=message, retry_delay=delay,
+                     error_history=history)
 
 
 def storable_text(text: str) -> str:
@@ -276,11 +306,13 @@ def unstorable_write(write: ItemWrite, error: BaseException) -> ItemWrite:
     """The write that replaces ``write`` when the database refused it as a value error.
 
     The item fails where it stands (its gate and data unchanged), with an error
-    that says why; the guard is the same version ``write`` was made against.
+    that says why; the guard is the same version ``write`` was made against. Its
+    stored error history stays as it was (the refused value may be in the history
+    ``write`` carried, and the stored one is not at hand): ``last_error`` says why.
     """
     reason = storable_text(f"{type(error).__name__}: {error}")[:MAX_ERROR_LENGTH // 2]
-    message = (f"the result for item {write.item_id!r} of partition {write.partition_id!r} "
-               f"could not be stored (status {write.status}, gate {write.gate}): {reason}")
+    message = (f"the result could not be stored (status {write.status}, gate {write.gate}): "
+               f"{reason}")
     if isinstance(error, SpawnConflictError):
         message = storable_text(str(error))  # it names the item, the ids and what to do
     return ItemWrite(write.partition_id, write.item_id, write.seen_version,
@@ -296,10 +328,12 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def result_problem(result: object, max_data_bytes: int | None = None) -> str | None:
+def result_problem(result: object, max_data_bytes: int | None = None, *,
+                   max_snooze: float = MAX_SNOOZE_SECONDS) -> str | None:
     """Why ``result`` is not a valid :class:`Result`, or ``None`` when it is.
 
-    ``max_data_bytes`` (the item size limit), when given, bounds the new data.
+    ``max_data_bytes`` (the item size limit), when given, bounds the new data;
+    ``max_snooze`` bounds a snooze (see :func:`~watcher.delays.snooze_problem`).
     """
     if not isinstance(result, Result):
         return f"the processor returned {type(result).__name__}, expected a Result"
@@ -316,6 +350,13 @@ def result_problem(result: object, max_data_bytes: int | None = None) -> str | N
             and len(result.data) > max_data_bytes):
         return (f"the result's data is {len(result.data)} bytes, over the item size limit "
                 f"of {max_data_bytes} bytes (max_item_bytes)")
+    if result.snooze is not None:
+        problem = snooze_problem(result.snooze, max_snooze)
+        if problem is None and (result.done or result.gate is not None):
+            problem = ("'snooze' keeps the item at its gate to call it again later; it "
+                       "cannot come with 'done' or 'gate'")
+        if problem is not None:
+            return problem
     return None
 
 
@@ -327,4 +368,6 @@ def outcome_name(item: ReadyItem, write: ItemWrite) -> str:
         return "failed"
     if write.last_error is not None:
         return "retry"
+    if write.retry_delay is not None:
+        return "snoozed"
     return "advanced" if write.gate != item.gate else "looped"

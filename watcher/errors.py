@@ -40,6 +40,29 @@ class PartitionNotFoundError(InvalidInputError, LookupError):
         self.partition_id = partition_id
 
 
+class ItemNotFoundError(InvalidInputError, LookupError):
+    """The partition exists, but holds no item with this id."""
+
+    def __init__(self, partition_id: str, item_id: str) -> None:
+        super().__init__(
+            f"partition {partition_id!r} has no item {item_id!r}; list its items with "
+            "items(), or find the partitions holding an item id with find_items()"
+        )
+        self.partition_id = partition_id
+        self.item_id = item_id
+
+
+class KeyNotFoundError(InvalidInputError, LookupError):
+    """No partition has had this concurrency key, and none was defined."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"no partition has had key {key!r}, so it is unknown (a typo?); list the keys "
+            "with flow_controls(), or pass define=True to set it up before its first "
+            "partition")
+        self.key = key
+
+
 class DuplicateItemError(InvalidInputError):
     """Item ids repeat, within one call or against items already stored."""
 

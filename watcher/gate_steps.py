@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -22,6 +23,7 @@ from watcher.leases import Lease, LeaseKeeper
 from watcher.models import Status
 from watcher.reducer import GateReducer, StepKind
 from watcher.store import Store
+from watcher.timeline import Progress, decode_timeline, encode_timeline, record_move
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,9 @@ class GateStepper:
             return Pass(wait=max(MIN_WAIT, outcome.wait))
         if kind is StepKind.BUSY:
             return Pass(wait=self.config.poll_interval)
+        if kind is StepKind.PAUSED:
+            await self.keeper.release(self.lease, reason="paused")
+            return Pass(wait=None)
         if kind is StepKind.FAILED or self.lease.lost:
             return Pass(wait=None)
         self.hooks.lease_conflict(self.partition_id)
@@ -113,15 +118,23 @@ class GateStepper:
             return Pass(wait=max(MIN_WAIT, wait), step=action.step)
         if action.step is GateStep.IDLE:
             return Pass(wait=self.config.poll_interval, step=action.step)
+        if action.step is GateStep.RELEASE:
+            await self.keeper.release(lease, reason="paused")
+            return Pass(wait=None, step=action.step)
         status = {GateStep.FAIL: Status.FAILED.value,
                   GateStep.CLOSE: Status.COMPLETE.value}.get(action.step)
         from_gate = lease.gate
         async with lease.lock:
             if lease.lost:
                 return Pass(wait=None)
+            progress = lease.progress(time.monotonic())
+            timeline = await self._timeline_after_move(
+                summary.now, progress, action.gate if status is None else None)
             version = await self.store.partition_transition(
                 self.partition_id, lease.version, self.keeper.owner, gate=action.gate,
-                status=status)
+                status=status, timeline=timeline)
+            if version is not None and timeline is not None:
+                lease.timeline_written(timeline, progress)
         if version is None:
             # Someone wrote the partition: a client added items or moved the gate
             # (re-evaluate), or another watcher took it (stop).
@@ -144,6 +157,27 @@ class GateStepper:
             log.info("action=partition_closed partition=%s status=%s gate=%d",
                      self.partition_id, status, from_gate)
         return Pass(wait=None, step=action.step)
+
+    async def _timeline_after_move(self, now: datetime | None, progress: Progress,
+                                   to_gate: int | None) -> str | None:
+        """The timeline the move writes (:func:`watcher.timeline.record_move`): the stay
+        at the gate left ends at ``now`` (the gate summary's time, by the store's
+        clock), one at ``to_gate`` begins (``None``: the partition closes).
+
+        The stored timeline is read once when the lease's renewals have not read it
+        yet (a gate that drains within seconds of the take). ``None`` (the move leaves
+        the timeline as it is) without ``now``.
+
+        Raises the database's error when that read fails.
+        """
+        lease = self.lease
+        if now is None:
+            return None
+        if not lease.timeline_known:
+            _, lease.timeline = await self.store.partition_timeline(self.partition_id)
+            lease.timeline_known = True
+        return encode_timeline(record_move(decode_timeline(lease.timeline), now, progress,
+                                           to_gate))
 
     async def _failed_item(self, gate: int) -> ItemFailure | None:
         """One of the failed items that failed the partition at ``gate``, for its log line;

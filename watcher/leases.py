@@ -15,10 +15,11 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
 from watcher.config import WatcherConfig
-from watcher.decisions import plan_balance
+from watcher.decisions import pick_free, plan_balance
 from watcher.hooks import Hooks, SafeHooks
 from watcher.records import LeaseRow, PartitionSettings
 from watcher.store import Store
+from watcher.timeline import DoneTally, Progress
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,21 @@ class Lease:
     # Set once the lease ends (lost, stopped by a client, or closed): a long call
     # made under it can be abandoned.
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    # The partition's timeline as stored (``timeline_known``: read since the lease was
+    # taken), and the items done since it was last written (:mod:`watcher.timeline`).
+    timeline: str | None = None
+    timeline_known: bool = False
+    done: DoneTally = field(default_factory=DoneTally)
+
+    def progress(self, now: float) -> Progress:
+        """The items done since the timeline was last written, at the current gate."""
+        return Progress(self.gate, self.done.items, self.done.age(now))
+
+    def timeline_written(self, timeline: str | None, progress: Progress) -> None:
+        """The stored timeline is ``timeline`` now, with ``progress`` counted in it."""
+        self.timeline = timeline
+        self.timeline_known = True
+        self.done.written(progress.items)
 
     def adopt(self, version: int, gate: int | None) -> None:
         """Take a newer version (and gate) read from the database as our own.
@@ -127,6 +143,14 @@ class LeaseCycle:
     stopped: tuple[str, ...] = ()  # cancelled or being deleted by a client: dropped
 
 
+def _progress(leases: Iterable[Lease], now: float) -> dict[str, Progress]:
+    """What a renewal (or release) of ``leases`` carries into their timelines: the items
+    done since the last write, and an empty progress for those whose stored timeline
+    this holder has not read yet (the renewal reads it)."""
+    return {lease.partition_id: lease.progress(now) for lease in leases
+            if lease.done.items or not lease.timeline_known}
+
+
 class LeaseKeeper:
     """Holds this watcher's leases and moves them toward a fair share."""
 
@@ -174,7 +198,7 @@ class LeaseKeeper:
                                 max_take=min(self.config.lease_batch, room),
                                 max_steal=min(self.config.steal_batch, room))
             if plan.take_free:
-                chosen = self._rng.sample(candidates, plan.take_free)
+                chosen = pick_free(candidates, plan.take_free, self._rng)
                 acquired = await self._take(chosen, stolen_from=None)
             elif plan.steal_from is not None and balance_due:
                 victims = await self.store.leases_of_owner(plan.steal_from, plan.steal)
@@ -215,6 +239,7 @@ class LeaseKeeper:
                 # write in progress): its supervisor still drives this Lease, so it
                 # must go on holding the partition, not a new one beside it.
                 held.renewed(row.version, row.gate, started)
+                held.timeline_known = False  # another holder may have written it meanwhile
                 log.info("action=lease_reacquired partition=%s owner=%s gate=%d", row.id,
                          self.owner, row.gate)
                 continue
@@ -265,14 +290,17 @@ class LeaseKeeper:
         busy: list[Lease] = []
         lost: list[str] = []
         async with _locked(leases):
+            progress = _progress(leases, time.monotonic())
             renewal = await self.store.leases_renew(
                 {lease.partition_id: lease.version for lease in leases}, self.owner,
-                self.config.lease_duration)
+                self.config.lease_duration, progress)
             for lease in leases:
                 pid = lease.partition_id
                 if pid in renewal.held:
                     version, gate = renewal.held[pid]
                     lease.renewed(version, gate, now)
+                    if pid in renewal.timelines:
+                        lease.timeline_written(renewal.timelines[pid], progress[pid])
                 elif pid in renewal.busy:
                     busy.append(lease)
                 elif pid in renewal.stopped:
@@ -341,6 +369,24 @@ class LeaseKeeper:
         if self.leases.get(lease.partition_id) is lease:
             del self.leases[lease.partition_id]
 
+    async def release(self, lease: Lease, *, reason: str) -> bool:
+        """Let one lease go at once (a client paused its partition), so another
+        processor may take it when it may run again. Returns whether it was released
+        (``False``: it was lost or moved on meanwhile).
+        """
+        async with _locked([lease]):
+            if lease.lost or lease.closed:
+                return False
+            done = _progress([lease], time.monotonic())
+            released = await self.store.leases_release(
+                {lease.partition_id: lease.version}, self.owner,
+                {pid: progress for pid, progress in done.items() if progress.items})
+        self.forget(lease)
+        self.hooks.lease_released(lease.partition_id)
+        log.info("action=lease_released partition=%s owner=%s reason=%s", lease.partition_id,
+                 self.owner, reason)
+        return released == 1
+
     async def release_all(self) -> int:
         """Release every lease so other watchers take over at once. Returns the count."""
         live = {pid: lease for pid, lease in self.leases.items() if not lease.lost}
@@ -348,7 +394,9 @@ class LeaseKeeper:
             return 0
         async with _locked(live.values()):
             released = await self.store.leases_release(
-                {pid: lease.version for pid, lease in live.items()}, self.owner)
+                {pid: lease.version for pid, lease in live.items()}, self.owner,
+                {pid: done for pid, done in _progress(live.values(), time.monotonic()).items()
+                 if done.items})
         for pid in live:
             self.hooks.lease_released(pid)
         self.leases.clear()

@@ -18,7 +18,17 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Column, DateTime, Index, Integer, LargeBinary, Unicode, UnicodeText, text
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    Unicode,
+    UnicodeText,
+    text,
+)
 from sqlalchemy.types import TypeEngine
 from sqlmodel import Field, SQLModel
 
@@ -114,11 +124,13 @@ class Partition(SQLModel, table=True):
     """
 
     __tablename__ = "partitions"
-    # Lease scans: status and until (and owner). Retention and the status gauges:
+    # Lease scans: status and until (and owner), and the queue order (status, rank_at).
+    # Retention and the status gauges:
     # status and the last update. Paged listings, newest first: created_at and id.
     __table_args__ = (Index("ix_partitions_lease", "status", "until", "owner"),
                       Index("ix_partitions_updated", "status", "updated_at"),
                       Index("ix_partitions_created", "created_at", "id"),
+                      Index("ix_partitions_rank", "status", "rank_at"),
                       MYSQL_TABLE_OPTIONS)
 
     id: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))
@@ -161,6 +173,18 @@ class Partition(SQLModel, table=True):
     # Bounded JSON: when each gate began and ended, items written per minute; the
     # lease holder writes it when a gate moves and when it renews (revision 0008).
     timeline: str | None = Field(default=None, sa_column=Column(error_type(), nullable=True))
+    # From -10 to 10, fixed at creation; rank_at is the partition's place in the lease
+    # queue (see watcher.priority); paused_at is set while a client has it paused
+    # (revision 0009).
+    priority: int = Field(default=0, sa_column=Column(Integer, nullable=False,
+                                                      server_default=text("0")))
+    rank_at: datetime | None = Field(default=None,
+                                     sa_column=Column(timestamp_type(), nullable=True))
+    paused_at: datetime | None = Field(default=None,
+                                       sa_column=Column(timestamp_type(), nullable=True))
+    # The concurrency key (a tenant); '' for none (revision 0009).
+    flow_key: str = Field(default="", sa_column=Column(key_type(ID_MAX_LENGTH), nullable=False,
+                                                       server_default=text("''")))
 
 
 class Item(SQLModel, table=True):
@@ -194,6 +218,63 @@ class Item(SQLModel, table=True):
     # it has none (revision 0008).
     error_history: str | None = Field(default=None,
                                       sa_column=Column(error_type(), nullable=True))
+
+
+SCOPE_MAX_LENGTH = 16
+
+
+class FlowScope(StrEnum):
+    """What a flow control row governs."""
+
+    KEY = "key"  # one concurrency key's partitions
+    HANDLER = "handler"  # every call to one handler
+    FLEET = "fleet"  # everything (name '')
+
+
+class FlowControl(SQLModel, table=True):
+    """The flow controls of a key, a handler or the fleet (revision 0009).
+
+    ``next_start`` is a key's virtual clock for fair queuing (see
+    :mod:`watcher.fairness`); ``max_inflight`` and ``rate_limit`` are limits an
+    operator set (NULL: the processors' defaults); ``paused_at`` is set while it is
+    paused; ``blocked_until`` holds every call back after a handler's
+    ``Retry-After``; ``tokens`` and ``refilled_at`` are its rate limit's bucket.
+    Times are the database clock's.
+    """
+
+    __tablename__ = "flow_controls"
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+    scope: str = Field(sa_column=Column(Unicode(SCOPE_MAX_LENGTH), primary_key=True))
+    name: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))
+    next_start: datetime | None = Field(default=None,
+                                        sa_column=Column(timestamp_type(), nullable=True))
+    max_inflight: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
+    rate_limit: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    paused_at: datetime | None = Field(default=None,
+                                       sa_column=Column(timestamp_type(), nullable=True))
+    blocked_until: datetime | None = Field(default=None,
+                                           sa_column=Column(timestamp_type(), nullable=True))
+    tokens: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    refilled_at: datetime | None = Field(default=None,
+                                         sa_column=Column(timestamp_type(), nullable=True))
+    version: int = Field(default=1, sa_column=Column(Integer, nullable=False))
+    updated_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
+
+
+class FlowGrant(SQLModel, table=True):
+    """In-flight slots one processor holds for a limited key, until ``until`` (the
+    database clock); ``wanted`` is how many it could use (revision 0009)."""
+
+    __tablename__ = "flow_grants"
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+    scope: str = Field(sa_column=Column(Unicode(SCOPE_MAX_LENGTH), primary_key=True))
+    name: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))
+    owner: str = Field(sa_column=Column(key_type(OWNER_MAX_LENGTH), primary_key=True))
+    slots: int = Field(sa_column=Column(Integer, nullable=False))
+    wanted: int = Field(sa_column=Column(Integer, nullable=False))
+    until: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
 
 
 class Leader(SQLModel, table=True):

@@ -18,9 +18,8 @@ def oversize_error(partition_id: str, item: ReadyItem, limit: int) -> NonRetryab
     """The error an item over ``limit`` bytes (``max_item_bytes``) fails with."""
     size = len(item.data) if item.size is None else item.size
     return NonRetryableError(
-        f"item {item.id!r} of partition {partition_id!r} is {size} bytes, over the "
-        f"item size limit of {limit} bytes (max_item_bytes); it "
-        "was stored around the client's limit and is not dispatched")
+        f"the item is {size} bytes, over the item size limit of {limit} bytes "
+        "(max_item_bytes); it was stored around the client's limit and is not dispatched")
 
 
 async def fail_unreadable(store: Store, writer: ResultWriter, partition_id: str, gate: int,

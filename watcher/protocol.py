@@ -47,6 +47,9 @@ class Result:
       gate at which this item was called (``NewItem.gate`` of ``None``). At most
       ``max_spawn`` per answer: a larger fan-out pages (spawn a slice, answer
       ``Result(data=cursor)`` to be called again).
+    - ``snooze``: seconds to wait before calling the item again at the same gate
+      (polling an outside system); a success, so no attempt is counted. It may
+      come with ``data`` and ``spawn``, not with ``done`` or another gate.
 
     ``Result()`` (not done, same gate) asks for the item to run again: a loop.
     """
@@ -55,6 +58,7 @@ class Result:
     done: bool = False
     data: bytes | None = None
     spawn: Sequence[NewItem] = ()
+    snooze: float | None = None
 
 
 class ProcessorError(Exception):

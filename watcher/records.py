@@ -17,12 +17,14 @@ class NewItem:
 
     ``gate`` of ``None`` means the default gate: 0 for an item the client adds,
     and the spawning item's gate for an item a step spawns (see
-    :attr:`watcher.protocol.Result.spawn`).
+    :attr:`watcher.protocol.Result.spawn`). ``not_before`` (an aware datetime) holds
+    the item back until then by the database clock; ``None`` makes it ready at once.
     """
 
     id: str
     data: bytes
     gate: int | None = None
+    not_before: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,10 @@ class PartitionInfo:
     last_error: str | None = None
     reduce: ReduceProgress | None = None
     spawned: int = 0  # items its steps and reduces spawned
+    priority: int = 0
+    # When a client paused it (naive UTC); None while it runs.
+    paused_at: datetime | None = None
+    key: str | None = None  # its concurrency key; None: none
 
     def result_json(self) -> Any:
         """The partition result decoded as JSON (``None`` when there is none).
@@ -76,8 +82,24 @@ class PartitionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ErrorEntry:
+    """One failed attempt of an item, as its error history keeps it: when it failed (by
+    the database clock, naive UTC), which attempt it was (1-based), at which gate, and
+    the error (the handler's message, with the engine's kind prefix when it has one)."""
+
+    at: datetime
+    attempt: int
+    gate: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class ItemInfo:
-    """An item as the client sees it."""
+    """An item as the client sees it.
+
+    ``error_history`` holds its last few errors, the oldest first (see
+    :mod:`watcher.error_history`); ``()`` when it never failed.
+    """
 
     partition_id: str
     id: str
@@ -89,15 +111,25 @@ class ItemInfo:
     version: int
     retry_at: datetime | None = None
     parent: str | None = None  # the item whose answer spawned it; None: the client added it
+    error_history: tuple[ErrorEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionSettings:
-    """What a partition fixed at creation and its supervisor needs: its reduce gates
-    and what a failed item does."""
+    """What a partition fixed at creation and its supervisor needs: its reduce gates,
+    what a failed item does, and the trace context its creator was in (W3C
+    ``traceparent``/``tracestate`` as JSON, :mod:`processor.tracing`; ``None``: none)."""
 
     reduce_gates: frozenset[int] = frozenset()
     continue_on_failure: bool = False
+    trace_context: str | None = None
+    # From -10 to 10 (watcher.priority): higher is leased first.
+    priority: int = 0
+    # The concurrency key (a tenant); '' for none.
+    flow_key: str = ""
+    # Its place in the lease queue (rank_at, as seconds): turns at a processor's freed
+    # slots go in this order too, so priority and fairness hold within a processor.
+    queue_order: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +159,7 @@ class ReduceState:
     after: str | None
     accumulator: bytes | None
     attempts: int
-
+    paused: bool = False  # a client paused the partition: no new reduce call
 
 @dataclass(frozen=True, slots=True)
 class ReduceEntry:
@@ -149,12 +181,15 @@ class LeaseRenewal:
     re-read, its gate (``None``: unchanged). ``busy`` partitions were locked
     by another session (a client or processor inside a transaction) and were
     neither renewed nor lost; ``stopped`` ones were cancelled or are being
-    deleted by a client; the others asked for were lost.
+    deleted by a client; the others asked for were lost. ``timelines`` holds
+    the timeline stored now (:mod:`watcher.timeline`) of each held partition
+    whose progress the renewal carried.
     """
 
     held: dict[str, tuple[int, int | None]]
     busy: frozenset[str] = frozenset()
     stopped: frozenset[str] = frozenset()
+    timelines: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +223,8 @@ class ReadyItem:
     data: bytes
     attempts: int
     size: int | None = None
+    # Its stored error history (JSON text, see watcher.error_history); None: no errors.
+    error_history: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +240,8 @@ class GateSummary:
     failed: int
     next_gate: int | None
     seconds_to_next_retry: float | None = None
+    now: datetime | None = None  # when it was read, by the store's clock
+    paused: bool = False  # a client paused the partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +261,9 @@ class ItemWrite:
     data: bytes | None = None
     last_error: str | None = None
     retry_delay: float | None = None
+    # The new error history, its newest entry's time left for the write to stamp (see
+    # watcher.error_history); None keeps the stored one.
+    error_history: str | None = None
     # Items to insert, each with its gate resolved, in the write's transaction and
     # only if the write applies; their parent is ``item_id``.
     spawn: tuple[NewItem, ...] = ()
@@ -334,3 +376,17 @@ class Throughput:
 
     minutes: int
     finished: dict[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class FlowControlInfo:
+    """A key's, a handler's or the fleet's flow controls as an operator sees them:
+    limits set (``None``: the processors' defaults), and when it was paused, or is
+    blocked until after a handler's ``Retry-After`` (naive UTC; ``None``: not)."""
+
+    scope: str
+    name: str
+    max_inflight: int | None
+    rate_limit: float | None
+    paused_at: datetime | None
+    blocked_until: datetime | None

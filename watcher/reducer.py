@@ -42,7 +42,7 @@ from watcher.reduction import (
     reduce_step,
 )
 from watcher.refusals import is_refusal, write_or_refuse
-from watcher.slots import SlotPool
+from watcher.slots import Slots
 from watcher.spawning import SpawnConflictError, SpawnLimits
 from watcher.store import Store
 
@@ -64,6 +64,7 @@ class StepKind(Enum):
     BUSY = "busy"  # no dispatch slot free: try again when one frees
     CONFLICT = "conflict"  # the guarded write lost: re-read the lease
     FAILED = "failed"  # the reduce failed for good: the partition failed
+    PAUSED = "paused"  # a client paused the partition: call nothing, let the lease go
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,7 @@ class GateReducer:
     """
 
     def __init__(self, lease: Lease, *, store: Store, reduce: ReduceCallable | None,
-                 slots: SlotPool, keeper: LeaseKeeper, config: WatcherConfig,
+                 slots: Slots, keeper: LeaseKeeper, config: WatcherConfig,
                  hooks: Hooks, shape: ReduceShapeCall | None = None) -> None:
         self.lease = lease
         self.store = store
@@ -157,6 +158,8 @@ class GateReducer:
         state = await self.store.reduce_state_read(pid)
         if state is None or state.gate != gate:
             return ReduceStepOutcome(StepKind.CONFLICT)
+        if state.paused:
+            return ReduceStepOutcome(StepKind.PAUSED)
         if state.pass_ is None:
             summary = await self.store.gate_summary(pid, gate)
             if summary.pending == 0:
@@ -174,7 +177,7 @@ class GateReducer:
                 f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page}: "
                 f"{too_large}"), plan.pass_, time.monotonic())
         if self.slots.take(1) == 0:
-            self.slots.notify_when_free(lease.wake)
+            self.slots.notify_when_free(lease.wake, lease.settings.queue_order)
             return ReduceStepOutcome(StepKind.BUSY)
         started = time.monotonic()
         try:

@@ -322,6 +322,10 @@ def _check_result(what: str, result: object, gate: int, max_data_bytes: int | No
         raise ReduceAnswerError(
             f"{what} spawns items; in a reduce, spawn from the reduce answer itself "
             "(ReduceResult.spawn, or the answer's top-level 'spawn')")
+    if result.snooze is not None:
+        raise ReduceAnswerError(
+            f"{what} snoozes; a reduce answers for the whole gate at once, so its items "
+            "cannot wait one by one")
     target = gate if result.gate is None else result.gate
     if target < gate:
         raise ReduceAnswerError(

@@ -11,7 +11,7 @@ from sqlalchemy.sql.elements import quoted_name
 from sqlmodel import SQLModel
 
 from watcher.errors import ConfigError
-from watcher.models import Item, Leader, Partition
+from watcher.models import FlowControl, FlowGrant, Item, Leader, Partition
 
 TABLE_PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
 
@@ -32,13 +32,15 @@ def validate_table_prefix(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class Tables:
-    """The tables of one statefeed namespace: partitions, items, and the leaders of duties
-    one processor at a time performs (retention)."""
+    """The tables of one statefeed namespace: partitions, items, the leaders of duties
+    one processor at a time performs (retention), and the flow controls and grants."""
 
     prefix: str
     partitions: Table
     items: Table
     leaders: Table
+    flow_controls: Table
+    flow_grants: Table
 
     @property
     def version_table(self) -> str:
@@ -61,7 +63,8 @@ def tables_for(prefix: str = "") -> Tables:
         ConfigError: the prefix is invalid.
     """
     validate_table_prefix(prefix)
-    plain = [_table_of(model) for model in (Partition, Item, Leader)]
+    plain = [_table_of(model)
+             for model in (Partition, Item, Leader, FlowControl, FlowGrant)]
     if prefix == "":
         return Tables("", *plain)
     metadata = MetaData()

@@ -3,7 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 from collections.abc import Callable
+from typing import Protocol
+
+
+class Slots(Protocol):
+    """What a partition's supervisor uses of the slots it dispatches in: a
+    :class:`SlotPool`, or a keyed partition's :class:`~watcher.key_limits.KeyedSlots`."""
+
+    @property
+    def free(self) -> int: ...
+    @property
+    def refill_at(self) -> int: ...
+    @property
+    def in_use(self) -> int: ...
+    def take(self, wanted: int) -> int: ...
+    def give_back(self, count: int = 1) -> None: ...
+    def notify_when_free(self, event: asyncio.Event, order: float = 0.0) -> None: ...
+    def pass_turn(self) -> None: ...
+    def leave(self, event: asyncio.Event) -> None: ...
+    def calls_started(self, count: int) -> None: ...
+    def calls_ended(self, count: int) -> None: ...
 
 
 class SlotPool:
@@ -30,7 +52,11 @@ class SlotPool:
         self.in_use = 0
         self.calls = 0
         self._on_calls = on_calls
-        self._waiting: dict[asyncio.Event, None] = {}
+        # Waiting partitions: the live ones, and a heap of (order, arrival, event) in
+        # which an entry whose event left or was woken is skipped when it comes up.
+        self._waiting: dict[asyncio.Event, int] = {}
+        self._queue: list[tuple[float, int, asyncio.Event]] = []
+        self._arrivals = itertools.count()
         self._granted: asyncio.Event | None = None  # woken for the current turn
 
     @property
@@ -74,8 +100,10 @@ class SlotPool:
         if self._granted is not None and self._granted.is_set():
             return  # its partition passes the turn on when it has taken its slots
         self._granted = None
-        while self._waiting:
-            event = next(iter(self._waiting))
+        while self._queue:
+            _, arrival, event = heapq.heappop(self._queue)
+            if self._waiting.get(event) != arrival:
+                continue  # it left, or waits under a later entry
             del self._waiting[event]
             if not event.is_set():
                 event.set()
@@ -89,9 +117,20 @@ class SlotPool:
             self._granted = None
             self.pass_turn()
 
-    def notify_when_free(self, event: asyncio.Event) -> None:
-        """Set ``event`` when it is this partition's turn at freed slots."""
-        self._waiting.setdefault(event, None)
+    def notify_when_free(self, event: asyncio.Event, order: float = 0.0) -> None:
+        """Set ``event`` when it is this partition's turn at freed slots: turns go to
+        the lowest ``order`` first (the partition's place in the lease queue, so a
+        higher priority or a key's first partition goes ahead), then to the one that
+        has waited longest."""
+        if event in self._waiting:
+            return
+        arrival = next(self._arrivals)
+        self._waiting[event] = arrival
+        if len(self._queue) > 4 * len(self._waiting) + 64:  # mostly entries that left
+            self._queue = [entry for entry in self._queue
+                           if self._waiting.get(entry[2]) == entry[1]]
+            heapq.heapify(self._queue)
+        heapq.heappush(self._queue, (order, arrival, event))
 
 
 async def wait_event(event: asyncio.Event, seconds: float) -> bool:

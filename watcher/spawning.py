@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from watcher.config import DEFAULT_MAX_ITEM_BYTES, DEFAULT_MAX_SPAWN, WatcherConfig
+from watcher.delays import DelayError, checked_time
 from watcher.errors import ValueRefusedError
 from watcher.ids import id_problem
 from watcher.models import MAX_GATE
@@ -99,7 +100,7 @@ def resolve_spawn(spawn: Sequence[NewItem], default_gate: int) -> tuple[NewItem,
     """``spawn`` with each gate of ``None`` set to ``default_gate`` and data as bytes
     (call :func:`spawn_problem` first)."""
     return tuple(NewItem(child.id, bytes(child.data),
-                         default_gate if child.gate is None else child.gate)
+                         default_gate if child.gate is None else child.gate, child.not_before)
                  for child in spawn)
 
 
@@ -127,6 +128,11 @@ def _child_problem(position: int, child: object, floor: int,
     if gate < floor:
         return (f"spawned item {child.id!r} has gate {gate}, below gate {floor}, the lowest "
                 "it may have here: spawn at the current gate or later")
+    if child.not_before is not None:
+        try:
+            checked_time(child.not_before, "not_before")
+        except DelayError as error:
+            return f"spawned item {child.id!r}: {error}"
     return None
 
 

@@ -13,11 +13,15 @@ from typing import Any
 from sqlalchemy import (
     Float,
     Integer,
+    Text,
+    Unicode,
     and_,
     bindparam,
     case,
+    cast,
     exists,
     func,
+    literal_column,
     or_,
     select,
     update,
@@ -27,7 +31,8 @@ from sqlalchemy.types import TypeEngine
 
 from watcher.clock import Clock
 from watcher.drivers.sql import clock_now, time_plus
-from watcher.models import AVAILABLE, FAILED
+from watcher.error_history import PENDING_TIME
+from watcher.models import AVAILABLE, FAILED, FlowScope
 from watcher.records import (
     ItemWrite,
 )
@@ -53,6 +58,9 @@ class ResultSource:
     data: ColumnElement[Any] | None = None
     delay: ColumnElement[Any] | None = None
     owner: ColumnElement[Any] = field(default_factory=lambda: bindparam("owner"))
+    # The new error history (NULL keeps the stored one), its newest entry's time to be
+    # stamped (see Statements.history_stamped); None: the write never sets it.
+    history: ColumnElement[Any] | None = None
 
     @classmethod
     def parameters(cls, data_type: TypeEngine[bytes], *, new_data: bool = True,
@@ -64,7 +72,8 @@ class ResultSource:
             status=bindparam("new_status"), gate=bindparam("new_gate", type_=Integer()),
             attempts=bindparam("new_attempts"), error=bindparam("new_error"),
             data=bindparam("new_data", type_=data_type) if new_data else None,
-            delay=bindparam("delay", type_=Float()) if delayed else None)
+            delay=bindparam("delay", type_=Float()) if delayed else None,
+            history=bindparam("new_history", type_=Text()))
 
 
 class Statements:
@@ -82,17 +91,36 @@ class Statements:
         self.clock = clock
         self.now: ColumnElement[Any] = clock_now(clock)
         self._item_writes: dict[tuple[bool, bool], Update] = {}
-        self._lease_rewrites: dict[tuple[int, bool], Update] = {}
+        self._lease_rewrites: dict[tuple[int, bool, bool], Update] = {}
         self._lease_takes: dict[int, Update] = {}
-        self._transitions: dict[tuple[bool, str | None], Update] = {}
+        self._transitions: dict[tuple[bool, str | None, bool], Update] = {}
 
     def now_plus(self, seconds: float | ColumnElement[Any]) -> ColumnElement[Any]:
         """The clock's time plus ``seconds`` (a number, or an SQL expression)."""
         return time_plus(self.now, seconds)
 
+    def history_stamped(self, history: ColumnElement[Any]) -> ColumnElement[Any]:
+        """The error history to store: ``history`` (JSON text) with its new entry's
+        time, :data:`~watcher.error_history.PENDING_TIME`, replaced by the clock's
+        time as text, or the stored history when ``history`` is NULL.
+
+        Stamping it here, in the write, takes the time from the database clock (the
+        same one ``updated_at`` gets) at no cost of a statement or a time read.
+        """
+        def constant(text: str) -> ColumnElement[Any]:
+            # Written into the statement (a DBA reads it there); it holds no quote mark.
+            return literal_column(f"'{text}'", Text())
+
+        stamp = constant('{"at":"') + cast(self.now, Unicode(40)) + constant('",')
+        return func.coalesce(func.replace(history, constant(PENDING_TIME), stamp),
+                             self.tables.items.c.error_history)
+
     def items_ready(self, limit: int | ColumnElement[Any]) -> Select[Any]:
         """Available items at a gate whose retry time has passed, ``(id, version, gate,
-        data, attempts)``, with bind parameters ``pid`` and ``gate``.
+        data, attempts, error_history)``, with bind parameters ``pid`` and ``gate``.
+        The error history is NULL for an item that never failed, so it costs almost
+        nothing to read, and a failed attempt's write appends to it
+        (:func:`watcher.error_history.appended`) with no read of its own.
 
         Ordered by (retry time, id), which the index on (partition, status,
         gate, retry_at, id) returns in order: the read stops at ``limit`` rows
@@ -101,12 +129,31 @@ class Statements:
         """
         i = self.tables.items
         return (
-            select(i.c.id, i.c.version, i.c.gate, i.c.data, i.c.attempts)
+            select(i.c.id, i.c.version, i.c.gate, i.c.data, i.c.attempts, i.c.error_history)
             .where(i.c.partition_id == bindparam("pid", type_=i.c.partition_id.type),
                    i.c.status == AVAILABLE, i.c.gate == bindparam("gate", type_=Integer()),
-                   i.c.retry_at <= self.now)
+                   i.c.retry_at <= self.now, ~self.paused())
             .order_by(i.c.retry_at, i.c.id).limit(limit)
         )
+
+    def paused(self, partition_id: ColumnElement[Any] | None = None) -> Exists:
+        """Whether partition ``partition_id`` (by default ``:pid``) is paused: itself,
+        its key, or the whole fleet (primary-key look-ups). The ready read returns
+        nothing then, so a paused partition starts no new call at its holder's next
+        read, and the gate summary and reduce read say so."""
+        p = self.tables.partitions
+        if partition_id is None:
+            partition_id = bindparam("pid", type_=p.c.id.type)
+        return exists().where(p.c.id == partition_id,
+                              or_(p.c.paused_at.is_not(None), self.flow_paused(p.c.flow_key)))
+
+    def flow_paused(self, flow_key: ColumnElement[Any]) -> Exists:
+        """Whether the fleet, or the key ``flow_key``, is paused (a flow control row)."""
+        c = self.tables.flow_controls
+        return exists().where(
+            c.c.paused_at.is_not(None),
+            or_(and_(c.c.scope == FlowScope.FLEET.value, c.c.name == ""),
+                and_(c.c.scope == FlowScope.KEY.value, c.c.name == flow_key)))
 
     def lease_held(self, partition_id: str | ColumnElement[Any],
                    owner: str | ColumnElement[Any], *,
@@ -125,18 +172,20 @@ class Statements:
             guard.append(p.c.until > self.now)
         return tuple(guard)
 
-    def partition_transition(self, *, gate: bool, status: str | None) -> Update:
+    def partition_transition(self, *, gate: bool, status: str | None,
+                             timeline: bool = False) -> Update:
         """A holder's move of its partition (built once per shape): to the gate
         ``:new_gate`` (with ``gate``), and/or to ``status``; a status other than
         ``available`` also ends the lease. Parameters: ``pid``, ``seen`` (the version
-        held), ``holder`` (the owner).
+        held), ``holder`` (the owner), and with ``timeline`` the partition's new
+        timeline ``:timeline`` (:mod:`watcher.timeline`), written in the same statement.
 
         No live-until check: every other processor that takes the partition bumps
         its version first, so the version alone fences a stale holder out; a
         transition landing a moment after the until, with nobody else holding the
         partition, is still the holder's and is kept.
         """
-        key = (gate, status)
+        key = (gate, status, timeline)
         found = self._transitions.get(key)
         if found is None:
             p = self.tables.partitions
@@ -145,6 +194,8 @@ class Statements:
             values: dict[str, Any] = {"version": p.c.version + 1}
             if gate:
                 values["gate"] = bindparam("new_gate", type_=Integer())
+            if timeline:
+                values["timeline"] = bindparam("timeline", type_=p.c.timeline.type)
             if status is not None:
                 values.update(status=status, updated_at=self.now)
                 if status != AVAILABLE:
@@ -183,8 +234,9 @@ class Statements:
         from ``source``: what every result write sets, written once for every
         database and shape (one write, or a batch's rows in one statement).
 
-        It bumps the version, sets the status, attempts and error, keeps the gate
-        and the data where the source's are NULL, stamps ``updated_at``, and makes
+        It bumps the version, sets the status, attempts and error, keeps the gate,
+        the data and the error history where the source's are NULL (a history's new
+        entry is stamped: :meth:`history_stamped`), stamps ``updated_at``, and makes
         the item ready again after the source's delay (now, without one). Without
         ``fenced`` it leaves out the lease fence (see :meth:`item_guard`).
         """
@@ -199,6 +251,8 @@ class Statements:
         }
         if source.data is not None:
             values["data"] = func.coalesce(source.data, i.c.data)
+        if source.history is not None:
+            values["error_history"] = self.history_stamped(source.history)
         guard = self.item_guard(source.partition_id, source.item_id, source.seen, source.owner,
                                 fenced=fenced)
         return update(i).where(*guard).values(**values)
@@ -222,6 +276,7 @@ class Statements:
             "pid": write.partition_id, "iid": write.item_id, "seen": write.seen_version,
             "owner": owner, "new_status": write.status, "new_gate": write.gate,
             "new_attempts": write.attempts, "new_error": write.last_error,
+            "new_history": write.error_history,
         }
         if write.data is not None:
             params["new_data"] = write.data
@@ -229,15 +284,17 @@ class Statements:
             params["delay"] = write.retry_delay
         return params
 
-    def lease_rewrite(self, rows: int, *, release: bool) -> Update:
+    def lease_rewrite(self, rows: int, *, release: bool, timelines: bool = False) -> Update:
         """One guarded renewal (or, with ``release``, release) of ``rows`` leases
         (built once per shape); its parameters come from :meth:`lease_rewrite_params`.
 
         Each row's guard is its id (``pid<n>``) and the version read
         (``seen<n>``); every row must be ``holder``'s and ``available``. A renewal's
         ``until`` is the clock's time plus ``duration``; a release's, the time itself.
+        With ``timelines``, each row's timeline becomes ``tl<n>`` where that is not
+        NULL (:mod:`watcher.timeline`), in the same statement.
         """
-        key = (rows, release)
+        key = (rows, release, timelines)
         found = self._lease_rewrites.get(key)
         if found is None:
             p = self.tables.partitions
@@ -246,6 +303,12 @@ class Statements:
                 values.update(owner="", until=self.now)
             else:
                 values["until"] = self.now_plus(bindparam("duration", type_=Float()))
+            if timelines:
+                values["timeline"] = case(
+                    *((p.c.id == bindparam(f"pid{n}"),
+                       func.coalesce(bindparam(f"tl{n}", type_=p.c.timeline.type),
+                                     p.c.timeline)) for n in range(rows)),
+                    else_=p.c.timeline)
             guards = [and_(p.c.id == bindparam(f"pid{n}"), p.c.version == bindparam(f"seen{n}"))
                       for n in range(rows)]
             found = self._lease_rewrites[key] = (
@@ -297,8 +360,9 @@ class Statements:
 
     @functools.cached_property
     def gate_summary(self) -> Select[Any]:
-        """Pending count, earliest retry, failed count and next gate of a gate, and
-        the clock's time; bind parameters ``pid`` and ``gate``."""
+        """Pending count, earliest retry, failed count and next gate of a gate, the
+        clock's time, and 1 when the partition is paused (else 0); bind parameters
+        ``pid`` and ``gate``."""
         i = self.tables.items
         partition = i.c.partition_id == bindparam("pid", type_=i.c.partition_id.type)
         here = and_(partition, i.c.gate == bindparam("gate", type_=Integer()))
@@ -311,4 +375,5 @@ class Statements:
                 partition, available, i.c.gate > bindparam("gate", type_=Integer())
             ).scalar_subquery(),
             self.now,
+            case((self.paused(), 1), else_=0),
         )

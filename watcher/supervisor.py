@@ -17,6 +17,7 @@ import time
 from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.batch_calls import CallOutcome, call_items
+from watcher.call_tracing import CallTracer, PartitionCalls
 from watcher.config import WatcherConfig
 from watcher.decisions import (
     ReadStep,
@@ -46,7 +47,7 @@ from watcher.protocol import (
 from watcher.records import ItemWrite, ReadyItem
 from watcher.reducer import GateReducer
 from watcher.round_trips import DatabaseTimeoutError
-from watcher.slots import SlotPool, wait_event
+from watcher.slots import Slots, wait_event
 from watcher.spawning import SpawnLimits
 from watcher.store import Store
 from watcher.writer import ResultWriter, WriterClosedError
@@ -62,11 +63,15 @@ class PartitionSupervisor:
     """Drives one leased partition until it closes, the lease is lost, or it is drained."""
 
     def __init__(self, lease: Lease, *, store: Store, process: ProcessCall,
-                 writer: ResultWriter, slots: SlotPool, keeper: LeaseKeeper,
+                 writer: ResultWriter, slots: Slots, keeper: LeaseKeeper,
                  config: WatcherConfig, hooks: Hooks,
                  reduce: ReduceCallable | None = None,
                  reduce_shape: ReduceShapeCall | None = None,
-                 process_batch: ProcessBatchCall | None = None) -> None:
+                 process_batch: ProcessBatchCall | None = None,
+                 tracer: CallTracer | None = None) -> None:
+        if tracer is not None:  # once per lease: each call a span, linked to the creator
+            process, process_batch, reduce = tracer.wrap(
+                lease.settings.trace_context, PartitionCalls(process, process_batch, reduce))
         self.lease = lease
         self.store = store
         self.process = process
@@ -187,7 +192,7 @@ class PartitionSupervisor:
                            since_last_read=now - in_hand.last_read,
                            poll_interval=self.config.poll_interval)
         if step is ReadStep.WAIT_FOR_SLOTS:
-            slots.notify_when_free(self.lease.wake)
+            slots.notify_when_free(self.lease.wake, self.lease.settings.queue_order)
         return step
 
     async def _dispatch(self) -> int:
@@ -198,7 +203,7 @@ class PartitionSupervisor:
         """
         taken = self.slots.take(self.config.concurrency)
         if taken == 0:
-            self.slots.notify_when_free(self.lease.wake)
+            self.slots.notify_when_free(self.lease.wake, self.lease.settings.queue_order)
             return 0
         gate = self.lease.gate
         read = self.in_hand.begin_read()
@@ -307,7 +312,8 @@ class PartitionSupervisor:
         if isinstance(outcome, BaseException):
             return write_for_error(pid, item, outcome, self._policy)
         try:
-            problem = result_problem(outcome, self.config.max_item_bytes)
+            problem = result_problem(outcome, self.config.max_item_bytes,
+                                     max_snooze=self.config.max_snooze)
             if problem is None:
                 return write_for_result(pid, item, outcome, self.lease.gate, self._policy,
                                         spawn_limits=self._spawn_limits)
@@ -321,6 +327,7 @@ class PartitionSupervisor:
         """The writer's answer for a batch's writes: report the outcomes, let the items go."""
         pid = self.partition_id
         ready_again = False  # an item may be ready at this gate again
+        left = 0  # items that left the gate: the partition's timeline counts them
         try:
             seconds = time.monotonic() - started
             report = self._reports_outcomes
@@ -329,6 +336,8 @@ class PartitionSupervisor:
                 if outcome is not True or (write.status == AVAILABLE
                                            and write.gate in (None, gate)):
                     ready_again = True
+                else:
+                    left += 1
                 if outcome is True:
                     if report:
                         self.hooks.item_outcome(pid, item.id, item.gate,
@@ -350,6 +359,7 @@ class PartitionSupervisor:
                               "(the item stays available)", pid, item.id,
                               type(outcome).__name__)
         finally:
+            self.lease.done.add(left, started)
             self._let_go(items, ready_again=ready_again)
 
     def _spawned(self, write: ItemWrite) -> None:

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.exc import SQLAlchemyError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from watcher.backoff import backoff, last_error, sleep_until
+from watcher.call_tracing import CallTracer, find_tracer
 from watcher.config import WatcherConfig
 from watcher.drivers.conflicts import is_lock_conflict
 from watcher.hooks import Hooks, SafeHooks, overrides
+from watcher.key_grants import KeyLimiter
 from watcher.leases import Lease, LeaseCycle, LeaseKeeper
 from watcher.protocol import (
     ProcessBatchCall,
@@ -52,12 +54,16 @@ class Watcher:
     instead, answering a result or an exception per item. ``reduce`` (``async
     reduce(call) -> ReduceResult``) runs the partitions' reduce gates; by default
     the processor's own ``reduce`` method, if it has one (an
-    :class:`~processor.http_processor.HttpProcessor` does).
+    :class:`~processor.http_processor.HttpProcessor` does). ``tracer``
+    (:class:`~watcher.call_tracing.CallTracer`) makes a span of every call; by default
+    the processor's own, or OpenTelemetry's when the application set a tracer
+    provider (:func:`~watcher.call_tracing.find_tracer`); ``None`` turns tracing off.
     """
 
     def __init__(self, store: Store, processor: Processor | ProcessCall,
                  config: WatcherConfig | None = None, hooks: Hooks | None = None, *,
-                 reduce: ReduceCallable | None = None) -> None:
+                 reduce: ReduceCallable | None = None,
+                 tracer: CallTracer | Literal["auto"] | None = "auto") -> None:
         self.store = store
         self.config = config or WatcherConfig()
         self.hooks: Any = SafeHooks(hooks or Hooks())
@@ -75,6 +81,8 @@ class Watcher:
         # What the processor's own reduce says it takes (an HttpProcessor asks its handler).
         self._reduce_shape: ReduceShapeCall | None = (
             getattr(processor, "reduce_shape", None) if reduce is None else None)
+        # Decided once: with no tracer, the calls are the processor's own.
+        self._tracer = find_tracer(processor) if tracer == "auto" else tracer
         self.keeper = LeaseKeeper(store, self.config, self.hooks)
         self.slots = SlotPool(self.config.concurrency, on_calls=(
             self.hooks.in_flight if overrides(self.hooks, "in_flight") else None))
@@ -86,6 +94,7 @@ class Watcher:
                                    batch_size=min(self.config.result_batch,
                                                   self.config.concurrency),
                                    linger=self.config.result_linger)
+        self.limiter = KeyLimiter(store, self.config)
         self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
         self._wake = asyncio.Event()
         self._stopping = False
@@ -125,9 +134,10 @@ class Watcher:
     def _start_supervisor(self, lease: Lease) -> None:
         supervisor = PartitionSupervisor(
             lease, store=self.store, process=self._process, writer=self.writer,
-            slots=self.slots, keeper=self.keeper, config=self.config, hooks=self.hooks,
+            slots=self.limiter.slots_for(lease.settings.flow_key, self.slots),
+            keeper=self.keeper, config=self.config, hooks=self.hooks,
             reduce=self._reduce, reduce_shape=self._reduce_shape,
-            process_batch=self._process_batch)
+            process_batch=self._process_batch, tracer=self._tracer)
         task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
         # A partition that closed (or was lost) frees room for another: look at once.
         task.add_done_callback(lambda _: self._wake.set())
@@ -153,6 +163,7 @@ class Watcher:
         log.info("action=watcher_started owner=%s", self.owner)
         listener = (asyncio.create_task(self._listen(), name="listen")
                     if self.store.notifies else None)
+        limiter = asyncio.create_task(self.limiter.run(self._held_keys), name="key-grants")
         try:
             while not self._stopping:
                 cycle = await self._lease_cycle()
@@ -167,6 +178,8 @@ class Watcher:
             await self._abort()
             raise
         finally:
+            limiter.cancel()
+            await asyncio.gather(limiter, return_exceptions=True)
             if listener is not None:
                 listener.cancel()
                 await asyncio.gather(listener, return_exceptions=True)
@@ -269,6 +282,11 @@ class Watcher:
         else:
             self._wake.set()
 
+    def _held_keys(self) -> set[str]:
+        """The concurrency keys of the partitions held now."""
+        return {lease.settings.flow_key for lease in self.keeper.leases.values()
+                if lease.settings.flow_key}
+
     async def stop(self) -> None:
         """Stop gracefully and wait until done. Safe to call more than once."""
         self._stopping = True
@@ -293,6 +311,7 @@ class Watcher:
         except SQLAlchemyError as error:
             log.warning("action=lease_release_failed owner=%s error=%s; leases expire in %s s",
                         self.owner, type(error).__name__, self.config.lease_duration)
+        await self.limiter.release()
         log.info("action=watcher_stopped owner=%s", self.owner)
 
     async def _abort(self) -> None:

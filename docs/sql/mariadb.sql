@@ -110,7 +110,10 @@ SELECT (
            AND items.status = %(status_1)s
            AND items.gate > %(gate)s
        ) AS anon_4,
-       COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+       COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1,
+       CASE WHEN (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))))) THEN %(param_1)s
+            ELSE %(param_2)s
+             END AS anon_5;
 
 -- name: items_add (1)
 UPDATE partitions
@@ -149,7 +152,7 @@ UPDATE partitions
 
 -- name: items_apply
 UPDATE items,
-       JSON_TABLE(%(rows)s, '$[*]' COLUMNS (pid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]', iid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]', seen BIGINT PATH '$[2]', status VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[3]', gate BIGINT PATH '$[4]', attempts BIGINT PATH '$[5]', error LONGTEXT CHARACTER SET utf8mb4 PATH '$[6]', data LONGTEXT CHARACTER SET ascii PATH '$[7]', delay DOUBLE PATH '$[8]')) AS v
+       JSON_TABLE(%(rows)s, '$[*]' COLUMNS (pid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]', iid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]', seen BIGINT PATH '$[2]', status VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[3]', gate BIGINT PATH '$[4]', attempts BIGINT PATH '$[5]', error LONGTEXT CHARACTER SET utf8mb4 PATH '$[6]', data LONGTEXT CHARACTER SET ascii PATH '$[7]', delay DOUBLE PATH '$[8]', history LONGTEXT CHARACTER SET utf8mb4 PATH '$[9]')) AS v
    SET items.version=(items.version + %(version_1)s),
        items.gate=coalesce(v.gate, items.gate),
        items.status=v.status,
@@ -159,7 +162,8 @@ UPDATE items,
        items.retry_at=CASE WHEN (v.delay > %(delay_1)s) THEN (COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((v.delay) * 1000000 AS SIGNED) MICROSECOND)
             ELSE COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
              END,
-       items.updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+       items.updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       items.error_history=coalesce(replace(v.history, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",')), items.error_history)
  WHERE items.partition_id = v.pid
    AND items.id = v.iid
    AND items.version = v.seen
@@ -173,7 +177,8 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
        attempts=%s,
        last_error=%s,
        retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       error_history=coalesce(replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",')), items.error_history)
  WHERE items.partition_id = %s
    AND items.id = %s
    AND items.version = %s
@@ -241,7 +246,8 @@ SELECT items.id,
        items.version,
        items.gate,
        items.attempts,
-       OCTET_LENGTH(items.data) AS data_size_1
+       OCTET_LENGTH(items.data) AS data_size_1,
+       items.error_history
   FROM items
  WHERE items.partition_id = %s
    AND items.status = %s
@@ -267,6 +273,7 @@ SELECT items.partition_id,
        items.version,
        items.retry_at,
        items.parent,
+       items.error_history,
        items.data
   FROM items
  WHERE items.partition_id = %s
@@ -282,7 +289,8 @@ SELECT items.partition_id,
        items.last_error,
        items.version,
        items.retry_at,
-       items.parent
+       items.parent,
+       items.error_history
   FROM items
  WHERE items.partition_id = %s
    AND items.status = %s
@@ -352,12 +360,14 @@ SELECT items.id,
        items.version,
        items.gate,
        items.data,
-       items.attempts
+       items.attempts,
+       items.error_history
   FROM items
  WHERE items.partition_id = %(pid)s
    AND items.status = %(status_1)s
    AND items.gate = %(gate)s
    AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND NOT (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key))))))
  ORDER BY items.retry_at,
           items.id
  LIMIT %(limit)s;
@@ -367,12 +377,14 @@ SELECT items.id,
        items.version,
        items.gate,
        items.data,
-       items.attempts
+       items.attempts,
+       items.error_history
   FROM items
  WHERE items.partition_id = %(pid)s
    AND items.status = %(status_1)s
    AND items.gate = %(gate)s
    AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND NOT (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key))))))
    AND (items.id NOT IN (SELECT j.value FROM JSON_TABLE(%(exclude)s, '$[*]' COLUMNS (value VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j))
  ORDER BY items.retry_at,
           items.id
@@ -479,7 +491,8 @@ VALUES (%s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL 
 -- name: lease_stats (1)
 SELECT count(*) AS count_1
   FROM partitions
- WHERE partitions.status = %s;
+ WHERE partitions.status = %s
+   AND (partitions.owner != %s OR partitions.until <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
 
 -- name: lease_stats (2)
 SELECT partitions.owner,
@@ -496,7 +509,8 @@ SELECT partitions.id,
        partitions.gate,
        partitions.owner,
        partitions.reduce_gates,
-       partitions.on_item_failure
+       partitions.on_item_failure,
+       partitions.trace_context
   FROM partitions
  WHERE partitions.status = %s
    AND partitions.owner = %s
@@ -511,11 +525,15 @@ SELECT partitions.id,
        partitions.gate,
        partitions.owner,
        partitions.reduce_gates,
-       partitions.on_item_failure
+       partitions.on_item_failure,
+       partitions.trace_context
   FROM partitions
  WHERE partitions.status = %s
    AND partitions.until <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
- ORDER BY partitions.until
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %s AND flow_controls.name = %s OR flow_controls.scope = %s AND flow_controls.name = partitions.flow_key)))
+ ORDER BY partitions.rank_at,
+          partitions.id
  LIMIT %s;
 
 -- name: leases_release (1)
@@ -553,6 +571,25 @@ SELECT partitions.id,
 UPDATE partitions
    SET
 version=(partitions.version + %s), until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE (partitions.id = %s AND partitions.version = %s OR partitions.id = %s AND partitions.version = %s)
+   AND partitions.owner = %s
+   AND partitions.status = %s;
+
+-- name: leases_renew (3)
+SELECT partitions.id,
+       partitions.timeline,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM partitions
+ WHERE partitions.id IN (%s, ...);
+
+-- name: leases_renew (4)
+UPDATE partitions
+   SET
+version=(partitions.version + %s), until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       timeline=CASE WHEN (partitions.id = %s) THEN coalesce(%s, partitions.timeline)
+            WHEN (partitions.id = %s) THEN coalesce(%s, partitions.timeline)
+            ELSE partitions.timeline
+             END
  WHERE (partitions.id = %s AND partitions.version = %s OR partitions.id = %s AND partitions.version = %s)
    AND partitions.owner = %s
    AND partitions.status = %s;
@@ -634,8 +671,8 @@ SELECT partitions.request_digest
  WHERE partitions.id = %s;
 
 -- name: partition_create_batches (2)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest)
-VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), %s);
 
 -- name: partition_create_batches (3)
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
@@ -720,7 +757,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.id IN (%s, ...)
  ORDER BY partitions.created_at DESC,
@@ -735,6 +775,22 @@ SELECT items.partition_id,
  WHERE items.partition_id IN (%s, ...)
  GROUP BY items.partition_id,
           items.status;
+
+-- name: partition_pause (1)
+UPDATE partitions
+   SET updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       paused_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.status != %s
+   AND partitions.paused_at IS NULL;
+
+-- name: partition_pause (2)
+UPDATE partitions
+   SET updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       paused_at=%s
+ WHERE partitions.id = %s
+   AND partitions.status != %s
+   AND partitions.paused_at IS NOT NULL;
 
 -- name: partition_set_gate (1)
 UPDATE partitions
@@ -789,13 +845,19 @@ SELECT partitions.id,
   FROM partitions
  WHERE partitions.id IN (%s, ...);
 
+-- name: partition_timeline
+SELECT partitions.timeline
+  FROM partitions
+ WHERE partitions.id = %s;
+
 -- name: partition_transition (1)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s), status=%(status)s,
        owner=%(owner)s,
        until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       timeline=%(timeline)s
  WHERE partitions.id = %(pid)s
    AND partitions.version = %(seen)s
    AND partitions.owner = %(holder)s
@@ -939,7 +1001,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.status = %s
  ORDER BY partitions.created_at DESC,
@@ -988,7 +1053,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -1021,7 +1089,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.status = %s
    AND (partitions.created_at < %s OR partitions.created_at = %s AND partitions.id < %s)
@@ -1047,7 +1118,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.id LIKE %s ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1147,7 +1221,10 @@ SELECT partitions.version,
        partitions.reduce_page,
        partitions.reduce_after,
        partitions.reduce_acc,
-       partitions.reduce_attempts
+       partitions.reduce_attempts,
+       CASE WHEN (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %s AND flow_controls.name = %s OR flow_controls.scope = %s AND flow_controls.name = partitions.flow_key)))) THEN %s
+            ELSE %s
+             END AS paused
   FROM partitions
  WHERE partitions.id = %s;
 
@@ -1179,7 +1256,8 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
        attempts=%s,
        last_error=%s,
        retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       error_history=coalesce(replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",')), items.error_history)
  WHERE items.partition_id = %s
    AND items.id = %s
    AND items.version = %s
@@ -1194,7 +1272,8 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
        attempts=%s,
        last_error=%s,
        retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       error_history=coalesce(replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",')), items.error_history)
  WHERE items.partition_id = %s
    AND items.id = %s
    AND items.version = %s

@@ -102,7 +102,10 @@ SELECT (
            AND items.status = %(status_n)s
            AND items.gate > %(gate)s
        ) AS anon_4,
-       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1,
+       CASE WHEN (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))))) THEN %(param_n)s
+            ELSE %(param_n)s
+             END AS anon_5;
 
 -- name: items_add (1)
 UPDATE partitions
@@ -150,10 +153,11 @@ version=(items.version + %(version_n)s), gate=coalesce(v.gate, items.gate),
        retry_at=CASE WHEN (v.delay > %(delay_n)s) THEN DATEADD(microsecond, CAST(((v.delay) - FLOOR(v.delay)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(v.delay) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
             ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
              END,
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) OUTPUT inserted.partition_id,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       error_history=coalesce(replace(v.history, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",'), items.error_history) OUTPUT inserted.partition_id,
        inserted.id
   FROM items,
-       OPENJSON(%(rows)s) WITH (pid NVARCHAR(255) '$[0]', iid NVARCHAR(255) '$[1]', seen BIGINT '$[2]', status NVARCHAR(16) '$[3]', gate BIGINT '$[4]', attempts BIGINT '$[5]', error NVARCHAR(max) '$[6]', data VARCHAR(max) '$[7]', delay FLOAT '$[8]') AS v
+       OPENJSON(%(rows)s) WITH (pid NVARCHAR(255) '$[0]', iid NVARCHAR(255) '$[1]', seen BIGINT '$[2]', status NVARCHAR(16) '$[3]', gate BIGINT '$[4]', attempts BIGINT '$[5]', error NVARCHAR(max) '$[6]', data VARCHAR(max) '$[7]', delay FLOAT '$[8]', history NVARCHAR(max) '$[9]') AS v
  WHERE items.partition_id = (v.pid COLLATE Latin1_General_100_BIN2)
    AND items.id = (v.iid COLLATE Latin1_General_100_BIN2)
    AND items.version = v.seen
@@ -167,7 +171,8 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
        attempts=%(new_attempts)s,
        last_error=%(new_error)s,
        retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       error_history=coalesce(replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",'), items.error_history)
  WHERE items.partition_id = %(pid)s
    AND items.id = %(iid)s
    AND items.version = %(seen)s
@@ -235,7 +240,8 @@ SELECT TOP 10 items.id,
        items.version,
        items.gate,
        items.attempts,
-       DATALENGTH(items.data) AS data_size_1
+       DATALENGTH(items.data) AS data_size_1,
+       items.error_history
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.status = %(status_n)s
@@ -260,6 +266,7 @@ SELECT TOP 2 items.partition_id,
        items.version,
        items.retry_at,
        items.parent,
+       items.error_history,
        items.data
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
@@ -274,7 +281,8 @@ SELECT TOP 6 items.partition_id,
        items.last_error,
        items.version,
        items.retry_at,
-       items.parent
+       items.parent,
+       items.error_history
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.status = %(status_n)s
@@ -340,12 +348,14 @@ SELECT TOP 10 items.id,
        items.version,
        items.gate,
        items.data,
-       items.attempts
+       items.attempts,
+       items.error_history
   FROM items
  WHERE items.partition_id = %(pid)s
    AND items.status = %(status_n)s
    AND items.gate = %(gate)s
    AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND NOT (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key))))))
  ORDER BY items.retry_at,
           items.id;
 
@@ -354,12 +364,14 @@ SELECT TOP 10 items.id,
        items.version,
        items.gate,
        items.data,
-       items.attempts
+       items.attempts,
+       items.error_history
   FROM items
  WHERE items.partition_id = %(pid)s
    AND items.status = %(status_n)s
    AND items.gate = %(gate)s
    AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND NOT (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key))))))
    AND (items.id NOT IN (%(exclude_n)s, ...))
  ORDER BY items.retry_at,
           items.id;
@@ -465,7 +477,8 @@ VALUES (%(name)s, %(owner)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(
 -- name: lease_stats (1)
 SELECT count(*) AS count_1
   FROM partitions
- WHERE partitions.status = %(status_n)s;
+ WHERE partitions.status = %(status_n)s
+   AND (partitions.owner != %(owner_n)s OR partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
 
 -- name: lease_stats (2)
 SELECT partitions.owner,
@@ -482,7 +495,8 @@ SELECT TOP 10 partitions.id,
        partitions.gate,
        partitions.owner,
        partitions.reduce_gates,
-       partitions.on_item_failure
+       partitions.on_item_failure,
+       partitions.trace_context
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND partitions.owner = %(owner_n)s
@@ -496,11 +510,15 @@ SELECT TOP 10 partitions.id,
        partitions.gate,
        partitions.owner,
        partitions.reduce_gates,
-       partitions.on_item_failure
+       partitions.on_item_failure,
+       partitions.trace_context
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
- ORDER BY partitions.until;
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))
+ ORDER BY partitions.rank_at,
+          partitions.id;
 
 -- name: leases_release (1)
 SELECT partitions.id,
@@ -536,6 +554,26 @@ UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), until=DATEADD(microsecond, CAST(((%(duration)s) - FLOOR(%(duration)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(duration)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE (partitions.id = %(pid0)s AND partitions.version = %(seen0)s OR partitions.id = %(pid1)s AND partitions.version = %(seen1)s)
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_n)s;
+
+-- name: leases_renew (3)
+SELECT partitions.id,
+       partitions.timeline,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_n)s, ...);
+
+-- name: leases_renew (4)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s), until=DATEADD(microsecond, CAST(((%(duration)s) - FLOOR(%(duration)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(duration)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       timeline=CASE WHEN (partitions.id = %(pid0)s) THEN coalesce(%(tl0)s, partitions.timeline)
+            WHEN (partitions.id = %(pid1)s) THEN coalesce(%(tl1)s, partitions.timeline)
+            ELSE partitions.timeline
+             END
  WHERE (partitions.id = %(pid0)s AND partitions.version = %(seen0)s OR partitions.id = %(pid1)s AND partitions.version = %(seen1)s)
    AND partitions.owner = %(holder)s
    AND partitions.status = %(status_n)s;
@@ -618,8 +656,8 @@ SELECT partitions.request_digest
  WHERE partitions.id = %(id_n)s;
 
 -- name: partition_create_batches (2)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), %(flow_key)s);
 
 -- name: partition_create_batches (3)
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
@@ -713,7 +751,10 @@ SELECT TOP 1000 partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.id IN (%(id_1_n)s, ...)
  ORDER BY partitions.created_at DESC,
@@ -727,6 +768,22 @@ SELECT items.partition_id,
  WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
  GROUP BY items.partition_id,
           items.status;
+
+-- name: partition_pause (1)
+UPDATE partitions
+   SET updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       paused_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE partitions.id = %(id_n)s
+   AND partitions.status != %(status_n)s
+   AND partitions.paused_at IS NULL;
+
+-- name: partition_pause (2)
+UPDATE partitions
+   SET updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       paused_at=%(paused_at)s
+ WHERE partitions.id = %(id_n)s
+   AND partitions.status != %(status_n)s
+   AND partitions.paused_at IS NOT NULL;
 
 -- name: partition_set_gate (1)
 UPDATE partitions
@@ -779,13 +836,19 @@ SELECT partitions.id,
   FROM partitions
  WHERE partitions.id IN (%(id_1_n)s, ...);
 
+-- name: partition_timeline
+SELECT partitions.timeline
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
+
 -- name: partition_transition (1)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), status=%(status)s,
        owner=%(owner)s,
        until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       timeline=%(timeline)s
  WHERE partitions.id = %(pid)s
    AND partitions.version = %(seen)s
    AND partitions.owner = %(holder)s
@@ -920,7 +983,10 @@ SELECT TOP 10 partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.status = %(status_n)s
  ORDER BY partitions.created_at DESC,
@@ -966,7 +1032,10 @@ SELECT TOP 2 partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC;
@@ -998,7 +1067,10 @@ SELECT TOP 3 partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND (partitions.created_at < %(created_at_n)s OR partitions.created_at = %(created_at_n)s AND partitions.id < %(id_n)s)
@@ -1023,7 +1095,10 @@ SELECT TOP 1001 partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.id LIKE %(id_n)s ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1119,7 +1194,10 @@ SELECT partitions.version,
        partitions.reduce_page,
        partitions.reduce_after,
        partitions.reduce_acc,
-       partitions.reduce_attempts
+       partitions.reduce_attempts,
+       CASE WHEN (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))) THEN %(param_n)s
+            ELSE %(param_n)s
+             END AS paused
   FROM partitions
  WHERE partitions.id = %(id_n)s;
 
@@ -1151,7 +1229,8 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
        attempts=%(new_attempts)s,
        last_error=%(new_error)s,
        retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       error_history=coalesce(replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",'), items.error_history)
  WHERE items.partition_id = %(pid)s
    AND items.id = %(iid)s
    AND items.version = %(seen)s
@@ -1166,7 +1245,8 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
        attempts=%(new_attempts)s,
        last_error=%(new_error)s,
        retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       error_history=coalesce(replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",'), items.error_history)
  WHERE items.partition_id = %(pid)s
    AND items.id = %(iid)s
    AND items.version = %(seen)s

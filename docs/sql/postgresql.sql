@@ -110,7 +110,10 @@ SELECT (
            AND items.status = %(status_1)s::VARCHAR
            AND items.gate > %(gate)s::INTEGER
        ) AS anon_4,
-       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
+       CASE WHEN (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s::VARCHAR AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))))) THEN %(param_1)s::INTEGER
+            ELSE %(param_2)s::INTEGER
+             END AS anon_5;
 
 -- name: items_add (1)
 UPDATE partitions
@@ -161,13 +164,14 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->>
        retry_at=CASE WHEN (CAST((v.value ->> %(value_6)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_6)s::INT AS FLOAT)))
             ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
              END,
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       error_history=coalesce(replace(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",'), items.error_history)
   FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
 ORDINALITY AS v(value, n)
- WHERE items.partition_id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR)
-   AND items.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
-   AND items.version = CAST((v.value ->> %(value_9)s::INT) AS INTEGER)
-   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
+ WHERE items.partition_id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
+   AND items.id = CAST((v.value ->> %(value_9)s::INT) AS VARCHAR)
+   AND items.version = CAST((v.value ->> %(value_10)s::INT) AS INTEGER)
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
 
 -- name: items_apply_spawning (1)
 UPDATE items
@@ -180,13 +184,14 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->>
        retry_at=CASE WHEN (CAST((v.value ->> %(value_6)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_6)s::INT AS FLOAT)))
             ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
              END,
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       error_history=coalesce(replace(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",'), items.error_history)
   FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
 ORDINALITY AS v(value, n)
- WHERE items.partition_id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR)
-   AND items.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
-   AND items.version = CAST((v.value ->> %(value_9)s::INT) AS INTEGER)
-   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
+ WHERE items.partition_id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
+   AND items.id = CAST((v.value ->> %(value_9)s::INT) AS VARCHAR)
+   AND items.version = CAST((v.value ->> %(value_10)s::INT) AS INTEGER)
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
 
 -- name: items_apply_spawning (2)
 SELECT items.id
@@ -250,7 +255,8 @@ SELECT items.id,
        items.version,
        items.gate,
        items.attempts,
-       OCTET_LENGTH(items.data) AS data_size_1
+       OCTET_LENGTH(items.data) AS data_size_1,
+       items.error_history
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.status = %(status_1)s::VARCHAR
@@ -276,6 +282,7 @@ SELECT items.partition_id,
        items.version,
        items.retry_at,
        items.parent,
+       items.error_history,
        items.data
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
@@ -291,7 +298,8 @@ SELECT items.partition_id,
        items.last_error,
        items.version,
        items.retry_at,
-       items.parent
+       items.parent,
+       items.error_history
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.status = %(status_1)s::VARCHAR
@@ -361,12 +369,14 @@ SELECT items.id,
        items.version,
        items.gate,
        items.data,
-       items.attempts
+       items.attempts,
+       items.error_history
   FROM items
  WHERE items.partition_id = %(pid)s::VARCHAR
    AND items.status = %(status_1)s::VARCHAR
    AND items.gate = %(gate)s::INTEGER
    AND items.retry_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND NOT (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s::VARCHAR AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key))))))
  ORDER BY items.retry_at,
           items.id
  LIMIT %(limit)s::INTEGER;
@@ -376,12 +386,14 @@ SELECT items.id,
        items.version,
        items.gate,
        items.data,
-       items.attempts
+       items.attempts,
+       items.error_history
   FROM items
  WHERE items.partition_id = %(pid)s::VARCHAR
    AND items.status = %(status_1)s::VARCHAR
    AND items.gate = %(gate)s::INTEGER
    AND items.retry_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND NOT (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s::VARCHAR AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key))))))
    AND items.id != ALL (array((SELECT jsonb_array_elements_text(CAST(%(exclude)s::VARCHAR AS JSONB)) AS jsonb_array_elements_text_1)))
  ORDER BY items.retry_at,
           items.id
@@ -491,7 +503,8 @@ VALUES (%(name)s::VARCHAR, %(owner)s::VARCHAR, (COALESCE(%(clock_now)s::TIMESTAM
 -- name: lease_stats (1)
 SELECT count(*) AS count_1
   FROM partitions
- WHERE partitions.status = %(status_1)s::VARCHAR;
+ WHERE partitions.status = %(status_1)s::VARCHAR
+   AND (partitions.owner != %(owner_1)s::VARCHAR OR partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
 
 -- name: lease_stats (2)
 SELECT partitions.owner,
@@ -508,7 +521,8 @@ SELECT partitions.id,
        partitions.gate,
        partitions.owner,
        partitions.reduce_gates,
-       partitions.on_item_failure
+       partitions.on_item_failure,
+       partitions.trace_context
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND partitions.owner = %(owner_1)s::VARCHAR
@@ -523,11 +537,15 @@ SELECT partitions.id,
        partitions.gate,
        partitions.owner,
        partitions.reduce_gates,
-       partitions.on_item_failure
+       partitions.on_item_failure,
+       partitions.trace_context
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- ORDER BY partitions.until
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
+ ORDER BY partitions.rank_at,
+          partitions.id
  LIMIT %(param_1)s::INTEGER;
 
 -- name: leases_release (1)
@@ -565,6 +583,25 @@ SELECT partitions.id,
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE (partitions.id = %(pid0)s::VARCHAR AND partitions.version = %(seen0)s::INTEGER OR partitions.id = %(pid1)s::VARCHAR AND partitions.version = %(seen1)s::INTEGER)
+   AND partitions.owner = %(holder)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR;
+
+-- name: leases_renew (3)
+SELECT partitions.id,
+       partitions.timeline,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: leases_renew (4)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       timeline=CASE WHEN (partitions.id = %(pid0)s::VARCHAR) THEN coalesce(%(tl0)s::VARCHAR, partitions.timeline)
+            WHEN (partitions.id = %(pid1)s::VARCHAR) THEN coalesce(%(tl1)s::VARCHAR, partitions.timeline)
+            ELSE partitions.timeline
+             END
  WHERE (partitions.id = %(pid0)s::VARCHAR AND partitions.version = %(seen0)s::INTEGER OR partitions.id = %(pid1)s::VARCHAR AND partitions.version = %(seen1)s::INTEGER)
    AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
@@ -646,8 +683,8 @@ SELECT partitions.request_digest
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_create_batches (2)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), %(flow_key)s::VARCHAR);
 
 -- name: partition_create_batches (3)
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
@@ -735,7 +772,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
  ORDER BY partitions.created_at DESC,
@@ -750,6 +790,26 @@ SELECT items.partition_id,
  WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
  GROUP BY items.partition_id,
           items.status;
+
+-- name: partition_pause (1)
+UPDATE partitions
+   SET updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       paused_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status != %(status_1)s::VARCHAR
+   AND partitions.paused_at IS NULL;
+
+-- name: partition_pause (2)
+UPDATE partitions
+   SET updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       paused_at=%(paused_at)s::TIMESTAMP WITHOUT TIME
+  ZONE
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status != %(status_1)s::VARCHAR
+   AND partitions.paused_at IS NOT NULL;
+
+-- name: partition_pause (3)
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: partition_set_gate (1)
 UPDATE partitions
@@ -807,13 +867,19 @@ SELECT partitions.id,
   FROM partitions
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
 
+-- name: partition_timeline
+SELECT partitions.timeline
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
 -- name: partition_transition (1)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
        owner=%(owner)s::VARCHAR,
        until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       timeline=%(timeline)s::VARCHAR
  WHERE partitions.id = %(pid)s::VARCHAR
    AND partitions.version = %(seen)s::INTEGER
    AND partitions.owner = %(holder)s::VARCHAR
@@ -957,7 +1023,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
  ORDER BY partitions.created_at DESC,
@@ -1006,7 +1075,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -1039,7 +1111,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND (partitions.created_at < %(created_at_1)s::TIMESTAMP WITHOUT TIME ZONE OR partitions.created_at = %(created_at_2)s::TIMESTAMP WITHOUT TIME ZONE AND partitions.id < %(id_1)s::VARCHAR)
@@ -1065,7 +1140,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.id LIKE %(id_1)s::VARCHAR ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1165,7 +1243,10 @@ SELECT partitions.version,
        partitions.reduce_page,
        partitions.reduce_after,
        partitions.reduce_acc,
-       partitions.reduce_attempts
+       partitions.reduce_attempts,
+       CASE WHEN (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))) THEN %(param_1)s::INTEGER
+            ELSE %(param_2)s::INTEGER
+             END AS paused
   FROM partitions
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
@@ -1200,13 +1281,14 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->>
        retry_at=CASE WHEN (CAST((v.value ->> %(value_6)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_6)s::INT AS FLOAT)))
             ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
              END,
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       error_history=coalesce(replace(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",'), items.error_history)
   FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
 ORDINALITY AS v(value, n)
- WHERE items.partition_id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR)
-   AND items.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
-   AND items.version = CAST((v.value ->> %(value_9)s::INT) AS INTEGER)
-   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
+ WHERE items.partition_id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
+   AND items.id = CAST((v.value ->> %(value_9)s::INT) AS VARCHAR)
+   AND items.version = CAST((v.value ->> %(value_10)s::INT) AS INTEGER)
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
 
 -- name: reduce_write (4)
 SELECT items.id

@@ -118,7 +118,10 @@ SELECT (
            AND items.status = :status_1
            AND items.gate > :gate
        ) AS anon_4,
-       COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+       COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1,
+       CASE WHEN (EXISTS (SELECT * FROM partitions WHERE partitions.id = :pid AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))))) THEN :param_1
+            ELSE :param_2
+             END AS anon_5;
 
 -- name: items_add (1)
 UPDATE partitions
@@ -174,7 +177,8 @@ version=(items.version + :version_1), gate=coalesce(:new_gate, items.gate),
        retry_at=CASE WHEN (:delay > :param_1) THEN (strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :delay)) || '000')
             ELSE COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
              END,
-       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       error_history=coalesce(replace(:new_history, '{"at":null,', '{"at":"' || CAST(COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",'), items.error_history)
  WHERE items.partition_id = :pid
    AND items.id = :iid
    AND items.version = :seen;
@@ -187,7 +191,8 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
        attempts=?,
        last_error=?,
        retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       error_history=coalesce(replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",'), items.error_history)
  WHERE items.partition_id = ?
    AND items.id = ?
    AND items.version = ?
@@ -255,7 +260,8 @@ SELECT items.id,
        items.version,
        items.gate,
        items.attempts,
-       length(items.data) AS data_size_1
+       length(items.data) AS data_size_1,
+       items.error_history
   FROM items
  WHERE items.partition_id = ?
    AND items.status = ?
@@ -282,6 +288,7 @@ SELECT items.partition_id,
        items.version,
        items.retry_at,
        items.parent,
+       items.error_history,
        items.data
   FROM items
  WHERE items.partition_id = ?
@@ -298,7 +305,8 @@ SELECT items.partition_id,
        items.last_error,
        items.version,
        items.retry_at,
-       items.parent
+       items.parent,
+       items.error_history
   FROM items
  WHERE items.partition_id = ?
    AND items.status = ?
@@ -372,12 +380,14 @@ SELECT items.id,
        items.version,
        items.gate,
        items.data,
-       items.attempts
+       items.attempts,
+       items.error_history
   FROM items
  WHERE items.partition_id = :pid
    AND items.status = :status_1
    AND items.gate = :gate
    AND items.retry_at <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND NOT (EXISTS (SELECT * FROM partitions WHERE partitions.id = :pid AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key))))))
  ORDER BY items.retry_at,
           items.id
  LIMIT :limit
@@ -388,12 +398,14 @@ SELECT items.id,
        items.version,
        items.gate,
        items.data,
-       items.attempts
+       items.attempts,
+       items.error_history
   FROM items
  WHERE items.partition_id = :pid
    AND items.status = :status_1
    AND items.gate = :gate
    AND items.retry_at <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND NOT (EXISTS (SELECT * FROM partitions WHERE partitions.id = :pid AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key))))))
    AND (items.id NOT IN (SELECT j.value FROM json_each(:exclude) AS j))
  ORDER BY items.retry_at,
           items.id
@@ -501,7 +513,8 @@ VALUES (?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:
 -- name: lease_stats (1)
 SELECT count(*) AS count_1
   FROM partitions
- WHERE partitions.status = ?;
+ WHERE partitions.status = ?
+   AND (partitions.owner != ? OR partitions.until <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
 
 -- name: lease_stats (2)
 SELECT partitions.owner,
@@ -518,7 +531,8 @@ SELECT partitions.id,
        partitions.gate,
        partitions.owner,
        partitions.reduce_gates,
-       partitions.on_item_failure
+       partitions.on_item_failure,
+       partitions.trace_context
   FROM partitions
  WHERE partitions.status = ?
    AND partitions.owner = ?
@@ -534,11 +548,15 @@ SELECT partitions.id,
        partitions.gate,
        partitions.owner,
        partitions.reduce_gates,
-       partitions.on_item_failure
+       partitions.on_item_failure,
+       partitions.trace_context
   FROM partitions
  WHERE partitions.status = ?
    AND partitions.until <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
- ORDER BY partitions.until
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = ? AND flow_controls.name = ? OR flow_controls.scope = ? AND flow_controls.name = partitions.flow_key)))
+ ORDER BY partitions.rank_at,
+          partitions.id
  LIMIT ?
 OFFSET ?;
 
@@ -575,6 +593,25 @@ SELECT partitions.id,
 UPDATE partitions
    SET
 version=(partitions.version + ?), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE (partitions.id = ? AND partitions.version = ? OR partitions.id = ? AND partitions.version = ?)
+   AND partitions.owner = ?
+   AND partitions.status = ?;
+
+-- name: leases_renew (3)
+SELECT partitions.id,
+       partitions.timeline,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM partitions
+ WHERE partitions.id IN (?, ...);
+
+-- name: leases_renew (4)
+UPDATE partitions
+   SET
+version=(partitions.version + ?), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       timeline=CASE WHEN (partitions.id = ?) THEN coalesce(?, partitions.timeline)
+            WHEN (partitions.id = ?) THEN coalesce(?, partitions.timeline)
+            ELSE partitions.timeline
+             END
  WHERE (partitions.id = ? AND partitions.version = ? OR partitions.id = ? AND partitions.version = ?)
    AND partitions.owner = ?
    AND partitions.status = ?;
@@ -655,8 +692,8 @@ SELECT partitions.request_digest
  WHERE partitions.id = ?;
 
 -- name: partition_create_batches (2)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest)
-VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), ?);
 
 -- name: partition_create_batches (3)
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
@@ -742,7 +779,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.id IN (?, ...)
  ORDER BY partitions.created_at DESC,
@@ -758,6 +798,22 @@ SELECT items.partition_id,
  WHERE items.partition_id IN (?, ...)
  GROUP BY items.partition_id,
           items.status;
+
+-- name: partition_pause (1)
+UPDATE partitions
+   SET updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       paused_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.status != ?
+   AND partitions.paused_at IS NULL;
+
+-- name: partition_pause (2)
+UPDATE partitions
+   SET updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       paused_at=?
+ WHERE partitions.id = ?
+   AND partitions.status != ?
+   AND partitions.paused_at IS NOT NULL;
 
 -- name: partition_set_gate (1)
 UPDATE partitions
@@ -814,13 +870,19 @@ SELECT partitions.id,
   FROM partitions
  WHERE partitions.id IN (?, ...);
 
+-- name: partition_timeline
+SELECT partitions.timeline
+  FROM partitions
+ WHERE partitions.id = ?;
+
 -- name: partition_transition (1)
 UPDATE partitions
    SET
 version=(partitions.version + :version_1), status=:status,
        owner=:owner,
        until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       timeline=:timeline
  WHERE partitions.id = :pid
    AND partitions.version = :seen
    AND partitions.owner = :holder
@@ -973,7 +1035,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.status = ?
  ORDER BY partitions.created_at DESC,
@@ -1025,7 +1090,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -1059,7 +1127,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.status = ?
    AND (partitions.created_at < ? OR partitions.created_at = ? AND partitions.id < ?)
@@ -1086,7 +1157,10 @@ SELECT partitions.id,
        partitions.reduce_acc,
        partitions.reduce_attempts,
        partitions.last_error,
-       partitions.spawned
+       partitions.spawned,
+       partitions.priority,
+       partitions.paused_at,
+       partitions.flow_key
   FROM partitions
  WHERE partitions.id LIKE ? ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1190,7 +1264,10 @@ SELECT partitions.version,
        partitions.reduce_page,
        partitions.reduce_after,
        partitions.reduce_acc,
-       partitions.reduce_attempts
+       partitions.reduce_attempts,
+       CASE WHEN (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = ? AND flow_controls.name = ? OR flow_controls.scope = ? AND flow_controls.name = partitions.flow_key)))) THEN ?
+            ELSE ?
+             END AS paused
   FROM partitions
  WHERE partitions.id = ?;
 
@@ -1222,7 +1299,8 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
        attempts=?,
        last_error=?,
        retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       error_history=coalesce(replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",'), items.error_history)
  WHERE items.partition_id = ?
    AND items.id = ?
    AND items.version = ?
@@ -1237,7 +1315,8 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
        attempts=?,
        last_error=?,
        retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       error_history=coalesce(replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",'), items.error_history)
  WHERE items.partition_id = ?
    AND items.id = ?
    AND items.version = ?

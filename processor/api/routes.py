@@ -59,6 +59,7 @@ from processor.api.views import (
 )
 from processor.async_client import AsyncClient
 from processor.client_checks import MAX_PAGE, check_id
+from processor.tracing import traced_settings
 from processor.views import retry_row
 from watcher.dburl import DatabaseURL
 from watcher.errors import DuplicateItemError, InvalidInputError, StatefeedError
@@ -142,7 +143,10 @@ class IngestApi:
                 settings = query_settings(partition_id, dict(request.query_params))
                 lines = NdjsonItems(partition_id, self.limits, spool, digest)
                 await stream_into(request, lines)
-            created = await self._insert(partition_id, spool, settings, digest.settle(settings))
+            # The trace context is not part of the digest: a retry is the same request.
+            created = await self._insert(partition_id, spool,
+                                         traced_settings(settings, request.headers),
+                                         digest.settle(settings))
         finally:
             spool.close()
         view = {"id": partition_id, "items": spool.count, "first_gate": spool.first_gate or 0,

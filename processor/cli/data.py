@@ -26,7 +26,6 @@ from processor.cli.common import (
     EXIT_NO_RESULT,
     DbUrl,
     JsonOption,
-    PartitionArgument,
     TablePrefix,
     app,
     data_console,
@@ -159,7 +158,8 @@ def result(
 
 @app.command()
 def items(
-    partition_id: PartitionArgument,
+    partition_id: Annotated[str, typer.Argument(
+        help="The partition's id (leave it out with --find).")] = "",
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
     status: Annotated[str, typer.Option("--status", help="Only items with this status: "
@@ -171,17 +171,38 @@ def items(
     after: Annotated[str, typer.Option("--after", help="Start after this item id (the "
                                        "cursor the page before printed).")] = "",
     as_json: JsonOption = False,
+    show: Annotated[str, typer.Option("--show", metavar="ITEM_ID", help="Show this one "
+                                      "item: its data (JSON pretty-printed, other bytes in "
+                                      "hex), parent and error history.")] = "",
+    show_all: Annotated[bool, typer.Option("--all", help="With --show, print the data "
+                                           "whole, however long.")] = False,
+    find: Annotated[str, typer.Option("--find", metavar="ITEM_ID", help="List the "
+                                      "partitions holding an item with this id (no "
+                                      "partition argument).")] = "",
 ) -> None:
     """Show a partition's items in id order: id, status, gate, attempts, last error and,
     for spawned items, the item that spawned them (their parent).
 
-    One page at a time; the last line says how to read the next one.
+    One page at a time; the last line says how to read the next one. With --show ITEM_ID,
+    one item whole; with --find ITEM_ID, the partitions holding that id.
     """
     import shlex
 
     from processor.client import Client
     from processor.views import error_after_context, error_cell, item_row
 
+    if find:
+        if partition_id or show:
+            raise fail("--find looks in every partition: give no partition id and no --show")
+        _find_item(find, db_url, table_prefix, limit, as_json)
+        return
+    if not partition_id:
+        raise fail("give a partition id (processor items PARTITION_ID), or --find ITEM_ID")
+    if show:
+        _show_item(partition_id, show, db_url, table_prefix, as_json, show_all)
+        return
+    if show_all:
+        raise fail("--all goes with --show ITEM_ID")
     url = database_url(db_url, table_prefix)
     with Client(url, table_prefix) as client:
         page = client.items(partition_id, status=status or None, gate=gate, limit=limit,
@@ -213,3 +234,64 @@ def items(
             *(("--gate", str(gate)) if gate is not None else ()),
             "--limit", str(limit), "--after", page.next_cursor))
         typer.echo(f"more: processor items {where}")
+
+
+# How much of an item's data `items --show` prints without --all (characters).
+SHOW_DATA_CHARS = 4000
+
+
+def _show_item(partition_id: str, item_id: str, db_url: str, table_prefix: str,
+               as_json: bool, show_all: bool) -> None:
+    """Print one item (``items PARTITION --show ITEM``): text, or JSON with the data whole.
+
+    Raises:
+        typer.Exit: the partition holds no such item (one line, exit code 2).
+    """
+    from processor.client import Client
+    from processor.views import item_detail, item_lines
+    from watcher.errors import ItemNotFoundError
+
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        try:
+            info = client.item(partition_id, item_id)
+        except ItemNotFoundError:
+            raise fail(f"partition {partition_id!r} has no item {item_id!r}; list its items "
+                       f"with `processor items {partition_id}`, or look for the id in every "
+                       f"partition with `processor items --find {item_id}`") from None
+    if as_json:
+        typer.echo(json.dumps(item_detail(info), indent=2, ensure_ascii=False))
+        return
+    for line in item_lines(info, data_limit=None if show_all else SHOW_DATA_CHARS):
+        typer.echo(line)
+
+
+def _find_item(item_id: str, db_url: str, table_prefix: str, limit: int,
+               as_json: bool) -> None:
+    """Print the partitions holding an item with this id (``items --find ITEM``)."""
+    from processor.async_client import MAX_FIND_LIMIT
+    from processor.client import Client
+    from processor.views import error_after_context, error_cell, item_row
+
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        found = client.find_items(item_id, limit=min(limit, MAX_FIND_LIMIT))
+    if as_json:
+        typer.echo(json.dumps([{"partition": item.partition_id, **item_row(item)}
+                               for item in found], indent=2))
+        return
+    if not found:
+        typer.echo(f"no partition holds an item {item_id!r}")
+        return
+    from rich.table import Table
+
+    table = Table(title=f"partitions holding item {item_id!r}")
+    for column in ("partition", "status", "gate", "attempts", "last error"):
+        table.add_column(column, justify="right" if column in ("gate", "attempts") else "left",
+                         overflow="fold")
+    for item in found:
+        table.add_row(item.partition_id, item.status, str(item.gate), str(item.attempts),
+                      error_cell(error_after_context(item)))
+    data_console(soft_wrap=True).print(table)
+    if len(found) == limit:
+        typer.echo(f"(the first {limit}; --limit shows more)")

@@ -223,6 +223,7 @@ def run(
         parse_header,
     )
     from processor.service import ProcessorService, ServiceConfig
+    from processor.tracing import configure_from_env
     from watcher.durations import parse_duration
     from watcher.retention import RetentionConfig, check_statuses
 
@@ -275,6 +276,7 @@ def run(
         backlog_interval=backlog_interval,
     )
     setup_logging(log_level, log_format)
+    configure_from_env()  # OTEL_TRACES_EXPORTER set: every call a span (docs/how-to/trace.md)
     code = asyncio.run(ProcessorService(config).run())
     raise typer.Exit(code)
 

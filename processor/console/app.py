@@ -1,8 +1,10 @@
 """The console's web application: Starlette routes over one :class:`AsyncClient`, pages
 rendered by Jinja2 templates (autoescaped), and the fragments the pages poll.
 
-Pages: ``/`` (overview), ``/partitions`` (the list, with filters and paging) and
-``/partition?id=...`` (one partition: gates, reduce, result, items). Each page
+Pages: ``/`` (overview), ``/partitions`` (the list, with filters and paging, and the
+items whose id is the search text), ``/partition?id=...`` (one partition: gates, its
+timeline, reduce, result, items) and ``/item?partition=...&id=...`` (one item: data,
+error history). Each page
 has a ``/live/...`` twin that renders only its changing part; the page's script
 fetches it every refresh and patches the page in place. Actions are POSTs to
 ``/partition/retry``, ``/partition/cancel`` and ``/partition/delete`` (the last
@@ -30,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 
 from processor.async_client import AsyncClient
 from processor.console import pages
+from processor.console.item_page import ItemQueryError, item_data, items_found
 from processor.console.reads import BadRequest, list_data, overview_data, partition_data
 from processor.console.security import (
     Access,
@@ -47,6 +50,7 @@ from watcher.dburl import DatabaseURL
 from watcher.errors import (
     DatabaseError,
     InvalidInputError,
+    ItemNotFoundError,
     PartitionLeasedError,
     PartitionNotFoundError,
 )
@@ -114,19 +118,15 @@ class Console:
 
     async def guarded(self, request: Request,
                       page: Callable[[Request], Awaitable[Response]]) -> Response:
-        """``page(request)``, with a bad parameter as 400, an unknown partition as 404 and
-        a database failure as 503, each on a page that says so (without the URL). A
-        live fragment's failure is a fragment too, which the page shows in place."""
+        """``page(request)``, with a bad parameter as 400, an unknown partition or item
+        as 404 and a database failure as 503, each on a page that says so (without the
+        URL). A live fragment's failure is a fragment too, which the page shows in place."""
         template = "_error.html" if request.url.path.startswith("/live/") else "error.html"
         try:
             return await page(request)
-        except BadRequest as error:
-            return self.render(request, template, 400, title="Bad request",
-                               message=str(error))
-        except PartitionNotFoundError as error:
-            return self.render(request, template, 404, title="No such partition",
-                               message=str(error))
-        except InvalidInputError as error:
+        except (PartitionNotFoundError, ItemNotFoundError) as error:
+            return self.render(request, template, 404, title="Not found", message=str(error))
+        except (BadRequest, ItemQueryError, InvalidInputError) as error:
             return self.render(request, template, 400, title="Bad request",
                                message=str(error))
         except DatabaseError as error:
@@ -152,7 +152,8 @@ class Console:
             notice = pages.notice_text(request.query_params.get("notice"),
                                        id=request.query_params.get("id", ""),
                                        count=_count(request.query_params.get("count")))
-            return self.render(request, "partitions.html", notice=notice,
+            found = await items_found(self.client, request.query_params.get("prefix", ""))
+            return self.render(request, "partitions.html", notice=notice, found=found,
                                **await list_data(self.client, request.query_params))
         return await self.guarded(request, page)
 
@@ -177,6 +178,12 @@ class Console:
         async def page(request: Request) -> Response:
             data = await partition_data(self.client, request.query_params)
             return self.render(request, "_partition.html", **data)
+        return await self.guarded(request, page)
+
+    async def item(self, request: Request) -> Response:
+        async def page(request: Request) -> Response:
+            return self.render(request, "item.html",
+                               **await item_data(self.client, request.query_params))
         return await self.guarded(request, page)
 
     async def delete_confirm(self, request: Request) -> Response:
@@ -360,6 +367,7 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None) -> 
         Route("/", route("overview")),
         Route("/partitions", route("partitions")),
         Route("/partition", route("partition")),
+        Route("/item", route("item")),
         Route("/partition/delete", route("delete_confirm"), methods=["GET"]),
         Route("/partition/{verb:str}", route("action"), methods=["POST"]),
         Route("/live/overview", route("overview_live")),

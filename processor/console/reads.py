@@ -9,7 +9,7 @@ from typing import Any
 
 from processor.async_client import AsyncClient
 from processor.client_checks import MAX_PAGE, PARTITION_STATUSES
-from processor.console import pages
+from processor.console import pages, timeline_view
 
 LIST_PAGE = 50
 ITEMS_PAGE = 50
@@ -95,15 +95,20 @@ async def partition_data(client: AsyncClient, query: Mapping[str, str]) -> dict[
     after = query.get("after") or None
     info = await client.partition(partition_id)
     counts = (await client.gate_counts([partition_id])).get(partition_id, {})
+    timeline = await client.partition_timeline(partition_id)
     items = await client.items(partition_id, status=item_status, gate=gate_number,
                                limit=ITEMS_PAGE, after=after, with_data=False)
     failed: list[Any] = []
-    row = pages.partition_row(info, counts, await client.now(), all_gates=True)
+    now = await client.now()
+    row = pages.partition_row(info, counts, now, all_gates=True)
     if row.counts.get("failed") and item_status is None and gate_number is None:
         failed = list(await client.items(partition_id, status="failed",
                                          limit=FAILED_PREVIEW, with_data=False))
     return {
         "row": row, "info": info, "items": items, "failed": failed,
+        "chart": timeline_view.throughput_chart(timeline, now),
+        "gate_times": timeline_view.gate_times(timeline, now),
+        "eta": timeline_view.eta_of(info, counts, timeline, now),
         "item_status": item_status or "", "gate": "" if gate_number is None else gate_number,
         "after": after or "", "next_cursor": items.next_cursor,
         "item_statuses": ITEM_STATUSES,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -446,6 +447,186 @@ async def test_demo_keeps_the_console_open(tmp_path: Path) -> None:
     assert "resumes ranked" in output and "Traceback" not in output
 
 
+# -- items, search, timeline, phones -----------------------------------------------
+
+SCRIPT_DATA = {"name": "<script>alert(4)</script>", "n": 7}
+RAW = bytes(range(256)) * 12  # 3,072 bytes, not JSON: a hex dump, cut at 1 KiB
+PHONE = {"width": 390, "height": 844}
+LONG_ID = "quarterly-" + "x" * 70 + "-report"
+
+
+@dataclass
+class InspectedHandler:
+    """Gate 0 moves each item to gate 1 (``parent-0`` also spawns ``child-0`` there);
+    gate 1 completes it. ``flaky`` fails twice (retryable), then for good. Gate 1's
+    calls of items numbered ``hold_from`` or more wait for ``release``."""
+
+    hold_from: int = 30
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    calls: dict[str, int] = field(default_factory=dict)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if await answered_probe(scope, send):
+            return
+        await read_body(receive)
+        headers = dict(scope["headers"])
+        item = unquote(headers.get(b"x-item-id", b"").decode())
+        gate = int(headers.get(b"x-gate", b"0"))
+        self.calls[item] = self.calls.get(item, 0) + 1
+        if item == "flaky":
+            if self.calls[item] < 3:
+                await send_json(send, 503, {"error": {
+                    "message": f"scanner busy (call {self.calls[item]})"}})
+            else:
+                await send_json(send, 422, {"error": {"message": "unreadable scan",
+                                                      "no_retry": True}})
+        elif gate == 0:
+            spawn = ([{"id": "child-0", "gate": 1, "data": {"from": "parent-0"}}]
+                     if item == "parent-0" else [])
+            await send_json(send, 200, {"gate": 1, "spawn": spawn})
+        else:
+            number = item.rsplit("-", 1)[-1]
+            if number.isdigit() and int(number) >= self.hold_from:
+                await self.release.wait()
+            await send_json(send, 200, {"done": True})
+
+
+@contextlib.asynccontextmanager
+async def inspected(db_url: str, prefix: str) -> AsyncIterator[tuple[str, AsyncClient]]:
+    """A console over two partitions that both hold ``resume-07``: ``shelf-a`` complete
+    (JSON, binary, spawned and failed items), ``shelf-b`` running at gate 1 with half of
+    its items held there. Yields the console's URL and a client."""
+    handler = InspectedHandler()
+    async with serve_app(handler) as handler_url, \
+            AsyncClient(db_url, prefix) as client, \
+            console_running(_options(db_url, prefix)) as url, \
+            watchers(db_url, prefix, handler_url, "processor-a1"):
+        await client.create_partition(LONG_ID, [
+            *(NewItem(f"resume-{n:02}", json.dumps(SCRIPT_DATA).encode()) for n in range(10)),
+            NewItem("scan-raw", RAW), NewItem("flaky", b"{}"), NewItem("parent-0", b"{}"),
+        ], on_item_failure="continue")
+        # After the first one: shelf-b's held calls fill the processor's slots.
+        assert (await client.wait(LONG_ID, timeout=60)).status == "complete"
+        await client.create_partition("shelf-b", [NewItem(f"resume-{n:02}", b"{}")
+                                                  for n in range(60)])
+        try:
+            yield url, client
+        finally:
+            handler.release.set()
+
+
+async def _fits(page: Any) -> None:
+    """The page has no horizontal overflow: nothing sticks out past the viewport."""
+    width, inner = await page.evaluate(
+        "[document.scrollingElement.scrollWidth, window.innerWidth]")
+    assert width <= inner, f"{page.url}: {width} px wide in a {inner} px viewport"
+
+
+def _item_url(base: str, partition_id: str, item_id: str, **params: str) -> str:
+    query = "".join(f"&{key}={quote(value)}" for key, value in params.items())
+    return (f"{base}item?partition={quote(partition_id, safe='')}"
+            f"&id={quote(item_id, safe='')}{query}")
+
+
+@browser_test
+async def test_item_pages_search_by_item_id_and_the_timeline(database) -> None:
+    from playwright.async_api import expect
+
+    db_url, prefix = database
+    async with inspected(db_url, prefix) as (url, client), chromium() as browser:
+        page, dialogs = await _new_page(browser)
+        # Search: the exact item id finds it in both partitions.
+        await page.goto(f"{url}partitions?prefix=resume-07")
+        found = page.locator("#found")
+        await expect(found.locator("tbody tr")).to_have_count(2)
+        await expect(found).to_contain_text("shelf-b")
+        await found.locator(f"tr[data-key='{LONG_ID}'] a.item-link").click()
+        await expect(page.locator("#item-id")).to_have_text("resume-07")
+        await expect(page.locator("#item-partition")).to_have_text(LONG_ID)
+        await expect(page.locator(".summary .status")).to_have_text("complete")
+        await expect(page.locator("#item-gate")).to_have_text("1")
+        await expect(page.locator("#item-data")).to_contain_text(
+            '"name": "<script>alert(4)</script>"')
+        assert await page.locator("main script").count() == 0
+        await page.goto(f"{url}partitions?prefix=resume-0")  # a prefix finds no item
+        await expect(page.locator("#found-none")).to_contain_text("resume-0")
+
+        # The error history, the latest first.
+        await page.goto(_item_url(url, LONG_ID, "flaky"))
+        history = page.locator("table.history tbody tr")
+        await expect(history).to_have_count(3)
+        await expect(history.nth(0)).to_contain_text("unreadable scan")
+        await expect(history.nth(2)).to_contain_text("scanner busy (call 1)")
+        assert [await row.locator("td.num").first.inner_text() for row in
+                await history.all()] == ["3", "2", "1"]
+
+        # Data that is not JSON: a hex dump, cut, and all of it on asking.
+        await page.goto(_item_url(url, LONG_ID, "scan-raw"))
+        await expect(page.locator("#data-title")).to_contain_text("3,072 bytes · hex")
+        await expect(page.locator("#item-data")).not_to_contain_text("00000400")
+        await page.click("#show-all")
+        await expect(page.locator("#item-data")).to_contain_text("00000bf0  f0 f1 f2")
+        await expect(page.locator("#show-all")).to_have_count(0)
+
+        # A spawned item links its parent; the partition's items link their pages.
+        await page.goto(_item_url(url, LONG_ID, "child-0"))
+        await page.locator("#item-parent a").click()
+        await expect(page.locator("#item-id")).to_have_text("parent-0")
+        await page.goto(_partition_url(url, LONG_ID))
+        await page.locator("table.items tr[data-key='scan-raw'] a").click()
+        await expect(page.locator("#item-id")).to_have_text("scan-raw")
+        missing = await page.goto(_item_url(url, LONG_ID, "no-such-item"))
+        assert missing is not None and missing.status == 404
+
+        # The timeline of a finished partition: both gates' stays, no ETA.
+        await page.goto(_partition_url(url, LONG_ID))
+        stays = page.locator("table.gate-times tbody tr")
+        await expect(stays).to_have_count(2)
+        await expect(stays.nth(0).locator("td").first).to_have_text("1")
+        # Gate 0: 13 items left it (one failed for good); gate 1: 12 and the spawned one.
+        await expect(stays.locator("td:nth-child(4)")).to_have_text(["13", "13"])
+        await expect(page.locator(".eta-time")).to_have_text("—")
+        await expect(page.locator(".eta-covers")).to_contain_text("the partition is complete")
+        await expect(page.locator("#timeline-title")).to_contain_text("26 in all")
+
+        # A running partition: gate 1's ETA from the recent rate, for the whole partition.
+        await page.goto(_partition_url(url, "shelf-b"))
+        await expect(page.locator(".eta-time")).to_have_text(re.compile(r"\d"), timeout=SEE)
+        await expect(page.locator(".eta-covers")).to_contain_text(
+            "the whole partition: gate 1 is its last gate with waiting items (30)")
+        await expect(page.locator(".eta-rate")).to_contain_text("/s over the last 5 min")
+        await expect(page.locator("table.gate-times tr.current")).to_contain_text("so far")
+        timeline = await client.partition_timeline("shelf-b")
+        assert [span.gate for span in timeline.gates] == [0, 1]
+        assert dialogs == []
+
+
+@browser_test
+async def test_every_page_fits_a_390_px_phone(sqlite_database) -> None:
+    db_url, prefix = sqlite_database
+    async with inspected(db_url, prefix) as (url, client), chromium() as browser:
+        context = await browser.new_context(viewport=PHONE, device_scale_factor=2,
+                                            is_mobile=True, has_touch=True)
+        page = await context.new_page()
+        addresses = [
+            url, f"{url}partitions", f"{url}partitions?prefix=resume-07",
+            _partition_url(url, LONG_ID), _partition_url(url, "shelf-b"),
+            _partition_url(url, LONG_ID, status="failed"),
+            _item_url(url, LONG_ID, "flaky"), _item_url(url, LONG_ID, "scan-raw", all="1"),
+            _item_url(url, LONG_ID, "resume-07"),
+            f"{url}partition/delete?id={quote(LONG_ID)}", _item_url(url, "nope", "nope"),
+        ]
+        for address in addresses:
+            await page.goto(address)
+            await _fits(page)
+            await page.wait_for_timeout(1700)  # after a live update too
+            await _fits(page)
+        # The narrow layout hides secondary columns rather than squeezing them.
+        await page.goto(_partition_url(url, LONG_ID))
+        assert not await page.locator("table.items th.secondary").first.is_visible()
+        assert await client.partition(LONG_ID)
+
+
 # -- screenshots ------------------------------------------------------------------
 
 def _screenshot_folder(tmp_path: Path) -> Path:
@@ -526,7 +707,7 @@ async def test_screenshots_of_every_page(sqlite_database, tmp_path: Path) -> Non
                          message="the held partitions at rest")
 
         try:
-            await _take_screenshots(browser, url, folder)
+            await _take_screenshots(browser, url, folder, client)
         finally:
             handler.release.set()
 
@@ -550,25 +731,42 @@ async def _finished(store: Store, partition_id: str, status: str) -> None:
                                      status=status)
 
 
-async def _take_screenshots(browser: Any, url: str, folder: Path) -> None:
+async def _take_screenshots(browser: Any, url: str, folder: Path, client: AsyncClient) -> None:
     from playwright.async_api import expect
 
     page, dialogs = await _new_page(browser)
+    [failed] = list(await client.items("opening-40", status="failed", limit=1))
     shots = {
         "console-overview.png": url,
         "console-partitions.png": f"{url}partitions",
         "console-partition.png": _partition_url(url, "opening-42"),
         "console-partition-running.png": _partition_url(url, "opening-43"),
         "console-partition-failed.png": _partition_url(url, "opening-40"),
+        "console-item.png": _item_url(url, "opening-40", failed.id),
     }
     for file_name, address in shots.items():
         await page.goto(address)
-        await expect(page.locator("#live-state")).to_have_text("live", timeout=SEE)
+        if file_name != "console-item.png":  # the item page is not live
+            await expect(page.locator("#live-state")).to_have_text("live", timeout=SEE)
         await page.wait_for_timeout(400)  # the bars' transitions end
         target = folder / file_name
         # The first screen of each page (all of the overview): what a docs reader sees.
         await page.screenshot(path=str(target), full_page=file_name == "console-overview.png")
         assert target.stat().st_size > 20_000, file_name
+    # The running partition's timeline: items per minute, time per gate, its ETA.
+    await page.goto(_partition_url(url, "opening-43"))
+    await expect(page.locator(".eta-time")).to_have_text(re.compile(r"\d"), timeout=SEE)
+    await page.wait_for_timeout(400)
+    await page.locator("#timeline").screenshot(path=str(folder / "console-timeline.png"))
+    assert (folder / "console-timeline.png").stat().st_size > 10_000
+    # A phone: the partition page, 390 px wide, with nothing sticking out.
+    phone = await browser.new_context(viewport=PHONE, device_scale_factor=2, is_mobile=True)
+    small = await phone.new_page()
+    await small.goto(_partition_url(url, "opening-40"))
+    await expect(small.locator("#live-state")).to_have_text("live", timeout=SEE)
+    await _fits(small)
+    await small.screenshot(path=str(folder / "console-phone.png"))
+    assert (folder / "console-phone.png").stat().st_size > 20_000
     assert dialogs == []
 
 

@@ -1,5 +1,7 @@
-"""Each stored error names its partition, item, gate and attempt once: the processor adds
-them, and neither the handlers SDK nor the example adds them again. Real handlers served
+"""Each layer adds its context once. An item's stored error is the failure's kind and the
+handler's own message: its row, its error history and the engine's log fields name its
+partition, id, gate and attempt, so neither the processor, the handlers SDK nor the
+example puts them in the text. A reduce's error names its page once. Real handlers served
 by uvicorn, per-item and batch protocols and a reduce, on every live database."""
 
 from __future__ import annotations
@@ -86,9 +88,13 @@ async def test_stored_errors_name_each_thing_once(make_store: Callable[..., Any]
                 "bad-return": "returned a int", "lost": "no handler for this gate"}
     for item_id, message in errors.items():
         assert message is not None and expected[item_id] in message, message
-        gate = 7 if item_id == "lost" else 0
-        assert message.startswith(f"partition 'p' item {item_id!r} gate {gate} (attempt 1): ")
-        once(message, "'p'", repr(item_id), f"gate {gate}", "attempt")
+        # The row and the log fields name the partition, item, gate and attempt.
+        for context in ("'p'", repr(item_id), "attempt"):
+            assert context not in message, (context, message)
+        item = await client.item("p", item_id)
+        assert [entry.error for entry in item.error_history] == [message]
+        assert item.error_history[0].attempt == 1
+        assert item.error_history[0].gate == (7 if item_id == "lost" else 0)
     # A table whose columns show the item, gate and attempts shows the message itself.
     [refused] = [item for item in await client.items("p", status="failed")
                  if item.id == "refused"]
@@ -115,4 +121,5 @@ async def test_the_resume_example_names_nothing_the_processor_names(
     assert (info.status, info.counts) == ("complete", {"complete": 3, "failed": 1})
     [failed] = await client.items("opening", status="failed")
     assert failed.last_error is not None and "needs a 'text' string" in failed.last_error
-    once(failed.last_error, "'opening'", "'scan'", "gate 0", "attempt")
+    for context in ("'opening'", "'scan'", "gate 0", "attempt"):
+        assert context not in failed.last_error, (context, failed.last_error)

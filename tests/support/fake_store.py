@@ -96,7 +96,7 @@ class FakeStore(Store):
         return list(self.stopped)
 
     async def leases_renew(self, leases: dict[str, int], owner: str,
-                           duration: float) -> LeaseRenewal:
+                           duration: float, progress: Any = None) -> LeaseRenewal:
         """The scripted ``renewal``.
 
         Raises:

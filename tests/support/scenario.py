@@ -12,6 +12,7 @@ from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionSettings
 from watcher.reduction import ReduceStep
 from watcher.spawning import SpawnConflictError
 from watcher.store import Store
+from watcher.timeline import Progress
 
 # Store methods that never run on SQL Server or MySQL (PostgreSQL LISTEN) or run no SQL.
 NOT_STATEMENTS = {"notifications", "close"}
@@ -52,6 +53,10 @@ async def drive_every_method(store: Store) -> None:
     # A stale version held (a client write moved it on) is renewed at the version read.
     held = await store.leases_renew({"p1": versions["p1"] - 1, "p2": versions["p2"]}, "w1", 30)
     versions = {pid: version for pid, (version, _) in held.held.items()}
+    # Items done since: the renewal adds them to p1's timeline (p2's is only read).
+    held = await store.leases_renew(versions, "w1", 30, {"p1": Progress(0, 2, 1.0),
+                                                         "p2": Progress(0, 0)})
+    versions = {pid: version for pid, (version, _) in held.held.items()}
     await store.partition_state("p1")
     ready = await store.items_ready("p1", 0, 10)
     await store.items_ready("p1", 0, 10, exclude=[ready[0].id])
@@ -74,8 +79,10 @@ async def drive_every_method(store: Store) -> None:
         await store.items_apply([ItemWrite("p2", "z", 3, "available", 0, 0,
                                            spawn=(NewItem("z1", b"s", 0),))], "w1")
     await store.gate_summary("p1", 0)
-    new_version = await store.partition_transition("p1", versions["p1"], "w1", status="failed")
+    new_version = await store.partition_transition("p1", versions["p1"], "w1", status="failed",
+                                                   timeline=held.timelines["p1"])
     assert new_version is not None
+    assert (await store.partition_timeline("p1"))[1] == held.timelines["p1"]
     report = await store.items_retry_failed("p1")
     assert (report.items_reset, report.reopened) == (1, True)
     # The retry moved the version on: a transition with the old one loses.
@@ -164,6 +171,10 @@ async def _drive_operations(store: Store) -> None:
     assert set(counts) == {"p1", "p4"} and counts["p4"] == {}
     assert len((await store.partitions_finished_per_minute(3, 100)).finished["complete"]) == 3
     await store.partition_create("p5", [NewItem("x", b"1"), NewItem("y", b"2")])
+    # A pause holds it out of the lease scan and its ready read; a resume lifts it.
+    assert await store.partition_pause("p5", True) is True
+    assert await store.items_ready("p5", 0, 10) == []
+    assert await store.partition_pause("p5", False) is True
     assert await store.partition_cancel("p5") == "available"
     assert await store.partition_cancel("p5") == "cancelled"
     await store.leases_stopped("w1", 30)

@@ -156,14 +156,14 @@ def lock_unless_busy(query: Select[Any], table: Table) -> Select[Any]:
 # The columns of a batch row, in the order batch_rows_json writes them.
 BATCH_COLUMNS = (("pid", Unicode()), ("iid", Unicode()), ("seen", Integer()),
                  ("status", Unicode()), ("gate", Integer()), ("attempts", Integer()),
-                 ("error", Text()), ("data", Text()), ("delay", Float()))
+                 ("error", Text()), ("data", Text()), ("delay", Float()), ("history", Text()))
 
 
 def batch_rows_json(writes: Iterable[ItemWrite],
                     encode_data: Callable[[bytes], str] = bytes.hex) -> str:
     """Item writes as the JSON rows of a batch write: ``[pid, iid, seen, status, gate,
-    attempts, error, data as hex (or as ``encode_data`` makes it), retry delay]`` each
-    (:data:`BATCH_COLUMNS`).
+    attempts, error, data as hex (or as ``encode_data`` makes it), retry delay, error
+    history]`` each (:data:`BATCH_COLUMNS`).
 
     Every text in a write is storable (:func:`~watcher.decisions.storable_text`),
     so it is valid JSON text too. ``json.dumps`` encodes the whole batch in C,
@@ -171,7 +171,8 @@ def batch_rows_json(writes: Iterable[ItemWrite],
     """
     return json.dumps([
         [w.partition_id, w.item_id, w.seen_version, w.status, w.gate, w.attempts,
-         w.last_error, None if w.data is None else encode_data(w.data), w.retry_delay or 0.0]
+         w.last_error, None if w.data is None else encode_data(w.data), w.retry_delay or 0.0,
+         w.error_history]
         for w in writes], ensure_ascii=False, separators=(",", ":"))
 
 

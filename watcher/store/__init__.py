@@ -44,7 +44,8 @@ from watcher.store.removal import RemovalStore
 
 class Store(PartitionsStore, OperationsStore, RemovalStore, FleetStore, LeasesStore,
             HotPathStore, ReduceStore):
-    """All reads and writes of the ``partitions``, ``items`` and ``leaders`` tables.
+    """All reads and writes of the ``partitions``, ``items``, ``leaders`` and flow
+    tables.
 
     ``clock`` is where statements take the time from: the database's own
     (:class:`~watcher.clock.DatabaseClock`, the default) or a test's
@@ -62,7 +63,9 @@ async def missing_tables(store: Store) -> list[str]:
     """
     from sqlalchemy import inspect as inspect_schema
 
-    names = [store.tables.partitions.name, store.tables.items.name, store.tables.leaders.name]
+    tables = store.tables
+    names = [table.name for table in (tables.partitions, tables.items, tables.leaders,
+                                      tables.flow_controls, tables.flow_grants)]
     async with store.round_trips.transaction(store.engine.connect(), "missing_tables") as conn:
         present = await conn.run_sync(
             lambda sync: {name for name in names if inspect_schema(sync).has_table(name)})
@@ -98,7 +101,8 @@ async def require_migrated(url: DatabaseURL, table_prefix: str = "") -> None:
     tables = tables_for(table_prefix)
     if sqlite_file_missing(url):
         raise not_migrated(url, table_prefix,
-                           [tables.partitions.name, tables.items.name, tables.leaders.name])
+                           [tables.partitions.name, tables.items.name, tables.leaders.name,
+                            tables.flow_controls.name, tables.flow_grants.name])
     store = Store.open(url, table_prefix)
     try:
         missing = await missing_tables(store)

@@ -27,6 +27,7 @@ from watcher.clock import Clock, DatabaseClock
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.database import create_engine
 from watcher.dburl import DatabaseURL, parse_database_url, render_redacted
+from watcher.delays import stored_time
 from watcher.drivers import open_driver
 from watcher.drivers.base import Driver, read_transaction, write_transaction
 from watcher.errors import (
@@ -45,9 +46,8 @@ from watcher.store.codecs import (
     like_prefix,
 )
 
-
 # Partition columns a listing leaves unread (see :meth:`_partitions_rows`).
-UNLISTED_COLUMNS = frozenset({"request_digest", "trace_context", "timeline"})
+UNLISTED_COLUMNS = frozenset({"request_digest", "trace_context", "timeline", "rank_at"})
 
 
 class StoreBase:
@@ -169,7 +169,9 @@ class StoreBase:
                 {
                     "partition_id": partition_id, "id": item.id, "version": 1,
                     "gate": 0 if item.gate is None else item.gate, "status": AVAILABLE,
-                    "data": item.data, "attempts": 0, "last_error": None, "retry_at": now,
+                    "data": item.data, "attempts": 0, "last_error": None,
+                    "retry_at": (now if item.not_before is None
+                                 else max(now, stored_time(item.not_before))),
                     "created_at": now, "updated_at": now, "parent": parent,
                 }
                 for partition_id, item, parent in chunk

@@ -8,14 +8,17 @@ import base64
 import binascii
 import json
 from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
+from watcher.error_history import decode_history
 from watcher.errors import (
     InvalidInputError,
 )
 from watcher.models import AVAILABLE, ItemFailurePolicy
 from watcher.records import (
+    ItemInfo,
     LeaseRow,
     NewItem,
     PartitionInfo,
@@ -78,10 +81,13 @@ def encode_reduce_gates(gates: Collection[int]) -> str | None:
     return json.dumps(sorted(gates), separators=(",", ":")) if gates else None
 
 
-def settings_of(reduce_gates: str | None, on_item_failure: str | None) -> PartitionSettings:
-    """A partition's settings from its ``reduce_gates`` and ``on_item_failure`` columns."""
+def settings_of(reduce_gates: str | None, on_item_failure: str | None,
+                trace_context: str | None = None) -> PartitionSettings:
+    """A partition's settings from its ``reduce_gates``, ``on_item_failure`` and
+    ``trace_context`` columns."""
     gates = frozenset(json.loads(reduce_gates)) if reduce_gates else frozenset()
-    return PartitionSettings(gates, on_item_failure == ItemFailurePolicy.CONTINUE.value)
+    return PartitionSettings(gates, on_item_failure == ItemFailurePolicy.CONTINUE.value,
+                             trace_context)
 
 
 def client_items(items: Sequence[NewItem]) -> list[NewItem]:
@@ -115,8 +121,11 @@ class GuardLost(Exception):
 
 
 def to_lease_row(row: Any) -> LeaseRow:
+    settings = settings_of(row.reduce_gates, row.on_item_failure, row.trace_context)
+    order = 0.0 if row.rank_at is None else row.rank_at.replace(tzinfo=UTC).timestamp()
     return LeaseRow(row.id, row.version, row.gate, row.owner,
-                    settings_of(row.reduce_gates, row.on_item_failure))
+                    replace(settings, priority=row.priority, flow_key=row.flow_key,
+                            queue_order=order))
 
 
 def to_partition_info(row: Any, counts: dict[str, int]) -> PartitionInfo:
@@ -131,4 +140,18 @@ def to_partition_info(row: Any, counts: dict[str, int]) -> PartitionInfo:
         on_item_failure=row.on_item_failure,
         result=None if row.result is None else bytes(row.result),
         last_error=row.last_error, reduce=progress, spawned=row.spawned,
+        priority=row.priority, paused_at=row.paused_at, key=row.flow_key or None,
+    )
+
+
+def to_item_info(row: Any, *, with_data: bool = True) -> ItemInfo:
+    """An item row as the client sees it; its error history decoded here, in one place.
+    Without ``with_data`` the row holds no data (``data`` is ``b""``); a row without an
+    ``error_history`` column (a read that left it out) has none."""
+    return ItemInfo(
+        partition_id=row.partition_id, id=row.id, status=row.status, gate=row.gate,
+        data=bytes(row.data) if with_data else b"", attempts=row.attempts,
+        last_error=row.last_error, version=row.version, retry_at=row.retry_at,
+        parent=row.parent,
+        error_history=decode_history(getattr(row, "error_history", None)),
     )

@@ -34,7 +34,8 @@ class HotPathStore(SpawnsStore):
         """
         rows = await self.round_trips.call(
             "items_ready", self.driver.items_ready(partition_id, gate, limit, exclude))
-        return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4]) for row in rows]
+        return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4], error_history=row[5])
+                for row in rows]
 
     async def items_oversize(self, partition_id: str, gate: int, max_bytes: int,
                              limit: int) -> list[ReadyItem]:
@@ -45,24 +46,25 @@ class HotPathStore(SpawnsStore):
         i = self.tables.items
         size = data_size(i.c.data)
         query = (
-            select(i.c.id, i.c.version, i.c.gate, i.c.attempts, size)
+            select(i.c.id, i.c.version, i.c.gate, i.c.attempts, size, i.c.error_history)
             .where(i.c.partition_id == partition_id, i.c.status == AVAILABLE,
                    i.c.gate == gate, i.c.retry_at <= self.statements.now, size > max_bytes)
             .order_by(i.c.retry_at, i.c.id).limit(limit))
         async with self._read() as conn:
-            return [ReadyItem(row.id, row.version, row.gate, b"", row.attempts, size=row[4])
+            return [ReadyItem(row.id, row.version, row.gate, b"", row.attempts, size=row[4],
+                              error_history=row.error_history)
                     for row in await conn.execute(query)]
 
     async def gate_summary(self, partition_id: str, gate: int) -> GateSummary:
         """Summarise what is left at ``gate``: pending and failed items, and the next gate."""
         row = (await self.round_trips.call("gate_summary", self.driver.fetch(
             self.statements.gate_summary, {"pid": partition_id, "gate": gate}, read=True)))[0]
-        pending_count, earliest, failed_count, lowest, now = row
+        pending_count, earliest, failed_count, lowest, now, paused = row
         wait = None
         if pending_count and earliest is not None:
             wait = max(0.0, (earliest - now).total_seconds())
         return GateSummary(pending=pending_count, failed=failed_count, next_gate=lowest,
-                           seconds_to_next_retry=wait)
+                           seconds_to_next_retry=wait, now=now, paused=bool(paused))
 
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
         """Write attempt outcomes in one transaction; each write guarded and fenced.

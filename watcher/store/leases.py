@@ -5,12 +5,13 @@ holder makes (advance a gate, close, fail).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
     case,
     func,
+    or_,
     select,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -30,6 +31,7 @@ from watcher.store.codecs import (
     chunks,
     to_lease_row,
 )
+from watcher.timeline import Progress, decode_timeline, encode_timeline, record_done
 
 
 class LeasesStore(StoreBase):
@@ -52,12 +54,19 @@ class LeasesStore(StoreBase):
             return [row[0] for row in rows]
 
     async def leases_read_free(self, limit: int) -> list[LeaseRow]:
-        """Read up to ``limit`` available partitions that are unleased or expired."""
+        """Read up to ``limit`` available partitions that are unleased or expired and
+        not paused, first in the lease queue first (``rank_at``: start time less a head
+        start for priority, :mod:`watcher.priority`).
+
+        The walk follows ``ix_partitions_rank``; it passes over the leased and
+        the paused partitions ranked ahead, and the scheduled ones rank at their
+        start, so it stops at ``limit`` long before the queue's end."""
         p = self.tables.partitions
         query = (
             self._lease_columns()
-            .where(p.c.status == AVAILABLE, p.c.until <= self.statements.now)
-            .order_by(p.c.until).limit(limit)
+            .where(p.c.status == AVAILABLE, p.c.until <= self.statements.now,
+                   p.c.paused_at.is_(None), ~self.statements.flow_paused(p.c.flow_key))
+            .order_by(p.c.rank_at, p.c.id).limit(limit)
         )
         async with self._read() as conn:
             return [to_lease_row(row) for row in await conn.execute(query)]
@@ -65,7 +74,8 @@ class LeasesStore(StoreBase):
     def _lease_columns(self) -> Select[Any]:
         p = self.tables.partitions
         return select(p.c.id, p.c.version, p.c.gate, p.c.owner, p.c.reduce_gates,
-                      p.c.on_item_failure)
+                      p.c.on_item_failure, p.c.trace_context, p.c.priority, p.c.flow_key,
+                      p.c.rank_at)
 
     async def leases_of_owner(self, owner: str, limit: int) -> list[LeaseRow]:
         """Read up to ``limit`` partitions that ``owner`` holds with a live lease."""
@@ -79,11 +89,15 @@ class LeasesStore(StoreBase):
             return [to_lease_row(row) for row in await conn.execute(query)]
 
     async def lease_stats(self) -> LeaseStats:
-        """Count active partitions and the live leases of each owner."""
+        """Count active partitions (leased, or free to lease: not scheduled for later)
+        and the live leases of each owner."""
         p = self.tables.partitions
+        now = self.statements.now
         async with self._read() as conn:
             active = (await conn.execute(
-                select(func.count()).where(p.c.status == AVAILABLE))).scalar_one()
+                select(func.count()).where(p.c.status == AVAILABLE,
+                                           or_(p.c.owner != "", p.c.until <= now)))
+                      ).scalar_one()
             owners = await conn.execute(
                 select(p.c.owner, func.count())
                 .where(p.c.status == AVAILABLE, p.c.until > self.statements.now, p.c.owner != "")
@@ -123,7 +137,8 @@ class LeasesStore(StoreBase):
         return won
 
     async def leases_renew(self, leases: dict[str, int], owner: str,
-                           duration: float) -> LeaseRenewal:
+                           duration: float, progress: Mapping[str, Progress] | None = None
+                           ) -> LeaseRenewal:
         """Extend ``owner``'s leases, given as partition id -> version held, for
         ``duration`` seconds.
 
@@ -136,18 +151,58 @@ class LeasesStore(StoreBase):
         cannot stall the renewal of every other lease. Partitions a client
         cancelled or began deleting come back as ``stopped``.
 
+        ``progress`` (by partition id) is what each holder's items did since the
+        last write: the same UPDATE adds it to the partitions' timelines
+        (:func:`watcher.timeline.record_done`, by the database clock), read under
+        the row lock first; the timelines stored then come back in ``timelines``.
+
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was renewed).
         """
-        return await self._lease_rewrite(leases, owner, duration=duration)
+        return await self._lease_rewrite(leases, owner, duration=duration,
+                                         progress=progress or {})
 
-    async def leases_release(self, leases: dict[str, int], owner: str) -> int:
-        """Give up ``owner``'s leases at once, so another watcher can take them.
+    async def leases_release(self, leases: dict[str, int], owner: str,
+                             progress: Mapping[str, Progress] | None = None) -> int:
+        """Give up ``owner``'s leases at once, so another watcher can take them; the
+        ``progress`` not yet written goes into their timelines as it does in
+        :meth:`leases_renew`.
 
         Returns the number released.
         """
-        renewal = await self._lease_rewrite(leases, owner, duration=None)
+        renewal = await self._lease_rewrite(leases, owner, duration=None,
+                                            progress=progress or {})
         return len(renewal.held)
+
+    async def partition_timeline(self, partition_id: str) -> tuple[bool, str | None]:
+        """One partition's stored timeline (:mod:`watcher.timeline`): whether the
+        partition exists, and its timeline's text (``None`` while it has none)."""
+        p = self.tables.partitions
+        async with self._read() as conn:
+            row = (await conn.execute(
+                select(p.c.timeline).where(p.c.id == partition_id))).first()
+        return (False, None) if row is None else (True, row[0])
+
+    async def _timelines_after(self, conn: AsyncConnection, ids: Sequence[str],
+                               progress: Mapping[str, Progress]) -> dict[str, tuple[str | None,
+                                                                                  bool]]:
+        """For the partitions ``ids`` (locked by this transaction): their timeline with
+        ``progress`` added at the clock's time, and whether it changed."""
+        if not ids:
+            return {}
+        p = self.tables.partitions
+        after: dict[str, tuple[str | None, bool]] = {}
+        for chunk in chunks(sorted(ids), IN_CHUNK):
+            rows = await conn.execute(select(p.c.id, p.c.timeline, self.statements.now)
+                                      .where(p.c.id.in_(chunk)))
+            for pid, stored, now in rows:
+                done = progress[pid]
+                if done.items <= 0:
+                    after[pid] = (stored, False)
+                    continue
+                text = encode_timeline(record_done(decode_timeline(stored), now, done))
+                after[pid] = (text, True)
+        return after
 
     async def _lock_free(self, conn: AsyncConnection, ids: Sequence[str]) -> set[str]:
         """Lock the partition rows ``ids`` that no other session holds; return their ids.
@@ -182,7 +237,8 @@ class LeasesStore(StoreBase):
         return states
 
     async def _lease_rewrite(self, leases: dict[str, int], owner: str, *,
-                             duration: float | None) -> LeaseRenewal:
+                             duration: float | None,
+                             progress: Mapping[str, Progress]) -> LeaseRenewal:
         """Renew for ``duration`` (or, given ``None``, release) all of ``leases`` in
         one guarded UPDATE per chunk.
 
@@ -190,20 +246,31 @@ class LeasesStore(StoreBase):
         the UPDATE meets: a partition ``owner`` still holds, still available, is
         rewritten at the version read (a client write that bumped the version
         is not a lost lease; its gate comes back re-read). Each row's guard is
-        its id, that version, ``owner`` and ``available``.
+        its id, that version, ``owner`` and ``available``. The partitions named in
+        ``progress`` have their timelines read (still under the lock) and, where
+        items were done, rewritten by the same UPDATE.
         """
         held: dict[str, tuple[int, int | None]] = {}
+        timelines: dict[str, str | None] = {}
         async with self._write() as conn:
             states = await self._lock_states(conn, list(leases))
             ours = sorted((state for state in states.values()
                            if state.owner == owner and state.status == AVAILABLE),
                           key=lambda state: state.id)
+            timed = await self._timelines_after(
+                conn, [state.id for state in ours if state.id in progress], progress)
             for chunk in chunks(ours, IN_CHUNK):
                 rows = self.statements.lease_rewrite_shape(len(chunk))
+                params = self.statements.lease_rewrite_params(
+                    [(state.id, state.version) for state in chunk], rows, owner, duration)
+                changed = {state.id: timed[state.id][0] for state in chunk
+                           if state.id in timed and timed[state.id][1]}
+                if changed:
+                    for n in range(rows):
+                        params[f"tl{n}"] = changed.get(params[f"pid{n}"])
                 result = await conn.execute(
-                    self.statements.lease_rewrite(rows, release=duration is None),
-                    self.statements.lease_rewrite_params(
-                        [(state.id, state.version) for state in chunk], rows, owner, duration))
+                    self.statements.lease_rewrite(rows, release=duration is None,
+                                                  timelines=bool(changed)), params)
                 if result.rowcount != len(chunk):
                     # Locked rows cannot change under us; a short count means a
                     # database that does not lock as asked: believe only a re-read.
@@ -213,10 +280,12 @@ class LeasesStore(StoreBase):
                 for state in chunk:
                     gate = None if state.version == leases[state.id] else state.gate
                     held[state.id] = (state.version + 1, gate)
+                    if state.id in timed:
+                        timelines[state.id] = timed[state.id][0]
         stopped = frozenset(pid for pid, state in states.items()
                             if state.status in (CANCELLED, DELETING))
         # Not in ``states``: locked by another session, or deleted (then never free again).
-        return LeaseRenewal(held, frozenset(leases) - states.keys(), stopped)
+        return LeaseRenewal(held, frozenset(leases) - states.keys(), stopped, timelines)
 
     async def _states(self, conn: AsyncConnection, ids: Sequence[str]
                       ) -> dict[str, PartitionState]:
@@ -238,17 +307,22 @@ class LeasesStore(StoreBase):
             return (await self._states(conn, [partition_id])).get(partition_id)
 
     async def partition_transition(self, partition_id: str, version: int, owner: str, *,
-                                   gate: int | None = None, status: str | None = None
-                                   ) -> int | None:
+                                   gate: int | None = None, status: str | None = None,
+                                   timeline: str | None = None) -> int | None:
         """Advance a leased partition's gate, or close it as ``complete``/``failed``.
 
-        Guarded by version and owner. Closing also releases the lease. Returns
-        the new version, or ``None`` when the write lost (re-read to see why).
+        Guarded by version and owner. Closing also releases the lease. A
+        ``timeline`` (:func:`watcher.timeline.encode_timeline`) replaces the stored
+        one in the same statement. Returns the new version, or ``None`` when the
+        write lost (re-read to see why).
         """
-        statement = self.statements.partition_transition(gate=gate is not None, status=status)
+        statement = self.statements.partition_transition(
+            gate=gate is not None, status=status, timeline=timeline is not None)
         params: dict[str, Any] = {"pid": partition_id, "seen": version, "holder": owner}
         if gate is not None:
             params["new_gate"] = gate
+        if timeline is not None:
+            params["timeline"] = timeline
         # One statement, atomic by itself: on the driver's own connections where it has
         # them (SQLite's go through the engine, whose commits are synced).
         matched = await self.round_trips.call("partition_transition",

@@ -176,6 +176,40 @@ class OperationsStore(StoreBase):
                 reduce_acc=None, reduce_attempts=0))
             await self._notify(conn, partition_id)
 
+    async def partition_pause(self, partition_id: str, paused: bool) -> bool:
+        """Pause (``paused``) or resume a partition; returns whether that changed it
+        (``False``: it was paused, or running, already).
+
+        A pause is durable: ``paused_at`` is set by the database clock. The lease
+        scan passes a paused partition by; its holder's next ready read finds
+        nothing, so it starts no new call, and once its calls in flight are written
+        it lets the lease go. Neither the version nor the lease changes here, so
+        those calls' results are written as usual. A resume clears it and wakes
+        the processors (PostgreSQL notifies them; others find it within a lease
+        cycle). Any status may be paused: a finished partition that a retry or new
+        items re-open stays paused until resumed.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        p = self.tables.partitions
+        now = self.statements.now
+        async with self._write() as conn:
+            touched = await conn.execute(
+                update(p).where(p.c.id == partition_id, p.c.status != DELETING,
+                                p.c.paused_at.is_(None) if paused
+                                else p.c.paused_at.is_not(None))
+                .values(paused_at=now if paused else None, updated_at=now))
+            if touched.rowcount == 1:
+                if not paused:
+                    await self._notify(conn, partition_id)
+                return True
+            seen = (await conn.execute(
+                select(p.c.status).where(p.c.id == partition_id))).scalar_one_or_none()
+            if seen is None or seen == DELETING:
+                raise PartitionNotFoundError(partition_id)
+            return False
+
     async def partition_cancel(self, partition_id: str) -> str:
         """Stop a partition for good: an open or failed partition becomes ``cancelled``.
 

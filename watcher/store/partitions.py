@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     exists,
@@ -17,12 +18,14 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from watcher.delays import stored_time
 from watcher.errors import (
     DuplicateItemError,
     GateError,
     PartitionExistsError,
 )
 from watcher.models import AVAILABLE, COMPLETE, ItemFailurePolicy
+from watcher.priority import head_start, rank_at
 from watcher.records import (
     ItemInfo,
     NewItem,
@@ -30,7 +33,6 @@ from watcher.records import (
     PartitionInfo,
     PartitionSettings,
 )
-from watcher.store.base import StoreBase
 from watcher.store.codecs import (
     IN_CHUNK,
     NO_SETTINGS,
@@ -41,17 +43,20 @@ from watcher.store.codecs import (
     encode_partition_cursor,
     encode_reduce_gates,
     settings_of,
+    to_item_info,
     to_partition_info,
 )
+from watcher.store.flow import FlowStore, key_clock_advance
 
 
-class PartitionsStore(StoreBase):
+class PartitionsStore(FlowStore):
     """Creating partitions, adding items, and the client's reads of both."""
 
     async def partition_create(self, partition_id: str, items: Sequence[NewItem],
-                               settings: PartitionSettings = NO_SETTINGS) -> None:
+                               settings: PartitionSettings = NO_SETTINGS, *,
+                               start_at: datetime | None = None) -> None:
         """Insert a partition (with its reduce gates and failure policy) and its items
-        in one transaction.
+        in one transaction. ``start_at`` (aware) keeps it unleased until then.
 
         Raises:
             PartitionExistsError: a partition with this id exists.
@@ -60,7 +65,8 @@ class PartitionsStore(StoreBase):
         items = client_items(items)
         first_gate = min((item.gate or 0 for item in items), default=0)
         try:
-            await self.partition_create_batches(partition_id, [items], first_gate, settings)
+            await self.partition_create_batches(partition_id, [items], first_gate, settings,
+                                                start_at=start_at)
         except IntegrityError:
             # No such partition: two item ids the database compares as equal (MariaDB
             # and MySQL ignore trailing spaces, SQL Server too).
@@ -70,10 +76,15 @@ class PartitionsStore(StoreBase):
     async def partition_create_batches(self, partition_id: str,
                                        batches: Iterable[Sequence[NewItem]], first_gate: int,
                                        settings: PartitionSettings = NO_SETTINGS, *,
-                                       request_digest: str | None = None) -> bool:
+                                       request_digest: str | None = None,
+                                       start_at: datetime | None = None) -> bool:
         """Insert a partition and its items, read a batch at a time from ``batches``
         (items already checked, gates set), in one transaction: what the ingest API
         streams from its spool. ``first_gate`` is the lowest gate of them all.
+
+        ``start_at`` (an aware time, checked) schedules it: its lease's until is set
+        there, and the lease scan takes only partitions whose until has passed by the
+        database clock, so no processor starts it earlier.
 
         ``request_digest`` (the ingest API's digest of the request) is stored with the
         partition. When the partition exists already with the same digest, nothing is
@@ -86,6 +97,8 @@ class PartitionsStore(StoreBase):
                 (nothing is written).
         """
         p = self.tables.partitions
+        if settings.flow_key:
+            await self.flow_key_prepare(settings.flow_key)
         try:
             async with self._write() as conn:
                 if await self._existing_digest(conn, partition_id, request_digest):
@@ -95,9 +108,13 @@ class PartitionsStore(StoreBase):
                           else ItemFailurePolicy.FAIL)
                 await conn.execute(insert(p).values(
                     id=partition_id, version=1, gate=first_gate, status=AVAILABLE, owner="",
-                    until=now, created_at=now, updated_at=now,
+                    until=now if start_at is None else stored_time(start_at),
+                    created_at=now, updated_at=now, priority=settings.priority,
+                    rank_at=await self._rank_at(conn, settings, start_at),
+                    flow_key=settings.flow_key,
                     reduce_gates=encode_reduce_gates(settings.reduce_gates),
                     on_item_failure=policy.value, request_digest=request_digest,
+                    trace_context=settings.trace_context,
                 ))
                 for batch in batches:
                     await self._items_insert(conn, partition_id, batch)
@@ -108,6 +125,19 @@ class PartitionsStore(StoreBase):
                     return False
             raise
         return True
+
+    async def _rank_at(self, conn: AsyncConnection, settings: PartitionSettings,
+                       start_at: datetime | None) -> Any:
+        """The lease-queue place of a new partition (:func:`watcher.priority.rank_at`)
+        from its start: its ``start_at``; else its key's fair-queuing clock
+        (:func:`~watcher.store.flow.key_clock_advance`), moved on in ``conn``'s
+        transaction; else the store's clock."""
+        if start_at is not None:
+            return rank_at(stored_time(start_at), settings.priority)
+        if settings.flow_key:
+            start = await key_clock_advance(conn, self.statements, settings.flow_key)
+            return rank_at(start, settings.priority)
+        return self.statements.now_plus(-head_start(settings.priority).total_seconds())
 
     async def _existing_digest(self, conn: AsyncConnection, partition_id: str,
                                request_digest: str | None) -> bool:
@@ -273,14 +303,7 @@ class PartitionsStore(StoreBase):
             await self._require_partition(conn, partition_id)
             rows = (await conn.execute(
                 select(i).where(i.c.partition_id == partition_id).order_by(i.c.id))).all()
-        return [
-            ItemInfo(
-                partition_id=row.partition_id, id=row.id, status=row.status, gate=row.gate,
-                data=bytes(row.data), attempts=row.attempts, last_error=row.last_error,
-                version=row.version, retry_at=row.retry_at, parent=row.parent,
-            )
-            for row in rows
-        ]
+        return [to_item_info(row) for row in rows]
 
     async def items_page(self, partition_id: str, *, status: str | None = None,
                          gate: int | None = None, after: str | None = None,
@@ -301,11 +324,7 @@ class PartitionsStore(StoreBase):
             PartitionNotFoundError: no partition has this id.
         """
         i = self.tables.items
-        columns = [i.c.partition_id, i.c.id, i.c.status, i.c.gate, i.c.attempts,
-                   i.c.last_error, i.c.version, i.c.retry_at, i.c.parent]
-        if with_data:
-            columns.append(i.c.data)
-        query = select(*columns).where(i.c.partition_id == partition_id)
+        query = select(*self._item_columns(with_data)).where(i.c.partition_id == partition_id)
         if status is not None:
             query = query.where(i.c.status == status)
         if gate is not None:
@@ -316,13 +335,45 @@ class PartitionsStore(StoreBase):
             await self._require_partition(conn, partition_id)
             rows = (await conn.execute(query.order_by(i.c.id).limit(limit + 1))).all()
         more = len(rows) > limit
-        infos = [
-            ItemInfo(
-                partition_id=row.partition_id, id=row.id, status=row.status, gate=row.gate,
-                data=bytes(row.data) if with_data else b"", attempts=row.attempts,
-                last_error=row.last_error, version=row.version, retry_at=row.retry_at,
-                parent=row.parent,
-            )
-            for row in rows[:limit]
-        ]
+        infos = [to_item_info(row, with_data=with_data) for row in rows[:limit]]
         return Page(infos, infos[-1].id if more else None)
+
+    def _item_columns(self, with_data: bool) -> list[Any]:
+        """What a client's read of items takes: every column a :class:`ItemInfo` shows
+        (the data only ``with_data``)."""
+        i = self.tables.items
+        columns = [i.c.partition_id, i.c.id, i.c.status, i.c.gate, i.c.attempts,
+                   i.c.last_error, i.c.version, i.c.retry_at, i.c.parent, i.c.error_history]
+        if with_data:
+            columns.append(i.c.data)
+        return columns
+
+    async def item_get(self, partition_id: str, item_id: str, *,
+                       with_data: bool = True) -> ItemInfo | None:
+        """Read one item by its key, with its error history (and its data, ``with_data``);
+        ``None`` when the partition holds no such item.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id.
+        """
+        i = self.tables.items
+        query = select(*self._item_columns(with_data)).where(
+            i.c.partition_id == partition_id, i.c.id == item_id)
+        async with self._read() as conn:
+            await self._require_partition(conn, partition_id)
+            row = (await conn.execute(query)).first()
+        return None if row is None else to_item_info(row, with_data=with_data)
+
+    async def items_find(self, item_id: str, limit: int) -> list[ItemInfo]:
+        """Read the items with this exact id in every partition (at most ``limit``,
+        ordered by partition id), without their data, through the index on item ids.
+
+        Databases whose collation ignores case or trailing spaces may match more
+        rows; only exact matches are returned.
+        """
+        i = self.tables.items
+        query = (select(*self._item_columns(False)).where(i.c.id == item_id)
+                 .order_by(i.c.partition_id).limit(limit))
+        async with self._read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [to_item_info(row, with_data=False) for row in rows if row.id == item_id]

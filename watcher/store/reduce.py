@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import (
     and_,
+    case,
     or_,
     select,
     update,
@@ -40,13 +41,17 @@ class ReduceStore(SpawnsStore):
         async with self._read() as conn:
             row = (await conn.execute(
                 select(p.c.version, p.c.gate, p.c.reduce_pass, p.c.reduce_page,
-                       p.c.reduce_after, p.c.reduce_acc, p.c.reduce_attempts)
+                       p.c.reduce_after, p.c.reduce_acc, p.c.reduce_attempts,
+                       case((or_(p.c.paused_at.is_not(None),
+                                 self.statements.flow_paused(p.c.flow_key)), 1),
+                            else_=0).label("paused"))
                 .where(p.c.id == partition_id))).first()
         if row is None:
             return None
         accumulator = None if row.reduce_acc is None else bytes(row.reduce_acc)
         return ReduceState(row.version, row.gate, row.reduce_pass, row.reduce_page,
-                           row.reduce_after, accumulator, row.reduce_attempts)
+                           row.reduce_after, accumulator, row.reduce_attempts,
+                           paused=bool(row.paused))
 
     async def reduce_entries(self, partition_id: str, gate: int, *, after: str | None,
                              limit: int, include_failed: bool) -> list[ReduceEntry]:

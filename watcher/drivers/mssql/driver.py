@@ -82,7 +82,8 @@ def _size(element: data_size, compiler: Any, **kw: Any) -> str:
 BATCH_COLUMNS = ", ".join((
     "pid NVARCHAR(255) '$[0]'", "iid NVARCHAR(255) '$[1]'", "seen BIGINT '$[2]'",
     "status NVARCHAR(16) '$[3]'", "gate BIGINT '$[4]'", "attempts BIGINT '$[5]'",
-    "error NVARCHAR(max) '$[6]'", "data VARCHAR(max) '$[7]'", "delay FLOAT '$[8]'"))
+    "error NVARCHAR(max) '$[6]'", "data VARCHAR(max) '$[7]'", "delay FLOAT '$[8]'",
+    "history NVARCHAR(max) '$[9]'"))
 
 
 @compiles(batch_rows, "mssql")
@@ -141,5 +142,5 @@ class SQLServerDriver(Driver):
         source = ResultSource(
             partition_id=v.pid.collate(ID_COLLATION), item_id=v.iid.collate(ID_COLLATION),
             seen=v.seen, status=v.status, gate=v.gate, attempts=v.attempts, error=v.error,
-            data=data, delay=v.delay)
+            data=data, delay=v.delay, history=v.history)
         return self.statements.result_write(source).returning(items.c.partition_id, items.c.id)

@@ -78,7 +78,8 @@ BATCH_COLUMNS = ", ".join((
     f"pid {ID_TYPE} PATH '$[0]'", f"iid {ID_TYPE} PATH '$[1]'", "seen BIGINT PATH '$[2]'",
     "status VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[3]'", "gate BIGINT PATH '$[4]'",
     "attempts BIGINT PATH '$[5]'", "error LONGTEXT CHARACTER SET utf8mb4 PATH '$[6]'",
-    "data LONGTEXT CHARACTER SET ascii PATH '$[7]'", "delay DOUBLE PATH '$[8]'"))
+    "data LONGTEXT CHARACTER SET ascii PATH '$[7]'", "delay DOUBLE PATH '$[8]'",
+    "history LONGTEXT CHARACTER SET utf8mb4 PATH '$[9]'"))
 
 
 @compiles(batch_rows, "mysql")
@@ -175,4 +176,4 @@ class MySQLDriver(DirectDriver[MySQLDirect]):
         return self.statements.result_write(ResultSource(
             partition_id=v.pid, item_id=v.iid, seen=v.seen, status=v.status, gate=v.gate,
             attempts=v.attempts, error=v.error, data=func.from_base64(v.data),
-            delay=v.delay))
+            delay=v.delay, history=v.history))

@@ -154,7 +154,8 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
             partition_id=row[0].as_string(), item_id=row[1].as_string(),
             seen=row[2].as_integer(), status=row[3].as_string(), gate=row[4].as_integer(),
             attempts=row[5].as_integer(), error=row[6].as_string(),
-            data=func.decode(row[7].as_string(), "hex"), delay=row[8].as_float())
+            data=func.decode(row[7].as_string(), "hex"), delay=row[8].as_float(),
+            history=row[9].as_string())
         # Each applied row's place in the batch (the same item twice in a batch is
         # written once: only the write that was applied says so).
         return self.statements.result_write(source).returning(batch.c.n)

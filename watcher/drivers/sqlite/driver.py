@@ -160,7 +160,7 @@ class SQLiteDriver(DirectDriver[SQLiteDirect]):
         rows = [{**shared, "pid": w.partition_id, "iid": w.item_id, "seen": w.seen_version,
                  "new_status": w.status, "new_gate": w.gate, "new_attempts": w.attempts,
                  "new_error": w.last_error, "new_data": w.data,
-                 "delay": w.retry_delay or 0.0}
+                 "delay": w.retry_delay or 0.0, "new_history": w.error_history}
                 for w in writes]
         leases: dict[str, int] = {}
         of_row = [leases.setdefault(w.partition_id, len(leases)) for w in writes]

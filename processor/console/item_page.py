@@ -1,0 +1,110 @@
+"""The console's item page (``/item?partition=P&id=I``) and the search by item id: what
+they read from the client, with the query checked first, and how an item's data and
+error history are shown (plain values; the templates escape every text)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from processor.async_client import AsyncClient
+from processor.console.pages import age_text
+from processor.console.timeline_view import UNKNOWN
+from watcher.errors import InvalidInputError
+from watcher.records import ErrorEntry, ItemInfo
+
+# How much of an item's data the page shows before "show all": characters of JSON or
+# text, bytes of a hex dump. "Show all" shows up to ``ALL_BYTES`` (``processor items
+# --show`` prints the rest).
+PREVIEW_CHARS = 20_000
+PREVIEW_BYTES = 1024
+ALL_BYTES = 1 << 20
+HEX_ROW = 16
+# Partitions the search lists for one item id.
+FOUND_LIMIT = 20
+
+
+@dataclass(frozen=True, slots=True)
+class DataPreview:
+    """An item's data as the page shows it: ``text`` (indented JSON, or a hex dump),
+    its ``kind`` (``JSON`` or ``hex``), its size in bytes, and whether it was cut."""
+
+    text: str
+    kind: str
+    size: int
+    truncated: bool
+
+
+def data_preview(data: bytes, *, show_all: bool = False) -> DataPreview:
+    """How the item page shows ``data``: indented JSON when it is JSON, else a hex dump
+    (offset, bytes); cut to :data:`PREVIEW_CHARS` / :data:`PREVIEW_BYTES`, or with
+    ``show_all`` to :data:`ALL_BYTES` of data."""
+    limit_bytes = ALL_BYTES if show_all else PREVIEW_BYTES
+    try:
+        text = json.dumps(json.loads(data), indent=2, ensure_ascii=False)
+    except ValueError:  # not JSON (UnicodeDecodeError is a ValueError too)
+        shown = data[:limit_bytes]
+        rows = (f"{offset:08x}  {shown[offset:offset + HEX_ROW].hex(' ')}"
+                for offset in range(0, len(shown), HEX_ROW))
+        return DataPreview("\n".join(rows), "hex", len(data), len(data) > len(shown))
+    limit_chars = ALL_BYTES if show_all else PREVIEW_CHARS
+    return DataPreview(text[:limit_chars], "JSON", len(data), len(text) > limit_chars)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One failed attempt as the item page lists it."""
+
+    at: str
+    ago: str
+    attempt: int
+    gate: int
+    error: str
+
+
+def history_rows(entries: tuple[ErrorEntry, ...], now: datetime) -> list[HistoryRow]:
+    """The error history, the latest first, with times by the database clock (UTC)."""
+    return [HistoryRow(entry.at.strftime("%Y-%m-%d %H:%M:%S UTC"), age_text(entry.at, now),
+                       entry.attempt, entry.gate, entry.error) for entry in reversed(entries)]
+
+
+class ItemQueryError(Exception):
+    """The item page's query names no partition or no item; the message says so."""
+
+
+async def item_data(client: AsyncClient, query: Mapping[str, str]) -> dict[str, Any]:
+    """The item page's values: the item with its data shown (``all=1``: all of it, up
+    to :data:`ALL_BYTES`), its error history and its partition's id.
+
+    Raises:
+        ItemQueryError: no partition or no item id in the query.
+        InvalidInputError: an id that is not a valid id.
+        PartitionNotFoundError: no partition has this id.
+        ItemNotFoundError: the partition holds no item with this id.
+    """
+    partition_id, item_id = query.get("partition") or "", query.get("id") or ""
+    if not partition_id or not item_id:
+        raise ItemQueryError("name an item: /item?partition=...&id=...")
+    item: ItemInfo = await client.item(partition_id, item_id)
+    now = await client.now()
+    show_all = query.get("all") == "1"
+    return {
+        "item": item, "data": data_preview(item.data, show_all=show_all),
+        "show_all": show_all, "history": history_rows(item.error_history, now),
+        "retry_at": UNKNOWN if item.retry_at is None or item.status != "available"
+        else ("now" if item.retry_at <= now else f"in {age_text(now, item.retry_at)}"),
+    }
+
+
+async def items_found(client: AsyncClient, text: str) -> list[ItemInfo]:
+    """The items whose id is exactly ``text``, one per partition (at most
+    :data:`FOUND_LIMIT`); none when ``text`` cannot be an item id."""
+    if not text:
+        return []
+    try:
+        return await client.find_items(text, limit=FOUND_LIMIT)
+    except InvalidInputError:
+        return []

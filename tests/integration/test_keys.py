@@ -1,0 +1,147 @@
+"""Concurrency keys on real databases: the items in flight for one key never exceed its
+limit across several processors (at start, under steals, after a crash), and keys are
+queued fairly: one tenant's single partition starts within a lease cycle, even behind
+another tenant's thousands."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from processor import AsyncClient, NewItem
+from tests.support.engine import crash, running, wait_until
+from watcher import Result, Watcher, WatcherConfig, WorkItem
+from watcher.errors import InvalidInputError
+from watcher.store import Store
+
+FAST = {"poll_interval": 0.05, "lease_duration": 1.5, "retry_backoff": 0.05,
+        "retry_backoff_max": 0.2}
+
+
+@pytest.fixture
+async def client(db_url: str, table_prefix: str) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(db_url, table_prefix) as opened:
+        yield opened
+
+
+class PerKey:
+    """A processor shared by several watchers: records the most calls it saw running at
+    once for each key (the partition id's prefix before the first '-')."""
+
+    def __init__(self, seconds: float = 0.03) -> None:
+        self.seconds = seconds
+        self.running: dict[str, int] = defaultdict(int)
+        self.most: dict[str, int] = defaultdict(int)
+        self.calls = 0
+        self.first_call: dict[str, float] = {}
+
+    async def __call__(self, item: WorkItem) -> Result:
+        key = item.partition_id.split("-", 1)[0]
+        self.first_call.setdefault(item.partition_id, time.monotonic())
+        self.running[key] += 1
+        self.most[key] = max(self.most[key], self.running[key])
+        try:
+            await asyncio.sleep(self.seconds)
+        finally:
+            self.running[key] -= 1
+        self.calls += 1
+        return Result(done=True)
+
+
+async def test_a_key_limit_holds_across_processors_and_a_crash(
+        client: AsyncClient, make_store: Callable[..., Store]) -> None:
+    for n in range(12):
+        await client.create_partition(f"a-{n}", [NewItem(f"i{m}", b"{}") for m in range(15)],
+                                      key="a")
+    await client.set_key_limit("a", 4)
+    handler = PerKey()
+    watchers = [Watcher(make_store(), handler,
+                        WatcherConfig(**FAST, owner_id=f"w{n}", concurrency=8))
+                for n in range(3)]
+    async with running(*watchers) as tasks:
+        await wait_until(lambda: handler.calls >= 60, timeout=30, message="60 calls")
+        await crash(tasks[0])  # its grant lapses only at its until
+        await wait_until(lambda: handler.calls >= 150, timeout=60, message="150 calls")
+        survivors = watchers[1:]
+        for n in range(12):
+            info = await client.wait(f"a-{n}", timeout=60)
+            assert info.status == "complete"
+        del survivors
+    assert handler.most["a"] <= 4
+    assert handler.most["a"] >= 3  # the limit was used, not just respected
+
+
+async def test_another_key_is_not_held_to_a_keys_limit(
+        client: AsyncClient, store: Store) -> None:
+    await client.create_partition("a-1", [NewItem(f"i{m}", b"{}") for m in range(20)],
+                                  key="a")
+    await client.create_partition("b-1", [NewItem(f"i{m}", b"{}") for m in range(8)],
+                                  key="b")
+    await client.set_key_limit("a", 1)
+    handler = PerKey(seconds=0.2)
+    async with running(Watcher(store, handler, WatcherConfig(**FAST, concurrency=8))):
+        assert (await client.wait("b-1", timeout=30)).status == "complete"
+        assert (await client.wait("a-1", timeout=30)).status == "complete"
+    assert handler.most["a"] == 1
+    assert handler.most["b"] >= 5  # the seven slots a could not use
+
+
+async def test_a_default_limit_per_key_applies_to_every_key(
+        client: AsyncClient, make_store: Callable[..., Store]) -> None:
+    for key in ("x", "y"):
+        await client.create_partition(f"{key}-1", [NewItem(f"i{m}", b"{}") for m in range(40)],
+                                      key=key)
+    handler = PerKey()
+    watchers = [Watcher(make_store(), handler,
+                        WatcherConfig(**FAST, owner_id=f"w{n}", concurrency=16,
+                                      max_inflight_per_key=2)) for n in range(2)]
+    async with running(*watchers):
+        for key in ("x", "y"):
+            assert (await client.wait(f"{key}-1", timeout=60)).status == "complete"
+    assert handler.most["x"] <= 2 and handler.most["y"] <= 2
+
+
+async def test_one_tenants_partition_starts_within_a_lease_cycle_behind_anothers_thousands(
+        client: AsyncClient, make_store: Callable[..., Store]) -> None:
+    for n in range(2000):
+        await client.store.partition_create(
+            f"a-{n:04}", [NewItem("i", b"{}")], client_settings(key="a"))
+    handler = PerKey(seconds=0.2)
+    config = {**FAST, "concurrency": 4, "max_leases": 50}
+    watchers = [Watcher(make_store(), handler, WatcherConfig(**config, owner_id=f"w{n}"))
+                for n in range(3)]
+    async with running(*watchers):
+        await wait_until(lambda: handler.calls >= 10, timeout=30, message="a's work running")
+        inserted = time.monotonic()
+        await client.create_partition("b-1", [NewItem("i", b"{}")], key="b")
+        await wait_until(lambda: "b-1" in handler.first_call, timeout=30,
+                         message="b's first call")
+    waited = handler.first_call["b-1"] - inserted
+    # One lease cycle (a renew interval) plus a poll and the call's own start.
+    assert waited < FAST["lease_duration"] / 3 + 1.0, waited
+
+
+def client_settings(**kwargs: object):  # the client's check, for a fast bulk insert
+    from processor.client_checks import check_settings
+
+    return check_settings("p", (), "fail", 0, kwargs.get("key"))
+
+
+@pytest.mark.parametrize(("limit", "words"), [(0, "at least 1"), (-2, "at least 1"),
+                                               (2.5, "whole number"), ("4", "whole number")])
+async def test_a_bad_key_limit_is_refused(client: AsyncClient, limit: object,
+                                          words: str) -> None:
+    with pytest.raises(InvalidInputError, match=words):
+        await client.set_key_limit("a", limit)  # type: ignore[arg-type]
+    assert await client.flow_controls() == []
+
+
+async def test_a_bad_key_is_refused(client: AsyncClient) -> None:
+    for key in ("", "x" * 300, 7):
+        with pytest.raises(InvalidInputError, match="key"):
+            await client.create_partition("p", [NewItem("i", b"{}")],
+                                          key=key)  # type: ignore[arg-type]

@@ -1,0 +1,221 @@
+"""Per-key in-flight limits that hold across the whole fleet.
+
+A key's limit is shared out as *grants*: rows of ``flow_grants``, one per
+processor and key, each a number of slots held until a time by the database
+clock. A processor dispatches a key's items only within its grant, and a grant
+changes only in a transaction that holds the key's row locked and counts the
+other processors' live grants, so their sum never exceeds the limit: not at
+start-up (a processor has no slot before its first grant), not through steals
+or failover (a grant belongs to the processor, not to a partition), and not
+when a processor dies (its grant lapses only at its until).
+
+:func:`decide_grant` is the pure rule; :class:`KeyPool` is one key's local
+account; :class:`KeyedSlots` puts a keyed partition's dispatch under both the
+processor's slot pool and its key's pool, with the interface the supervisor
+already uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from watcher.slots import SlotPool
+
+# A pool with no limit lets any number through (the processor's own slots bound it).
+UNLIMITED = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class OtherGrant:
+    """Another processor's live grant of a key: slots held, and slots it could use."""
+
+    slots: int
+    wanted: int
+
+
+@dataclass(frozen=True, slots=True)
+class GrantDecision:
+    """What a processor holds of a key: ``slots`` reserved in the database (never
+    below the calls it has in flight), and ``target``, how many it may have in
+    flight (less than ``slots`` while it gives slots back to a processor waiting for
+    its share)."""
+
+    slots: int
+    target: int
+
+
+def decide_grant(limit: int, wanted: int, in_use: int,
+                 others: Sequence[OtherGrant]) -> GrantDecision:
+    """A processor's grant of a key with ``limit``, wanting ``wanted`` slots with
+    ``in_use`` in flight, beside the ``others``' live grants.
+
+    It takes what the others leave free, up to what it wants; while another
+    processor wants more than it holds, it keeps no more than an even share of the
+    limit among those that want some (rounded up) and gives the rest back as its
+    calls end. It never reserves fewer slots than it has in flight: those calls run
+    on, and the others' grants were decided counting them.
+    """
+    held = sum(other.slots for other in others)
+    free = max(0, limit - held)
+    slots = max(in_use, min(wanted, free))
+    target = slots
+    if any(other.wanted > other.slots for other in others):
+        wanting = 1 + sum(1 for other in others if other.wanted > 0)
+        share = math.ceil(limit / wanting)
+        target = min(slots, share)
+        slots = max(in_use, target)
+    return GrantDecision(slots=slots, target=target)
+
+
+class KeyPool:
+    """One key's local account: its limit (``None``: unlimited), the slots granted
+    and the share it may use, the slots in use, and the demand it could not meet.
+
+    Partitions take without waiting, as from a :class:`~watcher.slots.SlotPool`;
+    one that finds nothing asks to be woken when slots free up or a grant grows.
+    """
+
+    def __init__(self, key: str, wanted_grant: asyncio.Event) -> None:
+        self.key = key
+        self.known = False  # the limit has been read (until then, nothing is let through)
+        self.limit: int | None = None
+        self.granted = 0
+        self.target = 0
+        self.in_use = 0
+        self.unmet = 0  # slots asked for and refused since the last grant
+        self.expires_at = 0.0  # monotonic time the grant lapses at
+        # While a grant is being written, no more than the calls in flight it was
+        # asked with: the new grant covers those, and a call started meanwhile might
+        # not be covered by it.
+        self.frozen_at: int | None = None
+        self._waiting: dict[asyncio.Event, None] = {}
+        self.wanted_grant = wanted_grant  # set when unmet demand needs a grant now
+
+    def free(self, now: float) -> int:
+        """Slots this processor may still take for the key."""
+        if not self.known:
+            return 0
+        if self.limit is None:
+            return UNLIMITED
+        if now >= self.expires_at:
+            return 0  # a lapsed grant counts for nothing (renewals failed)
+        allowed = min(self.granted, self.target)
+        if self.frozen_at is not None:
+            allowed = min(allowed, self.frozen_at)
+        return max(0, allowed - self.in_use)
+
+    def take(self, wanted: int, now: float) -> int:
+        """Take up to ``wanted`` slots; what it could not give is noted as demand."""
+        taken = max(0, min(wanted, self.free(now)))
+        self.in_use += taken
+        if taken < wanted and (self.limit is not None or not self.known):
+            self.unmet += wanted - taken
+            self.wanted_grant.set()
+        return taken
+
+    def give_back(self, count: int) -> None:
+        self.in_use -= count
+        self._wake()
+
+    def wanted(self, limit: int) -> int:
+        """Slots to ask the fleet for under ``limit``: those in use and the demand not
+        met."""
+        return min(limit, self.in_use + self.unmet)
+
+    def freeze(self) -> int:
+        """A grant is about to be written with the calls in flight now: hold them there
+        until it is (:meth:`granted_now` thaws). Returns that count."""
+        self.frozen_at = self.in_use
+        return self.in_use
+
+    def unlimited(self) -> None:
+        """The key has no limit (none set, and no default): let everything through."""
+        self.known, self.limit = True, None
+        self.granted = self.target = 0
+        self.frozen_at = None
+        self.unmet = 0
+        self._wake()
+
+    def granted_now(self, limit: int, decision: GrantDecision, expires_at: float) -> None:
+        """A grant under ``limit`` was written: the slots held and the share to keep,
+        until ``expires_at`` (monotonic)."""
+        self.known, self.limit = True, limit
+        self.granted, self.target = decision.slots, decision.target
+        self.expires_at = expires_at
+        self.frozen_at = None
+        self.unmet = 0
+        self._wake()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight, nothing asked for and nothing held: the pool may go."""
+        return self.in_use == 0 and self.unmet == 0 and self.granted == 0
+
+    def notify_when_free(self, event: asyncio.Event) -> None:
+        self._waiting.setdefault(event, None)
+
+    def leave(self, event: asyncio.Event) -> None:
+        self._waiting.pop(event, None)
+
+    def _wake(self) -> None:
+        while self._waiting:
+            event = next(iter(self._waiting))
+            del self._waiting[event]
+            event.set()
+
+
+class KeyedSlots:
+    """A keyed partition's slots: a call needs a slot of the processor's pool and
+    one of its key's pool. The interface is the supervisor's view of a
+    :class:`~watcher.slots.SlotPool`."""
+
+    def __init__(self, shared: SlotPool, key: KeyPool, clock: Callable[[], float]) -> None:
+        self.shared = shared
+        self.key = key
+        self._now = clock  # time.monotonic, or a test's clock
+
+    @property
+    def refill_at(self) -> int:
+        return self.shared.refill_at
+
+    @property
+    def in_use(self) -> int:
+        return self.shared.in_use
+
+    @property
+    def free(self) -> int:
+        return min(self.shared.free, self.key.free(self._now()))
+
+    def take(self, wanted: int) -> int:
+        now = self._now()
+        allowed = self.key.take(min(wanted, self.shared.free), now)
+        taken = self.shared.take(allowed)
+        if taken < allowed:
+            self.key.give_back(allowed - taken)
+        return taken
+
+    def give_back(self, count: int = 1) -> None:
+        self.key.give_back(count)
+        self.shared.give_back(count)
+
+    def notify_when_free(self, event: asyncio.Event, order: float = 0.0) -> None:
+        if self.key.free(self._now()) == 0:
+            self.key.notify_when_free(event)
+        else:
+            self.shared.notify_when_free(event, order)
+
+    def pass_turn(self) -> None:
+        self.shared.pass_turn()
+
+    def leave(self, event: asyncio.Event) -> None:
+        self.key.leave(event)
+        self.shared.leave(event)
+
+    def calls_started(self, count: int) -> None:
+        self.shared.calls_started(count)
+
+    def calls_ended(self, count: int) -> None:
+        self.shared.calls_ended(count)
