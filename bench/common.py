@@ -45,8 +45,8 @@ DATABASES = ("sqlite", "postgres", "mariadb")
 DATABASE_TITLES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mariadb": "MariaDB"}
 
 # Scenario names, in the order they run and print.
-SCENARIOS = ("library", "small", "fleet", "instructions", "http", "batch", "spawn", "ingest",
-             "latency", "failover", "scale", "fanin", "reduce", "chord", "crawl")
+SCENARIOS = ("library", "flow", "small", "fleet", "instructions", "http", "batch", "spawn",
+             "ingest", "latency", "failover", "scale", "fanin", "reduce", "chord", "crawl")
 # Scenarios that run on PostgreSQL alone (they compare with PostgreSQL-only systems or
 # time PostgreSQL's wake-ups); on the other databases they are reported as not run.
 POSTGRES_ONLY = ("fleet", "failover", "fanin", "reduce", "chord", "crawl")
@@ -105,6 +105,7 @@ class Sizes:
     fleet_items: int = 500  # ...of this many items each
     instructions_partitions: int = 10  # instructions: two counted drains over this many
     instructions_items: tuple[int, int] = (1_000, 5_000)  # ...partitions, of these items
+    flow_rounds: int = 3  # flow: rounds of its library drains (at least; --rounds may add)
     query_samples: int = 200
     fanin_items: int = 10_000  # fan-in latency: items per reduce gate
     fanin_samples: int = 10  # fan-in latency: partitions, one after another
@@ -133,7 +134,7 @@ class Sizes:
                         lease_duration=1.5, scale_partitions=20, scale_items=20,
                         small_partitions=40, small_items=5, fleet_partitions=8,
                         fleet_items=20, instructions_partitions=4,
-                        instructions_items=(40, 200),
+                        instructions_items=(40, 200), flow_rounds=1,
                         query_samples=20, fanin_items=1_200, fanin_samples=2,
                         reduce_gate_items=(300, 2_500), chord_partitions=3, chord_items=20,
                         spawn_children=2_000, spawn_page=100, ingest_items=2_000,
@@ -335,11 +336,13 @@ def spread(total: int, parts: int) -> list[int]:
 
 async def create_partitions(client: AsyncClient, counts: Sequence[int], *,
                             data: bytes | Callable[[int, int], bytes] = b'{"n":0}',
-                            name: str = "p", parallel: int = 4) -> list[str]:
+                            name: str = "p", parallel: int = 4,
+                            key: Callable[[int], str | None] | None = None) -> list[str]:
     """Create one partition per count with that many items; returns the partition ids.
 
     Ids are zero-padded (``p00003``, ``i000042``) so they sort like numbers.
-    ``data`` is the bytes of every item, or a function of (partition, item) numbers.
+    ``data`` is the bytes of every item, or a function of (partition, item) numbers;
+    ``key`` gives a partition's concurrency key from its number (default: none).
     """
     gate = asyncio.Semaphore(parallel)
     ids = [f"{name}{number:05d}" for number in range(len(counts))]
@@ -349,7 +352,8 @@ async def create_partitions(client: AsyncClient, counts: Sequence[int], *,
                          data(number, index) if callable(data) else data)
                  for index in range(counts[number])]
         async with gate:
-            await client.create_partition(ids[number], items)
+            await client.create_partition(ids[number], items,
+                                          key=None if key is None else key(number))
 
     await asyncio.gather(*(one(number) for number in range(len(counts))))
     return ids

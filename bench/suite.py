@@ -79,6 +79,7 @@ def runners() -> dict[str, Runner]:
         crawl,
         failover,
         fleet,
+        flow,
         http_mode,
         ingest,
         instructions,
@@ -90,7 +91,7 @@ def runners() -> dict[str, Runner]:
         spawn,
     )
 
-    return {"library": library.run, "small": small.run, "fleet": fleet.run,
+    return {"library": library.run, "flow": flow.run, "small": small.run, "fleet": fleet.run,
             "instructions": instructions.run,
             "http": http_mode.run_per_item,
             "batch": http_mode.run_batch, "spawn": spawn.run, "ingest": ingest.run,

@@ -195,6 +195,15 @@ class Client:
         """See :meth:`AsyncClient.set_key_limit`."""
         return self._run(self._async.set_key_limit(key, max_inflight, define=define))
 
+    def set_key_rate(self, key: str, calls_per_second: float | None, *,
+                     define: bool = False) -> None:
+        """See :meth:`AsyncClient.set_key_rate`."""
+        return self._run(self._async.set_key_rate(key, calls_per_second, define=define))
+
+    def key_grants(self, limit: int = 10_000) -> dict[str, list[tuple[str, int, int]]]:
+        """See :meth:`AsyncClient.key_grants`."""
+        return self._run(self._async.key_grants(limit))
+
     def pause_key(self, key: str) -> bool:
         """See :meth:`AsyncClient.pause_key`."""
         return self._run(self._async.pause_key(key))

@@ -8,12 +8,12 @@ their next read, and a limit at their next lease cycle.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from processor.client_checks import check_limit
-from watcher.errors import InvalidInputError
+from watcher.checks import check_rate
+from watcher.errors import ConfigError, InvalidInputError
 from watcher.models import FlowScope
 from watcher.records import FlowControlInfo
 from watcher.store import Store
@@ -60,19 +60,17 @@ def checked_inflight_limit(limit: object) -> int | None:
 
 
 def checked_rate(rate: object) -> float | None:
-    """A rate limit in calls per second, or ``None``.
+    """A rate limit in calls per second that processors can hold, or ``None``.
 
     Raises:
-        InvalidInputError: not a positive finite number.
+        InvalidInputError: not a number, or outside what a fleet can enforce.
     """
     if rate is None:
         return None
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate):
-        raise InvalidInputError(f"rate_limit must be calls per second (a number), got {rate!r}")
-    if rate <= 0:
-        raise InvalidInputError(f"rate_limit must be above 0 calls per second, got {rate!r}; "
-                                "to stop the calls, pause instead")
-    return float(rate)
+    try:
+        return check_rate("calls_per_second", rate)
+    except ConfigError as error:
+        raise InvalidInputError(str(error)) from None
 
 
 class FlowClient:
@@ -100,6 +98,20 @@ class FlowClient:
         name = checked_key_name(key)
         limit = checked_inflight_limit(max_inflight)
         await self._call(self.store.flow_limits_set(FlowScope.KEY, name, max_inflight=limit,
+                                                    define=define))
+
+    async def set_key_rate(self, key: str, calls_per_second: float | None, *,
+                           define: bool = False) -> None:
+        """Set the most calls per second to the handler for ``key``'s items across the
+        whole fleet (``None``: lift it, back to the processors' ``--rate-limit-per-key``).
+
+        Raises:
+            InvalidInputError: not a rate from 0.01 to 10,000 calls per second (or None).
+            KeyNotFoundError: no partition has had ``key``; ``define=True`` sets it up.
+        """
+        name = checked_key_name(key)
+        rate = checked_rate(calls_per_second)
+        await self._call(self.store.flow_limits_set(FlowScope.KEY, name, rate_limit=rate,
                                                     define=define))
 
     async def pause_key(self, key: str) -> bool:
@@ -145,8 +157,16 @@ class FlowClient:
             raise InvalidInputError(f"scope must be one of {', '.join(sorted(scopes))}, got "
                                     f"{scope!r}")
         check_limit("limit", limit, MAX_CONTROLS_PAGE)
-        rows = await self._call(self.store.flow_controls_list(
-            None if scope is None else scopes[scope], limit=limit, after=after))
-        return [row for row in rows if row.max_inflight is not None
-                or row.rate_limit is not None or row.paused_at is not None
-                or row.blocked_until is not None]
+        return await self._call(self.store.flow_controls_list(
+            None if scope is None else scopes[scope], limit=limit, after=after, set_only=True))
+
+    async def key_grants(self, limit: int = MAX_CONTROLS_PAGE
+                         ) -> dict[str, list[tuple[str, int, int]]]:
+        """Each key's live in-flight grants, ``key -> [(processor, slots, wanted)]``: how
+        its limit is shared out across the fleet now (at most ``limit`` grants).
+
+        Raises:
+            InvalidInputError: ``limit`` is not from 1 to 10,000.
+        """
+        check_limit("limit", limit, MAX_CONTROLS_PAGE)
+        return await self._call(self.store.flow_grants_live(limit))

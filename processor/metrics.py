@@ -27,8 +27,9 @@ from importlib import metadata
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
+from processor.metrics_flow import FlowMetrics
 from watcher.hooks import Hooks
-from watcher.records import Backlog, PurgeReport
+from watcher.records import Backlog, FlowControlInfo, PurgeReport
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,8 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 # Gates 0 to 15 are labelled by number; every later gate shares the label "16+".
 GATE_LABELS = 16
-ITEM_OUTCOMES = frozenset({"complete", "advanced", "looped", "snoozed", "retry", "failed",
-                           "stale"})
+ITEM_OUTCOMES = frozenset({"complete", "advanced", "looped", "snoozed", "retry", "throttled",
+                           "failed", "stale"})
 REDUCE_PASSES = frozenset({"all", "fold", "apply"})
 REDUCE_OUTCOMES = frozenset({"applied", "retry", "failed", "stale"})
 # The label of an outcome or pass outside its set (none today: a guard on cardinality).
@@ -128,6 +129,7 @@ class PrometheusHooks(Hooks):
                                     "current gate has waited, by the database clock (0 when "
                                     "none is ready; read every few seconds)", registry=None)
         self._backlog_known = False
+        self.flow = FlowMetrics(r)
         # labels() takes a lock and builds a key: made once per label set, then looked up.
         self._item_series: dict[tuple[int, str], tuple[Counter, Histogram]] = {}
         self._reduce_series: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
@@ -148,6 +150,19 @@ class PrometheusHooks(Hooks):
             self._backlog_known = True
             for gauge in (self.partitions, self.items_waiting, self.oldest_waiting):
                 self.registry.register(gauge)
+
+    def flow_controls(self, rows: list[FlowControlInfo]) -> None:
+        """Set the pause gauges from a read of the flow-control rows."""
+        self.flow.controls(rows)
+
+    def key_grant(self, key: str, in_flight: int, granted: int, limit: int) -> None:
+        self.flow.key_grant(key, in_flight, granted, limit)
+
+    def calls_throttled(self, scope: str, reason: str, count: int) -> None:
+        self.flow.throttled(scope, reason, count)
+
+    def handler_blocked(self, seconds: float) -> None:
+        self.flow.blocked(seconds)
 
     def retention_purged(self, report: PurgeReport) -> None:
         """Count what a background retention pass removed."""
@@ -219,9 +234,12 @@ class BacklogGauges:
     """
 
     def __init__(self, hooks: PrometheusHooks, read: Callable[[], Awaitable[Backlog]], *,
-                 interval: float = DEFAULT_BACKLOG_INTERVAL) -> None:
+                 interval: float = DEFAULT_BACKLOG_INTERVAL,
+                 read_flow: Callable[[], Awaitable[list[FlowControlInfo]]] | None = None
+                 ) -> None:
         self.hooks = hooks
         self.read = read
+        self.read_flow = read_flow
         self.interval = interval
         self.refreshed_at = 0.0
         self._stop = asyncio.Event()
@@ -233,6 +251,7 @@ class BacklogGauges:
         succeeded; the failure is logged once). Never raises a database error."""
         try:
             backlog = await self.read()
+            controls = None if self.read_flow is None else await self.read_flow()
         except SQLAlchemyError as error:
             if not self._failing:
                 log.warning("action=backlog_read_failed error=%s; the gauges keep their last "
@@ -242,6 +261,8 @@ class BacklogGauges:
         self._failing = False
         self.refreshed_at = time.monotonic()
         self.hooks.backlog(backlog)
+        if controls is not None:
+            self.hooks.flow_controls(controls)
         return True
 
     async def run(self) -> None:

@@ -23,13 +23,14 @@ from processor.http_batch import BatchingHttpProcessor
 from processor.http_config import HttpProcessorConfig
 from processor.http_processor import HttpProcessor
 from processor.metrics import BACKLOG_CAP, DEFAULT_BACKLOG_INTERVAL, BacklogGauges, PrometheusHooks
+from processor.metrics_flow import FLOW_READ_CAP
 from processor.redact import redact_url
 from watcher.backoff import last_error, sleep_until
 from watcher.checks import check_seconds, check_whole_number
 from watcher.config import DEFAULT_DB_TIMEOUT, WatcherConfig
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
-from watcher.records import Backlog
+from watcher.records import Backlog, FlowControlInfo
 from watcher.retention import Retention, RetentionConfig
 from watcher.store import Store, missing_tables, not_migrated, sqlite_file_missing
 from watcher.text import first_line, shorten
@@ -117,7 +118,8 @@ class ProcessorService:
                       on_purged=self.hooks.retention_purged)
             if config.retention is not None else None)
         self.backlog = BacklogGauges(self.hooks, self._read_backlog,
-                                     interval=config.backlog_interval)
+                                     interval=config.backlog_interval,
+                                     read_flow=self._read_flow)
         self._stop = asyncio.Event()
 
     def startup_line(self) -> str:
@@ -140,6 +142,9 @@ class ProcessorService:
 
     async def _read_backlog(self) -> Backlog:
         return await self.store.backlog_read(BACKLOG_CAP)
+
+    async def _read_flow(self) -> list[FlowControlInfo]:
+        return await self.store.flow_controls_list(limit=FLOW_READ_CAP, set_only=True)
 
     def request_stop(self) -> None:
         """Ask the service to shut down gracefully (what SIGTERM does)."""

@@ -10,14 +10,39 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
+from datetime import UTC, datetime
 from typing import Any
 
 from watcher.durations import format_duration
-from watcher.records import ItemInfo, PartitionInfo, PurgeReport, RetryReport
+from watcher.records import (
+    ItemInfo,
+    NewItem,
+    PartitionInfo,
+    PartitionSettings,
+    PurgeReport,
+    RetryReport,
+)
 from watcher.text import shorten
 
 # How much of an item's last error a table shows (--json shows all of it).
 ERROR_CELL_CHARS = 100
+# How much of a failed partition's last error `processor wait` shows.
+LAST_ERROR_CHARS = 200
+
+
+def utc_text(moment: datetime) -> str:
+    """A time (naive UTC as stored, or aware) as ``2026-11-26T10:00:00Z``."""
+    aware = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return aware.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def flow_text(info: PartitionInfo) -> str:
+    """A partition's flow settings for a table cell: ``"paused"``, its key and its
+    priority when set (``"acme +2"``); ``"-"`` when none is."""
+    parts = (["paused"] if info.paused_at is not None else []) + (
+        [info.key] if info.key else []) + ([f"{info.priority:+d}"] if info.priority else [])
+    return " ".join(parts) or "-"
 
 
 def step_text(info: PartitionInfo) -> str:
@@ -55,6 +80,8 @@ def partition_row(info: PartitionInfo) -> dict[str, Any]:
             "counts": info.counts, "reduce_gates": list(info.reduce_gates),
             "on_item_failure": info.on_item_failure, "reduce": reduce,
             "spawned": info.spawned, "last_error": info.last_error,
+            "key": info.key, "priority": info.priority, "paused": info.paused_at is not None,
+            "paused_at": None if info.paused_at is None else utc_text(info.paused_at),
             **result_value(info.result)}
 
 
@@ -195,3 +222,59 @@ def retry_text(report: RetryReport) -> str:
     if report.items_left_failed:
         return f"{where}; nothing to retry at or after its gate, " + done[-1]
     return f"{where}; nothing to retry: no item of it failed"
+
+
+def plural(count: int, noun: str) -> str:
+    """``"1 item"``, ``"2 items"``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """Item counts by status: ``"2 available, 5 complete"``; ``"none"``."""
+    return ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "none"
+
+
+def created_text(partition_id: str, count: int, first_gate: int,
+                 settings: PartitionSettings, start_at: datetime | None = None) -> str:
+    """What ``processor create`` did, in one line: its items, and each setting that is
+    not the default (key, priority, start time, reduce gates, failure policy)."""
+    text = f"created partition {partition_id!r} with {plural(count, 'item')}"
+    if settings.flow_key:
+        text += f" under key {settings.flow_key!r}"
+    if first_gate:
+        text += f", starting at gate {first_gate}"
+    if settings.reduce_gates:
+        text += f"; reduce gates {', '.join(map(str, sorted(settings.reduce_gates)))}"
+    if settings.continue_on_failure:
+        text += "; a failed item does not stop it (on-item-failure: continue)"
+    if settings.priority:
+        text += f"; priority {settings.priority:+d}"
+    if start_at is not None:
+        text += f"; no processor starts it before {utc_text(start_at)}"
+    return text
+
+
+def added_text(partition_id: str, items: list[NewItem], reopened: bool) -> str:
+    """What ``processor add`` did, in one line."""
+    gates = sorted({item.gate or 0 for item in items})
+    where = f"gate {gates[0]}" if len(gates) == 1 else f"gates {gates[0]} to {gates[-1]}"
+    text = f"added {plural(len(items), 'item')} at {where} to partition {partition_id!r}"
+    return text + ("; it was complete and is open again" if reopened else "")
+
+
+def final_text(info: PartitionInfo) -> str:
+    """How a partition ended, for ``processor wait``, with what to do next."""
+    items = counts_text(info.counts)
+    if info.status == "complete":
+        text = f"partition {info.id!r} is complete at gate {info.gate} (items: {items})"
+        if info.result is not None:
+            text += f"; `processor result {shlex.quote(info.id)}` prints its result"
+        return text
+    if info.status == "cancelled":
+        return (f"partition {info.id!r} was cancelled at gate {info.gate} (items: {items}); "
+                "`processor retry` resumes it")
+    text = f"partition {info.id!r} failed at gate {info.gate} (items: {items})"
+    if info.last_error:
+        text += f": {error_cell(info.last_error, LAST_ERROR_CHARS)}"
+    return text + ("; `processor items --status failed` shows its failed items, "
+                   "`processor retry` runs them again")

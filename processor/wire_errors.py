@@ -29,6 +29,7 @@ from watcher.protocol import (
     NonRetryableError,
     ProcessorError,
     RetryableError,
+    ThrottledError,
     WorkItem,
 )
 from watcher.text import shorten
@@ -94,7 +95,7 @@ def classify_error(status: int, error: HandlerError, *, retry_after: str | None 
     delay = None
     if status in (429, 503) and retry_after:
         delay = parse_retry_after(retry_after, now=now)
-    return Failure(True, reason, delay)
+    return Failure(True, reason, delay, throttled=delay is not None)
 
 
 def parse_retry_after(value: str, *, now: float) -> float | None:
@@ -149,6 +150,8 @@ def item_error(item: WorkItem, failure: Failure, mask: Mask = unchanged) -> Proc
     (:mod:`watcher.failures`), so the text names none of them. Never raises.
     """
     message = mask(failure.reason)
+    if failure.throttled and failure.retry_after is not None:
+        return ThrottledError(message, retry_after=failure.retry_after)
     if failure.retryable:
         return RetryableError(message, retry_after=failure.retry_after)
     return NonRetryableError(message)

@@ -60,10 +60,14 @@ class Failure:
     retryable: bool
     reason: str
     retry_after: float | None = None
+    # The handler asked for fewer calls (429 or 503 with Retry-After): every call to it
+    # waits, fleet-wide, and the item loses no attempt.
+    throttled: bool = False
 
     def prefixed(self, context: str) -> Failure:
         """This failure with ``"<context>: "`` before its reason."""
-        return Failure(self.retryable, f"{context}: {self.reason}", self.retry_after)
+        return Failure(self.retryable, f"{context}: {self.reason}", self.retry_after,
+                       self.throttled)
 
 
 # --------------------------------------------------------------------------- JSON

@@ -30,6 +30,7 @@ from watcher.protocol import (
     Processor,
     Result,
     RetryableError,
+    ThrottledError,
     WorkItem,
 )
 from watcher.records import ErrorEntry, ItemInfo, NewItem, PartitionInfo
@@ -90,6 +91,7 @@ __all__ = [
     "StatefeedError",
     "Status",
     "Store",
+    "ThrottledError",
     "ValueRefusedError",
     "Watcher",
     "WatcherConfig",

@@ -42,3 +42,27 @@ def check_seconds(setting: str, value: object, *, allow_zero: bool = False,
         raise ConfigError(f"{setting} must be a number of seconds {lower}{upper}, "
                           f"got {value!r}")
     return float(value) if isinstance(value, int) else value
+
+
+# The fastest rate a fleet-wide limit can hold: processors claim tokens from the
+# database a few times a second, so a rate far above what one claim can carry is
+# not enforced evenly; and the slowest, a call every 100 seconds.
+MAX_RATE = 10_000.0
+MIN_RATE = 0.01
+
+
+def check_rate(setting: str, value: object) -> float:
+    """Return ``value`` if it is a rate statefeed can enforce: calls per second from
+    :data:`MIN_RATE` to :data:`MAX_RATE`.
+
+    Raises:
+        ConfigError: not a number, not finite, or out of that range.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{setting} must be calls per second (a number), got {value!r}")
+    if not MIN_RATE <= value <= MAX_RATE:
+        raise ConfigError(
+            f"{setting} must be from {MIN_RATE} to {MAX_RATE:,.0f} calls per second, got "
+            f"{value!r}: faster than that a fleet-wide limit cannot be held evenly (leave it "
+            "unset), and slower, pause the work instead")
+    return float(value)

@@ -7,7 +7,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
-from watcher.checks import check_seconds, check_whole_number
+from watcher.checks import check_rate, check_seconds, check_whole_number
 from watcher.delays import MAX_SNOOZE_SECONDS
 from watcher.errors import ConfigError
 
@@ -90,6 +90,13 @@ class WatcherConfig:
     # Calls in flight per concurrency key across the fleet, unless an operator set the
     # key's own limit; None: no default limit.
     max_inflight_per_key: int | None = None
+    # Calls per second to the handler across the fleet (None: no limit); processors
+    # name the handler by ``handler_name`` (the HTTP handler's URL without secrets), so
+    # those calling one handler share its limit and its Retry-After blocks.
+    rate_limit: float | None = None
+    # Calls per second per concurrency key across the fleet, unless a key has its own.
+    rate_limit_per_key: float | None = None
+    handler_name: str = "default"
 
     def __post_init__(self) -> None:
         # Imported here, not at the top: the CLI reads this module's defaults for its --help,
@@ -115,6 +122,12 @@ class WatcherConfig:
         check_seconds("max snooze", self.max_snooze)
         if self.max_inflight_per_key is not None:
             check_whole_number("max in-flight per key", self.max_inflight_per_key)
+        for name, rate in (("rate limit", self.rate_limit),
+                           ("rate limit per key", self.rate_limit_per_key)):
+            if rate is not None:
+                check_rate(name, rate)
+        if not isinstance(self.handler_name, str) or not self.handler_name:
+            raise ConfigError("handler name must be a non-empty string")
         if self.max_snooze > MAX_SNOOZE_SECONDS:
             raise ConfigError(f"max snooze must be at most {MAX_SNOOZE_SECONDS:g} s, got "
                               f"{self.max_snooze!r}")

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable
 from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.config import WatcherConfig
-from watcher.key_limits import KeyedSlots, KeyPool
-from watcher.slots import SlotPool, Slots, wait_event
+from watcher.hooks import Hooks, SafeHooks
+from watcher.key_limits import KeyPool
+from watcher.slots import wait_event
 from watcher.store import Store
 
 log = logging.getLogger(__name__)
@@ -27,24 +28,22 @@ log = logging.getLogger(__name__)
 class KeyLimiter:
     """The key pools of one processor, and their grants."""
 
-    def __init__(self, store: Store, config: WatcherConfig,
+    def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks | SafeHooks,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.config = config
+        self.hooks = hooks
         self.pools: dict[str, KeyPool] = {}
         self._clock = clock
         self._wanted = asyncio.Event()  # a pool has demand it cannot meet
         self._failing = False
 
-    def slots_for(self, key: str, shared: SlotPool) -> Slots:
-        """The slots a partition of ``key`` dispatches in: ``shared`` alone when it has
-        no key, else ``shared`` and its key's pool."""
-        if not key:
-            return shared
+    def pool(self, key: str) -> KeyPool:
+        """Key ``key``'s pool (made on first use)."""
         pool = self.pools.get(key)
         if pool is None:
             pool = self.pools[key] = KeyPool(key, self._wanted)
-        return KeyedSlots(shared, pool, self._clock)
+        return pool
 
     async def run(self, held_keys: Callable[[], Iterable[str]]) -> None:
         """Refresh grants every renew interval, and at once when demand goes unmet,
@@ -104,6 +103,7 @@ class KeyLimiter:
         # The grant's until is a lease duration from the write, by the database clock;
         # counting from before the write, the pool lets it lapse no later than that.
         pool.granted_now(limit, decision, started + self.config.lease_duration)
+        self.hooks.key_grant(pool.key, pool.in_use, decision.slots, limit)
 
     async def release(self) -> None:
         """Give back every grant (the processor stops)."""

@@ -10,19 +10,15 @@ or failover (a grant belongs to the processor, not to a partition), and not
 when a processor dies (its grant lapses only at its until).
 
 :func:`decide_grant` is the pure rule; :class:`KeyPool` is one key's local
-account; :class:`KeyedSlots` puts a keyed partition's dispatch under both the
-processor's slot pool and its key's pool, with the interface the supervisor
-already uses.
+account (a gate of :class:`watcher.flow.FlowSlots`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-from watcher.slots import SlotPool
 
 # A pool with no limit lets any number through (the processor's own slots bound it).
 UNLIMITED = 1 << 30
@@ -117,8 +113,11 @@ class KeyPool:
         return taken
 
     def give_back(self, count: int) -> None:
+        """Calls ended (or were never made): their slots are free again."""
         self.in_use -= count
         self._wake()
+
+    untake = give_back  # slots taken and not used (another limit refused the calls)
 
     def wanted(self, limit: int) -> int:
         """Slots to ask the fleet for under ``limit``: those in use and the demand not
@@ -165,57 +164,3 @@ class KeyPool:
             event = next(iter(self._waiting))
             del self._waiting[event]
             event.set()
-
-
-class KeyedSlots:
-    """A keyed partition's slots: a call needs a slot of the processor's pool and
-    one of its key's pool. The interface is the supervisor's view of a
-    :class:`~watcher.slots.SlotPool`."""
-
-    def __init__(self, shared: SlotPool, key: KeyPool, clock: Callable[[], float]) -> None:
-        self.shared = shared
-        self.key = key
-        self._now = clock  # time.monotonic, or a test's clock
-
-    @property
-    def refill_at(self) -> int:
-        return self.shared.refill_at
-
-    @property
-    def in_use(self) -> int:
-        return self.shared.in_use
-
-    @property
-    def free(self) -> int:
-        return min(self.shared.free, self.key.free(self._now()))
-
-    def take(self, wanted: int) -> int:
-        now = self._now()
-        allowed = self.key.take(min(wanted, self.shared.free), now)
-        taken = self.shared.take(allowed)
-        if taken < allowed:
-            self.key.give_back(allowed - taken)
-        return taken
-
-    def give_back(self, count: int = 1) -> None:
-        self.key.give_back(count)
-        self.shared.give_back(count)
-
-    def notify_when_free(self, event: asyncio.Event, order: float = 0.0) -> None:
-        if self.key.free(self._now()) == 0:
-            self.key.notify_when_free(event)
-        else:
-            self.shared.notify_when_free(event, order)
-
-    def pass_turn(self) -> None:
-        self.shared.pass_turn()
-
-    def leave(self, event: asyncio.Event) -> None:
-        self.key.leave(event)
-        self.shared.leave(event)
-
-    def calls_started(self, count: int) -> None:
-        self.shared.calls_started(count)
-
-    def calls_ended(self, count: int) -> None:
-        self.shared.calls_ended(count)

@@ -80,6 +80,17 @@ class RetryableError(ProcessorError):
         self.retry_after = retry_after
 
 
+class ThrottledError(RetryableError):
+    """The handler asked for fewer calls: an HTTP 429, or a 503 with ``Retry-After``.
+
+    Not the item's failure: it runs again after ``retry_after`` seconds with no
+    attempt used, and every processor holds its calls to the handler until then.
+    """
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message, retry_after=retry_after)
+
+
 class NonRetryableError(ProcessorError):
     """The attempt failed and retrying cannot help: the item fails at once."""
 

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -42,6 +43,7 @@ from watcher.protocol import (
     ProcessCall,
     ReduceCallable,
     ReduceShapeCall,
+    ThrottledError,
     WorkItem,
 )
 from watcher.records import ItemWrite, ReadyItem
@@ -68,7 +70,8 @@ class PartitionSupervisor:
                  reduce: ReduceCallable | None = None,
                  reduce_shape: ReduceShapeCall | None = None,
                  process_batch: ProcessBatchCall | None = None,
-                 tracer: CallTracer | None = None) -> None:
+                 tracer: CallTracer | None = None,
+                 on_throttled: Callable[[float], None] | None = None) -> None:
         if tracer is not None:  # once per lease: each call a span, linked to the creator
             process, process_batch, reduce = tracer.wrap(
                 lease.settings.trace_context, PartitionCalls(process, process_batch, reduce))
@@ -88,6 +91,8 @@ class PartitionSupervisor:
         self.gates = GateStepper(lease, store=store, keeper=keeper, config=config, hooks=hooks,
                                  reducer=self.reducer)
         self.draining = False
+        # Told of a handler's Retry-After, to hold every call to it (watcher.flow).
+        self._on_throttled = on_throttled
         self._check_lease = False
         self._policy = RetryPolicy.of(config)
         self._spawn_limits = SpawnLimits.of(config)
@@ -310,6 +315,8 @@ class PartitionSupervisor:
         """The write a call's outcome asks for (an error's, when the result is unusable)."""
         pid = self.partition_id
         if isinstance(outcome, BaseException):
+            if isinstance(outcome, ThrottledError) and self._on_throttled is not None:
+                self._on_throttled(outcome.retry_after or 0.0)
             return write_for_error(pid, item, outcome, self._policy)
         try:
             problem = result_problem(outcome, self.config.max_item_bytes,

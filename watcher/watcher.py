@@ -21,8 +21,8 @@ from watcher.backoff import backoff, last_error, sleep_until
 from watcher.call_tracing import CallTracer, find_tracer
 from watcher.config import WatcherConfig
 from watcher.drivers.conflicts import is_lock_conflict
+from watcher.flow import FlowControl
 from watcher.hooks import Hooks, SafeHooks, overrides
-from watcher.key_grants import KeyLimiter
 from watcher.leases import Lease, LeaseCycle, LeaseKeeper
 from watcher.protocol import (
     ProcessBatchCall,
@@ -94,7 +94,7 @@ class Watcher:
                                    batch_size=min(self.config.result_batch,
                                                   self.config.concurrency),
                                    linger=self.config.result_linger)
-        self.limiter = KeyLimiter(store, self.config)
+        self.flow = FlowControl(store, self.config, self.hooks)
         self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
         self._wake = asyncio.Event()
         self._stopping = False
@@ -134,7 +134,8 @@ class Watcher:
     def _start_supervisor(self, lease: Lease) -> None:
         supervisor = PartitionSupervisor(
             lease, store=self.store, process=self._process, writer=self.writer,
-            slots=self.limiter.slots_for(lease.settings.flow_key, self.slots),
+            slots=self.flow.slots_for(lease.settings, self.slots),
+            on_throttled=self.flow.throttled,
             keeper=self.keeper, config=self.config, hooks=self.hooks,
             reduce=self._reduce, reduce_shape=self._reduce_shape,
             process_batch=self._process_batch, tracer=self._tracer)
@@ -163,7 +164,7 @@ class Watcher:
         log.info("action=watcher_started owner=%s", self.owner)
         listener = (asyncio.create_task(self._listen(), name="listen")
                     if self.store.notifies else None)
-        limiter = asyncio.create_task(self.limiter.run(self._held_keys), name="key-grants")
+        flow = asyncio.create_task(self.flow.run(self._held_keys), name="flow-control")
         try:
             while not self._stopping:
                 cycle = await self._lease_cycle()
@@ -178,8 +179,8 @@ class Watcher:
             await self._abort()
             raise
         finally:
-            limiter.cancel()
-            await asyncio.gather(limiter, return_exceptions=True)
+            flow.cancel()
+            await asyncio.gather(flow, return_exceptions=True)
             if listener is not None:
                 listener.cancel()
                 await asyncio.gather(listener, return_exceptions=True)
@@ -311,7 +312,7 @@ class Watcher:
         except SQLAlchemyError as error:
             log.warning("action=lease_release_failed owner=%s error=%s; leases expire in %s s",
                         self.owner, type(error).__name__, self.config.lease_duration)
-        await self.limiter.release()
+        await self.flow.release()
         log.info("action=watcher_stopped owner=%s", self.owner)
 
     async def _abort(self) -> None:

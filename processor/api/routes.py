@@ -9,6 +9,8 @@ GET      ``/v1/partitions/{id}/items``          a page of its items
 GET      ``/v1/partitions/{id}/wait``           long poll until it finishes (``?timeout=``)
 POST     ``/v1/partitions/{id}/retry``          run its failed items again
 POST     ``/v1/partitions/{id}/cancel``         stop it
+POST     ``/v1/partitions/{id}/pause``          pause it (durably, until resumed)
+POST     ``/v1/partitions/{id}/resume``         lift its pause
 GET      ``/v1/openapi.json``                   the OpenAPI 3.1 document
 GET      ``/healthz``                           liveness (no database read)
 =======  =====================================  =======================================
@@ -23,6 +25,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from importlib.resources import files
 from typing import Any
 from urllib.parse import quote, unquote_to_bytes
@@ -45,6 +48,7 @@ from processor.api.upload import (
     json_items,
     query_settings,
     settings_from,
+    start_time,
 )
 from processor.api.views import (
     DEFAULT_ITEMS_LIMIT,
@@ -55,6 +59,7 @@ from processor.api.views import (
     only,
     partition_view,
     seconds,
+    timestamp,
     whole_number,
 )
 from processor.async_client import AsyncClient
@@ -135,36 +140,41 @@ class IngestApi:
                 digest.update(body)
                 document = json_document(body, CREATE_FIELDS)
                 settings = settings_from(partition_id, document.get("reduce_gates"),
-                                         document.get("on_item_failure"))
+                                         document.get("on_item_failure"),
+                                         document.get("priority"), document.get("key"))
+                start_at = start_time(document.get("start_at"))
                 for item in json_items(partition_id, document.get("items"), self.limits,
                                        allow_empty=True):
                     spool.add(item)
             else:
                 settings = query_settings(partition_id, dict(request.query_params))
+                start_at = start_time(request.query_params.get("start_at"))
                 lines = NdjsonItems(partition_id, self.limits, spool, digest)
                 await stream_into(request, lines)
             # The trace context is not part of the digest: a retry is the same request.
             created = await self._insert(partition_id, spool,
                                          traced_settings(settings, request.headers),
-                                         digest.settle(settings))
+                                         digest.settle(settings, start_at), start_at)
         finally:
             spool.close()
         view = {"id": partition_id, "items": spool.count, "first_gate": spool.first_gate or 0,
                 "reduce_gates": sorted(settings.reduce_gates),
-                "on_item_failure": "continue" if settings.continue_on_failure else "fail"}
+                "on_item_failure": "continue" if settings.continue_on_failure else "fail",
+                "key": settings.flow_key or None, "priority": settings.priority,
+                "start_at": timestamp(start_at)}
         if created:
             log.info("action=api_partition_created partition=%r items=%d", partition_id,
                      spool.count)
         return answer(201, view, ("location", f"/v1/partitions/{quote(partition_id, safe='')}"),
                       ("idempotent-replayed", "false" if created else "true"))
 
-    async def _insert(self, partition_id: str, spool: Spool, settings: Any, digest: str
-                      ) -> bool:
+    async def _insert(self, partition_id: str, spool: Spool, settings: Any, digest: str,
+                      start_at: datetime | None) -> bool:
         store = self.client.store
         try:
             return await store.partition_create_batches(
                 partition_id, spool.batches(), spool.first_gate or 0, settings,
-                request_digest=digest)
+                request_digest=digest, start_at=start_at)
         except IntegrityError:
             raise from_statefeed(DuplicateItemError(partition_id, spool.repeated_ids(),
                                                     stored=False), field="items") from None
@@ -234,6 +244,21 @@ class IngestApi:
                  report.items_reset)
         return answer(200, retry_row(report))
 
+    async def pause(self, request: Request, partition_id: str) -> Response:
+        return await self._pause(request, partition_id, pausing=True)
+
+    async def resume(self, request: Request, partition_id: str) -> Response:
+        return await self._pause(request, partition_id, pausing=False)
+
+    async def _pause(self, request: Request, partition_id: str, *, pausing: bool) -> Response:
+        only(request.query_params, frozenset())
+        verb = self.client.pause if pausing else self.client.resume
+        changed = await verb(partition_id)
+        info = await self.client.partition(partition_id)
+        log.info("action=api_%s partition=%r changed=%s", verb.__name__, partition_id, changed)
+        return answer(200, {"id": partition_id, "paused" if pausing else "resumed": changed,
+                            "status": info.status, "paused_at": timestamp(info.paused_at)})
+
     async def cancel(self, request: Request, partition_id: str) -> Response:
         only(request.query_params, frozenset())
         cancelled = await self.client.cancel(partition_id)
@@ -259,6 +284,8 @@ ROUTES: dict[tuple[str, ...], dict[str, Handler]] = {
     ("v1", "partitions", PARTITION, "wait"): {"GET": IngestApi.wait},
     ("v1", "partitions", PARTITION, "retry"): {"POST": IngestApi.retry},
     ("v1", "partitions", PARTITION, "cancel"): {"POST": IngestApi.cancel},
+    ("v1", "partitions", PARTITION, "pause"): {"POST": IngestApi.pause},
+    ("v1", "partitions", PARTITION, "resume"): {"POST": IngestApi.resume},
 }
 STATIC_ROUTES = {("v1", "openapi.json"), ("healthz",)}
 STATIC_METHODS = frozenset({"GET", "HEAD"})

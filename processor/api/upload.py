@@ -19,6 +19,7 @@ import struct
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from processor.api.problems import ApiError, bad_request, from_statefeed, too_large
@@ -26,6 +27,7 @@ from processor.client_checks import check_item, check_items, check_settings
 from processor.wire import parse_new_item
 from processor.wire_values import MalformedResponseError, decode_json
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
+from watcher.delays import DelayError, parse_time
 from watcher.errors import InvalidInputError
 from watcher.records import NewItem, PartitionSettings
 
@@ -40,13 +42,19 @@ SPOOL_BATCH = 1000
 LINE_OVERHEAD_BYTES = 64 * 1024
 JSON_TYPES = frozenset({"application/json"})
 NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
-CREATE_FIELDS = frozenset({"items", "reduce_gates", "on_item_failure"})
+CREATE_FIELDS = frozenset({"items", "reduce_gates", "on_item_failure", "key", "priority",
+                           "start_at"})
 ADD_FIELDS = frozenset({"items"})
-NDJSON_CREATE_PARAMETERS = frozenset({"reduce_gates", "on_item_failure"})
-_RECORD = struct.Struct("<IIQ")  # id length, gate, data length
+NDJSON_CREATE_PARAMETERS = frozenset({"reduce_gates", "on_item_failure", "key", "priority",
+                                      "start_at"})
+# id length, gate, data length, not_before (microseconds since the epoch, UTC; NO_TIME: none)
+_RECORD = struct.Struct("<IIQq")
+NO_TIME = -(2**63)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # A gate in a query string, bounded because int() refuses over 4300 digits (over 10
 # digits is out of range anyway, which the settings check says: 422).
 GATE_NUMBER = re.compile(r"[0-9]{1,20}")
+PRIORITY_NUMBER = re.compile(r"-?[0-9]{1,10}")
 
 
 @dataclass(frozen=True)
@@ -66,9 +74,9 @@ class Limits:
 
 
 class Spool:
-    """Checked items in a temporary file, in arrival order: memory holds a few MiB of
-    them whatever their number. ``count`` and ``first_gate`` (the lowest gate) are
-    kept as they are added."""
+    """Checked items (with their ``not_before``) in a temporary file, in arrival order:
+    memory holds a few MiB of them whatever their number. ``count`` and ``first_gate``
+    (the lowest gate) are kept as they are added."""
 
     def __init__(self) -> None:
         self.file = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)
@@ -79,7 +87,9 @@ class Spool:
         """Append a checked item (its gate set)."""
         gate = item.gate or 0
         encoded = item.id.encode()
-        self.file.write(_RECORD.pack(len(encoded), gate, len(item.data)))
+        not_before = (NO_TIME if item.not_before is None
+                      else (item.not_before - EPOCH) // timedelta(microseconds=1))
+        self.file.write(_RECORD.pack(len(encoded), gate, len(item.data), not_before))
         self.file.write(encoded)
         self.file.write(item.data)
         self.count += 1
@@ -90,9 +100,11 @@ class Spool:
         self.file.seek(0)
         batch: list[NewItem] = []
         for _ in range(self.count):
-            id_length, gate, data_length = _RECORD.unpack(self.file.read(_RECORD.size))
+            id_length, gate, data_length, micros = _RECORD.unpack(
+                self.file.read(_RECORD.size))
             item_id = self.file.read(id_length).decode()
-            batch.append(NewItem(item_id, self.file.read(data_length), gate))
+            not_before = None if micros == NO_TIME else EPOCH + timedelta(microseconds=micros)
+            batch.append(NewItem(item_id, self.file.read(data_length), gate, not_before))
             if len(batch) == size:
                 yield batch
                 batch = []
@@ -124,11 +136,17 @@ class RequestDigest:
     def update(self, chunk: bytes) -> None:
         self._hash.update(chunk)
 
-    def settle(self, settings: PartitionSettings) -> str:
+    def settle(self, settings: PartitionSettings, start_at: datetime | None = None) -> str:
         """The digest, once the body has been read whole: ``settings`` (from the query
-        or the body) are part of it."""
+        or the body) and ``start_at`` are part of it. The key, the priority and the
+        start time count only when set, so a request without them has the digest it
+        had before they existed."""
         self._hash.update(b"\n" + json.dumps(
             [sorted(settings.reduce_gates), settings.continue_on_failure]).encode())
+        if settings.flow_key or settings.priority or start_at is not None:
+            self._hash.update(b"\n" + json.dumps(
+                [settings.flow_key, settings.priority,
+                 None if start_at is None else start_at.isoformat()]).encode())
         return self._hash.hexdigest()
 
 
@@ -251,13 +269,19 @@ def json_items(partition_id: str, value: Any, limits: Limits, *, allow_empty: bo
         raise from_statefeed(error, field="items") from None
 
 
-def settings_from(partition_id: str, reduce_gates: Any, on_item_failure: Any
-                  ) -> PartitionSettings:
+def settings_from(partition_id: str, reduce_gates: Any, on_item_failure: Any,
+                  priority: Any = None, key: Any = None) -> PartitionSettings:
     """A create's settings, checked as the client checks them.
 
     Raises:
         ApiError: 400 when a value has the wrong type, 422 when the rules refuse it.
     """
+    if priority is None:
+        priority = 0
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise bad_request("'priority' must be a whole number from -10 to 10", field="priority")
+    if key is not None and not isinstance(key, str):
+        raise bad_request("'key' must be a string (a tenant or customer id)", field="key")
     if reduce_gates is None:
         reduce_gates = []
     if on_item_failure is None:
@@ -269,15 +293,36 @@ def settings_from(partition_id: str, reduce_gates: Any, on_item_failure: Any
         raise bad_request("'on_item_failure' must be \"fail\" or \"continue\"",
                           field="on_item_failure")
     try:
-        return check_settings(partition_id, reduce_gates, on_item_failure)
+        return check_settings(partition_id, reduce_gates, on_item_failure, priority, key)
     except InvalidInputError as error:
-        field = "on_item_failure" if "on_item_failure" in str(error) else "reduce_gates"
+        text = str(error)
+        field = next((name for name in ("on_item_failure", "priority", "key")
+                      if name in text), "reduce_gates")
         raise from_statefeed(error, field=field) from None
 
 
+def start_time(value: Any) -> datetime | None:
+    """A create's ``start_at`` (RFC 3339 with an offset), checked; ``None`` when absent.
+
+    Raises:
+        ApiError: 400 when it is not a string, 422 when it is not such a time, has no
+            offset, or is more than a year ahead.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise bad_request("'start_at' must be an RFC 3339 time such as "
+                          '"2026-11-26T10:00:00Z"', field="start_at")
+    try:
+        return parse_time(value, "start_at")
+    except DelayError as error:
+        raise from_statefeed(InvalidInputError(str(error)), field="start_at") from None
+
+
 def query_settings(partition_id: str, query: dict[str, str]) -> PartitionSettings:
-    """An NDJSON create's settings, from its query string: ``reduce_gates=1,3`` and
-    ``on_item_failure=continue``.
+    """An NDJSON create's settings, from its query string: ``reduce_gates=1,3``,
+    ``on_item_failure=continue``, ``key=acme`` and ``priority=-2`` (its ``start_at``:
+    :func:`start_time`).
 
     Raises:
         ApiError: 400 for an unknown parameter or a gate that is not a number, 422
@@ -293,8 +338,13 @@ def query_settings(partition_id: str, query: dict[str, str]) -> PartitionSetting
     if not all(GATE_NUMBER.fullmatch(part) for part in parts):
         raise bad_request(f"reduce_gates must be gates separated by commas, such as 1,3; "
                           f"got {raw!r}", field="reduce_gates")
+    priority = query.get("priority")
+    if priority is not None and not PRIORITY_NUMBER.fullmatch(priority):
+        raise bad_request(f"priority must be a whole number from -10 to 10, got {priority!r}",
+                          field="priority")
     return settings_from(partition_id, [int(part) for part in parts],
-                         query.get("on_item_failure"))
+                         query.get("on_item_failure"),
+                         None if priority is None else int(priority), query.get("key"))
 
 
 def _listed(names: frozenset[str]) -> str:

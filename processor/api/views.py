@@ -39,8 +39,9 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def partition_view(info: PartitionInfo) -> dict[str, Any]:
-    """A partition: status, gate, counts per status, settings, result and timestamps;
-    ``finished`` says it is complete, failed or cancelled."""
+    """A partition: status, gate, counts per status, settings (its key, priority and
+    pause too), result and timestamps; ``finished`` says it is complete, failed or
+    cancelled."""
     row = partition_row(info)
     row.pop("owner", None)
     row.pop("result", None)
@@ -48,6 +49,7 @@ def partition_view(info: PartitionInfo) -> dict[str, Any]:
     row.update({"result": None} if info.result is None else data_value(info.result, "result"))
     row["finished"] = info.status in FINISHED
     row["total"] = sum(info.counts.values())
+    row["paused_at"] = timestamp(info.paused_at)
     row["created_at"] = timestamp(info.created_at)
     row["updated_at"] = timestamp(info.updated_at)
     return row

@@ -1,10 +1,11 @@
 """The ``processor`` command: migrate and run; the producer's verbs create, add and wait;
-status, result and items; the operator's verbs retry, cancel, delete, purge and
-set-gate; the web console, the ingest API, demo and healthcheck.
+status, result and items; the operator's verbs retry, cancel, pause, resume, delete,
+purge and set-gate, and the flow controls (keys); the web console, the ingest API, demo
+and healthcheck.
 
 The verbs live by kind in :mod:`~processor.cli.serve`, :mod:`~processor.cli.produce`,
-:mod:`~processor.cli.data`, :mod:`~processor.cli.operate` and
-:mod:`~processor.cli.tools`, on :mod:`~processor.cli.common` (the app, shared options
+:mod:`~processor.cli.data`, :mod:`~processor.cli.operate`, :mod:`~processor.cli.flow`
+and :mod:`~processor.cli.tools`, on :mod:`~processor.cli.common` (the app, shared options
 and helpers); this module imports them, so that each registers its verbs, and holds
 :func:`main` and ``processor --version``.
 
@@ -31,6 +32,7 @@ from processor.cli import serve  # noqa: F401
 from processor.cli import produce  # noqa: F401
 from processor.cli import data  # noqa: F401
 from processor.cli import operate  # noqa: F401
+from processor.cli import flow  # noqa: F401
 from processor.cli import tools  # noqa: F401
 from processor.cli.common import EXIT_CONFIG, EXIT_DATABASE, app
 from watcher.errors import ConfigError, DatabaseError, StatefeedError

@@ -51,7 +51,8 @@ def status(
                                             "redraws of --watch.")] = DEFAULT_WATCH_INTERVAL,
 ) -> None:
     """Show partitions with their status, gate, owner and item counts (and, once a step
-    spawned items, how many); with --watch, again and again until Ctrl-C."""
+    spawned items, how many; once one has a key, a priority or a pause, its flow:
+    "paused acme +2"); with --watch, again and again until Ctrl-C."""
     from processor.client import Client
     from processor.views import partition_row
     from watcher.checks import check_seconds
@@ -85,26 +86,30 @@ def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
     from rich.table import Table
     from rich.text import Text
 
-    from processor.views import step_text
+    from processor.views import flow_text, step_text
 
     table = Table(title=f"statefeed partitions in {url.redacted()}"
                   + (f" ({only})" if only else ""))
     if every is not None:
         now = datetime.datetime.now().strftime("%H:%M:%S")
         table.caption = f"read at {now}, every {every:g} s; Ctrl-C stops"
-    # The spawned column only when a step spawned: a narrow terminal keeps the ids whole.
+    # The spawned and flow columns only when some partition has them: a narrow terminal
+    # keeps the ids whole.
     spawning = any(info.spawned for info in infos)
+    flowing = any(flow_text(info) != "-" for info in infos)
     for column in ("partition", "status", "gate", "step", "owner", "available", "complete",
-                   "failed", *(("spawned",) if spawning else ())):
+                   "failed", *(("spawned",) if spawning else ()),
+                   *(("flow",) if flowing else ())):
         # Only the ids and owners give up width (they fold); the short cells keep theirs.
-        folds = column in ("partition", "owner")
+        folds = column in ("partition", "owner", "flow")
         table.add_column(column, overflow="fold", no_wrap=not folds, justify="right" if column in (
             "gate", "available", "complete", "failed", "spawned") else "left")
     for info in infos:
         counts = info.counts
         table.add_row(info.id, info.status, str(info.gate), step_text(info), info.owner or "-",
                       *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")),
-                      *((str(info.spawned),) if spawning else ()))
+                      *((str(info.spawned),) if spawning else ()),
+                      *((flow_text(info),) if flowing else ()))
     if infos:
         return table
     return Group(table, Text(f"no {only} partitions" if only else "no partitions yet"))

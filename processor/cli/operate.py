@@ -75,47 +75,47 @@ def cancel(
         typer.echo(f"partition {partition_id!r} is {info.status} already; nothing to cancel")
 
 
+OptionalPartition = Annotated[str | None, typer.Argument(
+    show_default=False, help="The partition's id (or --key KEY, or --all).")]
+KeyOption = Annotated[str, typer.Option("--key", show_default=False,
+                                        help="Every partition of this concurrency key.")]
+AllOption = Annotated[bool, typer.Option("--all", help="Everything: every partition of "
+                                         "every key (their own pauses stay as they are).")]
+
+
 @app.command()
 def pause(
-    partition_id: PartitionArgument,
+    partition_id: OptionalPartition = None,
+    key: KeyOption = "",
+    everything: AllOption = False,
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
     as_json: JsonOption = False,
 ) -> None:
-    """Pause a partition until `processor resume`: no new calls from the next poll (calls
-    in flight finish and are written), and no processor leases it, across restarts."""
-    _pause_or_resume(partition_id, db_url, table_prefix, as_json, pausing=True)
+    """Pause a partition, a key (--key) or everything (--all) until `processor resume`: no
+    new calls from the next poll (calls in flight finish and are written), and no
+    processor leases it, across restarts."""
+    from processor.cli.flow import pause_or_resume
+
+    pause_or_resume(partition_id, key, everything, db_url, table_prefix, as_json,
+                    pausing=True)
 
 
 @app.command()
 def resume(
-    partition_id: PartitionArgument,
+    partition_id: OptionalPartition = None,
+    key: KeyOption = "",
+    everything: AllOption = False,
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
     as_json: JsonOption = False,
 ) -> None:
-    """Lift a partition's pause: processors lease it again within a lease cycle."""
-    _pause_or_resume(partition_id, db_url, table_prefix, as_json, pausing=False)
+    """Lift the pause of a partition, a key (--key) or everything (--all): processors
+    lease its work again within a lease cycle."""
+    from processor.cli.flow import pause_or_resume
 
-
-def _pause_or_resume(partition_id: str, db_url: str, table_prefix: str, as_json: bool, *,
-                     pausing: bool) -> None:
-    from processor.client import Client
-
-    url = database_url(db_url, table_prefix)
-    with Client(url, table_prefix) as client:
-        changed = client.pause(partition_id) if pausing else client.resume(partition_id)
-        info = client.partition(partition_id)
-    verb = "paused" if pausing else "resumed"
-    if as_json:
-        typer.echo(json.dumps({"id": info.id, verb: changed, "status": info.status,
-                               "paused": info.paused_at is not None, "gate": info.gate}))
-    elif changed:
-        typer.echo(f"{verb} partition {partition_id!r} ({info.status}, gate {info.gate})"
-                   + ("; `processor resume` lifts the pause" if pausing else ""))
-    else:
-        typer.echo(f"partition {partition_id!r} is {'paused' if pausing else 'not paused'} "
-                   "already; nothing to do")
+    pause_or_resume(partition_id, key, everything, db_url, table_prefix, as_json,
+                    pausing=False)
 
 
 def _counts_text(counts: dict[str, int]) -> str:

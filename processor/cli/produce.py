@@ -18,6 +18,7 @@ import math
 import shlex
 import sys
 from collections.abc import Iterator
+from datetime import datetime
 from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
@@ -53,8 +54,6 @@ STDIN = "-"
 NO_STREAM_LIMIT = sys.maxsize
 # A gate longer than this is out of range anyway (the settings check says so).
 MAX_GATE_DIGITS = 20
-# How much of a failed partition's last error its final line shows.
-LAST_ERROR_CHARS = 200
 
 ITEMS_HELP = ("NDJSON file of items, one per line: {\"id\": \"a\", \"gate\": 0, \"data\": "
               "<any JSON>} (or \"data_b64\": \"<base64>\" for raw bytes; gate defaults to "
@@ -83,12 +82,27 @@ def create(
                                                  "partition fails at that gate) or "
                                                  "continue (the others carry on).")
                                ] = "fail",
+    key: Annotated[str, typer.Option("--key", envvar=env_name("KEY"), show_default=False,
+                                     help="The partition's concurrency key (a tenant or "
+                                     "customer id): partitions are leased fairly across "
+                                     "keys, and a key's calls in flight across the fleet "
+                                     "stay within its limit (`processor keys`).")] = "",
+    priority: Annotated[int, typer.Option("--priority", envvar=env_name("PRIORITY"),
+                                          help="From -10 to 10: a higher priority is leased "
+                                          "first when processors are busy (each step counts "
+                                          "as 30 s of waiting).")] = 0,
+    start_at: Annotated[str, typer.Option("--start-at", envvar=env_name("START_AT"),
+                                          show_default=False,
+                                          help="No processor starts it before this time, by "
+                                          "the database clock: RFC 3339 with an offset, "
+                                          "2026-11-26T10:00:00Z.")] = "",
     max_item_bytes: MaxItemBytes = DEFAULT_MAX_ITEM_BYTES,
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
     as_json: JsonOption = False,
 ) -> None:
     """Create a partition with the items of an NDJSON file (or stdin), in one transaction.
+    An item line may hold "not_before": "2026-11-26T10:00:00Z" to hold that item back.
 
     Every line is checked before anything is written: a bad line names the file and
     the line, and nothing is created. The file is read in chunks into a temporary
@@ -96,18 +110,21 @@ def create(
     refused (exit 2); `processor add` adds items to it.
     """
     from processor.client_checks import check_id, check_settings
+    from processor.views import created_text, utc_text
     from watcher.errors import PartitionExistsError
 
     check_id("partition", partition_id)
     limits = _limits(max_item_bytes)
-    settings = check_settings(partition_id, _gates(reduce_gates), _policy(on_item_failure))
+    settings = check_settings(partition_id, _gates(reduce_gates), _policy(on_item_failure),
+                              priority, key or None)
+    start = _start_at(start_at)
     url = database_url(db_url, table_prefix)
     with _spool() as spool:
         if items_file:
             _read_items(partition_id, items_file, limits, spool)
         try:
             asyncio.run(_create(url, table_prefix, partition_id, spool, settings,
-                                max_item_bytes))
+                                max_item_bytes, start))
         except PartitionExistsError:
             raise fail(f"partition {partition_id!r} already exists; nothing was written: add "
                        f"items to it with `processor add {shlex.quote(partition_id)} --items "
@@ -117,9 +134,11 @@ def create(
         typer.echo(json.dumps({
             "id": partition_id, "items": count, "first_gate": first_gate,
             "reduce_gates": sorted(settings.reduce_gates),
-            "on_item_failure": "continue" if settings.continue_on_failure else "fail"}))
+            "on_item_failure": "continue" if settings.continue_on_failure else "fail",
+            "key": settings.flow_key or None, "priority": settings.priority,
+            "start_at": None if start is None else utc_text(start)}))
         return
-    typer.echo(_created_text(partition_id, count, first_gate, settings))
+    typer.echo(created_text(partition_id, count, first_gate, settings, start))
 
 
 @app.command()
@@ -152,7 +171,9 @@ def add(
     if as_json:
         typer.echo(json.dumps({"id": partition_id, "added": len(items), "reopened": reopened}))
         return
-    typer.echo(_added_text(partition_id, items, reopened))
+    from processor.views import added_text
+
+    typer.echo(added_text(partition_id, items, reopened))
 
 
 @app.command()
@@ -189,7 +210,9 @@ def wait(
     if timed_out is not None:
         raise fail(timed_out, EXIT_WAIT_TIMEOUT)
     if not as_json:
-        typer.echo(_final_text(info))
+        from processor.views import final_text
+
+        typer.echo(final_text(info))
     if info.status != "complete":
         raise typer.Exit(EXIT_PARTITION_STOPPED)
 
@@ -215,6 +238,22 @@ def _gates(raw: str) -> list[int]:
         raise fail(f"--reduce-gates must be gates separated by commas, such as 1,3; got "
                    f"{raw!r}")
     return [int(part) for part in parts]
+
+
+def _start_at(raw: str) -> datetime | None:
+    """``--start-at`` as an aware time; ``None`` when not given.
+
+    Raises:
+        typer.Exit: not an RFC 3339 time with an offset, or more than a year ahead.
+    """
+    from watcher.delays import DelayError, parse_time
+
+    if not raw:
+        return None
+    try:
+        return parse_time(raw, "--start-at")
+    except DelayError as error:
+        raise fail(str(error)) from None
 
 
 def _policy(raw: str) -> str:
@@ -285,7 +324,8 @@ def _line_error(name: str, error: ApiError) -> str:
 
 
 async def _create(url: DatabaseURL, prefix: str, partition_id: str, spool: Spool,
-                  settings: PartitionSettings, max_item_bytes: int) -> None:
+                  settings: PartitionSettings, max_item_bytes: int,
+                  start_at: datetime | None) -> None:
     """Insert the partition and the spooled items in one transaction.
 
     Raises:
@@ -301,7 +341,8 @@ async def _create(url: DatabaseURL, prefix: str, partition_id: str, spool: Spool
     async with AsyncClient(url, prefix, max_item_bytes=max_item_bytes) as client:
         try:
             await client.store.partition_create_batches(
-                partition_id, spool.batches(), spool.first_gate or 0, settings)
+                partition_id, spool.batches(), spool.first_gate or 0, settings,
+                start_at=start_at)
         except IntegrityError as error:
             repeated = spool.repeated_ids()
             if not repeated:
@@ -348,52 +389,3 @@ async def _wait(url: DatabaseURL, prefix: str, partition_id: str, timeout: float
             return await client.wait(partition_id, timeout), None
         except TimeoutError as error:
             return await client.partition(partition_id), str(error)
-
-
-# --------------------------------------------------------------------------- texts
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _counts_text(counts: dict[str, int]) -> str:
-    return ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "none"
-
-
-def _created_text(partition_id: str, count: int, first_gate: int,
-                  settings: PartitionSettings) -> str:
-    text = f"created partition {partition_id!r} with {_plural(count, 'item')}"
-    if first_gate:
-        text += f", starting at gate {first_gate}"
-    if settings.reduce_gates:
-        text += f"; reduce gates {', '.join(map(str, sorted(settings.reduce_gates)))}"
-    if settings.continue_on_failure:
-        text += "; a failed item does not stop it (on-item-failure: continue)"
-    return text
-
-
-def _added_text(partition_id: str, items: list[NewItem], reopened: bool) -> str:
-    gates = sorted({item.gate or 0 for item in items})
-    where = f"gate {gates[0]}" if len(gates) == 1 else f"gates {gates[0]} to {gates[-1]}"
-    text = f"added {_plural(len(items), 'item')} at {where} to partition {partition_id!r}"
-    return text + ("; it was complete and is open again" if reopened else "")
-
-
-def _final_text(info: PartitionInfo) -> str:
-    items = _counts_text(info.counts)
-    if info.status == "complete":
-        text = f"partition {info.id!r} is complete at gate {info.gate} (items: {items})"
-        if info.result is not None:
-            text += f"; `processor result {shlex.quote(info.id)}` prints its result"
-        return text
-    if info.status == "cancelled":
-        return (f"partition {info.id!r} was cancelled at gate {info.gate} (items: {items}); "
-                "`processor retry` resumes it")
-    text = f"partition {info.id!r} failed at gate {info.gate} (items: {items})"
-    if info.last_error:
-        from processor.views import error_cell
-
-        text += f": {error_cell(info.last_error, LAST_ERROR_CHARS)}"
-    return text + ("; `processor items --status failed` shows its failed items, "
-                   "`processor retry` runs them again")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -215,6 +215,19 @@ def run(
                                                     help="Seconds between reads of the "
                                                     "backlog gauges of /metrics, at most.")
                                 ] = DEFAULT_BACKLOG_INTERVAL,
+    max_inflight_per_key: Annotated[int | None, typer.Option(
+        envvar=env_name("MAX_INFLIGHT_PER_KEY"), show_default=False,
+        help="Most calls in flight per concurrency key across the whole fleet, for keys "
+        "without a limit of their own (`processor keys set`); give every processor the "
+        "same (default: no limit).")] = None,
+    rate_limit: Annotated[float | None, typer.Option(
+        envvar=env_name("RATE_LIMIT"), show_default=False,
+        help="Most calls per second to the handler across the whole fleet (the processors "
+        "calling one handler URL share it; default: no limit).")] = None,
+    rate_limit_per_key: Annotated[float | None, typer.Option(
+        envvar=env_name("RATE_LIMIT_PER_KEY"), show_default=False,
+        help="Most calls per second per concurrency key across the fleet, for keys without "
+        "a rate of their own (default: no limit).")] = None,
 ) -> None:
     """Lease partitions and dispatch their items to the handler until SIGTERM."""
     from processor.http_config import (
@@ -258,7 +271,10 @@ def run(
             retry_backoff_max=max(retry_backoff, DEFAULT_RETRY_BACKOFF_MAX), auto_close=auto_close,
             manual_checkpoint=manual_checkpoint, shutdown_timeout=shutdown_timeout,
             max_leases=max_leases, reduce_page_items=reduce_page_items,
-            max_item_bytes=max_item_bytes, max_spawn=max_spawn),
+            max_item_bytes=max_item_bytes, max_spawn=max_spawn,
+            max_inflight_per_key=max_inflight_per_key, rate_limit=rate_limit,
+            rate_limit_per_key=rate_limit_per_key, handler_name=handler_name(handler_url),
+            max_snooze=snooze_cap(retention_config)),
         http=HttpProcessorConfig(
             handler_url=handler_url, headers=headers, request_timeout=request_timeout,
             max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),
@@ -279,6 +295,35 @@ def run(
     configure_from_env()  # OTEL_TRACES_EXPORTER set: every call a span (docs/how-to/trace.md)
     code = asyncio.run(ProcessorService(config).run())
     raise typer.Exit(code)
+
+
+def snooze_cap(retention: Any) -> float:
+    """The longest snooze a handler may ask for: a week, or the shortest retention period
+    set, when shorter (an item that waits longer than its partition is kept makes no
+    sense)."""
+    from watcher.delays import MAX_SNOOZE_SECONDS
+
+    periods = [period for period in (getattr(retention, "older_than", None),
+                                     getattr(retention, "items_older_than", None))
+               if period]
+    return min([MAX_SNOOZE_SECONDS, *periods])
+
+
+def handler_name(handler_url: str) -> str:
+    """The name processors give a handler in the flow controls (its rate limit and its
+    Retry-After blocks are shared by every processor that calls it): its URL without
+    user, password, query or fragment, which may carry secrets (``?code=...``)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(handler_url.strip())
+        host = parts.hostname or ""
+        if ":" in host:  # an IPv6 address goes back in its brackets
+            host = f"[{host}]"
+        netloc = host + (f":{parts.port}" if parts.port is not None else "")
+        return urlunsplit((parts.scheme.lower(), netloc, parts.path or "/", "", ""))
+    except ValueError:  # a malformed URL: the HTTP config's check names it
+        return "default"
 
 
 def _health_url(handler_url: str, given: str) -> str | None:

@@ -4,13 +4,14 @@ rendered by Jinja2 templates (autoescaped), and the fragments the pages poll.
 Pages: ``/`` (overview), ``/partitions`` (the list, with filters and paging, and the
 items whose id is the search text), ``/partition?id=...`` (one partition: gates, its
 timeline, reduce, result, items) and ``/item?partition=...&id=...`` (one item: data,
-error history). Each page
+error history), and ``/flow`` (keys' limits, pauses and grants,
+:mod:`~processor.console.flow_page`). Each page
 has a ``/live/...`` twin that renders only its changing part; the page's script
 fetches it every refresh and patches the page in place. Actions are POSTs to
-``/partition/retry``, ``/partition/cancel`` and ``/partition/delete`` (the last
-after a confirmation page), each calling the client operation the CLI's verb
-calls. Ids travel as query parameters, so any id (slashes, spaces, markup)
-has an address.
+``/partition/retry``, ``/partition/cancel``, ``/partition/pause``,
+``/partition/resume`` and ``/partition/delete`` (the last after a confirmation
+page), each calling the client operation the CLI's verb calls. Ids travel as query
+parameters, so any id (slashes, spaces, markup) has an address.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.applications import Starlette
@@ -32,6 +33,10 @@ from starlette.staticfiles import StaticFiles
 
 from processor.async_client import AsyncClient
 from processor.console import pages
+from processor.console.flow_page import flow_routes
+from processor.console.forms import MAX_FORM_BYTES
+from processor.console.forms import read_form as _form
+from processor.console.forms import see_other as _see
 from processor.console.item_page import ItemQueryError, item_data, items_found
 from processor.console.reads import BadRequest, list_data, overview_data, partition_data
 from processor.console.security import (
@@ -59,8 +64,6 @@ log = logging.getLogger(__name__)
 
 # How often the pages fetch their live part (milliseconds); the pages stop while hidden.
 REFRESH_MS = 1500
-# A form is an id and a token: a larger body is refused unread.
-MAX_FORM_BYTES = 16_384
 
 
 @dataclass(frozen=True)
@@ -201,9 +204,10 @@ class Console:
     # -- actions ----------------------------------------------------------------
 
     async def action(self, request: Request) -> Response:
-        """POST /partition/{retry,cancel,delete}: check, act, and send the browser on."""
+        """POST /partition/{retry,cancel,delete,pause,resume}: check, act, and send the
+        browser on."""
         verb = request.path_params["verb"]
-        if verb not in ("retry", "cancel", "delete"):
+        if verb not in ("retry", "cancel", "delete", "pause", "resume"):
             return self.render(request, "error.html", 404, title="Not found",
                                message="There is no such action.")
         if self.settings.read_only:
@@ -223,6 +227,10 @@ class Console:
                 cancelled = await self.client.cancel(partition_id)
                 return _see(page_url("/partition", id=partition_id,
                                      notice="cancelled" if cancelled else "not-cancelled"))
+            if verb in ("pause", "resume"):
+                changed = await getattr(self.client, verb)(partition_id)
+                return _see(page_url("/partition", id=partition_id,
+                                     notice=f"{'' if changed else 'not-'}{verb}d"))
             force = form.get("force") == "yes"
             try:
                 deleted = await self.client.delete_partition(partition_id, force=force)
@@ -259,7 +267,7 @@ class Console:
     def read_only_refusal(self, request: Request) -> Response:
         return self.render(request, "error.html", 403, title="Read-only",
                            message="This console is read-only: it shows partitions but "
-                           "does not retry, cancel or delete them.")
+                           "does not retry, cancel, pause or delete them.")
 
     # -- signing in ------------------------------------------------------------
 
@@ -303,26 +311,6 @@ def _count(text: str | None) -> int:
         return max(0, int(text or "0"))
     except ValueError:
         return 0
-
-
-def _see(location: str) -> RedirectResponse:
-    return RedirectResponse(location, status_code=303)
-
-
-async def _form(request: Request) -> dict[str, str] | None:
-    """A urlencoded form body of at most ``MAX_FORM_BYTES``, or ``None``."""
-    if request.headers.get("content-type", "").split(";")[0].strip() != \
-            "application/x-www-form-urlencoded":
-        return None
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            return None
-    try:
-        return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
-    except (UnicodeDecodeError, ValueError):
-        return None
 
 
 async def _no_icon(request: Request) -> Response:
@@ -373,6 +361,7 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None) -> 
         Route("/live/overview", route("overview_live")),
         Route("/live/partitions", route("partitions_live")),
         Route("/live/partition", route("partition_live")),
+        *flow_routes(current),
         Route("/login", route("login"), methods=["GET", "POST"]),
         Route("/favicon.ico", _no_icon),
         Mount("/static", StaticFiles(directory=static), name="static"),

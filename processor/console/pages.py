@@ -314,6 +314,11 @@ NOTICES = {
     "cancelled": "Cancelled: no processor dispatches its items any more. Retry resumes it.",
     "not-cancelled": "Nothing to cancel: the partition is {status} already.",
     "deleted": "Deleted partition {id} and its {count} item(s).",
+    "paused": "Paused: its holder starts no new call from its next poll, and no processor "
+              "leases it until it is resumed.",
+    "not-paused": "Nothing to pause: the partition is paused already.",
+    "resumed": "Resumed: processors lease it again within a lease cycle.",
+    "not-resumed": "Nothing to resume: the partition is not paused.",
 }
 
 

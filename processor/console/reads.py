@@ -123,6 +123,7 @@ async def partition_data(client: AsyncClient, query: Mapping[str, str]) -> dict[
             by_status.get("failed") for at, by_status in counts.items()
             if info.status == "complete" or at >= info.gate),
         "can_cancel": info.status in ("available", "failed"),
+        "paused_for": pages.age_text(info.paused_at, now),
     }
 
 

@@ -106,7 +106,8 @@ async def test_create_from_a_file_with_reduce_gates_and_policy(where, tmp_path) 
     done = cli("create", "job", "--items", str(items), "--reduce-gates", "1,2",
                "--on-item-failure", "continue", "--json", *where)
     assert json.loads(ok(done)) == {"id": "job", "items": 4, "first_gate": 0,
-                                    "reduce_gates": [1, 2], "on_item_failure": "continue"}
+                                    "reduce_gates": [1, 2], "on_item_failure": "continue",
+                                    "key": None, "priority": 0, "start_at": None}
     info, stored_items = await stored(where, "job")
     assert (info.status, info.gate, info.counts) == ("available", 0, {"available": 4})
     assert (info.reduce_gates, info.on_item_failure) == ((1, 2), "continue")
@@ -170,8 +171,8 @@ async def test_bad_lines_repeated_ids_and_unreadable_files_write_nothing(
         where, tmp_path) -> None:
     line = one_error_line(cli("create", "job", "--items", "-", *where,
                               stdin=GOOD + '{"id": "z", "data": 1, "extra": 2}\n'))
-    assert line == ("stdin line 4: unknown key \"extra\"; a new item has 'id', 'gate', and "
-                    "'data' or 'data_b64'")
+    assert line == ("stdin line 4: unknown key \"extra\"; a new item has 'id', 'gate', "
+                    "'not_before', and 'data' or 'data_b64'")
     line = one_error_line(cli("create", "job", "--items", "-", *where,
                               stdin=GOOD + ndjson({"id": "i1", "data": 9})))
     assert line == ("item ids 'i1' appear more than once for partition 'job'; item ids must "
@@ -219,7 +220,8 @@ async def test_create_streams_a_20000_line_file(where, tmp_path) -> None:
     assert items.stat().st_size > 4 * 1024 * 1024
     done = cli("create", "big", "--items", str(items), "--json", *where)
     assert json.loads(ok(done)) == {"id": "big", "items": 20_000, "first_gate": 0,
-                                    "reduce_gates": [], "on_item_failure": "fail"}
+                                    "reduce_gates": [], "on_item_failure": "fail",
+                                    "key": None, "priority": 0, "start_at": None}
     async with AsyncClient(where[1], where[3]) as client:
         counts = await client.gate_counts(["big"])
         last = await client.items("big", after="item-19998")

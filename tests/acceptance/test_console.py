@@ -775,3 +775,99 @@ async def _settled_before_hold(client: AsyncClient) -> bool:
     held_items = running.get("opening-43", {}).get(1, {}).get("available", 0)
     reducing = running.get("opening-44", {}).get(1, {}).get("available", 0)
     return held_items >= 21 and reducing >= 28
+
+
+# -- flow control -------------------------------------------------------------------
+
+@browser_test
+async def test_the_flow_page_and_the_partition_pause(sqlite_database, tmp_path: Path) -> None:
+    """The Flow page lists keys with their limits, pauses and live grants per processor;
+    its buttons pause and resume a key and everything (the database says so), it fits
+    a 390 px phone, and the partition page shows a key, a priority and a pause with its
+    Pause and Resume buttons. Its screenshot is docs/console-flow.png."""
+    from playwright.async_api import expect
+
+    db_url, prefix = sqlite_database
+    store = Store.open(db_url, prefix)
+    async with AsyncClient(db_url, prefix) as client, \
+            console_running(_options(db_url, prefix)) as url, \
+            console_running(_options(db_url, prefix, read_only=True)) as read_only_url, \
+            chromium() as browser:
+        for key, count in (("acme-corp", 3), ("globex", 1), ("initech", 2)):
+            for n in range(count):
+                await client.create_partition(f"{key}-{n}", [NewItem("a", b"{}")], key=key,
+                                              priority=2 if key == "globex" else 0)
+        await client.set_key_limit("acme-corp", 8)
+        await client.set_key_rate("acme-corp", 25)
+        await client.set_key_limit("initech", 2)
+        await client.pause_key("initech")
+        # Live grants, as processors under a limit hold them (globex: the default limit).
+        for key, owner, limit, wanted in (("acme-corp", "processor-7f3a", 8, 5),
+                                          ("acme-corp", "processor-c41d", 8, 3),
+                                          ("globex", "processor-c41d", 4, 1)):
+            await store.flow_grant(key, owner, limit=limit, wanted=wanted, in_use=0,
+                                   duration=300)
+        page, dialogs = await _new_page(browser)
+        await page.goto(f"{url}flow")
+        acme = page.locator("tr[data-key='key-acme-corp']")
+        await expect(acme).to_contain_text("processor-7f3a: 5")
+        await expect(acme).to_contain_text("processor-c41d: 3")
+        await expect(acme.locator("td").nth(3)).to_have_text("8")  # granted in all
+        await expect(page.locator("tr[data-key='key-globex'] td").nth(1)).to_have_text(
+            "default")
+        await expect(page.locator("tr[data-key='key-initech']")).to_contain_text("paused")
+        await _fits(page)
+        folder = _screenshot_folder(tmp_path)
+        await page.screenshot(path=str(folder / "console-flow.png"))
+
+        await acme.locator("button").click()
+        await expect(page.locator(".notice")).to_contain_text("Paused key 'acme-corp'")
+        assert [row.name for row in await client.flow_controls() if row.paused_at] == [
+            "acme-corp", "initech"]
+        await page.click("#pause-all")
+        await expect(page.locator("#fleet-paused")).to_contain_text("Everything is paused")
+        assert ("fleet", "") in [(row.scope, row.name) for row in await client.flow_controls()
+                                 if row.paused_at]
+        await page.click("#resume-all")
+        await expect(page.locator(".notice")).to_contain_text("Resumed everything")
+        await expect(page.locator("#fleet-paused")).to_have_count(0)
+        await page.locator("tr[data-key='key-acme-corp'] button").click()
+        await expect(page.locator(".notice")).to_contain_text("Resumed key 'acme-corp'")
+        assert [row.name for row in await client.flow_controls() if row.paused_at] == [
+            "initech"]
+
+        await page.goto(_partition_url(url, "globex-0"))
+        await expect(page.locator("#flow-key")).to_have_text("globex")
+        await expect(page.locator("#priority")).to_have_text("+2")
+        await page.click("#pause")
+        await expect(page.locator(".notice")).to_contain_text("Paused")
+        await expect(page.locator("#paused")).to_contain_text("paused")
+        assert (await client.partition("globex-0")).paused_at is not None
+        await page.click("#resume")
+        await expect(page.locator("#paused")).to_have_text("no")
+        assert (await client.partition("globex-0")).paused_at is None
+        assert dialogs == []
+
+        viewer, _ = await _new_page(browser)
+        await viewer.goto(f"{read_only_url}flow")
+        await expect(viewer.locator("tr[data-key='key-acme-corp']")).to_be_visible()
+        await expect(viewer.locator("#pause-all")).to_have_count(0)
+        await expect(viewer.locator("table.flow-keys button")).to_have_count(0)
+        refused = await viewer.request.post(f"{read_only_url}flow/pause-all", form={"csrf": "x"},
+                                            headers={"origin": read_only_url.rstrip("/")})
+        assert refused.status == 403
+        cross = await page.request.post(f"{url}flow/pause-all", form={"csrf": "x"},
+                                        headers={"origin": "http://elsewhere.example"})
+        assert cross.status == 403
+        assert not any(row.scope == "fleet" and row.paused_at
+                       for row in await client.flow_controls())
+
+        context = await browser.new_context(viewport=PHONE, device_scale_factor=2,
+                                            is_mobile=True, has_touch=True)
+        phone = await context.new_page()
+        await client.pause_all()
+        for address in (f"{url}flow", _partition_url(url, "acme-corp-0")):
+            await phone.goto(address)
+            await _fits(phone)
+        await expect(phone.locator("#fleet-paused")).to_have_count(0)  # partition page
+    await store.close()

@@ -40,7 +40,8 @@ SHOWN = {"statefeed_items_total", "statefeed_handler_seconds_bucket", "statefeed
          "statefeed_items_waiting", "statefeed_oldest_waiting_item_seconds",
          "statefeed_leases_held", "statefeed_lease_events_total",
          "statefeed_gate_advances_total", "statefeed_partitions_closed_total",
-         "statefeed_reduce_calls_total"}
+         "statefeed_reduce_calls_total", "statefeed_key_in_flight",
+         "statefeed_calls_throttled_total", "statefeed_keys_paused"}
 HELD = 3
 WAIT = 30.0
 
@@ -159,9 +160,14 @@ async def scrape_under_load(tmp_path: Path) -> str:
         await client.create_partition("fails", [NewItem("ok", b""), NewItem("fail", b"")])
         await client.create_partition("reduced", [NewItem(f"r{n}", b"") for n in range(3)],
                                       reduce_gates=[1])
-        await client.create_partition("held", [NewItem(f"hold{n}", b"") for n in range(HELD)])
+        # Under a key with a limit (the default of --max-inflight-per-key): its series.
+        await client.create_partition("held", [NewItem(f"hold{n}", b"") for n in range(HELD)],
+                                      key="tenant-a")
+        await client.create_partition("paused", key="tenant-b")
+        await client.pause_key("tenant-b")
         async with processor_run(tmp_path, "scraped", "--db-url", db_url, "--handler-url",
-                                 f"{url}/", "--backlog-interval", "0.2") as proc:
+                                 f"{url}/", "--backlog-interval", "0.2",
+                                 "--max-inflight-per-key", "10") as proc:
             for partition, status in (("steps", "complete"), ("fails", "failed"),
                                       ("reduced", "complete")):
                 assert (await client.wait(partition, timeout=WAIT)).status == status
@@ -170,7 +176,10 @@ async def scrape_under_load(tmp_path: Path) -> str:
                 text = (await proc.get("/metrics")).text
                 samples = parse(text)
                 ready = ("statefeed_oldest_waiting_item_seconds" in samples
-                         and ({"status": "failed"}, 1.0) in samples["statefeed_partitions"])
+                         and ({"status": "failed"}, 1.0) in samples["statefeed_partitions"]
+                         and ({"key": "tenant-a"}, HELD) in samples.get(
+                             "statefeed_key_in_flight", [])
+                         and samples.get("statefeed_keys_paused") == [({}, 1.0)])
                 return text if ready and samples["statefeed_in_flight"] == [({}, HELD)] else None
 
             scrape = await wait_until(under_load, timeout=WAIT,

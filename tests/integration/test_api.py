@@ -72,7 +72,8 @@ async def test_a_json_create_stores_the_items_as_sent(api, client) -> None:
     response = await api.put("/v1/partitions/job-1", json=body)
     assert response.status_code == 201, response.text
     assert response.json() == {"id": "job-1", "items": 3, "first_gate": 0, "reduce_gates": [2],
-                               "on_item_failure": "continue"}
+                               "on_item_failure": "continue", "key": None, "priority": 0,
+                               "start_at": None}
     assert response.headers["location"] == "/v1/partitions/job-1"
     assert response.headers["idempotent-replayed"] == "false"
     info = await client.partition("job-1")
@@ -224,6 +225,115 @@ async def test_settings_the_rules_refuse(api) -> None:
     assert (bad_gate.status_code, error_of(bad_gate)["field"]) == (400, "reduce_gates")
     assert (unknown.status_code, error_of(unknown)["field"]) == (400, "reduce_gate")
     await assert_absent(api, "p")
+
+
+# --------------------------------------------------------------------------- flow control
+
+
+async def test_a_create_takes_a_key_a_priority_and_a_start_on_both_forms(api, client) -> None:
+    later = "2026-11-26T10:00:00+01:00"
+    body = {"items": [{"id": "a", "data": 1, "not_before": "2000-01-01T00:00:00Z"}],
+            "key": "acme", "priority": 4, "start_at": later}
+    made = await api.put("/v1/partitions/j", json=body)
+    assert made.status_code == 201, made.text
+    assert {name: made.json()[name] for name in ("key", "priority", "start_at")} == {
+        "key": "acme", "priority": 4, "start_at": "2026-11-26T09:00:00+00:00"}
+    streamed = await api.put(
+        f"/v1/partitions/n?key=globex&priority=-2&start_at={quote(later)}",
+        content=lines({"id": "b", "data": 2, "not_before": "2000-01-01T00:00:00Z"}),
+        headers=NDJSON)
+    assert streamed.status_code == 201, streamed.text
+    assert (streamed.json()["key"], streamed.json()["priority"]) == ("globex", -2)
+    for partition, key, priority in (("j", "acme", 4), ("n", "globex", -2)):
+        info = await client.partition(partition)
+        assert (info.key, info.priority, info.paused_at) == (key, priority, None)
+        assert info.until.isoformat() == "2026-11-26T09:00:00"  # nobody leases it before
+        [item] = await client.items(partition)
+        assert item.retry_at is not None and item.retry_at.year > 2000  # due: not earlier
+        shown = (await api.get(f"/v1/partitions/{partition}")).json()
+        assert (shown["key"], shown["priority"], shown["paused"]) == (key, priority, False)
+
+
+async def test_the_digest_of_an_old_request_is_unchanged_and_flow_settings_count(
+        api, client) -> None:
+    from processor.api.upload import RequestDigest
+    from watcher.records import PartitionSettings
+
+    plain = RequestDigest("k", "application/json")
+    plain.update(b"{}")
+    # The digest a create without flow settings had before they existed.
+    assert plain.settle(PartitionSettings(frozenset({1}), True)) == _old_digest(
+        "k", "application/json", b"{}", [1], True)
+    keyed = RequestDigest("k", "application/json")
+    keyed.update(b"{}")
+    assert keyed.settle(PartitionSettings(frozenset({1}), True, flow_key="a")) != (
+        _old_digest("k", "application/json", b"{}", [1], True))
+    body = {"key": "acme", "items": []}
+    key = {"idempotency-key": "order-1"}
+    assert (await api.put("/v1/partitions/p", json=body, headers=key)).status_code == 201
+    again = await api.put("/v1/partitions/p", json=body, headers=key)
+    assert (again.status_code, again.headers["idempotent-replayed"]) == (201, "true")
+    other = await api.put("/v1/partitions/p", json={**body, "priority": 1}, headers=key)
+    assert other.status_code == 409
+
+
+def _old_digest(idempotency_key: str, media: str, body: bytes, gates: list[int],
+                continues: bool) -> str:
+    """The digest as it was computed before keys, priorities and start times."""
+    import hashlib
+
+    digest = hashlib.sha256(b"statefeed-create/1\n")
+    digest.update(json.dumps([idempotency_key, media]).encode() + b"\n")
+    digest.update(body)
+    digest.update(b"\n" + json.dumps([sorted(gates), continues]).encode())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize(("request_", "status", "field"), [
+    ({"json": {"priority": 11}}, 422, "priority"),
+    ({"json": {"priority": "high"}}, 400, "priority"),
+    ({"json": {"priority": True}}, 400, "priority"),
+    ({"json": {"key": 7}}, 400, "key"),
+    ({"json": {"key": ""}}, 422, "key"),
+    ({"json": {"start_at": "2026-11-26T10:00:00"}}, 422, "start_at"),
+    ({"json": {"start_at": "2999-01-01T00:00:00Z"}}, 422, "start_at"),
+    ({"json": {"start_at": 1700000000}}, 400, "start_at"),
+    ({"params": {"priority": "+1"}}, 400, "priority"),
+    ({"params": {"priority": "-11"}}, 422, "priority"),
+    ({"params": {"start_at": "soon"}}, 422, "start_at"),
+    ({"params": {"key": ""}}, 422, "key"),
+])
+async def test_flow_settings_the_rules_refuse_write_nothing(api, request_, status,
+                                                           field) -> None:
+    if "json" in request_:
+        response = await api.put("/v1/partitions/p", json=request_["json"])
+    else:
+        response = await api.put("/v1/partitions/p", params=request_["params"],
+                                 content=b"", headers=NDJSON)
+    assert (response.status_code, error_of(response)["field"]) == (status, field), response.text
+    await assert_absent(api, "p")
+
+
+async def test_pause_and_resume_a_partition(api, client) -> None:
+    await client.create_partition("p/1", [NewItem("a", b"1")], key="acme")
+    paused = await api.post("/v1/partitions/p%2F1/pause")
+    assert paused.status_code == 200, paused.text
+    assert (paused.json()["paused"], paused.json()["status"]) == (True, "available")
+    info = await client.partition("p/1")
+    assert info.paused_at is not None
+    again = (await api.post("/v1/partitions/p%2F1/pause")).json()
+    assert again["paused"] is False and again["paused_at"] == paused.json()["paused_at"]
+    shown = (await api.get("/v1/partitions/p%2F1")).json()
+    assert (shown["paused"], shown["key"]) == (True, "acme")
+    resumed = (await api.post("/v1/partitions/p%2F1/resume")).json()
+    assert (resumed["resumed"], resumed["paused_at"]) == (True, None)
+    assert (await client.partition("p/1")).paused_at is None
+    assert (await api.post("/v1/partitions/p%2F1/resume")).json()["resumed"] is False
+    missing = await api.post("/v1/partitions/nope/pause")
+    assert (missing.status_code, error_of(missing)["code"]) == (404, "partition_not_found")
+    extra = await api.post("/v1/partitions/p%2F1/pause?now=1")
+    assert extra.status_code == 400
+    assert (await api.get("/v1/partitions/p%2F1/pause")).status_code == 405
 
 
 async def test_bodies_over_their_limits_are_413(api) -> None:

@@ -227,7 +227,8 @@ def test_a_walk_through_every_route_answers_as_documented(
                  media_type="application/json", headers={"Idempotency-Key": "walk-1"})
     assert first.headers["idempotent-replayed"] == ["false"]
     assert first.json() == {"id": "walk/1", "items": 3, "first_gate": 0,
-                            "reduce_gates": [2], "on_item_failure": "continue"}
+                            "reduce_gates": [2], "on_item_failure": "continue",
+                            "key": None, "priority": 0, "start_at": None}
     again = call("PUT", "/v1/partitions/{id}", 201, body=create,
                  media_type="application/json", headers={"Idempotency-Key": "walk-1"})
     assert again.headers["idempotent-replayed"] == ["true"]
@@ -238,6 +239,14 @@ def test_a_walk_through_every_route_answers_as_documented(
 
     partition = call("GET", "/v1/partitions/{id}", 200).json()
     assert partition["counts"] == {"available": 3} and partition["result"] is None
+    assert (partition["key"], partition["priority"], partition["paused"]) == (None, 0, False)
+    paused = call("POST", "/v1/partitions/{id}/pause", 200).json()
+    assert paused["paused"] is True and paused["paused_at"] is not None
+    assert call("POST", "/v1/partitions/{id}/pause", 200).json()["paused"] is False
+    assert call("GET", "/v1/partitions/{id}", 200).json()["paused_at"] == paused["paused_at"]
+    resumed = call("POST", "/v1/partitions/{id}/resume", 200).json()
+    assert (resumed["resumed"], resumed["paused_at"]) == (True, None)
+    assert call("POST", "/v1/partitions/{id}/resume", 200).json()["resumed"] is False
     page = call("GET", "/v1/partitions/{id}/items", 200, query={"limit": 2}).json()
     assert [item["id"] for item in page["items"]] == ["a", "b"]
     assert page["items"][0]["data"] == {"x": [1, 2]}
@@ -269,6 +278,26 @@ def test_a_walk_through_every_route_answers_as_documented(
     call("GET", "/v1/partitions/{id}", 404)
     for bad_id, status in (("x" * 256, 422), ("a%00b", 422), ("%FF", 400)):
         call("GET", "/v1/partitions/{id}", status, path_parameters={"id": bad_id})
+
+    # The flow settings: a key, a priority and a start time (in the JSON body, or the
+    # query of an NDJSON create).
+    flow = {"path_parameters": {"id": "walk%2Fflow"}}
+    made = call("PUT", "/v1/partitions/{id}", 201, media_type="application/json",
+                body={"key": "acme", "priority": -3, "start_at": "2000-01-02T03:04:05+01:00"},
+                **flow).json()
+    assert (made["key"], made["priority"], made["start_at"]) == (
+        "acme", -3, "2000-01-02T02:04:05+00:00")
+    shown = call("GET", "/v1/partitions/{id}", 200, **flow).json()
+    assert (shown["key"], shown["priority"]) == ("acme", -3)
+    call("PUT", "/v1/partitions/{id}", 422, media_type="application/json",
+         body={"priority": 11}, path_parameters={"id": "walk%2Fhigh"})
+    call("PUT", "/v1/partitions/{id}", 422, media_type="application/json",
+         body={"start_at": "2026-11-26T10:00:00"}, path_parameters={"id": "walk%2Fnaive"})
+    lines = call("PUT", "/v1/partitions/{id}", 201, media_type=NDJSON,
+                 body=b'{"id": "x", "data": 1}\n', query={"key": "globex", "priority": 2},
+                 path_parameters={"id": "walk%2Flines"}).json()
+    assert (lines["key"], lines["priority"], lines["start_at"]) == ("globex", 2, None)
+    call("POST", "/v1/partitions/{id}/pause", 404, path_parameters={"id": "walk%2Fnone"})
 
     # A stopped partition with no failed or available item re-opens (it was a 500).
     empty = {"path_parameters": {"id": "walk%2Fempty"}}

@@ -4,6 +4,7 @@ delays are refused with nothing written."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -91,7 +92,7 @@ async def test_a_snooze_calls_again_later_at_the_same_gate_with_no_attempt_used(
     calls = recorder.calls["poll"]
     assert len(calls) == 3
     assert [attempt for _, attempt in calls] == [1, 1, 1]
-    for (before, _), (after, _) in zip(calls, calls[1:], strict=False):
+    for (before, _), (after, _) in itertools.pairwise(calls):
         assert after - before >= timedelta(seconds=0.6)
     [item] = await client.items("p")
     assert item.data == b'{"n": 2}' and item.attempts == 0 and item.last_error is None

@@ -87,9 +87,13 @@ def make_item(**changes: Any) -> WorkItem:
     return WorkItem(**values)
 
 
-def assert_names_item(error: BaseException) -> None:
+def assert_names_no_item(error: BaseException) -> None:
+    """The error is the handler's failure alone: the engine keeps it with the item's row,
+    error history and log fields, which name the partition, item, gate and attempt."""
     text = str(error)
-    assert "partition 'p-1'" in text and "item 'item-1'" in text and "gate 3" in text, text
+    assert text, "an error says what went wrong"
+    for context in ("p-1", "item-1", "gate 3", "attempt"):
+        assert context not in text, (context, text)
 
 
 @pytest.fixture
@@ -215,7 +219,7 @@ async def test_error_answers_are_classified(handler, make_processor, status, bod
         await make_processor(handler.url).process(make_item())
     assert type(caught.value) is error_type
     assert in_message in str(caught.value)
-    assert_names_item(caught.value)
+    assert_names_no_item(caught.value)
 
 
 @pytest.mark.parametrize("status", [429, 503])
@@ -263,7 +267,7 @@ async def test_a_handler_slower_than_request_timeout_is_a_retryable_timeout(
     assert arrived.is_set()
     assert time.monotonic() - started < 5
     assert "request_timeout" in str(caught.value)
-    assert_names_item(caught.value)
+    assert_names_no_item(caught.value)
 
 
 async def test_connection_refused_is_retryable(make_processor):
@@ -271,7 +275,7 @@ async def test_connection_refused_is_retryable(make_processor):
     with pytest.raises(RetryableError) as caught:
         await processor.process(make_item())
     assert "could not connect" in str(caught.value)
-    assert_names_item(caught.value)
+    assert_names_no_item(caught.value)
 
 
 # --------------------------------------------------------------------------- malformed
@@ -295,7 +299,7 @@ async def test_connection_refused_is_retryable(make_processor):
     (b"[" * 100_000, "nested too deeply"),
     (b'{"data": "' + b"x" * 200 + b'"}', "larger than max_response_bytes (100 bytes)"),
 ])
-async def test_malformed_success_answers_are_retryable_errors_naming_the_item(
+async def test_malformed_success_answers_are_retryable_errors_saying_why(
         handler, make_processor, body, in_message):
     handler.reply(200, body)
     processor = make_processor(handler.url, max_response_bytes=100 if b"x" * 200 in body
@@ -304,7 +308,7 @@ async def test_malformed_success_answers_are_retryable_errors_naming_the_item(
         await processor.process(make_item())
     assert in_message in str(caught.value)
     assert "malformed answer" in str(caught.value)
-    assert_names_item(caught.value)
+    assert_names_no_item(caught.value)
 
 
 async def test_an_endless_body_is_cut_off_at_the_limit_without_buffering_it():
@@ -339,7 +343,7 @@ async def test_an_endless_body_is_cut_off_at_the_limit_without_buffering_it():
                 await processor.process(make_item())
             await disconnected.wait()
     assert "larger than max_response_bytes (4096 bytes)" in str(caught.value)
-    assert_names_item(caught.value)
+    assert_names_no_item(caught.value)
     assert sent < 2**32
 
 
@@ -521,7 +525,7 @@ async def test_a_handler_that_always_drops_the_connection_fails_after_one_retry(
     with pytest.raises(RetryableError) as caught:
         await make_processor(url).process(make_item())
     assert raw.requests == 2
-    assert_names_item(caught.value)
+    assert_names_no_item(caught.value)
 
 
 # --------------------------------------------------------------------------- health

@@ -46,6 +46,7 @@ class Asked:
     batches: list[int] = field(default_factory=list)
     apply_calls: int = 0
     pings: int = 0
+    grant_releases: list[str] = field(default_factory=list)
 
 
 class FakeStore(Store):
@@ -113,6 +114,19 @@ class FakeStore(Store):
         self.asked.takes.append(list(rows))
         await asyncio.sleep(self.take_delay)
         return list(rows)
+
+    # -- flow control -------------------------------------------------------------
+
+    async def flow_grants_release(self, owner: str) -> int:
+        """No grants held (the fake has no keyed partitions): answers 0.
+
+        Raises:
+            BaseException: the outage, with ``forever``.
+        """
+        self.asked.grant_releases.append(owner)
+        if self.forever:
+            raise self.outage()
+        return 0
 
     # -- the hot path -----------------------------------------------------------
 

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from watcher.errors import GateError, PartitionExistsError, PartitionLeasedError
+from watcher.error_history import appended
+from watcher.errors import (
+    GateError,
+    KeyNotFoundError,
+    PartitionExistsError,
+    PartitionLeasedError,
+    PartitionNotFoundError,
+)
+from watcher.models import FlowScope
 from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionSettings
 from watcher.reduction import ReduceStep
 from watcher.spawning import SpawnConflictError
@@ -65,7 +74,8 @@ async def drive_every_method(store: Store) -> None:
     # Every shape of guarded item write: with and without new data, with and without delay.
     applied = await store.items_apply([
         ItemWrite("p1", "a", by_id["a"].version, "available", 0, 1, data=b"x",
-                  last_error="boom", retry_delay=0.5),
+                  last_error="boom", retry_delay=0.5,
+                  error_history=appended(None, attempt=1, gate=0, error="boom")),
         ItemWrite("p1", "b", by_id["b"].version, "failed", 0, 1, last_error="no"),
     ], "w1")
     assert applied == [True, True]
@@ -114,6 +124,66 @@ async def drive_every_method(store: Store) -> None:
     await store.items_purge_finished("p7", older_than=0.001, batch=10, after="g")
     await store.partition_create("p9", [NewItem("r", b"")], PartitionSettings(frozenset({0})))
     await store.items_purge_finished("p9", older_than=0.001, batch=10)
+    await _drive_item_lookups(store)
+    await _drive_flow(store)
+
+
+async def _drive_item_lookups(store: Store) -> None:
+    """One item by its key (with its data or without), and an id in every partition."""
+    item = await store.item_get("p1", "a")
+    assert item is not None and item.data == b"y"
+    assert [(entry.attempt, entry.error) for entry in item.error_history] == [(1, "boom")]
+    assert await store.item_get("p1", "a", with_data=False) is not None
+    assert await store.item_get("p1", "no such item") is None
+    with pytest.raises(PartitionNotFoundError):
+        await store.item_get("no such partition", "a")
+    assert {found.partition_id for found in await store.items_find("a", 10)} == {"p1"}
+
+
+async def _drive_flow(store: Store) -> None:
+    """Flow control, each shape once: keyed partitions (by the key's fair-queuing clock,
+    and scheduled), a key's limits, the grants of its in-flight limit, pauses of a key
+    and of the fleet, the rows listed, a rate limit's bucket and a handler's hold."""
+    await store.partition_create("k1", [NewItem("a", b"")],
+                                 PartitionSettings(priority=5, flow_key="tenant"))
+    later = datetime.now(UTC) + timedelta(days=1)
+    await store.partition_create("k2", [NewItem("a", b"")],
+                                 PartitionSettings(flow_key="tenant"), start_at=later)
+    assert "k2" not in {row.id for row in await store.leases_read_free(50)}, "not before its start"
+    await store.flow_key_prepare("tenant")  # it exists already: nothing is written
+    with pytest.raises(KeyNotFoundError):
+        await store.flow_limits_set(FlowScope.KEY, "no such key", max_inflight=1)
+    await store.flow_limits_set(FlowScope.KEY, "tenant", max_inflight=2, rate_limit=5.0)
+    await store.flow_limits_set(FlowScope.HANDLER, "h", rate_limit=1.0, define=True)
+    assert await store.flow_key_limits(["tenant", "k-none"]) == {"tenant": 2}
+    assert await store.flow_key_rates(["tenant", "k-none"]) == {"tenant": 5.0}
+    # Grants: all that is free; none beside it (a row that wants); an even share kept
+    # while another wants (an update); a grant of nothing removed.
+    assert (await store.flow_grant("tenant", "w1", limit=2, wanted=3, in_use=0,
+                                   duration=30)).slots == 2
+    assert (await store.flow_grant("tenant", "w2", limit=2, wanted=1, in_use=0,
+                                   duration=30)).slots == 0
+    shared = await store.flow_grant("tenant", "w1", limit=2, wanted=2, in_use=0, duration=30)
+    assert (shared.slots, shared.target) == (1, 1)
+    await store.flow_grant("tenant", "w1", limit=2, wanted=0, in_use=0, duration=30)
+    assert await store.flow_grants_list("tenant") == [("w2", 0, 1)]
+    assert await store.flow_grants_release("w2") == 1
+    # Pauses: a key (twice: the second changes nothing), the fleet; then resumed.
+    assert await store.flow_pause(FlowScope.KEY, "tenant", True) is True
+    assert await store.flow_pause(FlowScope.KEY, "tenant", True) is False
+    assert await store.flow_pause(FlowScope.FLEET, "", True, define=True) is True
+    assert await store.flow_pause(FlowScope.FLEET, "", False) is True
+    assert await store.flow_pause(FlowScope.KEY, "tenant", False) is True
+    rows = await store.flow_controls_list()
+    assert [(row.scope, row.name) for row in rows] == [("fleet", ""), ("handler", "h"),
+                                                       ("key", "tenant")]
+    assert [row.name for row in await store.flow_controls_list(
+        FlowScope.KEY, limit=10, after=("handler", "h"))] == ["tenant"]
+    # A rate limit's bucket, and a handler's hold (its Retry-After).
+    assert 0 <= await store.flow_tokens_claim(FlowScope.KEY, "tenant", rate=5.0, want=3) <= 3
+    await store.flow_block(FlowScope.HANDLER, "h", 60.0)
+    assert 0 < await store.flow_blocked_for(FlowScope.HANDLER, "h") <= 60
+    assert await store.flow_blocked_for(FlowScope.HANDLER, "no such handler") == 0
 
 
 
@@ -124,7 +194,9 @@ async def _drive_reduce_methods(store: Store) -> None:
                                  PartitionSettings(frozenset({0}), continue_on_failure=True))
     free = [row for row in await store.leases_read_free(10) if row.id == "p3"]
     [lease] = await store.leases_take(free, "w1", 30)
-    assert lease.settings == PartitionSettings(frozenset({0}), continue_on_failure=True)
+    # Its settings as created (the lease also carries its queue place, rank_at).
+    assert (lease.settings.reduce_gates, lease.settings.continue_on_failure) == (
+        frozenset({0}), True)
     state = await store.reduce_state_read("p3")
     assert state is not None and state.pass_ is None
     entries = await store.reduce_entries("p3", 0, after=None, limit=10, include_failed=True)

@@ -103,7 +103,7 @@ def test_a_new_item_on_the_wire_carries_not_before() -> None:
     item = parse_new_item({"id": "a", "data": 1, "not_before": "2026-11-26T13:00:00+01:00"},
                           "line 1: ")
     assert item.not_before == NOW
-    with pytest.raises(MalformedResponseError, match="line 1: 'not_before'.*no offset"):
+    with pytest.raises(MalformedResponseError, match=r"line 1: 'not_before'.*no offset"):
         parse_new_item({"id": "a", "data": 1, "not_before": "2026-11-26T13:00:00"}, "line 1: ")
 
 
@@ -122,3 +122,15 @@ def test_the_sdk_sends_snooze_and_refuses_it_with_done_or_gate() -> None:
         HandlerResult(snooze=0)
     with pytest.raises(TypeError, match="number of seconds"):
         HandlerResult(snooze="3")  # type: ignore[arg-type]
+
+
+def test_a_processor_caps_snoozes_at_its_shortest_retention_period() -> None:
+    from types import SimpleNamespace
+
+    from processor.cli.serve import snooze_cap
+
+    assert snooze_cap(None) == MAX_SNOOZE_SECONDS
+    assert snooze_cap(SimpleNamespace(older_than=3600.0, items_older_than=None)) == 3600.0
+    assert snooze_cap(SimpleNamespace(older_than=None, items_older_than=60.0)) == 60.0
+    assert snooze_cap(SimpleNamespace(older_than=30 * 86400.0,
+                                      items_older_than=None)) == MAX_SNOOZE_SECONDS

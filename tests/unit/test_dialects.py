@@ -311,8 +311,8 @@ def test_sql_server_batch_write_renders_as_t_sql(tmp_path) -> None:
     assert f"OUTPUT inserted.partition_id, inserted.id FROM {PREFIX}items, OPENJSON(" in sql
     assert ("WITH (pid NVARCHAR(255) '$[0]', iid NVARCHAR(255) '$[1]', seen BIGINT '$[2]', "
             "status NVARCHAR(16) '$[3]', gate BIGINT '$[4]', attempts BIGINT '$[5]', "
-            "error NVARCHAR(max) '$[6]', data VARCHAR(max) '$[7]', delay FLOAT '$[8]') AS v"
-            ) in sql
+            "error NVARCHAR(max) '$[6]', data VARCHAR(max) '$[7]', delay FLOAT '$[8]', "
+            "history NVARCHAR(max) '$[9]') AS v") in sql
     # The guard: key and version per row, compared in the ids' own collation; the fence.
     collated = "(v.{} COLLATE Latin1_General_100_BIN2)"
     assert (f"WHERE {PREFIX}items.partition_id = {collated.format('pid')} AND {PREFIX}items.id = "
@@ -323,7 +323,10 @@ def test_sql_server_batch_write_renders_as_t_sql(tmp_path) -> None:
     assert f"data=coalesce(convert(VARBINARY(max), v.data, 2), {PREFIX}items.data)" in sql
     assert "DATEADD(second, CAST(FLOOR(v.delay) AS INT), " in sql
     assert not re.search(r"\bLIMIT\b|\bRETURNING\b|strftime|UTC_TIMESTAMP", sql), sql
-    assert sql.count("SYSUTCDATETIME()") == sql.count(MSSQL_CLOCK) == 4
+    # The error history's new entry is stamped by the same clock (the fifth reading).
+    assert (f"error_history=coalesce(replace(v.history, '{{\"at\":null,', '{{\"at\":\"' + "
+            f"CAST({MSSQL_CLOCK} AS NVARCHAR(40)) + '\",'), {PREFIX}items.error_history)") in sql
+    assert sql.count("SYSUTCDATETIME()") == sql.count(MSSQL_CLOCK) == 5
 
 
 async def test_sql_server_batch_write_sends_one_statement_and_reads_its_output(
@@ -349,14 +352,15 @@ async def test_sql_server_batch_write_sends_one_statement_and_reads_its_output(
     writes = [ItemWrite("p", "a", 3, "complete", 0, attempts=1),
               ItemWrite("p", "b", 4, "available", 2, attempts=0, data=b"\x00\xff",
                         retry_delay=1.5),
-              ItemWrite("q", "a", 1, "failed", 0, attempts=5, last_error="boom")]
+              ItemWrite("q", "a", 1, "failed", 0, attempts=5, last_error="boom",
+                        error_history='[{"e":"boom"}]')]
     assert await driver.items_apply(writes, "me") == [False, True, True]
     ((statement, params),) = sent
     assert statement is driver.batch_statement and params["owner"] == "me"
     assert json.loads(params["rows"]) == [
-        ["p", "a", 3, "complete", 0, 1, None, None, 0.0],
-        ["p", "b", 4, "available", 2, 0, None, "00ff", 1.5],
-        ["q", "a", 1, "failed", 0, 5, "boom", None, 0.0]]
+        ["p", "a", 3, "complete", 0, 1, None, None, 0.0, None],
+        ["p", "b", 4, "available", 2, 0, None, "00ff", 1.5, None],
+        ["q", "a", 1, "failed", 0, 5, "boom", None, 0.0, '[{"e":"boom"}]']]
     compiled = statement.compile(dialect=MSDialect_pymssql(paramstyle="pyformat"))
     assert set(params) <= set(compiled.params)
 
@@ -374,5 +378,10 @@ def test_mysql_batch_write_renders_with_json_table(dialect: Dialect, tmp_path) -
     assert (f"WHERE {PREFIX}items.partition_id = v.pid AND {PREFIX}items.id = v.iid AND "
             f"{PREFIX}items.version = v.seen AND (EXISTS (") in sql
     assert f"{PREFIX}items.data=coalesce(from_base64(v.data), {PREFIX}items.data)" in sql
-    assert "RETURNING" not in sql and sql.count("UTC_TIMESTAMP(6)") == sql.count(
-        MYSQL_CLOCK.replace("%s", "%(clock_now)s")) == 4
+    clock = MYSQL_CLOCK.replace("%s", "%(clock_now)s")
+    assert "history LONGTEXT CHARACTER SET utf8mb4 PATH '$[9]'" in sql
+    history = dialect.identifier_preparer.quote("history")  # a reserved word on MariaDB
+    assert (f"{PREFIX}items.error_history=coalesce(replace(v.{history}, '{{\"at\":null,', "
+            f"concat('{{\"at\":\"', CAST({clock} AS CHAR(40)), '\",')), "
+            f"{PREFIX}items.error_history)") in sql
+    assert "RETURNING" not in sql and sql.count("UTC_TIMESTAMP(6)") == sql.count(clock) == 5

@@ -130,6 +130,8 @@ def test_every_metric_is_documented_with_its_labels() -> None:
     hooks.reduce_outcome("p", 1, "all", "applied", 0.1)
     hooks.lease_acquired("p", stolen_from=None)
     hooks.partition_closed("p", "complete")
+    hooks.key_grant("acme", 1, 2, 4)
+    hooks.flow_controls([])
     labels: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(hooks.render().decode()):
         name = f"{family.name}_total" if family.type == "counter" else family.name

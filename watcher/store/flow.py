@@ -17,6 +17,7 @@ from sqlalchemy import case, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from watcher.buckets import claim, refill
 from watcher.drivers.sql import time_plus
 from watcher.errors import KeyNotFoundError
 from watcher.fairness import FAIR_SPACING, started_at
@@ -125,12 +126,17 @@ class FlowStore(StoreBase):
             return bool(touched.rowcount == 1)
 
     async def flow_controls_list(self, scope: FlowScope | None = None, *, limit: int = 1000,
-                                 after: tuple[str, str] | None = None) -> list[FlowControlInfo]:
-        """The flow-control rows (of ``scope``), by scope and name, a page at a time
-        (``after`` is the last row's scope and name)."""
+                                 after: tuple[str, str] | None = None,
+                                 set_only: bool = False) -> list[FlowControlInfo]:
+        """The flow-control rows (of ``scope``; with ``set_only``, only those with a limit,
+        a pause or a block set), by scope and name, a page at a time (``after`` is the
+        last row's scope and name)."""
         c = self.tables.flow_controls
         query = select(c.c.scope, c.c.name, c.c.max_inflight, c.c.rate_limit, c.c.paused_at,
                        c.c.blocked_until)
+        if set_only:
+            query = query.where(c.c.max_inflight.is_not(None) | c.c.rate_limit.is_not(None)
+                                | c.c.paused_at.is_not(None) | c.c.blocked_until.is_not(None))
         if scope is not None:
             query = query.where(c.c.scope == scope.value)
         if after is not None:
@@ -196,6 +202,20 @@ class FlowStore(StoreBase):
         async with self._write() as conn:
             return int((await conn.execute(delete(g).where(g.c.owner == owner))).rowcount)
 
+    async def flow_grants_live(self, limit: int = 10_000) -> dict[str, list[tuple[str, int, int]]]:
+        """Every key's live grants, ``key -> [(owner, slots, wanted)]``, in one read of at
+        most ``limit`` grants, by key and owner."""
+        g = self.tables.flow_grants
+        grants: dict[str, list[tuple[str, int, int]]] = {}
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(g.c.name, g.c.owner, g.c.slots, g.c.wanted)
+                .where(g.c.scope == FlowScope.KEY.value, g.c.until > self.statements.now)
+                .order_by(g.c.name, g.c.owner).limit(limit))
+            for name, owner, slots, wanted in rows:
+                grants.setdefault(name, []).append((owner, slots, wanted))
+        return grants
+
     async def flow_grants_list(self, key: str) -> list[tuple[str, int, int]]:
         """The live grants of key ``key``: (owner, slots, wanted), by owner."""
         g = self.tables.flow_grants
@@ -205,3 +225,62 @@ class FlowStore(StoreBase):
                 .where(g.c.scope == FlowScope.KEY.value, g.c.name == key,
                        g.c.until > self.statements.now).order_by(g.c.owner))
             return [(owner, slots, wanted) for owner, slots, wanted in rows]
+
+    async def flow_key_rates(self, keys: Sequence[str]) -> dict[str, float]:
+        """The rate limits operators set for ``keys`` (keys with none are left out)."""
+        c = self.tables.flow_controls
+        rates: dict[str, float] = {}
+        async with self._read() as conn:
+            for chunk in chunks(list(keys), IN_CHUNK):
+                rows = await conn.execute(
+                    select(c.c.name, c.c.rate_limit).where(
+                        c.c.scope == FlowScope.KEY.value, c.c.name.in_(chunk),
+                        c.c.rate_limit.is_not(None)))
+                rates.update({name: float(rate) for name, rate in rows})
+        return rates
+
+    async def flow_tokens_claim(self, scope: FlowScope, name: str, *, rate: float,
+                                want: int) -> int:
+        """Take up to ``want`` tokens (whole calls) from the bucket of ``scope``/``name``
+        at ``rate`` calls per second, refilled by the database clock
+        (:func:`watcher.rate_limits.refill`), in one transaction that holds its row
+        locked. Returns the tokens taken (maybe 0)."""
+        await self._flow_row(scope, name)
+        c = self.tables.flow_controls
+        now = self.statements.now
+        where = (c.c.scope == scope.value, c.c.name == name)
+        async with self._write() as conn:
+            await conn.execute(update(c).where(*where).values(version=c.c.version + 1))
+            row = (await conn.execute(
+                select(c.c.tokens, c.c.refilled_at, now.label("now")).where(*where))).one()
+            elapsed = (0.0 if row.refilled_at is None
+                       else (row.now - row.refilled_at).total_seconds())
+            available = refill(row.tokens, elapsed, rate)
+            taken = claim(available, want)
+            await conn.execute(update(c).where(*where).values(
+                tokens=available - taken, refilled_at=row.now))
+        return taken
+
+    async def flow_block(self, scope: FlowScope, name: str, seconds: float) -> None:
+        """Hold every call of ``scope``/``name`` for ``seconds`` from now by the database
+        clock (a handler's ``Retry-After``); a hold already reaching further stays."""
+        await self._flow_row(scope, name)
+        c = self.tables.flow_controls
+        until = time_plus(self.statements.now, seconds)
+        async with self._write() as conn:
+            await conn.execute(update(c).where(
+                c.c.scope == scope.value, c.c.name == name,
+                (c.c.blocked_until.is_(None)) | (c.c.blocked_until < until))
+                .values(blocked_until=until, version=c.c.version + 1,
+                        updated_at=self.statements.now))
+
+    async def flow_blocked_for(self, scope: FlowScope, name: str) -> float:
+        """Seconds left of the hold on ``scope``/``name`` by the database clock (0: none)."""
+        c = self.tables.flow_controls
+        async with self._read() as conn:
+            row = (await conn.execute(
+                select(c.c.blocked_until, self.statements.now.label("now"))
+                .where(c.c.scope == scope.value, c.c.name == name))).first()
+        if row is None or row.blocked_until is None:
+            return 0.0
+        return max(0.0, (row.blocked_until - row.now).total_seconds())

@@ -61,7 +61,7 @@ def _key() -> sa.types.TypeEngine[Any]:
 def upgrade() -> None:
     prefix = context.config.attributes.get("table_prefix", "")
     table = f"{prefix}partitions"
-    options = {f"{name}_{option}": value for name in MYSQL
+    options: dict[str, Any] = {f"{name}_{option}": value for name in MYSQL
                for option, value in (("engine", "InnoDB"), ("charset", "utf8mb4"))}
     op.add_column(table, sa.Column("flow_key", _key(), nullable=False,
                                    server_default=sa.text("''")))

@@ -1,0 +1,32 @@
+"""Reading the console's POSTed forms, and the redirect that follows an action."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse
+
+# A form is an id and a token: a larger body is refused unread.
+MAX_FORM_BYTES = 16_384
+
+
+def see_other(location: str) -> RedirectResponse:
+    """303 to ``location``: the browser GETs the page an action leads to."""
+    return RedirectResponse(location, status_code=303)
+
+
+async def read_form(request: Request) -> dict[str, str] | None:
+    """A urlencoded form body of at most :data:`MAX_FORM_BYTES`, or ``None``."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != \
+            "application/x-www-form-urlencoded":
+        return None
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    try:
+        return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+    except (UnicodeDecodeError, ValueError):
+        return None

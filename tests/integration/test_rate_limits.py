@@ -1,0 +1,165 @@
+"""Fleet-wide rate limits and Retry-After holds on real databases: several processors
+together keep to a handler's rate and to a key's; a handler's 429 with Retry-After holds
+every processor's calls until then, and the item that met it loses no attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from processor import AsyncClient, NewItem
+from processor.http_config import HttpProcessorConfig
+from processor.http_processor import HttpProcessor
+from tests.support.engine import running, wait_until
+from tests.support.servers import read_body, send_json, serve_app
+from watcher import Result, ThrottledError, Watcher, WatcherConfig, WorkItem
+from watcher.errors import InvalidInputError
+from watcher.store import Store
+
+FAST = {"poll_interval": 0.05, "lease_duration": 1.5, "retry_backoff": 0.05,
+        "retry_backoff_max": 0.2}
+
+
+@pytest.fixture
+async def client(db_url: str, table_prefix: str) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(db_url, table_prefix) as opened:
+        yield opened
+
+
+class Stamps:
+    """A processor that notes when each call starts (monotonic) and completes the item."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.by_partition: dict[str, list[float]] = {}
+
+    async def __call__(self, item: WorkItem) -> Result:
+        now = time.monotonic()
+        self.starts.append(now)
+        self.by_partition.setdefault(item.partition_id, []).append(now)
+        return Result(done=True)
+
+
+def steady_rate(starts: list[float], skip: float = 0.5) -> float:
+    """Calls per second after the first ``skip`` seconds (the burst and the start)."""
+    first = min(starts) + skip
+    later = sorted(start for start in starts if start >= first)
+    return (len(later) - 1) / (later[-1] - later[0])
+
+
+async def test_a_handler_rate_holds_across_three_processors(
+        client: AsyncClient, make_store: Callable[..., Store]) -> None:
+    for n in range(6):
+        await client.create_partition(f"p{n}", [NewItem(f"i{m}", b"{}") for m in range(60)])
+    stamps = Stamps()
+    watchers = [Watcher(make_store(), stamps,
+                        WatcherConfig(**FAST, owner_id=f"w{n}", rate_limit=40.0))
+                for n in range(3)]
+    async with running(*watchers):
+        await wait_until(lambda: len(stamps.starts) >= 150, timeout=30,
+                         message="150 rate-limited calls")
+    rate = steady_rate(stamps.starts)
+    assert 40 * 0.85 <= rate <= 40 * 1.1, rate
+
+
+async def test_a_key_rate_limits_that_key_only(
+        client: AsyncClient, store: Store) -> None:
+    await client.create_partition("slow-1", [NewItem(f"i{m}", b"{}") for m in range(40)],
+                                  key="slow")
+    await client.create_partition("fast-1", [NewItem(f"i{m}", b"{}") for m in range(200)],
+                                  key="fast")
+    await client.set_key_rate("slow", 10.0)
+    stamps = Stamps()
+    async with running(Watcher(store, stamps, WatcherConfig(**FAST))):
+        assert (await client.wait("fast-1", timeout=30)).status == "complete"
+        assert (await client.wait("slow-1", timeout=30)).status == "complete"
+    assert steady_rate(stamps.by_partition["slow-1"]) <= 10 * 1.15
+    assert steady_rate(stamps.by_partition["fast-1"], skip=0.0) > 30  # not held to it
+
+
+async def test_a_throttled_item_loses_no_attempt_and_holds_the_processor(
+        client: AsyncClient, store: Store) -> None:
+    await client.create_partition("p", [NewItem(f"i{m}", b"{}") for m in range(20)])
+    starts: list[tuple[str, float, int]] = []
+
+    async def once_throttled(item: WorkItem) -> Result:
+        starts.append((item.id, time.monotonic(), item.attempt))
+        if len(starts) == 1:
+            raise ThrottledError("slow down", retry_after=1.0)
+        return Result(done=True)
+
+    config = WatcherConfig(**FAST, concurrency=1, max_retries=0)
+    async with running(Watcher(store, once_throttled, config)):
+        info = await client.wait("p", timeout=30)
+    assert info.status == "complete"  # with no retries allowed, an attempt lost would fail it
+    first_id, first_at, _ = starts[0]
+    second_at = starts[1][1]
+    assert second_at - first_at >= 0.9  # every call waited out the hold
+    again = [attempt for item_id, _, attempt in starts[1:] if item_id == first_id]
+    assert again == [1]
+
+
+def throttling_handler(seconds: int, first: int) -> tuple[Any, list[float]]:
+    """An HTTP handler that answers 429 with Retry-After to its first ``first`` calls,
+    then completes every item; it notes when each call arrives."""
+    arrivals: list[float] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await read_body(receive)
+        arrivals.append(time.monotonic())
+        if len(arrivals) <= first:
+            await send_json(send, 429, {"error": {"message": "too many requests"}},
+                            headers=[("retry-after", str(seconds))])
+            return
+        await send_json(send, 200, {"done": True})
+
+    return app, arrivals
+
+
+async def test_a_retry_after_holds_every_processors_calls_fleet_wide(
+        client: AsyncClient, make_store: Callable[..., Store]) -> None:
+    for n in range(4):
+        await client.create_partition(f"p{n}", [NewItem(f"i{m}", b"{}") for m in range(30)])
+    app, arrivals = throttling_handler(seconds=2, first=1)
+    async with serve_app(app) as url:
+        processors = [HttpProcessor(HttpProcessorConfig(handler_url=url)) for _ in range(3)]
+        watchers = [Watcher(make_store(), processor,
+                            WatcherConfig(**FAST, owner_id=f"w{n}", handler_name=url,
+                                          max_retries=0))
+                    for n, processor in enumerate(processors)]
+        try:
+            async with running(*watchers):
+                for n in range(4):
+                    assert (await client.wait(f"p{n}", timeout=30)).status == "complete"
+        finally:
+            await asyncio.gather(*(processor.aclose() for processor in processors))
+    throttled_at = arrivals[0]
+    # Calls already on the wire when the 429 came back may land just after it; once the
+    # hold reaches the fleet (a poll), nothing reaches the handler until it ends.
+    slack = 4 * FAST["poll_interval"] + 0.2
+    during = [at for at in arrivals[1:] if throttled_at + slack < at < throttled_at + 1.9]
+    assert during == []
+    controls = await client.flow_controls("handler")
+    assert [control.name for control in controls] == [url]
+
+
+@pytest.mark.parametrize("rate", [0, -1.0, 20_000.0, float("nan"), "5"])
+async def test_a_rate_out_of_range_is_refused(client: AsyncClient, rate: object) -> None:
+    await client.create_partition("p", [NewItem("i", b"{}")], key="k")
+    with pytest.raises(InvalidInputError, match="calls per second"):
+        await client.set_key_rate("k", rate)  # type: ignore[arg-type]
+    assert await client.flow_controls() == []
+
+
+def test_a_processor_rate_out_of_range_is_a_config_error() -> None:
+    from watcher.errors import ConfigError
+
+    for rate in (0.0, 50_000.0):
+        with pytest.raises(ConfigError, match="rate limit"):
+            WatcherConfig(rate_limit=rate)

@@ -1,0 +1,170 @@
+"""The pure parts of flow control: grants of a key's limit, token buckets, which free
+partitions a lease scan takes, the order of turns at freed slots, priority ranks and a
+partition's flow slots."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import datetime, timedelta
+
+import pytest
+
+from watcher.buckets import BURST_SECONDS, claim, refill
+from watcher.decisions import pick_free
+from watcher.fairness import FAIR_SPACING, started_at
+from watcher.flow import FlowSlots
+from watcher.key_limits import GrantDecision, KeyPool, OtherGrant, decide_grant
+from watcher.priority import AGING_STEP, priority_problem, rank_at, starvation_bound
+from watcher.rate_limits import TokenPool
+from watcher.models import FlowScope
+from watcher.slots import SlotPool
+
+
+@pytest.mark.parametrize(("limit", "wanted", "in_use", "others", "expected"), [
+    # alone: what it wants, within the limit
+    (4, 3, 0, [], GrantDecision(3, 3)),
+    (4, 9, 0, [], GrantDecision(4, 4)),
+    # what the others hold is not free
+    (4, 4, 0, [OtherGrant(3, 3)], GrantDecision(1, 1)),
+    (4, 4, 0, [OtherGrant(4, 4)], GrantDecision(0, 0)),
+    # never below the calls in flight
+    (4, 0, 2, [OtherGrant(2, 2)], GrantDecision(2, 2)),
+    # another wants more than it holds: keep an even share, give the rest back
+    (4, 4, 4, [OtherGrant(0, 4)], GrantDecision(4, 2)),
+    (4, 4, 1, [OtherGrant(0, 4)], GrantDecision(2, 2)),
+    (6, 6, 0, [OtherGrant(0, 6), OtherGrant(0, 6)], GrantDecision(2, 2)),
+])
+def test_decide_grant(limit: int, wanted: int, in_use: int, others: list[OtherGrant],
+                      expected: GrantDecision) -> None:
+    assert decide_grant(limit, wanted, in_use, others) == expected
+
+
+def test_grants_decided_one_after_another_never_exceed_the_limit() -> None:
+    """Three processors asking in turn, with calls starting and ending at random: the
+    grants' sum (slots each holds) stays within the limit at every step."""
+    rng = random.Random(7)
+    limit = 5
+    slots = [0, 0, 0]
+    in_use = [0, 0, 0]
+    wanted = [0, 0, 0]
+    for _ in range(2000):
+        me = rng.randrange(3)
+        # calls within its grant (and the share it may use) start or end
+        in_use[me] = rng.randint(0, slots[me])
+        wanted[me] = rng.randint(0, limit + 2)
+        others = [OtherGrant(slots[n], wanted[n]) for n in range(3) if n != me]
+        decision = decide_grant(limit, min(wanted[me], limit), in_use[me], others)
+        slots[me] = decision.slots
+        assert sum(slots) <= limit, slots
+        assert decision.target <= decision.slots
+
+
+def test_a_key_pool_lets_nothing_by_until_its_limit_is_known_and_only_its_share() -> None:
+    pool = KeyPool("k", asyncio.Event())
+    assert pool.take(3, now=0.0) == 0 and pool.unmet == 3 and pool.wanted_grant.is_set()
+    pool.granted_now(4, GrantDecision(slots=4, target=2), expires_at=10.0)
+    assert pool.take(3, now=1.0) == 2
+    assert pool.free(now=1.0) == 0
+    pool.give_back(1)
+    assert pool.free(now=1.0) == 1
+    assert pool.free(now=10.0) == 0  # the grant lapsed: nothing more
+
+
+def test_a_frozen_key_pool_starts_no_call_the_grant_being_written_may_not_cover() -> None:
+    pool = KeyPool("k", asyncio.Event())
+    pool.granted_now(4, GrantDecision(4, 4), expires_at=10.0)
+    pool.take(1, now=0.0)
+    assert pool.freeze() == 1
+    assert pool.take(2, now=0.0) == 0
+    pool.granted_now(4, GrantDecision(3, 3), expires_at=10.0)
+    assert pool.take(5, now=0.0) == 2
+
+
+@pytest.mark.parametrize(("tokens", "elapsed", "rate", "expected"), [
+    (None, 0.0, 10.0, 0.0),  # a new bucket starts empty
+    (0.0, 0.1, 10.0, 1.0),
+    (0.0, 100.0, 10.0, 10.0 * BURST_SECONDS),  # capped at the burst
+    (0.0, 100.0, 0.5, 1.0),  # a burst is at least one call
+    (2.0, -5.0, 10.0, 2.0),  # a clock step back adds nothing
+])
+def test_refill(tokens: float | None, elapsed: float, rate: float, expected: float) -> None:
+    assert refill(tokens, elapsed, rate) == pytest.approx(expected)
+
+
+def test_claims_take_whole_calls() -> None:
+    assert claim(2.7, 5) == 2
+    assert claim(9.0, 5) == 5
+    assert claim(0.4, 5) == 0
+
+
+def test_tokens_lapse_and_a_hold_stops_every_call() -> None:
+    demand = asyncio.Event()
+    pool = TokenPool(FlowScope.HANDLER, "h", demand)
+    pool.rate = 10.0
+    pool.claimed(3, now=0.0)
+    assert pool.take(5, now=0.1) == 3 and pool.unmet == 2 and demand.is_set()
+    pool.claimed(3, now=1.0)
+    assert pool.free(now=5.0) == 0  # unused tokens lapse
+    pool.rate = None
+    pool.block(until=3.0)
+    assert pool.take(1, now=2.0) == 0 and pool.held == 1
+    assert pool.unblock_due(now=3.0) and pool.take(1, now=3.0) == 1
+
+
+def test_flow_slots_take_what_every_gate_allows_and_return_the_rest() -> None:
+    shared = SlotPool(8)
+    key = KeyPool("k", asyncio.Event())
+    key.granted_now(4, GrantDecision(2, 2), expires_at=100.0)
+    tokens = TokenPool(FlowScope.KEY, "k", asyncio.Event())
+    tokens.rate = 5.0
+    tokens.claimed(5, now=0.0)
+    slots = FlowSlots(shared, [tokens, key], clock=lambda: 0.1)
+    assert slots.take(6) == 2
+    assert (shared.in_use, key.in_use, tokens.tokens) == (2, 2, 3)  # 3 tokens came back
+    slots.give_back(2)
+    assert (shared.in_use, key.in_use, tokens.tokens) == (0, 0, 3)  # tokens are spent
+
+
+def test_pick_free_always_takes_the_head_of_the_queue() -> None:
+    rng = random.Random(1)
+    queue = list(range(64))
+    for _ in range(50):
+        picked = pick_free(queue, 3, rng)
+        assert picked[0] == 0 and len(set(picked)) == 3 and max(picked) < 6
+    assert pick_free(queue, 0, rng) == [] and pick_free([], 3, rng) == []
+
+
+async def test_turns_at_freed_slots_go_by_queue_order_then_arrival() -> None:
+    pool = SlotPool(4)
+    pool.take(4)
+    late, early, same_a, same_b = (asyncio.Event() for _ in range(4))
+    pool.notify_when_free(late, order=30.0)
+    pool.notify_when_free(same_a, order=10.0)
+    pool.notify_when_free(early, order=5.0)
+    pool.notify_when_free(same_b, order=10.0)
+    woken = []
+    for _ in range(4):
+        pool.give_back(1)  # one free is a quarter: a turn each time
+        event = next(e for e in (late, early, same_a, same_b) if e.is_set() and e not in woken)
+        woken.append(event)
+        event.clear()
+        pool.take(1)
+        pool.pass_turn()
+    assert woken == [early, same_a, same_b, late]
+
+
+def test_priority_ranks_and_the_stated_bound() -> None:
+    start = datetime(2026, 11, 26, 12, 0)
+    assert rank_at(start, 2) == start - 2 * AGING_STEP
+    assert rank_at(start, -1) == start + AGING_STEP
+    assert starvation_bound(-10, 10) == 20 * AGING_STEP
+    assert starvation_bound(5, 1) == timedelta(0)
+    assert priority_problem(10) is None and priority_problem(-10) is None
+    for bad in (11, -11, 1.0, True, "1"):
+        assert priority_problem(bad) is not None
+
+
+def test_a_keys_clock_hands_out_the_start_before_it() -> None:
+    moved = datetime(2026, 11, 26, 12, 0, 5)
+    assert started_at(moved) == moved - FAIR_SPACING

@@ -1,0 +1,132 @@
+"""Flow control at one processor: the limits a partition's calls pass through.
+
+Every call needs a slot of the processor's pool (``--concurrency``) and passes
+the *gates* of its flow controls: the handler's token pool (its rate limit and
+its ``Retry-After`` holds) and, for a keyed partition, its key's in-flight pool
+(:mod:`watcher.key_limits`) and token pool (:mod:`watcher.rate_limits`).
+:class:`FlowSlots` puts them together behind the interface the supervisor uses
+for slots (:class:`watcher.slots.Slots`), so dispatch itself does not change;
+:class:`FlowControl` owns the gates and the loops that keep them in step with
+the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from watcher.config import WatcherConfig
+from watcher.hooks import Hooks, SafeHooks
+from watcher.key_grants import KeyLimiter
+from watcher.rate_limits import RateLimiter
+from watcher.records import PartitionSettings
+from watcher.slots import SlotPool, Slots
+from watcher.store import Store
+
+
+class Gate(Protocol):
+    """One limit a call passes: slots in flight, or tokens."""
+
+    def free(self, now: float) -> int: ...
+    def take(self, wanted: int, now: float) -> int: ...
+    def untake(self, count: int) -> None: ...
+    def give_back(self, count: int) -> None: ...
+    def notify_when_free(self, event: asyncio.Event) -> None: ...
+    def leave(self, event: asyncio.Event) -> None: ...
+
+
+class FlowSlots:
+    """A partition's slots: the processor's pool, and every gate of its flow controls.
+    A call is made only when all of them let it through."""
+
+    def __init__(self, shared: SlotPool, gates: Sequence[Gate],
+                 clock: Callable[[], float]) -> None:
+        self.shared = shared
+        self.gates = tuple(gates)
+        self._now = clock
+
+    @property
+    def refill_at(self) -> int:
+        return self.shared.refill_at
+
+    @property
+    def in_use(self) -> int:
+        return self.shared.in_use
+
+    @property
+    def free(self) -> int:
+        now = self._now()
+        return min(self.shared.free, *(gate.free(now) for gate in self.gates))
+
+    def take(self, wanted: int) -> int:
+        now = self._now()
+        allowed = min(wanted, self.shared.free)
+        passed: list[Gate] = []
+        for gate in self.gates:
+            got = gate.take(allowed, now)
+            if got < allowed:
+                for earlier in passed:
+                    earlier.untake(allowed - got)
+                allowed = got
+            passed.append(gate)
+        return self.shared.take(allowed)
+
+    def give_back(self, count: int = 1) -> None:
+        for gate in self.gates:
+            gate.give_back(count)
+        self.shared.give_back(count)
+
+    def notify_when_free(self, event: asyncio.Event, order: float = 0.0) -> None:
+        now = self._now()
+        for gate in self.gates:
+            if gate.free(now) == 0:
+                gate.notify_when_free(event)
+                return
+        self.shared.notify_when_free(event, order)
+
+    def pass_turn(self) -> None:
+        self.shared.pass_turn()
+
+    def leave(self, event: asyncio.Event) -> None:
+        for gate in self.gates:
+            gate.leave(event)
+        self.shared.leave(event)
+
+    def calls_started(self, count: int) -> None:
+        self.shared.calls_started(count)
+
+    def calls_ended(self, count: int) -> None:
+        self.shared.calls_ended(count)
+
+
+class FlowControl:
+    """The flow controls of one processor: its key pools and token pools, and the loops
+    that keep them in step with the database."""
+
+    def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks | SafeHooks,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.keys = KeyLimiter(store, config, hooks, clock)
+        self.rates = RateLimiter(store, config, hooks, clock)
+        self._clock = clock
+
+    def slots_for(self, settings: PartitionSettings, shared: SlotPool) -> Slots:
+        """The slots a partition with ``settings`` dispatches in."""
+        gates: list[Gate] = [self.rates.handler]
+        key = settings.flow_key
+        if key:
+            gates += [self.keys.pool(key), self.rates.key_pool(key)]
+        return FlowSlots(shared, gates, self._clock)
+
+    def throttled(self, seconds: float) -> None:
+        """The handler answered ``Retry-After: seconds``: hold its calls, fleet-wide."""
+        self.rates.throttled(seconds)
+
+    async def run(self, held_keys: Callable[[], Iterable[str]]) -> None:
+        """Keep grants and tokens in step until cancelled."""
+        await asyncio.gather(self.keys.run(held_keys), self.rates.run(held_keys))
+
+    async def release(self) -> None:
+        """Give back what this processor holds (it stops)."""
+        await self.keys.release()
