@@ -16,8 +16,10 @@ next to it). Without ``--db`` the database is PostgreSQL
     .venv/bin/python -m bench --db sqlite --db mariadb --only library --only http
 
 Scenarios: library (in-process watcher vs PGQueuer; on SQLite vs the raw sqlite3
-limit), small (2,000 partitions of 20 items vs the same items in 10 partitions, and
-the CPU each partition costs), http (processor run vs bare httpx and aiohttp
+limit), flow (the same drain with no keys, one key, one key with an in-flight limit
+of 16, and a rate-limited key per partition: what flow control costs), small (2,000
+partitions of 20 items vs the same items in 10 partitions, and the CPU each
+partition costs), http (processor run vs bare httpx and aiohttp
 clients), batch (--handler-batch-size), spawn (children inserted through answers vs
 the client's add_items), ingest (a partition created through ``processor api``,
 NDJSON streamed and one JSON body, vs the client's create_partition), latency
@@ -39,8 +41,8 @@ items; a figure a busy machine does not move).
 Databases (``--db``, repeatable; ``all`` = sqlite, postgres, mariadb): SQLite is a
 fresh file in the run's log directory, MariaDB the server at
 ``$PROCESSOR_BENCH_MARIADB_URL`` (default ``mysql://root@127.0.0.1:3306/test``).
-library, small, instructions, http, batch, spawn, ingest, latency and scale run on
-each; failover, fanin, reduce, chord, crawl and fleet on PostgreSQL only (reported
+library, flow, small, instructions, http, batch, spawn, ingest, latency and scale run
+on each; failover, fanin, reduce, chord, crawl and fleet on PostgreSQL only (reported
 as not run on the others), and so does PGQueuer within library; on databases without
 LISTEN/NOTIFY the latency table says the first dispatch waits for a poll. Each
 database gets its tables, then come every goal per database and issue 15's goals on

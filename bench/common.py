@@ -105,7 +105,8 @@ class Sizes:
     fleet_items: int = 500  # ...of this many items each
     instructions_partitions: int = 10  # instructions: two counted drains over this many
     instructions_items: tuple[int, int] = (1_000, 5_000)  # ...partitions, of these items
-    flow_rounds: int = 3  # flow: rounds of its library drains (at least; --rounds may add)
+    flow_items: int = 10_000  # flow: no-op items per library drain, over `partitions`
+    flow_rounds: int = 2  # flow: rounds of its drains (at least; --rounds may ask more)
     query_samples: int = 200
     fanin_items: int = 10_000  # fan-in latency: items per reduce gate
     fanin_samples: int = 10  # fan-in latency: partitions, one after another
@@ -134,7 +135,7 @@ class Sizes:
                         lease_duration=1.5, scale_partitions=20, scale_items=20,
                         small_partitions=40, small_items=5, fleet_partitions=8,
                         fleet_items=20, instructions_partitions=4,
-                        instructions_items=(40, 200), flow_rounds=1,
+                        instructions_items=(40, 200), flow_items=400, flow_rounds=1,
                         query_samples=20, fanin_items=1_200, fanin_samples=2,
                         reduce_gate_items=(300, 2_500), chord_partitions=3, chord_items=20,
                         spawn_children=2_000, spawn_page=100, ingest_items=2_000,
@@ -142,7 +143,7 @@ class Sizes:
                         crawl_fanout=3, crawl_depth=2,
                         celery_setups=("prefork:2",), phase_timeout=60.0)
         elif full:
-            sizes = cls(items=100_000, http_items=20_000, batch_items=100_000,
+            sizes = cls(items=100_000, http_items=20_000, batch_items=100_000, flow_items=50_000,
                         ingest_items=200_000, ingest_json_items=20_000,
                         latency_samples=200, scale_partitions=10_000, scale_items=100,
                         query_samples=1_000, fanin_samples=30, phase_timeout=1_800.0)
@@ -150,7 +151,7 @@ class Sizes:
             sizes = cls()
         changes: dict[str, Any] = {}
         if items is not None:
-            changes.update(items=items, http_items=items, batch_items=items)
+            changes.update(items=items, http_items=items, batch_items=items, flow_items=items)
         if partitions is not None:
             changes.update(partitions=partitions)
         return sizes.with_(**changes) if changes else sizes

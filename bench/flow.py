@@ -120,7 +120,7 @@ async def flow_drain(settings: Settings, setup: Setup) -> Drain:
     sizes = settings.sizes
     async with statefeed_tables(settings.db_url, "flow") as prefix:
         async with AsyncClient(settings.db_url, prefix) as client:
-            ids = await create_partitions(client, spread(sizes.items, sizes.partitions),
+            ids = await create_partitions(client, spread(sizes.flow_items, sizes.partitions),
                                           key=setup.key)
             if setup.key_limit is not None:
                 await client.set_key_limit(KEY, setup.key_limit)
@@ -144,10 +144,10 @@ async def flow_drain(settings: Settings, setup: Setup) -> Drain:
                 counter.close()
                 await store.close()
             infos = [await client.store.partition_get(pid) for pid in ids[:3]]
-    if (hooks.failed or hooks.completed_items != sizes.items
+    if (hooks.failed or hooks.completed_items != sizes.flow_items
             or any(info is None or info.status != "complete" for info in infos)):
         raise RuntimeError(
-            f"flow drain ({setup.label}): {hooks.completed_items} of {sizes.items} items "
+            f"flow drain ({setup.label}): {hooks.completed_items} of {sizes.flow_items} items "
             f"complete, {hooks.failed} partitions failed, other outcomes "
             f"{dict(hooks.other_outcomes)}")
     if setup.key_limit is not None and not 0 < hooks.most_granted <= setup.key_limit:
@@ -155,14 +155,13 @@ async def flow_drain(settings: Settings, setup: Setup) -> Drain:
                            f"{hooks.most_granted} slots (limit {setup.key_limit})")
     assert hooks.finished_at is not None and hooks.statements_at_end is not None
     assert hooks.cpu_at_end is not None
-    statements = hooks.statements_at_end
-    return Drain("statefeed", setup.label, sizes.items, hooks.finished_at - started,
-                 {"cpu_us_per_item": round((hooks.cpu_at_end - cpu_started) / sizes.items * 1e6,
-                                           1),
+    statements, items = hooks.statements_at_end, sizes.flow_items
+    return Drain("statefeed", setup.label, items, hooks.finished_at - started,
+                 {"cpu_us_per_item": round((hooks.cpu_at_end - cpu_started) / items * 1e6, 1),
                   "concurrency": setup.concurrency, "key_limit": setup.key_limit,
                   "rate_limit_per_key": setup.rate_per_key,
                   "statements": statements,
-                  "statements_per_item": round(statements / sizes.items, 4),
+                  "statements_per_item": round(statements / items, 4),
                   "statements_by_kind": hooks.kinds_at_end,
                   "key_grants": hooks.grants, "most_slots_granted": hooks.most_granted,
                   "calls_throttled": dict(hooks.throttled)})
@@ -200,7 +199,7 @@ async def run(settings: Settings) -> Outcome:
                                 f"{KEY_LIMIT}", f"{half:.2f}x",
                                 "what the grants cost beyond the smaller concurrency"))
     outcome.figures = {
-        "items": sizes.items, "partitions": sizes.partitions, "rounds": rounds,
+        "items": sizes.flow_items, "partitions": sizes.partitions, "rounds": rounds,
         "key_limit": KEY_LIMIT, "rate_limit_per_key": KEY_RATE,
         "setups": {name: drain.as_json() for name, drain in best.items()},
         **{f"ratio_{name}_over_no_keys": _rounded(ratios[name])

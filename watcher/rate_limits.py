@@ -136,7 +136,6 @@ class RateLimiter:
         self.handler = TokenPool(FlowScope.HANDLER, config.handler_name, self._demand)
         self.handler.rate = config.rate_limit
         self.keys: dict[str, TokenPool] = {}
-        self._key_rates: dict[str, float] = {}
         self._failing = False
         self._pending_block = 0.0  # a hold to tell the fleet of, in seconds
 
@@ -168,7 +167,7 @@ class RateLimiter:
                 await self._publish_block()
                 if now >= next_read or any(not pool.known for pool in self.keys.values()):
                     next_read = now + self.config.poll_interval
-                    await self._read_holds_and_rates(set(held_keys()))
+                    await self._read_holds_and_rates(held_keys)
                 await self._claim(now)
             except SQLAlchemyError as error:
                 if not self._failing:
@@ -195,22 +194,28 @@ class RateLimiter:
             self._pending_block = 0.0
             await self.store.flow_block(FlowScope.HANDLER, self.config.handler_name, seconds)
 
-    async def _read_holds_and_rates(self, held: set[str]) -> None:
-        """The handler's hold (one read), and the rates set for the held keys."""
+    async def _read_holds_and_rates(self, held_keys: Callable[[], Iterable[str]]) -> None:
+        """The handler's hold (one read), and the rates set for the held keys. A pool is
+        dropped only when no held partition has its key, decided after the reads:
+        a partition leased meanwhile may have made its pool."""
         now = self._clock()
         self.handler.unblock_due(now)
         left = await self.store.flow_blocked_for(FlowScope.HANDLER, self.config.handler_name)
         if left > 0:
             self.handler.block(now + left)
+        keys = sorted(self.keys)
+        rates = await self.store.flow_key_rates(keys) if keys else {}
+        held = set(held_keys())
         for key in [key for key in self.keys if key not in held]:
             del self.keys[key]
-        if held:
-            self._key_rates = await self.store.flow_key_rates(sorted(held))
-            for key, pool in self.keys.items():
-                pool.rate = self._key_rates.get(key, self.config.rate_limit_per_key)
-                if not pool.known:
-                    pool.known = True
-                    pool.claimed(0, now)  # wakes the partitions waiting to learn it
+        read = set(keys)
+        for key, pool in self.keys.items():
+            if key not in read:
+                continue  # made during the read: its rate is read at the next pass
+            pool.rate = rates.get(key, self.config.rate_limit_per_key)
+            if not pool.known:
+                pool.known = True
+                pool.claimed(0, now)  # wakes the partitions waiting to learn it
 
     async def _claim(self, now: float) -> None:
         """Claim tokens for each pool whose calls wait (or that used its tokens)."""

@@ -25,14 +25,20 @@ from tests.conftest import POSTGRES_URL, require_bench_peers, require_postgres
 from watcher.dburl import parse_database_url
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = ("library", "small", "fleet", "instructions", "http", "batch", "spawn", "ingest",
-             "latency", "failover", "scale", "fanin", "reduce", "chord", "crawl")
+SCENARIOS = ("library", "flow", "small", "fleet", "instructions", "http", "batch", "spawn",
+             "ingest", "latency", "failover", "scale", "fanin", "reduce", "chord", "crawl")
+# The flow scenario's drains, by their name in its JSON.
+FLOW_SETUPS = ("no_keys", "one_key", "key_limit", "no_keys_half", "key_rates")
 
 # The figures a scenario writes on every database it runs on (dotted paths into its
 # JSON object, each a number above zero); batch's where the build has batch mode.
 FIGURES = {
     "library": ("statefeed.0.items_per_s", "statefeed.0.statements_per_item",
                 "statefeed.0.cpu_us_per_item", "statements_per_item"),
+    "flow": (*(f"setups.{setup}.{figure}" for setup in FLOW_SETUPS
+               for figure in ("items_per_s", "cpu_us_per_item", "statements_per_item")),
+             "ratio_one_key_over_no_keys", "ratio_key_limit_over_no_keys",
+             "ratio_key_rates_over_no_keys"),
     "small": ("small.items_per_s", "big.items_per_s", "ratio_small_over_big",
               "cpu_ms_per_small_partition"),
     "http": ("processor.0.items_per_s", "processor.0.all_written_seconds",
@@ -103,6 +109,8 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
                for run in library["statefeed"] + library["pgqueuer"])
     positive(library, *FIGURES["library"], "pgqueuer.0.items_per_s",
              "ratio_statefeed_over_best_pgqueuer", "ratio_default_statefeed_over_best_pgqueuer")
+
+    check_flow(scenarios["flow"], sizes)
 
     small = scenarios["small"]
     assert small["small"]["items"] == small["big"]["items"] == (
@@ -224,6 +232,7 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
             "spawn cost per child vs add_items", "small partitions vs big, items/s",
             "ingest: API NDJSON vs the client's create_partition, items/s",
             "fleet: CPU per item, 4 processors / 1",
+            "flow: one key without a limit vs no keys, items/s (bench criterion)",
             "crawl: statefeed vs best Celery, nodes/s",
             "crawl: best Celery p99 / statefeed p99"} <= names
     assert {goal["result"] for goal in document["goals"]} <= {"PASS", "MISS", "n/a"}
@@ -233,6 +242,22 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     # Nothing left behind: every table prefix the run used is gone again.
     assert document["table_prefixes"]
     assert tables_left(POSTGRES_URL, document["table_prefixes"]) == []
+
+
+def check_flow(flow: dict[str, Any], sizes: dict[str, Any]) -> None:
+    """The flow scenario drained the same items in every setup, and only the limited one
+    wrote key grants, each within its limit."""
+    assert flow["status"] == "ok", flow
+    setups = flow["setups"]
+    assert list(setups) == list(FLOW_SETUPS)
+    assert {setup["items"] for setup in setups.values()} == {sizes["flow_items"]}
+    positive(flow, *FIGURES["flow"])
+    limited = setups["key_limit"]
+    assert limited["key_limit"] == flow["key_limit"] == 16
+    assert limited["key_grants"] >= 1
+    assert 0 < limited["most_slots_granted"] <= limited["key_limit"]
+    assert setups["no_keys"]["key_grants"] == setups["one_key"]["key_grants"] == 0
+    assert setups["key_rates"]["rate_limit_per_key"] == flow["rate_limit_per_key"] > 0
 
 
 def _no_celery_left(queues: list[tuple[str, str]]) -> None:

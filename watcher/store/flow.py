@@ -167,21 +167,26 @@ class FlowStore(StoreBase):
         """Decide and write ``owner``'s grant of key ``key`` under ``limit``
         (:func:`~watcher.key_limits.decide_grant`), held for ``duration`` seconds by the
         database clock, in one transaction that holds the key's row locked, so grants
-        of one key are decided one at a time and their live sum stays within the
-        limit. Grants that lapsed are removed on the way; a grant of nothing is
-        removed rather than kept.
+        of one key are decided one at a time and their sum stays within the limit.
+
+        Another processor's grant counts for a further ``duration`` after its until:
+        its holder stops starting calls at the until, but calls it started before
+        may still be running (its renewals were late, or it was killed), so its
+        slots are not handed out until those have surely ended. Grants past that are
+        removed on the way; a grant of nothing is removed rather than kept.
         """
         await self._flow_row(FlowScope.KEY, key)
         c, g = self.tables.flow_controls, self.tables.flow_grants
         now = self.statements.now
         this_key = (g.c.scope == FlowScope.KEY.value, g.c.name == key)
+        counted = g.c.until > time_plus(now, -duration)  # see above: a grace of a duration
         async with self._write() as conn:
             await conn.execute(update(c).where(c.c.scope == FlowScope.KEY.value,
                                                c.c.name == key)
                                .values(version=c.c.version + 1))  # the key's lock
-            await conn.execute(delete(g).where(*this_key, g.c.until <= now))
+            await conn.execute(delete(g).where(*this_key, ~counted))
             others = [OtherGrant(slots, want) for slots, want in await conn.execute(
-                select(g.c.slots, g.c.wanted).where(*this_key, g.c.owner != owner))]
+                select(g.c.slots, g.c.wanted).where(*this_key, g.c.owner != owner, counted))]
             decision = decide_grant(limit, wanted, in_use, others)
             mine = (*this_key, g.c.owner == owner)
             if decision.slots == 0 and wanted == 0:

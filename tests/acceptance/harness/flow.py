@@ -37,6 +37,7 @@ class Span:
     item_id: str
     caller: str
     started: float
+    seq: int = -1  # the call's number in the handler's log
     ended: float | None = None
 
 
@@ -80,7 +81,7 @@ class KeyLoad:
     def __call__(self, call: Call) -> asyncio.Event:
         done = asyncio.Event()
         span = Span(key_of(call.partition_id), call.partition_id, call.item_id, call.caller,
-                    time.monotonic())
+                    time.monotonic(), call.seq)
         self.spans.append(span)
         self.running[span.key] += 1
         task = asyncio.create_task(self._work(call, span, done))
