@@ -29,6 +29,8 @@ from watcher.store import Store
 class Gate(Protocol):
     """One limit a call passes: slots in flight, or tokens."""
 
+    @property
+    def refill_at(self) -> int: ...
     def free(self, now: float) -> int: ...
     def take(self, wanted: int, now: float) -> int: ...
     def untake(self, count: int) -> None: ...
@@ -49,7 +51,9 @@ class FlowSlots:
 
     @property
     def refill_at(self) -> int:
-        return self.shared.refill_at
+        """Free slots worth a turn: the processor pool's quarter, or less when a gate's
+        limit is smaller (a key limited to 4 calls is worth waking for one)."""
+        return min(self.shared.refill_at, *(gate.refill_at for gate in self.gates))
 
     @property
     def in_use(self) -> int:
@@ -79,9 +83,13 @@ class FlowSlots:
         self.shared.give_back(count)
 
     def notify_when_free(self, event: asyncio.Event, order: float = 0.0) -> None:
+        """Be woken by the limit that holds the partition back: a gate with fewer than
+        :attr:`refill_at` free, else the processor's pool. (Waiting on the pool while a
+        gate holds it back would wake it at once, again and again.)"""
         now = self._now()
+        enough = self.refill_at
         for gate in self.gates:
-            if gate.free(now) == 0:
+            if gate.free(now) < enough:
                 gate.notify_when_free(event)
                 return
         self.shared.notify_when_free(event, order)

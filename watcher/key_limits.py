@@ -16,7 +16,6 @@ account (a gate of :class:`watcher.flow.FlowSlots`).
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,7 +49,7 @@ def decide_grant(limit: int, wanted: int, in_use: int,
 
     It takes what the others leave free, up to what it wants; while another
     processor wants more than it holds, it keeps no more than an even share of the
-    limit among those that want some (rounded up) and gives the rest back as its
+    limit among those that want some (rounded down, at least one) and gives the rest back as its
     calls end. It never reserves fewer slots than it has in flight: those calls run
     on, and the others' grants were decided counting them.
     """
@@ -60,7 +59,9 @@ def decide_grant(limit: int, wanted: int, in_use: int,
     target = slots
     if any(other.wanted > other.slots for other in others):
         wanting = 1 + sum(1 for other in others if other.wanted > 0)
-        share = math.ceil(limit / wanting)
+        # Rounded down, so the shares leave room for every processor that wants one (a
+        # share rounded up would let two of three keep all of a limit of 4).
+        share = max(1, limit // wanting)
         target = min(slots, share)
         slots = max(in_use, target)
     return GrantDecision(slots=slots, target=target)
@@ -90,6 +91,12 @@ class KeyPool:
         self._waiting: dict[asyncio.Event, None] = {}
         self.wanted_grant = wanted_grant  # set when unmet demand needs a grant now
 
+    @property
+    def refill_at(self) -> int:
+        """Free slots worth waking a partition for: a quarter of the limit (at least
+        one), as a processor's pool does with its own; no bound without a limit."""
+        return UNLIMITED if self.limit is None else max(1, self.limit // 4)
+
     def free(self, now: float) -> int:
         """Slots this processor may still take for the key."""
         if not self.known:
@@ -113,9 +120,10 @@ class KeyPool:
         return taken
 
     def give_back(self, count: int) -> None:
-        """Calls ended (or were never made): their slots are free again."""
+        """Calls ended (or were never made): their slots are free again; the partition
+        that has waited longest is woken (it wakes the next when it gives back)."""
         self.in_use -= count
-        self._wake()
+        self._wake(everyone=False)
 
     untake = give_back  # slots taken and not used (another limit refused the calls)
 
@@ -159,8 +167,10 @@ class KeyPool:
     def leave(self, event: asyncio.Event) -> None:
         self._waiting.pop(event, None)
 
-    def _wake(self) -> None:
+    def _wake(self, *, everyone: bool = True) -> None:
         while self._waiting:
             event = next(iter(self._waiting))
             del self._waiting[event]
             event.set()
+            if not everyone:
+                return

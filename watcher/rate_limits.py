@@ -53,6 +53,11 @@ class TokenPool:
         self._demand = demand
         self._waiting: dict[asyncio.Event, None] = {}
 
+    @property
+    def refill_at(self) -> int:
+        """Free tokens worth waking a partition for: one, when a rate limits the pool."""
+        return UNLIMITED if self.rate is None else 1
+
     def free(self, now: float) -> int:
         if now < self.blocked_until or not self.known:
             return 0

@@ -81,6 +81,222 @@ SELECT (
        ) AS anon_13,
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
+-- name: flow_block (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: flow_block (2)
+UPDATE flow_controls
+   SET blocked_until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND),
+version=(flow_controls.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s
+   AND (flow_controls.blocked_until IS NULL OR flow_controls.blocked_until < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND));
+
+-- name: flow_blocked_for
+SELECT flow_controls.blocked_until,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS now
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: flow_controls_list (1)
+SELECT flow_controls.scope,
+       flow_controls.name,
+       flow_controls.max_inflight,
+       flow_controls.rate_limit,
+       flow_controls.paused_at,
+       flow_controls.blocked_until
+  FROM flow_controls
+ ORDER BY flow_controls.scope,
+          flow_controls.name
+ LIMIT %s;
+
+-- name: flow_controls_list (2)
+SELECT flow_controls.scope,
+       flow_controls.name,
+       flow_controls.max_inflight,
+       flow_controls.rate_limit,
+       flow_controls.paused_at,
+       flow_controls.blocked_until
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND (flow_controls.scope > %s OR flow_controls.scope = %s AND flow_controls.name > %s)
+ ORDER BY flow_controls.scope,
+          flow_controls.name
+ LIMIT %s;
+
+-- name: flow_grant (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: flow_grant (2)
+UPDATE flow_controls
+   SET
+version=(flow_controls.version + %s)
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: flow_grant (3)
+DELETE
+  FROM flow_grants
+ WHERE flow_grants.scope = %s
+   AND flow_grants.name = %s
+   AND flow_grants.until <= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND);
+
+-- name: flow_grant (4)
+SELECT flow_grants.slots,
+       flow_grants.wanted
+  FROM flow_grants
+ WHERE flow_grants.scope = %s
+   AND flow_grants.name = %s
+   AND flow_grants.owner != %s
+   AND flow_grants.until > (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND);
+
+-- name: flow_grant (5)
+UPDATE flow_grants
+   SET slots=%s,
+       wanted=%s,
+       until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+ WHERE flow_grants.scope = %s
+   AND flow_grants.name = %s
+   AND flow_grants.owner = %s;
+
+-- name: flow_grant (6)
+INSERT INTO flow_grants (scope, name, owner, slots, wanted, until)
+VALUES (%s, %s, %s, %s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND));
+
+-- name: flow_grant (7)
+DELETE
+  FROM flow_grants
+ WHERE flow_grants.scope = %s
+   AND flow_grants.name = %s
+   AND flow_grants.owner = %s;
+
+-- name: flow_grants_list
+SELECT flow_grants.owner,
+       flow_grants.slots,
+       flow_grants.wanted
+  FROM flow_grants
+ WHERE flow_grants.scope = %s
+   AND flow_grants.name = %s
+   AND flow_grants.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ ORDER BY flow_grants.owner;
+
+-- name: flow_grants_release
+DELETE
+  FROM flow_grants
+ WHERE flow_grants.owner = %s;
+
+-- name: flow_key_limits
+SELECT flow_controls.name,
+       flow_controls.max_inflight
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name IN (%s, ...)
+   AND flow_controls.max_inflight IS NOT NULL;
+
+-- name: flow_key_prepare (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: flow_key_prepare (2)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (%s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
+
+-- name: flow_key_rates
+SELECT flow_controls.name,
+       flow_controls.rate_limit
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name IN (%s, ...)
+   AND flow_controls.rate_limit IS NOT NULL;
+
+-- name: flow_limits_set (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: flow_limits_set (2)
+UPDATE flow_controls
+   SET max_inflight=%s,
+       rate_limit=%s,
+version=(flow_controls.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: flow_limits_set (3)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (%s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
+
+-- name: flow_limits_set (4)
+UPDATE flow_controls
+   SET rate_limit=%s,
+version=(flow_controls.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: flow_pause (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: flow_pause (2)
+UPDATE flow_controls
+   SET paused_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+version=(flow_controls.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s
+   AND flow_controls.paused_at IS NULL;
+
+-- name: flow_pause (3)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (%s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
+
+-- name: flow_pause (4)
+UPDATE flow_controls
+   SET paused_at=%s,
+version=(flow_controls.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s
+   AND flow_controls.paused_at IS NOT NULL;
+
+-- name: flow_tokens_claim (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: flow_tokens_claim (2)
+UPDATE flow_controls
+   SET
+version=(flow_controls.version + %s)
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: flow_tokens_claim (3)
+SELECT flow_controls.tokens,
+       flow_controls.refilled_at,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS now
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: flow_tokens_claim (4)
+UPDATE flow_controls
+   SET tokens=%s,
+       refilled_at=%s
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
 -- name: gate_summary
 SELECT (
         SELECT count(*) AS count_1
@@ -114,6 +330,42 @@ SELECT (
        CASE WHEN (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))))) THEN %(param_1)s
             ELSE %(param_2)s
              END AS anon_5;
+
+-- name: item_get (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %s;
+
+-- name: item_get (2)
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.parent,
+       items.error_history,
+       items.data
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id = %s;
+
+-- name: item_get (3)
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.parent,
+       items.error_history
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id = %s;
 
 -- name: items_add (1)
 UPDATE partitions
@@ -201,6 +453,22 @@ VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 UPDATE partitions
    SET spawned=(partitions.spawned + %s)
  WHERE partitions.id = %s;
+
+-- name: items_find
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.parent,
+       items.error_history
+  FROM items
+ WHERE items.id = %s
+ ORDER BY items.partition_id
+ LIMIT %s;
 
 -- name: items_gate_counts (1)
 SELECT partitions.id
@@ -510,7 +778,10 @@ SELECT partitions.id,
        partitions.owner,
        partitions.reduce_gates,
        partitions.on_item_failure,
-       partitions.trace_context
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at
   FROM partitions
  WHERE partitions.status = %s
    AND partitions.owner = %s
@@ -526,7 +797,10 @@ SELECT partitions.id,
        partitions.owner,
        partitions.reduce_gates,
        partitions.on_item_failure,
-       partitions.trace_context
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at
   FROM partitions
  WHERE partitions.status = %s
    AND partitions.until <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
@@ -680,6 +954,27 @@ SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 -- name: partition_create_batches (4)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
 VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
+
+-- name: partition_create_batches (5)
+UPDATE flow_controls
+   SET next_start=(CASE WHEN (flow_controls.next_start > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN flow_controls.next_start ELSE COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) END + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND),
+version=(flow_controls.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: partition_create_batches (6)
+SELECT flow_controls.next_start
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: partition_create_batches (7)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s);
+
+-- name: partition_create_batches (8)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions

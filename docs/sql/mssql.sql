@@ -73,6 +73,220 @@ SELECT (
        ) AS anon_13,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
+-- name: flow_block (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: flow_block (2)
+UPDATE flow_controls
+   SET blocked_until=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+version=(flow_controls.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s
+   AND (flow_controls.blocked_until IS NULL OR flow_controls.blocked_until < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))));
+
+-- name: flow_blocked_for
+SELECT flow_controls.blocked_until,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS now
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: flow_controls_list (1)
+SELECT TOP 1000 flow_controls.scope,
+       flow_controls.name,
+       flow_controls.max_inflight,
+       flow_controls.rate_limit,
+       flow_controls.paused_at,
+       flow_controls.blocked_until
+  FROM flow_controls
+ ORDER BY flow_controls.scope,
+          flow_controls.name;
+
+-- name: flow_controls_list (2)
+SELECT TOP 10 flow_controls.scope,
+       flow_controls.name,
+       flow_controls.max_inflight,
+       flow_controls.rate_limit,
+       flow_controls.paused_at,
+       flow_controls.blocked_until
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND (flow_controls.scope > %(scope_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name > %(name_n)s)
+ ORDER BY flow_controls.scope,
+          flow_controls.name;
+
+-- name: flow_grant (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: flow_grant (2)
+UPDATE flow_controls
+   SET
+version=(flow_controls.version + %(version_n)s)
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: flow_grant (3)
+DELETE
+  FROM flow_grants
+ WHERE flow_grants.scope = %(scope_n)s
+   AND flow_grants.name = %(name_n)s
+   AND flow_grants.until <= DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
+
+-- name: flow_grant (4)
+SELECT flow_grants.slots,
+       flow_grants.wanted
+  FROM flow_grants
+ WHERE flow_grants.scope = %(scope_n)s
+   AND flow_grants.name = %(name_n)s
+   AND flow_grants.owner != %(owner_n)s
+   AND flow_grants.until > DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
+
+-- name: flow_grant (5)
+UPDATE flow_grants
+   SET slots=%(slots)s,
+       wanted=%(wanted)s,
+       until=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+ WHERE flow_grants.scope = %(scope_n)s
+   AND flow_grants.name = %(name_n)s
+   AND flow_grants.owner = %(owner_n)s;
+
+-- name: flow_grant (6)
+INSERT INTO flow_grants (scope, name, owner, slots, wanted, until)
+VALUES (%(scope)s, %(name)s, %(owner)s, %(slots)s, %(wanted)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))));
+
+-- name: flow_grant (7)
+DELETE
+  FROM flow_grants
+ WHERE flow_grants.scope = %(scope_n)s
+   AND flow_grants.name = %(name_n)s
+   AND flow_grants.owner = %(owner_n)s;
+
+-- name: flow_grants_list
+SELECT flow_grants.owner,
+       flow_grants.slots,
+       flow_grants.wanted
+  FROM flow_grants
+ WHERE flow_grants.scope = %(scope_n)s
+   AND flow_grants.name = %(name_n)s
+   AND flow_grants.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ ORDER BY flow_grants.owner;
+
+-- name: flow_grants_release
+DELETE
+  FROM flow_grants
+ WHERE flow_grants.owner = %(owner_n)s;
+
+-- name: flow_key_limits
+SELECT flow_controls.name,
+       flow_controls.max_inflight
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name IN (%(name_1_n)s, ...)
+   AND flow_controls.max_inflight IS NOT NULL;
+
+-- name: flow_key_prepare (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: flow_key_prepare (2)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (%(scope)s, %(name)s, %(version)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
+
+-- name: flow_key_rates
+SELECT flow_controls.name,
+       flow_controls.rate_limit
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name IN (%(name_1_n)s, ...)
+   AND flow_controls.rate_limit IS NOT NULL;
+
+-- name: flow_limits_set (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: flow_limits_set (2)
+UPDATE flow_controls
+   SET max_inflight=%(max_inflight)s,
+       rate_limit=%(rate_limit)s,
+version=(flow_controls.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: flow_limits_set (3)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (%(scope)s, %(name)s, %(version)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
+
+-- name: flow_limits_set (4)
+UPDATE flow_controls
+   SET rate_limit=%(rate_limit)s,
+version=(flow_controls.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: flow_pause (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: flow_pause (2)
+UPDATE flow_controls
+   SET paused_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+version=(flow_controls.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s
+   AND flow_controls.paused_at IS NULL;
+
+-- name: flow_pause (3)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (%(scope)s, %(name)s, %(version)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
+
+-- name: flow_pause (4)
+UPDATE flow_controls
+   SET paused_at=%(paused_at)s,
+version=(flow_controls.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s
+   AND flow_controls.paused_at IS NOT NULL;
+
+-- name: flow_tokens_claim (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: flow_tokens_claim (2)
+UPDATE flow_controls
+   SET
+version=(flow_controls.version + %(version_n)s)
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: flow_tokens_claim (3)
+SELECT flow_controls.tokens,
+       flow_controls.refilled_at,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS now
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: flow_tokens_claim (4)
+UPDATE flow_controls
+   SET tokens=%(tokens)s,
+       refilled_at=%(refilled_at)s
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
 -- name: gate_summary
 SELECT (
         SELECT count(*) AS count_1
@@ -106,6 +320,42 @@ SELECT (
        CASE WHEN (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))))) THEN %(param_n)s
             ELSE %(param_n)s
              END AS anon_5;
+
+-- name: item_get (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
+
+-- name: item_get (2)
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.parent,
+       items.error_history,
+       items.data
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id = %(id_n)s;
+
+-- name: item_get (3)
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.parent,
+       items.error_history
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id = %(id_n)s;
 
 -- name: items_add (1)
 UPDATE partitions
@@ -195,6 +445,21 @@ VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %
 UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_n)s)
  WHERE partitions.id = %(id_n)s;
+
+-- name: items_find
+SELECT TOP 10 items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.parent,
+       items.error_history
+  FROM items
+ WHERE items.id = %(id_n)s
+ ORDER BY items.partition_id;
 
 -- name: items_gate_counts (1)
 SELECT partitions.id
@@ -496,7 +761,10 @@ SELECT TOP 10 partitions.id,
        partitions.owner,
        partitions.reduce_gates,
        partitions.on_item_failure,
-       partitions.trace_context
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND partitions.owner = %(owner_n)s
@@ -504,14 +772,36 @@ SELECT TOP 10 partitions.id,
  ORDER BY partitions.until DESC,
           partitions.id;
 
--- name: leases_read_free
+-- name: leases_read_free (1)
 SELECT TOP 10 partitions.id,
        partitions.version,
        partitions.gate,
        partitions.owner,
        partitions.reduce_gates,
        partitions.on_item_failure,
-       partitions.trace_context
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+   AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))
+ ORDER BY partitions.rank_at,
+          partitions.id;
+
+-- name: leases_read_free (2)
+SELECT TOP 50 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
@@ -665,6 +955,27 @@ SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_
 -- name: partition_create_batches (4)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
 VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
+
+-- name: partition_create_batches (5)
+UPDATE flow_controls
+   SET next_start=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), CASE WHEN (flow_controls.next_start > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN flow_controls.next_start ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) END)),
+version=(flow_controls.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: partition_create_batches (6)
+SELECT flow_controls.next_start
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: partition_create_batches (7)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s);
+
+-- name: partition_create_batches (8)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, %(until)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions

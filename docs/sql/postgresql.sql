@@ -81,6 +81,224 @@ SELECT (
        ) AS anon_13,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
+-- name: flow_block (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: flow_block (2)
+UPDATE flow_controls
+   SET blocked_until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)),
+version=(flow_controls.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR
+   AND (flow_controls.blocked_until IS NULL OR flow_controls.blocked_until < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)));
+
+-- name: flow_blocked_for
+SELECT flow_controls.blocked_until,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS now
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: flow_controls_list (1)
+SELECT flow_controls.scope,
+       flow_controls.name,
+       flow_controls.max_inflight,
+       flow_controls.rate_limit,
+       flow_controls.paused_at,
+       flow_controls.blocked_until
+  FROM flow_controls
+ ORDER BY flow_controls.scope,
+          flow_controls.name
+ LIMIT %(param_1)s::INTEGER;
+
+-- name: flow_controls_list (2)
+SELECT flow_controls.scope,
+       flow_controls.name,
+       flow_controls.max_inflight,
+       flow_controls.rate_limit,
+       flow_controls.paused_at,
+       flow_controls.blocked_until
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND (flow_controls.scope > %(scope_2)s::VARCHAR OR flow_controls.scope = %(scope_3)s::VARCHAR AND flow_controls.name > %(name_1)s::VARCHAR)
+ ORDER BY flow_controls.scope,
+          flow_controls.name
+ LIMIT %(param_1)s::INTEGER;
+
+-- name: flow_grant (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: flow_grant (2)
+UPDATE flow_controls
+   SET
+version=(flow_controls.version + %(version_1)s::INTEGER)
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: flow_grant (3)
+DELETE
+  FROM flow_grants
+ WHERE flow_grants.scope = %(scope_1)s::VARCHAR
+   AND flow_grants.name = %(name_1)s::VARCHAR
+   AND flow_grants.until <= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s));
+
+-- name: flow_grant (4)
+SELECT flow_grants.slots,
+       flow_grants.wanted
+  FROM flow_grants
+ WHERE flow_grants.scope = %(scope_1)s::VARCHAR
+   AND flow_grants.name = %(name_1)s::VARCHAR
+   AND flow_grants.owner != %(owner_1)s::VARCHAR
+   AND flow_grants.until > (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s));
+
+-- name: flow_grant (5)
+UPDATE flow_grants
+   SET slots=%(slots)s::INTEGER,
+       wanted=%(wanted)s::INTEGER,
+       until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+ WHERE flow_grants.scope = %(scope_1)s::VARCHAR
+   AND flow_grants.name = %(name_1)s::VARCHAR
+   AND flow_grants.owner = %(owner_1)s::VARCHAR;
+
+-- name: flow_grant (6)
+INSERT INTO flow_grants (scope, name, owner, slots, wanted, until)
+VALUES (%(scope)s::VARCHAR, %(name)s::VARCHAR, %(owner)s::VARCHAR, %(slots)s::INTEGER, %(wanted)s::INTEGER, (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)));
+
+-- name: flow_grant (7)
+DELETE
+  FROM flow_grants
+ WHERE flow_grants.scope = %(scope_1)s::VARCHAR
+   AND flow_grants.name = %(name_1)s::VARCHAR
+   AND flow_grants.owner = %(owner_1)s::VARCHAR;
+
+-- name: flow_grants_list
+SELECT flow_grants.owner,
+       flow_grants.slots,
+       flow_grants.wanted
+  FROM flow_grants
+ WHERE flow_grants.scope = %(scope_1)s::VARCHAR
+   AND flow_grants.name = %(name_1)s::VARCHAR
+   AND flow_grants.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ ORDER BY flow_grants.owner;
+
+-- name: flow_grants_release
+DELETE
+  FROM flow_grants
+ WHERE flow_grants.owner = %(owner_1)s::VARCHAR;
+
+-- name: flow_key_limits
+SELECT flow_controls.name,
+       flow_controls.max_inflight
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name IN (%(name_1_1)s::VARCHAR, ...)
+   AND flow_controls.max_inflight IS NOT NULL;
+
+-- name: flow_key_prepare (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: flow_key_prepare (2)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (%(scope)s::VARCHAR, %(name)s::VARCHAR, %(version)s::INTEGER, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
+
+-- name: flow_key_rates
+SELECT flow_controls.name,
+       flow_controls.rate_limit
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name IN (%(name_1_1)s::VARCHAR, ...)
+   AND flow_controls.rate_limit IS NOT NULL;
+
+-- name: flow_limits_set (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: flow_limits_set (2)
+UPDATE flow_controls
+   SET max_inflight=%(max_inflight)s::INTEGER,
+       rate_limit=%(rate_limit)s,
+version=(flow_controls.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: flow_limits_set (3)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (%(scope)s::VARCHAR, %(name)s::VARCHAR, %(version)s::INTEGER, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
+
+-- name: flow_limits_set (4)
+UPDATE flow_controls
+   SET rate_limit=%(rate_limit)s,
+version=(flow_controls.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: flow_pause (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: flow_pause (2)
+UPDATE flow_controls
+   SET paused_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+version=(flow_controls.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR
+   AND flow_controls.paused_at IS NULL;
+
+-- name: flow_pause (3)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (%(scope)s::VARCHAR, %(name)s::VARCHAR, %(version)s::INTEGER, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
+
+-- name: flow_pause (4)
+UPDATE flow_controls
+   SET paused_at=%(paused_at)s::TIMESTAMP WITHOUT TIME
+  ZONE,
+version=(flow_controls.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR
+   AND flow_controls.paused_at IS NOT NULL;
+
+-- name: flow_tokens_claim (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: flow_tokens_claim (2)
+UPDATE flow_controls
+   SET
+version=(flow_controls.version + %(version_1)s::INTEGER)
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: flow_tokens_claim (3)
+SELECT flow_controls.tokens,
+       flow_controls.refilled_at,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS now
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: flow_tokens_claim (4)
+UPDATE flow_controls
+   SET tokens=%(tokens)s,
+       refilled_at=%(refilled_at)s::TIMESTAMP WITHOUT TIME
+  ZONE
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
 -- name: gate_summary
 SELECT (
         SELECT count(*) AS count_1
@@ -114,6 +332,42 @@ SELECT (
        CASE WHEN (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s::VARCHAR AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))))) THEN %(param_1)s::INTEGER
             ELSE %(param_2)s::INTEGER
              END AS anon_5;
+
+-- name: item_get (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: item_get (2)
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.parent,
+       items.error_history,
+       items.data
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;
+
+-- name: item_get (3)
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.parent,
+       items.error_history
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;
 
 -- name: items_add (1)
 UPDATE partitions
@@ -210,6 +464,22 @@ VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate
 UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: items_find
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.parent,
+       items.error_history
+  FROM items
+ WHERE items.id = %(id_1)s::VARCHAR
+ ORDER BY items.partition_id
+ LIMIT %(param_1)s::INTEGER;
 
 -- name: items_gate_counts (1)
 SELECT partitions.id
@@ -522,7 +792,10 @@ SELECT partitions.id,
        partitions.owner,
        partitions.reduce_gates,
        partitions.on_item_failure,
-       partitions.trace_context
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND partitions.owner = %(owner_1)s::VARCHAR
@@ -538,7 +811,10 @@ SELECT partitions.id,
        partitions.owner,
        partitions.reduce_gates,
        partitions.on_item_failure,
-       partitions.trace_context
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
@@ -695,6 +971,27 @@ VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate
 
 -- name: partition_create_batches (5)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+
+-- name: partition_create_batches (6)
+UPDATE flow_controls
+   SET next_start=(CASE WHEN (flow_controls.next_start > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN flow_controls.next_start ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) END + make_interval(secs => %(param_1)s)),
+version=(flow_controls.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: partition_create_batches (7)
+SELECT flow_controls.next_start
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: partition_create_batches (8)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR);
+
+-- name: partition_create_batches (9)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, %(until)s::TIMESTAMP WITHOUT TIME ZONE, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions

@@ -89,6 +89,224 @@ SELECT (
        ) AS anon_13,
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
+-- name: flow_block (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: flow_block (2)
+UPDATE flow_controls
+   SET blocked_until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'),
+version=(flow_controls.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?
+   AND (flow_controls.blocked_until IS NULL OR flow_controls.blocked_until < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'));
+
+-- name: flow_blocked_for
+SELECT flow_controls.blocked_until,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS now
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: flow_controls_list (1)
+SELECT flow_controls.scope,
+       flow_controls.name,
+       flow_controls.max_inflight,
+       flow_controls.rate_limit,
+       flow_controls.paused_at,
+       flow_controls.blocked_until
+  FROM flow_controls
+ ORDER BY flow_controls.scope,
+          flow_controls.name
+ LIMIT ?
+OFFSET ?;
+
+-- name: flow_controls_list (2)
+SELECT flow_controls.scope,
+       flow_controls.name,
+       flow_controls.max_inflight,
+       flow_controls.rate_limit,
+       flow_controls.paused_at,
+       flow_controls.blocked_until
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND (flow_controls.scope > ? OR flow_controls.scope = ? AND flow_controls.name > ?)
+ ORDER BY flow_controls.scope,
+          flow_controls.name
+ LIMIT ?
+OFFSET ?;
+
+-- name: flow_grant (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: flow_grant (2)
+UPDATE flow_controls
+   SET
+version=(flow_controls.version + ?)
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: flow_grant (3)
+DELETE
+  FROM flow_grants
+ WHERE flow_grants.scope = ?
+   AND flow_grants.name = ?
+   AND flow_grants.until <= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000');
+
+-- name: flow_grant (4)
+SELECT flow_grants.slots,
+       flow_grants.wanted
+  FROM flow_grants
+ WHERE flow_grants.scope = ?
+   AND flow_grants.name = ?
+   AND flow_grants.owner != ?
+   AND flow_grants.until > (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000');
+
+-- name: flow_grant (5)
+UPDATE flow_grants
+   SET slots=?,
+       wanted=?,
+       until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+ WHERE flow_grants.scope = ?
+   AND flow_grants.name = ?
+   AND flow_grants.owner = ?;
+
+-- name: flow_grant (6)
+INSERT INTO flow_grants (scope, name, owner, slots, wanted, until)
+VALUES (?, ?, ?, ?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'));
+
+-- name: flow_grant (7)
+DELETE
+  FROM flow_grants
+ WHERE flow_grants.scope = ?
+   AND flow_grants.name = ?
+   AND flow_grants.owner = ?;
+
+-- name: flow_grants_list
+SELECT flow_grants.owner,
+       flow_grants.slots,
+       flow_grants.wanted
+  FROM flow_grants
+ WHERE flow_grants.scope = ?
+   AND flow_grants.name = ?
+   AND flow_grants.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ ORDER BY flow_grants.owner;
+
+-- name: flow_grants_release
+DELETE
+  FROM flow_grants
+ WHERE flow_grants.owner = ?;
+
+-- name: flow_key_limits
+SELECT flow_controls.name,
+       flow_controls.max_inflight
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name IN (?, ...)
+   AND flow_controls.max_inflight IS NOT NULL;
+
+-- name: flow_key_prepare (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: flow_key_prepare (2)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
+
+-- name: flow_key_rates
+SELECT flow_controls.name,
+       flow_controls.rate_limit
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name IN (?, ...)
+   AND flow_controls.rate_limit IS NOT NULL;
+
+-- name: flow_limits_set (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: flow_limits_set (2)
+UPDATE flow_controls
+   SET max_inflight=?,
+       rate_limit=?,
+version=(flow_controls.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: flow_limits_set (3)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
+
+-- name: flow_limits_set (4)
+UPDATE flow_controls
+   SET rate_limit=?,
+version=(flow_controls.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: flow_pause (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: flow_pause (2)
+UPDATE flow_controls
+   SET paused_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+version=(flow_controls.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?
+   AND flow_controls.paused_at IS NULL;
+
+-- name: flow_pause (3)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
+
+-- name: flow_pause (4)
+UPDATE flow_controls
+   SET paused_at=?,
+version=(flow_controls.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?
+   AND flow_controls.paused_at IS NOT NULL;
+
+-- name: flow_tokens_claim (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: flow_tokens_claim (2)
+UPDATE flow_controls
+   SET
+version=(flow_controls.version + ?)
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: flow_tokens_claim (3)
+SELECT flow_controls.tokens,
+       flow_controls.refilled_at,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS now
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: flow_tokens_claim (4)
+UPDATE flow_controls
+   SET tokens=?,
+       refilled_at=?
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
 -- name: gate_summary
 SELECT (
         SELECT count(*) AS count_1
@@ -122,6 +340,42 @@ SELECT (
        CASE WHEN (EXISTS (SELECT * FROM partitions WHERE partitions.id = :pid AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))))) THEN :param_1
             ELSE :param_2
              END AS anon_5;
+
+-- name: item_get (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = ?;
+
+-- name: item_get (2)
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.parent,
+       items.error_history,
+       items.data
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id = ?;
+
+-- name: item_get (3)
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.parent,
+       items.error_history
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id = ?;
 
 -- name: items_add (1)
 UPDATE partitions
@@ -215,6 +469,23 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 UPDATE partitions
    SET spawned=(partitions.spawned + ?)
  WHERE partitions.id = ?;
+
+-- name: items_find
+SELECT items.partition_id,
+       items.id,
+       items.status,
+       items.gate,
+       items.attempts,
+       items.last_error,
+       items.version,
+       items.retry_at,
+       items.parent,
+       items.error_history
+  FROM items
+ WHERE items.id = ?
+ ORDER BY items.partition_id
+ LIMIT ?
+OFFSET ?;
 
 -- name: items_gate_counts (1)
 SELECT partitions.id
@@ -532,7 +803,10 @@ SELECT partitions.id,
        partitions.owner,
        partitions.reduce_gates,
        partitions.on_item_failure,
-       partitions.trace_context
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at
   FROM partitions
  WHERE partitions.status = ?
    AND partitions.owner = ?
@@ -549,7 +823,10 @@ SELECT partitions.id,
        partitions.owner,
        partitions.reduce_gates,
        partitions.on_item_failure,
-       partitions.trace_context
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at
   FROM partitions
  WHERE partitions.status = ?
    AND partitions.until <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
@@ -701,6 +978,27 @@ SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now
 -- name: partition_create_batches (4)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: partition_create_batches (5)
+UPDATE flow_controls
+   SET next_start=(strftime('%Y-%m-%d %H:%M:%f', CASE WHEN (flow_controls.next_start > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN flow_controls.next_start ELSE COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) END, printf('%+.3f seconds', ?)) || '000'),
+version=(flow_controls.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: partition_create_batches (6)
+SELECT flow_controls.next_start
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: partition_create_batches (7)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?);
+
+-- name: partition_create_batches (8)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions

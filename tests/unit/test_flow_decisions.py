@@ -168,3 +168,18 @@ def test_priority_ranks_and_the_stated_bound() -> None:
 def test_a_keys_clock_hands_out_the_start_before_it() -> None:
     moved = datetime(2026, 11, 26, 12, 0, 5)
     assert started_at(moved) == moved - FAIR_SPACING
+
+
+@pytest.mark.parametrize(("limit", "processors"), [(4, 3), (4, 4), (5, 2), (8, 3)])
+def test_every_processor_that_wants_a_share_gets_one(limit: int, processors: int) -> None:
+    """Processors that always want the whole limit, refreshing in turn, with their calls
+    ending between refreshes: each settles on a share, and none is left with nothing
+    (a partition it holds would never run)."""
+    slots = [0] * processors
+    for _ in range(10):
+        for me in range(processors):
+            others = [OtherGrant(slots[n], limit) for n in range(processors) if n != me]
+            decision = decide_grant(limit, limit, 0, others)  # its calls have ended
+            slots[me] = decision.target
+            assert sum(slots) <= limit
+    assert all(share >= 1 for share in slots), slots
