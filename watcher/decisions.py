@@ -22,7 +22,6 @@ from watcher.protocol import (
     ProcessorError,
     Result,
     RetryableError,
-    ThrottledError,
 )
 from watcher.records import GateSummary, ItemWrite, LeaseStats, NewItem, ReadyItem
 from watcher.spawning import (
@@ -284,12 +283,6 @@ def write_for_error(partition_id: str, item: ReadyItem, error: BaseException,
     """The item update for a failed attempt: back off and retry, or fail; either way the
     error joins the item's error history (:func:`watcher.error_history.appended`),
     whose time the write stamps from the database clock."""
-    if isinstance(error, ThrottledError):  # the handler's load, not the item's failure
-        return ItemWrite(partition_id, item.id, item.version, Status.AVAILABLE.value,
-                         item.gate, attempts=item.attempts,
-                         last_error=storable_text(f"held back, no attempt used: "
-                                                  f"{describe_error(error)}")[:MAX_ERROR_LENGTH],
-                         retry_delay=error.retry_after)
     attempts = item.attempts + 1
     message = storable_text(describe_error(error))[:MAX_ERROR_LENGTH]
     history = appended(item.error_history, attempt=attempts, gate=item.gate, error=message)
@@ -373,14 +366,15 @@ def result_problem(result: object, max_data_bytes: int | None = None, *,
 
 
 def outcome_name(item: ReadyItem, write: ItemWrite) -> str:
-    """A short label for what an attempt did: complete, advanced, looped, snoozed, retry,
-    throttled (held back by the handler's Retry-After, no attempt used) or failed."""
+    """A short label for what an attempt did: complete, advanced, looped, snoozed, retry
+    or failed. (A call the handler throttled writes nothing: the supervisor reports it as
+    "throttled".)"""
     if write.status == Status.COMPLETE:
         return "complete"
     if write.status == Status.FAILED:
         return "failed"
     if write.last_error is not None:
-        return "throttled" if write.attempts == item.attempts else "retry"
+        return "retry"
     if write.retry_delay is not None:
         return "snoozed"
     return "advanced" if write.gate != item.gate else "looped"

@@ -155,6 +155,7 @@ class RateLimiter:
         """The handler answered ``Retry-After: seconds``: hold every call here at once,
         and tell the fleet (at the next claim loop pass)."""
         now = self._clock()
+        seconds = max(seconds, CLAIM_INTERVAL)  # "Retry-After: 0" still pauses a moment
         self.handler.block(now + seconds)
         self._pending_block = max(self._pending_block, seconds)
         self.hooks.handler_blocked(seconds)

@@ -292,11 +292,21 @@ class PartitionSupervisor:
         the concurrency bounds calls in flight plus results not yet written: while
         writes fail, the slots fill up and no more calls are made whose results
         could not be stored. A call that cancelled itself is not written: its
-        item stays available and runs again.
+        item stays available and runs again. Nor is one the handler throttled
+        (:class:`~watcher.protocol.ThrottledError`): the hold on every call to the
+        handler begins first, then the item is let go as it was, so it runs again
+        once the hold ends with the same attempt and the same idempotency key.
         """
         writes: list[ItemWrite] = []
         written: list[ReadyItem] = []
         for item, outcome in zip(items, outcomes, strict=True):
+            if isinstance(outcome, ThrottledError) and self._on_throttled is not None:
+                self._on_throttled(outcome.retry_after or 0.0)
+                if self._reports_outcomes:
+                    self.hooks.item_outcome(self.partition_id, item.id, item.gate,
+                                            "throttled", time.monotonic() - started)
+                self._let_go([item])
+                continue
             if isinstance(outcome, asyncio.CancelledError):
                 self._let_go([item])
                 continue
@@ -315,8 +325,6 @@ class PartitionSupervisor:
         """The write a call's outcome asks for (an error's, when the result is unusable)."""
         pid = self.partition_id
         if isinstance(outcome, BaseException):
-            if isinstance(outcome, ThrottledError) and self._on_throttled is not None:
-                self._on_throttled(outcome.retry_after or 0.0)
             return write_for_error(pid, item, outcome, self._policy)
         try:
             problem = result_problem(outcome, self.config.max_item_bytes,

@@ -187,6 +187,18 @@ SELECT flow_grants.owner,
    AND flow_grants.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
  ORDER BY flow_grants.owner;
 
+-- name: flow_grants_live
+SELECT flow_grants.name,
+       flow_grants.owner,
+       flow_grants.slots,
+       flow_grants.wanted
+  FROM flow_grants
+ WHERE flow_grants.scope = %s
+   AND flow_grants.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ ORDER BY flow_grants.name,
+          flow_grants.owner
+ LIMIT %s;
+
 -- name: flow_grants_release
 DELETE
   FROM flow_grants

@@ -177,6 +177,17 @@ SELECT flow_grants.owner,
    AND flow_grants.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
  ORDER BY flow_grants.owner;
 
+-- name: flow_grants_live
+SELECT TOP 100 flow_grants.name,
+       flow_grants.owner,
+       flow_grants.slots,
+       flow_grants.wanted
+  FROM flow_grants
+ WHERE flow_grants.scope = %(scope_n)s
+   AND flow_grants.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ ORDER BY flow_grants.name,
+          flow_grants.owner;
+
 -- name: flow_grants_release
 DELETE
   FROM flow_grants

@@ -187,6 +187,18 @@ SELECT flow_grants.owner,
    AND flow_grants.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
  ORDER BY flow_grants.owner;
 
+-- name: flow_grants_live
+SELECT flow_grants.name,
+       flow_grants.owner,
+       flow_grants.slots,
+       flow_grants.wanted
+  FROM flow_grants
+ WHERE flow_grants.scope = %(scope_1)s::VARCHAR
+   AND flow_grants.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ ORDER BY flow_grants.name,
+          flow_grants.owner
+ LIMIT %(param_1)s::INTEGER;
+
 -- name: flow_grants_release
 DELETE
   FROM flow_grants

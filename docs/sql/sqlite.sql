@@ -197,6 +197,19 @@ SELECT flow_grants.owner,
    AND flow_grants.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  ORDER BY flow_grants.owner;
 
+-- name: flow_grants_live
+SELECT flow_grants.name,
+       flow_grants.owner,
+       flow_grants.slots,
+       flow_grants.wanted
+  FROM flow_grants
+ WHERE flow_grants.scope = ?
+   AND flow_grants.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ ORDER BY flow_grants.name,
+          flow_grants.owner
+ LIMIT ?
+OFFSET ?;
+
 -- name: flow_grants_release
 DELETE
   FROM flow_grants

@@ -95,7 +95,9 @@ async def test_a_key_limit_holds_at_cold_start_through_kill_9_and_rebalancing(
 
     async with Cluster(tmp_path, handler, name="fk") as cluster, \
             sampling_grants(cluster, "a") as grants:
-        layout = await create_keyed(cluster, "a", 8, 20)
+        # Enough of a's work that some is left when the fourth processor joins: at the
+        # limit of 4 calls of 0.1-0.3 s, 480 calls take about 25 s.
+        layout = await create_keyed(cluster, "a", 8, 60)
         layout |= await create_keyed(cluster, "b", 3, 20)
         await cluster.client.set_key_limit("a", LIMIT)
         began = time.monotonic()

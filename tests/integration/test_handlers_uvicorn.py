@@ -28,7 +28,7 @@ from tests.support.servers import serve_app
 from watcher import Result as EngineResult
 from watcher import Watcher, WatcherConfig
 from watcher.migrate import upgrade
-from watcher.protocol import NonRetryableError, RetryableError, WorkItem
+from watcher.protocol import NonRetryableError, RetryableError, ThrottledError, WorkItem
 from watcher.store import Store
 
 HEADERS = {"X-Partition-Id": "opening-42", "X-Item-Id": "resume-1", "X-Gate": "0",
@@ -188,7 +188,7 @@ async def test_ids_that_need_percent_encoding_reach_the_handler_unchanged(
 
 
 @pytest.mark.parametrize(("item_id", "error", "fragment"), [
-    ("retry", RetryableError, "HTTP 503: busy"),
+    ("retry", ThrottledError, "HTTP 503: busy"),  # a 503 with Retry-After
     ("fail", NonRetryableError, "HTTP 422: never"),
     ("bug", RetryableError, "HTTP 500: ValueError: boom"),
     ("bad-json", NonRetryableError, "HTTP 400: data is not valid JSON"),

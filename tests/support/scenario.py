@@ -167,6 +167,7 @@ async def _drive_flow(store: Store) -> None:
     assert (shared.slots, shared.target) == (1, 1)
     await store.flow_grant("tenant", "w1", limit=2, wanted=0, in_use=0, duration=30)
     assert await store.flow_grants_list("tenant") == [("w2", 0, 1)]
+    assert await store.flow_grants_live(limit=100) == {"tenant": [("w2", 0, 1)]}
     assert await store.flow_grants_release("w2") == 1
     # Pauses: a key (twice: the second changes nothing), the fleet; then resumed.
     assert await store.flow_pause(FlowScope.KEY, "tenant", True) is True

@@ -258,8 +258,9 @@ def test_classify_error(status, error, retryable):
 
 
 def test_classify_error_reads_retry_after_on_429_and_503_only():
+    # The handler asked for fewer calls: throttled (held fleet-wide, no attempt used).
     assert classify_error(429, HandlerError(""), retry_after="5", now=NOW) == Failure(
-        True, "the handler answered HTTP 429 with no error message", 5.0)
+        True, "the handler answered HTTP 429 with no error message", 5.0, throttled=True)
     assert classify_error(503, HandlerError("busy"), retry_after="2", now=NOW).retry_after == 2
     assert classify_error(500, HandlerError(""), retry_after="5", now=NOW).retry_after is None
     assert classify_error(503, HandlerError("", True), retry_after="5", now=NOW) == Failure(
@@ -306,9 +307,10 @@ def test_parse_retry_after(value, expected):
     (Reply(404, None, None), Failure(False, "the handler answered HTTP 404: (the error body "
                                             f"is larger than {LIMIT} bytes)")),
     (Reply(503, "30", b""), Failure(True, "the handler answered HTTP 503 with no error "
-                                          "message", 30.0)),
+                                          "message", 30.0, throttled=True)),
     (Reply(429, email.utils.formatdate(NOW + 60, usegmt=True), b""),
-     Failure(True, "the handler answered HTTP 429 with no error message", 60.0)),
+     Failure(True, "the handler answered HTTP 429 with no error message", 60.0,
+             throttled=True)),
     (Reply(400, None, DEEP), Failure(False, "the handler answered HTTP 400: " + "[" * 200
                                             + "...")),
 ])
