@@ -15,9 +15,9 @@ from watcher.decisions import pick_free
 from watcher.fairness import FAIR_SPACING, started_at
 from watcher.flow import FlowSlots
 from watcher.key_limits import GrantDecision, KeyPool, OtherGrant, decide_grant
+from watcher.models import FlowScope
 from watcher.priority import AGING_STEP, priority_problem, rank_at, starvation_bound
 from watcher.rate_limits import TokenPool
-from watcher.models import FlowScope
 from watcher.slots import SlotPool
 
 
