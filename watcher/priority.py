@@ -17,6 +17,7 @@ first served.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 MIN_PRIORITY = -10
@@ -24,6 +25,11 @@ MAX_PRIORITY = 10
 DEFAULT_PRIORITY = 0
 # What one step of priority is worth in waiting time.
 AGING_STEP = timedelta(seconds=30)
+# Turns at a processor's freed slots go by lease-queue place in steps this long, and
+# to the partition that has waited longest within a step: partitions created together
+# take turns as they always did (each finds its items ready, so reads stay full), while
+# a higher priority (30 s a step) or a key's first partition still goes first.
+TURN_STEP_SECONDS = 10.0
 
 
 def priority_problem(priority: object) -> str | None:
@@ -52,3 +58,9 @@ def starvation_bound(low: int, high: int) -> timedelta:
     """The longest a partition of priority ``low`` is passed over by partitions of
     priority ``high`` that keep arriving (beyond the leasing of what ranked ahead)."""
     return AGING_STEP * max(high - low, 0)
+
+
+def turn_order(rank: datetime) -> float:
+    """A partition's place in the turns at freed slots: its lease-queue place (aware),
+    in steps of :data:`TURN_STEP_SECONDS` (ties go to the longest waiting)."""
+    return math.floor(rank.timestamp() / TURN_STEP_SECONDS) * TURN_STEP_SECONDS

@@ -183,3 +183,15 @@ def test_every_processor_that_wants_a_share_gets_one(limit: int, processors: int
             slots[me] = decision.target
             assert sum(slots) <= limit
     assert all(share >= 1 for share in slots), slots
+
+
+def test_turns_go_by_queue_place_in_steps_and_keep_priority_apart() -> None:
+    from datetime import UTC
+
+    from watcher.priority import TURN_STEP_SECONDS, turn_order
+
+    start = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
+    burst = {turn_order(start + timedelta(seconds=s)) for s in (0.0, 1.5, 9.9)}
+    assert len(burst) == 1  # created together: one step, turns by waiting time
+    assert turn_order(start + timedelta(seconds=TURN_STEP_SECONDS)) > burst.pop()
+    assert turn_order(rank_at(start, 1)) < turn_order(start)  # a step of priority counts

@@ -17,6 +17,7 @@ from watcher.errors import (
     InvalidInputError,
 )
 from watcher.models import AVAILABLE, ItemFailurePolicy
+from watcher.priority import turn_order
 from watcher.records import (
     ItemInfo,
     LeaseRow,
@@ -122,7 +123,7 @@ class GuardLost(Exception):
 
 def to_lease_row(row: Any) -> LeaseRow:
     settings = settings_of(row.reduce_gates, row.on_item_failure, row.trace_context)
-    order = 0.0 if row.rank_at is None else row.rank_at.replace(tzinfo=UTC).timestamp()
+    order = 0.0 if row.rank_at is None else turn_order(row.rank_at.replace(tzinfo=UTC))
     return LeaseRow(row.id, row.version, row.gate, row.owner,
                     replace(settings, priority=row.priority, flow_key=row.flow_key,
                             queue_order=order))
