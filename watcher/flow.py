@@ -82,6 +82,14 @@ class FlowSlots:
             gate.give_back(count)
         self.shared.give_back(count)
 
+    def give_back_later(self, count: int, seconds: float) -> None:
+        """Abandoned calls: the processor's pool takes their slots back now, the gates
+        after ``seconds`` (the handler may still be running them)."""
+        self.shared.give_back(count)
+        loop = asyncio.get_running_loop()
+        for gate in self.gates:
+            loop.call_later(seconds, gate.give_back, count)
+
     def notify_when_free(self, event: asyncio.Event, order: float = 0.0) -> None:
         """Be woken by the limit that holds the partition back: a gate with fewer than
         :attr:`refill_at` free, else the processor's pool. (Waiting on the pool while a

@@ -278,7 +278,7 @@ class PartitionSupervisor:
                              lambda positions, outcomes: self._finish(
                                  [items[position] for position in positions], outcomes, started))
         except asyncio.CancelledError:
-            self._let_go(self.in_hand.calling(items))
+            self._let_go(self.in_hand.calling(items), abandoned=True)
             raise
         except Exception:  # a bug: never strand the items (and their slots) in hand
             log.exception("action=batch_error partition=%s items=%d", pid, len(items))
@@ -308,7 +308,7 @@ class PartitionSupervisor:
                 self._let_go([item])
                 continue
             if isinstance(outcome, asyncio.CancelledError):
-                self._let_go([item])
+                self._let_go([item], abandoned=True)
                 continue
             writes.append(self._write_for(item, outcome))
             written.append(item)
@@ -383,18 +383,26 @@ class PartitionSupervisor:
         if any(child.gate == self.lease.gate for child in write.spawn):
             self.lease.notify()
 
-    def _let_go(self, items: list[ReadyItem], *, ready_again: bool = True) -> None:
+    def _let_go(self, items: list[ReadyItem], *, ready_again: bool = True,
+                abandoned: bool = False) -> None:
         """``items`` are no longer in hand: free their slots, wake the supervisor.
 
         ``ready_again`` (the default, for items let go unwritten) says one of them may
         be ready at the gate: it is read again before the gate is taken as drained.
+        ``abandoned``: their calls were cancelled (the lease was lost, the processor
+        stops), and a handler may go on running a request its caller hung up on, so
+        the limits that count calls at the handler (a key's) keep them for a lease
+        duration more.
         """
         if not items:
             return
         if ready_again:
             self.in_hand.gate_looked_empty = False
         self.in_hand.let_go(items)
-        self.slots.give_back(len(items))
+        if abandoned:
+            self.slots.give_back_later(len(items), self.config.lease_duration)
+        else:
+            self.slots.give_back(len(items))
         self.lease.wake.set()
 
     async def _confirm_lease(self) -> bool:
