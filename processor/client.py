@@ -16,12 +16,13 @@ from collections.abc import Collection, Coroutine, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from processor.async_client import DEFAULT_FIND_LIMIT, AsyncClient
+from processor.async_client import AsyncClient
 from processor.client_checks import (
     DEFAULT_COUNT_CAP,
     DEFAULT_PAGE,
     DEFAULT_THROUGHPUT_MINUTES,
 )
+from processor.client_items import DEFAULT_FIND_LIMIT
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.dburl import DatabaseURL
 from watcher.records import (

@@ -274,8 +274,8 @@ def _show_item(partition_id: str, item_id: str, db_url: str, table_prefix: str,
 def _find_item(item_id: str, db_url: str, table_prefix: str, limit: int,
                as_json: bool) -> None:
     """Print the partitions holding an item with this id (``items --find ITEM``)."""
-    from processor.async_client import MAX_FIND_LIMIT
     from processor.client import Client
+    from processor.client_items import MAX_FIND_LIMIT
     from processor.views import error_after_context, error_cell, item_row
 
     url = database_url(db_url, table_prefix)
