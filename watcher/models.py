@@ -195,7 +195,7 @@ class Item(SQLModel, table=True):
     __table_args__ = (
         Index("ix_items_ready", "partition_id", "status", "gate", "retry_at", "id"),
         # An item by id across partitions (search, ``processor items --show``).
-        Index("ix_items_id", "id"),
+        Index("ix_items_id", "id", "partition_id"),
         MYSQL_TABLE_OPTIONS,
     )
 

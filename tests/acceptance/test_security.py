@@ -252,7 +252,8 @@ async def test_handler_answers_are_data_never_code(tmp_path) -> None:
             "WHERE left(table_name, :n) = :prefix ORDER BY table_name",
             n=len(cluster.prefix), prefix=cluster.prefix)) == sorted(
             [(f"{cluster.prefix}{name}",) for name in
-             ("alembic_version", "canary", "items", "leaders", "partitions")])
+             ("alembic_version", "canary", "flow_controls", "flow_grants", "items", "leaders",
+              "partitions")])
         await cluster.db.query(f"DROP TABLE {canary}")
     assert no_tracebacks
     assert not marker.exists()

@@ -13,7 +13,9 @@ Create Date: 2026-11-26
 - ``items.error_history``: the item's last few errors (JSON, each with the time
   by the database clock, attempt and gate); NULL while it has none.
 - ``ix_items_id``: finds an item by id across partitions (the console's search
-  and ``processor items --show``) without scanning the table.
+  and ``processor items --find``) without scanning the table. It holds the
+  partition too, so a lookup by the whole key through it is as exact as through
+  the primary key, however many partitions share an item id.
 
 Nullable columns are metadata-only changes on every supported database. The
 types are spelled out here rather than imported from :mod:`watcher.models`.
@@ -42,7 +44,7 @@ def upgrade() -> None:
     op.add_column(f"{prefix}partitions", sa.Column("trace_context", _text(), nullable=True))
     op.add_column(f"{prefix}partitions", sa.Column("timeline", _text(), nullable=True))
     op.add_column(f"{prefix}items", sa.Column("error_history", _text(), nullable=True))
-    op.create_index(f"{prefix}ix_items_id", f"{prefix}items", ["id"])
+    op.create_index(f"{prefix}ix_items_id", f"{prefix}items", ["id", "partition_id"])
 
 
 def downgrade() -> None:
