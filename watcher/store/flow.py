@@ -151,16 +151,22 @@ class FlowStore(StoreBase):
     async def flow_key_limits(self, keys: Sequence[str]) -> dict[str, int]:
         """The in-flight limits operators set for ``keys`` (keys with none are left out),
         in one read."""
+        return {key: int(limit) for key, limit in
+                (await self._key_settings(keys, "max_inflight")).items()}
+
+    async def _key_settings(self, keys: Sequence[str], column: str) -> dict[str, Any]:
+        """``column`` of the flow controls of ``keys``, where it is set (a read per
+        chunk of keys)."""
         c = self.tables.flow_controls
-        limits: dict[str, int] = {}
+        found: dict[str, Any] = {}
         async with self._read() as conn:
             for chunk in chunks(list(keys), IN_CHUNK):
                 rows = await conn.execute(
-                    select(c.c.name, c.c.max_inflight).where(
+                    select(c.c.name, c.c[column]).where(
                         c.c.scope == FlowScope.KEY.value, c.c.name.in_(chunk),
-                        c.c.max_inflight.is_not(None)))
-                limits.update({name: limit for name, limit in rows})
-        return limits
+                        c.c[column].is_not(None)))
+                found.update({name: value for name, value in rows})
+        return found
 
     async def flow_grant(self, key: str, owner: str, *, limit: int, wanted: int, in_use: int,
                          duration: float) -> GrantDecision:
@@ -233,16 +239,8 @@ class FlowStore(StoreBase):
 
     async def flow_key_rates(self, keys: Sequence[str]) -> dict[str, float]:
         """The rate limits operators set for ``keys`` (keys with none are left out)."""
-        c = self.tables.flow_controls
-        rates: dict[str, float] = {}
-        async with self._read() as conn:
-            for chunk in chunks(list(keys), IN_CHUNK):
-                rows = await conn.execute(
-                    select(c.c.name, c.c.rate_limit).where(
-                        c.c.scope == FlowScope.KEY.value, c.c.name.in_(chunk),
-                        c.c.rate_limit.is_not(None)))
-                rates.update({name: float(rate) for name, rate in rows})
-        return rates
+        return {key: float(rate) for key, rate in
+                (await self._key_settings(keys, "rate_limit")).items()}
 
     async def flow_tokens_claim(self, scope: FlowScope, name: str, *, rate: float,
                                 want: int) -> int:
