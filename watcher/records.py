@@ -212,10 +212,15 @@ class PartitionState:
     lease_live: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReadyItem:
     """An item ready to dispatch. ``size`` is the stored data's size when the item
-    was read without its data (too large to dispatch); otherwise ``len(data)``."""
+    was read without its data (too large to dispatch); otherwise ``len(data)``.
+
+    Never changed once made, yet not frozen: one is made per item read, and a frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__``, which
+    costs the hot path about three times the plain assignment (see
+    docs/explanation/performance.md)."""
 
     id: str
     version: int
@@ -244,9 +249,10 @@ class GateSummary:
     paused: bool = False  # a client paused the partition
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ItemWrite:
-    """One guarded item update: the outcome of one attempt.
+    """One guarded item update: the outcome of one attempt. Never changed once made;
+    not frozen for the same reason as :class:`ReadyItem` (one is made per call).
 
     ``gate`` and ``data`` of ``None`` keep the stored gate and bytes.
     ``retry_delay`` of ``None`` makes the item ready at once.

@@ -112,8 +112,10 @@ class Statements:
             return literal_column(f"'{text}'", Text())
 
         stamp = constant('{"at":"') + cast(self.now, Unicode(40)) + constant('",')
-        return func.coalesce(func.replace(history, constant(PENDING_TIME), stamp),
-                             self.tables.items.c.error_history)
+        # A CASE, not COALESCE(REPLACE(...)): most writes carry no history, and a CASE
+        # skips building the stamp for them (a COALESCE's arguments are all evaluated).
+        return case((history.is_(None), self.tables.items.c.error_history),
+                    else_=func.replace(history, constant(PENDING_TIME), stamp))
 
     def items_ready(self, limit: int | ColumnElement[Any]) -> Select[Any]:
         """Available items at a gate whose retry time has passed, ``(id, version, gate,

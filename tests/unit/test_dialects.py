@@ -324,8 +324,9 @@ def test_sql_server_batch_write_renders_as_t_sql(tmp_path) -> None:
     assert "DATEADD(second, CAST(FLOOR(v.delay) AS INT), " in sql
     assert not re.search(r"\bLIMIT\b|\bRETURNING\b|strftime|UTC_TIMESTAMP", sql), sql
     # The error history's new entry is stamped by the same clock (the fifth reading).
-    assert (f"error_history=coalesce(replace(v.history, '{{\"at\":null,', '{{\"at\":\"' + "
-            f"CAST({MSSQL_CLOCK} AS NVARCHAR(40)) + '\",'), {PREFIX}items.error_history)") in sql
+    assert (f"error_history=CASE WHEN (v.history IS NULL) THEN {PREFIX}items.error_history "
+            f"ELSE replace(v.history, '{{\"at\":null,', '{{\"at\":\"' + "
+            f"CAST({MSSQL_CLOCK} AS NVARCHAR(40)) + '\",') END") in sql
     assert sql.count("SYSUTCDATETIME()") == sql.count(MSSQL_CLOCK) == 5
 
 
@@ -381,7 +382,7 @@ def test_mysql_batch_write_renders_with_json_table(dialect: Dialect, tmp_path) -
     clock = MYSQL_CLOCK.replace("%s", "%(clock_now)s")
     assert "history LONGTEXT CHARACTER SET utf8mb4 PATH '$[9]'" in sql
     history = dialect.identifier_preparer.quote("history")  # a reserved word on MariaDB
-    assert (f"{PREFIX}items.error_history=coalesce(replace(v.{history}, '{{\"at\":null,', "
-            f"concat('{{\"at\":\"', CAST({clock} AS CHAR(40)), '\",')), "
-            f"{PREFIX}items.error_history)") in sql
+    assert (f"{PREFIX}items.error_history=CASE WHEN (v.{history} IS NULL) THEN "
+            f"{PREFIX}items.error_history ELSE replace(v.{history}, '{{\"at\":null,', "
+            f"concat('{{\"at\":\"', CAST({clock} AS CHAR(40)), '\",')) END") in sql
     assert "RETURNING" not in sql and sql.count("UTC_TIMESTAMP(6)") == sql.count(clock) == 5
