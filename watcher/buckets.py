@@ -17,11 +17,11 @@ TOKEN_LIFETIME = 3 * CLAIM_INTERVAL
 UNLIMITED = 1 << 30
 
 
-def refill(tokens: float | None, elapsed: float, rate: float) -> float:
-    """A bucket's tokens after ``elapsed`` seconds at ``rate``, capped at its burst; a
-    new bucket (``None``) starts empty."""
+def refill(tokens: float | None, elapsed: float, rate: float, *, returned: int = 0) -> float:
+    """A bucket's tokens after ``elapsed`` seconds at ``rate`` and ``returned`` unused
+    tokens put back, capped at its burst; a new bucket (``None``) starts empty."""
     burst = max(1.0, rate * BURST_SECONDS)
-    return min(burst, (tokens or 0.0) + rate * max(elapsed, 0.0))
+    return min(burst, (tokens or 0.0) + rate * max(elapsed, 0.0) + max(returned, 0))
 
 
 def claim(available: float, want: int) -> int:

@@ -6,7 +6,9 @@ processor claims tokens from it for the calls it is about to make, a few times a
 second while it has calls waiting, in a short transaction that holds the row
 locked, so the fleet as a whole never makes more calls than the rate allows
 (plus a burst of :data:`BURST_SECONDS` of it). Tokens a processor does not use
-soon lapse: hoarded tokens would let a processor exceed the rate later.
+soon lapse here, so none is hoarded, and go back to the bucket with its next
+claim, so none is lost: a processor slowed down (a busy machine, a long pause
+of its event loop) does not take the fleet's rate below the limit.
 
 A ``Retry-After`` from the handler (an HTTP 429, or a 503 with the header) sets
 the handler row's ``blocked_until``; every processor reads it once a poll and
@@ -89,15 +91,27 @@ class TokenPool:
         """Calls ended: tokens are spent, nothing comes back."""
 
     def want(self) -> int:
-        """Tokens to claim: the calls refused and those made since the last claim, at
-        least one interval's worth of the rate, at most a burst."""
+        """Tokens to claim: enough to hold the calls refused and those made since the
+        last claim (at least one interval's worth of the rate, at most a burst), less
+        the tokens still held; 0 when nothing waited or ran since the last claim."""
         assert self.rate is not None
+        if self.unmet == 0 and self.used == 0:
+            return 0
         interval = max(1, math.ceil(self.rate * CLAIM_INTERVAL))
         burst = max(1, math.floor(self.rate * BURST_SECONDS))
-        return min(burst, max(interval, self.unmet + self.used))
+        return max(0, min(burst, max(interval, self.unmet + self.used)) - self.tokens)
+
+    def lapsed(self, now: float) -> int:
+        """Take back the tokens that lapsed unused, to return them to the bucket."""
+        if self.rate is None or now < self.expires_at or not self.tokens:
+            return 0
+        count, self.tokens = self.tokens, 0
+        return count
 
     def claimed(self, tokens: int, now: float) -> None:
-        self.tokens = tokens
+        """``tokens`` more were claimed: they, and those still held, last until
+        :data:`TOKEN_LIFETIME` from ``now``."""
+        self.tokens += tokens
         self.expires_at = now + TOKEN_LIFETIME
         self.unmet = self.used = 0
         self._wake()
@@ -230,12 +244,15 @@ class RateLimiter:
             if pool.held:
                 self.hooks.calls_throttled(pool.scope.value, "block", pool.held)
                 pool.held = 0
-            if pool.rate is None or (pool.unmet == 0 and pool.used == 0):
+            if pool.rate is None:
                 continue
-            if now < pool.blocked_until:
+            returned = pool.lapsed(now)
+            want = 0 if now < pool.blocked_until else pool.want()
+            if want == 0 and returned == 0:
                 continue
             if pool.unmet:
                 self.hooks.calls_throttled(pool.scope.value, "rate", pool.unmet)
-            granted = await self.store.flow_tokens_claim(pool.scope, pool.name,
-                                                         rate=pool.rate, want=pool.want())
-            pool.claimed(granted, self._clock())
+            granted = await self.store.flow_tokens_claim(
+                pool.scope, pool.name, rate=pool.rate, want=want, returned=returned)
+            if want:
+                pool.claimed(granted, self._clock())

@@ -106,6 +106,8 @@ def test_tokens_lapse_and_a_hold_stops_every_call() -> None:
     assert pool.take(5, now=0.1) == 3 and pool.unmet == 2 and demand.is_set()
     pool.claimed(3, now=1.0)
     assert pool.free(now=5.0) == 0  # unused tokens lapse
+    assert pool.lapsed(now=5.0) == 3 and pool.tokens == 0  # and go back to the bucket
+    assert pool.lapsed(now=5.0) == 0
     pool.rate = None
     pool.block(until=3.0)
     assert pool.take(1, now=2.0) == 0 and pool.held == 1
@@ -195,3 +197,22 @@ def test_turns_go_by_queue_place_in_steps_and_keep_priority_apart() -> None:
     assert len(burst) == 1  # created together: one step, turns by waiting time
     assert turn_order(start + timedelta(seconds=TURN_STEP_SECONDS)) > burst.pop()
     assert turn_order(rank_at(start, 1)) < turn_order(start)  # a step of priority counts
+
+
+def test_a_claim_tops_the_tokens_held_up_to_what_the_calls_need() -> None:
+    pool = TokenPool(FlowScope.HANDLER, "h", asyncio.Event())
+    pool.rate = 100.0  # one interval is 10 calls, a burst 50
+    assert pool.want() == 0  # nothing waited or ran: no claim
+    assert pool.take(30, now=0.0) == 0 and pool.want() == 30
+    pool.claimed(30, now=0.0)
+    assert pool.take(20, now=0.1) == 20 and pool.tokens == 10
+    assert pool.want() == 10  # 20 used, 10 still held
+    pool.claimed(10, now=0.1)
+    assert pool.tokens == 20 and pool.free(now=0.2) == 20
+    assert pool.take(200, now=0.2) == 20 and pool.want() == 50  # never over a burst
+    assert pool.lapsed(now=0.2) == 0  # nothing held lapses early
+
+
+def test_returned_tokens_refill_a_bucket_up_to_its_burst() -> None:
+    assert refill(2.0, 0.1, 10.0, returned=2) == pytest.approx(5.0)
+    assert refill(2.0, 0.1, 10.0, returned=50) == pytest.approx(10 * BURST_SECONDS)

@@ -243,11 +243,13 @@ class FlowStore(StoreBase):
                 (await self._key_settings(keys, "rate_limit")).items()}
 
     async def flow_tokens_claim(self, scope: FlowScope, name: str, *, rate: float,
-                                want: int) -> int:
+                                want: int, returned: int = 0) -> int:
         """Take up to ``want`` tokens (whole calls) from the bucket of ``scope``/``name``
         at ``rate`` calls per second, refilled by the database clock
-        (:func:`watcher.rate_limits.refill`), in one transaction that holds its row
-        locked. Returns the tokens taken (maybe 0)."""
+        (:func:`watcher.rate_limits.refill`), after putting back the ``returned``
+        tokens an earlier claim took and did not use (never over the bucket's burst),
+        in one transaction that holds its row locked. Returns the tokens taken
+        (maybe 0)."""
         await self._flow_row(scope, name)
         c = self.tables.flow_controls
         now = self.statements.now
@@ -258,7 +260,7 @@ class FlowStore(StoreBase):
                 select(c.c.tokens, c.c.refilled_at, now.label("now")).where(*where))).one()
             elapsed = (0.0 if row.refilled_at is None
                        else (row.now - row.refilled_at).total_seconds())
-            available = refill(row.tokens, elapsed, rate)
+            available = refill(row.tokens, elapsed, rate, returned=returned)
             taken = claim(available, want)
             await conn.execute(update(c).where(*where).values(
                 tokens=available - taken, refilled_at=row.now))
