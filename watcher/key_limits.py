@@ -83,6 +83,7 @@ class KeyPool:
         self.target = 0
         self.in_use = 0
         self.unmet = 0  # slots asked for and refused since the last grant
+        self.peak = 0  # the most slots in use at once since the last grant
         self.expires_at = 0.0  # monotonic time the grant lapses at
         # While a grant is being written, no more than the calls in flight it was
         # asked with: the new grant covers those, and a call started meanwhile might
@@ -114,6 +115,8 @@ class KeyPool:
         """Take up to ``wanted`` slots; what it could not give is noted as demand."""
         taken = max(0, min(wanted, self.free(now)))
         self.in_use += taken
+        if self.in_use > self.peak:
+            self.peak = self.in_use
         if taken < wanted and (self.limit is not None or not self.known):
             self.unmet += wanted - taken
             self.wanted_grant.set()
@@ -129,8 +132,15 @@ class KeyPool:
 
     def wanted(self, limit: int) -> int:
         """Slots to ask the fleet for under ``limit``: those in use and the demand not
-        met."""
-        return min(limit, self.in_use + self.unmet)
+        met, or the most in use at once since the last grant if that is more.
+
+        The peak keeps a busy key's grant steady: asked for with only the calls in
+        flight at that instant (a batch's results being written, the next read not
+        yet made), the grant would shrink under a steady load, and the calls
+        refused next would each wait for a grant to be written again. A key idle
+        for a whole renewal interval asks for nothing and gives its slots back.
+        """
+        return min(limit, max(self.peak, self.in_use + self.unmet))
 
     def freeze(self) -> int:
         """A grant is about to be written with the calls in flight now: hold them there
@@ -154,6 +164,7 @@ class KeyPool:
         self.expires_at = expires_at
         self.frozen_at = None
         self.unmet = 0
+        self.peak = self.in_use
         self._wake()
 
     @property

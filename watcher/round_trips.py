@@ -16,6 +16,12 @@ Either way the caller gets a :class:`sqlalchemy.exc.SQLAlchemyError`, so the
 loops' outage handling retries it. The first timeout logs one WARNING line;
 ``/readyz`` reads :meth:`RoundTrips.problem` and answers 503 until that kind of
 round trip succeeds again.
+
+A caller cancelled during a round trip gets :class:`asyncio.CancelledError`, even
+when the driver's clean-up of the interrupted statement raised a database error
+in its place (a rollback on a connection left mid-statement fails): passed on as
+a database error, the cancellation would be lost, and a loop that retries
+database errors would carry on as if it had never been asked to stop.
 """
 
 from __future__ import annotations
@@ -134,6 +140,29 @@ class Deadline:
             raise TimeoutError from error
 
 
+class _Cancels:
+    """The running task's pending cancellations when a round trip begins, to tell
+    whether someone cancelled it during the round trip."""
+
+    __slots__ = ("_before", "_task")
+
+    def __init__(self) -> None:
+        self._task = asyncio.current_task()
+        self._before = 0 if self._task is None else self._task.cancelling()
+
+    def raise_if_cancelled(self, error: BaseException) -> None:
+        """Raise :class:`asyncio.CancelledError` (from ``error``) when the task was
+        cancelled since; the database error raised in its place is then only the
+        driver's clean-up failing. (A :class:`Deadline` takes back its own
+        cancellations before this is asked.)
+
+        Raises:
+            asyncio.CancelledError: the task was cancelled during the round trip.
+        """
+        if self._task is not None and self._task.cancelling() > self._before:
+            raise asyncio.CancelledError() from error
+
+
 class RoundTrips:
     """Bounds a store's database round trips and remembers which kinds time out.
 
@@ -179,6 +208,7 @@ class RoundTrips:
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused it
                 (its own timeout included, which is recorded too).
         """
+        cancels = _Cancels()
         try:
             if self.bound is None:
                 result = await awaitable
@@ -188,6 +218,7 @@ class RoundTrips:
         except TimeoutError:
             raise self._client_timeout(what, None) from None
         except SQLAlchemyError as error:
+            cancels.raise_if_cancelled(error)
             self._failed(what, error)
             raise
         if self._failing:
@@ -203,11 +234,13 @@ class RoundTrips:
         """
         if self._precheck is not None:
             self._precheck()
+        cancels = _Cancels()
         if self.bound is None:
             try:
                 async with opening as conn:
                     yield conn
             except SQLAlchemyError as error:
+                cancels.raise_if_cancelled(error)
                 self._failed(what, error)
                 raise
         else:
@@ -222,6 +255,7 @@ class RoundTrips:
             except TimeoutError:
                 raise self._client_timeout(what, deadline.statement) from None
             except SQLAlchemyError as error:
+                cancels.raise_if_cancelled(error)
                 self._failed(what, error)
                 raise
         if self._failing:

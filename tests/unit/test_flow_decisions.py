@@ -216,3 +216,17 @@ def test_a_claim_tops_the_tokens_held_up_to_what_the_calls_need() -> None:
 def test_returned_tokens_refill_a_bucket_up_to_its_burst() -> None:
     assert refill(2.0, 0.1, 10.0, returned=2) == pytest.approx(5.0)
     assert refill(2.0, 0.1, 10.0, returned=50) == pytest.approx(10 * BURST_SECONDS)
+
+
+def test_a_busy_keys_grant_asks_for_its_peak_and_an_idle_one_for_nothing() -> None:
+    pool = KeyPool("k", asyncio.Event())
+    pool.granted_now(16, GrantDecision(16, 16), expires_at=100.0)
+    assert pool.take(16, now=0.0) == 16
+    pool.give_back(12)  # a batch's results are being written: 4 calls in flight now
+    assert pool.wanted(16) == 16  # not 4: the grant stays where the load keeps it
+    pool.granted_now(16, GrantDecision(16, 16), expires_at=100.0)
+    assert pool.wanted(16) == 4
+    pool.give_back(4)
+    pool.granted_now(16, GrantDecision(4, 4), expires_at=100.0)
+    assert pool.wanted(16) == 0  # idle for a whole interval: nothing asked for
+    assert pool.take(20, now=0.0) == 4 and pool.wanted(16) == 16  # demand comes back

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import types
 
 import pytest
 from sqlalchemy.exc import OperationalError
@@ -118,3 +119,47 @@ async def test_without_a_bound_nothing_is_interrupted() -> None:
         return "done"
 
     assert await trips.call("items_ready", slow()) == "done"
+
+
+class _RollbackFails:
+    """A transaction whose clean-up, after an interrupted statement, fails with a
+    database error instead of passing the interruption on (as a driver's rollback on
+    a connection left mid-statement does)."""
+
+    async def __aenter__(self) -> object:
+        return types.SimpleNamespace(info={})  # a connection's info, where a deadline goes
+
+    async def __aexit__(self, kind: object, error: object, traceback: object) -> None:
+        if kind is not None:
+            raise OperationalError("ROLLBACK", {}, Exception("another command is in progress"))
+
+
+@pytest.mark.parametrize("bound", [None, 5.0])
+async def test_a_cancellation_the_drivers_clean_up_replaced_is_raised_again(
+        bound: float | None) -> None:
+    trips = _trips(bound)
+    entered = asyncio.Event()
+
+    async def transaction() -> None:
+        async with trips.transaction(_RollbackFails(), "lease_cycle"):  # type: ignore[arg-type]
+            entered.set()
+            await asyncio.sleep(5)
+
+    task = asyncio.create_task(transaction())
+    await asyncio.wait_for(entered.wait(), timeout=5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task  # not the OperationalError: a retrying loop would carry on
+
+
+@pytest.mark.parametrize("bound", [None, 5.0])
+async def test_a_failure_without_a_cancellation_stays_a_database_error(
+        bound: float | None) -> None:
+    async def fails() -> None:
+        raise OperationalError("SELECT 1", {}, Exception("server closed the connection"))
+
+    with pytest.raises(OperationalError):
+        await _trips(bound).call("items_ready", fails())
+    with pytest.raises(OperationalError):
+        async with _trips(bound).transaction(_RollbackFails(), "lease_cycle"):  # type: ignore[arg-type]
+            raise RuntimeError("a bug in the body")
