@@ -130,6 +130,15 @@ class KeyPool:
 
     untake = give_back  # slots taken and not used (another limit refused the calls)
 
+    def pass_turn(self, now: float) -> None:
+        """A woken partition has taken what it could: if :attr:`refill_at` slots are
+        still free, the next partition waiting on this key gets its turn (as
+        :meth:`watcher.slots.SlotPool.pass_turn` does for the processor's slots).
+        Without it, slots freed by one batch's results went to one partition, and
+        what it left free stayed idle until the next results came back."""
+        if self._waiting and self.free(now) >= self.refill_at:
+            self._wake(everyone=False)
+
     def wanted(self, limit: int) -> int:
         """Slots to ask the fleet for under ``limit``: those in use and the demand not
         met, or the most in use at once since the last grant if that is more.

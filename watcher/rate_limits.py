@@ -90,6 +90,9 @@ class TokenPool:
     def give_back(self, count: int) -> None:
         """Calls ended: tokens are spent, nothing comes back."""
 
+    def pass_turn(self, now: float) -> None:
+        """Nothing to pass on: every waiting partition is woken when tokens arrive."""
+
     def want(self) -> int:
         """Tokens to claim: enough to hold the calls refused and those made since the
         last claim (at least one interval's worth of the rate, at most a burst), less

@@ -93,7 +93,8 @@ class Watcher:
         self.writer = ResultWriter(store, self.config.owner_id,
                                    batch_size=min(self.config.result_batch,
                                                   self.config.concurrency),
-                                   linger=self.config.result_linger)
+                                   linger=self.config.result_linger,
+                                   calls_running=lambda: self.slots.calls)
         self.flow = FlowControl(store, self.config, self.hooks)
         self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
         self._wake = asyncio.Event()

@@ -68,11 +68,15 @@ class ResultWriter:
     """Writes item results for one owner, batching whatever is queued."""
 
     def __init__(self, store: Store, owner: str, *, batch_size: int,
-                 linger: float = 0.0) -> None:
+                 linger: float = 0.0, calls_running: Callable[[], int] | None = None
+                 ) -> None:
         self.store = store
         self.owner = owner
         self.batch_size = batch_size
         self.linger = linger
+        # How many processor calls run now: with none, no result can come to join the
+        # next batch, so the writer does not linger (None: it cannot tell).
+        self._calls_running = calls_running
         self._last_write = -math.inf  # the loop time at which the last write ended
         self._queue: list[_Entry] = []
         self._queued = 0  # writes in the queue, over every entry
@@ -232,9 +236,13 @@ class ResultWriter:
         """Right after a write, wait out the linger so that the next one carries more.
 
         A result that comes after a quiet spell is written at once; a full batch,
-        or a writer that is closing, does not wait either.
+        a writer that is closing, or one whose processor has no call running (every
+        result that could come is queued: a key limit can hold the calls in flight
+        far below the batch size) does not wait either.
         """
         if not self.linger or self._closing.is_set() or self._queued >= self.batch_size:
+            return
+        if self._calls_running is not None and self._calls_running() == 0:
             return
         remaining = self._last_write + self.linger - asyncio.get_running_loop().time()
         if remaining > 0:

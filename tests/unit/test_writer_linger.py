@@ -65,3 +65,27 @@ async def test_a_full_batch_does_not_wait() -> None:
     finally:
         await writer.close(0.5)
     assert store.asked.batches[:2] == [1, 4]
+
+
+async def test_with_no_call_running_the_writer_does_not_wait_for_more() -> None:
+    """A key limit can hold the calls in flight below the batch size: once every one's
+    result is queued, none can come to join the batch, so lingering would only keep
+    the limit's slots idle."""
+    store = FakeStore()
+    running = {"calls": 0}
+    writer = ResultWriter(store, "me", batch_size=256, linger=30.0,
+                          calls_running=lambda: running["calls"])
+    try:
+        first = asyncio.get_running_loop().create_future()
+        writer.enqueue(_write(0), first.set_result)
+        await asyncio.wait_for(first, 5)  # written at once: nothing was written before
+        second = asyncio.get_running_loop().create_future()
+        writer.enqueue(_write(1), second.set_result)
+        assert await asyncio.wait_for(second, 5), "no call runs: written without the 30 s linger"
+        running["calls"] = 3
+        third = asyncio.get_running_loop().create_future()
+        writer.enqueue(_write(2), third.set_result)
+        done, _ = await asyncio.wait([third], timeout=0.3)
+        assert not done, "calls run: the writer lingers for their results"
+    finally:
+        await writer.close(0.5)
