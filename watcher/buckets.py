@@ -19,9 +19,16 @@ UNLIMITED = 1 << 30
 
 def refill(tokens: float | None, elapsed: float, rate: float, *, returned: int = 0) -> float:
     """A bucket's tokens after ``elapsed`` seconds at ``rate`` and ``returned`` unused
-    tokens put back, capped at its burst; a new bucket (``None``) starts empty."""
+    tokens put back, capped at its burst.
+
+    A new bucket (``None``) starts full, as a bucket left unused for a while is: the
+    first calls of a key or a handler go at once, within the burst the limit
+    allows anyway, instead of each waiting a claim interval or two for tokens.
+    """
     burst = max(1.0, rate * BURST_SECONDS)
-    return min(burst, (tokens or 0.0) + rate * max(elapsed, 0.0) + max(returned, 0))
+    if tokens is None:
+        return burst
+    return min(burst, tokens + rate * max(elapsed, 0.0) + max(returned, 0))
 
 
 def claim(available: float, want: int) -> int:

@@ -82,7 +82,7 @@ def test_a_frozen_key_pool_starts_no_call_the_grant_being_written_may_not_cover(
 
 
 @pytest.mark.parametrize(("tokens", "elapsed", "rate", "expected"), [
-    (None, 0.0, 10.0, 0.0),  # a new bucket starts empty
+    (None, 0.0, 10.0, 10.0 * BURST_SECONDS),  # a new bucket starts full
     (0.0, 0.1, 10.0, 1.0),
     (0.0, 100.0, 10.0, 10.0 * BURST_SECONDS),  # capped at the burst
     (0.0, 100.0, 0.5, 1.0),  # a burst is at least one call
