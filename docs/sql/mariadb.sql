@@ -427,7 +427,9 @@ UPDATE items,
             ELSE COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
              END,
        items.updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       items.error_history=coalesce(replace(v.history, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",')), items.error_history)
+       items.error_history=CASE WHEN (v.history IS NULL) THEN items.error_history
+            ELSE replace(v.history, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END
  WHERE items.partition_id = v.pid
    AND items.id = v.iid
    AND items.version = v.seen
@@ -442,7 +444,9 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
        last_error=%s,
        retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
        updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       error_history=coalesce(replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",')), items.error_history)
+       error_history=CASE WHEN (%s IS NULL) THEN items.error_history
+            ELSE replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END
  WHERE items.partition_id = %s
    AND items.id = %s
    AND items.version = %s
@@ -1564,7 +1568,9 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
        last_error=%s,
        retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
        updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       error_history=coalesce(replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",')), items.error_history)
+       error_history=CASE WHEN (%s IS NULL) THEN items.error_history
+            ELSE replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END
  WHERE items.partition_id = %s
    AND items.id = %s
    AND items.version = %s
@@ -1580,7 +1586,9 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
        last_error=%s,
        retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
        updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       error_history=coalesce(replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",')), items.error_history)
+       error_history=CASE WHEN (%s IS NULL) THEN items.error_history
+            ELSE replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END
  WHERE items.partition_id = %s
    AND items.id = %s
    AND items.version = %s

@@ -415,7 +415,9 @@ version=(items.version + %(version_n)s), gate=coalesce(v.gate, items.gate),
             ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
              END,
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       error_history=coalesce(replace(v.history, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",'), items.error_history) OUTPUT inserted.partition_id,
+       error_history=CASE WHEN (v.history IS NULL) THEN items.error_history
+            ELSE replace(v.history, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
+             END OUTPUT inserted.partition_id,
        inserted.id
   FROM items,
        OPENJSON(%(rows)s) WITH (pid NVARCHAR(255) '$[0]', iid NVARCHAR(255) '$[1]', seen BIGINT '$[2]', status NVARCHAR(16) '$[3]', gate BIGINT '$[4]', attempts BIGINT '$[5]', error NVARCHAR(max) '$[6]', data VARCHAR(max) '$[7]', delay FLOAT '$[8]', history NVARCHAR(max) '$[9]') AS v
@@ -433,7 +435,9 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
        last_error=%(new_error)s,
        retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       error_history=coalesce(replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",'), items.error_history)
+       error_history=CASE WHEN (%(new_history)s IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
+             END
  WHERE items.partition_id = %(pid)s
    AND items.id = %(iid)s
    AND items.version = %(seen)s
@@ -1552,7 +1556,9 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
        last_error=%(new_error)s,
        retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       error_history=coalesce(replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",'), items.error_history)
+       error_history=CASE WHEN (%(new_history)s IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
+             END
  WHERE items.partition_id = %(pid)s
    AND items.id = %(iid)s
    AND items.version = %(seen)s
@@ -1568,7 +1574,9 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
        last_error=%(new_error)s,
        retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       error_history=coalesce(replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",'), items.error_history)
+       error_history=CASE WHEN (%(new_history)s IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
+             END
  WHERE items.partition_id = %(pid)s
    AND items.id = %(iid)s
    AND items.version = %(seen)s

@@ -431,7 +431,9 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->>
             ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
              END,
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       error_history=coalesce(replace(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",'), items.error_history)
+       error_history=CASE WHEN (CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) IS NULL) THEN items.error_history
+            ELSE replace(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",')
+             END
   FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
 ORDINALITY AS v(value, n)
  WHERE items.partition_id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
@@ -451,7 +453,9 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->>
             ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
              END,
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       error_history=coalesce(replace(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",'), items.error_history)
+       error_history=CASE WHEN (CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) IS NULL) THEN items.error_history
+            ELSE replace(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",')
+             END
   FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
 ORDINALITY AS v(value, n)
  WHERE items.partition_id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
@@ -1591,7 +1595,9 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->>
             ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
              END,
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       error_history=coalesce(replace(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",'), items.error_history)
+       error_history=CASE WHEN (CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) IS NULL) THEN items.error_history
+            ELSE replace(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",')
+             END
   FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
 ORDINALITY AS v(value, n)
  WHERE items.partition_id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)

@@ -445,7 +445,9 @@ version=(items.version + :version_1), gate=coalesce(:new_gate, items.gate),
             ELSE COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
              END,
        updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       error_history=coalesce(replace(:new_history, '{"at":null,', '{"at":"' || CAST(COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",'), items.error_history)
+       error_history=CASE WHEN (:new_history IS NULL) THEN items.error_history
+            ELSE replace(:new_history, '{"at":null,', '{"at":"' || CAST(COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END
  WHERE items.partition_id = :pid
    AND items.id = :iid
    AND items.version = :seen;
@@ -459,7 +461,9 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
        last_error=?,
        retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
        updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       error_history=coalesce(replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",'), items.error_history)
+       error_history=CASE WHEN (? IS NULL) THEN items.error_history
+            ELSE replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END
  WHERE items.partition_id = ?
    AND items.id = ?
    AND items.version = ?
@@ -1611,7 +1615,9 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
        last_error=?,
        retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
        updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       error_history=coalesce(replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",'), items.error_history)
+       error_history=CASE WHEN (? IS NULL) THEN items.error_history
+            ELSE replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END
  WHERE items.partition_id = ?
    AND items.id = ?
    AND items.version = ?
@@ -1627,7 +1633,9 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
        last_error=?,
        retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
        updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       error_history=coalesce(replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",'), items.error_history)
+       error_history=CASE WHEN (? IS NULL) THEN items.error_history
+            ELSE replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END
  WHERE items.partition_id = ?
    AND items.id = ?
    AND items.version = ?

@@ -122,10 +122,11 @@ async def test_one_tenants_partition_starts_within_a_lease_cycle_behind_anothers
                          message="b's first call")
     waited = handler.first_call["b-1"] - inserted
     # About one lease cycle (a lease duration, in which every processor renews and
-    # scans), plus a second for a loaded machine. On a quiet machine it is about 0.5 s;
-    # without fair queuing b-1 would wait behind a's 2,000 calls of 0.2 s on 12 slots
-    # (about 30 s).
-    assert waited < FAST["lease_duration"] + 1.0, waited
+    # scans), plus two seconds for a loaded machine (three processors and 150 leases
+    # share this process: a CI run measured 2.1 s). On a quiet machine it is about
+    # 0.5 s; without fair queuing b-1 would wait behind a's 2,000 calls of 0.2 s on 12
+    # slots (about 30 s).
+    assert waited < FAST["lease_duration"] + 2.0, waited
 
 
 def client_settings(**kwargs: object):  # the client's check, for a fast bulk insert
