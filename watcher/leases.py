@@ -162,6 +162,9 @@ class LeaseKeeper:
         self._renew_due = 0.0
         self._balance_due = 0.0
         self._rng = random.Random()
+        # Whether the last lease cycle left free partitions it might have taken with
+        # more room: only then does a partition ending call for a cycle at once.
+        self.free_left = True
 
     @property
     def owner(self) -> str:
@@ -187,6 +190,7 @@ class LeaseKeeper:
         stolen: list[str] = []
         room = self.config.max_leases - len(self.leases)
         if room <= 0:  # at its limit: take nothing, and let others steal what is fair
+            self.free_left = True
             self.hooks.leases_held(len(self.leases))
             return LeaseCycle(lost=tuple(lost), renewed=renewed, stopped=stopped)
         candidates = await self.store.leases_read_free(
@@ -205,6 +209,7 @@ class LeaseKeeper:
                 stolen = await self._take(victims, stolen_from=plan.steal_from)
             if balance_due:
                 self._balance_due = now + self.config.renew_interval
+        self.free_left = len(candidates) > len(acquired)
         self.hooks.leases_held(len(self.leases))
         return LeaseCycle(tuple(acquired), tuple(stolen), tuple(lost), renewed, stopped)
 
@@ -244,7 +249,8 @@ class LeaseKeeper:
                          self.owner, row.gate)
                 continue
             self.leases[row.id] = Lease(row.id, row.version, row.gate, renewed_at=started,
-                                        settings=row.settings)
+                                        settings=row.settings, timeline=row.timeline,
+                                        timeline_known=row.timeline_read)
             taken.append(row.id)
             self.hooks.lease_acquired(row.id, stolen_from=stolen_from)
             log.info("action=lease_acquired partition=%s owner=%s gate=%d%s", row.id,

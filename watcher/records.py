@@ -141,6 +141,10 @@ class LeaseRow:
     gate: int
     owner: str
     settings: PartitionSettings = PartitionSettings()
+    # The partition's timeline as read with the row (``timeline_read``): a lease taken
+    # at this version starts with it, so its first gate move need not read it again.
+    timeline: str | None = None
+    timeline_read: bool = False
 
 
 @dataclass(frozen=True, slots=True)

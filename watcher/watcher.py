@@ -141,9 +141,16 @@ class Watcher:
             reduce=self._reduce, reduce_shape=self._reduce_shape,
             process_batch=self._process_batch, tracer=self._tracer)
         task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
-        # A partition that closed (or was lost) frees room for another: look at once.
-        task.add_done_callback(lambda _: self._wake.set())
+        task.add_done_callback(self._supervisor_ended)
         self.supervisors[lease.partition_id] = (supervisor, task)
+
+    def _supervisor_ended(self, _: asyncio.Task[str]) -> None:
+        """A partition that closed (or was lost) frees room for another: look at once,
+        unless the last lease cycle saw no free partition it left untaken (then the
+        next poll, or a client's notification, finds the new ones; the ended
+        supervisor is reaped then)."""
+        if self.keeper.free_left:
+            self._wake.set()
 
     def _reap(self) -> None:
         for partition_id, (_, task) in list(self.supervisors.items()):

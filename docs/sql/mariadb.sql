@@ -797,7 +797,8 @@ SELECT partitions.id,
        partitions.trace_context,
        partitions.priority,
        partitions.flow_key,
-       partitions.rank_at
+       partitions.rank_at,
+       partitions.timeline
   FROM partitions
  WHERE partitions.status = %s
    AND partitions.owner = %s
@@ -816,7 +817,8 @@ SELECT partitions.id,
        partitions.trace_context,
        partitions.priority,
        partitions.flow_key,
-       partitions.rank_at
+       partitions.rank_at,
+       partitions.timeline
   FROM partitions
  WHERE partitions.status = %s
    AND partitions.until <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))

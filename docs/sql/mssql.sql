@@ -779,7 +779,8 @@ SELECT TOP 10 partitions.id,
        partitions.trace_context,
        partitions.priority,
        partitions.flow_key,
-       partitions.rank_at
+       partitions.rank_at,
+       partitions.timeline
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND partitions.owner = %(owner_n)s
@@ -797,7 +798,8 @@ SELECT TOP 10 partitions.id,
        partitions.trace_context,
        partitions.priority,
        partitions.flow_key,
-       partitions.rank_at
+       partitions.rank_at,
+       partitions.timeline
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
@@ -816,7 +818,8 @@ SELECT TOP 50 partitions.id,
        partitions.trace_context,
        partitions.priority,
        partitions.flow_key,
-       partitions.rank_at
+       partitions.rank_at,
+       partitions.timeline
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())

@@ -811,7 +811,8 @@ SELECT partitions.id,
        partitions.trace_context,
        partitions.priority,
        partitions.flow_key,
-       partitions.rank_at
+       partitions.rank_at,
+       partitions.timeline
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND partitions.owner = %(owner_1)s::VARCHAR
@@ -830,7 +831,8 @@ SELECT partitions.id,
        partitions.trace_context,
        partitions.priority,
        partitions.flow_key,
-       partitions.rank_at
+       partitions.rank_at,
+       partitions.timeline
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))

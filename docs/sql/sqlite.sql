@@ -823,7 +823,8 @@ SELECT partitions.id,
        partitions.trace_context,
        partitions.priority,
        partitions.flow_key,
-       partitions.rank_at
+       partitions.rank_at,
+       partitions.timeline
   FROM partitions
  WHERE partitions.status = ?
    AND partitions.owner = ?
@@ -843,7 +844,8 @@ SELECT partitions.id,
        partitions.trace_context,
        partitions.priority,
        partitions.flow_key,
-       partitions.rank_at
+       partitions.rank_at,
+       partitions.timeline
   FROM partitions
  WHERE partitions.status = ?
    AND partitions.until <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))

@@ -227,3 +227,47 @@ async def test_updated_at_moves_with_the_status_not_with_each_write(make_store) 
     assert await store.items_add("p", [NewItem("c", b"z", gate=1)]) is True
     info = await store.partition_get("p")
     assert (info.status, info.updated_at) == ("available", reopened_at)
+
+
+async def test_a_take_carries_the_timeline_read_with_the_row(store) -> None:
+    """The free read returns each partition's stored timeline, and the take (guarded by
+    the version read) hands it on: a lease starts knowing it, so its first gate move
+    writes the timeline without reading it again."""
+    from watcher.timeline import Progress
+
+    await store.partition_create("p", [NewItem("i", b"x")])
+    (row,) = await store.leases_read_free(5)
+    assert row.timeline_read and row.timeline is None  # a new partition has none yet
+    (lease,) = await store.leases_take([row], "first", 30.0)
+    renewal = await store.leases_renew({"p": lease.version}, "first", 30.0,
+                                       progress={"p": Progress(0, 3, 1.0)})
+    await store.leases_release({"p": renewal.held["p"][0]}, "first")
+    _, stored = await store.partition_timeline("p")
+    assert stored is not None, "the renewal wrote the 3 items done into the timeline"
+    (row,) = await store.leases_read_free(5)
+    assert (row.timeline, row.timeline_read) == (stored, True)
+    (taken,) = await store.leases_take([row], "second", 30.0)
+    assert (taken.timeline, taken.timeline_read, taken.owner) == (stored, True, "second")
+    assert taken.version == row.version + 1
+
+
+async def test_the_keeper_says_whether_it_left_free_partitions_untaken(store) -> None:
+    """A supervisor's end calls a lease cycle at once only while free partitions were
+    left untaken (by the batch size, or by the lease limit); once every one is held,
+    an ending frees room for nothing, and the next poll or notification will do."""
+    from watcher.config import WatcherConfig
+    from watcher.hooks import Hooks
+    from watcher.leases import LeaseKeeper
+
+    for n in range(3):
+        await store.partition_create(f"p{n}", [NewItem("i", b"x")])
+    keeper = LeaseKeeper(store, WatcherConfig(owner_id="me", lease_batch=2, max_leases=4),
+                         Hooks())
+    assert len((await keeper.run_once()).acquired) == 2 and keeper.free_left
+    assert len((await keeper.run_once()).acquired) == 1 and not keeper.free_left
+    await store.partition_create("p3", [NewItem("i", b"x")])
+    await store.partition_create("p4", [NewItem("i", b"x")])
+    assert len((await keeper.run_once()).acquired) == 1, "the lease limit: 4"
+    assert keeper.free_left
+    await keeper.run_once()
+    assert keeper.free_left, "at the limit with p4 free: an ending makes room for it"

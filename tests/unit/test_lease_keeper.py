@@ -97,3 +97,12 @@ async def test_a_taken_lease_counts_from_before_its_write() -> None:
     before = time.monotonic()
     assert await keeper._take([LeaseRow("p", 1, 0, "")], stolen_from=None) == ["p"]
     assert keeper.leases["p"].renewed_at <= before + 0.05
+
+
+async def test_a_taken_lease_starts_with_the_timeline_its_row_carried() -> None:
+    keeper, _ = _keeper(FakeStore())
+    row = LeaseRow("p", 1, 0, "", timeline='{"gates": []}', timeline_read=True)
+    assert await keeper._take([row, LeaseRow("q", 1, 0, "")], stolen_from=None) == ["p", "q"]
+    assert (keeper.leases["p"].timeline, keeper.leases["p"].timeline_known) == (
+        '{"gates": []}', True)
+    assert not keeper.leases["q"].timeline_known, "a row read without it: read at the move"

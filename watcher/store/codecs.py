@@ -126,7 +126,8 @@ def to_lease_row(row: Any) -> LeaseRow:
     order = 0.0 if row.rank_at is None else turn_order(row.rank_at.replace(tzinfo=UTC))
     return LeaseRow(row.id, row.version, row.gate, row.owner,
                     replace(settings, priority=row.priority, flow_key=row.flow_key,
-                            queue_order=order))
+                            queue_order=order),
+                    timeline=row.timeline, timeline_read=True)
 
 
 def to_partition_info(row: Any, counts: dict[str, int]) -> PartitionInfo:

@@ -6,6 +6,7 @@ holder makes (advance a gate, close, fail).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import (
@@ -75,7 +76,7 @@ class LeasesStore(StoreBase):
         p = self.tables.partitions
         return select(p.c.id, p.c.version, p.c.gate, p.c.owner, p.c.reduce_gates,
                       p.c.on_item_failure, p.c.trace_context, p.c.priority, p.c.flow_key,
-                      p.c.rank_at)
+                      p.c.rank_at, p.c.timeline)
 
     async def leases_of_owner(self, owner: str, limit: int) -> list[LeaseRow]:
         """Read up to ``limit`` partitions that ``owner`` holds with a live lease."""
@@ -132,8 +133,8 @@ class LeasesStore(StoreBase):
                     chunk = [row for row in chunk if row.id in after
                              and after[row.id].version == row.version + 1
                              and after[row.id].owner == owner]
-                won.extend(LeaseRow(row.id, row.version + 1, row.gate, owner, row.settings)
-                           for row in chunk)
+                # The take moved only the version and the owner: the rest is as read.
+                won.extend(replace(row, version=row.version + 1, owner=owner) for row in chunk)
         return won
 
     async def leases_renew(self, leases: dict[str, int], owner: str,
