@@ -171,6 +171,11 @@ class LeaseKeeper:
         """This watcher's owner id."""
         return self.config.owner_id
 
+    @property
+    def room(self) -> int:
+        """How many more leases this watcher may hold (``max_leases`` less those held)."""
+        return self.config.max_leases - len(self.leases)
+
     async def run_once(self, *, acquire: bool = True) -> LeaseCycle:
         """Renew if due, drop what clients stopped, take free partitions, and steal if due
         and still below target.
@@ -188,7 +193,7 @@ class LeaseKeeper:
             return LeaseCycle(lost=tuple(lost), renewed=renewed, stopped=stopped)
         acquired: list[str] = []
         stolen: list[str] = []
-        room = self.config.max_leases - len(self.leases)
+        room = self.room
         if room <= 0:  # at its limit: take nothing, and let others steal what is fair
             self.free_left = True
             self.hooks.leases_held(len(self.leases))

@@ -145,11 +145,15 @@ class Watcher:
         self.supervisors[lease.partition_id] = (supervisor, task)
 
     def _supervisor_ended(self, _: asyncio.Task[str]) -> None:
-        """A partition that closed (or was lost) frees room for another: look at once,
-        unless the last lease cycle saw no free partition it left untaken (then the
-        next poll, or a client's notification, finds the new ones; the ended
-        supervisor is reaped then)."""
-        if self.keeper.free_left:
+        """A partition that closed (or was lost) frees room for another: look at once
+        when that can start work sooner. Not when the last lease cycle saw no free
+        partition it left untaken (the next poll, or a client's notification, finds
+        new ones), nor while more partitions are held than calls can run at once and
+        the room is less than a lease batch (the held ones keep every slot busy; the
+        next cycle takes a fuller batch). The ended supervisor is reaped then."""
+        keeper, config = self.keeper, self.config
+        if keeper.free_left and (keeper.room >= config.lease_batch
+                                 or len(keeper.leases) <= config.concurrency):
             self._wake.set()
 
     def _reap(self) -> None:

@@ -271,3 +271,40 @@ async def test_the_keeper_says_whether_it_left_free_partitions_untaken(store) ->
     assert keeper.free_left
     await keeper.run_once()
     assert keeper.free_left, "at the limit with p4 free: an ending makes room for it"
+
+
+async def test_an_ending_calls_a_cycle_only_when_the_room_can_start_work_sooner(store) -> None:
+    """With free partitions left, a supervisor's end wakes the lease cycle while the
+    watcher holds no more partitions than it can call at once, or once a lease batch
+    of room is free; holding more than that, the held ones keep the slots busy and
+    the cycle waits for a fuller batch (or the poll)."""
+    import asyncio
+
+    from watcher import Watcher, WatcherConfig
+
+    for n in range(6):
+        await store.partition_create(f"p{n}", [NewItem("i", b"x")])
+
+    async def process(item):  # never called: no supervisor runs here
+        raise AssertionError(item)
+
+    config = WatcherConfig(owner_id="me", lease_batch=2, max_leases=5, concurrency=2)
+    watcher = Watcher(store, process, config)
+    for _ in range(3):
+        await watcher.keeper.run_once()
+    assert len(watcher.keeper.leases) == 5 and watcher.keeper.free_left
+    ended: asyncio.Task[str] = asyncio.get_running_loop().create_future()  # type: ignore[assignment]
+    watcher._wake.clear()
+    watcher._supervisor_ended(ended)
+    assert not watcher._wake.is_set(), "5 held for 2 calls at once, no room: wait"
+    watcher.keeper.leases.pop("p0"), watcher.keeper.leases.pop("p1")  # two closed
+    watcher._supervisor_ended(ended)
+    assert watcher._wake.is_set(), "3 held for 2 calls, but a lease batch (2) of room"
+    watcher._wake.clear()
+    watcher.keeper.free_left = False
+    watcher._supervisor_ended(ended)
+    assert not watcher._wake.is_set(), "nothing free was left untaken"
+    watcher.keeper.free_left = True
+    watcher.keeper.leases.pop("p2")  # 2 held for 2 calls at once
+    watcher._supervisor_ended(ended)
+    assert watcher._wake.is_set()
