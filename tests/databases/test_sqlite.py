@@ -359,3 +359,54 @@ async def test_the_wal_is_emptied_once_a_long_reader_ends(
         await asyncio.sleep(0)  # let a checkpoint's thread report back
     # Cut back, then grown by at most the few batches between two looks at its size.
     assert _wal_size(path) < min(grown / 4, 8 * limit), f"{_wal_size(path)} after {grown}"
+
+
+async def test_sqlite_closes_made_together_share_one_synced_commit(
+        hot_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five partitions close in one turn of the loop: one transaction and one synced
+    commit writes all five, each close still guarded by its own version (a stale one
+    loses alone), and each caller gets its own answer."""
+    store = hot_store
+    direct = store.driver.direct
+    groups: list[int] = []
+    write_synced = direct._shared._write_group
+
+    async def recorded(writes: Any) -> Any:
+        groups.append(len(writes))
+        return await write_synced(writes)
+
+    monkeypatch.setattr(direct._shared, "_write_group", recorded)
+    for n in range(5):
+        await leased_partition(store, f"p{n}", 1, OWNER)
+    versions = {n: (await store.partition_get(f"p{n}")).version for n in range(5)}
+    versions[3] -= 1  # a holder that missed a write: its close must lose
+    closed = await asyncio.gather(*(
+        store.partition_transition(f"p{n}", versions[n], OWNER, status="complete")
+        for n in range(5)))
+    assert groups == [5]
+    assert closed == [versions[0] + 1, versions[1] + 1, versions[2] + 1, None,
+                      versions[4] + 1]
+    statuses = [(await store.partition_get(f"p{n}")).status for n in range(5)]
+    assert statuses == ["complete", "complete", "complete", "available", "complete"]
+
+
+async def test_sqlite_a_refused_write_in_a_shared_commit_fails_alone(
+        hot_store: Store) -> None:
+    """One write of a group that SQLite refuses (NULL into a NOT NULL column) fails its
+    own caller; the group is written again one by one, so its neighbours still land."""
+    from sqlalchemy import bindparam, update
+
+    store = hot_store
+    direct = store.driver.direct
+    partitions = store.tables.partitions
+    for n in range(3):
+        await leased_partition(store, f"p{n}", 1, OWNER)
+    statement = update(partitions).where(partitions.c.id == bindparam("pid")).values(
+        status=bindparam("new_status"))
+    outcomes = await asyncio.gather(*(
+        direct.execute(statement, {"pid": f"p{n}", "new_status": None if n == 1 else "paused"},
+                       synced=True) for n in range(3)), return_exceptions=True)
+    assert outcomes[0] == 1 and outcomes[2] == 1
+    assert isinstance(outcomes[1], DBAPIError) and "NOT NULL" in str(outcomes[1])
+    statuses = [(await store.partition_get(f"p{n}")).status for n in range(3)]
+    assert statuses == ["paused", "available", "paused"]

@@ -29,11 +29,12 @@ so after a power loss the last result writes may be gone, and only as a whole:
 the log is replayed up to the last commit that reached the disk, which
 includes everything committed before any later ``synchronous=FULL`` commit
 (the engine's: client writes, leases; and this connection's gate moves and
-closes, whose one commit each is synced: :meth:`SQLiteDirect.execute` with
-``synced``). A result write lost that way leaves its item as it was before
-the call, so the step runs again; it is never half applied and never applied
-twice. A synced commit waits for the disk on the event loop's thread: one log
-sync, well under a millisecond on a local disk.
+closes, whose commits are synced, those made together sharing one:
+:meth:`SQLiteDirect.execute` with ``synced``, :mod:`.shared_commits`). A result
+write lost that way leaves its item as it was before the call, so the step runs
+again; it is never half applied and never applied twice. A synced commit waits
+for the disk on the event loop's thread: one log sync, well under a millisecond
+on a local disk.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from sqlalchemy.sql import ClauseElement
 from watcher.drivers.compiled import CompiledStatement, StatementCache
 from watcher.drivers.sql import CLOCK_PARAMETER
 from watcher.drivers.sqlite.files import DatabaseFile
+from watcher.drivers.sqlite.shared_commits import SharedCommits, Write, commit_synced
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +121,7 @@ class SQLiteDirect:
         self._checkpoint: asyncio.Future[None] | None = None
         self._truncating = False  # the checkpoint under way empties the log
         self._checkpoint_conn: sqlite3.Connection | None = None
+        self._shared = SharedCommits(self._write_synced)
         self.listeners: list[Callable[[str], None]] = []
 
     def compiled(self, statement: ClauseElement) -> CompiledStatement:
@@ -167,21 +170,44 @@ class SQLiteDirect:
         compiled = self._compiled[statement]
         values = self.values(statement, params)
         self._sent(compiled.sql)
+        if synced:  # with the synced writes made at the same time (see SharedCommits)
+            return await self._shared.execute(compiled.sql, values)
 
         def run() -> int:
             self._file.require()
-            connection = self._connection()
-            if not synced:
-                return connection.execute(compiled.sql, values).rowcount
-            connection.execute("PRAGMA synchronous=FULL")
-            try:
-                return connection.execute(compiled.sql, values).rowcount
-            finally:
-                connection.execute("PRAGMA synchronous=NORMAL")
+            return self._connection().execute(compiled.sql, values).rowcount
 
         matched = await self._retrying(run, compiled.sql)
         self._committed()
         return matched
+
+    async def _write_synced(self, writes: Sequence[Write]) -> list[int | BaseException]:
+        """``writes`` in one transaction whose commit is synced to disk
+        (:func:`commit_synced`); per write, its row count. When the group fails but
+        for a busy lock, each write runs again alone and gets its own outcome.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: a lone write failed, or the lock stayed
+                taken for the busy timeout.
+        """
+        def run() -> list[int]:
+            self._file.require()
+            return commit_synced(self._connection(), writes)
+
+        try:
+            counts: list[int | BaseException] = list(await self._retrying(run, writes[0][0]))
+        except DBAPIError as error:
+            if len(writes) == 1 or (error.orig is not None and is_busy(error.orig)):
+                raise
+            counts = []
+            for write in writes:  # one of them is at fault: each alone
+                try:
+                    counts += await self._write_synced([write])
+                except DBAPIError as alone:
+                    counts.append(alone)
+            return counts
+        self._committed()
+        return counts
 
     async def write_rows(self, statement: ClauseElement, rows: Sequence[dict[str, Any]],
                          fence: Fence | None = None) -> list[bool]:
@@ -349,7 +375,9 @@ class SQLiteDirect:
             log.debug("action=checkpoint_failed error=%s", type(future.exception()).__name__)
 
     async def close(self) -> None:
-        """Close the connections (waiting for a checkpoint under way)."""
+        """Close the connections (waiting for the synced writes and a checkpoint under
+        way)."""
+        await self._shared.wait_idle()
         self._closed = True
         if self._checkpoint is not None:
             with contextlib.suppress(Exception):

@@ -1,0 +1,100 @@
+"""Synced writes made together share one commit (watcher.drivers.sqlite.shared_commits):
+the grouping and the cancellations, with a recording group writer; SQLite's side of
+it, on a real file, is in tests/databases/test_sqlite.py."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from watcher.drivers.sqlite.shared_commits import SharedCommits, Write, commit_synced
+
+
+class Recorder:
+    """A group writer that notes each group and answers each write's own outcome: the
+    value of its parameter ``n``, or the error it names."""
+
+    def __init__(self) -> None:
+        self.groups: list[list[str]] = []
+        self.release = asyncio.Event()
+        self.release.set()
+
+    async def __call__(self, writes: Sequence[Write]) -> list[int | BaseException]:
+        self.groups.append([sql for sql, _ in writes])
+        await self.release.wait()
+        return [ValueError(values["error"]) if "error" in values else values["n"]
+                for _, values in writes]
+
+
+async def test_writes_made_in_one_turn_share_a_group_and_later_ones_the_next() -> None:
+    recorder = Recorder()
+    shared = SharedCommits(recorder)
+    recorder.release.clear()
+    first = [asyncio.create_task(shared.execute(f"w{n}", {"n": n})) for n in range(3)]
+    await asyncio.sleep(0.01)  # the first group is being written...
+    late = [asyncio.create_task(shared.execute(f"late{n}", {"n": 10 + n})) for n in range(2)]
+    await asyncio.sleep(0.01)
+    recorder.release.set()
+    assert await asyncio.gather(*first, *late) == [0, 1, 2, 10, 11]
+    assert recorder.groups == [["w0", "w1", "w2"], ["late0", "late1"]]
+
+
+async def test_each_caller_gets_its_own_writes_error() -> None:
+    shared = SharedCommits(Recorder())
+    outcomes = await asyncio.gather(shared.execute("a", {"n": 1}),
+                                    shared.execute("b", {"error": "refused"}),
+                                    return_exceptions=True)
+    assert outcomes[0] == 1
+    assert isinstance(outcomes[1], ValueError) and str(outcomes[1]) == "refused"
+
+
+async def test_a_write_cancelled_before_its_group_starts_is_dropped() -> None:
+    recorder = Recorder()
+    shared = SharedCommits(recorder)
+    recorder.release.clear()
+    blocker = asyncio.create_task(shared.execute("blocker", {"n": 0}))
+    await asyncio.sleep(0.01)  # the first group is being written; the next ones wait
+    kept = asyncio.create_task(shared.execute("kept", {"n": 1}))
+    dropped = asyncio.create_task(shared.execute("dropped", {"n": 2}))
+    await asyncio.sleep(0.01)
+    dropped.cancel()
+    await asyncio.sleep(0.01)
+    recorder.release.set()
+    assert (await blocker, await kept) == (0, 1)
+    with pytest.raises(asyncio.CancelledError):
+        await dropped
+    assert recorder.groups == [["blocker"], ["kept"]]
+
+
+async def test_a_write_whose_group_started_is_written_though_its_caller_left() -> None:
+    recorder = Recorder()
+    shared = SharedCommits(recorder)
+    recorder.release.clear()
+    left = asyncio.create_task(shared.execute("left", {"n": 1}))
+    stays = asyncio.create_task(shared.execute("stays", {"n": 2}))
+    await asyncio.sleep(0.01)  # the group is being written
+    left.cancel()
+    recorder.release.set()
+    assert await stays == 2
+    with pytest.raises(asyncio.CancelledError):
+        await left
+    assert recorder.groups == [["left", "stays"]]
+    await shared.wait_idle()
+
+
+def test_commit_synced_writes_all_or_none(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+    conn.execute("CREATE TABLE t (id TEXT PRIMARY KEY, v TEXT NOT NULL)")
+    conn.executemany("INSERT INTO t VALUES (?, 'old')", [("a",), ("b",)])
+    update = "UPDATE t SET v = :v WHERE id = :id"
+    assert commit_synced(conn, [(update, {"id": "a", "v": "new"}),
+                                (update, {"id": "zz", "v": "new"})]) == [1, 0]
+    with pytest.raises(sqlite3.IntegrityError):
+        commit_synced(conn, [(update, {"id": "b", "v": "new"}), (update, {"id": "a", "v": None})])
+    assert dict(conn.execute("SELECT id, v FROM t")) == {"a": "new", "b": "old"}
+    assert not conn.in_transaction
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL again

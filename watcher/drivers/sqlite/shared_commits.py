@@ -1,0 +1,120 @@
+"""Synced writes that arrive together share one transaction and its one synced commit.
+
+A gate move or a close on SQLite's hot path commits with ``synchronous=FULL``:
+the commit waits for the log to reach the disk, so that it survives a power
+loss. When many small partitions drain at once, their closes arrive a few at a
+time, each paying its own disk sync. :class:`SharedCommits` gathers the writes
+that arrive in one turn of the event loop, and those that arrive while a group
+is being written, into the next group: one ``BEGIN IMMEDIATE``, each write, one
+synced ``COMMIT``. Each caller still gets its own write's row count.
+
+Each write is guarded by itself (a partition's version and holder), so writing
+it beside others changes nothing it decides. When the group's transaction fails
+for a reason other than a busy lock (the caller retries busy locks as a whole),
+each write is run again alone, so that each caller gets its own outcome and one
+bad write does not fail its neighbours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# One write: its SQL and the parameters to send.
+Write = tuple[str, dict[str, Any]]
+# Runs a group of writes in one transaction; returns, per write, its row count or
+# the error that write alone met (see the module docstring).
+GroupWriter = Callable[[Sequence[Write]], Awaitable[list["int | BaseException"]]]
+
+
+def commit_synced(conn: sqlite3.Connection, writes: Sequence[Write]) -> list[int]:
+    """Run ``writes`` on ``conn`` in one transaction, its commit synced to disk
+    (``synchronous=FULL`` for that commit; ``NORMAL`` again after); one write alone
+    is one autocommit statement. Returns, per write, how many rows it matched.
+
+    Raises:
+        sqlite3.Error: SQLite failed or refused a write, or another connection
+            holds the write lock (then none of them is written).
+    """
+    conn.execute("PRAGMA synchronous=FULL")
+    try:
+        if len(writes) == 1:
+            return [conn.execute(*writes[0]).rowcount]
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            counts = [conn.execute(sql, values).rowcount for sql, values in writes]
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return counts
+    finally:
+        conn.execute("PRAGMA synchronous=NORMAL")
+
+
+@dataclass(slots=True)
+class _Pending:
+    write: Write
+    outcome: asyncio.Future[int] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class SharedCommits:
+    """Groups synced writes; ``write_group`` writes each group (see the module docstring)."""
+
+    def __init__(self, write_group: GroupWriter) -> None:
+        self._write_group = write_group
+        self._waiting: list[_Pending] = []
+        self._flushing: asyncio.Task[None] | None = None
+
+    async def execute(self, sql: str, values: dict[str, Any]) -> int:
+        """Write ``sql`` with ``values`` in the next group; returns its row count.
+
+        Cancelled before its group starts, the write is dropped; once its group has
+        started, it is written whatever becomes of the caller, as a statement that
+        reached the database would be.
+
+        Raises what the group's writer raised for this write.
+        """
+        pending = _Pending((sql, values))
+        self._waiting.append(pending)
+        if self._flushing is None:
+            # Started on the loop's next turn: writes made in this one join the group.
+            self._flushing = asyncio.create_task(self._flush(), name="sqlite-shared-commits")
+        try:
+            return await pending.outcome
+        except asyncio.CancelledError:
+            if pending in self._waiting:
+                self._waiting.remove(pending)
+            raise
+
+    async def wait_idle(self) -> None:
+        """Wait until the groups under way are written (as the store closes)."""
+        while self._flushing is not None:
+            await asyncio.wait({self._flushing})
+
+    async def _flush(self) -> None:
+        try:
+            while self._waiting:
+                group, self._waiting = self._waiting, []
+                try:
+                    outcomes = await self._write_group([pending.write for pending in group])
+                except BaseException as error:  # the whole group failed alike
+                    outcomes = [error] * len(group)
+                    if isinstance(error, asyncio.CancelledError):
+                        for pending in group:
+                            pending.outcome.cancel()
+                        raise
+                for pending, outcome in zip(group, outcomes, strict=True):
+                    if pending.outcome.done():  # its caller was cancelled meanwhile
+                        continue
+                    if isinstance(outcome, BaseException):
+                        pending.outcome.set_exception(outcome)
+                    else:
+                        pending.outcome.set_result(outcome)
+        finally:
+            self._flushing = None
