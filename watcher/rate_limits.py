@@ -104,6 +104,16 @@ class TokenPool:
         burst = max(1, math.floor(self.rate * BURST_SECONDS))
         return max(0, min(burst, max(interval, self.unmet + self.used)) - self.tokens)
 
+    def surrender(self) -> int:
+        """Give up every token held, to return them to the bucket with the next claim.
+
+        A claim's tokens then live one :data:`TOKEN_LIFETIME` at most. Carried into
+        each claim instead, tokens held would live on while the bucket refilled as
+        if they were spent: every processor could keep a burst of its own, and the
+        fleet's calls briefly run over its rate."""
+        count, self.tokens = self.tokens, 0
+        return count
+
     def lapsed(self, now: float) -> int:
         """Take back the tokens that lapsed unused, to return them to the bucket."""
         if self.rate is None or now < self.expires_at or not self.tokens:
@@ -112,8 +122,9 @@ class TokenPool:
         return count
 
     def claimed(self, tokens: int, now: float) -> None:
-        """``tokens`` more were claimed: they, and those still held, last until
-        :data:`TOKEN_LIFETIME` from ``now``."""
+        """``tokens`` more were claimed: they, and any still held, last until
+        :data:`TOKEN_LIFETIME` from ``now`` (the claims themselves hold none over:
+        :meth:`surrender`)."""
         self.tokens += tokens
         self.expires_at = now + TOKEN_LIFETIME
         self.unmet = self.used = 0
@@ -249,7 +260,7 @@ class RateLimiter:
                 pool.held = 0
             if pool.rate is None:
                 continue
-            returned = pool.lapsed(now)
+            returned = pool.surrender()  # back to the bucket: claimed again if needed
             want = 0 if now < pool.blocked_until else pool.want()
             if want == 0 and returned == 0:
                 continue

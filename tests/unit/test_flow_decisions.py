@@ -230,3 +230,16 @@ def test_a_busy_keys_grant_asks_for_its_peak_and_an_idle_one_for_nothing() -> No
     pool.granted_now(16, GrantDecision(4, 4), expires_at=100.0)
     assert pool.wanted(16) == 0  # idle for a whole interval: nothing asked for
     assert pool.take(20, now=0.0) == 4 and pool.wanted(16) == 16  # demand comes back
+
+
+def test_a_claim_gives_back_every_token_held_so_none_outlives_its_lifetime() -> None:
+    """Held tokens carried into a claim would get a new lifetime while the bucket
+    refilled as if they were spent; surrendered, they go back to the bucket, and the
+    claim takes what the calls need afresh."""
+    pool = TokenPool(FlowScope.HANDLER, "h", asyncio.Event())
+    pool.rate = 100.0
+    pool.claimed(30, now=0.0)
+    assert pool.take(20, now=0.1) == 20
+    assert pool.surrender() == 10 and pool.tokens == 0 and pool.free(now=0.1) == 0
+    assert pool.want() == 20  # the 20 calls made since the claim, none held now
+    assert pool.surrender() == 0
