@@ -95,14 +95,15 @@ class TokenPool:
 
     def want(self) -> int:
         """Tokens to claim: enough to hold the calls refused and those made since the
-        last claim (at least one interval's worth of the rate, at most a burst), less
-        the tokens still held; 0 when nothing waited or ran since the last claim."""
+        last claim (at least one interval's worth of the rate, at most a burst); 0 when
+        nothing waited or ran since the last claim. Asked once the tokens held are
+        surrendered (:meth:`surrender`), so a claim replaces them."""
         assert self.rate is not None
         if self.unmet == 0 and self.used == 0:
             return 0
         interval = max(1, math.ceil(self.rate * CLAIM_INTERVAL))
         burst = max(1, math.floor(self.rate * BURST_SECONDS))
-        return max(0, min(burst, max(interval, self.unmet + self.used)) - self.tokens)
+        return min(burst, max(interval, self.unmet + self.used))
 
     def surrender(self) -> int:
         """Give up every token held, to return them to the bucket with the next claim.
@@ -114,17 +115,9 @@ class TokenPool:
         count, self.tokens = self.tokens, 0
         return count
 
-    def lapsed(self, now: float) -> int:
-        """Take back the tokens that lapsed unused, to return them to the bucket."""
-        if self.rate is None or now < self.expires_at or not self.tokens:
-            return 0
-        count, self.tokens = self.tokens, 0
-        return count
-
     def claimed(self, tokens: int, now: float) -> None:
-        """``tokens`` more were claimed: they, and any still held, last until
-        :data:`TOKEN_LIFETIME` from ``now`` (the claims themselves hold none over:
-        :meth:`surrender`)."""
+        """``tokens`` more were claimed: they last until :data:`TOKEN_LIFETIME` from
+        ``now`` (the claim surrendered those held before it: :meth:`surrender`)."""
         self.tokens += tokens
         self.expires_at = now + TOKEN_LIFETIME
         self.unmet = self.used = 0

@@ -106,8 +106,8 @@ def test_tokens_lapse_and_a_hold_stops_every_call() -> None:
     assert pool.take(5, now=0.1) == 3 and pool.unmet == 2 and demand.is_set()
     pool.claimed(3, now=1.0)
     assert pool.free(now=5.0) == 0  # unused tokens lapse
-    assert pool.lapsed(now=5.0) == 3 and pool.tokens == 0  # and go back to the bucket
-    assert pool.lapsed(now=5.0) == 0
+    assert pool.surrender() == 3 and pool.tokens == 0  # and go back to the bucket
+    assert pool.surrender() == 0
     pool.rate = None
     pool.block(until=3.0)
     assert pool.take(1, now=2.0) == 0 and pool.held == 1
@@ -199,18 +199,17 @@ def test_turns_go_by_queue_place_in_steps_and_keep_priority_apart() -> None:
     assert turn_order(rank_at(start, 1)) < turn_order(start)  # a step of priority counts
 
 
-def test_a_claim_tops_the_tokens_held_up_to_what_the_calls_need() -> None:
+def test_a_claim_asks_for_the_calls_made_and_refused_within_a_burst() -> None:
     pool = TokenPool(FlowScope.HANDLER, "h", asyncio.Event())
     pool.rate = 100.0  # one interval is 10 calls, a burst 50
     assert pool.want() == 0  # nothing waited or ran: no claim
     assert pool.take(30, now=0.0) == 0 and pool.want() == 30
     pool.claimed(30, now=0.0)
-    assert pool.take(20, now=0.1) == 20 and pool.tokens == 10
-    assert pool.want() == 10  # 20 used, 10 still held
+    assert pool.take(5, now=0.1) == 5 and pool.tokens == 25
+    assert pool.surrender() == 25 and pool.want() == 10  # at least an interval's worth
     pool.claimed(10, now=0.1)
-    assert pool.tokens == 20 and pool.free(now=0.2) == 20
-    assert pool.take(200, now=0.2) == 20 and pool.want() == 50  # never over a burst
-    assert pool.lapsed(now=0.2) == 0  # nothing held lapses early
+    assert pool.free(now=0.2) == 10
+    assert pool.take(200, now=0.2) == 10 and pool.want() == 50  # never over a burst
 
 
 def test_returned_tokens_refill_a_bucket_up_to_its_burst() -> None:
