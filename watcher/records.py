@@ -141,8 +141,7 @@ class LeaseRow:
     gate: int
     owner: str
     settings: PartitionSettings = PartitionSettings()
-    # The partition's timeline as read with the row (``timeline_read``): a lease taken
-    # at this version starts with it, so its first gate move need not read it again.
+    # The timeline read with the row (``timeline_read``): the lease starts knowing it.
     timeline: str | None = None
     timeline_read: bool = False
 

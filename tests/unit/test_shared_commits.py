@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.engine import wait_until
 from watcher.drivers.sqlite.shared_commits import SharedCommits, Write, commit_synced
 
 
@@ -35,9 +36,9 @@ async def test_writes_made_in_one_turn_share_a_group_and_later_ones_the_next() -
     shared = SharedCommits(recorder)
     recorder.release.clear()
     first = [asyncio.create_task(shared.execute(f"w{n}", {"n": n})) for n in range(3)]
-    await asyncio.sleep(0.01)  # the first group is being written...
+    await wait_until(lambda: recorder.groups, message="the first group to start")
     late = [asyncio.create_task(shared.execute(f"late{n}", {"n": 10 + n})) for n in range(2)]
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: len(shared._waiting) == 2, message="the late writes to queue")
     recorder.release.set()
     assert await asyncio.gather(*first, *late) == [0, 1, 2, 10, 11]
     assert recorder.groups == [["w0", "w1", "w2"], ["late0", "late1"]]
@@ -57,12 +58,12 @@ async def test_a_write_cancelled_before_its_group_starts_is_dropped() -> None:
     shared = SharedCommits(recorder)
     recorder.release.clear()
     blocker = asyncio.create_task(shared.execute("blocker", {"n": 0}))
-    await asyncio.sleep(0.01)  # the first group is being written; the next ones wait
+    await wait_until(lambda: recorder.groups, message="the first group to start")
     kept = asyncio.create_task(shared.execute("kept", {"n": 1}))
     dropped = asyncio.create_task(shared.execute("dropped", {"n": 2}))
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: len(shared._waiting) == 2, message="both writes to queue")
     dropped.cancel()
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: len(shared._waiting) == 1, message="the cancelled write to leave")
     recorder.release.set()
     assert (await blocker, await kept) == (0, 1)
     with pytest.raises(asyncio.CancelledError):
@@ -76,7 +77,7 @@ async def test_a_write_whose_group_started_is_written_though_its_caller_left() -
     recorder.release.clear()
     left = asyncio.create_task(shared.execute("left", {"n": 1}))
     stays = asyncio.create_task(shared.execute("stays", {"n": 2}))
-    await asyncio.sleep(0.01)  # the group is being written
+    await wait_until(lambda: recorder.groups, message="the group to start")
     left.cancel()
     recorder.release.set()
     assert await stays == 2
