@@ -24,7 +24,8 @@ from watcher.errors import (
     StatefeedError,
     ValueRefusedError,
 )
-from watcher.records import ErrorEntry, ItemInfo, NewItem, PartitionInfo, RetryReport
+from watcher.records import ErrorEntry, ItemInfo, NewItem, PartitionInfo
+from watcher.reports import RetryReport
 
 if TYPE_CHECKING:
     from processor.async_client import AsyncClient

@@ -50,15 +50,8 @@ from watcher.errors import (
     PartitionNotFoundError,
 )
 from watcher.models import ID_MAX_LENGTH, MAX_GATE, Status
-from watcher.records import (
-    Backlog,
-    NewItem,
-    Page,
-    PartitionInfo,
-    PurgeReport,
-    RetryReport,
-    Throughput,
-)
+from watcher.records import NewItem, Page, PartitionInfo
+from watcher.reports import Backlog, PurgeReport, RetryReport, Throughput
 from watcher.retention import (
     DEFAULT_BATCH,
     DEFAULT_STATUSES,

@@ -25,17 +25,8 @@ from processor.client_checks import (
 from processor.client_items import DEFAULT_FIND_LIMIT
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.dburl import DatabaseURL
-from watcher.records import (
-    Backlog,
-    FlowControlInfo,
-    ItemInfo,
-    NewItem,
-    Page,
-    PartitionInfo,
-    PurgeReport,
-    RetryReport,
-    Throughput,
-)
+from watcher.records import ItemInfo, NewItem, Page, PartitionInfo
+from watcher.reports import Backlog, FlowControlInfo, PurgeReport, RetryReport, Throughput
 from watcher.retention import (
     DEFAULT_BATCH,
     DEFAULT_STATUSES,

@@ -15,7 +15,7 @@ from processor.client_checks import check_limit
 from watcher.checks import check_rate
 from watcher.errors import ConfigError, InvalidInputError
 from watcher.models import FlowScope
-from watcher.records import FlowControlInfo
+from watcher.reports import FlowControlInfo
 from watcher.store import Store
 
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from typing import Any
 
 from processor.async_client import AsyncClient
 from watcher.models import FlowScope
-from watcher.records import FlowControlInfo
+from watcher.reports import FlowControlInfo
 
 # The rows one listing reads at most.
 DEFAULT_FLOW_LIMIT = 1000

@@ -29,7 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from processor.metrics_flow import FlowMetrics
 from watcher.hooks import Hooks
-from watcher.records import Backlog, FlowControlInfo, PurgeReport
+from watcher.reports import Backlog, FlowControlInfo, PurgeReport
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from watcher.records import FlowControlInfo
+from watcher.reports import FlowControlInfo
 
 # Flow control. A key is a label only while this processor holds a grant of it or runs
 # its calls (so only keys with a limit: the default or an operator's), and for at most

@@ -30,7 +30,7 @@ from watcher.checks import check_seconds, check_whole_number
 from watcher.config import DEFAULT_DB_TIMEOUT, WatcherConfig
 from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
-from watcher.records import Backlog, FlowControlInfo
+from watcher.reports import Backlog, FlowControlInfo
 from watcher.retention import Retention, RetentionConfig
 from watcher.store import Store, missing_tables, not_migrated, sqlite_file_missing
 from watcher.text import first_line, shorten

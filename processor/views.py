@@ -2,8 +2,8 @@
 tables.
 
 Pure functions over the records (:class:`~watcher.records.PartitionInfo`,
-:class:`~watcher.records.ItemInfo`, :class:`~watcher.records.PurgeReport`,
-:class:`~watcher.records.RetryReport`); no I/O.
+:class:`~watcher.records.ItemInfo`, :class:`~watcher.reports.PurgeReport`,
+:class:`~watcher.reports.RetryReport`); no I/O.
 """
 
 from __future__ import annotations
@@ -15,14 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from watcher.durations import format_duration
-from watcher.records import (
-    ItemInfo,
-    NewItem,
-    PartitionInfo,
-    PartitionSettings,
-    PurgeReport,
-    RetryReport,
-)
+from watcher.records import ItemInfo, NewItem, PartitionInfo, PartitionSettings
+from watcher.reports import PurgeReport, RetryReport
 from watcher.text import shorten
 
 # How much of an item's last error a table shows (--json shows all of it).

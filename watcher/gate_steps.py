@@ -19,7 +19,8 @@ from watcher.decisions import GateStep, decide_gate
 from watcher.errors import StatefeedError
 from watcher.failures import ItemFailure, partition_failed_at_items
 from watcher.hooks import Hooks
-from watcher.leases import Lease, LeaseKeeper
+from watcher.lease import Lease
+from watcher.leases import LeaseKeeper
 from watcher.models import Status
 from watcher.reducer import GateReducer, StepKind
 from watcher.store import Store

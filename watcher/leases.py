@@ -12,110 +12,21 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from watcher.config import WatcherConfig
 from watcher.decisions import pick_free, plan_balance
 from watcher.hooks import Hooks, SafeHooks
-from watcher.records import LeaseRow, PartitionSettings
+from watcher.lease import Lease
+from watcher.records import LeaseRow
 from watcher.store import Store
-from watcher.timeline import DoneTally, Progress
+from watcher.timeline import Progress
 
 log = logging.getLogger(__name__)
 
 # How many more free candidates to read than we may take, so that watchers
 # scanning at the same moment spread over different partitions.
 CANDIDATE_SPREAD = 4
-
-
-@dataclass(eq=False)
-class Lease:
-    """A lease this watcher holds on one partition.
-
-    ``version`` and ``gate`` track the partition row; ``lock`` serialises the
-    watcher's own writes on it so they never conflict with each other.
-    ``settings`` are what the partition fixed at creation (its reduce gates and
-    failed-item policy).
-    """
-
-    partition_id: str
-    version: int
-    gate: int
-    renewed_at: float = field(default_factory=time.monotonic)
-    settings: PartitionSettings = field(default_factory=PartitionSettings)
-    lost: bool = False
-    closed: bool = False
-    notified: bool = False  # a client wrote the partition: look again now
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    # Set once the lease ends (lost, stopped by a client, or closed): a long call
-    # made under it can be abandoned.
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    # The partition's timeline as stored (``timeline_known``: read since the lease was
-    # taken), and the items done since it was last written (:mod:`watcher.timeline`).
-    timeline: str | None = None
-    timeline_known: bool = False
-    done: DoneTally = field(default_factory=DoneTally)
-
-    def progress(self, now: float) -> Progress:
-        """The items done since the timeline was last written, at the current gate."""
-        return Progress(self.gate, self.done.items, self.done.age(now))
-
-    def timeline_written(self, timeline: str | None, progress: Progress) -> None:
-        """The stored timeline is ``timeline`` now, with ``progress`` counted in it."""
-        self.timeline = timeline
-        self.timeline_known = True
-        self.done.written(progress.items)
-
-    def adopt(self, version: int, gate: int | None) -> None:
-        """Take a newer version (and gate) read from the database as our own.
-
-        A gate that moved (a client set it) wakes the supervisor.
-        """
-        self.version = version
-        if gate is not None and gate != self.gate:
-            self.gate = gate
-            self.wake.set()
-
-    def renewed(self, version: int, gate: int | None, at: float) -> None:
-        """The lease was extended (or taken again) at ``at`` (``time.monotonic()``)."""
-        self.adopt(version, gate)
-        self.renewed_at = at
-
-    def wrote(self, version: int, gate: int | None = None) -> None:
-        """This watcher's own guarded write of the partition went through.
-
-        The row is at ``version`` now, and at ``gate`` when the write moved it.
-        """
-        self.version = version
-        if gate is not None:
-            self.gate = gate
-
-    def notify(self) -> None:
-        """A client wrote the partition: its supervisor reads again at once."""
-        self.notified = True
-        self.wake.set()
-
-    def read_started(self) -> None:
-        """A read of ready items begins: it sees every client write notified so far."""
-        self.notified = False
-
-    def mark_lost(self) -> bool:
-        """Record that another watcher holds the partition now (or it is gone).
-
-        Wakes the supervisor so it stops. Returns ``False`` when it was lost already.
-        """
-        if self.lost:
-            return False
-        self.lost = True
-        self.wake.set()
-        self.ended.set()
-        return True
-
-    def mark_closed(self) -> None:
-        """Record that the partition closed; closing released the lease."""
-        self.closed = True
-        self.ended.set()
 
 
 @contextlib.asynccontextmanager

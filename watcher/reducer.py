@@ -22,7 +22,8 @@ from watcher.config import WatcherConfig
 from watcher.decisions import RetryPolicy, describe_error, storable_text
 from watcher.failures import partition_failed_at_reduce
 from watcher.hooks import Hooks
-from watcher.leases import Lease, LeaseKeeper
+from watcher.lease import Lease
+from watcher.leases import LeaseKeeper
 from watcher.models import Status
 from watcher.protocol import (
     NonRetryableError,

@@ -31,7 +31,7 @@ from watcher.checks import check_seconds, check_whole_number
 from watcher.durations import format_duration
 from watcher.errors import ConfigError
 from watcher.models import Status
-from watcher.records import PurgeReport
+from watcher.reports import PurgeReport
 from watcher.store import Store
 
 log = logging.getLogger(__name__)

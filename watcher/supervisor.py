@@ -34,7 +34,8 @@ from watcher.failures import item_failed
 from watcher.gate_steps import GateStepper, Pass
 from watcher.hooks import Hooks, overrides
 from watcher.in_hand import ItemsInHand
-from watcher.leases import Lease, LeaseKeeper
+from watcher.lease import Lease
+from watcher.leases import LeaseKeeper
 from watcher.models import AVAILABLE, FAILED
 from watcher.oversize import fail_unreadable, oversize_error
 from watcher.protocol import (

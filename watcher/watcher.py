@@ -23,7 +23,8 @@ from watcher.config import WatcherConfig
 from watcher.drivers.conflicts import is_lock_conflict
 from watcher.flow import FlowControl
 from watcher.hooks import Hooks, SafeHooks, overrides
-from watcher.leases import Lease, LeaseCycle, LeaseKeeper
+from watcher.lease import Lease
+from watcher.leases import LeaseCycle, LeaseKeeper
 from watcher.protocol import (
     ProcessBatchCall,
     ProcessCall,

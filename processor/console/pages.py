@@ -2,7 +2,7 @@
 the throughput chart, result previews and notices.
 
 Pure functions over the records (:class:`~watcher.records.PartitionInfo`,
-:class:`~watcher.records.Throughput`, per-gate counts); no I/O, no HTML. The
+:class:`~watcher.reports.Throughput`, per-gate counts); no I/O, no HTML. The
 templates turn these values into markup, and Jinja2 escapes every text they hold.
 """
 
@@ -17,7 +17,8 @@ from typing import Any
 
 from processor.views import error_after_context, retry_text, step_text
 from watcher.models import Status
-from watcher.records import ItemInfo, PartitionInfo, RetryReport, Throughput
+from watcher.records import ItemInfo, PartitionInfo
+from watcher.reports import RetryReport, Throughput
 
 PARTITION_STATUS_NAMES = frozenset(status.value for status in Status)
 

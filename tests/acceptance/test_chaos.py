@@ -43,7 +43,7 @@ from tests.acceptance.harness.handler import RecordingHandler
 from tests.acceptance.harness.processes import LEASE, Processor
 from tests.conftest import require_postgres
 from tests.support.engine import wait_until
-from watcher.records import PurgeReport
+from watcher.reports import PurgeReport
 
 pytestmark = pytest.mark.postgres
 

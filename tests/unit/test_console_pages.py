@@ -10,7 +10,8 @@ import pytest
 
 from processor.console import pages
 from processor.views import error_after_context
-from watcher.records import ItemInfo, PartitionInfo, ReduceProgress, RetryReport, Throughput
+from watcher.records import ItemInfo, PartitionInfo, ReduceProgress
+from watcher.reports import RetryReport, Throughput
 
 NOW = datetime(2026, 5, 1, 12, 0, 0)
 

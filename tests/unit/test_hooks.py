@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from processor.metrics import PrometheusHooks
 from watcher.hooks import Hooks, SafeHooks
 from watcher.models import MAX_GATE
-from watcher.records import Backlog
+from watcher.reports import Backlog
 
 METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "metrics.md"
 

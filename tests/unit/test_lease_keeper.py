@@ -11,7 +11,8 @@ import time
 from tests.support.fake_store import FakeStore
 from watcher.config import WatcherConfig
 from watcher.hooks import CountingHooks
-from watcher.leases import Lease, LeaseKeeper
+from watcher.lease import Lease
+from watcher.leases import LeaseKeeper
 from watcher.records import LeaseRenewal, LeaseRow
 
 

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from processor.metrics import PrometheusHooks
 from processor.metrics_flow import MAX_KEY_SERIES, OTHER_KEYS
-from watcher.records import FlowControlInfo
+from watcher.reports import FlowControlInfo
 
 
 def samples(hooks: PrometheusHooks) -> dict[str, dict[frozenset[tuple[str, str]], float]]:

@@ -20,15 +20,10 @@ from watcher.config import WatcherConfig
 from watcher.durations import format_duration, parse_duration
 from watcher.errors import ConfigError, InvalidInputError
 from watcher.hooks import CountingHooks
-from watcher.leases import Lease, LeaseKeeper
-from watcher.records import (
-    Backlog,
-    ItemInfo,
-    LeaseRenewal,
-    Page,
-    PartitionInfo,
-    PurgeReport,
-)
+from watcher.lease import Lease
+from watcher.leases import LeaseKeeper
+from watcher.records import ItemInfo, LeaseRenewal, Page, PartitionInfo
+from watcher.reports import Backlog, PurgeReport
 from watcher.retention import RetentionConfig, check_statuses
 from watcher.store import decode_partition_cursor, encode_partition_cursor
 

@@ -19,10 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.expression import ColumnElement, Select
 
 from watcher.models import AVAILABLE, CANCELLED, COMPLETE, FAILED, Status
-from watcher.records import (
-    Backlog,
-    Throughput,
-)
+from watcher.reports import Backlog, Throughput
 from watcher.store.base import StoreBase
 
 

@@ -23,7 +23,7 @@ from watcher.errors import KeyNotFoundError
 from watcher.fairness import FAIR_SPACING, started_at
 from watcher.key_limits import GrantDecision, OtherGrant, decide_grant
 from watcher.models import FlowScope
-from watcher.records import FlowControlInfo
+from watcher.reports import FlowControlInfo
 from watcher.statements import Statements
 from watcher.store.base import StoreBase
 from watcher.store.codecs import IN_CHUNK, chunks

@@ -19,9 +19,7 @@ from watcher.errors import (
     PartitionNotFoundError,
 )
 from watcher.models import AVAILABLE, CANCELLED, COMPLETE, DELETING, FAILED
-from watcher.records import (
-    RetryReport,
-)
+from watcher.reports import RetryReport
 from watcher.store.base import StoreBase
 from watcher.store.codecs import (
     NothingToDo,

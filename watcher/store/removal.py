@@ -21,9 +21,7 @@ from watcher.errors import (
     PartitionNotFoundError,
 )
 from watcher.models import AVAILABLE, COMPLETE, DELETING
-from watcher.records import (
-    DeleteBatch,
-)
+from watcher.reports import DeleteBatch
 from watcher.store.base import StoreBase
 from watcher.store.codecs import (
     settings_of,
