@@ -16,25 +16,25 @@ Routes (all configurable):
 
 Anything else is a 404 (unknown path) or a 405 (wrong method) with a JSON error
 object. Bodies over ``max_body_bytes`` are refused with 413 without being read
-further.
+further. The user's functions are called, and their outcomes answered, by
+:mod:`handlers.calls`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias
 
-from handlers.errors import Fail, HandlerError, Retry
-from handlers.model import Item, ReducePage, Result
-from handlers.reduce import Reduce, ReduceFunction, call_user, whole_gate_only
-from handlers.reduce_wire import coerce_reduced, encode_reduced, parse_reduce
+from handlers.calls import HandlerFunction, Target, call_handler, call_reduce
+from handlers.errors import Fail
+from handlers.model import Item
+from handlers.reduce import Reduce, ReduceFunction, whole_gate_only
+from handlers.reduce_wire import parse_reduce
 from handlers.responses import (
     Answer,
     Receive,
@@ -46,11 +46,7 @@ from handlers.responses import (
 )
 from handlers.wire import (
     BadRequest,
-    ResultError,
-    coerce_result,
     encode_error,
-    encode_result,
-    exception_message,
     parse_batch,
     parse_batch_entry,
     parse_item,
@@ -67,9 +63,6 @@ DEFAULT_MAX_BODY_BYTES: Final = 16 * 1024 * 1024
 # HTTP call with requests, a database query) can keep every dispatched item busy.
 DEFAULT_THREADS: Final = 32
 
-# None is left out on purpose: a type checker then flags a forgotten return.
-HandlerReturn: TypeAlias = Result | Mapping[str, Any]
-HandlerFunction: TypeAlias = Callable[[Item], HandlerReturn | Awaitable[HandlerReturn]]
 Handlers: TypeAlias = HandlerFunction | Mapping[int, HandlerFunction]
 
 
@@ -78,18 +71,6 @@ _HEALTH_BODY: Final = b'{"status":"ok"}'
 
 class _Disconnected(Exception):
     """The client went away before the request body was complete."""
-
-
-class _Target:
-    """A handler function and how to call it."""
-
-    __slots__ = ("func", "is_async")
-
-    def __init__(self, func: HandlerFunction) -> None:
-        if not callable(func):
-            raise TypeError(f"a handler must be a function taking an Item, got {func!r}")
-        self.func = func
-        self.is_async = _is_async(func)
 
 
 class HandlerApp:
@@ -109,18 +90,18 @@ class HandlerApp:
                  threads: int = DEFAULT_THREADS,
                  reduce: Reduce | ReduceFunction | None = None,
                  reduce_path: str = DEFAULT_REDUCE_PATH) -> None:
-        self._single: _Target | None = None
-        self._by_gate: dict[int, _Target] = {}
+        self._single: Target | None = None
+        self._by_gate: dict[int, Target] = {}
         if isinstance(handlers, Mapping):
             if not handlers:
                 raise ValueError("app({...}) needs at least one gate: {0: func, ...}")
             for gate, func in handlers.items():
                 if type(gate) is not int or gate < 0:
                     raise TypeError(f"gate keys must be integers >= 0, got {gate!r}")
-                self._by_gate[gate] = _Target(func)
+                self._by_gate[gate] = Target(func)
             self._gates_text = ", ".join(str(gate) for gate in sorted(self._by_gate))
         else:
-            self._single = _Target(handlers)
+            self._single = Target(handlers)
         if reduce is not None and not callable(reduce):
             raise TypeError(f"reduce must be a function or handlers.Reduce(...), got {reduce!r}")
         # A plain function takes a whole gate; an object (a Reduce, or any class with
@@ -276,31 +257,7 @@ class HandlerApp:
         except BadRequest as error:
             await respond(send, error.status, encode_error(error.message, no_retry=True))
             return
-        await send_answer(send, await self._run_reduce(page))
-
-    async def _run_reduce(self, page: ReducePage) -> Answer:
-        """Run the reduce function for ``page``; never raises (but ``CancelledError``)."""
-        assert self._reduce is not None
-        try:
-            value = await call_user(self._reduce, page)
-        except Retry as error:
-            return Answer(error.status, encode_error(
-                error.message, no_retry=False, retry_after=error.retry_after),
-                error.retry_after)
-        except HandlerError as error:
-            log.info("action=reduce_refused partition=%s gate=%d pass=%s page=%d status=%d",
-                     page.partition_id, page.gate, page.pass_, page.page, error.status)
-            return Answer(error.status, encode_error(error.message, no_retry=error.no_retry))
-        except Exception as error:  # a reduce bug answers 500, never crashes the app
-            log.exception("action=reduce_exception partition=%s gate=%d pass=%s page=%d",
-                          page.partition_id, page.gate, page.pass_, page.page)
-            return Answer(500, encode_error(exception_message(error), no_retry=False))
-        try:
-            return Answer(200, encode_reduced(coerce_reduced(value)))
-        except ResultError as error:
-            log.error("action=reduce_bad_answer partition=%s gate=%d error=%s",
-                      page.partition_id, page.gate, error)
-            return Answer(500, encode_error(str(error), no_retry=False))
+        await send_answer(send, await call_reduce(self._reduce, page))
 
     async def _entry(self, position: int, entry: Any) -> bytes:
         try:
@@ -348,7 +305,8 @@ class HandlerApp:
     # ------------------------------------------------------------------ calling user code
 
     async def _settle(self, item: Item) -> Answer:
-        """Run the handler function for ``item`` and turn any outcome into an answer.
+        """Run the handler function for ``item``'s gate (:func:`~handlers.calls.call_handler`)
+        and turn any outcome into an answer.
 
         Never raises (but ``CancelledError``): user errors become error answers.
         """
@@ -360,38 +318,7 @@ class HandlerApp:
                 log.warning("action=unknown_gate partition=%s item=%s gate=%d",
                             item.partition_id, item.id, item.gate)
                 return Answer(Fail.status, encode_error(message, no_retry=True))
-        value: Any
-        try:
-            if target.is_async:
-                value = await cast("Callable[[Item], Awaitable[HandlerReturn]]",
-                                   target.func)(item)
-            else:
-                value = await asyncio.get_running_loop().run_in_executor(
-                    self._threads(),
-                    functools.partial(contextvars.copy_context().run, target.func, item))
-                if inspect.isawaitable(value):  # a sync wrapper around an async function
-                    value = await value
-        except Retry as error:
-            log.debug("action=item_retry partition=%s item=%s gate=%d attempt=%d",
-                      item.partition_id, item.id, item.gate, item.attempt)
-            return Answer(error.status, encode_error(
-                error.message, no_retry=False, retry_after=error.retry_after),
-                error.retry_after)
-        except HandlerError as error:
-            log.info("action=item_refused partition=%s item=%s gate=%d attempt=%d status=%d "
-                     "no_retry=%s", item.partition_id, item.id, item.gate, item.attempt,
-                     error.status, error.no_retry)
-            return Answer(error.status, encode_error(error.message, no_retry=error.no_retry))
-        except Exception as error:  # a handler bug answers 500, never crashes the app
-            log.exception("action=handler_exception partition=%s item=%s gate=%d attempt=%d",
-                          item.partition_id, item.id, item.gate, item.attempt)
-            return Answer(500, encode_error(exception_message(error), no_retry=False))
-        try:
-            return Answer(200, encode_result(coerce_result(value)))
-        except ResultError as error:
-            log.error("action=handler_bad_result partition=%s item=%s gate=%d attempt=%d "
-                      "error=%s", item.partition_id, item.id, item.gate, item.attempt, error)
-            return Answer(500, encode_error(str(error), no_retry=False))
+        return await call_handler(target, item, self._threads)
 
     def _threads(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -399,9 +326,3 @@ class HandlerApp:
                                             thread_name_prefix="statefeed-handler")
         return self._pool
 
-
-def _is_async(func: Any) -> bool:
-    if inspect.iscoroutinefunction(func):
-        return True
-    call = getattr(func, "__call__", None)  # noqa: B004 - objects with async __call__
-    return call is not None and inspect.iscoroutinefunction(call)
