@@ -163,7 +163,7 @@ def reduces_to_run_again(reduce_gates: Collection[int], status: str, *, reopen_a
 class ReadStep(Enum):
     """Whether a partition's supervisor reads ready items now."""
 
-    READ = "read"
+    READ = "read"  # start calls: from rows read ahead, or else from a read of ready items
     WAIT_FOR_SLOTS = "wait_for_slots"  # too few slots free: wait for a turn at freed ones
     WAIT_FOR_POLL = "wait_for_poll"  # the gate looked empty: look again at the next poll
     STEP_GATE = "step_gate"  # the gate is drained: its summary says what comes next
@@ -171,7 +171,7 @@ class ReadStep(Enum):
 
 def decide_read(*, free_slots: int, refill_at: int, slots_in_use: int, in_flight: int,
                 notified: bool, gate_looked_empty: bool, since_last_read: float,
-                poll_interval: float) -> ReadStep:
+                poll_interval: float, read_ahead: int = 0) -> ReadStep:
     """Decide whether to read ready items now.
 
     Reading after every single completion would cost one query per item.
@@ -188,14 +188,16 @@ def decide_read(*, free_slots: int, refill_at: int, slots_in_use: int, in_flight
 
     ``free_slots``, ``refill_at`` and ``slots_in_use`` describe the watcher's
     shared slot pool; ``in_flight`` counts this partition's calls;
-    ``notified`` says a client wrote the partition since the last read.
+    ``notified`` says a client wrote the partition since the last read;
+    ``read_ahead`` counts the rows it holds from a read, not dispatched yet: they
+    start before anything is read again, and the gate is not drained while any wait.
     """
-    idle = in_flight == 0
+    idle = in_flight == 0 and read_ahead == 0
     if idle and gate_looked_empty and not notified:
         return ReadStep.STEP_GATE
     if free_slots < refill_at and slots_in_use > 0 and not (idle and gate_looked_empty):
         return ReadStep.WAIT_FOR_SLOTS
-    if idle or notified:
+    if idle or notified or read_ahead:
         return ReadStep.READ
     if gate_looked_empty and since_last_read < poll_interval:
         return ReadStep.WAIT_FOR_POLL

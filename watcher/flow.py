@@ -91,9 +91,11 @@ class FlowSlots:
         for gate in self.gates:
             loop.call_later(seconds, gate.give_back, count)
 
-    def notify_when_free(self, event: asyncio.Event, order: float = 0.0) -> None:
+    def notify_when_free(self, event: asyncio.Event, order: float = 0.0, *,
+                         ready: bool = False) -> None:
         """Be woken by the limit that holds the partition back: a gate with fewer than
-        :attr:`refill_at` free, else the processor's pool. (Waiting on the pool while a
+        :attr:`refill_at` free, else the processor's pool (``order`` and ``ready`` as
+        :meth:`SlotPool.notify_when_free` takes them). (Waiting on the pool while a
         gate holds it back would wake it at once, again and again.)"""
         now = self._now()
         enough = self.refill_at
@@ -101,7 +103,7 @@ class FlowSlots:
             if gate.free(now) < enough:
                 gate.notify_when_free(event)
                 return
-        self.shared.notify_when_free(event, order)
+        self.shared.notify_when_free(event, order, ready=ready)
 
     def pass_turn(self) -> None:
         now = self._now()

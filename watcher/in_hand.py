@@ -23,17 +23,25 @@ class ItemsInHand:
       read sees the write.
     - **The read sequence**: counts reads, for the entries above.
 
+    - **Read ahead**: rows a read returned beyond the slots it had, at gate
+      ``ahead_gate``, in the read's order. They are dispatched as slots free,
+      without another read; nothing about them is written until then, so
+      dropping them loses nothing (the items stay available in the database).
+
     It also remembers, for read pacing (:func:`watcher.decisions.decide_read`),
     whether the last read found the gate empty and when that read ended.
     Not thread-safe; one supervisor task owns it.
     """
 
-    __slots__ = ("_in_flight", "_let_go", "_reads", "gate_looked_empty", "last_read")
+    __slots__ = ("_in_flight", "_let_go", "_reads", "ahead", "ahead_gate",
+                 "gate_looked_empty", "last_read")
 
     def __init__(self) -> None:
         self._in_flight: dict[str, asyncio.Task[None] | None] = {}
         self._let_go: dict[str, tuple[int, int]] = {}  # id -> (version, read sequence)
         self._reads = 0
+        self.ahead: list[ReadyItem] = []
+        self.ahead_gate = -1
         self.gate_looked_empty = False
         self.last_read = 0.0  # time.monotonic() when the last read ended
 
@@ -67,6 +75,32 @@ class ItemsInHand:
         # Results written before this read started are visible to it: forget them.
         self._let_go = {key: value for key, value in let_go.items() if value[1] >= read}
         return fresh
+
+    def hold_ahead(self, rows: Sequence[ReadyItem], gate: int) -> None:
+        """Keep ``rows`` (new rows of a read, at ``gate``) to dispatch as slots free."""
+        self.ahead = list(rows)
+        self.ahead_gate = gate
+
+    def ahead_usable(self, gate: int, now: float, max_age: float) -> bool:
+        """Whether rows read ahead may start now: some are held, read at ``gate``, and the
+        read that returned them ended less than ``max_age`` seconds before ``now``.
+
+        So a pause (read by every ready read) stops new calls within that age, as it
+        does without reading ahead.
+        """
+        return bool(self.ahead) and self.ahead_gate == gate and now - self.last_read < max_age
+
+    def take_ahead(self, count: int) -> list[ReadyItem]:
+        """The first ``count`` rows read ahead, no longer held."""
+        taken, self.ahead = self.ahead[:count], self.ahead[count:]
+        return taken
+
+    def drop_ahead(self) -> int:
+        """Forget the rows read ahead (a read is due, or the supervisor ends); returns
+        how many there were."""
+        dropped = len(self.ahead)
+        self.ahead = []
+        return dropped
 
     def started(self, items: Sequence[ReadyItem], call: asyncio.Task[None]) -> None:
         """``items`` were dispatched together; ``call`` is the task calling the processor."""

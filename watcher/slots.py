@@ -22,7 +22,8 @@ class Slots(Protocol):
     def take(self, wanted: int) -> int: ...
     def give_back(self, count: int = 1) -> None: ...
     def give_back_later(self, count: int, seconds: float) -> None: ...
-    def notify_when_free(self, event: asyncio.Event, order: float = 0.0) -> None: ...
+    def notify_when_free(self, event: asyncio.Event, order: float = 0.0, *,
+                         ready: bool = False) -> None: ...
     def pass_turn(self) -> None: ...
     def leave(self, event: asyncio.Event) -> None: ...
     def calls_started(self, count: int) -> None: ...
@@ -53,10 +54,11 @@ class SlotPool:
         self.in_use = 0
         self.calls = 0
         self._on_calls = on_calls
-        # Waiting partitions: the live ones, and a heap of (order, arrival, event) in
-        # which an entry whose event left or was woken is skipped when it comes up.
-        self._waiting: dict[asyncio.Event, int] = {}
-        self._queue: list[tuple[float, int, asyncio.Event]] = []
+        # Waiting partitions: the live ones (with whether they hold rows read ahead), and
+        # a heap of (order, not ready, arrival, event) in which an entry whose event
+        # left, was woken or asked again is skipped when it comes up.
+        self._waiting: dict[asyncio.Event, tuple[int, bool]] = {}
+        self._queue: list[tuple[float, bool, int, asyncio.Event]] = []
         self._arrivals = itertools.count()
         self._granted: asyncio.Event | None = None  # woken for the current turn
 
@@ -107,8 +109,8 @@ class SlotPool:
             return  # its partition passes the turn on when it has taken its slots
         self._granted = None
         while self._queue:
-            _, arrival, event = heapq.heappop(self._queue)
-            if self._waiting.get(event) != arrival:
+            _, _, arrival, event = heapq.heappop(self._queue)
+            if self._waiting.get(event, (None,))[0] != arrival:
                 continue  # it left, or waits under a later entry
             del self._waiting[event]
             if not event.is_set():
@@ -123,20 +125,62 @@ class SlotPool:
             self._granted = None
             self.pass_turn()
 
-    def notify_when_free(self, event: asyncio.Event, order: float = 0.0) -> None:
+    def notify_when_free(self, event: asyncio.Event, order: float = 0.0, *,
+                         ready: bool = False) -> None:
         """Set ``event`` when it is this partition's turn at freed slots: turns go to
         the lowest ``order`` first (the partition's place in the lease queue, so a
-        higher priority or a key's first partition goes ahead), then to the one that
-        has waited longest."""
-        if event in self._waiting:
-            return
+        higher priority or a key's first partition goes ahead); then to a partition
+        ``ready`` to start calls from rows it read ahead; then to the one that has
+        waited longest.
+
+        A partition that read ahead starts those rows in the turns that follow, with
+        no read between: a small partition is done in one read, and a big one's next
+        calls follow its last without a read's wait. It holds at most one read's rows,
+        so once they have started it takes its place at the back like any other.
+        """
+        waiting = self._waiting.get(event)
+        if waiting is not None and (waiting[1] or not ready):
+            return  # already in line, as far ahead
         arrival = next(self._arrivals)
-        self._waiting[event] = arrival
+        self._waiting[event] = (arrival, ready)
         if len(self._queue) > 4 * len(self._waiting) + 64:  # mostly entries that left
             self._queue = [entry for entry in self._queue
-                           if self._waiting.get(entry[2]) == entry[1]]
+                           if self._waiting.get(entry[3], (None,))[0] == entry[2]]
             heapq.heapify(self._queue)
-        heapq.heappush(self._queue, (order, arrival, event))
+        heapq.heappush(self._queue, (order, not ready, arrival, event))
+
+
+class ReadAheadPool:
+    """Rows a watcher's partitions may hold read ahead of their free slots, shared by all
+    of them (``capacity``: the concurrency, one more round of calls).
+
+    A read asks for the rows its slots can start plus up to a round more, as the room
+    left allows, so one read feeds a partition's next calls too: they start from rows
+    in hand as slots free, while other results are still being written, and a small
+    partition is read once. Room is taken for the rows a read returned, not before:
+    reads running at once may ask for the same room, and the rows beyond it are not
+    kept. The pool bounds what the rows held take in memory however many partitions
+    are leased.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.held = 0
+
+    @property
+    def room(self) -> int:
+        """How many more rows may be held now."""
+        return self.capacity - self.held
+
+    def hold(self, count: int) -> int:
+        """Hold up to ``count`` more rows; returns how many may be (maybe 0)."""
+        held = max(0, min(count, self.capacity - self.held))
+        self.held += held
+        return held
+
+    def give_back(self, count: int) -> None:
+        """``count`` rows held were dispatched or dropped."""
+        self.held -= count
 
 
 async def wait_event(event: asyncio.Event, seconds: float) -> bool:

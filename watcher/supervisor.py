@@ -37,7 +37,7 @@ from watcher.in_hand import ItemsInHand
 from watcher.lease import Lease
 from watcher.leases import LeaseKeeper
 from watcher.models import AVAILABLE, FAILED
-from watcher.oversize import fail_unreadable, oversize_error
+from watcher.oversize import oversize_error
 from watcher.protocol import (
     NonRetryableError,
     ProcessBatchCall,
@@ -47,19 +47,15 @@ from watcher.protocol import (
     ThrottledError,
     WorkItem,
 )
+from watcher.ready_reads import ReadyReads
 from watcher.records import ItemWrite, ReadyItem
 from watcher.reducer import GateReducer
-from watcher.round_trips import DatabaseTimeoutError
-from watcher.slots import Slots, wait_event
+from watcher.slots import ReadAheadPool, Slots, wait_event
 from watcher.spawning import SpawnLimits
 from watcher.store import Store
 from watcher.writer import ResultWriter, WriterClosedError
 
 log = logging.getLogger(__name__)
-
-# Items in hand up to this many are excluded by id in the read query; beyond it
-# the read fetches extra rows and filters them here.
-MAX_EXCLUDED = 1000
 
 
 class PartitionSupervisor:
@@ -72,7 +68,8 @@ class PartitionSupervisor:
                  reduce_shape: ReduceShapeCall | None = None,
                  process_batch: ProcessBatchCall | None = None,
                  tracer: CallTracer | None = None,
-                 on_throttled: Callable[[float], None] | None = None) -> None:
+                 on_throttled: Callable[[float], None] | None = None,
+                 read_ahead: ReadAheadPool | None = None) -> None:
         if tracer is not None:  # once per lease: each call a span, linked to the creator
             process, process_batch, reduce = tracer.wrap(
                 lease.settings.trace_context, PartitionCalls(process, process_batch, reduce))
@@ -86,6 +83,10 @@ class PartitionSupervisor:
         self.config = config
         self.hooks = hooks
         self.in_hand = ItemsInHand()
+        self._policy = RetryPolicy.of(config)
+        self.reads = ReadyReads(lease, store=store, writer=writer, keeper=keeper,
+                                in_hand=self.in_hand, config=config, policy=self._policy,
+                                room=read_ahead or ReadAheadPool(config.concurrency))
         self.reducer = GateReducer(lease, store=store, reduce=reduce, slots=slots,
                                    keeper=keeper, config=config, hooks=hooks,
                                    shape=reduce_shape)
@@ -95,7 +96,6 @@ class PartitionSupervisor:
         # Told of a handler's Retry-After, to hold every call to it (watcher.flow).
         self._on_throttled = on_throttled
         self._check_lease = False
-        self._policy = RetryPolicy.of(config)
         self._spawn_limits = SpawnLimits.of(config)
         self._db_failing = False
         # Per-item hooks are called only when overridden: the no-ops cost a call per item.
@@ -137,6 +137,7 @@ class PartitionSupervisor:
                 if outcome.wait > 0:
                     await wait_event(self.lease.wake, outcome.wait)
         finally:
+            self.reads.drop_ahead()
             self.slots.leave(self.lease.wake)
             if self.lease.lost or not self.draining:
                 await self._cancel_in_flight()
@@ -170,7 +171,7 @@ class PartitionSupervisor:
         if step is not ReadStep.READ:
             return Pass(wait=self.config.poll_interval)
         dispatched = await self._dispatch()
-        if dispatched or self.in_hand:
+        if dispatched or self.in_hand or self.in_hand.ahead:
             return Pass(dispatched, wait=self.config.poll_interval)
         if self.slots.free == 0:
             return Pass(wait=self.config.poll_interval)
@@ -196,52 +197,40 @@ class PartitionSupervisor:
                            notified=self.lease.notified,
                            gate_looked_empty=in_hand.gate_looked_empty,
                            since_last_read=now - in_hand.last_read,
-                           poll_interval=self.config.poll_interval)
+                           poll_interval=self.config.poll_interval,
+                           read_ahead=len(in_hand.ahead))
         if step is ReadStep.WAIT_FOR_SLOTS:
-            slots.notify_when_free(self.lease.wake, self.lease.settings.queue_order)
+            slots.notify_when_free(self.lease.wake, self.lease.settings.queue_order,
+                                   ready=bool(in_hand.ahead))
         return step
 
     async def _dispatch(self) -> int:
-        """Read ready items at the gate, up to the free slots, and start their calls.
+        """Start calls for ready items at the gate, up to the free slots: rows read ahead
+        first; without any, read ready items (and up to a round more to hold ahead).
 
         Returns how many were started. Raises the database's error when the
         read fails (the slots taken are given back).
         """
         taken = self.slots.take(self.config.concurrency)
         if taken == 0:
-            self.slots.notify_when_free(self.lease.wake, self.lease.settings.queue_order)
+            self.slots.notify_when_free(self.lease.wake, self.lease.settings.queue_order,
+                                        ready=bool(self.in_hand.ahead))
             return 0
-        gate = self.lease.gate
-        read = self.in_hand.begin_read()
-        self.lease.read_started()
-        exclude = self.in_hand.ids()
-        try:
-            if len(exclude) <= MAX_EXCLUDED:
-                ready = await self.store.items_ready(self.partition_id, gate, taken, exclude)
-            else:  # too many to name in a query: read more and filter here
-                ready = await self.store.items_ready(
-                    self.partition_id, gate, taken + len(exclude))
-        except SQLAlchemyError as error:
-            self.slots.give_back(taken)
-            # A read that timed out says nothing of the items' sizes: skip the look-up.
-            if (not isinstance(error, DatabaseTimeoutError)
-                    and await fail_unreadable(self.store, self.writer, self.partition_id, gate,
-                                              self.config.max_item_bytes, self._policy,
-                                              limit_rows=MAX_EXCLUDED)):
-                return 0
-            raise
-        except BaseException:
-            self.slots.give_back(taken)
-            raise
-        if self.keeper.expired(self.lease):  # the read outlasted the lease: start nothing
-            self.in_hand.end_read(read, [], taken, time.monotonic())
-            self.slots.give_back(taken)
-            return 0
-        fresh = self.in_hand.end_read(read, ready, taken, time.monotonic())
+        reads = self.reads
+        fresh = reads.take_ahead(taken)
+        if not fresh:
+            try:
+                fresh = await reads.read(taken)
+            except BaseException:
+                self.slots.give_back(taken)
+                raise
         if taken > len(fresh):
             self.slots.give_back(taken - len(fresh))
         if fresh:
             self._start(fresh)
+        if self.in_hand.ahead:  # first in line for the slots these calls free
+            self.slots.notify_when_free(self.lease.wake, self.lease.settings.queue_order,
+                                        ready=True)
         return len(fresh)
 
     def _start(self, items: list[ReadyItem]) -> None:

@@ -32,7 +32,7 @@ from watcher.protocol import (
     ReduceCallable,
     ReduceShapeCall,
 )
-from watcher.slots import SlotPool, wait_event
+from watcher.slots import ReadAheadPool, SlotPool, wait_event
 from watcher.store import Store
 from watcher.supervisor import PartitionSupervisor
 from watcher.text import first_line
@@ -96,6 +96,7 @@ class Watcher:
                                                   self.config.concurrency),
                                    linger=self.config.result_linger,
                                    calls_running=lambda: self.slots.calls)
+        self.read_ahead = ReadAheadPool(self.config.concurrency)
         self.flow = FlowControl(store, self.config, self.hooks)
         self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
         self._wake = asyncio.Event()
@@ -140,7 +141,7 @@ class Watcher:
             on_throttled=self.flow.throttled,
             keeper=self.keeper, config=self.config, hooks=self.hooks,
             reduce=self._reduce, reduce_shape=self._reduce_shape,
-            process_batch=self._process_batch, tracer=self._tracer)
+            process_batch=self._process_batch, tracer=self._tracer, read_ahead=self.read_ahead)
         task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
         task.add_done_callback(self._supervisor_ended)
         self.supervisors[lease.partition_id] = (supervisor, task)

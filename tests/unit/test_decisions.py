@@ -138,6 +138,21 @@ READ_CASES = [
      ReadStep.READ),
 ]
 
+# The same, with rows read ahead (held to start as slots free): name, free slots, in
+# use, in flight here, rows held, looked empty, since, expected.
+READ_AHEAD_CASES = [
+    ("rows held after an empty read start at once, not at the next poll", 20, 12, 3, 5,
+     True, 0.1, ReadStep.READ),
+    ("rows held and nothing in flight: the gate is not drained yet", 32, 0, 0, 5, True,
+     0.0, ReadStep.READ),
+    ("rows held but too few slots free: wait for a turn", 4, 28, 3, 5, True, 0.1,
+     ReadStep.WAIT_FOR_SLOTS),
+    ("rows held, nothing in flight, too few slots free: wait, do not step", 4, 28, 0, 5,
+     True, 0.1, ReadStep.WAIT_FOR_SLOTS),
+    ("none held and nothing in flight after an empty read: step the gate", 32, 0, 0, 0,
+     True, 0.0, ReadStep.STEP_GATE),
+]
+
 
 @pytest.mark.parametrize(
     ("free", "in_use", "in_flight", "notified", "looked_empty", "since", "expected"),
@@ -146,6 +161,16 @@ def test_decide_read(free, in_use, in_flight, notified, looked_empty, since, exp
     assert decide_read(free_slots=free, refill_at=8, slots_in_use=in_use,
                        in_flight=in_flight, notified=notified, gate_looked_empty=looked_empty,
                        since_last_read=since, poll_interval=1.0) is expected
+
+
+@pytest.mark.parametrize(
+    ("free", "in_use", "in_flight", "held", "looked_empty", "since", "expected"),
+    [case[1:] for case in READ_AHEAD_CASES], ids=[case[0] for case in READ_AHEAD_CASES])
+def test_decide_read_with_rows_read_ahead(free, in_use, in_flight, held, looked_empty, since,
+                                          expected) -> None:
+    assert decide_read(free_slots=free, refill_at=8, slots_in_use=in_use,
+                       in_flight=in_flight, notified=False, gate_looked_empty=looked_empty,
+                       since_last_read=since, poll_interval=1.0, read_ahead=held) is expected
 
 
 ITEM = ReadyItem(id="i1", version=7, gate=2, data=b"old", attempts=1)

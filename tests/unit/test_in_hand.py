@@ -88,3 +88,19 @@ async def test_a_batch_is_one_call_for_its_items_until_each_result_is_queued() -
         assert len(in_hand) == 0 and in_hand.ids() == {"a", "b", "c"}
     finally:
         call.cancel()
+
+
+def test_rows_read_ahead_start_in_order_and_only_while_fresh_and_at_their_gate() -> None:
+    in_hand = ItemsInHand()
+    read = in_hand.begin_read()
+    fresh = in_hand.end_read(read, [_item(name) for name in "abcde"], wanted=8, now=10.0)
+    assert in_hand.gate_looked_empty, "5 rows for 8 wanted: nothing more is ready"
+    in_hand.hold_ahead(fresh[2:], gate=0)
+    assert in_hand.ahead_usable(0, now=10.5, max_age=1.0)
+    assert not in_hand.ahead_usable(0, now=11.0, max_age=1.0), "older than a poll"
+    assert not in_hand.ahead_usable(1, now=10.5, max_age=1.0), "the gate moved since"
+    assert [item.id for item in in_hand.take_ahead(2)] == ["c", "d"]
+    assert [item.id for item in in_hand.ahead] == ["e"]
+    assert in_hand.drop_ahead() == 1 and in_hand.ahead == []
+    assert not in_hand.ahead_usable(0, now=10.5, max_age=1.0), "nothing held"
+    assert in_hand.drop_ahead() == 0

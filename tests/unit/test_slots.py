@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from watcher.slots import SlotPool
+from watcher.slots import ReadAheadPool, SlotPool
 
 
 async def test_freed_slots_wake_the_longest_waiting_partition_only() -> None:
@@ -90,3 +90,64 @@ async def test_a_partition_leaving_with_the_turn_passes_it_on() -> None:
     assert gone.is_set() and not next_one.is_set()
     pool.leave(gone)  # its partition closed before it ran
     assert next_one.is_set()
+
+
+async def test_a_partition_holding_rows_read_ahead_gets_the_next_turn_in_its_order() -> None:
+    pool = SlotPool(4)
+    pool.take(4)
+    waited, ready, first_in_queue = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    pool.notify_when_free(first_in_queue, order=1.0)
+    pool.notify_when_free(waited, order=5.0)
+    pool.notify_when_free(ready, order=5.0, ready=True)
+    woken = []
+    for _ in range(3):
+        pool.give_back(1)
+        event = next(e for e in (waited, ready, first_in_queue)
+                     if e.is_set() and e not in woken)
+        woken.append(event)
+        event.clear()
+        pool.take(1)
+        pool.pass_turn()
+    assert woken == [first_in_queue, ready, waited], "order first, then rows in hand"
+
+
+async def test_a_waiter_asking_again_as_ready_moves_up_and_asking_twice_wakes_once() -> None:
+    pool = SlotPool(4)
+    pool.take(4)
+    other, mover = asyncio.Event(), asyncio.Event()
+    pool.notify_when_free(other)
+    pool.notify_when_free(mover)
+    pool.notify_when_free(mover, ready=True)  # it read ahead while waiting
+    pool.notify_when_free(mover)  # asking again without rows does not move it back
+    pool.give_back(1)
+    assert mover.is_set() and not other.is_set()
+    mover.clear()
+    pool.take(1)
+    pool.give_back(1)
+    assert other.is_set() and not mover.is_set(), "its older entry was dropped"
+
+
+async def test_once_its_rows_have_started_a_partition_waits_at_the_back() -> None:
+    """Partitions of one order still take turns: rows read ahead put a partition first
+    only while it holds them."""
+    pool = SlotPool(4)
+    pool.take(4)
+    big, small = asyncio.Event(), asyncio.Event()
+    pool.notify_when_free(small)
+    pool.notify_when_free(big, ready=True)
+    pool.give_back(1)
+    assert big.is_set() and not small.is_set()
+    big.clear()
+    pool.take(1)  # its last held row starts; it asks again, holding none
+    pool.notify_when_free(big)
+    pool.give_back(1)
+    assert small.is_set() and not big.is_set(), "small waited longer"
+
+
+def test_read_ahead_room_is_shared_and_bounded() -> None:
+    room = ReadAheadPool(10)
+    assert room.hold(6) == 6 and room.room == 4
+    assert room.hold(6) == 4, "only what is left"
+    assert room.hold(1) == 0 and room.room == 0
+    room.give_back(7)
+    assert room.room == 7 and room.held == 3
