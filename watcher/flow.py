@@ -13,6 +13,7 @@ the database.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
@@ -24,6 +25,8 @@ from watcher.rate_limits import RateLimiter
 from watcher.records import PartitionSettings
 from watcher.slots import SlotPool, Slots
 from watcher.store import Store
+
+log = logging.getLogger(__name__)
 
 
 class Gate(Protocol):
@@ -129,8 +132,11 @@ class FlowControl:
 
     def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks | SafeHooks,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.keys = KeyLimiter(store, config, hooks, clock)
-        self.rates = RateLimiter(store, config, hooks, clock)
+        # One round of database work at a time, so that a stop never cuts one short.
+        self._db_round = asyncio.Lock()
+        self._stop_wait = config.shutdown_timeout
+        self.keys = KeyLimiter(store, config, hooks, clock, self._db_round)
+        self.rates = RateLimiter(store, config, hooks, clock, self._db_round)
         self._clock = clock
 
     def slots_for(self, settings: PartitionSettings, shared: SlotPool) -> Slots:
@@ -148,6 +154,29 @@ class FlowControl:
     async def run(self, held_keys: Callable[[], Iterable[str]]) -> None:
         """Keep grants and tokens in step until cancelled."""
         await asyncio.gather(self.keys.run(held_keys), self.rates.run(held_keys))
+
+    async def stop(self, running: asyncio.Task[None]) -> None:
+        """Stop ``running`` (the task of :meth:`run`) between two rounds of its database
+        work, not inside one: waits for a round under way to end (up to the shutdown
+        timeout, then cancels it all the same), then cancels it.
+
+        A query cancelled mid-way makes SQLAlchemy invalidate its connection; with
+        aiosqlite that close can outlive the connection's thread and leave a task that
+        never ends, which hung a stopping process at exit.
+        """
+        between_rounds = False
+        try:
+            async with asyncio.timeout(self._stop_wait):
+                await self._db_round.acquire()
+            between_rounds = True
+        except TimeoutError:
+            log.debug("action=flow_control_stop_waited seconds=%s", self._stop_wait)
+        try:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        finally:
+            if between_rounds:
+                self._db_round.release()
 
     async def release(self) -> None:
         """Give back what this processor holds (it stops)."""

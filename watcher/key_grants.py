@@ -29,10 +29,13 @@ class KeyLimiter:
     """The key pools of one processor, and their grants."""
 
     def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks | SafeHooks,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 db_round: asyncio.Lock | None = None) -> None:
         self.store = store
         self.config = config
         self.hooks = hooks
+        # Held while the loop talks to the database: a stop waits for it (FlowControl.stop).
+        self._db_round = db_round or asyncio.Lock()
         self.pools: dict[str, KeyPool] = {}
         self._clock = clock
         self._wanted = asyncio.Event()  # a pool has demand it cannot meet
@@ -52,7 +55,8 @@ class KeyLimiter:
             await wait_event(self._wanted, self.config.renew_interval)
             self._wanted.clear()
             try:
-                await self.refresh(set(held_keys()))
+                async with self._db_round:
+                    await self.refresh(set(held_keys()))
             except SQLAlchemyError as error:
                 # Grants lapse by themselves: a key's calls stop when its grant's until
                 # passes (KeyPool.free), so an outage can only under-use a limit.

@@ -153,11 +153,14 @@ class RateLimiter:
     handler's ``Retry-After`` holds."""
 
     def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks | SafeHooks,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 db_round: asyncio.Lock | None = None) -> None:
         self.store = store
         self.config = config
         self.hooks = hooks
         self._clock = clock
+        # Held while the loop talks to the database: a stop waits for it (FlowControl.stop).
+        self._db_round = db_round or asyncio.Lock()
         self._demand = asyncio.Event()
         self.handler = TokenPool(FlowScope.HANDLER, config.handler_name, self._demand)
         self.handler.rate = config.rate_limit
@@ -191,11 +194,12 @@ class RateLimiter:
             self._demand.clear()
             now = self._clock()
             try:
-                await self._publish_block()
-                if now >= next_read or any(not pool.known for pool in self.keys.values()):
-                    next_read = now + self.config.poll_interval
-                    await self._read_holds_and_rates(held_keys)
-                await self._claim(now)
+                async with self._db_round:
+                    await self._publish_block()
+                    if now >= next_read or any(not pool.known for pool in self.keys.values()):
+                        next_read = now + self.config.poll_interval
+                        await self._read_holds_and_rates(held_keys)
+                    await self._claim(now)
             except SQLAlchemyError as error:
                 if not self._failing:
                     log.warning("action=rate_limits_failed owner=%s error=%s",

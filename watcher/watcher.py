@@ -193,8 +193,7 @@ class Watcher:
             await self._abort()
             raise
         finally:
-            flow.cancel()
-            await asyncio.gather(flow, return_exceptions=True)
+            await self.flow.stop(flow)
             if listener is not None:
                 listener.cancel()
                 await asyncio.gather(listener, return_exceptions=True)
