@@ -5,7 +5,6 @@ outcome does to an item. Plain values in, plain values out.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 from collections.abc import Collection, Sequence
@@ -239,12 +238,6 @@ def idempotency_step(item: ReadyItem) -> int:
     item makes progress (or a client resets it).
     """
     return item.version - item.attempts
-
-
-def idempotency_key(partition_id: str, item: ReadyItem) -> str:
-    """A key stable for one logical step of one item, safe to send as a header."""
-    raw = f"{len(partition_id)}:{partition_id}{item.id}:{idempotency_step(item)}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
 def write_for_result(partition_id: str, item: ReadyItem, result: Result, partition_gate: int,

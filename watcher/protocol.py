@@ -9,6 +9,7 @@ treated as retryable. A processor that also has ``async def process_batch(items)
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -16,7 +17,15 @@ from typing import Protocol, runtime_checkable
 from watcher.records import NewItem
 
 
-@dataclass(frozen=True, slots=True)
+def step_key(partition_id: str, item_id: str, step: int) -> str:
+    """The idempotency key of one logical step of one item (``step``: the item's
+    version less its failed attempts, which only moves when the item progresses):
+    32 hex digits, safe to send as a header."""
+    raw = f"{len(partition_id)}:{partition_id}{item_id}:{step}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class WorkItem:
     """One item handed to a processor.
 
@@ -24,6 +33,10 @@ class WorkItem:
     ``version`` is the item row version the engine read; a result is written only
     against that version. ``idempotency_key`` is stable for one logical step of
     one item, so a repeated call after a failover carries the same key.
+
+    The engine makes one per call and leaves the key out: it is worked out (a hash)
+    when first read, so a processor that never reads it (or a transport that does
+    not send it) does not pay for it. Given, it is used as it is.
     """
 
     partition_id: str
@@ -32,7 +45,27 @@ class WorkItem:
     attempt: int
     data: bytes
     version: int
-    idempotency_key: str
+    _key: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __init__(self, partition_id: str, id: str, gate: int, attempt: int,
+                 data: bytes, version: int, idempotency_key: str | None = None) -> None:
+        setter = object.__setattr__
+        setter(self, "partition_id", partition_id)
+        setter(self, "id", id)
+        setter(self, "gate", gate)
+        setter(self, "attempt", attempt)
+        setter(self, "data", data)
+        setter(self, "version", version)
+        setter(self, "_key", idempotency_key)
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable for one logical step of this item (see :func:`step_key`)."""
+        key = self._key
+        if key is None:
+            key = step_key(self.partition_id, self.id, self.version - (self.attempt - 1))
+            object.__setattr__(self, "_key", key)
+        return key
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,6 @@ from watcher.decisions import (
     ReadStep,
     RetryPolicy,
     decide_read,
-    idempotency_key,
     outcome_name,
     result_problem,
     write_for_error,
@@ -261,8 +260,8 @@ class PartitionSupervisor:
             if not items:
                 return
         pid = self.partition_id
-        works = [WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version,
-                          idempotency_key(pid, item)) for item in items]
+        works = [WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version)
+                 for item in items]
         try:
             await call_items(self.process, self.process_batch, works, self.slots,
                              lambda positions, outcomes: self._finish(

@@ -3,6 +3,8 @@ outcomes."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import random
 
 import pytest
@@ -26,7 +28,7 @@ from watcher.decisions import (
     write_for_error,
     write_for_result,
 )
-from watcher.protocol import NonRetryableError, Result, RetryableError
+from watcher.protocol import NonRetryableError, Result, RetryableError, WorkItem, step_key
 from watcher.records import GateSummary, ItemWrite, LeaseStats, ReadyItem
 
 
@@ -295,3 +297,23 @@ def test_which_reduces_a_retry_runs_again(gates: set[int], status: str, reopen_a
                                           stopped_at: int, expected: list[int]) -> None:
     assert reduces_to_run_again(frozenset(gates), status, reopen_at=reopen_at,
                                 stopped_at=stopped_at) == expected
+
+
+def test_a_work_items_key_is_worked_out_when_read_and_stable_across_retries() -> None:
+    """The engine leaves the key out; read, it is the hash of the step (the same
+    format as before, so a retry across an upgrade keeps its key)."""
+    first = WorkItem("part", "item", 0, 1, b"", 7)
+    expected = hashlib.sha256(b"4:partitem:7").hexdigest()[:32]
+    assert first.idempotency_key == expected == step_key("part", "item", 7)
+    retry = WorkItem("part", "item", 0, 2, b"", 8)  # an error bumped version and attempt
+    assert retry.idempotency_key == expected
+    progressed = WorkItem("part", "item", 1, 1, b"", 8)
+    assert progressed.idempotency_key != expected
+    given = WorkItem("part", "item", 0, 1, b"", 7, "mine")
+    assert given.idempotency_key == "mine"
+    assert given == first, "the key is not compared: it follows from the rest"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.data = b"changed"  # type: ignore[misc]
+    assert "_key" not in repr(first)
+    moved = dataclasses.replace(retry, gate=1, attempt=1)
+    assert moved.idempotency_key == progressed.idempotency_key, "worked out afresh"
