@@ -360,6 +360,27 @@ def result_problem(result: object, max_data_bytes: int | None = None, *,
     return None
 
 
+def write_for_outcome(partition_id: str, item: ReadyItem, outcome: Result | BaseException,
+                      partition_gate: int, policy: RetryPolicy, *, max_data_bytes: int,
+                      max_snooze: float, spawn_limits: SpawnLimits) -> ItemWrite:
+    """The item update one call's outcome asks for: its result's
+    (:func:`write_for_result`), or an error's (:func:`write_for_error`) when the call
+    failed or its result is unusable (:func:`result_problem`, not retried). Never
+    raises: a bug met while working out the result's update is recorded on the item
+    like a processor error."""
+    if isinstance(outcome, BaseException):
+        return write_for_error(partition_id, item, outcome, policy)
+    try:
+        problem = result_problem(outcome, max_data_bytes, max_snooze=max_snooze)
+        if problem is None:
+            return write_for_result(partition_id, item, outcome, partition_gate, policy,
+                                    spawn_limits=spawn_limits)
+        error: BaseException = NonRetryableError(f"item {item.id!r}: {problem}")
+    except Exception as bug:
+        error = bug
+    return write_for_error(partition_id, item, error, policy)
+
+
 def outcome_name(item: ReadyItem, write: ItemWrite) -> str:
     """A short label for what an attempt did: complete, advanced, looped, snoozed, retry
     or failed. (A call the handler throttled writes nothing: the supervisor reports it as

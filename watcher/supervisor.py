@@ -20,15 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from watcher.batch_calls import CallOutcome, call_items
 from watcher.call_tracing import CallTracer, PartitionCalls
 from watcher.config import WatcherConfig
-from watcher.decisions import (
-    ReadStep,
-    RetryPolicy,
-    decide_read,
-    outcome_name,
-    result_problem,
-    write_for_error,
-    write_for_result,
-)
+from watcher.decisions import ReadStep, RetryPolicy, decide_read, outcome_name, write_for_outcome
 from watcher.failures import item_failed
 from watcher.gate_steps import GateStepper, Pass
 from watcher.hooks import Hooks, overrides
@@ -38,7 +30,6 @@ from watcher.leases import LeaseKeeper
 from watcher.models import AVAILABLE, FAILED
 from watcher.oversize import oversize_error
 from watcher.protocol import (
-    NonRetryableError,
     ProcessBatchCall,
     ProcessCall,
     ReduceCallable,
@@ -299,7 +290,10 @@ class PartitionSupervisor:
             if isinstance(outcome, asyncio.CancelledError):
                 self._let_go([item], abandoned=True)
                 continue
-            writes.append(self._write_for(item, outcome))
+            writes.append(write_for_outcome(
+                self.partition_id, item, outcome, self.lease.gate, self._policy,
+                max_data_bytes=self.config.max_item_bytes, max_snooze=self.config.max_snooze,
+                spawn_limits=self._spawn_limits))
             written.append(item)
         if not writes:
             return
@@ -309,22 +303,6 @@ class PartitionSupervisor:
                 self._written, written, writes, started))
         except WriterClosedError:
             self._let_go(written)  # not written: the items stay available and run again
-
-    def _write_for(self, item: ReadyItem, outcome: CallOutcome) -> ItemWrite:
-        """The write a call's outcome asks for (an error's, when the result is unusable)."""
-        pid = self.partition_id
-        if isinstance(outcome, BaseException):
-            return write_for_error(pid, item, outcome, self._policy)
-        try:
-            problem = result_problem(outcome, self.config.max_item_bytes,
-                                     max_snooze=self.config.max_snooze)
-            if problem is None:
-                return write_for_result(pid, item, outcome, self.lease.gate, self._policy,
-                                        spawn_limits=self._spawn_limits)
-            error: BaseException = NonRetryableError(f"item {item.id!r}: {problem}")
-        except Exception as bug:  # recorded on the item like a processor error
-            error = bug
-        return write_for_error(pid, item, error, self._policy)
 
     def _written(self, items: list[ReadyItem], writes: list[ItemWrite], started: float,
                  outcomes: list[bool | BaseException]) -> None:

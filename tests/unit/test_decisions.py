@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from watcher.config import WatcherConfig
 from watcher.decisions import (
     BalancePlan,
     GateAction,
@@ -26,10 +27,12 @@ from watcher.decisions import (
     storable_text,
     unstorable_write,
     write_for_error,
+    write_for_outcome,
     write_for_result,
 )
 from watcher.protocol import NonRetryableError, Result, RetryableError, WorkItem, step_key
 from watcher.records import GateSummary, ItemWrite, LeaseStats, ReadyItem
+from watcher.spawning import SpawnLimits
 
 
 @pytest.mark.parametrize(
@@ -317,3 +320,24 @@ def test_a_work_items_key_is_worked_out_when_read_and_stable_across_retries() ->
     assert "_key" not in repr(first)
     moved = dataclasses.replace(retry, gate=1, attempt=1)
     assert moved.idempotency_key == progressed.idempotency_key, "worked out afresh"
+
+
+def _write_for(outcome: object) -> ItemWrite:
+    return write_for_outcome("p", ITEM, outcome, 2, POLICY,  # type: ignore[arg-type]
+                             max_data_bytes=8, max_snooze=60.0,
+                             spawn_limits=SpawnLimits.of(WatcherConfig(owner_id="w")))
+
+
+def test_write_for_outcome_takes_the_result_or_the_error_and_refuses_unusable_results(
+        ) -> None:
+    done = _write_for(Result(done=True))
+    assert done.status == "complete" and done.last_error is None
+    error = _write_for(RetryableError("flaky"))
+    assert error.status == "available" and "flaky" in (error.last_error or "")
+    assert error.attempts == ITEM.attempts + 1
+    for unusable, words in [("not a result", "expected a Result"),
+                            (Result(data=b"too many bytes"), "over the item size limit"),
+                            (Result(snooze=5.0, done=True), "cannot come with")]:
+        write = _write_for(unusable)
+        assert write.status == "failed", unusable
+        assert words in (write.last_error or ""), write.last_error
