@@ -772,20 +772,18 @@ SELECT leaders.name
 INSERT INTO leaders (name, owner, until, version, updated_at)
 VALUES (%s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
 
--- name: lease_stats (1)
-SELECT count(*) AS count_1
-  FROM partitions
- WHERE partitions.status = %s
-   AND (partitions.owner != %s OR partitions.until <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
-
--- name: lease_stats (2)
-SELECT partitions.owner,
+-- name: lease_stats
+SELECT active.holder,
        count(*) AS count_1
-  FROM partitions
- WHERE partitions.status = %s
-   AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
-   AND partitions.owner != %s
- GROUP BY partitions.owner;
+  FROM (
+        SELECT CASE WHEN (partitions.owner != %(owner_1)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN partitions.owner
+                    ELSE %(param_1)s
+                     END AS holder
+          FROM partitions
+         WHERE partitions.status = %(status_1)s
+           AND (partitions.owner != %(owner_2)s OR partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)))
+       ) AS active
+ GROUP BY active.holder;
 
 -- name: leases_of_owner
 SELECT partitions.id,
@@ -800,12 +798,12 @@ SELECT partitions.id,
        partitions.rank_at,
        partitions.timeline
   FROM partitions
- WHERE partitions.status = %s
-   AND partitions.owner = %s
-   AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.status = %(status_1)s
+   AND partitions.owner = %(holder)s
+   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
  ORDER BY partitions.until DESC,
           partitions.id
- LIMIT %s;
+ LIMIT %(param_1)s;
 
 -- name: leases_read_free
 SELECT partitions.id,
@@ -820,13 +818,13 @@ SELECT partitions.id,
        partitions.rank_at,
        partitions.timeline
   FROM partitions
- WHERE partitions.status = %s
-   AND partitions.until <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.status = %(status_1)s
+   AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
    AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %s AND flow_controls.name = %s OR flow_controls.scope = %s AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
  ORDER BY partitions.rank_at,
           partitions.id
- LIMIT %s;
+ LIMIT %(param_1)s;
 
 -- name: leases_release (1)
 SELECT partitions.id,
@@ -889,9 +887,9 @@ version=(partitions.version + %s), until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_
 -- name: leases_stopped
 SELECT partitions.id
   FROM partitions
- WHERE partitions.status IN (%s, ...)
-   AND partitions.owner = %s
-   AND partitions.until >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND);
+ WHERE (partitions.status = %(status_1)s OR partitions.status = %(status_2)s)
+   AND partitions.owner = %(holder)s
+   AND partitions.until >= (COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%(back)s) * 1000000 AS SIGNED) MICROSECOND);
 
 -- name: leases_take (1)
 SELECT partitions.id

@@ -754,20 +754,18 @@ SELECT leaders.name
 INSERT INTO leaders (name, owner, until, version, updated_at)
 VALUES (%(name)s, %(owner)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), %(version)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
 
--- name: lease_stats (1)
-SELECT count(*) AS count_1
-  FROM partitions
- WHERE partitions.status = %(status_n)s
-   AND (partitions.owner != %(owner_n)s OR partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
-
--- name: lease_stats (2)
-SELECT partitions.owner,
+-- name: lease_stats
+SELECT active.holder,
        count(*) AS count_1
-  FROM partitions
- WHERE partitions.status = %(status_n)s
-   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
-   AND partitions.owner != %(owner_n)s
- GROUP BY partitions.owner;
+  FROM (
+        SELECT CASE WHEN (partitions.owner != %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN partitions.owner
+                    ELSE %(param_n)s
+                     END AS holder
+          FROM partitions
+         WHERE partitions.status = %(status_n)s
+           AND (partitions.owner != %(owner_n)s OR partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))
+       ) AS active
+ GROUP BY active.holder;
 
 -- name: leases_of_owner
 SELECT TOP 10 partitions.id,
@@ -783,7 +781,7 @@ SELECT TOP 10 partitions.id,
        partitions.timeline
   FROM partitions
  WHERE partitions.status = %(status_n)s
-   AND partitions.owner = %(owner_n)s
+   AND partitions.owner = %(holder)s
    AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
  ORDER BY partitions.until DESC,
           partitions.id;
@@ -889,9 +887,9 @@ version=(partitions.version + %(version_n)s), until=DATEADD(microsecond, CAST(((
 -- name: leases_stopped
 SELECT partitions.id
   FROM partitions
- WHERE partitions.status IN (%(status_1_n)s, ...)
-   AND partitions.owner = %(owner_n)s
-   AND partitions.until >= DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
+ WHERE (partitions.status = %(status_n)s OR partitions.status = %(status_n)s)
+   AND partitions.owner = %(holder)s
+   AND partitions.until >= DATEADD(microsecond, CAST(((%(back)s) - FLOOR(%(back)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(back)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
 
 -- name: leases_take (1)
 SELECT partitions.id

@@ -786,20 +786,18 @@ SELECT leaders.name
 INSERT INTO leaders (name, owner, until, version, updated_at)
 VALUES (%(name)s::VARCHAR, %(owner)s::VARCHAR, (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), %(version)s::INTEGER, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
 
--- name: lease_stats (1)
-SELECT count(*) AS count_1
-  FROM partitions
- WHERE partitions.status = %(status_1)s::VARCHAR
-   AND (partitions.owner != %(owner_1)s::VARCHAR OR partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
-
--- name: lease_stats (2)
-SELECT partitions.owner,
+-- name: lease_stats
+SELECT active.holder,
        count(*) AS count_1
-  FROM partitions
- WHERE partitions.status = %(status_1)s::VARCHAR
-   AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
-   AND partitions.owner != %(owner_1)s::VARCHAR
- GROUP BY partitions.owner;
+  FROM (
+        SELECT CASE WHEN (partitions.owner != %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN partitions.owner
+                    ELSE %(param_1)s::VARCHAR
+                     END AS holder
+          FROM partitions
+         WHERE partitions.status = %(status_1)s::VARCHAR
+           AND (partitions.owner != %(owner_2)s::VARCHAR OR partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))
+       ) AS active
+ GROUP BY active.holder;
 
 -- name: leases_of_owner
 SELECT partitions.id,
@@ -815,7 +813,7 @@ SELECT partitions.id,
        partitions.timeline
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
-   AND partitions.owner = %(owner_1)s::VARCHAR
+   AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
  ORDER BY partitions.until DESC,
           partitions.id
@@ -903,44 +901,39 @@ version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_n
 -- name: leases_stopped
 SELECT partitions.id
   FROM partitions
- WHERE partitions.status IN (%(status_1_1)s::VARCHAR, ...)
-   AND partitions.owner = %(owner_1)s::VARCHAR
-   AND partitions.until >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s));
+ WHERE (partitions.status = %(status_1)s::VARCHAR OR partitions.status = %(status_2)s::VARCHAR)
+   AND partitions.owner = %(holder)s::VARCHAR
+   AND partitions.until >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(back)s));
 
 -- name: leases_take (1)
-SELECT partitions.id
-  FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
-   FOR UPDATE SKIP LOCKED;
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), owner=%(holder)s::VARCHAR,
+       until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE (partitions.id = %(pid0)s::VARCHAR AND partitions.version = %(seen0)s::INTEGER OR partitions.id = %(pid1)s::VARCHAR AND partitions.version = %(seen1)s::INTEGER)
+   AND partitions.status = %(status_1)s::VARCHAR
+   AND partitions.id IN (
+        SELECT locked.id
+          FROM partitions AS locked
+         WHERE locked.id = %(pid0)s::VARCHAR
+            OR locked.id = %(pid1)s::VARCHAR
+           FOR UPDATE SKIP LOCKED
+       ) RETURNING partitions.id;
 
 -- name: leases_take (2)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), owner=%(holder)s::VARCHAR,
        until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE (partitions.id = %(pid0)s::VARCHAR AND partitions.version = %(seen0)s::INTEGER OR partitions.id = %(pid1)s::VARCHAR AND partitions.version = %(seen1)s::INTEGER)
-   AND partitions.status = %(status_1)s::VARCHAR;
-
--- name: leases_take (3)
-UPDATE partitions
-   SET
-version=(partitions.version + %(version_1)s::INTEGER), owner=%(holder)s::VARCHAR,
-       until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
  WHERE partitions.id = %(pid0)s::VARCHAR
    AND partitions.version = %(seen0)s::INTEGER
-   AND partitions.status = %(status_1)s::VARCHAR;
-
--- name: leases_take (4)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s
-            ELSE %(param_2)s
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
+   AND partitions.status = %(status_1)s::VARCHAR
+   AND partitions.id IN (
+        SELECT locked.id
+          FROM partitions AS locked
+         WHERE locked.id = %(pid0)s::VARCHAR
+           FOR UPDATE SKIP LOCKED
+       ) RETURNING partitions.id;
 
 -- name: now
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;

@@ -798,20 +798,18 @@ SELECT leaders.name
 INSERT INTO leaders (name, owner, until, version, updated_at)
 VALUES (?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
 
--- name: lease_stats (1)
-SELECT count(*) AS count_1
-  FROM partitions
- WHERE partitions.status = ?
-   AND (partitions.owner != ? OR partitions.until <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
-
--- name: lease_stats (2)
-SELECT partitions.owner,
+-- name: lease_stats
+SELECT active.holder,
        count(*) AS count_1
-  FROM partitions
- WHERE partitions.status = ?
-   AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
-   AND partitions.owner != ?
- GROUP BY partitions.owner;
+  FROM (
+        SELECT CASE WHEN (partitions.owner != :owner_1 AND partitions.until > COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN partitions.owner
+                    ELSE :param_1
+                     END AS holder
+          FROM partitions
+         WHERE partitions.status = :status_1
+           AND (partitions.owner != :owner_2 OR partitions.until <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')))
+       ) AS active
+ GROUP BY active.holder;
 
 -- name: leases_of_owner
 SELECT partitions.id,
@@ -826,13 +824,13 @@ SELECT partitions.id,
        partitions.rank_at,
        partitions.timeline
   FROM partitions
- WHERE partitions.status = ?
-   AND partitions.owner = ?
-   AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.status = :status_1
+   AND partitions.owner = :holder
+   AND partitions.until > COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  ORDER BY partitions.until DESC,
           partitions.id
- LIMIT ?
-OFFSET ?;
+ LIMIT :param_1
+OFFSET :param_2;
 
 -- name: leases_read_free
 SELECT partitions.id,
@@ -847,14 +845,14 @@ SELECT partitions.id,
        partitions.rank_at,
        partitions.timeline
   FROM partitions
- WHERE partitions.status = ?
-   AND partitions.until <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.status = :status_1
+   AND partitions.until <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
    AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = ? AND flow_controls.name = ? OR flow_controls.scope = ? AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
  ORDER BY partitions.rank_at,
           partitions.id
- LIMIT ?
-OFFSET ?;
+ LIMIT :param_1
+OFFSET :param_2;
 
 -- name: leases_release (1)
 SELECT partitions.id,
@@ -915,9 +913,9 @@ version=(partitions.version + ?), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(
 -- name: leases_stopped
 SELECT partitions.id
   FROM partitions
- WHERE partitions.status IN (?, ...)
-   AND partitions.owner = ?
-   AND partitions.until >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000');
+ WHERE (partitions.status = :status_1 OR partitions.status = :status_2)
+   AND partitions.owner = :holder
+   AND partitions.until >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :back)) || '000');
 
 -- name: leases_take (1)
 SELECT partitions.id

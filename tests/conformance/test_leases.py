@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -96,6 +96,31 @@ async def test_expiry_follows_the_database_clock(make_store) -> None:
     assert taken.owner == "b"
     # The old owner's renewal now finds the partition gone.
     assert await store.leases_renew({"p": lease.version}, "a", 10.0) == LeaseRenewal({})
+
+
+async def test_lease_stats_count_active_partitions_and_live_leases_by_owner(make_store) -> None:
+    """One read counts what fair shares come from: every active partition (leased, with
+    its lease expired, or free) and each owner's live leases; a partition scheduled for
+    later, a closed one and a cancelled one are not active."""
+    clock = FixedClock(datetime(2030, 1, 1, 12, 0, 0))
+    store = make_store(clock=clock)
+    for pid in ("a1", "a2", "b1", "expired", "free", "closed", "cancelled"):
+        await store.partition_create(pid, [NewItem("i", b"x")])
+    await store.partition_create("later", [NewItem("i", b"x")],
+                                 start_at=datetime(2030, 1, 2, tzinfo=UTC))
+    rows = {row.id: row for row in await store.leases_read_free(20)}
+    assert "later" not in rows
+    (old,) = await store.leases_take([rows["expired"]], "c", 5.0)
+    clock.advance(6.0)
+    await store.leases_take([rows["a1"], rows["a2"]], "a", 30.0)
+    (closing,) = await store.leases_take([rows["closed"]], "a", 30.0)
+    await store.partition_transition("closed", closing.version, "a", status="complete")
+    await store.leases_take([rows["b1"]], "b", 30.0)
+    await store.partition_cancel("cancelled")
+    stats = await store.lease_stats()
+    assert stats.owners == {"a": 2, "b": 1}
+    assert stats.active == 5  # a1, a2, b1, expired, free
+    assert old.owner == "c"
 
 
 async def test_guarded_transition_loses_on_stale_version(store) -> None:

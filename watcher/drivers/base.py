@@ -77,6 +77,11 @@ class Driver:
 
     # Whether the database carries wake-up notifications (LISTEN/NOTIFY).
     notifies: ClassVar[bool] = False
+    # Whether a lease take is one statement on :meth:`fetch`: an ``UPDATE`` that locks
+    # the rows it may take, passing by those locked elsewhere, and returns the ids it
+    # took (:meth:`watcher.lease_statements.LeaseStatements.take`). Without it the
+    # store locks, writes and (on a short count) re-reads in an engine transaction.
+    takes_leases_in_one_statement: ClassVar[bool] = False
 
     def __init__(self, engine: AsyncEngine, statements: Statements, *,
                  timeout: float = DEFAULT_DB_TIMEOUT) -> None:

@@ -28,7 +28,6 @@ from sqlalchemy import (
     Float,
     Integer,
     Select,
-    Table,
     TableValuedAlias,
     Text,
     Unicode,
@@ -36,7 +35,7 @@ from sqlalchemy import (
     column,
 )
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.expression import ColumnElement, FunctionElement
+from sqlalchemy.sql.expression import ColumnElement, FromClause, FunctionElement
 
 from watcher.models import timestamp_type
 
@@ -140,7 +139,7 @@ def _plus_portable(element: time_plus, compiler: Any, **kw: Any) -> str:
     )
 
 
-def lock_unless_busy(query: Select[Any], table: Table) -> Select[Any]:
+def lock_unless_busy(query: Select[Any], table: FromClause) -> Select[Any]:
     """``query`` locking the rows of ``table`` it reads, skipping rows locked elsewhere.
 
     PostgreSQL and MySQL/MariaDB render ``FOR UPDATE SKIP LOCKED``, SQL Server

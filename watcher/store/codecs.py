@@ -121,13 +121,16 @@ class GuardLost(Exception):
     """An item of a reduce step moved since it was read: roll the step back."""
 
 
-def to_lease_row(row: Any) -> LeaseRow:
-    settings = settings_of(row.reduce_gates, row.on_item_failure, row.trace_context)
-    order = 0.0 if row.rank_at is None else turn_order(row.rank_at.replace(tzinfo=UTC))
-    return LeaseRow(row.id, row.version, row.gate, row.owner,
-                    replace(settings, priority=row.priority, flow_key=row.flow_key,
-                            queue_order=order),
-                    timeline=row.timeline, timeline_read=True)
+def to_lease_row(row: Sequence[Any]) -> LeaseRow:
+    """A lease read's row, its columns in the order of
+    :data:`watcher.lease_statements.LEASE_COLUMNS`, as a :class:`LeaseRow`."""
+    (pid, version, gate, owner, reduce_gates, on_item_failure, trace_context, priority,
+     flow_key, rank_at, timeline) = row
+    settings = settings_of(reduce_gates, on_item_failure, trace_context)
+    order = 0.0 if rank_at is None else turn_order(rank_at.replace(tzinfo=UTC))
+    return LeaseRow(pid, version, gate, owner,
+                    replace(settings, priority=priority, flow_key=flow_key, queue_order=order),
+                    timeline=timeline, timeline_read=True)
 
 
 def to_partition_info(row: Any, counts: dict[str, int]) -> PartitionInfo:

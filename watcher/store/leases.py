@@ -5,20 +5,20 @@ holder makes (advance a gate, close, fail).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import (
     case,
-    func,
-    or_,
     select,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import Select
 
 from watcher.drivers.sql import lock_unless_busy
+from watcher.lease_statements import LeaseStatements
 from watcher.models import AVAILABLE, CANCELLED, DELETING
 from watcher.records import (
     LeaseRenewal,
@@ -38,6 +38,16 @@ from watcher.timeline import Progress, decode_timeline, encode_timeline, record_
 class LeasesStore(StoreBase):
     """Taking, renewing and releasing leases; a holder's partition transitions."""
 
+    @functools.cached_property
+    def lease_statements(self) -> LeaseStatements:
+        """The lease cycle's reads, built once per shape."""
+        return LeaseStatements(self.statements)
+
+    async def _lease_read(self, name: str, statement: Select[Any],
+                          params: dict[str, Any]) -> Sequence[Any]:
+        """Run one lease read on the driver's direct path, where it has one."""
+        return await self.round_trips.call(name, self.driver.fetch(statement, params, read=True))
+
     async def leases_stopped(self, owner: str, within: float) -> list[str]:
         """Partitions that clients cancelled, or began deleting, while ``owner`` held them,
         in the last ``within`` seconds.
@@ -47,12 +57,9 @@ class LeasesStore(StoreBase):
         (status, until, owner): a holder drops such partitions within a poll,
         without waiting for its next renewal to find them lost.
         """
-        p = self.tables.partitions
-        async with self._read() as conn:
-            rows = await conn.execute(
-                select(p.c.id).where(p.c.status.in_((CANCELLED, DELETING)), p.c.owner == owner,
-                                     p.c.until >= self.statements.now_plus(-within)))
-            return [row[0] for row in rows]
+        rows = await self._lease_read("leases_stopped", self.lease_statements.stopped,
+                                      {"holder": owner, "back": -within})
+        return [row[0] for row in rows]
 
     async def leases_read_free(self, limit: int) -> list[LeaseRow]:
         """Read up to ``limit`` available partitions that are unleased or expired and
@@ -62,49 +69,21 @@ class LeasesStore(StoreBase):
         The walk follows ``ix_partitions_rank``; it passes over the leased and
         the paused partitions ranked ahead, and the scheduled ones rank at their
         start, so it stops at ``limit`` long before the queue's end."""
-        p = self.tables.partitions
-        query = (
-            self._lease_columns()
-            .where(p.c.status == AVAILABLE, p.c.until <= self.statements.now,
-                   p.c.paused_at.is_(None), ~self.statements.flow_paused(p.c.flow_key))
-            .order_by(p.c.rank_at, p.c.id).limit(limit)
-        )
-        async with self._read() as conn:
-            return [to_lease_row(row) for row in await conn.execute(query)]
-
-    def _lease_columns(self) -> Select[Any]:
-        p = self.tables.partitions
-        return select(p.c.id, p.c.version, p.c.gate, p.c.owner, p.c.reduce_gates,
-                      p.c.on_item_failure, p.c.trace_context, p.c.priority, p.c.flow_key,
-                      p.c.rank_at, p.c.timeline)
+        rows = await self._lease_read("leases_read_free", self.lease_statements.free(limit), {})
+        return [to_lease_row(row) for row in rows]
 
     async def leases_of_owner(self, owner: str, limit: int) -> list[LeaseRow]:
         """Read up to ``limit`` partitions that ``owner`` holds with a live lease."""
-        p = self.tables.partitions
-        query = (
-            self._lease_columns()
-            .where(p.c.status == AVAILABLE, p.c.owner == owner, p.c.until > self.statements.now)
-            .order_by(p.c.until.desc(), p.c.id).limit(limit)
-        )
-        async with self._read() as conn:
-            return [to_lease_row(row) for row in await conn.execute(query)]
+        rows = await self._lease_read("leases_of_owner", self.lease_statements.of_owner(limit),
+                                      {"holder": owner})
+        return [to_lease_row(row) for row in rows]
 
     async def lease_stats(self) -> LeaseStats:
         """Count active partitions (leased, or free to lease: not scheduled for later)
-        and the live leases of each owner."""
-        p = self.tables.partitions
-        now = self.statements.now
-        async with self._read() as conn:
-            active = (await conn.execute(
-                select(func.count()).where(p.c.status == AVAILABLE,
-                                           or_(p.c.owner != "", p.c.until <= now)))
-                      ).scalar_one()
-            owners = await conn.execute(
-                select(p.c.owner, func.count())
-                .where(p.c.status == AVAILABLE, p.c.until > self.statements.now, p.c.owner != "")
-                .group_by(p.c.owner)
-            )
-            return LeaseStats(active=active, owners={owner: count for owner, count in owners})
+        and the live leases of each owner, in one read."""
+        rows = await self._lease_read("lease_stats", self.lease_statements.counts, {})
+        return LeaseStats(active=sum(count for _, count in rows),
+                          owners={holder: count for holder, count in rows if holder})
 
     async def leases_take(self, rows: Sequence[LeaseRow], owner: str,
                           duration: float) -> list[LeaseRow]:
@@ -115,6 +94,8 @@ class LeasesStore(StoreBase):
         rows no other session holds locked are locked, then taken in one UPDATE
         (per 500). Returns the rows won, with their new versions.
         """
+        if self.driver.takes_leases_in_one_statement:
+            return await self._take_in_one_statement(rows, owner, duration)
         won: list[LeaseRow] = []
         statements = self.statements
         async with self._write() as conn:
@@ -135,6 +116,24 @@ class LeasesStore(StoreBase):
                              and after[row.id].owner == owner]
                 # The take moved only the version and the owner: the rest is as read.
                 won.extend(replace(row, version=row.version + 1, owner=owner) for row in chunk)
+        return won
+
+    async def _take_in_one_statement(self, rows: Sequence[LeaseRow], owner: str,
+                                     duration: float) -> list[LeaseRow]:
+        """:meth:`leases_take` as one statement per 500 rows on the driver's direct path
+        (:meth:`LeaseStatements.take`), which returns the ids it took."""
+        won: list[LeaseRow] = []
+        statements = self.statements
+        for chunk in chunks(sorted(rows, key=lambda row: row.id), IN_CHUNK):
+            shape = statements.lease_rewrite_shape(len(chunk))
+            taken = await self.round_trips.call("leases_take", self.driver.fetch(
+                self.lease_statements.take(shape),
+                statements.lease_rewrite_params([(row.id, row.version) for row in chunk],
+                                                shape, owner, duration), read=False))
+            ids = {row[0] for row in taken}
+            # The take moved only the version and the owner: the rest is as read.
+            won.extend(replace(row, version=row.version + 1, owner=owner)
+                       for row in chunk if row.id in ids)
         return won
 
     async def leases_renew(self, leases: dict[str, int], owner: str,

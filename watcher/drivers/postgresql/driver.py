@@ -65,6 +65,7 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
     """PostgreSQL: hot statements through psycopg directly, batch writes, notifications."""
 
     notifies = True
+    takes_leases_in_one_statement = True
 
     def refuses_value(self, error: BaseException) -> bool:
         """See :meth:`Driver.refuses_value`; adds SQLSTATE classes 22, 23 and 54."""

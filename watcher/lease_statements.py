@@ -1,0 +1,118 @@
+"""The statements of a lease cycle, built once per shape, so a driver's direct path (its
+own connections, :mod:`watcher.drivers`) can send them as it sends the hot statements:
+the free partitions, an owner's partitions, the partitions clients stopped, the lease
+counts every owner's fair share comes from, and (where the database can) the take.
+
+Each is one statement with bind parameters; a limit stays a literal (SQL Server
+renders it as ``TOP n``), so there is one statement per limit asked for, and a
+watcher asks for few: its candidate count and its steal batch.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from sqlalchemy import Float, and_, bindparam, case, func, literal, or_, select
+from sqlalchemy.sql.expression import Select, Update
+
+from watcher.drivers.sql import lock_unless_busy
+from watcher.models import AVAILABLE, CANCELLED, DELETING
+from watcher.statements import Statements
+
+# The columns a lease read returns, in order (:func:`watcher.store.codecs.to_lease_row`).
+LEASE_COLUMNS = ("id", "version", "gate", "owner", "reduce_gates", "on_item_failure",
+                 "trace_context", "priority", "flow_key", "rank_at", "timeline")
+
+
+class LeaseStatements:
+    """The lease cycle's reads for one store (its tables and clock)."""
+
+    def __init__(self, statements: Statements) -> None:
+        self.statements = statements
+        self._free: dict[int, Select[Any]] = {}
+        self._of_owner: dict[int, Select[Any]] = {}
+        self._takes: dict[int, Update] = {}
+
+    def _columns(self) -> Select[Any]:
+        p = self.statements.tables.partitions
+        return select(*(p.c[name] for name in LEASE_COLUMNS))
+
+    def free(self, limit: int) -> Select[Any]:
+        """Up to ``limit`` available partitions, unleased or expired and not paused,
+        first in the lease queue first (``rank_at``, then id). No parameters."""
+        found = self._free.get(limit)
+        if found is None:
+            p = self.statements.tables.partitions
+            now = self.statements.now
+            found = self._free[limit] = (
+                self._columns()
+                .where(p.c.status == AVAILABLE, p.c.until <= now, p.c.paused_at.is_(None),
+                       ~self.statements.flow_paused(p.c.flow_key))
+                .order_by(p.c.rank_at, p.c.id).limit(limit))
+        return found
+
+    def of_owner(self, limit: int) -> Select[Any]:
+        """Up to ``limit`` partitions the owner ``:holder`` holds with a live lease,
+        the latest renewed first."""
+        found = self._of_owner.get(limit)
+        if found is None:
+            p = self.statements.tables.partitions
+            found = self._of_owner[limit] = (
+                self._columns()
+                .where(p.c.status == AVAILABLE, p.c.owner == bindparam("holder"),
+                       p.c.until > self.statements.now)
+                .order_by(p.c.until.desc(), p.c.id).limit(limit))
+        return found
+
+    @functools.cached_property
+    def stopped(self) -> Select[Any]:
+        """The ids of partitions clients cancelled or began deleting while ``:holder``
+        held them, since ``:back`` seconds before now (``:back`` is negative)."""
+        p = self.statements.tables.partitions
+        return select(p.c.id).where(
+            # Two comparisons: an IN list would be an expanding parameter, which the
+            # direct paths' statements, compiled once, do not take.
+            or_(p.c.status == CANCELLED, p.c.status == DELETING),
+            p.c.owner == bindparam("holder"),
+            p.c.until >= self.statements.now_plus(bindparam("back", type_=Float())))
+
+    @functools.cached_property
+    def counts(self) -> Select[Any]:
+        """Rows ``(holder, count)`` over the active partitions (leased, or free to lease:
+        not scheduled for later): a live lease counts for its owner, every other
+        active partition for ``""``. No parameters.
+
+        The holder is worked out in a subquery and grouped outside it: a ``GROUP BY``
+        on the expression itself would repeat the clock's parameter, which
+        PostgreSQL does not take for the same expression.
+        """
+        p = self.statements.tables.partitions
+        now = self.statements.now
+        live = and_(p.c.owner != "", p.c.until > now)
+        active = (select(case((live, p.c.owner), else_=literal("")).label("holder"))
+                  .where(p.c.status == AVAILABLE, or_(p.c.owner != "", p.c.until <= now))
+                  .subquery("active"))
+        return select(active.c.holder, func.count()).group_by(active.c.holder)
+
+    def take(self, rows: int) -> Update:
+        """A take of ``rows`` leases in one statement (built once per shape): the guarded
+        take of :meth:`watcher.statements.Statements.lease_take` (parameters from
+        :meth:`~watcher.statements.Statements.lease_rewrite_params`), limited to the
+        rows no other session holds locked, which it locks (``FOR UPDATE SKIP
+        LOCKED``: a frozen session holding one row does not hold up the rest), and
+        returning the ids it took.
+
+        For databases that update a table while reading it in a subquery and return
+        rows from an ``UPDATE`` (PostgreSQL).
+        """
+        found = self._takes.get(rows)
+        if found is None:
+            p = self.statements.tables.partitions
+            locked = p.alias("locked")
+            wanted = or_(*(locked.c.id == bindparam(f"pid{n}") for n in range(rows)))
+            free = lock_unless_busy(select(locked.c.id).where(wanted), locked)
+            found = self._takes[rows] = (self.statements.lease_take(rows)
+                                         .where(p.c.id.in_(free.scalar_subquery()))
+                                         .returning(p.c.id))
+        return found
