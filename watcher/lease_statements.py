@@ -26,7 +26,7 @@ LEASE_COLUMNS = ("id", "version", "gate", "owner", "reduce_gates", "on_item_fail
 
 
 class LeaseStatements:
-    """The lease cycle's reads for one store (its tables and clock)."""
+    """The lease cycle's statements for one store (its tables and clock)."""
 
     def __init__(self, statements: Statements) -> None:
         self.statements = statements

@@ -40,7 +40,8 @@ class LeasesStore(StoreBase):
 
     @functools.cached_property
     def lease_statements(self) -> LeaseStatements:
-        """The lease cycle's reads, built once per shape."""
+        """The lease cycle's statements (its reads, and the take where the driver sends
+        it as one statement), built once per shape."""
         return LeaseStatements(self.statements)
 
     async def _lease_read(self, name: str, statement: Select[Any],
@@ -93,6 +94,11 @@ class LeasesStore(StoreBase):
         matches, nobody renewed or moved the partition since it was read. The
         rows no other session holds locked are locked, then taken in one UPDATE
         (per 500). Returns the rows won, with their new versions.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was taken,
+                but on a driver that takes in one statement per 500 rows, whose
+                chunks taken before the failure expire unrenewed).
         """
         if self.driver.takes_leases_in_one_statement:
             return await self._take_in_one_statement(rows, owner, duration)
@@ -121,7 +127,12 @@ class LeasesStore(StoreBase):
     async def _take_in_one_statement(self, rows: Sequence[LeaseRow], owner: str,
                                      duration: float) -> list[LeaseRow]:
         """:meth:`leases_take` as one statement per 500 rows on the driver's direct path
-        (:meth:`LeaseStatements.take`), which returns the ids it took."""
+        (:meth:`LeaseStatements.take`), which returns the ids it took.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed or could not be reached
+                (a chunk taken before the failure stays taken, and expires unrenewed).
+        """
         won: list[LeaseRow] = []
         statements = self.statements
         for chunk in chunks(sorted(rows, key=lambda row: row.id), IN_CHUNK):
