@@ -5,7 +5,9 @@ K = 1, 2 and 4 processors (:mod:`bench.fleet_worker`: one watcher each, at the
 default settings, with a no-op processor), a fresh table prefix each time. The
 processors open their stores first and start together; the clock runs from
 then until the last partition has closed (the benchmark polls the partition
-counts), and each processor reports the CPU time it spent meanwhile. With two
+counts), and each processor reports the CPU time it spent meanwhile (all are
+stopped at once). Over the rounds, throughput is the fastest drain's and CPU per
+item the cheapest drain's, for each K alike. With two
 cores, K processors cannot go faster than two; what must not grow is the CPU
 each item costs the fleet: leases taken and stolen, renewals, empty polls and
 notifications all grow with K.
@@ -15,6 +17,7 @@ Goal (issue 25): CPU per item with 4 processors is at most 1.15x one processor's
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import time
@@ -72,8 +75,9 @@ async def fleet_drain(settings: Settings, processors: int) -> dict[str, float | 
                 await wait_for(lambda: _all_closed(client, ids), timeout=sizes.phase_timeout,
                                interval=POLL, what=f"{total:,} items to drain")
                 seconds = time.perf_counter() - started
-                for _, child in children:
-                    await child.terminate()
+                # All at once: one by one, the last would count its idle polls while
+                # the others shut down.
+                await asyncio.gather(*(child.terminate() for _, child in children))
                 figures = [json.loads((work / f"{name}.json").read_text())
                            for name, _ in children]
     items = sum(int(figure["items"]) for figure in figures)
@@ -124,24 +128,31 @@ async def run(settings: Settings) -> Outcome:
     for _ in range(settings.rounds):  # interleaved; the best of each counts
         for size in FLEET_SIZES:
             runs[size].append(await fleet_drain(settings, size))
+    # Best of the rounds for each figure: the fastest drain for throughput, the cheapest
+    # for CPU per item (a neighbour's load on the shared cores inflates CPU time too).
     best = {size: max(found, key=lambda run: run["items_per_s"]) for size, found in runs.items()}
-    one = best[1]
+    cheapest = {size: min(found, key=lambda run: run["cpu_us_per_item"])
+                for size, found in runs.items()}
+    one = cheapest[1]
     for size in FLEET_SIZES:
         run = best[size]
         outcome.rows.append(Row(
             f"{size} processor{'s' if size > 1 else ''}", rate_text(float(run["items_per_s"])),
-            f"CPU {run['cpu_us_per_item']:,.1f} us/item "
-            f"({float(run['cpu_us_per_item']) / float(one['cpu_us_per_item']):.2f}x one's); "
+            f"CPU {cheapest[size]['cpu_us_per_item']:,.1f} us/item "
+            f"({float(cheapest[size]['cpu_us_per_item']) / float(one['cpu_us_per_item']):.2f}x "
+            f"one's); "
             f"{run['statements_per_item']:.3f} statements/item; leases taken "
             f"{run['leases_taken']}, stolen {run['leases_stolen']}, lost {run['leases_lost']}; "
             f"items per processor {run['items_by_processor']}"))
-    cpu_ratio = float(best[4]["cpu_us_per_item"]) / float(one["cpu_us_per_item"])
+    cpu_ratio = float(cheapest[4]["cpu_us_per_item"]) / float(one["cpu_us_per_item"])
     outcome.figures.update(
         partitions=sizes.fleet_partitions, items_per_partition=sizes.fleet_items,
         runs={str(size): best[size] for size in FLEET_SIZES},
         ratio_cpu_per_item_4_over_1=round(cpu_ratio, 3),
+        cpu_us_per_item_best={str(size): cheapest[size]["cpu_us_per_item"]
+                              for size in FLEET_SIZES},
         ratio_throughput_4_over_1=round(float(best[4]["items_per_s"])
-                                        / float(one["items_per_s"]), 3))
+                                        / float(best[1]["items_per_s"]), 3))
     outcome.goals.append(Goal("fleet: CPU per item, 4 processors / 1", f"<= {CPU_GOAL:g}x",
                               f"{cpu_ratio:.2f}x", cpu_ratio <= CPU_GOAL))
     return outcome

@@ -18,7 +18,6 @@ import signal
 import time
 from pathlib import Path
 
-from bench.common import cpu_seconds
 from bench.counting import StatementCounter
 from watcher import Hooks, Result, Store, Watcher, WatcherConfig, WorkItem
 
@@ -63,10 +62,10 @@ async def serve(args: argparse.Namespace) -> dict[str, float | int]:
     await asyncio.to_thread(Path(args.ready).touch)
     await go.wait()
     counter = StatementCounter(store)
-    cpu_started = cpu_seconds()
+    cpu_started = time.process_time()
     running = asyncio.create_task(watcher.run())
     await stop.wait()
-    cpu = cpu_seconds() - cpu_started
+    cpu = time.process_time() - cpu_started
     await watcher.stop()
     await running
     counter.close()
