@@ -104,7 +104,8 @@ class LeaseStatements:
         returning the ids it took.
 
         For databases that update a table while reading it in a subquery and return
-        rows from an ``UPDATE`` (PostgreSQL).
+        rows from an ``UPDATE`` (PostgreSQL, and SQLite, where the lock clause does
+        not apply: a write holds the whole database).
         """
         found = self._takes.get(rows)
         if found is None:

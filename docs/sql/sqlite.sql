@@ -918,38 +918,32 @@ SELECT partitions.id
    AND partitions.until >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :back)) || '000');
 
 -- name: leases_take (1)
-SELECT partitions.id
-  FROM partitions
- WHERE partitions.id IN (?, ...);
+UPDATE partitions
+   SET
+version=(partitions.version + :version_1), owner=:holder,
+       until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :duration)) || '000'), updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE (partitions.id = :pid0 AND partitions.version = :seen0 OR partitions.id = :pid1 AND partitions.version = :seen1)
+   AND partitions.status = :status_1
+   AND partitions.id IN (
+        SELECT locked.id
+          FROM partitions AS locked
+         WHERE locked.id = :pid0
+            OR locked.id = :pid1
+       ) RETURNING id;
 
 -- name: leases_take (2)
 UPDATE partitions
    SET
-version=(partitions.version + ?), owner=?,
-       until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
- WHERE (partitions.id = ? AND partitions.version = ? OR partitions.id = ? AND partitions.version = ?)
-   AND partitions.status = ?;
-
--- name: leases_take (3)
-UPDATE partitions
-   SET
-version=(partitions.version + ?), owner=?,
-       until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
- WHERE partitions.id = ?
-   AND partitions.version = ?
-   AND partitions.status = ?;
-
--- name: leases_take (4)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner,
-       CASE WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN ?
-            ELSE ?
-             END AS anon_1
-  FROM partitions
- WHERE partitions.id IN (?, ...);
+version=(partitions.version + :version_1), owner=:holder,
+       until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :duration)) || '000'), updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = :pid0
+   AND partitions.version = :seen0
+   AND partitions.status = :status_1
+   AND partitions.id IN (
+        SELECT locked.id
+          FROM partitions AS locked
+         WHERE locked.id = :pid0
+       ) RETURNING id;
 
 -- name: now
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;

@@ -77,6 +77,10 @@ class SQLiteDriver(DirectDriver[SQLiteDirect]):
     """SQLite: the hot statements on a connection of its own, from the loop's thread;
     a batch of results in one ``executemany``; watchers poll."""
 
+    # One UPDATE ... RETURNING; SQLite locks the whole database per write, so the
+    # take's row locks have nothing to pass by.
+    takes_leases_in_one_statement = True
+
     def __init__(self, engine: AsyncEngine, statements: Statements, *,
                  timeout: float = DEFAULT_DB_TIMEOUT) -> None:
         self.file = DatabaseFile(engine.url.database or "")
