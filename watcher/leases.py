@@ -62,6 +62,20 @@ def _progress(leases: Iterable[Lease], now: float) -> dict[str, Progress]:
             if lease.done.items or not lease.timeline_known}
 
 
+def handed_over_progress(leases: Iterable[Lease], now: float) -> dict[str, Progress]:
+    """The progress lost ``leases`` hand over, by partition: a partition lost twice
+    (taken back meanwhile) hands over both counts, at the later lease's gate and from
+    the earlier first item."""
+    handed: dict[str, Progress] = {}
+    for lease in leases:
+        done = lease.progress(now)
+        before = handed.get(lease.partition_id)
+        if before is not None:
+            done = Progress(done.gate, before.items + done.items, max(before.age, done.age))
+        handed[lease.partition_id] = done
+    return handed
+
+
 class LeaseKeeper:
     """Holds this watcher's leases and moves them toward a fair share."""
 
@@ -76,6 +90,9 @@ class LeaseKeeper:
         # Whether the last lease cycle left free partitions it might have taken with
         # more room: only then does a partition ending call for a cycle at once.
         self.free_left = True
+        # Leases lost with items done that their timelines do not count yet: handed
+        # over to the partitions' timelines at the next renewal.
+        self._hand_over: list[Lease] = []
 
     @property
     def owner(self) -> str:
@@ -198,6 +215,7 @@ class LeaseKeeper:
         if deferred:
             log.debug("action=lease_renew_deferred owner=%s count=%d", self.owner, len(deferred))
             self._renew_due = min(self._renew_due, now + self.config.poll_interval)
+        await self.hand_over_lost()
         return renewed, lost
 
     async def _renew_free(self, leases: list[Lease], now: float
@@ -232,6 +250,24 @@ class LeaseKeeper:
                     self.mark_lost(lease)
         return len(renewal.held), busy, lost
 
+    async def hand_over_lost(self) -> int:
+        """Write into their partitions' timelines what the items of leases lost since
+        the last renewal did (:meth:`Store.timelines_hand_over`), so that a steal does
+        not drop them from the partition's rate and ETA. Returns how many were written.
+
+        Raises the database's error when the write fails; the leases stay to hand over
+        at the next renewal.
+        """
+        if not self._hand_over:
+            return 0
+        handing, self._hand_over = self._hand_over, []
+        try:
+            return await self.store.timelines_hand_over(
+                handed_over_progress(handing, time.monotonic()))
+        except BaseException:
+            self._hand_over[:0] = handing
+            raise
+
     def _give_up_overdue(self, deferred: list[Lease], now: float) -> list[str]:
         """Mark lost the deferred leases unrenewed for a whole lease; returns their ids."""
         lost: list[str] = []
@@ -242,10 +278,14 @@ class LeaseKeeper:
         return lost
 
     def mark_lost(self, lease: Lease, *, reason: str = "") -> None:
-        """Record that another watcher holds ``lease`` now (or it is gone, or expired)."""
+        """Record that another watcher holds ``lease`` now (or it is gone, or expired);
+        what its items did since its timeline was written is handed over at the next
+        renewal (:meth:`hand_over_lost`)."""
         if not lease.mark_lost():
             return
         self._drop(lease)
+        if lease.done.items:
+            self._hand_over.append(lease)
         self.hooks.lease_lost(lease.partition_id)
         log.info("action=lease_lost partition=%s owner=%s%s", lease.partition_id, self.owner,
                  f" reason={reason}" if reason else "")
@@ -310,7 +350,9 @@ class LeaseKeeper:
         return released == 1
 
     async def release_all(self) -> int:
-        """Release every lease so other watchers take over at once. Returns the count."""
+        """Release every lease so other watchers take over at once (and hand over what
+        the items of leases lost meanwhile did). Returns the count released."""
+        await self.hand_over_lost()
         live = {pid: lease for pid, lease in self.leases.items() if not lease.lost}
         if not live:
             return 0

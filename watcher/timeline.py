@@ -168,6 +168,22 @@ def record_done(timeline: Timeline, now: datetime, progress: Progress) -> Timeli
     return Timeline(tuple(gates[-MAX_GATES:]), tuple(minutes))
 
 
+def record_handed_over(timeline: Timeline, now: datetime, progress: Progress) -> Timeline:
+    """``timeline`` with ``progress`` that a former holder hands over after it lost the
+    lease: its items in ``now``'s minute and in the latest stay at its gate, if the
+    timeline has one. Unlike :func:`record_done` it never opens or ends a stay: the
+    new holder may have moved the partition on meanwhile."""
+    if progress.items <= 0:
+        return timeline
+    counted = record_done(Timeline((), timeline.minutes), now, progress)
+    gates = list(timeline.gates)
+    for n in range(len(gates) - 1, -1, -1):
+        if gates[n].gate == progress.gate:
+            gates[n] = replace(gates[n], items=gates[n].items + progress.items)
+            break
+    return Timeline(tuple(gates), counted.minutes)
+
+
 def _open(gates: list[GateSpan], gate: int, began: datetime) -> list[GateSpan]:
     """``gates`` ending with an open stay at ``gate``: the one open already, or a new
     one begun at ``began`` (any other open stay ends then: one gate at a time)."""

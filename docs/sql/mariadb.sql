@@ -1611,3 +1611,21 @@ VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 UPDATE partitions
    SET spawned=(partitions.spawned + %s)
  WHERE partitions.id = %s;
+
+-- name: timelines_hand_over (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id IN (%s, ...)
+   FOR UPDATE SKIP LOCKED;
+
+-- name: timelines_hand_over (2)
+SELECT partitions.id,
+       partitions.timeline,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM partitions
+ WHERE partitions.id IN (%s, ...);
+
+-- name: timelines_hand_over (3)
+UPDATE partitions
+   SET timeline=%s
+ WHERE partitions.id = %s;

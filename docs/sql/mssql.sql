@@ -1600,3 +1600,20 @@ VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %
 UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_n)s)
  WHERE partitions.id = %(id_n)s;
+
+-- name: timelines_hand_over (1)
+SELECT partitions.id
+  FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)
+ WHERE partitions.id IN (%(id_1_n)s, ...);
+
+-- name: timelines_hand_over (2)
+SELECT partitions.id,
+       partitions.timeline,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_n)s, ...);
+
+-- name: timelines_hand_over (3)
+UPDATE partitions
+   SET timeline=%(handed_timeline)s
+ WHERE partitions.id = %(handed_id)s;

@@ -1617,3 +1617,21 @@ VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate
 UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: timelines_hand_over (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
+   FOR UPDATE SKIP LOCKED;
+
+-- name: timelines_hand_over (2)
+SELECT partitions.id,
+       partitions.timeline,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: timelines_hand_over (3)
+UPDATE partitions
+   SET timeline=%(handed_timeline)s::VARCHAR
+ WHERE partitions.id = %(handed_id)s::VARCHAR;

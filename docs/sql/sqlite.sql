@@ -1652,3 +1652,20 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 UPDATE partitions
    SET spawned=(partitions.spawned + ?)
  WHERE partitions.id = ?;
+
+-- name: timelines_hand_over (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id IN (?, ...);
+
+-- name: timelines_hand_over (2)
+SELECT partitions.id,
+       partitions.timeline,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM partitions
+ WHERE partitions.id IN (?, ...);
+
+-- name: timelines_hand_over (3)
+UPDATE partitions
+   SET timeline=?
+ WHERE partitions.id = ?;

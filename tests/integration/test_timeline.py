@@ -117,3 +117,44 @@ async def test_a_partition_that_drains_within_its_first_seconds_still_has_its_st
     assert all(span.began is not None and span.ended is not None for span in timeline.gates)
     assert timeline.gates[0].ended == timeline.gates[1].began
     assert done_in_minutes(timeline) == 10
+
+
+async def test_items_a_victim_did_before_a_steal_reach_the_timeline_at_its_next_renewal(
+        db_url, table_prefix, make_store) -> None:
+    """A steal ends the victim's lease before its renewal writes what its items did:
+    the victim hands that count over when it finds the lease lost, so the partition's
+    rate and ETA do not forget the items it did."""
+    handler = TwoGates()
+    async with serve_app(handler) as url, AsyncClient(db_url, table_prefix) as client:
+        await client.create_partition("job", [NewItem(f"item-{n:02}", b"{}")
+                                              for n in range(ITEMS)])
+        http = HttpProcessor(HttpProcessorConfig(handler_url=f"{url}/"))
+        # Renewals every 20 s: none comes by itself while the test runs.
+        victim = Watcher(make_store(), http, WatcherConfig(
+            owner_id="victim", concurrency=8, poll_interval=0.05, lease_duration=60))
+        thief = make_store()
+        try:
+            async with running(victim):
+                await wait_until(lambda: _complete(client, HELD_FROM), timeout=20,
+                                 message=f"{HELD_FROM} items complete")
+                stored = await client.partition_timeline("job")
+                assert [(span.gate, span.items) for span in stored.gates] == [(0, ITEMS),
+                                                                              (1, 0)]
+                [row] = await thief.leases_of_owner("victim", 10)
+                assert [won.id for won in await thief.leases_take([row], "thief", 60)] == [
+                    "job"]
+                renewed, lost = await victim.keeper.renew()
+                assert (renewed, lost) == (0, ["job"])
+                handed = await client.partition_timeline("job")
+                handler.release.set()
+        finally:
+            await http.aclose()
+            await thief.close()
+    assert [(span.gate, span.items) for span in handed.gates] == [(0, ITEMS), (1, HELD_FROM)]
+    assert done_in_minutes(handed) == ITEMS + HELD_FROM
+    assert handed.gates[1].ended is None  # the thief's stay at gate 1 goes on
+
+
+async def _complete(client: AsyncClient, items: int) -> bool:
+    info = await client.partition("job")
+    return info.counts.get("complete", 0) >= items

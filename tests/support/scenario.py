@@ -107,6 +107,8 @@ async def drive_every_method(store: Store) -> None:
         [row for row in await store.leases_read_free(10) if row.id == "p7"], "w3", 30)
     assert await store.items_apply([ItemWrite("p7", "g", 1, "complete", 0, 0)], "w3") == [True]
     await store.partition_set_gate("p7", 2)
+    # w1 lost p7 to w3 with two items of gate 2 done: it hands them over.
+    assert await store.timelines_hand_over({"p7": Progress(2, 2, 1.0), "p4": Progress(0, 0)}) == 1
     with pytest.raises(GateError, match="only moves forward"):
         await store.partition_set_gate("p7", 0)
     await _drive_reduce_methods(store)

@@ -19,6 +19,7 @@ from watcher.timeline import (
     eta_seconds,
     items_per_second,
     record_done,
+    record_handed_over,
     record_move,
 )
 
@@ -50,6 +51,23 @@ def test_items_done_land_in_their_minute_and_open_the_gate_they_left() -> None:
     timeline = record_done(timeline, at(70), Progress(gate=0, items=1))
     assert timeline.minutes == ((at(0), 9), (at(60), 1))
     assert timeline.gates == (GateSpan(0, at(4), None, 10),)
+
+
+def test_a_former_holders_items_join_the_gates_latest_stay_without_moving_the_partition(
+) -> None:
+    # The new holder moved the partition from gate 0 to 1 before the old one handed over.
+    timeline = record_move(record_done(Timeline(), at(10), Progress(0, 3, age=5.0)),
+                           at(20), Progress(0, 2), 1)
+    handed = record_handed_over(timeline, at(75), Progress(gate=0, items=22, age=40.0))
+    assert handed.gates == (GateSpan(0, at(5), at(20), 27), GateSpan(1, at(20), None, 0))
+    assert handed.minutes == ((at(0), 5), (at(60), 22))
+
+
+def test_a_hand_over_at_a_gate_the_timeline_never_saw_counts_only_its_minute() -> None:
+    handed = record_handed_over(Timeline(), at(30), Progress(gate=2, items=4, age=9.0))
+    assert handed.gates == ()
+    assert handed.minutes == ((at(0), 4),)
+    assert record_handed_over(handed, at(31), Progress(2, 0)) == handed
 
 
 def test_an_empty_progress_changes_nothing_but_old_minutes() -> None:

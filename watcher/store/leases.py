@@ -6,13 +6,16 @@ holder makes (advance a gate, close, fail).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    bindparam,
     case,
     select,
+    update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import Select
@@ -32,7 +35,14 @@ from watcher.store.codecs import (
     chunks,
     to_lease_row,
 )
-from watcher.timeline import Progress, decode_timeline, encode_timeline, record_done
+from watcher.timeline import (
+    Progress,
+    Timeline,
+    decode_timeline,
+    encode_timeline,
+    record_done,
+    record_handed_over,
+)
 
 
 class LeasesStore(StoreBase):
@@ -185,6 +195,37 @@ class LeasesStore(StoreBase):
                                             progress=progress or {})
         return len(renewal.held)
 
+    async def timelines_hand_over(self, progress: Mapping[str, Progress]) -> int:
+        """Add to their partitions' timelines the items this processor did under leases
+        it has lost since (:func:`watcher.timeline.record_handed_over`, by the database
+        clock); returns how many timelines were written.
+
+        A steal ends the victim's lease before the victim's renewal writes what its
+        items did, and without this those items would never count in the partition's
+        rate and ETA. The rows are locked first (a row another session holds locked is
+        passed by, and its count dropped: a timeline is an estimate) and each timeline
+        is rewritten with its version unchanged, so the new holder's lease stands. A
+        gate move or close the new holder makes from a copy read before this write
+        replaces it.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
+        """
+        wanted = {pid: done for pid, done in progress.items() if done.items > 0}
+        if not wanted:
+            return 0
+        p = self.tables.partitions
+        async with self._write() as conn:
+            free = await self._lock_free(conn, list(wanted))
+            timed = await self._timelines_after(conn, sorted(free), wanted,
+                                                record=record_handed_over)
+            texts = [{"handed_id": pid, "handed_timeline": text}
+                     for pid, (text, changed) in timed.items() if changed]
+            if texts:
+                await conn.execute(update(p).where(p.c.id == bindparam("handed_id"))
+                                   .values(timeline=bindparam("handed_timeline")), texts)
+        return len(texts)
+
     async def partition_timeline(self, partition_id: str) -> tuple[bool, str | None]:
         """One partition's stored timeline (:mod:`watcher.timeline`): whether the
         partition exists, and its timeline's text (``None`` while it has none)."""
@@ -194,11 +235,12 @@ class LeasesStore(StoreBase):
                 select(p.c.timeline).where(p.c.id == partition_id))).first()
         return (False, None) if row is None else (True, row[0])
 
-    async def _timelines_after(self, conn: AsyncConnection, ids: Sequence[str],
-                               progress: Mapping[str, Progress]) -> dict[str, tuple[str | None,
-                                                                                  bool]]:
+    async def _timelines_after(
+            self, conn: AsyncConnection, ids: Sequence[str], progress: Mapping[str, Progress],
+            record: Callable[[Timeline, datetime, Progress], Timeline] = record_done,
+    ) -> dict[str, tuple[str | None, bool]]:
         """For the partitions ``ids`` (locked by this transaction): their timeline with
-        ``progress`` added at the clock's time, and whether it changed."""
+        ``progress`` added at the clock's time by ``record``, and whether it changed."""
         if not ids:
             return {}
         p = self.tables.partitions
@@ -211,7 +253,7 @@ class LeasesStore(StoreBase):
                 if done.items <= 0:
                     after[pid] = (stored, False)
                     continue
-                text = encode_timeline(record_done(decode_timeline(stored), now, done))
+                text = encode_timeline(record(decode_timeline(stored), now, done))
                 after[pid] = (text, True)
         return after
 
