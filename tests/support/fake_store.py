@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from watcher.drivers.base import Driver
 from watcher.records import ItemWrite, LeaseRenewal, LeaseRow
 from watcher.store import Store
+from watcher.timeline import Progress
 
 
 class UnscriptedCall(AssertionError):
@@ -47,6 +48,7 @@ class Asked:
     apply_calls: int = 0
     pings: int = 0
     grant_releases: list[str] = field(default_factory=list)
+    hand_overs: list[dict[str, Progress]] = field(default_factory=list)
 
 
 class FakeStore(Store):
@@ -59,7 +61,9 @@ class FakeStore(Store):
       writes (every write applied); with ``forever`` it and :meth:`ping` always raise
       ``outage`` (a callable making the error);
     - ``notification_scripts``: each :meth:`notifications` call plays the next
-      script (:data:`NotificationStep`); ``notifies`` turns notifications on.
+      script (:data:`NotificationStep`); ``notifies`` turns notifications on;
+    - ``hand_over_failures``: errors :meth:`timelines_hand_over` raises, one per call,
+      before it hands over anything.
 
     ``asked`` records the calls; ``written`` the item ids applied, in order.
     """
@@ -68,13 +72,15 @@ class FakeStore(Store):
                  take_delay: float = 0.0, failures: Sequence[BaseException] = (),
                  forever: bool = False, outage: Any = None,
                  notification_scripts: Sequence[Sequence[NotificationStep]] = (),
-                 notifies: bool = False) -> None:
+                 notifies: bool = False,
+                 hand_over_failures: Sequence[BaseException] = ()) -> None:
         # Store.__init__ is not called: there is no engine, and nothing may reach one.
         self.driver = PortableDriver(notifies=notifies)
         self.stopped = list(stopped)
         self.renewal = renewal
         self.take_delay = take_delay
         self.failures = list(failures)
+        self.hand_over_failures = list(hand_over_failures)
         self.forever = forever
         self.outage = outage
         self.notification_scripts = [list(script) for script in notification_scripts]
@@ -107,6 +113,17 @@ class FakeStore(Store):
         if self.renewal is None:
             self._unscripted("leases_renew")
         return self.renewal
+
+    async def timelines_hand_over(self, progress: Any) -> int:
+        """Record ``progress``; returns how many partitions it names with items done.
+
+        Raises:
+            BaseException: the next of ``hand_over_failures``.
+        """
+        self.asked.hand_overs.append(dict(progress))
+        if self.hand_over_failures:
+            raise self.hand_over_failures.pop(0)
+        return sum(1 for done in progress.values() if done.items)
 
     async def leases_take(self, rows: Sequence[LeaseRow], owner: str,
                           duration: float) -> list[LeaseRow]:

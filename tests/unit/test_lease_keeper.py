@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import time
 
+import pytest
+from sqlalchemy.exc import OperationalError
+
 from tests.support.fake_store import FakeStore
 from watcher.config import WatcherConfig
 from watcher.hooks import CountingHooks
 from watcher.lease import Lease
-from watcher.leases import LeaseKeeper
+from watcher.leases import LeaseKeeper, handed_over_progress
 from watcher.records import LeaseRenewal, LeaseRow
+from watcher.timeline import Progress
 
 
 def _keeper(store: FakeStore, *leases: Lease) -> tuple[LeaseKeeper, CountingHooks]:
@@ -65,6 +69,33 @@ async def test_closed_and_lost_leases_are_not_renewed() -> None:
     keeper, _ = _keeper(store, closed, lost)
     assert await keeper.renew() == (0, [])
     assert store.asked.renewals == []
+
+
+async def test_a_lost_lease_hands_over_its_unwritten_items_until_the_write_succeeds() -> None:
+    stolen, idle = Lease("stolen", 1, 2), Lease("idle", 1, 0)
+    stolen.done.add(7, time.monotonic() - 4)
+    store = FakeStore(renewal=LeaseRenewal({}),
+                      hand_over_failures=[OperationalError("UPDATE", {}, Exception("gone"))])
+    keeper, _ = _keeper(store, stolen, idle)
+    with pytest.raises(OperationalError):
+        await keeper.renew()  # both found lost; the hand-over's write fails
+    assert stolen.lost and idle.lost and keeper.leases == {}
+    assert await keeper.hand_over_lost() == 1  # kept, and written at the next try
+    first, second = store.asked.hand_overs
+    assert first.keys() == second.keys() == {"stolen"}, "a lease with nothing done is not"
+    assert (second["stolen"].gate, second["stolen"].items) == (2, 7)
+    assert second["stolen"].age >= 4
+    assert await keeper.hand_over_lost() == 0 and len(store.asked.hand_overs) == 2
+
+
+def test_a_partition_lost_twice_hands_over_both_counts_at_the_later_gate() -> None:
+    earlier, later = Lease("p", 1, 0), Lease("p", 5, 1)
+    now = time.monotonic()
+    earlier.done.add(3, now - 10)
+    later.done.add(2, now - 1)
+    handed = handed_over_progress([earlier, later], now)
+    assert handed == {"p": Progress(gate=1, items=5, age=handed["p"].age)}
+    assert handed["p"].age >= 10
 
 
 def test_a_lease_records_its_own_writes_and_notifications() -> None:
