@@ -102,7 +102,8 @@ class Sizes:
     small_partitions: int = 2_000  # small partitions: this many partitions...
     small_items: int = 20  # ...of this many items each
     fleet_partitions: int = 40  # fleet: partitions drained by 1, 2 and 4 processors...
-    fleet_items: int = 500  # ...of this many items each
+    fleet_items: int = 2_000  # ...of this many items each (a drain long enough that
+    # each processor's one-off start, ~0.1 s of CPU, is not counted as a cost per item)
     instructions_partitions: int = 10  # instructions: two counted drains over this many
     instructions_items: tuple[int, int] = (1_000, 5_000)  # ...partitions, of these items
     flow_items: int = 10_000  # flow: no-op items per library drain, over `partitions`
