@@ -14,6 +14,8 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from watcher.config import WatcherConfig
 from watcher.decisions import pick_free, plan_balance
 from watcher.hooks import Hooks, SafeHooks
@@ -215,7 +217,7 @@ class LeaseKeeper:
         if deferred:
             log.debug("action=lease_renew_deferred owner=%s count=%d", self.owner, len(deferred))
             self._renew_due = min(self._renew_due, now + self.config.poll_interval)
-        await self.hand_over_lost()
+        await self._hand_over_or_keep()
         return renewed, lost
 
     async def _renew_free(self, leases: list[Lease], now: float
@@ -265,8 +267,20 @@ class LeaseKeeper:
             return await self.store.timelines_hand_over(
                 handed_over_progress(handing, time.monotonic()))
         except BaseException:
-            self._hand_over[:0] = handing
+            # Kept for the next try, within bounds: a write that keeps failing must not
+            # grow the list for ever (the oldest counts go first).
+            self._hand_over = (handing + self._hand_over)[-self.config.max_leases:]
             raise
+
+    async def _hand_over_or_keep(self) -> None:
+        """:meth:`hand_over_lost`; a database error is logged and the counts kept for
+        the next renewal: a timeline is an estimate, and its write must not stop a
+        renewal's lease cycle, or a release, from going on."""
+        try:
+            await self.hand_over_lost()
+        except SQLAlchemyError as error:
+            log.warning("action=timeline_hand_over_failed owner=%s partitions=%d error=%s",
+                        self.owner, len(self._hand_over), type(error).__name__)
 
     def _give_up_overdue(self, deferred: list[Lease], now: float) -> list[str]:
         """Mark lost the deferred leases unrenewed for a whole lease; returns their ids."""
@@ -352,7 +366,7 @@ class LeaseKeeper:
     async def release_all(self) -> int:
         """Release every lease so other watchers take over at once (and hand over what
         the items of leases lost meanwhile did). Returns the count released."""
-        await self.hand_over_lost()
+        await self._hand_over_or_keep()
         live = {pid: lease for pid, lease in self.leases.items() if not lease.lost}
         if not live:
             return 0
