@@ -142,7 +142,7 @@ async def run(settings: Settings) -> Outcome:
         run = best[size]
         outcome.rows.append(Row(
             f"{size} processor{'s' if size > 1 else ''}", rate_text(float(run["items_per_s"])),
-            f"CPU {cheapest[size]['cpu_us_per_item']:,.1f} us/item "
+            f"CPU {cheapest[size]['cpu_us_per_item']:,.1f} us/item in its cheapest round "
             f"({float(cheapest[size]['cpu_us_per_item']) / float(one['cpu_us_per_item']):.2f}x "
             f"one's); "
             f"{run['statements_per_item']:.3f} statements/item; leases taken "

@@ -1,7 +1,8 @@
 """One processor of the fleet scenario, in a process of its own.
 
-Opens its store, touches its ready file, then waits for SIGUSR1, the go (so that
-every processor of the fleet starts at once, imports done), runs one watcher at the default settings
+Opens its store and connects it (the engine and the driver), touches its ready file,
+then waits for SIGUSR1, the go (so that every processor of the fleet starts at once,
+imports and connections done), runs one watcher at the default settings
 with a no-op processor until SIGTERM, and writes JSON: the CPU time (user +
 system) this process spent from the go to the stop, the items it completed, the
 statements it sent, and the leases it took, stole and lost.
