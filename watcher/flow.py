@@ -48,10 +48,11 @@ class FlowSlots:
     A call is made only when all of them let it through."""
 
     def __init__(self, shared: SlotPool, gates: Sequence[Gate],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], key: str = "") -> None:
         self.shared = shared
         self.gates = tuple(gates)
         self._now = clock
+        self.key = key  # the partition's concurrency key: turns are shared across keys
 
     @property
     def refill_at(self) -> int:
@@ -66,11 +67,11 @@ class FlowSlots:
     @property
     def free(self) -> int:
         now = self._now()
-        return min(self.shared.free, *(gate.free(now) for gate in self.gates))
+        return min(self.shared.free_for(self.key), *(gate.free(now) for gate in self.gates))
 
     def take(self, wanted: int) -> int:
         now = self._now()
-        allowed = min(wanted, self.shared.free)
+        allowed = min(wanted, self.shared.free_for(self.key))
         passed: list[Gate] = []
         for gate in self.gates:
             got = gate.take(allowed, now)
@@ -79,17 +80,17 @@ class FlowSlots:
                     earlier.untake(allowed - got)
                 allowed = got
             passed.append(gate)
-        return self.shared.take(allowed)
+        return self.shared.take(allowed, self.key)
 
     def give_back(self, count: int = 1) -> None:
         for gate in self.gates:
             gate.give_back(count)
-        self.shared.give_back(count)
+        self.shared.give_back(count, self.key)
 
     def give_back_later(self, count: int, seconds: float) -> None:
         """Abandoned calls: the processor's pool takes their slots back now, the gates
         after ``seconds`` (the handler may still be running them)."""
-        self.shared.give_back(count)
+        self.shared.give_back(count, self.key)
         loop = asyncio.get_running_loop()
         for gate in self.gates:
             loop.call_later(seconds, gate.give_back, count)
@@ -106,7 +107,7 @@ class FlowSlots:
             if gate.free(now) < enough:
                 gate.notify_when_free(event)
                 return
-        self.shared.notify_when_free(event, order, ready=ready)
+        self.shared.notify_when_free(event, order, ready=ready, key=self.key)
 
     def pass_turn(self) -> None:
         now = self._now()
@@ -145,7 +146,7 @@ class FlowControl:
         key = settings.flow_key
         if key:
             gates += [self.keys.pool(key), self.rates.key_pool(key)]
-        return FlowSlots(shared, gates, self._clock)
+        return FlowSlots(shared, gates, self._clock, key)
 
     def throttled(self, seconds: float) -> None:
         """The handler answered ``Retry-After: seconds``: hold its calls, fleet-wide."""

@@ -42,10 +42,12 @@ class KeyLimiter:
         self._failing = False
 
     def pool(self, key: str) -> KeyPool:
-        """Key ``key``'s pool (made on first use)."""
+        """Key ``key``'s pool (made on first use, and its limit read at the loop's next
+        pass rather than at the next renewal: it lets nothing by until then)."""
         pool = self.pools.get(key)
         if pool is None:
             pool = self.pools[key] = KeyPool(key, self._wanted)
+            self._wanted.set()
         return pool
 
     async def run(self, held_keys: Callable[[], Iterable[str]]) -> None:

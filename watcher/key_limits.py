@@ -182,7 +182,16 @@ class KeyPool:
         return self.in_use == 0 and self.unmet == 0 and self.granted == 0
 
     def notify_when_free(self, event: asyncio.Event) -> None:
-        self._waiting.setdefault(event, None)
+        """Wake ``event``'s partition when slots free up or a grant grows. A partition
+        that starts waiting is demand (it waits without asking to take, when the
+        processor's own slots are busy): the key asks for a grant at once, as a take
+        refused would, or a key with nothing in flight here would ask for nothing."""
+        if event in self._waiting:
+            return
+        self._waiting[event] = None
+        if self.limit is not None or not self.known:
+            self.unmet += self.refill_at if self.limit is not None else 1
+            self.wanted_grant.set()
 
     def leave(self, event: asyncio.Event) -> None:
         self._waiting.pop(event, None)

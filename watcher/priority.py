@@ -28,7 +28,8 @@ AGING_STEP = timedelta(seconds=30)
 # Turns at a processor's freed slots go by lease-queue place in steps this long, and
 # to the partition that has waited longest within a step: partitions created together
 # take turns as they always did (each finds its items ready, so reads stay full), while
-# a higher priority (30 s a step) or a key's first partition still goes first.
+# a higher priority (30 s a step) still goes first. (Keys share turns before this
+# order applies: watcher.slots.SlotPool.)
 TURN_STEP_SECONDS = 10.0
 
 

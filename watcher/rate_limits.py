@@ -172,7 +172,8 @@ class RateLimiter:
         pool = self.keys.get(key)
         if pool is None:
             pool = self.keys[key] = TokenPool(FlowScope.KEY, key, self._demand)
-            pool.known = False  # until its rate is read (at once: see run)
+            pool.known = False  # until its rate is read, at the loop's next pass
+            self._demand.set()
         return pool
 
     def throttled(self, seconds: float) -> None:

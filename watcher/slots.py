@@ -8,6 +8,9 @@ import itertools
 from collections.abc import Callable
 from typing import Protocol
 
+# A waiting partition's entry in its key's heap: (order, not ready, arrival, event).
+_Turn = tuple[float, bool, int, asyncio.Event]
+
 
 class Slots(Protocol):
     """What a partition's supervisor uses of the slots it dispatches in: a
@@ -41,6 +44,16 @@ class SlotPool:
     and a watcher holding a thousand partitions wakes one of them per refill,
     not all of them at every completed call.
 
+    Slots are shared across concurrency keys (tenants) before partitions. A key's
+    *standing* is the slots it holds, then how recently it last took some: the next
+    turn goes to the waiting key of lowest standing, and while such a key waits, a
+    partition of a key standing above it takes nothing without a turn. So a tenant's
+    first partition does not queue behind the partitions another tenant's burst put
+    here before it, and two busy tenants alternate. Unkeyed partitions count as one
+    key, ``""``; with one key this is the plain turn order. Within a key, turns go by
+    lease-queue place, then to a partition ready with rows read ahead, then to the one
+    that has waited longest.
+
     A slot stays taken from the call's start until its result is written, so
     :attr:`in_use` counts results waiting for the writer too; :attr:`calls`
     counts only the processor calls running (an item's, alone or in a batch, or
@@ -54,23 +67,74 @@ class SlotPool:
         self.in_use = 0
         self.calls = 0
         self._on_calls = on_calls
+        self._in_use_by_key: dict[str, int] = {}  # keys holding slots, and how many
+        self._takes = itertools.count()
+        self._last_take: dict[str, int] = {}  # keys, by the number of their latest take
         # Waiting partitions: the live ones (with whether they hold rows read ahead), and
-        # a heap of (order, not ready, arrival, event) in which an entry whose event
-        # left, was woken or asked again is skipped when it comes up.
+        # per key a heap of (order, not ready, arrival, event) in which an entry whose
+        # event left, was woken or asked again is skipped when it comes up.
         self._waiting: dict[asyncio.Event, tuple[int, bool]] = {}
-        self._queue: list[tuple[float, bool, int, asyncio.Event]] = []
+        self._queues: dict[str, list[_Turn]] = {}
+        self._queued = 0  # entries in every heap, live or not
         self._arrivals = itertools.count()
         self._granted: asyncio.Event | None = None  # woken for the current turn
+        self._granted_key = ""  # and its partition's key
 
     @property
     def free(self) -> int:
         """Slots not in use."""
         return self.capacity - self.in_use
 
-    def take(self, wanted: int) -> int:
-        """Take up to ``wanted`` slots; returns how many were taken (maybe 0)."""
-        taken = max(0, min(wanted, self.free))
-        self.in_use += taken
+    def free_for(self, key: str) -> int:
+        """Slots a partition of concurrency key ``key`` may take now: none while a
+        partition of a key of lower standing waits for a turn (or has been given one
+        and not yet run), else every free slot."""
+        queues, granted = self._queues, self._granted
+        others = (len(queues) > 1 or (queues and key not in queues)
+                  or (granted is not None and self._granted_key != key and granted.is_set()))
+        if others and self._behind(key):
+            return 0
+        return self.capacity - self.in_use
+
+    def standing(self, key: str) -> tuple[int, int]:
+        """Key ``key``'s claim to the next slots, lowest first: the slots it holds, then
+        the number of its latest take (-1: none yet)."""
+        return self._in_use_by_key.get(key, 0), self._last_take.get(key, -1)
+
+    def _behind(self, key: str) -> bool:
+        """Whether a partition of another key of lower standing than ``key`` waits for
+        a turn or holds one it has not used yet."""
+        mine = self.standing(key)
+        granted = self._granted
+        if (granted is not None and granted.is_set() and self._granted_key != key
+                and self.standing(self._granted_key) < mine):
+            return True
+        return any(other != key and self.standing(other) < mine and self._live_head(other)
+                   for other in list(self._queues))
+
+    def _live_head(self, key: str) -> bool:
+        """Whether ``key``'s heap has a partition still waiting (entries that left are
+        dropped from its head)."""
+        queue = self._queues[key]
+        while queue:
+            _, _, arrival, event = queue[0]
+            if self._waiting.get(event, (None,))[0] == arrival:
+                return True
+            heapq.heappop(queue)
+            self._queued -= 1
+        del self._queues[key]
+        return False
+
+    def take(self, wanted: int, key: str = "") -> int:
+        """Take up to ``wanted`` slots for a partition of concurrency key ``key``
+        (:meth:`free_for` says how many it may); returns how many were taken (maybe 0)."""
+        taken = max(0, min(wanted, self.free_for(key)))
+        if taken:
+            self.in_use += taken
+            self._in_use_by_key[key] = self._in_use_by_key.get(key, 0) + taken
+            self._last_take[key] = next(self._takes)
+            if len(self._last_take) > 2 * (len(self._in_use_by_key) + len(self._queues)) + 64:
+                self._forget_idle_keys()
         return taken
 
     def calls_started(self, count: int) -> None:
@@ -85,15 +149,21 @@ class SlotPool:
         if self._on_calls is not None:
             self._on_calls(self.calls)
 
-    def give_back(self, count: int = 1) -> None:
-        """Return slots; wake the longest-waiting partition once enough are free."""
+    def give_back(self, count: int = 1, key: str = "") -> None:
+        """Return slots a partition of ``key`` took; wake the next partition in line
+        once enough are free."""
         self.in_use -= count
+        left = self._in_use_by_key.get(key, 0) - count
+        if left > 0:
+            self._in_use_by_key[key] = left
+        else:
+            self._in_use_by_key.pop(key, None)
         self.pass_turn()
 
-    def give_back_later(self, count: int, seconds: float) -> None:
+    def give_back_later(self, count: int, seconds: float, key: str = "") -> None:
         """Return the slots of abandoned calls: the processor's own pool takes them back
         at once (it bounds this process's work, and those calls are over here)."""
-        self.give_back(count)
+        self.give_back(count, key)
 
     def pass_turn(self) -> None:
         """Wake the longest-waiting partition if at least ``refill_at`` slots are free.
@@ -108,15 +178,34 @@ class SlotPool:
         if self._granted is not None and self._granted.is_set():
             return  # its partition passes the turn on when it has taken its slots
         self._granted = None
-        while self._queue:
-            _, _, arrival, event = heapq.heappop(self._queue)
+        while self._queues:
+            key = (next(iter(self._queues)) if len(self._queues) == 1
+                   else min(self._queues, key=self._key_place))
+            queue = self._queues[key]
+            _, _, arrival, event = heapq.heappop(queue)
+            self._queued -= 1
+            if not queue:
+                del self._queues[key]
             if self._waiting.get(event, (None,))[0] != arrival:
                 continue  # it left, or waits under a later entry
             del self._waiting[event]
             if not event.is_set():
                 event.set()
-                self._granted = event
+                self._granted, self._granted_key = event, key
                 return
+
+    def _key_place(self, key: str) -> tuple[int, int, float, bool, int]:
+        """Where ``key``'s next waiting partition stands for a turn: the key's standing
+        first, then its head entry's place (a head that left is popped and skipped,
+        and the choice made again)."""
+        order, not_ready, arrival, _ = self._queues[key][0]
+        return *self.standing(key), order, not_ready, arrival
+
+    def _forget_idle_keys(self) -> None:
+        """Drop the latest takes of keys holding nothing and waiting for nothing (they
+        come back with the standing of a new key), so the record stays bounded."""
+        self._last_take = {key: take for key, take in self._last_take.items()
+                           if key in self._in_use_by_key or key in self._queues}
 
     def leave(self, event: asyncio.Event) -> None:
         """A partition stops waiting for turns (it is done); a turn it held passes on."""
@@ -126,12 +215,12 @@ class SlotPool:
             self.pass_turn()
 
     def notify_when_free(self, event: asyncio.Event, order: float = 0.0, *,
-                         ready: bool = False) -> None:
+                         ready: bool = False, key: str = "") -> None:
         """Set ``event`` when it is this partition's turn at freed slots: turns go to
-        the lowest ``order`` first (the partition's place in the lease queue, so a
-        higher priority or a key's first partition goes ahead); then to a partition
-        ``ready`` to start calls from rows it read ahead; then to the one that has
-        waited longest.
+        the concurrency ``key`` holding the fewest slots first; within it to the lowest
+        ``order`` (the partition's place in the lease queue, so a higher priority goes
+        ahead); then to a partition ``ready`` to start calls from rows it read ahead;
+        then to the one that has waited longest.
 
         A partition that read ahead starts those rows in the turns that follow, with
         no read between: a small partition is done in one read, and a big one's next
@@ -143,11 +232,21 @@ class SlotPool:
             return  # already in line, as far ahead
         arrival = next(self._arrivals)
         self._waiting[event] = (arrival, ready)
-        if len(self._queue) > 4 * len(self._waiting) + 64:  # mostly entries that left
-            self._queue = [entry for entry in self._queue
-                           if self._waiting.get(entry[3], (None,))[0] == entry[2]]
-            heapq.heapify(self._queue)
-        heapq.heappush(self._queue, (order, not ready, arrival, event))
+        if self._queued > 4 * len(self._waiting) + 64:  # mostly entries that left
+            self._drop_entries_that_left()
+        heapq.heappush(self._queues.setdefault(key, []), (order, not ready, arrival, event))
+        self._queued += 1
+
+    def _drop_entries_that_left(self) -> None:
+        live = self._waiting
+        for key, queue in list(self._queues.items()):
+            kept = [entry for entry in queue if live.get(entry[3], (None,))[0] == entry[2]]
+            if kept:
+                heapq.heapify(kept)
+                self._queues[key] = kept
+            else:
+                del self._queues[key]
+        self._queued = sum(len(queue) for queue in self._queues.values())
 
 
 class ReadAheadPool:

@@ -129,6 +129,31 @@ async def test_one_tenants_partition_starts_within_a_lease_cycle_behind_anothers
     assert waited < FAST["lease_duration"] + 2.0, waited
 
 
+async def test_a_new_keys_limit_is_read_when_its_partition_is_leased_not_at_a_renewal(
+        client: AsyncClient, store: Store) -> None:
+    """A key's pool lets nothing by until its limit is known; a partition of a key the
+    processor has not seen, leased while the processor's slots are busy with another
+    key's calls, has its limit read at once, not at the next renewal (every 10 s
+    here), which would hold its first call back that long."""
+    await client.set_key_limit("k", 2, define=True)
+    await client.create_partition("a-1", [NewItem(f"i{m}", b"{}") for m in range(200)],
+                                  key="a")
+    handler = PerKey(seconds=0.2)
+    config = WatcherConfig(**{**FAST, "lease_duration": 30.0}, concurrency=4)
+    async with running(Watcher(store, handler, config)):
+        await wait_until(lambda: handler.running["a"] == 4, timeout=30,
+                         message="every slot busy with a's calls")
+        inserted = time.monotonic()
+        await client.create_partition("k-1", [NewItem(f"i{m}", b"{}") for m in range(4)],
+                                      key="k")
+        await wait_until(lambda: "k-1" in handler.first_call, timeout=30,
+                         message="k's first call")
+        assert (await client.wait("k-1", timeout=30)).status == "complete"
+    waited = handler.first_call["k-1"] - inserted
+    assert waited < config.renew_interval / 2, waited
+    assert handler.most["k"] <= 2
+
+
 def client_settings(**kwargs: object):  # the client's check, for a fast bulk insert
     from processor.client_checks import check_settings
 

@@ -151,3 +151,77 @@ def test_read_ahead_room_is_shared_and_bounded() -> None:
     assert room.hold(1) == 0 and room.room == 0
     room.give_back(7)
     assert room.room == 7 and room.held == 3
+
+
+async def test_turns_go_first_to_the_key_holding_the_fewest_slots() -> None:
+    """A tenant's partition leased behind another tenant's burst gets the next turn,
+    although the burst's partitions rank ahead of it and waited longer."""
+    pool = SlotPool(4)  # a turn comes with each freed slot
+    assert pool.take(4, key="a") == 4
+    burst = [asyncio.Event() for _ in range(10)]
+    for event in burst:
+        pool.notify_when_free(event, order=0.0, key="a")
+    newcomer = asyncio.Event()
+    pool.notify_when_free(newcomer, order=100.0, key="b")
+    pool.give_back(1, key="a")
+    assert newcomer.is_set() and not any(event.is_set() for event in burst)
+    newcomer.clear()
+    assert pool.take(1, key="b") == 1
+    pool.pass_turn()
+    pool.give_back(1, key="a")  # a holds 2, b holds 1: b has nobody waiting
+    assert [n for n, event in enumerate(burst) if event.is_set()] == [0]
+
+
+async def test_keys_with_equal_shares_take_turns_by_queue_place() -> None:
+    pool = SlotPool(4)
+    pool.take(2, key="a")
+    pool.take(2, key="b")
+    late_a, early_b = asyncio.Event(), asyncio.Event()
+    pool.notify_when_free(late_a, order=20.0, key="a")
+    pool.notify_when_free(early_b, order=10.0, key="b")
+    pool.give_back(1, key="a")  # a now holds fewer: its partition goes first
+    assert late_a.is_set() and not early_b.is_set()
+    late_a.clear()
+    pool.take(1, key="a")
+    pool.pass_turn()
+    pool.give_back(1, key="b")
+    assert early_b.is_set()
+
+
+async def test_a_key_that_left_the_line_is_passed_over() -> None:
+    pool = SlotPool(4)
+    pool.take(4, key="a")
+    gone, waiting = asyncio.Event(), asyncio.Event()
+    pool.notify_when_free(gone, key="b")
+    pool.notify_when_free(waiting, key="a")
+    pool.leave(gone)
+    pool.give_back(1, key="a")
+    assert waiting.is_set() and not gone.is_set()
+    assert pool.in_use == 3
+
+
+async def test_a_key_that_just_had_the_slots_waits_while_another_keys_partition_does() -> None:
+    """A batch's results written together free every slot its key held: the key then
+    holds as few as the waiting one, but took last, so the waiting key goes first, and
+    the busy key's awake partition may take nothing until that partition has run."""
+    pool = SlotPool(4)
+    assert pool.take(4, key="a") == 4
+    waiting = asyncio.Event()
+    pool.notify_when_free(waiting, key="k")
+    pool.give_back(4, key="a")
+    assert waiting.is_set()
+    assert pool.free_for("a") == 0 and pool.take(4, key="a") == 0
+    waiting.clear()  # its supervisor runs
+    assert pool.take(4, key="k") == 4
+    pool.give_back(4, key="k")  # k has nobody else waiting: a takes freely again
+    assert pool.free_for("a") == 4
+
+
+def test_standing_is_the_slots_held_then_the_latest_take() -> None:
+    pool = SlotPool(8)
+    assert pool.standing("new") == (0, -1)
+    pool.take(2, key="a")
+    pool.take(2, key="b")
+    assert pool.standing("a") < pool.standing("b")  # equal slots, a took first
+    pool.give_back(1, key="b")
+    assert pool.standing("b") < pool.standing("a")
