@@ -44,15 +44,15 @@ class SlotPool:
     and a watcher holding a thousand partitions wakes one of them per refill,
     not all of them at every completed call.
 
-    Slots are shared across concurrency keys (tenants) before partitions. A key's
-    *standing* is the slots it holds, then how recently it last took some: the next
-    turn goes to the waiting key of lowest standing, and while such a key waits, a
-    partition of a key standing above it takes nothing without a turn. So a tenant's
-    first partition does not queue behind the partitions another tenant's burst put
-    here before it, and two busy tenants alternate. Unkeyed partitions count as one
-    key, ``""``; with one key this is the plain turn order. Within a key, turns go by
-    lease-queue place, then to a partition ready with rows read ahead, then to the one
-    that has waited longest.
+    A concurrency key (tenant) holding none of these slots goes first: the next turn
+    goes to a waiting partition of such a key (the key that took least recently, if
+    several), and while one waits, partitions of other keys take nothing without a
+    turn. So a tenant's first partition does not queue behind the partitions another
+    tenant's burst put here before it, nor lose the slots a busy key's batch frees
+    all at once to that key's next read. Among keys that all hold some, and within a
+    key, turns go by lease-queue place, then to a partition ready with rows read
+    ahead, then to the one that has waited longest. Unkeyed partitions count as one
+    key, ``""``; with one key this is the plain turn order.
 
     A slot stays taken from the call's start until its result is written, so
     :attr:`in_use` counts results waiting for the writer too; :attr:`calls`
@@ -102,15 +102,24 @@ class SlotPool:
         return self._in_use_by_key.get(key, 0), self._last_take.get(key, -1)
 
     def _behind(self, key: str) -> bool:
-        """Whether a partition of another key of lower standing than ``key`` waits for
+        """Whether a partition of another key ahead of ``key`` (:meth:`_ahead`) waits for
         a turn or holds one it has not used yet."""
         mine = self.standing(key)
         granted = self._granted
         if (granted is not None and granted.is_set() and self._granted_key != key
-                and self.standing(self._granted_key) < mine):
+                and self._ahead(self.standing(self._granted_key), mine)):
             return True
-        return any(other != key and self.standing(other) < mine and self._live_head(other)
-                   for other in list(self._queues))
+        return any(other != key and self._ahead(self.standing(other), mine)
+                   and self._live_head(other) for other in list(self._queues))
+
+    @staticmethod
+    def _ahead(other: tuple[int, int], mine: tuple[int, int]) -> bool:
+        """Whether a key of standing ``other`` goes before one of standing ``mine`` at
+        slots free now: it holds none, and the other some or it took less recently.
+        Keys that all hold some share what frees as it comes, in the plain turn order:
+        with many busy keys, making each take wait for a turn by standing cost
+        statements (smaller reads) and bought no fairness a key with none lacked."""
+        return other[0] == 0 and (mine[0] > 0 or other[1] < mine[1])
 
     def _live_head(self, key: str) -> bool:
         """Whether ``key``'s heap has a partition still waiting (entries that left are
@@ -194,12 +203,14 @@ class SlotPool:
                 self._granted, self._granted_key = event, key
                 return
 
-    def _key_place(self, key: str) -> tuple[int, int, float, bool, int]:
-        """Where ``key``'s next waiting partition stands for a turn: the key's standing
-        first, then its head entry's place (a head that left is popped and skipped,
-        and the choice made again)."""
+    def _key_place(self, key: str) -> tuple[bool, int, float, bool, int]:
+        """Where ``key``'s next waiting partition stands for a turn: keys holding no slots
+        first, the one that took least recently first among them; then the head
+        entry's place, across keys as within one (a head that left is popped and
+        skipped, and the choice made again)."""
+        held, last_take = self.standing(key)
         order, not_ready, arrival, _ = self._queues[key][0]
-        return *self.standing(key), order, not_ready, arrival
+        return held > 0, last_take if held == 0 else 0, order, not_ready, arrival
 
     def _forget_idle_keys(self) -> None:
         """Drop the latest takes of keys holding nothing and waiting for nothing (they
