@@ -87,8 +87,8 @@ class SlotPool:
 
     def free_for(self, key: str) -> int:
         """Slots a partition of concurrency key ``key`` may take now: none while a
-        partition of a key of lower standing waits for a turn (or has been given one
-        and not yet run), else every free slot."""
+        partition of a key that goes before it (:meth:`_ahead`) waits for a turn or has
+        been given one and not yet run, else every free slot."""
         queues, granted = self._queues, self._granted
         others = (len(queues) > 1 or (queues and key not in queues)
                   or (granted is not None and self._granted_key != key and granted.is_set()))
@@ -227,8 +227,8 @@ class SlotPool:
 
     def notify_when_free(self, event: asyncio.Event, order: float = 0.0, *,
                          ready: bool = False, key: str = "") -> None:
-        """Set ``event`` when it is this partition's turn at freed slots: turns go to
-        the concurrency ``key`` holding the fewest slots first; within it to the lowest
+        """Set ``event`` when it is this partition's turn at freed slots: turns go to a
+        partition whose concurrency ``key`` holds no slots first; then to the lowest
         ``order`` (the partition's place in the lease queue, so a higher priority goes
         ahead); then to a partition ``ready`` to start calls from rows it read ahead;
         then to the one that has waited longest.
