@@ -22,7 +22,14 @@ from watcher.protocol import (
     Result,
     RetryableError,
 )
-from watcher.records import GateSummary, ItemWrite, LeaseStats, NewItem, ReadyItem
+from watcher.records import (
+    GateSummary,
+    ItemWrite,
+    LeaseStats,
+    NewItem,
+    PartitionSettings,
+    ReadyItem,
+)
 from watcher.spawning import (
     DEFAULT_SPAWN_LIMITS,
     SpawnConflictError,
@@ -64,6 +71,42 @@ def pick_free(candidates: Sequence[T], count: int, rng: random.Random) -> list[T
         return []
     head, window = candidates[0], list(candidates[1:2 * count])
     return [head, *rng.sample(window, min(count - 1, len(window)))]
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """The partitions a watcher holds that wait for a turn at its slots: how many, the
+    lease-queue place of the last of them (``None`` while none waits), and the
+    concurrency keys of every partition it holds."""
+
+    waiting: int = 0
+    last_order: float | None = None
+    held_keys: frozenset[str] = frozenset()
+
+
+# A watcher takes free partitions while fewer than this many lease batches of the
+# partitions it holds wait for a turn at its slots: enough that freed slots always find
+# a partition to start, few enough that the rest stay free for other processors, and
+# that its lease reads do not walk past a thousand partitions it cannot run yet.
+BACKLOG_BATCHES = 2
+
+
+def backlog_room(backlog: Backlog, lease_batch: int) -> int:
+    """How many free partitions a watcher with ``backlog`` may take in one cycle: up to
+    ``BACKLOG_BATCHES`` lease batches waiting for slots, less those waiting now."""
+    return max(0, BACKLOG_BATCHES * lease_batch - backlog.waiting)
+
+
+def goes_ahead(settings: PartitionSettings, backlog: Backlog) -> bool:
+    """Whether a free partition would get a turn at a watcher's slots before the last
+    partition of its ``backlog``: a better place in the lease queue (a higher priority,
+    or waiting a turn step longer), or a concurrency key none of its partitions has
+    (keys holding no slots go first, :class:`watcher.slots.SlotPool`). Such a partition
+    is taken even when the backlog is full, so priority and tenant fairness hold
+    across the free partitions as they do across the held ones."""
+    if settings.flow_key and settings.flow_key not in backlog.held_keys:
+        return True
+    return backlog.last_order is not None and settings.queue_order < backlog.last_order
 
 
 def plan_balance(me: str, stats: LeaseStats, free: int, *, max_take: int,

@@ -11,13 +11,13 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.config import WatcherConfig
-from watcher.decisions import pick_free, plan_balance
+from watcher.decisions import Backlog, backlog_room, goes_ahead, pick_free, plan_balance
 from watcher.hooks import Hooks, SafeHooks
 from watcher.lease import Lease
 from watcher.records import LeaseRow
@@ -81,10 +81,13 @@ def handed_over_progress(leases: Iterable[Lease], now: float) -> dict[str, Progr
 class LeaseKeeper:
     """Holds this watcher's leases and moves them toward a fair share."""
 
-    def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks | SafeHooks) -> None:
+    def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks | SafeHooks, *,
+                 backlog: Callable[[], Backlog] | None = None) -> None:
         self.store = store
         self.config = config
         self.hooks = hooks
+        # What the held partitions wait for at the slots (None: no bound but max_leases).
+        self._backlog = backlog
         self.leases: dict[str, Lease] = {}
         self._renew_due = 0.0
         self._balance_due = 0.0
@@ -106,9 +109,22 @@ class LeaseKeeper:
         """How many more leases this watcher may hold (``max_leases`` less those held)."""
         return self.config.max_leases - len(self.leases)
 
+    def open_room(self) -> int:
+        """How many free partitions the next cycle may take for work alone: the
+        :attr:`room`, but no more than its slots' backlog leaves
+        (:func:`watcher.decisions.backlog_room`)."""
+        if self._backlog is None:
+            return self.room
+        return min(self.room, backlog_room(self._backlog(), self.config.lease_batch))
+
     async def run_once(self, *, acquire: bool = True) -> LeaseCycle:
         """Renew if due, drop what clients stopped, take free partitions, and steal if due
         and still below target.
+
+        With a backlog (the watcher's slots), it takes free partitions only while fewer
+        than two lease batches of those it holds wait for slots, and then no more than
+        fill that; beyond it only partitions that would start before them
+        (:func:`watcher.decisions.goes_ahead`), and it steals nothing.
 
         Raises the database's error when it fails; the caller backs off.
         """
@@ -128,23 +144,32 @@ class LeaseKeeper:
             self.free_left = True
             self.hooks.leases_held(len(self.leases))
             return LeaseCycle(lost=tuple(lost), renewed=renewed, stopped=stopped)
-        candidates = await self.store.leases_read_free(
-            self.config.lease_batch * CANDIDATE_SPREAD)
+        free = await self.store.leases_read_free(self.config.lease_batch * CANDIDATE_SPREAD)
+        candidates, takeable, busy = free, min(self.config.lease_batch, room), False
+        if self._backlog is not None:
+            backlog = self._backlog()
+            open_room = backlog_room(backlog, self.config.lease_batch)
+            busy = open_room == 0
+            if busy:
+                # A full backlog at its slots: take only what would start before it,
+                # and steal nothing (a steal is for a processor with slots to fill).
+                candidates = [row for row in free if goes_ahead(row.settings, backlog)]
+            else:
+                takeable = min(takeable, open_room)
         balance_due = now >= self._balance_due
-        if candidates or balance_due:
+        if candidates or (balance_due and not busy):
             stats = await self.store.lease_stats()
-            plan = plan_balance(self.owner, stats, len(candidates),
-                                max_take=min(self.config.lease_batch, room),
+            plan = plan_balance(self.owner, stats, len(candidates), max_take=takeable,
                                 max_steal=min(self.config.steal_batch, room))
             if plan.take_free:
                 chosen = pick_free(candidates, plan.take_free, self._rng)
                 acquired = await self._take(chosen, stolen_from=None)
-            elif plan.steal_from is not None and balance_due:
+            elif plan.steal_from is not None and balance_due and not busy:
                 victims = await self.store.leases_of_owner(plan.steal_from, plan.steal)
                 stolen = await self._take(victims, stolen_from=plan.steal_from)
-            if balance_due:
+            if balance_due and not busy:
                 self._balance_due = now + self.config.renew_interval
-        self.free_left = len(candidates) > len(acquired)
+        self.free_left = len(free) > len(acquired)
         self.hooks.leases_held(len(self.leases))
         return LeaseCycle(tuple(acquired), tuple(stolen), tuple(lost), renewed, stopped)
 

@@ -96,6 +96,19 @@ class SlotPool:
             return 0
         return self.capacity - self.in_use
 
+    @property
+    def waiting(self) -> int:
+        """Partitions waiting for a turn at these slots."""
+        return len(self._waiting)
+
+    def last_waiting_order(self) -> float | None:
+        """The lease-queue place of the waiting partition that stands last (the highest
+        ``order``), or ``None`` while none waits. Walks the waiting entries."""
+        live = self._waiting
+        orders = [entry[0] for queue in self._queues.values() for entry in queue
+                  if live.get(entry[3], (None,))[0] == entry[2]]
+        return max(orders, default=None)
+
     def standing(self, key: str) -> tuple[int, int]:
         """Key ``key``'s claim to the next slots, lowest first: the slots it holds, then
         the number of its latest take (-1: none yet)."""

@@ -20,6 +20,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from watcher.backoff import backoff, last_error, sleep_until
 from watcher.call_tracing import CallTracer, find_tracer
 from watcher.config import WatcherConfig
+from watcher.decisions import Backlog, backlog_room
 from watcher.drivers.conflicts import is_lock_conflict
 from watcher.flow import FlowControl
 from watcher.hooks import Hooks, SafeHooks, overrides
@@ -84,9 +85,9 @@ class Watcher:
             getattr(processor, "reduce_shape", None) if reduce is None else None)
         # Decided once: with no tracer, the calls are the processor's own.
         self._tracer = find_tracer(processor) if tracer == "auto" else tracer
-        self.keeper = LeaseKeeper(store, self.config, self.hooks)
         self.slots = SlotPool(self.config.concurrency, on_calls=(
             self.hooks.in_flight if overrides(self.hooks, "in_flight") else None))
+        self.keeper = LeaseKeeper(store, self.config, self.hooks, backlog=self._backlog)
         # Every queued result holds a dispatch slot until it is written, so the queue
         # never outgrows the concurrency; a batch that size is full, and the writer
         # does not linger over it: with every slot waiting on the writer, no other
@@ -151,12 +152,21 @@ class Watcher:
         when that can start work sooner. Not when the last lease cycle saw no free
         partition it left untaken (the next poll, or a client's notification, finds
         new ones), nor while more partitions are held than calls can run at once and
-        the room is less than a lease batch (the held ones keep every slot busy; the
-        next cycle takes a fuller batch). The ended supervisor is reaped then."""
-        keeper, config = self.keeper, self.config
-        if keeper.free_left and (keeper.room >= config.lease_batch
-                                 or len(keeper.leases) <= config.concurrency):
+        the cycle could take less than a lease batch (the held ones keep every slot
+        busy; the next cycle takes a fuller batch). The ended supervisor is reaped then."""
+        keeper = self.keeper
+        if keeper.free_left and keeper.open_room() >= self.config.lease_batch:
             self._wake.set()
+
+    def _backlog(self) -> Backlog:
+        """The held partitions waiting for a turn at the slots, for the lease keeper; the
+        last one's place and the keys held only when the backlog is full (only then
+        does the keeper ask which free partitions would go ahead of it)."""
+        backlog = Backlog(self.slots.waiting)
+        if backlog_room(backlog, self.config.lease_batch) > 0:
+            return backlog
+        return Backlog(backlog.waiting, self.slots.last_waiting_order(),
+                       frozenset(self._held_keys()))
 
     def _reap(self) -> None:
         for partition_id, (_, task) in list(self.supervisors.items()):

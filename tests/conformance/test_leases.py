@@ -333,3 +333,38 @@ async def test_an_ending_calls_a_cycle_only_when_the_room_can_start_work_sooner(
     watcher.keeper.leases.pop("p2")  # 2 held for 2 calls at once
     watcher._supervisor_ended(ended)
     assert watcher._wake.is_set()
+
+
+async def test_a_full_backlog_takes_only_what_would_start_before_it(store) -> None:
+    """With two lease batches of its partitions waiting for slots, a keeper takes no
+    ordinary free partition, but takes one of a higher priority and one of a concurrency
+    key none of its partitions has (fair queuing ranks a new tenant's partition near the
+    head of the queue, among the candidates a cycle reads); with part of a backlog it
+    takes only the rest."""
+    from watcher.config import WatcherConfig
+    from watcher.decisions import Backlog
+    from watcher.hooks import Hooks
+    from watcher.leases import LeaseKeeper
+    from watcher.records import PartitionSettings
+
+    for n in range(12):  # a tenant's burst: its key's clock spreads their places
+        await store.partition_create(f"p{n:02}", [NewItem("i", b"x")],
+                                     PartitionSettings(flow_key="tenant-a"))
+    (ordinary, *_) = await store.leases_read_free(1)
+    await store.partition_create("urgent", [NewItem("i", b"x")], PartitionSettings(priority=5))
+    await store.partition_create("tenant", [NewItem("i", b"x")],
+                                 PartitionSettings(flow_key="tenant-b"))
+    backlog = Backlog(waiting=4, last_order=ordinary.settings.queue_order,
+                      held_keys=frozenset({"tenant-a"}))
+    keeper = LeaseKeeper(store, WatcherConfig(owner_id="me", lease_batch=2),
+                         Hooks(), backlog=lambda: backlog)
+    cycle = await keeper.run_once()
+    assert sorted(cycle.acquired) == ["tenant", "urgent"] and not cycle.stolen
+    assert keeper.free_left, "the ordinary partitions are left free"
+    assert keeper.open_room() == 0
+    backlog = Backlog(waiting=3, last_order=ordinary.settings.queue_order)
+    assert keeper.open_room() == 1
+    assert len((await keeper.run_once()).acquired) == 1, "room for one more waiting"
+    backlog = Backlog()
+    assert len((await keeper.run_once()).acquired) == 2, "an empty backlog: a lease batch"
+    assert len(await store.leases_read_free(20)) == 12 - 3

@@ -412,6 +412,55 @@ async def test_processors_that_answer_at_once_wait_or_return_other_awaitables(
     await client.close()
 
 
+async def test_a_watcher_leases_what_its_slots_can_start_and_leaves_the_rest_free(
+        db_url, table_prefix, make_store) -> None:
+    """With every slot busy, a watcher holds its running partitions and a backlog of two
+    lease batches waiting for slots, not ``max_leases``: the rest stay free, and a
+    second watcher takes them without a steal."""
+    client = AsyncClient(db_url, table_prefix)
+    release = asyncio.Event()
+    called: set[str] = set()
+
+    class Reports(Hooks):
+        def __init__(self) -> None:
+            self.cycles = 0
+            self.stolen = 0
+
+        def leases_held(self, count: int) -> None:
+            self.cycles += 1
+
+        def lease_acquired(self, partition_id: str, *, stolen_from: str | None) -> None:
+            self.stolen += stolen_from is not None
+
+    async def process(item: WorkItem) -> Result:
+        called.add(item.partition_id)
+        await release.wait()
+        return Result(done=True)
+
+    await asyncio.gather(*(client.create_partition(f"p{p:03}", [NewItem("a", b"")])
+                           for p in range(120)))
+    reports = Reports(), Reports()
+    first = Watcher(make_store(), process, config("a", concurrency=2, lease_batch=4),
+                    reports[0])
+    second = Watcher(make_store(), process, config("b", concurrency=2, lease_batch=4),
+                     reports[1])
+    async with running(first):
+        await wait_until(lambda: len(called) == 2 and first.slots.waiting >= 8,
+                         message="two calls running and a backlog of two lease batches")
+        seen = reports[0].cycles
+        await wait_until(lambda: reports[0].cycles >= seen + 3, message="three more cycles")
+        # Two running, eight waiting, and at most one batch taken before they queued.
+        assert 2 + 8 <= len(first.partitions) <= 2 + 8 + 4
+        async with running(second):
+            await wait_until(lambda: len(second.partitions) >= 10,
+                             message="the second watcher takes free partitions")
+            release.set()
+            for p in range(120):
+                assert (await client.wait(f"p{p:03}", timeout=30)).status == "complete"
+    assert reports[0].stolen + reports[1].stolen == 0
+    await client.close()
+
+
 async def test_a_watcher_leases_at_most_max_leases_partitions(db_url, table_prefix,
                                                               make_store) -> None:
     """Memory and renewals stay bounded; the other partitions are taken as room frees up."""

@@ -11,14 +11,17 @@ import pytest
 
 from watcher.config import WatcherConfig
 from watcher.decisions import (
+    Backlog,
     BalancePlan,
     GateAction,
     GateStep,
     ReadStep,
     RetryPolicy,
+    backlog_room,
     decide_gate,
     decide_read,
     fair_share,
+    goes_ahead,
     idempotency_step,
     outcome_name,
     plan_balance,
@@ -31,7 +34,7 @@ from watcher.decisions import (
     write_for_result,
 )
 from watcher.protocol import NonRetryableError, Result, RetryableError, WorkItem, step_key
-from watcher.records import GateSummary, ItemWrite, LeaseStats, ReadyItem
+from watcher.records import GateSummary, ItemWrite, LeaseStats, PartitionSettings, ReadyItem
 from watcher.spawning import SpawnLimits
 
 
@@ -88,6 +91,29 @@ def test_balance_converges_for_two_watchers() -> None:
                 held[plan.steal_from] -= plan.steal
                 held[me] += plan.steal
     assert held == {"a": 10, "b": 10}
+
+
+def test_backlog_room_fills_two_lease_batches_of_waiting_partitions() -> None:
+    assert backlog_room(Backlog(0), lease_batch=16) == 32
+    assert backlog_room(Backlog(20), lease_batch=16) == 12
+    assert backlog_room(Backlog(32), lease_batch=16) == 0
+    assert backlog_room(Backlog(50), lease_batch=16) == 0, "never below none"
+    assert backlog_room(Backlog(1), lease_batch=1) == 1
+
+
+@pytest.mark.parametrize(("settings", "backlog", "ahead"), [
+    (PartitionSettings(queue_order=90.0), Backlog(32, 100.0), True),
+    (PartitionSettings(queue_order=100.0), Backlog(32, 100.0), False),
+    (PartitionSettings(queue_order=110.0), Backlog(32, 100.0), False),
+    (PartitionSettings(queue_order=0.0), Backlog(0, None), False),
+    (PartitionSettings(flow_key="b", queue_order=110.0),
+     Backlog(32, 100.0, frozenset({"a"})), True),
+    (PartitionSettings(flow_key="a", queue_order=110.0),
+     Backlog(32, 100.0, frozenset({"a"})), False),
+], ids=["a better place in the queue", "the same turn step", "a later place",
+        "nothing waits", "a key none of its partitions has", "a key it holds already"])
+def test_a_free_partition_goes_ahead_of_a_backlog(settings, backlog, ahead) -> None:
+    assert goes_ahead(settings, backlog) is ahead
 
 
 GATE_CASES = [

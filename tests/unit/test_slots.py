@@ -228,3 +228,19 @@ def test_standing_is_the_slots_held_then_the_latest_take() -> None:
     assert pool.standing("a") < pool.standing("b")  # equal slots, a took first
     pool.give_back(1, key="b")
     assert pool.standing("b") < pool.standing("a")
+
+
+async def test_the_backlog_counts_partitions_waiting_and_the_last_ones_place() -> None:
+    pool = SlotPool(4)
+    assert (pool.waiting, pool.last_waiting_order()) == (0, None)
+    pool.take(4)
+    early, late, other_key = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    pool.notify_when_free(early, 10.0)
+    pool.notify_when_free(late, 30.0)
+    pool.notify_when_free(other_key, 20.0, key="b")
+    pool.notify_when_free(early, 10.0, ready=True)  # asking again: still one partition
+    assert (pool.waiting, pool.last_waiting_order()) == (3, 30.0)
+    pool.leave(late)
+    assert (pool.waiting, pool.last_waiting_order()) == (2, 20.0), "one that left is not counted"
+    pool.give_back(4)  # turns go out: the woken partitions wait no more
+    assert pool.waiting < 2
