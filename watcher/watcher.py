@@ -151,11 +151,15 @@ class Watcher:
         """A partition that closed (or was lost) frees room for another: look at once
         when that can start work sooner. Not when the last lease cycle saw no free
         partition it left untaken (the next poll, or a client's notification, finds
-        new ones), nor while more partitions are held than calls can run at once and
-        the cycle could take less than a lease batch (the held ones keep every slot
-        busy; the next cycle takes a fuller batch). The ended supervisor is reaped then."""
+        new ones), nor until the cycle could take a lease batch, or all the room
+        ``max_leases`` leaves if that is less: while the slots' backlog is full, the
+        held partitions keep every slot busy, and the cycle waits to take a fuller
+        batch. The ended supervisor is reaped then."""
         keeper = self.keeper
-        if keeper.free_left and keeper.open_room() >= self.config.lease_batch:
+        if not keeper.free_left:
+            return
+        open_room = keeper.open_room()
+        if open_room > 0 and open_room >= min(self.config.lease_batch, keeper.room):
             self._wake.set()
 
     def _backlog(self) -> Backlog:

@@ -335,6 +335,30 @@ async def test_an_ending_calls_a_cycle_only_when_the_room_can_start_work_sooner(
     assert watcher._wake.is_set()
 
 
+async def test_an_ending_calls_a_cycle_for_the_last_room_a_small_lease_limit_leaves(
+        store) -> None:
+    """With ``max_leases`` below a lease batch, an ending calls a cycle for the one
+    partition it makes room for, as long as the slots' backlog has room too."""
+    from watcher import Watcher, WatcherConfig
+
+    for n in range(8):
+        await store.partition_create(f"p{n}", [NewItem("i", b"x")])
+
+    async def process(item):  # never called: no supervisor runs here
+        raise AssertionError(item)
+
+    watcher = Watcher(store, process, WatcherConfig(owner_id="me", max_leases=5))
+    await watcher.keeper.run_once()
+    assert len(watcher.keeper.leases) == 5 and watcher.keeper.free_left
+    ended: asyncio.Task[str] = asyncio.get_running_loop().create_future()  # type: ignore[assignment]
+    watcher._wake.clear()
+    watcher._supervisor_ended(ended)
+    assert not watcher._wake.is_set(), "at the lease limit: no room"
+    watcher.keeper.leases.pop("p0")  # one closed: room for one, less than a lease batch
+    watcher._supervisor_ended(ended)
+    assert watcher._wake.is_set(), "the last room the lease limit leaves"
+
+
 async def test_a_full_backlog_takes_only_what_would_start_before_it(store) -> None:
     """With two lease batches of its partitions waiting for slots, a keeper takes no
     ordinary free partition, but takes one of a higher priority and one of a concurrency
