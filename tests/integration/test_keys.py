@@ -122,11 +122,12 @@ async def test_one_tenants_partition_starts_within_a_lease_cycle_behind_anothers
                          message="b's first call")
     waited = handler.first_call["b-1"] - inserted
     # About one lease cycle (a lease duration, in which every processor renews and
-    # scans), plus two seconds for a loaded machine (three processors and 150 leases
-    # share this process: a CI run measured 2.1 s). On a quiet machine it is about
-    # 0.5 s; without fair queuing b-1 would wait behind a's 2,000 calls of 0.2 s on 12
-    # slots (about 30 s).
-    assert waited < FAST["lease_duration"] + 2.0, waited
+    # scans), plus four seconds for a loaded machine (three processors and their
+    # partitions share this process: CI runs measured 2.1 s and 3.8 s). On a quiet
+    # machine it is 0.4-0.9 s, b-1 leased after 0.3-0.5 s of it (measured alike before
+    # and after a watcher stopped leasing beyond its slots' backlog); without fair
+    # queuing b-1 would wait behind a's 2,000 calls of 0.2 s on 12 slots (about 30 s).
+    assert waited < FAST["lease_duration"] + 4.0, waited
 
 
 async def test_a_new_keys_limit_is_read_when_its_partition_is_leased_not_at_a_renewal(
