@@ -1,6 +1,6 @@
 """Lease keeping: take free partitions, steal toward a fair share, renew, release.
 
-All decisions are :func:`watcher.decisions.plan_balance`; this module only
+All decisions are :func:`watcher.balance.plan_balance`; this module only
 does the I/O and keeps the table of leases this watcher holds.
 """
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from watcher.balance import Backlog, backlog_room, goes_ahead, pick_free, plan_balance
 from watcher.config import WatcherConfig
-from watcher.decisions import Backlog, backlog_room, goes_ahead, pick_free, plan_balance
 from watcher.hooks import Hooks, SafeHooks
 from watcher.lease import Lease
 from watcher.records import LeaseRow
@@ -112,7 +112,7 @@ class LeaseKeeper:
     def open_room(self) -> int:
         """How many free partitions the next cycle may take for work alone: the
         :attr:`room`, but no more than its slots' backlog leaves
-        (:func:`watcher.decisions.backlog_room`)."""
+        (:func:`watcher.balance.backlog_room`)."""
         if self._backlog is None:
             return self.room
         return min(self.room, backlog_room(self._backlog(), self.config.lease_batch))
@@ -124,7 +124,7 @@ class LeaseKeeper:
         With a backlog (the watcher's slots), it takes free partitions only while fewer
         than two lease batches of those it holds wait for slots, and then no more than
         fill that; beyond it only partitions that would start before them
-        (:func:`watcher.decisions.goes_ahead`), and it steals nothing.
+        (:func:`watcher.balance.goes_ahead`), and it steals nothing.
 
         Raises the database's error when it fails; the caller backs off.
         """

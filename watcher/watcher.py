@@ -18,9 +18,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from watcher.backoff import backoff, last_error, sleep_until
+from watcher.balance import Backlog, backlog_room
 from watcher.call_tracing import CallTracer, find_tracer
 from watcher.config import WatcherConfig
-from watcher.decisions import Backlog, backlog_room
 from watcher.drivers.conflicts import is_lock_conflict
 from watcher.flow import FlowControl
 from watcher.hooks import Hooks, SafeHooks, overrides

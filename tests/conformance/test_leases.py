@@ -365,8 +365,8 @@ async def test_a_full_backlog_takes_only_what_would_start_before_it(store) -> No
     key none of its partitions has (fair queuing ranks a new tenant's partition near the
     head of the queue, among the candidates a cycle reads); with part of a backlog it
     takes only the rest."""
+    from watcher.balance import Backlog
     from watcher.config import WatcherConfig
-    from watcher.decisions import Backlog
     from watcher.hooks import Hooks
     from watcher.leases import LeaseKeeper
     from watcher.records import PartitionSettings

@@ -9,22 +9,24 @@ import random
 
 import pytest
 
-from watcher.config import WatcherConfig
-from watcher.decisions import (
+from watcher.balance import (
     Backlog,
     BalancePlan,
+    backlog_room,
+    fair_share,
+    goes_ahead,
+    plan_balance,
+)
+from watcher.config import WatcherConfig
+from watcher.decisions import (
     GateAction,
     GateStep,
     ReadStep,
     RetryPolicy,
-    backlog_room,
     decide_gate,
     decide_read,
-    fair_share,
-    goes_ahead,
     idempotency_step,
     outcome_name,
-    plan_balance,
     reduces_to_run_again,
     result_problem,
     storable_text,

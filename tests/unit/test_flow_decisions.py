@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from watcher.balance import pick_free
 from watcher.buckets import BURST_SECONDS, claim, refill
-from watcher.decisions import pick_free
 from watcher.fairness import FAIR_SPACING, started_at
 from watcher.flow import FlowSlots
 from watcher.key_limits import GrantDecision, KeyPool, OtherGrant, decide_grant
