@@ -449,8 +449,10 @@ async def test_a_watcher_leases_what_its_slots_can_start_and_leaves_the_rest_fre
                          message="two calls running and a backlog of two lease batches")
         seen = reports[0].cycles
         await wait_until(lambda: reports[0].cycles >= seen + 3, message="three more cycles")
-        # Two running, eight waiting, and at most one batch taken before they queued.
-        assert 2 + 8 <= len(first.partitions) <= 2 + 8 + 4
+        # Eight waiting (a partition with a call running may be one of them: it waits
+        # for slots to read more), at most two more running, and at most one batch
+        # taken before the last ones queued; not the 120 that max_leases allows.
+        assert 8 <= len(first.partitions) <= 2 + 8 + 4
         async with running(second):
             await wait_until(lambda: len(second.partitions) >= 10,
                              message="the second watcher takes free partitions")
