@@ -298,27 +298,35 @@ async def test_the_keeper_says_whether_it_left_free_partitions_untaken(store) ->
     assert keeper.free_left, "at the limit with p4 free: an ending makes room for it"
 
 
-async def test_an_ending_calls_a_cycle_only_when_the_room_can_start_work_sooner(store) -> None:
-    """With free partitions left, a supervisor's end wakes the lease cycle while the
-    watcher holds no more partitions than it can call at once, or once a lease batch
-    of room is free; holding more than that, the held ones keep the slots busy and
-    the cycle waits for a fuller batch (or the poll)."""
-    import asyncio
+async def _watcher_at_its_lease_limit(store, partitions: int, config: Any, *,
+                                      cycles: int) -> tuple[Any, asyncio.Task[str]]:
+    """A watcher (whose supervisors never run) holding ``config.max_leases`` of
+    ``partitions`` one-item partitions after ``cycles`` lease cycles, with free ones
+    left; and a finished task to pass for a supervisor's end."""
+    from watcher import Watcher
 
-    from watcher import Watcher, WatcherConfig
-
-    for n in range(6):
+    for n in range(partitions):
         await store.partition_create(f"p{n}", [NewItem("i", b"x")])
 
     async def process(item):  # never called: no supervisor runs here
         raise AssertionError(item)
 
-    config = WatcherConfig(owner_id="me", lease_batch=2, max_leases=5, concurrency=2)
     watcher = Watcher(store, process, config)
-    for _ in range(3):
+    for _ in range(cycles):
         await watcher.keeper.run_once()
-    assert len(watcher.keeper.leases) == 5 and watcher.keeper.free_left
+    assert len(watcher.keeper.leases) == config.max_leases and watcher.keeper.free_left
     ended: asyncio.Task[str] = asyncio.get_running_loop().create_future()  # type: ignore[assignment]
+    return watcher, ended
+
+
+async def test_an_ending_calls_a_cycle_only_when_the_room_can_start_work_sooner(store) -> None:
+    """With free partitions left, a supervisor's end wakes the lease cycle once the
+    cycle could take a lease batch (or all the room the lease limit leaves); with less
+    room than that, the cycle waits for a fuller batch (or the poll)."""
+    from watcher import WatcherConfig
+
+    config = WatcherConfig(owner_id="me", lease_batch=2, max_leases=5, concurrency=2)
+    watcher, ended = await _watcher_at_its_lease_limit(store, 6, config, cycles=3)
     watcher._wake.clear()
     watcher._supervisor_ended(ended)
     assert not watcher._wake.is_set(), "5 held for 2 calls at once, no room: wait"
@@ -339,18 +347,10 @@ async def test_an_ending_calls_a_cycle_for_the_last_room_a_small_lease_limit_lea
         store) -> None:
     """With ``max_leases`` below a lease batch, an ending calls a cycle for the one
     partition it makes room for, as long as the slots' backlog has room too."""
-    from watcher import Watcher, WatcherConfig
+    from watcher import WatcherConfig
 
-    for n in range(8):
-        await store.partition_create(f"p{n}", [NewItem("i", b"x")])
-
-    async def process(item):  # never called: no supervisor runs here
-        raise AssertionError(item)
-
-    watcher = Watcher(store, process, WatcherConfig(owner_id="me", max_leases=5))
-    await watcher.keeper.run_once()
-    assert len(watcher.keeper.leases) == 5 and watcher.keeper.free_left
-    ended: asyncio.Task[str] = asyncio.get_running_loop().create_future()  # type: ignore[assignment]
+    watcher, ended = await _watcher_at_its_lease_limit(
+        store, 8, WatcherConfig(owner_id="me", max_leases=5), cycles=1)
     watcher._wake.clear()
     watcher._supervisor_ended(ended)
     assert not watcher._wake.is_set(), "at the lease limit: no room"
