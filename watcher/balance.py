@@ -90,11 +90,15 @@ def plan_balance(me: str, stats: LeaseStats, free: int, *, max_take: int,
     counts as live even before it holds anything. ``free`` is how many free
     (unleased or expired) partitions were seen. A watcher below target takes
     free partitions first; only when none are free does it steal, from the
-    most-loaded owner, and only from one above target.
+    most-loaded owner, and only from one above target. When more partitions are
+    free than the count went to (``stats.free_at_cap``), the share is not known
+    and no owner is above it: ``me`` may take a whole ``max_take``.
     """
     owners = dict(stats.owners)
     owners.setdefault(me, 0)
     target = fair_share(stats.active, len(owners))
+    if stats.free_at_cap:
+        target = max(target, owners[me] + max_take)
     need = target - owners[me]
     if need <= 0:
         return BalancePlan(target)

@@ -13,12 +13,17 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Float, and_, bindparam, case, func, literal, or_, select
-from sqlalchemy.sql.expression import Select, Update
+from sqlalchemy import Float, bindparam, func, literal, or_, select, union_all
+from sqlalchemy.sql.expression import CompoundSelect, Select, Update
 
 from watcher.drivers.sql import lock_unless_busy
 from watcher.models import AVAILABLE, CANCELLED, DELETING
 from watcher.statements import Statements
+
+# A lease cycle counts free partitions up to this many: the count gives each owner's
+# fair share while few are free; past it, every processor takes what its slots can
+# start (:func:`watcher.balance.plan_balance`), and the count reads no further.
+FREE_COUNT_CAP = 1_000
 
 # The columns a lease read returns, in order (:func:`watcher.store.codecs.to_lease_row`).
 LEASE_COLUMNS = ("id", "version", "gate", "owner", "reduce_gates", "on_item_failure",
@@ -33,6 +38,7 @@ class LeaseStatements:
         self._free: dict[int, Select[Any]] = {}
         self._of_owner: dict[int, Select[Any]] = {}
         self._takes: dict[int, Update] = {}
+        self._counts: dict[int, CompoundSelect] = {}
 
     def _columns(self) -> Select[Any]:
         p = self.statements.tables.partitions
@@ -77,23 +83,28 @@ class LeaseStatements:
             p.c.owner == bindparam("holder"),
             p.c.until >= self.statements.now_plus(bindparam("back", type_=Float())))
 
-    @functools.cached_property
-    def counts(self) -> Select[Any]:
-        """Rows ``(holder, count)`` over the active partitions (leased, or free to lease:
-        not scheduled for later): a live lease counts for its owner, every other
-        active partition for ``""``. No parameters.
+    def counts(self, free_cap: int) -> CompoundSelect:
+        """Rows ``(holder, count)``: each owner's live leases, then ``("", n)`` with ``n``
+        the partitions free to lease (unleased or expired, not scheduled for later),
+        counted up to ``free_cap``. No parameters.
 
-        The holder is worked out in a subquery and grouped outside it: a ``GROUP BY``
-        on the expression itself would repeat the clock's parameter, which
-        PostgreSQL does not take for the same expression.
+        Bounded: the first part reads only the rows under a live lease (and those
+        scheduled for later, which share the index range), the second at most
+        ``free_cap`` index entries, however many partitions wait.
         """
-        p = self.statements.tables.partitions
-        now = self.statements.now
-        live = and_(p.c.owner != "", p.c.until > now)
-        active = (select(case((live, p.c.owner), else_=literal("")).label("holder"))
-                  .where(p.c.status == AVAILABLE, or_(p.c.owner != "", p.c.until <= now))
-                  .subquery("active"))
-        return select(active.c.holder, func.count()).group_by(active.c.holder)
+        found = self._counts.get(free_cap)
+        if found is None:
+            p = self.statements.tables.partitions
+            now = self.statements.now
+            leased = (select(p.c.owner.label("holder"), func.count().label("held"))
+                      .where(p.c.status == AVAILABLE, p.c.until > now, p.c.owner != "")
+                      .group_by(p.c.owner))
+            free = (select(p.c.id).where(p.c.status == AVAILABLE, p.c.until <= now)
+                    .limit(free_cap).subquery("free"))
+            found = self._counts[free_cap] = union_all(
+                leased, select(literal("").label("holder"), func.count().label("held"))
+                .select_from(free))
+        return found
 
     def take(self, rows: int) -> Update:
         """A take of ``rows`` leases in one statement (built once per shape): the guarded

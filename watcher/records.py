@@ -197,10 +197,13 @@ class LeaseRenewal:
 
 @dataclass(frozen=True, slots=True)
 class LeaseStats:
-    """Active partitions and how many each live owner holds."""
+    """Active partitions (leased, or free to lease) and how many each live owner holds.
+    ``free_at_cap``: the free partitions were counted only up to a cap, and there may
+    be more (``active`` counts the capped number)."""
 
     active: int
     owners: dict[str, int]
+    free_at_cap: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,6 +123,21 @@ async def test_lease_stats_count_active_partitions_and_live_leases_by_owner(make
     assert old.owner == "c"
 
 
+
+async def test_lease_stats_count_free_partitions_up_to_a_cap(make_store) -> None:
+    """The free partitions are counted up to the cap asked for, and the stats say the count
+    stopped there; the live leases are counted in full. Below the cap the count is exact."""
+    store = make_store()
+    for n in range(6):
+        await store.partition_create(f"p{n}", [NewItem("i", b"x")])
+    await store.leases_take((await store.leases_read_free(20))[:2], "a", 30.0)
+    capped = await store.lease_stats(free_cap=3)
+    assert capped.owners == {"a": 2}
+    assert (capped.active, capped.free_at_cap) == (5, True)  # two leased, three of four free
+    exact = await store.lease_stats(free_cap=5)
+    assert (exact.active, exact.free_at_cap) == (6, False)
+    assert (await store.lease_stats()).active == 6
+
 async def test_guarded_transition_loses_on_stale_version(store) -> None:
     await store.partition_create("p", [NewItem("i", b"x")])
     (lease,) = await store.leases_take(await store.leases_read_free(5), "me", 30.0)

@@ -73,6 +73,14 @@ BALANCE_CASES = [
      LeaseStats(30, {"a": 25}), 1, 16, 4, BalancePlan(15, take_free=1)),
     ("nothing active, nothing to do",
      LeaseStats(0, {}), 0, 16, 2, BalancePlan(0)),
+    # The count of free partitions stopped at its cap: 1,000 counted of more.
+    ("above the counted share, with more free than counted, still takes max_take",
+     LeaseStats(1_600, {"me": 900, "a": 0}, free_at_cap=True), 64, 16, 2,
+     BalancePlan(916, take_free=16)),
+    ("more free than counted: takes only what was seen free",
+     LeaseStats(1_000, {}, free_at_cap=True), 5, 16, 2, BalancePlan(1_000, take_free=5)),
+    ("more free than counted, none seen free: no steal",
+     LeaseStats(1_100, {"me": 0, "a": 100}, free_at_cap=True), 0, 16, 2, BalancePlan(550)),
 ]
 
 

@@ -18,10 +18,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.expression import Select
+from sqlalchemy.sql.expression import CompoundSelect, Select
 
 from watcher.drivers.sql import lock_unless_busy
-from watcher.lease_statements import LeaseStatements
+from watcher.lease_statements import FREE_COUNT_CAP, LeaseStatements
 from watcher.models import AVAILABLE, CANCELLED, DELETING
 from watcher.records import (
     LeaseRenewal,
@@ -54,7 +54,7 @@ class LeasesStore(StoreBase):
         it as one statement), built once per shape."""
         return LeaseStatements(self.statements)
 
-    async def _lease_read(self, name: str, statement: Select[Any],
+    async def _lease_read(self, name: str, statement: Select[Any] | CompoundSelect,
                           params: dict[str, Any]) -> Sequence[Any]:
         """Run one lease read on the driver's direct path, where it has one."""
         return await self.round_trips.call(name, self.driver.fetch(statement, params, read=True))
@@ -89,12 +89,15 @@ class LeasesStore(StoreBase):
                                       {"holder": owner})
         return [to_lease_row(row) for row in rows]
 
-    async def lease_stats(self) -> LeaseStats:
-        """Count active partitions (leased, or free to lease: not scheduled for later)
-        and the live leases of each owner, in one read."""
-        rows = await self._lease_read("lease_stats", self.lease_statements.counts, {})
-        return LeaseStats(active=sum(count for _, count in rows),
-                          owners={holder: count for holder, count in rows if holder})
+    async def lease_stats(self, free_cap: int = FREE_COUNT_CAP) -> LeaseStats:
+        """Count each owner's live leases and the partitions free to lease (unleased or
+        expired, not scheduled for later), the free ones up to ``free_cap``, in one
+        bounded read (:meth:`LeaseStatements.counts`)."""
+        rows = await self._lease_read("lease_stats", self.lease_statements.counts(free_cap), {})
+        owners = {holder: count for holder, count in rows if holder}
+        free = sum(count for holder, count in rows if not holder)
+        return LeaseStats(active=sum(owners.values()) + free, owners=owners,
+                          free_at_cap=free >= free_cap)
 
     async def leases_take(self, rows: Sequence[LeaseRow], owner: str,
                           duration: float) -> list[LeaseRow]:
