@@ -139,31 +139,64 @@ async def test_sqlite_sync_levels(hot_store: Store) -> None:
     assert hot.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
 
 
-async def test_sqlite_gate_moves_and_closes_commit_synced_on_the_hot_connection(
-        hot_store: Store) -> None:
-    """A gate move or a close is one statement on the driver's own connection, its one
-    commit at FULL (and with it every result write before it); the connection goes
-    back to NORMAL for result writes."""
+async def test_sqlite_gate_moves_and_closes_are_answered_once_the_log_is_on_disk(
+        hot_store: Store, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gate move or a close is one statement on the driver's own connection, which stays
+    at NORMAL; after its commit the write-ahead log is synced to disk in a worker thread
+    (and with it every result write before it), and only then does the caller hear
+    back, so the watcher never acts on a move a power loss could undo."""
     store = hot_store
     await _leased(store, "p", 1)
     hot = store.driver.direct._conn
     assert hot is not None
+    loop_thread = threading.get_ident()
+    path = sqlite_url.removeprefix("sqlite:///")
+    syncs: list[tuple[str, bool, tuple[Any, ...]]] = []
+    answered: list[int | None] = []
+    real_sync = sqlite_direct.sync_log
+
+    def recorded(wal_path: str) -> None:
+        # What another connection reads as the sync starts: the write is committed.
+        reader = sqlite3.connect(path)
+        try:
+            row = reader.execute("SELECT gate, status FROM partitions WHERE id = 'p'").fetchone()
+        finally:
+            reader.close()
+        syncs.append((wal_path, threading.get_ident() != loop_thread, (len(answered), *row)))
+        real_sync(wal_path)
+
+    monkeypatch.setattr(sqlite_direct, "sync_log", recorded)
     sent: list[str] = []
     hot.set_trace_callback(sent.append)
     try:
-        moved = await store.partition_transition("p", 2, OWNER, gate=3)
-        closed = await store.partition_transition("p", 3, OWNER, status="complete")
+        answered.append(await store.partition_transition("p", 2, OWNER, gate=3))
+        answered.append(await store.partition_transition("p", 3, OWNER, status="complete"))
     finally:
         hot.set_trace_callback(None)
-    assert moved == 3 and closed == 4
-    updates = [n for n, sql in enumerate(sent) if sql.lstrip().upper().startswith("UPDATE")]
-    assert len(updates) == 2
-    for at in updates:
-        assert sent[at - 1] == "PRAGMA synchronous=FULL", sent
-        assert sent[at + 1] == "PRAGMA synchronous=NORMAL", sent
-    assert hot.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL again
+    assert answered == [3, 4]
+    assert [sql for sql in sent if "synchronous" in sql] == []  # no pragma switching
+    assert syncs == [(f"{path}-wal", True, (0, 3, "available")),
+                     (f"{path}-wal", True, (1, 3, "complete"))]
+    assert hot.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
     info = await store.partition_get("p")
     assert info is not None and info.status == "complete" and info.gate == 3
+
+
+async def test_sqlite_a_failed_log_sync_fails_the_move_with_a_database_error(
+        hot_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log the disk would not sync fails the gate move as the database's error (which the
+    watcher retries), not as a stray OSError; the move itself was committed."""
+    store = hot_store
+    await _leased(store, "p", 1)
+
+    def failing(wal_path: str) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(sqlite_direct, "sync_log", failing)
+    with pytest.raises(DBAPIError, match="could not sync the log to disk"):
+        await store.partition_transition("p", 2, OWNER, gate=3)
+    info = await store.partition_get("p")
+    assert info is not None and info.gate == 3
 
 
 async def test_sqlite_checkpoints_run_in_a_worker_thread(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.engine import wait_until
-from watcher.drivers.sqlite.shared_commits import SharedCommits, Write, commit_synced
+from watcher.drivers.sqlite.shared_commits import SharedCommits, Write, commit_group, sync_log
 
 
 class Recorder:
@@ -87,15 +87,35 @@ async def test_a_write_whose_group_started_is_written_though_its_caller_left() -
     await shared.wait_idle()
 
 
-def test_commit_synced_writes_all_or_none(tmp_path: Path) -> None:
+def test_commit_group_writes_all_or_none(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+    conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("CREATE TABLE t (id TEXT PRIMARY KEY, v TEXT NOT NULL)")
     conn.executemany("INSERT INTO t VALUES (?, 'old')", [("a",), ("b",)])
     update = "UPDATE t SET v = :v WHERE id = :id"
-    assert commit_synced(conn, [(update, {"id": "a", "v": "new"}),
-                                (update, {"id": "zz", "v": "new"})]) == [1, 0]
+    assert commit_group(conn, [(update, {"id": "a", "v": "new"}),
+                               (update, {"id": "zz", "v": "new"})]) == [1, 0]
     with pytest.raises(sqlite3.IntegrityError):
-        commit_synced(conn, [(update, {"id": "b", "v": "new"}), (update, {"id": "a", "v": None})])
+        commit_group(conn, [(update, {"id": "b", "v": "new"}), (update, {"id": "a", "v": None})])
     assert dict(conn.execute("SELECT id, v FROM t")) == {"a": "new", "b": "old"}
     assert not conn.in_transaction
-    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL again
+
+
+def test_commit_group_with_full_sync_goes_back_to_normal(tmp_path: Path) -> None:
+    """For a database whose log cannot be synced on its own, the commit syncs itself."""
+    conn = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("CREATE TABLE t (id TEXT PRIMARY KEY, v TEXT NOT NULL)")
+    sent: list[str] = []
+    conn.set_trace_callback(sent.append)
+    assert commit_group(conn, [("INSERT INTO t VALUES ('a', 'x')", {})], full_sync=True) == [1]
+    assert sent[0] == "PRAGMA synchronous=FULL" and sent[-1] == "PRAGMA synchronous=NORMAL"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+
+
+def test_sync_log_syncs_the_file_it_names_and_says_when_it_cannot(tmp_path: Path) -> None:
+    log = tmp_path / "t.db-wal"
+    log.write_bytes(b"frames")
+    sync_log(str(log))  # a real file: synced, nothing raised
+    with pytest.raises(FileNotFoundError):
+        sync_log(str(tmp_path / "absent.db-wal"))

@@ -27,14 +27,19 @@ Durability: the hot connection commits result writes with
 ``synchronous=NORMAL``. In WAL mode that does not sync the log at each commit,
 so after a power loss the last result writes may be gone, and only as a whole:
 the log is replayed up to the last commit that reached the disk, which
-includes everything committed before any later ``synchronous=FULL`` commit
-(the engine's: client writes, leases; and this connection's gate moves and
-closes, whose commits are synced, those made together sharing one:
+includes everything committed before any later synced commit (the engine's,
+at ``synchronous=FULL``: client writes, leases; and this connection's gate
+moves and closes, those made together sharing one:
 :meth:`SQLiteDirect.execute` with ``synced``, :mod:`.shared_commits`). A result
 write lost that way leaves its item as it was before the call, so the step runs
-again; it is never half applied and never applied twice. A synced commit waits
-for the disk on the event loop's thread: one log sync, well under a millisecond
-on a local disk.
+again; it is never half applied and never applied twice. A gate move or a
+close commits, then the log is synced to disk in a worker thread, and only then
+does its caller hear back: the watcher acts on it (the next gate's calls, the
+close's hooks) only once it would survive a power loss, and the event loop goes
+on with other partitions during the sync (about half a millisecond here, which
+on the loop's thread had taken a quarter of a drain of small partitions).
+Another connection may read the move in the moment between its commit and the
+sync, as it may read a result write before the next sync.
 """
 
 from __future__ import annotations
@@ -56,7 +61,12 @@ from sqlalchemy.sql import ClauseElement
 from watcher.drivers.compiled import CompiledStatement, StatementCache
 from watcher.drivers.sql import CLOCK_PARAMETER
 from watcher.drivers.sqlite.files import DatabaseFile
-from watcher.drivers.sqlite.shared_commits import SharedCommits, Write, commit_synced
+from watcher.drivers.sqlite.shared_commits import (
+    SharedCommits,
+    Write,
+    commit_group,
+    sync_log,
+)
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +126,9 @@ class SQLiteDirect:
         self._busy_timeout = busy_timeout
         self._compiled = StatementCache(dialect)
         self._conn: sqlite3.Connection | None = None
+        # The write-ahead log a synced write flushes (None: the file is not in WAL
+        # mode, and such a write's commit syncs itself).
+        self._wal_path: str | None = None
         self._closed = False
         self._commits = 0
         self._checkpoint: asyncio.Future[None] | None = None
@@ -182,17 +195,20 @@ class SQLiteDirect:
         return matched
 
     async def _write_synced(self, writes: Sequence[Write]) -> list[int | BaseException]:
-        """``writes`` in one transaction whose commit is synced to disk
-        (:func:`commit_synced`); per write, its row count. When the group fails but
-        for a busy lock, each write runs again alone and gets its own outcome.
+        """``writes`` in one transaction (:func:`commit_group`), then the log synced to
+        disk in a worker thread (:func:`sync_log`) before any caller hears back; per
+        write, its row count. When the group fails but for a busy lock, each write runs
+        again alone and gets its own outcome.
 
         Raises:
-            sqlalchemy.exc.DBAPIError: a lone write failed, or the lock stayed
-                taken for the busy timeout.
+            sqlalchemy.exc.DBAPIError: a lone write failed, the lock stayed taken for
+                the busy timeout, or the log could not be synced (the writes were
+                committed; whether a power loss would keep them is not known).
         """
         def run() -> list[int]:
             self._file.require()
-            return commit_synced(self._connection(), writes)
+            conn = self._connection()
+            return commit_group(conn, writes, full_sync=self._wal_path is None)
 
         try:
             counts: list[int | BaseException] = list(await self._retrying(run, writes[0][0]))
@@ -207,6 +223,13 @@ class SQLiteDirect:
                     counts.append(alone)
             return counts
         self._committed()
+        if self._wal_path is not None:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, sync_log,
+                                                                 self._wal_path)
+            except OSError as error:
+                failed = sqlite3.OperationalError(f"could not sync the log to disk: {error}")
+                raise _wrapped(writes[0][0], failed, self._dialect) from None
         return counts
 
     async def write_rows(self, statement: ClauseElement, rows: Sequence[dict[str, Any]],
@@ -311,7 +334,7 @@ class SQLiteDirect:
             try:
                 # WAL is a property of the file, set by the migration (or the engine's
                 # first connection); asking again costs nothing once it is set.
-                conn.execute("PRAGMA journal_mode=WAL")
+                (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.execute("PRAGMA wal_autocheckpoint=0")
                 conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
@@ -320,6 +343,10 @@ class SQLiteDirect:
                 conn.close()
                 raise
             self._conn = conn
+            # A file named by a plain path has its log beside it; a URI or an in-memory
+            # database's commits sync themselves (or need not).
+            in_wal = str(mode).lower() == "wal" and self._file.watched
+            self._wal_path = self._path + "-wal" if in_wal else None
         return self._conn
 
     def _committed(self) -> None:

@@ -1,12 +1,14 @@
-"""Synced writes that arrive together share one transaction and its one synced commit.
+"""Synced writes that arrive together share one transaction and its one disk sync.
 
-A gate move or a close on SQLite's hot path commits with ``synchronous=FULL``:
-the commit waits for the log to reach the disk, so that it survives a power
-loss. When many small partitions drain at once, their closes arrive a few at a
-time, each paying its own disk sync. :class:`SharedCommits` gathers the writes
-that arrive in one turn of the event loop, and those that arrive while a group
-is being written, into the next group: one ``BEGIN IMMEDIATE``, each write, one
-synced ``COMMIT``. Each caller still gets its own write's row count.
+A gate move or a close on SQLite's hot path is answered only once the log holding
+it has reached the disk, so that it survives a power loss. When many small
+partitions drain at once, their closes arrive a few at a time, each paying its
+own disk sync. :class:`SharedCommits` gathers the writes that arrive in one turn
+of the event loop, and those that arrive while a group is being written and
+synced, into the next group: one ``BEGIN IMMEDIATE``, each write, one ``COMMIT``,
+one sync of the log (:func:`sync_log`, in a worker thread: a disk sync takes
+about half a millisecond here, and the event loop goes on meanwhile). Each caller
+still gets its own write's row count.
 
 Each write is guarded by itself (a partition's version and holder), so writing
 it beside others changes nothing it decides. When the group's transaction fails
@@ -18,6 +20,7 @@ bad write does not fail its neighbours.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,16 +33,20 @@ Write = tuple[str, dict[str, Any]]
 GroupWriter = Callable[[Sequence[Write]], Awaitable[list["int | BaseException"]]]
 
 
-def commit_synced(conn: sqlite3.Connection, writes: Sequence[Write]) -> list[int]:
-    """Run ``writes`` on ``conn`` in one transaction, its commit synced to disk
-    (``synchronous=FULL`` for that commit; ``NORMAL`` again after); one write alone
-    is one autocommit statement. Returns, per write, how many rows it matched.
+def commit_group(conn: sqlite3.Connection, writes: Sequence[Write], *,
+                 full_sync: bool = False) -> list[int]:
+    """Run ``writes`` on ``conn`` in one transaction; one write alone is one autocommit
+    statement. With ``full_sync`` the commit itself syncs the log to disk
+    (``synchronous=FULL`` for that commit, ``NORMAL`` again after): for a database
+    whose log :func:`sync_log` cannot reach (not in WAL mode). Returns, per write, how
+    many rows it matched.
 
     Raises:
         sqlite3.Error: SQLite failed or refused a write, or another connection
             holds the write lock (then none of them is written).
     """
-    conn.execute("PRAGMA synchronous=FULL")
+    if full_sync:
+        conn.execute("PRAGMA synchronous=FULL")
     try:
         if len(writes) == 1:
             return [conn.execute(*writes[0]).rowcount]
@@ -53,7 +60,28 @@ def commit_synced(conn: sqlite3.Connection, writes: Sequence[Write]) -> list[int
             raise
         return counts
     finally:
-        conn.execute("PRAGMA synchronous=NORMAL")
+        if full_sync:
+            conn.execute("PRAGMA synchronous=NORMAL")
+
+
+def sync_log(wal_path: str) -> None:
+    """Flush the write-ahead log at ``wal_path`` to disk: every commit logged before the
+    call survives a power loss once it returns, as if that commit had run at
+    ``synchronous=FULL`` (which syncs the same file). A blocking call, for a worker
+    thread.
+
+    The log gets a descriptor of its own, never the database file: closing any
+    descriptor of a file drops this process's POSIX locks on it, and SQLite's locks
+    live on the database and its ``-shm`` file, not on the log.
+
+    Raises:
+        OSError: the log could not be opened or synced.
+    """
+    fd = os.open(wal_path, os.O_RDWR if os.name == "nt" else os.O_RDONLY)
+    try:
+        (os.fdatasync if hasattr(os, "fdatasync") else os.fsync)(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass(slots=True)
