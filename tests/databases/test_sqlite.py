@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -443,3 +445,12 @@ async def test_sqlite_a_refused_write_in_a_shared_commit_fails_alone(
     assert isinstance(outcomes[1], DBAPIError) and "NOT NULL" in str(outcomes[1])
     statuses = [(await store.partition_get(f"p{n}")).status for n in range(3)]
     assert statuses == ["paused", "available", "paused"]
+
+
+def test_machine_now_is_written_as_sqlite_stores_times() -> None:
+    """The hot path's clock text sorts and compares with the times SQLite writes
+    (``strftime('%Y-%m-%d %H:%M:%f')`` style, microseconds always present)."""
+    text = sqlite_direct.machine_now()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}", text), text
+    parsed = datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC)
+    assert abs((datetime.now(UTC) - parsed).total_seconds()) < 5

@@ -417,7 +417,9 @@ class SQLiteDirect:
 
 def machine_now() -> str:
     """This machine's UTC time as SQLite stores times (the clock ``strftime('now')`` reads)."""
-    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    # isoformat with the microseconds always written, less its "+00:00": the same text as
+    # strftime("%Y-%m-%d %H:%M:%S.%f") at half the cost (it runs once per statement).
+    return datetime.now(UTC).isoformat(" ", "microseconds")[:26]
 
 
 def _wrapped(sql: str, error: sqlite3.Error, dialect: Dialect) -> StatementError:
