@@ -12,6 +12,13 @@
    partitions and ``Store.leases_read_free`` (the two queries every poll runs),
    median and p99. Both read the same number of rows in both states, so only
    what they must skip differs.
+4. Lease reads as partitions wait: in the 10 % state, add copies of an open
+   partition's row until at least as many partitions wait as the lease counts'
+   cap (1,000), time a lease cycle's two reads (``leases_read_free`` and
+   ``lease_stats``, the counts behind the fair share), add copies until
+   :data:`WAITING_GROWTH` times as many wait, and time them again. Both reads are
+   bounded (a limit, a capped count), so past their bounds their time should not
+   grow with the backlog.
 
 Every step runs on each database the same way.
 """
@@ -23,9 +30,10 @@ import json
 import math
 import random
 import time
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import text, update
+from sqlalchemy import insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bench.common import (
@@ -44,6 +52,7 @@ from processor import AsyncClient
 from watcher import Store
 from watcher.config import DEFAULT_LEASE_BATCH
 from watcher.drivers.sql import db_now
+from watcher.lease_statements import FREE_COUNT_CAP
 from watcher.leases import CANDIDATE_SPREAD
 
 TITLE = ("Scale ({database}): many partitions x items; poll queries and memory as completed "
@@ -52,6 +61,7 @@ TITLE = ("Scale ({database}): many partitions x items; poll queries and memory a
 REFRESH_STATISTICS = {"postgresql": "VACUUM ANALYZE {name}", "sqlite": "ANALYZE {name}",
                       "mysql": "ANALYZE TABLE {name}", "mariadb": "ANALYZE TABLE {name}"}
 QUERY_FLAT = 1.5  # bench criterion: the 90 % query time at most this times the 10 % one
+WAITING_GROWTH = 10  # lease reads: timed with 1,000 partitions waiting (or more), then 10x
 RSS_FLAT = 0.10  # bench criterion: memory grows at most 10 % from 10 % to 90 % complete
 
 
@@ -111,6 +121,44 @@ async def time_queries(store: Store, open_ids: list[str], samples: int, limit: i
     return times
 
 
+async def add_waiting(store: Store, template_id: str, first: int, count: int) -> None:
+    """Insert ``count`` copies of the partition row ``template_id`` (new ids from number
+    ``first``, no items): partitions waiting to be leased, as a backlog holds them."""
+    if count <= 0:
+        return
+    p = store.tables.partitions
+    async with store.engine.begin() as conn:
+        row = dict((await conn.execute(select(p).where(p.c.id == template_id))).mappings().one())
+        # Each a moment later in the lease queue than the last, as partitions created
+        # one after another are.
+        copies = [{**row, "id": f"w{number:07d}",
+                   "rank_at": row["rank_at"] + timedelta(microseconds=number + 1)}
+                  for number in range(first, first + count)]
+        for start in range(0, count, 5_000):
+            await conn.execute(insert(p), copies[start:start + 5_000])
+    async with store.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await refresh_statistics(conn, p.name)
+
+
+async def time_lease_reads(store: Store, samples: int) -> dict[str, list[float]]:
+    """Time a lease cycle's two reads, ``samples`` each: the free partitions and the
+    counts behind the fair share."""
+    candidates = DEFAULT_LEASE_BATCH * CANDIDATE_SPREAD
+    times: dict[str, list[float]] = {"leases_free": [], "lease_counts": []}
+    for _ in range(5):  # warm the connection and the caches
+        await store.leases_read_free(candidates)
+        await store.lease_stats()
+    for _ in range(samples):
+        started = time.perf_counter()
+        await store.leases_read_free(candidates)
+        times["leases_free"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await store.lease_stats()
+        times["lease_counts"].append(time.perf_counter() - started)
+    return times
+
+
 async def run(settings: Settings) -> Outcome:
     """The scale scenario (see the module docstring)."""
     sizes = settings.sizes
@@ -144,6 +192,15 @@ async def run(settings: Settings) -> Outcome:
                 open_ids = await set_state(client.store, ids, per_partition, share)
                 queries[f"{round(share * 100)}pct"] = await time_queries(
                     client.store, open_ids, sizes.query_samples, limit)
+            # Still in the 10 % state: the open partitions wait, and copies of one of them.
+            base = max(len(open_ids), FREE_COUNT_CAP)
+            waiting: dict[int, dict[str, list[float]]] = {}
+            added = 0
+            for count in (base, base * WAITING_GROWTH):
+                more = count - len(open_ids) - added
+                await add_waiting(client.store, open_ids[0], added, more)
+                added += more
+                waiting[count] = await time_lease_reads(client.store, sizes.query_samples)
     rss = drain["rss_mb"]
     per_item = drain["statements"] / total
     outcome.rows.append(Row("dataset", f"{partitions:,} x {per_partition:,} items",
@@ -173,6 +230,22 @@ async def run(settings: Settings) -> Outcome:
         outcome.goals.append(Goal(f"scale: {name} time flat (bench criterion)",
                                   f"90 %/10 % <= {QUERY_FLAT:g}x", f"{change:.2f}x",
                                   change <= QUERY_FLAT))
+    (few, few_times), (many, many_times) = sorted(waiting.items())
+    figures_waiting: dict[str, Any] = {"waiting": [few, many]}
+    for name in ("leases_free", "lease_counts"):
+        low, high = summary_ms(few_times[name]), summary_ms(many_times[name])
+        figures_waiting[name] = {f"waiting_{few}": low, f"waiting_{many}": high}
+        outcome.rows.append(Row(f"{name} p50 with {few:,} / {many:,} partitions waiting",
+                                f"{ms_text(low['p50_ms'] / 1000)} / "
+                                f"{ms_text(high['p50_ms'] / 1000)}",
+                                f"p99 {ms_text(low['p99_ms'] / 1000)} / "
+                                f"{ms_text(high['p99_ms'] / 1000)}; "
+                                f"{sizes.query_samples} samples each"))
+        change = high["p50_ms"] / low["p50_ms"]
+        outcome.goals.append(Goal(f"scale: {name} time flat as partitions wait "
+                                  "(bench criterion)",
+                                  f"{WAITING_GROWTH}x waiting <= {QUERY_FLAT:g}x",
+                                  f"{change:.2f}x", change <= QUERY_FLAT))
     outcome.goals.append(Goal("scale: watcher memory flat (bench criterion)",
                               f"+{RSS_FLAT:.0%} at most from 10 % to 90 %",
                               "-" if growth is None else f"{growth:+.1%}",
@@ -181,6 +254,7 @@ async def run(settings: Settings) -> Outcome:
         "partitions": partitions, "items_per_partition": per_partition, "items": total,
         "insert_seconds": round(insert_seconds, 2), "drain": drain,
         "statements_per_item": round(per_item, 4), "poll_queries": figures_queries,
+        "lease_reads": figures_waiting,
         "items_ready_limit": limit,
     }
     return outcome

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Float, bindparam, func, literal, or_, select, union_all
 from sqlalchemy.sql.expression import CompoundSelect, Select, Update
 
-from watcher.drivers.sql import lock_unless_busy
+from watcher.drivers.sql import lock_unless_busy, not_for_index
 from watcher.models import AVAILABLE, CANCELLED, DELETING
 from watcher.statements import Statements
 
@@ -53,8 +53,10 @@ class LeaseStatements:
             now = self.statements.now
             found = self._free[limit] = (
                 self._columns()
-                .where(p.c.status == AVAILABLE, p.c.until <= now, p.c.paused_at.is_(None),
-                       ~self.statements.flow_paused(p.c.flow_key))
+                # Read in the queue's order (status, rank_at) and stop at the limit;
+                # a range on (status, until) would sort every free partition first.
+                .where(p.c.status == AVAILABLE, not_for_index(p.c.until) <= now,
+                       p.c.paused_at.is_(None), ~self.statements.flow_paused(p.c.flow_key))
                 .order_by(p.c.rank_at, p.c.id).limit(limit))
         return found
 

@@ -50,7 +50,10 @@ FIGURES = {
     "latency": ("insert_to_dispatch.p50_ms", "gate_advance.p50_ms"),
     "scale": ("statements_per_item", "drain.rss_mb.at_10pct", "drain.rss_mb.at_90pct",
               *(f"poll_queries.{query}.{at}.p50_ms" for query in ("items_ready", "leases_free")
-                for at in ("at_10pct", "at_90pct"))),
+                for at in ("at_10pct", "at_90pct")),
+              # Smoke sizes: the lease counts' cap (1,000) waiting, then ten times as many.
+              *(f"lease_reads.{read}.waiting_{count}.p50_ms"
+                for read in ("leases_free", "lease_counts") for count in (1_000, 10_000))),
 }
 
 pytestmark = pytest.mark.postgres

@@ -454,3 +454,20 @@ def test_machine_now_is_written_as_sqlite_stores_times() -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}", text), text
     parsed = datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC)
     assert abs((datetime.now(UTC) - parsed).total_seconds()) < 5
+
+
+async def test_sqlite_reads_free_partitions_in_queue_order_without_sorting_them_all(
+        hot_store: Store) -> None:
+    """The lease cycle's free read walks the queue's index (status, rank_at) and stops at
+    its limit. SQLite's planner, with no statistics, would otherwise take the range on
+    (status, until) and sort every free partition before the limit: 14 ms a read with
+    20,000 waiting, on the event loop's thread."""
+    store = hot_store
+    statement = store.lease_statements.free(64)
+    direct = store.driver.direct
+    compiled = direct.compiled(statement)
+    conn = direct._connection()
+    plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + compiled.sql,
+                                           direct.values(statement, {}))]
+    assert any("ix_partitions_rank" in step for step in plan), plan
+    assert "USE TEMP B-TREE FOR ORDER BY" not in plan, plan

@@ -77,6 +77,21 @@ class data_size(FunctionElement[Any]):
     name = "data_size"
 
 
+class not_for_index(FunctionElement[Any]):
+    """A column a query filters on whose index the planner must not pick, because the
+    query's ``ORDER BY`` has an index of its own that lets it stop at its ``LIMIT``.
+    SQLite, whose planner goes by the shape of a query unless ``ANALYZE`` has run,
+    writes it ``+column`` (its own way to take a term out of the index choice);
+    the other databases weigh both indexes by their statistics and get the column."""
+
+    inherit_cache = True
+    name = "not_for_index"
+
+    def __init__(self, column: ColumnElement[Any]) -> None:
+        super().__init__(column)
+        self.type = column.type
+
+
 class db_now_plus(time_plus):
     """The database's current UTC time plus a number of seconds (fractions allowed)."""
 
@@ -125,6 +140,11 @@ def _clock_portable(element: clock_now, compiler: Any, **kw: Any) -> str:
     # The parameter's type comes from the database's own time on the right.
     parameter = clock_parameter(element, compiler, **kw)
     return f"COALESCE({parameter}, {compiler.process(db_now(), **kw)})"
+
+
+@compiles(not_for_index)
+def _column_portable(element: not_for_index, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.clauses, **kw))
 
 
 @compiles(data_size)

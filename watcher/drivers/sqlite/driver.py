@@ -27,7 +27,14 @@ from sqlalchemy.sql.expression import Select
 
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.drivers.base import DirectDriver
-from watcher.drivers.sql import data_size, db_now, json_texts, time_plus, time_plus_parts
+from watcher.drivers.sql import (
+    data_size,
+    db_now,
+    json_texts,
+    not_for_index,
+    time_plus,
+    time_plus_parts,
+)
 from watcher.drivers.sqlite.direct import (
     WAL_SIZE_LIMIT,
     Fence,
@@ -50,6 +57,11 @@ def _now(element: db_now, compiler: Any, **kw: Any) -> str:
     # Six fractional digits, the same text form SQLAlchemy stores, so that
     # comparisons between stored and computed times order correctly as text.
     return f"({SQLITE_NOW} || '000')"
+
+
+@compiles(not_for_index, "sqlite")
+def _not_for_index(element: not_for_index, compiler: Any, **kw: Any) -> str:
+    return f"+{compiler.process(element.clauses, **kw)}"
 
 
 @compiles(data_size, "sqlite")
