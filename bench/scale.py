@@ -159,6 +159,23 @@ async def time_lease_reads(store: Store, samples: int) -> dict[str, list[float]]
     return times
 
 
+def _compared(outcome: Outcome, name: str, low_times: list[float], high_times: list[float],
+              *, label: str, goal: str, target: str, samples: int
+              ) -> tuple[dict[str, float], dict[str, float]]:
+    """Add a row ``label`` for query ``name``'s times in two states (p50 and p99 of each)
+    and a goal that the second p50 is at most :data:`QUERY_FLAT` times the first;
+    returns both summaries."""
+    low, high = summary_ms(low_times), summary_ms(high_times)
+    outcome.rows.append(Row(label,
+                            f"{ms_text(low['p50_ms'] / 1000)} / {ms_text(high['p50_ms'] / 1000)}",
+                            f"p99 {ms_text(low['p99_ms'] / 1000)} / "
+                            f"{ms_text(high['p99_ms'] / 1000)}; {samples} samples each"))
+    change = high["p50_ms"] / low["p50_ms"]
+    outcome.goals.append(Goal(f"scale: {name} {goal} (bench criterion)", target,
+                              f"{change:.2f}x", change <= QUERY_FLAT))
+    return low, high
+
+
 async def run(settings: Settings) -> Outcome:
     """The scale scenario (see the module docstring)."""
     sizes = settings.sizes
@@ -217,35 +234,20 @@ async def run(settings: Settings) -> Outcome:
                             f"{drain['statements']:,} statements for {total:,} items"))
     figures_queries: dict[str, Any] = {}
     for name in ("items_ready", "leases_free"):
-        low = summary_ms(queries["10pct"][name])
-        high = summary_ms(queries["90pct"][name])
+        low, high = _compared(outcome, name, queries["10pct"][name], queries["90pct"][name],
+                              label=f"{name} p50 at 10 % / 90 % complete", goal="time flat",
+                              target=f"90 %/10 % <= {QUERY_FLAT:g}x",
+                              samples=sizes.query_samples)
         figures_queries[name] = {"at_10pct": low, "at_90pct": high}
-        outcome.rows.append(Row(f"{name} p50 at 10 % / 90 % complete",
-                                f"{ms_text(low['p50_ms'] / 1000)} / "
-                                f"{ms_text(high['p50_ms'] / 1000)}",
-                                f"p99 {ms_text(low['p99_ms'] / 1000)} / "
-                                f"{ms_text(high['p99_ms'] / 1000)}; "
-                                f"{sizes.query_samples} samples each"))
-        change = high["p50_ms"] / low["p50_ms"]
-        outcome.goals.append(Goal(f"scale: {name} time flat (bench criterion)",
-                                  f"90 %/10 % <= {QUERY_FLAT:g}x", f"{change:.2f}x",
-                                  change <= QUERY_FLAT))
     (few, few_times), (many, many_times) = sorted(waiting.items())
     figures_waiting: dict[str, Any] = {"waiting": [few, many]}
     for name in ("leases_free", "lease_counts"):
-        low, high = summary_ms(few_times[name]), summary_ms(many_times[name])
+        low, high = _compared(outcome, name, few_times[name], many_times[name],
+                              label=f"{name} p50 with {few:,} / {many:,} partitions waiting",
+                              goal="time flat as partitions wait",
+                              target=f"{WAITING_GROWTH}x waiting <= {QUERY_FLAT:g}x",
+                              samples=sizes.query_samples)
         figures_waiting[name] = {f"waiting_{few}": low, f"waiting_{many}": high}
-        outcome.rows.append(Row(f"{name} p50 with {few:,} / {many:,} partitions waiting",
-                                f"{ms_text(low['p50_ms'] / 1000)} / "
-                                f"{ms_text(high['p50_ms'] / 1000)}",
-                                f"p99 {ms_text(low['p99_ms'] / 1000)} / "
-                                f"{ms_text(high['p99_ms'] / 1000)}; "
-                                f"{sizes.query_samples} samples each"))
-        change = high["p50_ms"] / low["p50_ms"]
-        outcome.goals.append(Goal(f"scale: {name} time flat as partitions wait "
-                                  "(bench criterion)",
-                                  f"{WAITING_GROWTH}x waiting <= {QUERY_FLAT:g}x",
-                                  f"{change:.2f}x", change <= QUERY_FLAT))
     outcome.goals.append(Goal("scale: watcher memory flat (bench criterion)",
                               f"+{RSS_FLAT:.0%} at most from 10 % to 90 %",
                               "-" if growth is None else f"{growth:+.1%}",
