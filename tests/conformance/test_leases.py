@@ -123,7 +123,6 @@ async def test_lease_stats_count_active_partitions_and_live_leases_by_owner(make
     assert old.owner == "c"
 
 
-
 async def test_lease_stats_count_free_partitions_up_to_a_cap(make_store) -> None:
     """The free partitions are counted up to the cap asked for, and the stats say the count
     stopped there; the live leases are counted in full. Below the cap the count is exact."""
@@ -137,6 +136,7 @@ async def test_lease_stats_count_free_partitions_up_to_a_cap(make_store) -> None
     exact = await store.lease_stats(free_cap=5)
     assert (exact.active, exact.free_at_cap) == (6, False)
     assert (await store.lease_stats()).active == 6
+
 
 async def test_guarded_transition_loses_on_stale_version(store) -> None:
     await store.partition_create("p", [NewItem("i", b"x")])
