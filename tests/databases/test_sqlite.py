@@ -29,6 +29,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from tests.support.engine import leased_partition
+from watcher.drivers.sqlite import checkpoints as sqlite_checkpoints
 from watcher.drivers.sqlite import direct as sqlite_direct
 from watcher.drivers.sqlite.driver import SQLiteDriver
 from watcher.migrate import upgrade
@@ -206,20 +207,20 @@ async def test_sqlite_checkpoints_run_in_a_worker_thread(
     store = hot_store
     threads: list[int] = []
     direct = store.driver.direct
-    run_checkpoint = direct._run_checkpoint
+    run_checkpoint = direct._checkpoints.run
 
     def recorded(truncate: bool) -> None:
         threads.append(threading.get_ident())
         run_checkpoint(truncate)
 
-    monkeypatch.setattr(sqlite_direct, "CHECKPOINT_EVERY", 2)
-    monkeypatch.setattr(direct, "_run_checkpoint", recorded)
+    monkeypatch.setattr(sqlite_checkpoints, "CHECKPOINT_EVERY", 2)
+    monkeypatch.setattr(direct._checkpoints, "run", recorded)
     seen = await _leased(store, "p", 2)
     for item_id, version in seen.items():
         assert await store.items_apply(
             [ItemWrite("p", item_id, version, "complete", 0, attempts=1)], OWNER) == [True]
-    assert direct._checkpoint is not None
-    await direct._checkpoint
+    assert direct._checkpoints.running is not None
+    await direct._checkpoints.running
     assert threads and threads[0] != threading.get_ident()
     assert [item.status for item in await store.items_list("p")] == ["complete", "complete"]
 
@@ -337,7 +338,7 @@ async def test_the_wal_stays_bounded_behind_readers_that_never_stop(
     passive checkpoints from ever resetting the log; the TRUNCATE checkpoint past the
     limit waits for a gap between reads and empties it."""
     limit = 1024 * 1024
-    monkeypatch.setattr(sqlite_direct, "WAL_SIZE_LIMIT", limit)
+    monkeypatch.setattr(sqlite_checkpoints, "WAL_SIZE_LIMIT", limit)
     store, path = sqlite_store
     data = os.urandom(2048)
     await _lease(store, items=50, data=data)
@@ -376,7 +377,7 @@ async def test_the_wal_is_emptied_once_a_long_reader_ends(
     """A reader that holds one snapshot pins every frame written after it: nothing can
     reset the log meanwhile. Once it ends, the next checkpoint cuts the log back."""
     limit = 256 * 1024
-    monkeypatch.setattr(sqlite_direct, "WAL_SIZE_LIMIT", limit)
+    monkeypatch.setattr(sqlite_checkpoints, "WAL_SIZE_LIMIT", limit)
     store, path = sqlite_store
     data = os.urandom(2048)
     await _lease(store, items=100, data=data)
@@ -389,7 +390,7 @@ async def test_the_wal_is_emptied_once_a_long_reader_ends(
     assert grown > 4 * limit, grown
     reader.execute("COMMIT")
     reader.close()
-    for _ in range(2 * sqlite_direct.CHECKPOINT_EVERY):
+    for _ in range(2 * sqlite_checkpoints.CHECKPOINT_EVERY):
         await _rewrite_all(store, data)
         await asyncio.sleep(0)  # let a checkpoint's thread report back
     # Cut back, then grown by at most the few batches between two looks at its size.

@@ -16,7 +16,7 @@ that grows from 1 ms, until the engine's busy timeout has passed. Reads never
 meet that lock (the file is in WAL mode: readers and the writer do not wait on
 each other). Checkpoints, which write the database file and sync it, run in a
 worker thread on a connection of their own: the hot connection never runs one
-(``wal_autocheckpoint=0``).
+(``wal_autocheckpoint=0``; :mod:`.checkpoints`).
 
 SQLite runs in this process, so the database's clock is this machine's: where
 the store's clock gives no reading (the database clock), the statements here
@@ -33,21 +33,14 @@ moves and closes, those made together sharing one:
 :meth:`SQLiteDirect.execute` with ``synced``, :mod:`.shared_commits`). A result
 write lost that way leaves its item as it was before the call, so the step runs
 again; it is never half applied and never applied twice. A gate move or a
-close commits, then the log is synced to disk in a worker thread, and only then
-does its caller hear back: the watcher acts on it (the next gate's calls, the
-close's hooks) only once it would survive a power loss, and the event loop goes
-on with other partitions during the sync (about half a millisecond here, which
-on the loop's thread had taken a quarter of a drain of small partitions).
-Another connection may read the move in the moment between its commit and the
-sync, as it may read a result write before the next sync.
+close is answered only once its log is on disk, synced in a worker thread
+(:mod:`.shared_commits`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -60,6 +53,7 @@ from sqlalchemy.sql import ClauseElement
 
 from watcher.drivers.compiled import CompiledStatement, StatementCache
 from watcher.drivers.sql import CLOCK_PARAMETER
+from watcher.drivers.sqlite.checkpoints import WAL_SIZE_LIMIT, Checkpoints
 from watcher.drivers.sqlite.files import DatabaseFile
 from watcher.drivers.sqlite.shared_commits import (
     SharedCommits,
@@ -78,18 +72,6 @@ SQLITE_LOCKED = 6
 # Pauses between tries while another connection holds the write lock.
 FIRST_PAUSE = 0.001
 MAX_PAUSE = 0.05
-# A checkpoint is started in a worker thread after this many commits of the hot path,
-# and at once when the WAL is found over WAL_SIZE_LIMIT (looked at every
-# SIZE_CHECK_EVERY commits: one stat per few batches).
-CHECKPOINT_EVERY = 64
-SIZE_CHECK_EVERY = 4
-# Past this size the WAL is checkpointed with TRUNCATE, which waits (up to
-# TRUNCATE_WAIT, holding new writers back) for readers to leave the old frames and
-# then empties the file: PASSIVE checkpoints alone never reset a WAL that some
-# reader always uses, and it grows without end. After any reset the file is cut
-# back to this size (journal_size_limit).
-WAL_SIZE_LIMIT = 16 * 1024 * 1024
-TRUNCATE_WAIT = 1.0
 def is_busy(error: BaseException) -> bool:
     """Whether ``error`` says another connection holds a lock SQLite needs."""
     if not isinstance(error, sqlite3.OperationalError):
@@ -130,10 +112,7 @@ class SQLiteDirect:
         # mode, and such a write's commit syncs itself).
         self._wal_path: str | None = None
         self._closed = False
-        self._commits = 0
-        self._checkpoint: asyncio.Future[None] | None = None
-        self._truncating = False  # the checkpoint under way empties the log
-        self._checkpoint_conn: sqlite3.Connection | None = None
+        self._checkpoints = Checkpoints(path)
         self._shared = SharedCommits(self._write_synced)
         self.listeners: list[Callable[[str], None]] = []
 
@@ -191,7 +170,7 @@ class SQLiteDirect:
             return self._connection().execute(compiled.sql, values).rowcount
 
         matched = await self._retrying(run, compiled.sql)
-        self._committed()
+        self._checkpoints.committed()
         return matched
 
     async def _write_synced(self, writes: Sequence[Write]) -> list[int | BaseException]:
@@ -222,7 +201,7 @@ class SQLiteDirect:
                 except DBAPIError as alone:
                     counts.append(alone)
             return counts
-        self._committed()
+        self._checkpoints.committed()
         if self._wal_path is not None:
             try:
                 await asyncio.get_running_loop().run_in_executor(None, sync_log,
@@ -290,10 +269,10 @@ class SQLiteDirect:
                 applied[k] = ok
             return applied
 
-        if self._truncating:
-            await self._checkpoint_first()
+        if self._checkpoints.truncating:
+            await self._checkpoints.wait_truncate()
         applied = await self._retrying(run, sql)
-        self._committed()
+        self._checkpoints.committed()
         return applied
 
     def _sent(self, sql: str) -> None:
@@ -349,70 +328,15 @@ class SQLiteDirect:
             self._wal_path = self._path + "-wal" if in_wal else None
         return self._conn
 
-    def _committed(self) -> None:
-        """Count a commit; after :data:`CHECKPOINT_EVERY`, or with the WAL over
-        :data:`WAL_SIZE_LIMIT`, checkpoint in a worker thread."""
-        self._commits += 1
-        if self._checkpoint is not None or self._closed:
-            return
-        if self._commits % SIZE_CHECK_EVERY and self._commits < CHECKPOINT_EVERY:
-            return
-        truncate = self._wal_size() > WAL_SIZE_LIMIT
-        if not truncate and self._commits < CHECKPOINT_EVERY:
-            return
-        self._commits = 0
-        self._truncating = truncate
-        self._checkpoint = asyncio.get_running_loop().run_in_executor(
-            None, self._run_checkpoint, truncate)
-        self._checkpoint.add_done_callback(self._checkpoint_done)
-
-    async def _checkpoint_first(self) -> None:
-        """While a TRUNCATE checkpoint waits for readers, the next write waits for it
-        (up to :data:`TRUNCATE_WAIT`): a writer that kept the write lock busy would
-        starve it, and the log would grow on."""
-        checkpoint = self._checkpoint
-        if checkpoint is not None and self._truncating:
-            await asyncio.wait({checkpoint}, timeout=TRUNCATE_WAIT)
-
-    def _run_checkpoint(self, truncate: bool) -> None:
-        # PASSIVE copies what no reader still needs and never waits on a lock. A WAL
-        # over the limit is emptied with TRUNCATE instead (see WAL_SIZE_LIMIT).
-        if self._checkpoint_conn is None:
-            conn = sqlite3.connect(self._path, timeout=TRUNCATE_WAIT, isolation_level=None,
-                                   check_same_thread=False)
-            conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
-            self._checkpoint_conn = conn
-        mode = "TRUNCATE" if truncate else "PASSIVE"
-        busy, _, _ = self._checkpoint_conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
-        if busy and truncate:
-            log.debug("action=checkpoint_blocked (a reader held the log past %s s)",
-                      TRUNCATE_WAIT)
-
-    def _wal_size(self) -> int:
-        try:
-            return os.stat(self._path + "-wal").st_size
-        except FileNotFoundError:
-            return 0
-
-    def _checkpoint_done(self, future: asyncio.Future[None]) -> None:
-        self._checkpoint = None
-        self._truncating = False
-        if not future.cancelled() and future.exception() is not None:
-            # The next one will try again; the engine's connections checkpoint too.
-            log.debug("action=checkpoint_failed error=%s", type(future.exception()).__name__)
-
     async def close(self) -> None:
         """Close the connections (waiting for the synced writes and a checkpoint under
         way)."""
         await self._shared.wait_idle()
         self._closed = True
-        if self._checkpoint is not None:
-            with contextlib.suppress(Exception):
-                await self._checkpoint
-        for conn in (self._conn, self._checkpoint_conn):
-            if conn is not None:
-                conn.close()
-        self._conn = self._checkpoint_conn = None
+        await self._checkpoints.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 def machine_now() -> str:

@@ -35,8 +35,8 @@ from watcher.drivers.sql import (
     time_plus,
     time_plus_parts,
 )
+from watcher.drivers.sqlite.checkpoints import WAL_SIZE_LIMIT
 from watcher.drivers.sqlite.direct import (
-    WAL_SIZE_LIMIT,
     Fence,
     SQLiteDirect,
     is_busy,
