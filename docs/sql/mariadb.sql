@@ -773,17 +773,22 @@ INSERT INTO leaders (name, owner, until, version, updated_at)
 VALUES (%s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
 
 -- name: lease_stats
-SELECT active.holder,
-       count(*) AS count_1
+SELECT partitions.owner AS holder,
+       count(*) AS held
+  FROM partitions
+ WHERE partitions.status = %(status_1)s
+   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND partitions.owner != %(owner_1)s
+ GROUP BY partitions.owner
+UNION ALL SELECT %(param_1)s AS holder,
+       count(*) AS held
   FROM (
-        SELECT CASE WHEN (partitions.owner != %(owner_1)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN partitions.owner
-                    ELSE %(param_1)s
-                     END AS holder
+        SELECT partitions.id AS id
           FROM partitions
-         WHERE partitions.status = %(status_1)s
-           AND (partitions.owner != %(owner_2)s OR partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)))
-       ) AS active
- GROUP BY active.holder;
+         WHERE partitions.status = %(status_2)s
+           AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+         LIMIT %(param_2)s
+       ) AS free;
 
 -- name: leases_of_owner
 SELECT partitions.id,

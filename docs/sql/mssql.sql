@@ -755,17 +755,21 @@ INSERT INTO leaders (name, owner, until, version, updated_at)
 VALUES (%(name)s, %(owner)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), %(version)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
 
 -- name: lease_stats
-SELECT active.holder,
-       count(*) AS count_1
+SELECT partitions.owner AS holder,
+       count(*) AS held
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND partitions.owner != %(owner_n)s
+ GROUP BY partitions.owner
+UNION ALL SELECT %(param_n)s AS holder,
+       count(*) AS held
   FROM (
-        SELECT CASE WHEN (partitions.owner != %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN partitions.owner
-                    ELSE %(param_n)s
-                     END AS holder
+        SELECT TOP 1000 partitions.id AS id
           FROM partitions
          WHERE partitions.status = %(status_n)s
-           AND (partitions.owner != %(owner_n)s OR partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))
-       ) AS active
- GROUP BY active.holder;
+           AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+       ) AS free;
 
 -- name: leases_of_owner
 SELECT TOP 10 partitions.id,

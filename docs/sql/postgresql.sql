@@ -787,17 +787,22 @@ INSERT INTO leaders (name, owner, until, version, updated_at)
 VALUES (%(name)s::VARCHAR, %(owner)s::VARCHAR, (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), %(version)s::INTEGER, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
 
 -- name: lease_stats
-SELECT active.holder,
-       count(*) AS count_1
+SELECT partitions.owner AS holder,
+       count(*) AS held
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+   AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND partitions.owner != %(owner_1)s::VARCHAR
+ GROUP BY partitions.owner
+UNION ALL SELECT %(param_1)s::VARCHAR AS holder,
+       count(*) AS held
   FROM (
-        SELECT CASE WHEN (partitions.owner != %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN partitions.owner
-                    ELSE %(param_1)s::VARCHAR
-                     END AS holder
+        SELECT partitions.id AS id
           FROM partitions
-         WHERE partitions.status = %(status_1)s::VARCHAR
-           AND (partitions.owner != %(owner_2)s::VARCHAR OR partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))
-       ) AS active
- GROUP BY active.holder;
+         WHERE partitions.status = %(status_2)s::VARCHAR
+           AND partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+         LIMIT %(param_2)s::INTEGER
+       ) AS free;
 
 -- name: leases_of_owner
 SELECT partitions.id,

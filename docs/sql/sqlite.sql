@@ -799,17 +799,23 @@ INSERT INTO leaders (name, owner, until, version, updated_at)
 VALUES (?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
 
 -- name: lease_stats
-SELECT active.holder,
-       count(*) AS count_1
+SELECT partitions.owner AS holder,
+       count(*) AS held
+  FROM partitions
+ WHERE partitions.status = :status_1
+   AND partitions.until > COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND partitions.owner != :owner_1
+ GROUP BY partitions.owner
+UNION ALL SELECT :param_1 AS holder,
+       count(*) AS held
   FROM (
-        SELECT CASE WHEN (partitions.owner != :owner_1 AND partitions.until > COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN partitions.owner
-                    ELSE :param_1
-                     END AS holder
+        SELECT partitions.id AS id
           FROM partitions
-         WHERE partitions.status = :status_1
-           AND (partitions.owner != :owner_2 OR partitions.until <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')))
-       ) AS active
- GROUP BY active.holder;
+         WHERE partitions.status = :status_2
+           AND partitions.until <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+         LIMIT :param_2
+        OFFSET :param_3
+       ) AS free;
 
 -- name: leases_of_owner
 SELECT partitions.id,
@@ -846,7 +852,7 @@ SELECT partitions.id,
        partitions.timeline
   FROM partitions
  WHERE partitions.status = :status_1
-   AND partitions.until <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND +partitions.until <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
  ORDER BY partitions.rank_at,
