@@ -50,7 +50,10 @@ async def test_a_pause_stops_new_calls_writes_those_in_flight_and_lets_the_lease
         client: AsyncClient, store: Store) -> None:
     await client.create_partition("p", [NewItem(f"i{n:03}", b"{}") for n in range(200)])
     slow = Slow(0.1)
-    config = WatcherConfig(**FAST, concurrency=4)
+    # A lease far longer than the test: "each item called once" holds while the lease
+    # is kept. A stall of the machine longer than a lease (3 s in FAST) lets the lease
+    # expire, and the calls then in flight run again under the next one (at least once).
+    config = WatcherConfig(**{**FAST, "lease_duration": 30.0}, concurrency=4)
     async with running(Watcher(store, slow, config)):
         await wait_until(lambda: sum(slow.finished.values()) >= 8, message="some calls")
         assert await client.pause("p") is True
