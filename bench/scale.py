@@ -13,7 +13,8 @@
    median and p99. Both read the same number of rows in both states, so only
    what they must skip differs.
 4. Lease reads as partitions wait: in the 10 % state, add copies of an open
-   partition's row until at least as many partitions wait as the lease counts'
+   partition's row (all at one place in the lease queue, as partitions scheduled
+   for one start are) until at least as many partitions wait as the lease counts'
    cap (1,000), time a lease cycle's two reads (``leases_read_free`` and
    ``lease_stats``, the counts behind the fair share), add copies until
    :data:`WAITING_GROWTH` times as many wait, and time them again. Both reads are
@@ -123,16 +124,18 @@ async def time_queries(store: Store, open_ids: list[str], samples: int, limit: i
 
 async def add_waiting(store: Store, template_id: str, first: int, count: int) -> None:
     """Insert ``count`` copies of the partition row ``template_id`` (new ids from number
-    ``first``, no items): partitions waiting to be leased, as a backlog holds them."""
+    ``first``, no items): partitions waiting to be leased, as a backlog holds them.
+
+    They all share one place in the lease queue, a moment after the template's, as
+    partitions scheduled for one start (or created in one transaction) do: the free
+    read must take them in id order from its index, not sort them all."""
     if count <= 0:
         return
     p = store.tables.partitions
     async with store.engine.begin() as conn:
         row = dict((await conn.execute(select(p).where(p.c.id == template_id))).mappings().one())
-        # Each a moment later in the lease queue than the last, as partitions created
-        # one after another are.
-        copies = [{**row, "id": f"w{number:07d}",
-                   "rank_at": row["rank_at"] + timedelta(microseconds=number + 1)}
+        place = row["rank_at"] + timedelta(microseconds=1)
+        copies = [{**row, "id": f"w{number:07d}", "rank_at": place}
                   for number in range(first, first + count)]
         for start in range(0, count, 5_000):
             await conn.execute(insert(p), copies[start:start + 5_000])

@@ -53,8 +53,8 @@ class LeaseStatements:
             now = self.statements.now
             found = self._free[limit] = (
                 self._columns()
-                # Read in the queue's order (status, rank_at) and stop at the limit;
-                # a range on (status, until) would sort every free partition first.
+                # Read in the queue's order (status, rank_at, id) and stop at the
+                # limit; a range on (status, until) would sort every free partition.
                 .where(p.c.status == AVAILABLE, not_for_index(p.c.until) <= now,
                        p.c.paused_at.is_(None), ~self.statements.flow_paused(p.c.flow_key))
                 .order_by(p.c.rank_at, p.c.id).limit(limit))

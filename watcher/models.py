@@ -124,13 +124,14 @@ class Partition(SQLModel, table=True):
     """
 
     __tablename__ = "partitions"
-    # Lease scans: status and until (and owner), and the queue order (status, rank_at).
+    # Lease scans: status and until (and owner), and the queue order (status, rank_at,
+    # then id for partitions at one place: revision 0010).
     # Retention and the status gauges:
     # status and the last update. Paged listings, newest first: created_at and id.
     __table_args__ = (Index("ix_partitions_lease", "status", "until", "owner"),
                       Index("ix_partitions_updated", "status", "updated_at"),
                       Index("ix_partitions_created", "created_at", "id"),
-                      Index("ix_partitions_rank", "status", "rank_at"),
+                      Index("ix_partitions_rank", "status", "rank_at", "id"),
                       MYSQL_TABLE_OPTIONS)
 
     id: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))

@@ -122,6 +122,7 @@ async def test_plain_writes_return_no_rows() -> None:
 
 
 ITEMS = 3000
+TIED = 5000  # partitions at one place in the lease queue
 
 
 @pytest.fixture(params=["postgres"])
@@ -165,6 +166,32 @@ async def test_ready_read_walks_the_index_in_order_and_stops_at_its_limit(store)
     scans = [node for node in nodes if node.get("Relation Name") == store.tables.items.name]
     assert [scan.get("Index Name") for scan in scans] == [
         f"{store.tables.prefix}ix_items_ready"], scans
+
+
+async def test_free_read_takes_partitions_at_one_place_in_order_without_sorting(
+        store) -> None:
+    """Partitions at one place in the lease queue (scheduled for one start, or created in
+    one transaction, whose clock reads the same) come out of the queue's index in
+    (rank_at, id) order: the free read stops at its limit, with no sort over all of
+    them (13.7 ms a read with 10,000 tied, when the index held (status, rank_at) only)."""
+    p = store.tables.partitions
+    now = await store.now()
+    rows = [{"id": f"w{n:05}", "version": 1, "gate": 0, "status": "available", "owner": "",
+             "until": now, "created_at": now, "updated_at": now, "rank_at": now}
+            for n in range(TIED)]
+    async with store.engine.begin() as conn:
+        await conn.execute(p.insert(), rows)
+    async with store.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text(f'ANALYZE "{p.name}"'))
+    nodes = await _plan(store, store.lease_statements.free(64))
+    kinds = [node["Node Type"] for node in nodes]
+    assert "Sort" not in kinds and "Incremental Sort" not in kinds, kinds
+    scans = [node for node in nodes if node.get("Relation Name") == p.name]
+    assert [scan.get("Index Name") for scan in scans] == [
+        f"{store.tables.prefix}ix_partitions_rank"], scans
+    assert [row.id for row in await store.leases_read_free(3)] == ["w00000", "w00001",
+                                                                   "w00002"]
 
 
 async def test_result_write_finds_each_item_by_its_primary_key(store) -> None:

@@ -459,10 +459,12 @@ def test_machine_now_is_written_as_sqlite_stores_times() -> None:
 
 async def test_sqlite_reads_free_partitions_in_queue_order_without_sorting_them_all(
         hot_store: Store) -> None:
-    """The lease cycle's free read walks the queue's index (status, rank_at) and stops at
-    its limit. SQLite's planner, with no statistics, would otherwise take the range on
+    """The lease cycle's free read walks the queue's index (status, rank_at, id) and stops
+    at its limit. SQLite's planner, with no statistics, would otherwise take the range on
     (status, until) and sort every free partition before the limit: 14 ms a read with
-    20,000 waiting, on the event loop's thread."""
+    20,000 waiting, on the event loop's thread. Without id in the index it sorted the
+    partitions at one place in the queue (the right part of the order): 11 ms a read
+    with 10,000 of them."""
     store = hot_store
     statement = store.lease_statements.free(64)
     direct = store.driver.direct
@@ -471,4 +473,4 @@ async def test_sqlite_reads_free_partitions_in_queue_order_without_sorting_them_
     plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + compiled.sql,
                                            direct.values(statement, {}))]
     assert any("ix_partitions_rank" in step for step in plan), plan
-    assert "USE TEMP B-TREE FOR ORDER BY" not in plan, plan
+    assert not any("TEMP B-TREE" in step for step in plan), plan

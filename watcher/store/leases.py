@@ -77,9 +77,10 @@ class LeasesStore(StoreBase):
         not paused, first in the lease queue first (``rank_at``: start time less a head
         start for priority, :mod:`watcher.priority`).
 
-        The walk follows ``ix_partitions_rank``; it passes over the leased and
-        the paused partitions ranked ahead, and the scheduled ones rank at their
-        start, so it stops at ``limit`` long before the queue's end."""
+        The walk follows ``ix_partitions_rank`` (status, rank_at, id), in the order
+        asked, partitions at one place included; it passes over the leased and the
+        paused partitions ranked ahead, and the scheduled ones rank at their start,
+        so it stops at ``limit`` long before the queue's end."""
         rows = await self._lease_read("leases_read_free", self.lease_statements.free(limit), {})
         return [to_lease_row(row) for row in rows]
 

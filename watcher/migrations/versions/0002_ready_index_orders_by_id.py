@@ -16,7 +16,9 @@ processors keep reading and writing while it builds.
 
 from __future__ import annotations
 
-from alembic import context, op
+from alembic import context
+
+from watcher.migrations.indexes import rebuild_index
 
 revision = "0002"
 down_revision = "0001"
@@ -29,20 +31,7 @@ NEW_COLUMNS = [*OLD_COLUMNS, "id"]
 
 def _rebuild(columns: list[str]) -> None:
     prefix = context.config.attributes.get("table_prefix", "")
-    name, table = f"{prefix}ix_items_ready", f"{prefix}items"
-    if op.get_context().dialect.name != "postgresql":
-        op.drop_index(name, table_name=table)
-        op.create_index(name, table, columns)
-        return
-    # PostgreSQL builds the new index beside the old one without blocking writes
-    # (CONCURRENTLY, which cannot run inside a transaction), then swaps the names:
-    # the ready reads keep an index all along, and processors keep writing.
-    building = f"{prefix}ix_items_ready_next"
-    with op.get_context().autocommit_block():
-        op.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{building}"')  # a build cut short
-        op.create_index(building, table, columns, postgresql_concurrently=True)
-        op.drop_index(name, table_name=table, postgresql_concurrently=True)
-        op.execute(f'ALTER INDEX "{building}" RENAME TO "{name}"')
+    rebuild_index(f"{prefix}ix_items_ready", f"{prefix}items", columns)
 
 
 def upgrade() -> None:

@@ -1,0 +1,29 @@
+"""Index changes the revisions share."""
+
+from __future__ import annotations
+
+from alembic import op
+
+
+def rebuild_index(name: str, table: str, columns: list[str]) -> None:
+    """Give index ``name`` of ``table`` the key ``columns``, keeping its name.
+
+    PostgreSQL builds the new index beside the old one without blocking writes
+    (``CONCURRENTLY``, which cannot run inside a transaction), then drops the old
+    one the same way and renames the new: reads keep an index all along, and
+    processors keep writing. A build cut short leaves an invalid index behind,
+    which the next run drops first, so running the upgrade again completes it.
+    Elsewhere the index is dropped and created again in the migration's
+    transaction (MariaDB and MySQL build it in place, online; SQLite holds its
+    write lock meanwhile).
+    """
+    if op.get_context().dialect.name != "postgresql":
+        op.drop_index(name, table_name=table)
+        op.create_index(name, table, columns)
+        return
+    building = f"{name}_next"
+    with op.get_context().autocommit_block():
+        op.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{building}"')
+        op.create_index(building, table, columns, postgresql_concurrently=True)
+        op.drop_index(name, table_name=table, postgresql_concurrently=True)
+        op.execute(f'ALTER INDEX "{building}" RENAME TO "{name}"')
