@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 import subprocess
 import sys
@@ -85,6 +86,19 @@ def test_offline_sql_needs_no_server() -> None:
     assert "CREATE TABLE sf_partitions" in sql and "CREATE TABLE sf_items" in sql
     assert "BYTEA" in sql and "CREATE INDEX sf_ix_items_ready" in sql
     assert "secret" not in sql
+
+
+def test_postgresql_builds_indexes_on_existing_tables_without_blocking_writes() -> None:
+    """Every index a revision adds to a table that may hold rows already is built
+    CONCURRENTLY on PostgreSQL (outside a transaction), so processors keep writing;
+    only the first revision, which creates the tables, builds them plainly."""
+    sql = upgrade_sql("postgresql://nobody@nowhere.invalid/db", "sf_")
+    _, later = sql.split("INSERT INTO sf_alembic_version", 1)  # after revision 0001
+    plain = re.findall(r"CREATE INDEX (?!CONCURRENTLY)(\w+)", later)
+    assert plain == ["sf_ix_partitions_rank"], plain  # 0009 adds it with its new column
+    built = re.findall(r"CREATE INDEX CONCURRENTLY (\w+)", later)
+    assert {"sf_ix_items_ready_next", "sf_ix_partitions_updated", "sf_ix_partitions_created",
+            "sf_ix_items_id", "sf_ix_partitions_rank_next"} <= set(built), built
 
 
 def test_sqlite_migration_leaves_the_file_in_wal_mode(tmp_path) -> None:

@@ -5,6 +5,23 @@ from __future__ import annotations
 from alembic import op
 
 
+def create_index_online(name: str, table: str, columns: list[str]) -> None:
+    """Create index ``name`` on ``table`` (``columns``) while processors keep writing.
+
+    PostgreSQL builds it ``CONCURRENTLY``, which cannot run inside a transaction:
+    what the revision did before is committed first. An index left invalid by a
+    build cut short is dropped first, so running the upgrade again completes it.
+    MariaDB and MySQL build an index in place, online; SQLite and SQL Server build it
+    in the migration's transaction.
+    """
+    if op.get_context().dialect.name != "postgresql":
+        op.create_index(name, table, columns)
+        return
+    with op.get_context().autocommit_block():
+        op.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+        op.create_index(name, table, columns, postgresql_concurrently=True)
+
+
 def rebuild_index(name: str, table: str, columns: list[str]) -> None:
     """Give index ``name`` of ``table`` the key ``columns``, keeping its name.
 

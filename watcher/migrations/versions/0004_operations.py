@@ -22,6 +22,8 @@ import sqlalchemy as sa
 from alembic import context, op
 from sqlalchemy.dialects import mssql, mysql
 
+from watcher.migrations.indexes import create_index_online
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
@@ -54,10 +56,6 @@ def _time() -> sa.types.TypeEngine[Any]:
     )
 
 
-def _concurrently() -> bool:
-    return op.get_context().dialect.name == "postgresql"
-
-
 def upgrade() -> None:
     prefix = context.config.attributes.get("table_prefix", "")
     op.create_table(
@@ -69,17 +67,8 @@ def upgrade() -> None:
         sa.Column("updated_at", _time(), nullable=False),
         **TABLE_OPTIONS,
     )
-    table = f"{prefix}partitions"
-    if not _concurrently():
-        for name, columns in INDEXES.items():
-            op.create_index(f"{prefix}{name}", table, columns)
-        return
-    # CONCURRENTLY cannot run inside a transaction; an index left invalid by a
-    # build cut short is dropped first, so running the upgrade again completes it.
-    with op.get_context().autocommit_block():
-        for name, columns in INDEXES.items():
-            op.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{prefix}{name}"')
-            op.create_index(f"{prefix}{name}", table, columns, postgresql_concurrently=True)
+    for name, columns in INDEXES.items():
+        create_index_online(f"{prefix}{name}", f"{prefix}partitions", columns)
 
 
 def downgrade() -> None:

@@ -18,6 +18,8 @@ Create Date: 2026-11-26
   the primary key, however many partitions share an item id.
 
 Nullable columns are metadata-only changes on every supported database. The
+index is built online (``CONCURRENTLY`` on PostgreSQL), so item writes go on while
+it builds. The
 types are spelled out here rather than imported from :mod:`watcher.models`.
 """
 
@@ -28,6 +30,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import context, op
 from sqlalchemy.dialects import mssql
+
+from watcher.migrations.indexes import create_index_online
 
 revision = "0008"
 down_revision = "0007"
@@ -44,7 +48,8 @@ def upgrade() -> None:
     op.add_column(f"{prefix}partitions", sa.Column("trace_context", _text(), nullable=True))
     op.add_column(f"{prefix}partitions", sa.Column("timeline", _text(), nullable=True))
     op.add_column(f"{prefix}items", sa.Column("error_history", _text(), nullable=True))
-    op.create_index(f"{prefix}ix_items_id", f"{prefix}items", ["id", "partition_id"])
+    # Last: on PostgreSQL it commits the columns and builds the index CONCURRENTLY.
+    create_index_online(f"{prefix}ix_items_id", f"{prefix}items", ["id", "partition_id"])
 
 
 def downgrade() -> None:
