@@ -19,8 +19,8 @@ Create Date: 2026-11-26
 
 Nullable columns are metadata-only changes on every supported database. The
 index is built online (``CONCURRENTLY`` on PostgreSQL), so item writes go on while
-it builds. The
-types are spelled out here rather than imported from :mod:`watcher.models`.
+it builds. The types are spelled out here rather than imported from
+:mod:`watcher.models`.
 """
 
 from __future__ import annotations
