@@ -1,5 +1,6 @@
 """A lease this watcher holds on one partition: its version, gate and timeline, and
-the events that tell its supervisor it ended.
+the events that tell its supervisor it ended; and what several leases share (their
+locks, held in turn, and the progress their timelines carry).
 
 :class:`watcher.leases.LeaseKeeper` takes, renews and releases these.
 """
@@ -7,7 +8,9 @@ the events that tell its supervisor it ended.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
 from watcher.records import PartitionSettings
@@ -102,3 +105,39 @@ class Lease:
         """Record that the partition closed; closing released the lease."""
         self.closed = True
         self.ended.set()
+
+
+@contextlib.asynccontextmanager
+async def locked(leases: Iterable[Lease]) -> AsyncIterator[None]:
+    """Hold the locks of ``leases``; every lock taken is released, even on cancellation."""
+    held: list[asyncio.Lock] = []
+    try:
+        for lease in leases:
+            await lease.lock.acquire()
+            held.append(lease.lock)
+        yield
+    finally:
+        for lock in held:
+            lock.release()
+
+
+def progress_of(leases: Iterable[Lease], now: float) -> dict[str, Progress]:
+    """What a renewal (or release) of ``leases`` carries into their timelines: the items
+    done since the last write, and an empty progress for those whose stored timeline
+    this holder has not read yet (the renewal reads it)."""
+    return {lease.partition_id: lease.progress(now) for lease in leases
+            if lease.done.items or not lease.timeline_known}
+
+
+def handed_over_progress(leases: Iterable[Lease], now: float) -> dict[str, Progress]:
+    """The progress lost ``leases`` hand over, by partition: a partition lost twice
+    (taken back meanwhile) hands over both counts, at the later lease's gate and from
+    the earlier first item."""
+    handed: dict[str, Progress] = {}
+    for lease in leases:
+        done = lease.progress(now)
+        before = handed.get(lease.partition_id)
+        if before is not None:
+            done = Progress(done.gate, before.items + done.items, max(before.age, done.age))
+        handed[lease.partition_id] = done
+    return handed

@@ -6,12 +6,10 @@ does the I/O and keeps the table of leases this watcher holds.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -19,30 +17,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from watcher.balance import Backlog, backlog_room, goes_ahead, pick_free, plan_balance
 from watcher.config import WatcherConfig
 from watcher.hooks import Hooks, SafeHooks
-from watcher.lease import Lease
+from watcher.lease import Lease, handed_over_progress, locked, progress_of
 from watcher.records import LeaseRow
 from watcher.store import Store
-from watcher.timeline import Progress
 
 log = logging.getLogger(__name__)
 
 # How many more free candidates to read than we may take, so that watchers
 # scanning at the same moment spread over different partitions.
 CANDIDATE_SPREAD = 4
-
-
-@contextlib.asynccontextmanager
-async def _locked(leases: Iterable[Lease]) -> AsyncIterator[None]:
-    """Hold the locks of ``leases``; every lock taken is released, even on cancellation."""
-    held: list[asyncio.Lock] = []
-    try:
-        for lease in leases:
-            await lease.lock.acquire()
-            held.append(lease.lock)
-        yield
-    finally:
-        for lock in held:
-            lock.release()
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,28 +37,6 @@ class LeaseCycle:
     lost: tuple[str, ...] = ()
     renewed: int = 0
     stopped: tuple[str, ...] = ()  # cancelled or being deleted by a client: dropped
-
-
-def _progress(leases: Iterable[Lease], now: float) -> dict[str, Progress]:
-    """What a renewal (or release) of ``leases`` carries into their timelines: the items
-    done since the last write, and an empty progress for those whose stored timeline
-    this holder has not read yet (the renewal reads it)."""
-    return {lease.partition_id: lease.progress(now) for lease in leases
-            if lease.done.items or not lease.timeline_known}
-
-
-def handed_over_progress(leases: Iterable[Lease], now: float) -> dict[str, Progress]:
-    """The progress lost ``leases`` hand over, by partition: a partition lost twice
-    (taken back meanwhile) hands over both counts, at the later lease's gate and from
-    the earlier first item."""
-    handed: dict[str, Progress] = {}
-    for lease in leases:
-        done = lease.progress(now)
-        before = handed.get(lease.partition_id)
-        if before is not None:
-            done = Progress(done.gate, before.items + done.items, max(before.age, done.age))
-        handed[lease.partition_id] = done
-    return handed
 
 
 class LeaseKeeper:
@@ -256,8 +217,8 @@ class LeaseKeeper:
             return 0, [], []
         busy: list[Lease] = []
         lost: list[str] = []
-        async with _locked(leases):
-            progress = _progress(leases, time.monotonic())
+        async with locked(leases):
+            progress = progress_of(leases, time.monotonic())
             renewal = await self.store.leases_renew(
                 {lease.partition_id: lease.version for lease in leases}, self.owner,
                 self.config.lease_duration, progress)
@@ -375,10 +336,10 @@ class LeaseKeeper:
         processor may take it when it may run again. Returns whether it was released
         (``False``: it was lost or moved on meanwhile).
         """
-        async with _locked([lease]):
+        async with locked([lease]):
             if lease.lost or lease.closed:
                 return False
-            done = _progress([lease], time.monotonic())
+            done = progress_of([lease], time.monotonic())
             released = await self.store.leases_release(
                 {lease.partition_id: lease.version}, self.owner,
                 {pid: progress for pid, progress in done.items() if progress.items})
@@ -395,10 +356,10 @@ class LeaseKeeper:
         live = {pid: lease for pid, lease in self.leases.items() if not lease.lost}
         if not live:
             return 0
-        async with _locked(live.values()):
+        async with locked(live.values()):
             released = await self.store.leases_release(
                 {pid: lease.version for pid, lease in live.items()}, self.owner,
-                {pid: done for pid, done in _progress(live.values(), time.monotonic()).items()
+                {pid: done for pid, done in progress_of(live.values(), time.monotonic()).items()
                  if done.items})
         for pid in live:
             self.hooks.lease_released(pid)
