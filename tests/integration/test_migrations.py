@@ -11,10 +11,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import await_only
 
+from tests.conftest import POSTGRES_URL, require_postgres
 from tests.support.engine import wait_until
 from watcher.dburl import parse_database_url
 from watcher.migrate import downgrade, upgrade, upgrade_sql
@@ -99,6 +101,56 @@ def test_postgresql_builds_indexes_on_existing_tables_without_blocking_writes() 
     built = re.findall(r"CREATE INDEX CONCURRENTLY (\w+)", later)
     assert {"sf_ix_items_ready_next", "sf_ix_partitions_updated", "sf_ix_partitions_created",
             "sf_ix_items_id", "sf_ix_partitions_rank_next"} <= set(built), built
+
+
+def _cut_short(url: str, prefix: str, back_to: str, *statements: str) -> None:
+    """Leave the database as an upgrade cut short during an online index build does:
+    what the revision committed before the build stays, the build's work as
+    ``statements`` (with ``{p}`` for the prefix) says, and the version is the one
+    before."""
+    engine = create_engine(parse_database_url(url).sync_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            for statement in statements:
+                conn.exec_driver_sql(statement.format(p=prefix))
+            conn.exec_driver_sql(f"UPDATE {prefix}alembic_version SET version_num = '{back_to}'")
+    finally:
+        engine.dispose()
+
+
+def _indexes(url: str, table: str) -> dict[str, list[str]]:
+    engine = create_engine(parse_database_url(url).sync_url)
+    try:
+        return {index["name"]: list(index["column_names"])
+                for index in inspect(engine).get_indexes(table)}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_an_upgrade_cut_short_in_an_online_index_build_completes_when_run_again() -> None:
+    """PostgreSQL builds indexes CONCURRENTLY, outside the revision's transaction: a build
+    cut short leaves the revision's earlier steps committed and the version unstamped.
+    Running the upgrade again passes over what is there and completes it."""
+    require_postgres()
+    prefix = f"cut{uuid.uuid4().hex[:8]}_"
+    try:
+        upgrade(POSTGRES_URL, prefix, "0004")  # leaders committed, no index built yet
+        _cut_short(POSTGRES_URL, prefix, "0003", 'DROP INDEX "{p}ix_partitions_updated"',
+                   'DROP INDEX "{p}ix_partitions_created"')
+        upgrade(POSTGRES_URL, prefix, "0008")  # columns committed, the index half-built
+        _cut_short(POSTGRES_URL, prefix, "0007", 'DROP INDEX "{p}ix_items_id"')
+        upgrade(POSTGRES_URL, prefix)  # 0010 cut between dropping the old index and renaming
+        _cut_short(POSTGRES_URL, prefix, "0009",
+                   'ALTER INDEX "{p}ix_partitions_rank" RENAME TO "{p}ix_partitions_rank_next"')
+        upgrade(POSTGRES_URL, prefix)
+        partitions = _indexes(POSTGRES_URL, f"{prefix}partitions")
+        assert partitions[f"{prefix}ix_partitions_rank"] == ["status", "rank_at", "id"]
+        assert partitions[f"{prefix}ix_partitions_updated"] == ["status", "updated_at"]
+        assert _indexes(POSTGRES_URL, f"{prefix}items")[f"{prefix}ix_items_id"] == [
+            "id", "partition_id"]
+    finally:
+        downgrade(POSTGRES_URL, prefix)
 
 
 def test_sqlite_migration_leaves_the_file_in_wal_mode(tmp_path) -> None:

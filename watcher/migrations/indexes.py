@@ -10,7 +10,9 @@ def create_index_online(name: str, table: str, columns: list[str]) -> None:
 
     PostgreSQL builds it ``CONCURRENTLY``, which cannot run inside a transaction:
     what the revision did before is committed first. An index left invalid by a
-    build cut short is dropped first, so running the upgrade again completes it.
+    build cut short is dropped first, so running the upgrade again completes it
+    (the revision's earlier steps must pass over what they made:
+    :mod:`watcher.migrations.existing`).
     MariaDB and MySQL build an index in place, online; SQLite and SQL Server build it
     in the migration's transaction.
     """
@@ -42,5 +44,6 @@ def rebuild_index(name: str, table: str, columns: list[str]) -> None:
     with op.get_context().autocommit_block():
         op.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{building}"')
         op.create_index(building, table, columns, postgresql_concurrently=True)
-        op.drop_index(name, table_name=table, postgresql_concurrently=True)
+        # IF EXISTS: a run cut short between this drop and the rename dropped it already.
+        op.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
         op.execute(f'ALTER INDEX "{building}" RENAME TO "{name}"')

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from alembic import context, op
 from sqlalchemy.dialects import mssql, mysql
 
+from watcher.migrations.existing import table_exists
 from watcher.migrations.indexes import create_index_online
 
 revision = "0004"
@@ -58,6 +59,14 @@ def _time() -> sa.types.TypeEngine[Any]:
 
 def upgrade() -> None:
     prefix = context.config.attributes.get("table_prefix", "")
+    # A run cut short during the index builds below committed this table already.
+    if not table_exists(f"{prefix}leaders"):
+        _create_leaders(prefix)
+    for name, columns in INDEXES.items():
+        create_index_online(f"{prefix}{name}", f"{prefix}partitions", columns)
+
+
+def _create_leaders(prefix: str) -> None:
     op.create_table(
         f"{prefix}leaders",
         sa.Column("name", _key(), primary_key=True),
@@ -67,8 +76,6 @@ def upgrade() -> None:
         sa.Column("updated_at", _time(), nullable=False),
         **TABLE_OPTIONS,
     )
-    for name, columns in INDEXES.items():
-        create_index_online(f"{prefix}{name}", f"{prefix}partitions", columns)
 
 
 def downgrade() -> None:

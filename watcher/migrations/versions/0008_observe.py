@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from alembic import context, op
 from sqlalchemy.dialects import mssql
 
+from watcher.migrations.existing import column_exists
 from watcher.migrations.indexes import create_index_online
 
 revision = "0008"
@@ -45,9 +46,11 @@ def _text() -> sa.types.TypeEngine[Any]:
 
 def upgrade() -> None:
     prefix = context.config.attributes.get("table_prefix", "")
-    op.add_column(f"{prefix}partitions", sa.Column("trace_context", _text(), nullable=True))
-    op.add_column(f"{prefix}partitions", sa.Column("timeline", _text(), nullable=True))
-    op.add_column(f"{prefix}items", sa.Column("error_history", _text(), nullable=True))
+    # A run cut short during the index build below committed these columns already.
+    for table, column in (("partitions", "trace_context"), ("partitions", "timeline"),
+                          ("items", "error_history")):
+        if not column_exists(f"{prefix}{table}", column):
+            op.add_column(f"{prefix}{table}", sa.Column(column, _text(), nullable=True))
     # Last: on PostgreSQL it commits the columns and builds the index CONCURRENTLY.
     create_index_online(f"{prefix}ix_items_id", f"{prefix}items", ["id", "partition_id"])
 
