@@ -67,3 +67,36 @@ class FixedClock:
 
     def __repr__(self) -> str:
         return f"FixedClock({self.moment!r})"
+
+
+# How long a reading of the database clock is carried on by this host's monotonic clock.
+READING_MAX_AGE = 10.0
+
+
+class ClockReading:
+    """The database clock's time as a statement last returned it, carried on by this
+    host's monotonic clock: a time to record (a partition's timeline), never to fence
+    with (a lease's ``until`` is always compared inside the database).
+
+    Over :data:`READING_MAX_AGE` seconds, monotonic clocks drift by microseconds; the
+    error is the reading's own round trip, a millisecond or so.
+    """
+
+    __slots__ = ("_at", "_max_age", "_read")
+
+    def __init__(self, max_age: float = READING_MAX_AGE) -> None:
+        self._max_age = max_age
+        self._read: datetime | None = None
+        self._at = 0.0
+
+    def observe(self, read: datetime, at: float) -> None:
+        """A statement returned the database's time ``read`` at ``at``
+        (``time.monotonic()``, taken as its answer came back)."""
+        self._read, self._at = read, at
+
+    def now(self, at: float) -> datetime | None:
+        """The database's time at ``at`` (``time.monotonic()``), as carried on from the
+        latest reading; ``None`` when there is none, or it is over the age allowed."""
+        if self._read is None or not 0.0 <= at - self._at <= self._max_age:
+            return None
+        return self._read + timedelta(seconds=at - self._at)

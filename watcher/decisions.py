@@ -6,7 +6,7 @@ values out. Which partitions to take or steal: :mod:`watcher.balance`.
 from __future__ import annotations
 
 import random
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -334,3 +334,15 @@ def outcome_name(item: ReadyItem, write: ItemWrite) -> str:
     if write.retry_delay is not None:
         return "snoozed"
     return "advanced" if write.gate != item.gate else "looped"
+
+
+def completed_in_place(writes: Sequence[ItemWrite], outcomes: Sequence[bool | BaseException],
+                       gate: int) -> bool:
+    """Whether every write of a batch was applied and completed its item at ``gate``
+    (none moved it to another gate, failed it, left it for a retry or spawned items):
+    then, for all these results know, nothing of theirs is left at the partition's
+    gates, and a drained gate may try to close it at once
+    (:mod:`watcher.closing_statements`)."""
+    return all(outcome is True and write.status == Status.COMPLETE
+               and write.gate in (None, gate) and not write.spawn
+               for write, outcome in zip(writes, outcomes, strict=True))

@@ -108,6 +108,10 @@ class GateStepper:
         Raises the database's error when a read or write fails.
         """
         lease = self.lease
+        if self.config.auto_close and lease.may_close_at_once:
+            closed = await self._close_at_once()
+            if closed is not None:
+                return closed
         summary = await self.store.gate_summary(self.partition_id, lease.gate)
         action = decide_gate(summary, auto_close=self.config.auto_close,
                              manual_checkpoint=self.config.manual_checkpoint,
@@ -149,15 +153,55 @@ class GateStepper:
             log.info("action=gate_advanced partition=%s from=%d to=%d", self.partition_id,
                      from_gate, action.gate)
             return Pass(wait=0.0, step=action.step)
-        self.keeper.forget(lease)
-        self.hooks.partition_closed(self.partition_id, status or "")
         if action.step is GateStep.FAIL:
+            self._ended(Status.FAILED.value)
             partition_failed_at_items(self.partition_id, from_gate, summary.failed,
                                       await self._failed_item(from_gate))
         else:
+            self._ended(Status.COMPLETE.value, from_gate)
+        return Pass(wait=None, step=action.step)
+
+    async def _close_at_once(self) -> Pass | None:
+        """Close the partition in one guarded write, before its summary is read
+        (:mod:`watcher.closing_statements`); ``None`` when it did not close, and then
+        this lease does not try again (the summary says what comes next).
+
+        The timeline's time is the store clock's without a round trip
+        (:meth:`~watcher.store.base.StoreBase.time_to_record`); with none recent
+        enough, the summary is read instead, and its time is the next reading.
+
+        Raises the database's error when the write fails.
+        """
+        lease = self.lease
+        now = self.store.time_to_record()
+        if now is None:
+            return None
+        from_gate = lease.gate
+        async with lease.lock:
+            if lease.lost:
+                return Pass(wait=None)
+            progress = lease.progress(time.monotonic())
+            timeline = encode_timeline(record_move(decode_timeline(lease.timeline), now,
+                                                   progress, None))
+            version = await self.store.partition_close_when_done(
+                self.partition_id, lease.version, self.keeper.owner, gate=from_gate,
+                failures_allowed=lease.settings.continue_on_failure, timeline=timeline)
+            if version is None:
+                lease.close_refused = True
+                return None
+            lease.timeline_written(timeline, progress)
+        lease.wrote(version)
+        self._ended(Status.COMPLETE.value, from_gate)
+        return Pass(wait=None, step=GateStep.CLOSE)
+
+    def _ended(self, status: str, from_gate: int | None = None) -> None:
+        """The partition closed with ``status`` (its lease with it); logged here but
+        for a failure, whose line names a failed item."""
+        self.keeper.forget(self.lease)
+        self.hooks.partition_closed(self.partition_id, status)
+        if from_gate is not None:
             log.info("action=partition_closed partition=%s status=%s gate=%d",
                      self.partition_id, status, from_gate)
-        return Pass(wait=None, step=action.step)
 
     async def _timeline_after_move(self, now: datetime | None, progress: Progress,
                                    to_gate: int | None) -> str | None:

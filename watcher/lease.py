@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from watcher.records import PartitionSettings
+from watcher.decisions import completed_in_place
+from watcher.records import ItemWrite, PartitionSettings
 from watcher.timeline import DoneTally, Progress
 
 
@@ -45,6 +46,17 @@ class Lease:
     timeline: str | None = None
     timeline_known: bool = False
     done: DoneTally = field(default_factory=DoneTally)
+    # Whether the drained gate may try to close the partition before reading its summary
+    # (:mod:`watcher.closing_statements`): every result written at this gate completed
+    # its item in place (none moved on, failed, waits for a retry or spawned), and no
+    # such try was refused under this lease.
+    completed_in_place: bool = True
+    close_refused: bool = False
+
+    @property
+    def may_close_at_once(self) -> bool:
+        """Whether the drained gate tries its close before reading its summary."""
+        return self.completed_in_place and not self.close_refused and self.timeline_known
 
     def progress(self, now: float) -> Progress:
         """The items done since the timeline was last written, at the current gate."""
@@ -56,6 +68,14 @@ class Lease:
         self.timeline_known = True
         self.done.written(progress.items)
 
+    def results_written(self, writes: Sequence[ItemWrite],
+                        outcomes: Sequence[bool | BaseException]) -> None:
+        """The writer's outcomes for a batch of this lease's results: unless each
+        completed its item in place (:func:`~watcher.decisions.completed_in_place`),
+        the drained gate reads its summary before it closes."""
+        if not completed_in_place(writes, outcomes, self.gate):
+            self.completed_in_place = False
+
     def adopt(self, version: int, gate: int | None) -> None:
         """Take a newer version (and gate) read from the database as our own.
 
@@ -64,6 +84,7 @@ class Lease:
         self.version = version
         if gate is not None and gate != self.gate:
             self.gate = gate
+            self.completed_in_place = True
             self.wake.set()
 
     def renewed(self, version: int, gate: int | None, at: float) -> None:
@@ -77,8 +98,9 @@ class Lease:
         The row is at ``version`` now, and at ``gate`` when the write moved it.
         """
         self.version = version
-        if gate is not None:
+        if gate is not None and gate != self.gate:
             self.gate = gate
+            self.completed_in_place = True
 
     def notify(self) -> None:
         """A client wrote the partition: its supervisor reads again at once."""

@@ -25,7 +25,8 @@ from watcher.statements import Statements
 # start (:func:`watcher.balance.plan_balance`), and the count reads no further.
 FREE_COUNT_CAP = 1_000
 
-# The columns a lease read returns, in order (:func:`watcher.store.codecs.to_lease_row`).
+# The columns a lease read returns, in order (:func:`watcher.store.codecs.to_lease_row`),
+# then the clock's time.
 LEASE_COLUMNS = ("id", "version", "gate", "owner", "reduce_gates", "on_item_failure",
                  "trace_context", "priority", "flow_key", "rank_at", "timeline")
 
@@ -41,8 +42,9 @@ class LeaseStatements:
         self._counts: dict[int, CompoundSelect] = {}
 
     def _columns(self) -> Select[Any]:
+        # The clock's time last: the store keeps it (a time to record a close with).
         p = self.statements.tables.partitions
-        return select(*(p.c[name] for name in LEASE_COLUMNS))
+        return select(*(p.c[name] for name in LEASE_COLUMNS), self.statements.now)
 
     def free(self, limit: int) -> Select[Any]:
         """Up to ``limit`` available partitions, unleased or expired and not paused,

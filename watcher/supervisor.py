@@ -342,6 +342,7 @@ class PartitionSupervisor:
                               type(outcome).__name__)
         finally:
             self.lease.done.add(left, started)
+            self.lease.results_written(writes, outcomes)
             self._let_go(items, ready_again=ready_again)
 
     def _spawned(self, write: ItemWrite) -> None:

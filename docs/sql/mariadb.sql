@@ -801,7 +801,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline
+       partitions.timeline,
+       COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_1)s
    AND partitions.owner = %(holder)s
@@ -821,7 +822,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline
+       partitions.timeline,
+       COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_1)s
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
@@ -959,6 +961,39 @@ version=(items.version + %s), attempts=(items.attempts + %s)
           FROM partitions
          WHERE partitions.id = %s
        );
+
+-- name: partition_close_when_done (1)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s), status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       timeline=%(timeline)s
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_1)s
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_2)s AND items.gate >= %(at_gate)s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_3)s AND items.gate = %(at_gate)s));
+
+-- name: partition_close_when_done (2)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s), status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       timeline=%(timeline)s
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_1)s
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_2)s AND items.gate >= %(at_gate)s));
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest

@@ -782,7 +782,8 @@ SELECT TOP 10 partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline
+       partitions.timeline,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND partitions.owner = %(holder)s
@@ -801,7 +802,8 @@ SELECT TOP 10 partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline
+       partitions.timeline,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
@@ -821,7 +823,8 @@ SELECT TOP 50 partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline
+       partitions.timeline,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
@@ -959,6 +962,39 @@ version=(items.version + %(version_n)s), attempts=(items.attempts + %(attempts_n
           FROM partitions
          WHERE partitions.id = %(id_n)s
        );
+
+-- name: partition_close_when_done (1)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s), status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       timeline=%(timeline)s
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_n)s
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_n)s AND items.gate >= %(at_gate)s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_n)s AND items.gate = %(at_gate)s));
+
+-- name: partition_close_when_done (2)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s), status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       timeline=%(timeline)s
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_n)s
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_n)s AND items.gate >= %(at_gate)s));
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest

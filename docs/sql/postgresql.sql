@@ -815,7 +815,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline
+       partitions.timeline,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND partitions.owner = %(holder)s::VARCHAR
@@ -835,7 +836,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline
+       partitions.timeline,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
@@ -968,6 +970,39 @@ version=(items.version + %(version_1)s::INTEGER), attempts=(items.attempts + %(a
           FROM partitions
          WHERE partitions.id = %(id_1)s::VARCHAR
        );
+
+-- name: partition_close_when_done (1)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       owner=%(owner)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       timeline=%(timeline)s::VARCHAR
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.version = %(seen)s::INTEGER
+   AND partitions.owner = %(holder)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER));
+
+-- name: partition_close_when_done (2)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       owner=%(owner)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       timeline=%(timeline)s::VARCHAR
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.version = %(seen)s::INTEGER
+   AND partitions.owner = %(holder)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER));
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest

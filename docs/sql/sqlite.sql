@@ -828,7 +828,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline
+       partitions.timeline,
+       COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
  WHERE partitions.status = :status_1
    AND partitions.owner = :holder
@@ -849,7 +850,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline
+       partitions.timeline,
+       COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
  WHERE partitions.status = :status_1
    AND +partitions.until <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
@@ -979,6 +981,39 @@ version=(items.version + ?), attempts=(items.attempts + ?)
           FROM partitions
          WHERE partitions.id = ?
        );
+
+-- name: partition_close_when_done (1)
+UPDATE partitions
+   SET
+version=(partitions.version + :version_1), status=:status,
+       owner=:owner,
+       until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       timeline=:timeline
+ WHERE partitions.id = :pid
+   AND partitions.version = :seen
+   AND partitions.owner = :holder
+   AND partitions.status = :status_1
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_2 AND items.gate >= :at_gate))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_3 AND items.gate = :at_gate));
+
+-- name: partition_close_when_done (2)
+UPDATE partitions
+   SET
+version=(partitions.version + :version_1), status=:status,
+       owner=:owner,
+       until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       timeline=:timeline
+ WHERE partitions.id = :pid
+   AND partitions.version = :seen
+   AND partitions.owner = :holder
+   AND partitions.status = :status_1
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_2 AND items.gate >= :at_gate));
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest

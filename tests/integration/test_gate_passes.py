@@ -1,5 +1,6 @@
-"""A drained gate costs one summary and no extra read: the gate's items are read once,
-its summary moves it, and the next gate's items are read at once. On every database."""
+"""A drained gate costs one statement and no extra read: the gate's items are read once,
+its summary moves it (or, when its items completed where they were, a guarded close
+ends the partition), and the next gate's items are read at once. On every database."""
 
 from __future__ import annotations
 
@@ -34,13 +35,16 @@ async def two_gates(item: WorkItem) -> Result:
 async def test_each_gate_is_read_once_and_summarized_once(db_url, table_prefix,
                                                           make_store) -> None:
     counts: Counter[str] = Counter()
-    store = counting(make_store(), counts, "items_ready", "gate_summary")
+    store = counting(make_store(), counts, "items_ready", "gate_summary",
+                     "partition_close_when_done")
     async with AsyncClient(db_url, table_prefix) as client:
         await client.create_partition("p", [NewItem(f"i{n}", b"x") for n in range(5)])
         watcher = Watcher(store, two_gates, WatcherConfig(owner_id="w", **FAST))
         async with running(watcher):
             info = await client.wait("p", timeout=30)
     assert info.status == "complete" and info.counts == {"complete": 5}
-    # Gate 0: one read (all five), then its summary moves it; gate 1 the same, and its
-    # summary closes the partition. No empty read before a summary, and none after it.
-    assert counts == {"items_ready": 2, "gate_summary": 2}, counts
+    # Gate 0: one read (all five), then its summary moves it (its items moved on); gate
+    # 1: one read, and its items all completed there, so its close is tried at once and
+    # ends the partition. No empty read before either, and none after.
+    assert counts == {"items_ready": 2, "gate_summary": 1,
+                      "partition_close_when_done": 1}, counts

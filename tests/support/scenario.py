@@ -88,6 +88,11 @@ async def drive_every_method(store: Store) -> None:
     with pytest.raises(SpawnConflictError, match="'z1'"):
         await store.items_apply([ItemWrite("p2", "z", 3, "available", 0, 0,
                                            spawn=(NewItem("z1", b"s", 0),))], "w1")
+    # The close a drained gate tries first: refused while an item failed (p1) or waits (p2).
+    for pid, failures_allowed in (("p1", False), ("p2", True)):
+        assert await store.partition_close_when_done(
+            pid, versions[pid], "w1", gate=0, failures_allowed=failures_allowed,
+            timeline="{}") is None
     await store.gate_summary("p1", 0)
     new_version = await store.partition_transition("p1", versions["p1"], "w1", status="failed",
                                                    timeline=held.timelines["p1"])

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from processor import NewItem
 from watcher.balance import (
     Backlog,
     BalancePlan,
@@ -23,6 +24,7 @@ from watcher.decisions import (
     GateStep,
     ReadStep,
     RetryPolicy,
+    completed_in_place,
     decide_gate,
     decide_read,
     idempotency_step,
@@ -377,3 +379,26 @@ def test_write_for_outcome_takes_the_result_or_the_error_and_refuses_unusable_re
         write = _write_for(unusable)
         assert write.status == "failed", unusable
         assert words in (write.last_error or ""), write.last_error
+
+
+# -- a drained gate's close before its summary -------------------------------------------
+
+def _write(status: str, gate: int | None = None, *, spawn: bool = False) -> ItemWrite:
+    return ItemWrite("p", "i", 1, status, gate, 1,
+                     spawn=(NewItem("c", b""),) if spawn else ())
+
+
+@pytest.mark.parametrize(("writes", "outcomes", "expected"), [
+    ([_write("complete"), _write("complete", 3)], [True, True], True),
+    ([_write("complete")], [False], False),  # fenced off: the item is still there
+    ([_write("complete")], [RuntimeError("refused")], False),
+    ([_write("complete", 4)], [True], False),  # completed at another gate
+    ([_write("available", 4)], [True], False),  # moved on
+    ([_write("available")], [True], False),  # a retry
+    ([_write("failed")], [True], False),
+    ([_write("complete", spawn=True)], [True], False),  # its children wait
+    ([], [], True),
+])
+def test_a_batch_completed_in_place_only_when_every_write_completed_its_item_there(
+        writes: list[ItemWrite], outcomes: list[bool | BaseException], expected: bool) -> None:
+    assert completed_in_place(writes, outcomes, 3) is expected

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from watcher.clock import ClockReading
 from watcher.timeline import (
     MAX_GATES,
     MAX_MINUTES,
@@ -146,3 +147,17 @@ def test_the_tally_keeps_what_was_counted_after_a_write_began() -> None:
     assert tally.items == 2 and tally.first == 100.0
     tally.written(2)
     assert (tally.items, tally.first, tally.age(200.0)) == (0, None, 0.0)
+
+
+# -- the clock a close records with ------------------------------------------------------
+
+def test_a_clock_reading_carries_the_database_time_on_for_a_while() -> None:
+    reading = ClockReading(max_age=10.0)
+    assert reading.now(100.0) is None  # never read
+    read = datetime(2026, 11, 27, 12, 0, 0)
+    reading.observe(read, at=100.0)
+    assert reading.now(100.0) == read
+    assert reading.now(102.5) == read + timedelta(seconds=2.5)
+    assert reading.now(110.0) == read + timedelta(seconds=10)
+    assert reading.now(110.5) is None  # too old: read the database again
+    assert reading.now(99.0) is None  # before the reading: not an estimate

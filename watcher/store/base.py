@@ -6,6 +6,7 @@ wake-ups, and the reads several kinds of caller share.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
@@ -23,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from watcher.checks import check_seconds
-from watcher.clock import Clock, DatabaseClock
+from watcher.clock import Clock, ClockReading, DatabaseClock
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.database import create_engine
 from watcher.dburl import DatabaseURL, parse_database_url, render_redacted
@@ -59,6 +60,8 @@ class StoreBase:
         self.tables = tables
         self.clock: Clock = clock if clock is not None else DatabaseClock()
         self.statements = Statements(tables, self.clock)
+        # The database's time as the gate summary last read it (see time_to_record).
+        self.clock_reading = ClockReading()
         self.driver: Driver = open_driver(engine, self.statements, timeout=db_timeout)
         # Every round trip below goes through it: bounded, and its timeouts remembered.
         self.round_trips = RoundTrips(timeout=db_timeout, bound=self.driver.round_trip_bound(),
@@ -81,6 +84,13 @@ class StoreBase:
         parsed = url if isinstance(url, DatabaseURL) else parse_database_url(url)
         return cls(create_engine(parsed, timeout=db_timeout), tables_for(table_prefix),
                    clock=clock, db_timeout=db_timeout)
+
+    def time_to_record(self) -> datetime | None:
+        """The store clock's time now without a round trip, for what only records a time
+        (a timeline): the test clock's when one is set, otherwise the database's as the
+        latest gate summary read it, carried on by the monotonic clock; ``None`` when
+        there is no recent reading (see :class:`~watcher.clock.ClockReading`)."""
+        return self.clock.reading() or self.clock_reading.now(time.monotonic())
 
     def problem(self) -> str | None:
         """Why the database cannot be relied on now (``None`` when it can): round trips

@@ -16,6 +16,7 @@ from watcher.error_history import decode_history
 from watcher.errors import (
     InvalidInputError,
 )
+from watcher.lease_statements import LEASE_COLUMNS
 from watcher.models import AVAILABLE, ItemFailurePolicy
 from watcher.priority import turn_order
 from watcher.records import (
@@ -123,9 +124,10 @@ class GuardLost(Exception):
 
 def to_lease_row(row: Sequence[Any]) -> LeaseRow:
     """A lease read's row, its columns in the order of
-    :data:`watcher.lease_statements.LEASE_COLUMNS`, as a :class:`LeaseRow`."""
+    :data:`watcher.lease_statements.LEASE_COLUMNS` (any after them left), as a
+    :class:`LeaseRow`."""
     (pid, version, gate, owner, reduce_gates, on_item_failure, trace_context, priority,
-     flow_key, rank_at, timeline) = row
+     flow_key, rank_at, timeline) = row[:len(LEASE_COLUMNS)]
     settings = settings_of(reduce_gates, on_item_failure, trace_context)
     order = 0.0 if rank_at is None else turn_order(rank_at.replace(tzinfo=UTC))
     return LeaseRow(pid, version, gate, owner,

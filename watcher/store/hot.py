@@ -4,12 +4,16 @@ guarded item results, each sent through the driver's own path for its database.
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Collection, Sequence
 
 from sqlalchemy import (
     select,
 )
+from sqlalchemy.sql.expression import Update
 
+from watcher.closing_statements import close_when_done
 from watcher.drivers.sql import data_size
 from watcher.models import AVAILABLE
 from watcher.records import (
@@ -60,11 +64,36 @@ class HotPathStore(SpawnsStore):
         row = (await self.round_trips.call("gate_summary", self.driver.fetch(
             self.statements.gate_summary, {"pid": partition_id, "gate": gate}, read=True)))[0]
         pending_count, earliest, failed_count, lowest, now, paused = row
+        self.clock_reading.observe(now, time.monotonic())
         wait = None
         if pending_count and earliest is not None:
             wait = max(0.0, (earliest - now).total_seconds())
         return GateSummary(pending=pending_count, failed=failed_count, next_gate=lowest,
                            seconds_to_next_retry=wait, now=now, paused=bool(paused))
+
+    @functools.cached_property
+    def _closes_when_done(self) -> tuple[Update, Update]:
+        return (close_when_done(self.statements, failures_allowed=False),
+                close_when_done(self.statements, failures_allowed=True))
+
+    async def partition_close_when_done(self, partition_id: str, version: int, owner: str, *,
+                                        gate: int, failures_allowed: bool,
+                                        timeline: str) -> int | None:
+        """Complete the partition ``owner`` holds at ``version`` and ``gate`` when its gate
+        summary would close it (:mod:`watcher.closing_statements`), writing ``timeline``
+        and ending the lease, in one statement. Returns the new version, or ``None``
+        when it did not close (something is left, it is paused, or the lease moved:
+        read the summary to see which).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
+        """
+        statement = self._closes_when_done[failures_allowed]
+        params = {"pid": partition_id, "seen": version, "holder": owner, "at_gate": gate,
+                  "timeline": timeline}
+        matched = await self.round_trips.call("partition_close_when_done",
+                                              self.driver.execute(statement, params))
+        return version + 1 if matched == 1 else None
 
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
         """Write attempt outcomes in one transaction; each write guarded and fenced.

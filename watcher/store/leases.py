@@ -6,6 +6,7 @@ holder makes (advance a gate, close, fail).
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -59,6 +60,15 @@ class LeasesStore(StoreBase):
         """Run one lease read on the driver's direct path, where it has one."""
         return await self.round_trips.call(name, self.driver.fetch(statement, params, read=True))
 
+    async def _lease_rows(self, name: str, statement: Select[Any],
+                          params: dict[str, Any]) -> list[LeaseRow]:
+        """A lease read's rows (:meth:`LeaseStatements.free`, ``of_owner``); the clock's
+        time they end with is the store's latest reading (:meth:`time_to_record`)."""
+        rows = await self._lease_read(name, statement, params)
+        if rows:
+            self.clock_reading.observe(rows[0][-1], time.monotonic())
+        return [to_lease_row(row) for row in rows]
+
     async def leases_stopped(self, owner: str, within: float) -> list[str]:
         """Partitions that clients cancelled, or began deleting, while ``owner`` held them,
         in the last ``within`` seconds.
@@ -81,14 +91,12 @@ class LeasesStore(StoreBase):
         asked, partitions at one place included; it passes over the leased and the
         paused partitions ranked ahead, and the scheduled ones rank at their start,
         so it stops at ``limit`` long before the queue's end."""
-        rows = await self._lease_read("leases_read_free", self.lease_statements.free(limit), {})
-        return [to_lease_row(row) for row in rows]
+        return await self._lease_rows("leases_read_free", self.lease_statements.free(limit), {})
 
     async def leases_of_owner(self, owner: str, limit: int) -> list[LeaseRow]:
         """Read up to ``limit`` partitions that ``owner`` holds with a live lease."""
-        rows = await self._lease_read("leases_of_owner", self.lease_statements.of_owner(limit),
+        return await self._lease_rows("leases_of_owner", self.lease_statements.of_owner(limit),
                                       {"holder": owner})
-        return [to_lease_row(row) for row in rows]
 
     async def lease_stats(self, free_cap: int = FREE_COUNT_CAP) -> LeaseStats:
         """Count each owner's live leases and the partitions free to lease (unleased or
