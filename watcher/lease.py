@@ -62,6 +62,12 @@ class Lease:
         """The items done since the timeline was last written, at the current gate."""
         return Progress(self.gate, self.done.items, self.done.age(now))
 
+    def timeline_read(self, timeline: str | None) -> None:
+        """The stored timeline is ``timeline`` (read, not written: the items done since
+        the last write are still to write)."""
+        self.timeline = timeline
+        self.timeline_known = True
+
     def timeline_written(self, timeline: str | None, progress: Progress) -> None:
         """The stored timeline is ``timeline`` now, with ``progress`` counted in it."""
         self.timeline = timeline
@@ -149,6 +155,12 @@ def progress_of(leases: Iterable[Lease], now: float) -> dict[str, Progress]:
     this holder has not read yet (the renewal reads it)."""
     return {lease.partition_id: lease.progress(now) for lease in leases
             if lease.done.items or not lease.timeline_known}
+
+
+def known_timelines(leases: Iterable[Lease]) -> dict[str, str | None]:
+    """The holder's copy of each timeline it knows, by partition: what a renewal adds
+    progress to, and writes only where it is still what is stored."""
+    return {lease.partition_id: lease.timeline for lease in leases if lease.timeline_known}
 
 
 def handed_over_progress(leases: Iterable[Lease], now: float) -> dict[str, Progress]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Float, bindparam, func, literal, or_, select, union_all
+from sqlalchemy import Float, and_, bindparam, case, func, literal, or_, select, union_all, update
 from sqlalchemy.sql.expression import CompoundSelect, Select, Update
 
 from watcher.drivers.sql import lock_unless_busy, not_for_index
@@ -39,6 +39,7 @@ class LeaseStatements:
         self._free: dict[int, Select[Any]] = {}
         self._of_owner: dict[int, Select[Any]] = {}
         self._takes: dict[int, Update] = {}
+        self._rewrites: dict[tuple[int, bool], Update] = {}
         self._counts: dict[int, CompoundSelect] = {}
 
     def _columns(self) -> Select[Any]:
@@ -132,3 +133,46 @@ class LeaseStatements:
                                          .where(p.c.id.in_(free.scalar_subquery()))
                                          .returning(p.c.id))
         return found
+
+    def rewrite(self, rows: int, *, release: bool) -> Update:
+        """A renewal (or, with ``release``, a release) of ``rows`` leases in one statement
+        (built once per shape; parameters from
+        :meth:`~watcher.statements.Statements.lease_rewrite_params`, with ``was<n>`` and
+        ``tl<n>`` per row), for the databases :meth:`take` is for.
+
+        It rewrites the rows ``holder`` holds open as
+        :meth:`~watcher.statements.Statements.lease_rewrite` does, at whatever version
+        they are (a client's write may have moved it on; the holder adopts the gate
+        returned), limited to the rows no other session holds locked. A row's timeline
+        becomes ``tl<n>`` only where it is still ``was<n>``, the holder's copy: a former
+        holder's hand-over may have changed it since. It returns each row rewritten:
+        id, version, gate, timeline, and the clock's time.
+        """
+        key = (rows, release)
+        found = self._rewrites.get(key)
+        if found is None:
+            statements = self.statements
+            p = statements.tables.partitions
+            holder = bindparam("holder", type_=p.c.owner.type)
+            locked = p.alias("locked")
+            wanted = or_(*(locked.c.id == bindparam(f"pid{n}") for n in range(rows)))
+            free = lock_unless_busy(select(locked.c.id).where(
+                wanted, locked.c.owner == holder, locked.c.status == AVAILABLE), locked)
+            values: dict[str, Any] = {"version": p.c.version + 1, "updated_at": statements.now}
+            if release:
+                values.update(owner="", until=statements.now)
+            else:
+                values["until"] = statements.now_plus(bindparam("duration", type_=Float()))
+            values["timeline"] = case(
+                *((and_(p.c.id == bindparam(f"pid{n}"), p.c.timeline.is_not_distinct_from(
+                    bindparam(f"was{n}", type_=p.c.timeline.type))),
+                   func.coalesce(bindparam(f"tl{n}", type_=p.c.timeline.type), p.c.timeline))
+                  for n in range(rows)),
+                else_=p.c.timeline)
+            found = self._rewrites[key] = (
+                update(p).where(p.c.id.in_(free.scalar_subquery()), p.c.owner == holder,
+                                p.c.status == AVAILABLE)
+                .values(**values)
+                .returning(p.c.id, p.c.version, p.c.gate, p.c.timeline, statements.now))
+        return found
+

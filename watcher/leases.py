@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from watcher.balance import Backlog, backlog_room, goes_ahead, pick_free, plan_balance
 from watcher.config import WatcherConfig
 from watcher.hooks import Hooks, SafeHooks
-from watcher.lease import Lease, handed_over_progress, locked, progress_of
+from watcher.lease import Lease, handed_over_progress, known_timelines, locked, progress_of
 from watcher.records import LeaseRow
 from watcher.store import Store
 
@@ -221,7 +221,7 @@ class LeaseKeeper:
             progress = progress_of(leases, time.monotonic())
             renewal = await self.store.leases_renew(
                 {lease.partition_id: lease.version for lease in leases}, self.owner,
-                self.config.lease_duration, progress)
+                self.config.lease_duration, progress, known_timelines(leases))
             for lease in leases:
                 pid = lease.partition_id
                 if pid in renewal.held:
@@ -229,6 +229,8 @@ class LeaseKeeper:
                     lease.renewed(version, gate, now)
                     if pid in renewal.timelines:
                         lease.timeline_written(renewal.timelines[pid], progress[pid])
+                    elif pid in renewal.timelines_read:
+                        lease.timeline_read(renewal.timelines_read[pid])
                 elif pid in renewal.busy:
                     busy.append(lease)
                 elif pid in renewal.stopped:
@@ -342,7 +344,8 @@ class LeaseKeeper:
             done = progress_of([lease], time.monotonic())
             released = await self.store.leases_release(
                 {lease.partition_id: lease.version}, self.owner,
-                {pid: progress for pid, progress in done.items() if progress.items})
+                {pid: progress for pid, progress in done.items() if progress.items},
+                known_timelines([lease]))
         self.forget(lease)
         self.hooks.lease_released(lease.partition_id)
         log.info("action=lease_released partition=%s owner=%s reason=%s", lease.partition_id,
@@ -360,7 +363,7 @@ class LeaseKeeper:
             released = await self.store.leases_release(
                 {pid: lease.version for pid, lease in live.items()}, self.owner,
                 {pid: done for pid, done in progress_of(live.values(), time.monotonic()).items()
-                 if done.items})
+                 if done.items}, known_timelines(live.values()))
         for pid in live:
             self.hooks.lease_released(pid)
         self.leases.clear()

@@ -186,13 +186,16 @@ class LeaseRenewal:
     neither renewed nor lost; ``stopped`` ones were cancelled or are being
     deleted by a client; the others asked for were lost. ``timelines`` holds
     the timeline stored now (:mod:`watcher.timeline`) of each held partition
-    whose progress the renewal carried.
+    whose progress the renewal carried; ``timelines_read`` that of each held
+    partition whose progress it could not write (the holder's copy was stale, or
+    it had none): the holder's new copy, its progress left for the next renewal.
     """
 
     held: dict[str, tuple[int, int | None]]
     busy: frozenset[str] = frozenset()
     stopped: frozenset[str] = frozenset()
     timelines: dict[str, str | None] = field(default_factory=dict)
+    timelines_read: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -847,63 +847,52 @@ SELECT partitions.id,
           partitions.id
  LIMIT %(param_1)s::INTEGER;
 
--- name: leases_release (1)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner
-  FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
-   FOR UPDATE SKIP LOCKED;
-
--- name: leases_release (2)
+-- name: leases_release
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
        until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE partitions.id = %(pid0)s::VARCHAR
-   AND partitions.version = %(seen0)s::INTEGER
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       timeline=CASE WHEN (partitions.id = %(pid0)s::VARCHAR AND partitions.timeline IS NOT DISTINCT FROM %(was0)s::VARCHAR) THEN coalesce(%(tl0)s::VARCHAR, partitions.timeline)
+            ELSE partitions.timeline
+             END
+ WHERE partitions.id IN (
+        SELECT locked.id
+          FROM partitions AS locked
+         WHERE locked.id = %(pid0)s::VARCHAR
+           AND locked.owner = %(holder)s::VARCHAR
+           AND locked.status = %(status_1)s::VARCHAR
+           FOR UPDATE SKIP LOCKED
+       )
    AND partitions.owner = %(holder)s::VARCHAR
-   AND partitions.status = %(status_1)s::VARCHAR;
-
--- name: leases_renew (1)
-SELECT partitions.id,
+   AND partitions.status = %(status_2)s::VARCHAR RETURNING partitions.id,
        partitions.version,
        partitions.gate,
-       partitions.status,
-       partitions.owner
-  FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
-   FOR UPDATE SKIP LOCKED;
-
--- name: leases_renew (2)
-UPDATE partitions
-   SET
-version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE (partitions.id = %(pid0)s::VARCHAR AND partitions.version = %(seen0)s::INTEGER OR partitions.id = %(pid1)s::VARCHAR AND partitions.version = %(seen1)s::INTEGER)
-   AND partitions.owner = %(holder)s::VARCHAR
-   AND partitions.status = %(status_1)s::VARCHAR;
-
--- name: leases_renew (3)
-SELECT partitions.id,
        partitions.timeline,
-       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
-  FROM partitions
- WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
--- name: leases_renew (4)
+-- name: leases_renew
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       timeline=CASE WHEN (partitions.id = %(pid0)s::VARCHAR) THEN coalesce(%(tl0)s::VARCHAR, partitions.timeline)
-            WHEN (partitions.id = %(pid1)s::VARCHAR) THEN coalesce(%(tl1)s::VARCHAR, partitions.timeline)
+       timeline=CASE WHEN (partitions.id = %(pid0)s::VARCHAR AND partitions.timeline IS NOT DISTINCT FROM %(was0)s::VARCHAR) THEN coalesce(%(tl0)s::VARCHAR, partitions.timeline)
+            WHEN (partitions.id = %(pid1)s::VARCHAR AND partitions.timeline IS NOT DISTINCT FROM %(was1)s::VARCHAR) THEN coalesce(%(tl1)s::VARCHAR, partitions.timeline)
             ELSE partitions.timeline
              END
- WHERE (partitions.id = %(pid0)s::VARCHAR AND partitions.version = %(seen0)s::INTEGER OR partitions.id = %(pid1)s::VARCHAR AND partitions.version = %(seen1)s::INTEGER)
+ WHERE partitions.id IN (
+        SELECT locked.id
+          FROM partitions AS locked
+         WHERE (locked.id = %(pid0)s::VARCHAR OR locked.id = %(pid1)s::VARCHAR)
+           AND locked.owner = %(holder)s::VARCHAR
+           AND locked.status = %(status_1)s::VARCHAR
+           FOR UPDATE SKIP LOCKED
+       )
    AND partitions.owner = %(holder)s::VARCHAR
-   AND partitions.status = %(status_1)s::VARCHAR;
+   AND partitions.status = %(status_2)s::VARCHAR RETURNING partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.timeline,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: leases_stopped
 SELECT partitions.id

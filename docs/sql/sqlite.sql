@@ -862,61 +862,50 @@ SELECT partitions.id,
  LIMIT :param_1
 OFFSET :param_2;
 
--- name: leases_release (1)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner
-  FROM partitions
- WHERE partitions.id IN (?, ...);
-
--- name: leases_release (2)
+-- name: leases_release
 UPDATE partitions
    SET
-version=(partitions.version + ?), owner=?,
-       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
- WHERE partitions.id = ?
-   AND partitions.version = ?
-   AND partitions.owner = ?
-   AND partitions.status = ?;
-
--- name: leases_renew (1)
-SELECT partitions.id,
-       partitions.version,
-       partitions.gate,
-       partitions.status,
-       partitions.owner
-  FROM partitions
- WHERE partitions.id IN (?, ...);
-
--- name: leases_renew (2)
-UPDATE partitions
-   SET
-version=(partitions.version + ?), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
- WHERE (partitions.id = ? AND partitions.version = ? OR partitions.id = ? AND partitions.version = ?)
-   AND partitions.owner = ?
-   AND partitions.status = ?;
-
--- name: leases_renew (3)
-SELECT partitions.id,
-       partitions.timeline,
-       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
-  FROM partitions
- WHERE partitions.id IN (?, ...);
-
--- name: leases_renew (4)
-UPDATE partitions
-   SET
-version=(partitions.version + ?), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       timeline=CASE WHEN (partitions.id = ?) THEN coalesce(?, partitions.timeline)
-            WHEN (partitions.id = ?) THEN coalesce(?, partitions.timeline)
+version=(partitions.version + :version_1), owner=:owner,
+       until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       timeline=CASE WHEN (partitions.id = :pid0 AND partitions.timeline IS :was0) THEN coalesce(:tl0, partitions.timeline)
             ELSE partitions.timeline
              END
- WHERE (partitions.id = ? AND partitions.version = ? OR partitions.id = ? AND partitions.version = ?)
-   AND partitions.owner = ?
-   AND partitions.status = ?;
+ WHERE partitions.id IN (
+        SELECT locked.id
+          FROM partitions AS locked
+         WHERE locked.id = :pid0
+           AND locked.owner = :holder
+           AND locked.status = :status_1
+       )
+   AND partitions.owner = :holder
+   AND partitions.status = :status_2 RETURNING id,
+version,
+       gate,
+       timeline,
+       COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: leases_renew
+UPDATE partitions
+   SET
+version=(partitions.version + :version_1), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :duration)) || '000'), updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       timeline=CASE WHEN (partitions.id = :pid0 AND partitions.timeline IS :was0) THEN coalesce(:tl0, partitions.timeline)
+            WHEN (partitions.id = :pid1 AND partitions.timeline IS :was1) THEN coalesce(:tl1, partitions.timeline)
+            ELSE partitions.timeline
+             END
+ WHERE partitions.id IN (
+        SELECT locked.id
+          FROM partitions AS locked
+         WHERE (locked.id = :pid0 OR locked.id = :pid1)
+           AND locked.owner = :holder
+           AND locked.status = :status_1
+       )
+   AND partitions.owner = :holder
+   AND partitions.status = :status_2 RETURNING id,
+version,
+       gate,
+       timeline,
+       COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: leases_stopped
 SELECT partitions.id

@@ -188,17 +188,23 @@ async def test_lease_writes_pass_by_a_row_another_session_holds(make_store) -> N
 
 @contextlib.contextmanager
 def _updates_sent(store: Store) -> Iterator[list[str]]:
-    """The UPDATE statements ``store`` sends through its engine meanwhile."""
+    """The UPDATE statements ``store`` sends meanwhile, through its engine or its
+    driver's own path."""
     sent: list[str] = []
 
-    def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+    def on_sql(statement: str) -> None:
         if statement.lstrip().upper().startswith("UPDATE"):
             sent.append(statement)
 
+    def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        on_sql(statement)
+
     event.listen(store.engine.sync_engine, "before_cursor_execute", on_execute)
+    store.driver.add_statement_listener(on_sql)
     try:
         yield sent
     finally:
+        store.driver.remove_statement_listener(on_sql)
         event.remove(store.engine.sync_engine, "before_cursor_execute", on_execute)
 
 
@@ -280,7 +286,8 @@ async def test_a_take_carries_the_timeline_read_with_the_row(store) -> None:
     assert row.timeline_read and row.timeline is None  # a new partition has none yet
     (lease,) = await store.leases_take([row], "first", 30.0)
     renewal = await store.leases_renew({"p": lease.version}, "first", 30.0,
-                                       progress={"p": Progress(0, 3, 1.0)})
+                                       progress={"p": Progress(0, 3, 1.0)},
+                                       known={"p": lease.timeline})
     await store.leases_release({"p": renewal.held["p"][0]}, "first")
     _, stored = await store.partition_timeline("p")
     assert stored is not None, "the renewal wrote the 3 items done into the timeline"
@@ -407,3 +414,33 @@ async def test_a_full_backlog_takes_only_what_would_start_before_it(store) -> No
     backlog = Backlog()
     assert len((await keeper.run_once()).acquired) == 2, "an empty backlog: a lease batch"
     assert len(await store.leases_read_free(20)) == 12 - 3
+
+
+async def test_a_renewal_never_writes_over_a_timeline_it_has_not_seen(make_store) -> None:
+    """A former holder's hand-over lands between the take and the renewal: the renewal
+    adds its progress to what is stored, never to its stale copy, so both counts stay
+    (on the one-statement path by a second renewal from the copy it read back; the
+    engine path reads under the row lock and writes at once)."""
+    from watcher.timeline import Progress, decode_timeline
+
+    store = make_store()
+    await store.partition_create("p", [NewItem("i", b"x")])
+    (lease,) = await store.leases_take(await store.leases_read_free(5), "me", 30.0)
+    copy = lease.timeline
+    assert await make_store().timelines_hand_over({"p": Progress(0, 5, 1.0)}) == 1
+    version, renewals = lease.version, 0
+    while renewals < 3:
+        renewals += 1
+        renewal = await store.leases_renew({"p": version}, "me", 30.0,
+                                           progress={"p": Progress(0, 3, 1.0)},
+                                           known={"p": copy})
+        version = renewal.held["p"][0]
+        if "p" in renewal.timelines:
+            break
+        copy = renewal.timelines_read["p"]  # the holder's new copy; progress still due
+    assert renewals == (2 if store.driver.takes_leases_in_one_statement else 1)
+    _, stored = await store.partition_timeline("p")
+    assert renewal.timelines["p"] == stored
+    minutes = decode_timeline(stored).minutes
+    assert sum(items for _, items in minutes) == 8  # the hand-over's 5 and the holder's 3
+

@@ -103,7 +103,8 @@ class FakeStore(Store):
         return list(self.stopped)
 
     async def leases_renew(self, leases: dict[str, int], owner: str,
-                           duration: float, progress: Any = None) -> LeaseRenewal:
+                           duration: float, progress: Any = None,
+                           known: Any = None) -> LeaseRenewal:
         """The scripted ``renewal``.
 
         Raises:

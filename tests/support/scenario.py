@@ -64,7 +64,8 @@ async def drive_every_method(store: Store) -> None:
     versions = {pid: version for pid, (version, _) in held.held.items()}
     # Items done since: the renewal adds them to p1's timeline (p2's is only read).
     held = await store.leases_renew(versions, "w1", 30, {"p1": Progress(0, 2, 1.0),
-                                                         "p2": Progress(0, 0)})
+                                                         "p2": Progress(0, 0)},
+                                    {row.id: row.timeline for row in won})
     versions = {pid: version for pid, (version, _) in held.held.items()}
     await store.partition_state("p1")
     ready = await store.items_ready("p1", 0, 10)

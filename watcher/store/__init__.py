@@ -11,7 +11,9 @@ module: :mod:`~watcher.store.partitions` (client writes and reads),
 :mod:`~watcher.store.operations` (retry, set-gate, cancel),
 :mod:`~watcher.store.removal` (delete, purge, item retention),
 :mod:`~watcher.store.fleet` (leader leases, backlog), :mod:`~watcher.store.leases`
-(leases and a holder's transitions), :mod:`~watcher.store.hot` (the dispatch
+(reading and taking leases, a holder's transitions) on
+:mod:`~watcher.store.renewals` (renewals, releases and the timelines they carry),
+:mod:`~watcher.store.hot` (the dispatch
 path) and :mod:`~watcher.store.reduce` (reduce gates), both on
 :mod:`~watcher.store.spawns` (what their answers spawn), on
 :mod:`~watcher.store.base` (engine, transactions, the partition lock and the lease
