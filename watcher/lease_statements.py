@@ -14,7 +14,7 @@ import functools
 from typing import Any
 
 from sqlalchemy import Float, and_, bindparam, case, func, literal, or_, select, union_all, update
-from sqlalchemy.sql.expression import CompoundSelect, Select, Update
+from sqlalchemy.sql.expression import BindParameter, CompoundSelect, Select, Update
 
 from watcher.drivers.sql import lock_unless_busy, not_for_index
 from watcher.models import AVAILABLE, CANCELLED, DELETING
@@ -127,10 +127,12 @@ class LeaseStatements:
         if found is None:
             p = self.statements.tables.partitions
             locked = p.alias("locked")
-            wanted = or_(*(locked.c.id == bindparam(f"pid{n}") for n in range(rows)))
-            free = lock_unless_busy(select(locked.c.id).where(wanted), locked)
+            ids: list[BindParameter[Any]] = [bindparam(f"pid{n}") for n in range(rows)]
+            # Locked once, in a CTE (see rewrite).
+            free = lock_unless_busy(select(locked.c.id).where(locked.c.id.in_(ids)),
+                                    locked).cte("free")
             found = self._takes[rows] = (self.statements.lease_take(rows)
-                                         .where(p.c.id.in_(free.scalar_subquery()))
+                                         .where(p.c.id.in_(select(free.c.id)))
                                          .returning(p.c.id))
         return found
 
@@ -155,9 +157,13 @@ class LeaseStatements:
             p = statements.tables.partitions
             holder = bindparam("holder", type_=p.c.owner.type)
             locked = p.alias("locked")
-            wanted = or_(*(locked.c.id == bindparam(f"pid{n}") for n in range(rows)))
+            # IN lists, not chains of ORs: SQLite limits an expression's depth.
+            ids: list[BindParameter[Any]] = [bindparam(f"pid{n}") for n in range(rows)]
+            # The rows to rewrite, locked once (a CTE: a subquery that locks rows is
+            # run again for each row of the UPDATE on PostgreSQL).
             free = lock_unless_busy(select(locked.c.id).where(
-                wanted, locked.c.owner == holder, locked.c.status == AVAILABLE), locked)
+                locked.c.id.in_(ids), locked.c.owner == holder, locked.c.status == AVAILABLE),
+                locked).cte("free")
             values: dict[str, Any] = {"version": p.c.version + 1, "updated_at": statements.now}
             if release:
                 values.update(owner="", until=statements.now)
@@ -170,8 +176,8 @@ class LeaseStatements:
                   for n in range(rows)),
                 else_=p.c.timeline)
             found = self._rewrites[key] = (
-                update(p).where(p.c.id.in_(free.scalar_subquery()), p.c.owner == holder,
-                                p.c.status == AVAILABLE)
+                update(p).where(p.c.id.in_(ids), p.c.id.in_(select(free.c.id)),
+                                p.c.owner == holder, p.c.status == AVAILABLE)
                 .values(**values)
                 .returning(p.c.id, p.c.version, p.c.gate, p.c.timeline, statements.now))
         return found

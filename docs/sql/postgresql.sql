@@ -848,7 +848,14 @@ SELECT partitions.id,
  LIMIT %(param_1)s::INTEGER;
 
 -- name: leases_release
-UPDATE partitions
+WITH free AS (
+        SELECT locked.id AS id
+          FROM partitions AS locked
+         WHERE locked.id IN (%(pid0)s, ...)
+           AND locked.owner = %(holder)s::VARCHAR
+           AND locked.status = %(status_1)s::VARCHAR
+           FOR UPDATE SKIP LOCKED
+       ) UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
        until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
@@ -856,13 +863,10 @@ version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
        timeline=CASE WHEN (partitions.id = %(pid0)s::VARCHAR AND partitions.timeline IS NOT DISTINCT FROM %(was0)s::VARCHAR) THEN coalesce(%(tl0)s::VARCHAR, partitions.timeline)
             ELSE partitions.timeline
              END
- WHERE partitions.id IN (
-        SELECT locked.id
-          FROM partitions AS locked
-         WHERE locked.id = %(pid0)s::VARCHAR
-           AND locked.owner = %(holder)s::VARCHAR
-           AND locked.status = %(status_1)s::VARCHAR
-           FOR UPDATE SKIP LOCKED
+ WHERE partitions.id IN (%(pid0)s, ...)
+   AND partitions.id IN (
+        SELECT free.id
+          FROM free
        )
    AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.status = %(status_2)s::VARCHAR RETURNING partitions.id,
@@ -872,20 +876,24 @@ version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: leases_renew
-UPDATE partitions
+WITH free AS (
+        SELECT locked.id AS id
+          FROM partitions AS locked
+         WHERE locked.id IN (%(pid0)s, ...)
+           AND locked.owner = %(holder)s::VARCHAR
+           AND locked.status = %(status_1)s::VARCHAR
+           FOR UPDATE SKIP LOCKED
+       ) UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
        timeline=CASE WHEN (partitions.id = %(pid0)s::VARCHAR AND partitions.timeline IS NOT DISTINCT FROM %(was0)s::VARCHAR) THEN coalesce(%(tl0)s::VARCHAR, partitions.timeline)
             WHEN (partitions.id = %(pid1)s::VARCHAR AND partitions.timeline IS NOT DISTINCT FROM %(was1)s::VARCHAR) THEN coalesce(%(tl1)s::VARCHAR, partitions.timeline)
             ELSE partitions.timeline
              END
- WHERE partitions.id IN (
-        SELECT locked.id
-          FROM partitions AS locked
-         WHERE (locked.id = %(pid0)s::VARCHAR OR locked.id = %(pid1)s::VARCHAR)
-           AND locked.owner = %(holder)s::VARCHAR
-           AND locked.status = %(status_1)s::VARCHAR
-           FOR UPDATE SKIP LOCKED
+ WHERE partitions.id IN (%(pid0)s, ...)
+   AND partitions.id IN (
+        SELECT free.id
+          FROM free
        )
    AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.status = %(status_2)s::VARCHAR RETURNING partitions.id,
@@ -902,22 +910,29 @@ SELECT partitions.id
    AND partitions.until >= (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(back)s));
 
 -- name: leases_take (1)
-UPDATE partitions
+WITH free AS (
+        SELECT locked.id AS id
+          FROM partitions AS locked
+         WHERE locked.id IN (%(pid0)s, ...)
+           FOR UPDATE SKIP LOCKED
+       ) UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), owner=%(holder)s::VARCHAR,
        until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
  WHERE (partitions.id = %(pid0)s::VARCHAR AND partitions.version = %(seen0)s::INTEGER OR partitions.id = %(pid1)s::VARCHAR AND partitions.version = %(seen1)s::INTEGER)
    AND partitions.status = %(status_1)s::VARCHAR
    AND partitions.id IN (
-        SELECT locked.id
-          FROM partitions AS locked
-         WHERE locked.id = %(pid0)s::VARCHAR
-            OR locked.id = %(pid1)s::VARCHAR
-           FOR UPDATE SKIP LOCKED
+        SELECT free.id
+          FROM free
        ) RETURNING partitions.id;
 
 -- name: leases_take (2)
-UPDATE partitions
+WITH free AS (
+        SELECT locked.id AS id
+          FROM partitions AS locked
+         WHERE locked.id IN (%(pid0)s, ...)
+           FOR UPDATE SKIP LOCKED
+       ) UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), owner=%(holder)s::VARCHAR,
        until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
@@ -925,10 +940,8 @@ version=(partitions.version + %(version_1)s::INTEGER), owner=%(holder)s::VARCHAR
    AND partitions.version = %(seen0)s::INTEGER
    AND partitions.status = %(status_1)s::VARCHAR
    AND partitions.id IN (
-        SELECT locked.id
-          FROM partitions AS locked
-         WHERE locked.id = %(pid0)s::VARCHAR
-           FOR UPDATE SKIP LOCKED
+        SELECT free.id
+          FROM free
        ) RETURNING partitions.id;
 
 -- name: now

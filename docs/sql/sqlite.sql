@@ -863,7 +863,13 @@ SELECT partitions.id,
 OFFSET :param_2;
 
 -- name: leases_release
-UPDATE partitions
+WITH free AS (
+        SELECT locked.id AS id
+          FROM partitions AS locked
+         WHERE locked.id IN (:pid0, ...)
+           AND locked.owner = :holder
+           AND locked.status = :status_1
+       ) UPDATE partitions
    SET
 version=(partitions.version + :version_1), owner=:owner,
        until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
@@ -871,12 +877,10 @@ version=(partitions.version + :version_1), owner=:owner,
        timeline=CASE WHEN (partitions.id = :pid0 AND partitions.timeline IS :was0) THEN coalesce(:tl0, partitions.timeline)
             ELSE partitions.timeline
              END
- WHERE partitions.id IN (
-        SELECT locked.id
-          FROM partitions AS locked
-         WHERE locked.id = :pid0
-           AND locked.owner = :holder
-           AND locked.status = :status_1
+ WHERE partitions.id IN (:pid0, ...)
+   AND partitions.id IN (
+        SELECT free.id
+          FROM free
        )
    AND partitions.owner = :holder
    AND partitions.status = :status_2 RETURNING id,
@@ -886,19 +890,23 @@ version,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: leases_renew
-UPDATE partitions
+WITH free AS (
+        SELECT locked.id AS id
+          FROM partitions AS locked
+         WHERE locked.id IN (:pid0, ...)
+           AND locked.owner = :holder
+           AND locked.status = :status_1
+       ) UPDATE partitions
    SET
 version=(partitions.version + :version_1), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :duration)) || '000'), updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
        timeline=CASE WHEN (partitions.id = :pid0 AND partitions.timeline IS :was0) THEN coalesce(:tl0, partitions.timeline)
             WHEN (partitions.id = :pid1 AND partitions.timeline IS :was1) THEN coalesce(:tl1, partitions.timeline)
             ELSE partitions.timeline
              END
- WHERE partitions.id IN (
-        SELECT locked.id
-          FROM partitions AS locked
-         WHERE (locked.id = :pid0 OR locked.id = :pid1)
-           AND locked.owner = :holder
-           AND locked.status = :status_1
+ WHERE partitions.id IN (:pid0, ...)
+   AND partitions.id IN (
+        SELECT free.id
+          FROM free
        )
    AND partitions.owner = :holder
    AND partitions.status = :status_2 RETURNING id,
@@ -915,21 +923,27 @@ SELECT partitions.id
    AND partitions.until >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :back)) || '000');
 
 -- name: leases_take (1)
-UPDATE partitions
+WITH free AS (
+        SELECT locked.id AS id
+          FROM partitions AS locked
+         WHERE locked.id IN (:pid0, ...)
+       ) UPDATE partitions
    SET
 version=(partitions.version + :version_1), owner=:holder,
        until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :duration)) || '000'), updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE (partitions.id = :pid0 AND partitions.version = :seen0 OR partitions.id = :pid1 AND partitions.version = :seen1)
    AND partitions.status = :status_1
    AND partitions.id IN (
-        SELECT locked.id
-          FROM partitions AS locked
-         WHERE locked.id = :pid0
-            OR locked.id = :pid1
+        SELECT free.id
+          FROM free
        ) RETURNING id;
 
 -- name: leases_take (2)
-UPDATE partitions
+WITH free AS (
+        SELECT locked.id AS id
+          FROM partitions AS locked
+         WHERE locked.id IN (:pid0, ...)
+       ) UPDATE partitions
    SET
 version=(partitions.version + :version_1), owner=:holder,
        until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :duration)) || '000'), updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
@@ -937,9 +951,8 @@ version=(partitions.version + :version_1), owner=:holder,
    AND partitions.version = :seen0
    AND partitions.status = :status_1
    AND partitions.id IN (
-        SELECT locked.id
-          FROM partitions AS locked
-         WHERE locked.id = :pid0
+        SELECT free.id
+          FROM free
        ) RETURNING id;
 
 -- name: now

@@ -30,6 +30,9 @@ from watcher.records import (
 
 INSERT_CHUNK = 500
 IN_CHUNK = 500
+# Rows per lease statement that names each row (a take, a one-statement renewal): its
+# guards and timeline cases grow with the rows, and SQLite limits an expression's depth.
+LEASE_CHUNK = 128
 
 NO_SETTINGS = PartitionSettings()
 

@@ -15,7 +15,7 @@ from sqlalchemy.sql.expression import CompoundSelect, Select
 
 from watcher.lease_statements import FREE_COUNT_CAP
 from watcher.records import LeaseRow, LeaseStats, PartitionState
-from watcher.store.codecs import IN_CHUNK, chunks, to_lease_row
+from watcher.store.codecs import IN_CHUNK, LEASE_CHUNK, chunks, to_lease_row
 from watcher.store.renewals import RenewalsStore
 
 
@@ -86,7 +86,7 @@ class LeasesStore(RenewalsStore):
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was taken,
-                but on a driver that takes in one statement per 500 rows, whose
+                but on a driver that takes in one statement per 128 rows, whose
                 chunks taken before the failure expire unrenewed).
         """
         if self.driver.takes_leases_in_one_statement:
@@ -115,7 +115,7 @@ class LeasesStore(RenewalsStore):
 
     async def _take_in_one_statement(self, rows: Sequence[LeaseRow], owner: str,
                                      duration: float) -> list[LeaseRow]:
-        """:meth:`leases_take` as one statement per 500 rows on the driver's direct path
+        """:meth:`leases_take` as one statement per 128 rows on the driver's direct path
         (:meth:`LeaseStatements.take`), which returns the ids it took.
 
         Raises:
@@ -124,7 +124,7 @@ class LeasesStore(RenewalsStore):
         """
         won: list[LeaseRow] = []
         statements = self.statements
-        for chunk in chunks(sorted(rows, key=lambda row: row.id), IN_CHUNK):
+        for chunk in chunks(sorted(rows, key=lambda row: row.id), LEASE_CHUNK):
             shape = statements.lease_rewrite_shape(len(chunk))
             taken = await self.round_trips.call("leases_take", self.driver.fetch(
                 self.lease_statements.take(shape),

@@ -26,7 +26,7 @@ from watcher.lease_statements import LeaseStatements
 from watcher.models import AVAILABLE, CANCELLED, DELETING
 from watcher.records import LeaseRenewal, PartitionState
 from watcher.store.base import StoreBase
-from watcher.store.codecs import IN_CHUNK, chunks
+from watcher.store.codecs import IN_CHUNK, LEASE_CHUNK, chunks
 from watcher.timeline import (
     Progress,
     Timeline,
@@ -106,7 +106,7 @@ class RenewalsStore(StoreBase):
             progress: Mapping[str, Progress], known: Mapping[str, str | None],
     ) -> LeaseRenewal:
         """:meth:`leases_renew` (or, with ``duration`` ``None``, a release) as one
-        statement per 500 leases on the driver's own path
+        statement per 128 leases on the driver's own path
         (:meth:`LeaseStatements.rewrite`), then, only when some lease was not
         rewritten, one read of those to say which were busy, lost or stopped.
 
@@ -129,7 +129,7 @@ class RenewalsStore(StoreBase):
         held: dict[str, tuple[int, int | None]] = {}
         timelines: dict[str, str | None] = {}
         timelines_read: dict[str, str | None] = {}
-        for chunk in chunks(sorted(leases), IN_CHUNK):
+        for chunk in chunks(sorted(leases), LEASE_CHUNK):
             shape = statements.lease_rewrite_shape(len(chunk))
             params = statements.lease_rewrite_params([(pid, leases[pid]) for pid in chunk],
                                                      shape, owner, duration)
