@@ -23,7 +23,9 @@ partition costs), http (processor run vs bare httpx and aiohttp
 clients), batch (--handler-batch-size), spawn (children inserted through answers vs
 the client's add_items), ingest (a partition created through ``processor api``,
 NDJSON streamed and one JSON body, vs the client's create_partition), latency
-(insert -> dispatch, gate advance), failover (kill -9, SIGTERM), scale (poll
+(insert -> dispatch, gate advance), failover (kill -9, SIGTERM), renewals (one
+renewal of 32 and of 128 leases, each with progress to write: its time, CPU and
+statements), scale (poll
 queries, memory and statements per item as completed items accumulate), fanin
 (last gate-0 result -> reduce -> partition complete, 10,000 items a gate), reduce
 (a 100,000-item reduce gate in pages, and the reducer's memory), chord (P
@@ -41,8 +43,8 @@ items; a figure a busy machine does not move).
 Databases (``--db``, repeatable; ``all`` = sqlite, postgres, mariadb): SQLite is a
 fresh file in the run's log directory, MariaDB the server at
 ``$PROCESSOR_BENCH_MARIADB_URL`` (default ``mysql://root@127.0.0.1:3306/test``).
-library, flow, small, instructions, http, batch, spawn, ingest, latency and scale run
-on each; failover, fanin, reduce, chord, crawl and fleet on PostgreSQL only (reported
+library, flow, small, instructions, http, batch, spawn, ingest, latency, renewals and
+scale run on each; failover, fanin, reduce, chord, crawl and fleet on PostgreSQL only (reported
 as not run on the others), and so does PGQueuer within library; on databases without
 LISTEN/NOTIFY the latency table says the first dispatch waits for a poll. Each
 database gets its tables, then come every goal per database and issue 15's goals on

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import Counter
 from typing import Any
@@ -12,6 +13,9 @@ from sqlalchemy import event
 from bench.common import cpu_seconds
 from watcher.hooks import Hooks
 from watcher.store import Store
+
+# The statement a WITH clause leads to: the first of these after a closing parenthesis.
+_AFTER_CTE = re.compile(r"\)\s*(UPDATE|SELECT|INSERT|DELETE)\b", re.IGNORECASE)
 
 
 class StatementCounter:
@@ -37,7 +41,11 @@ class StatementCounter:
     def _count(self, statement: str) -> None:
         self.total += 1
         head = statement.lstrip().split(None, 1)
-        self.kinds[head[0].upper() if head else "?"] += 1
+        kind = head[0].upper() if head else "?"
+        if kind == "WITH":  # rows a common table expression locks, then the statement
+            found = _AFTER_CTE.search(statement)
+            kind = found.group(1).upper() if found else kind
+        self.kinds[kind] += 1
 
     def reset(self) -> None:
         """Start counting from zero."""

@@ -86,6 +86,7 @@ def runners() -> dict[str, Runner]:
         latency,
         library,
         reduce,
+        renewals,
         scale,
         small,
         spawn,
@@ -97,7 +98,8 @@ def runners() -> dict[str, Runner]:
             "batch": http_mode.run_batch, "spawn": spawn.run, "ingest": ingest.run,
             "latency": latency.run,
             "failover": failover.run,
-            "scale": scale.run, "fanin": reduce.run_fanin, "reduce": reduce.run_big,
+            "renewals": renewals.run, "scale": scale.run,
+            "fanin": reduce.run_fanin, "reduce": reduce.run_big,
             "chord": chord.run, "crawl": crawl.run}
 
 

@@ -26,7 +26,8 @@ from watcher.dburl import parse_database_url
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ("library", "flow", "small", "fleet", "instructions", "http", "batch", "spawn",
-             "ingest", "latency", "failover", "scale", "fanin", "reduce", "chord", "crawl")
+             "ingest", "latency", "failover", "renewals", "scale", "fanin", "reduce", "chord",
+             "crawl")
 # The flow scenario's drains, by their name in its JSON.
 FLOW_SETUPS = ("no_keys", "one_key", "key_limit", "no_keys_half", "key_rates")
 
@@ -48,6 +49,8 @@ FIGURES = {
                "ratio_ndjson_over_client", "client_json_size.items_per_s",
                "api_json.items_per_s", "ratio_json_over_client"),
     "latency": ("insert_to_dispatch.p50_ms", "gate_advance.p50_ms"),
+    "renewals": (*(f"leases_{count}.{figure}" for count in (32, 128)
+                   for figure in ("renewal.p50_ms", "cpu_ms", "statements")),),
     "scale": ("statements_per_item", "drain.rss_mb.at_10pct", "drain.rss_mb.at_90pct",
               *(f"poll_queries.{query}.{at}.p50_ms" for query in ("items_ready", "leases_free")
                 for at in ("at_10pct", "at_90pct")),
