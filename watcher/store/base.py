@@ -60,7 +60,8 @@ class StoreBase:
         self.tables = tables
         self.clock: Clock = clock if clock is not None else DatabaseClock()
         self.statements = Statements(tables, self.clock)
-        # The database's time as the gate summary last read it (see time_to_record).
+        # The database's time as a lease read, renewal or gate summary last returned it
+        # (see time_to_record).
         self.clock_reading = ClockReading()
         self.driver: Driver = open_driver(engine, self.statements, timeout=db_timeout)
         # Every round trip below goes through it: bounded, and its timeouts remembered.
@@ -88,8 +89,9 @@ class StoreBase:
     def time_to_record(self) -> datetime | None:
         """The store clock's time now without a round trip, for what only records a time
         (a timeline): the test clock's when one is set, otherwise the database's as the
-        latest gate summary read it, carried on by the monotonic clock; ``None`` when
-        there is no recent reading (see :class:`~watcher.clock.ClockReading`)."""
+        latest lease read, renewal or gate summary returned it, carried on by the
+        monotonic clock; ``None`` when there is no recent reading (see
+        :class:`~watcher.clock.ClockReading`)."""
         return self.clock.reading() or self.clock_reading.now(time.monotonic())
 
     def problem(self) -> str | None:

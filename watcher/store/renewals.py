@@ -52,13 +52,14 @@ class RenewalsStore(StoreBase):
         """Extend ``owner``'s leases, given as partition id -> version held, for
         ``duration`` seconds.
 
-        One locked read and one UPDATE (per 500 leases) renew them all, the new
-        ``until`` by the database clock. A partition ``owner`` still holds whose
-        version moved on (a client write bumped it) is renewed at the version
-        read, and its gate comes back re-read; one another owner holds now is
-        lost. Partitions whose row another session holds locked are not
-        waited for: they come back as ``busy``, so one stuck transaction
-        cannot stall the renewal of every other lease. Partitions a client
+        One statement per 128 leases renews them all where the driver takes leases in
+        one statement (:meth:`_rewrite_in_one_statement`), otherwise one locked read
+        and one UPDATE per 500; the new ``until`` is by the database clock. A
+        partition ``owner`` still holds whose version moved on (a client write
+        bumped it) is renewed at the version read, and its gate comes back
+        re-read; one another owner holds now is lost. Partitions whose row another
+        session holds locked are not waited for: they come back as ``busy``, so
+        one stuck transaction cannot stall the renewal of every other lease. Partitions a client
         cancelled or began deleting come back as ``stopped``.
 
         ``progress`` (by partition id) is what each holder's items did since the
