@@ -181,8 +181,8 @@ class GateStepper:
             if lease.lost:
                 return Pass(wait=None)
             progress = lease.progress(time.monotonic())
-            timeline = encode_timeline(record_move(decode_timeline(lease.timeline), now,
-                                                   progress, None))
+            timeline = await self._timeline_after_move(now, progress, None)
+            assert timeline is not None  # a move's timeline, with its time known
             version = await self.store.partition_close_when_done(
                 self.partition_id, lease.version, self.keeper.owner, gate=from_gate,
                 failures_allowed=lease.settings.continue_on_failure, timeline=timeline)

@@ -140,8 +140,9 @@ class RenewalsStore(StoreBase):
             rows = await self.round_trips.call("leases_renew", self.driver.fetch(
                 self.lease_statements.rewrite(shape, release=duration is None), params,
                 read=False))
-            for pid, version, gate, stored, clock in rows:
-                self.clock_reading.observe(clock, time.monotonic())
+            if rows:
+                self.clock_reading.observe(rows[0][-1], time.monotonic())
+            for pid, version, gate, stored, _ in rows:
                 held[pid] = (version, None if version == leases[pid] + 1 else gate)
                 if pid in written and stored == written[pid][1]:
                     timelines[pid] = stored
