@@ -181,4 +181,3 @@ class LeaseStatements:
                 .values(**values)
                 .returning(p.c.id, p.c.version, p.c.gate, p.c.timeline, statements.now))
         return found
-
