@@ -4,7 +4,7 @@ The engine knows nothing of OpenTelemetry. When a :class:`CallTracer` is set, ea
 partition's supervisor hands it the partition's calls (``process``, the optional
 ``process_batch`` and ``reduce``) with the trace context its creator stored, once per
 lease, and calls what it gets back. Without one, the calls are the processor's own:
-tracing off costs the hot path nothing. :class:`processor.tracing.CallSpans` is the
+tracing off costs the hot path nothing. :class:`watcher.spans.CallSpans` is the
 OpenTelemetry implementation.
 """
 
@@ -43,13 +43,13 @@ def find_tracer(processor: Any) -> CallTracer | None:
     A processor with a ``call_tracer`` attribute decides for itself (an
     :class:`~processor.http_processor.HttpProcessor` does). Otherwise tracing is on
     when OpenTelemetry is loaded and the application set a tracer provider
-    (:func:`processor.tracing.configured_spans`); OpenTelemetry is never imported here.
+    (:func:`watcher.spans.configured_spans`), which imports OpenTelemetry only then.
     """
     if hasattr(processor, PROCESSOR_TRACER):
         tracer: CallTracer | None = getattr(processor, PROCESSOR_TRACER)
         return tracer
     if "opentelemetry.trace" not in sys.modules:
         return None
-    from processor.tracing import configured_spans
+    from watcher.spans import configured_spans
 
     return configured_spans()

@@ -12,15 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from processor.tracing import (
-    context_from_headers,
-    decode_context,
-    encode_context,
-    exporter_names,
-    item_outcome,
-)
+from processor.tracing import context_from_headers, exporter_names
 from watcher.errors import ConfigError
 from watcher.protocol import NonRetryableError, Result, RetryableError
+from watcher.spans import decode_context, encode_context, item_outcome
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 ROOT = Path(__file__).resolve().parents[2]
