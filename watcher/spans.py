@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from watcher.call_tracing import PartitionCalls
+from watcher.call_tracing import PROCESSOR_TRACER, CallTracer, PartitionCalls
 from watcher.errors import ConfigError
 from watcher.protocol import (
     NonRetryableError,
@@ -256,3 +256,19 @@ def configured_spans(*, client: bool = False) -> CallSpans | None:
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
     return CallSpans(provider, client=client)
+
+
+def find_tracer(processor: Any) -> CallTracer | None:
+    """The tracer a watcher uses for ``processor``, decided once at start-up.
+
+    A processor with a ``call_tracer`` attribute decides for itself (an
+    :class:`~processor.http_processor.HttpProcessor` does). Otherwise tracing is on
+    when OpenTelemetry is loaded and the application set a tracer provider
+    (:func:`watcher.spans.configured_spans`), which imports OpenTelemetry only then.
+    """
+    if hasattr(processor, PROCESSOR_TRACER):
+        tracer: CallTracer | None = getattr(processor, PROCESSOR_TRACER)
+        return tracer
+    if "opentelemetry.trace" not in sys.modules:
+        return None
+    return configured_spans()

@@ -19,7 +19,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from watcher.backoff import backoff, last_error, sleep_until
 from watcher.balance import Backlog, backlog_room
-from watcher.call_tracing import CallTracer, find_tracer
+from watcher.call_tracing import CallTracer
 from watcher.config import WatcherConfig
 from watcher.drivers.conflicts import is_lock_conflict
 from watcher.flow import FlowControl
@@ -34,6 +34,7 @@ from watcher.protocol import (
     ReduceShapeCall,
 )
 from watcher.slots import ReadAheadPool, SlotPool, wait_event
+from watcher.spans import find_tracer
 from watcher.store import Store
 from watcher.supervisor import PartitionSupervisor
 from watcher.text import first_line
@@ -59,7 +60,7 @@ class Watcher:
     :class:`~processor.http_processor.HttpProcessor` does). ``tracer``
     (:class:`~watcher.call_tracing.CallTracer`) makes a span of every call; by default
     the processor's own, or OpenTelemetry's when the application set a tracer
-    provider (:func:`~watcher.call_tracing.find_tracer`); ``None`` turns tracing off.
+    provider (:func:`~watcher.spans.find_tracer`); ``None`` turns tracing off.
     """
 
     def __init__(self, store: Store, processor: Processor | ProcessCall,

@@ -11,9 +11,9 @@ routes :func:`processor.console.app.create_app` mounts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,8 +24,48 @@ from processor.console.forms import see_other
 from processor.console.pages import age_text
 from processor.flow_reads import Grant, blocked_for, read_flow
 
-if TYPE_CHECKING:
-    from processor.console.app import Console
+
+class ReadOnlySetting(Protocol):
+    """The one setting of a console this page reads."""
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the console refuses every write."""
+        ...
+
+
+class Console(Protocol):
+    """What the Flow page needs of a console (:class:`processor.console.app.Console` is
+    one): it renders and guards pages, refuses writes where it must, and reads through
+    its client. A protocol, so that the page imports nothing of the app that mounts it."""
+
+    @property
+    def client(self) -> AsyncClient:
+        """The client the console reads and writes through."""
+        ...
+
+    @property
+    def settings(self) -> ReadOnlySetting:
+        """The console's settings."""
+        ...
+
+    def render(self, request: Request, name: str, status_code: int = 200,
+               **context: Any) -> Response:
+        """The page ``name`` rendered with ``context``."""
+        ...
+
+    async def guarded(self, request: Request,
+                      page: Callable[[Request], Awaitable[Response]]) -> Response:
+        """``page(request)``, with its failures as pages that say what went wrong."""
+        ...
+
+    def read_only_refusal(self, request: Request) -> Response:
+        """The answer to a write on a read-only console."""
+        ...
+
+    async def refuse_cross_site(self, request: Request) -> Response | dict[str, str]:
+        """The refusal of a cross-site or unsigned form, or the form's fields."""
+        ...
 
 # Rows the page shows at most (each key's grants are one read).
 FLOW_PAGE = 200
