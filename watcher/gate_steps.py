@@ -14,16 +14,12 @@ from datetime import datetime
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from watcher.config import WatcherConfig
+from watcher.context import PartitionContext
 from watcher.decisions import GateStep, decide_gate
 from watcher.errors import StatefeedError
 from watcher.failures import ItemFailure, partition_failed_at_items
-from watcher.hooks import Hooks
-from watcher.lease import Lease
-from watcher.leases import LeaseKeeper
 from watcher.models import Status
 from watcher.reducer import GateReducer, StepKind
-from watcher.store import Store
 from watcher.timeline import Progress, decode_timeline, encode_timeline, record_move
 
 log = logging.getLogger(__name__)
@@ -46,13 +42,12 @@ class Pass:
 class GateStepper:
     """Moves one leased partition between gates, and confirms its lease."""
 
-    def __init__(self, lease: Lease, *, store: Store, keeper: LeaseKeeper,
-                 config: WatcherConfig, hooks: Hooks, reducer: GateReducer) -> None:
-        self.lease = lease
-        self.store = store
-        self.keeper = keeper
-        self.config = config
-        self.hooks = hooks
+    def __init__(self, context: PartitionContext, *, reducer: GateReducer) -> None:
+        self.lease = context.lease
+        self.store = context.store
+        self.keeper = context.keeper
+        self.config = context.config
+        self.hooks = context.hooks
         self.reducer = reducer
         self._reduce_not_before = 0.0
 

@@ -18,16 +18,13 @@ import time
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from watcher.config import WatcherConfig
+from watcher.context import PartitionContext
 from watcher.decisions import RetryPolicy
 from watcher.in_hand import ItemsInHand
-from watcher.lease import Lease
-from watcher.leases import LeaseKeeper
 from watcher.oversize import fail_unreadable
 from watcher.records import ReadyItem
 from watcher.round_trips import DatabaseTimeoutError
 from watcher.slots import ReadAheadPool
-from watcher.store import Store
 from watcher.writer import ResultWriter
 
 # Items in hand up to this many are excluded by id in the read query; beyond it
@@ -38,15 +35,14 @@ MAX_EXCLUDED = 1000
 class ReadyReads:
     """Reads one leased partition's ready items, and keeps the rows it read ahead."""
 
-    def __init__(self, lease: Lease, *, store: Store, writer: ResultWriter,
-                 keeper: LeaseKeeper, in_hand: ItemsInHand, config: WatcherConfig,
-                 policy: RetryPolicy, room: ReadAheadPool) -> None:
-        self.lease = lease
-        self.store = store
+    def __init__(self, context: PartitionContext, *, writer: ResultWriter,
+                 in_hand: ItemsInHand, policy: RetryPolicy, room: ReadAheadPool) -> None:
+        self.lease = context.lease
+        self.store = context.store
         self.writer = writer
-        self.keeper = keeper
+        self.keeper = context.keeper
         self.in_hand = in_hand
-        self.config = config
+        self.config = context.config
         self.policy = policy
         self.room = room
 

@@ -18,12 +18,9 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import partial
 
-from watcher.config import WatcherConfig
+from watcher.context import PartitionContext
 from watcher.decisions import RetryPolicy, describe_error, storable_text
 from watcher.failures import partition_failed_at_reduce
-from watcher.hooks import Hooks
-from watcher.lease import Lease
-from watcher.leases import LeaseKeeper
 from watcher.models import Status
 from watcher.protocol import (
     NonRetryableError,
@@ -45,7 +42,6 @@ from watcher.reduction import (
 from watcher.refusals import is_refusal, write_or_refuse
 from watcher.slots import Slots
 from watcher.spawning import SpawnConflictError, SpawnLimits
-from watcher.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +79,16 @@ class GateReducer:
     gate fails its partition with an error that says so).
     """
 
-    def __init__(self, lease: Lease, *, store: Store, reduce: ReduceCallable | None,
-                 slots: Slots, keeper: LeaseKeeper, config: WatcherConfig,
-                 hooks: Hooks, shape: ReduceShapeCall | None = None) -> None:
+    def __init__(self, context: PartitionContext, *, reduce: ReduceCallable | None,
+                 slots: Slots, shape: ReduceShapeCall | None = None) -> None:
+        lease = context.lease
         self.lease = lease
-        self.store = store
+        self.store = context.store
         self.reduce = reduce
         self.slots = slots
-        self.keeper = keeper
-        self.config = config
-        self.hooks = hooks
+        self.keeper = context.keeper
+        self.config = config = context.config
+        self.hooks = context.hooks
         self.limits = PageLimits(config.reduce_page_items, config.reduce_page_bytes)
         self.shape = shape
         # Whether the reducer's shape is still to be checked against this partition

@@ -19,20 +19,15 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.batch_calls import CallOutcome, call_items
 from watcher.call_tracing import CallTracer, PartitionCalls
-from watcher.config import WatcherConfig
+from watcher.context import PartitionContext
 from watcher.decisions import ReadStep, RetryPolicy, decide_read, outcome_name, write_for_outcome
 from watcher.failures import item_failed
 from watcher.gate_steps import GateStepper, Pass
-from watcher.hooks import Hooks, overrides
+from watcher.hooks import overrides
 from watcher.in_hand import ItemsInHand
-from watcher.lease import Lease
-from watcher.leases import LeaseKeeper
 from watcher.models import AVAILABLE, FAILED
 from watcher.oversize import oversize_error
 from watcher.protocol import (
-    ProcessBatchCall,
-    ProcessCall,
-    ReduceCallable,
     ReduceShapeCall,
     ThrottledError,
     WorkItem,
@@ -42,7 +37,6 @@ from watcher.records import ItemWrite, ReadyItem
 from watcher.reducer import GateReducer
 from watcher.slots import ReadAheadPool, Slots, wait_event
 from watcher.spawning import SpawnLimits
-from watcher.store import Store
 from watcher.writer import ResultWriter, WriterClosedError
 
 log = logging.getLogger(__name__)
@@ -51,37 +45,32 @@ log = logging.getLogger(__name__)
 class PartitionSupervisor:
     """Drives one leased partition until it closes, the lease is lost, or it is drained."""
 
-    def __init__(self, lease: Lease, *, store: Store, process: ProcessCall,
-                 writer: ResultWriter, slots: Slots, keeper: LeaseKeeper,
-                 config: WatcherConfig, hooks: Hooks,
-                 reduce: ReduceCallable | None = None,
+    def __init__(self, context: PartitionContext, calls: PartitionCalls, *,
+                 writer: ResultWriter, slots: Slots,
                  reduce_shape: ReduceShapeCall | None = None,
-                 process_batch: ProcessBatchCall | None = None,
                  tracer: CallTracer | None = None,
                  on_throttled: Callable[[float], None] | None = None,
                  read_ahead: ReadAheadPool | None = None) -> None:
+        lease, config, hooks = context.lease, context.config, context.hooks
         if tracer is not None:  # once per lease: each call a span, linked to the creator
-            process, process_batch, reduce = tracer.wrap(
-                lease.settings.trace_context, PartitionCalls(process, process_batch, reduce))
+            calls = tracer.wrap(lease.settings.trace_context, calls)
         self.lease = lease
-        self.store = store
-        self.process = process
-        self.process_batch = process_batch
+        self.store = context.store
+        self.process = calls.process
+        self.process_batch = calls.process_batch
         self.writer = writer
         self.slots = slots
-        self.keeper = keeper
+        self.keeper = context.keeper
         self.config = config
         self.hooks = hooks
         self.in_hand = ItemsInHand()
         self._policy = RetryPolicy.of(config)
-        self.reads = ReadyReads(lease, store=store, writer=writer, keeper=keeper,
-                                in_hand=self.in_hand, config=config, policy=self._policy,
+        self.reads = ReadyReads(context, writer=writer, in_hand=self.in_hand,
+                                policy=self._policy,
                                 room=read_ahead or ReadAheadPool(config.concurrency))
-        self.reducer = GateReducer(lease, store=store, reduce=reduce, slots=slots,
-                                   keeper=keeper, config=config, hooks=hooks,
+        self.reducer = GateReducer(context, reduce=calls.reduce, slots=slots,
                                    shape=reduce_shape)
-        self.gates = GateStepper(lease, store=store, keeper=keeper, config=config, hooks=hooks,
-                                 reducer=self.reducer)
+        self.gates = GateStepper(context, reducer=self.reducer)
         self.draining = False
         # Told of a handler's Retry-After, to hold every call to it (watcher.flow).
         self._on_throttled = on_throttled

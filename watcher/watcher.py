@@ -19,8 +19,9 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from watcher.backoff import backoff, last_error, sleep_until
 from watcher.balance import Backlog, backlog_room
-from watcher.call_tracing import CallTracer
+from watcher.call_tracing import CallTracer, PartitionCalls
 from watcher.config import WatcherConfig
+from watcher.context import PartitionContext
 from watcher.drivers.conflicts import is_lock_conflict
 from watcher.flow import FlowControl
 from watcher.hooks import Hooks, SafeHooks, overrides
@@ -137,13 +138,12 @@ class Watcher:
         return cycle
 
     def _start_supervisor(self, lease: Lease) -> None:
+        context = PartitionContext(lease, self.store, self.keeper, self.config, self.hooks)
         supervisor = PartitionSupervisor(
-            lease, store=self.store, process=self._process, writer=self.writer,
-            slots=self.flow.slots_for(lease.settings, self.slots),
-            on_throttled=self.flow.throttled,
-            keeper=self.keeper, config=self.config, hooks=self.hooks,
-            reduce=self._reduce, reduce_shape=self._reduce_shape,
-            process_batch=self._process_batch, tracer=self._tracer, read_ahead=self.read_ahead)
+            context, PartitionCalls(self._process, self._process_batch, self._reduce),
+            writer=self.writer, slots=self.flow.slots_for(lease.settings, self.slots),
+            reduce_shape=self._reduce_shape, tracer=self._tracer,
+            on_throttled=self.flow.throttled, read_ahead=self.read_ahead)
         task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
         task.add_done_callback(self._supervisor_ended)
         self.supervisors[lease.partition_id] = (supervisor, task)
