@@ -308,7 +308,7 @@ async def test_failover_after_kill_9_within_a_lease(tmp_path) -> None:
 
 async def test_pickup_after_kill_9_within_the_default_bound(tmp_path) -> None:
     """With the default lease and poll interval (no options), the items a killed
-    processor held are dispatched again by the survivor within the README's bound:
+    processor held are dispatched again by the survivor within the documented bound:
     one default lease duration plus one poll interval (a deadline, not a benchmark).
     """
     from watcher.config import DEFAULT_LEASE_DURATION, DEFAULT_POLL_INTERVAL

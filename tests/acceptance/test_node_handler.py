@@ -1,6 +1,6 @@
-"""The README's handler in another language: examples/node/spawn_handler.js, served by
+"""The spawn guide's handler in another language: examples/node/spawn_handler.js, served by
 Node.js, lists a folder by spawning its files in pages, through a real processor over
-HTTP; the README shows that file as it is."""
+HTTP; the spawn guide (docs/how-to/spawn.md) shows that file as it is."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ HANDLER = ROOT / "examples" / "node" / "spawn_handler.js"
 NODE = shutil.which("node")
 
 
-def test_the_readme_shows_the_node_handler_as_it_is() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```javascript\n(.*?)```", readme, re.S)
+def test_the_spawn_guide_shows_the_node_handler_as_it_is() -> None:
+    guide = (ROOT / "docs" / "how-to" / "spawn.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```javascript\n(.*?)```", guide, re.S)
     assert HANDLER.read_text(encoding="utf-8") in blocks
 
 

@@ -1,6 +1,7 @@
-"""The README's producer in another language: examples/node/producer.mjs streams 10,000
+"""The ingest guide's producer in another language: examples/node/producer.mjs streams 10,000
 items to the ingest API as NDJSON, waits with the long poll and prints the result a
-real processor reduced them to; the README shows that file as it is.
+real processor reduced them to; the ingest guide (docs/how-to/ingest.md) shows that file
+as it is.
 
 The create's answer is lost on the way back (a proxy cuts the connection once the
 partition is written), so the script's retry with the same ``Idempotency-Key`` is
@@ -45,9 +46,9 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js is not installed (
                                 "on PATH): the producer example needs Node 20")
 
 
-def test_the_readme_shows_the_node_producer_as_it_is() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```javascript\n(.*?)```", readme, re.S)
+def test_the_ingest_guide_shows_the_node_producer_as_it_is() -> None:
+    guide = (ROOT / "docs" / "how-to" / "ingest.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```javascript\n(.*?)```", guide, re.S)
     assert PRODUCER.read_text(encoding="utf-8") in blocks
 
 

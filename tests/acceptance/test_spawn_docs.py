@@ -1,4 +1,4 @@
-"""The spawn docs run as they stand: the README's curl answer comes from the Node.js
+"""The spawn docs run as they stand: the guide's curl answer comes from the Node.js
 example, the spawn guide's SDK handler fans a folder out through a real processor, and
 its paging step is the runnable example's."""
 
@@ -29,8 +29,8 @@ GUIDE = ROOT / "docs" / "how-to" / "spawn.md"
 
 
 @pytest.mark.skipif(NODE is None, reason="Node.js is not installed")
-async def test_the_readmes_curl_gets_the_answer_it_shows() -> None:
-    block = marked_blocks(ROOT / "README.md")["spawn_curl"]
+async def test_the_guides_curl_gets_the_answer_it_shows() -> None:
+    block = marked_blocks(GUIDE)["spawn_curl"]
     command, expected = block.replace("\\\n", " ").strip().split("\n# ")
     words = shlex.split(command)
     headers = dict(words[i + 1].split(": ", 1) for i, word in enumerate(words) if word == "-H")
