@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from watcher.config import WatcherConfig
 from watcher.hooks import Hooks, SafeHooks
 from watcher.key_limits import KeyPool
+from watcher.outages import OutageLatch
 from watcher.slots import wait_event
 from watcher.store import Store
 
@@ -39,7 +40,7 @@ class KeyLimiter:
         self.pools: dict[str, KeyPool] = {}
         self._clock = clock
         self._wanted = asyncio.Event()  # a pool has demand it cannot meet
-        self._failing = False
+        self._outage = OutageLatch()
 
     def pool(self, key: str) -> KeyPool:
         """Key ``key``'s pool (made on first use, and its limit read at the loop's next
@@ -62,15 +63,13 @@ class KeyLimiter:
             except SQLAlchemyError as error:
                 # Grants lapse by themselves: a key's calls stop when its grant's until
                 # passes (KeyPool.free), so an outage can only under-use a limit.
-                if not self._failing:
+                if self._outage.fail():
                     log.warning("action=key_grants_failed owner=%s error=%s",
                                 self.config.owner_id, type(error).__name__)
-                    self._failing = True
                 await asyncio.sleep(self.config.poll_interval)
             else:
-                if self._failing:
+                if self._outage.recover():
                     log.info("action=key_grants_recovered owner=%s", self.config.owner_id)
-                    self._failing = False
             # Demand that a grant cannot meet (the limit is in use elsewhere) comes back
             # at every poll of every waiting partition: ask the database at most once a
             # poll interval.

@@ -31,6 +31,7 @@ from watcher.checks import check_seconds, check_whole_number
 from watcher.durations import format_duration
 from watcher.errors import ConfigError
 from watcher.models import Status
+from watcher.outages import OutageLatch
 from watcher.reports import PurgeReport
 from watcher.store import Store
 
@@ -211,7 +212,7 @@ class Retention:
         self._on_purged = on_purged
         self._stop = asyncio.Event()
         self._renewed_at = 0.0
-        self._db_failing = False
+        self._outage = OutageLatch()
 
     @property
     def _lease(self) -> float:
@@ -286,15 +287,13 @@ class Retention:
                 try:
                     await self.run_once()
                 except SQLAlchemyError as error:
-                    if not self._db_failing:
+                    if self._outage.fail():
                         log.warning("action=retention_failed owner=%s error=%s; trying again "
                                     "in %s", self.owner, type(error).__name__,
                                     format_duration(self.config.interval))
-                    self._db_failing = True
                 else:
-                    if self._db_failing:
+                    if self._outage.recover():
                         log.info("action=retention_recovered owner=%s", self.owner)
-                    self._db_failing = False
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), self.config.interval)
         finally:

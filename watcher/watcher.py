@@ -27,6 +27,7 @@ from watcher.flow import FlowControl
 from watcher.hooks import Hooks, SafeHooks, overrides
 from watcher.lease import Lease
 from watcher.leases import LeaseCycle, LeaseKeeper
+from watcher.outages import OutageLatch
 from watcher.protocol import (
     ProcessBatchCall,
     ProcessCall,
@@ -106,8 +107,8 @@ class Watcher:
         self._stopping = False
         self._stopped = asyncio.Event()
         self._running = False
-        self._db_failing = False  # an outage was reported and has not ended yet
-        self._listen_failing = False
+        self._db_outage = OutageLatch()
+        self._listen_outage = OutageLatch()
 
     @property
     def owner(self) -> str:
@@ -236,9 +237,8 @@ class Watcher:
                     return None
                 self._wake.clear()
                 cycle = await self.run_once()
-        if self._db_failing:
+        if self._db_outage.recover():
             log.warning("action=database_recovered owner=%s", self.owner)
-            self._db_failing = False
         return cycle
 
     def _database_failed(self, state: RetryCallState) -> None:
@@ -248,8 +248,7 @@ class Watcher:
             return
         if is_lock_conflict(error):
             log.debug("action=lease_cycle_conflict owner=%s", self.owner)
-        elif not self._db_failing:
-            self._db_failing = True
+        elif self._db_outage.fail():
             log.warning("action=database_unavailable owner=%s error=%s detail=%s", self.owner,
                         type(error).__name__, first_line(error))
 
@@ -281,9 +280,8 @@ class Watcher:
             async for partition_id in self.store.notifications():
                 if not relayed:
                     relayed = True
-                    if self._listen_failing:
+                    if self._listen_outage.recover():
                         log.info("action=listen_recovered owner=%s", self.owner)
-                        self._listen_failing = False
                 self.on_notification(partition_id)
         except Exception as error:
             if not relayed:
@@ -296,9 +294,8 @@ class Watcher:
 
     def _listen_failed(self, state: RetryCallState) -> None:
         """Log the first failure of the listener's connection in an outage."""
-        if self._listen_failing:
+        if not self._listen_outage.fail():
             return
-        self._listen_failing = True
         error = last_error(state)
         log.warning("action=listen_failed owner=%s error=%s; polling every %s s meanwhile",
                     self.owner, type(error).__name__, self.config.poll_interval)

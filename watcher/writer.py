@@ -19,6 +19,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from watcher.backoff import backoff, last_error, sleep_until
 from watcher.decisions import unstorable_write
 from watcher.drivers.conflicts import is_lock_conflict
+from watcher.outages import OutageLatch
 from watcher.records import ItemWrite
 from watcher.refusals import blames_a_value, is_refusal, write_or_refuse
 from watcher.store import Store
@@ -83,7 +84,7 @@ class ResultWriter:
         self._pending = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()  # an event so that it cuts a retry wait short
-        self._failing = False  # an outage was reported and has not ended yet
+        self._outage = OutageLatch()
 
     def start(self) -> None:
         """Start the background flush task (idempotent)."""
@@ -170,9 +171,8 @@ class ResultWriter:
                 if not written:
                     return  # closed during an outage: everything queued has failed
                 self._last_write = asyncio.get_running_loop().time()
-                if self._failing:
+                if self._outage.recover():
                     log.warning("action=result_write_recovered owner=%s", self.owner)
-                    self._failing = False
             if self._closing.is_set():
                 return
 
@@ -227,8 +227,7 @@ class ResultWriter:
         """Log a failed write: a lock conflict at debug level, an outage once."""
         if error is not None and is_lock_conflict(error):
             log.debug("action=result_write_conflict owner=%s", self.owner)
-        elif not self._failing:
-            self._failing = True
+        elif self._outage.fail():
             log.warning("action=result_write_failed owner=%s pending=%d error=%s",
                         self.owner, self._queued, type(error).__name__)
 
