@@ -336,6 +336,26 @@ async def pgqueuer_drain(settings: Settings, *, batch_size: int, workers: int) -
                   "queue_managers": workers, "driver": "asyncpg"})
 
 
+def _raw_rows(outcome: Outcome, ours: Drain, raw: RawDrain | None,
+              full_sync: RawDrain | None) -> float | None:
+    """The rows of the sqlite3 drains with no engine, beside statefeed's at its defaults
+    (``ours``); returns statefeed's ratio to the limit, if there is one."""
+    over_raw = ratio(ours.per_second, raw.per_second) if raw is not None else None
+    if raw is not None:
+        outcome.rows.append(Row("sqlite3, no engine (the limit)", rate_text(raw.per_second),
+                                f"{raw.items:,} items in {raw.seconds:.2f} s, {raw.batches} "
+                                f"commits of up to {RAW_BATCH}" + _rounds_text(raw.rounds)))
+        if over_raw is not None:
+            outcome.rows.append(Row("ratio statefeed at its defaults / sqlite3 limit",
+                                    f"{over_raw:.2f}x", ours.settings))
+    if full_sync is not None:
+        outcome.rows.append(Row("sqlite3, no engine, synchronous=FULL (reference)",
+                                rate_text(full_sync.per_second),
+                                f"sqlite3's default sync level; statefeed at its defaults is "
+                                f"{ours.per_second / full_sync.per_second:.2f}x of it"))
+    return over_raw
+
+
 async def run(settings: Settings) -> Outcome:
     """The library-mode scenario (see the module docstring).
 
@@ -395,19 +415,7 @@ async def run(settings: Settings) -> Outcome:
                                 f"{ours_best.settings} vs {best.settings}"))
         outcome.rows.append(Row("ratio statefeed at its defaults / best PGQueuer",
                                 f"{at_default:.2f}x", ours[0].settings))
-    over_raw = ratio(ours[0].per_second, raw.per_second) if raw is not None else None
-    if raw is not None:
-        outcome.rows.append(Row("sqlite3, no engine (the limit)", rate_text(raw.per_second),
-                                f"{raw.items:,} items in {raw.seconds:.2f} s, {raw.batches} "
-                                f"commits of up to {RAW_BATCH}" + _rounds_text(raw.rounds)))
-        if over_raw is not None:
-            outcome.rows.append(Row("ratio statefeed at its defaults / sqlite3 limit",
-                                    f"{over_raw:.2f}x", ours[0].settings))
-    if full_sync is not None:
-        outcome.rows.append(Row("sqlite3, no engine, synchronous=FULL (reference)",
-                                rate_text(full_sync.per_second),
-                                f"sqlite3's default sync level; statefeed at its defaults is "
-                                f"{ours[0].per_second / full_sync.per_second:.2f}x of it"))
+    over_raw = _raw_rows(outcome, ours[0], raw, full_sync)
     # The goal is checked on the default concurrency: fewer items per read, more statements.
     per_item = ours[0].extra["statements_per_item"]
     outcome.rows.append(Row("DB statements per item (statefeed, defaults)", f"{per_item:.3f}",

@@ -150,6 +150,29 @@ class GateReducer:
 
         Raises the database's error when a read or write fails.
         """
+        planned = await self._plan()
+        if isinstance(planned, ReduceStepOutcome):
+            return planned
+        plan, call = planned
+        pid, gate = self.partition_id, self.lease.gate
+        too_large = page_problem(call, self.limits)
+        if too_large is not None:  # no handler would take it: fail before calling
+            return await self._failed(call.attempt, NonRetryableError(
+                f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page}: "
+                f"{too_large}"), plan.pass_, time.monotonic())
+        if self.slots.take(1) == 0:
+            self.slots.notify_when_free(self.lease.wake, self.lease.settings.queue_order)
+            return ReduceStepOutcome(StepKind.BUSY)
+        started = time.monotonic()
+        answered = await self._answer(plan, call, started)
+        if isinstance(answered, ReduceStepOutcome):
+            return answered
+        return await self._write(plan, call, answered, started)
+
+    async def _plan(self) -> tuple[ReducePlan, ReduceCall] | ReduceStepOutcome:
+        """The next call at the lease's gate, read from the stored progress and the next
+        page; or why there is none (the gate moved, a pause, nothing left, the lease
+        outlasted by the reads)."""
         lease, pid = self.lease, self.partition_id
         gate = lease.gate
         state = await self.store.reduce_state_read(pid)
@@ -168,15 +191,13 @@ class GateReducer:
         call = reduce_call(pid, gate, plan, attempt=state.attempts + 1)
         if self.keeper.expired(lease):  # the reads outlasted the lease: call nothing
             return ReduceStepOutcome(StepKind.CONFLICT)
-        too_large = page_problem(call, self.limits)
-        if too_large is not None:  # no handler would take it: fail before calling
-            return await self._failed(call.attempt, NonRetryableError(
-                f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page}: "
-                f"{too_large}"), plan.pass_, time.monotonic())
-        if self.slots.take(1) == 0:
-            self.slots.notify_when_free(lease.wake, lease.settings.queue_order)
-            return ReduceStepOutcome(StepKind.BUSY)
-        started = time.monotonic()
+        return plan, call
+
+    async def _answer(self, plan: ReducePlan, call: ReduceCall, started: float
+                      ) -> ReduceStep | ReduceStepOutcome:
+        """Make ``call`` on the slot taken for it (given back here) and decode its answer
+        into the step to write; a failed, malformed or fenced-off call is an outcome."""
+        pid, gate = self.partition_id, self.lease.gate
         try:
             if self.reduce is None:
                 raise NonRetryableError(
@@ -188,7 +209,7 @@ class GateReducer:
                 answer = await self._call(call)
             finally:
                 self.slots.calls_ended(1)
-            step = reduce_step(pid, gate, plan, answer, self.config.max_item_bytes,
+            return reduce_step(pid, gate, plan, answer, self.config.max_item_bytes,
                                spawn_limits=SpawnLimits.of(self.config))
         except asyncio.CancelledError:
             raise
@@ -204,6 +225,16 @@ class GateReducer:
             return await self._failed(call.attempt, failure, plan.pass_, started)
         finally:
             self.slots.give_back(1)
+
+    async def _write(self, plan: ReducePlan, call: ReduceCall, step: ReduceStep,
+                     started: float) -> ReduceStepOutcome:
+        """Write ``step`` under the lease; a value the database refuses fails the
+        partition, a lost lease fences the write off.
+
+        Raises the database's error on an outage (the step is made again once the
+        database answers).
+        """
+        lease, pid, gate = self.lease, self.partition_id, self.lease.gate
         try:
             async with lease.lock:
                 version = None if lease.lost else await write_or_refuse(
@@ -211,7 +242,7 @@ class GateReducer:
                                         self.keeper.owner, step))
         except Exception as error:
             if not is_refusal(self.store, error):
-                raise  # an outage: the step is made again once the database answers
+                raise
             return await self._failed(call.attempt, self._refused(plan, step, error),
                                       plan.pass_, started)
         seconds = time.monotonic() - started
