@@ -1,11 +1,10 @@
-"""Shared fixtures: real SQLite, PostgreSQL and MariaDB databases, one fresh namespace per test."""
+"""Shared fixtures: real SQLite, PostgreSQL and MariaDB databases, an empty namespace per test."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,8 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.support.namespaces import NamespacePool, fresh_namespace
 from watcher.dburl import parse_database_url, redact_url
-from watcher.migrate import downgrade, upgrade
 from watcher.store import Store
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -151,13 +150,30 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return POSTGRES_URL
 
 
+@pytest.fixture(scope="session")
+def namespace_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NamespacePool]:
+    """This test process's migrated namespaces (tests/support/namespaces.py)."""
+    pool = NamespacePool(tmp_path_factory.mktemp("namespaces"))
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def table_prefix(db_url: str) -> Iterator[str]:
-    """A fresh table namespace, migrated before the test and dropped after it."""
-    prefix = f"t{uuid.uuid4().hex[:10]}_"
-    upgrade(db_url, prefix)
-    yield prefix
-    downgrade(db_url, prefix)
+def table_prefix(db_url: str, namespace_pool: NamespacePool) -> Iterator[str]:
+    """A table namespace of the test's own, migrated and empty: borrowed from the pool
+    of namespaces migrated once per database (its rows deleted before the test), or on
+    SQLite a copy of a migrated template file at the test's path."""
+    with namespace_pool.borrow(db_url) as prefix:
+        yield prefix
+
+
+@pytest.fixture
+def fresh_table_prefix(db_url: str) -> Iterator[str]:
+    """A table namespace migrated for real before the test and dropped after it, for the
+    tests of migrations and of what newly made tables look like (their statistics, their
+    query plans); other tests use :func:`table_prefix`."""
+    with fresh_namespace(db_url) as prefix:
+        yield prefix
 
 
 @pytest.fixture
