@@ -116,6 +116,56 @@ def require_mssql() -> None:
                     f"reachable ({problem}){hint}", pytrace=False)
 
 
+# The costly layers, each a marker (registered in pyproject.toml) that ``--quick``
+# leaves out. The acceptance layer runs the CLI as processes; a few of its modules
+# also need a container engine or run the benchmark; a test asking for Chromium is
+# a browser test; the soak tests are the long ``slow`` ones.
+QUICK_LEAVES_OUT = ("processes", "container", "browser", "bench", "soak")
+PROCESSES_FOLDER = Path(__file__).parent / "acceptance"
+LAYER_OF_MODULE = {
+    "test_container.py": "container",
+    "test_bench_smoke.py": "bench",
+    "test_bench_databases_smoke.py": "bench",
+    "test_bench_every_database.py": "bench",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick", action="store_true", default=False,
+        help="the inner loop: leave out the costly layers (tests marked "
+             + ", ".join(QUICK_LEAVES_OUT) + ")")
+
+
+def layers_of(item: pytest.Item) -> set[str]:
+    """The costly layers ``item`` belongs to (see :data:`QUICK_LEAVES_OUT`)."""
+    layers = set()
+    path = item.path
+    if path.is_relative_to(PROCESSES_FOLDER):
+        layers.add("processes")
+        if path.name in LAYER_OF_MODULE:
+            layers.add(LAYER_OF_MODULE[path.name])
+    if "needs_chromium" in getattr(item, "fixturenames", ()):
+        layers.add("browser")
+    if item.get_closest_marker("slow") is not None:
+        layers.add("soak")
+    return layers
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its costly layers; with ``--quick``, deselect those tests."""
+    left_out: list[pytest.Item] = []
+    kept: list[pytest.Item] = []
+    for item in items:
+        layers = layers_of(item)
+        for layer in sorted(layers):
+            item.add_marker(getattr(pytest.mark, layer))
+        (left_out if layers and config.getoption("--quick") else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Iterator[pytest.TestReport]:
