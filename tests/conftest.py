@@ -166,6 +166,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
+def _utf8_safe(value: Any) -> Any:
+    """``value`` with every string made UTF-8 encodable (a lone surrogate escaped)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_utf8_safe(key): _utf8_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_utf8_safe(item) for item in value)
+    return value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(config: pytest.Config, report: Any
+                                  ) -> Iterator[dict[str, Any] | None]:
+    """Reports cross from an xdist worker as UTF-8: the tests of unpaired surrogates
+    capture logs that hold one, which would otherwise crash the worker."""
+    data = yield
+    return _utf8_safe(data) if data is not None else None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Iterator[pytest.TestReport]:
