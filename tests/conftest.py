@@ -1,11 +1,10 @@
-"""Shared fixtures: real SQLite, PostgreSQL and MariaDB databases, one fresh namespace per test."""
+"""Shared fixtures: real SQLite, PostgreSQL and MariaDB databases, an empty namespace per test."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,8 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.support.namespaces import NamespacePool, fresh_namespace
 from watcher.dburl import parse_database_url, redact_url
-from watcher.migrate import downgrade, upgrade
 from watcher.store import Store
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -117,6 +116,80 @@ def require_mssql() -> None:
                     f"reachable ({problem}){hint}", pytrace=False)
 
 
+# The costly layers, each a marker (registered in pyproject.toml) that ``--quick``
+# leaves out. The acceptance layer runs the CLI as processes; a few of its modules
+# also need a container engine or run the benchmark; a test asking for Chromium is
+# a browser test; the soak tests are the long ``slow`` ones.
+QUICK_LEAVES_OUT = ("processes", "container", "browser", "bench", "soak")
+PROCESSES_FOLDER = Path(__file__).parent / "acceptance"
+LAYER_OF_MODULE = {
+    "test_container.py": "container",
+    "test_bench_smoke.py": "bench",
+    "test_bench_databases_smoke.py": "bench",
+    "test_bench_every_database.py": "bench",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick", action="store_true", default=False,
+        help="the inner loop: leave out the costly layers (tests marked "
+             + ", ".join(QUICK_LEAVES_OUT) + ")")
+
+
+def layers_of(item: pytest.Item) -> set[str]:
+    """The costly layers ``item`` belongs to (see :data:`QUICK_LEAVES_OUT`)."""
+    layers = set()
+    path = item.path
+    if path.is_relative_to(PROCESSES_FOLDER):
+        layers.add("processes")
+        if path.name in LAYER_OF_MODULE:
+            layers.add(LAYER_OF_MODULE[path.name])
+    if "needs_chromium" in getattr(item, "fixturenames", ()):
+        layers.add("browser")
+    if item.get_closest_marker("slow") is not None:
+        layers.add("soak")
+    return layers
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its costly layers; with ``--quick``, deselect those tests."""
+    left_out: list[pytest.Item] = []
+    kept: list[pytest.Item] = []
+    for item in items:
+        layers = layers_of(item)
+        for layer in sorted(layers):
+            item.add_marker(getattr(pytest.mark, layer))
+        (left_out if layers and config.getoption("--quick") else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+
+
+def _utf8_safe(value: Any) -> Any:
+    """``value`` with every string made UTF-8 encodable (a lone surrogate escaped)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_utf8_safe(key): _utf8_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_utf8_safe(item) for item in value)
+    return value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(config: pytest.Config, report: Any
+                                  ) -> Iterator[dict[str, Any] | None]:
+    """Reports cross from an xdist worker as UTF-8: the tests of unpaired surrogates
+    capture logs that hold one, which would otherwise crash the worker."""
+    data = yield
+    return _utf8_safe(data) if data is not None else None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Iterator[pytest.TestReport]:
@@ -151,13 +224,30 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return POSTGRES_URL
 
 
+@pytest.fixture(scope="session")
+def namespace_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NamespacePool]:
+    """This test process's migrated namespaces (tests/support/namespaces.py)."""
+    pool = NamespacePool(tmp_path_factory.mktemp("namespaces"))
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def table_prefix(db_url: str) -> Iterator[str]:
-    """A fresh table namespace, migrated before the test and dropped after it."""
-    prefix = f"t{uuid.uuid4().hex[:10]}_"
-    upgrade(db_url, prefix)
-    yield prefix
-    downgrade(db_url, prefix)
+def table_prefix(db_url: str, namespace_pool: NamespacePool) -> Iterator[str]:
+    """A table namespace of the test's own, migrated and empty: borrowed from the pool
+    of namespaces migrated once per database (its rows deleted before the test), or on
+    SQLite a copy of a migrated template file at the test's path."""
+    with namespace_pool.borrow(db_url) as prefix:
+        yield prefix
+
+
+@pytest.fixture
+def fresh_table_prefix(db_url: str) -> Iterator[str]:
+    """A table namespace migrated for real before the test and dropped after it, for the
+    tests of migrations and of what newly made tables look like (their statistics, their
+    query plans); other tests use :func:`table_prefix`."""
+    with fresh_namespace(db_url) as prefix:
+        yield prefix
 
 
 @pytest.fixture

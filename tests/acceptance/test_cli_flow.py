@@ -6,8 +6,6 @@ line on stderr, exit 2, and nothing written."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,6 @@ import pytest
 from processor import AsyncClient
 from processor.cli.serve import handler_name
 from tests.acceptance.harness.processes import run_cli
-from watcher.migrate import downgrade, upgrade
 from watcher.store import Store
 
 ERROR = "processor: error: "
@@ -25,12 +22,9 @@ WIDE = {"COLUMNS": "200"}  # tables at full width, whatever the terminal
 
 
 @pytest.fixture
-def where(db_url: str) -> Iterator[tuple[str, ...]]:
-    """``--db-url URL --table-prefix P`` of a fresh namespace, migrated, dropped after."""
-    prefix = f"flow{uuid.uuid4().hex[:8]}_"
-    upgrade(db_url, prefix)
-    yield ("--db-url", db_url, "--table-prefix", prefix)
-    downgrade(db_url, prefix)
+def where(db_url: str, table_prefix: str) -> tuple[str, ...]:
+    """``--db-url URL --table-prefix P`` of an empty, migrated namespace."""
+    return ("--db-url", db_url, "--table-table_prefix", table_prefix)
 
 
 def one_error_line(done: Any, fragment: str) -> str:

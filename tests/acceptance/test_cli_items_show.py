@@ -7,8 +7,6 @@ line and a non-zero exit."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +21,6 @@ from tests.acceptance.harness.processes import run_cli
 from tests.support.engine import running
 from tests.support.servers import serve_app
 from watcher import Watcher, WatcherConfig
-from watcher.migrate import downgrade, upgrade
 from watcher.store import Store
 
 BIG = {"rows": [{"n": n, "text": "x" * 40} for n in range(200)]}  # far over SHOW_DATA_CHARS
@@ -39,12 +36,9 @@ def step(item: Item) -> Result:
 
 
 @pytest.fixture
-def where(db_url: str) -> Iterator[tuple[str, ...]]:
-    """``--db-url URL --table-prefix P`` of a fresh, migrated namespace."""
-    prefix = f"show{uuid.uuid4().hex[:8]}_"
-    upgrade(db_url, prefix)
-    yield ("--db-url", db_url, "--table-prefix", prefix)
-    downgrade(db_url, prefix)
+def where(db_url: str, table_prefix: str) -> tuple[str, ...]:
+    """``--db-url URL --table-prefix P`` of an empty, migrated namespace."""
+    return ("--db-url", db_url, "--table-table_prefix", table_prefix)
 
 
 async def _run_items(where: tuple[str, ...]) -> None:

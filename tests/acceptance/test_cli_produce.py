@@ -11,8 +11,7 @@ import json
 import os
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from tests.acceptance.harness.processes import PROCESSOR, Processor, run_cli, sp
 from tests.support.engine import wait_until
 from tests.support.servers import answered_probe, read_body, send_json, serve_app
 from watcher.errors import PartitionNotFoundError
-from watcher.migrate import downgrade, upgrade
+from watcher.migrate import upgrade
 
 FAST = ("--poll-interval", "0.1", "--lease-duration", "3", "--retry-backoff", "0.1")
 ERROR = "processor: error: "
@@ -34,13 +33,9 @@ EXIT_TIMED_OUT = 5
 
 
 @pytest.fixture
-def where(db_url: str) -> Iterator[tuple[str, str, str, str]]:
-    """``--db-url URL --table-prefix PREFIX`` of a fresh namespace, migrated, dropped
-    after."""
-    prefix = f"prod{uuid.uuid4().hex[:8]}_"
-    upgrade(db_url, prefix)
-    yield ("--db-url", db_url, "--table-prefix", prefix)
-    downgrade(db_url, prefix)
+def where(db_url: str, table_prefix: str) -> tuple[str, str, str, str]:
+    """``--db-url URL --table-prefix P`` of an empty, migrated namespace."""
+    return ("--db-url", db_url, "--table-table_prefix", table_prefix)
 
 
 def cli(*args: str, stdin: str | bytes | None = None, env: dict[str, str] | None = None

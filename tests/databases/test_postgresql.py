@@ -133,6 +133,13 @@ def db_url(request: pytest.FixtureRequest) -> str:
     return POSTGRES_URL
 
 
+@pytest.fixture
+def table_prefix(fresh_table_prefix: str) -> str:
+    """Tables made for this test alone: its checks read the tables' statistics (update
+    counters) and query plans, which an emptied, reused table would carry over."""
+    return fresh_table_prefix
+
+
 def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield plan
     for child in plan.get("Plans", []):
