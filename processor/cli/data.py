@@ -31,6 +31,8 @@ from processor.cli.common import (
     data_console,
     database_url,
     fail,
+    say,
+    say_json,
 )
 
 
@@ -155,8 +157,11 @@ def result(
         raise fail(f"partition {partition_id!r} has no result yet (it is {info.status} at gate "
                    f"{info.gate}; a reduce gate stores one)", EXIT_NO_RESULT)
     try:
-        typer.echo(json.dumps(json.loads(info.result), indent=2, ensure_ascii=False))
+        say_json(json.loads(info.result), indent=2, ensure_ascii=False)
     except ValueError:
+        if sys.stdout.isatty():  # shown, not obeyed: escapes, and bytes as \x..
+            say(info.result.decode("utf-8", errors="backslashreplace"))
+            return
         sys.stdout.buffer.write(info.result)
         sys.stdout.buffer.flush()
 
@@ -232,13 +237,13 @@ def items(
                       error_cell(error_after_context(item)))
     data_console(soft_wrap=True).print(table)
     if not page:
-        typer.echo("no items" + (" match" if status or gate is not None or after else ""))
+        say("no items" + (" match" if status or gate is not None or after else ""))
     if page.next_cursor is not None:
         where = " ".join(shlex.quote(part) for part in (
             partition_id, *(("--status", status) if status else ()),
             *(("--gate", str(gate)) if gate is not None else ()),
             "--limit", str(limit), "--after", page.next_cursor))
-        typer.echo(f"more: processor items {where}")
+        say(f"more: processor items {where}")
 
 
 # How much of an item's data `items --show` prints without --all (characters).
@@ -265,10 +270,10 @@ def _show_item(partition_id: str, item_id: str, db_url: str, table_prefix: str,
                        f"with `processor items {partition_id}`, or look for the id in every "
                        f"partition with `processor items --find {item_id}`") from None
     if as_json:
-        typer.echo(json.dumps(item_detail(info), indent=2, ensure_ascii=False))
+        say_json(item_detail(info), indent=2, ensure_ascii=False)
         return
     for line in item_lines(info, data_limit=None if show_all else SHOW_DATA_CHARS):
-        typer.echo(line)
+        say(line)
 
 
 def _find_item(item_id: str, db_url: str, table_prefix: str, limit: int,
@@ -286,7 +291,7 @@ def _find_item(item_id: str, db_url: str, table_prefix: str, limit: int,
                                for item in found], indent=2))
         return
     if not found:
-        typer.echo(f"no partition holds an item {item_id!r}")
+        say(f"no partition holds an item {item_id!r}")
         return
     from rich.table import Table
 
@@ -299,4 +304,4 @@ def _find_item(item_id: str, db_url: str, table_prefix: str, limit: int,
                       error_cell(error_after_context(item)))
     data_console(soft_wrap=True).print(table)
     if len(found) == limit:
-        typer.echo(f"(the first {limit}; --limit shows more)")
+        say(f"(the first {limit}; --limit shows more)")

@@ -55,6 +55,7 @@ from processor.cli.common import (
     database_url,
     env_name,
     fail,
+    say,
     setup_logging,
 )
 
@@ -73,7 +74,7 @@ def migrate(
 
     url = database_url(db_url, table_prefix, migrated=False)
     if sql:
-        typer.echo(upgrade_sql(url, table_prefix))
+        say(upgrade_sql(url, table_prefix))
         return
     try:
         upgrade(url, table_prefix)
@@ -81,7 +82,7 @@ def migrate(
         from processor.service import describe_db_error  # the service's HTTP stack: on failure only
 
         raise fail(describe_db_error(error, url), EXIT_DATABASE) from None
-    typer.echo(f"statefeed tables are up to date in {url.redacted()}"
+    say(f"statefeed tables are up to date in {url.redacted()}"
                + (f" (prefix {table_prefix!r})" if table_prefix else ""))
 
 
