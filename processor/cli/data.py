@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 import time
@@ -15,6 +16,7 @@ import typer
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+    from rich.table import Table
 
     from processor import PartitionInfo
     from watcher.dburl import DatabaseURL
@@ -67,26 +69,39 @@ def status(
         def read() -> list[PartitionInfo]:
             return list(client.partitions(only or None, limit=limit))
 
+        def fleet_paused() -> datetime.datetime | None:
+            fleet = client.flow_controls("fleet", limit=1)
+            return fleet[0].paused_at if fleet else None
+
         if watch:
-            _watch(lambda: _partitions_view(read(), url, only, every=interval), interval)
+            _watch(lambda: _partitions_view(read(), url, only, every=interval,
+                                            paused=fleet_paused()), interval)
             return
         infos = read()
+        paused = None if as_json else fleet_paused()
     if as_json:
         typer.echo(json.dumps([partition_row(info) for info in infos], indent=2))
         return
-    data_console().print(_partitions_view(infos, url, only))
+    data_console().print(_partitions_view(infos, url, only, paused=paused))
+
+
+# The narrowest the id column gets before the other columns give way: an id folds in
+# pieces this long at the least, not in 3-character ones; and what the other columns
+# keep on a narrow terminal (at 80 columns, ids fold at 22 characters).
+ID_MIN_WIDTH = 16
+ID_ROOM = 58
 
 
 def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
-                     every: float | None = None) -> RenderableType:
-    """The table of ``status``, and a line when it is empty; with ``every``, the time it
-    was read and how to stop. Long ids and owners fold over lines, never cut: two ids
-    that differ only at the end stay apart on a narrow terminal."""
-    import datetime
-
-    from rich.console import Group
+                     every: float | None = None,
+                     paused: datetime.datetime | None = None) -> RenderableType:
+    """The table of ``status``, and a line when it is empty; above it, a line when
+    everything is paused (``paused``: since when); with ``every``, the time it was read
+    and how to stop. Long ids and owners fold over lines, never cut: two ids that
+    differ only at the end stay apart on a narrow terminal. The gate and the step, and
+    the item counts, share a column each, so that at 80 columns an id folds at
+    :data:`ID_MIN_WIDTH` characters at the least."""
     from rich.table import Table
-    from rich.text import Text
 
     from processor.views import flow_text, step_text
 
@@ -99,22 +114,52 @@ def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
     # keeps the ids whole.
     spawning = any(info.spawned for info in infos)
     flowing = any(flow_text(info) != "-" for info in infos)
-    for column in ("partition", "status", "gate", "step", "owner", "available", "complete",
-                   "failed", *(("spawned",) if spawning else ()),
+    # Only the ids, owners, counts and flows give up width (they fold or wrap); the short
+    # cells keep theirs.
+    table.add_column("partition", overflow="fold")
+    for column in ("status", "gate", "owner", "items", *(("spawned",) if spawning else ()),
                    *(("flow",) if flowing else ())):
-        # Only the ids and owners give up width (they fold); the short cells keep theirs.
-        folds = column in ("partition", "owner", "flow")
-        table.add_column(column, overflow="fold", no_wrap=not folds, justify="right" if column in (
-            "gate", "available", "complete", "failed", "spawned") else "left")
+        table.add_column(column, overflow="fold", no_wrap=column not in (
+            "owner", "items", "flow"), justify="right" if column == "spawned" else "left")
     for info in infos:
-        counts = info.counts
-        table.add_row(info.id, info.status, str(info.gate), step_text(info), info.owner or "-",
-                      *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")),
+        step = step_text(info)
+        table.add_row(info.id, info.status, f"{info.gate} {step}" if step != "-" else
+                      str(info.gate), info.owner or "-", items_cell(info.counts),
                       *((str(info.spawned),) if spawning else ()),
                       *((flow_text(info),) if flowing else ()))
-    if infos:
-        return table
-    return Group(table, Text(f"no {only} partitions" if only else "no partitions yet"))
+    return _narrowed(table, infos, paused, only)
+
+
+def _narrowed(table: Table, infos: list[PartitionInfo], paused: datetime.datetime | None,
+              only: str) -> RenderableType:
+    """``table`` with its id column held at a readable width when the terminal is too
+    narrow for the whole table (Rich would squeeze it to a few characters), under the
+    fleet's pause line and over the "none" line."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from processor.views import utc_text
+
+    console = data_console()
+    longest = max((len(info.id) for info in infos), default=0)
+    natural = console.measure(table, options=console.options.update_width(100_000))
+    if infos and natural.maximum > console.width:
+        table.columns[0].width = max(min(longest, console.width - ID_ROOM), ID_MIN_WIDTH)
+    parts: list[RenderableType] = []
+    if paused is not None:
+        parts.append(Text(f"everything is paused since {utc_text(paused)}: no processor "
+                          "starts a call; `processor resume --all` lifts it"))
+    parts.append(table)
+    if not infos:
+        parts.append(Text(f"no {only} partitions" if only else "no partitions yet"))
+    return parts[0] if len(parts) == 1 else Group(*parts)
+
+
+def items_cell(counts: dict[str, int]) -> str:
+    """A partition's item counts for the status table: ``"3 available, 5 complete"``
+    (the statuses it has; ``"none"`` when empty)."""
+    return ", ".join(f"{counts[status]} {status}" for status in (
+        "available", "complete", "failed") if counts.get(status)) or "none"
 
 
 def _watch(render: Callable[[], RenderableType], interval: float) -> None:
