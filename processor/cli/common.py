@@ -43,6 +43,9 @@ EXIT_PARTITION_STOPPED = 4
 EXIT_WAIT_TIMEOUT = 5
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
+# Every command and sub-command takes -h as well as --help.
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+
 app = typer.Typer(
     name="processor",
     help="statefeed processor: lease partitions from SQL and drive their items through an "
@@ -51,6 +54,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     add_completion=False,
+    context_settings=CONTEXT_SETTINGS,
 )
 
 
@@ -82,6 +86,33 @@ def say_json(document: object, **options: Any) -> None:
     """Print ``document`` as JSON (``json.dumps`` options), with the characters JSON
     leaves raw but a terminal may obey written as ``\\u`` escapes."""
     typer.echo(json_text(json.dumps(document, **options)))
+
+
+def operator_text(error: Exception) -> str:
+    """``error``'s message for the CLI: where it names a library call to make next
+    (``create_partition()``), the ``processor`` verb that does it instead."""
+    import shlex
+
+    from watcher.errors import (
+        ItemNotFoundError,
+        PartitionExistsError,
+        PartitionNotFoundError,
+    )
+
+    if isinstance(error, PartitionNotFoundError):
+        quoted = shlex.quote(error.partition_id)
+        return (f"partition {error.partition_id!r} does not exist; create it with "
+                f"`processor create {quoted} --items FILE`, or list the partitions with "
+                "`processor status`")
+    if isinstance(error, PartitionExistsError):
+        return (f"partition {error.partition_id!r} already exists; add items to it with "
+                f"`processor add {shlex.quote(error.partition_id)} --items FILE`")
+    if isinstance(error, ItemNotFoundError):
+        return (f"partition {error.partition_id!r} has no item {error.item_id!r}; list its "
+                f"items with `processor items {shlex.quote(error.partition_id)}`, or look "
+                f"for the id everywhere with `processor items --find "
+                f"{shlex.quote(error.item_id)}`")
+    return str(error)
 
 
 def fail(message: str, code: int = EXIT_CONFIG) -> typer.Exit:

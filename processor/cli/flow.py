@@ -15,6 +15,7 @@ import typer
 # Only light modules at the top: `processor --help` and the one-line errors must not wait for
 # SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
 from processor.cli.common import (
+    CONTEXT_SETTINGS,
     DEFAULT_DB_URL,
     DbUrl,
     JsonOption,
@@ -39,7 +40,8 @@ DEFAULT_KEYS_LIMIT = 1000
 keys_app = typer.Typer(
     help="List the flow controls: keys with limits, paused keys, handlers blocked by a "
     "Retry-After, and whether everything is paused; `processor keys set` sets a key's "
-    "limits.", no_args_is_help=False, rich_markup_mode=None)
+    "limits.", no_args_is_help=False, rich_markup_mode=None,
+    context_settings=CONTEXT_SETTINGS)
 app.add_typer(keys_app, name="keys")
 
 
