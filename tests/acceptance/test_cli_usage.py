@@ -13,8 +13,9 @@ from tests.acceptance.harness.processes import run_cli
 
 def verbs() -> list[tuple[str, ...]]:
     """Every verb and sub-verb, as ``processor -h`` and ``processor keys -h`` list them."""
-    from processor.cli import app
     from typer.main import get_command
+
+    from processor.cli import app
 
     command = get_command(app)
     found: list[tuple[str, ...]] = [()]
