@@ -106,6 +106,17 @@ def error_cell(error: str | None, limit: int = ERROR_CELL_CHARS) -> str:
         " ..." if len(lines) > 1 else "")
 
 
+def attempts_text(info: ItemInfo) -> str:
+    """An item's attempts, said so that they agree with its error history: a retry
+    resets the attempts and keeps the history, so ``"0 since the last retry (3 errors
+    in its history)"`` where the history holds more errors than the attempts count."""
+    errors = len(info.error_history)
+    if errors <= info.attempts:
+        return str(info.attempts)
+    return (f"{info.attempts} since the last retry ({plural(errors, 'error')} in its "
+            "history)")
+
+
 def item_row(info: ItemInfo) -> dict[str, Any]:
     """One item as ``processor items --json`` prints it (its data left out)."""
     return {"id": info.id, "status": info.status, "gate": info.gate, "attempts": info.attempts,
@@ -163,7 +174,7 @@ def item_lines(info: ItemInfo, *, data_limit: int | None) -> list[str]:
     escaped (:func:`processor.safe_text.escape_controls`)."""
     lines = [f"item {info.id!r} of partition {info.partition_id!r}",
              f"  status    {info.status}", f"  gate      {info.gate}",
-             f"  attempts  {info.attempts}", f"  parent    {info.parent or '-'}"]
+             f"  attempts  {attempts_text(info)}", f"  parent    {info.parent or '-'}"]
     if info.retry_at is not None and info.status == "available":
         lines.append(f"  ready at  {info.retry_at.isoformat(sep=' ', timespec='milliseconds')} UTC")
     kind, shown = data_lines(info.data, data_limit)
