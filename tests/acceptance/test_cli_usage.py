@@ -63,3 +63,17 @@ def test_errors_name_the_verb_to_run_and_migrate_says_what_it_did(tmp_path: Path
         assert done.returncode == 2, done
         assert "`processor create 'no such' --items FILE`" in done.stderr, done.stderr
         assert "create_partition()" not in done.stderr
+
+
+def test_pausing_a_finished_partition_is_refused_in_one_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    assert run_cli("migrate", "--db-url", url).returncode == 0
+    items = tmp_path / "items.ndjson"
+    items.write_text('{"id": "a", "data": 1}\n')
+    assert run_cli("create", "p", "--items", str(items), "--db-url", url).returncode == 0
+    assert run_cli("cancel", "p", "--db-url", url).returncode == 0
+    done = run_cli("pause", "p", "--db-url", url)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == ("processor: error: partition 'p' is cancelled: nothing of it runs, "
+                           "so there is nothing to pause (a retry or an add re-opens it; "
+                           "pause it then)\n")
