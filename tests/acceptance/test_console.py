@@ -889,7 +889,7 @@ async def _inside(page: Any, selector: str) -> list[dict[str, float]]:
               clipped = true;
             box = box.parentElement; }
           return {left: r.left, right: r.right, width: r.width, clipped}; })""", selector)
-    width = await page.evaluate("window.innerWidth")
+    width = PHONE["width"]  # the phone's, however wide a page overflowing it lays out
     assert boxes, selector
     for box in boxes:
         assert not box["clipped"] and box["left"] >= 0 and box["right"] <= width, (selector,
@@ -923,6 +923,7 @@ async def test_a_phone_sees_the_flow_buttons_and_whole_error_lines(
         await phone.screenshot(path=str(folder / "console-phone-flow.png"), full_page=True)
         await phone.goto(_item_url(url, LONG_ID, "flaky"))
         await _fits(phone)
+        await _inside(phone, ".crumbs a")  # the long partition id wraps
         for box in await _inside(phone, ".history pre.error"):
             assert box["width"] >= 250, box  # a line of text, not a column of 10 letters
         await phone.screenshot(path=str(folder / "console-phone-item.png"), full_page=True)
