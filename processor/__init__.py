@@ -18,12 +18,14 @@ from watcher.errors import (
     GateError,
     InvalidInputError,
     ItemNotFoundError,
+    KeyNotFoundError,
     PartitionExistsError,
     PartitionLeasedError,
     PartitionNotFoundError,
     StatefeedError,
     ValueRefusedError,
 )
+from watcher.protocol import NonRetryableError, RetryableError
 from watcher.records import ErrorEntry, ItemInfo, NewItem, PartitionInfo
 from watcher.reports import RetryReport
 
@@ -67,12 +69,15 @@ __all__ = [
     "InvalidInputError",
     "ItemInfo",
     "ItemNotFoundError",
+    "KeyNotFoundError",
     "NewItem",
+    "NonRetryableError",
     "PartitionExistsError",
     "PartitionInfo",
     "PartitionLeasedError",
     "PartitionNotFoundError",
     "RetryReport",
+    "RetryableError",
     "StatefeedError",
     "ValueRefusedError",
 ]

@@ -13,7 +13,13 @@ from collections.abc import Collection, Coroutine
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from processor.client_checks import check_id, check_limit, check_seconds_value, is_gate
+from processor.client_checks import (
+    FINISHED_STATUSES,
+    check_id,
+    check_limit,
+    check_seconds_value,
+    is_gate,
+)
 from watcher.errors import ConfigError, InvalidInputError
 from watcher.models import MAX_GATE, Status
 from watcher.reports import PurgeReport, RetryReport
@@ -83,8 +89,16 @@ class PartitionVerbs:
 
         Raises:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
+            InvalidInputError: it is finished (complete, failed or cancelled): nothing
+                would run to pause.
         """
         check_id("partition", partition_id)
+        info = await self._call(self.store.partition_get(partition_id))
+        status = info.status if info is not None else None  # none: the pause says so
+        if status in FINISHED_STATUSES:
+            raise InvalidInputError(
+                f"partition {partition_id!r} is {status}: nothing of it runs, so there is "
+                "nothing to pause (a retry or an add re-opens it; pause it then)")
         return await self._call(self.store.partition_pause(partition_id, True))
 
     async def resume(self, partition_id: str) -> bool:

@@ -38,6 +38,7 @@ from processor.console.server import ConsoleOptions, console_running
 from processor.embedded import EmbeddedServer
 from processor.http_config import HttpProcessorConfig
 from processor.http_processor import HttpProcessor
+from processor.terminal import SafeConsole
 from watcher.config import WatcherConfig
 from watcher.dburl import parse_database_url
 from watcher.migrate import upgrade
@@ -128,7 +129,8 @@ async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None =
         folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="statefeed-demo-"))
         db_url = f"sqlite:///{Path(folder) / 'demo.db'}"
         await asyncio.to_thread(upgrade, db_url)
-        console = console or Console()
+        # Markup for the demo's own lines; data is escaped (markup and control characters).
+        console = console or SafeConsole(markup=True)
         web = None
         if console_port is not None:
             web = await stack.enter_async_context(console_running(ConsoleOptions(
@@ -202,6 +204,7 @@ async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console
     ranking = info.result_json()
     best = ranking["top"][:top]
     table = Table(title=f"top {len(best)} candidates (from the partition's result)")
+    console.line()  # the title apart from the progress table's last border
     columns = ["rank", "name", "role", "years", "score", "tier", "skills"]
     for column in columns:
         table.add_column(column)

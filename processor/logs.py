@@ -18,6 +18,13 @@ text and arguments (``gate=%d%s``) is no field: it stays in ``message`` only,
 as does a key that would overwrite one of the record's own (``time``,
 ``level``, ``logger``, ``message``, ``exc_info``, ``stack_info``). Pure
 string work: :func:`message_fields` is unit-tested without a handler.
+
+:class:`TextFormatter` writes ``time LEVEL logger message`` with every control
+character of the record escaped (:func:`processor.safe_text.escape_controls`): a
+newline in a partition id or a handler's error cannot start a line of its own, and
+no escape byte reaches the terminal or file. A traceback keeps its lines, each
+escaped and indented, so none of them reads as a record. JSON needs no such step:
+its strings escape control characters already.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import sys
 import time
 from collections.abc import Mapping
 from typing import Any, Final
+
+from processor.safe_text import escape_controls
 
 LOG_FORMATS: Final = ("text", "json")
 DEFAULT_LOG_FORMAT: Final = "text"
@@ -134,6 +143,37 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger message``, one line per record, with control characters
+    escaped in the message and every field (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one escaped line, and its traceback (if any) as indented,
+        escaped lines below it. Never raises for a record logging accepts."""
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        lines = [escape_controls(self.formatMessage(record))]
+        # Formatted here, not read from record.exc_text: another handler's formatter
+        # may have cached it unescaped.
+        if record.exc_info:
+            lines.append(_indented(self.formatException(record.exc_info)))
+        elif record.exc_text:
+            lines.append(_indented(record.exc_text))
+        if record.stack_info:
+            lines.append(_indented(self.formatStack(record.stack_info)))
+        return "\n".join(lines)
+
+
+TRACE_INDENT: Final = "    | "
+
+
+def _indented(text: str) -> str:
+    return "\n".join(TRACE_INDENT + escape_controls(line) for line in text.splitlines())
+
+
 def formatter(log_format: str) -> logging.Formatter:
     """The formatter of ``log_format``: ``text`` (``time LEVEL logger message``) or ``json``.
 
@@ -143,7 +183,7 @@ def formatter(log_format: str) -> logging.Formatter:
     if log_format == "json":
         return JsonFormatter()
     if log_format == "text":
-        return logging.Formatter(TEXT_FORMAT)
+        return TextFormatter()
     raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
 
 

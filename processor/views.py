@@ -14,6 +14,7 @@ import shlex
 from datetime import UTC, datetime
 from typing import Any
 
+from processor.safe_text import escape_controls
 from watcher.durations import format_duration
 from watcher.records import ItemInfo, NewItem, PartitionInfo, PartitionSettings
 from watcher.reports import PurgeReport, RetryReport
@@ -96,11 +97,24 @@ def error_after_context(item: ItemInfo) -> str | None:
 
 
 def error_cell(error: str | None, limit: int = ERROR_CELL_CHARS) -> str:
-    """An item's last error for a table cell: its first line, shortened; ``-`` for none."""
+    """An item's last error for a table cell: its first line, shortened, its control
+    characters escaped; ``-`` for none."""
     if not error:
         return "-"
     lines = error.strip().splitlines()
-    return shorten(lines[0] if lines else "", limit) + (" ..." if len(lines) > 1 else "")
+    return escape_controls(shorten(lines[0] if lines else "", limit)) + (
+        " ..." if len(lines) > 1 else "")
+
+
+def attempts_text(info: ItemInfo) -> str:
+    """An item's attempts, said so that they agree with its error history: a retry
+    resets the attempts and keeps the history, so ``"0 since the last retry (3 errors
+    in its history)"`` where the history holds more errors than the attempts count."""
+    errors = len(info.error_history)
+    if errors <= info.attempts:
+        return str(info.attempts)
+    return (f"{info.attempts} since the last retry ({plural(errors, 'error')} in its "
+            "history)")
 
 
 def item_row(info: ItemInfo) -> dict[str, Any]:
@@ -155,10 +169,12 @@ def data_lines(data: bytes, limit: int | None) -> tuple[str, list[str]]:
 def item_lines(info: ItemInfo, *, data_limit: int | None) -> list[str]:
     """One item as ``processor items PARTITION --show ITEM`` prints it: its status, gate,
     attempts, parent and retry time, its data (:func:`data_lines`), and its error
-    history, the oldest first (an error stored before the history existed shows alone)."""
+    history, the oldest first (an error stored before the history existed shows alone).
+    Each line is safe for a terminal: control characters in the data and the errors are
+    escaped (:func:`processor.safe_text.escape_controls`)."""
     lines = [f"item {info.id!r} of partition {info.partition_id!r}",
              f"  status    {info.status}", f"  gate      {info.gate}",
-             f"  attempts  {info.attempts}", f"  parent    {info.parent or '-'}"]
+             f"  attempts  {attempts_text(info)}", f"  parent    {info.parent or '-'}"]
     if info.retry_at is not None and info.status == "available":
         lines.append(f"  ready at  {info.retry_at.isoformat(sep=' ', timespec='milliseconds')} UTC")
     kind, shown = data_lines(info.data, data_limit)
@@ -175,7 +191,7 @@ def item_lines(info: ItemInfo, *, data_limit: int | None) -> list[str]:
         lines.append(f"last error: {info.last_error}")
     else:
         lines.append("no errors")
-    return lines
+    return [escape_controls(line) for line in lines]
 
 
 def purge_text(report: PurgeReport, *, older_than: float, statuses: tuple[str, ...],

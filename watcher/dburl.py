@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import quote_plus, unquote
 
 from sqlalchemy.engine import URL, make_url
@@ -89,10 +89,12 @@ def scrub(text: str, url: URL) -> str:
 
 @dataclass(frozen=True)
 class DatabaseURL:
-    """A validated database URL with its async (engine) and sync (migration) forms."""
+    """A validated database URL with its async (engine) and sync (migration) forms, and
+    the URL as the user gave it (``given``), which messages name."""
 
     async_url: URL
     sync_url: URL
+    given: URL | None = field(default=None, compare=False, repr=False)
 
     @property
     def dialect(self) -> str:
@@ -100,8 +102,10 @@ class DatabaseURL:
         return self.async_url.get_backend_name()
 
     def redacted(self) -> str:
-        """The URL as text with its password and secret query values replaced by ``***``."""
-        return render_redacted(self.async_url)
+        """The URL as the user gave it (``sqlite:///x.db``, not the driver's
+        ``sqlite+aiosqlite:///x.db``), with its password and secret query values
+        replaced by ``***``."""
+        return render_redacted(self.given if self.given is not None else self.async_url)
 
     def scrub(self, text: str) -> str:
         """``text`` (a driver's error, say) with every secret of this URL masked."""
@@ -186,6 +190,8 @@ def parse_database_url(raw: str) -> DatabaseURL:
             f"database URL {render_redacted(url)!r} names no database; "
             f"add one, as in {backend}://user@host/dbname"
         )
+    given = url
     if url.get_backend_name() in ("mysql", "mariadb") and "charset" not in url.query:
         url = url.update_query_dict({"charset": MYSQL_CHARSET})
-    return DatabaseURL(url.set(drivername=async_scheme), url.set(drivername=sync_scheme))
+    return DatabaseURL(url.set(drivername=async_scheme), url.set(drivername=sync_scheme),
+                       given)

@@ -67,3 +67,27 @@ def upgrade_sql(url: str | DatabaseURL, table_prefix: str = "") -> str:
     with contextlib.redirect_stdout(buffer):
         command.upgrade(config, "head", sql=True)
     return buffer.getvalue()
+
+
+def current_revision(url: str | DatabaseURL, table_prefix: str = "") -> str | None:
+    """The revision the database's statefeed tables are at; ``None`` when it has none
+    (never migrated, under this prefix).
+
+    Raises:
+        ConfigError: the URL or the prefix is invalid, or the driver is not installed.
+        sqlalchemy.exc.SQLAlchemyError: the database refused or could not be reached.
+    """
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    parsed = url if isinstance(url, DatabaseURL) else parse_database_url(url)
+    require_driver(parsed)
+    prefix = validate_table_prefix(table_prefix)
+    engine = create_engine(parsed.sync_url)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(
+                connection, opts={"version_table": f"{prefix}alembic_version"})
+            return context.get_current_revision()
+    finally:
+        engine.dispose()

@@ -5,7 +5,9 @@ The rules are the console's: bound to loopback (``127.0.0.1``, ``::1``,
 loopback (no DNS rebinding); bound anywhere else it refuses to start without a
 token of at least 16 characters, which every request then presents as
 ``Authorization: Bearer <token>`` (``/healthz`` excepted). Tokens never reach
-the log.
+the log. A browser on another site may not change state: every method but GET,
+HEAD and OPTIONS is checked by :func:`processor.api.origin.cross_site_refusal`
+here, once for every route.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from processor.api.origin import cross_site_refusal
 from processor.api.problems import ApiError
 from processor.api.routes import ApiSettings, Dispatch, IngestApi
 from processor.api.upload import Limits
@@ -63,8 +66,8 @@ class ApiOptions:
 
 
 class Gate:
-    """ASGI middleware: the loopback ``Host`` check, the bearer token, and the headers
-    every answer carries."""
+    """ASGI middleware: the loopback ``Host`` check, the bearer token, the cross-site
+    rule of every state-changing method, and the headers every answer carries."""
 
     def __init__(self, app: Any, *, token: str | None, loopback_only: bool) -> None:
         self.app = app
@@ -85,6 +88,8 @@ class Gate:
               and not token_matches(bearer(headers.get("authorization")), self.token)):
             refusal = ApiError(401, "unauthorized", "send the API's token as "
                                "'Authorization: Bearer <token>'")
+        else:
+            refusal = cross_site_refusal(scope.get("method", ""), headers)
         sending = _with_headers(send, refusal)
         if refusal is None:
             await self.app(scope, receive, sending)

@@ -34,7 +34,7 @@ from processor.cli import data  # noqa: F401
 from processor.cli import operate  # noqa: F401
 from processor.cli import flow  # noqa: F401
 from processor.cli import tools  # noqa: F401
-from processor.cli.common import EXIT_CONFIG, EXIT_DATABASE, app
+from processor.cli.common import EXIT_CONFIG, EXIT_DATABASE, app, operator_text, say
 from watcher.errors import ConfigError, DatabaseError, StatefeedError
 from watcher.text import error_text
 
@@ -66,9 +66,9 @@ def _print_version(value: bool) -> None:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        typer.echo(f"processor (statefeed) {version('statefeed')}")
+        say(f"processor (statefeed) {version('statefeed')}")
     except PackageNotFoundError:  # run from a source tree that was never installed
-        typer.echo("processor (statefeed) unknown version: the package is not installed")
+        say("processor (statefeed) unknown version: the package is not installed")
     raise typer.Exit(0)
 
 
@@ -84,28 +84,44 @@ def _options(
 
 def main() -> None:
     """Entry point: run the CLI, turning configuration and database errors into one line."""
+    # Typer's own copy of click: what its parser raises.
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+
     try:
-        app()
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except UsageError as error:
+        # A bad value or option: one line saying what and where to look, not the usage.
+        where = error.ctx.command_path if error.ctx is not None else "processor"
+        say(f"processor: error: {error.format_message().rstrip('.')}; `{where} --help` "
+            "shows how to call it", err=True)
+        sys.exit(error.exit_code)
+    except typer.Abort:
+        say("Aborted!", err=True)
+        sys.exit(1)
     except ConfigError as error:
-        typer.echo(f"processor: error: {error}", err=True)
+        say(f"processor: error: {error}", err=True)
         sys.exit(EXIT_CONFIG)
     except DatabaseError as error:
-        typer.echo(f"processor: error: {error}", err=True)
+        say(f"processor: error: {error}", err=True)
         sys.exit(EXIT_DATABASE)
     except StatefeedError as error:
-        typer.echo(f"processor: error: {error}", err=True)
+        say(f"processor: error: {operator_text(error)}", err=True)
         sys.exit(EXIT_CONFIG)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as error:
         if _is_sqlalchemy_error(error):
-            typer.echo(f"processor: error: database failed: {type(error).__name__}", err=True)
+            say(f"processor: error: database failed: {type(error).__name__}", err=True)
             sys.exit(EXIT_DATABASE)
         # a driver refusing a URL parameter, or a bug: one line
         logging.getLogger(__name__).debug("unexpected error", exc_info=error)
-        typer.echo(f"processor: error: unexpected {error_text(error)}{_unexpected_hint(error)}",
+        say(f"processor: error: unexpected {error_text(error)}{_unexpected_hint(error)}",
                    err=True)
         sys.exit(EXIT_DATABASE)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

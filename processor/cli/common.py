@@ -4,7 +4,8 @@ the defaults, exit codes, and the helpers that open the database and print data.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Annotated
+import json
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -12,6 +13,7 @@ import typer
 # SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
 from processor.logs import DEFAULT_LOG_FORMAT, LOG_FORMATS
 from processor.logs import setup_logging as configure_logging
+from processor.safe_text import escape_controls, json_text
 from watcher.errors import DatabaseError
 
 if TYPE_CHECKING:
@@ -41,6 +43,9 @@ EXIT_PARTITION_STOPPED = 4
 EXIT_WAIT_TIMEOUT = 5
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
+# Every command and sub-command takes -h as well as --help.
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+
 app = typer.Typer(
     name="processor",
     help="statefeed processor: lease partitions from SQL and drive their items through an "
@@ -49,6 +54,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     add_completion=False,
+    context_settings=CONTEXT_SETTINGS,
 )
 
 
@@ -69,9 +75,50 @@ LogFormat = Annotated[str, typer.Option("--log-format", envvar=env_name("LOG_FOR
                                         "fields).")]
 
 
+def say(text: str, *, err: bool = False) -> None:
+    """Print one line of text that may hold data (ids, keys, error texts) with its control
+    characters escaped (:func:`processor.safe_text.escape_controls`): a terminal shows
+    them, never obeys them."""
+    typer.echo(escape_controls(text), err=err)
+
+
+def say_json(document: object, **options: Any) -> None:
+    """Print ``document`` as JSON (``json.dumps`` options), with the characters JSON
+    leaves raw but a terminal may obey written as ``\\u`` escapes."""
+    typer.echo(json_text(json.dumps(document, **options)))
+
+
+def operator_text(error: Exception) -> str:
+    """``error``'s message for the CLI: where it names a library call to make next
+    (``create_partition()``), the ``processor`` verb that does it instead."""
+    import shlex
+
+    from watcher.errors import (
+        ItemNotFoundError,
+        PartitionExistsError,
+        PartitionNotFoundError,
+    )
+
+    if isinstance(error, PartitionNotFoundError):
+        quoted = shlex.quote(error.partition_id)
+        return (f"partition {error.partition_id!r} does not exist; create it with "
+                f"`processor create {quoted} --items FILE`, or list the partitions with "
+                "`processor status`")
+    if isinstance(error, PartitionExistsError):
+        return (f"partition {error.partition_id!r} already exists; add items to it with "
+                f"`processor add {shlex.quote(error.partition_id)} --items FILE`")
+    if isinstance(error, ItemNotFoundError):
+        return (f"partition {error.partition_id!r} has no item {error.item_id!r}; list its "
+                f"items with `processor items {shlex.quote(error.partition_id)}`, or look "
+                f"for the id everywhere with `processor items --find "
+                f"{shlex.quote(error.item_id)}`")
+    return str(error)
+
+
 def fail(message: str, code: int = EXIT_CONFIG) -> typer.Exit:
-    """Print one line on stderr and return the exit to raise."""
-    typer.echo(f"processor: error: {message}", err=True)
+    """Print one line on stderr (control characters escaped) and return the exit to
+    raise."""
+    say(f"processor: error: {message}", err=True)
     return typer.Exit(code)
 
 
@@ -104,12 +151,13 @@ def database_url(raw: str, prefix: str, *, migrated: bool = True) -> DatabaseURL
 
 
 def data_console(*, soft_wrap: bool = False) -> Console:
-    """A Rich console that prints text literally: ids, owners and error texts are data, and
-    Rich would read ``[...]`` in them as markup (``[/x]`` even raises) and ``:name:`` as an
-    emoji."""
-    from rich.console import Console
+    """A Rich console that prints text literally and safely: ids, owners and error texts
+    are data, and Rich would read ``[...]`` in them as markup (``[/x]`` even raises) and
+    ``:name:`` as an emoji, and a terminal would obey their escape sequences
+    (:class:`processor.terminal.SafeConsole`)."""
+    from processor.terminal import SafeConsole
 
-    return Console(markup=False, emoji=False, highlight=False, soft_wrap=soft_wrap)
+    return SafeConsole(soft_wrap=soft_wrap)
 
 
 def check_logging(level: str, log_format: str) -> None:

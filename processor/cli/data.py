@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 import time
@@ -15,6 +16,7 @@ import typer
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+    from rich.table import Table
 
     from processor import PartitionInfo
     from watcher.dburl import DatabaseURL
@@ -31,6 +33,8 @@ from processor.cli.common import (
     data_console,
     database_url,
     fail,
+    say,
+    say_json,
 )
 
 
@@ -65,26 +69,39 @@ def status(
         def read() -> list[PartitionInfo]:
             return list(client.partitions(only or None, limit=limit))
 
+        def fleet_paused() -> datetime.datetime | None:
+            fleet = client.flow_controls("fleet", limit=1)
+            return fleet[0].paused_at if fleet else None
+
         if watch:
-            _watch(lambda: _partitions_view(read(), url, only, every=interval), interval)
+            _watch(lambda: _partitions_view(read(), url, only, every=interval,
+                                            paused=fleet_paused()), interval)
             return
         infos = read()
+        paused = None if as_json else fleet_paused()
     if as_json:
         typer.echo(json.dumps([partition_row(info) for info in infos], indent=2))
         return
-    data_console().print(_partitions_view(infos, url, only))
+    data_console().print(_partitions_view(infos, url, only, paused=paused))
+
+
+# The narrowest the id column gets before the other columns give way: an id folds in
+# pieces this long at the least, not in 3-character ones; and what the other columns
+# keep on a narrow terminal (at 80 columns, ids fold at 22 characters).
+ID_MIN_WIDTH = 16
+ID_ROOM = 58
 
 
 def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
-                     every: float | None = None) -> RenderableType:
-    """The table of ``status``, and a line when it is empty; with ``every``, the time it
-    was read and how to stop. Long ids and owners fold over lines, never cut: two ids
-    that differ only at the end stay apart on a narrow terminal."""
-    import datetime
-
-    from rich.console import Group
+                     every: float | None = None,
+                     paused: datetime.datetime | None = None) -> RenderableType:
+    """The table of ``status``, and a line when it is empty; above it, a line when
+    everything is paused (``paused``: since when); with ``every``, the time it was read
+    and how to stop. Long ids and owners fold over lines, never cut: two ids that
+    differ only at the end stay apart on a narrow terminal. The gate and the step, and
+    the item counts, share a column each, so that at 80 columns an id folds at
+    :data:`ID_MIN_WIDTH` characters at the least."""
     from rich.table import Table
-    from rich.text import Text
 
     from processor.views import flow_text, step_text
 
@@ -97,22 +114,52 @@ def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
     # keeps the ids whole.
     spawning = any(info.spawned for info in infos)
     flowing = any(flow_text(info) != "-" for info in infos)
-    for column in ("partition", "status", "gate", "step", "owner", "available", "complete",
-                   "failed", *(("spawned",) if spawning else ()),
+    # Only the ids, owners, counts and flows give up width (they fold or wrap); the short
+    # cells keep theirs.
+    table.add_column("partition", overflow="fold")
+    for column in ("status", "gate", "owner", "items", *(("spawned",) if spawning else ()),
                    *(("flow",) if flowing else ())):
-        # Only the ids and owners give up width (they fold); the short cells keep theirs.
-        folds = column in ("partition", "owner", "flow")
-        table.add_column(column, overflow="fold", no_wrap=not folds, justify="right" if column in (
-            "gate", "available", "complete", "failed", "spawned") else "left")
+        table.add_column(column, overflow="fold", no_wrap=column not in (
+            "owner", "items", "flow"), justify="right" if column == "spawned" else "left")
     for info in infos:
-        counts = info.counts
-        table.add_row(info.id, info.status, str(info.gate), step_text(info), info.owner or "-",
-                      *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")),
+        step = step_text(info)
+        table.add_row(info.id, info.status, f"{info.gate} {step}" if step != "-" else
+                      str(info.gate), info.owner or "-", items_cell(info.counts),
                       *((str(info.spawned),) if spawning else ()),
                       *((flow_text(info),) if flowing else ()))
-    if infos:
-        return table
-    return Group(table, Text(f"no {only} partitions" if only else "no partitions yet"))
+    return _narrowed(table, infos, paused, only)
+
+
+def _narrowed(table: Table, infos: list[PartitionInfo], paused: datetime.datetime | None,
+              only: str) -> RenderableType:
+    """``table`` with its id column held at a readable width when the terminal is too
+    narrow for the whole table (Rich would squeeze it to a few characters), under the
+    fleet's pause line and over the "none" line."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from processor.views import utc_text
+
+    console = data_console()
+    longest = max((len(info.id) for info in infos), default=0)
+    natural = console.measure(table, options=console.options.update_width(100_000))
+    if infos and natural.maximum > console.width:
+        table.columns[0].width = max(min(longest, console.width - ID_ROOM), ID_MIN_WIDTH)
+    parts: list[RenderableType] = []
+    if paused is not None:
+        parts.append(Text(f"everything is paused since {utc_text(paused)}: no processor "
+                          "starts a call; `processor resume --all` lifts it"))
+    parts.append(table)
+    if not infos:
+        parts.append(Text(f"no {only} partitions" if only else "no partitions yet"))
+    return parts[0] if len(parts) == 1 else Group(*parts)
+
+
+def items_cell(counts: dict[str, int]) -> str:
+    """A partition's item counts for the status table: ``"3 available, 5 complete"``
+    (the statuses it has; ``"none"`` when empty)."""
+    return ", ".join(f"{counts[status]} {status}" for status in (
+        "available", "complete", "failed") if counts.get(status)) or "none"
 
 
 def _watch(render: Callable[[], RenderableType], interval: float) -> None:
@@ -155,8 +202,11 @@ def result(
         raise fail(f"partition {partition_id!r} has no result yet (it is {info.status} at gate "
                    f"{info.gate}; a reduce gate stores one)", EXIT_NO_RESULT)
     try:
-        typer.echo(json.dumps(json.loads(info.result), indent=2, ensure_ascii=False))
+        say_json(json.loads(info.result), indent=2, ensure_ascii=False)
     except ValueError:
+        if sys.stdout.isatty():  # shown, not obeyed: escapes, and bytes as \x..
+            say(info.result.decode("utf-8", errors="backslashreplace"))
+            return
         sys.stdout.buffer.write(info.result)
         sys.stdout.buffer.flush()
 
@@ -232,13 +282,13 @@ def items(
                       error_cell(error_after_context(item)))
     data_console(soft_wrap=True).print(table)
     if not page:
-        typer.echo("no items" + (" match" if status or gate is not None or after else ""))
+        say("no items" + (" match" if status or gate is not None or after else ""))
     if page.next_cursor is not None:
         where = " ".join(shlex.quote(part) for part in (
             partition_id, *(("--status", status) if status else ()),
             *(("--gate", str(gate)) if gate is not None else ()),
             "--limit", str(limit), "--after", page.next_cursor))
-        typer.echo(f"more: processor items {where}")
+        say(f"more: processor items {where}")
 
 
 # How much of an item's data `items --show` prints without --all (characters).
@@ -265,10 +315,10 @@ def _show_item(partition_id: str, item_id: str, db_url: str, table_prefix: str,
                        f"with `processor items {partition_id}`, or look for the id in every "
                        f"partition with `processor items --find {item_id}`") from None
     if as_json:
-        typer.echo(json.dumps(item_detail(info), indent=2, ensure_ascii=False))
+        say_json(item_detail(info), indent=2, ensure_ascii=False)
         return
     for line in item_lines(info, data_limit=None if show_all else SHOW_DATA_CHARS):
-        typer.echo(line)
+        say(line)
 
 
 def _find_item(item_id: str, db_url: str, table_prefix: str, limit: int,
@@ -286,7 +336,7 @@ def _find_item(item_id: str, db_url: str, table_prefix: str, limit: int,
                                for item in found], indent=2))
         return
     if not found:
-        typer.echo(f"no partition holds an item {item_id!r}")
+        say(f"no partition holds an item {item_id!r}")
         return
     from rich.table import Table
 
@@ -299,4 +349,4 @@ def _find_item(item_id: str, db_url: str, table_prefix: str, limit: int,
                       error_cell(error_after_context(item)))
     data_console(soft_wrap=True).print(table)
     if len(found) == limit:
-        typer.echo(f"(the first {limit}; --limit shows more)")
+        say(f"(the first {limit}; --limit shows more)")

@@ -15,6 +15,7 @@ import typer
 # Only light modules at the top: `processor --help` and the one-line errors must not wait for
 # SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
 from processor.cli.common import (
+    CONTEXT_SETTINGS,
     DEFAULT_DB_URL,
     DbUrl,
     JsonOption,
@@ -23,6 +24,7 @@ from processor.cli.common import (
     data_console,
     database_url,
     fail,
+    say,
 )
 
 if TYPE_CHECKING:
@@ -38,7 +40,8 @@ DEFAULT_KEYS_LIMIT = 1000
 keys_app = typer.Typer(
     help="List the flow controls: keys with limits, paused keys, handlers blocked by a "
     "Retry-After, and whether everything is paused; `processor keys set` sets a key's "
-    "limits.", no_args_is_help=False, rich_markup_mode=None)
+    "limits.", no_args_is_help=False, rich_markup_mode=None,
+    context_settings=CONTEXT_SETTINGS)
 app.add_typer(keys_app, name="keys")
 
 
@@ -179,7 +182,7 @@ def keys_set(
     if rate:
         said.append(f"at most {per_second:g} call(s) per second" if per_second is not None
                     else "no rate limit of its own (the processors' default)")
-    typer.echo(f"key {name!r}: {' and '.join(said)} across the fleet, from each processor's "
+    say(f"key {name!r}: {' and '.join(said)} across the fleet, from each processor's "
                "next lease cycle")
 
 
@@ -261,13 +264,13 @@ def pause_or_resume(partition_id: str | None, key: str, everything: bool, db_url
     what = "everything" if everything else f"key {key!r}"
     lift = "--all" if everything else f"--key {shlex.quote(key)}"
     if not changed:
-        typer.echo(f"{what} is {'paused' if pausing else 'not paused'} already; nothing "
+        say(f"{what} is {'paused' if pausing else 'not paused'} already; nothing "
                    "to do")
     elif pausing:
-        typer.echo(f"paused {what}: no new calls from each processor's next poll (calls in "
+        say(f"paused {what}: no new calls from each processor's next poll (calls in "
                    f"flight finish and are written); `processor resume {lift}` lifts it")
     else:
-        typer.echo(f"resumed {what}: processors take its work again within a lease cycle")
+        say(f"resumed {what}: processors take its work again within a lease cycle")
 
 
 def _partition(partition_id: str, url: DatabaseURL, table_prefix: str, as_json: bool, *,
@@ -286,8 +289,8 @@ def _partition(partition_id: str, url: DatabaseURL, table_prefix: str, as_json: 
                                "gate": info.gate, "paused_at": None if info.paused_at is None
                                else utc_text(info.paused_at)}))
     elif changed:
-        typer.echo(f"{verb} partition {partition_id!r} ({info.status}, gate {info.gate})"
+        say(f"{verb} partition {partition_id!r} ({info.status}, gate {info.gate})"
                    + ("; `processor resume` lifts the pause" if pausing else ""))
     else:
-        typer.echo(f"partition {partition_id!r} is {'paused' if pausing else 'not paused'} "
+        say(f"partition {partition_id!r} is {'paused' if pausing else 'not paused'} "
                    "already; nothing to do")

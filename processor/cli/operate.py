@@ -23,6 +23,7 @@ from processor.cli.common import (
     TablePrefix,
     app,
     database_url,
+    say,
 )
 
 
@@ -46,7 +47,7 @@ def retry(
     if as_json:
         typer.echo(json.dumps(retry_row(report)))
         return
-    typer.echo(retry_text(report))
+    say(retry_text(report))
 
 
 @app.command()
@@ -68,11 +69,11 @@ def cancel(
         typer.echo(json.dumps({"id": info.id, "cancelled": cancelled, "status": info.status,
                                "gate": info.gate, "counts": info.counts}))
     elif cancelled:
-        typer.echo(f"cancelled partition {partition_id!r} at gate {info.gate} (items: "
+        say(f"cancelled partition {partition_id!r} at gate {info.gate} (items: "
                    f"{_counts_text(info.counts)}); `processor retry` resumes it, "
                    "`processor delete` removes it")
     else:
-        typer.echo(f"partition {partition_id!r} is {info.status} already; nothing to cancel")
+        say(f"partition {partition_id!r} is {info.status} already; nothing to cancel")
 
 
 OptionalPartition = Annotated[str | None, typer.Argument(
@@ -143,7 +144,7 @@ def delete(
     if as_json:
         typer.echo(json.dumps({"id": partition_id, "deleted": True, "items": deleted}))
         return
-    typer.echo(f"deleted partition {partition_id!r} and its {deleted} item(s)")
+    say(f"deleted partition {partition_id!r} and its {deleted} item(s)")
 
 
 @app.command()
@@ -180,7 +181,7 @@ def purge(
                                "items": report.items, "older_than_seconds": seconds,
                                "statuses": list(statuses)}))
         return
-    typer.echo(purge_text(report, older_than=seconds, statuses=statuses, dry_run=dry_run))
+    say(purge_text(report, older_than=seconds, statuses=statuses, dry_run=dry_run))
 
 
 @app.command("set-gate")
@@ -204,4 +205,4 @@ def set_gate(
     if as_json:
         typer.echo(json.dumps({"id": info.id, "gate": info.gate, "status": info.status}))
         return
-    typer.echo(f"partition {partition_id!r} is at gate {info.gate} ({info.status})")
+    say(f"partition {partition_id!r} is at gate {info.gate} ({info.status})")

@@ -37,6 +37,7 @@ from processor.cli.common import (
     database_url,
     env_name,
     fail,
+    say,
 )
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 
@@ -138,7 +139,7 @@ def create(
             "key": settings.flow_key or None, "priority": settings.priority,
             "start_at": None if start is None else utc_text(start)}))
         return
-    typer.echo(created_text(partition_id, count, first_gate, settings, start))
+    say(created_text(partition_id, count, first_gate, settings, start))
 
 
 @app.command()
@@ -173,7 +174,7 @@ def add(
         return
     from processor.views import added_text
 
-    typer.echo(added_text(partition_id, items, reopened))
+    say(added_text(partition_id, items, reopened))
 
 
 @app.command()
@@ -212,7 +213,7 @@ def wait(
     if not as_json:
         from processor.views import final_text
 
-        typer.echo(final_text(info))
+        say(final_text(info))
     if info.status != "complete":
         raise typer.Exit(EXIT_PARTITION_STOPPED)
 

@@ -55,6 +55,7 @@ from processor.cli.common import (
     database_url,
     env_name,
     fail,
+    say,
     setup_logging,
 )
 
@@ -69,20 +70,27 @@ def migrate(
     """Create or upgrade statefeed's tables."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from watcher.migrate import upgrade, upgrade_sql
+    from watcher.migrate import current_revision, upgrade, upgrade_sql
 
     url = database_url(db_url, table_prefix, migrated=False)
     if sql:
-        typer.echo(upgrade_sql(url, table_prefix))
+        say(upgrade_sql(url, table_prefix))
         return
     try:
+        before = current_revision(url, table_prefix)
         upgrade(url, table_prefix)
+        after = current_revision(url, table_prefix)
     except SQLAlchemyError as error:
         from processor.service import describe_db_error  # the service's HTTP stack: on failure only
 
         raise fail(describe_db_error(error, url), EXIT_DATABASE) from None
-    typer.echo(f"statefeed tables are up to date in {url.redacted()}"
-               + (f" (prefix {table_prefix!r})" if table_prefix else ""))
+    where = url.redacted() + (f" (prefix {table_prefix!r})" if table_prefix else "")
+    if before is None:
+        say(f"created statefeed's tables in {where} at revision {after}")
+    elif before != after:
+        say(f"upgraded statefeed's tables in {where} from revision {before} to {after}")
+    else:
+        say(f"statefeed's tables are up to date in {where} (revision {after})")
 
 
 @app.command()

@@ -29,6 +29,7 @@ from processor.cli.common import (
     database_url,
     env_name,
     fail,
+    say,
     setup_logging,
 )
 
@@ -155,9 +156,9 @@ def healthcheck(
         target = health_target(run_command, port=health_port, host=health_host)
     except HealthOptionsError as error:
         # Docker reserves exit status 2 of a health check: every failure here is 1.
-        typer.echo(f"processor healthcheck: cannot read the health options: {error}",
+        say(f"processor healthcheck: cannot read the health options: {error}",
                    err=True)
         raise typer.Exit(1) from None
     healthy, detail = probe(target, "/readyz" if ready else "/healthz", timeout)
-    typer.echo(detail, err=not healthy)
+    say(detail, err=not healthy)
     raise typer.Exit(0 if healthy else 1)

@@ -13,6 +13,7 @@ from typing import Any
 from processor.async_client import AsyncClient
 from processor.console.pages import age_text
 from processor.console.timeline_view import UNKNOWN
+from processor.views import attempts_text
 from watcher.errors import InvalidInputError
 from watcher.records import ErrorEntry, ItemInfo
 
@@ -92,7 +93,8 @@ async def item_data(client: AsyncClient, query: Mapping[str, str]) -> dict[str, 
     now = await client.now()
     show_all = query.get("all") == "1"
     return {
-        "item": item, "data": data_preview(item.data, show_all=show_all),
+        "item": item, "attempts": attempts_text(item),
+        "data": data_preview(item.data, show_all=show_all),
         "show_all": show_all, "history": history_rows(item.error_history, now),
         "retry_at": UNKNOWN if item.retry_at is None or item.status != "available"
         else ("now" if item.retry_at <= now else f"in {age_text(now, item.retry_at)}"),

@@ -33,7 +33,7 @@ def migrated(db_url: str) -> Iterator[tuple[str, str]]:
     prefix = f"cli{uuid.uuid4().hex[:8]}_"
     done = run_cli("migrate", "--db-url", db_url, "--table-prefix", prefix)
     assert done.returncode == 0, done.stderr
-    assert "up to date" in done.stdout
+    assert "created statefeed's tables in" in done.stdout and "+" not in done.stdout
     yield db_url, prefix
     downgrade(db_url, prefix)
 

@@ -107,7 +107,7 @@ async def test_run_migrate_creates_the_file_and_logs_what_it_runs_with(tmp_path:
         assert await proc.terminate() == 0, proc.stderr()
     assert db_file.exists()
     start = next(part for part in line.splitlines() if "action=starting" in part)
-    assert f"database=sqlite+aiosqlite:///{db_file}" in start
+    assert f"database=sqlite:///{db_file}" in start
     assert "concurrency=7" in start and "owner=p1" in start and "migrate=yes" in start
     assert "handler=http://ranker:***@127.0.0.1:9/process" in start
     assert "s3cret-pass" not in proc.stderr() and "t0ken-value" not in proc.stderr()

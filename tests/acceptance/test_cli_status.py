@@ -89,6 +89,20 @@ async def test_long_ids_fold_at_80_columns_and_stay_apart(database: str, verb: s
     assert "…" not in done.stdout and "..." not in done.stdout, done.stdout
     twins = TWIN_ITEMS if verb == "items" else TWIN_PARTITIONS
     assert set(twins) <= set(first_column(done.stdout)), done.stdout  # each whole, apart
+    if verb == "status":  # readable pieces, not 3-character ones
+        pieces = [line.split("│")[1].strip() for line in done.stdout.splitlines()
+                  if line.startswith("│") and line.split("│")[1].strip().startswith("pp")]
+        assert pieces and min(len(piece) for piece in pieces[:-1]) >= 16, done.stdout
+
+
+async def test_status_shows_a_fleet_pause(database: str) -> None:
+    assert run_cli("pause", "--all", "--db-url", database).returncode == 0
+    paused = run_cli("status", "--db-url", database, env=NARROW)
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.startswith("everything is paused since "), paused.stdout
+    assert "processor resume --all" in paused.stdout
+    assert run_cli("resume", "--all", "--db-url", database).returncode == 0
+    assert "paused" not in run_cli("status", "--db-url", database, env=NARROW).stdout
 
 
 @pytest.mark.parametrize("terminal", [False, True], ids=["pipe", "terminal"])

@@ -876,3 +876,55 @@ async def test_the_flow_page_and_the_partition_pause(sqlite_database, tmp_path: 
             await _fits(phone)
         await expect(phone.locator("#fleet-paused")).to_have_count(0)  # partition page
     await store.close()
+
+
+async def _inside(page: Any, selector: str) -> list[dict[str, float]]:
+    """The boxes of what ``selector`` matches, each checked to lie within the viewport
+    (not cut off by a scrolling box or the screen's edge)."""
+    boxes = await page.evaluate("""selector => [...document.querySelectorAll(selector)]
+        .map(element => { const r = element.getBoundingClientRect();
+          let box = element.parentElement, clipped = false;
+          while (box) { const b = box.getBoundingClientRect(), s = getComputedStyle(box);
+            if (s.overflowX !== 'visible' && (r.right > b.right + 0.5 || r.left < b.left - 0.5))
+              clipped = true;
+            box = box.parentElement; }
+          return {left: r.left, right: r.right, width: r.width, clipped}; })""", selector)
+    width = PHONE["width"]  # the phone's, however wide a page overflowing it lays out
+    assert boxes, selector
+    for box in boxes:
+        assert not box["clipped"] and box["left"] >= 0 and box["right"] <= width, (selector,
+                                                                                    box)
+    return boxes
+
+
+@browser_test
+async def test_a_phone_sees_the_flow_buttons_and_whole_error_lines(
+        sqlite_database, tmp_path: Path) -> None:
+    """At 390 px the Flow page's buttons are on screen, not in a box scrolled sideways,
+    and the item page's error history reads in lines of a sane width, not 10
+    characters. Screenshots: console-phone-flow.png and console-phone-item.png."""
+    db_url, prefix = sqlite_database
+    folder = _screenshot_folder(tmp_path)
+    store = Store.open(db_url, prefix)
+    async with inspected(db_url, prefix) as (url, client), chromium() as browser:
+        for key in ("acme-corp", "globex-international-holdings"):
+            await client.create_partition(f"{key}-0", [NewItem("a", b"{}")], key=key)
+            await client.set_key_limit(key, 8)
+        await client.pause_key("acme-corp")
+        await store.flow_grant("globex-international-holdings", "processor-7f3a", limit=8,
+                               wanted=5, in_use=0, duration=300)
+        context = await browser.new_context(viewport=PHONE, device_scale_factor=2,
+                                            is_mobile=True, has_touch=True)
+        phone = await context.new_page()
+        await phone.goto(f"{url}flow")
+        await _fits(phone)
+        await _inside(phone, "table.flow-keys button")
+        await _inside(phone, "#pause-all")
+        await phone.screenshot(path=str(folder / "console-phone-flow.png"), full_page=True)
+        await phone.goto(_item_url(url, LONG_ID, "flaky"))
+        await _fits(phone)
+        await _inside(phone, ".crumbs a")  # the long partition id wraps
+        for box in await _inside(phone, ".history pre.error"):
+            assert box["width"] >= 250, box  # a line of text, not a column of 10 letters
+        await phone.screenshot(path=str(folder / "console-phone-item.png"), full_page=True)
+    await store.close()

@@ -193,3 +193,47 @@ async def test_failures_and_a_handler_outage_are_one_line_each(setup, tmp_path) 
     if log_format == "json":  # the fields are typed in JSON
         assert isinstance(started.fields["failed_calls"], int)
         assert isinstance(failed_item.fields["attempts"], int)
+
+
+FORGED = "2026-01-01 00:00:00,000 ERROR forged.logger action=forged"
+
+
+def forging_step(item: handlers.Item) -> handlers.Result:
+    raise handlers.Fail(f"boom\r\n{FORGED}\x1b]0;owned\x07\x1b[2J\x9b")
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+async def test_data_cannot_forge_a_text_log_line(db_url: str, table_prefix: str,
+                                                 tmp_path: Path) -> None:
+    """Newlines, carriage returns and escape sequences in a partition id, an item id and
+    a handler's error reach the text log escaped: every line is a record (or a
+    traceback's indented line), and no raw control byte is written."""
+    assert run_cli("migrate", "--db-url", db_url, "--table-prefix", table_prefix
+                   ).returncode == 0
+    partition, item = f"p\n{FORGED}\x1b[31m", f"i\r\n{FORGED}"
+    port, health_port = free_port(), free_port()
+    async with AsyncClient(db_url, table_prefix) as client, \
+            serve_app(handlers.app(forging_step), port=port):
+        proc = await spawn("forge", [
+            "run", "--owner-id", "forge", "--handler-url", f"http://127.0.0.1:{port}/",
+            "--db-url", db_url, "--table-prefix", table_prefix, "--health-host",
+            "127.0.0.1", "--health-port", str(health_port), "--poll-interval", "0.1",
+            "--log-format", "text"], tmp_path, health_port=health_port)
+        try:
+            await client.create_partition(partition, [NewItem(item, b"{}")])
+            assert (await client.wait(partition, timeout=30)).status == "failed"
+            await proc.wait_log("partition_closed", timeout=30)
+        finally:
+            assert await proc.terminate() == 0, proc.stderr()[-3000:]
+    log = proc.stderr()
+    raw = [char for char in log if (ord(char) < 0x20 and char != "\n")
+           or 0x7f <= ord(char) <= 0x9f]
+    assert not raw, sorted(set(map(hex, map(ord, raw))))
+    for line in log.splitlines():
+        match = TEXT_LINE.match(line)
+        assert match is not None or line.startswith("    | "), line
+        if match is not None:
+            assert match["logger"] != "forged.logger", line
+    [failed] = [line for line in log.splitlines() if "action=item_failed" in line]
+    assert "\\n2026-01-01 00:00:00,000 ERROR forged.logger" in failed
+    assert "\\r\\n" in failed and "\\x1b]0;owned\\x07" in failed

@@ -79,7 +79,7 @@ def test_client_migrate_and_demo_run_on_sqlite(venv: Path, tmp_path: Path) -> No
     db_url = f"sqlite:///{tmp_path / 'plain.db'}"
     done = _run([str(venv / "processor"), "migrate", "--db-url", db_url], tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "up to date" in done.stdout
+    assert f"created statefeed's tables in {db_url}" in done.stdout
     done = _run([str(venv / "python"), "-c",
                  "from processor import Client, NewItem\n"
                  f"with Client({db_url!r}) as client:\n"

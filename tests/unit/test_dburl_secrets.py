@@ -10,21 +10,29 @@ from watcher.errors import ConfigError
 
 
 @pytest.mark.parametrize(("raw", "shown"), [
-    ("postgresql://u:pw1234@h/db", "postgresql+psycopg://u:***@h/db"),
-    ("postgresql://u@h/db?password=pw1234", "postgresql+psycopg://u@h/db?password=***"),
+    # Shown as given: the scheme the user wrote, not the driver's.
+    ("postgresql://u:pw1234@h/db", "postgresql://u:***@h/db"),
+    ("postgres://u@h/db?password=pw1234", "postgres://u@h/db?password=***"),
     ("postgresql://u@h/db?sslmode=require&sslpassword=pw1234",
-     "postgresql+psycopg://u@h/db?sslmode=require&sslpassword=***"),
+     "postgresql://u@h/db?sslmode=require&sslpassword=***"),
     ("postgresql://u@h/db?application_name=x&token=pw1234",
-     "postgresql+psycopg://u@h/db?application_name=x&token=***"),
-    ("mysql://u@h/db?password=pw1234", "mysql+aiomysql://u@h/db?password=***&charset=utf8mb4"),
-    ("mssql://u:pw1234@h/db?tds_version=7.4", "mssql+pymssql_threaded://u:***@h/db?tds_version=7.4"),
+     "postgresql://u@h/db?application_name=x&token=***"),
+    ("mysql://u@h/db?password=pw1234", "mysql://u@h/db?password=***"),
+    ("mssql://u:pw1234@h/db?tds_version=7.4", "mssql://u:***@h/db?tds_version=7.4"),
 ])
 def test_redacted_urls_mask_every_secret(raw: str, shown: str) -> None:
     url = parse_database_url(raw)
     assert url.redacted() == shown
+    assert "+" not in url.redacted().split("://")[0]
     assert "pw1234" not in repr(url) and "pw1234" not in str(url)
     assert url.scrub("connect failed: pw1234 and pw%31234") == "connect failed: *** and pw%31234"
     assert "pw1234" not in redact_url(raw)
+
+
+def test_a_url_is_shown_as_given_not_as_the_driver_url() -> None:
+    url = parse_database_url("sqlite:///x.db")
+    assert (url.redacted(), str(url)) == ("sqlite:///x.db", "sqlite:///x.db")
+    assert url.async_url.drivername == "sqlite+aiosqlite"
 
 
 def test_percent_encoded_secrets_are_scrubbed_decoded_and_raw() -> None:

@@ -145,3 +145,36 @@ def test_the_failure_lines(log_format: str, root_logging: None,
 def test_one_line() -> None:
     assert failures.one_line("a\r\n  b\n\nc ") == "a b c"
     assert failures.one_line(None) == failures.one_line("") == failures.one_line("\n") == "-"
+
+
+FORGED = "p1\n2026-01-01 00:00:00,000 ERROR watcher.supervisor action=forged"
+
+
+@pytest.mark.parametrize("value", [
+    FORGED, "p\r\x1b[2J\x1b]0;title\x07", "a\x85b\x9bc\x7f", "x\u2028y", "\x00\t"])
+def test_a_text_line_escapes_control_characters_in_the_message_and_fields(
+        value: str) -> None:
+    record = _record("action=item_failed partition=%s item=%r error=%s", value, value, value)
+    record.name = "watcher." + value  # even the logger's name is data here
+    text = formatter("text").format(record)
+    assert len(text.splitlines()) == 1 and text.isprintable()
+    assert " WARNING watcher." in text and "action=item_failed partition=" in text
+
+
+def test_a_text_traceback_keeps_its_lines_each_indented_and_escaped() -> None:
+    try:
+        raise RuntimeError("boom\n2026-01-01 00:00:00,000 ERROR x forged\x1b[31m")
+    except RuntimeError:
+        exc_info = sys.exc_info()
+    text = formatter("text").format(_record("action=hook_failed id=%s", "a\nb",
+                                            level=logging.ERROR, exc_info=exc_info))
+    first, *trace = text.splitlines()
+    assert first.endswith("ERROR watcher.failures action=hook_failed id=a\\nb")
+    assert trace[0] == "    | Traceback (most recent call last):"
+    assert all(line.startswith("    | ") and line.isprintable() for line in trace)
+    assert trace[-1] == "    | 2026-01-01 00:00:00,000 ERROR x forged\\x1b[31m"
+
+
+def test_the_json_format_keeps_data_as_it_was() -> None:
+    line = JsonFormatter().format(_record("action=x id=%s", "a\nb\x1b"))
+    assert json.loads(line)["id"] == "a\nb\x1b" and "\n" not in line

@@ -1,0 +1,37 @@
+"""Every exception class the docs name can be imported where a reader looks for it:
+statefeed's own from ``processor`` (the handler SDK's from ``handlers``)."""
+
+from __future__ import annotations
+
+import builtins
+import re
+from pathlib import Path
+
+import handlers
+import processor
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+NAMED = re.compile(r"\b([A-Z][A-Za-z]+Error)\b")
+
+
+def documented_errors() -> set[str]:
+    """The ``...Error`` names in docs/, less Python's built-in ones."""
+    names = {name for page in DOCS.rglob("*.md") for name in NAMED.findall(page.read_text())}
+    return {name for name in names if not hasattr(builtins, name)}
+
+
+def test_every_documented_error_is_importable() -> None:
+    named = documented_errors()
+    assert {"KeyNotFoundError", "PartitionNotFoundError", "ItemDataError"} <= named
+    for name in sorted(named):
+        home = processor if name in processor.__all__ else handlers
+        assert name in home.__all__, f"{name} is in the docs but not exported"
+        error = getattr(home, name)
+        assert isinstance(error, type) and issubclass(error, Exception), name
+
+
+def test_key_not_found_is_statefeeds_error() -> None:
+    from processor import InvalidInputError, KeyNotFoundError, StatefeedError
+
+    assert issubclass(KeyNotFoundError, InvalidInputError)
+    assert issubclass(KeyNotFoundError, StatefeedError)
