@@ -121,7 +121,7 @@ class SchedulesStore(PartitionsStore):
         """
         s = self.tables.schedules
         async with self._read() as conn:
-            raw = (await conn.execute(select(s.c.items).where(s.c.name == name))).scalar()
+            raw = (await conn.execute(select(s.c["items"]).where(s.c.name == name))).scalar()
         if raw is None:
             raise ScheduleNotFoundError(name)
         return decode_items(raw)
@@ -242,7 +242,7 @@ class SchedulesStore(PartitionsStore):
         transaction."""
         s = self.tables.schedules
         row = (await conn.execute(select(s).where(s.c.name == name))).one()
-        items = decode_items(row.items)
+        items = decode_items(row._mapping["items"])
         first_gate = min((item.gate or 0 for item in items), default=0)
         await self._partition_insert(conn, partition_id, first_gate, _settings(row))
         await self._items_insert(conn, partition_id, items)
