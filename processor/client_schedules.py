@@ -39,7 +39,7 @@ def check_catch_up(catch_up: object) -> CatchUp:
     """Raises InvalidInputError: not one of skip, all, none."""
     try:
         return CatchUp(catch_up)
-    except ValueError:
+    except (ValueError, TypeError):
         raise InvalidInputError(f"catch_up must be one of skip, all, none, got "
                                 f"{catch_up!r}") from None
 

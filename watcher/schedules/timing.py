@@ -122,8 +122,10 @@ def check_timing(cron: str | None, timezone: str | None, every: float | None) ->
 def _zone(name: str) -> ZoneInfo:
     """Raises InvalidInputError: no such IANA time zone."""
     try:
+        if not isinstance(name, str) or len(name) > TIMEZONE_MAX_LENGTH:
+            raise ValueError(name)
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise InvalidInputError(f"unknown time zone {name!r}; use an IANA name such as "
                                 "'Europe/Berlin', 'America/New_York' or 'UTC'") from None
 
