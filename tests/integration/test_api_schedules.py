@@ -95,6 +95,6 @@ async def test_the_token_guards_the_schedule_routes(db_url: str, table_prefix: s
         refused = await http.put("v1/schedules/x", json={"every": 60})
         assert refused.status_code == 401
         assert (await http.get("v1/schedules")).status_code == 401
-        allowed = await http.get("v1/schedules", 
+        allowed = await http.get("v1/schedules",
                                  headers={"authorization": f"Bearer {TOKEN}"})
         assert allowed.status_code == 200 and allowed.json()["schedules"] == []
