@@ -37,11 +37,9 @@ def check_schedule_name(name: object) -> str:
 
 def check_catch_up(catch_up: object) -> CatchUp:
     """Raises InvalidInputError: not one of skip, all, none."""
-    try:
-        return CatchUp(catch_up)
-    except (ValueError, TypeError):
-        raise InvalidInputError(f"catch_up must be one of skip, all, none, got "
-                                f"{catch_up!r}") from None
+    if not isinstance(catch_up, str) or catch_up not in CatchUp.__members__.values():
+        raise InvalidInputError(f"catch_up must be one of skip, all, none, got {catch_up!r}")
+    return CatchUp(catch_up)
 
 
 def check_every(every: object) -> float | None:

@@ -89,6 +89,7 @@ class ScheduleRoutes:
 
     async def _answer(self, request: Request, rest: str) -> Response:
         segments = rest.split("/")[1:]
+        handlers: dict[str, Route]
         if not segments:
             handlers, name = {"GET": ScheduleRoutes.listing}, ""
         elif len(segments) == 1:
@@ -121,7 +122,7 @@ class ScheduleRoutes:
                        else "the schedule name is not UTF-8 once percent-decoded")
             raise ApiError(422, "invalid_input", message, "name") from None
 
-    async def listing(self, request: Request, _: str) -> Response:
+    async def listing(self, request: Request, name: str) -> Response:
         query = request.query_params
         only(query, frozenset({"limit", "after"}))
         limit = whole_number(query, "limit", DEFAULT_LIMIT, low=1,
