@@ -40,6 +40,7 @@ from processor.client_checks import (
 )
 from processor.client_flow import FlowClient
 from processor.client_items import ItemReads
+from processor.client_schedules import ScheduleClient
 from processor.client_verbs import PartitionVerbs
 from processor.tracing import capture_context
 from watcher.checks import check_whole_number
@@ -59,9 +60,10 @@ from watcher.text import first_line
 T = TypeVar("T")
 
 
-class AsyncClient(PartitionVerbs, FlowClient, ItemReads):
+class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient):
     """Insert and inspect partitions and items (asyncio), and control the flow of work
-    (:class:`~processor.client_flow.FlowClient`).
+    (:class:`~processor.client_flow.FlowClient`), and schedule partitions
+    (:class:`~processor.client_schedules.ScheduleClient`).
 
     ``db_url`` is a SQLAlchemy-style URL (``sqlite:///file.db``,
     ``postgresql://user:pass@host/db``); ``table_prefix`` namespaces the tables.

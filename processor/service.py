@@ -32,6 +32,7 @@ from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
 from watcher.reports import Backlog, FlowControlInfo
 from watcher.retention import Retention, RetentionConfig
+from watcher.schedules.ticker import Ticker
 from watcher.store import Store, missing_tables, not_migrated, sqlite_file_missing
 from watcher.text import first_line, shorten
 from watcher.watcher import Watcher
@@ -117,6 +118,8 @@ class ProcessorService:
             Retention(self.store, config.watcher.owner_id, config.retention,
                       on_purged=self.hooks.retention_purged)
             if config.retention is not None else None)
+        # Every processor ticks the schedules; their writes make each tick happen once.
+        self.ticker = Ticker(self.store, config.watcher.owner_id)
         self.backlog = BacklogGauges(self.hooks, self._read_backlog,
                                      interval=config.backlog_interval,
                                      read_flow=self._read_flow)
@@ -252,9 +255,9 @@ class ProcessorService:
         return sock
 
     def _start_duties(self) -> list[asyncio.Task[None]]:
-        """Start what runs beside the watcher: retention (when configured) and the
-        backlog gauges (when the metrics are served)."""
-        duties = []
+        """Start what runs beside the watcher: the schedules' ticker, retention (when
+        configured) and the backlog gauges (when the metrics are served)."""
+        duties = [asyncio.create_task(self.ticker.run(), name="ticker")]
         if self.retention is not None:
             duties.append(asyncio.create_task(self.retention.run(), name="retention"))
         if self.config.health_port:
@@ -263,6 +266,7 @@ class ProcessorService:
 
     async def _stop_duties(self, duties: list[asyncio.Task[None]]) -> None:
         """Stop them: retention ends after its batch in progress and gives up its lease."""
+        self.ticker.stop()
         if self.retention is not None:
             self.retention.stop()
         self.backlog.stop()

@@ -108,3 +108,21 @@ class ValueRefusedError(StatefeedError, ValueError):
 
     A write that raises it wrote nothing.
     """
+
+
+class ScheduleExistsError(InvalidInputError):
+    """A schedule with this name already exists."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"schedule {name!r} already exists; delete it first, or choose "
+                         "another name")
+        self.name = name
+
+
+class ScheduleNotFoundError(InvalidInputError, LookupError):
+    """No schedule has this name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"schedule {name!r} does not exist; list the schedules with "
+                         "`processor schedules list`")
+        self.name = name

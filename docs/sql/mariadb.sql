@@ -1652,6 +1652,229 @@ UPDATE partitions
    SET spawned=(partitions.spawned + %s)
  WHERE partitions.id = %s;
 
+-- name: schedule_add (1)
+SELECT schedules.name
+  FROM schedules
+ WHERE schedules.name = %s;
+
+-- name: schedule_add (2)
+SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+
+-- name: schedule_add (3)
+INSERT INTO schedules (name, version, cron, timezone, every, catch_up, no_overlap, items, item_count, reduce_gates, on_item_failure, priority, flow_key, created_at, counted_from, next_at, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s, %s, %s);
+
+-- name: schedule_delete
+DELETE
+  FROM schedules
+ WHERE schedules.name = %s;
+
+-- name: schedule_get
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ WHERE schedules.name = %s;
+
+-- name: schedule_items
+SELECT schedules.items
+  FROM schedules
+ WHERE schedules.name = %s;
+
+-- name: schedule_pause (1)
+SELECT schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.created_at,
+       schedules.paused_at,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS now
+  FROM schedules
+ WHERE schedules.name = %s;
+
+-- name: schedule_pause (2)
+UPDATE schedules
+   SET
+version=(schedules.version + %s), paused_at=%s,
+       updated_at=%s
+ WHERE schedules.name = %s;
+
+-- name: schedule_pause (3)
+UPDATE schedules
+   SET
+version=(schedules.version + %s), counted_from=%s,
+       next_at=%s,
+       paused_at=%s,
+       updated_at=%s
+ WHERE schedules.name = %s;
+
+-- name: schedule_tick (1)
+UPDATE schedules
+   SET
+version=(schedules.version + %s), next_at=%s,
+       last_tick=%s,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE schedules.name = %s
+   AND schedules.version = %s
+   AND schedules.paused_at IS NULL;
+
+-- name: schedule_tick (2)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %s;
+
+-- name: schedule_tick (3)
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.items,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ WHERE schedules.name = %s;
+
+-- name: schedule_tick (4)
+UPDATE flow_controls
+   SET next_start=(CASE WHEN (flow_controls.next_start > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN flow_controls.next_start ELSE COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) END + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND),
+version=(flow_controls.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: schedule_tick (5)
+SELECT flow_controls.next_start
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: schedule_tick (6)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s);
+
+-- name: schedule_tick (7)
+SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+
+-- name: schedule_tick (8)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
+
+-- name: schedule_tick (9)
+UPDATE schedules
+   SET last_partition=%s
+ WHERE schedules.name = %s;
+
+-- name: schedule_tick (10)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %s
+   AND partitions.status = %s;
+
+-- name: schedule_tick (11)
+UPDATE schedules
+   SET
+version=(schedules.version + %s), next_at=%s,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE schedules.name = %s
+   AND schedules.version = %s
+   AND schedules.paused_at IS NULL;
+
+-- name: schedules_due
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.flow_key,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS now
+  FROM schedules
+ WHERE schedules.next_at <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND schedules.paused_at IS NULL
+ ORDER BY schedules.next_at
+ LIMIT %s;
+
+-- name: schedules_list (1)
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ ORDER BY schedules.name
+ LIMIT %s;
+
+-- name: schedules_list (2)
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ WHERE schedules.name > %s
+ ORDER BY schedules.name
+ LIMIT %s;
+
 -- name: timelines_hand_over (1)
 SELECT partitions.id
   FROM partitions

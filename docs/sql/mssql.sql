@@ -1641,6 +1641,226 @@ UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_n)s)
  WHERE partitions.id = %(id_n)s;
 
+-- name: schedule_add (1)
+SELECT schedules.name
+  FROM schedules
+ WHERE schedules.name = %(name_n)s;
+
+-- name: schedule_add (2)
+SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+
+-- name: schedule_add (3)
+INSERT INTO schedules (name, version, cron, timezone, every, catch_up, no_overlap, items, item_count, reduce_gates, on_item_failure, priority, flow_key, created_at, counted_from, next_at, updated_at)
+VALUES (%(name)s, %(version)s, %(cron)s, %(timezone)s, %(every)s, %(catch_up)s, %(no_overlap)s, %(items)s, %(item_count)s, %(reduce_gates)s, %(on_item_failure)s, %(priority)s, %(flow_key)s, %(created_at)s, %(counted_from)s, %(next_at)s, %(updated_at)s);
+
+-- name: schedule_delete
+DELETE
+  FROM schedules
+ WHERE schedules.name = %(name_n)s;
+
+-- name: schedule_get
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ WHERE schedules.name = %(name_n)s;
+
+-- name: schedule_items
+SELECT schedules.items
+  FROM schedules
+ WHERE schedules.name = %(name_n)s;
+
+-- name: schedule_pause (1)
+SELECT schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.created_at,
+       schedules.paused_at,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS now
+  FROM schedules
+ WHERE schedules.name = %(name_n)s;
+
+-- name: schedule_pause (2)
+UPDATE schedules
+   SET
+version=(schedules.version + %(version_n)s), paused_at=%(paused_at)s,
+       updated_at=%(updated_at)s
+ WHERE schedules.name = %(name_n)s;
+
+-- name: schedule_pause (3)
+UPDATE schedules
+   SET
+version=(schedules.version + %(version_n)s), counted_from=%(counted_from)s,
+       next_at=%(next_at)s,
+       paused_at=%(paused_at)s,
+       updated_at=%(updated_at)s
+ WHERE schedules.name = %(name_n)s;
+
+-- name: schedule_tick (1)
+UPDATE schedules
+   SET
+version=(schedules.version + %(version_n)s), next_at=%(next_at)s,
+       last_tick=%(last_tick)s,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE schedules.name = %(name_n)s
+   AND schedules.version = %(version_n)s
+   AND schedules.paused_at IS NULL;
+
+-- name: schedule_tick (2)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
+
+-- name: schedule_tick (3)
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.items,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ WHERE schedules.name = %(name_n)s;
+
+-- name: schedule_tick (4)
+UPDATE flow_controls
+   SET next_start=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), CASE WHEN (flow_controls.next_start > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN flow_controls.next_start ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) END)),
+version=(flow_controls.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: schedule_tick (5)
+SELECT flow_controls.next_start
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: schedule_tick (6)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s);
+
+-- name: schedule_tick (7)
+SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+
+-- name: schedule_tick (8)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
+
+-- name: schedule_tick (9)
+UPDATE schedules
+   SET last_partition=%(last_partition)s
+ WHERE schedules.name = %(name_n)s;
+
+-- name: schedule_tick (10)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %(id_n)s
+   AND partitions.status = %(status_n)s;
+
+-- name: schedule_tick (11)
+UPDATE schedules
+   SET
+version=(schedules.version + %(version_n)s), next_at=%(next_at)s,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE schedules.name = %(name_n)s
+   AND schedules.version = %(version_n)s
+   AND schedules.paused_at IS NULL;
+
+-- name: schedules_due
+SELECT TOP 10 schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.flow_key,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS now
+  FROM schedules
+ WHERE schedules.next_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND schedules.paused_at IS NULL
+ ORDER BY schedules.next_at;
+
+-- name: schedules_list (1)
+SELECT TOP 10 schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ ORDER BY schedules.name;
+
+-- name: schedules_list (2)
+SELECT TOP 10 schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ WHERE schedules.name > %(name_n)s
+ ORDER BY schedules.name;
+
 -- name: timelines_hand_over (1)
 SELECT partitions.id
   FROM partitions WITH (UPDLOCK, ROWLOCK, READPAST)

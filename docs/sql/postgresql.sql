@@ -1660,6 +1660,241 @@ UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
+-- name: schedule_add (1)
+SELECT schedules.name
+  FROM schedules
+ WHERE schedules.name = %(name_1)s::VARCHAR;
+
+-- name: schedule_add (2)
+SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+
+-- name: schedule_add (3)
+INSERT INTO schedules (name, version, cron, timezone, every, catch_up, no_overlap, items, item_count, reduce_gates, on_item_failure, priority, flow_key, created_at, counted_from, next_at, updated_at)
+VALUES (%(name)s::VARCHAR, %(version)s::INTEGER, %(cron)s::VARCHAR, %(timezone)s::VARCHAR, %(every)s, %(catch_up)s::VARCHAR, %(no_overlap)s::INTEGER, %(items)s, %(item_count)s::INTEGER, %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(priority)s::INTEGER, %(flow_key)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(counted_from)s::TIMESTAMP WITHOUT TIME ZONE, %(next_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE);
+
+-- name: schedule_delete
+DELETE
+  FROM schedules
+ WHERE schedules.name = %(name_1)s::VARCHAR;
+
+-- name: schedule_get
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ WHERE schedules.name = %(name_1)s::VARCHAR;
+
+-- name: schedule_items
+SELECT schedules.items
+  FROM schedules
+ WHERE schedules.name = %(name_1)s::VARCHAR;
+
+-- name: schedule_pause (1)
+SELECT schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.created_at,
+       schedules.paused_at,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS now
+  FROM schedules
+ WHERE schedules.name = %(name_1)s::VARCHAR;
+
+-- name: schedule_pause (2)
+UPDATE schedules
+   SET
+version=(schedules.version + %(version_1)s::INTEGER), paused_at=%(paused_at)s::TIMESTAMP WITHOUT TIME
+  ZONE,
+       updated_at=%(updated_at)s::TIMESTAMP WITHOUT TIME
+  ZONE
+ WHERE schedules.name = %(name_1)s::VARCHAR;
+
+-- name: schedule_pause (3)
+UPDATE schedules
+   SET
+version=(schedules.version + %(version_1)s::INTEGER), counted_from=%(counted_from)s::TIMESTAMP WITHOUT TIME
+  ZONE,
+       next_at=%(next_at)s::TIMESTAMP WITHOUT TIME
+  ZONE,
+       paused_at=%(paused_at)s::TIMESTAMP WITHOUT TIME
+  ZONE,
+       updated_at=%(updated_at)s::TIMESTAMP WITHOUT TIME
+  ZONE
+ WHERE schedules.name = %(name_1)s::VARCHAR;
+
+-- name: schedule_tick (1)
+UPDATE schedules
+   SET
+version=(schedules.version + %(version_1)s::INTEGER), next_at=%(next_at)s::TIMESTAMP WITHOUT TIME
+  ZONE,
+       last_tick=%(last_tick)s::TIMESTAMP WITHOUT TIME
+  ZONE,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE schedules.name = %(name_1)s::VARCHAR
+   AND schedules.version = %(version_2)s::INTEGER
+   AND schedules.paused_at IS NULL;
+
+-- name: schedule_tick (2)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: schedule_tick (3)
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.items,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ WHERE schedules.name = %(name_1)s::VARCHAR;
+
+-- name: schedule_tick (4)
+UPDATE flow_controls
+   SET next_start=(CASE WHEN (flow_controls.next_start > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN flow_controls.next_start ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) END + make_interval(secs => %(param_1)s)),
+version=(flow_controls.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: schedule_tick (5)
+SELECT flow_controls.next_start
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: schedule_tick (6)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR);
+
+-- name: schedule_tick (7)
+SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+
+-- name: schedule_tick (8)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR);
+
+-- name: schedule_tick (9)
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+
+-- name: schedule_tick (10)
+UPDATE schedules
+   SET last_partition=%(last_partition)s::VARCHAR
+ WHERE schedules.name = %(name_1)s::VARCHAR;
+
+-- name: schedule_tick (11)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR;
+
+-- name: schedule_tick (12)
+UPDATE schedules
+   SET
+version=(schedules.version + %(version_1)s::INTEGER), next_at=%(next_at)s::TIMESTAMP WITHOUT TIME
+  ZONE,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE schedules.name = %(name_1)s::VARCHAR
+   AND schedules.version = %(version_2)s::INTEGER
+   AND schedules.paused_at IS NULL;
+
+-- name: schedules_due
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.flow_key,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS now
+  FROM schedules
+ WHERE schedules.next_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND schedules.paused_at IS NULL
+ ORDER BY schedules.next_at
+ LIMIT %(param_1)s::INTEGER;
+
+-- name: schedules_list (1)
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ ORDER BY schedules.name
+ LIMIT %(param_1)s::INTEGER;
+
+-- name: schedules_list (2)
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ WHERE schedules.name > %(name_1)s::VARCHAR
+ ORDER BY schedules.name
+ LIMIT %(param_1)s::INTEGER;
+
 -- name: timelines_hand_over (1)
 SELECT partitions.id
   FROM partitions

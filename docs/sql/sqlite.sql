@@ -1696,6 +1696,232 @@ UPDATE partitions
    SET spawned=(partitions.spawned + ?)
  WHERE partitions.id = ?;
 
+-- name: schedule_add (1)
+SELECT schedules.name
+  FROM schedules
+ WHERE schedules.name = ?;
+
+-- name: schedule_add (2)
+SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: schedule_add (3)
+INSERT INTO schedules (name, version, cron, timezone, every, catch_up, no_overlap, items, item_count, reduce_gates, on_item_failure, priority, flow_key, created_at, counted_from, next_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: schedule_delete
+DELETE
+  FROM schedules
+ WHERE schedules.name = ?;
+
+-- name: schedule_get
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ WHERE schedules.name = ?;
+
+-- name: schedule_items
+SELECT schedules.items
+  FROM schedules
+ WHERE schedules.name = ?;
+
+-- name: schedule_pause (1)
+SELECT schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.created_at,
+       schedules.paused_at,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS now
+  FROM schedules
+ WHERE schedules.name = ?;
+
+-- name: schedule_pause (2)
+UPDATE schedules
+   SET
+version=(schedules.version + ?), paused_at=?,
+       updated_at=?
+ WHERE schedules.name = ?;
+
+-- name: schedule_pause (3)
+UPDATE schedules
+   SET
+version=(schedules.version + ?), counted_from=?,
+       next_at=?,
+       paused_at=?,
+       updated_at=?
+ WHERE schedules.name = ?;
+
+-- name: schedule_tick (1)
+UPDATE schedules
+   SET
+version=(schedules.version + ?), next_at=?,
+       last_tick=?,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE schedules.name = ?
+   AND schedules.version = ?
+   AND schedules.paused_at IS NULL;
+
+-- name: schedule_tick (2)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = ?;
+
+-- name: schedule_tick (3)
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.items,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ WHERE schedules.name = ?;
+
+-- name: schedule_tick (4)
+UPDATE flow_controls
+   SET next_start=(strftime('%Y-%m-%d %H:%M:%f', CASE WHEN (flow_controls.next_start > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN flow_controls.next_start ELSE COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) END, printf('%+.3f seconds', ?)) || '000'),
+version=(flow_controls.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: schedule_tick (5)
+SELECT flow_controls.next_start
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: schedule_tick (6)
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
+VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?);
+
+-- name: schedule_tick (7)
+SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: schedule_tick (8)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: schedule_tick (9)
+UPDATE schedules
+   SET last_partition=?
+ WHERE schedules.name = ?;
+
+-- name: schedule_tick (10)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = ?
+   AND partitions.status = ?;
+
+-- name: schedule_tick (11)
+UPDATE schedules
+   SET
+version=(schedules.version + ?), next_at=?,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE schedules.name = ?
+   AND schedules.version = ?
+   AND schedules.paused_at IS NULL;
+
+-- name: schedules_due
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.flow_key,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS now
+  FROM schedules
+ WHERE schedules.next_at <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND schedules.paused_at IS NULL
+ ORDER BY schedules.next_at
+ LIMIT ?
+OFFSET ?;
+
+-- name: schedules_list (1)
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ ORDER BY schedules.name
+ LIMIT ?
+OFFSET ?;
+
+-- name: schedules_list (2)
+SELECT schedules.name,
+       schedules.version,
+       schedules.cron,
+       schedules.timezone,
+       schedules.every,
+       schedules.catch_up,
+       schedules.no_overlap,
+       schedules.item_count,
+       schedules.reduce_gates,
+       schedules.on_item_failure,
+       schedules.priority,
+       schedules.flow_key,
+       schedules.created_at,
+       schedules.counted_from,
+       schedules.next_at,
+       schedules.last_tick,
+       schedules.last_partition,
+       schedules.paused_at,
+       schedules.updated_at
+  FROM schedules
+ WHERE schedules.name > ?
+ ORDER BY schedules.name
+ LIMIT ?
+OFFSET ?;
+
 -- name: timelines_hand_over (1)
 SELECT partitions.id
   FROM partitions

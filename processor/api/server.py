@@ -21,6 +21,7 @@ from typing import Any
 from processor.api.origin import cross_site_refusal
 from processor.api.problems import ApiError
 from processor.api.routes import ApiSettings, Dispatch, IngestApi
+from processor.api.schedule_routes import mount_schedules
 from processor.api.upload import Limits
 from processor.async_client import AsyncClient
 from processor.console.security import (
@@ -117,7 +118,8 @@ def create_app(options: ApiOptions, client: AsyncClient | None = None) -> Any:
     settings = ApiSettings(db_url=options.db_url, table_prefix=options.table_prefix,
                            limits=options.limits, token=options.token,
                            loopback_only=is_loopback(options.host))
-    return Gate(Dispatch(IngestApi(settings, client)), token=options.token,
+    api = IngestApi(settings, client)
+    return Gate(mount_schedules(Dispatch(api), api), token=options.token,
                 loopback_only=settings.loopback_only)
 
 

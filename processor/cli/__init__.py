@@ -1,13 +1,13 @@
 """The ``processor`` command: migrate and run; the producer's verbs create, add and wait;
 status, result and items; the operator's verbs retry, cancel, pause, resume, delete,
-purge and set-gate, and the flow controls (keys); the web console, the ingest API, demo
+purge and set-gate, the flow controls (keys) and schedules; the web console, the ingest API, demo
 and healthcheck.
 
 The verbs live by kind in :mod:`~processor.cli.serve`, :mod:`~processor.cli.produce`,
-:mod:`~processor.cli.data`, :mod:`~processor.cli.operate`, :mod:`~processor.cli.flow`
-and :mod:`~processor.cli.tools`, on :mod:`~processor.cli.common` (the app, shared options
-and helpers); this module imports them, so that each registers its verbs, and holds
-:func:`main` and ``processor --version``.
+:mod:`~processor.cli.data`, :mod:`~processor.cli.operate`, :mod:`~processor.cli.flow`,
+:mod:`~processor.cli.schedules` and :mod:`~processor.cli.tools`, on
+:mod:`~processor.cli.common` (the app, shared options and helpers); this module
+imports them, so that each registers its verbs, and holds :func:`main` and ``processor --version``.
 
 Every option can also be set as an environment variable ``PROCESSOR_<OPTION>``
 (``--db-url`` is ``PROCESSOR_DB_URL``; ``wait --timeout`` is
@@ -33,6 +33,7 @@ from processor.cli import produce  # noqa: F401
 from processor.cli import data  # noqa: F401
 from processor.cli import operate  # noqa: F401
 from processor.cli import flow  # noqa: F401
+from processor.cli import schedules  # noqa: F401
 from processor.cli import tools  # noqa: F401
 from processor.cli.common import EXIT_CONFIG, EXIT_DATABASE, app, operator_text, say
 from watcher.errors import ConfigError, DatabaseError, StatefeedError

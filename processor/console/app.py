@@ -4,8 +4,9 @@ rendered by Jinja2 templates (autoescaped), and the fragments the pages poll.
 Pages: ``/`` (overview), ``/partitions`` (the list, with filters and paging, and the
 items whose id is the search text), ``/partition?id=...`` (one partition: gates, its
 timeline, reduce, result, items) and ``/item?partition=...&id=...`` (one item: data,
-error history), and ``/flow`` (keys' limits, pauses and grants,
-:mod:`~processor.console.flow_page`). Each page
+error history), ``/flow`` (keys' limits, pauses and grants,
+:mod:`~processor.console.flow_page`), and ``/schedules`` (schedules with their next and
+last ticks, :mod:`~processor.console.schedules_page`). Each page
 has a ``/live/...`` twin that renders only its changing part; the page's script
 fetches it every refresh and patches the page in place. Actions are POSTs to
 ``/partition/retry``, ``/partition/cancel``, ``/partition/pause``,
@@ -39,6 +40,7 @@ from processor.console.forms import read_form as _form
 from processor.console.forms import see_other as _see
 from processor.console.item_page import ItemQueryError, item_data, items_found
 from processor.console.reads import BadRequest, list_data, overview_data, partition_data
+from processor.console.schedules_page import schedules_routes
 from processor.console.security import (
     Access,
     Guard,
@@ -362,6 +364,7 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None) -> 
         Route("/live/partitions", route("partitions_live")),
         Route("/live/partition", route("partition_live")),
         *flow_routes(current),
+        *schedules_routes(current),
         Route("/login", route("login"), methods=["GET", "POST"]),
         Route("/favicon.ico", _no_icon),
         Mount("/static", StaticFiles(directory=static), name="static"),

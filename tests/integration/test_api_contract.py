@@ -38,6 +38,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from processor.api.routes import PARTITION, ROUTES, STATIC_METHODS, STATIC_ROUTES
+from processor.api.schedule_routes import SCHEDULE_ROUTES
 from processor.api.server import ApiOptions, api_running, create_app
 from watcher.dburl import parse_database_url
 from watcher.errors import ConfigError, ValueRefusedError
@@ -70,6 +71,7 @@ def code_routes() -> set[tuple[str, str]]:
     """(METHOD, path template) of every route the code answers."""
     routes = {(method, "/" + "/".join(template))
               for template, handlers in ROUTES.items() for method in handlers}
+    routes |= SCHEDULE_ROUTES
     return routes | {(method, "/" + "/".join(template))
                      for template in STATIC_ROUTES for method in STATIC_METHODS}
 

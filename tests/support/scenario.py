@@ -134,6 +134,41 @@ async def drive_every_method(store: Store) -> None:
     await store.items_purge_finished("p9", older_than=0.001, batch=10)
     await _drive_item_lookups(store)
     await _drive_flow(store)
+    await _drive_schedules(store)
+
+
+async def _drive_schedules(store: Store) -> None:
+    """Add, read, pause, resume and delete a schedule; the ticker's due read; and each
+    outcome of a tick's transaction."""
+    from dataclasses import replace
+
+    from watcher.schedules.records import DueSchedule, NewSchedule
+    from watcher.schedules.timing import Timing
+    from watcher.store.schedules import TickOutcome
+
+    await store.schedule_add(NewSchedule("s1", Timing(every=3600.0), no_overlap=True,
+                                         items=(NewItem("i", b"1"),),
+                                         settings=PartitionSettings(flow_key="tenant")))
+    info = await store.schedule_get("s1")
+    assert info is not None
+    await store.schedules_list(after=None, limit=10)
+    await store.schedules_list(after="a", limit=10)
+    await store.schedule_items("s1")
+    await store.schedules_due(10)
+    due = DueSchedule("s1", info.version, info.timing, info.catch_up, True, info.created_at,
+                      info.created_at, None, "tenant")
+    tick = datetime(2030, 1, 1)
+    assert await store.schedule_tick(due, tick, tick, create=True) is TickOutcome.CREATED
+    assert await store.schedule_tick(due, tick, tick, create=True) is TickOutcome.LOST
+    again = replace(due, version=due.version + 1, last_partition="s1/2030-01-01T00:00:00Z")
+    assert await store.schedule_tick(again, tick, tick, create=True) is TickOutcome.OVERLAP
+    again = replace(again, version=again.version + 1, no_overlap=False)
+    assert await store.schedule_tick(again, tick, tick, create=True) is TickOutcome.EXISTED
+    again = replace(again, version=again.version + 1)
+    assert await store.schedule_tick(again, None, tick, create=False) is TickOutcome.PASSED
+    assert await store.schedule_pause("s1", True) is True
+    assert await store.schedule_pause("s1", False) is True
+    await store.schedule_delete("s1")
 
 
 async def _drive_item_lookups(store: Store) -> None:

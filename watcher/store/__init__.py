@@ -8,6 +8,7 @@ tests, sent as a parameter of the same statements.
 
 :class:`Store` is assembled from one part per kind of caller, each in its own
 module: :mod:`~watcher.store.partitions` (client writes and reads),
+:mod:`~watcher.store.schedules` (schedules and their ticks),
 :mod:`~watcher.store.operations` (retry, set-gate, cancel),
 :mod:`~watcher.store.removal` (delete, purge, item retention),
 :mod:`~watcher.store.fleet` (leader leases, backlog), :mod:`~watcher.store.leases`
@@ -42,9 +43,10 @@ from watcher.store.operations import OperationsStore
 from watcher.store.partitions import PartitionsStore
 from watcher.store.reduce import ReduceStore
 from watcher.store.removal import RemovalStore
+from watcher.store.schedules import SchedulesStore
 
 
-class Store(PartitionsStore, OperationsStore, RemovalStore, FleetStore, LeasesStore,
+class Store(SchedulesStore, PartitionsStore, OperationsStore, RemovalStore, FleetStore, LeasesStore,
             HotPathStore, ReduceStore):
     """All reads and writes of the ``partitions``, ``items``, ``leaders`` and flow
     tables.
@@ -67,7 +69,8 @@ async def missing_tables(store: Store) -> list[str]:
 
     tables = store.tables
     names = [table.name for table in (tables.partitions, tables.items, tables.leaders,
-                                      tables.flow_controls, tables.flow_grants)]
+                                      tables.flow_controls, tables.flow_grants,
+                                      tables.schedules)]
     async with store.round_trips.transaction(store.engine.connect(), "missing_tables") as conn:
         present = await conn.run_sync(
             lambda sync: {name for name in names if inspect_schema(sync).has_table(name)})
@@ -104,7 +107,8 @@ async def require_migrated(url: DatabaseURL, table_prefix: str = "") -> None:
     if sqlite_file_missing(url):
         raise not_migrated(url, table_prefix,
                            [tables.partitions.name, tables.items.name, tables.leaders.name,
-                            tables.flow_controls.name, tables.flow_grants.name])
+                            tables.flow_controls.name, tables.flow_grants.name,
+                            tables.schedules.name])
     store = Store.open(url, table_prefix)
     try:
         missing = await missing_tables(store)

@@ -96,26 +96,14 @@ class PartitionsStore(FlowStore):
             sqlalchemy.exc.IntegrityError: two item ids the database takes for one
                 (nothing is written).
         """
-        p = self.tables.partitions
         if settings.flow_key:
             await self.flow_key_prepare(settings.flow_key)
         try:
             async with self._write() as conn:
                 if await self._existing_digest(conn, partition_id, request_digest):
                     return False
-                now = self.statements.now
-                policy = (ItemFailurePolicy.CONTINUE if settings.continue_on_failure
-                          else ItemFailurePolicy.FAIL)
-                await conn.execute(insert(p).values(
-                    id=partition_id, version=1, gate=first_gate, status=AVAILABLE, owner="",
-                    until=now if start_at is None else stored_time(start_at),
-                    created_at=now, updated_at=now, priority=settings.priority,
-                    rank_at=await self._rank_at(conn, settings, start_at),
-                    flow_key=settings.flow_key,
-                    reduce_gates=encode_reduce_gates(settings.reduce_gates),
-                    on_item_failure=policy.value, request_digest=request_digest,
-                    trace_context=settings.trace_context,
-                ))
+                await self._partition_insert(conn, partition_id, first_gate, settings,
+                                             request_digest=request_digest, start_at=start_at)
                 for batch in batches:
                     await self._items_insert(conn, partition_id, batch)
                 await self._notify(conn, partition_id)
@@ -125,6 +113,31 @@ class PartitionsStore(FlowStore):
                     return False
             raise
         return True
+
+    async def _partition_insert(self, conn: AsyncConnection, partition_id: str,
+                                first_gate: int, settings: PartitionSettings, *,
+                                request_digest: str | None = None,
+                                start_at: datetime | None = None) -> None:
+        """Insert the partition row (no items), in ``conn``'s transaction; a key's row
+        must exist (:meth:`flow_key_prepare`).
+
+        Raises:
+            sqlalchemy.exc.IntegrityError: a partition with this id exists.
+        """
+        p = self.tables.partitions
+        now = self.statements.now
+        policy = (ItemFailurePolicy.CONTINUE if settings.continue_on_failure
+                  else ItemFailurePolicy.FAIL)
+        await conn.execute(insert(p).values(
+            id=partition_id, version=1, gate=first_gate, status=AVAILABLE, owner="",
+            until=now if start_at is None else stored_time(start_at),
+            created_at=now, updated_at=now, priority=settings.priority,
+            rank_at=await self._rank_at(conn, settings, start_at),
+            flow_key=settings.flow_key,
+            reduce_gates=encode_reduce_gates(settings.reduce_gates),
+            on_item_failure=policy.value, request_digest=request_digest,
+            trace_context=settings.trace_context,
+        ))
 
     async def _rank_at(self, conn: AsyncConnection, settings: PartitionSettings,
                        start_at: datetime | None) -> Any:

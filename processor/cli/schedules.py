@@ -1,0 +1,201 @@
+"""``processor schedules``: add, list, show, pause, resume and delete schedules, each of
+which creates the partition ``NAME/<tick time>`` at every tick (the processors tick them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+# Only light modules at the top: `processor --help` must not wait for SQLAlchemy.
+from processor.cli.common import (
+    DEFAULT_DB_URL,
+    DbUrl,
+    JsonOption,
+    TablePrefix,
+    app,
+    data_console,
+    database_url,
+    env_name,
+)
+from processor.cli.produce import ITEMS_HELP, MaxItemBytes
+from watcher.config import DEFAULT_MAX_ITEM_BYTES
+
+if TYPE_CHECKING:
+    from processor.async_client import AsyncClient
+    from watcher.dburl import DatabaseURL
+
+T = TypeVar("T")
+
+schedules_app = typer.Typer(
+    help="Schedules: create the partition NAME/<tick time> at each tick of a cron expression "
+    "or an interval, once across the fleet, while processors run.",
+    no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(schedules_app, name="schedules")
+
+NameArgument = Annotated[str, typer.Argument(help="The schedule's name.")]
+
+
+def _with_client(db_url: str, table_prefix: str,
+                 call: Callable[[AsyncClient], Awaitable[T]], max_item_bytes: int = 0) -> T:
+    from processor.async_client import AsyncClient
+
+    url: DatabaseURL = database_url(db_url, table_prefix)
+
+    async def run() -> T:
+        options = {"max_item_bytes": max_item_bytes} if max_item_bytes else {}
+        async with AsyncClient(url, table_prefix, **options) as client:
+            return await call(client)
+
+    return asyncio.run(run())
+
+
+@schedules_app.command("add")
+def add(
+    name: NameArgument,
+    cron: Annotated[str, typer.Option("--cron", show_default=False,
+                                      help="A cron expression of five fields: minute hour "
+                                      "day-of-month month day-of-week, such as '0 3 * * *'.")
+                    ] = "",
+    timezone: Annotated[str, typer.Option("--timezone", show_default=False,
+                                          help="The IANA time zone the cron expression is "
+                                          "read in (UTC by default): Europe/Berlin.")] = "",
+    every: Annotated[str, typer.Option("--every", show_default=False,
+                                       help="Instead of --cron: a tick every DURATION from "
+                                       "now, 1s at least: 90s, 15m, 1h.")] = "",
+    items_file: Annotated[str, typer.Option("--items", envvar=env_name("ITEMS"),
+                                            show_default=False,
+                                            help=ITEMS_HELP + " Every tick's partition gets "
+                                            "them. Without it: empty partitions.")] = "",
+    reduce_gates: Annotated[str, typer.Option("--reduce-gates",
+                                              help="Gates whose step is one reduce call "
+                                              "over the whole gate, comma-separated: 1,3.")
+                            ] = "",
+    on_item_failure: Annotated[str, typer.Option("--on-item-failure",
+                                                 help="fail or continue, as for create.")
+                               ] = "fail",
+    key: Annotated[str, typer.Option("--key", show_default=False,
+                                     help="The partitions' concurrency key.")] = "",
+    priority: Annotated[int, typer.Option("--priority", help="From -10 to 10.")] = 0,
+    catch_up: Annotated[str, typer.Option("--catch-up",
+                                          help="After downtime: skip (create the latest "
+                                          "missed tick), all (every missed tick, the latest "
+                                          "1,000) or none (wait for the next tick).")
+                        ] = "skip",
+    no_overlap: Annotated[bool, typer.Option("--no-overlap",
+                                             help="Skip a tick while the last partition "
+                                             "is still open.")] = False,
+    max_item_bytes: MaxItemBytes = DEFAULT_MAX_ITEM_BYTES,
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Add a schedule. Each tick creates the partition NAME/<tick time, ISO 8601 UTC>, such
+    as nightly/2026-11-28T03:00:00Z, with the items of --items and the settings given,
+    exactly once across the fleet. Everything is checked before anything is written."""
+    from processor.cli.produce import _gates, _limits, _policy, _read_items, _spool
+    from processor.client_schedules import check_schedule_name, new_schedule
+    from processor.schedule_views import schedule_dict, schedule_text
+    from watcher.durations import parse_duration
+
+    check_schedule_name(name)
+    seconds = parse_duration("--every", every) if every else None
+    limits = _limits(max_item_bytes)
+    gates, policy = _gates(reduce_gates), _policy(on_item_failure)
+    # Every check first, so a bad option is named before the items are read.
+    new_schedule(name, cron=cron or None, timezone=timezone or None, every=seconds, items=(),
+                 reduce_gates=gates, on_item_failure=policy, priority=priority,
+                 key=key or None, catch_up=catch_up, no_overlap=no_overlap,
+                 max_item_bytes=max_item_bytes)
+    with _spool() as spool:
+        if items_file:
+            _read_items(f"{name}/<tick>", items_file, limits, spool)
+        items = [item for batch in spool.batches() for item in batch]
+    info = _with_client(db_url, table_prefix, lambda client: client.add_schedule(
+        name, cron=cron or None, timezone=timezone or None, every=seconds, items=items,
+        reduce_gates=gates, on_item_failure=policy, priority=priority, key=key or None,
+        catch_up=catch_up, no_overlap=no_overlap), max_item_bytes)
+    typer.echo(json.dumps(schedule_dict(info)) if as_json else schedule_text(info))
+
+
+@schedules_app.command("list")
+def list_(
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    limit: Annotated[int, typer.Option(help="Show at most this many.")] = 1000,
+    as_json: JsonOption = False,
+) -> None:
+    """List the schedules by name, with their next and last ticks."""
+    from rich.table import Table
+
+    from processor.schedule_views import schedule_dict, timing_text
+
+    infos = _with_client(db_url, table_prefix, lambda client: client.schedules(limit))
+    if as_json:
+        typer.echo(json.dumps([schedule_dict(info) for info in infos]))
+        return
+    if not infos:
+        typer.echo("no schedules; add one with `processor schedules add NAME --cron EXPR`")
+        return
+    table = Table("schedule", "when", "catch-up", "next tick", "last tick", "last partition")
+    for info in infos:
+        shown = schedule_dict(info)
+        table.add_row(info.name, timing_text(info), shown["catch_up"]
+                      + (" no-overlap" if info.no_overlap else ""),
+                      "paused" if shown["paused"] else shown["next_tick"] or "-",
+                      shown["last_tick"] or "-", shown["last_partition"] or "-")
+    data_console().print(table)
+
+
+@schedules_app.command("show")
+def show(name: NameArgument, db_url: DbUrl = DEFAULT_DB_URL, table_prefix: TablePrefix = "",
+         as_json: JsonOption = False) -> None:
+    """Show one schedule: its timing, policy, partition settings and ticks."""
+    from processor.schedule_views import schedule_dict, schedule_text
+
+    info = _with_client(db_url, table_prefix, lambda client: client.schedule(name))
+    typer.echo(json.dumps(schedule_dict(info)) if as_json else schedule_text(info))
+
+
+def _verb(name: str, db_url: str, table_prefix: str, as_json: bool, verb: str,
+          call: Callable[[AsyncClient], Awaitable[Any]], already: str) -> None:
+    from processor.client_schedules import check_schedule_name
+
+    check_schedule_name(name)
+    changed = _with_client(db_url, table_prefix, call)
+    if as_json:
+        typer.echo(json.dumps({"name": name, "changed": changed is not False}))
+    elif changed is False:
+        typer.echo(f"schedule {name} was {already} already")
+    else:
+        typer.echo(f"schedule {name} {verb}")
+
+
+@schedules_app.command("pause")
+def pause(name: NameArgument, db_url: DbUrl = DEFAULT_DB_URL, table_prefix: TablePrefix = "",
+          as_json: JsonOption = False) -> None:
+    """Pause a schedule: no ticks until it is resumed."""
+    _verb(name, db_url, table_prefix, as_json, "paused",
+          lambda client: client.pause_schedule(name), "paused")
+
+
+@schedules_app.command("resume")
+def resume(name: NameArgument, db_url: DbUrl = DEFAULT_DB_URL, table_prefix: TablePrefix = "",
+           as_json: JsonOption = False) -> None:
+    """Resume a schedule from its next tick (the ticks of the pause are not caught up)."""
+    _verb(name, db_url, table_prefix, as_json, "resumed",
+          lambda client: client.resume_schedule(name), "running")
+
+
+@schedules_app.command("delete")
+def delete(name: NameArgument, db_url: DbUrl = DEFAULT_DB_URL, table_prefix: TablePrefix = "",
+           as_json: JsonOption = False) -> None:
+    """Delete a schedule; the partitions it created stay."""
+    _verb(name, db_url, table_prefix, as_json, "deleted",
+          lambda client: client.delete_schedule(name), "deleted")
+
+

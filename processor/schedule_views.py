@@ -1,0 +1,65 @@
+"""How a schedule shows in JSON (the CLI's --json, the ingest API, the console) and in text:
+one shape everywhere."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from watcher.durations import format_duration
+from watcher.schedules.records import ScheduleInfo
+from watcher.schedules.timing import tick_text
+
+
+def _time(moment: datetime | None) -> str | None:
+    return None if moment is None else tick_text(moment)
+
+
+def timing_text(info: ScheduleInfo) -> str:
+    """``cron '0 3 * * *' Europe/Berlin`` or ``every 90s``."""
+    timing = info.timing
+    if timing.cron is not None:
+        return f"cron '{timing.cron}' {timing.timezone}"
+    assert timing.every is not None
+    return f"every {format_duration(timing.every)}"
+
+
+def schedule_dict(info: ScheduleInfo) -> dict[str, Any]:
+    """A schedule as JSON: its timing, policy, the settings of its partitions, and its
+    last and next ticks (ISO 8601 UTC; ``next_tick`` is ``null`` while paused)."""
+    settings = info.settings
+    return {
+        "name": info.name,
+        "cron": info.timing.cron,
+        "timezone": info.timing.timezone if info.timing.cron is not None else None,
+        "every": info.timing.every,
+        "catch_up": info.catch_up.value,
+        "no_overlap": info.no_overlap,
+        "items": info.item_count,
+        "reduce_gates": sorted(settings.reduce_gates),
+        "on_item_failure": "continue" if settings.continue_on_failure else "fail",
+        "priority": settings.priority,
+        "key": settings.flow_key or None,
+        "paused": info.paused_at is not None,
+        "next_tick": None if info.paused_at is not None else _time(info.next_at),
+        "last_tick": _time(info.last_tick),
+        "last_partition": info.last_partition,
+        "created_at": _time(info.created_at),
+    }
+
+
+def schedule_text(info: ScheduleInfo) -> str:
+    """A schedule in a few lines, for ``processor schedules show`` and ``add``."""
+    shown = schedule_dict(info)
+    lines = [f"schedule {info.name}: {timing_text(info)}, catch-up {shown['catch_up']}"
+             + (", no overlap" if info.no_overlap else "")
+             + (" (paused)" if shown["paused"] else ""),
+             f"  partitions: {info.name}/<tick time>, {shown['items']} item(s), "
+             f"on item failure {shown['on_item_failure']}, priority {shown['priority']}"
+             + (f", key {shown['key']}" if shown["key"] else "")
+             + (f", reduce gates {','.join(map(str, shown['reduce_gates']))}"
+                if shown["reduce_gates"] else ""),
+             f"  next tick: {shown['next_tick'] or '-'}",
+             f"  last tick: {shown['last_tick'] or '-'}"
+             + (f" (last partition {info.last_partition})" if info.last_partition else "")]
+    return "\n".join(lines)
