@@ -51,6 +51,7 @@ NDJSON_CREATE_PARAMETERS = frozenset({"reduce_gates", "on_item_failure", "key", 
 _RECORD = struct.Struct("<IIQq")
 NO_TIME = -(2**63)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EARLIEST_START = EPOCH
 # A gate in a query string, bounded because int() refuses over 4300 digits (over 10
 # digits is out of range anyway, which the settings check says: 422).
 GATE_NUMBER = re.compile(r"[0-9]{1,20}")
@@ -306,7 +307,8 @@ def settings_from(partition_id: str, reduce_gates: Any, on_item_failure: Any,
 
 
 def start_time(value: Any) -> datetime | None:
-    """A create's ``start_at`` (RFC 3339 with an offset), checked; ``None`` when absent.
+    """A create's ``start_at`` (RFC 3339 with an offset), checked, and no earlier than
+    1970 (a time before starts it at once all the same); ``None`` when absent.
 
     Raises:
         ApiError: 400 when it is not a string, 422 when it is not such a time, has no
@@ -318,9 +320,12 @@ def start_time(value: Any) -> datetime | None:
         raise bad_request("'start_at' must be an RFC 3339 time such as "
                           '"2026-11-26T10:00:00Z"', field="start_at")
     try:
-        return parse_time(value, "start_at")
+        moment = parse_time(value, "start_at")
     except DelayError as error:
         raise from_statefeed(InvalidInputError(str(error)), field="start_at") from None
+    # Any past time starts it at once; one near year 1 would overflow the rank a
+    # priority moves it by.
+    return max(moment, EARLIEST_START)
 
 
 def query_fields(query: dict[str, str]) -> dict[str, Any]:
