@@ -17,12 +17,7 @@ from typing import Any
 
 import uvicorn
 
-from processor.embedded_http import (
-    HEADER_TIMEOUT,
-    KEEP_ALIVE_TIMEOUT,
-    MAX_HEADER_BYTES,
-    protocol_with,
-)
+from processor.embedded_http import HEADER_TIMEOUT, http_options
 from watcher.errors import ConfigError
 
 STARTUP_TIMEOUT = 15.0
@@ -87,8 +82,7 @@ async def serving(app: Any, sock: socket.socket, *, what: str,
     server = EmbeddedServer(uvicorn.Config(
         app, log_config=None, log_level="warning", access_log=False, server_header=False,
         proxy_headers=False, lifespan="on", timeout_graceful_shutdown=int(STOP_TIMEOUT),
-        http=protocol_with(header_timeout), h11_max_incomplete_event_size=MAX_HEADER_BYTES,
-        timeout_keep_alive=KEEP_ALIVE_TIMEOUT))
+        **http_options(header_timeout)))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         async with asyncio.timeout(STARTUP_TIMEOUT):

@@ -76,3 +76,11 @@ def protocol_with(header_timeout: float) -> type[HeaderDeadlineProtocol]:
     """The protocol with another header deadline (``header_timeout`` seconds)."""
     return type("HeaderDeadlineProtocol", (HeaderDeadlineProtocol,),
                 {"header_timeout": header_timeout})
+
+
+def http_options(header_timeout: float = HEADER_TIMEOUT) -> dict[str, Any]:
+    """The ``uvicorn.Config`` options of every embedded server: this protocol, the
+    header size bound and the keep-alive timeout."""
+    return {"http": protocol_with(header_timeout),
+            "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
+            "timeout_keep_alive": KEEP_ALIVE_TIMEOUT}
