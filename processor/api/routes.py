@@ -221,7 +221,7 @@ class IngestApi:
 
     # ------------------------------------------------------------------ reads
 
-    async def list(self, request: Request, _: str) -> Response:
+    async def list_partitions(self, request: Request, _: str) -> Response:
         query = request.query_params
         only(query, frozenset({"status", "limit", "after", "prefix"}))
         limit = page_limit(query, MAX_PAGE)
@@ -300,7 +300,7 @@ class IngestApi:
 # --------------------------------------------------------------------------- routing
 
 ROUTES: dict[tuple[str, ...], dict[str, Handler]] = {
-    ("v1", "partitions"): {"GET": IngestApi.list},
+    ("v1", "partitions"): {"GET": IngestApi.list_partitions},
     ("v1", "partitions", PARTITION): {
         "PUT": IngestApi.create, "GET": IngestApi.read, "DELETE": IngestApi.delete},
     ("v1", "partitions", PARTITION, "items"): {"POST": IngestApi.add, "GET": IngestApi.items},
