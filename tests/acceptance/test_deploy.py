@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -275,6 +276,14 @@ async def test_the_probed_paths_answer_without_a_token(tmp_path: Path) -> None:
         base = url.replace("0.0.0.0", "127.0.0.1")
         assert (await http.get(base + "healthz")).status_code == 200
         assert (await http.get(base + "v1/fleet")).status_code == 401
+        # The Compose health check: `processor healthcheck --health-port P --path /healthz`.
+        port = str(urlsplit(base).port)
+        for path, code in (("/healthz", 0), ("/v1/fleet", 1)):
+            done = await asyncio.to_thread(
+                subprocess.run, [sys.executable, "-m", "processor.cli", "healthcheck",
+                                 "--health-port", port, "--path", path],
+                capture_output=True, text=True, timeout=60)
+            assert done.returncode == code, (path, done.stdout, done.stderr)
     async with console_running(ConsoleOptions(db_url=db, host="0.0.0.0", port=0,
                                               token=token)) as url, httpx.AsyncClient() as http:
         base = url.replace("0.0.0.0", "127.0.0.1")
