@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LIMIT_FIELDS = frozenset({"max_inflight", "rate_limit", "define"})
-# A JSON body of limits is a few numbers.
-MAX_LIMITS_BODY = 4096
 
 
 def key_view(control: FlowControlInfo) -> dict[str, Any]:
@@ -73,7 +71,8 @@ async def set_key_limits(api: IngestApi, request: Request, key: str) -> Response
     if media_type(request) not in JSON_TYPES:
         raise ApiError(415, "unsupported_media_type", "send the limits as application/json, "
                        'such as {"max_inflight": 4}', "Content-Type")
-    document = json_document(await read_whole(request, MAX_LIMITS_BODY), LIMIT_FIELDS)
+    document = json_document(await read_whole(request, api.limits.max_body_bytes),
+                             LIMIT_FIELDS)
     define = document.get("define", False)
     if type(define) is not bool:
         raise bad_request("'define' must be true or false", field="define")
