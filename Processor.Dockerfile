@@ -5,12 +5,15 @@
 #       -e PROCESSOR_HANDLER_URL=http://handler:8000/ statefeed-processor
 #
 # Every `processor run` option is also an environment variable PROCESSOR_<OPTION>.
+# One image for every server role: `processor run` (the default), `processor api`,
+# `processor console` and `processor migrate`.
 # Two stages: `build` makes the wheels and the virtual environment; the runtime stage is
 # Debian's slim image with Debian's Python 3.11 and that environment, and no compiler,
-# pip or build tool. It speaks PostgreSQL, MariaDB/MySQL and SQLite; for SQL Server add
-# its driver (about 50 MB):
+# pip or build tool. It speaks PostgreSQL, MariaDB/MySQL and SQLite, and traces with
+# OpenTelemetry when the OTEL_* variables ask (the otel extra); for SQL Server add its
+# driver (about 50 MB):
 #
-#   docker build -f Processor.Dockerfile --build-arg EXTRAS=mysql,mssql -t statefeed-processor .
+#   docker build -f Processor.Dockerfile --build-arg EXTRAS=mysql,otel,mssql -t statefeed-processor .
 
 # handlers/examples/Dockerfile starts both of its stages with the same steps, so that
 # building both images makes these layers once.
@@ -27,8 +30,8 @@ WORKDIR /src
 
 # The dependencies first, from pyproject.toml alone, so that a change to the code
 # rebuilds only the small layers below.
-# EXTRAS: the optional drivers, as named in pyproject.toml (mysql, mssql).
-ARG EXTRAS=mysql
+# EXTRAS: the optional parts, as named in pyproject.toml (mysql, otel, mssql).
+ARG EXTRAS=mysql,otel
 COPY pyproject.toml ./
 RUN python3 -c 'import os, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
 names = os.environ["EXTRAS"].replace(",", " ").split(); \

@@ -17,6 +17,7 @@ from typing import Any
 
 import uvicorn
 
+from processor.embedded_http import HEADER_TIMEOUT, http_options
 from watcher.errors import ConfigError
 
 STARTUP_TIMEOUT = 15.0
@@ -66,10 +67,13 @@ def http_url(host: str, port: int) -> str:
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Any, sock: socket.socket, *, what: str) -> AsyncIterator[None]:
+async def serving(app: Any, sock: socket.socket, *, what: str,
+                  header_timeout: float = HEADER_TIMEOUT) -> AsyncIterator[None]:
     """Serve the ASGI ``app`` on the listening ``sock`` for the block (``what`` names it
     in errors): no access log, no server header, the app's lifespan run; stopped, with
-    up to 10 s for requests in flight, when the block ends.
+    up to 10 s for requests in flight, when the block ends. A connection must send a
+    request's headers whole within ``header_timeout`` seconds, and an idle kept-alive
+    one is closed after 5 s (:mod:`processor.embedded_http`).
 
     Raises:
         RuntimeError: the server did not start (its lifespan failed).
@@ -77,7 +81,8 @@ async def serving(app: Any, sock: socket.socket, *, what: str) -> AsyncIterator[
     """
     server = EmbeddedServer(uvicorn.Config(
         app, log_config=None, log_level="warning", access_log=False, server_header=False,
-        proxy_headers=False, lifespan="on", timeout_graceful_shutdown=int(STOP_TIMEOUT)))
+        proxy_headers=False, lifespan="on", timeout_graceful_shutdown=int(STOP_TIMEOUT),
+        **http_options(header_timeout)))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         async with asyncio.timeout(STARTUP_TIMEOUT):

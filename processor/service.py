@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from processor.embedded import EmbeddedServer
+from processor.embedded_http import http_options
 from processor.health import HealthApp
 from processor.http_batch import BatchingHttpProcessor
 from processor.http_config import HttpProcessorConfig
@@ -292,7 +293,8 @@ class ProcessorService:
         if self.config.health_port:
             health = EmbeddedServer(uvicorn.Config(
                 self._health_app(), host=self.config.health_host, port=self.config.health_port,
-                log_config=None, log_level="warning", access_log=False, lifespan="off"))
+                log_config=None, log_level="warning", access_log=False, lifespan="off",
+                **http_options()))
             health_task = asyncio.create_task(
                 health.serve(sockets=[self._bind_health()]), name="health")
         try:

@@ -86,15 +86,38 @@ def _finite_float(text: str) -> float:
     return value
 
 
+class RepeatedKeyError(MalformedResponseError):
+    """A JSON object has the same key twice: which value counts is not obvious."""
+
+    def __init__(self, key: str, what: str = "") -> None:
+        super().__init__(f"{what}{' ' if what else ''}has the key {key!r} twice in one "
+                         "object; give each key once")
+        self.key = key
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise RepeatedKeyError(key)
+        document[key] = value
+    return document
+
+
 # How a decoded "data" value is stored: compact UTF-8 JSON.
 DATA_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 # The one JSON decoder of every answer: strict where Python's default is not.
 _DECODER: Final = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+# The same, refusing an object with a repeated key (what the ingest API takes).
+_UNIQUE_KEYS_DECODER: Final = json.JSONDecoder(
+    parse_constant=_refuse_constant, parse_float=_finite_float,
+    object_pairs_hook=_unique_object)
 
 
-def decode_json(body: bytes, what: str = "the body") -> Any:
+def decode_json(body: bytes, what: str = "the body", *, unique_keys: bool = False) -> Any:
     """Decode a JSON answer body strictly (UTF-8, -16 or -32, as :func:`json.loads`);
-    ``what`` names it in messages (``"line 7"``).
+    ``what`` names it in messages (``"line 7"``). With ``unique_keys``, an object
+    with a repeated key is refused (:class:`RepeatedKeyError`, naming the key).
 
     ``NaN``, ``Infinity`` and ``-Infinity`` are refused (they are not JSON), as
     are numbers that overflow a float (``1e999``), integers over Python's digit
@@ -104,8 +127,11 @@ def decode_json(body: bytes, what: str = "the body") -> Any:
         MalformedResponseError: the body is not such JSON; the message says why.
             Never ``RecursionError``.
     """
+    decoder = _UNIQUE_KEYS_DECODER if unique_keys else _DECODER
     try:
-        return _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
+        return decoder.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
+    except RepeatedKeyError as error:
+        raise RepeatedKeyError(error.key, what) from None
     except MalformedResponseError as error:  # from the hooks: says what, not whose
         raise MalformedResponseError(f"{what} {error}") from None
     except RecursionError:

@@ -1,11 +1,14 @@
 """The ingest API (``processor api``): producers in any language create partitions, add
-items, read, wait for, page, retry, cancel and delete them over HTTP, with the client
+items, list, read, wait for, page, retry, pause, cancel and delete them, and steer the
+flow (keys' limits and pauses, the pause of everything) over HTTP, with the client
 library's rules and errors.
 
 :mod:`~processor.api.problems` is the one error shape, :mod:`~processor.api.upload`
 checks items and settings (NDJSON line by line into a spool; the CLI's ``create`` uses
 it too), :mod:`~processor.api.bodies` reads request bodies into it,
-:mod:`~processor.api.views` shapes the answers, :mod:`~processor.api.routes` routes
-and answers requests, and :mod:`~processor.api.server` guards and serves them. The OpenAPI document,
+:mod:`~processor.api.views` shapes the answers, :mod:`~processor.api.routes` answers
+the partitions' requests and :mod:`~processor.api.flow_routes` the flow controls',
+:mod:`~processor.api.dispatch` routes them, and :mod:`~processor.api.server` guards
+and serves them. The OpenAPI document,
 ``openapi.json`` here, is the contract; a test holds the routes to it.
 """

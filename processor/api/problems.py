@@ -17,6 +17,7 @@ from watcher.errors import (
     DuplicateItemError,
     GateError,
     InvalidInputError,
+    KeyNotFoundError,
     PartitionExistsError,
     PartitionLeasedError,
     PartitionNotFoundError,
@@ -66,8 +67,8 @@ def too_large(message: str, *, field: str | None = None, line: int | None = None
 
 def from_statefeed(error: Exception, *, field: str | None = None, line: int | None = None
                    ) -> ApiError:
-    """The answer for an error the client library raises: 404 for a partition that is not
-    there, 409 for a conflict with what is stored, 422 for input the rules refuse, 413
+    """The answer for an error the client library raises: 404 for a partition or a key
+    that is not there, 409 for a conflict with what is stored, 422 for input the rules refuse, 413
     for a value the database refuses for its size, 503 for a database that failed.
     Anything else is not statefeed's: it is re-raised.
 
@@ -79,6 +80,12 @@ def from_statefeed(error: Exception, *, field: str | None = None, line: int | No
         return ApiError(404, "partition_not_found",
                         f"partition {error.partition_id!r} does not exist; create it with "
                         "PUT /v1/partitions/{id}", "partition_id")
+    if isinstance(error, KeyNotFoundError):
+        return ApiError(404, "key_not_found", (
+            f"no partition has had key {error.key!r}, so it is unknown (a typo?); nothing was "
+            "written: GET /v1/keys lists the keys with controls, and "
+            '{"define": true} in POST /v1/keys/{key}/limits sets one up before its first '
+            "partition"), "key")
     if isinstance(error, PartitionExistsError):
         return ApiError(409, "partition_exists", (
             f"partition {error.partition_id!r} already exists: a retried create answers as "

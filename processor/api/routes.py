@@ -1,6 +1,7 @@
 """The ingest API's routes over one :class:`~processor.async_client.AsyncClient`.
 
 =======  =====================================  =======================================
+GET      ``/v1/partitions``                     a page of partitions (``?status=&prefix=``)
 PUT      ``/v1/partitions/{id}``                create it with its items (JSON or NDJSON)
 GET      ``/v1/partitions/{id}``                read it: status, gate, counts, result
 DELETE   ``/v1/partitions/{id}``                delete it and its items (``?force=true``)
@@ -11,31 +12,43 @@ POST     ``/v1/partitions/{id}/retry``          run its failed items again
 POST     ``/v1/partitions/{id}/cancel``         stop it
 POST     ``/v1/partitions/{id}/pause``          pause it (durably, until resumed)
 POST     ``/v1/partitions/{id}/resume``         lift its pause
+(flow)   ``/v1/keys``, ``/v1/fleet``            keys' limits and pauses, the fleet pause
 GET      ``/v1/openapi.json``                   the OpenAPI 3.1 document
 GET      ``/healthz``                           liveness (no database read)
 =======  =====================================  =======================================
 
 Ids are path segments, percent-encoded: ``/v1/partitions/inbox%2F2026/items`` is
-partition ``inbox/2026``. Routing reads the raw path, so any id has an address.
+partition ``inbox/2026``. Routing reads the raw path, so any id has an address
+(:mod:`processor.api.dispatch`); the flow routes are :mod:`processor.api.flow_routes`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.resources import files
 from typing import Any
-from urllib.parse import quote, unquote_to_bytes
+from urllib.parse import quote
 
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.requests import Request
+from starlette.responses import Response
 
 from processor.api.bodies import media_type, read_whole, stream_into
-from processor.api.problems import ApiError, bad_request, from_statefeed
+from processor.api.dispatch import (
+    KEY,
+    PARTITION,
+    STATIC_METHODS,
+    STATIC_ROUTES,
+    Handler,
+    Router,
+    answer,
+)
+from processor.api.flow_routes import FLOW_ROUTES
+from processor.api.problems import bad_request, from_statefeed
 from processor.api.upload import (
     ADD_FIELDS,
     CREATE_FIELDS,
@@ -49,25 +62,26 @@ from processor.api.upload import (
     query_settings,
     settings_from,
     start_time,
+    with_query_fields,
 )
 from processor.api.views import (
-    DEFAULT_ITEMS_LIMIT,
     DEFAULT_WAIT_SECONDS,
     MAX_WAIT_SECONDS,
     flag,
     item_view,
     only,
+    page_limit,
     partition_view,
     seconds,
     timestamp,
     whole_number,
 )
 from processor.async_client import AsyncClient
-from processor.client_checks import MAX_PAGE, check_id
+from processor.client_checks import MAX_PAGE
 from processor.tracing import traced_settings
 from processor.views import retry_row
 from watcher.dburl import DatabaseURL
-from watcher.errors import DuplicateItemError, InvalidInputError, StatefeedError
+from watcher.errors import DuplicateItemError
 from watcher.models import MAX_GATE
 from watcher.records import NewItem
 
@@ -75,8 +89,8 @@ log = logging.getLogger(__name__)
 
 MAX_IDEMPOTENCY_KEY = 255
 OPENAPI = files("processor.api").joinpath("openapi.json")
-
-Handler = Callable[["IngestApi", Request, str], Awaitable[Response]]
+__all__ = ["KEY", "PARTITION", "ROUTES", "STATIC_METHODS", "STATIC_ROUTES", "ApiSettings",
+           "Dispatch", "IngestApi"]
 
 
 @dataclass(frozen=True)
@@ -91,10 +105,6 @@ class ApiSettings:
     loopback_only: bool = True
 
 
-def answer(status: int, document: dict[str, Any], *headers: tuple[str, str]) -> Response:
-    return JSONResponse(document, status, headers=dict(headers))
-
-
 class IngestApi:
     """The routes, and the client they share (opened by the app's lifespan when not
     given)."""
@@ -103,6 +113,10 @@ class IngestApi:
         self.settings = settings
         self.limits = settings.limits
         self._client = client
+
+    def openapi(self) -> bytes:
+        """The OpenAPI document, as checked in."""
+        return OPENAPI.read_bytes()
 
     @property
     def client(self) -> AsyncClient:
@@ -135,10 +149,10 @@ class IngestApi:
         spool = Spool()
         try:
             if media in JSON_TYPES:
-                only(request.query_params, frozenset())
                 body = await read_whole(request, self.limits.max_body_bytes)
                 digest.update(body)
-                document = json_document(body, CREATE_FIELDS)
+                document = with_query_fields(json_document(body, CREATE_FIELDS),
+                                             dict(request.query_params))
                 settings = settings_from(partition_id, document.get("reduce_gates"),
                                          document.get("on_item_failure"),
                                          document.get("priority"), document.get("key"))
@@ -207,6 +221,16 @@ class IngestApi:
 
     # ------------------------------------------------------------------ reads
 
+    async def list_partitions(self, request: Request, _: str) -> Response:
+        query = request.query_params
+        only(query, frozenset({"status", "limit", "after", "prefix"}))
+        limit = page_limit(query, MAX_PAGE)
+        page = await self.client.partitions(query.get("status"), limit,
+                                            after=query.get("after"),
+                                            id_prefix=query.get("prefix"))
+        return answer(200, {"partitions": [partition_view(info) for info in page],
+                            "next_cursor": page.next_cursor})
+
     async def read(self, request: Request, partition_id: str) -> Response:
         only(request.query_params, frozenset())
         return answer(200, partition_view(await self.client.partition(partition_id)))
@@ -229,8 +253,7 @@ class IngestApi:
         page = await self.client.items(
             partition_id, status=query.get("status"),
             gate=whole_number(query, "gate", None, low=0, high=MAX_GATE),
-            limit=whole_number(query, "limit", DEFAULT_ITEMS_LIMIT, low=1, high=MAX_PAGE)
-            or DEFAULT_ITEMS_LIMIT,
+            limit=page_limit(query, MAX_PAGE),
             after=query.get("after"), with_data=with_data)
         return answer(200, {"items": [item_view(item, with_data=with_data) for item in page],
                             "next_cursor": page.next_cursor})
@@ -276,8 +299,8 @@ class IngestApi:
 
 # --------------------------------------------------------------------------- routing
 
-PARTITION = "{id}"
 ROUTES: dict[tuple[str, ...], dict[str, Handler]] = {
+    ("v1", "partitions"): {"GET": IngestApi.list_partitions},
     ("v1", "partitions", PARTITION): {
         "PUT": IngestApi.create, "GET": IngestApi.read, "DELETE": IngestApi.delete},
     ("v1", "partitions", PARTITION, "items"): {"POST": IngestApi.add, "GET": IngestApi.items},
@@ -286,113 +309,12 @@ ROUTES: dict[tuple[str, ...], dict[str, Handler]] = {
     ("v1", "partitions", PARTITION, "cancel"): {"POST": IngestApi.cancel},
     ("v1", "partitions", PARTITION, "pause"): {"POST": IngestApi.pause},
     ("v1", "partitions", PARTITION, "resume"): {"POST": IngestApi.resume},
+    **FLOW_ROUTES,
 }
-STATIC_ROUTES = {("v1", "openapi.json"), ("healthz",)}
-STATIC_METHODS = frozenset({"GET", "HEAD"})
 
 
-def resolve(raw_path: str) -> tuple[tuple[str, ...], str]:
-    """The route template a raw (still percent-encoded) path matches, and the partition
-    id in it (``""`` for routes without one).
-
-    Raises:
-        ApiError: 404 for a path no route has; 400 for an id that is not UTF-8.
-    """
-    segments = tuple(raw_path.split("/")[1:])
-    if segments in STATIC_ROUTES:
-        return segments, ""
-    if len(segments) >= 3:
-        template = (*segments[:2], PARTITION, *segments[3:])
-        if template in ROUTES:
-            try:
-                partition_id = unquote_to_bytes(segments[2]).decode()
-            except UnicodeDecodeError:
-                raise bad_request("the partition id is not UTF-8 once percent-decoded",
-                                  field="partition_id") from None
-            try:
-                return template, check_id("partition", partition_id)
-            except InvalidInputError as error:
-                raise from_statefeed(error, field="partition_id") from None
-    raise ApiError(404, "not_found", f"no route {raw_path!r}: see /v1/openapi.json for the "
-                   "routes")
-
-
-class Dispatch:
-    """The ASGI app of the routes: resolves each request, runs its handler, and turns
-    every error into the one error shape (an unexpected one into a 500 that is
-    logged, never a traceback in the answer)."""
+class Dispatch(Router):
+    """The ASGI app of the API's routes over ``api``."""
 
     def __init__(self, api: IngestApi) -> None:
-        self.api = api
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        request = Request(scope, receive)
-        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-        try:
-            response = await self._answer(request, raw_path.split("?")[0])
-        except ClientDisconnect:
-            log.info("action=api_request_abandoned method=%s path=%r: the client went away "
-                     "before the body ended; nothing was written", scope["method"], raw_path)
-            return
-        await response(scope, receive, send)
-
-    async def _lifespan(self, receive: Any, send: Any) -> None:
-        await receive()  # lifespan.startup
-        try:
-            async with self.api.lifespan(None):
-                await send({"type": "lifespan.startup.complete"})
-                await receive()  # lifespan.shutdown
-        except Exception as error:
-            log.exception("action=api_start_failed")
-            await send({"type": "lifespan.startup.failed", "message": str(error)})
-            return
-        await send({"type": "lifespan.shutdown.complete"})
-
-    async def _answer(self, request: Request, raw_path: str) -> Response:
-        try:
-            template, partition_id = resolve(raw_path)
-            method = request.method
-            if template == ("healthz",) and method in STATIC_METHODS:
-                return answer(200, {"status": "ok"})
-            if template == ("v1", "openapi.json") and method in STATIC_METHODS:
-                return Response(OPENAPI.read_bytes(), media_type="application/json")
-            handlers = ROUTES.get(template, {})
-            if method not in handlers:
-                allowed = ", ".join(sorted(handlers or STATIC_METHODS))
-                refusal = error_response(ApiError(
-                    405, "method_not_allowed",
-                    f"{method} is not allowed here; this route takes {allowed}"))
-                refusal.headers["allow"] = allowed  # RFC 9110: a 405 says what is allowed
-                return refusal
-            return await handlers[method](self.api, request, partition_id)
-        except ApiError as error:
-            return error_response(error)
-        except ClientDisconnect:
-            raise
-        except Exception as error:
-            known = statefeed_answer(error)
-            if known is not None:
-                return error_response(known)
-            log.exception("action=api_error method=%s path=%r", request.method, raw_path)
-            return error_response(ApiError(500, "internal_error",
-                                           "the API failed; its log says why"))
-
-
-def statefeed_answer(error: Exception) -> ApiError | None:
-    """The answer for one of statefeed's errors; ``None`` for any other error, and for
-    one of statefeed's that has no answer (an internal error: 500)."""
-    if not isinstance(error, StatefeedError):
-        return None
-    try:
-        return from_statefeed(error)
-    except StatefeedError:
-        return None
-
-
-def error_response(error: ApiError) -> Response:
-    return Response(error.body(), error.status, media_type="application/json")
+        super().__init__(api, ROUTES)

@@ -25,7 +25,7 @@ from typing import Any
 from processor.api.problems import ApiError, bad_request, from_statefeed, too_large
 from processor.client_checks import check_item, check_items, check_settings
 from processor.wire import parse_new_item
-from processor.wire_values import MalformedResponseError, decode_json
+from processor.wire_values import MalformedResponseError, RepeatedKeyError, decode_json
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.delays import DelayError, parse_time
 from watcher.errors import InvalidInputError
@@ -51,6 +51,7 @@ NDJSON_CREATE_PARAMETERS = frozenset({"reduce_gates", "on_item_failure", "key", 
 _RECORD = struct.Struct("<IIQq")
 NO_TIME = -(2**63)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EARLIEST_START = EPOCH
 # A gate in a query string, bounded because int() refuses over 4300 digits (over 10
 # digits is out of range anyway, which the settings check says: 422).
 GATE_NUMBER = re.compile(r"[0-9]{1,20}")
@@ -207,9 +208,11 @@ class NdjsonItems:
             return
         where = f"line {number}"
         try:
-            entry = parse_new_item(decode_json(raw, where), f"{where}: ")
+            entry = parse_new_item(decode_json(raw, where, unique_keys=True), f"{where}: ")
         except MalformedResponseError as error:
-            raise bad_request(str(error), line=number) from None
+            raise bad_request(str(error), line=number,
+                              field=error.key if isinstance(error, RepeatedKeyError)
+                              else None) from None
         try:
             self.spool.add(check_item(self.partition_id, entry, number - 1,
                                       self.limits.max_item_bytes))
@@ -226,12 +229,14 @@ def json_document(body: bytes, allowed: frozenset[str]) -> dict[str, Any]:
     """A JSON body that must be an object with only ``allowed`` keys.
 
     Raises:
-        ApiError: 400 when it is not JSON, not an object, or has an unknown key.
+        ApiError: 400 when it is not JSON, not an object, or has an unknown key or a
+            key twice (in any object in it: the field names that key).
     """
     try:
-        document = decode_json(body)
+        document = decode_json(body, unique_keys=True)
     except MalformedResponseError as error:
-        raise bad_request(str(error)) from None
+        raise bad_request(str(error), field=error.key if isinstance(error, RepeatedKeyError)
+                          else None) from None
     if not isinstance(document, dict):
         raise bad_request(f"the body must be a JSON object with {_listed(allowed)}")
     unknown = sorted(set(document) - allowed)
@@ -302,7 +307,8 @@ def settings_from(partition_id: str, reduce_gates: Any, on_item_failure: Any,
 
 
 def start_time(value: Any) -> datetime | None:
-    """A create's ``start_at`` (RFC 3339 with an offset), checked; ``None`` when absent.
+    """A create's ``start_at`` (RFC 3339 with an offset), checked, and no earlier than
+    1970 (a time before starts it at once all the same); ``None`` when absent.
 
     Raises:
         ApiError: 400 when it is not a string, 422 when it is not such a time, has no
@@ -314,37 +320,73 @@ def start_time(value: Any) -> datetime | None:
         raise bad_request("'start_at' must be an RFC 3339 time such as "
                           '"2026-11-26T10:00:00Z"', field="start_at")
     try:
-        return parse_time(value, "start_at")
+        moment = parse_time(value, "start_at")
     except DelayError as error:
         raise from_statefeed(InvalidInputError(str(error)), field="start_at") from None
+    # Any past time starts it at once; one near year 1 would overflow the rank a
+    # priority moves it by.
+    return max(moment, EARLIEST_START)
+
+
+def query_fields(query: dict[str, str]) -> dict[str, Any]:
+    """A create's settings given in its query string (``reduce_gates=1,3``,
+    ``on_item_failure=continue``, ``key=acme``, ``priority=-2``, ``start_at=...``), as
+    the values a JSON body gives them; only those present.
+
+    Raises:
+        ApiError: 400 for an unknown parameter, or gates or a priority that are not
+            numbers.
+    """
+    unknown = sorted(set(query) - NDJSON_CREATE_PARAMETERS)
+    if unknown:
+        raise bad_request(f"unknown query parameter {unknown[0]!r}; a create takes "
+                          f"{_listed(NDJSON_CREATE_PARAMETERS)}", field=unknown[0])
+    fields: dict[str, Any] = {name: query[name] for name in ("on_item_failure", "key",
+                                                             "start_at") if name in query}
+    if "reduce_gates" in query:
+        raw = query["reduce_gates"]
+        parts = raw.split(",") if raw else []
+        # ASCII digits only: int() would also take "1_0", " 1" and other scripts' digits.
+        if not all(GATE_NUMBER.fullmatch(part) for part in parts):
+            raise bad_request(f"reduce_gates must be gates separated by commas, such as 1,3; "
+                              f"got {raw!r}", field="reduce_gates")
+        fields["reduce_gates"] = [int(part) for part in parts]
+    priority = query.get("priority")
+    if priority is not None:
+        if not PRIORITY_NUMBER.fullmatch(priority):
+            raise bad_request(f"priority must be a whole number from -10 to 10, got "
+                              f"{priority!r}", field="priority")
+        fields["priority"] = int(priority)
+    return fields
+
+
+def with_query_fields(document: dict[str, Any], query: dict[str, str]) -> dict[str, Any]:
+    """A JSON create's body with the settings its query gives: each may be in the
+    body or the query, not both.
+
+    Raises:
+        ApiError: 400 as :func:`query_fields`, and for a setting given twice.
+    """
+    fields = query_fields(query)
+    for name in sorted(fields):
+        if document.get(name) is not None:
+            raise bad_request(f"{name!r} is given in the body and in the query; give it in "
+                              "one of them", field=name)
+    return {**document, **fields}
 
 
 def query_settings(partition_id: str, query: dict[str, str]) -> PartitionSettings:
-    """An NDJSON create's settings, from its query string: ``reduce_gates=1,3``,
-    ``on_item_failure=continue``, ``key=acme`` and ``priority=-2`` (its ``start_at``:
-    :func:`start_time`).
+    """An NDJSON create's settings, from its query string (:func:`query_fields`; its
+    ``start_at``: :func:`start_time`).
 
     Raises:
         ApiError: 400 for an unknown parameter or a gate that is not a number, 422
             when the rules refuse a value.
     """
-    unknown = sorted(set(query) - NDJSON_CREATE_PARAMETERS)
-    if unknown:
-        raise bad_request(f"unknown query parameter {unknown[0]!r}; an NDJSON create takes "
-                          f"{_listed(NDJSON_CREATE_PARAMETERS)}", field=unknown[0])
-    raw = query.get("reduce_gates", "")
-    parts = raw.split(",") if raw else []
-    # ASCII digits only: int() would also take "1_0", " 1" and other scripts' digits.
-    if not all(GATE_NUMBER.fullmatch(part) for part in parts):
-        raise bad_request(f"reduce_gates must be gates separated by commas, such as 1,3; "
-                          f"got {raw!r}", field="reduce_gates")
-    priority = query.get("priority")
-    if priority is not None and not PRIORITY_NUMBER.fullmatch(priority):
-        raise bad_request(f"priority must be a whole number from -10 to 10, got {priority!r}",
-                          field="priority")
-    return settings_from(partition_id, [int(part) for part in parts],
-                         query.get("on_item_failure"),
-                         None if priority is None else int(priority), query.get("key"))
+    fields = query_fields(query)
+    return settings_from(partition_id, fields.get("reduce_gates"),
+                         fields.get("on_item_failure"), fields.get("priority"),
+                         fields.get("key"))
 
 
 def _listed(names: frozenset[str]) -> str:

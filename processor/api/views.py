@@ -117,6 +117,16 @@ def whole_number(query: Mapping[str, str], name: str, default: int | None, *,
     return int(raw)
 
 
+def page_limit(query: Mapping[str, str], high: int = 10_000) -> int:
+    """A page's ``limit`` query parameter: from 1 to ``high``, 100 when absent.
+
+    Raises:
+        ApiError: 400 naming it when it is not such a number.
+    """
+    return whole_number(query, "limit", DEFAULT_ITEMS_LIMIT, low=1, high=high) \
+        or DEFAULT_ITEMS_LIMIT
+
+
 def seconds(query: Mapping[str, str], name: str, default: float, *, high: float) -> float:
     """A number of seconds from 0 to ``high`` (``default`` if absent): digits with an
     optional fraction and exponent (``0.5``, ``30``, ``1e-05``).

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import json
 import sys
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
@@ -164,24 +163,34 @@ def items_cell(counts: dict[str, int]) -> str:
 
 def _watch(render: Callable[[], RenderableType], interval: float) -> None:
     """Show ``render()`` every ``interval`` seconds until Ctrl-C (SIGINT), which ends it
-    quietly. On a terminal the view is redrawn in place (rich's Live); into a file or
-    a pipe, each one is printed after the last.
+    quietly once the read under way (if any) is done (:class:`~processor.cli.watching.CtrlC`).
+    On a terminal the view is redrawn in place (rich's Live); into a file or a pipe,
+    each one is printed after the last.
 
     Raises what ``render`` raises (a database error ends the watch).
     """
     from rich.live import Live
 
+    from processor.cli.watching import CtrlC
+
     console = data_console()
     try:
-        if not console.is_terminal:
-            while True:
-                console.print(render())
-                time.sleep(interval)
-        with Live(render(), console=console, auto_refresh=False) as live:
-            while True:
-                time.sleep(interval)
-                live.update(render(), refresh=True)
-    except KeyboardInterrupt:
+        with CtrlC() as ctrl_c:
+            if not console.is_terminal:
+                while True:
+                    view = render()
+                    if ctrl_c.stopped:
+                        return
+                    console.print(view)
+                    if ctrl_c.sleep(interval):
+                        return
+            with Live(render(), console=console, auto_refresh=False) as live:
+                while not ctrl_c.sleep(interval):
+                    view = render()
+                    if ctrl_c.stopped:
+                        return
+                    live.update(view, refresh=True)
+    except KeyboardInterrupt:  # a second Ctrl-C
         return
 
 

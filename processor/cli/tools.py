@@ -142,10 +142,15 @@ def healthcheck(
     ready: Annotated[bool, typer.Option("--ready", help="Check /readyz (database and "
                                         "handler) instead of /healthz.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer.")] = 3.0,
+    path: Annotated[str, typer.Option("--path", show_default=False, help="Check this path "
+                                      "instead: /healthz of `processor api` (with "
+                                      "--health-port 8091), /login of `processor console` "
+                                      "(--health-port 8090).")] = "",
 ) -> None:
     """Exit 0 if this machine's (or container's) processor answers /healthz, 1 if not:
     the image's HEALTHCHECK. It finds the health port and host the way `processor run`
-    was configured, by flag or by environment."""
+    was configured, by flag or by environment; with --health-port and --path it checks
+    the API or the console."""
     import click
 
     from processor.healthcheck import HealthOptionsError, health_target, probe
@@ -159,6 +164,9 @@ def healthcheck(
         say(f"processor healthcheck: cannot read the health options: {error}",
                    err=True)
         raise typer.Exit(1) from None
-    healthy, detail = probe(target, "/readyz" if ready else "/healthz", timeout)
+    if path and not path.startswith("/"):
+        say(f"processor healthcheck: --path must start with /, got {path!r}", err=True)
+        raise typer.Exit(1)
+    healthy, detail = probe(target, path or ("/readyz" if ready else "/healthz"), timeout)
     say(detail, err=not healthy)
     raise typer.Exit(0 if healthy else 1)

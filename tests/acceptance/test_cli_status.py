@@ -135,6 +135,32 @@ async def test_watch_redraws_until_ctrl_c(database: str, tmp_path: Path,
         assert set(TWIN_PARTITIONS) <= set(first_column(shown.split("read at")[0]))
 
 
+async def test_ctrl_c_between_back_to_back_reads_stops_cleanly(database: str,
+                                                               tmp_path: Path) -> None:
+    # Redrawn every 10 ms, the watch is nearly always reading when Ctrl-C comes: the
+    # read must end and the client close, not be abandoned (which left a SQLite
+    # connection's thread waiting for ever, or a pending task reported at exit).
+    for attempt in range(2):
+        out, err = tmp_path / f"fast{attempt}.out", tmp_path / f"fast{attempt}.err"
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            process = await asyncio.create_subprocess_exec(
+                PROCESSOR, "status", "--db-url", database, "--watch", "--interval", "0.01",
+                stdout=stdout, stderr=stderr, stdin=asyncio.subprocess.DEVNULL,
+                env={**_environ(), **NARROW, "TTY_COMPATIBLE": "0"})
+        try:
+            await wait_until(lambda out=out: out.read_text(errors="replace").count(
+                "read at") >= 3, timeout=60, message="three views of the table")
+            process.send_signal(signal.SIGINT)
+            async with asyncio.timeout(20):
+                code = await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        assert code == 0, err.read_text()
+        assert err.read_text() == ""
+
+
 def _environ() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "TTY_COMPATIBLE"}
 

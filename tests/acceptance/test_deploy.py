@@ -120,13 +120,30 @@ def image_name(reference: str) -> str:
     return reference.rsplit("/", 1)[-1].split(":", 1)[0]
 
 
-def run_options() -> dict[str, str]:
-    """``processor run``'s environment variables -> the option's parameter name."""
-    command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+# The server roles: each is a verb of the one image, in Kubernetes and in Compose.
+ROLES = {"run": ("Deployment", "statefeed-processor", "processor"),
+         "api": ("Deployment", "statefeed-api", "api"),
+         "console": ("Deployment", "statefeed-console", "console"),
+         "migrate": ("Job", "statefeed-migrate", "migrate")}
+
+
+def run_options(verb: str = "run") -> dict[str, str]:
+    """A verb's environment variables (``processor run``'s by default) -> the option's
+    parameter name."""
+    command = typer.main.get_command(app).commands[verb]  # type: ignore[attr-defined]
     names = {param.envvar: param.name for param in command.params if param.envvar}
-    # Repeatable and read by the command itself, one header per line.
-    names["PROCESSOR_HANDLER_HEADER"] = "handler_header"
+    if verb == "run":
+        # Repeatable and read by the command itself, one header per line.
+        names["PROCESSOR_HANDLER_HEADER"] = "handler_header"
+    # Every verb reads the database URL and the logging options.
+    names.setdefault("PROCESSOR_DB_URL", "db_url")
+    names.setdefault("PROCESSOR_LOG_LEVEL", "log_level")
     return names
+
+
+def verb_of(args: list[str] | None) -> str:
+    """The verb a container or a Compose service runs (the image's default: run)."""
+    return args[0] if args else "run"
 
 
 def seconds(value: str | int) -> float:
@@ -168,23 +185,29 @@ def test_every_manifest_parses_and_names_its_kind() -> None:
     assert "secret.example.yaml" not in kustomization["resources"]
 
 
-def test_environment_names_are_options_of_processor_run() -> None:
-    options = run_options()
-    used: dict[str, set[str]] = {}
+def test_environment_names_are_options_of_the_verb_they_run() -> None:
+    used: dict[tuple[str, str], set[str]] = {}
     for doc in kubernetes_documents():
         if doc["kind"] in ("Deployment", "Job"):
             for spec in doc["spec"]["template"]["spec"]["containers"]:
+                if image_name(spec["image"]) != PROCESSOR_IMAGE:
+                    continue
                 for name in env_of(spec):
-                    used.setdefault(name, set()).add(doc["__file__"])
+                    used.setdefault((verb_of(spec.get("args")), name), set()).add(
+                        doc["__file__"])
     for name, service in compose()["services"].items():
+        if image_name(service.get("image", "")) != PROCESSOR_IMAGE:
+            continue
         for variable in service.get("environment", {}):
-            used.setdefault(variable, set()).add(f"compose.yaml:{name}")
+            used.setdefault((verb_of(service.get("command")), variable), set()).add(
+                f"compose.yaml:{name}")
     for variable in dockerfile_env(PROCESSOR_DOCKERFILE):
-        used.setdefault(variable, set()).add(PROCESSOR_DOCKERFILE.name)
-    processor_names = {name for name in used if name.startswith("PROCESSOR_")}
+        used.setdefault(("run", variable), set()).add(PROCESSOR_DOCKERFILE.name)
+    processor_names = {pair for pair in used if pair[1].startswith("PROCESSOR_")}
     assert processor_names, "the manifests set no PROCESSOR_ variable"
-    unknown = {name: sorted(used[name]) for name in processor_names - set(options)}
-    assert not unknown, f"not options of processor run: {unknown}"
+    unknown = {f"{verb}: {name}": sorted(used[verb, name]) for verb, name in processor_names
+               if name not in run_options(verb)}
+    assert not unknown, f"not options of the verb they are given to: {unknown}"
 
 
 def test_images_match_their_dockerfiles() -> None:
@@ -304,13 +327,16 @@ def test_grace_periods_exceed_the_shutdown_timeout() -> None:
 def test_security_contexts_match_the_image_user() -> None:
     uid = int(dockerfile_one(PROCESSOR_DOCKERFILE, "USER").split(":")[0])
     assert uid != 0
-    for kind, name in (("Deployment", "statefeed-processor"), ("Job", "statefeed-migrate"),
+    for kind, name in (*((kind, name) for kind, name, _ in ROLES.values()),
                        ("Deployment", "statefeed-resumes-handler")):
         pod = the(kind, name)["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["runAsUser"] == uid
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         for spec in pod["containers"]:
             assert spec["securityContext"]["allowPrivilegeEscalation"] is False
+            assert spec["securityContext"]["readOnlyRootFilesystem"] is True
+            assert spec["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
 def test_the_disruption_budget_and_scaler_target_the_processors() -> None:
