@@ -22,6 +22,8 @@ from watcher.errors import (
     PartitionExistsError,
     PartitionLeasedError,
     PartitionNotFoundError,
+    ScheduleExistsError,
+    ScheduleNotFoundError,
     StatefeedError,
     ValueRefusedError,
 )
@@ -78,6 +80,8 @@ __all__ = [
     "PartitionNotFoundError",
     "RetryReport",
     "RetryableError",
+    "ScheduleExistsError",
+    "ScheduleNotFoundError",
     "StatefeedError",
     "ValueRefusedError",
 ]

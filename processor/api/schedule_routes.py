@@ -25,8 +25,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from processor.api.bodies import media_type, read_whole
+from processor.api.dispatch import error_response, statefeed_answer
 from processor.api.problems import ApiError, bad_request
-from processor.api.routes import IngestApi, answer, error_response, statefeed_answer
+from processor.api.routes import IngestApi, answer
 from processor.api.upload import JSON_TYPES, json_document, json_items
 from processor.api.views import only, whole_number
 from processor.client_schedules import MAX_SCHEDULES_PAGE, check_schedule_name

@@ -23,16 +23,24 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, Table, create_engine, text
 from sqlalchemy.pool import NullPool
 
 from watcher.dburl import parse_database_url
 from watcher.migrate import downgrade, upgrade
-from watcher.schema import tables_for
+from watcher.schema import Tables, tables_for
 
 # How long emptying a borrowed namespace waits on a lock before it gives the namespace
 # up (a session a failed test left behind may hold one).
 LOCK_WAIT_SECONDS = 5
+
+
+def namespace_tables(tables: Tables) -> list[Table]:
+    """Every table of a namespace (a table a migration adds is one field more of
+    :class:`~watcher.schema.Tables`), children before the tables they refer to."""
+    mine = {table.name: table for table in vars(tables).values() if isinstance(table, Table)}
+    ordered = reversed(tables.partitions.metadata.sorted_tables)
+    return [mine[table.name] for table in ordered if table.name in mine]
 
 
 def new_prefix() -> str:
@@ -144,8 +152,7 @@ class NamespacePool:
                 elif engine.dialect.name in ("mysql", "mariadb"):
                     conn.execute(text(
                         f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECONDS}"))
-                for table in (tables.flow_grants, tables.flow_controls, tables.leaders,
-                              tables.items, tables.partitions):
+                for table in namespace_tables(tables):
                     conn.execute(table.delete())
         except Exception:  # any failure: this namespace is replaced by a new one
             return False
