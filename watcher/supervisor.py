@@ -34,7 +34,6 @@ from watcher.protocol import (
     ProcessCall,
     ReduceCallable,
     ReduceShapeCall,
-    ThrottledError,
     WorkItem,
 )
 from watcher.ready_reads import ReadyReads
@@ -43,6 +42,7 @@ from watcher.reducer import GateReducer
 from watcher.slots import ReadAheadPool, Slots, wait_event
 from watcher.spawning import SpawnLimits
 from watcher.store import Store
+from watcher.unpaid import UNPAID_KINDS, UnpaidRetries, unpaid_label
 from watcher.writer import ResultWriter, WriterClosedError
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ class PartitionSupervisor:
                  process_batch: ProcessBatchCall | None = None,
                  tracer: CallTracer | None = None,
                  on_throttled: Callable[[float], None] | None = None,
+                 on_unavailable: Callable[[str], None] | None = None,
                  read_ahead: ReadAheadPool | None = None) -> None:
         if tracer is not None:  # once per lease: each call a span, linked to the creator
             process, process_batch, reduce = tracer.wrap(
@@ -79,12 +80,16 @@ class PartitionSupervisor:
                                 room=read_ahead or ReadAheadPool(config.concurrency))
         self.reducer = GateReducer(lease, store=store, reduce=reduce, slots=slots,
                                    keeper=keeper, config=config, hooks=hooks,
-                                   shape=reduce_shape)
+                                   shape=reduce_shape, on_unavailable=on_unavailable)
         self.gates = GateStepper(lease, store=store, keeper=keeper, config=config, hooks=hooks,
                                  reducer=self.reducer)
         self.draining = False
-        # Told of a handler's Retry-After, to hold every call to it (watcher.flow).
-        self._on_throttled = on_throttled
+        # Told of a handler's Retry-After, to hold every call to it (watcher.flow), or
+        # told that the handler's service gave no answer, to hold them and probe it
+        # (watcher.handler_hold); either way the item's retry spends no attempt, within
+        # its bound (watcher.unpaid).
+        self._unpaid = UnpaidRetries(lease.partition_id, config.max_unpaid_retries,
+                                     on_throttled=on_throttled, on_unavailable=on_unavailable)
         self._check_lease = False
         self._spawn_limits = SpawnLimits.of(config)
         self._db_failing = False
@@ -273,20 +278,27 @@ class PartitionSupervisor:
         writes fail, the slots fill up and no more calls are made whose results
         could not be stored. A call that cancelled itself is not written: its
         item stays available and runs again. Nor is one the handler throttled
-        (:class:`~watcher.protocol.ThrottledError`): the hold on every call to the
-        handler begins first, then the item is let go as it was, so it runs again
-        once the hold ends with the same attempt and the same idempotency key.
+        (:class:`~watcher.protocol.ThrottledError`) or whose service gave no answer
+        (:class:`~watcher.protocol.HandlerUnavailableError`), within the item's bound
+        of such retries (:mod:`watcher.unpaid`): the hold on every call to the handler
+        begins first, then the item is let go as it was, so it runs again once the
+        hold ends with the same attempt and the same idempotency key.
         """
         writes: list[ItemWrite] = []
         written: list[ReadyItem] = []
         for item, outcome in zip(items, outcomes, strict=True):
-            if isinstance(outcome, ThrottledError) and self._on_throttled is not None:
-                self._on_throttled(outcome.retry_after or 0.0)
-                if self._reports_outcomes:
-                    self.hooks.item_outcome(self.partition_id, item.id, item.gate,
-                                            "throttled", time.monotonic() - started)
-                self._let_go([item])
-                continue
+            if isinstance(outcome, UNPAID_KINDS):
+                charged = self._unpaid.settle(item, outcome)
+                if charged is None:  # held, unpaid: it runs again as it was
+                    if self._reports_outcomes:
+                        self.hooks.item_outcome(self.partition_id, item.id, item.gate,
+                                                unpaid_label(outcome),
+                                                time.monotonic() - started)
+                    self._let_go([item])
+                    continue
+                outcome = charged
+            elif self._unpaid and not isinstance(outcome, BaseException):
+                self._unpaid.forget(item.id)  # it answered: its count is over
             if isinstance(outcome, asyncio.CancelledError):
                 self._let_go([item], abandoned=True)
                 continue

@@ -98,7 +98,10 @@ class Watcher:
                                    linger=self.config.result_linger,
                                    calls_running=lambda: self.slots.calls)
         self.read_ahead = ReadAheadPool(self.config.concurrency)
-        self.flow = FlowControl(store, self.config, self.hooks)
+        # The processor's probe of its handler's service (an HttpProcessor's), which ends
+        # the hold on calls while the service is down (watcher.handler_hold).
+        self.flow = FlowControl(store, self.config, self.hooks,
+                                probe=getattr(processor, "probe_handler", None))
         self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
         self._wake = asyncio.Event()
         self._stopping = False
@@ -139,7 +142,7 @@ class Watcher:
         supervisor = PartitionSupervisor(
             lease, store=self.store, process=self._process, writer=self.writer,
             slots=self.flow.slots_for(lease.settings, self.slots),
-            on_throttled=self.flow.throttled,
+            on_throttled=self.flow.throttled, on_unavailable=self.flow.unavailable,
             keeper=self.keeper, config=self.config, hooks=self.hooks,
             reduce=self._reduce, reduce_shape=self._reduce_shape,
             process_batch=self._process_batch, tracer=self._tracer, read_ahead=self.read_ahead)
