@@ -55,6 +55,7 @@ class HandlerHold:
         self.since = 0.0
         self.failed_calls = 0  # calls that failed for the outage since the hold began
         self.holds = 0  # holds begun since the start
+        self.probes = 0  # probes made since the start
         self._task: asyncio.Task[None] | None = None
         self._waiting: dict[asyncio.Event, None] = {}
 
@@ -79,6 +80,7 @@ class HandlerHold:
         while True:
             await asyncio.sleep(wait)
             probes += 1
+            self.probes += 1
             if self._probe is None or await self._answers():
                 break
             wait = min(wait * 2, self.max_wait)
