@@ -84,10 +84,6 @@ class PartitionSupervisor:
         self.gates = GateStepper(lease, store=store, keeper=keeper, config=config, hooks=hooks,
                                  reducer=self.reducer)
         self.draining = False
-        # Told of a handler's Retry-After, to hold every call to it (watcher.flow), or
-        # told that the handler's service gave no answer, to hold them and probe it
-        # (watcher.handler_hold); either way the item's retry spends no attempt, within
-        # its bound (watcher.unpaid).
         self._unpaid = UnpaidRetries(lease.partition_id, config.max_unpaid_retries,
                                      on_throttled=on_throttled, on_unavailable=on_unavailable)
         self._check_lease = False
@@ -277,12 +273,10 @@ class PartitionSupervisor:
         the concurrency bounds calls in flight plus results not yet written: while
         writes fail, the slots fill up and no more calls are made whose results
         could not be stored. A call that cancelled itself is not written: its
-        item stays available and runs again. Nor is one the handler throttled
-        (:class:`~watcher.protocol.ThrottledError`) or whose service gave no answer
-        (:class:`~watcher.protocol.HandlerUnavailableError`), within the item's bound
-        of such retries (:mod:`watcher.unpaid`): the hold on every call to the handler
-        begins first, then the item is let go as it was, so it runs again once the
-        hold ends with the same attempt and the same idempotency key.
+        item stays available and runs again. Nor is one throttled or unanswered
+        (:mod:`watcher.unpaid`, within the item's bound): the hold on the calls to the
+        handler begins first, then the item is let go as it was, to run again once
+        the hold ends with the same attempt and idempotency key.
         """
         writes: list[ItemWrite] = []
         written: list[ReadyItem] = []
@@ -292,13 +286,10 @@ class PartitionSupervisor:
                 if charged is None:  # held, unpaid: it runs again as it was
                     if self._reports_outcomes:
                         self.hooks.item_outcome(self.partition_id, item.id, item.gate,
-                                                unpaid_label(outcome),
-                                                time.monotonic() - started)
+                                                unpaid_label(outcome), time.monotonic() - started)
                     self._let_go([item])
                     continue
                 outcome = charged
-            elif self._unpaid and not isinstance(outcome, BaseException):
-                self._unpaid.forget(item.id)  # it answered: its count is over
             if isinstance(outcome, asyncio.CancelledError):
                 self._let_go([item], abandoned=True)
                 continue

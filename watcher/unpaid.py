@@ -83,7 +83,8 @@ class UnpaidRetries:
     failure asks for, that failure is an ordinary attempt. An item's step is its
     idempotency step (:func:`watcher.decisions.idempotency_step`): a charged attempt
     keeps it, progress changes it, so a new step counts from 0. Holds only the items
-    that have taken an unpaid retry; falsy while none has.
+    that have taken an unpaid retry (one entry each, for as long as the lease lasts);
+    falsy while none has.
     """
 
     def __init__(self, partition_id: str, bound: int, *,
@@ -133,7 +134,3 @@ class UnpaidRetries:
                         unpaid_label(error))
             return charged_error(error, count, self.bound)
         return None
-
-    def forget(self, item_id: str) -> None:
-        """The item made progress (or left the partition): its count is over."""
-        self._counts.pop(item_id, None)
