@@ -44,13 +44,15 @@ class Handler:
     makes it answer like a proxy whose upstream is gone (a bare 502, 503 or 504 in turn,
     to calls and probes alike) while ``down``, or for the items in ``poison`` only."""
 
-    def __init__(self, *, seconds: float = 0.05, poison: frozenset[str] = frozenset()) -> None:
+    def __init__(self, *, seconds: float = 0.05, poison: frozenset[str] = frozenset(),
+                 inner: Any = None, reduces_refused: int = 0) -> None:
         self.calls: list[str] = []
         self.down = False
         self.refused = 0
         self.poison = poison
         self.seconds = seconds
-        self.inner = handlers.app(self.work)
+        self.inner = inner or handlers.app(self.work)
+        self.reduces_refused = reduces_refused  # the first reduce calls met the proxy
 
     async def work(self, item: handlers.Item) -> handlers.Result:
         self.calls.append(item.id)
@@ -58,6 +60,14 @@ class Handler:
         return handlers.Result(done=True)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not self.down and (
+                scope["path"].endswith("/reduce") and self.reduces_refused > 0):
+            self.reduces_refused -= 1
+            self.down = True
+            try:
+                return await self(scope, receive, send)
+            finally:
+                self.down = False
         if scope["type"] == "http" and (self.down or (
                 self.poison and self._poisoned(scope))):
             await read_body(receive)
@@ -222,3 +232,33 @@ async def test_an_item_always_answering_retry_after_is_bounded_logged_and_shown(
     flow = await flow_data(client)
     [row] = flow["handlers"]
     assert row.name == url and row.held_last  # the last hold is shown, though it ended
+
+
+async def test_a_reduce_call_the_service_did_not_answer_spends_no_attempt(
+        client: AsyncClient, make_store: Callable[..., Store],
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+
+    def to_gate_one(item: handlers.Item) -> handlers.Result:
+        return handlers.Result(gate=1)
+
+    def total(page: handlers.ReducePage) -> handlers.Reduced:
+        return handlers.Reduced(default=handlers.Result(done=True),
+                                result={"count": len(page.items)})
+
+    handler = Handler(inner=handlers.app(to_gate_one, reduce=total), reduces_refused=2)
+    await client.create_partition("r", [NewItem(f"i{m}", b"{}") for m in range(6)],
+                                  reduce_gates=[1])
+    async with serve_app(handler) as url:
+        processor = processor_for(url, batch=False)
+        config = WatcherConfig(**FAST, max_retries=0)
+        try:
+            async with running(Watcher(make_store(), processor, config)):
+                info = await client.wait("r", timeout=60)
+        finally:
+            await processor.aclose()
+    # With max_retries=0, one reduce attempt spent would have failed the partition.
+    assert info.status == "complete", info
+    assert info.result_json() == {"count": 6}
+    assert handler.refused == 2
+    assert hold_lines(caplog) == (2, 2)  # one hold per refused call, each logged once

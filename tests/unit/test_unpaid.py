@@ -72,10 +72,8 @@ async def test_a_hold_lets_no_call_by_until_a_probe_says_up(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="watcher.handler_hold")
     answers = [False, False, True]
-    asked = asyncio.Event()
 
     async def probe() -> bool:
-        asked.set()
         return answers.pop(0)
 
     hold = HandlerHold(probe, handler="h", first_wait=0.01, max_wait=0.02)
@@ -96,14 +94,20 @@ async def test_a_hold_lets_no_call_by_until_a_probe_says_up(
 
 
 async def test_a_probe_that_raises_says_down_and_stop_ends_the_probing() -> None:
+    asked = 0
+    twice = asyncio.Event()
+
     async def probe() -> bool:
+        nonlocal asked
+        asked += 1
+        if asked == 2:
+            twice.set()
         raise OSError("boom")
 
     hold = HandlerHold(probe, first_wait=0.01, max_wait=0.01)
     hold.unavailable("refused")
     async with asyncio.timeout(10):
-        while hold.probes < 2:
-            await asyncio.sleep(0.01)
+        await twice.wait()
     assert hold.held
     await hold.stop()
     await hold.stop()  # twice is safe
