@@ -54,6 +54,7 @@ def status(
     spawned items, how many; once one has a key, a priority or a pause, its flow:
     "paused acme +2"); with --watch, again and again until Ctrl-C."""
     from processor.client import Client
+    from processor.flow_reads import handler_hold_lines
     from processor.views import partition_row
     from watcher.checks import check_seconds
 
@@ -65,18 +66,24 @@ def status(
         def read() -> list[PartitionInfo]:
             return list(client.partitions(only or None, limit=limit))
 
+        def holds() -> list[str]:
+            return handler_hold_lines(client.flow_controls("handler"), client.now())
+
         if watch:
-            _watch(lambda: _partitions_view(read(), url, only, every=interval), interval)
+            _watch(lambda: _partitions_view(read(), url, only, every=interval,
+                                            holds=holds()), interval)
             return
         infos = read()
+        held = [] if as_json else holds()
     if as_json:
         typer.echo(json.dumps([partition_row(info) for info in infos], indent=2))
         return
-    data_console().print(_partitions_view(infos, url, only))
+    data_console().print(_partitions_view(infos, url, only, holds=held))
 
 
 def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
-                     every: float | None = None) -> RenderableType:
+                     every: float | None = None, holds: list[str] | None = None
+                     ) -> RenderableType:
     """The table of ``status``, and a line when it is empty; with ``every``, the time it
     was read and how to stop. Long ids and owners fold over lines, never cut: two ids
     that differ only at the end stay apart on a narrow terminal."""
@@ -110,9 +117,9 @@ def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
                       *(str(counts.get(s, 0)) for s in ("available", "complete", "failed")),
                       *((str(info.spawned),) if spawning else ()),
                       *((flow_text(info),) if flowing else ()))
-    if infos:
-        return table
-    return Group(table, Text(f"no {only} partitions" if only else "no partitions yet"))
+    below = [] if infos else [Text(f"no {only} partitions" if only else "no partitions yet")]
+    below += [Text(line, style="yellow") for line in holds or ()]  # Retry-After holds
+    return Group(table, *below) if below else table
 
 
 def _watch(render: Callable[[], RenderableType], interval: float) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -201,8 +203,8 @@ async def test_a_poison_item_that_takes_the_service_down_is_bounded(
 
 
 async def test_an_item_always_answering_retry_after_is_bounded_logged_and_shown(
-        client: AsyncClient, make_store: Callable[..., Store],
-        caplog: pytest.LogCaptureFixture) -> None:
+        client: AsyncClient, make_store: Callable[..., Store], db_url: str,
+        table_prefix: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     await client.create_partition("p", [NewItem(f"i{m}", b"{}") for m in range(5)])
     calls: list[str] = []
@@ -232,6 +234,14 @@ async def test_an_item_always_answering_retry_after_is_bounded_logged_and_shown(
     flow = await flow_data(client)
     [row] = flow["handlers"]
     assert row.name == url and row.held_last  # the last hold is shown, though it ended
+    status = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "processor.cli", "status", "--db-url", db_url, "--table-prefix",
+        table_prefix, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"})
+    async with asyncio.timeout(60):
+        out, err = await status.communicate()
+    assert status.returncode == 0, err
+    assert f"handler {url}: last held by a Retry-After" in out.decode(), out
 
 
 async def test_a_reduce_call_the_service_did_not_answer_spends_no_attempt(
