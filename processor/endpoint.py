@@ -192,17 +192,26 @@ class HandlerEndpoint:
         500, or an error answer with the contract's error object). The engine asks it
         while it holds the calls to the handler (:mod:`watcher.handler_hold`). Never
         raises."""
+        started = self.clock()
         if self._health is not None:
-            healthy, _ = await self._health()
+            healthy, detail = await self._health()
         else:
             try:
                 async with asyncio.timeout(HEALTH_CHECK_TIMEOUT):
                     reply = await self.sender.probe(self.url, {}, shown_url=self.shown_url)
-            except Exception:  # no answer (a timeout, a transport error): a probe never raises
-                return False
-            healthy = answered_by_handler(reply)
+            except TransportError as error:
+                healthy, detail = False, error.reason
+            except Exception as error:  # a timeout, or a bug: a probe never raises
+                healthy, detail = False, f"no answer to a probe of {self.shown_url} ({error!r})"
+            else:
+                healthy = answered_by_handler(reply)
+                detail = f"{self.shown_url} answered a probe with HTTP {reply.status}"
+        # The probes count with the calls: while the calls are held, they are the only
+        # ones to say how long the handler has been out.
         if healthy:
             self._answered()
+        else:
+            self._unanswered(self.shown_url, detail, started)
         return healthy
 
     def start(self) -> None:

@@ -60,6 +60,9 @@ class Watcher:
     (:class:`~watcher.call_tracing.CallTracer`) makes a span of every call; by default
     the processor's own, or OpenTelemetry's when the application set a tracer
     provider (:func:`~watcher.call_tracing.find_tracer`); ``None`` turns tracing off.
+    A processor's ``async probe_handler() -> bool`` (an HttpProcessor has one) says
+    whether its handler's service answers: asked while the calls are held for an
+    outage (:mod:`watcher.handler_hold`); without one, a hold ends after a short wait.
     """
 
     def __init__(self, store: Store, processor: Processor | ProcessCall,
