@@ -31,6 +31,7 @@ from processor.outage import OutageTracker, answered_by_handler
 from processor.redact import Scrubber, header_secrets, redact_url, url_secrets
 from processor.tracing import CallSpans
 from processor.transports import (
+    CLOSED_REASON,
     USER_AGENT,
     SenderSettings,
     TransportError,
@@ -129,8 +130,8 @@ class HandlerEndpoint:
                                     f"{self.config.request_timeout} s (request_timeout)")
         except UndecodableError as error:  # an answer came: the item's failure
             failure = Failure(True, error.reason)
-        except TransportError as error:
-            failure = Failure(True, error.reason, unanswered=True)
+        except TransportError as error:  # closed under the call: this processor stops
+            failure = Failure(True, error.reason, unanswered=error.reason != CLOSED_REASON)
         else:
             if answered_by_handler(reply):
                 self._answered()
