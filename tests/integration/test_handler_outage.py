@@ -272,3 +272,39 @@ async def test_a_reduce_call_the_service_did_not_answer_spends_no_attempt(
     assert info.result_json() == {"count": 6}
     assert handler.refused == 2
     assert hold_lines(caplog) == (2, 2)  # one hold per refused call, each logged once
+
+
+async def test_which_failed_calls_are_the_services_outage() -> None:
+    from tests.support.servers import send_json
+    from watcher import HandlerUnavailableError, RetryableError, ThrottledError, WorkItem
+
+    answers: dict[str, tuple[int, bytes, list[tuple[str, str]]]] = {
+        "/proxy502": (502, b"<html>Bad Gateway</html>", []),
+        "/proxy504": (504, b"", []),
+        "/bare500": (500, b"Internal Server Error", []),
+        "/own503": (503, b'{"error": {"message": "not now"}}', []),
+        "/busy": (503, b"", [("retry-after", "1")]),
+    }
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await read_body(receive)
+        status, body, headers = answers[scope["path"]]
+        await send_json(send, status, body, headers)
+
+    expected: dict[str, type[Exception]] = {
+        "/proxy502": HandlerUnavailableError, "/proxy504": HandlerUnavailableError,
+        "/bare500": RetryableError, "/own503": RetryableError, "/busy": ThrottledError}
+    work = WorkItem("p", "i", 0, 1, b"{}", 1)
+    async with serve_app(app) as url:
+        for path, kind in expected.items():
+            async with HttpProcessor(HttpProcessorConfig(handler_url=url + path)) as processor:
+                with pytest.raises(RetryableError) as raised:
+                    await processor.process(work)
+                assert type(raised.value) is kind, (path, raised.value)
+    closed = HttpProcessor(HttpProcessorConfig(handler_url=f"http://127.0.0.1:{free_port()}/"))
+    async with closed:
+        with pytest.raises(HandlerUnavailableError, match="could not connect"):
+            await closed.process(work)
+        assert await closed.probe_handler() is False
