@@ -121,3 +121,25 @@ async def test_without_a_probe_the_hold_ends_after_the_first_wait() -> None:
     async with asyncio.timeout(10):
         await woken.wait()
     assert not hold.held and hold.holds == 1
+
+
+def test_status_names_a_handler_held_now_or_lately() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from processor.flow_reads import handler_hold_lines
+    from watcher.reports import FlowControlInfo
+
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+    def row(scope: str, name: str, seconds: float | None) -> FlowControlInfo:
+        until = None if seconds is None else now + timedelta(seconds=seconds)
+        return FlowControlInfo(scope, name, None, None, None, until)
+
+    lines = handler_hold_lines([
+        row("handler", "http://a", 2.5), row("handler", "http://b\x1b]0;x", -30),
+        row("handler", "http://c", -3600), row("handler", "http://d", None),
+        row("key", "k", 5)], now)
+    assert lines == [
+        "handler http://a: held by a Retry-After, 2.5 s left (no processor calls it "
+        "meanwhile)",
+        "handler http://b?]0;x: last held by a Retry-After 30 s ago"]
