@@ -13,6 +13,7 @@ header value, the password of a URL or the values of its query string.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,12 +30,22 @@ from processor.http_config import (
 from processor.outage import OutageTracker, answered_by_handler
 from processor.redact import Scrubber, header_secrets, redact_url, url_secrets
 from processor.tracing import CallSpans
-from processor.transports import USER_AGENT, SenderSettings, TransportError, open_sender
-from processor.wire_errors import item_error, unexpected_failure
+from processor.transports import (
+    CLOSED_REASON,
+    USER_AGENT,
+    SenderSettings,
+    TransportError,
+    UndecodableError,
+    open_sender,
+)
+from processor.wire_errors import item_error, parse_error_body, unexpected_failure
 from processor.wire_values import Failure, Mask, Reply
 from watcher.protocol import ProcessorError, WorkItem
 
 log = logging.getLogger(__name__)
+
+# A proxy's answers while the handler behind it is down (without the handler's error object).
+PROXY_OUTAGE_STATUSES = frozenset({502, 503, 504})
 
 
 class HandlerEndpoint:
@@ -106,7 +117,10 @@ class HandlerEndpoint:
         Every call's outcome goes to :attr:`outage` (:mod:`processor.outage`), which
         logs one WARNING when the handler stops answering and one when it answers
         again. Never raises but for a bug (or ``CancelledError``): a timeout or a
-        transport failure comes back as a retryable :class:`Failure`.
+        transport failure comes back as a retryable :class:`Failure`. A call the
+        handler's service did not answer (no connection, a dropped one, a proxy's
+        bare 502, 503 or 504) is ``unanswered``: the engine holds the calls to the
+        handler and spends no attempt on it (:mod:`watcher.unpaid`).
         """
         started = self.clock()
         try:
@@ -114,15 +128,22 @@ class HandlerEndpoint:
         except TimeoutError:
             failure = Failure(True, f"no complete answer from {shown_url} within "
                                     f"{self.config.request_timeout} s (request_timeout)")
-        except TransportError as error:
+        except UndecodableError as error:  # an answer came: the item's failure
             failure = Failure(True, error.reason)
+        except TransportError as error:  # closed under the call: this processor stops
+            failure = Failure(True, error.reason, unanswered=error.reason != CLOSED_REASON)
         else:
             if answered_by_handler(reply):
                 self._answered()
-            else:
-                self._unanswered(shown_url, f"{shown_url} answered HTTP {reply.status} "
-                                 "without the handler's error object", started)
-            return reply
+                return reply
+            reason = f"{shown_url} answered HTTP {reply.status} without the handler's error object"
+            self._unanswered(shown_url, reason, started)
+            if reply.status not in PROXY_OUTAGE_STATUSES or (
+                    reply.status == 503 and reply.retry_after):
+                return reply  # a bare 500 may be the item's; a Retry-After is a throttle
+            excerpt = parse_error_body(reply.body or b"", self.mask).message
+            return Failure(True, f"{reason} (the handler's service is down)"
+                           + (f": {excerpt}" if excerpt else ""), unanswered=True)
         self._unanswered(shown_url, failure.reason, started)
         return failure
 
@@ -165,6 +186,34 @@ class HandlerEndpoint:
         if self._health is None:
             return True, "no health URL configured"
         return await self._health()
+
+    async def probe(self) -> bool:
+        """Whether the handler's service answers: its health check when it has one, else
+        a ``GET`` of the handler URL answered in the handler's words (any status below
+        500, or an error answer with the contract's error object). The engine asks it
+        while it holds the calls to the handler (:mod:`watcher.handler_hold`). Never
+        raises."""
+        started = self.clock()
+        if self._health is not None:
+            healthy, detail = await self._health()
+        else:
+            try:
+                async with asyncio.timeout(HEALTH_CHECK_TIMEOUT):
+                    reply = await self.sender.probe(self.url, {}, shown_url=self.shown_url)
+            except TransportError as error:
+                healthy, detail = False, error.reason
+            except Exception as error:  # a timeout, or a bug: a probe never raises
+                healthy, detail = False, f"no answer to a probe of {self.shown_url} ({error!r})"
+            else:
+                healthy = answered_by_handler(reply)
+                detail = f"{self.shown_url} answered a probe with HTTP {reply.status}"
+        # The probes count with the calls: while the calls are held, they are the only
+        # ones to say how long the handler has been out.
+        if healthy:
+            self._answered()
+        else:
+            self._unanswered(self.shown_url, detail, started)
+        return healthy
 
     def start(self) -> None:
         """Build the HTTP client now (see :meth:`HttpProcessor.start`)."""

@@ -100,6 +100,31 @@ def blocked_for(row: FlowControlInfo, now: datetime) -> float:
     return max(0.0, (until - at).total_seconds())
 
 
+# How long after a handler's last Retry-After hold ended `status` still mentions it.
+RECENT_HOLD_SECONDS = 600.0
+
+
+def handler_hold_lines(controls: list[FlowControlInfo], now: datetime) -> list[str]:
+    """One line per handler under a Retry-After hold at ``now``, or whose last hold ended
+    less than :data:`RECENT_HOLD_SECONDS` ago (holds are short: an item that keeps
+    answering Retry-After shows as one hold after another). Control characters in a
+    handler's name are shown as ``?``. Never raises."""
+    lines = []
+    at = aware(now)
+    for control in controls:
+        until = aware(control.blocked_until)
+        if control.scope != FlowScope.HANDLER.value or until is None or at is None:
+            continue
+        name = "".join(ch if ch.isprintable() else "?" for ch in control.name)
+        left = (until - at).total_seconds()
+        if left > 0:
+            lines.append(f"handler {name}: held by a Retry-After, {left:.1f} s left "
+                         "(no processor calls it meanwhile)")
+        elif -left < RECENT_HOLD_SECONDS:
+            lines.append(f"handler {name}: last held by a Retry-After {-left:.0f} s ago")
+    return lines
+
+
 def flow_json(listing: FlowListing) -> dict[str, Any]:
     """A listing as ``processor keys --json`` prints it."""
     def when(moment: datetime | None) -> str | None:

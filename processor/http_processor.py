@@ -69,6 +69,12 @@ class HttpProcessor:
         """Close the pooled connections. Safe to call more than once."""
         await self.endpoint.aclose()
 
+    async def probe_handler(self) -> bool:
+        """Whether the handler's service answers (:meth:`HandlerEndpoint.probe`): a
+        :class:`~watcher.Watcher` asks it while it holds the calls to a handler that is
+        down. Never raises."""
+        return await self.endpoint.probe()
+
     async def check_health(self) -> tuple[bool, str]:
         """GET the health URL: ``(True, detail)`` on a 2xx answer. Never raises.
 

@@ -44,9 +44,9 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 # Gates 0 to 15 are labelled by number; every later gate shares the label "16+".
 GATE_LABELS = 16
 ITEM_OUTCOMES = frozenset({"complete", "advanced", "looped", "snoozed", "retry", "throttled",
-                           "failed", "stale"})
+                           "held", "failed", "stale"})
 REDUCE_PASSES = frozenset({"all", "fold", "apply"})
-REDUCE_OUTCOMES = frozenset({"applied", "retry", "failed", "stale"})
+REDUCE_OUTCOMES = frozenset({"applied", "retry", "held", "failed", "stale"})
 # The label of an outcome or pass outside its set (none today: a guard on cardinality).
 OTHER = "other"
 

@@ -57,6 +57,10 @@ class ConnectError(TransportError):
     """No connection could be made (refused, unresolvable, or over ``connect_timeout``)."""
 
 
+class UndecodableError(TransportError):
+    """An answer came, but its body could not be decoded (a bad compression, say)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SenderSettings:
     """What both senders need; ``shown_url`` is the redacted handler URL for messages."""
@@ -124,7 +128,7 @@ class _Failures:
         return ConnectError(f"could not connect to {shown_url}: {error_text(error)}")
 
     def decoding(self, error: BaseException) -> TransportError:
-        return TransportError(
+        return UndecodableError(
             f"malformed answer: its body could not be decoded ({error_text(error)})")
 
     def connection(self, shown_url: str, error: BaseException) -> TransportError:

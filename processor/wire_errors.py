@@ -26,6 +26,7 @@ from processor.wire_values import (
     unchanged,
 )
 from watcher.protocol import (
+    HandlerUnavailableError,
     NonRetryableError,
     ProcessorError,
     RetryableError,
@@ -150,6 +151,8 @@ def item_error(item: WorkItem, failure: Failure, mask: Mask = unchanged) -> Proc
     (:mod:`watcher.failures`), so the text names none of them. Never raises.
     """
     message = mask(failure.reason)
+    if failure.unanswered:
+        return HandlerUnavailableError(message)
     if failure.throttled and failure.retry_after is not None:
         return ThrottledError(message, retry_after=failure.retry_after)
     if failure.retryable:

@@ -38,6 +38,7 @@ from processor.wire_values import (
     unchanged,
 )
 from watcher.protocol import (
+    HandlerUnavailableError,
     NonRetryableError,
     ProcessorError,
     ReduceCall,
@@ -219,6 +220,8 @@ def reduce_error(call: ReduceCall, failure: Failure, mask: Mask = unchanged
                  ) -> ProcessorError:
     """``failure`` as the engine's error for a reduce call, naming the call. Never raises."""
     message = mask(f"{describe_reduce(call)}: {failure.reason}")
+    if failure.unanswered:
+        return HandlerUnavailableError(message)
     if failure.retryable:
         return RetryableError(message, retry_after=failure.retry_after)
     return NonRetryableError(message)

@@ -63,11 +63,14 @@ class Failure:
     # The handler asked for fewer calls (429 or 503 with Retry-After): every call to it
     # waits, fleet-wide, and the item loses no attempt.
     throttled: bool = False
+    # No answer came from the handler's service (refused, reset, unresolvable, a connect
+    # timeout, a proxy's 502/503/504): an outage, the fleet's problem and not the item's.
+    unanswered: bool = False
 
     def prefixed(self, context: str) -> Failure:
         """This failure with ``"<context>: "`` before its reason."""
         return Failure(self.retryable, f"{context}: {self.reason}", self.retry_after,
-                       self.throttled)
+                       self.throttled, self.unanswered)
 
 
 # --------------------------------------------------------------------------- JSON

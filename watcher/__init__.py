@@ -26,6 +26,7 @@ from watcher.errors import (
 )
 from watcher.hooks import CountingHooks, Hooks
 from watcher.protocol import (
+    HandlerUnavailableError,
     NonRetryableError,
     Processor,
     Result,
@@ -75,6 +76,7 @@ __all__ = [
     "DuplicateItemError",
     "ErrorEntry",
     "GateError",
+    "HandlerUnavailableError",
     "Hooks",
     "InvalidInputError",
     "ItemInfo",

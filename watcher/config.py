@@ -20,6 +20,9 @@ DEFAULT_LEASE_DURATION = 10.0
 DEFAULT_MAX_RETRIES = 5
 DEFAULT_RETRY_BACKOFF = 1.0
 DEFAULT_RETRY_BACKOFF_MAX = 300.0
+# Retries one item may take in a row without spending an attempt, for calls its
+# handler's service did not answer or answered with Retry-After (watcher.unpaid).
+DEFAULT_MAX_UNPAID_RETRIES = 10
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 # Seconds one database round trip may take, unless configured (--db-timeout).
 DEFAULT_DB_TIMEOUT = 10.0
@@ -72,6 +75,7 @@ class WatcherConfig:
     max_retries: int = DEFAULT_MAX_RETRIES
     retry_backoff: float = DEFAULT_RETRY_BACKOFF
     retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX
+    max_unpaid_retries: int = DEFAULT_MAX_UNPAID_RETRIES
     auto_close: bool = True
     manual_checkpoint: bool = False
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
@@ -117,6 +121,7 @@ class WatcherConfig:
         check_whole_number("max item bytes", self.max_item_bytes)
         check_whole_number("max spawn", self.max_spawn)
         check_whole_number("max retries", self.max_retries, minimum=0)
+        check_whole_number("max unpaid retries", self.max_unpaid_retries, minimum=0)
         check_seconds("poll interval", self.poll_interval)
         check_seconds("lease duration", self.lease_duration)
         check_seconds("max snooze", self.max_snooze)

@@ -1,7 +1,8 @@
 """Flow control at one processor: the limits a partition's calls pass through.
 
 Every call needs a slot of the processor's pool (``--concurrency``) and passes
-the *gates* of its flow controls: the handler's token pool (its rate limit and
+the *gates* of its flow controls: the hold while the handler's service is down
+(:mod:`watcher.handler_hold`), the handler's token pool (its rate limit and
 its ``Retry-After`` holds) and, for a keyed partition, its key's in-flight pool
 (:mod:`watcher.key_limits`) and token pool (:mod:`watcher.rate_limits`).
 :class:`FlowSlots` puts them together behind the interface the supervisor uses
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from watcher.config import WatcherConfig
+from watcher.handler_hold import HandlerHold, Probe
 from watcher.hooks import Hooks, SafeHooks
 from watcher.key_grants import KeyLimiter
 from watcher.rate_limits import RateLimiter
@@ -132,17 +134,20 @@ class FlowControl:
     that keep them in step with the database."""
 
     def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks | SafeHooks,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 probe: Probe | None = None) -> None:
         # One round of database work at a time, so that a stop never cuts one short.
         self._db_round = asyncio.Lock()
         self._stop_wait = config.shutdown_timeout
         self.keys = KeyLimiter(store, config, hooks, clock, self._db_round)
         self.rates = RateLimiter(store, config, hooks, clock, self._db_round)
+        # This processor's hold while the handler's service is down; ``probe`` asks it.
+        self.hold = HandlerHold(probe, handler=config.handler_name, clock=clock)
         self._clock = clock
 
     def slots_for(self, settings: PartitionSettings, shared: SlotPool) -> Slots:
         """The slots a partition with ``settings`` dispatches in."""
-        gates: list[Gate] = [self.rates.handler]
+        gates: list[Gate] = [self.hold, self.rates.handler]
         key = settings.flow_key
         if key:
             gates += [self.keys.pool(key), self.rates.key_pool(key)]
@@ -151,6 +156,11 @@ class FlowControl:
     def throttled(self, seconds: float) -> None:
         """The handler answered ``Retry-After: seconds``: hold its calls, fleet-wide."""
         self.rates.throttled(seconds)
+
+    def unavailable(self, reason: str) -> None:
+        """A call got no answer from the handler's service: hold its calls here and probe
+        it (:class:`~watcher.handler_hold.HandlerHold`)."""
+        self.hold.unavailable(reason)
 
     async def run(self, held_keys: Callable[[], Iterable[str]]) -> None:
         """Keep grants and tokens in step until cancelled."""
@@ -165,6 +175,7 @@ class FlowControl:
         aiosqlite that close can outlive the connection's thread and leave a task that
         never ends, which hung a stopping process at exit.
         """
+        await self.hold.stop()
         between_rounds = False
         try:
             async with asyncio.timeout(self._stop_wait):

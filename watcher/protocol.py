@@ -124,6 +124,18 @@ class ThrottledError(RetryableError):
         super().__init__(message, retry_after=retry_after)
 
 
+class HandlerUnavailableError(RetryableError):
+    """The call got no answer from the handler's service: connection refused or reset, a
+    name that does not resolve, a connect timeout, or a proxy's 502, 503 or 504 in place
+    of the handler's answer.
+
+    An outage is the fleet's problem, not the item's: the processor holds its calls to
+    the handler and probes it until it answers again, and the item runs again then with
+    no attempt used (up to ``max_unpaid_retries`` such retries per item: see
+    :mod:`watcher.unpaid`).
+    """
+
+
 class NonRetryableError(ProcessorError):
     """The attempt failed and retrying cannot help: the item fails at once."""
 

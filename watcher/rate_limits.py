@@ -34,6 +34,10 @@ from watcher.store import Store
 
 log = logging.getLogger(__name__)
 
+# At most one WARNING about the handler's Retry-After holds this often; each says how
+# many holds began since the last one.
+THROTTLE_LOG_INTERVAL = 60.0
+
 class TokenPool:
     """The tokens this processor holds of one bucket (the handler's or a key's), and
     the handler's hold when it is the handler's.
@@ -167,6 +171,8 @@ class RateLimiter:
         self.keys: dict[str, TokenPool] = {}
         self._failing = False
         self._pending_block = 0.0  # a hold to tell the fleet of, in seconds
+        self._throttles = 0  # Retry-After holds begun since the last line about them
+        self._next_throttle_line = 0.0  # monotonic: when the next line may be written
 
     def key_pool(self, key: str) -> TokenPool:
         pool = self.keys.get(key)
@@ -185,6 +191,15 @@ class RateLimiter:
         self._pending_block = max(self._pending_block, seconds)
         self.hooks.handler_blocked(seconds)
         self._demand.set()
+        self._throttles += 1
+        if now >= self._next_throttle_line:
+            log.warning("action=handler_throttled handler=%s seconds=%.1f holds=%d (the "
+                        "handler answered Retry-After: every processor holds its calls to "
+                        "it that long; the items spend no attempt, up to "
+                        "--max-unpaid-retries each; at most one line a minute)",
+                        self.config.handler_name, seconds, self._throttles)
+            self._throttles = 0
+            self._next_throttle_line = now + THROTTLE_LOG_INTERVAL
 
     async def run(self, held_keys: Callable[[], Iterable[str]]) -> None:
         """Claim tokens while calls wait on a rate (every :data:`CLAIM_INTERVAL`),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from functools import partial
@@ -23,6 +24,7 @@ from watcher.decisions import RetryPolicy, describe_error, storable_text
 from watcher.failures import partition_failed_at_reduce
 from watcher.models import Status
 from watcher.protocol import (
+    HandlerUnavailableError,
     NonRetryableError,
     ReduceCall,
     ReduceCallable,
@@ -42,6 +44,7 @@ from watcher.reduction import (
 from watcher.refusals import is_refusal, write_or_refuse
 from watcher.slots import Slots
 from watcher.spawning import SpawnConflictError, SpawnLimits
+from watcher.unpaid import UnpaidStep, charged_error, decide_unpaid
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +83,8 @@ class GateReducer:
     """
 
     def __init__(self, context: PartitionContext, *, reduce: ReduceCallable | None,
-                 slots: Slots, shape: ReduceShapeCall | None = None) -> None:
+                 slots: Slots, shape: ReduceShapeCall | None = None,
+                 on_unavailable: Callable[[str], None] | None = None) -> None:
         lease = context.lease
         self.lease = lease
         self.store = context.store
@@ -94,6 +98,10 @@ class GateReducer:
         # Whether the reducer's shape is still to be checked against this partition
         # (once per lease, before any item work): see :meth:`check_shape`.
         self.unchecked = shape is not None and bool(lease.settings.reduce_gates)
+        # Told that the handler's service gave no answer (watcher.handler_hold); the
+        # reduce calls since the last write that it did not answer, unpaid (watcher.unpaid).
+        self.on_unavailable = on_unavailable
+        self.unpaid = 0
 
     @property
     def partition_id(self) -> str:
@@ -221,6 +229,17 @@ class GateReducer:
                 f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page} "
                 f"(attempt {call.attempt}): malformed reduce answer: {malformed}")
             return await self._failed(call.attempt, error, plan.pass_, started)
+        except HandlerUnavailableError as failure:
+            if self.on_unavailable is None:
+                return await self._failed(call.attempt, failure, plan.pass_, started)
+            if decide_unpaid(failure, self.unpaid, self.config.max_unpaid_retries
+                             ) is UnpaidStep.CHARGE:
+                return await self._failed(call.attempt, charged_error(
+                    failure, self.unpaid, self.config.max_unpaid_retries), plan.pass_, started)
+            self.unpaid += 1  # no attempt counted: made again once the hold ends
+            self.on_unavailable(failure.message)
+            self.hooks.reduce_outcome(pid, gate, plan.pass_, "held", time.monotonic() - started)
+            return ReduceStepOutcome(StepKind.RETRY, 0.0)
         except Exception as failure:  # the reducer's error, or a bug in it
             return await self._failed(call.attempt, failure, plan.pass_, started)
         finally:
@@ -251,6 +270,7 @@ class GateReducer:
             log.debug("action=reduce_stale partition=%s gate=%d", pid, gate)
             return ReduceStepOutcome(StepKind.CONFLICT)
         lease.wrote(version)
+        self.unpaid = 0
         self.hooks.reduce_outcome(pid, gate, plan.pass_, "applied", seconds)
         if step.spawn:
             self.hooks.items_spawned(pid, len(step.spawn))

@@ -29,7 +29,6 @@ from watcher.models import AVAILABLE, FAILED
 from watcher.oversize import oversize_error
 from watcher.protocol import (
     ReduceShapeCall,
-    ThrottledError,
     WorkItem,
 )
 from watcher.ready_reads import ReadyReads
@@ -37,6 +36,7 @@ from watcher.records import ItemWrite, ReadyItem
 from watcher.reducer import GateReducer
 from watcher.slots import ReadAheadPool, Slots, wait_event
 from watcher.spawning import SpawnLimits
+from watcher.unpaid import UNPAID_KINDS, UnpaidRetries, unpaid_label
 from watcher.writer import ResultWriter, WriterClosedError
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ class PartitionSupervisor:
                  reduce_shape: ReduceShapeCall | None = None,
                  tracer: CallTracer | None = None,
                  on_throttled: Callable[[float], None] | None = None,
+                 on_unavailable: Callable[[str], None] | None = None,
                  read_ahead: ReadAheadPool | None = None) -> None:
         lease, config, hooks = context.lease, context.config, context.hooks
         if tracer is not None:  # once per lease: each call a span, linked to the creator
@@ -69,11 +70,11 @@ class PartitionSupervisor:
                                 policy=self._policy,
                                 room=read_ahead or ReadAheadPool(config.concurrency))
         self.reducer = GateReducer(context, reduce=calls.reduce, slots=slots,
-                                   shape=reduce_shape)
+                                   shape=reduce_shape, on_unavailable=on_unavailable)
         self.gates = GateStepper(context, reducer=self.reducer)
         self.draining = False
-        # Told of a handler's Retry-After, to hold every call to it (watcher.flow).
-        self._on_throttled = on_throttled
+        self._unpaid = UnpaidRetries(lease.partition_id, config.max_unpaid_retries,
+                                     on_throttled=on_throttled, on_unavailable=on_unavailable)
         self._check_lease = False
         self._spawn_limits = SpawnLimits.of(config)
         self._db_failing = False
@@ -261,21 +262,23 @@ class PartitionSupervisor:
         the concurrency bounds calls in flight plus results not yet written: while
         writes fail, the slots fill up and no more calls are made whose results
         could not be stored. A call that cancelled itself is not written: its
-        item stays available and runs again. Nor is one the handler throttled
-        (:class:`~watcher.protocol.ThrottledError`): the hold on every call to the
-        handler begins first, then the item is let go as it was, so it runs again
-        once the hold ends with the same attempt and the same idempotency key.
+        item stays available and runs again. Nor is one throttled or unanswered
+        (:mod:`watcher.unpaid`, within the item's bound): the hold on the calls to the
+        handler begins first, then the item is let go as it was, to run again once
+        the hold ends with the same attempt and idempotency key.
         """
         writes: list[ItemWrite] = []
         written: list[ReadyItem] = []
         for item, outcome in zip(items, outcomes, strict=True):
-            if isinstance(outcome, ThrottledError) and self._on_throttled is not None:
-                self._on_throttled(outcome.retry_after or 0.0)
-                if self._reports_outcomes:
-                    self.hooks.item_outcome(self.partition_id, item.id, item.gate,
-                                            "throttled", time.monotonic() - started)
-                self._let_go([item])
-                continue
+            if isinstance(outcome, UNPAID_KINDS):
+                charged = self._unpaid.settle(item, outcome)
+                if charged is None:  # held, unpaid: it runs again as it was
+                    if self._reports_outcomes:
+                        self.hooks.item_outcome(self.partition_id, item.id, item.gate,
+                                                unpaid_label(outcome), time.monotonic() - started)
+                    self._let_go([item])
+                    continue
+                outcome = charged
             if isinstance(outcome, asyncio.CancelledError):
                 self._let_go([item], abandoned=True)
                 continue

@@ -63,6 +63,9 @@ class Watcher:
     (:class:`~watcher.call_tracing.CallTracer`) makes a span of every call; by default
     the processor's own, or OpenTelemetry's when the application set a tracer
     provider (:func:`~watcher.spans.find_tracer`); ``None`` turns tracing off.
+    A processor's ``async probe_handler() -> bool`` (an HttpProcessor has one) says
+    whether its handler's service answers: asked while the calls are held for an
+    outage (:mod:`watcher.handler_hold`); without one, a hold ends after a short wait.
     """
 
     def __init__(self, store: Store, processor: Processor | ProcessCall,
@@ -101,7 +104,10 @@ class Watcher:
                                    linger=self.config.result_linger,
                                    calls_running=lambda: self.slots.calls)
         self.read_ahead = ReadAheadPool(self.config.concurrency)
-        self.flow = FlowControl(store, self.config, self.hooks)
+        # The processor's probe of its handler's service (an HttpProcessor's), which ends
+        # the hold on calls while the service is down (watcher.handler_hold).
+        self.flow = FlowControl(store, self.config, self.hooks,
+                                probe=getattr(processor, "probe_handler", None))
         self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
         self._wake = asyncio.Event()
         self._stopping = False
@@ -144,7 +150,8 @@ class Watcher:
             context, PartitionCalls(self._process, self._process_batch, self._reduce),
             writer=self.writer, slots=self.flow.slots_for(lease.settings, self.slots),
             reduce_shape=self._reduce_shape, tracer=self._tracer,
-            on_throttled=self.flow.throttled, read_ahead=self.read_ahead)
+            on_throttled=self.flow.throttled, on_unavailable=self.flow.unavailable,
+            read_ahead=self.read_ahead)
         task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
         task.add_done_callback(self._supervisor_ended)
         self.supervisors[lease.partition_id] = (supervisor, task)

@@ -57,6 +57,7 @@ def status(
     spawned items, how many; once one has a key, a priority or a pause, its flow:
     "paused acme +2"); with --watch, again and again until Ctrl-C."""
     from processor.client import Client
+    from processor.flow_reads import handler_hold_lines
     from processor.views import partition_row
     from watcher.checks import check_seconds
 
@@ -72,16 +73,20 @@ def status(
             fleet = client.flow_controls("fleet", limit=1)
             return fleet[0].paused_at if fleet else None
 
+        def holds() -> list[str]:
+            return handler_hold_lines(client.flow_controls("handler"), client.now())
+
         if watch:
             _watch(lambda: _partitions_view(read(), url, only, every=interval,
-                                            paused=fleet_paused()), interval)
+                                            paused=fleet_paused(), holds=holds()), interval)
             return
         infos = read()
         paused = None if as_json else fleet_paused()
+        held = [] if as_json else holds()
     if as_json:
         typer.echo(json.dumps([partition_row(info) for info in infos], indent=2))
         return
-    data_console().print(_partitions_view(infos, url, only, paused=paused))
+    data_console().print(_partitions_view(infos, url, only, paused=paused, holds=held))
 
 
 # The narrowest the id column gets before the other columns give way: an id folds in
@@ -93,9 +98,11 @@ ID_ROOM = 58
 
 def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
                      every: float | None = None,
-                     paused: datetime.datetime | None = None) -> RenderableType:
+                     paused: datetime.datetime | None = None,
+                     holds: list[str] | None = None) -> RenderableType:
     """The table of ``status``, and a line when it is empty; above it, a line when
-    everything is paused (``paused``: since when); with ``every``, the time it was read
+    everything is paused (``paused``: since when), and below it a line per handler held
+    by a ``Retry-After`` (``holds``); with ``every``, the time it was read
     and how to stop. Long ids and owners fold over lines, never cut: two ids that
     differ only at the end stay apart on a narrow terminal. The gate and the step, and
     the item counts, share a column each, so that at 80 columns an id folds at
@@ -126,11 +133,11 @@ def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
                       str(info.gate), info.owner or "-", items_cell(info.counts),
                       *((str(info.spawned),) if spawning else ()),
                       *((flow_text(info),) if flowing else ()))
-    return _narrowed(table, infos, paused, only)
+    return _narrowed(table, infos, paused, only, holds or [])
 
 
 def _narrowed(table: Table, infos: list[PartitionInfo], paused: datetime.datetime | None,
-              only: str) -> RenderableType:
+              only: str, holds: list[str]) -> RenderableType:
     """``table`` with its id column held at a readable width when the terminal is too
     narrow for the whole table (Rich would squeeze it to a few characters), under the
     fleet's pause line and over the "none" line."""
@@ -151,6 +158,7 @@ def _narrowed(table: Table, infos: list[PartitionInfo], paused: datetime.datetim
     parts.append(table)
     if not infos:
         parts.append(Text(f"no {only} partitions" if only else "no partitions yet"))
+    parts += [Text(line, style="yellow") for line in holds]  # Retry-After holds
     return parts[0] if len(parts) == 1 else Group(*parts)
 
 

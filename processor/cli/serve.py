@@ -23,6 +23,7 @@ from watcher.config import (
     DEFAULT_MAX_LEASES,
     DEFAULT_MAX_RETRIES,
     DEFAULT_MAX_SPAWN,
+    DEFAULT_MAX_UNPAID_RETRIES,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REDUCE_PAGE_ITEMS,
     DEFAULT_RETRY_BACKOFF,
@@ -121,6 +122,11 @@ def run(
     max_retries: Annotated[int, typer.Option(envvar=env_name("MAX_RETRIES"),
                                              help="Retries before an item fails.")
                            ] = DEFAULT_MAX_RETRIES,
+    max_unpaid_retries: Annotated[int, typer.Option(
+        envvar=env_name("MAX_UNPAID_RETRIES"),
+        help="Retries one item may take in a row without spending an attempt, when the "
+        "handler's service gave no answer or answered Retry-After; past them, each counts "
+        "as an attempt.")] = DEFAULT_MAX_UNPAID_RETRIES,
     retry_backoff: Annotated[float, typer.Option(envvar=env_name("RETRY_BACKOFF"),
                                                  help="First retry delay in seconds; "
                                                  "doubles per retry.")] = DEFAULT_RETRY_BACKOFF,
@@ -275,7 +281,8 @@ def run(
         watcher=WatcherConfig(
             owner_id=owner_id or default_owner_id(), concurrency=concurrency,
             poll_interval=poll_interval, lease_duration=lease_duration,
-            max_retries=max_retries, retry_backoff=retry_backoff,
+            max_retries=max_retries, max_unpaid_retries=max_unpaid_retries,
+            retry_backoff=retry_backoff,
             retry_backoff_max=max(retry_backoff, DEFAULT_RETRY_BACKOFF_MAX), auto_close=auto_close,
             manual_checkpoint=manual_checkpoint, shutdown_timeout=shutdown_timeout,
             max_leases=max_leases, reduce_page_items=reduce_page_items,

@@ -1,8 +1,8 @@
 """The console's Flow page (``/flow``): each key's limits, pause and live grants (the
 slots of its fleet-wide limit each processor holds), handlers blocked by a
-Retry-After, and the pause of everything; with a pause and resume per key and for
-everything, POSTed as the partition page's actions are (same-origin, session token,
-refused on a read-only console).
+Retry-After (and how long ago the last such hold ended), and the pause of everything;
+with a pause and resume per key and for everything, POSTed as the partition page's
+actions are (same-origin, session token, refused on a read-only console).
 
 :func:`flow_data` reads (through :func:`processor.flow_reads.read_flow`) and shapes
 what the templates ``flow.html`` and ``_flow.html`` show; :func:`flow_routes` gives the
@@ -22,7 +22,7 @@ from starlette.routing import Route
 from processor.async_client import AsyncClient
 from processor.console.forms import see_other
 from processor.console.pages import age_text
-from processor.flow_reads import Grant, blocked_for, read_flow
+from processor.flow_reads import Grant, aware, blocked_for, read_flow
 
 
 class ReadOnlySetting(Protocol):
@@ -96,6 +96,9 @@ class KeyRow:
     blocked: str
     granted: int
     grants: tuple[Grant, ...]
+    # How long ago the last Retry-After hold ended ("12 s"), once it has: holds are
+    # short, and an item that keeps answering Retry-After shows as holds again and again.
+    held_last: str = ""
 
 
 async def flow_data(client: AsyncClient) -> dict[str, Any]:
@@ -111,6 +114,8 @@ async def flow_data(client: AsyncClient) -> dict[str, Any]:
     for row in listing.rows:
         control = row.control
         blocked = blocked_for(control, listing.now)
+        until = aware(control.blocked_until)
+        until = None if until is None else until.replace(tzinfo=None)
         rows.append(KeyRow(
             scope=control.scope, name=control.name,
             limit="default" if control.max_inflight is None else f"{control.max_inflight:,}",
@@ -118,7 +123,8 @@ async def flow_data(client: AsyncClient) -> dict[str, Any]:
             paused=control.paused_at is not None,
             paused_for=age_text(control.paused_at, now),
             blocked=f"{blocked:.1f} s" if blocked else "", granted=row.granted,
-            grants=row.grants))
+            grants=row.grants,
+            held_last=age_text(until, now) if until is not None and not blocked else ""))
     return {"keys": [row for row in rows if row.scope == "key"],
             "handlers": [row for row in rows if row.scope != "key"],
             "fleet_paused": listing.fleet_paused_at is not None,

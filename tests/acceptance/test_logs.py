@@ -188,8 +188,12 @@ async def test_failures_and_a_handler_outage_are_one_line_each(setup, tmp_path) 
     assert str(port) in started.fields["error"]
     assert int(ended.fields["failed_calls"]) >= int(started.fields["failed_calls"])
     assert float(ended.fields["seconds"]) >= float(started.fields["seconds"])
+    # The engine held the calls while the handler was out: one line each way.
+    [held] = actions(lines, "handler_hold_started")
+    [resumed] = actions(lines, "handler_hold_ended")
+    assert held.level == resumed.level == "WARNING"
     # No line per failed call: the outage's calls are counted, not logged (above DEBUG).
-    assert len([line for line in lines if line.level in ("WARNING", "ERROR")]) == 5, log
+    assert len([line for line in lines if line.level in ("WARNING", "ERROR")]) == 7, log
     if log_format == "json":  # the fields are typed in JSON
         assert isinstance(started.fields["failed_calls"], int)
         assert isinstance(failed_item.fields["attempts"], int)

@@ -18,7 +18,13 @@ import pytest
 from processor.http_config import HttpProcessorConfig
 from processor.http_processor import HttpProcessor
 from tests.support.servers import free_port, serve_app
-from watcher.protocol import NonRetryableError, Result, RetryableError, WorkItem
+from watcher.protocol import (
+    HandlerUnavailableError,
+    NonRetryableError,
+    Result,
+    RetryableError,
+    WorkItem,
+)
 
 TOKEN = "Bearer s3cr3t-t0ken-never-shown"
 PASSWORD = "hunter2-pass"
@@ -204,7 +210,8 @@ async def test_success_answers_map_to_results(handler, make_processor, status, b
     (500, {"error": {"message": "database down"}}, RetryableError, "HTTP 500: database down"),
     (500, {"error": {"message": "bad input", "no_retry": True}}, NonRetryableError,
      "no_retry"),
-    (502, b"<html><body>Bad Gateway</body></html>", RetryableError, "Bad Gateway"),
+    (502, b"<html><body>Bad Gateway</body></html>", HandlerUnavailableError, "Bad Gateway"),
+    (500, b"Internal Server Error", RetryableError, "HTTP 500"),
     (400, {"error": {"message": "missing field"}}, NonRetryableError, "missing field"),
     (404, b"", NonRetryableError, "HTTP 404"),
     (422, {"error": "not a number"}, NonRetryableError, "not a number"),

@@ -22,12 +22,13 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def serve_app(app: Any, *, port: int | None = None, startup_timeout: float = 10.0,
-                    certfile: Path | None = None, keyfile: Path | None = None
-                    ) -> AsyncIterator[str]:
+                    certfile: Path | None = None, keyfile: Path | None = None,
+                    abrupt: bool = False) -> AsyncIterator[str]:
     """Run ``app`` under uvicorn on 127.0.0.1 inside the current event loop.
 
     Yields the base URL: ``http://127.0.0.1:PORT``, or ``https://`` when a
-    certificate and key are given.
+    certificate and key are given. ``abrupt``: the server stops as a crash would
+    (its connections closed at once, requests in flight cut off), not gracefully.
 
     Raises:
         TimeoutError: the server did not start within ``startup_timeout`` seconds,
@@ -50,6 +51,7 @@ async def serve_app(app: Any, *, port: int | None = None, startup_timeout: float
         yield f"{'http' if certfile is None else 'https'}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
+        server.force_exit = abrupt
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, timeout=10)
 
