@@ -124,7 +124,8 @@ async def test_run_reduces_a_gate_and_result_prints_it(migrated, tmp_path) -> No
     missing = run_cli("result", "nope", *where)
     assert missing.returncode == 2 and missing.stdout == ""
     assert missing.stderr.strip().splitlines() == [
-        "processor: error: partition 'nope' does not exist; create it with create_partition()"]
+        "processor: error: partition 'nope' does not exist; create it with `processor create "
+        "nope --items FILE`, or list the partitions with `processor status`"]
     empty = run_cli("result", "plain", *where)
     assert empty.returncode == 3 and "has no result yet" in empty.stderr
     assert len(empty.stderr.strip().splitlines()) == 1

@@ -147,6 +147,7 @@ def hostile(migrated) -> tuple[str, ...]:
     return ("--db-url", db_url, "--table-prefix", prefix)
 
 
+@pytest.mark.timeout(600)  # some twenty CLI processes, one after the other
 @pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
 def test_every_verb_shows_escapes_in_data_and_obeys_none(hostile) -> None:
     where = hostile

@@ -391,7 +391,8 @@ async def test_wait_times_out_with_exit_5(where) -> None:
 
 async def test_wait_on_a_missing_partition(where) -> None:
     line = one_error_line(cli("wait", "nope", *where))
-    assert line == "partition 'nope' does not exist; create it with create_partition()"
+    assert line == ("partition 'nope' does not exist; create it with `processor create nope "
+                    "--items FILE`, or list the partitions with `processor status`")
 
 
 def test_help_of_the_new_verbs_loads_no_database_library() -> None:
