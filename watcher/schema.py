@@ -11,7 +11,7 @@ from sqlalchemy.sql.elements import quoted_name
 from sqlmodel import SQLModel
 
 from watcher.errors import ConfigError
-from watcher.models import FlowControl, FlowGrant, Item, Leader, Partition
+from watcher.models import FlowControl, FlowGrant, Item, Leader, Partition, Wait
 
 TABLE_PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
 
@@ -33,7 +33,8 @@ def validate_table_prefix(prefix: str) -> str:
 @dataclass(frozen=True)
 class Tables:
     """The tables of one statefeed namespace: partitions, items, the leaders of duties
-    one processor at a time performs (retention), and the flow controls and grants."""
+    one processor at a time performs (retention), the flow controls and grants, and the
+    waits of parked items."""
 
     prefix: str
     partitions: Table
@@ -41,6 +42,7 @@ class Tables:
     leaders: Table
     flow_controls: Table
     flow_grants: Table
+    waits: Table
 
     @property
     def version_table(self) -> str:
@@ -64,7 +66,7 @@ def tables_for(prefix: str = "") -> Tables:
     """
     validate_table_prefix(prefix)
     plain = [_table_of(model)
-             for model in (Partition, Item, Leader, FlowControl, FlowGrant)]
+             for model in (Partition, Item, Leader, FlowControl, FlowGrant, Wait)]
     if prefix == "":
         return Tables("", *plain)
     metadata = MetaData()
