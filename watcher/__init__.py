@@ -31,6 +31,7 @@ from watcher.protocol import (
     Result,
     RetryableError,
     ThrottledError,
+    Wait,
     WorkItem,
 )
 from watcher.records import ErrorEntry, ItemInfo, NewItem, PartitionInfo
@@ -94,6 +95,7 @@ __all__ = [
     "ThrottledError",
     "ValueRefusedError",
     "Watcher",
+    "Wait",
     "WatcherConfig",
     "WorkItem",
 ]

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -34,6 +34,7 @@ from watcher.protocol import (
     ProcessCall,
     ReduceCallable,
     ReduceShapeCall,
+    Result,
     ThrottledError,
     WorkItem,
 )
@@ -54,10 +55,8 @@ class PartitionSupervisor:
     def __init__(self, lease: Lease, *, store: Store, process: ProcessCall,
                  writer: ResultWriter, slots: Slots, keeper: LeaseKeeper,
                  config: WatcherConfig, hooks: Hooks,
-                 reduce: ReduceCallable | None = None,
-                 reduce_shape: ReduceShapeCall | None = None,
-                 process_batch: ProcessBatchCall | None = None,
-                 tracer: CallTracer | None = None,
+                 reduce: ReduceCallable | None = None, reduce_shape: ReduceShapeCall | None = None,
+                 process_batch: ProcessBatchCall | None = None, tracer: CallTracer | None = None,
                  on_throttled: Callable[[float], None] | None = None,
                  read_ahead: ReadAheadPool | None = None) -> None:
         if tracer is not None:  # once per lease: each call a span, linked to the creator
@@ -256,7 +255,8 @@ class PartitionSupervisor:
         try:
             await call_items(self.process, self.process_batch, works, self.slots,
                              lambda positions, outcomes: self._finish(
-                                 [items[position] for position in positions], outcomes, started))
+                                 [items[position] for position in positions], outcomes, started,
+                                 works, positions))
         except asyncio.CancelledError:
             self._let_go(self.in_hand.calling(items), abandoned=True)
             raise
@@ -265,7 +265,8 @@ class PartitionSupervisor:
             self._let_go(self.in_hand.calling(items))
 
     def _finish(self, items: list[ReadyItem], outcomes: list[CallOutcome],
-                started: float) -> None:
+                started: float, works: Sequence[WorkItem] = (),
+                positions: Sequence[int] = ()) -> None:
         """Turn finished calls into item writes and queue them as one writer entry.
 
         The calls' slots stay taken until the writes are done (or dropped), so
@@ -276,10 +277,11 @@ class PartitionSupervisor:
         (:class:`~watcher.protocol.ThrottledError`): the hold on every call to the
         handler begins first, then the item is let go as it was, so it runs again
         once the hold ends with the same attempt and the same idempotency key.
+        An answer that parks its item stores the hash of its call's completion token.
         """
         writes: list[ItemWrite] = []
         written: list[ReadyItem] = []
-        for item, outcome in zip(items, outcomes, strict=True):
+        for n, (item, outcome) in enumerate(zip(items, outcomes, strict=True)):
             if isinstance(outcome, ThrottledError) and self._on_throttled is not None:
                 self._on_throttled(outcome.retry_after or 0.0)
                 if self._reports_outcomes:
@@ -290,10 +292,12 @@ class PartitionSupervisor:
             if isinstance(outcome, asyncio.CancelledError):
                 self._let_go([item], abandoned=True)
                 continue
+            token = (works[positions[n]].completion_token  # the call of items[n]
+                     if positions and isinstance(outcome, Result) and outcome.wait else None)
             writes.append(write_for_outcome(
                 self.partition_id, item, outcome, self.lease.gate, self._policy,
                 max_data_bytes=self.config.max_item_bytes, max_snooze=self.config.max_snooze,
-                spawn_limits=self._spawn_limits))
+                spawn_limits=self._spawn_limits, completion_token=token))
             written.append(item)
         if not writes:
             return
