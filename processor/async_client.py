@@ -41,6 +41,7 @@ from processor.client_checks import (
 from processor.client_flow import FlowClient
 from processor.client_items import ItemReads
 from processor.client_verbs import PartitionVerbs
+from processor.client_waits import WaitsClient
 from processor.tracing import capture_context
 from watcher.checks import check_whole_number
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
@@ -59,7 +60,7 @@ from watcher.text import first_line
 T = TypeVar("T")
 
 
-class AsyncClient(PartitionVerbs, FlowClient, ItemReads):
+class AsyncClient(PartitionVerbs, FlowClient, ItemReads, WaitsClient):
     """Insert and inspect partitions and items (asyncio), and control the flow of work
     (:class:`~processor.client_flow.FlowClient`).
 

@@ -94,8 +94,8 @@ __all__ = [
     "Store",
     "ThrottledError",
     "ValueRefusedError",
-    "Watcher",
     "Wait",
+    "Watcher",
     "WatcherConfig",
     "WorkItem",
 ]

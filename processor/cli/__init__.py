@@ -34,6 +34,7 @@ from processor.cli import data  # noqa: F401
 from processor.cli import operate  # noqa: F401
 from processor.cli import flow  # noqa: F401
 from processor.cli import tools  # noqa: F401
+from processor.cli import waits  # noqa: F401
 from processor.cli.common import EXIT_CONFIG, EXIT_DATABASE, app
 from watcher.errors import ConfigError, DatabaseError, StatefeedError
 from watcher.text import error_text
