@@ -141,7 +141,8 @@ def test_an_upgrade_cut_short_in_an_online_index_build_completes_when_run_again(
                    'DROP INDEX "{p}ix_partitions_created"')
         upgrade(POSTGRES_URL, prefix, "0008")  # columns committed, the index half-built
         _cut_short(POSTGRES_URL, prefix, "0007", 'DROP INDEX "{p}ix_items_id"')
-        upgrade(POSTGRES_URL, prefix, "0010")  # 0010 cut between dropping the old index and renaming
+        # 0010 cut between dropping the old index and renaming
+        upgrade(POSTGRES_URL, prefix, "0010")
         _cut_short(POSTGRES_URL, prefix, "0009",
                    'ALTER INDEX "{p}ix_partitions_rank" RENAME TO "{p}ix_partitions_rank_next"')
         upgrade(POSTGRES_URL, prefix)

@@ -50,7 +50,8 @@ class Approvals:
 
 @contextlib.asynccontextmanager
 async def pipeline(db_url: str, table_prefix: str, make_store: Callable[..., Any],
-                   protocol: str = "per-item") -> AsyncIterator[tuple[Approvals, httpx.AsyncClient]]:
+                   protocol: str = "per-item"
+                   ) -> AsyncIterator[tuple[Approvals, httpx.AsyncClient]]:
     approvals = Approvals()
     app = handlers.app({0: approvals.ask, 1: approvals.done})
     options = ApiOptions(parse_database_url(db_url), table_prefix, port=0,
@@ -178,7 +179,8 @@ async def test_the_api_token_is_not_needed_to_complete(db_url, table_prefix,
     await client.create_partition("p", [NewItem("a", b"{}")])
     approvals = Approvals()
     app = handlers.app({0: approvals.ask, 1: approvals.done})
-    options = ApiOptions(parse_database_url(db_url), table_prefix, port=0, token="s3cret-s3cret-s3cret")
+    options = ApiOptions(parse_database_url(db_url), table_prefix, port=0,
+                         token="s3cret-s3cret-s3cret")
     async with serve_app(app) as url, api_running(options) as api_url, \
             httpx.AsyncClient(base_url=api_url, timeout=30) as http:
         processor = HttpProcessor(HttpProcessorConfig(handler_url=f"{url}/"))
