@@ -50,9 +50,9 @@ def completion_answer(*, done: bool = True, gate: int | None = None, data: Any =
                                                  f"({problem}); pass bytes or JSON values"
                                          ) from None
     if wait is not None:
-        problem = timeout_problem(wait, "'wait'")
-        if problem is not None:
-            raise CompletionRefusedError("wait", problem)
+        wrong = timeout_problem(wait, "'wait'")
+        if wrong is not None:
+            raise CompletionRefusedError("wait", wrong)
         return Result(gate=gate, data=encoded, spawn=tuple(spawn), wait=Wait(float(wait)))
     return Result(gate=gate, done=done, data=encoded, spawn=tuple(spawn))
 
@@ -104,7 +104,9 @@ class WaitsClient:
 class SyncWaits:
     """:class:`WaitsClient`'s methods for :class:`processor.Client`."""
 
-    _async: WaitsClient
+    @property
+    def _waits(self) -> WaitsClient:
+        return self._async  # type: ignore[attr-defined]  # Client's
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         raise NotImplementedError  # Client's
@@ -113,10 +115,10 @@ class SyncWaits:
                  data: Any = None, error: str | None = None, no_retry: bool = False,
                  wait: float | None = None, spawn: Sequence[NewItem] = ()) -> CompletedWait:
         """See :meth:`WaitsClient.complete`."""
-        return self._run(self._async.complete(token, done=done, gate=gate, data=data,
-                                              error=error, no_retry=no_retry, wait=wait,
-                                              spawn=spawn))
+        return self._run(self._waits.complete(token, done=done, gate=gate, data=data,
+                                             error=error, no_retry=no_retry, wait=wait,
+                                             spawn=spawn))
 
     def heartbeat(self, token: str, timeout: float) -> datetime:
         """See :meth:`WaitsClient.heartbeat`."""
-        return self._run(self._async.heartbeat(token, timeout))
+        return self._run(self._waits.heartbeat(token, timeout))
