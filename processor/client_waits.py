@@ -9,6 +9,7 @@ complete that one wait, once. It is never logged.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Coroutine, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from watcher.store.waits import CompletedWait
 from watcher.waits import Wait, timeout_problem
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def completion_answer(*, done: bool = True, gate: int | None = None, data: Any = None,
@@ -85,9 +87,12 @@ class WaitsClient:
         """
         answer = completion_answer(done=done, gate=gate, data=data, error=error,
                                    no_retry=no_retry, wait=wait, spawn=spawn)
-        return await self._call(self.store.wait_complete(
+        done_ = await self._call(self.store.wait_complete(
             token, answer, max_data_bytes=self.max_item_bytes,
             spawn_limits=SpawnLimits(max_item_bytes=self.max_item_bytes)))
+        log.info("action=wait_completed partition=%r item=%r status=%s gate=%d",
+                 done_.partition_id, done_.item_id, done_.status, done_.gate)
+        return done_
 
     async def heartbeat(self, token: str, timeout: float) -> datetime:  # noqa: ASYNC109
         """Move the deadline of the wait ``token`` names to ``timeout`` seconds from now

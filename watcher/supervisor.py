@@ -1,10 +1,9 @@
 """One supervisor per leased partition: dispatch its gate, write results, move the gate.
 
-``run_once()`` does one pass and says how long to wait; ``run()`` only waits,
-wakes and stops. A pass dispatches the ready items at the current gate up to
-the free slots; when the gate has nothing ready or in flight, its
-:class:`~watcher.gate_steps.GateStepper` moves the gate (or reduces it) in one
-guarded write.
+``run_once()`` does one pass and says how long to wait; ``run()`` only waits, wakes and
+stops. A pass dispatches the ready items at the current gate up to the free slots; when
+the gate has nothing ready or in flight, its :class:`~watcher.gate_steps.GateStepper`
+moves the gate (or reduces it) in one guarded write.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ from watcher.reducer import GateReducer
 from watcher.slots import ReadAheadPool, Slots, wait_event
 from watcher.spawning import SpawnLimits
 from watcher.store import Store
+from watcher.waits import item_parked
 from watcher.writer import ResultWriter, WriterClosedError
 
 log = logging.getLogger(__name__)
@@ -269,15 +269,12 @@ class PartitionSupervisor:
                 positions: Sequence[int] = ()) -> None:
         """Turn finished calls into item writes and queue them as one writer entry.
 
-        The calls' slots stay taken until the writes are done (or dropped), so
-        the concurrency bounds calls in flight plus results not yet written: while
-        writes fail, the slots fill up and no more calls are made whose results
-        could not be stored. A call that cancelled itself is not written: its
-        item stays available and runs again. Nor is one the handler throttled
-        (:class:`~watcher.protocol.ThrottledError`): the hold on every call to the
-        handler begins first, then the item is let go as it was, so it runs again
-        once the hold ends with the same attempt and the same idempotency key.
-        An answer that parks its item stores the hash of its call's completion token.
+        The calls' slots stay taken until the writes are done (or dropped): while writes
+        fail, the slots fill up and no call is made whose result could not be stored.
+        A call that cancelled itself is not written: its item runs again. Nor is one
+        the handler throttled (``ThrottledError``): the hold on every call to the
+        handler begins, and the item runs again once it ends, with the same attempt
+        and idempotency key.
         """
         writes: list[ItemWrite] = []
         written: list[ReadyItem] = []
@@ -292,7 +289,7 @@ class PartitionSupervisor:
             if isinstance(outcome, asyncio.CancelledError):
                 self._let_go([item], abandoned=True)
                 continue
-            token = (works[positions[n]].completion_token  # the call of items[n]
+            token = (works[positions[n]].completion_token  # items[n]'s call's: a wait keeps it
                      if positions and isinstance(outcome, Result) and outcome.wait else None)
             writes.append(write_for_outcome(
                 self.partition_id, item, outcome, self.lease.gate, self._policy,
@@ -330,6 +327,8 @@ class PartitionSupervisor:
                                                 outcome_name(item, write), seconds)
                     if write.status == FAILED:  # for good: its one line
                         item_failed(pid, item.id, item.gate, write.attempts, write.last_error)
+                    elif write.wait is not None:
+                        item_parked(pid, item.id, item.gate, write.wait.timeout)
                     if write.spawn:
                         self._spawned(write)
                 elif outcome is False:

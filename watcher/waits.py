@@ -11,12 +11,15 @@ in the ``waits`` table (revision 0011), and only when the answer parks.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import re
 import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
+
+log = logging.getLogger(__name__)
 
 # The longest wait an answer (or a heartbeat) may ask for: 30 days.
 MAX_WAIT_SECONDS: Final = 30 * 24 * 3600.0
@@ -114,3 +117,9 @@ def fails_on_timeout(stored: str, default: str) -> bool:
     """Whether a wait stored with the policy ``stored`` (``""``: none) fails its item at
     the deadline, ``default`` being the sweeping processor's policy."""
     return (stored or default) == TimeoutPolicy.FAIL
+
+
+def item_parked(partition_id: str, item_id: str, gate: int, timeout: float) -> None:
+    """The one INFO line of an item that parked (never its token)."""
+    log.info("action=item_parked partition=%s item=%s gate=%d timeout=%s", partition_id,
+             item_id, gate, seconds_text(timeout))
