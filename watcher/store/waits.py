@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from watcher.completions import Answer, completion_write
 from watcher.decisions import RetryPolicy
-from watcher.errors import AlreadyCompletedError, WaitNotFoundError
+from watcher.errors import AlreadyCompletedError, CompletionRefusedError, WaitNotFoundError
 from watcher.models import AVAILABLE, WAITING
 from watcher.records import ReadyItem
 from watcher.spawning import DEFAULT_SPAWN_LIMITS, SpawnLimits
@@ -164,8 +164,6 @@ class WaitsStore(SpawnsStore):
             AlreadyCompletedError: the wait is over; nothing was written.
             CompletionRefusedError: ``seconds`` is not a usable wait timeout.
         """
-        from watcher.errors import CompletionRefusedError
-
         problem = timeout_problem(seconds, "'timeout'")
         if problem is not None:
             raise CompletionRefusedError("timeout", problem)
