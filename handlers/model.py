@@ -37,6 +37,11 @@ class Item:
     - ``idempotency_key``: the same for every retry of one step of one item; use
       it to make side effects (charging, e-mailing) happen once.
     - ``data``: the item's bytes, unchanged.
+    - ``completion_token``: this call's token (the ``X-Completion-Token`` header).
+      If the answer parks the item (``Result(wait=...)``), whoever holds it
+      completes the wait: ``POST /v1/completions/{token}`` on ``processor api``.
+      Hand it to the outside system (an e-mail link, a webhook URL); never log it.
+      ``""`` when the processor sent none.
     - ``status``, ``last_error``: in a reduce, ``"failed"`` and the error for an
       item that failed at an earlier gate of a partition that carries on
       without it; ``"available"`` and ``None`` otherwise.
@@ -58,6 +63,7 @@ class Item:
     status: str = "available"
     last_error: str | None = None
     in_reduce: bool = False
+    completion_token: str = field(default="", repr=False)
 
     @property
     def failed(self) -> bool:
@@ -147,6 +153,34 @@ def _check_snooze(result: Result) -> None:
                          "later; it cannot come with done or gate")
 
 
+MAX_WAIT_SECONDS: Final = 30 * 24 * 3600
+
+
+def _wait_mapping(result: Result) -> dict[str, Any]:
+    """``Result.wait`` as the answer's ``wait`` object. Raises TypeError or ValueError
+    naming what is wrong."""
+    wait = result.wait
+    if not isinstance(wait, Mapping):
+        wait = {"timeout": wait}
+    unknown = set(wait) - {"timeout", "on_timeout"}
+    if unknown:
+        raise TypeError(f"Result(wait=...) takes 'timeout' and 'on_timeout', got "
+                        f"{sorted(map(str, unknown))}")
+    timeout = wait.get("timeout")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"Result(wait=...) timeout must be a number of seconds, got {timeout!r}")
+    if not 0 < timeout <= MAX_WAIT_SECONDS:
+        raise ValueError(f"Result(wait=...) timeout must be above 0 and at most "
+                         f"{MAX_WAIT_SECONDS} s (30 days), got {timeout!r}")
+    if wait.get("on_timeout") not in (None, "retry", "fail"):
+        raise ValueError(f"Result(wait=...) on_timeout must be 'retry' or 'fail', got "
+                         f"{wait.get('on_timeout')!r}")
+    if result.done or result.gate is not None or result.snooze is not None:
+        raise ValueError("Result(wait=...) parks the item at its gate; it cannot come with "
+                         "done, gate or snooze")
+    return {key: value for key, value in wait.items() if value is not None}
+
+
 def _check_gate(owner: str, gate: object) -> None:
     if gate is None:
         return
@@ -199,6 +233,11 @@ class Result:
       come with ``data`` (a cursor) and ``spawn``, not with ``done`` or ``gate``.
       The processor caps it (a week by default).
 
+    - ``wait``: park the item at its gate until someone outside completes it with
+      :attr:`Item.completion_token`, or the timeout passes: seconds (at most 30
+      days), or ``{"timeout": seconds, "on_timeout": "retry" | "fail"}``. It may
+      come with ``data`` and ``spawn``, not with ``done``, ``gate`` or ``snooze``.
+
     ``Result()`` (same gate, not done, data kept) runs the item again: a loop.
 
     Raises:
@@ -213,6 +252,7 @@ class Result:
     data: Any = field(default=UNSET)
     spawn: Sequence[Spawn] = ()
     snooze: float | None = None
+    wait: Any = None
 
     def __post_init__(self) -> None:
         _check_gate("Result", self.gate)
@@ -220,6 +260,8 @@ class Result:
             raise TypeError(f"Result(done=...) must be True or False, got {self.done!r}")
         if self.snooze is not None:
             _check_snooze(self)
+        if self.wait is not None:
+            object.__setattr__(self, "wait", _wait_mapping(self))
         if self.spawn:
             object.__setattr__(self, "spawn", _spawn_tuple("Result", self.spawn))
 

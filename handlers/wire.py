@@ -41,6 +41,8 @@ HEADER_ITEM: Final = b"x-item-id"
 HEADER_GATE: Final = b"x-gate"
 HEADER_ATTEMPT: Final = b"x-attempt"
 HEADER_KEY: Final = b"idempotency-key"
+# Optional: a processor older than waits does not send it (the item then cannot park).
+HEADER_TOKEN: Final = b"x-completion-token"
 _HEADER_NAMES: Final = {
     HEADER_PARTITION: "X-Partition-Id", HEADER_ITEM: "X-Item-Id", HEADER_GATE: "X-Gate",
     HEADER_ATTEMPT: "X-Attempt", HEADER_KEY: "Idempotency-Key",
@@ -48,7 +50,7 @@ _HEADER_NAMES: Final = {
 _REQUIRED_HEADERS_TEXT: Final = ", ".join(_HEADER_NAMES.values())
 BATCH_FIELDS: Final = ("partition_id", "item_id", "gate", "attempt", "idempotency_key",
                        "data_b64")
-RESULT_KEYS: Final = frozenset({"gate", "done", "data", "spawn", "snooze"})
+RESULT_KEYS: Final = frozenset({"gate", "done", "data", "spawn", "snooze", "wait"})
 
 
 class BadRequest(ValueError):
@@ -91,6 +93,7 @@ def parse_item(headers: Mapping[bytes, bytes], body: bytes) -> Item:
         attempt=_int_header(headers, HEADER_ATTEMPT, minimum=1),
         idempotency_key=_text_header(headers, HEADER_KEY),
         data=body,
+        completion_token=headers.get(HEADER_TOKEN, b"").decode("ascii", "replace"),
     )
 
 
@@ -126,8 +129,10 @@ def parse_batch_entry(position: int, entry: Any) -> Item:
     gate = entry_number(where, entry, "gate", 0)
     attempt = entry_number(where, entry, "attempt", 1)
     data = entry_data(where, entry)
+    token = entry.get("completion_token")
     return Item(id=entry["item_id"], partition_id=entry["partition_id"], gate=gate,
-                attempt=attempt, idempotency_key=entry["idempotency_key"], data=data)
+                attempt=attempt, idempotency_key=entry["idempotency_key"], data=data,
+                completion_token=token if isinstance(token, str) else "")
 
 
 def check_entry(where: str, entry: Any, fields: tuple[str, ...], noun: str,
@@ -237,7 +242,7 @@ def coerce_result(value: Any) -> Result:
         if unknown:
             raise ResultError(
                 f"the handler returned a dict with unknown keys {sorted(map(str, unknown))}; "
-                "use only 'gate', 'done', 'data', 'spawn' and 'snooze'")
+                "use only 'gate', 'done', 'data', 'spawn', 'snooze' and 'wait'")
         try:
             return Result(**value)
         except (TypeError, ValueError) as error:
@@ -255,7 +260,7 @@ def encode_result(result: Result) -> bytes:
 
     Only informative keys are written: ``gate`` when set, ``done`` when true,
     ``data_b64`` for bytes data, ``data`` for other data, nothing for unset data,
-    ``spawn`` when it spawns, and ``snooze`` when it snoozes.
+    ``spawn`` when it spawns, ``snooze`` when it snoozes, and ``wait`` when it parks.
 
     Raises:
         ResultError: ``data`` (or a spawned item's) cannot be encoded as JSON (an
@@ -263,7 +268,8 @@ def encode_result(result: Result) -> bytes:
             unpaired surrogate).
     """
     data = result.data
-    if data is UNSET and not result.spawn and result.snooze is None:  # the common answers
+    if (data is UNSET and not result.spawn and result.snooze is None
+            and result.wait is None):  # the common answers
         if result.gate is None:
             return b'{"done":true}' if result.done else b"{}"
         return (f'{{"gate":{result.gate},"done":true}}' if result.done
@@ -281,6 +287,8 @@ def encode_result(result: Result) -> bytes:
         payload["spawn"] = spawn_payload(result.spawn)
     if result.snooze is not None:
         payload["snooze"] = result.snooze
+    if result.wait is not None:
+        payload["wait"] = dict(result.wait)
     try:
         return RESULT_ENCODER.encode(payload).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:

@@ -42,6 +42,7 @@ from processor.client_flow import FlowClient
 from processor.client_items import ItemReads
 from processor.client_schedules import ScheduleClient
 from processor.client_verbs import PartitionVerbs
+from processor.client_waits import WaitsClient
 from processor.tracing import capture_context
 from watcher.checks import check_whole_number
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
@@ -60,7 +61,7 @@ from watcher.text import first_line
 T = TypeVar("T")
 
 
-class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient):
+class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsClient):
     """Insert and inspect partitions and items (asyncio), and control the flow of work
     (:class:`~processor.client_flow.FlowClient`), and schedule partitions
     (:class:`~processor.client_schedules.ScheduleClient`).

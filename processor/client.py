@@ -24,6 +24,7 @@ from processor.client_checks import (
 )
 from processor.client_items import DEFAULT_FIND_LIMIT
 from processor.client_schedules import SyncScheduleClient
+from processor.client_waits import SyncWaits
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.dburl import DatabaseURL
 from watcher.records import ItemInfo, NewItem, Page, PartitionInfo
@@ -36,7 +37,7 @@ from watcher.retention import (
 T = TypeVar("T")
 
 
-class Client(SyncScheduleClient):
+class Client(SyncScheduleClient, SyncWaits):
     """The synchronous client: the same methods as :class:`AsyncClient`.
 
     Calls run on a private event loop in a background thread, so this works

@@ -51,6 +51,7 @@ from processor.wire_values import (
     show_value,
     unchanged,
 )
+from processor.wire_waits import parse_wait
 from watcher.delays import DelayError, parse_time
 from watcher.models import MAX_GATE
 from watcher.protocol import (
@@ -99,6 +100,7 @@ def item_headers(item: WorkItem) -> dict[str, str]:
         "X-Gate": str(item.gate),
         "X-Attempt": str(item.attempt),
         "Idempotency-Key": header_safe(item.idempotency_key),
+        "X-Completion-Token": item.completion_token,  # made for this call: never logged
     }
 
 
@@ -131,7 +133,7 @@ def batch_entry(item: WorkItem) -> dict[str, Any]:
     """One entry of a batch request."""
     return {"partition_id": item.partition_id, "item_id": item.id, "gate": item.gate,
             "attempt": item.attempt, "idempotency_key": item.idempotency_key,
-            "data_b64": encode_b64(item.data)}
+            "completion_token": item.completion_token, "data_b64": encode_b64(item.data)}
 
 
 def encode_batch(items: Sequence[WorkItem]) -> bytes:
@@ -192,7 +194,8 @@ def parse_answer(document: Any, mask: Mask = unchanged) -> Result | HandlerError
     if snooze is not None and (type(snooze) not in (int, float) or snooze != snooze):
         raise MalformedResponseError(
             f"'snooze' must be a number of seconds, got {show_value(snooze)}")
-    return Result(gate=gate, done=done, data=data, spawn=spawn, snooze=snooze)
+    wait = parse_wait(document["wait"]) if document.get("wait") is not None else None
+    return Result(gate=gate, done=done, data=data, spawn=spawn, snooze=snooze, wait=wait)
 
 
 def _answer_data(document: dict[str, Any], where: str) -> bytes | None:

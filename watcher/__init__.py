@@ -32,6 +32,7 @@ from watcher.protocol import (
     Result,
     RetryableError,
     ThrottledError,
+    Wait,
     WorkItem,
 )
 from watcher.records import ErrorEntry, ItemInfo, NewItem, PartitionInfo
@@ -95,6 +96,7 @@ __all__ = [
     "Store",
     "ThrottledError",
     "ValueRefusedError",
+    "Wait",
     "Watcher",
     "WatcherConfig",
     "WorkItem",

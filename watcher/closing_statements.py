@@ -2,7 +2,8 @@
 that completes the partition only when its summary would have closed it.
 
 :func:`watcher.decisions.decide_gate` closes a partition when it is not paused, no item
-is available at its gate or any later one, and no item failed at its gate (unless the
+is available at its gate or any later one, none waits at its gate, and no item
+failed at its gate (unless the
 partition goes on past failures). The close below says the same in its ``WHERE``, over
 the same index entries the summary reads, beside the holder's guard (id, version,
 owner, open). When it matches no row, nothing was written, and the holder reads the
@@ -14,7 +15,7 @@ from __future__ import annotations
 from sqlalchemy import Integer, bindparam, exists, not_, update
 from sqlalchemy.sql.expression import Update
 
-from watcher.models import AVAILABLE, COMPLETE, FAILED
+from watcher.models import AVAILABLE, COMPLETE, FAILED, WAITING
 from watcher.statements import Statements
 
 
@@ -36,7 +37,9 @@ def close_when_done(statements: Statements, *, failures_allowed: bool) -> Update
                                     version=bindparam("seen", type_=Integer()), live=False),
              p.c.paused_at.is_(None), not_(statements.flow_paused(p.c.flow_key)),
              not_(exists().where(i.c.partition_id == pid, i.c.status == AVAILABLE,
-                                 i.c.gate >= gate))]
+                                 i.c.gate >= gate)),
+             not_(exists().where(i.c.partition_id == pid, i.c.status == WAITING,
+                                 i.c.gate == gate))]
     if not failures_allowed:
         guard.append(not_(exists().where(i.c.partition_id == pid, i.c.status == FAILED,
                                          i.c.gate == gate)))

@@ -101,6 +101,9 @@ class WatcherConfig:
     # Calls per second per concurrency key across the fleet, unless a key has its own.
     rate_limit_per_key: float | None = None
     handler_name: str = "default"
+    # What a wait's deadline does to its item when the answer did not say
+    # (watcher.waits): "retry" (an error that spends an attempt) or "fail".
+    wait_timeout_policy: str = "retry"
 
     def __post_init__(self) -> None:
         # Imported here, not at the top: the CLI reads this module's defaults for its --help,
@@ -133,6 +136,9 @@ class WatcherConfig:
                 check_rate(name, rate)
         if not isinstance(self.handler_name, str) or not self.handler_name:
             raise ConfigError("handler name must be a non-empty string")
+        if self.wait_timeout_policy not in ("retry", "fail"):
+            raise ConfigError("wait timeout policy must be 'retry' or 'fail', got "
+                              f"{self.wait_timeout_policy!r}")
         if self.max_snooze > MAX_SNOOZE_SECONDS:
             raise ConfigError(f"max snooze must be at most {MAX_SNOOZE_SECONDS:g} s, got "
                               f"{self.max_snooze!r}")

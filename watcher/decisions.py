@@ -33,6 +33,7 @@ from watcher.spawning import (
     resolve_spawn,
     spawn_problem,
 )
+from watcher.waits import new_completion_token, wait_problem, wait_write
 
 # -- gates -------------------------------------------------------------------
 
@@ -45,6 +46,7 @@ class GateStep(Enum):
     ADVANCE = "advance"  # jump to the lowest gate holding available items
     CLOSE = "close"  # nothing left anywhere: the partition is complete
     IDLE = "idle"  # nothing to do until a client adds items or moves the gate
+    EXPIRE = "expire"  # waiting items at the gate passed their deadline: time them out
     RELEASE = "release"  # a client paused the partition: let the lease go
 
 
@@ -64,6 +66,8 @@ def decide_gate(summary: GateSummary, *, auto_close: bool, manual_checkpoint: bo
     a failed item does not stop the fan-in: the partition goes on with the others.
     A paused partition lets its lease go (nothing is in flight when this is asked),
     so its processor's slots and lease room go to other work until it is resumed.
+    Items waiting for a completion hold the gate until their deadline, which times
+    them out (``EXPIRE``); a failed item fails the partition without waiting for them.
     """
     if summary.paused:
         return GateAction(GateStep.RELEASE)
@@ -71,6 +75,10 @@ def decide_gate(summary: GateSummary, *, auto_close: bool, manual_checkpoint: bo
         return GateAction(GateStep.WAIT)
     if summary.failed > 0 and not continue_on_failure:
         return GateAction(GateStep.FAIL)
+    if summary.waiting > 0:
+        if summary.seconds_to_deadline is not None and summary.seconds_to_deadline <= 0:
+            return GateAction(GateStep.EXPIRE)
+        return GateAction(GateStep.WAIT)
     if summary.next_gate is not None:
         if manual_checkpoint:
             return GateAction(GateStep.IDLE)
@@ -182,12 +190,16 @@ def idempotency_step(item: ReadyItem) -> int:
 
 def write_for_result(partition_id: str, item: ReadyItem, result: Result, partition_gate: int,
                      policy: RetryPolicy, rng: random.Random | None = None, *,
-                     spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS) -> ItemWrite:
+                     spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS,
+                     completion_token: str | None = None) -> ItemWrite:
     """The item update a processor's result asks for, with the items it spawns.
 
     A gate below the partition's gate, and a spawn that cannot be written
     (:func:`~watcher.spawning.spawn_problem`), are turned into a non-retryable
-    error: the item fails and nothing of the answer is written.
+    error: the item fails and nothing of the answer is written. A result that
+    waits parks the item (status ``waiting``, ready again at its deadline) and
+    stores the hash of ``completion_token``, the call's (a fresh one when ``None``:
+    nobody can complete that wait, it can only time out).
     """
     gate = item.gate if result.gate is None else result.gate
     if gate < partition_gate:
@@ -207,6 +219,13 @@ def write_for_result(partition_id: str, item: ReadyItem, result: Result, partiti
                 NonRetryableError(problem),
                 policy, rng)
         spawn = resolve_spawn(result.spawn, item.gate)
+    if result.wait is not None:
+        # Its attempts stay: a wait that times out spends one, and a handler that parks
+        # again on every call still runs out of retries.
+        return ItemWrite(partition_id, item.id, item.version, Status.WAITING.value, gate,
+                         attempts=item.attempts, data=result.data, spawn=spawn,
+                         retry_delay=float(result.wait.timeout),
+                         wait=wait_write(result.wait, completion_token or new_completion_token()))
     status = Status.COMPLETE if result.done else Status.AVAILABLE
     return ItemWrite(partition_id, item.id, item.version, status.value, gate, attempts=0,
                      data=result.data, last_error=None, spawn=spawn,
@@ -297,12 +316,20 @@ def result_problem(result: object, max_data_bytes: int | None = None, *,
                        "cannot come with 'done' or 'gate'")
         if problem is not None:
             return problem
+    if result.wait is not None:
+        problem = wait_problem(result.wait)
+        if problem is None and (result.done or result.snooze is not None
+                                or result.gate is not None):
+            problem = ("'wait' parks the item at its gate until it is completed or times "
+                       "out; it cannot come with 'done', 'snooze' or 'gate'")
+        return problem
     return None
 
 
 def write_for_outcome(partition_id: str, item: ReadyItem, outcome: Result | BaseException,
                       partition_gate: int, policy: RetryPolicy, *, max_data_bytes: int,
-                      max_snooze: float, spawn_limits: SpawnLimits) -> ItemWrite:
+                      max_snooze: float, spawn_limits: SpawnLimits,
+                      completion_token: str | None = None) -> ItemWrite:
     """The item update one call's outcome asks for: its result's
     (:func:`write_for_result`), or an error's (:func:`write_for_error`) when the call
     failed or its result is unusable (:func:`result_problem`, not retried). Never
@@ -314,7 +341,8 @@ def write_for_outcome(partition_id: str, item: ReadyItem, outcome: Result | Base
         problem = result_problem(outcome, max_data_bytes, max_snooze=max_snooze)
         if problem is None:
             return write_for_result(partition_id, item, outcome, partition_gate, policy,
-                                    spawn_limits=spawn_limits)
+                                    spawn_limits=spawn_limits,
+                                    completion_token=completion_token)
         error: BaseException = NonRetryableError(f"item {item.id!r}: {problem}")
     except Exception as bug:
         error = bug
@@ -322,13 +350,15 @@ def write_for_outcome(partition_id: str, item: ReadyItem, outcome: Result | Base
 
 
 def outcome_name(item: ReadyItem, write: ItemWrite) -> str:
-    """A short label for what an attempt did: complete, advanced, looped, snoozed, retry
-    or failed. (A call the handler throttled writes nothing: the supervisor reports it as
+    """A short label for what an attempt did: complete, advanced, looped, snoozed, waiting,
+    retry or failed. (A call the handler throttled writes nothing: the supervisor reports it as
     "throttled".)"""
     if write.status == Status.COMPLETE:
         return "complete"
     if write.status == Status.FAILED:
         return "failed"
+    if write.status == Status.WAITING:
+        return "waiting"
     if write.last_error is not None:
         return "retry"
     if write.retry_delay is not None:

@@ -126,3 +126,31 @@ class ScheduleNotFoundError(InvalidInputError, LookupError):
         super().__init__(f"schedule {name!r} does not exist; list the schedules with "
                          "`processor schedules list`")
         self.name = name
+
+
+class WaitNotFoundError(InvalidInputError, LookupError):
+    """No wait has this completion token (unknown or malformed). Says nothing else."""
+
+    def __init__(self) -> None:
+        super().__init__("no wait has this completion token")
+
+
+class AlreadyCompletedError(InvalidInputError):
+    """The wait this token names is over: completed, timed out, cancelled, retried, or
+    replaced by a newer wait. Nothing was written. ``status`` is the item's status now
+    (``None``: the item is gone)."""
+
+    def __init__(self, status: str | None = None) -> None:
+        self.status = status
+        super().__init__(
+            "this completion token was used already or its wait is over (completed, "
+            "timed out, cancelled or retried); nothing was written")
+
+
+class CompletionRefusedError(InvalidInputError):
+    """A completion's answer cannot be applied; ``field`` names the part at fault.
+    Nothing was written and the token stays usable."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)

@@ -15,12 +15,14 @@ from datetime import datetime
 from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.context import PartitionContext
-from watcher.decisions import GateStep, decide_gate
+from watcher.decisions import GateStep, RetryPolicy, decide_gate, write_for_error
 from watcher.errors import StatefeedError
 from watcher.failures import ItemFailure, partition_failed_at_items
 from watcher.models import Status
+from watcher.protocol import NonRetryableError, RetryableError
 from watcher.reducer import GateReducer, StepKind
 from watcher.timeline import Progress, decode_timeline, encode_timeline, record_move
+from watcher.waits import fails_on_timeout, timeout_message
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +115,13 @@ class GateStepper:
                              continue_on_failure=lease.settings.continue_on_failure)
         if action.step is GateStep.WAIT:
             wait = self.config.poll_interval
-            if summary.seconds_to_next_retry is not None:
-                wait = min(wait, summary.seconds_to_next_retry)
+            for seconds in (summary.seconds_to_next_retry, summary.seconds_to_deadline):
+                if seconds is not None:
+                    wait = min(wait, seconds)
             return Pass(wait=max(MIN_WAIT, wait), step=action.step)
+        if action.step is GateStep.EXPIRE:
+            await self._expire_waits()
+            return Pass(wait=0.0, step=action.step)
         if action.step is GateStep.IDLE:
             return Pass(wait=self.config.poll_interval, step=action.step)
         if action.step is GateStep.RELEASE:
@@ -155,6 +161,31 @@ class GateStepper:
         else:
             self._ended(Status.COMPLETE.value, from_gate)
         return Pass(wait=None, step=action.step)
+
+    async def _expire_waits(self) -> None:
+        """Time out the items waiting at the gate whose deadline passed: each gets the
+        error ``timed out waiting after <n> s``, which spends an attempt (it is called
+        again with a new token) or, with the ``fail`` policy, fails it. Written as any
+        result, guarded by the item's version: a completion that won first makes the
+        timeout miss.
+
+        Raises the database's error when the read or the write fails.
+        """
+        lease, config = self.lease, self.config
+        expired = await self.store.items_wait_expired(self.partition_id, lease.gate,
+                                                      config.result_batch)
+        policy = RetryPolicy.of(config)
+        writes = []
+        for wait in expired:
+            message = timeout_message(wait.timeout)
+            error = (NonRetryableError(message)
+                     if fails_on_timeout(wait.on_timeout, config.wait_timeout_policy)
+                     else RetryableError(message))
+            writes.append(write_for_error(self.partition_id, wait.item, error, policy))
+            log.warning("action=wait_timed_out partition=%s item=%s gate=%d timeout=%s",
+                        self.partition_id, wait.item.id, lease.gate, wait.timeout)
+        if writes:
+            await self.store.items_apply(writes, self.keeper.owner)
 
     async def _close_at_once(self) -> Pass | None:
         """Close the partition in one guarded write, before its summary is read

@@ -78,6 +78,11 @@ class Status(StrEnum):
     AVAILABLE = "available"
     COMPLETE = "complete"
     FAILED = "failed"
+    # Items only: parked at its gate until someone outside completes it, it times out,
+    # or its partition is cancelled (watcher.waits).
+    WAITING = "waiting"
+    # Items only: left behind at a gate a quorum passed (settled, never called again).
+    SKIPPED = "skipped"
     # Partitions only: stopped by a client (nothing dispatches it; retry_failed resumes it).
     CANCELLED = "cancelled"
     # Partitions only: a delete or purge has begun; its items go in batches, the row last.
@@ -89,6 +94,8 @@ AVAILABLE = Status.AVAILABLE.value
 COMPLETE = Status.COMPLETE.value
 FAILED = Status.FAILED.value
 CANCELLED = Status.CANCELLED.value
+WAITING = Status.WAITING.value
+SKIPPED = Status.SKIPPED.value
 DELETING = Status.DELETING.value
 
 
@@ -186,6 +193,10 @@ class Partition(SQLModel, table=True):
     # The concurrency key (a tenant); '' for none (revision 0009).
     flow_key: str = Field(default="", sa_column=Column(key_type(ID_MAX_LENGTH), nullable=False,
                                                        server_default=text("''")))
+    # JSON {gate: k}: the gate passes once k of its items are complete; NULL: every
+    # item (revision 0011).
+    quorum: str | None = Field(
+        default=None, sa_column=Column(Unicode(REDUCE_GATES_MAX_LENGTH), nullable=True))
 
 
 class Item(SQLModel, table=True):
@@ -219,6 +230,32 @@ class Item(SQLModel, table=True):
     # it has none (revision 0008).
     error_history: str | None = Field(default=None,
                                       sa_column=Column(error_type(), nullable=True))
+
+
+TOKEN_HASH_LENGTH = 64
+
+
+class Wait(SQLModel, table=True):
+    """One wait an answer began (revision 0011), keyed by the SHA-256 (hex) of its
+    completion token: the item it parked and the item's version while it waits.
+
+    A completion applies only while the item is ``waiting`` at that version; every
+    other write of the item bumps the version, so the row outlives its wait and a
+    late completion is told the token was used already. ``timeout`` (seconds) and
+    ``on_timeout`` (``retry`` or ``fail``) say what the deadline does.
+    """
+
+    __tablename__ = "waits"
+    __table_args__ = (Index("ix_waits_item", "partition_id", "item_id", "version"),
+                      MYSQL_TABLE_OPTIONS)
+
+    token: str = Field(sa_column=Column(key_type(TOKEN_HASH_LENGTH), primary_key=True))
+    partition_id: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), nullable=False))
+    item_id: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), nullable=False))
+    version: int = Field(sa_column=Column(Integer, nullable=False))
+    timeout: float = Field(sa_column=Column(Float, nullable=False))
+    on_timeout: str = Field(sa_column=Column(Unicode(POLICY_MAX_LENGTH), nullable=False))
+    created_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
 
 
 SCOPE_MAX_LENGTH = 16

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from watcher.records import NewItem
+from watcher.waits import Wait, new_completion_token
+
+__all__ = ["Wait"]  # re-exported: a processor answers Result(wait=Wait(timeout=...))
 
 
 def step_key(partition_id: str, item_id: str, step: int) -> str:
@@ -37,6 +40,10 @@ class WorkItem:
     The engine makes one per call and leaves the key out: it is worked out (a hash)
     when first read, so a processor that never reads it (or a transport that does
     not send it) does not pay for it. Given, it is used as it is.
+
+    ``completion_token`` is this call's: if the answer parks the item
+    (``Result(wait=...)``), it completes that wait (``POST /v1/completions/{token}``).
+    It too is made when first read (256 random bits); never log it.
     """
 
     partition_id: str
@@ -46,9 +53,11 @@ class WorkItem:
     data: bytes
     version: int
     _key: str | None = field(default=None, init=False, repr=False, compare=False)
+    _token: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __init__(self, partition_id: str, id: str, gate: int, attempt: int,
-                 data: bytes, version: int, idempotency_key: str | None = None) -> None:
+                 data: bytes, version: int, idempotency_key: str | None = None,
+                 completion_token: str | None = None) -> None:
         setter = object.__setattr__
         setter(self, "partition_id", partition_id)
         setter(self, "id", id)
@@ -57,6 +66,7 @@ class WorkItem:
         setter(self, "data", data)
         setter(self, "version", version)
         setter(self, "_key", idempotency_key)
+        setter(self, "_token", completion_token)
 
     @property
     def idempotency_key(self) -> str:
@@ -66,6 +76,20 @@ class WorkItem:
             key = step_key(self.partition_id, self.id, self.version - (self.attempt - 1))
             object.__setattr__(self, "_key", key)
         return key
+
+    @property
+    def completion_token(self) -> str:
+        """The token that completes the wait this call's answer may begin."""
+        token = self._token
+        if token is None:
+            token = new_completion_token()
+            object.__setattr__(self, "_token", token)
+        return token
+
+    @property
+    def completion_token_made(self) -> bool:
+        """Whether :attr:`completion_token` was made (read, or given)."""
+        return self._token is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +107,10 @@ class Result:
     - ``snooze``: seconds to wait before calling the item again at the same gate
       (polling an outside system); a success, so no attempt is counted. It may
       come with ``data`` and ``spawn``, not with ``done`` or another gate.
+    - ``wait``: park the item at its gate until someone outside completes it with
+      the call's :attr:`WorkItem.completion_token`, or ``wait.timeout`` seconds pass
+      (:mod:`watcher.waits`). It may come with ``data`` and ``spawn``, not with
+      ``done``, ``snooze`` or another gate.
 
     ``Result()`` (not done, same gate) asks for the item to run again: a loop.
     """
@@ -92,6 +120,7 @@ class Result:
     data: bytes | None = None
     spawn: Sequence[NewItem] = ()
     snooze: float | None = None
+    wait: Wait | None = None
 
 
 class ProcessorError(Exception):

@@ -6,7 +6,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from watcher.waits import WaitWrite
 
 T = TypeVar("T")
 
@@ -256,6 +259,10 @@ class GateSummary:
     seconds_to_next_retry: float | None = None
     now: datetime | None = None  # when it was read, by the store's clock
     paused: bool = False  # a client paused the partition
+    # Items waiting at the gate for a completion, and how long until the earliest
+    # one's deadline (0 once passed), by the database clock.
+    waiting: int = 0
+    seconds_to_deadline: float | None = None
 
 
 @dataclass(slots=True)
@@ -282,6 +289,9 @@ class ItemWrite:
     # Items to insert, each with its gate resolved, in the write's transaction and
     # only if the write applies; their parent is ``item_id``.
     spawn: tuple[NewItem, ...] = ()
+    # A parking write (status ``waiting``, ``retry_delay`` its timeout): the ``waits``
+    # row it stores in its transaction, only if it applies.
+    wait: WaitWrite | None = None
 
 
 class Page(list[T], Generic[T]):

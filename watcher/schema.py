@@ -11,7 +11,7 @@ from sqlalchemy.sql.elements import quoted_name
 from sqlmodel import SQLModel
 
 from watcher.errors import ConfigError
-from watcher.models import FlowControl, FlowGrant, Item, Leader, Partition, Schedule
+from watcher.models import FlowControl, FlowGrant, Item, Leader, Partition, Schedule, Wait
 
 TABLE_PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
 
@@ -33,8 +33,8 @@ def validate_table_prefix(prefix: str) -> str:
 @dataclass(frozen=True)
 class Tables:
     """The tables of one statefeed namespace: partitions, items, the leaders of duties
-    one processor at a time performs (retention), the flow controls and grants, and
-    the schedules."""
+    one processor at a time performs (retention), the flow controls and grants, the
+    schedules, and the waits of parked items."""
 
     prefix: str
     partitions: Table
@@ -43,6 +43,7 @@ class Tables:
     flow_controls: Table
     flow_grants: Table
     schedules: Table
+    waits: Table
 
     @property
     def version_table(self) -> str:
@@ -66,7 +67,7 @@ def tables_for(prefix: str = "") -> Tables:
     """
     validate_table_prefix(prefix)
     plain = [_table_of(model)
-             for model in (Partition, Item, Leader, FlowControl, FlowGrant, Schedule)]
+             for model in (Partition, Item, Leader, FlowControl, FlowGrant, Schedule, Wait)]
     if prefix == "":
         return Tables("", *plain)
     metadata = MetaData()

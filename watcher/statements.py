@@ -32,7 +32,7 @@ from sqlalchemy.types import TypeEngine
 from watcher.clock import Clock
 from watcher.drivers.sql import clock_now, time_plus
 from watcher.error_history import PENDING_TIME
-from watcher.models import AVAILABLE, FAILED, FlowScope
+from watcher.models import AVAILABLE, FAILED, WAITING, FlowScope
 from watcher.records import (
     ItemWrite,
 )
@@ -363,8 +363,9 @@ class Statements:
     @functools.cached_property
     def gate_summary(self) -> Select[Any]:
         """Pending count, earliest retry, failed count and next gate of a gate, the
-        clock's time, and 1 when the partition is paused (else 0); bind parameters
-        ``pid`` and ``gate``."""
+        clock's time, 1 when the partition is paused (else 0), and the count and
+        earliest deadline of the items waiting at the gate; bind parameters ``pid``
+        and ``gate``."""
         i = self.tables.items
         partition = i.c.partition_id == bindparam("pid", type_=i.c.partition_id.type)
         here = and_(partition, i.c.gate == bindparam("gate", type_=Integer()))
@@ -378,4 +379,6 @@ class Statements:
             ).scalar_subquery(),
             self.now,
             case((self.paused(), 1), else_=0),
+            select(func.count()).where(here, i.c.status == WAITING).scalar_subquery(),
+            select(func.min(i.c.retry_at)).where(here, i.c.status == WAITING).scalar_subquery(),
         )

@@ -1,10 +1,9 @@
 """One supervisor per leased partition: dispatch its gate, write results, move the gate.
 
-``run_once()`` does one pass and says how long to wait; ``run()`` only waits,
-wakes and stops. A pass dispatches the ready items at the current gate up to
-the free slots; when the gate has nothing ready or in flight, its
-:class:`~watcher.gate_steps.GateStepper` moves the gate (or reduces it) in one
-guarded write.
+``run_once()`` does one pass and says how long to wait; ``run()`` only waits, wakes and
+stops. A pass dispatches the ready items at the current gate up to the free slots; when
+the gate has nothing ready or in flight, its :class:`~watcher.gate_steps.GateStepper`
+moves the gate (or reduces it) in one guarded write.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -29,6 +28,7 @@ from watcher.models import AVAILABLE, FAILED
 from watcher.oversize import oversize_error
 from watcher.protocol import (
     ReduceShapeCall,
+    Result,
     WorkItem,
 )
 from watcher.ready_reads import ReadyReads
@@ -37,6 +37,7 @@ from watcher.reducer import GateReducer
 from watcher.slots import ReadAheadPool, Slots, wait_event
 from watcher.spawning import SpawnLimits
 from watcher.unpaid import UNPAID_KINDS, UnpaidRetries, unpaid_label
+from watcher.waits import item_parked
 from watcher.writer import ResultWriter, WriterClosedError
 
 log = logging.getLogger(__name__)
@@ -246,7 +247,8 @@ class PartitionSupervisor:
         try:
             await call_items(self.process, self.process_batch, works, self.slots,
                              lambda positions, outcomes: self._finish(
-                                 [items[position] for position in positions], outcomes, started))
+                                 [items[position] for position in positions], outcomes, started,
+                                 works, positions))
         except asyncio.CancelledError:
             self._let_go(self.in_hand.calling(items), abandoned=True)
             raise
@@ -255,7 +257,8 @@ class PartitionSupervisor:
             self._let_go(self.in_hand.calling(items))
 
     def _finish(self, items: list[ReadyItem], outcomes: list[CallOutcome],
-                started: float) -> None:
+                started: float, works: Sequence[WorkItem] = (),
+                positions: Sequence[int] = ()) -> None:
         """Turn finished calls into item writes and queue them as one writer entry.
 
         The calls' slots stay taken until the writes are done (or dropped), so
@@ -269,7 +272,7 @@ class PartitionSupervisor:
         """
         writes: list[ItemWrite] = []
         written: list[ReadyItem] = []
-        for item, outcome in zip(items, outcomes, strict=True):
+        for n, (item, outcome) in enumerate(zip(items, outcomes, strict=True)):
             if isinstance(outcome, UNPAID_KINDS):
                 charged = self._unpaid.settle(item, outcome)
                 if charged is None:  # held, unpaid: it runs again as it was
@@ -282,10 +285,12 @@ class PartitionSupervisor:
             if isinstance(outcome, asyncio.CancelledError):
                 self._let_go([item], abandoned=True)
                 continue
+            token = (works[positions[n]].completion_token  # items[n]'s call's: a wait keeps it
+                     if positions and isinstance(outcome, Result) and outcome.wait else None)
             writes.append(write_for_outcome(
                 self.partition_id, item, outcome, self.lease.gate, self._policy,
                 max_data_bytes=self.config.max_item_bytes, max_snooze=self.config.max_snooze,
-                spawn_limits=self._spawn_limits))
+                spawn_limits=self._spawn_limits, completion_token=token))
             written.append(item)
         if not writes:
             return
@@ -318,6 +323,8 @@ class PartitionSupervisor:
                                                 outcome_name(item, write), seconds)
                     if write.status == FAILED:  # for good: its one line
                         item_failed(pid, item.id, item.gate, write.attempts, write.last_error)
+                    elif write.wait is not None:
+                        item_parked(pid, item.id, item.gate, write.wait.timeout)
                     if write.spawn:
                         self._spawned(write)
                 elif outcome is False:

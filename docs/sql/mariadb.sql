@@ -51,6 +51,24 @@ SELECT (
        (
         SELECT count(*) AS count_6
           FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                 LIMIT %s
+               ) AS anon_12
+       ) AS anon_11,
+       (
+        SELECT count(*) AS count_7
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %s
+                 LIMIT %s
+               ) AS anon_14
+       ) AS anon_13,
+       (
+        SELECT count(*) AS count_8
+          FROM (
                 SELECT items.id AS id
                   FROM items
                  INNER JOIN partitions
@@ -59,10 +77,10 @@ SELECT (
                  WHERE partitions.status = %s
                    AND items.status = %s
                  LIMIT %s
-               ) AS anon_12
-       ) AS anon_11,
+               ) AS anon_16
+       ) AS anon_15,
        (
-        SELECT min(anon_14.ready_at) AS min_1
+        SELECT min(anon_18.ready_at) AS min_1
           FROM (
                 SELECT (
                         SELECT items.retry_at
@@ -77,8 +95,8 @@ SELECT (
                   FROM partitions
                  WHERE partitions.status = %s
                  LIMIT %s
-               ) AS anon_14
-       ) AS anon_13,
+               ) AS anon_18
+       ) AS anon_17,
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: flow_block (1)
@@ -341,7 +359,21 @@ SELECT (
        COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1,
        CASE WHEN (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))))) THEN %(param_1)s
             ELSE %(param_2)s
-             END AS anon_5;
+             END AS anon_5,
+       (
+        SELECT count(*) AS count_3
+          FROM items
+         WHERE items.partition_id = %(pid)s
+           AND items.gate = %(gate)s
+           AND items.status = %(status_3)s
+       ) AS anon_6,
+       (
+        SELECT min(items.retry_at) AS min_3
+          FROM items
+         WHERE items.partition_id = %(pid)s
+           AND items.gate = %(gate)s
+           AND items.status = %(status_4)s
+       ) AS anon_7;
 
 -- name: item_get (1)
 SELECT partitions.id
@@ -469,6 +501,30 @@ VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 UPDATE partitions
    SET spawned=(partitions.spawned + %s)
  WHERE partitions.id = %s;
+
+-- name: items_apply_spawning (6)
+UPDATE items
+   SET
+version=(items.version + %s), gate=coalesce(%s, items.gate),
+       status=%s,
+       data=coalesce(from_base64(%s), items.data),
+       attempts=%s,
+       last_error=%s,
+       retry_at=CASE WHEN (%s > %s) THEN (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+            ELSE COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+             END,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       error_history=CASE WHEN (%s IS NULL) THEN items.error_history
+            ELSE replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END
+ WHERE items.partition_id = %s
+   AND items.id = %s
+   AND items.version = %s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %s AND partitions.owner = %s AND partitions.status = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))));
+
+-- name: items_apply_spawning (7)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s);
 
 -- name: items_find
 SELECT items.partition_id,
@@ -747,6 +803,27 @@ UPDATE partitions
        last_error=%s
  WHERE partitions.id = %s;
 
+-- name: items_wait_expired
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       waits.timeout,
+       waits.on_timeout
+  FROM items
+  LEFT OUTER JOIN waits
+    ON waits.partition_id = items.partition_id
+   AND waits.item_id = items.id
+   AND waits.version = items.version
+ WHERE items.partition_id = %s
+   AND items.status = %s
+   AND items.gate = %s
+   AND items.retry_at <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ ORDER BY items.retry_at,
+          items.id
+ LIMIT %s;
+
 -- name: leader_release
 UPDATE leaders
    SET owner=%s,
@@ -953,9 +1030,10 @@ version=(partitions.version + %s), status=%s,
 -- name: partition_cancel (3)
 UPDATE items
    SET
-version=(items.version + %s), attempts=(items.attempts + %s)
+version=(items.version + %s), status=%s,
+       attempts=(items.attempts + %s)
  WHERE items.partition_id = %s
-   AND items.status = %s
+   AND items.status IN (%s, ...)
    AND items.gate = (
         SELECT partitions.gate
           FROM partitions
@@ -977,7 +1055,8 @@ version=(partitions.version + %(version_1)s), status=%(status)s,
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_2)s AND items.gate >= %(at_gate)s))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_3)s AND items.gate = %(at_gate)s));
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_3)s AND items.gate = %(at_gate)s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_4)s AND items.gate = %(at_gate)s));
 
 -- name: partition_close_when_done (2)
 UPDATE partitions
@@ -993,7 +1072,8 @@ version=(partitions.version + %(version_1)s), status=%(status)s,
    AND partitions.status = %(status_1)s
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_2)s AND items.gate >= %(at_gate)s));
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_2)s AND items.gate >= %(at_gate)s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_3)s AND items.gate = %(at_gate)s));
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1111,7 +1191,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.id IN (%s, ...)
  ORDER BY partitions.created_at DESC,
@@ -1355,7 +1436,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.status = %s
  ORDER BY partitions.created_at DESC,
@@ -1407,7 +1489,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -1443,7 +1526,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.status = %s
    AND (partitions.created_at < %s OR partitions.created_at = %s AND partitions.id < %s)
@@ -1472,7 +1556,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.id LIKE %s ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1892,3 +1977,100 @@ SELECT partitions.id,
 UPDATE partitions
    SET timeline=%s
  WHERE partitions.id = %s;
+
+-- name: wait_complete (1)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at
+  FROM waits
+ WHERE waits.token = %s;
+
+-- name: wait_complete (2)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate
+  FROM items
+ INNER JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %s
+   AND items.id = %s;
+
+-- name: wait_complete (3)
+UPDATE items
+   SET
+version=(items.version + %s), gate=coalesce(%s, items.gate),
+       status=%s,
+       attempts=%s,
+       last_error=%s,
+       retry_at=CASE WHEN (%s > %s) THEN (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+            ELSE COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+             END,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       error_history=CASE WHEN (%s IS NULL) THEN items.error_history
+            ELSE replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END
+ WHERE items.partition_id = %s
+   AND items.id = %s
+   AND items.version = %s
+   AND items.status = %s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %s));
+
+-- name: wait_complete (4)
+SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+
+-- name: wait_complete (5)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s);
+
+-- name: wait_heartbeat (1)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at
+  FROM waits
+ WHERE waits.token = %s;
+
+-- name: wait_heartbeat (2)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate
+  FROM items
+ INNER JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %s
+   AND items.id = %s;
+
+-- name: wait_heartbeat (3)
+UPDATE items
+   SET retry_at=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+ WHERE items.partition_id = %s
+   AND items.id = %s
+   AND items.version = %s
+   AND items.status = %s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %s));
+
+-- name: wait_heartbeat (4)
+UPDATE waits
+   SET timeout=%s
+ WHERE waits.token = %s;
+
+-- name: wait_heartbeat (5)
+SELECT items.retry_at
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id = %s;

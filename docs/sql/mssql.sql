@@ -46,6 +46,22 @@ SELECT (
        (
         SELECT count(*) AS count_6
           FROM (
+                SELECT TOP 1000 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+               ) AS anon_12
+       ) AS anon_11,
+       (
+        SELECT count(*) AS count_7
+          FROM (
+                SELECT TOP 1000 partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+               ) AS anon_14
+       ) AS anon_13,
+       (
+        SELECT count(*) AS count_8
+          FROM (
                 SELECT TOP 1000 items.id AS id
                   FROM items
                   JOIN partitions
@@ -53,10 +69,10 @@ SELECT (
                    AND partitions.gate = items.gate
                  WHERE partitions.status = %(status_n)s
                    AND items.status = %(status_n)s
-               ) AS anon_12
-       ) AS anon_11,
+               ) AS anon_16
+       ) AS anon_15,
        (
-        SELECT min(anon_14.ready_at) AS min_1
+        SELECT min(anon_18.ready_at) AS min_1
           FROM (
                 SELECT TOP 1000 (
                         SELECT TOP 1 items.retry_at
@@ -69,8 +85,8 @@ SELECT (
                        ) AS ready_at
                   FROM partitions
                  WHERE partitions.status = %(status_n)s
-               ) AS anon_14
-       ) AS anon_13,
+               ) AS anon_18
+       ) AS anon_17,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: flow_block (1)
@@ -330,7 +346,21 @@ SELECT (
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1,
        CASE WHEN (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))))) THEN %(param_n)s
             ELSE %(param_n)s
-             END AS anon_5;
+             END AS anon_5,
+       (
+        SELECT count(*) AS count_3
+          FROM items
+         WHERE items.partition_id = %(pid)s
+           AND items.gate = %(gate)s
+           AND items.status = %(status_n)s
+       ) AS anon_6,
+       (
+        SELECT min(items.retry_at) AS min_3
+          FROM items
+         WHERE items.partition_id = %(pid)s
+           AND items.gate = %(gate)s
+           AND items.status = %(status_n)s
+       ) AS anon_7;
 
 -- name: item_get (1)
 SELECT partitions.id
@@ -460,6 +490,30 @@ VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %
 UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_n)s)
  WHERE partitions.id = %(id_n)s;
+
+-- name: items_apply_spawning (6)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
+       status=%(new_status)s,
+       data=coalesce(%(new_data)s, items.data),
+       attempts=%(new_attempts)s,
+       last_error=%(new_error)s,
+       retry_at=CASE WHEN (%(delay)s > %(param_n)s) THEN DATEADD(microsecond, CAST(((%(delay)s) - FLOOR(%(delay)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(delay)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+            ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+             END,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       error_history=CASE WHEN (%(new_history)s IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
+             END
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s
+   AND items.version = %(seen)s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND partitions.owner = %(owner)s AND partitions.status = %(status_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
+
+-- name: items_apply_spawning (7)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s);
 
 -- name: items_find
 SELECT TOP 10 items.partition_id,
@@ -729,6 +783,26 @@ UPDATE partitions
        last_error=%(last_error)s
  WHERE partitions.id = %(id_n)s;
 
+-- name: items_wait_expired
+SELECT TOP 10 items.id,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       waits.timeout,
+       waits.on_timeout
+  FROM items
+  LEFT OUTER JOIN waits
+    ON waits.partition_id = items.partition_id
+   AND waits.item_id = items.id
+   AND waits.version = items.version
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status = %(status_n)s
+   AND items.gate = %(gate_n)s
+   AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ ORDER BY items.retry_at,
+          items.id;
+
 -- name: leader_release
 UPDATE leaders
    SET owner=%(owner)s,
@@ -814,6 +888,27 @@ SELECT TOP 10 partitions.id,
 
 -- name: leases_read_free (2)
 SELECT TOP 50 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partitions.timeline,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+   AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))
+ ORDER BY partitions.rank_at,
+          partitions.id;
+
+-- name: leases_read_free (3)
+SELECT TOP 20 partitions.id,
        partitions.version,
        partitions.gate,
        partitions.owner,
@@ -954,9 +1049,10 @@ version=(partitions.version + %(version_n)s), status=%(status)s,
 -- name: partition_cancel (3)
 UPDATE items
    SET
-version=(items.version + %(version_n)s), attempts=(items.attempts + %(attempts_n)s)
+version=(items.version + %(version_n)s), status=%(status)s,
+       attempts=(items.attempts + %(attempts_n)s)
  WHERE items.partition_id = %(partition_id_n)s
-   AND items.status = %(status_n)s
+   AND items.status IN (%(status_1_n)s, ...)
    AND items.gate = (
         SELECT partitions.gate
           FROM partitions
@@ -978,6 +1074,7 @@ version=(partitions.version + %(version_n)s), status=%(status)s,
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_n)s AND items.gate >= %(at_gate)s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_n)s AND items.gate = %(at_gate)s))
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_n)s AND items.gate = %(at_gate)s));
 
 -- name: partition_close_when_done (2)
@@ -994,7 +1091,8 @@ version=(partitions.version + %(version_n)s), status=%(status)s,
    AND partitions.status = %(status_n)s
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_n)s AND items.gate >= %(at_gate)s));
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_n)s AND items.gate >= %(at_gate)s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_n)s AND items.gate = %(at_gate)s));
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1121,7 +1219,8 @@ SELECT TOP 1000 partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.id IN (%(id_1_n)s, ...)
  ORDER BY partitions.created_at DESC,
@@ -1353,7 +1452,8 @@ SELECT TOP 10 partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.status = %(status_n)s
  ORDER BY partitions.created_at DESC,
@@ -1402,7 +1502,8 @@ SELECT TOP 2 partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC;
@@ -1437,7 +1538,8 @@ SELECT TOP 3 partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND (partitions.created_at < %(created_at_n)s OR partitions.created_at = %(created_at_n)s AND partitions.id < %(id_n)s)
@@ -1465,7 +1567,8 @@ SELECT TOP 1001 partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.id LIKE %(id_n)s ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1877,3 +1980,100 @@ SELECT partitions.id,
 UPDATE partitions
    SET timeline=%(handed_timeline)s
  WHERE partitions.id = %(handed_id)s;
+
+-- name: wait_complete (1)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at
+  FROM waits
+ WHERE waits.token = %(token_n)s;
+
+-- name: wait_complete (2)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id = %(id_n)s;
+
+-- name: wait_complete (3)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
+       status=%(new_status)s,
+       attempts=%(new_attempts)s,
+       last_error=%(new_error)s,
+       retry_at=CASE WHEN (%(delay)s > %(param_n)s) THEN DATEADD(microsecond, CAST(((%(delay)s) - FLOOR(%(delay)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(delay)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+            ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+             END,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       error_history=CASE WHEN (%(new_history)s IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
+             END
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s
+   AND items.version = %(seen)s
+   AND items.status = %(status_n)s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_n)s));
+
+-- name: wait_complete (4)
+SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+
+-- name: wait_complete (5)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s);
+
+-- name: wait_heartbeat (1)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at
+  FROM waits
+ WHERE waits.token = %(token_n)s;
+
+-- name: wait_heartbeat (2)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id = %(id_n)s;
+
+-- name: wait_heartbeat (3)
+UPDATE items
+   SET retry_at=DATEADD(microsecond, CAST(((%(timeout)s) - FLOOR(%(timeout)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(timeout)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id = %(id_n)s
+   AND items.version = %(version_n)s
+   AND items.status = %(status_n)s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_n)s));
+
+-- name: wait_heartbeat (4)
+UPDATE waits
+   SET timeout=%(timeout)s
+ WHERE waits.token = %(token_n)s;
+
+-- name: wait_heartbeat (5)
+SELECT items.retry_at
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id = %(id_n)s;

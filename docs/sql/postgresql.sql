@@ -51,34 +51,52 @@ SELECT (
        (
         SELECT count(*) AS count_6
           FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_6)s::VARCHAR
+                 LIMIT %(param_6)s::INTEGER
+               ) AS anon_12
+       ) AS anon_11,
+       (
+        SELECT count(*) AS count_7
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = %(status_7)s::VARCHAR
+                 LIMIT %(param_7)s::INTEGER
+               ) AS anon_14
+       ) AS anon_13,
+       (
+        SELECT count(*) AS count_8
+          FROM (
                 SELECT items.id AS id
                   FROM items
                   JOIN partitions
                     ON partitions.id = items.partition_id
                    AND partitions.gate = items.gate
-                 WHERE partitions.status = %(status_6)s::VARCHAR
-                   AND items.status = %(status_7)s::VARCHAR
-                 LIMIT %(param_6)s::INTEGER
-               ) AS anon_12
-       ) AS anon_11,
+                 WHERE partitions.status = %(status_8)s::VARCHAR
+                   AND items.status = %(status_9)s::VARCHAR
+                 LIMIT %(param_8)s::INTEGER
+               ) AS anon_16
+       ) AS anon_15,
        (
-        SELECT min(anon_14.ready_at) AS min_1
+        SELECT min(anon_18.ready_at) AS min_1
           FROM (
                 SELECT (
                         SELECT items.retry_at
                           FROM items
                          WHERE items.partition_id = partitions.id
-                           AND items.status = %(status_8)s::VARCHAR
+                           AND items.status = %(status_10)s::VARCHAR
                            AND items.gate = partitions.gate
                            AND items.retry_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
                          ORDER BY items.retry_at
-                         LIMIT %(param_7)s::INTEGER
+                         LIMIT %(param_9)s::INTEGER
                        ) AS ready_at
                   FROM partitions
-                 WHERE partitions.status = %(status_9)s::VARCHAR
-                 LIMIT %(param_8)s::INTEGER
-               ) AS anon_14
-       ) AS anon_13,
+                 WHERE partitions.status = %(status_11)s::VARCHAR
+                 LIMIT %(param_10)s::INTEGER
+               ) AS anon_18
+       ) AS anon_17,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: flow_block (1)
@@ -343,7 +361,21 @@ SELECT (
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
        CASE WHEN (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s::VARCHAR AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))))) THEN %(param_1)s::INTEGER
             ELSE %(param_2)s::INTEGER
-             END AS anon_5;
+             END AS anon_5,
+       (
+        SELECT count(*) AS count_3
+          FROM items
+         WHERE items.partition_id = %(pid)s::VARCHAR
+           AND items.gate = %(gate)s::INTEGER
+           AND items.status = %(status_3)s::VARCHAR
+       ) AS anon_6,
+       (
+        SELECT min(items.retry_at) AS min_3
+          FROM items
+         WHERE items.partition_id = %(pid)s::VARCHAR
+           AND items.gate = %(gate)s::INTEGER
+           AND items.status = %(status_4)s::VARCHAR
+       ) AS anon_7;
 
 -- name: item_get (1)
 SELECT partitions.id
@@ -480,6 +512,10 @@ VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate
 UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: items_apply_spawning (6)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE);
 
 -- name: items_find
 SELECT items.partition_id,
@@ -761,6 +797,27 @@ UPDATE partitions
        last_error=%(last_error)s::VARCHAR
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
+-- name: items_wait_expired
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       waits.timeout,
+       waits.on_timeout
+  FROM items
+  LEFT OUTER JOIN waits
+    ON waits.partition_id = items.partition_id
+   AND waits.item_id = items.id
+   AND waits.version = items.version
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.gate = %(gate_1)s::INTEGER
+   AND items.retry_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ ORDER BY items.retry_at,
+          items.id
+ LIMIT %(param_1)s::INTEGER;
+
 -- name: leader_release
 UPDATE leaders
    SET owner=%(owner)s::VARCHAR,
@@ -964,9 +1021,10 @@ version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHA
 -- name: partition_cancel (3)
 UPDATE items
    SET
-version=(items.version + %(version_1)s::INTEGER), attempts=(items.attempts + %(attempts_1)s::INTEGER)
+version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       attempts=(items.attempts + %(attempts_1)s::INTEGER)
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   AND items.status = %(status_1)s::VARCHAR
+   AND items.status IN (%(status_1_1)s::VARCHAR, ...)
    AND items.gate = (
         SELECT partitions.gate
           FROM partitions
@@ -988,7 +1046,8 @@ version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHA
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER));
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_4)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER));
 
 -- name: partition_close_when_done (2)
 UPDATE partitions
@@ -1004,7 +1063,8 @@ version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHA
    AND partitions.status = %(status_1)s::VARCHAR
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER));
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER));
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1125,7 +1185,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
  ORDER BY partitions.created_at DESC,
@@ -1376,7 +1437,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
  ORDER BY partitions.created_at DESC,
@@ -1428,7 +1490,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -1464,7 +1527,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND (partitions.created_at < %(created_at_1)s::TIMESTAMP WITHOUT TIME ZONE OR partitions.created_at = %(created_at_2)s::TIMESTAMP WITHOUT TIME ZONE AND partitions.id < %(id_1)s::VARCHAR)
@@ -1493,7 +1557,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.id LIKE %(id_1)s::VARCHAR ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1912,3 +1977,103 @@ SELECT partitions.id,
 UPDATE partitions
    SET timeline=%(handed_timeline)s::VARCHAR
  WHERE partitions.id = %(handed_id)s::VARCHAR;
+
+-- name: wait_complete (1)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at
+  FROM waits
+ WHERE waits.token = %(token_1)s::VARCHAR;
+
+-- name: wait_complete (2)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_complete (3)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
+       status=%(new_status)s::VARCHAR,
+       attempts=%(new_attempts)s::INTEGER,
+       last_error=%(new_error)s::VARCHAR,
+       retry_at=CASE WHEN (%(delay)s > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(delay)s))
+            ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+             END,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       error_history=CASE WHEN (%(new_history)s::VARCHAR IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s::VARCHAR, '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",')
+             END
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND items.id = %(iid)s::VARCHAR
+   AND items.version = %(seen)s::INTEGER
+   AND items.status = %(status_1)s::VARCHAR
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_2)s::VARCHAR));
+
+-- name: wait_complete (4)
+SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+
+-- name: wait_complete (5)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE);
+
+-- name: wait_complete (6)
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+
+-- name: wait_heartbeat (1)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at
+  FROM waits
+ WHERE waits.token = %(token_1)s::VARCHAR;
+
+-- name: wait_heartbeat (2)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_heartbeat (3)
+UPDATE items
+   SET retry_at=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(timeout)s))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR
+   AND items.version = %(version_1)s::INTEGER
+   AND items.status = %(status_1)s::VARCHAR
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_2)s::VARCHAR));
+
+-- name: wait_heartbeat (4)
+UPDATE waits
+   SET timeout=%(timeout)s
+ WHERE waits.token = %(token_1)s::VARCHAR;
+
+-- name: wait_heartbeat (5)
+SELECT items.retry_at
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;

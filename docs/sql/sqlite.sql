@@ -56,6 +56,26 @@ SELECT (
        (
         SELECT count(*) AS count_6
           FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_12
+       ) AS anon_11,
+       (
+        SELECT count(*) AS count_7
+          FROM (
+                SELECT partitions.id AS id
+                  FROM partitions
+                 WHERE partitions.status = ?
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_14
+       ) AS anon_13,
+       (
+        SELECT count(*) AS count_8
+          FROM (
                 SELECT items.id AS id
                   FROM items
                   JOIN partitions
@@ -65,10 +85,10 @@ SELECT (
                    AND items.status = ?
                  LIMIT ?
                 OFFSET ?
-               ) AS anon_12
-       ) AS anon_11,
+               ) AS anon_16
+       ) AS anon_15,
        (
-        SELECT min(anon_14.ready_at) AS min_1
+        SELECT min(anon_18.ready_at) AS min_1
           FROM (
                 SELECT (
                         SELECT items.retry_at
@@ -85,8 +105,8 @@ SELECT (
                  WHERE partitions.status = ?
                  LIMIT ?
                 OFFSET ?
-               ) AS anon_14
-       ) AS anon_13,
+               ) AS anon_18
+       ) AS anon_17,
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: flow_block (1)
@@ -352,7 +372,21 @@ SELECT (
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1,
        CASE WHEN (EXISTS (SELECT * FROM partitions WHERE partitions.id = :pid AND (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))))) THEN :param_1
             ELSE :param_2
-             END AS anon_5;
+             END AS anon_5,
+       (
+        SELECT count(*) AS count_3
+          FROM items
+         WHERE items.partition_id = :pid
+           AND items.gate = :gate
+           AND items.status = :status_3
+       ) AS anon_6,
+       (
+        SELECT min(items.retry_at) AS min_3
+          FROM items
+         WHERE items.partition_id = :pid
+           AND items.gate = :gate
+           AND items.status = :status_4
+       ) AS anon_7;
 
 -- name: item_get (1)
 SELECT partitions.id
@@ -486,6 +520,30 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 UPDATE partitions
    SET spawned=(partitions.spawned + ?)
  WHERE partitions.id = ?;
+
+-- name: items_apply_spawning (6)
+UPDATE items
+   SET
+version=(items.version + ?), gate=coalesce(?, items.gate),
+       status=?,
+       data=coalesce(?, items.data),
+       attempts=?,
+       last_error=?,
+       retry_at=CASE WHEN (? > ?) THEN (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+            ELSE COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+             END,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       error_history=CASE WHEN (? IS NULL) THEN items.error_history
+            ELSE replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END
+ WHERE items.partition_id = ?
+   AND items.id = ?
+   AND items.version = ?
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = ? AND partitions.owner = ? AND partitions.status = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))));
+
+-- name: items_apply_spawning (7)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?);
 
 -- name: items_find
 SELECT items.partition_id,
@@ -773,6 +831,28 @@ UPDATE partitions
        last_error=?
  WHERE partitions.id = ?;
 
+-- name: items_wait_expired
+SELECT items.id,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       waits.timeout,
+       waits.on_timeout
+  FROM items
+  LEFT OUTER JOIN waits
+    ON waits.partition_id = items.partition_id
+   AND waits.item_id = items.id
+   AND waits.version = items.version
+ WHERE items.partition_id = ?
+   AND items.status = ?
+   AND items.gate = ?
+   AND items.retry_at <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ ORDER BY items.retry_at,
+          items.id
+ LIMIT ?
+OFFSET ?;
+
 -- name: leader_release
 UPDATE leaders
    SET owner=?,
@@ -975,9 +1055,10 @@ version=(partitions.version + ?), status=?,
 -- name: partition_cancel (3)
 UPDATE items
    SET
-version=(items.version + ?), attempts=(items.attempts + ?)
+version=(items.version + ?), status=?,
+       attempts=(items.attempts + ?)
  WHERE items.partition_id = ?
-   AND items.status = ?
+   AND items.status IN (?, ...)
    AND items.gate = (
         SELECT partitions.gate
           FROM partitions
@@ -999,7 +1080,8 @@ version=(partitions.version + :version_1), status=:status,
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_2 AND items.gate >= :at_gate))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_3 AND items.gate = :at_gate));
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_3 AND items.gate = :at_gate))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_4 AND items.gate = :at_gate));
 
 -- name: partition_close_when_done (2)
 UPDATE partitions
@@ -1015,7 +1097,8 @@ version=(partitions.version + :version_1), status=:status,
    AND partitions.status = :status_1
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_2 AND items.gate >= :at_gate));
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_2 AND items.gate >= :at_gate))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_3 AND items.gate = :at_gate));
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1134,7 +1217,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.id IN (?, ...)
  ORDER BY partitions.created_at DESC,
@@ -1390,7 +1474,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.status = ?
  ORDER BY partitions.created_at DESC,
@@ -1445,7 +1530,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -1482,7 +1568,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.status = ?
    AND (partitions.created_at < ? OR partitions.created_at = ? AND partitions.id < ?)
@@ -1512,7 +1599,8 @@ SELECT partitions.id,
        partitions.spawned,
        partitions.priority,
        partitions.paused_at,
-       partitions.flow_key
+       partitions.flow_key,
+       partitions.quorum
   FROM partitions
  WHERE partitions.id LIKE ? ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1938,3 +2026,100 @@ SELECT partitions.id,
 UPDATE partitions
    SET timeline=?
  WHERE partitions.id = ?;
+
+-- name: wait_complete (1)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at
+  FROM waits
+ WHERE waits.token = ?;
+
+-- name: wait_complete (2)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = ?
+   AND items.id = ?;
+
+-- name: wait_complete (3)
+UPDATE items
+   SET
+version=(items.version + ?), gate=coalesce(?, items.gate),
+       status=?,
+       attempts=?,
+       last_error=?,
+       retry_at=CASE WHEN (? > ?) THEN (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+            ELSE COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+             END,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       error_history=CASE WHEN (? IS NULL) THEN items.error_history
+            ELSE replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END
+ WHERE items.partition_id = ?
+   AND items.id = ?
+   AND items.version = ?
+   AND items.status = ?
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = ?));
+
+-- name: wait_complete (4)
+SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: wait_complete (5)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?);
+
+-- name: wait_heartbeat (1)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at
+  FROM waits
+ WHERE waits.token = ?;
+
+-- name: wait_heartbeat (2)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = ?
+   AND items.id = ?;
+
+-- name: wait_heartbeat (3)
+UPDATE items
+   SET retry_at=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+ WHERE items.partition_id = ?
+   AND items.id = ?
+   AND items.version = ?
+   AND items.status = ?
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = ?));
+
+-- name: wait_heartbeat (4)
+UPDATE waits
+   SET timeout=?
+ WHERE waits.token = ?;
+
+-- name: wait_heartbeat (5)
+SELECT items.retry_at
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id = ?;

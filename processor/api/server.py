@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from processor.api.completions import CompletionRoutes, is_completion_path
 from processor.api.origin import cross_site_refusal
 from processor.api.problems import ApiError
 from processor.api.routes import ApiSettings, Dispatch, IngestApi
@@ -86,6 +87,7 @@ class Gate:
             refusal = ApiError(421, "misdirected_request", "this API answers on 127.0.0.1, "
                                "localhost or [::1] only")
         elif (self.token and scope.get("path") not in PUBLIC_PATHS
+              and not is_completion_path(scope.get("path", ""))  # the token is the capability
               and not token_matches(bearer(headers.get("authorization")), self.token)):
             refusal = ApiError(401, "unauthorized", "send the API's token as "
                                "'Authorization: Bearer <token>'")
@@ -119,7 +121,7 @@ def create_app(options: ApiOptions, client: AsyncClient | None = None) -> Any:
                            limits=options.limits, token=options.token,
                            loopback_only=is_loopback(options.host))
     api = IngestApi(settings, client)
-    return Gate(mount_schedules(Dispatch(api), api), token=options.token,
+    return Gate(CompletionRoutes(mount_schedules(Dispatch(api), api), api), token=options.token,
                 loopback_only=settings.loopback_only)
 
 

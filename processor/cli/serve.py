@@ -242,6 +242,10 @@ def run(
         envvar=env_name("RATE_LIMIT_PER_KEY"), show_default=False,
         help="Most calls per second per concurrency key across the fleet, for keys without "
         "a rate of their own (default: no limit).")] = None,
+    wait_timeout_policy: Annotated[str, typer.Option(
+        envvar=env_name("WAIT_TIMEOUT_POLICY"),
+        help="What a parked item's deadline does when its answer did not say: retry (an "
+        "error that spends an attempt; it is called again) or fail.")] = "retry",
 ) -> None:
     """Lease partitions and dispatch their items to the handler until SIGTERM."""
     from processor.http_config import (
@@ -289,7 +293,7 @@ def run(
             max_item_bytes=max_item_bytes, max_spawn=max_spawn,
             max_inflight_per_key=max_inflight_per_key, rate_limit=rate_limit,
             rate_limit_per_key=rate_limit_per_key, handler_name=handler_name(handler_url),
-            max_snooze=snooze_cap(retention_config)),
+            max_snooze=snooze_cap(retention_config), wait_timeout_policy=wait_timeout_policy),
         http=HttpProcessorConfig(
             handler_url=handler_url, headers=headers, request_timeout=request_timeout,
             max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),

@@ -135,6 +135,7 @@ async def drive_every_method(store: Store) -> None:
     await _drive_item_lookups(store)
     await _drive_flow(store)
     await _drive_schedules(store)
+    await _drive_waits(store)
 
 
 async def _drive_schedules(store: Store) -> None:
@@ -169,6 +170,29 @@ async def _drive_schedules(store: Store) -> None:
     assert await store.schedule_pause("s1", True) is True
     assert await store.schedule_pause("s1", False) is True
     await store.schedule_delete("s1")
+
+
+async def _drive_waits(store: Store) -> None:
+    """A parking write (the item and its wait), a heartbeat, a completion that parks
+    again, one refused as already completed, and the read of expired waits."""
+    from watcher.errors import AlreadyCompletedError
+    from watcher.protocol import Result
+    from watcher.waits import Wait, WaitWrite, token_hash
+
+    await store.partition_create("pw", [NewItem("w", b"")])
+    await store.leases_take(
+        [row for row in await store.leases_read_free(20) if row.id == "pw"], "w5", 30)
+    token = "t" * 43
+    assert await store.items_apply([ItemWrite("pw", "w", 1, "waiting", 0, 0, data=b"p",
+                                              retry_delay=60.0,
+                                              wait=WaitWrite(token_hash(token), 60.0))],
+                                   "w5") == [True]
+    await store.wait_heartbeat(token, 120)
+    again = await store.wait_complete(token, Result(wait=Wait(30)))
+    assert again.completion_token is not None
+    with pytest.raises(AlreadyCompletedError):
+        await store.wait_complete(token, Result(done=True))
+    await store.items_wait_expired("pw", 0, 10)
 
 
 async def _drive_item_lookups(store: Store) -> None:

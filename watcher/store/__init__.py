@@ -16,7 +16,8 @@ module: :mod:`~watcher.store.partitions` (client writes and reads),
 :mod:`~watcher.store.renewals` (renewals, releases and the timelines they carry),
 :mod:`~watcher.store.hot` (the dispatch
 path) and :mod:`~watcher.store.reduce` (reduce gates), both on
-:mod:`~watcher.store.spawns` (what their answers spawn), on
+:mod:`~watcher.store.spawns` (what their answers spawn and the waits they begin),
+with :mod:`~watcher.store.waits` (expired waits, completions and heartbeats), on
 :mod:`~watcher.store.base` (engine, transactions, the partition lock and the lease
 guard) and :mod:`~watcher.store.codecs` (shared values). The SQL every database
 shares is :class:`watcher.statements.Statements`; what a database does its own way
@@ -44,10 +45,11 @@ from watcher.store.partitions import PartitionsStore
 from watcher.store.reduce import ReduceStore
 from watcher.store.removal import RemovalStore
 from watcher.store.schedules import SchedulesStore
+from watcher.store.waits import WaitsStore
 
 
-class Store(SchedulesStore, PartitionsStore, OperationsStore, RemovalStore, FleetStore, LeasesStore,
-            HotPathStore, ReduceStore):
+class Store(SchedulesStore, PartitionsStore, OperationsStore, RemovalStore, FleetStore,
+            LeasesStore, HotPathStore, ReduceStore, WaitsStore):
     """All reads and writes of the ``partitions``, ``items``, ``leaders`` and flow
     tables.
 
@@ -70,7 +72,7 @@ async def missing_tables(store: Store) -> list[str]:
     tables = store.tables
     names = [table.name for table in (tables.partitions, tables.items, tables.leaders,
                                       tables.flow_controls, tables.flow_grants,
-                                      tables.schedules)]
+                                      tables.schedules, tables.waits)]
     async with store.round_trips.transaction(store.engine.connect(), "missing_tables") as conn:
         present = await conn.run_sync(
             lambda sync: {name for name in names if inspect_schema(sync).has_table(name)})

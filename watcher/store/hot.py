@@ -63,13 +63,16 @@ class HotPathStore(SpawnsStore):
         """Summarise what is left at ``gate``: pending and failed items, and the next gate."""
         row = (await self.round_trips.call("gate_summary", self.driver.fetch(
             self.statements.gate_summary, {"pid": partition_id, "gate": gate}, read=True)))[0]
-        pending_count, earliest, failed_count, lowest, now, paused = row
+        pending_count, earliest, failed_count, lowest, now, paused, waiting, deadline = row
         self.clock_reading.observe(now, time.monotonic())
-        wait = None
+        wait = to_deadline = None
         if pending_count and earliest is not None:
             wait = max(0.0, (earliest - now).total_seconds())
+        if waiting and deadline is not None:
+            to_deadline = max(0.0, (deadline - now).total_seconds())
         return GateSummary(pending=pending_count, failed=failed_count, next_gate=lowest,
-                           seconds_to_next_retry=wait, now=now, paused=bool(paused))
+                           seconds_to_next_retry=wait, now=now, paused=bool(paused),
+                           waiting=waiting or 0, seconds_to_deadline=to_deadline)
 
     @functools.cached_property
     def _closes_when_done(self) -> tuple[Update, Update]:
@@ -114,7 +117,7 @@ class HotPathStore(SpawnsStore):
         """
         if not writes:
             return []
-        if any(write.spawn for write in writes):
+        if any(write.spawn or write.wait for write in writes):
             return await self.items_apply_spawning(writes, owner)
         return await self.round_trips.call("items_apply", self.driver.items_apply(writes, owner))
 
@@ -123,7 +126,8 @@ class HotPathStore(SpawnsStore):
         :meth:`items_apply` says (as the driver batches them:
         :meth:`~watcher.drivers.base.Driver.items_write_each`), and insert the items
         each applied write spawns (a write that is fenced off spawns nothing) in a few
-        statements for the whole batch; returns, per write, whether it was applied.
+        statements for the whole batch, and the ``waits`` row of each applied write
+        that parks its item (one statement); returns, per write, whether it was applied.
 
         Raises:
             SpawnConflictError: as :meth:`items_apply` says.
@@ -134,4 +138,6 @@ class HotPathStore(SpawnsStore):
             await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)
                                         for write, ok in zip(writes, applied, strict=True)
                                         if ok and write.spawn])
+            await self._waits_in(conn, [write for write, ok in zip(writes, applied, strict=True)
+                                        if ok and write.wait is not None])
         return applied

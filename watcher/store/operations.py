@@ -18,7 +18,7 @@ from watcher.errors import (
     GateError,
     PartitionNotFoundError,
 )
-from watcher.models import AVAILABLE, CANCELLED, COMPLETE, DELETING, FAILED
+from watcher.models import AVAILABLE, CANCELLED, COMPLETE, DELETING, FAILED, WAITING
 from watcher.reports import RetryReport
 from watcher.store.base import StoreBase
 from watcher.store.codecs import (
@@ -251,13 +251,15 @@ class OperationsStore(StoreBase):
         with, so one already running when the stop commits would still pass it;
         its item-version guard is checked again on the row it waited for, and a
         bumped version makes it miss: nothing of the partition is written after
-        the stop returns. The attempts move with the version, so the idempotency
+        the stop returns. Items waiting there end their waits the same way (their
+        tokens are refused from now on) and run again when the partition is resumed.
+        The attempts move with the version, so the idempotency
         key of each item's step stays the same when the partition is resumed (the
         attempt a stop interrupts counts as one).
         """
         p, i = self.tables.partitions, self.tables.items
         gate = select(p.c.gate).where(p.c.id == partition_id).scalar_subquery()
         await conn.execute(
-            update(i).where(i.c.partition_id == partition_id, i.c.status == AVAILABLE,
-                            i.c.gate == gate)
-            .values(version=i.c.version + 1, attempts=i.c.attempts + 1))
+            update(i).where(i.c.partition_id == partition_id,
+                            i.c.status.in_((AVAILABLE, WAITING)), i.c.gate == gate)
+            .values(version=i.c.version + 1, attempts=i.c.attempts + 1, status=AVAILABLE))

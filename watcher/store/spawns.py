@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from sqlalchemy import update
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from watcher.records import NewItem
+from watcher.records import ItemWrite, NewItem
 from watcher.spawning import SpawnConflictError
 from watcher.store.base import StoreBase
 from watcher.store.codecs import colliding_ids
@@ -25,7 +25,28 @@ reduce), and the new items, gates resolved."""
 
 
 class SpawnsStore(StoreBase):
-    """Inserting what answers spawned, inside the transaction that writes the answers."""
+    """Inserting what answers spawned, and the waits of answers that park their items,
+    inside the transaction that writes the answers."""
+
+    async def _waits_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite]) -> None:
+        """Store the ``waits`` row of each parking write of ``writes`` (applied ones: the
+        item's version is the one read plus one), in ``conn``'s transaction: one read
+        of the clock and one insert for the batch.
+
+        Raises:
+            sqlalchemy.exc.IntegrityError: a token hash is stored already (never, for
+                256 random bits).
+        """
+        parked = [write for write in writes if write.wait is not None]
+        if not parked:
+            return
+        now = (await conn.execute(select(self.statements.now))).scalar_one()
+        await conn.execute(insert(self.tables.waits), [
+            {"token": write.wait.token_hash, "partition_id": write.partition_id,
+             "item_id": write.item_id, "version": write.seen_version + 1,
+             "timeout": write.wait.timeout, "on_timeout": write.wait.on_timeout,
+             "created_at": now}
+            for write in parked if write.wait is not None])
 
     async def _spawn_in(self, conn: AsyncConnection, spawns: Sequence[Spawn]) -> None:
         """Insert every new item of ``spawns`` and count them on their partitions (whose

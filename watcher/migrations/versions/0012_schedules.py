@@ -26,7 +26,7 @@ from alembic import context, op
 from sqlalchemy.dialects import mssql, mysql
 
 revision = "0012_schedules"
-down_revision = "0010"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,199 @@
+"""The completion routes of ``processor api``: the outside world completes a waiting item.
+
+=======  ===========================================  ================================
+POST     ``/v1/completions/{token}``                  complete the wait (the answer as
+                                                      JSON, as a handler would answer)
+POST     ``/v1/completions/{token}/heartbeat``        move its deadline (``{"timeout"}``)
+=======  ===========================================  ================================
+
+The token is the whole capability: these routes need no API token, so a token can go
+in an e-mail link or to a third party's webhook. A completion applies exactly once
+(:meth:`watcher.store.Store.wait_complete`); any other use of the token answers 409
+``already_completed`` and writes nothing; an unknown or malformed token answers 404 and
+says nothing else. Bad input answers 400 naming the field, writes nothing, and leaves
+the token usable. The token never appears in a log line or an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import unquote
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+
+from processor.api.bodies import read_whole
+from processor.api.problems import ApiError, bad_request
+from processor.wire import parse_answer
+from processor.wire_values import MalformedResponseError, decode_json
+from watcher.completions import Answer
+from watcher.errors import AlreadyCompletedError, CompletionRefusedError, WaitNotFoundError
+from watcher.protocol import NonRetryableError, Result, RetryableError
+from watcher.spawning import SpawnConflictError, SpawnLimits
+from watcher.store.waits import CompletedWait
+
+if TYPE_CHECKING:
+    from processor.api.routes import IngestApi
+
+log = logging.getLogger(__name__)
+
+PREFIX: Final = "/v1/completions/"
+ANSWER_FIELDS: Final = frozenset({"gate", "done", "data", "data_b64", "spawn", "error",
+                                  "no_retry", "wait"})
+# A heartbeat or an answer without items is small; its own bound, below the API's.
+MAX_HEARTBEAT_BYTES: Final = 4096
+
+
+def is_completion_path(raw_path: str) -> bool:
+    """Whether ``raw_path`` is one of the completion routes (which need no API token)."""
+    return raw_path.startswith(PREFIX)
+
+
+class CompletionRoutes:
+    """ASGI: answers the completion routes itself and hands every other request to
+    ``app`` (the API's :class:`~processor.api.routes.Dispatch`), whose error shape and
+    handling of unexpected errors it shares."""
+
+    def __init__(self, app: Any, api: IngestApi) -> None:
+        self.app = app
+        self.api = api
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        raw_path = raw_path.split("?")[0]
+        if not is_completion_path(raw_path):
+            await self.app(scope, receive, send)
+            return
+        from processor.api.dispatch import error_response, statefeed_answer
+
+        try:
+            response = await answer_completion(self.api, Request(scope, receive), raw_path)
+        except ApiError as error:
+            response = error_response(error)
+        except ClientDisconnect:
+            return
+        except Exception as error:
+            known = statefeed_answer(error)
+            if known is None:
+                # The path holds the token: the log line names the route only.
+                log.exception("action=api_error method=%s route=completions",
+                              scope["method"])
+                known = ApiError(500, "internal_error", "the API failed; its log says why")
+            response = error_response(known)
+        await response(scope, receive, send)
+
+
+def not_found() -> ApiError:
+    """The answer for an unknown or malformed token, or a path under the prefix that no
+    route has: it says nothing about any wait."""
+    return ApiError(404, "not_found", "no wait has this completion token")
+
+
+async def answer_completion(api: IngestApi, request: Request, raw_path: str) -> Response:
+    """Route and answer one request under ``/v1/completions/``.
+
+    Raises:
+        ApiError: 404, 405, 400 or 413 as the module says; 409 for a used token.
+    """
+    token, _, rest = raw_path[len(PREFIX):].partition("/")
+    token = unquote(token)
+    if rest not in ("", "heartbeat"):
+        raise not_found()
+    if request.method != "POST":
+        raise ApiError(405, "method_not_allowed",
+                       f"{request.method} is not allowed here; this route takes POST")
+    store = api.client.store
+    try:
+        if rest == "heartbeat":
+            document = _document(await read_whole(request, MAX_HEARTBEAT_BYTES))
+            unknown = sorted(set(document) - {"timeout"})
+            if unknown or "timeout" not in document:
+                raise bad_request("a heartbeat's body is {\"timeout\": seconds}",
+                                  field=unknown[0] if unknown else "timeout")
+            deadline = await store.wait_heartbeat(token, document["timeout"])
+            return JSONResponse({"deadline": deadline.isoformat() + "Z"}, 200)
+        answer = _answer(await read_whole(request, api.limits.max_body_bytes))
+        limit = api.limits.max_item_bytes
+        done = await store.wait_complete(token, answer, max_data_bytes=limit,
+                                         spawn_limits=SpawnLimits(max_item_bytes=limit))
+    except WaitNotFoundError:
+        raise not_found() from None
+    except AlreadyCompletedError as error:
+        raise ApiError(409, "already_completed", str(error)) from None
+    except CompletionRefusedError as error:
+        raise bad_request(str(error), field=error.field) from None
+    except SpawnConflictError as error:
+        raise bad_request(str(error), field="spawn") from None
+    log.info("action=wait_completed partition=%r item=%r status=%s gate=%d",
+             done.partition_id, done.item_id, done.status, done.gate)
+    return JSONResponse(completed_view(done), 200)
+
+
+def completed_view(done: CompletedWait) -> dict[str, Any]:
+    """The 200 answer of a completion: the item's new state, and the new token when
+    the answer parked it again."""
+    view: dict[str, Any] = {"partition_id": done.partition_id, "item_id": done.item_id,
+                            "status": done.status, "gate": done.gate,
+                            "attempts": done.attempts, "last_error": done.last_error}
+    if done.completion_token is not None:
+        view["completion_token"] = done.completion_token
+    return view
+
+
+def _document(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object (an empty body is ``{}``).
+
+    Raises:
+        ApiError: 400 when it is not a JSON object.
+    """
+    if not body.strip():
+        return {}
+    try:
+        document = decode_json(body)
+    except MalformedResponseError as problem:
+        raise bad_request(f"the body is not strict JSON: {problem}", field="body") from None
+    if not isinstance(document, dict):
+        raise bad_request("the body must be a JSON object such as {\"done\": true}",
+                          field="body")
+    return document
+
+
+def _answer(body: bytes) -> Answer:
+    """A completion's body as the answer it carries: the fields of a handler's answer
+    (``gate``, ``done``, ``data``/``data_b64``, ``spawn``, ``wait``), or ``error``
+    (a string, or ``{"message", "no_retry"}``) with ``no_retry``.
+
+    Raises:
+        ApiError: 400 naming the field at fault.
+    """
+    document = _document(body)
+    unknown = sorted(set(document) - ANSWER_FIELDS)
+    if unknown:
+        raise bad_request(f"unknown field {unknown[0]!r}; a completion takes "
+                          f"{', '.join(sorted(ANSWER_FIELDS))}", field=unknown[0])
+    error = document.get("error")
+    if isinstance(error, str):
+        no_retry = document.get("no_retry", False)
+        if type(no_retry) is not bool:
+            raise bad_request("'no_retry' must be true or false", field="no_retry")
+        return NonRetryableError(error) if no_retry else RetryableError(error)
+    try:
+        parsed = parse_answer(document)
+    except MalformedResponseError as problem:
+        raise bad_request(str(problem), field=_field_in(str(problem))) from None
+    if isinstance(parsed, Result):
+        return parsed
+    return (NonRetryableError(parsed.message) if parsed.no_retry
+            else RetryableError(parsed.message))
+
+
+def _field_in(message: str) -> str:
+    """The field a malformed answer's message names first."""
+    for name in ("spawn", "wait", "data_b64", "data", "gate", "done", "error"):
+        if f"'{name}" in message or message.startswith(f"{name}["):
+            return name
+    return "body"

@@ -1,0 +1,183 @@
+"""Waits: the items parked at their gates, their deadlines, and their completions.
+
+A completion is one guarded transaction: the token's hash finds the ``waits`` row,
+and the item is written only while it is ``waiting`` at the version the wait began
+with and its partition is open; anything else is refused as already completed and
+writes nothing. Two completions racing for one token: the item write of the second
+waits for the first's row lock, then finds the version moved and matches nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Float, and_, bindparam, exists, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from watcher.completions import Answer, completion_write
+from watcher.decisions import RetryPolicy
+from watcher.errors import AlreadyCompletedError, CompletionRefusedError, WaitNotFoundError
+from watcher.models import AVAILABLE, WAITING
+from watcher.records import ReadyItem
+from watcher.spawning import DEFAULT_SPAWN_LIMITS, SpawnLimits
+from watcher.statements import ResultSource
+from watcher.store.spawns import SpawnsStore
+from watcher.waits import new_completion_token, timeout_problem, token_hash, token_well_formed
+
+DEFAULT_POLICY = RetryPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredWait:
+    """A waiting item whose deadline passed, with its wait's timeout and policy."""
+
+    item: ReadyItem
+    timeout: float
+    on_timeout: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedWait:
+    """What a completion did: the item's new state, and the new token when the answer
+    parked it again (``completion_token``; ``None`` otherwise)."""
+
+    partition_id: str
+    item_id: str
+    status: str
+    gate: int
+    version: int
+    attempts: int
+    last_error: str | None = None
+    completion_token: str | None = None
+    deadline: datetime | None = None
+
+
+class WaitsStore(SpawnsStore):
+    """The reads and writes of waits: expired ones for the holder, completions and
+    heartbeats for whoever holds a token."""
+
+    async def items_wait_expired(self, partition_id: str, gate: int,
+                                 limit: int) -> list[ExpiredWait]:
+        """Up to ``limit`` items waiting at ``gate`` whose deadline (their ``retry_at``)
+        passed by the store's clock, with their waits; read through the ready index,
+        so completed items are never visited."""
+        i, w = self.tables.items, self.tables.waits
+        query = (
+            select(i.c.id, i.c.version, i.c.gate, i.c.attempts, i.c.error_history,
+                   w.c.timeout, w.c.on_timeout)
+            .select_from(i.outerjoin(w, and_(w.c.partition_id == i.c.partition_id,
+                                             w.c.item_id == i.c.id,
+                                             w.c.version == i.c.version)))
+            .where(i.c.partition_id == partition_id, i.c.status == WAITING, i.c.gate == gate,
+                   i.c.retry_at <= self.statements.now)
+            .order_by(i.c.retry_at, i.c.id).limit(limit))
+        async with self._read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [ExpiredWait(ReadyItem(row.id, row.version, row.gate, b"", row.attempts,
+                                      error_history=row.error_history),
+                            float(row.timeout or 0.0), row.on_timeout or "")
+                for row in rows]
+
+    async def _waiting(self, conn: AsyncConnection, token: str) -> tuple[Any, Any]:
+        """The ``waits`` row of ``token`` and its item and partition's state, locked for
+        the transaction where the database locks on read.
+
+        Raises:
+            WaitNotFoundError: no wait has this token (or it is malformed).
+            AlreadyCompletedError: its wait is over, or its partition is not open.
+        """
+        if not isinstance(token, str) or not token_well_formed(token):
+            raise WaitNotFoundError()
+        i, p, w = self.tables.items, self.tables.partitions, self.tables.waits
+        wait = (await conn.execute(select(w).where(w.c.token == token_hash(token)))).first()
+        if wait is None:
+            raise WaitNotFoundError()
+        row = (await conn.execute(
+            select(i.c.status, i.c.version, i.c.gate, i.c.attempts, i.c.error_history,
+                   p.c.status.label("partition_status"), p.c.gate.label("partition_gate"))
+            .select_from(i.join(p, p.c.id == i.c.partition_id))
+            .where(i.c.partition_id == wait.partition_id, i.c.id == wait.item_id))).first()
+        if row is None:
+            raise AlreadyCompletedError(None)
+        if (row.status != WAITING or row.version != wait.version
+                or row.partition_status != AVAILABLE):
+            raise AlreadyCompletedError(str(row.status))
+        return wait, row
+
+    def _still_waiting(self) -> tuple[Any, ...]:
+        """The extra guard of a completion's write: still waiting, partition open."""
+        i, p = self.tables.items, self.tables.partitions
+        return (i.c.status == WAITING,
+                exists().where(p.c.id == i.c.partition_id, p.c.status == AVAILABLE))
+
+    async def wait_complete(self, token: str, answer: Answer, *,
+                            policy: RetryPolicy = DEFAULT_POLICY,
+                            max_data_bytes: int | None = None,
+                            spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS) -> CompletedWait:
+        """Apply ``answer`` to the item waiting on ``token``, exactly once: the item, what
+        the answer spawns and, when it parks the item again, the new wait, in one
+        transaction guarded by the wait's item version, the waiting status and the
+        open partition. The partition's processors are woken.
+
+        Raises:
+            WaitNotFoundError: no wait has this token (or it is malformed).
+            AlreadyCompletedError: the wait is over (completed, timed out, cancelled,
+                retried, or replaced); nothing was written.
+            CompletionRefusedError: the answer cannot be applied (the field is named);
+                nothing was written and the token stays usable.
+            SpawnConflictError: the answer spawns an id the partition holds already.
+        """
+        new_token = new_completion_token()
+        async with self._write() as conn:
+            wait, row = await self._waiting(conn, token)
+            item = ReadyItem(wait.item_id, wait.version, row.gate, b"", row.attempts,
+                             error_history=row.error_history)
+            write = completion_write(wait.partition_id, item, answer, row.partition_gate,
+                                     policy, new_token=new_token, max_data_bytes=max_data_bytes,
+                                     spawn_limits=spawn_limits)
+            statements = self.statements
+            source = ResultSource.parameters(self.tables.items.c.data.type,
+                                             new_data=write.data is not None,
+                                             delayed=bool(write.retry_delay))
+            statement = statements.result_write(source, fenced=False).where(
+                *self._still_waiting())
+            touched = await conn.execute(statement, statements.item_write_params(write, ""))
+            if touched.rowcount != 1:
+                raise AlreadyCompletedError(None)
+            if write.spawn:
+                await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)])
+            await self._waits_in(conn, [write])
+            await self._notify(conn, wait.partition_id)
+        gate = row.gate if write.gate is None else write.gate
+        return CompletedWait(wait.partition_id, wait.item_id, write.status, gate,
+                             wait.version + 1, write.attempts, write.last_error,
+                             new_token if write.wait is not None else None)
+
+    async def wait_heartbeat(self, token: str, seconds: float) -> datetime:
+        """Move the deadline of the wait ``token`` names to ``seconds`` from now
+        (the store's clock); returns the new deadline. The token stays usable.
+
+        Raises:
+            WaitNotFoundError: no wait has this token (or it is malformed).
+            AlreadyCompletedError: the wait is over; nothing was written.
+            CompletionRefusedError: ``seconds`` is not a usable wait timeout.
+        """
+        problem = timeout_problem(seconds, "'timeout'")
+        if problem is not None:
+            raise CompletionRefusedError("timeout", problem)
+        i, w = self.tables.items, self.tables.waits
+        deadline = self.statements.now_plus(bindparam("timeout", type_=Float()))
+        async with self._write() as conn:
+            wait, _ = await self._waiting(conn, token)
+            touched = await conn.execute(
+                update(i).where(i.c.partition_id == wait.partition_id, i.c.id == wait.item_id,
+                                i.c.version == wait.version, *self._still_waiting())
+                .values(retry_at=deadline), {"timeout": float(seconds)})
+            if touched.rowcount != 1:
+                raise AlreadyCompletedError(None)
+            await conn.execute(update(w).where(w.c.token == wait.token)
+                               .values(timeout=float(seconds)))
+            return (await conn.execute(select(i.c.retry_at).where(
+                i.c.partition_id == wait.partition_id, i.c.id == wait.item_id))).scalar_one()

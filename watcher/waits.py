@@ -1,0 +1,125 @@
+"""Waits as plain values: an answer that parks its item until someone outside completes
+it, the completion token that names one wait, and what a timeout writes.
+
+A handler answers ``Result(wait=Wait(timeout=...))``: its item becomes ``waiting`` at
+its gate, holds no call and no slot, and the gate does not pass until the item is
+completed (``POST /v1/completions/{token}``), times out, or its partition is cancelled.
+The token is made per call (at least 128 random bits) and only its SHA-256 is stored,
+in the ``waits`` table (revision 0011), and only when the answer parks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import re
+import secrets
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+# The longest wait an answer (or a heartbeat) may ask for: 30 days.
+MAX_WAIT_SECONDS: Final = 30 * 24 * 3600.0
+# 32 random bytes, URL-safe base64 without padding: 43 characters, 256 bits.
+TOKEN_BYTES: Final = 32
+# What a token looks like; anything else is refused before a database read.
+_TOKEN_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]{22,128}")
+
+
+class TimeoutPolicy(StrEnum):
+    """What a wait's deadline does to its item."""
+
+    RETRY = "retry"  # an error that spends an attempt: called again with a new token
+    FAIL = "fail"  # the item fails at once
+
+
+TIMEOUT_POLICIES: Final = tuple(policy.value for policy in TimeoutPolicy)
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """An answer's ``wait``: park the item for up to ``timeout`` seconds (by the
+    database clock). ``on_timeout`` (``"retry"`` or ``"fail"``) overrides the
+    processor's ``--wait-timeout-policy`` for this wait; ``None`` keeps it."""
+
+    timeout: float
+    on_timeout: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitWrite:
+    """What a parking write stores in the ``waits`` table besides the item's row: the
+    token's hash, the timeout, and the timeout policy (``""``: the sweeping
+    processor's default)."""
+
+    token_hash: str
+    timeout: float
+    on_timeout: str = ""
+
+
+def timeout_problem(timeout: object, what: str = "'wait.timeout'") -> str | None:
+    """Why ``timeout`` is not a usable wait timeout (seconds, more than 0, at most
+    :data:`MAX_WAIT_SECONDS`), or ``None``."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(
+            timeout) or not 0 < timeout <= MAX_WAIT_SECONDS:
+        return (f"{what} must be a number of seconds above 0 and at most "
+                f"{int(MAX_WAIT_SECONDS)} (30 days), got {timeout!r}")
+    return None
+
+
+def wait_problem(wait: object) -> str | None:
+    """Why ``wait`` is not a valid :class:`Wait`, or ``None`` when it is."""
+    if not isinstance(wait, Wait):
+        return f"the result's wait must be a Wait, got {type(wait).__name__}"
+    problem = timeout_problem(wait.timeout)
+    if problem is None and wait.on_timeout is not None and wait.on_timeout not in (
+            TIMEOUT_POLICIES):
+        problem = (f"'wait.on_timeout' must be one of {', '.join(TIMEOUT_POLICIES)}, "
+                   f"got {wait.on_timeout!r}")
+    return problem
+
+
+def new_completion_token() -> str:
+    """A fresh completion token: 256 random bits, URL-safe (43 characters)."""
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def token_hash(token: str) -> str:
+    """The SHA-256 (hex) of ``token``: what the ``waits`` table stores and looks up."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def token_well_formed(token: str) -> bool:
+    """Whether ``token`` has a completion token's shape (URL-safe base64, 22 to 128
+    characters); one that does not is unknown without a database read."""
+    return bool(_TOKEN_SHAPE.fullmatch(token))
+
+
+def seconds_text(seconds: float) -> str:
+    """``seconds`` as a message shows it: ``30``, ``0.5``."""
+    return f"{seconds:g}" if seconds != int(seconds) else str(int(seconds))
+
+
+def timeout_message(timeout: float) -> str:
+    """The error a wait's deadline records on its item."""
+    return f"timed out waiting after {seconds_text(timeout)} s"
+
+
+def wait_write(wait: Wait, token: str) -> WaitWrite:
+    """The ``waits`` row a parking answer made with the call's ``token`` stores."""
+    return WaitWrite(token_hash(token), float(wait.timeout), wait.on_timeout or "")
+
+
+def fails_on_timeout(stored: str, default: str) -> bool:
+    """Whether a wait stored with the policy ``stored`` (``""``: none) fails its item at
+    the deadline, ``default`` being the sweeping processor's policy."""
+    return (stored or default) == TimeoutPolicy.FAIL
+
+
+def item_parked(partition_id: str, item_id: str, gate: int, timeout: float) -> None:
+    """The one INFO line of an item that parked (never its token)."""
+    log.info("action=item_parked partition=%s item=%s gate=%d timeout=%s", partition_id,
+             item_id, gate, seconds_text(timeout))
