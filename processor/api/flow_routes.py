@@ -18,7 +18,10 @@ and the key in the path (``""`` where there is none).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from processor.async_client import AsyncClient
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,7 +29,7 @@ from starlette.responses import Response
 from processor.api.bodies import media_type, read_whole
 from processor.api.dispatch import KEY, Handler, answer
 from processor.api.problems import ApiError, bad_request
-from processor.api.upload import JSON_TYPES, json_document
+from processor.api.upload import JSON_TYPES, Limits, json_document
 from processor.api.views import only, page_limit, timestamp
 from processor.client_flow import (
     MAX_CONTROLS_PAGE,
@@ -37,8 +40,21 @@ from processor.client_flow import (
 from watcher.models import FlowScope
 from watcher.reports import FlowControlInfo
 
-if TYPE_CHECKING:
-    from processor.api.routes import IngestApi
+
+class IngestApi(Protocol):
+    """What these routes need of the API (:class:`processor.api.routes.IngestApi` is
+    one): its client and its limits. A protocol, so this module imports nothing of the
+    routes module that mounts it."""
+
+    @property
+    def client(self) -> AsyncClient:
+        """The client the API reads and writes through."""
+        ...
+
+    @property
+    def limits(self) -> Limits:
+        """The API's size limits."""
+        ...
 
 log = logging.getLogger(__name__)
 
