@@ -6,7 +6,6 @@ plain values out; :mod:`watcher.leases` does the I/O.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -31,19 +30,16 @@ def fair_share(active: int, live_owners: int) -> int:
     return math.ceil(active / live_owners) if active and live_owners else 0
 
 
-def pick_free(candidates: Sequence[T], count: int, rng: random.Random) -> list[T]:
-    """Which ``count`` of the free ``candidates`` (in lease-queue order) to take.
-
-    The head of the queue always, so priority and fair queuing hold: the
-    partition that ranks first is leased in the next scan of any processor with
-    room. The rest at random from the first ``2 * count``, so processors that scan
-    at the same moment mostly spread over different partitions instead of all
-    contending for the same few rows, without reaching far down the queue.
+def pick_free(candidates: Sequence[T], count: int) -> list[T]:
+    """Which ``count`` of the free ``candidates`` (in lease-queue order) to take: the
+    first ``count``, in order, so the lease queue is first come, first served for a
+    fresh processor's first batch as for every later one. Processors that scan at the
+    same moment contend for the same rows; the losers pass over the rows locked
+    (``SKIP LOCKED``) or lost, and take the next ones (:meth:`LeaseKeeper.run_once`).
     """
-    if count <= 0 or not candidates:
+    if count <= 0:
         return []
-    head, window = candidates[0], list(candidates[1:2 * count])
-    return [head, *rng.sample(window, min(count - 1, len(window)))]
+    return list(candidates[:count])
 
 
 @dataclass(frozen=True, slots=True)

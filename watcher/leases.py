@@ -7,7 +7,6 @@ does the I/O and keeps the table of leases this watcher holds.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,7 +51,6 @@ class LeaseKeeper:
         self.leases: dict[str, Lease] = {}
         self._renew_due = 0.0
         self._balance_due = 0.0
-        self._rng = random.Random()
         # Whether the last lease cycle left free partitions it might have taken with
         # more room: only then does a partition ending call for a cycle at once.
         self.free_left = True
@@ -123,8 +121,7 @@ class LeaseKeeper:
             plan = plan_balance(self.owner, stats, len(candidates), max_take=takeable,
                                 max_steal=min(self.config.steal_batch, room))
             if plan.take_free:
-                chosen = pick_free(candidates, plan.take_free, self._rng)
-                acquired = await self._take(chosen, stolen_from=None)
+                acquired = await self._take_free(candidates, plan.take_free)
             elif plan.steal_from is not None and balance_due and not busy:
                 victims = await self.store.leases_of_owner(plan.steal_from, plan.steal)
                 stolen = await self._take(victims, stolen_from=plan.steal_from)
@@ -133,6 +130,19 @@ class LeaseKeeper:
         self.free_left = len(free) > len(acquired)
         self.hooks.leases_held(len(self.leases))
         return LeaseCycle(tuple(acquired), tuple(stolen), tuple(lost), renewed, stopped)
+
+    async def _take_free(self, candidates: list[LeaseRow], count: int) -> list[str]:
+        """Take the first ``count`` of ``candidates`` (lease-queue order,
+        :func:`watcher.balance.pick_free`); the places lost to a processor that took
+        the same rows a moment earlier go to the next candidates, once."""
+        chosen = pick_free(candidates, count)
+        acquired = await self._take(chosen, stolen_from=None)
+        missing = count - len(acquired)
+        if missing > 0:
+            rest = [row for row in candidates[len(chosen):] if row.id not in self.leases]
+            if rest:
+                acquired += await self._take(pick_free(rest, missing), stolen_from=None)
+        return acquired
 
     async def drop_stopped(self) -> list[str]:
         """Drop the leases on partitions that a client cancelled or began deleting.
