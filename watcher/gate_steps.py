@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from watcher.config import WatcherConfig
 from watcher.decisions import GateStep, decide_gate
 from watcher.errors import StatefeedError
-from watcher.failures import ItemFailure, partition_failed_at_items
+from watcher.failures import ItemFailure, partition_error, partition_failed_at_items
 from watcher.hooks import Hooks
 from watcher.lease import Lease
 from watcher.leases import LeaseKeeper
@@ -129,6 +129,10 @@ class GateStepper:
         status = {GateStep.FAIL: Status.FAILED.value,
                   GateStep.CLOSE: Status.COMPLETE.value}.get(action.step)
         from_gate = lease.gate
+        # A failure stores why: the item that failed the partition, read before the write.
+        failed = await self._failed_item(from_gate) if action.step is GateStep.FAIL else None
+        error = (partition_error(from_gate, summary.failed, failed)
+                 if action.step is GateStep.FAIL else None)
         async with lease.lock:
             if lease.lost:
                 return Pass(wait=None)
@@ -137,7 +141,7 @@ class GateStepper:
                 summary.now, progress, action.gate if status is None else None)
             version = await self.store.partition_transition(
                 self.partition_id, lease.version, self.keeper.owner, gate=action.gate,
-                status=status, timeline=timeline)
+                status=status, timeline=timeline, last_error=error)
             if version is not None and timeline is not None:
                 lease.timeline_written(timeline, progress)
         if version is None:
@@ -155,8 +159,7 @@ class GateStepper:
             return Pass(wait=0.0, step=action.step)
         if action.step is GateStep.FAIL:
             self._ended(Status.FAILED.value)
-            partition_failed_at_items(self.partition_id, from_gate, summary.failed,
-                                      await self._failed_item(from_gate))
+            partition_failed_at_items(self.partition_id, from_gate, summary.failed, failed)
         else:
             self._ended(Status.COMPLETE.value, from_gate)
         return Pass(wait=None, step=action.step)
