@@ -108,3 +108,38 @@ def plan_balance(me: str, stats: LeaseStats, free: int, *, max_take: int,
     if count <= target:
         return BalancePlan(target)
     return BalancePlan(target, steal_from=victim, steal=min(need, count - target, max_steal))
+
+
+def with_askers(stats: LeaseStats, askers: Sequence[str]) -> LeaseStats:
+    """``stats`` with each processor asking for a hand-over (``askers``) counted as a live
+    owner, holding nothing yet when it holds no lease: every processor's fair share
+    then makes room for it."""
+    owners = dict(stats.owners)
+    for asker in askers:
+        owners.setdefault(asker, 0)
+    return LeaseStats(stats.active, owners, stats.free_at_cap)
+
+
+def hand_over_count(me: str, stats: LeaseStats, askers: Sequence[str], *, handing: int,
+                    max_steal: int) -> int:
+    """How many of its partitions ``me`` hands over now to the processors asking for work.
+
+    Each asker's plan is :func:`plan_balance` as the asker makes it, with no partition
+    free: where it would steal from ``me``, ``me`` hands that many over instead (and no
+    more while any partition is free: the askers take those). ``handing`` partitions of
+    ``me`` are being handed over already: they count as gone.
+    """
+    owners = dict(with_askers(stats, askers).owners)
+    free = stats.active - sum(stats.owners.values())
+    if free > 0 or me not in owners:
+        return 0
+    owners[me] = max(0, owners[me] - handing)
+    count = 0
+    for asker in sorted(set(askers) - {me}):
+        plan = plan_balance(asker, LeaseStats(stats.active, owners, stats.free_at_cap), 0,
+                            max_take=max_steal, max_steal=max_steal)
+        if plan.steal_from == me and plan.steal > 0:
+            count += plan.steal
+            owners[me] -= plan.steal
+            owners[asker] += plan.steal
+    return count
