@@ -124,22 +124,18 @@ def hand_over_count(me: str, stats: LeaseStats, askers: Sequence[str], *, handin
                     max_steal: int) -> int:
     """How many of its partitions ``me`` hands over now to the processors asking for work.
 
-    Each asker's plan is :func:`plan_balance` as the asker makes it, with no partition
-    free: where it would steal from ``me``, ``me`` hands that many over instead (and no
-    more while any partition is free: the askers take those). ``handing`` partitions of
-    ``me`` are being handed over already: they count as gone.
+    With the askers counted as live owners (:func:`with_askers`), every owner above the
+    fair share hands over what it holds above it, up to ``max_steal`` a cycle, all at
+    once rather than the most loaded first: an owner's count falls only once its
+    releases land. The excess above a share that rounds up never passes what the owners
+    below it lack, so no owner ends below its share. Nothing while a partition is free
+    (the askers take those) or nobody else asks. ``handing`` partitions of ``me`` are
+    on their way already: they count as gone.
     """
-    owners = dict(with_askers(stats, askers).owners)
+    others = set(askers) - {me}
     free = stats.active - sum(stats.owners.values())
-    if free > 0 or me not in owners:
+    if not others or free > 0 or stats.free_at_cap:
         return 0
-    owners[me] = max(0, owners[me] - handing)
-    count = 0
-    for asker in sorted(set(askers) - {me}):
-        plan = plan_balance(asker, LeaseStats(stats.active, owners, stats.free_at_cap), 0,
-                            max_take=max_steal, max_steal=max_steal)
-        if plan.steal_from == me and plan.steal > 0:
-            count += plan.steal
-            owners[me] -= plan.steal
-            owners[asker] += plan.steal
-    return count
+    owners = with_askers(stats, sorted(others)).owners
+    held = max(0, owners.get(me, 0) - handing)
+    return max(0, min(max_steal, held - fair_share(stats.active, len(owners))))

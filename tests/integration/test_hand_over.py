@@ -24,15 +24,21 @@ from watcher.records import LeaseStats
 PARTITIONS, ITEMS = 6, 60
 
 
-def test_the_most_loaded_holder_hands_over_what_the_asker_would_steal() -> None:
+def test_every_holder_above_the_share_hands_over_its_excess() -> None:
     stats = LeaseStats(active=12, owners={"a": 8, "b": 4})
     assert with_askers(stats, ["c"]).owners == {"a": 8, "b": 4, "c": 0}
+    # The share with c counted: 4. a holds 4 above it, 2 a cycle; b none.
     assert hand_over_count("a", stats, ["c"], handing=0, max_steal=2) == 2
     assert hand_over_count("b", stats, ["c"], handing=0, max_steal=2) == 0
-    # Two already on their way: a, at 6, is still the most loaded above the share of 4.
     assert hand_over_count("a", stats, ["c"], handing=2, max_steal=2) == 2
     assert hand_over_count("a", stats, ["c"], handing=4, max_steal=2) == 0
-    # A free partition: the asker takes that instead.
+    # Three at 10, a fourth asks: the share is 8, and each hands over 2 at once.
+    even = LeaseStats(active=30, owners={"a": 10, "b": 10, "c": 10})
+    assert [hand_over_count(me, even, ["d"], handing=0, max_steal=3)
+            for me in "abc"] == [2, 2, 2]
+    # Nobody else asks, or a partition is free (the asker takes that instead).
+    assert hand_over_count("a", stats, [], handing=0, max_steal=2) == 0
+    assert hand_over_count("a", stats, ["a"], handing=0, max_steal=2) == 0
     assert hand_over_count("a", LeaseStats(13, {"a": 8, "b": 4}), ["c"], handing=0,
                            max_steal=2) == 0
 
