@@ -115,6 +115,16 @@ class DatabaseError(StatefeedError):
     """
 
 
+class ConnectionLostError(DatabaseError):
+    """The connection to the database was lost during the call (the database ended the
+    session, restarted, or the network dropped it). Its transaction was rolled back and
+    the connection discarded, so the next call opens a fresh one: retry the call. Only
+    a loss during the commit itself leaves it unknown whether the write landed; a
+    retried write then finds it done (a create or an item id already there is refused
+    as a duplicate, and a pause, resume, cancel or retry does nothing twice).
+    """
+
+
 class ValueRefusedError(StatefeedError, ValueError):
     """The database refuses a value of a write: it would fail the same way every
     time, unlike an outage. The message names the value's size, the limit and the fix.
