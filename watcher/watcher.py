@@ -355,8 +355,8 @@ class Watcher:
 
     async def _shutdown(self) -> None:
         grace = self.config.shutdown_timeout
-        for task in list(self._handing):  # the shutdown drains and releases them all
-            task.cancel()
+        for handing in list(self._handing):  # the shutdown drains and releases them all
+            handing.cancel()
         supervisors = [supervisor for supervisor, _ in self.supervisors.values()]
         if supervisors:
             await asyncio.gather(*(s.drain(grace) for s in supervisors))
