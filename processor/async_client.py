@@ -48,6 +48,7 @@ from watcher.checks import check_whole_number
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.dburl import DatabaseURL, parse_database_url
 from watcher.errors import (
+    ConnectionLostError,
     DatabaseError,
     InvalidInputError,
     PartitionNotFoundError,
@@ -96,6 +97,7 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
         """Await ``coroutine``, turning a database failure into one readable error.
 
         Raises:
+            ConnectionLostError: the connection was lost during the call (retry it).
             DatabaseError: the database failed; the message names it (no password).
         """
         try:
@@ -106,8 +108,13 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
     def database_error(self, error: SQLAlchemyError) -> DatabaseError:
         """The one readable error for a database failure: the URL without its password,
         and the driver's first line with every secret of the URL scrubbed."""
-        return DatabaseError(f"database {self._url.redacted()} failed: "
-                             f"{type(error).__name__}: {self._url.scrub(first_line(error))}")
+        cause = f"{type(error).__name__}: {self._url.scrub(first_line(error))}"
+        if self.store.driver.session_lost(error):
+            return ConnectionLostError(
+                f"database {self._url.redacted()}: the connection was lost during the call "
+                f"({cause}); its transaction was rolled back and the connection "
+                "discarded: retry the call")
+        return DatabaseError(f"database {self._url.redacted()} failed: {cause}")
 
     async def create_partition(self, partition_id: str, items: Sequence[NewItem] = (), *,
                                reduce_gates: Iterable[int] = (),

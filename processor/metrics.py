@@ -178,6 +178,9 @@ class PrometheusHooks(Hooks):
     def lease_lost(self, partition_id: str) -> None:
         self.lease_events.labels("lost").inc()
 
+    def lease_handed_over(self, partition_id: str) -> None:
+        self.lease_events.labels("handed_over").inc()
+
     def lease_conflict(self, partition_id: str) -> None:
         self.conflicts.inc()
 

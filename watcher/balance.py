@@ -6,7 +6,6 @@ plain values out; :mod:`watcher.leases` does the I/O.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -31,19 +30,16 @@ def fair_share(active: int, live_owners: int) -> int:
     return math.ceil(active / live_owners) if active and live_owners else 0
 
 
-def pick_free(candidates: Sequence[T], count: int, rng: random.Random) -> list[T]:
-    """Which ``count`` of the free ``candidates`` (in lease-queue order) to take.
-
-    The head of the queue always, so priority and fair queuing hold: the
-    partition that ranks first is leased in the next scan of any processor with
-    room. The rest at random from the first ``2 * count``, so processors that scan
-    at the same moment mostly spread over different partitions instead of all
-    contending for the same few rows, without reaching far down the queue.
+def pick_free(candidates: Sequence[T], count: int) -> list[T]:
+    """Which ``count`` of the free ``candidates`` (in lease-queue order) to take: the
+    first ``count``, in order, so the lease queue is first come, first served for a
+    fresh processor's first batch as for every later one. Processors that scan at the
+    same moment contend for the same rows; the losers pass over the rows locked
+    (``SKIP LOCKED``) or lost, and take the next ones (:meth:`LeaseKeeper.run_once`).
     """
-    if count <= 0 or not candidates:
+    if count <= 0:
         return []
-    head, window = candidates[0], list(candidates[1:2 * count])
-    return [head, *rng.sample(window, min(count - 1, len(window)))]
+    return list(candidates[:count])
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,3 +108,34 @@ def plan_balance(me: str, stats: LeaseStats, free: int, *, max_take: int,
     if count <= target:
         return BalancePlan(target)
     return BalancePlan(target, steal_from=victim, steal=min(need, count - target, max_steal))
+
+
+def with_askers(stats: LeaseStats, askers: Sequence[str]) -> LeaseStats:
+    """``stats`` with each processor asking for a hand-over (``askers``) counted as a live
+    owner, holding nothing yet when it holds no lease: every processor's fair share
+    then makes room for it."""
+    owners = dict(stats.owners)
+    for asker in askers:
+        owners.setdefault(asker, 0)
+    return LeaseStats(stats.active, owners, stats.free_at_cap)
+
+
+def hand_over_count(me: str, stats: LeaseStats, askers: Sequence[str], *, handing: int,
+                    max_steal: int) -> int:
+    """How many of its partitions ``me`` hands over now to the processors asking for work.
+
+    With the askers counted as live owners (:func:`with_askers`), every owner above the
+    fair share hands over what it holds above it, up to ``max_steal`` a cycle, all at
+    once rather than the most loaded first: an owner's count falls only once its
+    releases land. The excess above a share that rounds up never passes what the owners
+    below it lack, so no owner ends below its share. Nothing while a partition is free
+    (the askers take those) or nobody else asks. ``handing`` partitions of ``me`` are
+    on their way already: they count as gone.
+    """
+    others = set(askers) - {me}
+    free = stats.active - sum(stats.owners.values())
+    if not others or free > 0 or stats.free_at_cap:
+        return 0
+    owners = with_askers(stats, sorted(others)).owners
+    held = max(0, owners.get(me, 0) - handing)
+    return max(0, min(max_steal, held - fair_share(stats.active, len(owners))))

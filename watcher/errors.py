@@ -7,6 +7,8 @@ they live in :mod:`watcher.protocol` and never escape the engine.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class StatefeedError(Exception):
     """Base class of every statefeed error."""
@@ -63,6 +65,17 @@ class KeyNotFoundError(InvalidInputError, LookupError):
         self.key = key
 
 
+def pad_space_rule(ids: Sequence[str]) -> str:
+    """The collation rule that makes ``ids`` collide, for an error's end: ``""`` unless
+    one of them ends in a space (trailing spaces are what a PAD SPACE collation ignores:
+    MariaDB's and MySQL's, and SQL Server's, compare ``'t'`` and ``'t '`` as one id)."""
+    if not any(item_id.endswith(" ") for item_id in ids):
+        return ""
+    return (". The database ignores trailing spaces when it compares ids (its PAD SPACE "
+            "collation, as MariaDB, MySQL and SQL Server have), so ids that differ only in "
+            "trailing spaces are one id there: strip them, or end ids with another character")
+
+
 class DuplicateItemError(InvalidInputError):
     """Item ids repeat, within one call or against items already stored."""
 
@@ -72,7 +85,7 @@ class DuplicateItemError(InvalidInputError):
         where = "already exist in" if stored else "appear more than once for"
         super().__init__(
             f"item ids {shown}{more} {where} partition {partition_id!r}; item ids must be unique "
-            "within a partition"
+            f"within a partition{pad_space_rule(item_ids)}"
         )
         self.partition_id = partition_id
         self.item_ids = item_ids
@@ -99,6 +112,16 @@ class DatabaseError(StatefeedError):
     """The database could not be reached or refused a statement.
 
     The message never contains the database password.
+    """
+
+
+class ConnectionLostError(DatabaseError):
+    """The connection to the database was lost during the call (the database ended the
+    session, restarted, or the network dropped it). Its transaction was rolled back and
+    the connection discarded, so the next call opens a fresh one: retry the call. Only
+    a loss during the commit itself leaves it unknown whether the write landed; a
+    retried write then finds it done (a create or an item id already there is refused
+    as a duplicate, and a pause, resume, cancel or retry does nothing twice).
     """
 
 

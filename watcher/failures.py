@@ -30,6 +30,21 @@ class ItemFailure:
     error: str
 
 
+def partition_error(gate: int, failed_items: int, example: ItemFailure | None) -> str:
+    """The ``last_error`` a partition that items failed at ``gate`` stores: the failed
+    item, its attempts and its error (``example``; ``None`` when it could not be read),
+    and what happens now, so a status read says why without a look at its items."""
+    others = failed_items - 1
+    also = f" (and {others} more failed item{'s' if others != 1 else ''})" if others > 0 else ""
+    if example is None:
+        head = f"{failed_items} item{'s' if failed_items != 1 else ''} failed at gate {gate}"
+    else:
+        head = (f"item {example.item_id!r} failed at gate {gate} after {example.attempts} "
+                f"attempt{'s' if example.attempts != 1 else ''}{also}: "
+                f"{one_line(example.error)}")
+    return f"{head}; the partition failed and runs nothing more until a retry"
+
+
 def one_line(text: str | None) -> str:
     """``text`` with its line breaks made spaces (a log record is one line); ``-`` for none."""
     if not text:

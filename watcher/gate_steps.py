@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from watcher.context import PartitionContext
 from watcher.decisions import GateStep, RetryPolicy, decide_gate, write_for_error
 from watcher.errors import StatefeedError
-from watcher.failures import ItemFailure, partition_failed_at_items
+from watcher.failures import ItemFailure, partition_error, partition_failed_at_items
 from watcher.models import Status
 from watcher.protocol import NonRetryableError, RetryableError
 from watcher.reducer import GateReducer, StepKind
@@ -130,6 +130,10 @@ class GateStepper:
         status = {GateStep.FAIL: Status.FAILED.value,
                   GateStep.CLOSE: Status.COMPLETE.value}.get(action.step)
         from_gate = lease.gate
+        # A failure stores why: the item that failed the partition, read before the write.
+        failed = await self._failed_item(from_gate) if action.step is GateStep.FAIL else None
+        error = (partition_error(from_gate, summary.failed, failed)
+                 if action.step is GateStep.FAIL else None)
         async with lease.lock:
             if lease.lost:
                 return Pass(wait=None)
@@ -138,7 +142,7 @@ class GateStepper:
                 summary.now, progress, action.gate if status is None else None)
             version = await self.store.partition_transition(
                 self.partition_id, lease.version, self.keeper.owner, gate=action.gate,
-                status=status, timeline=timeline)
+                status=status, timeline=timeline, last_error=error)
             if version is not None and timeline is not None:
                 lease.timeline_written(timeline, progress)
         if version is None:
@@ -156,8 +160,7 @@ class GateStepper:
             return Pass(wait=0.0, step=action.step)
         if action.step is GateStep.FAIL:
             self._ended(Status.FAILED.value)
-            partition_failed_at_items(self.partition_id, from_gate, summary.failed,
-                                      await self._failed_item(from_gate))
+            partition_failed_at_items(self.partition_id, from_gate, summary.failed, failed)
         else:
             self._ended(Status.COMPLETE.value, from_gate)
         return Pass(wait=None, step=action.step)

@@ -36,6 +36,8 @@ class Lease:
     lost: bool = False
     closed: bool = False
     notified: bool = False  # a client wrote the partition: look again now
+    # Being handed over to a processor that asked (watcher.handover): no new call.
+    handing_over: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     # Set once the lease ends (lost, stopped by a client, or closed): a long call

@@ -11,6 +11,7 @@ watcher asks for few: its candidate count and its steal batch.
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Float, and_, bindparam, case, func, literal, or_, select, union_all, update
@@ -24,6 +25,12 @@ from watcher.statements import Statements
 # fair share while few are free; past it, every processor takes what its slots can
 # start (:func:`watcher.balance.plan_balance`), and the count reads no further.
 FREE_COUNT_CAP = 1_000
+
+# Seconds within which two places in the lease queue may be one clock tick: a new
+# partition is placed after any open one there (:attr:`LeaseStatements.queue_place`).
+TIE_WINDOW = 0.001
+# How far after such a partition a new one is placed.
+TIE_STEP = timedelta(microseconds=1)
 
 # The columns a lease read returns, in order (:func:`watcher.store.codecs.to_lease_row`),
 # then the clock's time.
@@ -62,6 +69,22 @@ class LeaseStatements:
                        p.c.paused_at.is_(None), ~self.statements.flow_paused(p.c.flow_key))
                 .order_by(p.c.rank_at, p.c.id).limit(limit))
         return found
+
+    @functools.cached_property
+    def queue_place(self) -> Select[Any]:
+        """One row: the clock's time plus ``:back`` seconds (a new unkeyed partition's
+        place in the lease queue, ``:back`` its priority's head start, negative), and
+        the latest place an open partition holds from there to a millisecond later
+        (NULL when none does): the clock's resolution (SQLite's is a millisecond), so a
+        partition created in the same tick as another goes after it, not by id.
+        One range of ``ix_partitions_rank``."""
+        p = self.statements.tables.partitions
+        place = self.statements.now_plus(bindparam("back", type_=Float()))
+        tick = self.statements.now_plus(bindparam("back", type_=Float()) + TIE_WINDOW)
+        latest = (select(func.max(p.c.rank_at))
+                  .where(p.c.status == AVAILABLE, p.c.rank_at >= place, p.c.rank_at < tick)
+                  .scalar_subquery())
+        return select(latest.label("latest"))
 
     def of_owner(self, limit: int) -> Select[Any]:
         """Up to ``limit`` partitions the owner ``:holder`` holds with a live lease,

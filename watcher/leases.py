@@ -7,15 +7,22 @@ does the I/O and keeps the table of leases this watcher holds.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from watcher.balance import Backlog, backlog_room, goes_ahead, pick_free, plan_balance
+from watcher.balance import (
+    Backlog,
+    backlog_room,
+    goes_ahead,
+    pick_free,
+    plan_balance,
+    with_askers,
+)
 from watcher.config import WatcherConfig
+from watcher.handover import HandOverAsks
 from watcher.hooks import Hooks, SafeHooks
 from watcher.lease import Lease, handed_over_progress, known_timelines, locked, progress_of
 from watcher.records import LeaseRow
@@ -37,6 +44,7 @@ class LeaseCycle:
     lost: tuple[str, ...] = ()
     renewed: int = 0
     stopped: tuple[str, ...] = ()  # cancelled or being deleted by a client: dropped
+    handing_over: tuple[str, ...] = ()  # to drain and release for processors asking
 
 
 class LeaseKeeper:
@@ -52,13 +60,13 @@ class LeaseKeeper:
         self.leases: dict[str, Lease] = {}
         self._renew_due = 0.0
         self._balance_due = 0.0
-        self._rng = random.Random()
         # Whether the last lease cycle left free partitions it might have taken with
         # more room: only then does a partition ending call for a cycle at once.
         self.free_left = True
         # Leases lost with items done that their timelines do not count yet: handed
         # over to the partitions' timelines at the next renewal.
         self._hand_over: list[Lease] = []
+        self.asks = HandOverAsks(store, config)
 
     @property
     def owner(self) -> str:
@@ -100,11 +108,13 @@ class LeaseKeeper:
             return LeaseCycle(lost=tuple(lost), renewed=renewed, stopped=stopped)
         acquired: list[str] = []
         stolen: list[str] = []
+        handing = await self.asks.hand_over_due(now, self.leases.values())
         room = self.room
         if room <= 0:  # at its limit: take nothing, and let others steal what is fair
             self.free_left = True
             self.hooks.leases_held(len(self.leases))
-            return LeaseCycle(lost=tuple(lost), renewed=renewed, stopped=stopped)
+            return LeaseCycle(lost=tuple(lost), renewed=renewed, stopped=stopped,
+                              handing_over=handing)
         free = await self.store.leases_read_free(self.config.lease_batch * CANDIDATE_SPREAD)
         candidates, takeable, busy = free, min(self.config.lease_batch, room), False
         if self._backlog is not None:
@@ -119,20 +129,37 @@ class LeaseKeeper:
                 takeable = min(takeable, open_room)
         balance_due = now >= self._balance_due
         if candidates or (balance_due and not busy):
-            stats = await self.store.lease_stats()
+            stats = with_askers(await self.store.lease_stats(), self.asks.askers)
             plan = plan_balance(self.owner, stats, len(candidates), max_take=takeable,
                                 max_steal=min(self.config.steal_batch, room))
             if plan.take_free:
-                chosen = pick_free(candidates, plan.take_free, self._rng)
-                acquired = await self._take(chosen, stolen_from=None)
+                acquired = await self._take_free(candidates, plan.take_free)
             elif plan.steal_from is not None and balance_due and not busy:
-                victims = await self.store.leases_of_owner(plan.steal_from, plan.steal)
-                stolen = await self._take(victims, stolen_from=plan.steal_from)
+                # Asked first: the holder hands over; stolen only once it does not.
+                if await self.asks.ask(plan.steal_from):
+                    victims = await self.store.leases_of_owner(plan.steal_from, plan.steal)
+                    stolen = await self._take(victims, stolen_from=plan.steal_from)
+            if plan.steal_from is None:
+                await self.asks.withdraw()
             if balance_due and not busy:
                 self._balance_due = now + self.config.renew_interval
         self.free_left = len(free) > len(acquired)
         self.hooks.leases_held(len(self.leases))
-        return LeaseCycle(tuple(acquired), tuple(stolen), tuple(lost), renewed, stopped)
+        return LeaseCycle(tuple(acquired), tuple(stolen), tuple(lost), renewed, stopped,
+                          handing)
+
+    async def _take_free(self, candidates: list[LeaseRow], count: int) -> list[str]:
+        """Take the first ``count`` of ``candidates`` (lease-queue order,
+        :func:`watcher.balance.pick_free`); the places lost to a processor that took
+        the same rows a moment earlier go to the next candidates, once."""
+        chosen = pick_free(candidates, count)
+        acquired = await self._take(chosen, stolen_from=None)
+        missing = count - len(acquired)
+        if missing > 0:
+            rest = [row for row in candidates[len(chosen):] if row.id not in self.leases]
+            if rest:
+                acquired += await self._take(pick_free(rest, missing), stolen_from=None)
+        return acquired
 
     async def drop_stopped(self) -> list[str]:
         """Drop the leases on partitions that a client cancelled or began deleting.
@@ -354,8 +381,10 @@ class LeaseKeeper:
 
     async def release_all(self) -> int:
         """Release every lease so other watchers take over at once (and hand over what
-        the items of leases lost meanwhile did). Returns the count released."""
+        the items of leases lost meanwhile did), and stop asking for a hand-over.
+        Returns the count released."""
         await self._hand_over_or_keep()
+        await self.asks.withdraw_or_expire()
         live = {pid: lease for pid, lease in self.leases.items() if not lease.lost}
         if not live:
             return 0

@@ -35,6 +35,7 @@ from watcher.reduction import (
     PageLimits,
     ReduceAnswerError,
     ReducePlan,
+    ReduceSpawnError,
     ReduceStep,
     page_problem,
     plan_reduce,
@@ -224,6 +225,11 @@ class GateReducer:
         except LeaseGoneError:
             self.hooks.reduce_outcome(pid, gate, plan.pass_, "stale", time.monotonic() - started)
             return ReduceStepOutcome(StepKind.CONFLICT)
+        except ReduceSpawnError as bad_spawn:  # as an item's bad spawn: failed at once
+            return await self._failed(call.attempt, NonRetryableError(
+                f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page} "
+                f"(attempt {call.attempt}): the reduce answer's spawn cannot be written, "
+                f"and it is not retried: {bad_spawn}"), plan.pass_, started)
         except ReduceAnswerError as malformed:
             error: Exception = RetryableError(
                 f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page} "

@@ -90,6 +90,11 @@ class ReduceAnswerError(ValueError):
     """The reducer's answer breaks the reduce contract; the message says how."""
 
 
+class ReduceSpawnError(ReduceAnswerError):
+    """The reducer's answer spawns what cannot be written. Asking again cannot help (the
+    same step answers the same), so, as an item's bad spawn does, it fails at once."""
+
+
 def envelope_bytes(partition_id: str, gate: int, attempt: int, pass_: str, page: int,
                    last: bool, idempotency_key: str, accumulator: bytes | None) -> int:
     """The bytes of a reduce request without its items (``"items":[]``)."""
@@ -231,7 +236,7 @@ def reduce_step(partition_id: str, gate: int, plan: ReducePlan, answer: object,
             available in this page, or an item answer is invalid or would
             leave the item at the reduce gate (or move it below), or the answer's
             spawn cannot be written (a fold page spawns, or
-            :func:`~watcher.spawning.spawn_problem`).
+            :func:`~watcher.spawning.spawn_problem`: :class:`ReduceSpawnError`).
     """
     if not isinstance(answer, ReduceResult):
         raise ReduceAnswerError(
@@ -265,12 +270,12 @@ def _checked_spawn(answer: ReduceResult, gate: int, pass_: str, limits: SpawnLim
     if not answer.spawn:
         return ()
     if pass_ == FOLD:
-        raise ReduceAnswerError(
+        raise ReduceSpawnError(
             "a fold page may not spawn items; spawn from the apply pass or from a reduce "
             "that answers the whole gate at once")
     problem = spawn_problem(answer.spawn, floor=gate + 1, limits=limits)
     if problem is not None:
-        raise ReduceAnswerError(problem)
+        raise ReduceSpawnError(problem)
     return resolve_spawn(answer.spawn, gate + 1)
 
 

@@ -247,11 +247,15 @@ class RoundTrips:
             deadline = Deadline(self.bound)
             try:
                 async with deadline, opening as conn:
-                    conn.info[DEADLINE_KEY] = deadline
+                    # Kept, not read again at the end: a connection lost mid-transaction
+                    # refuses every read (PendingRollbackError) until rolled back, and
+                    # that error would hide the loss from the caller.
+                    info = conn.info
+                    info[DEADLINE_KEY] = deadline
                     try:
                         yield conn
                     finally:
-                        conn.info.pop(DEADLINE_KEY, None)
+                        info.pop(DEADLINE_KEY, None)
             except TimeoutError:
                 raise self._client_timeout(what, deadline.statement) from None
             except SQLAlchemyError as error:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from watcher.config import DEFAULT_MAX_ITEM_BYTES, DEFAULT_MAX_SPAWN, WatcherConfig
 from watcher.delays import DelayError, checked_time
-from watcher.errors import ValueRefusedError
+from watcher.errors import ValueRefusedError, pad_space_rule
 from watcher.ids import id_problem
 from watcher.models import MAX_GATE
 from watcher.records import NewItem
@@ -64,7 +64,8 @@ class SpawnConflictError(ValueRefusedError):
             f"{who} of partition {partition_id!r} spawned {_ids(self.ids)} that the partition "
             "already holds; nothing of the answer was written and it is not retried: give "
             "each spawned item an id of its own (for example the parent's id and a "
-            "position, which stays the same when the step runs again)")
+            f"position, which stays the same when the step runs again){pad_space_rule(self.ids)}")
+
 
 
 def spawn_problem(spawn: object, *, floor: int, limits: SpawnLimits) -> str | None:

@@ -93,7 +93,7 @@ class Statements:
         self._item_writes: dict[tuple[bool, bool], Update] = {}
         self._lease_rewrites: dict[tuple[int, bool, bool], Update] = {}
         self._lease_takes: dict[int, Update] = {}
-        self._transitions: dict[tuple[bool, str | None, bool], Update] = {}
+        self._transitions: dict[tuple[bool, str | None, bool, bool], Update] = {}
 
     def now_plus(self, seconds: float | ColumnElement[Any]) -> ColumnElement[Any]:
         """The clock's time plus ``seconds`` (a number, or an SQL expression)."""
@@ -175,19 +175,20 @@ class Statements:
         return tuple(guard)
 
     def partition_transition(self, *, gate: bool, status: str | None,
-                             timeline: bool = False) -> Update:
+                             timeline: bool = False, error: bool = False) -> Update:
         """A holder's move of its partition (built once per shape): to the gate
         ``:new_gate`` (with ``gate``), and/or to ``status``; a status other than
         ``available`` also ends the lease. Parameters: ``pid``, ``seen`` (the version
         held), ``holder`` (the owner), and with ``timeline`` the partition's new
-        timeline ``:timeline`` (:mod:`watcher.timeline`), written in the same statement.
+        timeline ``:timeline`` (:mod:`watcher.timeline`), written in the same statement,
+        and with ``error`` its ``last_error`` ``:error`` (why it failed).
 
         No live-until check: every other processor that takes the partition bumps
         its version first, so the version alone fences a stale holder out; a
         transition landing a moment after the until, with nobody else holding the
         partition, is still the holder's and is kept.
         """
-        key = (gate, status, timeline)
+        key = (gate, status, timeline, error)
         found = self._transitions.get(key)
         if found is None:
             p = self.tables.partitions
@@ -198,6 +199,8 @@ class Statements:
                 values["gate"] = bindparam("new_gate", type_=Integer())
             if timeline:
                 values["timeline"] = bindparam("timeline", type_=p.c.timeline.type)
+            if error:
+                values["last_error"] = bindparam("error", type_=p.c.last_error.type)
             if status is not None:
                 values.update(status=status, updated_at=self.now)
                 if status != AVAILABLE:

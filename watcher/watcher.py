@@ -24,6 +24,7 @@ from watcher.config import WatcherConfig
 from watcher.context import PartitionContext
 from watcher.drivers.conflicts import is_lock_conflict
 from watcher.flow import FlowControl
+from watcher.handover import grace as hand_over_grace
 from watcher.hooks import Hooks, SafeHooks, overrides
 from watcher.lease import Lease
 from watcher.leases import LeaseCycle, LeaseKeeper
@@ -109,6 +110,7 @@ class Watcher:
         self.flow = FlowControl(store, self.config, self.hooks,
                                 probe=getattr(processor, "probe_handler", None))
         self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
+        self._handing: set[asyncio.Task[None]] = set()  # hand-overs under way
         self._wake = asyncio.Event()
         self._stopping = False
         self._stopped = asyncio.Event()
@@ -139,10 +141,39 @@ class Watcher:
         cycle = await self.keeper.run_once(acquire=not self._stopping)
         self._reap()
         if not self._stopping:
+            for partition_id in cycle.handing_over:
+                lease = self.keeper.leases.get(partition_id)
+                if lease is not None:
+                    task = asyncio.create_task(self._hand_over(lease),
+                                               name=f"hand-over-{partition_id}")
+                    self._handing.add(task)
+                    task.add_done_callback(self._handing.discard)
             for lease in list(self.keeper.leases.values()):
-                if lease.partition_id not in self.supervisors:
+                if lease.partition_id not in self.supervisors and not lease.handing_over:
                     self._start_supervisor(lease)
         return cycle
+
+    async def _hand_over(self, lease: Lease) -> None:
+        """Hand ``lease`` over to a processor that asked (:mod:`watcher.handover`), as a
+        graceful stop does: start no new call on it, let the calls in flight finish and
+        their results be written (up to :func:`watcher.handover.grace`), then release it."""
+        grace = hand_over_grace(self.config)
+        entry = self.supervisors.get(lease.partition_id)
+        if entry is not None:
+            supervisor, task = entry
+            await supervisor.drain(grace)
+            await asyncio.wait([task], timeout=grace)
+        if lease.lost or lease.closed:
+            return
+        try:
+            released = await self.keeper.release(lease, reason="handed_over")
+        except SQLAlchemyError as error:
+            log.warning("action=hand_over_release_failed partition=%s owner=%s error=%s; "
+                        "the lease expires in %s s", lease.partition_id, self.owner,
+                        type(error).__name__, self.config.lease_duration)
+            return
+        if released:
+            self.hooks.lease_handed_over(lease.partition_id)
 
     def _start_supervisor(self, lease: Lease) -> None:
         context = PartitionContext(lease, self.store, self.keeper, self.config, self.hooks)
@@ -329,6 +360,8 @@ class Watcher:
 
     async def _shutdown(self) -> None:
         grace = self.config.shutdown_timeout
+        for handing in list(self._handing):  # the shutdown drains and releases them all
+            handing.cancel()
         supervisors = [supervisor for supervisor, _ in self.supervisors.values()]
         if supervisors:
             await asyncio.gather(*(s.drain(grace) for s in supervisors))
@@ -348,7 +381,7 @@ class Watcher:
         log.info("action=watcher_stopped owner=%s", self.owner)
 
     async def _abort(self) -> None:
-        tasks = [task for _, task in self.supervisors.values()]
+        tasks = [task for _, task in self.supervisors.values()] + list(self._handing)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

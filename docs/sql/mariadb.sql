@@ -1081,34 +1081,43 @@ SELECT partitions.request_digest
  WHERE partitions.id = %s;
 
 -- name: partition_create_batches (2)
+SELECT (
+        SELECT max(partitions.rank_at) AS max_1
+          FROM partitions
+         WHERE partitions.status = %s
+           AND partitions.rank_at >= (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+           AND partitions.rank_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s + %s) * 1000000 AS SIGNED) MICROSECOND)
+       ) AS latest;
+
+-- name: partition_create_batches (3)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
 VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), %s);
 
--- name: partition_create_batches (3)
+-- name: partition_create_batches (4)
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
--- name: partition_create_batches (4)
+-- name: partition_create_batches (5)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
 VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 
--- name: partition_create_batches (5)
+-- name: partition_create_batches (6)
 UPDATE flow_controls
    SET next_start=(CASE WHEN (flow_controls.next_start > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN flow_controls.next_start ELSE COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) END + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND),
 version=(flow_controls.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
  WHERE flow_controls.scope = %s
    AND flow_controls.name = %s;
 
--- name: partition_create_batches (6)
+-- name: partition_create_batches (7)
 SELECT flow_controls.next_start
   FROM flow_controls
  WHERE flow_controls.scope = %s
    AND flow_controls.name = %s;
 
--- name: partition_create_batches (7)
+-- name: partition_create_batches (8)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
 VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s);
 
--- name: partition_create_batches (8)
+-- name: partition_create_batches (9)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
 VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s);
 

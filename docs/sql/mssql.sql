@@ -1100,34 +1100,43 @@ SELECT partitions.request_digest
  WHERE partitions.id = %(id_n)s;
 
 -- name: partition_create_batches (2)
+SELECT (
+        SELECT max(partitions.rank_at) AS max_1
+          FROM partitions
+         WHERE partitions.status = %(status_n)s
+           AND partitions.rank_at >= DATEADD(microsecond, CAST(((%(back)s) - FLOOR(%(back)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(back)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+           AND partitions.rank_at < DATEADD(microsecond, CAST(((%(back)s + %(param_n)s) - FLOOR(%(back)s + %(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(back)s + %(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+       ) AS latest;
+
+-- name: partition_create_batches (3)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
 VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), %(flow_key)s);
 
--- name: partition_create_batches (3)
+-- name: partition_create_batches (4)
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
--- name: partition_create_batches (4)
+-- name: partition_create_batches (5)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
 VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
 
--- name: partition_create_batches (5)
+-- name: partition_create_batches (6)
 UPDATE flow_controls
    SET next_start=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), CASE WHEN (flow_controls.next_start > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN flow_controls.next_start ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) END)),
 version=(flow_controls.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
  WHERE flow_controls.scope = %(scope_n)s
    AND flow_controls.name = %(name_n)s;
 
--- name: partition_create_batches (6)
+-- name: partition_create_batches (7)
 SELECT flow_controls.next_start
   FROM flow_controls
  WHERE flow_controls.scope = %(scope_n)s
    AND flow_controls.name = %(name_n)s;
 
--- name: partition_create_batches (7)
+-- name: partition_create_batches (8)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
 VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s);
 
--- name: partition_create_batches (8)
+-- name: partition_create_batches (9)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
 VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, %(until)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s);
 

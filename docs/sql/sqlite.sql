@@ -1106,34 +1106,43 @@ SELECT partitions.request_digest
  WHERE partitions.id = ?;
 
 -- name: partition_create_batches (2)
+SELECT (
+        SELECT max(partitions.rank_at) AS max_1
+          FROM partitions
+         WHERE partitions.status = ?
+           AND partitions.rank_at >= (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+           AND partitions.rank_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ? + ?)) || '000')
+       ) AS latest;
+
+-- name: partition_create_batches (3)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
 VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), ?);
 
--- name: partition_create_batches (3)
+-- name: partition_create_batches (4)
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
--- name: partition_create_batches (4)
+-- name: partition_create_batches (5)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
--- name: partition_create_batches (5)
+-- name: partition_create_batches (6)
 UPDATE flow_controls
    SET next_start=(strftime('%Y-%m-%d %H:%M:%f', CASE WHEN (flow_controls.next_start > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN flow_controls.next_start ELSE COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) END, printf('%+.3f seconds', ?)) || '000'),
 version=(flow_controls.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE flow_controls.scope = ?
    AND flow_controls.name = ?;
 
--- name: partition_create_batches (6)
+-- name: partition_create_batches (7)
 SELECT flow_controls.next_start
   FROM flow_controls
  WHERE flow_controls.scope = ?
    AND flow_controls.name = ?;
 
--- name: partition_create_batches (7)
+-- name: partition_create_batches (8)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
 VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?);
 
--- name: partition_create_batches (8)
+-- name: partition_create_batches (9)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
 VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?);
 

@@ -426,3 +426,21 @@ async def test_a_reduce_call_in_flight_is_abandoned_when_the_partition_is_cancel
     info = await client.partition("p")
     assert info.status == "cancelled" and info.result is None
     assert {(item.status, item.gate) for item in await client.items("p")} == {("available", 1)}
+
+
+async def test_a_reduce_answer_whose_spawn_cannot_be_written_fails_at_once(
+        make_store: Callable[..., Any], client: AsyncClient) -> None:
+    """As an item's bad spawn does: asking again cannot help, so one call, then failed."""
+    calls: list[int] = []
+
+    async def reduce(call: ReduceCall) -> ReduceResult:
+        calls.append(call.attempt)
+        return ReduceResult(spawn=[NewItem("below", b"", gate=0)])  # below the floor
+
+    watcher = Watcher(make_store(), library_step,
+                      WatcherConfig(owner_id="lib", max_retries=5, **FAST), reduce=reduce)
+    await client.create_partition("p", numbered(2), reduce_gates=[1])
+    async with running(watcher):
+        info = await client.wait("p", timeout=WAIT)
+    assert info.status == "failed" and calls == [1]
+    assert "spawn cannot be written, and it is not retried" in (info.last_error or "")

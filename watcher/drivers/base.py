@@ -82,6 +82,11 @@ class Driver:
     # took (:meth:`watcher.lease_statements.LeaseStatements.take`). Without it the
     # store locks, writes and (on a short count) re-reads in an engine transaction.
     takes_leases_in_one_statement: ClassVar[bool] = False
+    # What the database driver says when the server ended the session or the
+    # connection dropped, where the dialect does not flag it (:meth:`session_lost`).
+    lost_connection_texts: ClassVar[tuple[str, ...]] = (
+        "server closed the connection unexpectedly", "terminating connection due to",
+        "the connection is lost", "Lost connection to", "server has gone away")
 
     def __init__(self, engine: AsyncEngine, statements: Statements, *,
                  timeout: float = DEFAULT_DB_TIMEOUT) -> None:
@@ -133,6 +138,14 @@ class Driver:
         and so does, on some databases, a statement too large for the server (which
         then answers the next statement as if nothing happened)."""
         return isinstance(error, DBAPIError) and bool(error.connection_invalidated)
+
+    def session_lost(self, error: BaseException) -> bool:
+        """Whether ``error`` says the session ended under the call (the server ended it,
+        or the connection dropped): :meth:`lost_connection`, or the driver's text where
+        the dialect does not flag it (libpq's "consuming input failed: server closed
+        the connection unexpectedly"). The transaction is gone with the session."""
+        return self.lost_connection(error) or (isinstance(error, DBAPIError) and any(
+            text in str(error.orig) for text in self.lost_connection_texts))
 
     async def fetch(self, statement: Any, params: Mapping[str, Any], *, read: bool
                     ) -> Sequence[Any]:

@@ -34,6 +34,7 @@ from watcher.drivers.base import Driver, read_transaction, write_transaction
 from watcher.errors import (
     PartitionNotFoundError,
 )
+from watcher.lease_statements import LeaseStatements
 from watcher.models import AVAILABLE, DELETING
 from watcher.records import NewItem
 from watcher.round_trips import RoundTrips
@@ -60,6 +61,9 @@ class StoreBase:
         self.tables = tables
         self.clock: Clock = clock if clock is not None else DatabaseClock()
         self.statements = Statements(tables, self.clock)
+        # The lease cycle's statements (its reads, the take where the driver sends it as
+        # one statement, a new partition's queue place), built once per shape.
+        self.lease_statements = LeaseStatements(self.statements)
         # The database's time as a lease read, renewal or gate summary last returned it
         # (see time_to_record).
         self.clock_reading = ClockReading()

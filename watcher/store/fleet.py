@@ -5,6 +5,7 @@ gauges and the console.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from sqlalchemy import (
@@ -21,6 +22,16 @@ from sqlalchemy.sql.expression import ColumnElement, Select
 from watcher.models import AVAILABLE, CANCELLED, COMPLETE, FAILED, Status
 from watcher.reports import Backlog, Throughput
 from watcher.store.base import StoreBase
+
+# A processor below its fair share with nothing free to take asks the fleet to hand
+# partitions over by holding the leader lease ``handover:<digest of its owner id>``.
+HANDOVER_PREFIX = "handover:"
+HANDOVER_END = "handover;"  # the next character: the prefix's range ends before it
+
+
+def handover_duty(owner: str) -> str:
+    """The name of the leader lease by which ``owner`` asks for a hand-over."""
+    return HANDOVER_PREFIX + hashlib.sha256(owner.encode()).hexdigest()[:40]
 
 
 class FleetStore(StoreBase):
@@ -67,6 +78,18 @@ class FleetStore(StoreBase):
                 update(leaders).where(leaders.c.name == name, leaders.c.owner == owner)
                 .values(owner="", until=now, version=leaders.c.version + 1, updated_at=now))
         return released.rowcount == 1
+
+    async def handover_askers(self) -> list[str]:
+        """The processors asking for a hand-over now (a live duty lease named
+        :func:`handover_duty`): one range of the leaders' primary key."""
+        leaders = self.tables.leaders
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(leaders.c.owner).where(leaders.c.name >= HANDOVER_PREFIX,
+                                              leaders.c.name < HANDOVER_END,
+                                              leaders.c.until > self.statements.now,
+                                              leaders.c.owner != ""))
+        return sorted(row[0] for row in rows)
 
     async def backlog_read(self, cap: int) -> Backlog:
         """Count partitions per status, and available items at their open partition's

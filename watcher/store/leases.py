@@ -152,21 +152,26 @@ class LeasesStore(RenewalsStore):
 
     async def partition_transition(self, partition_id: str, version: int, owner: str, *,
                                    gate: int | None = None, status: str | None = None,
-                                   timeline: str | None = None) -> int | None:
+                                   timeline: str | None = None,
+                                   last_error: str | None = None) -> int | None:
         """Advance a leased partition's gate, or close it as ``complete``/``failed``.
 
         Guarded by version and owner. Closing also releases the lease. A
         ``timeline`` (:func:`watcher.timeline.encode_timeline`) replaces the stored
-        one in the same statement. Returns the new version, or ``None`` when the
+        one in the same statement, and a ``last_error`` the partition's error (why it
+        failed). Returns the new version, or ``None`` when the
         write lost (re-read to see why).
         """
         statement = self.statements.partition_transition(
-            gate=gate is not None, status=status, timeline=timeline is not None)
+            gate=gate is not None, status=status, timeline=timeline is not None,
+            error=last_error is not None)
         params: dict[str, Any] = {"pid": partition_id, "seen": version, "holder": owner}
         if gate is not None:
             params["new_gate"] = gate
         if timeline is not None:
             params["timeline"] = timeline
+        if last_error is not None:
+            params["error"] = last_error
         # One statement, atomic by itself: on the driver's own connections where it has
         # them (SQLite's go through the engine, whose commits are synced).
         matched = await self.round_trips.call("partition_transition",

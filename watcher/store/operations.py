@@ -68,7 +68,8 @@ class OperationsStore(StoreBase):
                 select(p.c.status, p.c.gate, p.c.reduce_gates, p.c.reduce_attempts,
                        p.c.last_error).where(p.c.id == partition_id))).one()
             values: dict[str, Any] = {"reduce_attempts": 0, "last_error": None}
-            rearmed = bool(row.reduce_attempts) or row.last_error is not None
+            # A failed reduce counts its calls; an item's failure stores only its error.
+            rearmed = bool(row.reduce_attempts)
             gate, rerun, left = row.gate, 0, 0
             if row.status == AVAILABLE:
                 # Its gate cannot move back under the holder dispatching at it.

@@ -24,6 +24,7 @@ from watcher.errors import (
     GateError,
     PartitionExistsError,
 )
+from watcher.lease_statements import TIE_STEP
 from watcher.models import AVAILABLE, COMPLETE, ItemFailurePolicy
 from watcher.priority import head_start, rank_at
 from watcher.records import (
@@ -150,7 +151,14 @@ class PartitionsStore(FlowStore):
         if settings.flow_key:
             start = await key_clock_advance(conn, self.statements, settings.flow_key)
             return rank_at(start, settings.priority)
-        return self.statements.now_plus(-head_start(settings.priority).total_seconds())
+        back = -head_start(settings.priority).total_seconds()
+        # First come, first served even within one tick of the clock: after any open
+        # partition already placed in this tick.
+        latest = (await conn.execute(self.lease_statements.queue_place,
+                                     {"back": back})).scalar()
+        if latest is not None:
+            return latest + TIE_STEP
+        return self.statements.now_plus(back)
 
     async def _existing_digest(self, conn: AsyncConnection, partition_id: str,
                                request_digest: str | None) -> bool:

@@ -12,7 +12,6 @@ locks and reads the rows first.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -22,7 +21,6 @@ from sqlalchemy import bindparam, case, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from watcher.drivers.sql import lock_unless_busy
-from watcher.lease_statements import LeaseStatements
 from watcher.models import AVAILABLE, CANCELLED, DELETING
 from watcher.records import LeaseRenewal, PartitionState
 from watcher.store.base import StoreBase
@@ -39,12 +37,6 @@ from watcher.timeline import (
 
 class RenewalsStore(StoreBase):
     """Renewing and releasing a holder's leases; handing a lost lease's progress over."""
-
-    @functools.cached_property
-    def lease_statements(self) -> LeaseStatements:
-        """The lease cycle's statements (its reads, and the take where the driver sends
-        it as one statement), built once per shape."""
-        return LeaseStatements(self.statements)
 
     async def leases_renew(self, leases: dict[str, int], owner: str,
                            duration: float, progress: Mapping[str, Progress] | None = None,
