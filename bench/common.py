@@ -25,9 +25,9 @@ from typing import Any
 from sqlalchemy import create_engine, text
 
 from processor import AsyncClient, NewItem
-from watcher.dburl import parse_database_url
-from watcher.migrate import downgrade, upgrade
-from watcher.schema import tables_for
+from watcher.store.db.migrate import downgrade, upgrade
+from watcher.store.db.urls import parse_database_url
+from watcher.store.sql.schema import tables_for
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "bench" / "results"

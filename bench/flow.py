@@ -55,8 +55,8 @@ from bench.counting import DrainHooks, StatementCounter
 from bench.library import Drain
 from processor import AsyncClient
 from watcher import Result, Store, Watcher, WatcherConfig, WorkItem
-from watcher.checks import MAX_RATE
 from watcher.config import DEFAULT_CONCURRENCY
+from watcher.rules.checks import MAX_RATE
 
 TITLE = "Flow control: the library drain with no keys, one key, a key limit, and key rates"
 KEY = "tenant-a"

@@ -62,8 +62,8 @@ from bench.counting import DrainHooks, StatementCounter
 from processor import AsyncClient
 from watcher import Result, Store, Watcher, WatcherConfig, WorkItem
 from watcher.config import DEFAULT_CONCURRENCY
-from watcher.dburl import parse_database_url
-from watcher.schema import tables_for
+from watcher.store.db.urls import parse_database_url
+from watcher.store.sql.schema import tables_for
 
 TITLE = "Library mode: drain no-op items in-process (statefeed Watcher vs PGQueuer)"
 TITLE_SQLITE = "Library mode: drain no-op items in-process (statefeed Watcher vs sqlite3's limit)"

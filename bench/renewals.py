@@ -26,8 +26,8 @@ from bench.counting import StatementCounter
 from processor import NewItem
 from watcher import Store
 from watcher.config import DEFAULT_LEASE_BATCH
+from watcher.rules.timeline import Progress
 from watcher.store.codecs import LEASE_CHUNK
-from watcher.timeline import Progress
 
 TITLE = "Renewals ({database}): one renewal of a watcher's leases, with progress for each"
 MIN_SAMPLES = 20

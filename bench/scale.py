@@ -52,9 +52,9 @@ from bench.procs import Processes
 from processor import AsyncClient
 from watcher import Store
 from watcher.config import DEFAULT_LEASE_BATCH
-from watcher.drivers.sql import db_now
-from watcher.lease_statements import FREE_COUNT_CAP
-from watcher.leases import CANDIDATE_SPREAD
+from watcher.leasing.keeper import CANDIDATE_SPREAD
+from watcher.store.drivers.sql import db_now
+from watcher.store.sql.leases import FREE_COUNT_CAP
 
 TITLE = ("Scale ({database}): many partitions x items; poll queries and memory as completed "
          "items accumulate")

@@ -57,7 +57,7 @@ from bench.common import (
     ratio_goal,
 )
 from bench.report import print_goals, print_outcome, write_json
-from watcher.dburl import redact_url
+from watcher.store.db.urls import redact_url
 
 Runner = Callable[[Settings], Awaitable[Outcome]]
 PACKAGES = ("sqlalchemy", "psycopg", "httpx", "aiohttp", "uvicorn", "pgqueuer", "asyncpg",

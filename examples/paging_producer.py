@@ -22,8 +22,8 @@ from pathlib import Path
 
 from processor import AsyncClient, NewItem
 from watcher import Result, Watcher, WatcherConfig, WorkItem
-from watcher.migrate import upgrade
 from watcher.store import Store
+from watcher.store.db.migrate import upgrade
 
 PAGE = 1000  # the processor's default --max-spawn: the most one answer may carry
 REPORT_EVERY = 0.5  # seconds

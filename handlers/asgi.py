@@ -6,7 +6,7 @@ a framework's routing, middleware and request objects would cost more than that.
 
 Routes (all configurable):
 
-- ``POST /``: one item (headers and body per :mod:`handlers.wire`);
+- ``POST /``: one item (headers and body per :mod:`handlers.wire.contract`);
 - ``POST /batch``: a JSON array of items, answered with an array of results;
 - ``POST /reduce``: a reduce gate's items (see :mod:`handlers.reduce`), when
   a reduce function is given; ``GET /reduce`` says what it serves:
@@ -34,7 +34,6 @@ from handlers.calls import HandlerFunction, Target, call_handler, call_reduce
 from handlers.errors import Fail
 from handlers.model import Item
 from handlers.reduce import Reduce, ReduceFunction, whole_gate_only
-from handlers.reduce_wire import parse_reduce
 from handlers.responses import (
     Answer,
     Receive,
@@ -44,13 +43,14 @@ from handlers.responses import (
     respond,
     send_answer,
 )
-from handlers.wire import (
+from handlers.wire.contract import (
     BadRequest,
     encode_error,
     parse_batch,
     parse_batch_entry,
     parse_item,
 )
+from handlers.wire.reduce import parse_reduce
 
 log = logging.getLogger(__name__)
 

@@ -20,15 +20,15 @@ from typing import Any, TypeAlias, cast
 from handlers.errors import HandlerError, Retry
 from handlers.model import Item, ReducePage, Result
 from handlers.reduce import Reduce, ReduceFunction, call_user
-from handlers.reduce_wire import coerce_reduced, encode_reduced
 from handlers.responses import Answer
-from handlers.wire import (
+from handlers.wire.contract import (
     ResultError,
     coerce_result,
     encode_error,
     encode_result,
     exception_message,
 )
+from handlers.wire.reduce import coerce_reduced, encode_reduced
 
 # The app's logger: logging set up for ``handlers.asgi`` covers the outcome lines too.
 log = logging.getLogger("handlers.asgi")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeAlias
 
-from handlers.wire import (
+from handlers.wire.contract import (
     encode_error,
     retry_after_header,
 )

@@ -32,13 +32,13 @@ from watcher.records import ErrorEntry, ItemInfo, NewItem, PartitionInfo
 from watcher.reports import RetryReport
 
 if TYPE_CHECKING:
-    from processor.async_client import AsyncClient
-    from processor.client import Client
+    from processor.client.async_client import AsyncClient
+    from processor.client.sync_client import Client
 
 # Public names whose modules import SQLAlchemy: loaded by __getattr__ on first use.
 _LAZY = {
-    "AsyncClient": "processor.async_client",
-    "Client": "processor.client",
+    "AsyncClient": "processor.client.async_client",
+    "Client": "processor.client.sync_client",
 }
 
 

@@ -33,17 +33,17 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from processor.async_client import AsyncClient
+from processor.cli.terminal import SafeConsole
+from processor.client.async_client import AsyncClient
 from processor.console.server import ConsoleOptions, console_running
 from processor.embedded import EmbeddedServer
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
-from processor.terminal import SafeConsole
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from watcher.config import WatcherConfig
-from watcher.dburl import parse_database_url
-from watcher.migrate import upgrade
 from watcher.records import NewItem, PartitionInfo
 from watcher.store import Store
+from watcher.store.db.migrate import upgrade
+from watcher.store.db.urls import parse_database_url
 from watcher.watcher import Watcher
 
 PARTITION = "opening-42"
@@ -124,7 +124,7 @@ async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None =
     logging.basicConfig(level=logging.WARNING)
     # The two unreadable resumes fail on purpose, and the demo lists them itself: their
     # item_failed WARNING lines would say it twice.
-    logging.getLogger("watcher.failures").setLevel(logging.ERROR)
+    logging.getLogger("watcher.dispatch.failures").setLevel(logging.ERROR)
     async with contextlib.AsyncExitStack() as stack:
         folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="statefeed-demo-"))
         db_url = f"sqlite:///{Path(folder) / 'demo.db'}"

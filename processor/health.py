@@ -15,11 +15,11 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from processor.transports import TransportError
+from processor.http.transports import TransportError
 from watcher.text import error_text
 
 if TYPE_CHECKING:
-    from processor.transports import Sender
+    from processor.http.transports import Sender
 
 Check = Callable[[], Awaitable[tuple[bool, str]]]
 CHECK_TIMEOUT = 5.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from watcher.durations import format_duration
+from watcher.rules.durations import format_duration
 from watcher.schedules.records import ScheduleInfo
 from watcher.schedules.timing import tick_text
 

@@ -20,21 +20,26 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from processor.embedded import EmbeddedServer
 from processor.embedded_http import http_options
 from processor.health import HealthApp
-from processor.http_batch import BatchingHttpProcessor
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
-from processor.metrics import BACKLOG_CAP, DEFAULT_BACKLOG_INTERVAL, BacklogGauges, PrometheusHooks
-from processor.metrics_flow import FLOW_READ_CAP
-from processor.redact import redact_url
-from watcher.backoff import last_error, sleep_until
-from watcher.checks import check_seconds, check_whole_number
+from processor.http.batch import BatchingHttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
+from processor.observe.metrics import (
+    BACKLOG_CAP,
+    DEFAULT_BACKLOG_INTERVAL,
+    BacklogGauges,
+    PrometheusHooks,
+)
+from processor.observe.metrics_flow import FLOW_READ_CAP
+from processor.observe.redact import redact_url
 from watcher.config import DEFAULT_DB_TIMEOUT, WatcherConfig
-from watcher.dburl import DatabaseURL
+from watcher.dispatch.backoff import last_error, sleep_until
 from watcher.errors import ConfigError, DatabaseError
 from watcher.reports import Backlog, FlowControlInfo
 from watcher.retention import Retention, RetentionConfig
-from watcher.schedules.ticker import Ticker
+from watcher.rules.checks import check_seconds, check_whole_number
+from watcher.schedule_ticker import Ticker
 from watcher.store import Store, missing_tables, not_migrated, sqlite_file_missing
+from watcher.store.db.urls import DatabaseURL
 from watcher.text import first_line, shorten
 from watcher.watcher import Watcher
 
@@ -203,7 +208,7 @@ class ProcessorService:
         if missing and self.config.migrate:
             # Imported here: Alembic (and Mako) add a fifth to a start-up that does not
             # migrate, and a start's time is the time to a processor's first lease.
-            from watcher.migrate import upgrade
+            from watcher.store.db.migrate import upgrade
 
             await asyncio.to_thread(upgrade, self.config.db_url, self.config.table_prefix)
             log.info("action=migrated tables=%s", ",".join(missing))

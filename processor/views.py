@@ -14,10 +14,10 @@ import shlex
 from datetime import UTC, datetime
 from typing import Any
 
-from processor.safe_text import escape_controls
-from watcher.durations import format_duration
+from processor.observe.safe_text import escape_controls
 from watcher.records import ItemInfo, NewItem, PartitionInfo, PartitionSettings
 from watcher.reports import PurgeReport, RetryReport
+from watcher.rules.durations import format_duration
 from watcher.text import shorten
 
 # How much of an item's last error a table shows (--json shows all of it).
@@ -84,12 +84,12 @@ def error_after_context(item: ItemInfo) -> str | None:
     """An item's last error without the context earlier versions put before it (its
     partition, id, gate and attempt), for a table whose columns show them already, so
     a cut cell still shows what went wrong; the whole error when it does not start so
-    (errors stored now never do: :func:`processor.wire_errors.item_error`).
+    (errors stored now never do: :func:`processor.wire.errors.item_error`).
 
     The processor wrote the attempt that failed, which is the item's ``attempts``
     while the error stands (a retry resets them, and the error then shows whole).
     """
-    from processor.wire_errors import item_context
+    from processor.wire.errors import item_context
 
     error = item.last_error
     prefix = item_context(item.partition_id, item.id, item.gate, item.attempts) + ": "
@@ -171,7 +171,7 @@ def item_lines(info: ItemInfo, *, data_limit: int | None) -> list[str]:
     attempts, parent and retry time, its data (:func:`data_lines`), and its error
     history, the oldest first (an error stored before the history existed shows alone).
     Each line is safe for a terminal: control characters in the data and the errors are
-    escaped (:func:`processor.safe_text.escape_controls`)."""
+    escaped (:func:`processor.observe.safe_text.escape_controls`)."""
     lines = [f"item {info.id!r} of partition {info.partition_id!r}",
              f"  status    {info.status}", f"  gate      {info.gate}",
              f"  attempts  {attempts_text(info)}", f"  parent    {info.parent or '-'}"]

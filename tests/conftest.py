@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.support.namespaces import NamespacePool, fresh_namespace
-from watcher.dburl import parse_database_url, redact_url
 from watcher.store import Store
+from watcher.store.db.urls import parse_database_url, redact_url
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 POSTGRES_URL = os.environ.get("PROCESSOR_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)

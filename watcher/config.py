@@ -7,9 +7,9 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
-from watcher.checks import check_rate, check_seconds, check_whole_number
-from watcher.delays import MAX_SNOOZE_SECONDS
 from watcher.errors import ConfigError
+from watcher.rules.checks import check_rate, check_seconds, check_whole_number
+from watcher.rules.delays import MAX_SNOOZE_SECONDS
 
 DEFAULT_CONCURRENCY = 32
 DEFAULT_POLL_INTERVAL = 1.0
@@ -21,7 +21,7 @@ DEFAULT_MAX_RETRIES = 5
 DEFAULT_RETRY_BACKOFF = 1.0
 DEFAULT_RETRY_BACKOFF_MAX = 300.0
 # Retries one item may take in a row without spending an attempt, for calls its
-# handler's service did not answer or answered with Retry-After (watcher.unpaid).
+# handler's service did not answer or answered with Retry-After (watcher.dispatch.unpaid).
 DEFAULT_MAX_UNPAID_RETRIES = 10
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 # Seconds one database round trip may take, unless configured (--db-timeout).
@@ -47,9 +47,9 @@ DEFAULT_REDUCE_PAGE_ITEMS = 1000
 DEFAULT_REDUCE_PAGE_BYTES = 16 * 1024 * 1024
 # The largest item data (inserted by a client, or answered by a handler). It fits
 # every supported database at its default settings: MariaDB's 16 MiB packet
-# carries 8 MiB of any bytes, which travel as base64 (watcher.drivers.mysql.packet).
+# carries 8 MiB of any bytes, which travel as base64 (watcher.store.drivers.mysql.packet).
 DEFAULT_MAX_ITEM_BYTES = 8 * 1024 * 1024
-# How many items one answer may spawn (a larger fan-out pages: see watcher.spawning).
+# How many items one answer may spawn (a larger fan-out pages: see watcher.rules.spawn).
 DEFAULT_MAX_SPAWN = 1000
 DEFAULT_MAX_SNOOZE = MAX_SNOOZE_SECONDS
 MIN_LEASE_DURATION = 1.0
@@ -89,7 +89,7 @@ class WatcherConfig:
     max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES
     max_spawn: int = DEFAULT_MAX_SPAWN
     # The longest snooze a handler may ask for (seconds): at most
-    # watcher.delays.MAX_SNOOZE_SECONDS, and the retention period when one is set.
+    # watcher.rules.delays.MAX_SNOOZE_SECONDS, and the retention period when one is set.
     max_snooze: float = DEFAULT_MAX_SNOOZE
     # Calls in flight per concurrency key across the fleet, unless an operator set the
     # key's own limit; None: no default limit.

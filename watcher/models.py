@@ -1,13 +1,13 @@
 """SQLModel tables: ``partitions``, ``items`` and ``leaders``.
 
-These classes define the canonical schema. :mod:`watcher.schema` copies them
+These classes define the canonical schema. :mod:`watcher.store.sql.schema` copies them
 under a table prefix; the Alembic migrations in ``watcher/migrations`` create
 them. A partition is *free* when it is ``available`` and its ``until`` has
 passed: unleased partitions carry ``owner = ''`` and an ``until`` in the past,
 so one index on ``(status, until, owner)`` serves both "free" and "live" scans.
 
 Column types carry per-database variants, the same ones the migration creates;
-each database's are in its package (``watcher/drivers/<database>/columns.py``):
+each database's are in its package (``watcher/store/drivers/<database>/columns.py``):
 ids compare exactly, times keep microseconds, and item data holds more than
 the 16 MiB a handler may answer.
 """
@@ -32,8 +32,8 @@ from sqlalchemy import (
 from sqlalchemy.types import TypeEngine
 from sqlmodel import Field, SQLModel
 
-from watcher.drivers.mssql import columns as mssql_columns
-from watcher.drivers.mysql import columns as mysql_columns
+from watcher.store.drivers.mssql import columns as mssql_columns
+from watcher.store.drivers.mysql import columns as mysql_columns
 
 ID_MAX_LENGTH = 255
 OWNER_MAX_LENGTH = 255
@@ -182,7 +182,7 @@ class Partition(SQLModel, table=True):
     # lease holder writes it when a gate moves and when it renews (revision 0008).
     timeline: str | None = Field(default=None, sa_column=Column(error_type(), nullable=True))
     # From -10 to 10, fixed at creation; rank_at is the partition's place in the lease
-    # queue (see watcher.priority); paused_at is set while a client has it paused
+    # queue (see watcher.rules.priority); paused_at is set while a client has it paused
     # (revision 0009).
     priority: int = Field(default=0, sa_column=Column(Integer, nullable=False,
                                                       server_default=text("0")))
@@ -273,7 +273,7 @@ class FlowControl(SQLModel, table=True):
     """The flow controls of a key, a handler or the fleet (revision 0009).
 
     ``next_start`` is a key's virtual clock for fair queuing (see
-    :mod:`watcher.fairness`); ``max_inflight`` and ``rate_limit`` are limits an
+    :mod:`watcher.rules.fairness`); ``max_inflight`` and ``rate_limit`` are limits an
     operator set (NULL: the processors' defaults); ``paused_at`` is set while it is
     paused; ``blocked_until`` holds every call back after a handler's
     ``Retry-After``; ``tokens`` and ``refilled_at`` are its rate limit's bucket.

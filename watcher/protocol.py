@@ -161,7 +161,7 @@ class HandlerUnavailableError(RetryableError):
     An outage is the fleet's problem, not the item's: the processor holds its calls to
     the handler and probes it until it answers again, and the item runs again then with
     no attempt used (up to ``max_unpaid_retries`` such retries per item: see
-    :mod:`watcher.unpaid`).
+    :mod:`watcher.dispatch.unpaid`).
     """
 
 

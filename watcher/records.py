@@ -101,7 +101,7 @@ class ItemInfo:
     """An item as the client sees it.
 
     ``error_history`` holds its last few errors, the oldest first (see
-    :mod:`watcher.error_history`); ``()`` when it never failed.
+    :mod:`watcher.rules.error_history`); ``()`` when it never failed.
     """
 
     partition_id: str
@@ -121,12 +121,12 @@ class ItemInfo:
 class PartitionSettings:
     """What a partition fixed at creation and its supervisor needs: its reduce gates,
     what a failed item does, and the trace context its creator was in (W3C
-    ``traceparent``/``tracestate`` as JSON, :mod:`processor.tracing`; ``None``: none)."""
+    ``traceparent``/``tracestate`` as JSON, :mod:`processor.observe.tracing`; ``None``: none)."""
 
     reduce_gates: frozenset[int] = frozenset()
     continue_on_failure: bool = False
     trace_context: str | None = None
-    # From -10 to 10 (watcher.priority): higher is leased first.
+    # From -10 to 10 (watcher.rules.priority): higher is leased first.
     priority: int = 0
     # The concurrency key (a tenant); '' for none.
     flow_key: str = ""
@@ -188,7 +188,7 @@ class LeaseRenewal:
     by another session (a client or processor inside a transaction) and were
     neither renewed nor lost; ``stopped`` ones were cancelled or are being
     deleted by a client; the others asked for were lost. ``timelines`` holds
-    the timeline stored now (:mod:`watcher.timeline`) of each held partition
+    the timeline stored now (:mod:`watcher.rules.timeline`) of each held partition
     whose progress the renewal carried; ``timelines_read`` that of each held
     partition whose progress it could not write (the holder's copy was stale, or
     it had none): the holder's new copy, its progress left for the next renewal.
@@ -240,7 +240,7 @@ class ReadyItem:
     data: bytes
     attempts: int
     size: int | None = None
-    # Its stored error history (JSON text, see watcher.error_history); None: no errors.
+    # Its stored error history (JSON text, see watcher.rules.error_history); None: no errors.
     error_history: str | None = None
 
 
@@ -284,7 +284,7 @@ class ItemWrite:
     last_error: str | None = None
     retry_delay: float | None = None
     # The new error history, its newest entry's time left for the write to stamp (see
-    # watcher.error_history); None keeps the stored one.
+    # watcher.rules.error_history); None keeps the stored one.
     error_history: str | None = None
     # Items to insert, each with its gate resolved, in the write's transaction and
     # only if the write applies; their parent is ``item_id``.

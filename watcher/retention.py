@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from watcher.checks import check_seconds, check_whole_number
-from watcher.durations import format_duration
 from watcher.errors import ConfigError
 from watcher.models import Status
 from watcher.outages import OutageLatch
 from watcher.reports import PurgeReport
+from watcher.rules.checks import check_seconds, check_whole_number
+from watcher.rules.durations import format_duration
 from watcher.store import Store
 
 log = logging.getLogger(__name__)

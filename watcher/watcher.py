@@ -17,17 +17,19 @@ from typing import Any, Literal
 from sqlalchemy.exc import SQLAlchemyError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
-from watcher.backoff import backoff, last_error, sleep_until
-from watcher.balance import Backlog, backlog_room
-from watcher.call_tracing import CallTracer, PartitionCalls
 from watcher.config import WatcherConfig
-from watcher.context import PartitionContext
-from watcher.drivers.conflicts import is_lock_conflict
-from watcher.flow import FlowControl
-from watcher.handover import grace as hand_over_grace
+from watcher.dispatch.backoff import backoff, last_error, sleep_until
+from watcher.dispatch.context import PartitionContext
+from watcher.dispatch.spans import find_tracer
+from watcher.dispatch.supervisor import PartitionSupervisor
+from watcher.dispatch.tracing import CallTracer, PartitionCalls
+from watcher.dispatch.writer import ResultWriter
+from watcher.flow.limits import FlowControl
+from watcher.flow.slots import ReadAheadPool, SlotPool, wait_event
 from watcher.hooks import Hooks, SafeHooks, overrides
-from watcher.lease import Lease
-from watcher.leases import LeaseCycle, LeaseKeeper
+from watcher.leasing.handover import grace as hand_over_grace
+from watcher.leasing.keeper import LeaseCycle, LeaseKeeper
+from watcher.leasing.lease import Lease
 from watcher.outages import OutageLatch
 from watcher.protocol import (
     ProcessBatchCall,
@@ -36,12 +38,10 @@ from watcher.protocol import (
     ReduceCallable,
     ReduceShapeCall,
 )
-from watcher.slots import ReadAheadPool, SlotPool, wait_event
-from watcher.spans import find_tracer
+from watcher.rules.balance import Backlog, backlog_room
 from watcher.store import Store
-from watcher.supervisor import PartitionSupervisor
+from watcher.store.drivers.conflicts import is_lock_conflict
 from watcher.text import first_line
-from watcher.writer import ResultWriter
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +60,13 @@ class Watcher:
     instead, answering a result or an exception per item. ``reduce`` (``async
     reduce(call) -> ReduceResult``) runs the partitions' reduce gates; by default
     the processor's own ``reduce`` method, if it has one (an
-    :class:`~processor.http_processor.HttpProcessor` does). ``tracer``
-    (:class:`~watcher.call_tracing.CallTracer`) makes a span of every call; by default
+    :class:`~processor.http.processor.HttpProcessor` does). ``tracer``
+    (:class:`~watcher.dispatch.tracing.CallTracer`) makes a span of every call; by default
     the processor's own, or OpenTelemetry's when the application set a tracer
-    provider (:func:`~watcher.spans.find_tracer`); ``None`` turns tracing off.
+    provider (:func:`~watcher.dispatch.spans.find_tracer`); ``None`` turns tracing off.
     A processor's ``async probe_handler() -> bool`` (an HttpProcessor has one) says
     whether its handler's service answers: asked while the calls are held for an
-    outage (:mod:`watcher.handler_hold`); without one, a hold ends after a short wait.
+    outage (:mod:`watcher.flow.handler_hold`); without one, a hold ends after a short wait.
     """
 
     def __init__(self, store: Store, processor: Processor | ProcessCall,
@@ -106,7 +106,7 @@ class Watcher:
                                    calls_running=lambda: self.slots.calls)
         self.read_ahead = ReadAheadPool(self.config.concurrency)
         # The processor's probe of its handler's service (an HttpProcessor's), which ends
-        # the hold on calls while the service is down (watcher.handler_hold).
+        # the hold on calls while the service is down (watcher.flow.handler_hold).
         self.flow = FlowControl(store, self.config, self.hooks,
                                 probe=getattr(processor, "probe_handler", None))
         self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
@@ -154,9 +154,9 @@ class Watcher:
         return cycle
 
     async def _hand_over(self, lease: Lease) -> None:
-        """Hand ``lease`` over to a processor that asked (:mod:`watcher.handover`), as a
+        """Hand ``lease`` over to a processor that asked (:mod:`watcher.leasing.handover`), as a
         graceful stop does: start no new call on it, let the calls in flight finish and
-        their results be written (up to :func:`watcher.handover.grace`), then release it."""
+        their results be written (up to :func:`watcher.leasing.handover.grace`), then release it."""
         grace = hand_over_grace(self.config)
         entry = self.supervisors.get(lease.partition_id)
         if entry is not None:

@@ -25,12 +25,12 @@ from starlette.responses import JSONResponse, Response
 
 from processor.api.bodies import read_whole
 from processor.api.problems import ApiError, bad_request
-from processor.wire import parse_answer
-from processor.wire_values import MalformedResponseError, decode_json
-from watcher.completions import Answer
+from processor.wire.contract import parse_answer
+from processor.wire.values import MalformedResponseError, decode_json
 from watcher.errors import AlreadyCompletedError, CompletionRefusedError, WaitNotFoundError
 from watcher.protocol import NonRetryableError, Result, RetryableError
-from watcher.spawning import SpawnConflictError, SpawnLimits
+from watcher.rules.completions import Answer
+from watcher.rules.spawn import SpawnConflictError, SpawnLimits
 from watcher.store.waits import CompletedWait
 
 if TYPE_CHECKING:

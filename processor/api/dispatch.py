@@ -17,8 +17,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from processor.api.problems import ApiError, bad_request, from_statefeed
-from processor.client_checks import check_id
-from processor.client_flow import checked_key_name
+from processor.client.checks import check_id
+from processor.client.flow import checked_key_name
 from watcher.errors import InvalidInputError, StatefeedError
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """The ingest API's flow-control routes, the client's verbs over HTTP
-(:class:`~processor.client_flow.FlowClient`):
+(:class:`~processor.client.flow.FlowClient`):
 
 =======  =====================================  =======================================
 GET      ``/v1/keys``                           a page of keys with a limit, pause or block
@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from processor.async_client import AsyncClient
+    from processor.client.async_client import AsyncClient
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -31,7 +31,7 @@ from processor.api.dispatch import KEY, Handler, answer
 from processor.api.problems import ApiError, bad_request
 from processor.api.upload import JSON_TYPES, Limits, json_document
 from processor.api.views import only, page_limit, timestamp
-from processor.client_flow import (
+from processor.client.flow import (
     MAX_CONTROLS_PAGE,
     checked_inflight_limit,
     checked_key_name,

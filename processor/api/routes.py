@@ -1,4 +1,4 @@
-"""The ingest API's routes over one :class:`~processor.async_client.AsyncClient`.
+"""The ingest API's routes over one :class:`~processor.client.async_client.AsyncClient`.
 
 =======  =====================================  =======================================
 GET      ``/v1/partitions``                     a page of partitions (``?status=&prefix=``)
@@ -76,14 +76,14 @@ from processor.api.views import (
     timestamp,
     whole_number,
 )
-from processor.async_client import AsyncClient
-from processor.client_checks import MAX_PAGE
-from processor.tracing import traced_settings
+from processor.client.async_client import AsyncClient
+from processor.client.checks import MAX_PAGE
+from processor.observe.tracing import traced_settings
 from processor.views import retry_row
-from watcher.dburl import DatabaseURL
 from watcher.errors import DuplicateItemError
 from watcher.models import MAX_GATE
 from watcher.records import NewItem
+from watcher.store.db.urls import DatabaseURL
 
 log = logging.getLogger(__name__)
 

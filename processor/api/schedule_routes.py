@@ -30,7 +30,7 @@ from processor.api.problems import ApiError, bad_request
 from processor.api.routes import IngestApi, answer
 from processor.api.upload import JSON_TYPES, json_document, json_items
 from processor.api.views import only, whole_number
-from processor.client_schedules import MAX_SCHEDULES_PAGE, check_schedule_name
+from processor.client.schedules import MAX_SCHEDULES_PAGE, check_schedule_name
 from processor.schedule_views import schedule_dict
 from watcher.errors import InvalidInputError, ScheduleExistsError, ScheduleNotFoundError
 

@@ -24,7 +24,7 @@ from processor.api.problems import ApiError
 from processor.api.routes import ApiSettings, Dispatch, IngestApi
 from processor.api.schedule_routes import mount_schedules
 from processor.api.upload import Limits
-from processor.async_client import AsyncClient
+from processor.client.async_client import AsyncClient
 from processor.console.security import (
     bearer,
     check_bind,
@@ -34,8 +34,8 @@ from processor.console.security import (
 )
 from processor.console.server import check_database
 from processor.embedded import http_url, listen, serving, stop_on_signals
-from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError
+from watcher.store.db.urls import DatabaseURL
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class ApiOptions:
         check_bind(self.host, self.token, what="the API", token_env=TOKEN_ENV)
 
 
-class Gate:
+class AccessGuard:
     """ASGI middleware: the loopback ``Host`` check, the bearer token, the cross-site
     rule of every state-changing method, and the headers every answer carries."""
 
@@ -121,8 +121,8 @@ def create_app(options: ApiOptions, client: AsyncClient | None = None) -> Any:
                            limits=options.limits, token=options.token,
                            loopback_only=is_loopback(options.host))
     api = IngestApi(settings, client)
-    return Gate(CompletionRoutes(mount_schedules(Dispatch(api), api), api), token=options.token,
-                loopback_only=settings.loopback_only)
+    routes = CompletionRoutes(mount_schedules(Dispatch(api), api), api)
+    return AccessGuard(routes, token=options.token, loopback_only=settings.loopback_only)
 
 
 @contextlib.asynccontextmanager

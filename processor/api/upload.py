@@ -23,13 +23,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from processor.api.problems import ApiError, bad_request, from_statefeed, too_large
-from processor.client_checks import check_item, check_items, check_settings
-from processor.wire import parse_new_item
-from processor.wire_values import MalformedResponseError, RepeatedKeyError, decode_json
+from processor.client.checks import check_item, check_items, check_settings
+from processor.wire.contract import parse_new_item
+from processor.wire.values import MalformedResponseError, RepeatedKeyError, decode_json
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
-from watcher.delays import DelayError, parse_time
 from watcher.errors import InvalidInputError
 from watcher.records import NewItem, PartitionSettings
+from watcher.rules.delays import DelayError, parse_time
 
 MIB = 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 64 * MIB

@@ -20,7 +20,7 @@ from typing import Any
 
 from processor.api.problems import bad_request
 from processor.views import partition_row
-from processor.wire_values import DATA_ENCODER, MalformedResponseError, decode_json
+from processor.wire.values import DATA_ENCODER, MalformedResponseError, decode_json
 from watcher.records import ItemInfo, PartitionInfo
 
 FINISHED = ("complete", "failed", "cancelled")

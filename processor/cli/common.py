@@ -11,15 +11,15 @@ import typer
 
 # Only light modules at the top: `processor --help` and the one-line errors must not wait for
 # SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
-from processor.logs import DEFAULT_LOG_FORMAT, LOG_FORMATS
-from processor.logs import setup_logging as configure_logging
-from processor.safe_text import escape_controls, json_text
+from processor.observe.logs import DEFAULT_LOG_FORMAT, LOG_FORMATS
+from processor.observe.logs import setup_logging as configure_logging
+from processor.observe.safe_text import escape_controls, json_text
 from watcher.errors import DatabaseError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from watcher.dburl import DatabaseURL
+    from watcher.store.db.urls import DatabaseURL
 
 DEFAULT_DB_URL = "sqlite:///processor.db"
 # Defaults of `processor run` that have no home in an engine or HTTP config object.
@@ -77,7 +77,7 @@ LogFormat = Annotated[str, typer.Option("--log-format", envvar=env_name("LOG_FOR
 
 def say(text: str, *, err: bool = False) -> None:
     """Print one line of text that may hold data (ids, keys, error texts) with its control
-    characters escaped (:func:`processor.safe_text.escape_controls`): a terminal shows
+    characters escaped (:func:`processor.observe.safe_text.escape_controls`): a terminal shows
     them, never obeys them."""
     typer.echo(escape_controls(text), err=err)
 
@@ -131,8 +131,8 @@ def database_url(raw: str, prefix: str, *, migrated: bool = True) -> DatabaseURL
         DatabaseError: the database is unreachable, or was never migrated ("run
             `processor migrate` first": the same line on every verb).
     """
-    from watcher.dburl import parse_database_url
-    from watcher.schema import validate_table_prefix
+    from watcher.store.db.urls import parse_database_url
+    from watcher.store.sql.schema import validate_table_prefix
 
     url = parse_database_url(raw)
     validate_table_prefix(prefix)
@@ -154,8 +154,8 @@ def data_console(*, soft_wrap: bool = False) -> Console:
     """A Rich console that prints text literally and safely: ids, owners and error texts
     are data, and Rich would read ``[...]`` in them as markup (``[/x]`` even raises) and
     ``:name:`` as an emoji, and a terminal would obey their escape sequences
-    (:class:`processor.terminal.SafeConsole`)."""
-    from processor.terminal import SafeConsole
+    (:class:`processor.cli.terminal.SafeConsole`)."""
+    from processor.cli.terminal import SafeConsole
 
     return SafeConsole(soft_wrap=soft_wrap)
 
@@ -174,7 +174,7 @@ def check_logging(level: str, log_format: str) -> None:
 
 def setup_logging(level: str, log_format: str = DEFAULT_LOG_FORMAT) -> None:
     """Log to stderr at ``level``, one line per record as ``text`` or ``json``
-    (:mod:`processor.logs`). Call :func:`check_logging` first.
+    (:mod:`processor.observe.logs`). Call :func:`check_logging` first.
 
     Raises:
         ValueError: ``log_format`` is not one of :data:`LOG_FORMATS`.

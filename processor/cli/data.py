@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from processor import PartitionInfo
-    from watcher.dburl import DatabaseURL
+    from watcher.store.db.urls import DatabaseURL
 from processor.cli.common import (
     DEFAULT_DB_URL,
     DEFAULT_ITEMS_LIMIT,
@@ -56,10 +56,10 @@ def status(
     """Show partitions with their status, gate, owner and item counts (and, once a step
     spawned items, how many; once one has a key, a priority or a pause, its flow:
     "paused acme +2"); with --watch, again and again until Ctrl-C."""
-    from processor.client import Client
-    from processor.flow_reads import handler_hold_lines
+    from processor.client.flow_reads import handler_hold_lines
+    from processor.client.sync_client import Client
     from processor.views import partition_row
-    from watcher.checks import check_seconds
+    from watcher.rules.checks import check_seconds
 
     if watch and as_json:
         raise fail("--watch redraws the table; leave out --json (or poll `status --json`)")
@@ -210,7 +210,7 @@ def result(
 ) -> None:
     """Print a partition's result (what its reduce stored): JSON pretty-printed, other
     bytes as they are."""
-    from processor.client import Client
+    from processor.client.sync_client import Client
 
     url = database_url(db_url, table_prefix)
     with Client(url, table_prefix) as client:
@@ -260,7 +260,7 @@ def items(
     """
     import shlex
 
-    from processor.client import Client
+    from processor.client.sync_client import Client
     from processor.views import error_after_context, error_cell, item_row
 
     if find:
@@ -319,7 +319,7 @@ def _show_item(partition_id: str, item_id: str, db_url: str, table_prefix: str,
     Raises:
         typer.Exit: the partition holds no such item (one line, exit code 2).
     """
-    from processor.client import Client
+    from processor.client.sync_client import Client
     from processor.views import item_detail, item_lines
     from watcher.errors import ItemNotFoundError
 
@@ -341,8 +341,8 @@ def _show_item(partition_id: str, item_id: str, db_url: str, table_prefix: str,
 def _find_item(item_id: str, db_url: str, table_prefix: str, limit: int,
                as_json: bool) -> None:
     """Print the partitions holding an item with this id (``items --find ITEM``)."""
-    from processor.client import Client
-    from processor.client_items import MAX_FIND_LIMIT
+    from processor.client.items import MAX_FIND_LIMIT
+    from processor.client.sync_client import Client
     from processor.views import error_after_context, error_cell, item_row
 
     url = database_url(db_url, table_prefix)

@@ -30,8 +30,8 @@ from processor.cli.common import (
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from processor.flow_reads import FlowListing
-    from watcher.dburl import DatabaseURL
+    from processor.client.flow_reads import FlowListing
+    from watcher.store.db.urls import DatabaseURL
 
 # What `--max-inflight` and `--rate` take to lift a key's own limit.
 NO_LIMIT = "none"
@@ -64,8 +64,8 @@ def keys(
         return
     import asyncio
 
-    from processor.async_client import AsyncClient
-    from processor.flow_reads import flow_json, read_flow
+    from processor.client.async_client import AsyncClient
+    from processor.client.flow_reads import flow_json, read_flow
 
     if not 1 <= limit <= 10_000:
         raise fail(f"--limit must be from 1 to 10000, got {limit}")
@@ -98,7 +98,7 @@ def keys(
 def _table(listing: FlowListing) -> Table:
     from rich.table import Table
 
-    from processor.flow_reads import blocked_for
+    from processor.client.flow_reads import blocked_for
     from processor.views import utc_text
 
     table = Table()
@@ -145,8 +145,8 @@ def keys_set(
     """Set a key's own limits across the fleet: calls in flight and calls per second.
     Processors apply them at their next lease cycle; lowering a limit lets the calls in
     flight finish."""
-    from processor.client import Client
-    from processor.client_flow import checked_inflight_limit, checked_key_name, checked_rate
+    from processor.client.flow import checked_inflight_limit, checked_key_name, checked_rate
+    from processor.client.sync_client import Client
     from watcher.errors import InvalidInputError
 
     if not max_inflight and not rate:
@@ -250,7 +250,7 @@ def pause_or_resume(partition_id: str | None, key: str, everything: bool, db_url
     if partition_id is not None:
         _partition(partition_id, url, table_prefix, as_json, pausing=pausing)
         return
-    from processor.client import Client
+    from processor.client.sync_client import Client
 
     with Client(url, table_prefix) as client, _known_key(key):
         if everything:
@@ -275,7 +275,7 @@ def pause_or_resume(partition_id: str | None, key: str, everything: bool, db_url
 
 def _partition(partition_id: str, url: DatabaseURL, table_prefix: str, as_json: bool, *,
                pausing: bool) -> None:
-    from processor.client import Client
+    from processor.client.sync_client import Client
 
     with Client(url, table_prefix) as client:
         changed = client.pause(partition_id) if pausing else client.resume(partition_id)

@@ -38,7 +38,7 @@ def retry(
     or cancelled partition re-opens at its lowest failed gate, and each reduce gate it had
     finished from there on runs again over its whole gate; a failed reduce is re-armed.
     Prints what was done."""
-    from processor.client import Client
+    from processor.client.sync_client import Client
     from processor.views import retry_row, retry_text
 
     url = database_url(db_url, table_prefix)
@@ -59,7 +59,7 @@ def cancel(
 ) -> None:
     """Stop a partition: no processor dispatches its items again (its holder lets it go
     within a poll interval, and late results are dropped). `processor retry` resumes it."""
-    from processor.client import Client
+    from processor.client.sync_client import Client
 
     url = database_url(db_url, table_prefix)
     with Client(url, table_prefix) as client:
@@ -136,7 +136,7 @@ def delete(
 ) -> None:
     """Delete a partition and its items (in batches). Refused while a processor holds it,
     unless --force."""
-    from processor.client import Client
+    from processor.client.sync_client import Client
 
     url = database_url(db_url, table_prefix)
     with Client(url, table_prefix) as client:
@@ -165,10 +165,10 @@ def purge(
 ) -> None:
     """Delete finished partitions (complete and cancelled by default) and their items,
     in batches, when they were last updated longer ago than --older-than."""
-    from processor.client import Client
+    from processor.client.sync_client import Client
     from processor.views import purge_text
-    from watcher.durations import parse_duration
     from watcher.retention import check_statuses
+    from watcher.rules.durations import parse_duration
 
     seconds = parse_duration("--older-than", older_than)
     statuses = check_statuses("--status", status)
@@ -196,7 +196,7 @@ def set_gate(
     """Move an open partition's gate forward (a manual checkpoint). Refused, writing
     nothing, on a complete, failed or cancelled partition, while items below the new gate
     are still available, and when no item of it is available."""
-    from processor.client import Client
+    from processor.client.sync_client import Client
 
     url = database_url(db_url, table_prefix)
     with Client(url, table_prefix) as client:

@@ -44,8 +44,8 @@ from watcher.config import DEFAULT_MAX_ITEM_BYTES
 if TYPE_CHECKING:
     from processor.api.problems import ApiError
     from processor.api.upload import Limits, Spool
-    from watcher.dburl import DatabaseURL
     from watcher.records import NewItem, PartitionInfo, PartitionSettings
+    from watcher.store.db.urls import DatabaseURL
 
 # The NDJSON is read this many bytes at a time.
 READ_CHUNK_BYTES = 64 * 1024
@@ -110,7 +110,7 @@ def create(
     file, so its size is not limited by memory. A partition that exists already is
     refused (exit 2); `processor add` adds items to it.
     """
-    from processor.client_checks import check_id, check_settings
+    from processor.client.checks import check_id, check_settings
     from processor.views import created_text, utc_text
     from watcher.errors import PartitionExistsError
 
@@ -160,7 +160,7 @@ def add(
     Refused, writing nothing, when an item's gate is below the partition's gate or
     an id is stored already.
     """
-    from processor.client_checks import check_id
+    from processor.client.checks import check_id
 
     check_id("partition", partition_id)
     limits = _limits(max_item_bytes)
@@ -247,7 +247,7 @@ def _start_at(raw: str) -> datetime | None:
     Raises:
         typer.Exit: not an RFC 3339 time with an offset, or more than a year ahead.
     """
-    from watcher.delays import DelayError, parse_time
+    from watcher.rules.delays import DelayError, parse_time
 
     if not raw:
         return None
@@ -258,7 +258,7 @@ def _start_at(raw: str) -> datetime | None:
 
 
 def _policy(raw: str) -> str:
-    from processor.client_checks import ITEM_FAILURE_POLICIES
+    from processor.client.checks import ITEM_FAILURE_POLICIES
 
     if raw not in ITEM_FAILURE_POLICIES:
         raise fail(f"--on-item-failure must be one of {', '.join(ITEM_FAILURE_POLICIES)}, "
@@ -336,7 +336,7 @@ async def _create(url: DatabaseURL, prefix: str, partition_id: str, spool: Spool
     """
     from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-    from processor.async_client import AsyncClient
+    from processor.client.async_client import AsyncClient
     from watcher.errors import DuplicateItemError
 
     async with AsyncClient(url, prefix, max_item_bytes=max_item_bytes) as client:
@@ -362,7 +362,7 @@ async def _add(url: DatabaseURL, prefix: str, partition_id: str, items: list[New
         GateError, DuplicateItemError, InvalidInputError: as the client's ``add_items``.
         DatabaseError: the database failed.
     """
-    from processor.async_client import AsyncClient
+    from processor.client.async_client import AsyncClient
     from watcher.errors import PartitionNotFoundError
 
     async with AsyncClient(url, prefix, max_item_bytes=max_item_bytes) as client:
@@ -383,7 +383,7 @@ async def _wait(url: DatabaseURL, prefix: str, partition_id: str, timeout: float
         PartitionNotFoundError: no partition has this id.
         DatabaseError: the database failed.
     """
-    from processor.async_client import AsyncClient
+    from processor.client.async_client import AsyncClient
 
     async with AsyncClient(url, prefix) as client:
         try:

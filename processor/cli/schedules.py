@@ -26,8 +26,8 @@ from processor.cli.produce import ITEMS_HELP, MaxItemBytes
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 
 if TYPE_CHECKING:
-    from processor.async_client import AsyncClient
-    from watcher.dburl import DatabaseURL
+    from processor.client.async_client import AsyncClient
+    from watcher.store.db.urls import DatabaseURL
 
 T = TypeVar("T")
 
@@ -42,7 +42,7 @@ NameArgument = Annotated[str, typer.Argument(help="The schedule's name.")]
 
 def _with_client(db_url: str, table_prefix: str,
                  call: Callable[[AsyncClient], Awaitable[T]], max_item_bytes: int = 0) -> T:
-    from processor.async_client import AsyncClient
+    from processor.client.async_client import AsyncClient
 
     url: DatabaseURL = database_url(db_url, table_prefix)
 
@@ -98,9 +98,9 @@ def add(
     as nightly/2026-11-28T03:00:00Z, with the items of --items and the settings given,
     exactly once across the fleet. Everything is checked before anything is written."""
     from processor.cli.produce import _gates, _limits, _policy, _read_items, _spool
-    from processor.client_schedules import check_schedule_name, new_schedule
+    from processor.client.schedules import check_schedule_name, new_schedule
     from processor.schedule_views import schedule_dict, schedule_text
-    from watcher.durations import parse_duration
+    from watcher.rules.durations import parse_duration
 
     check_schedule_name(name)
     seconds = parse_duration("--every", every) if every else None
@@ -163,7 +163,7 @@ def show(name: NameArgument, db_url: DbUrl = DEFAULT_DB_URL, table_prefix: Table
 
 def _verb(name: str, db_url: str, table_prefix: str, as_json: bool, verb: str,
           call: Callable[[AsyncClient], Awaitable[Any]], already: str) -> None:
-    from processor.client_schedules import check_schedule_name
+    from processor.client.schedules import check_schedule_name
 
     check_schedule_name(name)
     changed = _with_client(db_url, table_prefix, call)

@@ -10,7 +10,7 @@ import typer
 
 # Only light modules at the top: `processor --help` and the one-line errors must not wait for
 # SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
-from processor.http_config import (
+from processor.http.config import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_TRANSPORT,
@@ -71,7 +71,7 @@ def migrate(
     """Create or upgrade statefeed's tables."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from watcher.migrate import current_revision, upgrade, upgrade_sql
+    from watcher.store.db.migrate import current_revision, upgrade, upgrade_sql
 
     url = database_url(db_url, table_prefix, migrated=False)
     if sql:
@@ -248,15 +248,15 @@ def run(
         "error that spends an attempt; it is called again) or fail.")] = "retry",
 ) -> None:
     """Lease partitions and dispatch their items to the handler until SIGTERM."""
-    from processor.http_config import (
+    from processor.http.config import (
         DEFAULT_MAX_CONNECTIONS,
         HttpProcessorConfig,
         parse_header,
     )
+    from processor.observe.tracing import configure_from_env
     from processor.service import ProcessorService, ServiceConfig
-    from processor.tracing import configure_from_env
-    from watcher.durations import parse_duration
     from watcher.retention import RetentionConfig, check_statuses
+    from watcher.rules.durations import parse_duration
 
     if not handler_url:
         raise fail("--handler-url is required (or set PROCESSOR_HANDLER_URL)")
@@ -320,7 +320,7 @@ def snooze_cap(retention: Any) -> float:
     """The longest snooze a handler may ask for: a week, or the shortest retention period
     set, when shorter (an item that waits longer than its partition is kept makes no
     sense)."""
-    from watcher.delays import MAX_SNOOZE_SECONDS
+    from watcher.rules.delays import MAX_SNOOZE_SECONDS
 
     periods = [period for period in (getattr(retention, "older_than", None),
                                      getattr(retention, "items_older_than", None))
@@ -347,8 +347,8 @@ def handler_name(handler_url: str) -> str:
 
 def _health_url(handler_url: str, given: str) -> str | None:
     """The handler URL /readyz checks: the one given, none for ``off``, else
-    ``<handler-url>/healthz`` (:func:`~processor.http_config.default_health_url`)."""
-    from processor.http_config import default_health_url
+    ``<handler-url>/healthz`` (:func:`~processor.http.config.default_health_url`)."""
+    from processor.http.config import default_health_url
 
     if given.strip().lower() == "off":
         return None

@@ -51,7 +51,7 @@ def complete(
     """Complete a waiting item, exactly once: as its handler's answer would (done, by
     default). A token used already, or whose wait timed out or was cancelled, is refused
     and nothing is written."""
-    from processor.client import Client
+    from processor.client.sync_client import Client
 
     if no_retry and error is None:
         raise CompletionRefusedError("no_retry", "--no-retry goes with --error MESSAGE")
@@ -91,7 +91,7 @@ def heartbeat(
     table_prefix: TablePrefix = "",
 ) -> None:
     """Move a waiting item's deadline: a long step reports it is alive."""
-    from processor.client import Client
+    from processor.client.sync_client import Client
 
     url = database_url(db_url, table_prefix)
     with Client(url, table_prefix) as client:

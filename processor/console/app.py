@@ -32,7 +32,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from processor.async_client import AsyncClient
+from processor.client.async_client import AsyncClient
 from processor.console import pages
 from processor.console.flow_page import flow_routes
 from processor.console.forms import MAX_FORM_BYTES
@@ -53,7 +53,6 @@ from processor.console.security import (
     same_origin,
     token_matches,
 )
-from watcher.dburl import DatabaseURL
 from watcher.errors import (
     DatabaseError,
     InvalidInputError,
@@ -61,6 +60,7 @@ from watcher.errors import (
     PartitionLeasedError,
     PartitionNotFoundError,
 )
+from watcher.store.db.urls import DatabaseURL
 
 log = logging.getLogger(__name__)
 

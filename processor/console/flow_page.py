@@ -4,7 +4,7 @@ Retry-After (and how long ago the last such hold ended), and the pause of everyt
 with a pause and resume per key and for everything, POSTed as the partition page's
 actions are (same-origin, session token, refused on a read-only console).
 
-:func:`flow_data` reads (through :func:`processor.flow_reads.read_flow`) and shapes
+:func:`flow_data` reads (through :func:`processor.client.flow_reads.read_flow`) and shapes
 what the templates ``flow.html`` and ``_flow.html`` show; :func:`flow_routes` gives the
 routes :func:`processor.console.app.create_app` mounts.
 """
@@ -19,10 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from processor.async_client import AsyncClient
+from processor.client.async_client import AsyncClient
+from processor.client.flow_reads import Grant, aware, blocked_for, read_flow
 from processor.console.forms import see_other
 from processor.console.pages import age_text
-from processor.flow_reads import Grant, aware, blocked_for, read_flow
 
 
 class ReadOnlySetting(Protocol):

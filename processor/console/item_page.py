@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from processor.async_client import AsyncClient
+from processor.client.async_client import AsyncClient
 from processor.console.pages import age_text
 from processor.console.timeline_view import UNKNOWN
 from processor.views import attempts_text

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from processor.async_client import AsyncClient
-from processor.client_checks import MAX_PAGE, PARTITION_STATUSES
+from processor.client.async_client import AsyncClient
+from processor.client.checks import MAX_PAGE, PARTITION_STATUSES
 from processor.console import pages, timeline_view
 
 LIST_PAGE = 50

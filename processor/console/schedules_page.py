@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from processor.async_client import AsyncClient
+from processor.client.async_client import AsyncClient
 from processor.schedule_views import schedule_dict, timing_text
 
 # Schedules the page shows at most.

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from processor.async_client import AsyncClient
+from processor.client.async_client import AsyncClient
 from processor.console.app import create_app, settings_for
 from processor.console.security import check_bind
 from processor.embedded import http_url, listen, serving, stop_on_signals
-from watcher.dburl import DatabaseURL
 from watcher.errors import ConfigError, DatabaseError
 from watcher.store import require_migrated
+from watcher.store.db.urls import DatabaseURL
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""What the partition page shows of a partition's timeline (:mod:`watcher.timeline`):
+"""What the partition page shows of a partition's timeline (:mod:`watcher.rules.timeline`):
 items done per minute as a chart, the time spent at each gate, and an ETA.
 
 Pure functions over the decoded timeline, the partition and its item counts per gate,
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from watcher.records import PartitionInfo
-from watcher.timeline import (
+from watcher.rules.timeline import (
     MAX_MINUTES,
     RATE_MINUTES,
     Timeline,
@@ -120,7 +120,7 @@ class Eta:
 def eta_of(info: PartitionInfo, counts: dict[int, dict[str, int]], timeline: Timeline,
            now: datetime) -> Eta:
     """The ETA of ``info``: the items waiting at its gate over the items done per second
-    in the last few minutes (:func:`watcher.timeline.items_per_second`).
+    in the last few minutes (:func:`watcher.rules.timeline.items_per_second`).
 
     It covers the current gate; the whole partition when no item waits at a later gate
     and no reduce gate lies ahead (items could still move on to a later gate).

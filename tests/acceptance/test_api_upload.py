@@ -18,7 +18,7 @@ import pytest
 from processor import AsyncClient
 from tests.acceptance.harness.processes import Processor, run_cli, spawn
 from tests.support.engine import wait_until
-from watcher.migrate import downgrade
+from watcher.store.db.migrate import downgrade
 
 ITEMS = 100_000
 DATA_CHARS = 1000  # ~105 MB of NDJSON in all: far more than the API may hold

@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from tests.conftest import POSTGRES_URL, require_bench_peers, require_postgres
-from watcher.dburl import parse_database_url
+from watcher.store.db.urls import parse_database_url
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ("library", "flow", "small", "fleet", "instructions", "http", "batch", "spawn",

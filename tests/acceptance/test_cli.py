@@ -18,7 +18,7 @@ from tests.acceptance.harness.processes import Processor, run_cli, spawn
 from tests.support.engine import wait_until
 from tests.support.handler_apps import TwoGateHandler
 from tests.support.servers import free_port, serve_app
-from watcher.migrate import downgrade
+from watcher.store.db.migrate import downgrade
 
 FAST = ("--poll-interval", "0.1", "--lease-duration", "3", "--retry-backoff", "0.1")
 

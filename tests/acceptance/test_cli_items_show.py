@@ -15,8 +15,8 @@ import handlers
 from handlers import Item, Result
 from processor import AsyncClient, NewItem
 from processor.cli.data import SHOW_DATA_CHARS
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.acceptance.harness.processes import run_cli
 from tests.support.engine import running
 from tests.support.servers import serve_app

@@ -19,10 +19,10 @@ from tests.acceptance.harness.processes import Processor, run_cli, spawn
 from tests.support.engine import wait_until
 from tests.support.handler_apps import read_request
 from tests.support.servers import answered_probe, free_port, send_json, serve_app
-from watcher.clock import FixedClock
-from watcher.migrate import upgrade
 from watcher.records import ItemWrite
 from watcher.store import Store
+from watcher.store.db.clock import FixedClock
+from watcher.store.db.migrate import upgrade
 
 FAST = ("--poll-interval", "0.1", "--lease-duration", "3", "--retry-backoff", "0.1")
 ERROR = "processor: error: "

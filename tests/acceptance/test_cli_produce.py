@@ -24,7 +24,7 @@ from tests.acceptance.harness.processes import PROCESSOR, Processor, run_cli, sp
 from tests.support.engine import wait_until
 from tests.support.servers import answered_probe, read_body, send_json, serve_app
 from watcher.errors import PartitionNotFoundError
-from watcher.migrate import upgrade
+from watcher.store.db.migrate import upgrade
 
 FAST = ("--poll-interval", "0.1", "--lease-duration", "3", "--retry-backoff", "0.1")
 ERROR = "processor: error: "

@@ -10,8 +10,8 @@ from processor import AsyncClient, NewItem
 from tests.acceptance.harness.processes import run_cli
 from tests.support.engine import running
 from watcher import Result, Watcher, WatcherConfig, WorkItem
-from watcher.migrate import upgrade
 from watcher.store import Store
+from watcher.store.db.migrate import upgrade
 
 
 async def process(item: WorkItem) -> Result:

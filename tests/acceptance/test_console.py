@@ -31,19 +31,19 @@ import pytest
 
 from processor import AsyncClient, NewItem
 from processor.console.server import ConsoleOptions, console_running
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.acceptance.harness.browser import chromium, require_chromium
 from tests.acceptance.harness.processes import run_cli, spawn
 from tests.support.engine import wait_until
 from tests.support.servers import answered_probe, read_body, send_json, serve_app
-from watcher.clock import FixedClock
 from watcher.config import WatcherConfig
-from watcher.dburl import parse_database_url
 from watcher.errors import ConfigError, PartitionNotFoundError
-from watcher.migrate import downgrade, upgrade
 from watcher.records import ItemWrite
 from watcher.store import Store
+from watcher.store.db.clock import FixedClock
+from watcher.store.db.migrate import downgrade, upgrade
+from watcher.store.db.urls import parse_database_url
 from watcher.watcher import Watcher
 
 XSS_ID = "<img src=x onerror=alert(1)>"

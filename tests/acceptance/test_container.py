@@ -34,7 +34,7 @@ from tests.acceptance.harness.handler import RecordingHandler
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.support.engine import wait_until
 from tests.support.servers import free_port
-from watcher.migrate import downgrade
+from watcher.store.db.migrate import downgrade
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "debian:bookworm-slim"

@@ -22,7 +22,7 @@ from tests.acceptance.harness.handler import RecordingHandler
 from tests.acceptance.test_guarantees import assert_exact
 from tests.conftest import MARIADB_URL, POSTGRES_URL, require_mariadb, require_postgres
 from tests.support.engine import wait_until
-from watcher.dburl import parse_database_url
+from watcher.store.db.urls import parse_database_url
 
 DB_TIMEOUT = 1.0
 

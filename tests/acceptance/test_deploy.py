@@ -27,8 +27,8 @@ from processor import AsyncClient, NewItem
 from processor.cli.common import app
 from processor.health import HealthApp
 from tests.conftest import POSTGRES_URL, require_postgres
-from watcher.dburl import parse_database_url
-from watcher.migrate import downgrade, upgrade
+from watcher.store.db.migrate import downgrade, upgrade
+from watcher.store.db.urls import parse_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -28,8 +28,8 @@ from tests.acceptance.test_deploy import (
     the,
     verb_of,
 )
-from watcher.dburl import parse_database_url
-from watcher.migrate import upgrade
+from watcher.store.db.migrate import upgrade
+from watcher.store.db.urls import parse_database_url
 
 
 def test_every_server_role_is_deployed_with_health_checks() -> None:

@@ -33,7 +33,7 @@ from tests.acceptance.harness.handler import Call, RecordingHandler, initial_dat
 from tests.acceptance.harness.processes import LEASE, POLL
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.support.engine import wait_until
-from watcher.schema import tables_for
+from watcher.store.sql.schema import tables_for
 
 pytestmark = pytest.mark.timeout(120)
 

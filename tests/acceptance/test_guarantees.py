@@ -29,7 +29,7 @@ from tests.acceptance.harness.handler import Call, RecordingHandler, expected_tr
 from tests.acceptance.harness.processes import LEASE, POLL, Processor, warning_lines
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.support.engine import wait_until
-from watcher.drivers.postgresql.engine import STUCK_TRANSACTION_SECONDS
+from watcher.store.drivers.postgresql.engine import STUCK_TRANSACTION_SECONDS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
 

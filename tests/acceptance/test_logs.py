@@ -28,10 +28,10 @@ from tests.acceptance.harness.processes import Processor, run_cli, spawn
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.support.engine import wait_until
 from tests.support.servers import free_port, serve_app
-from watcher.migrate import downgrade
+from watcher.store.db.migrate import downgrade
 
 SECRET = "s3cret-handler-token"
-# time, level, logger, then the message: the text format (processor/logs.py).
+# time, level, logger, then the message: the text format (processor/observe/logs.py).
 TEXT_LINE = re.compile(r"^\S+ \S+ (?P<level>[A-Z]+) (?P<logger>\S+) (?P<message>.*)$")
 
 

@@ -29,7 +29,7 @@ from tests.acceptance.harness.processes import FAST, Processor, spawn
 from tests.conftest import require_promtool
 from tests.support.engine import wait_until
 from tests.support.servers import free_port, serve_app
-from watcher.migrate import upgrade
+from watcher.store.db.migrate import upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "statefeed-dashboard.json"

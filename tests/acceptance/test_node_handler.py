@@ -17,13 +17,13 @@ import httpx
 import pytest
 
 from processor import AsyncClient, NewItem
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.engine import running, wait_until
 from tests.support.servers import free_port
 from watcher import Watcher, WatcherConfig
-from watcher.migrate import upgrade
 from watcher.store import Store
+from watcher.store.db.migrate import upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLER = ROOT / "examples" / "node" / "spawn_handler.js"

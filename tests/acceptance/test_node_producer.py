@@ -26,16 +26,16 @@ import pytest
 import handlers
 from processor import AsyncClient
 from processor.api.server import ApiOptions, api_running
-from processor.http_batch import BatchingHttpProcessor
-from processor.http_config import HttpProcessorConfig
+from processor.http.batch import BatchingHttpProcessor
+from processor.http.config import HttpProcessorConfig
 from tests.acceptance.harness.faults import TcpProxy
 from tests.acceptance.test_node_handler import NODE, ROOT
 from tests.support.engine import running
 from tests.support.servers import serve_app
 from watcher import Watcher, WatcherConfig
-from watcher.dburl import parse_database_url
-from watcher.migrate import upgrade
 from watcher.store import Store
+from watcher.store.db.migrate import upgrade
+from watcher.store.db.urls import parse_database_url
 
 PRODUCER = ROOT / "examples" / "node" / "producer.mjs"
 ITEMS = 10_000  # as the script sends them: n0 ... n9999, data {"n": k}

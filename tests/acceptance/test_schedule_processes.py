@@ -22,7 +22,7 @@ from tests.acceptance.harness.cluster import Cluster
 from tests.acceptance.harness.handler import RecordingHandler
 from tests.acceptance.harness.processes import run_cli
 from tests.support.engine import wait_until
-from watcher.migrate import downgrade, upgrade
+from watcher.store.db.migrate import downgrade, upgrade
 
 ERROR = "processor: error: "
 

@@ -14,15 +14,15 @@ import httpx
 import pytest
 
 from processor import AsyncClient, NewItem
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.acceptance.test_docs import marked_blocks
 from tests.acceptance.test_node_handler import NODE, node_handler
 from tests.support.engine import running
 from tests.support.servers import serve_app
 from watcher import Watcher, WatcherConfig
-from watcher.migrate import upgrade
 from watcher.store import Store
+from watcher.store.db.migrate import upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "how-to" / "spawn.md"

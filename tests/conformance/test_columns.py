@@ -15,8 +15,8 @@ from datetime import datetime
 import pytest
 from sqlalchemy import text
 
-from watcher.clock import FixedClock
 from watcher.records import ItemWrite, NewItem
+from watcher.store.db.clock import FixedClock
 
 BIG = 17 * 1024 * 1024  # above the 16 MiB a handler may answer
 MYSQL_PACKET_NEEDED = 64 * 1024 * 1024

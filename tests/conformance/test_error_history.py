@@ -9,12 +9,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from watcher.clock import FixedClock
-from watcher.decisions import RetryPolicy, write_for_error, write_for_result
-from watcher.error_history import HISTORY_LENGTH, PENDING_TIME
 from watcher.protocol import NonRetryableError, Result, RetryableError
 from watcher.records import ItemWrite, LeaseRow, NewItem, ReadyItem
+from watcher.rules.decisions import RetryPolicy, write_for_error, write_for_result
+from watcher.rules.error_history import HISTORY_LENGTH, PENDING_TIME
 from watcher.store import Store
+from watcher.store.db.clock import FixedClock
 
 MOMENT = datetime(2030, 1, 1, 12, 0, 0)
 OWNER = "me"

@@ -1,13 +1,13 @@
 """The hot path (the ready read and the result writes), one suite run on every live database.
 
-Each store holds the driver of its database (:mod:`watcher.drivers`). Whatever
+Each store holds the driver of its database (:mod:`watcher.store.drivers`). Whatever
 a driver does its own way (a direct path, a one-statement batch write), its
 methods must answer the same: the ready read orders, limits and leaves out the
 items in hand; a batch of results is guarded by version and fenced by a live
 lease, write by write, whatever mix of applied, stale and fenced-off rows it
 holds (the SQLite and MariaDB batches find out which rows failed by rolling
 back and writing one by one); times follow the store's clock. The stores here
-run on a :class:`~watcher.clock.FixedClock`, which must take the same
+run on a :class:`~watcher.store.db.clock.FixedClock`, which must take the same
 statements, and on PostgreSQL the same direct path and batch write, as the
 database clock.
 """
@@ -24,13 +24,13 @@ import pytest
 from sqlalchemy import event
 
 from tests.support.engine import leased_partition
-from watcher.clock import FixedClock
-from watcher.drivers.mssql.driver import SQLServerDriver
-from watcher.drivers.mysql.driver import MySQLDriver
-from watcher.drivers.postgresql.driver import PostgreSQLDriver
-from watcher.drivers.sqlite.driver import SQLiteDriver
 from watcher.records import ItemWrite, LeaseRow, NewItem
 from watcher.store import Store
+from watcher.store.db.clock import FixedClock
+from watcher.store.drivers.mssql.driver import SQLServerDriver
+from watcher.store.drivers.mysql.driver import MySQLDriver
+from watcher.store.drivers.postgresql.driver import PostgreSQLDriver
+from watcher.store.drivers.sqlite.driver import SQLiteDriver
 
 MOMENT = datetime(2030, 1, 1, 12, 0, 0)
 OWNER = "me"

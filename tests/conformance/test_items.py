@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from watcher.dispatch.writer import ResultWriter
 from watcher.records import ItemWrite, NewItem
-from watcher.writer import ResultWriter
 
 
 async def _leased(store, items, owner="me"):

@@ -10,13 +10,13 @@ from datetime import datetime
 
 import pytest
 
-from watcher.clock import FixedClock
 from watcher.config import WatcherConfig
 from watcher.hooks import Hooks
-from watcher.leases import LeaseKeeper
+from watcher.leasing.keeper import LeaseKeeper
 from watcher.models import COMPLETE
 from watcher.records import NewItem
 from watcher.store import Store
+from watcher.store.db.clock import FixedClock
 
 # Ids whose sorted order is not their creation order.
 CREATED = ["u0-7", "u0-2", "b", "u0-10", "a", "z9", "u0-1", "m"]

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from sqlalchemy import event, update
 
-from watcher.clock import FixedClock
 from watcher.records import LeaseRenewal, LeaseRow, NewItem
 from watcher.store import Store
+from watcher.store.db.clock import FixedClock
 
 
 async def test_concurrent_lease_attempts_exactly_one_wins(make_store) -> None:
@@ -280,7 +280,7 @@ async def test_a_take_carries_the_timeline_read_with_the_row(store) -> None:
     """The free read returns each partition's stored timeline, and the take (guarded by
     the version read) hands it on: a lease starts knowing it, so its first gate move
     writes the timeline without reading it again."""
-    from watcher.timeline import Progress
+    from watcher.rules.timeline import Progress
 
     await store.partition_create("p", [NewItem("i", b"x")])
     (row,) = await store.leases_read_free(5)
@@ -305,7 +305,7 @@ async def test_the_keeper_says_whether_it_left_free_partitions_untaken(store) ->
     an ending frees room for nothing, and the next poll or notification will do."""
     from watcher.config import WatcherConfig
     from watcher.hooks import Hooks
-    from watcher.leases import LeaseKeeper
+    from watcher.leasing.keeper import LeaseKeeper
 
     for n in range(3):
         await store.partition_create(f"p{n}", [NewItem("i", b"x")])
@@ -388,11 +388,11 @@ async def test_a_full_backlog_takes_only_what_would_start_before_it(store) -> No
     key none of its partitions has (fair queuing ranks a new tenant's partition near the
     head of the queue, among the candidates a cycle reads); with part of a backlog it
     takes only the rest."""
-    from watcher.balance import Backlog
     from watcher.config import WatcherConfig
     from watcher.hooks import Hooks
-    from watcher.leases import LeaseKeeper
+    from watcher.leasing.keeper import LeaseKeeper
     from watcher.records import PartitionSettings
+    from watcher.rules.balance import Backlog
 
     for n in range(12):  # a tenant's burst: its key's clock spreads their places
         await store.partition_create(f"p{n:02}", [NewItem("i", b"x")],
@@ -422,7 +422,7 @@ async def test_a_renewal_never_writes_over_a_timeline_it_has_not_seen(make_store
     adds its progress to what is stored, never to its stale copy, so both counts stay
     (on the one-statement path by a second renewal from the copy it read back; the
     engine path reads under the row lock and writes at once)."""
-    from watcher.timeline import Progress, decode_timeline
+    from watcher.rules.timeline import Progress, decode_timeline
 
     store = make_store()
     await store.partition_create("p", [NewItem("i", b"x")])

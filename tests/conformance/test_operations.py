@@ -16,16 +16,16 @@ import pytest
 from processor import AsyncClient, NewItem
 from tests.support.engine import count_calls, running, wait_until
 from watcher import CountingHooks, Result, Watcher, WatcherConfig, WorkItem
-from watcher.clock import FixedClock
 from watcher.errors import (
     InvalidInputError,
     PartitionLeasedError,
     PartitionNotFoundError,
 )
 from watcher.records import ItemWrite
-from watcher.reduction import ReduceStep
 from watcher.retention import Retention, RetentionConfig
+from watcher.rules.reduce import ReduceWrite
 from watcher.store import Store
+from watcher.store.db.clock import FixedClock
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2}
@@ -253,7 +253,7 @@ async def test_a_cancelled_partition_fences_every_write_of_its_holder(store) -> 
     assert await store.leases_stopped("other", 30) == []
     write = ItemWrite("p", "a", ready["a"].version, "complete", 0, 1)
     assert await store.items_apply([write], "w") == [False], "a late result is stale"
-    step = ReduceStep("apply", 1, "a", None, b"{}", ())
+    step = ReduceWrite("apply", 1, "a", None, b"{}", ())
     state = await store.partition_state("p")
     assert state is not None and state.owner == "w" and not state.lease_live
     assert await store.reduce_write("p", state.version, "w", step) is None

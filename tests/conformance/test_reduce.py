@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from watcher.models import AVAILABLE, COMPLETE, FAILED
 from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionSettings, ReduceState
-from watcher.reduction import ReduceStep
+from watcher.rules.reduce import ReduceWrite
 from watcher.store import Store
 
 OWNER = "me"
@@ -21,11 +21,11 @@ async def _leased(store: Store, items: list[NewItem]) -> LeaseRow:
     return lease
 
 
-def _step(**changes: object) -> ReduceStep:
+def _step(**changes: object) -> ReduceWrite:
     fields: dict[str, object] = {"pass_": "pass-1", "page": 1, "after": "i01",
                                  "accumulator": b'{"n": 2}', "result": None, "writes": ()}
     fields.update(changes)
-    return ReduceStep(**fields)  # type: ignore[arg-type]
+    return ReduceWrite(**fields)  # type: ignore[arg-type]
 
 
 async def test_a_fresh_partition_has_no_reduce_progress(store: Store) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from watcher.models import AVAILABLE, COMPLETE
 from watcher.records import ItemWrite, NewItem
-from watcher.spawning import SpawnConflictError
+from watcher.rules.spawn import SpawnConflictError
 from watcher.store import Store
 
 OWNER = "me"

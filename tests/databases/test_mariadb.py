@@ -4,7 +4,7 @@
   filled a moment ago; the direct connections heal after the server ends them;
   a refused value is reported as the engine reports it, parameters hidden.
 - The worker-thread driver adaptation that runs SQL Server's pymssql
-  (:mod:`watcher.drivers.mssql.threaded`), exercised with another synchronous
+  (:mod:`watcher.store.drivers.mssql.threaded`), exercised with another synchronous
   driver, PyMySQL: the same adaptation, a real network driver, every store
   method. What this does not check is pymssql and SQL Server themselves
   (compiled SQL only, see ``tests/unit/test_dialects.py``): no SQL Server runs
@@ -29,16 +29,16 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from tests.conftest import MARIADB_URL, require_mariadb
 from tests.support.engine import leased_partition
 from tests.support.scenario import drive_every_method
-from watcher.dburl import parse_database_url
-from watcher.drivers.base import Driver
-from watcher.drivers.mssql.threaded import ThreadedDialect
-from watcher.drivers.mysql.driver import MySQLDriver
-from watcher.drivers.mysql.engine import ISOLATION_LEVEL as MYSQL_ISOLATION_LEVEL
-from watcher.drivers.sql import batch_params
-from watcher.migrate import downgrade, upgrade
 from watcher.records import ItemWrite, LeaseRow, NewItem
-from watcher.schema import tables_for
 from watcher.store import Store
+from watcher.store.db.migrate import downgrade, upgrade
+from watcher.store.db.urls import parse_database_url
+from watcher.store.drivers.base import Driver
+from watcher.store.drivers.mssql.threaded import ThreadedDialect
+from watcher.store.drivers.mysql.driver import MySQLDriver
+from watcher.store.drivers.mysql.engine import ISOLATION_LEVEL as MYSQL_ISOLATION_LEVEL
+from watcher.store.drivers.sql import batch_params
+from watcher.store.sql.schema import tables_for
 
 OWNER = "me"
 
@@ -53,7 +53,7 @@ async def mariadb_store() -> Any:
     import uuid
 
     from tests.conftest import MARIADB_URL, require_mariadb
-    from watcher.migrate import downgrade, upgrade
+    from watcher.store.db.migrate import downgrade, upgrade
 
     require_mariadb()
     prefix = f"f{uuid.uuid4().hex[:8]}_"

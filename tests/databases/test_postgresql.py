@@ -31,11 +31,11 @@ from sqlalchemy.exc import DataError, OperationalError
 
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.support.engine import wait_until
-from watcher.dburl import parse_database_url
-from watcher.drivers.postgresql.direct import DirectStatements
-from watcher.drivers.sql import batch_params
 from watcher.records import ItemWrite, NewItem
 from watcher.store import Store
+from watcher.store.db.urls import parse_database_url
+from watcher.store.drivers.postgresql.direct import DirectStatements
+from watcher.store.drivers.sql import batch_params
 
 pytestmark = pytest.mark.postgres
 

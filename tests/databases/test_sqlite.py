@@ -29,12 +29,12 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from tests.support.engine import leased_partition
-from watcher.drivers.sqlite import checkpoints as sqlite_checkpoints
-from watcher.drivers.sqlite import direct as sqlite_direct
-from watcher.drivers.sqlite.driver import SQLiteDriver
-from watcher.migrate import upgrade
 from watcher.records import ItemWrite, NewItem
 from watcher.store import Store
+from watcher.store.db.migrate import upgrade
+from watcher.store.drivers.sqlite import checkpoints as sqlite_checkpoints
+from watcher.store.drivers.sqlite import direct as sqlite_direct
+from watcher.store.drivers.sqlite.driver import SQLiteDriver
 
 OWNER = "me"
 
@@ -46,7 +46,7 @@ async def _leased(store: Store, partition_id: str, count: int, owner: str = OWNE
 
 @pytest.fixture
 def sqlite_url(tmp_path) -> str:
-    from watcher.migrate import upgrade
+    from watcher.store.db.migrate import upgrade
 
     url = f"sqlite:///{tmp_path / 'fast.db'}"
     upgrade(url)

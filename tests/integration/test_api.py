@@ -17,8 +17,8 @@ import pytest
 from processor import AsyncClient, NewItem
 from processor.api.server import ApiOptions, api_running
 from processor.api.upload import Limits
-from watcher.dburl import parse_database_url
 from watcher.errors import ConfigError
+from watcher.store.db.urls import parse_database_url
 
 NDJSON = {"content-type": "application/x-ndjson"}
 SMALL = Limits(max_item_bytes=1000, max_body_bytes=20_000, max_upload_bytes=200_000)

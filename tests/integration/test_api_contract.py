@@ -40,9 +40,9 @@ from schemathesis.specs.openapi.checks import (
 from processor.api.routes import PARTITION, ROUTES, STATIC_METHODS, STATIC_ROUTES
 from processor.api.schedule_routes import SCHEDULE_ROUTES
 from processor.api.server import ApiOptions, api_running, create_app
-from watcher.dburl import parse_database_url
 from watcher.errors import ConfigError, ValueRefusedError
-from watcher.migrate import upgrade
+from watcher.store.db.migrate import upgrade
+from watcher.store.db.urls import parse_database_url
 
 DOCUMENT = Path(str(files("processor.api").joinpath("openapi.json")))
 OPENAPI_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")

@@ -15,7 +15,7 @@ import pytest
 from processor import AsyncClient
 from processor.api.routes import ROUTES
 from processor.api.server import ApiOptions, api_running
-from watcher.dburl import parse_database_url
+from watcher.store.db.urls import parse_database_url
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
 

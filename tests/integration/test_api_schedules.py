@@ -13,7 +13,7 @@ import httpx
 import jsonschema_rs
 
 from processor.api.server import ApiOptions, api_running
-from watcher.dburl import parse_database_url
+from watcher.store.db.urls import parse_database_url
 
 TOKEN = "a-token-of-32-characters-at-least"
 DOCUMENT = json.loads(files("processor.api").joinpath("openapi.json").read_text())

@@ -10,8 +10,8 @@ import pytest
 
 import handlers
 from processor import AsyncClient, NewItem
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.engine import running, wait_until
 from tests.support.servers import serve_app
 from watcher import RetryableError, Watcher, WatcherConfig

@@ -1,4 +1,4 @@
-"""The close a drained gate tries before its summary (watcher.closing_statements), on
+"""The close a drained gate tries before its summary (watcher.store.sql.closing), on
 every database: it completes a partition exactly when the summary would have closed it,
 and writes nothing otherwise; a watcher's partitions reach the same ends as before."""
 
@@ -16,8 +16,8 @@ from tests.integration.test_retry_and_gates import answer, lease
 from tests.support.engine import running
 from watcher import Result, Watcher, WatcherConfig, WorkItem
 from watcher.protocol import NonRetryableError
+from watcher.rules.timeline import decode_timeline
 from watcher.store import Store
-from watcher.timeline import decode_timeline
 
 TIMELINE = '{"v":1,"gates":[[0,1000.0,2000.0,3]],"minutes":[]}'
 

@@ -19,12 +19,12 @@ from sqlalchemy import create_engine, insert
 from processor import AsyncClient, NewItem
 from processor.console.app import create_app, settings_for
 from tests.conformance.test_operations import make_finished
-from watcher.clock import FixedClock
-from watcher.dburl import parse_database_url
 from watcher.errors import InvalidInputError
 from watcher.records import ItemWrite
-from watcher.schema import tables_for
 from watcher.store import Store
+from watcher.store.db.clock import FixedClock
+from watcher.store.db.urls import parse_database_url
+from watcher.store.sql.schema import tables_for
 
 XSS_ID = "<img src=x onerror=alert(1)>"
 XSS_ERROR = "<script>alert('item')</script> & more"

@@ -9,13 +9,13 @@ from datetime import datetime
 import httpx
 
 from processor import AsyncClient, NewItem
-from processor.client_schedules import new_schedule
+from processor.client.schedules import new_schedule
 from processor.console.app import create_app
 from processor.console.server import settings_for
-from watcher.clock import FixedClock
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
-from watcher.dburl import parse_database_url
-from watcher.schedules.ticker import Ticker
+from watcher.schedule_ticker import Ticker
+from watcher.store.db.clock import FixedClock
+from watcher.store.db.urls import parse_database_url
 
 ORIGIN = "http://127.0.0.1:8090"
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from processor import AsyncClient, ItemInfo, NewItem, PartitionInfo
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.engine import running, wait_until
 from tests.support.handler_apps import Request, read_request
 from tests.support.servers import free_port, serve_app
@@ -410,7 +410,7 @@ async def test_a_handler_down_at_start_spends_no_attempt_until_it_comes_up(
     async def respond(call: Call) -> Reply:
         return answer({"done": True})
 
-    caplog.set_level(logging.WARNING, logger="watcher.handler_hold")
+    caplog.set_level(logging.WARNING, logger="watcher.flow.handler_hold")
     handler = Handler(respond)
     port = free_port()  # nothing listens here yet
     await client.create_partition("p", [NewItem("a", b"")])

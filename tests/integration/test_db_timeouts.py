@@ -20,11 +20,11 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.acceptance.harness.faults import TcpProxy
 from tests.conftest import MARIADB_URL, POSTGRES_URL, require_mariadb, require_postgres
-from watcher.dburl import parse_database_url
-from watcher.migrate import downgrade, upgrade
 from watcher.records import ItemWrite, NewItem
-from watcher.round_trips import DatabaseTimeoutError
 from watcher.store import Store
+from watcher.store.db.migrate import downgrade, upgrade
+from watcher.store.db.round_trips import DatabaseTimeoutError
+from watcher.store.db.urls import parse_database_url
 
 TIMEOUT = 1.0
 
@@ -75,7 +75,7 @@ async def test_a_stalled_connection_times_out_once_logged_and_recovers(
             write = await _leased_item(store)
             assert store.problem() is None
             proxy.stall()
-            caplog.set_level(logging.DEBUG, logger="watcher.round_trips")
+            caplog.set_level(logging.DEBUG, logger="watcher.store.db.round_trips")
             # The direct path (hot statements) and the engine path (transactions).
             with pytest.raises(DatabaseTimeoutError) as caught:
                 await store.items_apply([write], "w")
@@ -114,7 +114,7 @@ async def test_a_statement_waiting_on_a_row_lock_ends_at_the_server_timeout(
     engine = create_async_engine(parse_database_url(url).async_url)
     try:
         write = await _leased_item(store)
-        caplog.set_level(logging.WARNING, logger="watcher.round_trips")
+        caplog.set_level(logging.WARNING, logger="watcher.store.db.round_trips")
         async with engine.connect() as holder:
             transaction = await holder.begin()
             await holder.execute(text(f"SELECT id FROM {prefix}items WHERE id = 'a' FOR UPDATE"))

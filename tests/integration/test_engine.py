@@ -12,9 +12,9 @@ import pytest
 from processor import AsyncClient, NewItem
 from tests.support.engine import count_calls, crash, running, wait_until
 from watcher import CountingHooks, Result, RetryableError, Watcher, WatcherConfig, WorkItem
-from watcher.clock import FixedClock
 from watcher.hooks import Hooks
 from watcher.records import LeaseRow
+from watcher.store.db.clock import FixedClock
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2}

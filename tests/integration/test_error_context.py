@@ -16,9 +16,9 @@ import handlers
 from handlers import Item, Reduced, ReducePage, Result
 from handlers.examples import resumes, samples
 from processor import AsyncClient, NewItem
-from processor.http_batch import BatchingHttpProcessor
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.batch import BatchingHttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from processor.views import error_after_context, error_cell
 from tests.support.engine import running
 from tests.support.servers import serve_app

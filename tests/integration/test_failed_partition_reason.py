@@ -15,10 +15,10 @@ from processor.console.app import create_app, settings_for
 from processor.views import partition_row
 from tests.support.engine import running
 from watcher import Result, Watcher, WatcherConfig, WorkItem
-from watcher.dburl import parse_database_url
-from watcher.failures import ItemFailure, partition_error
+from watcher.dispatch.failures import ItemFailure, partition_error
 from watcher.protocol import NonRetryableError
 from watcher.store import Store
+from watcher.store.db.urls import parse_database_url
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2}

@@ -12,14 +12,14 @@ from typing import Any
 
 import handlers
 from processor import AsyncClient, NewItem
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.engine import running, wait_until
 from tests.support.servers import serve_app
 from watcher import Watcher, WatcherConfig
-from watcher.balance import hand_over_count, with_askers
 from watcher.hooks import CountingHooks
 from watcher.records import LeaseStats
+from watcher.rules.balance import hand_over_count, with_askers
 
 PARTITIONS, ITEMS = 6, 60
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 import handlers
-from processor.http_config import HttpProcessorConfig, beside_handler, default_health_url
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig, beside_handler, default_health_url
+from processor.http.processor import HttpProcessor
 from tests.support.servers import free_port, serve_app
 
 

@@ -22,9 +22,9 @@ import pytest
 import handlers
 from processor import AsyncClient, NewItem
 from processor.console.flow_page import flow_data
-from processor.http_batch import BatchingHttpProcessor
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.batch import BatchingHttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.engine import running, wait_until
 from tests.support.servers import free_port, read_body, serve_app
 from watcher import Watcher, WatcherConfig
@@ -109,7 +109,7 @@ async def assert_complete_without_attempts(client: AsyncClient, partitions: int)
 
 def hold_lines(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
     records = [record for record in caplog.records
-               if record.name == "watcher.handler_hold" and record.levelno == logging.WARNING]
+               if record.name == "watcher.flow.handler_hold" and record.levelno == logging.WARNING]
     started = sum("action=handler_hold_started" in r.getMessage() for r in records)
     ended = sum("action=handler_hold_ended" in r.getMessage() for r in records)
     return started, ended
@@ -135,11 +135,11 @@ async def test_a_stopped_handler_that_comes_back_fails_nothing(
             await stopping.__aexit__(None, None, None)
             # The server crashed: the calls in flight were cut off, and every
             # connection is refused.
-            await wait_until(lambda: watcher.flow.hold.probes >= 3, timeout=30)
-            assert watcher.flow.hold.held
+            await wait_until(lambda: watcher.flow.limits.hold.probes >= 3, timeout=30)
+            assert watcher.flow.limits.hold.held
             async with serve_app(handler, port=port):
                 await assert_complete_without_attempts(client, PARTITIONS)
-                assert not watcher.flow.hold.held
+                assert not watcher.flow.limits.hold.held
     finally:
         if first is not None:
             await first.__aexit__(None, None, None)
@@ -162,8 +162,8 @@ async def test_a_proxy_answering_502_503_504_for_every_call_fails_nothing(
             async with running(watcher):
                 await wait_until(lambda: len(handler.calls) >= 8)
                 handler.down = True
-                await wait_until(lambda: watcher.flow.hold.probes >= 3, timeout=30)
-                assert watcher.flow.hold.held
+                await wait_until(lambda: watcher.flow.limits.hold.probes >= 3, timeout=30)
+                assert watcher.flow.limits.hold.held
                 assert handler.refused >= 3  # calls and probes met the proxy's answers
                 handler.down = False
                 await assert_complete_without_attempts(client, PARTITIONS)

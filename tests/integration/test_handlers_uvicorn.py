@@ -21,15 +21,15 @@ import handlers
 from handlers import Fail, Item, Result, Retry
 from handlers.examples import echo, resumes, samples
 from processor import AsyncClient, NewItem
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.engine import running
 from tests.support.servers import serve_app
 from watcher import Result as EngineResult
 from watcher import Watcher, WatcherConfig
-from watcher.migrate import upgrade
 from watcher.protocol import NonRetryableError, RetryableError, ThrottledError, WorkItem
 from watcher.store import Store
+from watcher.store.db.migrate import upgrade
 
 HEADERS = {"X-Partition-Id": "opening-42", "X-Item-Id": "resume-1", "X-Gate": "0",
            "X-Attempt": "1", "Idempotency-Key": "key-1"}

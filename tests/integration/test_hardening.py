@@ -110,8 +110,8 @@ async def test_a_result_over_the_servers_packet_fails_only_its_item(tmp_path) ->
     from sqlalchemy import create_engine, text
 
     from tests.conftest import MARIADB_URL, require_mariadb
-    from watcher.dburl import parse_database_url
-    from watcher.migrate import downgrade, upgrade
+    from watcher.store.db.migrate import downgrade, upgrade
+    from watcher.store.db.urls import parse_database_url
 
     require_mariadb()
     admin = create_engine(parse_database_url(MARIADB_URL).sync_url)

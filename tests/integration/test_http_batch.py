@@ -11,8 +11,8 @@ import pytest
 
 import handlers
 from processor import AsyncClient, NewItem
-from processor.http_batch import BatchingHttpProcessor
-from processor.http_config import HttpProcessorConfig
+from processor.http.batch import BatchingHttpProcessor
+from processor.http.config import HttpProcessorConfig
 from tests.support.engine import running
 from tests.support.servers import read_body, send_json, serve_app
 from watcher import Watcher, WatcherConfig
@@ -217,12 +217,12 @@ async def test_a_bad_batch_answer_fails_every_item_and_leaves_none_pending(
 
 async def test_a_bug_in_the_batch_send_path_fails_the_attempts(monkeypatch, caplog) -> None:
     """Whatever goes wrong while sending, every caller gets an answer, and one log line."""
-    import processor.wire
+    import processor.wire.contract
 
     def broken_decoder(body: bytes) -> Any:
         raise KeyError("planted")
 
-    monkeypatch.setattr(processor.wire, "decode_json", broken_decoder)
+    monkeypatch.setattr(processor.wire.contract, "decode_json", broken_decoder)
     items = [work(n) for n in range(4)]
     async with serve_app(answering(b"[{}, {}, {}, {}]")) as url:
         async with BatchingHttpProcessor(HttpProcessorConfig(handler_url=url),

@@ -15,8 +15,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.servers import free_port, serve_app
 from watcher.protocol import (
     HandlerUnavailableError,

@@ -156,7 +156,7 @@ async def test_a_new_keys_limit_is_read_when_its_partition_is_leased_not_at_a_re
 
 
 def client_settings(**kwargs: object):  # the client's check, for a fast bulk insert
-    from processor.client_checks import check_settings
+    from processor.client.checks import check_settings
 
     return check_settings("p", (), "fail", 0, kwargs.get("key"))
 

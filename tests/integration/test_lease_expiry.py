@@ -17,10 +17,10 @@ from tests.acceptance.harness.faults import TcpProxy
 from tests.conftest import MARIADB_URL, POSTGRES_URL, require_mariadb, require_postgres
 from tests.support.engine import running, wait_until
 from watcher import Watcher, WatcherConfig, WorkItem
-from watcher.dburl import parse_database_url
-from watcher.migrate import downgrade, upgrade
 from watcher.records import NewItem
 from watcher.store import Store
+from watcher.store.db.migrate import downgrade, upgrade
+from watcher.store.db.urls import parse_database_url
 
 LEASE = 2.0
 
@@ -60,7 +60,7 @@ async def test_a_hanging_renewal_does_not_keep_the_lease(
             held = Store.open(url.render_as_string(hide_password=False), prefix, db_timeout=30)
             watcher = Watcher(held, process, WatcherConfig(
                 owner_id="holder", poll_interval=0.1, lease_duration=LEASE, concurrency=3))
-            caplog.set_level(logging.INFO, logger="watcher.leases")
+            caplog.set_level(logging.INFO, logger="watcher.leasing.keeper")
             try:
                 async with running(watcher):
                     await wait_until(lambda: len(started) == 3, timeout=15,

@@ -19,10 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import handlers
 from processor import AsyncClient, NewItem
-from processor.http_batch import BatchingHttpProcessor
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
-from processor.metrics import PrometheusHooks
+from processor.http.batch import BatchingHttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
+from processor.observe.metrics import PrometheusHooks
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.support.engine import running, wait_until
 from tests.support.servers import serve_app

@@ -18,9 +18,9 @@ from sqlalchemy.util import await_only
 
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.support.engine import wait_until
-from watcher.dburl import parse_database_url
-from watcher.migrate import downgrade, upgrade, upgrade_sql
 from watcher.store import Store
+from watcher.store.db.migrate import downgrade, upgrade, upgrade_sql
+from watcher.store.db.urls import parse_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 

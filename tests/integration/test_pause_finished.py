@@ -8,8 +8,8 @@ import pytest
 
 from processor import AsyncClient, NewItem
 from processor.api.server import ApiOptions, api_running
-from watcher.dburl import parse_database_url
 from watcher.errors import InvalidInputError
+from watcher.store.db.urls import parse_database_url
 
 
 async def test_a_finished_partition_cannot_be_paused(db_url: str, table_prefix: str) -> None:

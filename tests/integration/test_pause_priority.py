@@ -15,11 +15,11 @@ import pytest
 from processor import AsyncClient, NewItem
 from tests.support.engine import count_calls, running, wait_until
 from watcher import Result, Watcher, WatcherConfig, WorkItem
-from watcher.clock import FixedClock
 from watcher.errors import InvalidInputError, PartitionNotFoundError
-from watcher.priority import AGING_STEP, starvation_bound
 from watcher.records import PartitionSettings
+from watcher.rules.priority import AGING_STEP, starvation_bound
 from watcher.store import Store
+from watcher.store.db.clock import FixedClock
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2}

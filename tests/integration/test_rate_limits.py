@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from processor import AsyncClient, NewItem
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.engine import running, wait_until
 from tests.support.servers import read_body, send_json, serve_app
 from watcher import Result, ThrottledError, Watcher, WatcherConfig, WorkItem

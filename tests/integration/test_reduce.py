@@ -20,8 +20,8 @@ import pytest
 import handlers
 from handlers import Item, Reduce, Reduced, ReducePage, Result
 from processor import AsyncClient, InvalidInputError, NewItem
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.engine import running, wait_until
 from tests.support.servers import serve_app
 from watcher import Watcher, WatcherConfig

@@ -15,8 +15,8 @@ import handlers
 from handlers import Item, Reduce, Result
 from handlers.asgi import DEFAULT_MAX_BODY_BYTES
 from processor import AsyncClient, NewItem
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.engine import running
 from tests.support.servers import serve_app
 from watcher import Watcher, WatcherConfig

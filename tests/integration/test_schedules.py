@@ -13,13 +13,13 @@ from datetime import datetime
 import pytest
 
 from processor import AsyncClient, NewItem
-from processor.client_schedules import new_schedule
-from watcher.clock import FixedClock
+from processor.client.schedules import new_schedule
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.errors import InvalidInputError, ScheduleExistsError, ScheduleNotFoundError
+from watcher.schedule_ticker import Ticker
 from watcher.schedules.records import NewSchedule
-from watcher.schedules.ticker import Ticker
 from watcher.store import Store
+from watcher.store.db.clock import FixedClock
 from watcher.store.schedules import TickOutcome
 
 T0 = datetime(2030, 1, 1, 12, 0, 0)

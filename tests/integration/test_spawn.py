@@ -14,7 +14,7 @@ from tests.support.engine import running, wait_until
 from watcher import CountingHooks, Result, Watcher, WatcherConfig, WorkItem
 from watcher.protocol import ReduceCall, ReduceResult
 from watcher.records import ItemWrite, LeaseRow
-from watcher.spawning import SpawnConflictError
+from watcher.rules.spawn import SpawnConflictError
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2}

@@ -14,9 +14,9 @@ import pytest
 
 import handlers
 from processor import AsyncClient, NewItem
-from processor.http_batch import BatchingHttpProcessor
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.batch import BatchingHttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.engine import running
 from tests.support.handler_apps import read_request
 from tests.support.servers import answered_probe, send_json, serve_app

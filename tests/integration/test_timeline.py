@@ -10,13 +10,13 @@ from typing import Any
 from urllib.parse import unquote
 
 from processor import AsyncClient, NewItem
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.engine import crash, running, wait_until
 from tests.support.servers import answered_probe, read_body, send_json, serve_app
 from watcher import Watcher, WatcherConfig
+from watcher.rules.timeline import Timeline, items_per_second
 from watcher.store import Store
-from watcher.timeline import Timeline, items_per_second
 
 ITEMS = 30
 HELD_FROM = 20  # gate 1's calls of items from this number on wait for the release

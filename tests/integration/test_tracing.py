@@ -42,15 +42,15 @@ from starlette.routing import Route
 import handlers
 from processor import AsyncClient, NewItem
 from processor.api.server import ApiOptions, api_running
-from processor.http_batch import BatchingHttpProcessor
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
-from processor.tracing import CallSpans
+from processor.http.batch import BatchingHttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
+from processor.observe.tracing import CallSpans
 from tests.support.engine import running
 from tests.support.servers import answered_probe, read_body, send_json, serve_app
 from watcher import Result, Store, Watcher, WatcherConfig, WorkItem
-from watcher.dburl import parse_database_url
 from watcher.protocol import ReduceCall, ReduceResult
+from watcher.store.db.urls import parse_database_url
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2, "shutdown_timeout": 5.0}
@@ -370,9 +370,9 @@ def test_an_application_tracer_provider_turns_tracing_on_and_the_env_configures_
         import asyncio
         from opentelemetry import trace
         from opentelemetry.sdk.trace import TracerProvider
-        from processor.tracing import configure_from_env
+        from processor.observe.tracing import configure_from_env
         from watcher import Result, Store, Watcher
-        from watcher.migrate import upgrade
+        from watcher.store.db.migrate import upgrade
 
         async def process(item):
             return Result(done=True)
@@ -395,7 +395,7 @@ def test_an_application_tracer_provider_turns_tracing_on_and_the_env_configures_
 
 
 def test_asking_for_an_exporter_that_is_not_installed_says_so() -> None:
-    from processor.tracing import configure_from_env
+    from processor.observe.tracing import configure_from_env
     from watcher.errors import ConfigError
 
     with pytest.raises(ConfigError, match="'no-such-exporter', which is not installed"):

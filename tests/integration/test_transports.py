@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.servers import free_port, read_body, serve_app
 from watcher.protocol import Result, RetryableError, WorkItem
 

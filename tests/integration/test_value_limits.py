@@ -27,7 +27,7 @@ from watcher.errors import ValueRefusedError
 from watcher.protocol import ReduceCall, ReduceResult, WorkItem
 from watcher.protocol import Result as EngineResult
 from watcher.records import ItemWrite, LeaseRow
-from watcher.reduction import ReduceStep
+from watcher.rules.reduce import ReduceWrite
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2, "shutdown_timeout": 5.0}
@@ -173,7 +173,7 @@ async def test_the_largest_item_fits_a_default_mariadb_packet_whatever_its_bytes
     assert await store.items_apply([ItemWrite("p", "b", ready["b"].version, "available", 0,
                                               attempts=0, data=value)], "w") == [True]
     (_, b_item) = await store.items_list("p")
-    step = ReduceStep(pass_="apply", page=0, after=None, accumulator=accumulator,
+    step = ReduceWrite(pass_="apply", page=0, after=None, accumulator=accumulator,
                       result=value, writes=(ItemWrite("p", "a", ready["a"].version,
                                                       "complete", 0, attempts=0,
                                                       data=value[::-1] + byte),))

@@ -16,14 +16,14 @@ import handlers
 from processor import AsyncClient, NewItem
 from processor.api.server import ApiOptions, api_running
 from processor.api.upload import Limits
-from processor.http_batch import BatchingHttpProcessor
-from processor.http_config import HttpProcessorConfig
-from processor.http_processor import HttpProcessor
+from processor.http.batch import BatchingHttpProcessor
+from processor.http.config import HttpProcessorConfig
+from processor.http.processor import HttpProcessor
 from tests.support.engine import running, wait_until
 from tests.support.servers import serve_app
 from watcher import Watcher, WatcherConfig
-from watcher.dburl import parse_database_url
 from watcher.errors import AlreadyCompletedError
+from watcher.store.db.urls import parse_database_url
 
 SMALL_BODY = 1 << 20
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,

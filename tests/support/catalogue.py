@@ -29,11 +29,11 @@ from sqlalchemy.dialects.mssql.pymssql import MSDialect_pymssql
 from sqlalchemy.sql import ClauseElement, Select
 
 from tests.support.scenario import drive_every_method, store_methods
-from watcher.drivers.base import Driver
-from watcher.drivers.mssql.driver import SQLServerDriver
-from watcher.migrate import downgrade, upgrade
 from watcher.records import ItemWrite
 from watcher.store import Store
+from watcher.store.db.migrate import downgrade, upgrade
+from watcher.store.drivers.base import Driver
+from watcher.store.drivers.mssql.driver import SQLServerDriver
 
 CATALOGUE_DIR = Path(__file__).resolve().parents[2] / "docs" / "sql"
 DATABASES = ("sqlite", "postgresql", "mariadb", "mssql")

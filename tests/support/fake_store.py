@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from watcher.drivers.base import Driver
 from watcher.records import ItemWrite, LeaseRenewal, LeaseRow
+from watcher.rules.timeline import Progress
 from watcher.store import Store
-from watcher.timeline import Progress
+from watcher.store.drivers.base import Driver
 
 
 class UnscriptedCall(AssertionError):

@@ -26,9 +26,9 @@ from pathlib import Path
 from sqlalchemy import Engine, Table, create_engine, text
 from sqlalchemy.pool import NullPool
 
-from watcher.dburl import parse_database_url
-from watcher.migrate import downgrade, upgrade
-from watcher.schema import Tables, tables_for
+from watcher.store.db.migrate import downgrade, upgrade
+from watcher.store.db.urls import parse_database_url
+from watcher.store.sql.schema import Tables, tables_for
 
 # How long emptying a borrowed namespace waits on a lock before it gives the namespace
 # up (a session a failed test left behind may hold one).
@@ -37,7 +37,7 @@ LOCK_WAIT_SECONDS = 5
 
 def namespace_tables(tables: Tables) -> list[Table]:
     """Every table of a namespace (a table a migration adds is one field more of
-    :class:`~watcher.schema.Tables`), children before the tables they refer to."""
+    :class:`~watcher.store.sql.schema.Tables`), children before the tables they refer to."""
     mine = {table.name: table for table in vars(tables).values() if isinstance(table, Table)}
     ordered = reversed(tables.partitions.metadata.sorted_tables)
     return [mine[table.name] for table in ordered if table.name in mine]

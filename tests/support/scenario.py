@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from watcher.error_history import appended
 from watcher.errors import (
     GateError,
     KeyNotFoundError,
@@ -18,10 +17,11 @@ from watcher.errors import (
 )
 from watcher.models import FlowScope
 from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionSettings
-from watcher.reduction import ReduceStep
-from watcher.spawning import SpawnConflictError
+from watcher.rules.error_history import appended
+from watcher.rules.reduce import ReduceWrite
+from watcher.rules.spawn import SpawnConflictError
+from watcher.rules.timeline import Progress
 from watcher.store import Store
-from watcher.timeline import Progress
 
 # Store methods that never run on SQL Server or MySQL (PostgreSQL LISTEN) or run no SQL.
 NOT_STATEMENTS = {"notifications", "close"}
@@ -272,7 +272,7 @@ async def _drive_reduce_methods(store: Store) -> None:
     version = await store.reduce_failed("p3", lease.version, "w1", attempts=1, error="x",
                                         fail=False)
     assert version is not None
-    step = ReduceStep("apply", 1, "r1", b"[]", b"{}", (
+    step = ReduceWrite("apply", 1, "r1", b"[]", b"{}", (
         ItemWrite("p3", "r1", entries[0].version, "complete", 0, 0),
         ItemWrite("p3", "r2", entries[1].version, "available", 1, 0, data=b"z")),
         spawn=(NewItem("r3", b"3", 1),))

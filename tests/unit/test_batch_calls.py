@@ -8,9 +8,9 @@ import contextvars
 
 import pytest
 
-from watcher.batch_calls import BatchAnswerError, call_batch, call_each, call_items
+from watcher.dispatch.batch_calls import BatchAnswerError, call_batch, call_each, call_items
+from watcher.flow.slots import SlotPool
 from watcher.protocol import Result, WorkItem
-from watcher.slots import SlotPool
 
 TRACE: contextvars.ContextVar[str] = contextvars.ContextVar("trace", default="")
 

@@ -9,10 +9,10 @@ from sqlalchemy import select
 from sqlalchemy.dialects import mssql, mysql, postgresql, sqlite
 
 from watcher.config import WatcherConfig
-from watcher.dburl import parse_database_url, redact_url
-from watcher.drivers.sql import db_now, db_now_plus
 from watcher.errors import ConfigError
-from watcher.schema import tables_for, validate_table_prefix
+from watcher.store.db.urls import parse_database_url, redact_url
+from watcher.store.drivers.sql import db_now, db_now_plus
+from watcher.store.sql.schema import tables_for, validate_table_prefix
 
 
 @pytest.mark.parametrize(("kwargs", "fragment"), [
@@ -141,7 +141,7 @@ def test_clock_sql_per_dialect(dialect, now_sql, plus_sql) -> None:
 def test_a_missing_driver_names_the_extra_to_install(raw, module, extra, monkeypatch) -> None:
     import sys
 
-    from watcher.database import create_engine
+    from watcher.store.db.engine import create_engine
 
     monkeypatch.setitem(sys.modules, module, None)  # importing it raises ImportError
     with pytest.raises(ConfigError, match=re.escape(extra)):
@@ -166,6 +166,6 @@ class _Orig(Exception):
 def test_lock_conflicts_are_told_from_outages(orig, conflict) -> None:
     from sqlalchemy.exc import OperationalError
 
-    from watcher.drivers.conflicts import is_lock_conflict
+    from watcher.store.drivers.conflicts import is_lock_conflict
 
     assert is_lock_conflict(OperationalError("stmt", {}, orig)) is conflict

@@ -16,7 +16,7 @@ from processor.console.timeline_view import (
     throughput_chart,
 )
 from watcher.records import ErrorEntry, PartitionInfo
-from watcher.timeline import GateSpan, Timeline
+from watcher.rules.timeline import GateSpan, Timeline
 
 NOW = datetime(2026, 3, 1, 12, 10, 30)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from watcher.dburl import parse_database_url, redact_url
 from watcher.errors import ConfigError
+from watcher.store.db.urls import parse_database_url, redact_url
 
 
 @pytest.mark.parametrize(("raw", "shown"), [

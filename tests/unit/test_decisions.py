@@ -10,7 +10,10 @@ import random
 import pytest
 
 from processor import NewItem
-from watcher.balance import (
+from watcher.config import WatcherConfig
+from watcher.protocol import NonRetryableError, Result, RetryableError, WorkItem, step_key
+from watcher.records import GateSummary, ItemWrite, LeaseStats, PartitionSettings, ReadyItem
+from watcher.rules.balance import (
     Backlog,
     BalancePlan,
     backlog_room,
@@ -18,11 +21,10 @@ from watcher.balance import (
     goes_ahead,
     plan_balance,
 )
-from watcher.config import WatcherConfig
-from watcher.decisions import (
+from watcher.rules.decisions import (
     GateAction,
-    GateStep,
-    ReadStep,
+    GateMove,
+    ReadChoice,
     RetryPolicy,
     completed_in_place,
     decide_gate,
@@ -37,9 +39,7 @@ from watcher.decisions import (
     write_for_outcome,
     write_for_result,
 )
-from watcher.protocol import NonRetryableError, Result, RetryableError, WorkItem, step_key
-from watcher.records import GateSummary, ItemWrite, LeaseStats, PartitionSettings, ReadyItem
-from watcher.spawning import SpawnLimits
+from watcher.rules.spawn import SpawnLimits
 
 
 @pytest.mark.parametrize(
@@ -129,20 +129,20 @@ def test_a_free_partition_goes_ahead_of_a_backlog(settings, backlog, ahead) -> N
 
 
 GATE_CASES = [
-    ("items still pending wait", GateSummary(3, 1, 5), False, True, GateAction(GateStep.WAIT)),
+    ("items still pending wait", GateSummary(3, 1, 5), False, True, GateAction(GateMove.WAIT)),
     ("a failed item fails the partition", GateSummary(0, 1, 5), False, True,
-     GateAction(GateStep.FAIL)),
+     GateAction(GateMove.FAIL)),
     ("jumps to the lowest later gate", GateSummary(0, 0, 10), False, True,
-     GateAction(GateStep.ADVANCE, 10)),
+     GateAction(GateMove.ADVANCE, 10)),
     ("manual checkpoint never moves the gate", GateSummary(0, 0, 10), True, True,
-     GateAction(GateStep.IDLE)),
+     GateAction(GateMove.IDLE)),
     ("everything done closes", GateSummary(0, 0, None), False, True,
-     GateAction(GateStep.CLOSE)),
-    ("auto-close off idles", GateSummary(0, 0, None), False, False, GateAction(GateStep.IDLE)),
+     GateAction(GateMove.CLOSE)),
+    ("auto-close off idles", GateSummary(0, 0, None), False, False, GateAction(GateMove.IDLE)),
     ("manual mode still closes when all is done", GateSummary(0, 0, None), True, True,
-     GateAction(GateStep.CLOSE)),
+     GateAction(GateMove.CLOSE)),
     ("manual mode still fails on a failed item", GateSummary(0, 2, None), True, True,
-     GateAction(GateStep.FAIL)),
+     GateAction(GateMove.FAIL)),
 ]
 
 
@@ -156,44 +156,44 @@ def test_decide_gate(summary, manual, auto_close, expected) -> None:
 # is the seconds since that read, against a poll interval of 1 s.
 READ_CASES = [
     # name, free slots, in use, in flight here, notified, looked empty, since, expected
-    ("idle with every slot free reads", 32, 0, 0, False, False, 0.0, ReadStep.READ),
+    ("idle with every slot free reads", 32, 0, 0, False, False, 0.0, ReadChoice.READ),
     ("idle after an empty read steps the gate: its summary says if it moves", 32, 0, 0,
-     False, True, 0.0, ReadStep.STEP_GATE),
+     False, True, 0.0, ReadChoice.MOVE_GATE),
     ("calls in flight and too few slots free wait for a turn", 7, 25, 3, False, False,
-     5.0, ReadStep.WAIT_FOR_SLOTS),
+     5.0, ReadChoice.WAIT_FOR_SLOTS),
     ("other partitions' calls hold the slots: wait for a turn", 4, 28, 0, False, False,
-     5.0, ReadStep.WAIT_FOR_SLOTS),
+     5.0, ReadChoice.WAIT_FOR_SLOTS),
     ("idle after an empty read steps the gate even when slots are short", 4, 28, 0, False,
-     True, 0.0, ReadStep.STEP_GATE),
+     True, 0.0, ReadChoice.MOVE_GATE),
     ("idle after an empty read, then a client write: read", 20, 12, 0, True, True, 0.0,
-     ReadStep.READ),
-    ("idle after a full read reads", 20, 12, 0, False, False, 0.0, ReadStep.READ),
+     ReadChoice.READ),
+    ("idle after a full read reads", 20, 12, 0, False, False, 0.0, ReadChoice.READ),
     ("a notification does not jump the slot queue", 4, 28, 2, True, False, 0.0,
-     ReadStep.WAIT_FOR_SLOTS),
+     ReadChoice.WAIT_FOR_SLOTS),
     ("refill reached with calls in flight reads", 8, 24, 3, False, False, 0.0,
-     ReadStep.READ),
+     ReadChoice.READ),
     ("in flight after an empty read waits for the poll", 20, 12, 3, False, True, 0.5,
-     ReadStep.WAIT_FOR_POLL),
+     ReadChoice.WAIT_FOR_POLL),
     ("in flight after an empty read reads once the poll is due", 20, 12, 3, False, True,
-     1.0, ReadStep.READ),
-    ("a client write is read at once", 20, 12, 3, True, True, 0.1, ReadStep.READ),
+     1.0, ReadChoice.READ),
+    ("a client write is read at once", 20, 12, 3, True, True, 0.1, ReadChoice.READ),
     ("in flight and the last read was full: read again", 20, 12, 3, False, False, 0.0,
-     ReadStep.READ),
+     ReadChoice.READ),
 ]
 
 # The same, with rows read ahead (held to start as slots free): name, free slots, in
 # use, in flight here, rows held, looked empty, since, expected.
 READ_AHEAD_CASES = [
     ("rows held after an empty read start at once, not at the next poll", 20, 12, 3, 5,
-     True, 0.1, ReadStep.READ),
+     True, 0.1, ReadChoice.READ),
     ("rows held and nothing in flight: the gate is not drained yet", 32, 0, 0, 5, True,
-     0.0, ReadStep.READ),
+     0.0, ReadChoice.READ),
     ("rows held but too few slots free: wait for a turn", 4, 28, 3, 5, True, 0.1,
-     ReadStep.WAIT_FOR_SLOTS),
+     ReadChoice.WAIT_FOR_SLOTS),
     ("rows held, nothing in flight, too few slots free: wait, do not step", 4, 28, 0, 5,
-     True, 0.1, ReadStep.WAIT_FOR_SLOTS),
+     True, 0.1, ReadChoice.WAIT_FOR_SLOTS),
     ("none held and nothing in flight after an empty read: step the gate", 32, 0, 0, 0,
-     True, 0.0, ReadStep.STEP_GATE),
+     True, 0.0, ReadChoice.MOVE_GATE),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The delay checks (watcher/delays.py) and the wire and SDK shapes of not_before and
+"""The delay checks (watcher/rules/delays.py) and the wire and SDK shapes of not_before and
 snooze: pure functions, tables of cases."""
 
 from __future__ import annotations
@@ -9,11 +9,13 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from handlers import Result as HandlerResult
-from handlers.wire import encode_result
-from processor.wire import parse_answer, parse_new_item
-from processor.wire_errors import MalformedResponseError
-from watcher.decisions import result_problem, write_for_result
-from watcher.delays import (
+from handlers.wire.contract import encode_result
+from processor.wire.contract import parse_answer, parse_new_item
+from processor.wire.errors import MalformedResponseError
+from watcher.protocol import Result
+from watcher.records import NewItem, ReadyItem
+from watcher.rules.decisions import result_problem, write_for_result
+from watcher.rules.delays import (
     MAX_SNOOZE_SECONDS,
     DelayError,
     checked_time,
@@ -21,9 +23,7 @@ from watcher.delays import (
     snooze_problem,
     stored_time,
 )
-from watcher.protocol import Result
-from watcher.records import NewItem, ReadyItem
-from watcher.spawning import DEFAULT_SPAWN_LIMITS, spawn_problem
+from watcher.rules.spawn import DEFAULT_SPAWN_LIMITS, spawn_problem
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
@@ -82,7 +82,7 @@ def test_a_snooze_longer_than_the_processors_cap_is_a_problem() -> None:
 
 
 def test_a_snooze_write_keeps_the_gate_resets_attempts_and_waits() -> None:
-    from watcher.decisions import RetryPolicy
+    from watcher.rules.decisions import RetryPolicy
 
     item = ReadyItem("a", 3, 2, b"{}", 2)
     write = write_for_result("p", item, Result(snooze=30.0, data=b"{}"), 2, RetryPolicy())

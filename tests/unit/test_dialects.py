@@ -4,14 +4,14 @@ No SQL Server runs in CI, so what SQL Server would receive is checked here as
 text: the migrations rendered offline (Alembic ``--sql``), and every statement
 the store executes compiled for the mssql dialect. The statements are the real
 ones: a scenario drives every public :class:`Store` method against a scratch
-SQLite file, with the SQL Server driver (:mod:`watcher.drivers.mssql.driver`) in
+SQLite file, with the SQL Server driver (:mod:`watcher.store.drivers.mssql.driver`) in
 place of SQLite's, and records each statement as it is executed (SQLAlchemy's
 ``before_execute`` event), then compiles the recorded statement objects for
 SQL Server. That is faithful because the store's statements are the same on
 every database (it never branches on one) and the SQL Server driver builds
 portable ones, which SQLite runs too; what differs per database (the clock,
 row locking) is rendered at compilation, by each database's module in
-:mod:`watcher.drivers`. MySQL and MariaDB also run live (the ``mariadb``
+:mod:`watcher.store.drivers`. MySQL and MariaDB also run live (the ``mariadb``
 integration tests); their DDL is checked here as well.
 """
 
@@ -33,14 +33,14 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.sql import ClauseElement, Select
 
 from tests.support.scenario import drive_every_method, store_methods
-from watcher.drivers import driver_class
-from watcher.drivers.base import Driver
-from watcher.drivers.mssql.driver import SQLServerDriver
-from watcher.drivers.mysql.driver import MySQLDriver
-from watcher.migrate import alembic_config, upgrade, upgrade_sql
 from watcher.records import ItemWrite
-from watcher.schema import tables_for
 from watcher.store import Store
+from watcher.store.db.migrate import alembic_config, upgrade, upgrade_sql
+from watcher.store.drivers import driver_class
+from watcher.store.drivers.base import Driver
+from watcher.store.drivers.mssql.driver import SQLServerDriver
+from watcher.store.drivers.mysql.driver import MySQLDriver
+from watcher.store.sql.schema import tables_for
 
 SECRET = "s3cret-pw"
 PREFIX = "sf_"
@@ -281,7 +281,7 @@ def test_sql_server_clock_and_limits_render_as_t_sql() -> None:
     """A spot check of the shapes the statement checks rely on."""
     from sqlalchemy import select
 
-    from watcher.drivers.sql import db_now, db_now_plus
+    from watcher.store.drivers.sql import db_now, db_now_plus
 
     items = tables_for(PREFIX).items
     query = select(items.c.id).where(items.c.retry_at <= db_now()).order_by(
@@ -335,7 +335,7 @@ async def test_sql_server_batch_write_sends_one_statement_and_reads_its_output(
     import contextlib
     import json
 
-    from watcher.drivers.mssql import driver as mssql_driver
+    from watcher.store.drivers.mssql import driver as mssql_driver
 
     driver = _batch_driver(SQLServerDriver, tmp_path)
     sent: list[tuple[Any, dict[str, Any]]] = []

@@ -11,16 +11,16 @@ from sqlalchemy.dialects.mssql.pymssql import MSDialect_pymssql
 from sqlalchemy.dialects.mysql.mariadb import MariaDBDialect
 from sqlalchemy.engine import Dialect
 
-from watcher.clock import DatabaseClock, FixedClock
-from watcher.drivers import driver_class
-from watcher.drivers.mssql.driver import SQLServerDriver
-from watcher.drivers.mysql.driver import MySQLDriver
-from watcher.drivers.postgresql.driver import PostgreSQLDriver
-from watcher.drivers.sql import clock_now, time_plus
-from watcher.drivers.sqlite.driver import SQLiteDriver
 from watcher.errors import ConfigError
-from watcher.schema import tables_for
-from watcher.statements import Statements
+from watcher.store.db.clock import DatabaseClock, FixedClock
+from watcher.store.drivers import driver_class
+from watcher.store.drivers.mssql.driver import SQLServerDriver
+from watcher.store.drivers.mysql.driver import MySQLDriver
+from watcher.store.drivers.postgresql.driver import PostgreSQLDriver
+from watcher.store.drivers.sql import clock_now, time_plus
+from watcher.store.drivers.sqlite.driver import SQLiteDriver
+from watcher.store.sql.schema import tables_for
+from watcher.store.sql.shared import Statements
 
 MOMENT = datetime(2030, 1, 1, 12, 0, 0)
 DIALECTS = [postgresql.dialect(), sqlite.dialect(), mysql.dialect(), MariaDBDialect(),

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from watcher.error_history import (
+from watcher.records import ErrorEntry
+from watcher.rules.error_history import (
     HISTORY_LENGTH,
     HISTORY_MAX_BYTES,
     PENDING_TIME,
     appended,
     decode_history,
 )
-from watcher.records import ErrorEntry
 
 
 def stamp(history: str, at: str) -> str:

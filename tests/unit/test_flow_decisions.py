@@ -10,15 +10,16 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from watcher.balance import pick_free
-from watcher.buckets import BURST_SECONDS, claim, refill
-from watcher.fairness import FAIR_SPACING, started_at
-from watcher.flow import FlowSlots
-from watcher.key_limits import GrantDecision, KeyPool, OtherGrant, decide_grant
+from watcher.flow.key_pools import KeyPool
+from watcher.flow.limits import FlowSlots
+from watcher.flow.rates import TokenPool
+from watcher.flow.slots import SlotPool
 from watcher.models import FlowScope
-from watcher.priority import AGING_STEP, priority_problem, rank_at, starvation_bound
-from watcher.rate_limits import TokenPool
-from watcher.slots import SlotPool
+from watcher.rules.balance import pick_free
+from watcher.rules.buckets import BURST_SECONDS, claim, refill
+from watcher.rules.fairness import FAIR_SPACING, started_at
+from watcher.rules.grants import GrantDecision, OtherGrant, decide_grant
+from watcher.rules.priority import AGING_STEP, priority_problem, rank_at, starvation_bound
 
 
 @pytest.mark.parametrize(("limit", "wanted", "in_use", "others", "expected"), [
@@ -189,7 +190,7 @@ def test_every_processor_that_wants_a_share_gets_one(limit: int, processors: int
 def test_turns_go_by_queue_place_in_steps_and_keep_priority_apart() -> None:
     from datetime import UTC
 
-    from watcher.priority import TURN_STEP_SECONDS, turn_order
+    from watcher.rules.priority import TURN_STEP_SECONDS, turn_order
 
     start = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
     burst = {turn_order(start + timedelta(seconds=s)) for s in (0.0, 1.5, 9.9)}

@@ -11,7 +11,7 @@ import asyncio
 
 from tests.support.engine import wait_until
 from watcher.config import WatcherConfig
-from watcher.flow import FlowControl
+from watcher.flow.limits import FlowControl
 from watcher.hooks import Hooks
 
 

@@ -17,7 +17,7 @@ import pytest
 import handlers
 from handlers import Fail, Item, ItemDataError, Result, Retry
 from handlers.examples import echo, resumes, samples
-from handlers.wire import coerce_result, encode_result
+from handlers.wire.contract import coerce_result, encode_result
 
 HEADERS = {
     "X-Partition-Id": "opening-42",

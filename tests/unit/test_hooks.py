@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from processor.metrics import PrometheusHooks
+from processor.observe.metrics import PrometheusHooks
 from watcher.hooks import Hooks, SafeHooks
 from watcher.models import MAX_GATE
 from watcher.reports import Backlog

@@ -1,4 +1,4 @@
-"""HttpProcessorConfig validation and the --handler-header parser (processor/http_config.py)."""
+"""HttpProcessorConfig validation and the --handler-header parser (processor/http/config.py)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import dataclasses
 
 import pytest
 
-from processor.http_batch import BatchingHttpProcessor
-from processor.http_config import (
+from processor.http.batch import BatchingHttpProcessor
+from processor.http.config import (
     DEFAULT_MAX_RESPONSE_BYTES,
     HttpProcessorConfig,
     parse_header,
     split_userinfo,
 )
-from processor.http_processor import HttpProcessor
+from processor.http.processor import HttpProcessor
 from watcher.errors import ConfigError
 
 SECRET = "Bearer 7op-s3cret-value"
@@ -145,20 +145,20 @@ def test_transport_choice_is_validated() -> None:
 
 
 def test_each_public_name_has_one_import_path() -> None:
-    """The configuration and contract names live in processor.http_config and the
-    contract's modules (processor.wire and wire_values, wire_errors, wire_reduce) alone;
-    processor.http_processor no longer re-exports them, and the handler endpoint has a
+    """The configuration and contract names live in processor.http.config and the
+    contract's modules (processor.wire.contract and wire_values, wire_errors, wire_reduce) alone;
+    processor.http.processor no longer re-exports them, and the handler endpoint has a
     module of its own (no import circle with http_reduce)."""
-    import processor.http_config as config_module
-    import processor.http_processor as http_processor
-    import processor.wire as wire
-    import processor.wire_errors as wire_errors
-    import processor.wire_reduce as wire_reduce
-    import processor.wire_values as wire_values
-    from processor.endpoint import HandlerEndpoint
+    import processor.http.config as config_module
+    import processor.http.processor as http_processor
+    import processor.wire.contract as wire
+    import processor.wire.errors as wire_errors
+    import processor.wire.reduce as wire_reduce
+    import processor.wire.values as wire_values
+    from processor.http.endpoint import HandlerEndpoint
 
     assert not hasattr(http_processor, "__all__")
-    assert HandlerEndpoint.__module__ == "processor.endpoint"
+    assert HandlerEndpoint.__module__ == "processor.http.endpoint"
     for name in ("parse_header", "DEFAULT_MAX_CONNECTIONS", "header_safe",
                  "parse_success_body", "parse_answer", "parse_error_body", "classify_error",
                  "parse_retry_after", "HandlerError", "MalformedResponseError",

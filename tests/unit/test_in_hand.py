@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from watcher.in_hand import ItemsInHand
+from watcher.dispatch.in_hand import ItemsInHand
 from watcher.records import ReadyItem
 
 

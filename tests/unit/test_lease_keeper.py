@@ -15,10 +15,10 @@ from sqlalchemy.exc import OperationalError
 from tests.support.fake_store import FakeStore
 from watcher.config import WatcherConfig
 from watcher.hooks import CountingHooks
-from watcher.lease import Lease
-from watcher.leases import LeaseKeeper, handed_over_progress
+from watcher.leasing.keeper import LeaseKeeper, handed_over_progress
+from watcher.leasing.lease import Lease
 from watcher.records import LeaseRenewal, LeaseRow
-from watcher.timeline import Progress
+from watcher.rules.timeline import Progress
 
 
 def _keeper(store: FakeStore, *leases: Lease) -> tuple[LeaseKeeper, CountingHooks]:
@@ -79,7 +79,7 @@ async def test_a_lost_lease_hands_over_its_unwritten_items_until_the_write_succe
     store = FakeStore(renewal=LeaseRenewal({}),
                       hand_over_failures=[OperationalError("UPDATE", {}, Exception("gone"))])
     keeper, _ = _keeper(store, stolen, idle)
-    with caplog.at_level(logging.WARNING, logger="watcher.leases"):
+    with caplog.at_level(logging.WARNING, logger="watcher.leasing.keeper"):
         # Both found lost; the hand-over's write fails, and the renewal goes on.
         assert await keeper.renew() == (0, ["stolen", "idle"])
     assert "action=timeline_hand_over_failed owner=me partitions=1" in caplog.text

@@ -1,4 +1,4 @@
-"""The log formats (processor/logs.py) and the failure lines (watcher/failures.py),
+"""The log formats (processor/observe/logs.py) and the failure lines (watcher/dispatch/failures.py),
 without a process: the fields come from the template and its arguments, never from
 re-parsing the formatted text."""
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from processor.logs import JsonFormatter, formatter, message_fields, setup_logging, utc_time
-from watcher import failures
+from processor.observe.logs import JsonFormatter, formatter, message_fields, setup_logging, utc_time
+from watcher.dispatch import failures
 
 
 @pytest.mark.parametrize(("template", "args", "fields"), [
@@ -58,7 +58,7 @@ def test_message_fields_come_from_the_template_and_its_arguments(
 
 def _record(msg: str, *args: Any, level: int = logging.WARNING,
             exc_info: Any = None) -> logging.LogRecord:
-    record = logging.LogRecord("watcher.failures", level, __file__, 7, msg, args, exc_info)
+    record = logging.LogRecord("watcher.dispatch.failures", level, __file__, 7, msg, args, exc_info)
     record.created = 1_767_225_600.125  # 2026-01-01T00:00:00.125Z
     return record
 
@@ -68,7 +68,8 @@ def test_a_json_line_is_one_object_with_the_base_keys_and_the_fields() -> None:
                                           "error=%s", "p", 3, "line one\nline two"))
     assert "\n" not in line
     assert json.loads(line) == {
-        "time": "2026-01-01T00:00:00.125Z", "level": "WARNING", "logger": "watcher.failures",
+        "time": "2026-01-01T00:00:00.125Z", "level": "WARNING",
+        "logger": "watcher.dispatch.failures",
         "message": "action=item_failed partition=p attempts=3 error=line one\nline two",
         "action": "item_failed", "partition": "p", "attempts": 3,
         "error": "line one\nline two"}
@@ -94,7 +95,7 @@ def test_utc_time_is_iso_with_milliseconds() -> None:
 
 def test_the_text_format_is_unchanged() -> None:
     text = formatter("text").format(_record("action=x a=%s", "b"))
-    assert text.endswith(" WARNING watcher.failures action=x a=b")
+    assert text.endswith(" WARNING watcher.dispatch.failures action=x a=b")
     with pytest.raises(ValueError, match="text, json"):
         formatter("yaml")
 
@@ -123,8 +124,8 @@ def test_the_failure_lines(log_format: str, root_logging: None,
     lines = stream.getvalue().splitlines()
     assert len(lines) == 4
     if log_format == "text":
-        assert " WARNING watcher.failures action=item_failed partition=p item=a b gate=2 " \
-               "attempts=6 error=HTTP 503 busy" in lines[0]
+        assert (" WARNING watcher.dispatch.failures action=item_failed partition=p item=a b "
+                "gate=2 attempts=6 error=HTTP 503 busy") in lines[0]
         assert " ERROR " in lines[1] and lines[1].endswith(
             "action=partition_closed partition=p status=failed gate=2 reason=item "
             "failed_items=3 item=a b attempts=6 error=busy")
@@ -147,7 +148,7 @@ def test_one_line() -> None:
     assert failures.one_line(None) == failures.one_line("") == failures.one_line("\n") == "-"
 
 
-FORGED = "p1\n2026-01-01 00:00:00,000 ERROR watcher.supervisor action=forged"
+FORGED = "p1\n2026-01-01 00:00:00,000 ERROR watcher.dispatch.supervisor action=forged"
 
 
 @pytest.mark.parametrize("value", [
@@ -169,7 +170,7 @@ def test_a_text_traceback_keeps_its_lines_each_indented_and_escaped() -> None:
     text = formatter("text").format(_record("action=hook_failed id=%s", "a\nb",
                                             level=logging.ERROR, exc_info=exc_info))
     first, *trace = text.splitlines()
-    assert first.endswith("ERROR watcher.failures action=hook_failed id=a\\nb")
+    assert first.endswith("ERROR watcher.dispatch.failures action=hook_failed id=a\\nb")
     assert trace[0] == "    | Traceback (most recent call last):"
     assert all(line.startswith("    | ") and line.isprintable() for line in trace)
     assert trace[-1] == "    | 2026-01-01 00:00:00,000 ERROR x forged\\x1b[31m"

@@ -7,8 +7,8 @@ from datetime import datetime
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from processor.metrics import PrometheusHooks
-from processor.metrics_flow import MAX_KEY_SERIES, OTHER_KEYS
+from processor.observe.metrics import PrometheusHooks
+from processor.observe.metrics_flow import MAX_KEY_SERIES, OTHER_KEYS
 from watcher.reports import FlowControlInfo
 
 

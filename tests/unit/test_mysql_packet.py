@@ -7,13 +7,13 @@ import base64
 import pytest
 from pymysql.converters import escape_item
 
-from watcher.drivers.mysql.packet import (
+from watcher.errors import ValueRefusedError
+from watcher.store.drivers.mysql.packet import (
     PACKET_MARGIN,
     Base64Blob,
     check_packet,
     value_size,
 )
-from watcher.errors import ValueRefusedError
 
 VALUES = ["", "plain", "quote ' and \" and \\ and \x00 \n \r \x1a", "é😀" * 50,
           "x" * 100, b"", b"\x00\\'\"\n\r\x1a" * 20, bytes(range(256)) * 3]

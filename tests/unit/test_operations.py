@@ -12,20 +12,20 @@ from datetime import datetime
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from processor.metrics import BacklogGauges, PrometheusHooks
+from processor.observe.metrics import BacklogGauges, PrometheusHooks
 from processor.views import error_cell, item_row, purge_text
 from tests.support.engine import wait_until
 from tests.support.fake_store import FakeStore
 from watcher.config import WatcherConfig
-from watcher.durations import format_duration, parse_duration
 from watcher.errors import ConfigError, InvalidInputError
 from watcher.hooks import CountingHooks
-from watcher.lease import Lease
-from watcher.leases import LeaseKeeper
+from watcher.leasing.keeper import LeaseKeeper
+from watcher.leasing.lease import Lease
 from watcher.records import ItemInfo, LeaseRenewal, Page, PartitionInfo
 from watcher.reports import Backlog, PurgeReport
 from watcher.retention import RetentionConfig, check_statuses
-from watcher.store import decode_partition_cursor, encode_partition_cursor
+from watcher.rules.durations import format_duration, parse_duration
+from watcher.store.codecs import decode_partition_cursor, encode_partition_cursor
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

@@ -1,4 +1,4 @@
-"""The handler outage rule (processor/outage.py) as a table of call outcomes, on a
+"""The handler outage rule (processor/http/outage.py) as a table of call outcomes, on a
 clock the test moves: no I/O, no sleeping."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from processor.outage import (
+from processor.http.outage import (
     MIN_FAILED_CALLS,
     MIN_OUTAGE_SECONDS,
     OutageEnded,
@@ -15,7 +15,7 @@ from processor.outage import (
     OutageTracker,
     answered_by_handler,
 )
-from processor.wire_values import Reply
+from processor.wire.values import Reply
 from watcher.errors import ConfigError
 
 URL = "http://handler:8000/"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from watcher.errors import DuplicateItemError, pad_space_rule
-from watcher.spawning import SpawnConflictError
+from watcher.rules.spawn import SpawnConflictError
 
 
 def test_ids_that_differ_in_trailing_spaces_name_the_collation_rule() -> None:

@@ -1,4 +1,4 @@
-"""The processor side of the handler contract (processor/wire.py), with plain values."""
+"""The processor side of the handler contract (processor/wire/contract.py), with plain values."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from handlers import wire as handler_wire
-from processor.wire import (
+from handlers.wire import contract as handler_wire
+from processor.wire.contract import (
     ITEM_ANSWER,
     decode_reply,
     encode_batch,
@@ -23,7 +23,7 @@ from processor.wire import (
     read_batch_reply,
     read_item_reply,
 )
-from processor.wire_errors import (
+from processor.wire.errors import (
     classify_error,
     item_error,
     malformed,
@@ -32,8 +32,8 @@ from processor.wire_errors import (
     parse_retry_after,
     unexpected_failure,
 )
-from processor.wire_reduce import encode_reduce
-from processor.wire_values import (
+from processor.wire.reduce import encode_reduce
+from processor.wire.values import (
     MAX_RETRY_AFTER,
     Failure,
     HandlerError,
@@ -49,7 +49,7 @@ from watcher.protocol import (
     RetryableError,
     WorkItem,
 )
-from watcher.reduction import reduce_request_bytes
+from watcher.rules.reduce import reduce_request_bytes
 
 NOW = 1_700_000_000.0
 LIMIT = 1000

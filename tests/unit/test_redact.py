@@ -1,10 +1,10 @@
-"""Secrets out of messages: URL redaction and the scrubber (processor/redact.py)."""
+"""Secrets out of messages: URL redaction and the scrubber (processor/observe/redact.py)."""
 
 from __future__ import annotations
 
 import base64
 
-from processor.redact import Scrubber, header_secrets, redact_url, url_secrets
+from processor.observe.redact import Scrubber, header_secrets, redact_url, url_secrets
 
 
 def test_redact_url_hides_password_and_query_values():

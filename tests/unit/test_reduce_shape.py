@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from processor.http_reduce import _read_shape
+from processor.http.reduce import _read_shape
 from watcher.protocol import ReduceShape
 
 

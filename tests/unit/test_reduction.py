@@ -8,7 +8,7 @@ import pytest
 
 from watcher.protocol import ReduceResult, Result
 from watcher.records import ReduceEntry, ReduceState
-from watcher.reduction import (
+from watcher.rules.reduce import (
     MAX_ACCUMULATOR_BYTES,
     PageLimits,
     ReduceAnswerError,

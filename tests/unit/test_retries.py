@@ -17,19 +17,19 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from processor import service as service_module
-from processor.http_config import HttpProcessorConfig
+from processor.http.config import HttpProcessorConfig
 from processor.service import ProcessorService, ServiceConfig
 from tests.support.engine import wait_until
 from tests.support.fake_store import FakeStore
 from watcher import watcher as watcher_module
-from watcher import writer as writer_module
 from watcher.config import WatcherConfig
-from watcher.dburl import parse_database_url
+from watcher.dispatch import writer as writer_module
+from watcher.dispatch.writer import ResultWriter, WriterClosedError
 from watcher.errors import DatabaseError
-from watcher.leases import LeaseCycle
+from watcher.leasing.keeper import LeaseCycle
 from watcher.records import ItemWrite
+from watcher.store.db.urls import parse_database_url
 from watcher.watcher import Watcher
-from watcher.writer import ResultWriter, WriterClosedError
 
 
 class _Orig(Exception):
@@ -70,7 +70,7 @@ def _enqueue(writer: ResultWriter, count: int) -> list[asyncio.Future]:
 
 
 async def test_the_writer_rides_out_an_outage_with_one_line_each_way(caplog) -> None:
-    caplog.set_level(logging.DEBUG, logger="watcher.writer")
+    caplog.set_level(logging.DEBUG, logger="watcher.dispatch.writer")
     store = FakeStore(failures=[outage(), outage(), outage()])
     writer = ResultWriter(store, "me", batch_size=10)
     try:
@@ -84,7 +84,7 @@ async def test_the_writer_rides_out_an_outage_with_one_line_each_way(caplog) -> 
 
 
 async def test_the_writer_retries_a_deadlock_quietly(caplog) -> None:
-    caplog.set_level(logging.DEBUG, logger="watcher.writer")
+    caplog.set_level(logging.DEBUG, logger="watcher.dispatch.writer")
     store = FakeStore(failures=[deadlock(), deadlock()])
     writer = ResultWriter(store, "me", batch_size=10)
     try:

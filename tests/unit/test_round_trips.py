@@ -9,8 +9,8 @@ import types
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from watcher import round_trips
-from watcher.round_trips import DatabaseTimeoutError, Deadline, RoundTrips
+from watcher.store.db import round_trips
+from watcher.store.db.round_trips import DatabaseTimeoutError, Deadline, RoundTrips
 
 
 def _trips(bound: float | None = 0.05) -> RoundTrips:
@@ -72,7 +72,7 @@ async def test_an_outside_cancellation_stays_a_cancellation() -> None:
 async def test_readiness_remembers_each_kind_until_it_succeeds(
         caplog: pytest.LogCaptureFixture) -> None:
     trips = _trips()
-    caplog.set_level(logging.DEBUG, logger="watcher.round_trips")
+    caplog.set_level(logging.DEBUG, logger="watcher.store.db.round_trips")
     for what in ("items_apply", "leases_renew"):
         with pytest.raises(DatabaseTimeoutError):
             await trips.call(what, asyncio.sleep(5))

@@ -1,5 +1,5 @@
 """The one escaping rule for data shown in a log line or a terminal
-(processor/safe_text.py): control characters become visible escapes, all else stays."""
+(processor/observe/safe_text.py): control characters become visible escapes, all else stays."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from processor.safe_text import escape_controls, json_text
+from processor.observe.safe_text import escape_controls, json_text
 
 # Every character the rule escapes: C0, DEL, C1, the separators, the bidi controls.
 CONTROLS = [*map(chr, range(0x20)), "\x7f", *map(chr, range(0x80, 0xA0)),

@@ -1,4 +1,4 @@
-"""Synced writes made together share one commit (watcher.drivers.sqlite.shared_commits):
+"""Synced writes made together share one commit (watcher.store.drivers.sqlite.shared_commits):
 the grouping and the cancellations, with a recording group writer; SQLite's side of
 it, on a real file, is in tests/databases/test_sqlite.py."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.engine import wait_until
-from watcher.drivers.sqlite.shared_commits import SharedCommits, Write, commit_group, sync_log
+from watcher.store.drivers.sqlite.shared_commits import SharedCommits, Write, commit_group, sync_log
 
 
 class Recorder:

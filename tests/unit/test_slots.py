@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from watcher.slots import ReadAheadPool, SlotPool
+from watcher.flow.slots import ReadAheadPool, SlotPool
 
 
 async def test_freed_slots_wake_the_longest_waiting_partition_only() -> None:

@@ -8,11 +8,11 @@ import json
 import pytest
 
 import handlers
-from handlers.reduce_wire import coerce_reduced, encode_reduced
-from handlers.wire import ResultError, coerce_result, encode_result
-from processor.wire import parse_answer, parse_spawn
-from processor.wire_reduce import read_reduce_reply
-from processor.wire_values import MalformedResponseError, Reply
+from handlers.wire.contract import ResultError, coerce_result, encode_result
+from handlers.wire.reduce import coerce_reduced, encode_reduced
+from processor.wire.contract import parse_answer, parse_spawn
+from processor.wire.reduce import read_reduce_reply
+from processor.wire.values import MalformedResponseError, Reply
 from watcher.protocol import ReduceCall, Result
 from watcher.records import NewItem
 

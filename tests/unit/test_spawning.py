@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from watcher.decisions import RetryPolicy, unstorable_write, write_for_result
 from watcher.models import MAX_GATE
 from watcher.protocol import ReduceResult, Result
 from watcher.records import ItemWrite, NewItem, ReadyItem, ReduceEntry, ReduceState
-from watcher.reduction import PageLimits, ReduceAnswerError, ReducePlan, plan_reduce, reduce_step
-from watcher.spawning import SpawnConflictError, SpawnLimits, resolve_spawn, spawn_problem
+from watcher.rules.decisions import RetryPolicy, unstorable_write, write_for_result
+from watcher.rules.reduce import PageLimits, ReduceAnswerError, ReducePlan, plan_reduce, reduce_step
+from watcher.rules.spawn import SpawnConflictError, SpawnLimits, resolve_spawn, spawn_problem
 
 LIMITS = SpawnLimits(max_spawn=3, max_item_bytes=10)
 

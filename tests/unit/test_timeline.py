@@ -7,8 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from watcher.clock import ClockReading
-from watcher.timeline import (
+from watcher.rules.timeline import (
     MAX_GATES,
     MAX_MINUTES,
     DoneTally,
@@ -23,6 +22,7 @@ from watcher.timeline import (
     record_handed_over,
     record_move,
 )
+from watcher.store.db.clock import ClockReading
 
 T0 = datetime(2026, 3, 1, 12, 0, 0)
 

@@ -1,4 +1,4 @@
-"""The pure parts of processor/tracing.py: the stored form of a trace context, what an
+"""The pure parts of processor/observe/tracing.py: the stored form of a trace context, what an
 incoming request's headers give, how a call's answer is named on its span, which
 exporters OTEL_TRACES_EXPORTER names; and that tracing off imports nothing."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from processor.tracing import context_from_headers, exporter_names
+from processor.observe.tracing import context_from_headers, exporter_names
+from watcher.dispatch.spans import decode_context, encode_context, item_outcome
 from watcher.errors import ConfigError
 from watcher.protocol import NonRetryableError, Result, RetryableError
-from watcher.spans import decode_context, encode_context, item_outcome
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def test_the_exporters_otel_traces_exporter_names(environ: dict[str, str],
 
 def test_tracing_asked_for_without_opentelemetry_names_the_extra(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from processor.tracing import CallSpans
+    from processor.observe.tracing import CallSpans
 
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # as if not installed
     with pytest.raises(ConfigError, match=r"pip install 'statefeed\[otel\]'"):
@@ -105,11 +105,11 @@ def test_with_tracing_off_nothing_imports_opentelemetry(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import asyncio, sys
         from processor import AsyncClient, NewItem
-        from processor.http_config import HttpProcessorConfig
-        from processor.http_processor import HttpProcessor
-        from processor.http_batch import BatchingHttpProcessor
+        from processor.http.config import HttpProcessorConfig
+        from processor.http.processor import HttpProcessor
+        from processor.http.batch import BatchingHttpProcessor
         from watcher import Result, Store, Watcher, WatcherConfig
-        from watcher.migrate import upgrade
+        from watcher.store.db.migrate import upgrade
 
         async def process(item):
             return Result(done=True)

@@ -1,5 +1,5 @@
-"""Unpaid retries and their bound (watcher.unpaid), and the hold on calls while the
-handler's service is down (watcher.handler_hold): pure logic, a fake probe."""
+"""Unpaid retries and their bound (watcher.dispatch.unpaid), and the hold on calls while the
+handler's service is down (watcher.flow.handler_hold): pure logic, a fake probe."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import logging
 
 import pytest
 
-from watcher.buckets import UNLIMITED
-from watcher.handler_hold import HandlerHold
+from watcher.dispatch.unpaid import UnpaidRetries, UnpaidStep, charged_error, decide_unpaid
+from watcher.flow.handler_hold import HandlerHold
 from watcher.protocol import HandlerUnavailableError, RetryableError, ThrottledError
 from watcher.records import ReadyItem
-from watcher.unpaid import UnpaidRetries, UnpaidStep, charged_error, decide_unpaid
+from watcher.rules.buckets import UNLIMITED
 
 DOWN = HandlerUnavailableError("could not connect")
 BUSY = ThrottledError("slow down", retry_after=2.0)
@@ -70,7 +70,7 @@ def test_settle_without_a_hold_is_an_ordinary_attempt() -> None:
 
 async def test_a_hold_lets_no_call_by_until_a_probe_says_up(
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="watcher.handler_hold")
+    caplog.set_level(logging.WARNING, logger="watcher.flow.handler_hold")
     answers = [False, False, True]
 
     async def probe() -> bool:
@@ -126,7 +126,7 @@ async def test_without_a_probe_the_hold_ends_after_the_first_wait() -> None:
 def test_status_names_a_handler_held_now_or_lately() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from processor.flow_reads import handler_hold_lines
+    from processor.client.flow_reads import handler_hold_lines
     from watcher.reports import FlowControlInfo
 
     now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)

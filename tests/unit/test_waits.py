@@ -6,21 +6,21 @@ from __future__ import annotations
 import pytest
 
 import handlers
-from handlers.wire import encode_result, parse_item
-from processor.wire import batch_entry, item_headers, parse_answer
-from processor.wire_values import MalformedResponseError
-from watcher.completions import completion_write
-from watcher.decisions import (
-    GateStep,
+from handlers.wire.contract import encode_result, parse_item
+from processor.wire.contract import batch_entry, item_headers, parse_answer
+from processor.wire.values import MalformedResponseError
+from watcher.errors import CompletionRefusedError
+from watcher.protocol import NonRetryableError, Result, RetryableError, Wait, WorkItem
+from watcher.records import GateSummary, NewItem, ReadyItem
+from watcher.rules.completions import completion_write
+from watcher.rules.decisions import (
+    GateMove,
     RetryPolicy,
     decide_gate,
     outcome_name,
     result_problem,
     write_for_result,
 )
-from watcher.errors import CompletionRefusedError
-from watcher.protocol import NonRetryableError, Result, RetryableError, Wait, WorkItem
-from watcher.records import GateSummary, NewItem, ReadyItem
 from watcher.waits import (
     MAX_WAIT_SECONDS,
     fails_on_timeout,
@@ -36,14 +36,14 @@ POLICY = RetryPolicy(max_retries=3, backoff=1.0, jitter=0.0)
 
 @pytest.mark.parametrize(("summary", "step"), [
     (GateSummary(pending=0, failed=0, next_gate=None, waiting=2, seconds_to_deadline=5.0),
-     GateStep.WAIT),
+     GateMove.WAIT),
     (GateSummary(pending=0, failed=0, next_gate=3, waiting=1, seconds_to_deadline=0.0),
-     GateStep.EXPIRE),
+     GateMove.EXPIRE),
     (GateSummary(pending=1, failed=0, next_gate=None, waiting=1, seconds_to_deadline=0.0),
-     GateStep.WAIT),
+     GateMove.WAIT),
     (GateSummary(pending=0, failed=1, next_gate=None, waiting=1, seconds_to_deadline=9.0),
-     GateStep.FAIL),
-    (GateSummary(pending=0, failed=0, next_gate=None), GateStep.CLOSE),
+     GateMove.FAIL),
+    (GateSummary(pending=0, failed=0, next_gate=None), GateMove.CLOSE),
 ])
 def test_waiting_items_hold_the_gate_until_their_deadline(summary, step) -> None:
     assert decide_gate(summary, auto_close=True, manual_checkpoint=False).step is step

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 
 from tests.support.fake_store import FakeStore
+from watcher.dispatch.writer import ResultWriter
 from watcher.records import ItemWrite
-from watcher.writer import ResultWriter
 
 
 def _write(n: int) -> ItemWrite:

@@ -8,8 +8,8 @@ import os
 from alembic import context
 from sqlalchemy import Engine, create_engine, pool
 
-from watcher.dburl import parse_database_url
-from watcher.schema import validate_table_prefix
+from watcher.store.db.urls import parse_database_url
+from watcher.store.sql.schema import validate_table_prefix
 
 config = context.config
 if config.config_file_name is not None and not config.attributes.get("skip_logging"):

@@ -3,10 +3,11 @@
 Engine writes are guarded: ``UPDATE ... SET version = version + 1 ... WHERE
 <key> AND version = :seen`` and count only when exactly one row changed. Lease
 held writes also match the owner. Times come from the store's clock
-(:mod:`watcher.clock`): the database's own in production, a fixed time in
+(:mod:`watcher.store.db.clock`): the database's own in production, a fixed time in
 tests, sent as a parameter of the same statements.
 
-:class:`Store` is assembled from one part per kind of caller, each in its own
+:class:`Store` (in
+:mod:`~watcher.store.assembly`) is assembled from one part per kind of caller, each in its own
 module: :mod:`~watcher.store.partitions` (client writes and reads),
 :mod:`~watcher.store.schedules` (schedules and their ticks),
 :mod:`~watcher.store.operations` (retry, set-gate, cancel),
@@ -20,8 +21,8 @@ path) and :mod:`~watcher.store.reduce` (reduce gates), both on
 with :mod:`~watcher.store.waits` (expired waits, completions and heartbeats), on
 :mod:`~watcher.store.base` (engine, transactions, the partition lock and the lease
 guard) and :mod:`~watcher.store.codecs` (shared values). The SQL every database
-shares is :class:`watcher.statements.Statements`; what a database does its own way
-belongs to the driver the store opens once (:mod:`watcher.drivers`).
+shares is :class:`watcher.store.sql.shared.Statements`; what a database does its own way
+belongs to the driver the store opens once (:mod:`watcher.store.drivers`).
 
 Methods are named entity first (``leases_take``, ``items_ready``, ...). Each one
 is a single transaction. They raise :class:`sqlalchemy.exc.SQLAlchemyError`
@@ -31,100 +32,44 @@ subclasses when the database fails; client-facing methods raise the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from watcher.dburl import DatabaseURL
-from watcher.errors import DatabaseError
-from watcher.schema import tables_for
-from watcher.store.codecs import decode_partition_cursor, encode_partition_cursor
-from watcher.store.fleet import FleetStore
-from watcher.store.hot import HotPathStore
-from watcher.store.leases import LeasesStore
-from watcher.store.operations import OperationsStore
-from watcher.store.partitions import PartitionsStore
-from watcher.store.reduce import ReduceStore
-from watcher.store.removal import RemovalStore
-from watcher.store.schedules import SchedulesStore
-from watcher.store.waits import WaitsStore
+if TYPE_CHECKING:
+    from watcher.store.assembly import (
+        Store,
+        missing_tables,
+        not_migrated,
+        require_migrated,
+        sqlite_file_missing,
+    )
+
+# The package's face is lazy: a driver, a statement module or the URL parser can be
+# imported without loading every part of the store.
+_LAZY = {
+    "Store": "watcher.store.assembly",
+    "missing_tables": "watcher.store.assembly",
+    "not_migrated": "watcher.store.assembly",
+    "require_migrated": "watcher.store.assembly",
+    "sqlite_file_missing": "watcher.store.assembly",
+}
+
+__all__ = ['Store', 'missing_tables', 'not_migrated', 'require_migrated', 'sqlite_file_missing']
 
 
-class Store(SchedulesStore, PartitionsStore, OperationsStore, RemovalStore, FleetStore,
-            LeasesStore, HotPathStore, ReduceStore, WaitsStore):
-    """All reads and writes of the ``partitions``, ``items``, ``leaders`` and flow
-    tables.
-
-    ``clock`` is where statements take the time from: the database's own
-    (:class:`~watcher.clock.DatabaseClock`, the default) or a test's
-    :class:`~watcher.clock.FixedClock`. The per-database driver is chosen
-    here, once, from the engine's dialect.
-
-    Raises:
-        ConfigError: statefeed has no driver for the engine's database.
-    """
-
-async def missing_tables(store: Store) -> list[str]:
-    """Names of statefeed tables that do not exist yet (empty when migrated).
-
-    Raises the driver's error when the database cannot be reached.
-    """
-    from sqlalchemy import inspect as inspect_schema
-
-    tables = store.tables
-    names = [table.name for table in (tables.partitions, tables.items, tables.leaders,
-                                      tables.flow_controls, tables.flow_grants,
-                                      tables.schedules, tables.waits)]
-    async with store.round_trips.transaction(store.engine.connect(), "missing_tables") as conn:
-        present = await conn.run_sync(
-            lambda sync: {name for name in names if inspect_schema(sync).has_table(name)})
-    return [name for name in names if name not in present]
-
-def sqlite_file_missing(url: DatabaseURL) -> bool:
-    """Whether ``url`` is a SQLite database whose file does not exist.
-
-    Opening one would create an empty file; only ``processor migrate`` (or
-    ``processor run --migrate``) should, so the other verbs ask this first.
-    """
-    import os
-
-    return url.dialect == "sqlite" and not os.path.exists(str(url.sync_url.database))
-
-def not_migrated(url: DatabaseURL, table_prefix: str, missing: Sequence[str]) -> DatabaseError:
-    """The error of every verb but ``migrate`` on a database that lacks statefeed's tables
-    (``missing``): one line, the same everywhere, saying what to do."""
-    where = f" with prefix {table_prefix!r}" if table_prefix else ""
-    return DatabaseError(
-        f"database {url.redacted()} has no statefeed tables{where} (missing: "
-        f"{', '.join(missing)}): run `processor migrate` first")
-
-async def require_migrated(url: DatabaseURL, table_prefix: str = "") -> None:
-    """Check that the database at ``url`` has statefeed's tables, without creating
-    anything: a SQLite file that does not exist is reported, not made.
+def __getattr__(name: str) -> Any:
+    """Load a public name of the store on first use.
 
     Raises:
-        DatabaseError: the tables are missing (:func:`not_migrated`).
-        ConfigError: the prefix is invalid, or the database's driver is not installed.
-        sqlalchemy.exc.SQLAlchemyError | OSError: the database cannot be reached.
+        AttributeError: ``name`` is not a public name of the package.
     """
-    tables = tables_for(table_prefix)
-    if sqlite_file_missing(url):
-        raise not_migrated(url, table_prefix,
-                           [tables.partitions.name, tables.items.name, tables.leaders.name,
-                            tables.flow_controls.name, tables.flow_grants.name,
-                            tables.schedules.name])
-    store = Store.open(url, table_prefix)
-    try:
-        missing = await missing_tables(store)
-    finally:
-        await store.close()
-    if missing:
-        raise not_migrated(url, table_prefix, missing)
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-__all__ = [
-    "Store",
-    "decode_partition_cursor",
-    "encode_partition_cursor",
-    "missing_tables",
-    "not_migrated",
-    "require_migrated",
-    "sqlite_file_missing",
-]
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

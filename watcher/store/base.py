@@ -23,23 +23,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from watcher.checks import check_seconds
-from watcher.clock import Clock, ClockReading, DatabaseClock
 from watcher.config import DEFAULT_DB_TIMEOUT
-from watcher.database import create_engine
-from watcher.dburl import DatabaseURL, parse_database_url, render_redacted
-from watcher.delays import stored_time
-from watcher.drivers import open_driver
-from watcher.drivers.base import Driver, read_transaction, write_transaction
 from watcher.errors import (
     PartitionNotFoundError,
 )
-from watcher.lease_statements import LeaseStatements
 from watcher.models import AVAILABLE, DELETING
 from watcher.records import NewItem
-from watcher.round_trips import RoundTrips
-from watcher.schema import Tables, tables_for
-from watcher.statements import Statements
+from watcher.rules.checks import check_seconds
+from watcher.rules.delays import stored_time
 from watcher.store.codecs import (
     IN_CHUNK,
     INSERT_CHUNK,
@@ -47,6 +38,15 @@ from watcher.store.codecs import (
     chunks,
     like_prefix,
 )
+from watcher.store.db.clock import Clock, ClockReading, DatabaseClock
+from watcher.store.db.engine import create_engine
+from watcher.store.db.round_trips import RoundTrips
+from watcher.store.db.urls import DatabaseURL, parse_database_url, render_redacted
+from watcher.store.drivers import open_driver
+from watcher.store.drivers.base import Driver, read_transaction, write_transaction
+from watcher.store.sql.leases import LeaseStatements
+from watcher.store.sql.schema import Tables, tables_for
+from watcher.store.sql.shared import Statements
 
 # Partition columns a listing leaves unread (see :meth:`_partitions_rows`).
 UNLISTED_COLUMNS = frozenset({"request_digest", "trace_context", "timeline", "rank_at"})
@@ -79,7 +79,7 @@ class StoreBase:
     def open(cls, url: str | DatabaseURL, table_prefix: str = "", *,
              clock: Clock | None = None, db_timeout: float = DEFAULT_DB_TIMEOUT) -> Self:
         """Create a store with its own engine; ``db_timeout`` bounds each database
-        round trip (seconds, see :mod:`watcher.round_trips`).
+        round trip (seconds, see :mod:`watcher.store.db.round_trips`).
 
         Raises:
             ConfigError: the URL, the table prefix or the timeout is invalid, or
@@ -95,7 +95,7 @@ class StoreBase:
         (a timeline): the test clock's when one is set, otherwise the database's as the
         latest lease read, renewal or gate summary returned it, carried on by the
         monotonic clock; ``None`` when there is no recent reading (see
-        :class:`~watcher.clock.ClockReading`)."""
+        :class:`~watcher.store.db.clock.ClockReading`)."""
         return self.clock.reading() or self.clock_reading.now(time.monotonic())
 
     def problem(self) -> str | None:

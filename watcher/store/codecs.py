@@ -12,13 +12,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from watcher.error_history import decode_history
 from watcher.errors import (
     InvalidInputError,
 )
-from watcher.lease_statements import LEASE_COLUMNS
 from watcher.models import AVAILABLE, ItemFailurePolicy
-from watcher.priority import turn_order
 from watcher.records import (
     ItemInfo,
     LeaseRow,
@@ -27,6 +24,9 @@ from watcher.records import (
     PartitionSettings,
     ReduceProgress,
 )
+from watcher.rules.error_history import decode_history
+from watcher.rules.priority import turn_order
+from watcher.store.sql.leases import LEASE_COLUMNS
 
 INSERT_CHUNK = 500
 IN_CHUNK = 500
@@ -127,7 +127,7 @@ class GuardLost(Exception):
 
 def to_lease_row(row: Sequence[Any]) -> LeaseRow:
     """A lease read's row, its columns in the order of
-    :data:`watcher.lease_statements.LEASE_COLUMNS` (any after them left), as a
+    :data:`watcher.store.sql.leases.LEASE_COLUMNS` (any after them left), as a
     :class:`LeaseRow`."""
     (pid, version, gate, owner, reduce_gates, on_item_failure, trace_context, priority,
      flow_key, rank_at, timeline) = row[:len(LEASE_COLUMNS)]

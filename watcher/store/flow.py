@@ -17,16 +17,16 @@ from sqlalchemy import case, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from watcher.buckets import claim, refill
-from watcher.drivers.sql import time_plus
 from watcher.errors import KeyNotFoundError
-from watcher.fairness import FAIR_SPACING, started_at
-from watcher.key_limits import GrantDecision, OtherGrant, decide_grant
 from watcher.models import FlowScope
 from watcher.reports import FlowControlInfo
-from watcher.statements import Statements
+from watcher.rules.buckets import claim, refill
+from watcher.rules.fairness import FAIR_SPACING, started_at
+from watcher.rules.grants import GrantDecision, OtherGrant, decide_grant
 from watcher.store.base import StoreBase
 from watcher.store.codecs import IN_CHUNK, chunks
+from watcher.store.drivers.sql import time_plus
+from watcher.store.sql.shared import Statements
 
 UNSET: Any = object()
 
@@ -35,7 +35,7 @@ async def key_clock_advance(conn: AsyncConnection, statements: Statements, key: 
                             ) -> datetime:
     """Move key ``key``'s fair-queuing clock on by one partition, in ``conn``'s
     transaction (its row must exist: :meth:`FlowStore._flow_row`), and return the
-    virtual start it handed out (:mod:`watcher.fairness`).
+    virtual start it handed out (:mod:`watcher.rules.fairness`).
 
     The UPDATE locks the key's row until the transaction ends, so concurrent creates
     of one key take consecutive starts; it reads the clock as the database last
@@ -171,7 +171,7 @@ class FlowStore(StoreBase):
     async def flow_grant(self, key: str, owner: str, *, limit: int, wanted: int, in_use: int,
                          duration: float) -> GrantDecision:
         """Decide and write ``owner``'s grant of key ``key`` under ``limit``
-        (:func:`~watcher.key_limits.decide_grant`), held for ``duration`` seconds by the
+        (:func:`~watcher.flow.key_pools.decide_grant`), held for ``duration`` seconds by the
         database clock, in one transaction that holds the key's row locked, so grants
         of one key are decided one at a time and their sum stays within the limit.
 
@@ -246,7 +246,7 @@ class FlowStore(StoreBase):
                                 want: int, returned: int = 0) -> int:
         """Take up to ``want`` tokens (whole calls) from the bucket of ``scope``/``name``
         at ``rate`` calls per second, refilled by the database clock
-        (:func:`watcher.rate_limits.refill`), after putting back the ``returned``
+        (:func:`watcher.flow.rates.refill`), after putting back the ``returned``
         tokens an earlier claim took and did not use (never over the bucket's burst),
         in one transaction that holds its row locked. Returns the tokens taken
         (maybe 0)."""

@@ -13,15 +13,15 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.expression import Update
 
-from watcher.closing_statements import close_when_done
-from watcher.drivers.sql import data_size
 from watcher.models import AVAILABLE
 from watcher.records import (
     GateSummary,
     ItemWrite,
     ReadyItem,
 )
+from watcher.store.drivers.sql import data_size
 from watcher.store.spawns import SpawnsStore
+from watcher.store.sql.closing import close_when_done
 
 
 class HotPathStore(SpawnsStore):
@@ -83,7 +83,7 @@ class HotPathStore(SpawnsStore):
                                         gate: int, failures_allowed: bool,
                                         timeline: str) -> int | None:
         """Complete the partition ``owner`` holds at ``version`` and ``gate`` when its gate
-        summary would close it (:mod:`watcher.closing_statements`), writing ``timeline``
+        summary would close it (:mod:`watcher.store.sql.closing`), writing ``timeline``
         and ending the lease, in one statement. Returns the new version, or ``None``
         when it did not close (something is left, it is paused, or the lease moved:
         read the summary to see which).
@@ -124,7 +124,7 @@ class HotPathStore(SpawnsStore):
     async def items_apply_spawning(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
         """Write ``writes`` in one transaction, each guarded and fenced as
         :meth:`items_apply` says (as the driver batches them:
-        :meth:`~watcher.drivers.base.Driver.items_write_each`), and insert the items
+        :meth:`~watcher.store.drivers.base.Driver.items_write_each`), and insert the items
         each applied write spawns (a write that is fenced off spawns nothing) in a few
         statements for the whole batch, and the ``waits`` row of each applied write
         that parks its item (one statement); returns, per write, whether it was applied.

@@ -13,10 +13,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.sql.expression import CompoundSelect, Select
 
-from watcher.lease_statements import FREE_COUNT_CAP
 from watcher.records import LeaseRow, LeaseStats, PartitionState
 from watcher.store.codecs import IN_CHUNK, LEASE_CHUNK, chunks, to_lease_row
 from watcher.store.renewals import RenewalsStore
+from watcher.store.sql.leases import FREE_COUNT_CAP
 
 
 class LeasesStore(RenewalsStore):
@@ -52,7 +52,7 @@ class LeasesStore(RenewalsStore):
     async def leases_read_free(self, limit: int) -> list[LeaseRow]:
         """Read up to ``limit`` available partitions that are unleased or expired and
         not paused, first in the lease queue first (``rank_at``: start time less a head
-        start for priority, :mod:`watcher.priority`).
+        start for priority, :mod:`watcher.rules.priority`).
 
         The walk follows ``ix_partitions_rank`` (status, rank_at, id), in the order
         asked, partitions at one place included; it passes over the leased and the
@@ -137,7 +137,7 @@ class LeasesStore(RenewalsStore):
         return won
 
     async def partition_timeline(self, partition_id: str) -> tuple[bool, str | None]:
-        """One partition's stored timeline (:mod:`watcher.timeline`): whether the
+        """One partition's stored timeline (:mod:`watcher.rules.timeline`): whether the
         partition exists, and its timeline's text (``None`` while it has none)."""
         p = self.tables.partitions
         async with self._read() as conn:
@@ -157,7 +157,7 @@ class LeasesStore(RenewalsStore):
         """Advance a leased partition's gate, or close it as ``complete``/``failed``.
 
         Guarded by version and owner. Closing also releases the lease. A
-        ``timeline`` (:func:`watcher.timeline.encode_timeline`) replaces the stored
+        ``timeline`` (:func:`watcher.rules.timeline.encode_timeline`) replaces the stored
         one in the same statement, and a ``last_error`` the partition's error (why it
         failed). Returns the new version, or ``None`` when the
         write lost (re-read to see why).

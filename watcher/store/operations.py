@@ -13,13 +13,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from watcher.decisions import reduces_to_run_again
 from watcher.errors import (
     GateError,
     PartitionNotFoundError,
 )
 from watcher.models import AVAILABLE, CANCELLED, COMPLETE, DELETING, FAILED, WAITING
 from watcher.reports import RetryReport
+from watcher.rules.decisions import reduces_to_run_again
 from watcher.store.base import StoreBase
 from watcher.store.codecs import (
     NothingToDo,

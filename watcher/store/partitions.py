@@ -18,15 +18,12 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from watcher.delays import stored_time
 from watcher.errors import (
     DuplicateItemError,
     GateError,
     PartitionExistsError,
 )
-from watcher.lease_statements import TIE_STEP
 from watcher.models import AVAILABLE, COMPLETE, ItemFailurePolicy
-from watcher.priority import head_start, rank_at
 from watcher.records import (
     ItemInfo,
     NewItem,
@@ -34,6 +31,8 @@ from watcher.records import (
     PartitionInfo,
     PartitionSettings,
 )
+from watcher.rules.delays import stored_time
+from watcher.rules.priority import head_start, rank_at
 from watcher.store.codecs import (
     IN_CHUNK,
     NO_SETTINGS,
@@ -48,6 +47,7 @@ from watcher.store.codecs import (
     to_partition_info,
 )
 from watcher.store.flow import FlowStore, key_clock_advance
+from watcher.store.sql.leases import TIE_STEP
 
 
 class PartitionsStore(FlowStore):
@@ -142,7 +142,7 @@ class PartitionsStore(FlowStore):
 
     async def _rank_at(self, conn: AsyncConnection, settings: PartitionSettings,
                        start_at: datetime | None) -> Any:
-        """The lease-queue place of a new partition (:func:`watcher.priority.rank_at`)
+        """The lease-queue place of a new partition (:func:`watcher.rules.priority.rank_at`)
         from its start: its ``start_at``; else its key's fair-queuing clock
         (:func:`~watcher.store.flow.key_clock_advance`), moved on in ``conn``'s
         transaction; else the store's clock."""

@@ -23,7 +23,7 @@ from watcher.records import (
     ReduceEntry,
     ReduceState,
 )
-from watcher.reduction import ReduceStep
+from watcher.rules.reduce import ReduceWrite
 from watcher.store.codecs import (
     INSERT_CHUNK,
     GuardLost,
@@ -76,7 +76,7 @@ class ReduceStore(SpawnsStore):
                                 row.last_error) for row in rows]
 
     async def reduce_write(self, partition_id: str, version: int, owner: str,
-                           step: ReduceStep) -> int | None:
+                           step: ReduceWrite) -> int | None:
         """Apply one answered reduce step in one transaction: the stored progress, the
         partition result (when the step has one) and the item answers.
 

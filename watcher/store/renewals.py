@@ -20,12 +20,9 @@ from typing import Any
 from sqlalchemy import bindparam, case, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from watcher.drivers.sql import lock_unless_busy
 from watcher.models import AVAILABLE, CANCELLED, DELETING
 from watcher.records import LeaseRenewal, PartitionState
-from watcher.store.base import StoreBase
-from watcher.store.codecs import IN_CHUNK, LEASE_CHUNK, chunks
-from watcher.timeline import (
+from watcher.rules.timeline import (
     Progress,
     Timeline,
     decode_timeline,
@@ -33,6 +30,9 @@ from watcher.timeline import (
     record_done,
     record_handed_over,
 )
+from watcher.store.base import StoreBase
+from watcher.store.codecs import IN_CHUNK, LEASE_CHUNK, chunks
+from watcher.store.drivers.sql import lock_unless_busy
 
 
 class RenewalsStore(StoreBase):
@@ -56,7 +56,7 @@ class RenewalsStore(StoreBase):
 
         ``progress`` (by partition id) is what each holder's items did since the
         last write: the same UPDATE adds it to the partitions' timelines
-        (:func:`watcher.timeline.record_done`, by the database clock). The timelines
+        (:func:`watcher.rules.timeline.record_done`, by the database clock). The timelines
         stored then come back in ``timelines``. ``known`` holds the holder's copy of
         each timeline (as its lease read or last wrote it): on the one-statement path
         the progress is added to that copy, and written only where the copy is still
@@ -153,7 +153,7 @@ class RenewalsStore(StoreBase):
 
     async def timelines_hand_over(self, progress: Mapping[str, Progress]) -> int:
         """Add to their partitions' timelines the items this processor did under leases
-        it has lost since (:func:`watcher.timeline.record_handed_over`, by the database
+        it has lost since (:func:`watcher.rules.timeline.record_handed_over`, by the database
         clock); returns how many timelines were written.
 
         A steal ends the victim's lease before the victim's renewal writes what its

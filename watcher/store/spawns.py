@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from watcher.records import ItemWrite, NewItem
-from watcher.spawning import SpawnConflictError
+from watcher.rules.spawn import SpawnConflictError
 from watcher.store.base import StoreBase
 from watcher.store.codecs import colliding_ids
 

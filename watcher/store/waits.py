@@ -16,14 +16,14 @@ from typing import Any
 from sqlalchemy import Float, and_, bindparam, exists, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from watcher.completions import Answer, completion_write
-from watcher.decisions import RetryPolicy
 from watcher.errors import AlreadyCompletedError, CompletionRefusedError, WaitNotFoundError
 from watcher.models import AVAILABLE, WAITING
 from watcher.records import ReadyItem
-from watcher.spawning import DEFAULT_SPAWN_LIMITS, SpawnLimits
-from watcher.statements import ResultSource
+from watcher.rules.completions import Answer, completion_write
+from watcher.rules.decisions import RetryPolicy
+from watcher.rules.spawn import DEFAULT_SPAWN_LIMITS, SpawnLimits
 from watcher.store.spawns import SpawnsStore
+from watcher.store.sql.shared import ResultSource
 from watcher.waits import new_completion_token, timeout_problem, token_hash, token_well_formed
 
 DEFAULT_POLICY = RetryPolicy()

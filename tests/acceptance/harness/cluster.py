@@ -23,9 +23,9 @@ from tests.acceptance.harness.processes import FAST, Processor, spawn
 from tests.conftest import POSTGRES_URL
 from tests.support.engine import wait_until
 from tests.support.servers import free_port, serve_app
-from watcher.dburl import parse_database_url
-from watcher.migrate import downgrade, upgrade
-from watcher.schema import tables_for
+from watcher.store.db.migrate import downgrade, upgrade
+from watcher.store.db.urls import parse_database_url
+from watcher.store.sql.schema import tables_for
 
 SETTLED = ("complete", "failed")
 # Settled while an operator cancels partitions too.

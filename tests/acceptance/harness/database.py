@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.conftest import POSTGRES_URL
 from tests.support.servers import free_port
-from watcher.dburl import parse_database_url
+from watcher.store.db.urls import parse_database_url
 
 
 def with_query(url: str, **params: str) -> str:

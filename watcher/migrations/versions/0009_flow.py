@@ -7,7 +7,7 @@ Create Date: 2026-11-26
 - ``partitions.priority``: from -10 to 10, 0 by default; fixed at creation.
 - ``partitions.rank_at``: the partition's place in the lease queue, a time: when
   it may start (its creation, or its ``start_at``) less its priority times the
-  aging step (:data:`watcher.priority.AGING_STEP`). The lease scan takes free
+  aging step (:data:`watcher.rules.priority.AGING_STEP`). The lease scan takes free
   partitions in ``rank_at`` order through ``ix_partitions_rank``, so a higher
   priority goes first, and a lower one waits at most the priority gap times the
   step, however much higher-priority work keeps arriving. Existing rows get

@@ -1,0 +1,177 @@
+"""The client's operator verbs on partitions: retry the failed items, cancel, pause and
+resume, move the gate by hand, delete one partition and purge old ones.
+
+:class:`PartitionVerbs` is a part of :class:`processor.AsyncClient`; what the verbs
+report (:class:`~watcher.reports.RetryReport`, :class:`~watcher.reports.PurgeReport`)
+crosses the store seam as plain values. Bad input raises an
+:class:`~watcher.errors.InvalidInputError` before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Coroutine
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from processor.client.checks import (
+    FINISHED_STATUSES,
+    check_id,
+    check_limit,
+    check_seconds_value,
+    is_gate,
+)
+from watcher.errors import ConfigError, InvalidInputError
+from watcher.models import MAX_GATE, Status
+from watcher.reports import PurgeReport, RetryReport
+from watcher.retention import (
+    DEFAULT_BATCH,
+    DEFAULT_STATUSES,
+    MAX_BATCH,
+    check_statuses,
+    delete_partition,
+    purge,
+)
+from watcher.store import Store
+
+T = TypeVar("T")
+
+
+class PartitionVerbs:
+    """Operator verbs on partitions (a part of :class:`processor.AsyncClient`)."""
+
+    store: Store
+
+    async def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        raise NotImplementedError  # AsyncClient's
+
+    async def retry_failed(self, partition_id: str) -> RetryReport:
+        """Run the partition's failed items again (attempts reset), re-opening it if it
+        stopped, and say what was done.
+
+        A complete, failed or cancelled partition re-opens at its lowest failed
+        gate; a reduce gate it had finished after that gate runs again, over
+        the items it completed and the retried ones. A failed reduce is
+        re-armed. A running partition keeps its gate: its failed items below
+        it stay failed. See :meth:`watcher.store.Store.items_retry_failed`.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        check_id("partition", partition_id)
+        return await self._call(self.store.items_retry_failed(partition_id))
+
+    async def cancel(self, partition_id: str) -> bool:
+        """Stop a partition: an open or failed partition becomes ``cancelled``.
+
+        No processor dispatches its items again: its holder drops it within a
+        poll interval, cancelling the calls in flight, and any result that
+        arrives for it later is discarded as stale. Its items stay as they
+        are: :meth:`retry_failed` resumes it where it stopped, and
+        :meth:`delete_partition` or :meth:`purge` removes it. Returns ``True``
+        when it was cancelled, ``False`` when it was complete or cancelled
+        already (it is left as it was).
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        check_id("partition", partition_id)
+        before = await self._call(self.store.partition_cancel(partition_id))
+        return before in (Status.AVAILABLE.value, Status.FAILED.value)
+
+    async def pause(self, partition_id: str) -> bool:
+        """Pause a partition, durably, until :meth:`resume`.
+
+        Its holder starts no new call from its next read (within a poll
+        interval); the calls in flight finish and their results are written;
+        then it lets the lease go, and no processor takes the partition while it
+        is paused, through restarts and failovers. Returns ``True`` when it was
+        running and is paused now, ``False`` when it was paused already.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+            InvalidInputError: it is finished (complete, failed or cancelled): nothing
+                would run to pause.
+        """
+        check_id("partition", partition_id)
+        info = await self._call(self.store.partition_get(partition_id))
+        status = info.status if info is not None else None  # none: the pause says so
+        if status in FINISHED_STATUSES:
+            raise InvalidInputError(
+                f"partition {partition_id!r} is {status}: nothing of it runs, so there is "
+                "nothing to pause (a retry or an add re-opens it; pause it then)")
+        return await self._call(self.store.partition_pause(partition_id, True))
+
+    async def resume(self, partition_id: str) -> bool:
+        """Lift a pause: the partition is leased again as before (within a lease cycle;
+        at once on PostgreSQL). Returns ``False`` when it was not paused.
+
+        Raises:
+            PartitionNotFoundError: no partition has this id (or it is being deleted).
+        """
+        check_id("partition", partition_id)
+        return await self._call(self.store.partition_pause(partition_id, False))
+
+    async def delete_partition(self, partition_id: str, *, force: bool = False,
+                               batch: int = DEFAULT_BATCH) -> int:
+        """Delete a partition and its items, ``batch`` items per transaction.
+
+        Refused while a processor holds a live lease on it, unless ``force``,
+        which cancels it first. A delete cut short (the database failed) leaves
+        the partition ``deleting``: nothing runs or re-opens it, and deleting it
+        again (or a purge) finishes the job. Returns how many items were deleted.
+
+        Raises:
+            InvalidInputError: ``batch`` is not from 1 to 100,000.
+            PartitionNotFoundError: no partition has this id.
+            PartitionLeasedError: a processor holds its lease and ``force`` is false.
+        """
+        check_id("partition", partition_id)
+        check_limit("batch", batch, MAX_BATCH)
+        return await self._call(delete_partition(self.store, partition_id, force=force,
+                                                 batch=batch))
+
+    async def purge(self, *, older_than: float | timedelta,
+                    statuses: Collection[str] = DEFAULT_STATUSES, batch: int = DEFAULT_BATCH,
+                    dry_run: bool = False) -> PurgeReport:
+        """Delete the partitions in ``statuses`` (complete and cancelled by default; failed
+        ones only when named) last updated more than ``older_than`` ago by the database
+        clock, with their items, ``batch`` items per transaction.
+
+        Partitions left ``deleting`` by a delete cut short are finished too.
+        With ``dry_run`` nothing is deleted: the report counts what would be.
+
+        Raises:
+            InvalidInputError: ``older_than`` is not a positive number of seconds or
+                timedelta, a status is not complete, failed or cancelled, or
+                ``batch`` is not from 1 to 100,000.
+        """
+        seconds = check_seconds_value("older_than", older_than)
+        try:
+            wanted = check_statuses("statuses", statuses)
+        except ConfigError as error:
+            raise InvalidInputError(str(error)) from None
+        check_limit("batch", batch, MAX_BATCH)
+        if dry_run:
+            partitions, items = await self._call(self.store.partitions_purgeable_count(
+                older_than=seconds, statuses=wanted))
+            return PurgeReport(partitions, items)
+        return await self._call(purge(self.store, older_than=seconds, statuses=wanted,
+                                      batch=batch))
+
+    async def set_gate(self, partition_id: str, gate: int) -> None:
+        """Move an open partition's gate forward (a manual checkpoint); moving it to the
+        gate it is at changes nothing. Moves that mean nothing are refused, and
+        nothing is written.
+
+        Raises:
+            InvalidInputError: ``gate`` is not a whole number >= 0.
+            PartitionNotFoundError: no partition has this id.
+            GateError: the partition is complete, failed or cancelled; ``gate`` is
+                below the current gate; items below ``gate`` are still available;
+                or no item of it is available.
+        """
+        check_id("partition", partition_id)
+        if not is_gate(gate):
+            raise InvalidInputError(f"gate must be a whole number from 0 to {MAX_GATE}, "
+                                    f"got {gate!r}")
+        await self._call(self.store.partition_set_gate(partition_id, gate))

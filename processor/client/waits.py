@@ -1,0 +1,129 @@
+"""The client's side of waits: complete a waiting item, or move its deadline, with the
+completion token its handler was given (:mod:`watcher.waits`).
+
+:class:`WaitsClient` is a part of :class:`processor.AsyncClient`, :class:`SyncWaits` of
+:class:`processor.Client`. The token is the whole capability: whoever holds it may
+complete that one wait, once. It is never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Coroutine, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from watcher.errors import CompletionRefusedError
+from watcher.protocol import NonRetryableError, Result, RetryableError
+from watcher.records import NewItem
+from watcher.rules.completions import Answer
+from watcher.rules.spawn import SpawnLimits
+from watcher.store import Store
+from watcher.store.waits import CompletedWait
+from watcher.waits import Wait, timeout_problem
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+def completion_answer(*, done: bool = True, gate: int | None = None, data: Any = None,
+                      error: str | None = None, no_retry: bool = False,
+                      wait: float | None = None, spawn: Sequence[NewItem] = ()) -> Answer:
+    """The answer :meth:`WaitsClient.complete` sends, from its arguments: an error when
+    ``error`` is set; otherwise a result (``data`` bytes as they are, any other value
+    but ``None`` as its compact JSON), which parks the item again when ``wait``
+    (seconds) is given (``done`` is then ignored).
+
+    Raises:
+        CompletionRefusedError: ``data`` cannot be encoded as JSON, or ``wait`` is not
+            a usable timeout.
+    """
+    if error is not None:
+        return NonRetryableError(str(error)) if no_retry else RetryableError(str(error))
+    encoded: bytes | None
+    if data is None or isinstance(data, bytes):
+        encoded = data
+    else:
+        try:
+            encoded = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as problem:
+            raise CompletionRefusedError("data", f"'data' cannot be encoded as JSON "
+                                                 f"({problem}); pass bytes or JSON values"
+                                         ) from None
+    if wait is not None:
+        wrong = timeout_problem(wait, "'wait'")
+        if wrong is not None:
+            raise CompletionRefusedError("wait", wrong)
+        return Result(gate=gate, data=encoded, spawn=tuple(spawn), wait=Wait(float(wait)))
+    return Result(gate=gate, done=done, data=encoded, spawn=tuple(spawn))
+
+
+class WaitsClient:
+    """Complete and heartbeat waits (a part of :class:`processor.AsyncClient`)."""
+
+    store: Store
+    max_item_bytes: int
+
+    async def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        raise NotImplementedError  # AsyncClient's
+
+    async def complete(self, token: str, *, done: bool = True, gate: int | None = None,
+                       data: Any = None, error: str | None = None, no_retry: bool = False,
+                       wait: float | None = None,
+                       spawn: Sequence[NewItem] = ()) -> CompletedWait:
+        """Complete the wait ``token`` names, exactly once, as a handler's answer would:
+        ``done`` (the default) completes the item, ``done=False`` runs it again at its
+        gate, ``gate`` moves it, ``data`` replaces its bytes, ``error`` records a failed
+        attempt (``no_retry``: it fails at once), ``wait`` parks it again for that many
+        seconds: the new token is the returned value's ``completion_token``.
+
+        Raises:
+            WaitNotFoundError: no wait has this token.
+            AlreadyCompletedError: the wait is over (completed, timed out, cancelled or
+                retried); nothing was written.
+            CompletionRefusedError: the answer cannot be applied (its ``field`` says
+                which part); nothing was written and the token stays usable.
+        """
+        answer = completion_answer(done=done, gate=gate, data=data, error=error,
+                                   no_retry=no_retry, wait=wait, spawn=spawn)
+        done_ = await self._call(self.store.wait_complete(
+            token, answer, max_data_bytes=self.max_item_bytes,
+            spawn_limits=SpawnLimits(max_item_bytes=self.max_item_bytes)))
+        log.info("action=wait_completed partition=%r item=%r status=%s gate=%d",
+                 done_.partition_id, done_.item_id, done_.status, done_.gate)
+        return done_
+
+    async def heartbeat(self, token: str, timeout: float) -> datetime:  # noqa: ASYNC109
+        """Move the deadline of the wait ``token`` names to ``timeout`` seconds from now
+        (by the database clock); returns the new deadline (naive UTC).
+
+        Raises:
+            WaitNotFoundError: no wait has this token.
+            AlreadyCompletedError: the wait is over; nothing was written.
+            CompletionRefusedError: ``timeout`` is not above 0 and at most 30 days.
+        """
+        return await self._call(self.store.wait_heartbeat(token, timeout))
+
+
+class SyncWaits:
+    """:class:`WaitsClient`'s methods for :class:`processor.Client`."""
+
+    @property
+    def _waits(self) -> WaitsClient:
+        return self._async  # type: ignore[attr-defined]  # Client's
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        raise NotImplementedError  # Client's
+
+    def complete(self, token: str, *, done: bool = True, gate: int | None = None,
+                 data: Any = None, error: str | None = None, no_retry: bool = False,
+                 wait: float | None = None, spawn: Sequence[NewItem] = ()) -> CompletedWait:
+        """See :meth:`WaitsClient.complete`."""
+        return self._run(self._waits.complete(token, done=done, gate=gate, data=data,
+                                             error=error, no_retry=no_retry, wait=wait,
+                                             spawn=spawn))
+
+    def heartbeat(self, token: str, timeout: float) -> datetime:
+        """See :meth:`WaitsClient.heartbeat`."""
+        return self._run(self._waits.heartbeat(token, timeout))

@@ -1,0 +1,128 @@
+"""OpenTelemetry tracing of handler calls (optional: ``pip install 'statefeed[otel]'``).
+
+- The client stores its caller's W3C trace context (``traceparent`` and
+  ``tracestate``, as JSON) with a partition it creates (:func:`capture_context`);
+  the ingest API stores the one its request carried (:func:`context_from_headers`).
+- The engine makes every handler call a span (:class:`watcher.dispatch.spans.CallSpans`),
+  linked to that stored context; the HTTP processors take theirs from
+  :func:`resolve`.
+
+Tracing is on when the application set a tracer provider (library mode), or when
+``processor run`` finds ``OTEL_TRACES_EXPORTER`` (:func:`configure_from_env`); it
+is decided once, at start-up. Off, nothing here imports OpenTelemetry, and the
+engine calls the processor's own functions.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+
+from watcher.dispatch.spans import (
+    INSTALL_HINT,
+    CallSpans,
+    configured_spans,
+    encode_context,
+    import_trace,
+)
+from watcher.errors import ConfigError
+from watcher.records import PartitionSettings
+
+__all__ = ["CallSpans", "capture_context", "configure_from_env", "configured_spans",
+           "context_from_headers", "encode_context", "exporter_names", "resolve",
+           "traced_settings"]
+
+
+def context_from_headers(headers: Mapping[str, str]) -> str | None:
+    """The trace context an incoming request carries (``traceparent`` and
+    ``tracestate`` headers), in its stored form; ``None`` without a valid one."""
+    parent = headers.get("traceparent")
+    if parent is None:
+        return None
+    return encode_context({"traceparent": parent, "tracestate": headers.get("tracestate", "")})
+
+
+def traced_settings(settings: PartitionSettings, headers: Mapping[str, str]
+                    ) -> PartitionSettings:
+    """``settings`` of a partition the ingest API creates, with the trace context to
+    store: the current span's (an instrumented API), else the one the request's
+    headers carry, else none."""
+    trace_context = capture_context() or context_from_headers(headers)
+    return settings if trace_context is None else replace(settings, trace_context=trace_context)
+
+
+def capture_context() -> str | None:
+    """The caller's current trace context in its stored form, or ``None`` when no span
+    is current. An application that never loaded OpenTelemetry has none: this then
+    imports nothing and costs one dictionary look-up."""
+    if "opentelemetry.trace" not in sys.modules:
+        return None
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    if not trace.get_current_span().get_span_context().is_valid:
+        return None
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return encode_context(carrier)
+
+
+def resolve(given: CallSpans | str | None, *, client: bool) -> CallSpans | None:
+    """A processor's tracer: ``given``, as one of its kind, or ``"auto"``
+    (:func:`configured_spans`)."""
+    if given == "auto":
+        return configured_spans(client=client)
+    if isinstance(given, CallSpans):
+        return given.for_http() if client else given
+    return None
+
+
+def exporter_names(environ: Mapping[str, str]) -> list[str]:
+    """The trace exporters ``OTEL_TRACES_EXPORTER`` names, as their entry points are
+    named (``otlp`` is ``otlp_proto_http`` unless the OTLP protocol says ``grpc``);
+    empty when it is unset or ``none``."""
+    names = [name.strip() for name in environ.get("OTEL_TRACES_EXPORTER", "").split(",")]
+    names = [name for name in names if name and name != "none"]
+    protocol = (environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
+    otlp = "otlp_proto_grpc" if protocol.strip() == "grpc" else "otlp_proto_http"
+    return [otlp if name == "otlp" else name for name in names]
+
+
+def configure_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """For ``processor run``: when ``OTEL_TRACES_EXPORTER`` names exporters and no tracer
+    provider is set yet, set the SDK's (its resource from ``OTEL_SERVICE_NAME`` and
+    ``OTEL_RESOURCE_ATTRIBUTES``, each exporter behind a batch processor). Returns
+    whether tracing is on.
+
+    Raises:
+        ConfigError: the SDK is not installed (naming the extra), or an exporter named
+            is not installed.
+    """
+    environ = os.environ if environ is None else environ
+    names = exporter_names(environ)
+    if not names:
+        return configured_spans() is not None
+    trace = import_trace()
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return True  # set already (opentelemetry-instrument, or the application)
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        raise ConfigError(f"OTEL_TRACES_EXPORTER is set, and tracing needs the "
+                          f"OpenTelemetry SDK: {INSTALL_HINT}") from None
+    from importlib.metadata import entry_points
+
+    provider = TracerProvider(resource=Resource.create())
+    for name in names:
+        found = list(entry_points(group="opentelemetry_traces_exporter", name=name))
+        if not found:
+            raise ConfigError(f"OTEL_TRACES_EXPORTER names the exporter {name!r}, which is "
+                              "not installed (the otel extra has otlp and console)")
+        provider.add_span_processor(BatchSpanProcessor(found[0].load()()))
+    trace.set_tracer_provider(provider)
+    return True

@@ -1,0 +1,390 @@
+"""One supervisor per leased partition: dispatch its gate, write results, move the gate.
+
+``run_once()`` does one pass and says how long to wait; ``run()`` only waits, wakes and
+stops. A pass dispatches the ready items at the current gate up to the free slots; when
+the gate has nothing ready or in flight, its :class:`~watcher.dispatch.gate_moves.GateMover`
+moves the gate (or reduces it) in one guarded write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from watcher.dispatch.batch_calls import CallOutcome, call_items
+from watcher.dispatch.context import PartitionContext
+from watcher.dispatch.failures import item_failed
+from watcher.dispatch.gate_moves import GateMover, Pass
+from watcher.dispatch.in_hand import ItemsInHand
+from watcher.dispatch.oversize import oversize_error
+from watcher.dispatch.ready_reads import ReadyReads
+from watcher.dispatch.reducer import GateReducer
+from watcher.dispatch.tracing import CallTracer, PartitionCalls
+from watcher.dispatch.unpaid import UNPAID_KINDS, UnpaidRetries, unpaid_label
+from watcher.dispatch.writer import ResultWriter, WriterClosedError
+from watcher.flow.slots import ReadAheadPool, Slots, wait_event
+from watcher.hooks import overrides
+from watcher.models import AVAILABLE, FAILED
+from watcher.protocol import (
+    ReduceShapeCall,
+    Result,
+    WorkItem,
+)
+from watcher.records import ItemWrite, ReadyItem
+from watcher.rules.decisions import (
+    ReadChoice,
+    RetryPolicy,
+    decide_read,
+    outcome_name,
+    write_for_outcome,
+)
+from watcher.rules.spawn import SpawnLimits
+from watcher.waits import item_parked
+
+log = logging.getLogger(__name__)
+
+
+class PartitionSupervisor:
+    """Drives one leased partition until it closes, the lease is lost, or it is drained."""
+
+    def __init__(self, context: PartitionContext, calls: PartitionCalls, *,
+                 writer: ResultWriter, slots: Slots,
+                 reduce_shape: ReduceShapeCall | None = None,
+                 tracer: CallTracer | None = None,
+                 on_throttled: Callable[[float], None] | None = None,
+                 on_unavailable: Callable[[str], None] | None = None,
+                 read_ahead: ReadAheadPool | None = None) -> None:
+        lease, config, hooks = context.lease, context.config, context.hooks
+        if tracer is not None:  # once per lease: each call a span, linked to the creator
+            calls = tracer.wrap(lease.settings.trace_context, calls)
+        self.lease = lease
+        self.store = context.store
+        self.process = calls.process
+        self.process_batch = calls.process_batch
+        self.writer = writer
+        self.slots = slots
+        self.keeper = context.keeper
+        self.config = config
+        self.hooks = hooks
+        self.in_hand = ItemsInHand()
+        self._policy = RetryPolicy.of(config)
+        self.reads = ReadyReads(context, writer=writer, in_hand=self.in_hand,
+                                policy=self._policy,
+                                room=read_ahead or ReadAheadPool(config.concurrency))
+        self.reducer = GateReducer(context, reduce=calls.reduce, slots=slots,
+                                   shape=reduce_shape, on_unavailable=on_unavailable)
+        self.gates = GateMover(context, reducer=self.reducer)
+        self.draining = False
+        self._unpaid = UnpaidRetries(lease.partition_id, config.max_unpaid_retries,
+                                     on_throttled=on_throttled, on_unavailable=on_unavailable)
+        self._check_lease = False
+        self._spawn_limits = SpawnLimits.of(config)
+        self._db_failing = False
+        # Per-item hooks are called only when overridden: the no-ops cost a call per item.
+        self._reports_dispatch = overrides(hooks, "item_dispatched")
+        self._reports_outcomes = overrides(hooks, "item_outcome")
+
+    @property
+    def partition_id(self) -> str:
+        """The partition this supervisor drives."""
+        return self.lease.partition_id
+
+    @property
+    def in_flight(self) -> int:
+        """How many of this partition's items are dispatched and not yet written."""
+        return len(self.in_hand)
+
+    async def run(self) -> str:
+        """Run passes until finished. Returns why it ended: lost, closed or drained."""
+        try:
+            while True:
+                self.lease.wake.clear()
+                try:
+                    outcome = await self.run_once()
+                except SQLAlchemyError as error:
+                    # The watcher loop reports outages once per process; here it
+                    # would be once per partition, so keep it at debug level.
+                    if not self._db_failing:
+                        log.debug("action=partition_db_error partition=%s error=%s",
+                                  self.partition_id, type(error).__name__)
+                        self._db_failing = True
+                    outcome = Pass(wait=self.config.poll_interval)
+                else:
+                    self._db_failing = False
+                # Woken for a turn at freed slots, or not: whatever is still free
+                # goes to the next partition in line.
+                self.slots.pass_turn()
+                if outcome.wait is None:
+                    break
+                if outcome.wait > 0:
+                    await wait_event(self.lease.wake, outcome.wait)
+        finally:
+            self.reads.drop_ahead()
+            self.slots.leave(self.lease.wake)
+            if self.lease.lost or not self.draining:
+                await self.in_hand.cancel_calls()
+        if self.lease.lost:
+            return "lost"
+        return "closed" if self.lease.closed else "drained"
+
+    async def run_once(self) -> Pass:
+        """One pass: check the lease, dispatch what is ready, or step the gate.
+
+        Raises the database's error when a read or write fails.
+        """
+        lease = self.lease
+        if lease.lost or lease.closed:
+            return Pass(wait=None)
+        if self.draining:
+            return Pass(wait=None if not self.in_hand else self.config.poll_interval)
+        if self._check_lease and not await self._confirm_lease():
+            return Pass(wait=None)
+        now = time.monotonic()
+        if self.keeper.expired(lease, now):
+            # Renewals failed or hang past the lease's until: it is lost.
+            return Pass(wait=None)
+        if self.reducer.unchecked and await self.reducer.check_shape():
+            return Pass(wait=None)  # the reduce cannot take this partition: failed at once
+        if lease.gate in lease.settings.reduce_gates:
+            return await self.gates.reduce(now)
+        step = self._read_step(now)
+        if step is ReadChoice.MOVE_GATE:
+            return await self._step_gate()
+        if step is not ReadChoice.READ:
+            return Pass(wait=self.config.poll_interval)
+        dispatched = await self._dispatch()
+        if dispatched or self.in_hand or self.in_hand.ahead:
+            return Pass(dispatched, wait=self.config.poll_interval)
+        if self.slots.free == 0:
+            return Pass(wait=self.config.poll_interval)
+        return await self._step_gate()
+
+    async def _step_gate(self) -> Pass:
+        """Move, close or wait at the drained gate; whatever it did, the gate's items are
+        read before its summary is asked again. Nothing is in flight: the results let go
+        are written, and the next read (maybe at the next gate) need not leave them out."""
+        self.in_hand.settled()
+        outcome = await self.gates.run_once()
+        self.in_hand.gate_looked_empty = False
+        return outcome
+
+    def _read_step(self, now: float) -> ReadChoice:
+        """Whether to read ready items now (:func:`~watcher.rules.decisions.decide_read`).
+
+        When too few slots are free, asks to be woken for a turn at freed ones.
+        """
+        in_hand, slots = self.in_hand, self.slots
+        step = decide_read(free_slots=slots.free, refill_at=slots.refill_at,
+                           slots_in_use=slots.in_use, in_flight=len(in_hand),
+                           notified=self.lease.notified,
+                           gate_looked_empty=in_hand.gate_looked_empty,
+                           since_last_read=now - in_hand.last_read,
+                           poll_interval=self.config.poll_interval,
+                           read_ahead=len(in_hand.ahead))
+        if step is ReadChoice.WAIT_FOR_SLOTS:
+            slots.notify_when_free(self.lease.wake, self.lease.settings.queue_order,
+                                   ready=bool(in_hand.ahead))
+        return step
+
+    async def _dispatch(self) -> int:
+        """Start calls for ready items at the gate, up to the free slots: rows read ahead
+        first; without any, read ready items (and up to a round more to hold ahead).
+
+        Returns how many were started. Raises the database's error when the
+        read fails (the slots taken are given back).
+        """
+        taken = self.slots.take(self.config.concurrency)
+        if taken == 0:
+            self.slots.notify_when_free(self.lease.wake, self.lease.settings.queue_order,
+                                        ready=bool(self.in_hand.ahead))
+            return 0
+        reads = self.reads
+        fresh = reads.take_ahead(taken)
+        if not fresh:
+            try:
+                fresh = await reads.read(taken)
+            except BaseException:
+                self.slots.give_back(taken)
+                raise
+        if taken > len(fresh):
+            self.slots.give_back(taken - len(fresh))
+        if fresh:
+            self._start(fresh)
+        if self.in_hand.ahead:  # first in line for the slots these calls free
+            self.slots.notify_when_free(self.lease.wake, self.lease.settings.queue_order,
+                                        ready=True)
+        return len(fresh)
+
+    def _start(self, items: list[ReadyItem]) -> None:
+        """Call the processor for ``items`` (one read's) in one task; they are in hand
+        from here until their results are written."""
+        pid = self.partition_id
+        if self._reports_dispatch:
+            for item in items:
+                self.hooks.item_dispatched(pid, item.id, item.gate)
+        self.in_hand.started(items, asyncio.create_task(
+            self._run_batch(items), name=f"batch-{pid}-{items[0].id}"))
+
+    async def _run_batch(self, items: list[ReadyItem]) -> None:
+        """Call the processor for a batch and queue the results' writes as calls finish.
+
+        Items over the size limit fail without a call. Cancelled (the lease was
+        lost, the watcher stops): the items whose calls had not ended are let go
+        unwritten, and run again.
+        """
+        started = time.monotonic()
+        limit = self.config.max_item_bytes
+        if any(len(item.data) > limit for item in items):
+            oversize = [item for item in items if len(item.data) > limit]
+            errors: list[CallOutcome] = [oversize_error(self.partition_id, item, limit)
+                                         for item in oversize]
+            self._finish(oversize, errors, started)
+            items = [item for item in items if len(item.data) <= limit]
+            if not items:
+                return
+        pid = self.partition_id
+        works = [WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version)
+                 for item in items]
+        try:
+            await call_items(self.process, self.process_batch, works, self.slots,
+                             lambda positions, outcomes: self._finish(
+                                 [items[position] for position in positions], outcomes, started,
+                                 works, positions))
+        except asyncio.CancelledError:
+            self._let_go(self.in_hand.calling(items), abandoned=True)
+            raise
+        except Exception:  # a bug: never strand the items (and their slots) in hand
+            log.exception("action=batch_error partition=%s items=%d", pid, len(items))
+            self._let_go(self.in_hand.calling(items))
+
+    def _finish(self, items: list[ReadyItem], outcomes: list[CallOutcome],
+                started: float, works: Sequence[WorkItem] = (),
+                positions: Sequence[int] = ()) -> None:
+        """Turn finished calls into item writes and queue them as one writer entry.
+
+        The calls' slots stay taken until the writes are done (or dropped), so
+        the concurrency bounds calls in flight plus results not yet written: while
+        writes fail, the slots fill up and no more calls are made whose results
+        could not be stored. A call that cancelled itself is not written: its
+        item stays available and runs again. Nor is one throttled or unanswered
+        (:mod:`watcher.dispatch.unpaid`, within the item's bound): the hold on the calls to the
+        handler begins first, then the item is let go as it was, to run again once
+        the hold ends with the same attempt and idempotency key.
+        """
+        writes: list[ItemWrite] = []
+        written: list[ReadyItem] = []
+        for n, (item, outcome) in enumerate(zip(items, outcomes, strict=True)):
+            if isinstance(outcome, UNPAID_KINDS):
+                charged = self._unpaid.settle(item, outcome)
+                if charged is None:  # held, unpaid: it runs again as it was
+                    if self._reports_outcomes:
+                        self.hooks.item_outcome(self.partition_id, item.id, item.gate,
+                                                unpaid_label(outcome), time.monotonic() - started)
+                    self._let_go([item])
+                    continue
+                outcome = charged
+            if isinstance(outcome, asyncio.CancelledError):
+                self._let_go([item], abandoned=True)
+                continue
+            token = (works[positions[n]].completion_token  # items[n]'s call's: a wait keeps it
+                     if positions and isinstance(outcome, Result) and outcome.wait else None)
+            writes.append(write_for_outcome(
+                self.partition_id, item, outcome, self.lease.gate, self._policy,
+                max_data_bytes=self.config.max_item_bytes, max_snooze=self.config.max_snooze,
+                spawn_limits=self._spawn_limits, completion_token=token))
+            written.append(item)
+        if not writes:
+            return
+        self.in_hand.results_queued(written)
+        try:
+            self.writer.enqueue_many(writes, functools.partial(
+                self._written, written, writes, started))
+        except WriterClosedError:
+            self._let_go(written)  # not written: the items stay available and run again
+
+    def _written(self, items: list[ReadyItem], writes: list[ItemWrite], started: float,
+                 outcomes: list[bool | BaseException]) -> None:
+        """The writer's answer for a batch's writes: report the outcomes, let the items go."""
+        pid = self.partition_id
+        ready_again = False  # an item may be ready at this gate again
+        left = 0  # items that left the gate: the partition's timeline counts them
+        try:
+            seconds = time.monotonic() - started
+            report = self._reports_outcomes
+            gate = self.lease.gate
+            for item, write, outcome in zip(items, writes, outcomes, strict=True):
+                if outcome is not True or (write.status == AVAILABLE
+                                           and write.gate in (None, gate)):
+                    ready_again = True
+                else:
+                    left += 1
+                if outcome is True:
+                    if report:
+                        self.hooks.item_outcome(pid, item.id, item.gate,
+                                                outcome_name(item, write), seconds)
+                    if write.status == FAILED:  # for good: its one line
+                        item_failed(pid, item.id, item.gate, write.attempts, write.last_error)
+                    elif write.wait is not None:
+                        item_parked(pid, item.id, item.gate, write.wait.timeout)
+                    if write.spawn:
+                        self._spawned(write)
+                elif outcome is False:
+                    if report:
+                        self.hooks.item_outcome(pid, item.id, item.gate, "stale", seconds)
+                    self.hooks.stale_result(pid, item.id)
+                    log.debug("action=stale_result partition=%s item=%s", pid, item.id)
+                    self._check_lease = True
+                elif not isinstance(outcome, WriterClosedError):
+                    # The database refused even the failure; not written: the item
+                    # stays available and runs again.
+                    log.error("action=result_not_written partition=%s item=%s error=%s "
+                              "(the item stays available)", pid, item.id,
+                              type(outcome).__name__)
+        finally:
+            self.lease.done.add(left, started)
+            self.lease.results_written(writes, outcomes)
+            self._let_go(items, ready_again=ready_again)
+
+    def _spawned(self, write: ItemWrite) -> None:
+        """A written result inserted items: count them, read those at this gate at once."""
+        self.hooks.items_spawned(self.partition_id, len(write.spawn))
+        if any(child.gate == self.lease.gate for child in write.spawn):
+            self.lease.notify()
+
+    def _let_go(self, items: list[ReadyItem], *, ready_again: bool = True,
+                abandoned: bool = False) -> None:
+        """``items`` are no longer in hand: free their slots, wake the supervisor.
+
+        ``ready_again`` (the default, for items let go unwritten) says one of them may
+        be ready at the gate: it is read again before the gate is taken as drained.
+        ``abandoned``: their calls were cancelled (the lease was lost, the processor
+        stops), and a handler may go on running a request its caller hung up on, so
+        the limits that count calls at the handler (a key's) keep them for a lease
+        duration more.
+        """
+        if not items:
+            return
+        if ready_again:
+            self.in_hand.gate_looked_empty = False
+        self.in_hand.let_go(items)
+        if abandoned:
+            self.slots.give_back_later(len(items), self.config.lease_duration)
+        else:
+            self.slots.give_back(len(items))
+        self.lease.wake.set()
+
+    async def _confirm_lease(self) -> bool:
+        """Re-read the partition after a fenced write: still ours, or lost?"""
+        self._check_lease = False
+        return await self.gates.confirm_lease()
+
+    async def drain(self, grace: float) -> None:
+        """Stop dispatching; let in-flight items finish and write (up to ``grace`` s)."""
+        self.draining = True
+        self.lease.wake.set()
+        await self.in_hand.finish_calls(grace)

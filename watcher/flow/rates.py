@@ -1,0 +1,285 @@
+"""Fleet-wide rate limits, and the fleet-wide hold a handler's ``Retry-After`` asks for.
+
+A rate limit is a token bucket in the database: a ``flow_controls`` row (of the
+handler, or of a key) holds its tokens and when they were last refilled. Each
+processor claims tokens from it for the calls it is about to make, a few times a
+second while it has calls waiting, in a short transaction that holds the row
+locked, so the fleet as a whole never makes more calls than the rate allows
+(plus a burst of :data:`BURST_SECONDS` of it). Tokens a processor does not use
+soon lapse here, so none is hoarded, and go back to the bucket with its next
+claim, so none is lost: a processor slowed down (a busy machine, a long pause
+of its event loop) does not take the fleet's rate below the limit.
+
+A ``Retry-After`` from the handler (an HTTP 429, or a 503 with the header) sets
+the handler row's ``blocked_until``; every processor reads it once a poll and
+holds every call to that handler until then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from watcher.config import WatcherConfig
+from watcher.flow.slots import wait_event
+from watcher.hooks import Hooks, SafeHooks
+from watcher.models import FlowScope
+from watcher.rules.buckets import BURST_SECONDS, CLAIM_INTERVAL, TOKEN_LIFETIME, UNLIMITED
+from watcher.store import Store
+
+log = logging.getLogger(__name__)
+
+# At most one WARNING about the handler's Retry-After holds this often; each says how
+# many holds began since the last one.
+THROTTLE_LOG_INTERVAL = 60.0
+
+class TokenPool:
+    """The tokens this processor holds of one bucket (the handler's or a key's), and
+    the handler's hold when it is the handler's.
+
+    Partitions take tokens without waiting, as slots; those that find none ask to
+    be woken when tokens arrive or a hold ends.
+    """
+
+    def __init__(self, scope: FlowScope, name: str, demand: asyncio.Event) -> None:
+        self.scope, self.name = scope, name
+        self.known = True  # its rate has been read (a key's pool lets nothing by until)
+        self.rate: float | None = None
+        self.tokens = 0
+        self.expires_at = 0.0  # monotonic: claimed tokens lapse then
+        self.blocked_until = 0.0  # monotonic: the handler's Retry-After hold
+        self.unmet = 0  # calls refused for want of tokens since the last claim
+        self.held = 0  # calls refused by a hold since they were last reported
+        self.used = 0  # calls let through since the last claim
+        self._demand = demand
+        self._waiting: dict[asyncio.Event, None] = {}
+
+    @property
+    def refill_at(self) -> int:
+        """Free tokens worth waking a partition for: one, when a rate limits the pool."""
+        return UNLIMITED if self.rate is None else 1
+
+    def free(self, now: float) -> int:
+        if now < self.blocked_until or not self.known:
+            return 0
+        if self.rate is None:
+            return UNLIMITED
+        return self.tokens if now < self.expires_at else 0
+
+    def take(self, wanted: int, now: float) -> int:
+        taken = max(0, min(wanted, self.free(now)))
+        if self.rate is not None and taken:
+            self.tokens -= taken
+        self.used += taken
+        if taken < wanted:
+            if now < self.blocked_until:
+                self.held += wanted - taken
+            else:
+                self.unmet += wanted - taken
+                if self.rate is not None or not self.known:
+                    self._demand.set()
+        return taken
+
+    def untake(self, count: int) -> None:
+        """Return tokens just taken and not used (another limit refused the calls)."""
+        if self.rate is not None:
+            self.tokens += count
+        self.used -= count
+
+    def give_back(self, count: int) -> None:
+        """Calls ended: tokens are spent, nothing comes back."""
+
+    def pass_turn(self, now: float) -> None:
+        """Nothing to pass on: every waiting partition is woken when tokens arrive."""
+
+    def want(self) -> int:
+        """Tokens to claim: enough to hold the calls refused and those made since the
+        last claim (at least one interval's worth of the rate, at most a burst); 0 when
+        nothing waited or ran since the last claim. Asked once the tokens held are
+        surrendered (:meth:`surrender`), so a claim replaces them."""
+        assert self.rate is not None
+        if self.unmet == 0 and self.used == 0:
+            return 0
+        interval = max(1, math.ceil(self.rate * CLAIM_INTERVAL))
+        burst = max(1, math.floor(self.rate * BURST_SECONDS))
+        return min(burst, max(interval, self.unmet + self.used))
+
+    def surrender(self) -> int:
+        """Give up every token held, to return them to the bucket with the next claim.
+
+        A claim's tokens then live one :data:`TOKEN_LIFETIME` at most. Carried into
+        each claim instead, tokens held would live on while the bucket refilled as
+        if they were spent: every processor could keep a burst of its own, and the
+        fleet's calls briefly run over its rate."""
+        count, self.tokens = self.tokens, 0
+        return count
+
+    def claimed(self, tokens: int, now: float) -> None:
+        """``tokens`` more were claimed: they last until :data:`TOKEN_LIFETIME` from
+        ``now`` (the claim surrendered those held before it: :meth:`surrender`)."""
+        self.tokens += tokens
+        self.expires_at = now + TOKEN_LIFETIME
+        self.unmet = self.used = 0
+        self._wake()
+
+    def block(self, until: float) -> None:
+        """Hold every call until ``until`` (monotonic); a later hold wins."""
+        self.blocked_until = max(self.blocked_until, until)
+
+    def unblock_due(self, now: float) -> bool:
+        """Whether a hold has just ended (its waiters are woken)."""
+        if self.blocked_until and now >= self.blocked_until:
+            self.blocked_until = 0.0
+            self._wake()
+            return True
+        return False
+
+    def notify_when_free(self, event: asyncio.Event) -> None:
+        self._waiting.setdefault(event, None)
+
+    def leave(self, event: asyncio.Event) -> None:
+        self._waiting.pop(event, None)
+
+    def _wake(self) -> None:
+        while self._waiting:
+            event = next(iter(self._waiting))
+            del self._waiting[event]
+            event.set()
+
+
+class RateLimiter:
+    """This processor's token pools, the loop that claims their tokens, and the
+    handler's ``Retry-After`` holds."""
+
+    def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks | SafeHooks,
+                 clock: Callable[[], float] = time.monotonic,
+                 db_round: asyncio.Lock | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.hooks = hooks
+        self._clock = clock
+        # Held while the loop talks to the database: a stop waits for it (FlowControl.stop).
+        self._db_round = db_round or asyncio.Lock()
+        self._demand = asyncio.Event()
+        self.handler = TokenPool(FlowScope.HANDLER, config.handler_name, self._demand)
+        self.handler.rate = config.rate_limit
+        self.keys: dict[str, TokenPool] = {}
+        self._failing = False
+        self._pending_block = 0.0  # a hold to tell the fleet of, in seconds
+        self._throttles = 0  # Retry-After holds begun since the last line about them
+        self._next_throttle_line = 0.0  # monotonic: when the next line may be written
+
+    def key_pool(self, key: str) -> TokenPool:
+        pool = self.keys.get(key)
+        if pool is None:
+            pool = self.keys[key] = TokenPool(FlowScope.KEY, key, self._demand)
+            pool.known = False  # until its rate is read, at the loop's next pass
+            self._demand.set()
+        return pool
+
+    def throttled(self, seconds: float) -> None:
+        """The handler answered ``Retry-After: seconds``: hold every call here at once,
+        and tell the fleet (at the next claim loop pass)."""
+        now = self._clock()
+        seconds = max(seconds, CLAIM_INTERVAL)  # "Retry-After: 0" still pauses a moment
+        self.handler.block(now + seconds)
+        self._pending_block = max(self._pending_block, seconds)
+        self.hooks.handler_blocked(seconds)
+        self._demand.set()
+        self._throttles += 1
+        if now >= self._next_throttle_line:
+            log.warning("action=handler_throttled handler=%s seconds=%.1f holds=%d (the "
+                        "handler answered Retry-After: every processor holds its calls to "
+                        "it that long; the items spend no attempt, up to "
+                        "--max-unpaid-retries each; at most one line a minute)",
+                        self.config.handler_name, seconds, self._throttles)
+            self._throttles = 0
+            self._next_throttle_line = now + THROTTLE_LOG_INTERVAL
+
+    async def run(self, held_keys: Callable[[], Iterable[str]]) -> None:
+        """Claim tokens while calls wait on a rate (every :data:`CLAIM_INTERVAL`),
+        publish and read the handler's holds (every poll), until cancelled."""
+        next_read = 0.0
+        while True:
+            await wait_event(self._demand, self._next_wait())
+            self._demand.clear()
+            now = self._clock()
+            try:
+                async with self._db_round:
+                    await self._publish_block()
+                    if now >= next_read or any(not pool.known for pool in self.keys.values()):
+                        next_read = now + self.config.poll_interval
+                        await self._read_holds_and_rates(held_keys)
+                    await self._claim(now)
+            except SQLAlchemyError as error:
+                if not self._failing:
+                    log.warning("action=rate_limits_failed owner=%s error=%s",
+                                self.config.owner_id, type(error).__name__)
+                    self._failing = True
+                await asyncio.sleep(self.config.poll_interval)
+                continue
+            if self._failing:
+                log.info("action=rate_limits_recovered owner=%s", self.config.owner_id)
+                self._failing = False
+            await asyncio.sleep(CLAIM_INTERVAL)
+
+    def _next_wait(self) -> float:
+        """Until the next poll, or sooner when a hold ends then."""
+        wait = self.config.poll_interval
+        if self.handler.blocked_until:
+            wait = min(wait, max(0.0, self.handler.blocked_until - self._clock()))
+        return wait
+
+    async def _publish_block(self) -> None:
+        seconds = self._pending_block
+        if seconds:
+            self._pending_block = 0.0
+            await self.store.flow_block(FlowScope.HANDLER, self.config.handler_name, seconds)
+
+    async def _read_holds_and_rates(self, held_keys: Callable[[], Iterable[str]]) -> None:
+        """The handler's hold (one read), and the rates set for the held keys. A pool is
+        dropped only when no held partition has its key, decided after the reads:
+        a partition leased meanwhile may have made its pool."""
+        now = self._clock()
+        self.handler.unblock_due(now)
+        left = await self.store.flow_blocked_for(FlowScope.HANDLER, self.config.handler_name)
+        if left > 0:
+            self.handler.block(now + left)
+        keys = sorted(self.keys)
+        rates = await self.store.flow_key_rates(keys) if keys else {}
+        held = set(held_keys())
+        for key in [key for key in self.keys if key not in held]:
+            del self.keys[key]
+        read = set(keys)
+        for key, pool in self.keys.items():
+            if key not in read:
+                continue  # made during the read: its rate is read at the next pass
+            pool.rate = rates.get(key, self.config.rate_limit_per_key)
+            if not pool.known:
+                pool.known = True
+                pool.claimed(0, now)  # wakes the partitions waiting to learn it
+
+    async def _claim(self, now: float) -> None:
+        """Claim tokens for each pool whose calls wait (or that used its tokens)."""
+        for pool in (self.handler, *self.keys.values()):
+            pool.unblock_due(now)
+            if pool.held:
+                self.hooks.calls_throttled(pool.scope.value, "block", pool.held)
+                pool.held = 0
+            if pool.rate is None:
+                continue
+            returned = pool.surrender()  # back to the bucket: claimed again if needed
+            want = 0 if now < pool.blocked_until else pool.want()
+            if want == 0 and returned == 0:
+                continue
+            if pool.unmet:
+                self.hooks.calls_throttled(pool.scope.value, "rate", pool.unmet)
+            granted = await self.store.flow_tokens_claim(
+                pool.scope, pool.name, rate=pool.rate, want=want, returned=returned)
+            if want:
+                pool.claimed(granted, self._clock())

@@ -1,0 +1,7 @@
+"""Leases: the keeper that takes free partitions, steals toward a fair share, renews and
+releases, and the lease a watcher holds on one partition (its version, gate, timeline
+and the progress it hands over).
+
+May import :mod:`watcher.store`, :mod:`watcher.rules`, :mod:`watcher.flow.limits` and the
+shared top-level modules (errors, hooks, config); never :mod:`watcher.dispatch`.
+"""

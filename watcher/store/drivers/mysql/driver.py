@@ -1,0 +1,184 @@
+"""MariaDB and MySQL: the clock, the direct hot path, the one-statement result write.
+
+- The ready read and the gate summary go as autocommit statements through a
+  few aiomysql connections of the driver's own (:mod:`.direct`) instead
+  of SQLAlchemy's engine; the ready read leaves out the items in hand through
+  one JSON array parameter read with ``JSON_TABLE``.
+- Item data is sent as base64 and stored by ``FROM_BASE64``, and a statement
+  over the server's ``max_allowed_packet`` is refused before it is sent
+  (:mod:`.packet`).
+- A batch of results is one guarded ``UPDATE items, JSON_TABLE(...) AS v SET
+  ...``, each row still matched on its version and fenced on the lease, in a
+  transaction of its own. MariaDB has no ``RETURNING`` on ``UPDATE``, so the
+  count of changed rows tells the outcome: all of them, or none, is the
+  answer; anything between rolls the statement back and the batch goes again
+  one write at a time, each telling its own (the portable path).
+
+``JSON_TABLE`` needs MariaDB 10.6 or MySQL 8.0, which ``SKIP LOCKED`` needs too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import event, func
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import Update
+
+from watcher.config import DEFAULT_DB_TIMEOUT
+from watcher.records import ItemWrite
+from watcher.store.drivers.base import DirectDriver
+from watcher.store.drivers.conflicts import error_number
+from watcher.store.drivers.mysql.direct import MySQLDirect, is_timeout
+from watcher.store.drivers.mysql.packet import (
+    PACKET_KEY,
+    READ_PACKET_LIMIT,
+    base64_text,
+    check_many,
+)
+from watcher.store.drivers.sql import (
+    batch_params,
+    batch_rows,
+    batch_table,
+    clock_now,
+    clock_parameter,
+    db_now,
+    json_texts,
+    time_plus,
+    time_plus_parts,
+)
+from watcher.store.sql.shared import ResultSource, Statements
+
+NOW = "UTC_TIMESTAMP(6)"
+
+
+@compiles(db_now, "mysql")
+@compiles(db_now, "mariadb")
+def _now(element: db_now, compiler: Any, **kw: Any) -> str:
+    return NOW
+
+
+@compiles(clock_now, "mysql")
+@compiles(clock_now, "mariadb")
+def _clock(element: clock_now, compiler: Any, **kw: Any) -> str:
+    # The driver sends a time as a quoted string: cast it, or COALESCE answers text
+    # (and a cast without (6) would drop the microseconds).
+    parameter = clock_parameter(element, compiler, **kw)
+    return f"COALESCE(CAST({parameter} AS DATETIME(6)), {NOW})"
+
+
+@compiles(time_plus, "mysql")
+@compiles(time_plus, "mariadb")
+def _plus(element: time_plus, compiler: Any, **kw: Any) -> str:
+    base, seconds = time_plus_parts(element, compiler, **kw)
+    return f"({base} + INTERVAL CAST(({seconds}) * 1000000 AS SIGNED) MICROSECOND)"
+
+
+# Ids compare as the id columns do (utf8mb4_bin), so that the primary key serves the join.
+ID_TYPE = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+# The batch rows' columns (watcher.store.drivers.sql.BATCH_COLUMNS), in JSON_TABLE's terms.
+BATCH_COLUMNS = ", ".join((
+    f"pid {ID_TYPE} PATH '$[0]'", f"iid {ID_TYPE} PATH '$[1]'", "seen BIGINT PATH '$[2]'",
+    "status VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[3]'", "gate BIGINT PATH '$[4]'",
+    "attempts BIGINT PATH '$[5]'", "error LONGTEXT CHARACTER SET utf8mb4 PATH '$[6]'",
+    "data LONGTEXT CHARACTER SET ascii PATH '$[7]'", "delay DOUBLE PATH '$[8]'",
+    "history LONGTEXT CHARACTER SET utf8mb4 PATH '$[9]'"))
+
+
+@compiles(batch_rows, "mysql")
+@compiles(batch_rows, "mariadb")
+def _batch_rows(element: batch_rows, compiler: Any, **kw: Any) -> str:
+    rows = compiler.process(element.clauses, **kw)
+    return f"JSON_TABLE({rows}, '$[*]' COLUMNS ({BATCH_COLUMNS}))"
+
+
+@compiles(json_texts, "mysql")
+@compiles(json_texts, "mariadb")
+def _texts(element: json_texts, compiler: Any, **kw: Any) -> str:
+    return (f"JSON_TABLE({compiler.process(element.clauses, **kw)}, '$[*]' "
+            f"COLUMNS (value {ID_TYPE} PATH '$'))")
+
+
+def _check_packets(engine: AsyncEngine) -> None:
+    """Have each connection of ``engine`` read its server's ``max_allowed_packet`` and
+    refuse a statement larger than that before sending it
+    (:mod:`watcher.store.drivers.mysql.packet`)."""
+    sync_engine = engine.sync_engine
+    if event.contains(sync_engine, "before_cursor_execute", _before_execute):
+        return
+
+    @event.listens_for(sync_engine, "connect")
+    def _read_limit(dbapi_connection: Any, record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(READ_PACKET_LIMIT)
+        (limit,) = cursor.fetchone()
+        cursor.close()
+        record.info[PACKET_KEY] = int(limit)
+
+    event.listen(sync_engine, "before_cursor_execute", _before_execute)
+
+
+def _before_execute(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
+                    executemany: bool) -> None:
+    check_many(statement, parameters, conn.info.get(PACKET_KEY))
+
+
+# Server errors refusing a value: packet too large, data too long, incorrect
+# string value, out of range, incorrect datetime, invalid JSON, column cannot be null.
+VALUE_REFUSALS = frozenset({1153, 1406, 1366, 1264, 1292, 3140, 1048})
+
+
+class MySQLDriver(DirectDriver[MySQLDirect]):
+    """MariaDB and MySQL: hot statements through aiomysql directly, one-statement batch
+    writes; watchers poll."""
+
+    def __init__(self, engine: AsyncEngine, statements: Statements, *,
+                 timeout: float = DEFAULT_DB_TIMEOUT) -> None:
+        super().__init__(engine, statements, timeout=timeout)
+        self.batch_statement = self._build_batch()
+        _check_packets(engine)
+
+    def open_direct(self) -> MySQLDirect:
+        """A few aiomysql connections with the engine's arguments (:mod:`.direct`)."""
+        return MySQLDirect.for_url(self.engine.url, self.engine.dialect, timeout=self.timeout)
+
+    def timed_out(self, error: BaseException) -> bool:
+        """See :meth:`Driver.timed_out`: the statement or lock wait timeout."""
+        return is_timeout(error)
+
+    def refuses_value(self, error: BaseException) -> bool:
+        """See :meth:`Driver.refuses_value`; adds the server's value error numbers."""
+        if super().refuses_value(error):
+            return True
+        return error_number(getattr(error, "orig", None)) in VALUE_REFUSALS
+
+    # -- result writes ------------------------------------------------------
+
+    async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
+        """The batch as one guarded ``UPDATE ... JSON_TABLE`` in a transaction of its own.
+
+        When every row changed, or none did, that is each write's outcome;
+        otherwise the statement is rolled back and the writes go one by one
+        (:meth:`Driver.items_apply`), each telling its own.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed or refused a write
+                (then none of the batch is written).
+        """
+        direct = self.direct
+        changed = await direct.write_batch(
+            self.batch_statement, batch_params(writes, owner, base64_text), len(writes))
+        if changed == len(writes):
+            return [True] * len(writes)
+        if changed == 0:
+            return [False] * len(writes)
+        return await super().items_apply(writes, owner)
+
+    def _build_batch(self) -> Update:
+        v = batch_table("rows").c
+        return self.statements.result_write(ResultSource(
+            partition_id=v.pid, item_id=v.iid, seen=v.seen, status=v.status, gate=v.gate,
+            attempts=v.attempts, error=v.error, data=func.from_base64(v.data),
+            delay=v.delay, history=v.history))

@@ -1,0 +1,191 @@
+"""PostgreSQL: the clock, the direct hot path, the one-statement result write, LISTEN/NOTIFY.
+
+- The ready read, the gate summary and the result write go through a few
+  autocommit psycopg connections of the driver's own
+  (:mod:`watcher.store.drivers.postgresql.direct`) instead of SQLAlchemy's engine.
+- The ready read sends one statement text for every limit and leaves out the
+  items in hand through one JSON array parameter: the text stays constant
+  (prepared once), and ``json.dumps`` encodes the list in C, where a ``text[]``
+  is encoded element by element.
+- A batch of results is one guarded ``UPDATE ... FROM jsonb_array_elements(...)
+  ... RETURNING``, each row still matched on its version and fenced on the lease.
+- Client writes send ``NOTIFY`` in their transaction; watchers ``LISTEN``.
+
+A store with a :class:`~watcher.store.db.clock.FixedClock` takes every one of these
+paths too: the clock is a parameter of the same statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from sqlalchemy import Integer, Text, all_, bindparam, cast, column, func, select
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import ColumnElement, Select, Update
+
+from watcher.config import DEFAULT_DB_TIMEOUT
+from watcher.records import ItemWrite
+from watcher.store.drivers.base import DirectDriver
+from watcher.store.drivers.postgresql.direct import DirectStatements, connect_options
+from watcher.store.drivers.sql import (
+    batch_params,
+    batch_rows_json,
+    db_now,
+    time_plus,
+    time_plus_parts,
+)
+from watcher.store.sql.shared import ResultSource, Statements
+
+__all__ = ["PostgreSQLDriver", "batch_rows_json", "jsonb_param"]
+
+
+@compiles(db_now, "postgresql")
+def _now(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "(now() AT TIME ZONE 'UTC')"
+
+
+@compiles(time_plus, "postgresql")
+def _plus(element: time_plus, compiler: Any, **kw: Any) -> str:
+    base, seconds = time_plus_parts(element, compiler, **kw)
+    return f"({base} + make_interval(secs => {seconds}))"
+
+
+def jsonb_param(name: str) -> ColumnElement[Any]:
+    """A parameter sent as JSON text and read as ``jsonb``: no type on either path
+    (SQLAlchemy's or the direct one) encodes the text a second time."""
+    return cast(bindparam(name, type_=Text()), JSONB)
+
+
+# SQLSTATE classes of a refused value: data exception, integrity constraint
+# violation, program limit exceeded (a value too large to handle).
+VALUE_REFUSAL_CLASSES = frozenset({"22", "23", "54"})
+# SQLSTATEs of a statement the server ended for its time: query canceled (the
+# statement timeout), lock not available (a lock timeout).
+TIMEOUT_SQLSTATES = frozenset({"57014", "55P03"})
+
+
+class PostgreSQLDriver(DirectDriver[DirectStatements]):
+    """PostgreSQL: hot statements through psycopg directly, batch writes, notifications."""
+
+    notifies = True
+    takes_leases_in_one_statement = True
+
+    def refuses_value(self, error: BaseException) -> bool:
+        """See :meth:`Driver.refuses_value`; adds SQLSTATE classes 22, 23 and 54."""
+        if super().refuses_value(error):
+            return True
+        sqlstate = getattr(getattr(error, "orig", None), "sqlstate", None) or ""
+        return sqlstate[:2] in VALUE_REFUSAL_CLASSES
+
+    def __init__(self, engine: AsyncEngine, statements: Statements, *,
+                 timeout: float = DEFAULT_DB_TIMEOUT) -> None:
+        super().__init__(engine, statements, timeout=timeout)
+        self.batch_statement = self._build_batch()
+
+    def open_direct(self) -> DirectStatements:
+        """A few autocommit psycopg connections (:mod:`watcher.store.drivers.postgresql.direct`)."""
+        return DirectStatements(self.engine.url, self.engine.dialect, timeout=self.timeout)
+
+    def timed_out(self, error: BaseException) -> bool:
+        """See :meth:`Driver.timed_out`: SQLSTATE 57014 (the statement timeout) or
+        55P03 (a lock timeout)."""
+        sqlstate = getattr(getattr(error, "orig", None), "sqlstate", None)
+        return sqlstate in TIMEOUT_SQLSTATES
+
+    # -- the ready read -----------------------------------------------------
+
+    def build_ready(self, excluding: bool) -> Select[Any]:
+        """The ready read; the items in hand are left out with ``<> ALL`` over an
+        array built from the JSON parameter."""
+        query = self.statements.items_ready(bindparam("limit", type_=Integer()))
+        if excluding:
+            names = select(func.jsonb_array_elements_text(
+                jsonb_param("exclude"))).scalar_subquery()
+            query = query.where(self.statements.tables.items.c.id != all_(func.array(names)))
+        return query
+
+    # -- result writes ------------------------------------------------------
+
+    async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
+        """The whole batch as one guarded UPDATE; RETURNING tells which rows were applied.
+
+        Same guard and fence as the portable path, per row. The rows travel as
+        one JSON array of arrays (see :func:`batch_rows_json`): the driver
+        would encode nine array parameters element by element in Python;
+        ``json.dumps`` encodes the batch in C.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed or refused a write
+                (then none of the batch is written).
+        """
+        rows = await self.fetch(self.batch_statement, batch_params(writes, owner),
+                                read=False)
+        applied = {number for (number,) in rows}
+        return [number in applied for number in range(1, len(writes) + 1)]
+
+    async def items_write_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
+                             owner: str) -> int:
+        """The batch UPDATE of :meth:`items_apply`, inside the caller's transaction.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
+        """
+        if not writes:
+            return 0
+        result = await conn.execute(self.batch_statement, batch_params(writes, owner))
+        return len(result.all())
+
+    async def items_write_each(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
+                               owner: str) -> list[bool]:
+        """The batch UPDATE of :meth:`items_apply` inside the caller's transaction (one
+        that also inserts what the writes spawn); returns, per write, whether it was
+        applied.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
+        """
+        if not writes:
+            return []
+        result = await conn.execute(self.batch_statement, batch_params(writes, owner))
+        applied = {number for (number,) in result.all()}
+        return [number in applied for number in range(1, len(writes) + 1)]
+
+    def _build_batch(self) -> Update:
+        batch = func.jsonb_array_elements(jsonb_param("rows")).table_valued(
+            column("value", JSONB), with_ordinality="n").render_derived(name="v")
+        row = batch.c.value
+        source = ResultSource(
+            partition_id=row[0].as_string(), item_id=row[1].as_string(),
+            seen=row[2].as_integer(), status=row[3].as_string(), gate=row[4].as_integer(),
+            attempts=row[5].as_integer(), error=row[6].as_string(),
+            data=func.decode(row[7].as_string(), "hex"), delay=row[8].as_float(),
+            history=row[9].as_string())
+        # Each applied row's place in the batch (the same item twice in a batch is
+        # written once: only the write that was applied says so).
+        return self.statements.result_write(source).returning(batch.c.n)
+
+    # -- wake-ups -----------------------------------------------------------
+
+    async def notify(self, conn: AsyncConnection, channel: str, partition_id: str) -> None:
+        """``pg_notify`` in the writer's transaction: delivered only if it commits."""
+        await conn.execute(select(func.pg_notify(channel, partition_id)))
+
+    async def notifications(self, channel: str) -> AsyncIterator[str]:
+        """Yield the partition ids notified on ``channel``, as their transactions commit.
+
+        Holds one dedicated connection with ``LISTEN``. Raises the driver's
+        error when the connection fails; the caller reconnects.
+        """
+        import psycopg
+        from psycopg import sql
+
+        url = self.engine.url.set(drivername="postgresql")
+        async with await psycopg.AsyncConnection.connect(
+                url.render_as_string(hide_password=False), autocommit=True,
+                **connect_options(self.timeout, url.query)) as conn:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            async for notice in conn.notifies():
+                yield notice.payload
