@@ -72,9 +72,12 @@ class HandlerHealthCheck:
 class HealthApp:
     """ASGI app serving liveness, readiness and Prometheus metrics."""
 
-    def __init__(self, *, checks: Mapping[str, Check], metrics: Callable[[], bytes]) -> None:
+    def __init__(self, *, checks: Mapping[str, Check], metrics: Callable[[], bytes],
+                 before_metrics: Callable[[], Awaitable[None]] | None = None) -> None:
         self.checks = checks
         self.metrics = metrics
+        # Brings gauges that went stale while nobody scraped up to date first.
+        self.before_metrics = before_metrics
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -100,6 +103,8 @@ class HealthApp:
                                for name, (ok, detail) in results.items()}}
             await _send(send, 200 if ready else 503, json.dumps(body).encode())
         elif path == "/metrics":
+            if self.before_metrics is not None:
+                await self.before_metrics()
             await _send(send, 200, self.metrics(), "text/plain; version=0.0.4; charset=utf-8")
         else:
             await _send(send, 404, b'{"error":"not found"}')

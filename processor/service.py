@@ -177,7 +177,8 @@ class ProcessorService:
         checks = {"database": self._check_database}
         if self.config.http.health_url:
             checks["handler"] = self.http.check_health
-        return HealthApp(checks=checks, metrics=self.hooks.render)
+        return HealthApp(checks=checks, metrics=self.hooks.render,
+                         before_metrics=self.backlog.fresh)
 
     async def _wait_for_database(self) -> bool:
         """Wait until the database answers and the tables exist. False: stop was requested.

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 # How often the backlog gauges are read from the database at most, and where each
 # count stops (the gauge then reads the cap: enough to scale on, and a bounded read).
 DEFAULT_BACKLOG_INTERVAL = 5.0
+# How long a scrape waits for a read of gauges gone stale (BacklogGauges.fresh).
+FRESH_WAIT = 2.0
 BACKLOG_CAP = 1_000_000
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
@@ -247,6 +249,7 @@ class BacklogGauges:
         self.refreshed_at = 0.0
         self._stop = asyncio.Event()
         self._failing = False
+        self._reading: asyncio.Future[bool] | None = None
 
     async def run_once(self) -> bool:
         """Read the backlog and set the gauges. Returns ``False`` when the read failed
@@ -267,6 +270,18 @@ class BacklogGauges:
         if controls is not None:
             self.hooks.flow_controls(controls)
         return True
+
+    async def fresh(self) -> None:
+        """Before a scrape: gauges last read more than an interval ago (nobody scraped
+        for a while) are read now, so the scrape does not answer the values of before
+        the quiet spell. Waits at most :data:`FRESH_WAIT` seconds: a slower read
+        finishes by itself, and this scrape shows the last values."""
+        if time.monotonic() - self.refreshed_at < self.interval:
+            return
+        if self._reading is None or self._reading.done():
+            self._reading = asyncio.ensure_future(self.run_once())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._reading), FRESH_WAIT)
 
     async def run(self) -> None:
         """Refresh once, then every interval in which a scrape happened, until :meth:`stop`."""

@@ -214,3 +214,31 @@ async def test_a_renewal_that_finds_a_cancel_stops_the_lease_not_loses_it() -> N
     assert cancelled.lost and set(keeper.leases) == {"kept"}
     assert hooks.counts["lease_released"] == 1 and hooks.counts["lease_lost"] == 0
 
+
+
+async def test_a_scrape_after_a_quiet_spell_reads_the_backlog_first() -> None:
+    """Nobody scraped for longer than the interval: the next scrape of ``/metrics``
+    reads the backlog before it answers, instead of showing the values of before."""
+    import httpx
+
+    from processor.health import HealthApp
+
+    hooks = PrometheusHooks()
+    reads: list[int] = []
+
+    async def read() -> Backlog:
+        reads.append(1)
+        return Backlog({"available": 1}, items_waiting=100 * len(reads))
+
+    gauges = BacklogGauges(hooks, read, interval=0.05)
+    assert await gauges.run_once()
+    app = HealthApp(checks={}, metrics=hooks.render, before_metrics=gauges.fresh)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://health") as client:
+        await wait_until(lambda: time.monotonic() - gauges.refreshed_at > gauges.interval,
+                         message="a quiet spell longer than the interval")
+        first = (await client.get("/metrics")).text
+        assert "statefeed_items_waiting 200.0" in first, "the stale value was answered"
+        again = (await client.get("/metrics")).text
+    assert "statefeed_items_waiting 200.0" in again
+    assert len(reads) == 2, "a scrape within the interval reads nothing more"
