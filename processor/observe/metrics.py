@@ -29,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from processor.observe.metrics_flow import FlowMetrics
 from watcher.hooks import Hooks
+from watcher.outages import OutageLatch
 from watcher.reports import Backlog, FlowControlInfo, PurgeReport
 
 log = logging.getLogger(__name__)
@@ -248,7 +249,7 @@ class BacklogGauges:
         self.interval = interval
         self.refreshed_at = 0.0
         self._stop = asyncio.Event()
-        self._failing = False
+        self._outage = OutageLatch()
         self._reading: asyncio.Future[bool] | None = None
 
     async def run_once(self) -> bool:
@@ -259,12 +260,11 @@ class BacklogGauges:
             backlog = await self.read()
             controls = None if self.read_flow is None else await self.read_flow()
         except SQLAlchemyError as error:
-            if not self._failing:
+            if self._outage.fail():
                 log.warning("action=backlog_read_failed error=%s; the gauges keep their last "
                             "values", type(error).__name__)
-            self._failing = True
             return False
-        self._failing = False
+        self._outage.recover()
         self.refreshed_at = time.monotonic()
         self.hooks.backlog(backlog)
         if controls is not None:

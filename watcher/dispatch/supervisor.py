@@ -30,6 +30,7 @@ from watcher.dispatch.writer import ResultWriter, WriterClosedError
 from watcher.flow.slots import ReadAheadPool, Slots, wait_event
 from watcher.hooks import overrides
 from watcher.models import AVAILABLE, FAILED
+from watcher.outages import OutageLatch
 from watcher.protocol import (
     ReduceShapeCall,
     Result,
@@ -84,7 +85,7 @@ class PartitionSupervisor:
                                      on_throttled=on_throttled, on_unavailable=on_unavailable)
         self._check_lease = False
         self._spawn_limits = SpawnLimits.of(config)
-        self._db_failing = False
+        self._db_outage = OutageLatch()
         # Per-item hooks are called only when overridden: the no-ops cost a call per item.
         self._reports_dispatch = overrides(hooks, "item_dispatched")
         self._reports_outcomes = overrides(hooks, "item_outcome")
@@ -109,13 +110,12 @@ class PartitionSupervisor:
                 except SQLAlchemyError as error:
                     # The watcher loop reports outages once per process; here it
                     # would be once per partition, so keep it at debug level.
-                    if not self._db_failing:
+                    if self._db_outage.fail():
                         log.debug("action=partition_db_error partition=%s error=%s",
                                   self.partition_id, type(error).__name__)
-                        self._db_failing = True
                     outcome = Pass(wait=self.config.poll_interval)
                 else:
-                    self._db_failing = False
+                    self._db_outage.recover()
                 # Woken for a turn at freed slots, or not: whatever is still free
                 # goes to the next partition in line.
                 self.slots.pass_turn()

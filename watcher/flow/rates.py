@@ -29,6 +29,7 @@ from watcher.config import WatcherConfig
 from watcher.flow.slots import wait_event
 from watcher.hooks import Hooks, SafeHooks
 from watcher.models import FlowScope
+from watcher.outages import OutageLatch
 from watcher.rules.buckets import BURST_SECONDS, CLAIM_INTERVAL, TOKEN_LIFETIME, UNLIMITED
 from watcher.store import Store
 
@@ -169,7 +170,7 @@ class RateLimiter:
         self.handler = TokenPool(FlowScope.HANDLER, config.handler_name, self._demand)
         self.handler.rate = config.rate_limit
         self.keys: dict[str, TokenPool] = {}
-        self._failing = False
+        self._outage = OutageLatch()
         self._pending_block = 0.0  # a hold to tell the fleet of, in seconds
         self._throttles = 0  # Retry-After holds begun since the last line about them
         self._next_throttle_line = 0.0  # monotonic: when the next line may be written
@@ -217,15 +218,13 @@ class RateLimiter:
                         await self._read_holds_and_rates(held_keys)
                     await self._claim(now)
             except SQLAlchemyError as error:
-                if not self._failing:
+                if self._outage.fail():
                     log.warning("action=rate_limits_failed owner=%s error=%s",
                                 self.config.owner_id, type(error).__name__)
-                    self._failing = True
                 await asyncio.sleep(self.config.poll_interval)
                 continue
-            if self._failing:
+            if self._outage.recover():
                 log.info("action=rate_limits_recovered owner=%s", self.config.owner_id)
-                self._failing = False
             await asyncio.sleep(CLAIM_INTERVAL)
 
     def _next_wait(self) -> float:
