@@ -24,7 +24,7 @@ WIDE = {"COLUMNS": "200"}  # tables at full width, whatever the terminal
 @pytest.fixture
 def where(db_url: str, table_prefix: str) -> tuple[str, ...]:
     """``--db-url URL --table-prefix P`` of an empty, migrated namespace."""
-    return ("--db-url", db_url, "--table-table_prefix", table_prefix)
+    return ("--db-url", db_url, "--table-prefix", table_prefix)
 
 
 def one_error_line(done: Any, fragment: str) -> str:

@@ -38,7 +38,7 @@ def step(item: Item) -> Result:
 @pytest.fixture
 def where(db_url: str, table_prefix: str) -> tuple[str, ...]:
     """``--db-url URL --table-prefix P`` of an empty, migrated namespace."""
-    return ("--db-url", db_url, "--table-table_prefix", table_prefix)
+    return ("--db-url", db_url, "--table-prefix", table_prefix)
 
 
 async def _run_items(where: tuple[str, ...]) -> None:

@@ -35,7 +35,7 @@ EXIT_TIMED_OUT = 5
 @pytest.fixture
 def where(db_url: str, table_prefix: str) -> tuple[str, str, str, str]:
     """``--db-url URL --table-prefix P`` of an empty, migrated namespace."""
-    return ("--db-url", db_url, "--table-table_prefix", table_prefix)
+    return ("--db-url", db_url, "--table-prefix", table_prefix)
 
 
 def cli(*args: str, stdin: str | bytes | None = None, env: dict[str, str] | None = None

@@ -14,10 +14,12 @@ how to start one; with CI set it fails instead: `.ci/run` starts one.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -59,6 +61,7 @@ HEALTH_OPTIONS = ("--health-interval", "1s", "--health-timeout", "20s",
 HEALTHY_TIMEOUT = 90
 BUILD_TIMEOUT = 900
 REPORT: list[str] = []
+BUILD_LOCK = Path(tempfile.gettempdir()) / "statefeed-image-build.lock"
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(900)]
 
@@ -148,11 +151,15 @@ def build(dockerfile: str, tag: str, *build_args: str) -> Image:
     Raises:
         AssertionError: the build failed (with the end of its output).
     """
-    started = time.monotonic()
     arguments = [part for value in build_args for part in ("--build-arg", value)]
-    done = docker("build", "--network", "host", "-f", dockerfile, "-t", tag, *arguments,
-                  str(ROOT), timeout=BUILD_TIMEOUT)
-    seconds = time.monotonic() - started
+    # The test processes (pytest-xdist workers) build one at a time: the first builds,
+    # the others then find every step in the engine's cache.
+    with BUILD_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        started = time.monotonic()
+        done = docker("build", "--network", "host", "-f", dockerfile, "-t", tag, *arguments,
+                      str(ROOT), timeout=BUILD_TIMEOUT)
+        seconds = time.monotonic() - started
     assert done.returncode == 0, (f"docker build -f {dockerfile} failed:\n"
                                   f"{(done.stdout + done.stderr)[-4000:]}")
     size = int(docker("image", "inspect", "--format", "{{.Size}}", tag).stdout)
