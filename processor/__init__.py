@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from watcher.errors import (
     ConfigError,
+    ConnectionLostError,
     DatabaseError,
     DuplicateItemError,
     GateError,
@@ -64,6 +65,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ConfigError",
+    "ConnectionLostError",
     "DatabaseError",
     "DuplicateItemError",
     "ErrorEntry",

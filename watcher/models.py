@@ -89,6 +89,10 @@ class Status(StrEnum):
     DELETING = "deleting"
 
 
+# The statuses a partition can have (the backlog counts partitions by these).
+PARTITION_STATUSES = tuple(status for status in Status
+                           if status not in (Status.WAITING, Status.SKIPPED))
+
 # The statuses as the plain strings the tables store (and statements compare with).
 AVAILABLE = Status.AVAILABLE.value
 COMPLETE = Status.COMPLETE.value

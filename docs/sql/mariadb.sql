@@ -51,24 +51,6 @@ SELECT (
        (
         SELECT count(*) AS count_6
           FROM (
-                SELECT partitions.id AS id
-                  FROM partitions
-                 WHERE partitions.status = %s
-                 LIMIT %s
-               ) AS anon_12
-       ) AS anon_11,
-       (
-        SELECT count(*) AS count_7
-          FROM (
-                SELECT partitions.id AS id
-                  FROM partitions
-                 WHERE partitions.status = %s
-                 LIMIT %s
-               ) AS anon_14
-       ) AS anon_13,
-       (
-        SELECT count(*) AS count_8
-          FROM (
                 SELECT items.id AS id
                   FROM items
                  INNER JOIN partitions
@@ -77,10 +59,10 @@ SELECT (
                  WHERE partitions.status = %s
                    AND items.status = %s
                  LIMIT %s
-               ) AS anon_16
-       ) AS anon_15,
+               ) AS anon_12
+       ) AS anon_11,
        (
-        SELECT min(anon_18.ready_at) AS min_1
+        SELECT min(anon_14.ready_at) AS min_1
           FROM (
                 SELECT (
                         SELECT items.retry_at
@@ -95,8 +77,8 @@ SELECT (
                   FROM partitions
                  WHERE partitions.status = %s
                  LIMIT %s
-               ) AS anon_18
-       ) AS anon_17,
+               ) AS anon_14
+       ) AS anon_13,
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: flow_block (1)
@@ -374,6 +356,14 @@ SELECT (
            AND items.gate = %(gate)s
            AND items.status = %(status_4)s
        ) AS anon_7;
+
+-- name: handover_askers
+SELECT leaders.owner
+  FROM leaders
+ WHERE leaders.name >= %s
+   AND leaders.name < %s
+   AND leaders.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND leaders.owner != %s;
 
 -- name: item_get (1)
 SELECT partitions.id

@@ -46,22 +46,6 @@ SELECT (
        (
         SELECT count(*) AS count_6
           FROM (
-                SELECT TOP 1000 partitions.id AS id
-                  FROM partitions
-                 WHERE partitions.status = %(status_n)s
-               ) AS anon_12
-       ) AS anon_11,
-       (
-        SELECT count(*) AS count_7
-          FROM (
-                SELECT TOP 1000 partitions.id AS id
-                  FROM partitions
-                 WHERE partitions.status = %(status_n)s
-               ) AS anon_14
-       ) AS anon_13,
-       (
-        SELECT count(*) AS count_8
-          FROM (
                 SELECT TOP 1000 items.id AS id
                   FROM items
                   JOIN partitions
@@ -69,10 +53,10 @@ SELECT (
                    AND partitions.gate = items.gate
                  WHERE partitions.status = %(status_n)s
                    AND items.status = %(status_n)s
-               ) AS anon_16
-       ) AS anon_15,
+               ) AS anon_12
+       ) AS anon_11,
        (
-        SELECT min(anon_18.ready_at) AS min_1
+        SELECT min(anon_14.ready_at) AS min_1
           FROM (
                 SELECT TOP 1000 (
                         SELECT TOP 1 items.retry_at
@@ -85,8 +69,8 @@ SELECT (
                        ) AS ready_at
                   FROM partitions
                  WHERE partitions.status = %(status_n)s
-               ) AS anon_18
-       ) AS anon_17,
+               ) AS anon_14
+       ) AS anon_13,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: flow_block (1)
@@ -361,6 +345,14 @@ SELECT (
            AND items.gate = %(gate)s
            AND items.status = %(status_n)s
        ) AS anon_7;
+
+-- name: handover_askers
+SELECT leaders.owner
+  FROM leaders
+ WHERE leaders.name >= %(name_n)s
+   AND leaders.name < %(name_n)s
+   AND leaders.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND leaders.owner != %(owner_n)s;
 
 -- name: item_get (1)
 SELECT partitions.id

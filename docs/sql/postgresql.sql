@@ -51,52 +51,34 @@ SELECT (
        (
         SELECT count(*) AS count_6
           FROM (
-                SELECT partitions.id AS id
-                  FROM partitions
-                 WHERE partitions.status = %(status_6)s::VARCHAR
-                 LIMIT %(param_6)s::INTEGER
-               ) AS anon_12
-       ) AS anon_11,
-       (
-        SELECT count(*) AS count_7
-          FROM (
-                SELECT partitions.id AS id
-                  FROM partitions
-                 WHERE partitions.status = %(status_7)s::VARCHAR
-                 LIMIT %(param_7)s::INTEGER
-               ) AS anon_14
-       ) AS anon_13,
-       (
-        SELECT count(*) AS count_8
-          FROM (
                 SELECT items.id AS id
                   FROM items
                   JOIN partitions
                     ON partitions.id = items.partition_id
                    AND partitions.gate = items.gate
-                 WHERE partitions.status = %(status_8)s::VARCHAR
-                   AND items.status = %(status_9)s::VARCHAR
-                 LIMIT %(param_8)s::INTEGER
-               ) AS anon_16
-       ) AS anon_15,
+                 WHERE partitions.status = %(status_6)s::VARCHAR
+                   AND items.status = %(status_7)s::VARCHAR
+                 LIMIT %(param_6)s::INTEGER
+               ) AS anon_12
+       ) AS anon_11,
        (
-        SELECT min(anon_18.ready_at) AS min_1
+        SELECT min(anon_14.ready_at) AS min_1
           FROM (
                 SELECT (
                         SELECT items.retry_at
                           FROM items
                          WHERE items.partition_id = partitions.id
-                           AND items.status = %(status_10)s::VARCHAR
+                           AND items.status = %(status_8)s::VARCHAR
                            AND items.gate = partitions.gate
                            AND items.retry_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
                          ORDER BY items.retry_at
-                         LIMIT %(param_9)s::INTEGER
+                         LIMIT %(param_7)s::INTEGER
                        ) AS ready_at
                   FROM partitions
-                 WHERE partitions.status = %(status_11)s::VARCHAR
-                 LIMIT %(param_10)s::INTEGER
-               ) AS anon_18
-       ) AS anon_17,
+                 WHERE partitions.status = %(status_9)s::VARCHAR
+                 LIMIT %(param_8)s::INTEGER
+               ) AS anon_14
+       ) AS anon_13,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: flow_block (1)
@@ -376,6 +358,14 @@ SELECT (
            AND items.gate = %(gate)s::INTEGER
            AND items.status = %(status_4)s::VARCHAR
        ) AS anon_7;
+
+-- name: handover_askers
+SELECT leaders.owner
+  FROM leaders
+ WHERE leaders.name >= %(name_1)s::VARCHAR
+   AND leaders.name < %(name_2)s::VARCHAR
+   AND leaders.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND leaders.owner != %(owner_1)s::VARCHAR;
 
 -- name: item_get (1)
 SELECT partitions.id

@@ -56,26 +56,6 @@ SELECT (
        (
         SELECT count(*) AS count_6
           FROM (
-                SELECT partitions.id AS id
-                  FROM partitions
-                 WHERE partitions.status = ?
-                 LIMIT ?
-                OFFSET ?
-               ) AS anon_12
-       ) AS anon_11,
-       (
-        SELECT count(*) AS count_7
-          FROM (
-                SELECT partitions.id AS id
-                  FROM partitions
-                 WHERE partitions.status = ?
-                 LIMIT ?
-                OFFSET ?
-               ) AS anon_14
-       ) AS anon_13,
-       (
-        SELECT count(*) AS count_8
-          FROM (
                 SELECT items.id AS id
                   FROM items
                   JOIN partitions
@@ -85,10 +65,10 @@ SELECT (
                    AND items.status = ?
                  LIMIT ?
                 OFFSET ?
-               ) AS anon_16
-       ) AS anon_15,
+               ) AS anon_12
+       ) AS anon_11,
        (
-        SELECT min(anon_18.ready_at) AS min_1
+        SELECT min(anon_14.ready_at) AS min_1
           FROM (
                 SELECT (
                         SELECT items.retry_at
@@ -105,8 +85,8 @@ SELECT (
                  WHERE partitions.status = ?
                  LIMIT ?
                 OFFSET ?
-               ) AS anon_18
-       ) AS anon_17,
+               ) AS anon_14
+       ) AS anon_13,
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: flow_block (1)
@@ -387,6 +367,14 @@ SELECT (
            AND items.gate = :gate
            AND items.status = :status_4
        ) AS anon_7;
+
+-- name: handover_askers
+SELECT leaders.owner
+  FROM leaders
+ WHERE leaders.name >= ?
+   AND leaders.name < ?
+   AND leaders.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND leaders.owner != ?;
 
 -- name: item_get (1)
 SELECT partitions.id

@@ -338,3 +338,7 @@ async def _drive_operations(store: Store) -> None:
     assert await store.leader_take("retention", "w1", 30)
     assert not await store.leader_take("retention", "w2", 30)
     assert await store.leader_release("retention", "w1")
+    from watcher.store.fleet import handover_duty
+
+    assert await store.leader_take(handover_duty("w3"), "w3", 30)
+    assert await store.handover_askers() == ["w3"]

@@ -46,7 +46,7 @@ POLICY = RetryPolicy(max_retries=3, backoff=1.0, jitter=0.0)
     (GateSummary(pending=0, failed=0, next_gate=None), GateMove.CLOSE),
 ])
 def test_waiting_items_hold_the_gate_until_their_deadline(summary, step) -> None:
-    assert decide_gate(summary, auto_close=True, manual_checkpoint=False).step is step
+    assert decide_gate(summary, auto_close=True, manual_checkpoint=False).move is step
 
 
 def test_a_parking_answer_writes_waiting_with_its_deadline_and_the_token_hash() -> None:

@@ -19,7 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.expression import ColumnElement, Select
 
-from watcher.models import AVAILABLE, CANCELLED, COMPLETE, FAILED, Status
+from watcher.models import AVAILABLE, CANCELLED, COMPLETE, FAILED, PARTITION_STATUSES
 from watcher.reports import Backlog, Throughput
 from watcher.store.base import StoreBase
 
@@ -109,7 +109,7 @@ class FleetStore(StoreBase):
             return (select(func.count()).select_from(query.limit(cap).subquery())
                     .scalar_subquery())
 
-        statuses = [status.value for status in Status]
+        statuses = [status.value for status in PARTITION_STATUSES]
         counts = [capped(select(p.c.id).where(p.c.status == status)) for status in statuses]
         waiting = capped(
             select(i.c.id)
