@@ -32,6 +32,7 @@ from processor.http.transports import (
     CLOSED_REASON,
     USER_AGENT,
     SenderSettings,
+    TlsError,
     TransportError,
     UndecodableError,
     open_sender,
@@ -131,7 +132,8 @@ class HandlerEndpoint:
         except UndecodableError as error:  # an answer came: the item's failure
             failure = Failure(True, error.reason)
         except TransportError as error:  # closed under the call: this processor stops
-            failure = Failure(True, error.reason, unanswered=error.reason != CLOSED_REASON)
+            failure = Failure(True, error.reason, unanswered=(
+                error.reason != CLOSED_REASON and not isinstance(error, TlsError)))
         else:
             if answered_by_handler(reply):
                 self._answered()

@@ -57,6 +57,23 @@ class ConnectError(TransportError):
     """No connection could be made (refused, unresolvable, or over ``connect_timeout``)."""
 
 
+class TlsError(ConnectError):
+    """The TLS handshake failed (an unverified certificate, a protocol mismatch): a fault
+    of configuration that waiting does not mend, so the call is an ordinary failed
+    attempt, never an outage of the service."""
+
+
+def _tls_failure(error: BaseException | None) -> bool:
+    """Whether ``error``, or an error it wraps, is a TLS failure."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, ssl.SSLError):
+            return True
+        error = getattr(error, "os_error", None) or error.__cause__ or error.__context__
+        seen += 1
+    return False
+
+
 class UndecodableError(TransportError):
     """An answer came, but its body could not be decoded (a bad compression, say)."""
 
@@ -125,7 +142,8 @@ class _Failures:
                             f"{self._settings.connect_timeout} s (connect_timeout)")
 
     def connect(self, shown_url: str, error: BaseException | None) -> TransportError:
-        return ConnectError(f"could not connect to {shown_url}: {error_text(error)}")
+        kind = TlsError if _tls_failure(error) else ConnectError
+        return kind(f"could not connect to {shown_url}: {error_text(error)}")
 
     def decoding(self, error: BaseException) -> TransportError:
         return UndecodableError(

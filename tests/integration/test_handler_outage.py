@@ -135,11 +135,11 @@ async def test_a_stopped_handler_that_comes_back_fails_nothing(
             await stopping.__aexit__(None, None, None)
             # The server crashed: the calls in flight were cut off, and every
             # connection is refused.
-            await wait_until(lambda: watcher.flow.limits.hold.probes >= 3, timeout=30)
-            assert watcher.flow.limits.hold.held
+            await wait_until(lambda: watcher.flow.hold.probes >= 3, timeout=30)
+            assert watcher.flow.hold.held
             async with serve_app(handler, port=port):
                 await assert_complete_without_attempts(client, PARTITIONS)
-                assert not watcher.flow.limits.hold.held
+                assert not watcher.flow.hold.held
     finally:
         if first is not None:
             await first.__aexit__(None, None, None)
@@ -162,8 +162,8 @@ async def test_a_proxy_answering_502_503_504_for_every_call_fails_nothing(
             async with running(watcher):
                 await wait_until(lambda: len(handler.calls) >= 8)
                 handler.down = True
-                await wait_until(lambda: watcher.flow.limits.hold.probes >= 3, timeout=30)
-                assert watcher.flow.limits.hold.held
+                await wait_until(lambda: watcher.flow.hold.probes >= 3, timeout=30)
+                assert watcher.flow.hold.held
                 assert handler.refused >= 3  # calls and probes met the proxy's answers
                 handler.down = False
                 await assert_complete_without_attempts(client, PARTITIONS)
