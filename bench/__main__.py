@@ -47,7 +47,7 @@ library, flow, small, instructions, http, batch, spawn, ingest, latency, renewal
 scale run on each; failover, fanin, reduce, chord, crawl and fleet on PostgreSQL only (reported
 as not run on the others), and so does PGQueuer within library; on databases without
 LISTEN/NOTIFY the latency table says the first dispatch waits for a poll. Each
-database gets its tables, then come every goal per database and issue 15's goals on
+database gets its tables, then come every goal per database and the cross-database goals on
 the figures of the same run (SQLite's library drain >= 0.5x the sqlite3 limit,
 SQLite's HTTP per item >= 0.5x bare aiohttp, MariaDB's library drain >= 0.5x
 PostgreSQL's). With ``--db`` the JSON holds a ``databases`` object (``format`` 2);
@@ -79,7 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "in the log directory; MariaDB: $PROCESSOR_BENCH_MARIADB_URL, default "
         "mysql://root@127.0.0.1:3306/test; PostgreSQL: $PROCESSOR_BENCH_POSTGRES_URL), "
         "failover, fanin, reduce, chord and crawl on PostgreSQL only; a table per scenario and "
-        "database, then issue 15's goals. A database that does not answer is skipped "
+        "database, then the cross-database goals. A database that does not answer is skipped "
         "(exit 2 when none does).")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--smoke", action="store_true",

@@ -17,7 +17,7 @@ visited, one reduce counts the nodes. Every result is checked (the exact count).
 
 The clock starts before the first crawl is created (or root sent) and stops
 when the last crawl's reduce ran; each crawl's latency runs from its creation
-to its reduce. Goals (issue 24): statefeed leads by at least 5x in nodes per
+to its reduce. Goals: statefeed leads by at least 5x in nodes per
 second and in p99 crawl completion. PostgreSQL only, like the chord scenario.
 """
 

@@ -23,7 +23,7 @@ both (:mod:`bench.suite`).
   clients posting the same N payloads to the same handler, best of at least
   three runs for the headline pair.
 
-The goals of issue 15 are checked on the figures of the same run: SQLite's
+The cross-database goals are checked on the figures of the same run: SQLite's
 drain at least half its limit, SQLite's HTTP hop at least half the bare
 client's, MariaDB's drain at least half PostgreSQL's. Databases that do not
 answer are skipped with a message (exit status 2 when none answers).

@@ -16,7 +16,7 @@ cores, K processors cannot go faster than two; what must not grow is the CPU
 each item costs the fleet: leases taken and stolen, renewals, empty polls and
 notifications all grow with K.
 
-Goal (issue 25): CPU per item with 4 processors is at most 1.15x one processor's.
+Goal: CPU per item with 4 processors is at most 1.15x one processor's.
 """
 
 from __future__ import annotations

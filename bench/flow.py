@@ -5,7 +5,7 @@ statefeed side of :mod:`bench.library` drains them (one in-process watcher at
 concurrency 32, timed from its start to the last partition closed), in these
 setups, interleaved round by round (the best round of each counts):
 
-- **no keys**: the defaults; no partition has a key (issue 26's "default settings
+- **no keys**: the defaults; no partition has a key (flow control's promise, "default settings
   with no keys or limits set");
 - **one key**: every partition under the same key, with no limit: the key's pool
   and its one read of limits a lease cycle;
@@ -23,7 +23,7 @@ setups, interleaved round by round (the best round of each counts):
 Items/s, this process's CPU per item (on SQLite the database's CPU too), and the
 statements per item; the ratio of each setup to "no keys". The goal is a
 benchmark criterion, not an issue's: one key without a limit keeps at least 95 %
-of the no-keys drain (issue 26 bounds what flow control costs the no-keys drain
+of the no-keys drain (flow control bounds what flow control costs the no-keys drain
 at 5 %; that is measured against the code before it, see
 docs/explanation/performance.md).
 """

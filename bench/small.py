@@ -11,7 +11,7 @@ what statefeed pays per partition: the figure is its rate as a share of the big
 run's, and the CPU each partition costs beyond its items (this process's CPU,
 the database's not counted).
 
-Goal (issue 25): the small-partition rate is at least half the big-partition rate.
+Goal: the small-partition rate is at least half the big-partition rate.
 """
 
 from __future__ import annotations

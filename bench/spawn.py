@@ -14,7 +14,7 @@ default ``--max-spawn``), into one partition per producer:
   child (the answers written).
 
 The figure is children per second, and per child the ratio of the two costs.
-The goal (issue 24): spawning costs at most 1.5x the client insert per child.
+The goal: spawning costs at most 1.5x the client insert per child.
 """
 
 from __future__ import annotations

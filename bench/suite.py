@@ -6,7 +6,7 @@ both come here with a plan: which scenarios run on which database. Without
 written as it always was (JSON ``format`` 1). With ``--db`` each chosen
 database gets the selected scenarios (those that run on PostgreSQL alone are
 reported as not run on the others), a heading and its tables; then the goals
-of every scenario per database, and issue 15's goals on the figures of the
+of every scenario per database, and the cross-database goals on the figures of the
 same run (JSON ``format`` 2, the figures under ``databases``).
 
 A database that does not answer is skipped with a one-line message; when no
@@ -68,8 +68,8 @@ VERSION_QUERIES = {"postgresql": "SHOW server_version", "sqlite": "SELECT sqlite
 URL_ENVIRONMENT = {"postgres": POSTGRES_URL_ENV, "mariadb": MARIADB_URL_ENV}
 NOT_SELECTED = {"status": "not run", "reason": "not selected (--only)"}
 POSTGRES_ONLY_REASON = "PostgreSQL only"
-GOALS_TITLE_ISSUE_15 = "Goals (issue 15: every database, one run)"
-GOALS_TITLE_PER_DATABASE = "Goals (issues 5 and 14), per database"
+GOALS_TITLE_ACROSS = "Goals across databases (one run)"
+GOALS_TITLE_PER_DATABASE = "Goals, per database"
 
 
 def runners() -> dict[str, Runner]:
@@ -260,7 +260,7 @@ def _library_rate(runs: Mapping[str, DatabaseRun], database: str) -> float | Non
 
 
 def goals_of(runs: Mapping[str, DatabaseRun]) -> list[Goal]:
-    """Issue 15's goals on this run's figures (not measured where a side is missing):
+    """The cross-database goals on this run's figures (not measured where a side is missing):
     SQLite's library drain at least half the sqlite3 limit, SQLite's HTTP per item at
     least half bare aiohttp's, MariaDB's library drain at least half PostgreSQL's,
     PostgreSQL's HTTP per item at least 0.75x bare aiohttp's, and PostgreSQL's library
@@ -282,8 +282,8 @@ def goals_of(runs: Mapping[str, DatabaseRun]) -> list[Goal]:
 
 
 def summary_of(runs: Mapping[str, DatabaseRun]) -> Outcome:
-    """The figures issue 15's goals are made of, a row per database and figure."""
-    summary = Outcome("databases", "Every database: the figures of issue 15's goals")
+    """The figures the cross-database goals are made of, a row per database and figure."""
+    summary = Outcome("databases", "Every database: the figures of the cross-database goals")
     for run in runs.values():
         if run.skipped is not None:
             summary.rows.append(Row(run.title, "skipped", run.skipped))
@@ -463,11 +463,11 @@ async def run_plan(plan: Mapping[str, Sequence[str]], *, sizes: Sizes, mode: str
         summary = summary_of(runs)
         summary.seconds = time.perf_counter() - started
         print_outcome(console, summary)
-        issue_15 = goals_of(runs)
-        print_goals(console, issue_15, title=GOALS_TITLE_ISSUE_15)
+        across_goals = goals_of(runs)
+        print_goals(console, across_goals, title=GOALS_TITLE_ACROSS)
         document.update({
             "databases": {run.name: run.as_json() for run in runs.values()},
-            "goals": [goal.as_json() for goal in issue_15],
+            "goals": [goal.as_json() for goal in across_goals],
         })
     else:
         goals = live[0].goals()

@@ -1,4 +1,4 @@
-"""The flow-control metrics (issue 26): limited keys' calls in flight, grants and limits,
+"""The flow-control metrics: limited keys' calls in flight, grants and limits,
 calls held back by rate limits and Retry-After blocks, and the paused keys and fleet.
 
 Part of :class:`processor.observe.metrics.PrometheusHooks`, which owns the registry. Keys are

@@ -107,7 +107,7 @@ def test_each_database_has_every_figure(run: tuple[dict[str, Any], str], name: s
     assert tables_left(url, measured["table_prefixes"]) == []
 
 
-def test_issue_15_goals_are_computed(run: tuple[dict[str, Any], str]) -> None:
+def test_the_cross_database_goals_are_computed(run: tuple[dict[str, Any], str]) -> None:
     document, output = run
     goals = {goal["name"]: goal["result"] for goal in document["goals"]}
     assert list(goals) == ISSUE_15_GOALS
@@ -119,4 +119,4 @@ def test_issue_15_goals_are_computed(run: tuple[dict[str, Any], str]) -> None:
     assert goals[ISSUE_15_GOALS[2]] in (("PASS", "MISS") if both else ("n/a",))
     for name in ISSUE_15_GOALS[3:]:
         assert goals[name] in (("PASS", "MISS") if live["postgres"] else ("n/a",)), name
-    assert "Goals (issue 15" in output
+    assert "Goals across databases" in output
