@@ -133,6 +133,13 @@ class PartitionSettings:
     # Its place in the lease queue (rank_at, as seconds): turns at a processor's freed
     # slots go in this order too, so priority and fairness hold within a processor.
     queue_order: float = 0.0
+    # The gates that pass on the first k of their items, as (gate, k) pairs in gate
+    # order (watcher.rules.completions); () for none: every item.
+    quorum: tuple[tuple[int, int], ...] = ()
+
+    def quorum_at(self, gate: int) -> int:
+        """How many items pass ``gate`` (its quorum's k); 0 when every item must."""
+        return next((k for at, k in self.quorum if at == gate), 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +299,9 @@ class ItemWrite:
     # A parking write (status ``waiting``, ``retry_delay`` its timeout): the ``waits``
     # row it stores in its transaction, only if it applies.
     wait: WaitWrite | None = None
+    # (gate, k) when the item's gate has a quorum: a write that completes it counts,
+    # and the k-th settles the gate's other items as skipped in its transaction.
+    quorum: tuple[int, int] | None = None
 
 
 class Page(list[T], Generic[T]):

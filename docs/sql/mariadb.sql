@@ -869,6 +869,7 @@ SELECT partitions.id,
        partitions.flow_key,
        partitions.rank_at,
        partitions.timeline,
+       partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_1)s
@@ -890,6 +891,7 @@ SELECT partitions.id,
        partitions.flow_key,
        partitions.rank_at,
        partitions.timeline,
+       partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_1)s
@@ -1080,8 +1082,8 @@ SELECT (
        ) AS latest;
 
 -- name: partition_create_batches (3)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), %s, %s);
 
 -- name: partition_create_batches (4)
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
@@ -1104,12 +1106,12 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %s;
 
 -- name: partition_create_batches (8)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: partition_create_batches (9)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1860,8 +1862,8 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %s;
 
 -- name: schedule_tick (6)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: schedule_tick (7)
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
@@ -1995,7 +1997,8 @@ SELECT items.status,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
-       partitions.gate AS partition_gate
+       partitions.gate AS partition_gate,
+       partitions.quorum
   FROM items
  INNER JOIN partitions
     ON partitions.id = items.partition_id
@@ -2047,7 +2050,8 @@ SELECT items.status,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
-       partitions.gate AS partition_gate
+       partitions.gate AS partition_gate,
+       partitions.quorum
   FROM items
  INNER JOIN partitions
     ON partitions.id = items.partition_id

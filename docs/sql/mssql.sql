@@ -849,6 +849,7 @@ SELECT TOP 10 partitions.id,
        partitions.flow_key,
        partitions.rank_at,
        partitions.timeline,
+       partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_n)s
@@ -869,6 +870,7 @@ SELECT TOP 10 partitions.id,
        partitions.flow_key,
        partitions.rank_at,
        partitions.timeline,
+       partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_n)s
@@ -890,6 +892,7 @@ SELECT TOP 50 partitions.id,
        partitions.flow_key,
        partitions.rank_at,
        partitions.timeline,
+       partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_n)s
@@ -911,6 +914,7 @@ SELECT TOP 20 partitions.id,
        partitions.flow_key,
        partitions.rank_at,
        partitions.timeline,
+       partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_n)s
@@ -1101,8 +1105,8 @@ SELECT (
        ) AS latest;
 
 -- name: partition_create_batches (3)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), %(flow_key)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), %(flow_key)s, %(quorum)s);
 
 -- name: partition_create_batches (4)
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
@@ -1125,12 +1129,12 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %(name_n)s;
 
 -- name: partition_create_batches (8)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s);
 
 -- name: partition_create_batches (9)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, %(until)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, %(until)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1869,8 +1873,8 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %(name_n)s;
 
 -- name: schedule_tick (6)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s);
 
 -- name: schedule_tick (7)
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
@@ -2000,7 +2004,8 @@ SELECT items.status,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
-       partitions.gate AS partition_gate
+       partitions.gate AS partition_gate,
+       partitions.quorum
   FROM items
   JOIN partitions
     ON partitions.id = items.partition_id
@@ -2052,7 +2057,8 @@ SELECT items.status,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
-       partitions.gate AS partition_gate
+       partitions.gate AS partition_gate,
+       partitions.quorum
   FROM items
   JOIN partitions
     ON partitions.id = items.partition_id

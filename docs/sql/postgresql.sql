@@ -863,6 +863,7 @@ SELECT partitions.id,
        partitions.flow_key,
        partitions.rank_at,
        partitions.timeline,
+       partitions.quorum,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
@@ -884,6 +885,7 @@ SELECT partitions.id,
        partitions.flow_key,
        partitions.rank_at,
        partitions.timeline,
+       partitions.quorum,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
@@ -1071,8 +1073,8 @@ SELECT (
        ) AS latest;
 
 -- name: partition_create_batches (3)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), %(flow_key)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR);
 
 -- name: partition_create_batches (4)
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
@@ -1098,12 +1100,12 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %(name_1)s::VARCHAR;
 
 -- name: partition_create_batches (9)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR);
 
 -- name: partition_create_batches (10)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, %(until)s::TIMESTAMP WITHOUT TIME ZONE, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, %(until)s::TIMESTAMP WITHOUT TIME ZONE, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1856,8 +1858,8 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %(name_1)s::VARCHAR;
 
 -- name: schedule_tick (6)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR);
 
 -- name: schedule_tick (7)
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
@@ -1995,7 +1997,8 @@ SELECT items.status,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
-       partitions.gate AS partition_gate
+       partitions.gate AS partition_gate,
+       partitions.quorum
   FROM items
   JOIN partitions
     ON partitions.id = items.partition_id
@@ -2050,7 +2053,8 @@ SELECT items.status,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
-       partitions.gate AS partition_gate
+       partitions.gate AS partition_gate,
+       partitions.quorum
   FROM items
   JOIN partitions
     ON partitions.id = items.partition_id

@@ -897,6 +897,7 @@ SELECT partitions.id,
        partitions.flow_key,
        partitions.rank_at,
        partitions.timeline,
+       partitions.quorum,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
  WHERE partitions.status = :status_1
@@ -919,6 +920,7 @@ SELECT partitions.id,
        partitions.flow_key,
        partitions.rank_at,
        partitions.timeline,
+       partitions.quorum,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
  WHERE partitions.status = :status_1
@@ -1103,8 +1105,8 @@ SELECT (
        ) AS latest;
 
 -- name: partition_create_batches (3)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), ?, ?);
 
 -- name: partition_create_batches (4)
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
@@ -1127,12 +1129,12 @@ SELECT flow_controls.next_start
    AND flow_controls.name = ?;
 
 -- name: partition_create_batches (8)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: partition_create_batches (9)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1905,8 +1907,8 @@ SELECT flow_controls.next_start
    AND flow_controls.name = ?;
 
 -- name: schedule_tick (6)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key)
-VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
+VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: schedule_tick (7)
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
@@ -2042,7 +2044,8 @@ SELECT items.status,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
-       partitions.gate AS partition_gate
+       partitions.gate AS partition_gate,
+       partitions.quorum
   FROM items
   JOIN partitions
     ON partitions.id = items.partition_id
@@ -2094,7 +2097,8 @@ SELECT items.status,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
-       partitions.gate AS partition_gate
+       partitions.gate AS partition_gate,
+       partitions.quorum
   FROM items
   JOIN partitions
     ON partitions.id = items.partition_id

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -120,7 +120,8 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
                                reduce_gates: Iterable[int] = (),
                                on_item_failure: str = "fail",
                                start_at: datetime | None = None,
-                               priority: int = 0, key: str | None = None) -> None:
+                               priority: int = 0, key: str | None = None,
+                               quorum: Mapping[int, int] | None = None) -> None:
         """Create a partition with its items, in one transaction.
 
         ``reduce_gates`` are gates whose step is one reduce call for the whole
@@ -136,21 +137,26 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
         priority still starts within a bounded time. ``key`` (a tenant or customer
         id) is the partition's concurrency key: partitions are queued fairly across
         keys, and the items in flight for one key, across the whole fleet, stay
-        within its limit (:meth:`set_key_limit`).
+        within its limit (:meth:`set_key_limit`). ``quorum`` (``{gate: k}``) lets a
+        gate pass on the first ``k`` of its items to complete: the others, waiting,
+        available or in flight, are settled as ``skipped`` (their late answers are
+        discarded), in the transaction that completed the k-th
+        (docs/how-to/park.md#the-first-k-of-n).
         When an OpenTelemetry span is current, its trace context is stored with the
         partition: every handler call's span links to it (docs/how-to/trace.md).
 
         Raises:
             InvalidInputError: bad ids, data, gates, reduce gates or policy (a
                 subclass names the case), or a ``start_at`` or ``not_before`` with no
-                time zone or more than a year ahead, a priority out of range, or a
-                key that is not a valid id.
+                time zone or more than a year ahead, a priority out of range, a
+                key that is not a valid id, or a quorum that is not ``{gate: k}``
+                with whole numbers (k at least 1).
             PartitionExistsError: the partition exists already.
             DuplicateItemError: item ids repeat.
         """
         check_id("partition", partition_id)
         settings = check_settings(partition_id, reduce_gates, on_item_failure, priority,
-                                  key)
+                                  key, quorum)
         trace_context = capture_context()
         if trace_context is not None:
             settings = replace(settings, trace_context=trace_context)

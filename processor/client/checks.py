@@ -5,7 +5,7 @@ statuses, limits and cursors. Pure: each check returns the clean value or raises
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
@@ -152,13 +152,14 @@ ITEM_FAILURE_POLICIES = tuple(policy.value for policy in ItemFailurePolicy)
 
 def check_settings(partition_id: str, reduce_gates: Iterable[int],
                     on_item_failure: str, priority: object = DEFAULT_PRIORITY,
-                    key: object = None) -> PartitionSettings:
+                    key: object = None, quorum: object = None) -> PartitionSettings:
     """A partition's settings, checked.
 
     Raises:
         InvalidInputError: reduce gates that are not a list of distinct gates (or too
-            many), an unknown failure policy, a priority out of range, or a key that
-            is not a valid id.
+            many), an unknown failure policy, a priority out of range, a key that
+            is not a valid id, or a quorum that is not ``{gate: k}`` with whole
+            numbers (:func:`check_quorum`).
     """
     if isinstance(reduce_gates, str | bytes | int) or not isinstance(reduce_gates, Iterable):
         raise InvalidInputError(
@@ -189,7 +190,48 @@ def check_settings(partition_id: str, reduce_gates: Iterable[int],
     assert isinstance(priority, int)
     return PartitionSettings(frozenset(gates),
                              on_item_failure == ItemFailurePolicy.CONTINUE.value,
-                             priority=priority, flow_key=checked_key(key))
+                             priority=priority, flow_key=checked_key(key),
+                             quorum=check_quorum(partition_id, quorum))
+
+
+def check_quorum(partition_id: str, quorum: object) -> tuple[tuple[int, int], ...]:
+    """A partition's ``quorum`` (``{gate: k}``: the gate passes once ``k`` of its
+    items are complete) as (gate, k) pairs in gate order; ``None`` or ``{}`` for none.
+    Gates may be given as whole numbers or their decimal strings (JSON's keys).
+
+    Raises:
+        InvalidInputError: not a mapping, a gate that is not a whole number from 0
+            to the largest gate, or a ``k`` that is not a whole number of at least 1,
+            or more gates than the limit.
+    """
+    if quorum is None:
+        return ()
+    if not isinstance(quorum, Mapping):
+        raise InvalidInputError(
+            f"quorum of partition {partition_id!r} must be a mapping of gate to k such "
+            f"as {{1: 2}} (gate 1 passes once 2 of its items are complete), got {quorum!r}")
+    if len(quorum) > MAX_REDUCE_GATES:
+        raise InvalidInputError(
+            f"quorum of partition {partition_id!r} names {len(quorum)} gates; the limit "
+            f"is {MAX_REDUCE_GATES}")
+    pairs: dict[int, int] = {}
+    for raw_gate, k in quorum.items():
+        gate = raw_gate
+        if isinstance(raw_gate, str) and raw_gate.isdigit() and raw_gate.isascii():
+            gate = int(raw_gate)
+        if not is_gate(gate):
+            raise InvalidInputError(
+                f"quorum gate {raw_gate!r} of partition {partition_id!r} must be a whole "
+                f"number from 0 to {MAX_GATE}")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InvalidInputError(
+                f"quorum k {k!r} at gate {gate} of partition {partition_id!r} must be a "
+                "whole number of at least 1 (how many items pass the gate)")
+        if gate in pairs:
+            raise InvalidInputError(
+                f"quorum gate {gate} of partition {partition_id!r} is given twice")
+        pairs[gate] = k
+    return tuple(sorted(pairs.items()))
 
 
 def checked_key(key: object) -> str:

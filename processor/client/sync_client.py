@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Collection, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Collection, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -94,11 +94,12 @@ class Client(SyncScheduleClient, SyncWaits):
                          reduce_gates: Iterable[int] = (),
                          on_item_failure: str = "fail",
                          start_at: datetime | None = None, priority: int = 0,
-                         key: str | None = None) -> None:
+                         key: str | None = None,
+                         quorum: Mapping[int, int] | None = None) -> None:
         """See :meth:`AsyncClient.create_partition`."""
         return self._run(self._async.create_partition(
             partition_id, items, reduce_gates=reduce_gates, on_item_failure=on_item_failure,
-            start_at=start_at, priority=priority, key=key))
+            start_at=start_at, priority=priority, key=key, quorum=quorum))
 
     def add_items(self, partition_id: str, items: Sequence[NewItem]) -> bool:
         """See :meth:`AsyncClient.add_items`."""

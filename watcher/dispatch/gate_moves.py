@@ -20,6 +20,8 @@ from watcher.dispatch.reducer import GateReducer, ReduceOutcomeKind
 from watcher.errors import StatefeedError
 from watcher.models import Status
 from watcher.protocol import NonRetryableError, RetryableError
+from watcher.records import GateSummary
+from watcher.rules.completions import QuorumMove, decide_quorum, summary_under_quorum
 from watcher.rules.decisions import GateMove, RetryPolicy, decide_gate, write_for_error
 from watcher.rules.timeline import Progress, decode_timeline, encode_timeline, record_move
 from watcher.waits import fails_on_timeout, timeout_message
@@ -110,7 +112,8 @@ class GateMover:
             closed = await self._close_at_once()
             if closed is not None:
                 return closed
-        summary = await self.store.gate_summary(self.partition_id, lease.gate)
+        summary = await self._under_quorum(
+            await self.store.gate_summary(self.partition_id, lease.gate))
         action = decide_gate(summary, auto_close=self.config.auto_close,
                              manual_checkpoint=self.config.manual_checkpoint,
                              continue_on_failure=lease.settings.continue_on_failure)
@@ -165,6 +168,24 @@ class GateMover:
         else:
             self._ended(Status.COMPLETE.value, from_gate)
         return Pass(wait=None, move=action.move)
+
+    async def _under_quorum(self, summary: GateSummary) -> GateSummary:
+        """The summary as the gate's quorum has it (:func:`~watcher.rules.completions.
+        decide_quorum`): with ``k`` items complete, the others are settled as skipped
+        (if a racing answer's transaction did not already) and the gate passes. Without
+        a quorum at the gate, ``summary`` as it is.
+
+        Raises the database's error when the count or the skip fails.
+        """
+        k = self.lease.settings.quorum_at(self.lease.gate)
+        if not k:
+            return summary
+        complete = await self.store.quorum_settle(self.partition_id, self.lease.gate, k)
+        move = decide_quorum(summary, k, complete)
+        if move is QuorumMove.UNREACHABLE:
+            log.warning("action=quorum_unreachable partition=%s gate=%d k=%d complete=%d",
+                        self.partition_id, self.lease.gate, k, complete)
+        return summary_under_quorum(summary, move)
 
     async def _expire_waits(self) -> None:
         """Time out the items waiting at the gate whose deadline passed: each gets the

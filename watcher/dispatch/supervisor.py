@@ -300,6 +300,10 @@ class PartitionSupervisor:
             written.append(item)
         if not writes:
             return
+        quorum = self.lease.settings.quorum_at(self.lease.gate)
+        if quorum:
+            for write in writes:
+                write.quorum = (self.lease.gate, quorum)
         self.in_hand.results_queued(written)
         try:
             self.writer.enqueue_many(writes, functools.partial(

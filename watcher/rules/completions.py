@@ -1,4 +1,5 @@
-"""What one completion of a waiting item writes, as a pure decision.
+"""What completes items, as pure decisions: what one completion of a waiting item
+writes, and when a gate with a quorum has enough complete items to pass.
 
 A completion answers a waiting item exactly as a handler's answer would
 (:func:`watcher.rules.decisions.write_for_result`,
@@ -10,9 +11,13 @@ failing the item, so the completer can correct it and the token stays usable.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from enum import Enum
+
 from watcher.errors import CompletionRefusedError
+from watcher.models import AVAILABLE, COMPLETE
 from watcher.protocol import ProcessorError, Result
-from watcher.records import ItemWrite, ReadyItem
+from watcher.records import GateSummary, ItemWrite, ReadyItem
 from watcher.rules.decisions import (
     RetryPolicy,
     result_problem,
@@ -61,3 +66,51 @@ def _field_of(problem: str) -> str:
         if name in problem:
             return name
     return "answer"
+
+
+# -- quorums: the first k of N -------------------------------------------------
+
+
+class QuorumMove(Enum):
+    """What a gate's quorum makes of its summary (:func:`decide_quorum`)."""
+
+    AS_USUAL = "as_usual"  # decide on the summary as it is (no failure fails it yet)
+    SKIP = "skip"  # k are complete: settle the rest as skipped, then pass the gate
+    PASS = "pass"  # k are complete and nothing is left: pass, whatever failed
+    UNREACHABLE = "unreachable"  # too many failed: the quorum cannot be met
+
+
+def decide_quorum(summary: GateSummary, k: int, complete: int) -> QuorumMove:
+    """What a quorum of ``k`` does at a gate whose summary is ``summary`` and where
+    ``complete`` items (counted up to ``k``) are complete or past it.
+
+    The gate passes as soon as ``k`` items are complete: the others (available, in
+    flight or waiting) are skipped. While ``k`` can still be reached, a failed item
+    does not fail the gate; once the items still open cannot make up the difference,
+    the quorum is unreachable.
+    """
+    if complete >= k:
+        return QuorumMove.SKIP if summary.pending or summary.waiting else QuorumMove.PASS
+    if complete + summary.pending + summary.waiting < k:
+        return QuorumMove.UNREACHABLE
+    return QuorumMove.AS_USUAL
+
+
+def summary_under_quorum(summary: GateSummary, move: QuorumMove) -> GateSummary:
+    """The summary the gate's usual decision reads under ``move``: nothing left once
+    the quorum passed (skipped items are settled), and failures set aside while it can
+    still be met; an unreachable quorum is judged as a gate with failures."""
+    if move in (QuorumMove.SKIP, QuorumMove.PASS):
+        return replace(summary, pending=0, waiting=0, failed=0,
+                       seconds_to_next_retry=None, seconds_to_deadline=None)
+    if move is QuorumMove.AS_USUAL:
+        return replace(summary, failed=0)
+    return replace(summary, failed=max(1, summary.failed))
+
+
+def settles_at(write: ItemWrite, gate: int) -> bool:
+    """Whether ``write`` (applied) counts towards the quorum of ``gate``: it completed
+    its item, or moved it past the gate."""
+    if write.status == COMPLETE:
+        return True
+    return write.status == AVAILABLE and write.gate is not None and write.gate > gate

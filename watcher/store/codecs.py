@@ -87,12 +87,25 @@ def encode_reduce_gates(gates: Collection[int]) -> str | None:
 
 
 def settings_of(reduce_gates: str | None, on_item_failure: str | None,
-                trace_context: str | None = None) -> PartitionSettings:
-    """A partition's settings from its ``reduce_gates``, ``on_item_failure`` and
-    ``trace_context`` columns."""
+                trace_context: str | None = None, quorum: str | None = None
+                ) -> PartitionSettings:
+    """A partition's settings from its ``reduce_gates``, ``on_item_failure``,
+    ``trace_context`` and ``quorum`` columns."""
     gates = frozenset(json.loads(reduce_gates)) if reduce_gates else frozenset()
     return PartitionSettings(gates, on_item_failure == ItemFailurePolicy.CONTINUE.value,
-                             trace_context)
+                             trace_context, quorum=decode_quorum(quorum))
+
+
+def decode_quorum(stored: str | None) -> tuple[tuple[int, int], ...]:
+    """A ``quorum`` column (JSON ``{"gate": k}``) as (gate, k) pairs in gate order."""
+    if not stored:
+        return ()
+    return tuple(sorted((int(gate), int(k)) for gate, k in json.loads(stored).items()))
+
+
+def encode_quorum(quorum: tuple[tuple[int, int], ...]) -> str | None:
+    """(gate, k) pairs as the ``quorum`` column stores them; ``None`` for none."""
+    return json.dumps({str(gate): k for gate, k in quorum}) if quorum else None
 
 
 def client_items(items: Sequence[NewItem]) -> list[NewItem]:
@@ -130,8 +143,8 @@ def to_lease_row(row: Sequence[Any]) -> LeaseRow:
     :data:`watcher.store.sql.leases.LEASE_COLUMNS` (any after them left), as a
     :class:`LeaseRow`."""
     (pid, version, gate, owner, reduce_gates, on_item_failure, trace_context, priority,
-     flow_key, rank_at, timeline) = row[:len(LEASE_COLUMNS)]
-    settings = settings_of(reduce_gates, on_item_failure, trace_context)
+     flow_key, rank_at, timeline, quorum) = row[:len(LEASE_COLUMNS)]
+    settings = settings_of(reduce_gates, on_item_failure, trace_context, quorum)
     order = 0.0 if rank_at is None else turn_order(rank_at.replace(tzinfo=UTC))
     return LeaseRow(pid, version, gate, owner,
                     replace(settings, priority=priority, flow_key=flow_key, queue_order=order),

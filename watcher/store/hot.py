@@ -19,6 +19,7 @@ from watcher.records import (
     ItemWrite,
     ReadyItem,
 )
+from watcher.rules.completions import settles_at
 from watcher.store.drivers.sql import data_size
 from watcher.store.spawns import SpawnsStore
 from watcher.store.sql.closing import close_when_done
@@ -117,7 +118,7 @@ class HotPathStore(SpawnsStore):
         """
         if not writes:
             return []
-        if any(write.spawn or write.wait for write in writes):
+        if any(write.spawn or write.wait or write.quorum for write in writes):
             return await self.items_apply_spawning(writes, owner)
         return await self.round_trips.call("items_apply", self.driver.items_apply(writes, owner))
 
@@ -126,8 +127,10 @@ class HotPathStore(SpawnsStore):
         :meth:`items_apply` says (as the driver batches them:
         :meth:`~watcher.store.drivers.base.Driver.items_write_each`), and insert the items
         each applied write spawns (a write that is fenced off spawns nothing) in a few
-        statements for the whole batch, and the ``waits`` row of each applied write
-        that parks its item (one statement); returns, per write, whether it was applied.
+        statements for the whole batch, the ``waits`` row of each applied write
+        that parks its item (one statement), and, where an applied write completed
+        an item at a gate with a quorum that is now met, the gate's other items
+        settled as skipped; returns, per write, whether it was applied.
 
         Raises:
             SpawnConflictError: as :meth:`items_apply` says.
@@ -140,4 +143,8 @@ class HotPathStore(SpawnsStore):
                                         if ok and write.spawn])
             await self._waits_in(conn, [write for write, ok in zip(writes, applied, strict=True)
                                         if ok and write.wait is not None])
+            await self._quorums_in(conn, {
+                (write.partition_id, *write.quorum)
+                for write, ok in zip(writes, applied, strict=True)
+                if ok and write.quorum is not None and settles_at(write, write.quorum[0])})
         return applied

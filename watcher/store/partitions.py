@@ -41,6 +41,7 @@ from watcher.store.codecs import (
     colliding_ids,
     decode_partition_cursor,
     encode_partition_cursor,
+    encode_quorum,
     encode_reduce_gates,
     settings_of,
     to_item_info,
@@ -137,7 +138,7 @@ class PartitionsStore(FlowStore):
             flow_key=settings.flow_key,
             reduce_gates=encode_reduce_gates(settings.reduce_gates),
             on_item_failure=policy.value, request_digest=request_digest,
-            trace_context=settings.trace_context,
+            trace_context=settings.trace_context, quorum=encode_quorum(settings.quorum),
         ))
 
     async def _rank_at(self, conn: AsyncConnection, settings: PartitionSettings,

@@ -1,4 +1,6 @@
-"""Spawned items: inserted in the transaction that writes the answers that spawned them.
+"""Spawned items: inserted in the transaction that writes the answers that spawned them;
+and beside them, what else an answer's transaction writes: the waits of answers that
+park their items, and the skipped items of a gate whose quorum an answer met.
 
 A batch of answers (a writer's batch of item results, or one reduce step) spawns
 in a few statements, whatever the number of answers: one read of the ids the
@@ -10,10 +12,11 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import and_, func, insert, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from watcher.models import AVAILABLE, COMPLETE, SKIPPED, WAITING
 from watcher.records import ItemWrite, NewItem
 from watcher.rules.spawn import SpawnConflictError
 from watcher.store.base import StoreBase
@@ -25,8 +28,46 @@ reduce), and the new items, gates resolved."""
 
 
 class SpawnsStore(StoreBase):
-    """Inserting what answers spawned, and the waits of answers that park their items,
-    inside the transaction that writes the answers."""
+    """Inserting what answers spawned, the waits of answers that park their items,
+    and the skips of a quorum met, inside the transaction that writes the answers."""
+
+    async def quorum_settle(self, partition_id: str, gate: int, k: int) -> int:
+        """Count the items of ``partition_id`` complete at or past ``gate`` (up to
+        ``k``); when ``k`` are, settle the gate's other open items (available, in
+        flight or waiting) as ``skipped``, in the same transaction. Returns the count.
+        Settling twice changes nothing: skipped items are never open again.
+
+        Raises the database's error when the read or the write fails.
+        """
+        async with self._write() as conn:
+            return await self._quorum_in(conn, partition_id, gate, k)
+
+    async def _quorums_in(self, conn: AsyncConnection,
+                          quorums: set[tuple[str, int, int]]) -> None:
+        """:meth:`quorum_settle` for each (partition, gate, k) of ``quorums``, in
+        ``conn``'s transaction."""
+        for partition_id, gate, k in sorted(quorums):
+            await self._quorum_in(conn, partition_id, gate, k)
+
+    async def _quorum_in(self, conn: AsyncConnection, partition_id: str, gate: int,
+                         k: int) -> int:
+        """:meth:`quorum_settle` in ``conn``'s transaction: a count that reads at most
+        ``k`` index entries, and the skip only once the quorum is met."""
+        i = self.tables.items
+        past = (select(literal(1)).where(
+            i.c.partition_id == partition_id,
+            or_(and_(i.c.status == COMPLETE, i.c.gate >= gate),
+                and_(i.c.status.in_((AVAILABLE, WAITING)), i.c.gate > gate)))
+            .limit(k).subquery())
+        complete = int((await conn.execute(
+            select(func.count()).select_from(past))).scalar_one())
+        if complete >= k:
+            await conn.execute(
+                update(i).where(i.c.partition_id == partition_id, i.c.gate == gate,
+                                i.c.status.in_((AVAILABLE, WAITING)))
+                .values(status=SKIPPED, version=i.c.version + 1,
+                        updated_at=self.statements.now))
+        return complete
 
     async def _waits_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite]) -> None:
         """Store the ``waits`` row of each parking write of ``writes`` (applied ones: the

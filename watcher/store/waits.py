@@ -19,9 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from watcher.errors import AlreadyCompletedError, CompletionRefusedError, WaitNotFoundError
 from watcher.models import AVAILABLE, WAITING
 from watcher.records import ReadyItem
-from watcher.rules.completions import Answer, completion_write
+from watcher.rules.completions import Answer, completion_write, settles_at
 from watcher.rules.decisions import RetryPolicy
 from watcher.rules.spawn import DEFAULT_SPAWN_LIMITS, SpawnLimits
+from watcher.store.codecs import decode_quorum
 from watcher.store.spawns import SpawnsStore
 from watcher.store.sql.shared import ResultSource
 from watcher.waits import new_completion_token, timeout_problem, token_hash, token_well_formed
@@ -96,7 +97,8 @@ class WaitsStore(SpawnsStore):
             raise WaitNotFoundError()
         row = (await conn.execute(
             select(i.c.status, i.c.version, i.c.gate, i.c.attempts, i.c.error_history,
-                   p.c.status.label("partition_status"), p.c.gate.label("partition_gate"))
+                   p.c.status.label("partition_status"), p.c.gate.label("partition_gate"),
+                   p.c.quorum)
             .select_from(i.join(p, p.c.id == i.c.partition_id))
             .where(i.c.partition_id == wait.partition_id, i.c.id == wait.item_id))).first()
         if row is None:
@@ -119,7 +121,9 @@ class WaitsStore(SpawnsStore):
         """Apply ``answer`` to the item waiting on ``token``, exactly once: the item, what
         the answer spawns and, when it parks the item again, the new wait, in one
         transaction guarded by the wait's item version, the waiting status and the
-        open partition. The partition's processors are woken.
+        open partition; when the item's gate has a quorum that this completion meets,
+        the gate's other open items are skipped in the same transaction. The
+        partition's processors are woken.
 
         Raises:
             WaitNotFoundError: no wait has this token (or it is malformed).
@@ -149,6 +153,9 @@ class WaitsStore(SpawnsStore):
             if write.spawn:
                 await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)])
             await self._waits_in(conn, [write])
+            k = dict(decode_quorum(row.quorum)).get(row.gate, 0)
+            if k and settles_at(write, row.gate):
+                await self._quorum_in(conn, wait.partition_id, row.gate, k)
             await self._notify(conn, wait.partition_id)
         gate = row.gate if write.gate is None else write.gate
         return CompletedWait(wait.partition_id, wait.item_id, write.status, gate,

@@ -1,0 +1,167 @@
+"""Quorums in library mode, on every live database: a gate passes on the first k of its
+items, the others settled as ``skipped`` in the transaction that completed the k-th."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from processor import AsyncClient, NewItem
+from tests.support.engine import running, wait_until
+from watcher import Result, Wait, Watcher, WatcherConfig, WorkItem
+from watcher.errors import AlreadyCompletedError, InvalidInputError
+from watcher.protocol import NonRetryableError
+
+FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
+        "retry_backoff_max": 0.2}
+
+
+def config(**overrides: object) -> WatcherConfig:
+    return WatcherConfig(**{"owner_id": "w1", **FAST, **overrides})  # type: ignore[arg-type]
+
+
+async def _statuses(client: AsyncClient, partition_id: str = "p") -> dict[str, str]:
+    return {item.id: item.status for item in await client.items(partition_id)}
+
+
+class Providers:
+    """Three providers asked at gate 0: ``fast`` answers at once, ``slow`` only when
+    released, ``callback`` parks for a completion. Gate 1 (the pick) is done at once."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, int], int] = {}
+        self.release = asyncio.Event()
+        self.tokens: dict[str, str] = {}
+
+    async def __call__(self, item: WorkItem) -> Result:
+        key = (item.id, item.gate)
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if item.gate == 1:
+            return Result(done=True)
+        if item.id == "slow":
+            await self.release.wait()
+            return Result(gate=1, data=b'"late"')
+        if item.id == "callback":
+            self.tokens[item.id] = item.completion_token
+            return Result(wait=Wait(600))
+        return Result(gate=1, data=b'"first"')
+
+
+async def test_the_first_answer_of_three_passes_the_gate_and_late_ones_are_discarded(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    providers = Providers()
+    await client.create_partition(
+        "p", [NewItem("fast", b"1"), NewItem("slow", b"2"), NewItem("callback", b"3")],
+        quorum={0: 1})
+    async with running(Watcher(make_store(), providers, config(concurrency=8))):
+        await wait_until(lambda: ("slow", 0) in providers.calls, message="slow called")
+        await wait_until(lambda: _skipped(client, {"slow", "callback"}),
+                         message="the slow and parked providers skipped")
+        providers.release.set()  # the slow provider answers after the gate was decided
+        info = await client.wait("p", timeout=30)
+    assert info.status == "complete"
+    assert info.counts == {"complete": 1, "skipped": 2}
+    items = {item.id: item for item in await client.items("p")}
+    assert items["slow"].data == b"2", "the late answer is discarded"
+    assert items["slow"].gate == 0 and items["callback"].gate == 0
+    assert providers.calls == {("fast", 0): 1, ("slow", 0): 1, ("callback", 0): 1,
+                               ("fast", 1): 1}, "nothing skipped is called again"
+    with pytest.raises(AlreadyCompletedError):
+        await make_store().wait_complete(providers.tokens["callback"], Result(done=True))
+    await client.close()
+
+
+async def _skipped(client: AsyncClient, ids: set[str]) -> bool:
+    statuses = await _statuses(client)
+    return all(statuses.get(item_id) == "skipped" for item_id in ids)
+
+
+class Reviewers:
+    """Every review parks at gate 0 for a completion; gate 1 is done at once."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, str] = {}
+
+    async def __call__(self, item: WorkItem) -> Result:
+        if item.gate == 0:
+            self.tokens[item.id] = item.completion_token
+            return Result(wait=Wait(600))
+        return Result(done=True)
+
+
+async def test_two_of_three_reviewers_pass_the_gate_and_the_third_is_skipped_at_once(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    reviewers = Reviewers()
+    await client.create_partition("p", [NewItem(name, b"{}") for name in ("ann", "bo", "cy")],
+                                  quorum={0: 2})
+    store = make_store()
+    async with running(Watcher(make_store(), reviewers, config())):
+        await wait_until(lambda: _all(client, "waiting"), message="three reviews parked")
+        await store.wait_complete(reviewers.tokens["ann"], Result(gate=1))
+        assert (await _statuses(client))["cy"] == "waiting", "one approval is not enough"
+        await store.wait_complete(reviewers.tokens["bo"], Result(gate=1))
+        # Skipped in the transaction of the second approval, before any processor acts.
+        assert (await _statuses(client))["cy"] == "skipped"
+        with pytest.raises(AlreadyCompletedError):
+            await store.wait_complete(reviewers.tokens["cy"], Result(gate=1))
+        info = await client.wait("p", timeout=30)
+    assert info.status == "complete" and info.counts == {"complete": 2, "skipped": 1}
+    await client.close()
+
+
+async def _all(client: AsyncClient, status: str) -> bool:
+    statuses = await _statuses(client)
+    return len(statuses) == 3 and set(statuses.values()) == {status}
+
+
+class Rejecting(Reviewers):
+    """``ann`` and ``bo`` reject (for good) at once; ``cy`` parks."""
+
+    async def __call__(self, item: WorkItem) -> Result:
+        if item.gate == 0 and item.id in ("ann", "bo"):
+            raise NonRetryableError("rejected")
+        return await super().__call__(item)
+
+
+async def test_an_unreachable_quorum_fails_the_partition_without_waiting(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    await client.create_partition("p", [NewItem(name, b"{}") for name in ("ann", "bo", "cy")],
+                                  quorum={0: 2})
+    async with running(Watcher(make_store(), Rejecting(), config())):
+        info = await client.wait("p", timeout=30)
+    assert info.status == "failed", "two rejections of three: two approvals cannot come"
+    assert (await _statuses(client))["cy"] == "waiting"
+    await client.close()
+
+
+async def test_an_unreachable_quorum_goes_on_under_the_continue_policy(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    rejecting = Rejecting()
+    await client.create_partition("p", [NewItem(name, b"{}") for name in ("ann", "bo", "cy")],
+                                  quorum={0: 2}, on_item_failure="continue")
+    store = make_store()
+    async with running(Watcher(make_store(), rejecting, config())):
+        await wait_until(lambda: "cy" in rejecting.tokens, message="cy parked")
+        await asyncio.sleep(0)  # the gate waits for cy under "continue"
+        assert (await client.partition("p")).status == "available"
+        await store.wait_complete(rejecting.tokens["cy"], Result(gate=1))
+        info = await client.wait("p", timeout=30)
+    assert info.status == "complete" and info.counts == {"complete": 1, "failed": 2}
+    await client.close()
+
+
+@pytest.mark.parametrize("quorum", [
+    {0: 0}, {0: -1}, {0: True}, {0: 1.5}, {-1: 1}, {"x": 1}, {0: "2"}, [1, 2], "0=1",
+    {0: 1, "0": 2}])
+async def test_a_bad_quorum_is_refused_and_writes_nothing(db_url, table_prefix,
+                                                         quorum) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    with pytest.raises(InvalidInputError, match="quorum"):
+        await client.create_partition("p", [NewItem("a", b"1")], quorum=quorum)
+    assert await client.partitions() == []
+    await client.close()
