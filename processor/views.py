@@ -247,7 +247,7 @@ def counts_text(counts: dict[str, int]) -> str:
 def created_text(partition_id: str, count: int, first_gate: int,
                  settings: PartitionSettings, start_at: datetime | None = None) -> str:
     """What ``processor create`` did, in one line: its items, and each setting that is
-    not the default (key, priority, start time, reduce gates, failure policy)."""
+    not the default (key, priority, quorums, start time, reduce gates, failure policy)."""
     text = f"created partition {partition_id!r} with {plural(count, 'item')}"
     if settings.flow_key:
         text += f" under key {settings.flow_key!r}"
@@ -259,6 +259,8 @@ def created_text(partition_id: str, count: int, first_gate: int,
         text += "; a failed item does not stop it (on-item-failure: continue)"
     if settings.priority:
         text += f"; priority {settings.priority:+d}"
+    for gate, k in settings.quorum:
+        text += f"; gate {gate} passes on the first {plural(k, 'item')}"
     if start_at is not None:
         text += f"; no processor starts it before {utc_text(start_at)}"
     return text

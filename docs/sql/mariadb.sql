@@ -1597,6 +1597,16 @@ SELECT count(*) AS count_1
 -- name: ping
 SELECT %s AS anon_1;
 
+-- name: quorum_settle
+SELECT count(*) AS count_1
+  FROM (
+        SELECT %s AS anon_2
+          FROM items
+         WHERE items.partition_id = %s
+           AND (items.status = %s AND items.gate >= %s OR items.status IN (%s, ...) AND items.gate > %s)
+         LIMIT %s
+       ) AS anon_1;
+
 -- name: reduce_entries (1)
 SELECT items.id,
        items.version,

@@ -1610,6 +1610,15 @@ SELECT count(*) AS count_1
 -- name: ping
 SELECT %(param_n)s AS anon_1;
 
+-- name: quorum_settle
+SELECT count(*) AS count_1
+  FROM (
+        SELECT TOP 1 %(param_n)s AS anon_2
+          FROM items
+         WHERE items.partition_id = %(partition_id_n)s
+           AND (items.status = %(status_n)s AND items.gate >= %(gate_n)s OR items.status IN (%(status_2_n)s, ...) AND items.gate > %(gate_n)s)
+       ) AS anon_1;
+
 -- name: reduce_entries (1)
 SELECT TOP 10 items.id,
        items.version,

@@ -1598,6 +1598,16 @@ SELECT count(*) AS count_1
 -- name: ping
 SELECT %(param_1)s::INTEGER AS anon_1;
 
+-- name: quorum_settle
+SELECT count(*) AS count_1
+  FROM (
+        SELECT %(param_1)s::INTEGER AS anon_2
+          FROM items
+         WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+           AND (items.status = %(status_1)s::VARCHAR AND items.gate >= %(gate_1)s::INTEGER OR items.status IN (%(status_2_1)s::VARCHAR, ...) AND items.gate > %(gate_2)s::INTEGER)
+         LIMIT %(param_2)s::INTEGER
+       ) AS anon_1;
+
 -- name: reduce_entries (1)
 SELECT items.id,
        items.version,

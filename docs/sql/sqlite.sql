@@ -1640,6 +1640,17 @@ SELECT count(*) AS count_1
 -- name: ping
 SELECT ? AS anon_1;
 
+-- name: quorum_settle
+SELECT count(*) AS count_1
+  FROM (
+        SELECT ? AS anon_2
+          FROM items
+         WHERE items.partition_id = ?
+           AND (items.status = ? AND items.gate >= ? OR items.status IN (?, ...) AND items.gate > ?)
+         LIMIT ?
+        OFFSET ?
+       ) AS anon_1;
+
 -- name: reduce_entries (1)
 SELECT items.id,
        items.version,

@@ -38,6 +38,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from processor.api.bodies import media_type, read_whole, stream_into
+from processor.api.create_settings import (
+    query_settings,
+    settings_from,
+    start_time,
+    with_query_fields,
+)
 from processor.api.dispatch import (
     KEY,
     PARTITION,
@@ -59,10 +65,6 @@ from processor.api.upload import (
     Spool,
     json_document,
     json_items,
-    query_settings,
-    settings_from,
-    start_time,
-    with_query_fields,
 )
 from processor.api.views import (
     DEFAULT_WAIT_SECONDS,
@@ -155,7 +157,8 @@ class IngestApi:
                                              dict(request.query_params))
                 settings = settings_from(partition_id, document.get("reduce_gates"),
                                          document.get("on_item_failure"),
-                                         document.get("priority"), document.get("key"))
+                                         document.get("priority"), document.get("key"),
+                                         document.get("quorum"))
                 start_at = start_time(document.get("start_at"))
                 for item in json_items(partition_id, document.get("items"), self.limits,
                                        allow_empty=True):
@@ -175,6 +178,7 @@ class IngestApi:
                 "reduce_gates": sorted(settings.reduce_gates),
                 "on_item_failure": "continue" if settings.continue_on_failure else "fail",
                 "key": settings.flow_key or None, "priority": settings.priority,
+                "quorum": {str(gate): k for gate, k in settings.quorum} or None,
                 "start_at": timestamp(start_at)}
         if created:
             log.info("action=api_partition_created partition=%r items=%d", partition_id,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -23,13 +22,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from processor.api.problems import ApiError, bad_request, from_statefeed, too_large
-from processor.client.checks import check_item, check_items, check_settings
+from processor.client.checks import check_item, check_items
 from processor.wire.contract import parse_new_item
 from processor.wire.values import MalformedResponseError, RepeatedKeyError, decode_json
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.errors import InvalidInputError
 from watcher.records import NewItem, PartitionSettings
-from watcher.rules.delays import DelayError, parse_time
 
 MIB = 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 64 * MIB
@@ -43,19 +41,12 @@ LINE_OVERHEAD_BYTES = 64 * 1024
 JSON_TYPES = frozenset({"application/json"})
 NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
 CREATE_FIELDS = frozenset({"items", "reduce_gates", "on_item_failure", "key", "priority",
-                           "start_at"})
+                           "start_at", "quorum"})
 ADD_FIELDS = frozenset({"items"})
-NDJSON_CREATE_PARAMETERS = frozenset({"reduce_gates", "on_item_failure", "key", "priority",
-                                      "start_at"})
 # id length, gate, data length, not_before (microseconds since the epoch, UTC; NO_TIME: none)
 _RECORD = struct.Struct("<IIQq")
 NO_TIME = -(2**63)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-EARLIEST_START = EPOCH
-# A gate in a query string, bounded because int() refuses over 4300 digits (over 10
-# digits is out of range anyway, which the settings check says: 422).
-GATE_NUMBER = re.compile(r"[0-9]{1,20}")
-PRIORITY_NUMBER = re.compile(r"-?[0-9]{1,10}")
 
 
 @dataclass(frozen=True)
@@ -140,7 +131,7 @@ class RequestDigest:
     def settle(self, settings: PartitionSettings, start_at: datetime | None = None) -> str:
         """The digest, once the body has been read whole: ``settings`` (from the query
         or the body) and ``start_at`` are part of it. The key, the priority and the
-        start time count only when set, so a request without them has the digest it
+        start time (and a quorum) count only when set, so a request without them has the digest it
         had before they existed."""
         self._hash.update(b"\n" + json.dumps(
             [sorted(settings.reduce_gates), settings.continue_on_failure]).encode())
@@ -148,6 +139,8 @@ class RequestDigest:
             self._hash.update(b"\n" + json.dumps(
                 [settings.flow_key, settings.priority,
                  None if start_at is None else start_at.isoformat()]).encode())
+        if settings.quorum:
+            self._hash.update(b"\nquorum " + json.dumps(settings.quorum).encode())
         return self._hash.hexdigest()
 
 
@@ -238,10 +231,10 @@ def json_document(body: bytes, allowed: frozenset[str]) -> dict[str, Any]:
         raise bad_request(str(error), field=error.key if isinstance(error, RepeatedKeyError)
                           else None) from None
     if not isinstance(document, dict):
-        raise bad_request(f"the body must be a JSON object with {_listed(allowed)}")
+        raise bad_request(f"the body must be a JSON object with {listed(allowed)}")
     unknown = sorted(set(document) - allowed)
     if unknown:
-        raise bad_request(f"unknown field {unknown[0]!r}; the body may have {_listed(allowed)}",
+        raise bad_request(f"unknown field {unknown[0]!r}; the body may have {listed(allowed)}",
                           field=unknown[0])
     return document
 
@@ -274,120 +267,6 @@ def json_items(partition_id: str, value: Any, limits: Limits, *, allow_empty: bo
         raise from_statefeed(error, field="items") from None
 
 
-def settings_from(partition_id: str, reduce_gates: Any, on_item_failure: Any,
-                  priority: Any = None, key: Any = None) -> PartitionSettings:
-    """A create's settings, checked as the client checks them.
-
-    Raises:
-        ApiError: 400 when a value has the wrong type, 422 when the rules refuse it.
-    """
-    if priority is None:
-        priority = 0
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise bad_request("'priority' must be a whole number from -10 to 10", field="priority")
-    if key is not None and not isinstance(key, str):
-        raise bad_request("'key' must be a string (a tenant or customer id)", field="key")
-    if reduce_gates is None:
-        reduce_gates = []
-    if on_item_failure is None:
-        on_item_failure = "fail"
-    if not isinstance(reduce_gates, list):
-        raise bad_request("'reduce_gates' must be an array of gates, such as [1]",
-                          field="reduce_gates")
-    if not isinstance(on_item_failure, str):
-        raise bad_request("'on_item_failure' must be \"fail\" or \"continue\"",
-                          field="on_item_failure")
-    try:
-        return check_settings(partition_id, reduce_gates, on_item_failure, priority, key)
-    except InvalidInputError as error:
-        text = str(error)
-        field = next((name for name in ("on_item_failure", "priority", "key")
-                      if name in text), "reduce_gates")
-        raise from_statefeed(error, field=field) from None
-
-
-def start_time(value: Any) -> datetime | None:
-    """A create's ``start_at`` (RFC 3339 with an offset), checked, and no earlier than
-    1970 (a time before starts it at once all the same); ``None`` when absent.
-
-    Raises:
-        ApiError: 400 when it is not a string, 422 when it is not such a time, has no
-            offset, or is more than a year ahead.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise bad_request("'start_at' must be an RFC 3339 time such as "
-                          '"2026-11-26T10:00:00Z"', field="start_at")
-    try:
-        moment = parse_time(value, "start_at")
-    except DelayError as error:
-        raise from_statefeed(InvalidInputError(str(error)), field="start_at") from None
-    # Any past time starts it at once; one near year 1 would overflow the rank a
-    # priority moves it by.
-    return max(moment, EARLIEST_START)
-
-
-def query_fields(query: dict[str, str]) -> dict[str, Any]:
-    """A create's settings given in its query string (``reduce_gates=1,3``,
-    ``on_item_failure=continue``, ``key=acme``, ``priority=-2``, ``start_at=...``), as
-    the values a JSON body gives them; only those present.
-
-    Raises:
-        ApiError: 400 for an unknown parameter, or gates or a priority that are not
-            numbers.
-    """
-    unknown = sorted(set(query) - NDJSON_CREATE_PARAMETERS)
-    if unknown:
-        raise bad_request(f"unknown query parameter {unknown[0]!r}; a create takes "
-                          f"{_listed(NDJSON_CREATE_PARAMETERS)}", field=unknown[0])
-    fields: dict[str, Any] = {name: query[name] for name in ("on_item_failure", "key",
-                                                             "start_at") if name in query}
-    if "reduce_gates" in query:
-        raw = query["reduce_gates"]
-        parts = raw.split(",") if raw else []
-        # ASCII digits only: int() would also take "1_0", " 1" and other scripts' digits.
-        if not all(GATE_NUMBER.fullmatch(part) for part in parts):
-            raise bad_request(f"reduce_gates must be gates separated by commas, such as 1,3; "
-                              f"got {raw!r}", field="reduce_gates")
-        fields["reduce_gates"] = [int(part) for part in parts]
-    priority = query.get("priority")
-    if priority is not None:
-        if not PRIORITY_NUMBER.fullmatch(priority):
-            raise bad_request(f"priority must be a whole number from -10 to 10, got "
-                              f"{priority!r}", field="priority")
-        fields["priority"] = int(priority)
-    return fields
-
-
-def with_query_fields(document: dict[str, Any], query: dict[str, str]) -> dict[str, Any]:
-    """A JSON create's body with the settings its query gives: each may be in the
-    body or the query, not both.
-
-    Raises:
-        ApiError: 400 as :func:`query_fields`, and for a setting given twice.
-    """
-    fields = query_fields(query)
-    for name in sorted(fields):
-        if document.get(name) is not None:
-            raise bad_request(f"{name!r} is given in the body and in the query; give it in "
-                              "one of them", field=name)
-    return {**document, **fields}
-
-
-def query_settings(partition_id: str, query: dict[str, str]) -> PartitionSettings:
-    """An NDJSON create's settings, from its query string (:func:`query_fields`; its
-    ``start_at``: :func:`start_time`).
-
-    Raises:
-        ApiError: 400 for an unknown parameter or a gate that is not a number, 422
-            when the rules refuse a value.
-    """
-    fields = query_fields(query)
-    return settings_from(partition_id, fields.get("reduce_gates"),
-                         fields.get("on_item_failure"), fields.get("priority"),
-                         fields.get("key"))
-
-
-def _listed(names: frozenset[str]) -> str:
+def listed(names: frozenset[str]) -> str:
+    """``names`` quoted, in order, joined by commas: what a body or query may hold."""
     return ", ".join(repr(name) for name in sorted(names))

@@ -39,6 +39,7 @@ from processor.cli.common import (
     fail,
     say,
 )
+from processor.cli.create_options import parse_gates, parse_policy, parse_quorum, parse_start_at
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 
 if TYPE_CHECKING:
@@ -54,7 +55,6 @@ STDIN = "-"
 # A file read by the CLI has no body or upload limit: the spool moves to a temporary file.
 NO_STREAM_LIMIT = sys.maxsize
 # A gate longer than this is out of range anyway (the settings check says so).
-MAX_GATE_DIGITS = 20
 
 ITEMS_HELP = ("NDJSON file of items, one per line: {\"id\": \"a\", \"gate\": 0, \"data\": "
               "<any JSON>} (or \"data_b64\": \"<base64>\" for raw bytes; gate defaults to "
@@ -97,6 +97,10 @@ def create(
                                           help="No processor starts it before this time, by "
                                           "the database clock: RFC 3339 with an offset, "
                                           "2026-11-26T10:00:00Z.")] = "",
+    quorum: Annotated[list[str] | None, typer.Option(
+        "--quorum", show_default=False, metavar="GATE=K",
+        help="Gate GATE passes once K of its items are complete; the others are "
+        "skipped (repeat for more gates): --quorum 0=1 keeps the first answer.")] = None,
     max_item_bytes: MaxItemBytes = DEFAULT_MAX_ITEM_BYTES,
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
@@ -116,9 +120,10 @@ def create(
 
     check_id("partition", partition_id)
     limits = _limits(max_item_bytes)
-    settings = check_settings(partition_id, _gates(reduce_gates), _policy(on_item_failure),
-                              priority, key or None)
-    start = _start_at(start_at)
+    settings = check_settings(partition_id, parse_gates(reduce_gates),
+                              parse_policy(on_item_failure), priority, key or None,
+                              parse_quorum(quorum or []))
+    start = parse_start_at(start_at)
     url = database_url(db_url, table_prefix)
     with _spool() as spool:
         if items_file:
@@ -137,6 +142,7 @@ def create(
             "reduce_gates": sorted(settings.reduce_gates),
             "on_item_failure": "continue" if settings.continue_on_failure else "fail",
             "key": settings.flow_key or None, "priority": settings.priority,
+            "quorum": {str(gate): k for gate, k in settings.quorum} or None,
             "start_at": None if start is None else utc_text(start)}))
         return
     say(created_text(partition_id, count, first_gate, settings, start))
@@ -228,42 +234,6 @@ def _limits(max_item_bytes: int) -> Limits:
         raise fail(f"--max-item-bytes must be a positive number of bytes, got {max_item_bytes}")
     return Limits(max_item_bytes, max_body_bytes=NO_STREAM_LIMIT,
                   max_upload_bytes=NO_STREAM_LIMIT)
-
-
-def _gates(raw: str) -> list[int]:
-    """The gates of ``--reduce-gates 1,3`` (spaces around each allowed), unchecked."""
-    parts = [part.strip() for part in raw.split(",")] if raw.strip() else []
-    # ASCII digits only: int() would also take "1_0", "+1" and other scripts' digits.
-    if not all(part.isascii() and part.isdigit() and len(part) <= MAX_GATE_DIGITS
-               for part in parts):
-        raise fail(f"--reduce-gates must be gates separated by commas, such as 1,3; got "
-                   f"{raw!r}")
-    return [int(part) for part in parts]
-
-
-def _start_at(raw: str) -> datetime | None:
-    """``--start-at`` as an aware time; ``None`` when not given.
-
-    Raises:
-        typer.Exit: not an RFC 3339 time with an offset, or more than a year ahead.
-    """
-    from watcher.rules.delays import DelayError, parse_time
-
-    if not raw:
-        return None
-    try:
-        return parse_time(raw, "--start-at")
-    except DelayError as error:
-        raise fail(str(error)) from None
-
-
-def _policy(raw: str) -> str:
-    from processor.client.checks import ITEM_FAILURE_POLICIES
-
-    if raw not in ITEM_FAILURE_POLICIES:
-        raise fail(f"--on-item-failure must be one of {', '.join(ITEM_FAILURE_POLICIES)}, "
-                   f"got {raw!r}")
-    return raw
 
 
 @contextlib.contextmanager

@@ -97,7 +97,8 @@ def add(
     """Add a schedule. Each tick creates the partition NAME/<tick time, ISO 8601 UTC>, such
     as nightly/2026-11-28T03:00:00Z, with the items of --items and the settings given,
     exactly once across the fleet. Everything is checked before anything is written."""
-    from processor.cli.produce import _gates, _limits, _policy, _read_items, _spool
+    from processor.cli.create_options import parse_gates, parse_policy
+    from processor.cli.produce import _limits, _read_items, _spool
     from processor.client.schedules import check_schedule_name, new_schedule
     from processor.schedule_views import schedule_dict, schedule_text
     from watcher.rules.durations import parse_duration
@@ -105,7 +106,7 @@ def add(
     check_schedule_name(name)
     seconds = parse_duration("--every", every) if every else None
     limits = _limits(max_item_bytes)
-    gates, policy = _gates(reduce_gates), _policy(on_item_failure)
+    gates, policy = parse_gates(reduce_gates), parse_policy(on_item_failure)
     # Every check first, so a bad option is named before the items are read.
     new_schedule(name, cron=cron or None, timezone=timezone or None, every=seconds, items=(),
                  reduce_gates=gates, on_item_failure=policy, priority=priority,

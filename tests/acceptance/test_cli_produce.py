@@ -102,7 +102,7 @@ async def test_create_from_a_file_with_reduce_gates_and_policy(where, tmp_path) 
                "--on-item-failure", "continue", "--json", *where)
     assert json.loads(ok(done)) == {"id": "job", "items": 4, "first_gate": 0,
                                     "reduce_gates": [1, 2], "on_item_failure": "continue",
-                                    "key": None, "priority": 0, "start_at": None}
+                                    "key": None, "priority": 0, "quorum": None, "start_at": None}
     info, stored_items = await stored(where, "job")
     assert (info.status, info.gate, info.counts) == ("available", 0, {"available": 4})
     assert (info.reduce_gates, info.on_item_failure) == ((1, 2), "continue")
@@ -216,7 +216,7 @@ async def test_create_streams_a_20000_line_file(where, tmp_path) -> None:
     done = cli("create", "big", "--items", str(items), "--json", *where)
     assert json.loads(ok(done)) == {"id": "big", "items": 20_000, "first_gate": 0,
                                     "reduce_gates": [], "on_item_failure": "fail",
-                                    "key": None, "priority": 0, "start_at": None}
+                                    "key": None, "priority": 0, "quorum": None, "start_at": None}
     async with AsyncClient(where[1], where[3]) as client:
         counts = await client.gate_counts(["big"])
         last = await client.items("big", after="item-19998")
@@ -420,3 +420,20 @@ def test_a_database_never_migrated_is_refused_before_reading(tmp_path, verb) -> 
     line = one_error_line(done, 1)
     assert "no statefeed tables" in line and line.endswith("run `processor migrate` first")
     assert not typo.exists()
+
+
+async def test_create_takes_quorums_and_refuses_bad_ones_in_one_line(where, tmp_path) -> None:
+    items = tmp_path / "items.ndjson"
+    items.write_text(ndjson({"id": "a", "data": 1}, {"id": "b", "data": 2}))
+    done = cli("create", "job", "--items", str(items), "--quorum", "0=1", "--quorum", "2=3",
+               "--json", *where)
+    assert json.loads(ok(done))["quorum"] == {"0": 1, "2": 3}
+    said = ok(cli("create", "other", "--quorum", "1=2", *where))
+    assert "gate 1 passes on the first 2 items" in said
+    for bad in ("1=0", "x=2", "1", "1=2=3", "-1=2"):
+        line = one_error_line(cli("create", "bad", "--quorum", bad, *where))
+        assert "quorum" in line, line
+    line = one_error_line(cli("create", "bad", "--quorum", "1=2", "--quorum", "1=3", *where))
+    assert "twice" in line
+    async with AsyncClient(where[1], where[3]) as client:
+        assert {info.id for info in await client.partitions()} == {"job", "other"}

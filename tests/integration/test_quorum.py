@@ -165,3 +165,31 @@ async def test_a_bad_quorum_is_refused_and_writes_nothing(db_url, table_prefix,
         await client.create_partition("p", [NewItem("a", b"1")], quorum=quorum)
     assert await client.partitions() == []
     await client.close()
+
+
+async def test_the_api_and_its_ndjson_form_take_a_quorum(db_url, table_prefix) -> None:
+    from tests.integration.test_api import error_of, lines, serving
+
+    client = AsyncClient(db_url, table_prefix)
+    async with serving(db_url, table_prefix) as api:
+        made = await api.put("/v1/partitions/j", json={"items": [{"id": "a", "data": 1}],
+                                                       "quorum": {"0": 1, "2": 3}})
+        assert made.status_code == 201, made.text
+        assert made.json()["quorum"] == {"0": 1, "2": 3}
+        streamed = await api.put("/v1/partitions/n?quorum=1=2", content=lines(
+            {"id": "b", "data": 2}), headers={"content-type": "application/x-ndjson"})
+        assert streamed.status_code == 201, streamed.text
+        assert streamed.json()["quorum"] == {"1": 2}
+        for body in ({"quorum": {"0": 0}}, {"quorum": {"x": 1}}, {"quorum": [1]},
+                     {"quorum": {"0": "1"}}):
+            refused = await api.put("/v1/partitions/bad", json=body)
+            assert refused.status_code in (400, 422), refused.text
+            assert error_of(refused)["field"] == "quorum", refused.text
+        for query in ("quorum=1", "quorum=1=2,1=3", "quorum=a=1"):
+            refused = await api.put(f"/v1/partitions/bad?{query}", content=lines(
+                {"id": "b", "data": 2}), headers={"content-type": "application/x-ndjson"})
+            assert refused.status_code == 400 and error_of(refused)["field"] == "quorum"
+        assert (await api.get("/v1/partitions/bad")).status_code == 404
+    store_rows = {info.id for info in await client.partitions()}
+    assert store_rows == {"j", "n"}
+    await client.close()

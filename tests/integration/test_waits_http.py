@@ -198,3 +198,51 @@ async def test_the_api_token_is_not_needed_to_complete(db_url, table_prefix,
             await processor.aclose()
     assert info.status == "complete"
     await client.close()
+
+
+async def test_a_quorum_of_one_keeps_the_first_providers_answer_over_http(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    released = asyncio.Event()
+    calls: list[tuple[str, int]] = []
+    tokens: dict[str, str] = {}
+
+    async def ask(item: handlers.Item) -> handlers.Result:
+        calls.append((item.id, item.gate))
+        if item.id == "slow":
+            await asyncio.wait_for(released.wait(), timeout=30)
+            return handlers.Result(gate=1, data={"answer": "late"})
+        if item.id == "callback":
+            tokens[item.id] = item.completion_token
+            return handlers.Result(wait={"timeout": 3600})
+        return handlers.Result(gate=1, data={"answer": "first"})
+
+    def pick(item: handlers.Item) -> handlers.Result:
+        calls.append((item.id, item.gate))
+        return handlers.Result(done=True)
+
+    await client.create_partition("p", [NewItem(name, b"{}")
+                                        for name in ("fast", "slow", "callback")],
+                                  quorum={0: 1})
+    options = ApiOptions(parse_database_url(db_url), table_prefix, port=0)
+    async with serve_app(handlers.app({0: ask, 1: pick})) as url, \
+            api_running(options) as api_url, \
+            httpx.AsyncClient(base_url=api_url, timeout=30) as http:
+        processor = HttpProcessor(HttpProcessorConfig(handler_url=f"{url}/"))
+        watcher = Watcher(make_store(), processor, WatcherConfig(owner_id="w1", **FAST))
+        try:
+            async with running(watcher):
+                # The gate passes while the slow provider still works: its call is
+                # given up (it was skipped), and its answer would be discarded.
+                info = await client.wait("p", timeout=20)
+                late = await http.post(f"/v1/completions/{tokens['callback']}",
+                                       json={"gate": 1})
+                assert late.status_code == 409, late.text
+                released.set()
+        finally:
+            await processor.aclose()
+    assert info.status == "complete" and info.counts == {"complete": 1, "skipped": 2}
+    items = {item.id: item for item in await client.items("p")}
+    assert items["slow"].data == b"{}", "the late answer is discarded"
+    assert sorted(calls) == [("callback", 0), ("fast", 0), ("fast", 1), ("slow", 0)]
+    await client.close()

@@ -193,6 +193,7 @@ async def _drive_waits(store: Store) -> None:
     with pytest.raises(AlreadyCompletedError):
         await store.wait_complete(token, Result(done=True))
     await store.items_wait_expired("pw", 0, 10)
+    assert await store.quorum_settle("pw", 0, 1) == 0  # nothing complete at gate 0
 
 
 async def _drive_item_lookups(store: Store) -> None:

@@ -20,7 +20,7 @@ from watcher.dispatch.reducer import GateReducer, ReduceOutcomeKind
 from watcher.errors import StatefeedError
 from watcher.models import Status
 from watcher.protocol import NonRetryableError, RetryableError
-from watcher.records import GateSummary
+from watcher.records import GateSummary, ItemWrite
 from watcher.rules.completions import QuorumMove, decide_quorum, summary_under_quorum
 from watcher.rules.decisions import GateMove, RetryPolicy, decide_gate, write_for_error
 from watcher.rules.timeline import Progress, decode_timeline, encode_timeline, record_move
@@ -168,6 +168,24 @@ class GateMover:
         else:
             self._ended(Status.COMPLETE.value, from_gate)
         return Pass(wait=None, move=action.move)
+
+    def mark_quorum(self, writes: list[ItemWrite]) -> None:
+        """Tell each of ``writes`` (answers at the current gate) the gate's quorum, if it
+        has one: the write that meets it skips the gate's other items in its transaction."""
+        k = self.lease.settings.quorum_at(self.lease.gate)
+        if k:
+            for write in writes:
+                write.quorum = (self.lease.gate, k)
+
+    async def quorum_met(self) -> bool:
+        """Whether the current gate has a quorum and enough of its items are complete
+        (the others are then skipped, if a racing write did not already).
+
+        Raises the database's error when the count or the skip fails.
+        """
+        k = self.lease.settings.quorum_at(self.lease.gate)
+        return bool(k) and await self.store.quorum_settle(
+            self.partition_id, self.lease.gate, k) >= k
 
     async def _under_quorum(self, summary: GateSummary) -> GateSummary:
         """The summary as the gate's quorum has it (:func:`~watcher.rules.completions.

@@ -37,6 +37,7 @@ from watcher.protocol import (
     WorkItem,
 )
 from watcher.records import ItemWrite, ReadyItem
+from watcher.rules.completions import settles_at
 from watcher.rules.decisions import (
     ReadChoice,
     RetryPolicy,
@@ -84,6 +85,7 @@ class PartitionSupervisor:
         self._unpaid = UnpaidRetries(lease.partition_id, config.max_unpaid_retries,
                                      on_throttled=on_throttled, on_unavailable=on_unavailable)
         self._check_lease = False
+        self._quorum_written = False  # a written answer may have met the gate's quorum
         self._spawn_limits = SpawnLimits.of(config)
         self._db_outage = OutageLatch()
         # Per-item hooks are called only when overridden: the no-ops cost a call per item.
@@ -144,6 +146,10 @@ class PartitionSupervisor:
             return Pass(wait=None if not self.in_hand else self.config.poll_interval)
         if self._check_lease and not await self._confirm_lease():
             return Pass(wait=None)
+        if self._quorum_written:
+            self._quorum_written = False
+            if await self.gates.quorum_met():
+                await self.in_hand.cancel_calls()  # the items still in flight were skipped
         now = time.monotonic()
         if self.keeper.expired(lease, now):
             # Renewals failed or hang past the lease's until: it is lost.
@@ -300,10 +306,7 @@ class PartitionSupervisor:
             written.append(item)
         if not writes:
             return
-        quorum = self.lease.settings.quorum_at(self.lease.gate)
-        if quorum:
-            for write in writes:
-                write.quorum = (self.lease.gate, quorum)
+        self.gates.mark_quorum(writes)
         self.in_hand.results_queued(written)
         try:
             self.writer.enqueue_many(writes, functools.partial(
@@ -328,6 +331,8 @@ class PartitionSupervisor:
                 else:
                     left += 1
                 if outcome is True:
+                    if write.quorum is not None and settles_at(write, write.quorum[0]):
+                        self._quorum_written = True
                     if report:
                         self.hooks.item_outcome(pid, item.id, item.gate,
                                                 outcome_name(item, write), seconds)

@@ -8,21 +8,11 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    exists,
-    func,
-    insert,
-    select,
-    update,
-)
+from sqlalchemy import exists, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from watcher.errors import (
-    DuplicateItemError,
-    GateError,
-    PartitionExistsError,
-)
+from watcher.errors import DuplicateItemError, GateError, PartitionExistsError
 from watcher.models import AVAILABLE, COMPLETE, ItemFailurePolicy
 from watcher.records import (
     ItemInfo,
