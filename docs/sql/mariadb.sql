@@ -643,7 +643,7 @@ SELECT count(*) AS count_1,
         SELECT items.id AS id
           FROM items
          WHERE items.partition_id = %s
-           AND items.status = %s
+           AND items.status IN (%s, ...)
            AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
          ORDER BY items.id
          LIMIT %s
@@ -653,7 +653,7 @@ SELECT count(*) AS count_1,
 DELETE
   FROM items
  WHERE items.partition_id = %s
-   AND items.status = %s
+   AND items.status IN (%s, ...)
    AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
    AND items.id <= %s;
 
@@ -664,7 +664,7 @@ SELECT count(*) AS count_1,
         SELECT items.id AS id
           FROM items
          WHERE items.partition_id = %s
-           AND items.status = %s
+           AND items.status IN (%s, ...)
            AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
            AND items.id > %s
          ORDER BY items.id
@@ -678,7 +678,7 @@ SELECT count(*) AS count_1,
         SELECT items.id AS id
           FROM items
          WHERE items.partition_id = %s
-           AND items.status = %s
+           AND items.status IN (%s, ...)
            AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
            AND items.gate != %s
          ORDER BY items.id

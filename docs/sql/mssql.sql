@@ -630,7 +630,7 @@ SELECT count(*) AS count_1,
         SELECT TOP 10 items.id AS id
           FROM items
          WHERE items.partition_id = %(partition_id_n)s
-           AND items.status = %(status_n)s
+           AND items.status IN (%(status_1_n)s, ...)
            AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
          ORDER BY items.id
        ) AS anon_1;
@@ -639,7 +639,7 @@ SELECT count(*) AS count_1,
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
-   AND items.status = %(status_n)s
+   AND items.status IN (%(status_1_n)s, ...)
    AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
    AND items.id <= %(id_n)s;
 
@@ -650,7 +650,7 @@ SELECT count(*) AS count_1,
         SELECT TOP 10 items.id AS id
           FROM items
          WHERE items.partition_id = %(partition_id_n)s
-           AND items.status = %(status_n)s
+           AND items.status IN (%(status_1_n)s, ...)
            AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
            AND items.id > %(id_n)s
          ORDER BY items.id
@@ -663,7 +663,7 @@ SELECT count(*) AS count_1,
         SELECT TOP 10 items.id AS id
           FROM items
          WHERE items.partition_id = %(partition_id_n)s
-           AND items.status = %(status_n)s
+           AND items.status IN (%(status_1_n)s, ...)
            AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
            AND items.gate != %(gate_n)s
          ORDER BY items.id

@@ -634,7 +634,7 @@ SELECT count(*) AS count_1,
         SELECT items.id AS id
           FROM items
          WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-           AND items.status = %(status_1)s::VARCHAR
+           AND items.status IN (%(status_1_1)s::VARCHAR, ...)
            AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
          ORDER BY items.id
          LIMIT %(param_2)s::INTEGER
@@ -644,7 +644,7 @@ SELECT count(*) AS count_1,
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   AND items.status = %(status_1)s::VARCHAR
+   AND items.status IN (%(status_1_1)s::VARCHAR, ...)
    AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
    AND items.id <= %(id_1)s::VARCHAR;
 
@@ -655,7 +655,7 @@ SELECT count(*) AS count_1,
         SELECT items.id AS id
           FROM items
          WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-           AND items.status = %(status_1)s::VARCHAR
+           AND items.status IN (%(status_1_1)s::VARCHAR, ...)
            AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
            AND items.id > %(id_1)s::VARCHAR
          ORDER BY items.id
@@ -669,7 +669,7 @@ SELECT count(*) AS count_1,
         SELECT items.id AS id
           FROM items
          WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-           AND items.status = %(status_1)s::VARCHAR
+           AND items.status IN (%(status_1_1)s::VARCHAR, ...)
            AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
            AND items.gate != %(gate_1)s::INTEGER
          ORDER BY items.id

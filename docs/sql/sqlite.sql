@@ -664,7 +664,7 @@ SELECT count(*) AS count_1,
         SELECT items.id AS id
           FROM items
          WHERE items.partition_id = ?
-           AND items.status = ?
+           AND items.status IN (?, ...)
            AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
          ORDER BY items.id
          LIMIT ?
@@ -675,7 +675,7 @@ SELECT count(*) AS count_1,
 DELETE
   FROM items
  WHERE items.partition_id = ?
-   AND items.status = ?
+   AND items.status IN (?, ...)
    AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
    AND items.id <= ?;
 
@@ -686,7 +686,7 @@ SELECT count(*) AS count_1,
         SELECT items.id AS id
           FROM items
          WHERE items.partition_id = ?
-           AND items.status = ?
+           AND items.status IN (?, ...)
            AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
            AND items.id > ?
          ORDER BY items.id
@@ -701,7 +701,7 @@ SELECT count(*) AS count_1,
         SELECT items.id AS id
           FROM items
          WHERE items.partition_id = ?
-           AND items.status = ?
+           AND items.status IN (?, ...)
            AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
            AND items.gate != ?
          ORDER BY items.id

@@ -193,3 +193,34 @@ async def test_the_api_and_its_ndjson_form_take_a_quorum(db_url, table_prefix) -
     store_rows = {info.id for info in await client.partitions()}
     assert store_rows == {"j", "n"}
     await client.close()
+
+
+class FirstThenPark:
+    """Gate 0: ``a`` is done at once, ``b`` parks; gate 1 parks, so the partition stays
+    open."""
+
+    async def __call__(self, item: WorkItem) -> Result:
+        if item.gate == 0 and item.id == "a":
+            return Result(done=True)
+        return Result(wait=Wait(600))
+
+
+async def test_item_retention_sheds_skipped_items_with_the_complete_ones(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    await client.create_partition("p", [NewItem("a", b"1"), NewItem("b", b"2"),
+                                        NewItem("c", b"3", gate=1)], quorum={0: 1})
+    store = make_store()
+    async with running(Watcher(make_store(), FirstThenPark(), config())):
+        await wait_until(lambda: _is(client, {"a": "complete", "b": "skipped",
+                                              "c": "waiting"}),
+                         message="a complete, b skipped, c parked at gate 1")
+        await asyncio.sleep(0.01)  # older than the retention's 1 ms
+        removed, _ = await store.items_purge_finished("p", older_than=0.001, batch=10)
+    assert removed == 2
+    assert await _statuses(client) == {"c": "waiting"}
+    await client.close()
+
+
+async def _is(client: AsyncClient, wanted: dict[str, str]) -> bool:
+    return await _statuses(client) == wanted

@@ -20,7 +20,7 @@ from watcher.errors import (
     PartitionLeasedError,
     PartitionNotFoundError,
 )
-from watcher.models import AVAILABLE, COMPLETE, DELETING
+from watcher.models import AVAILABLE, COMPLETE, DELETING, SKIPPED
 from watcher.reports import DeleteBatch
 from watcher.store.base import StoreBase
 from watcher.store.codecs import (
@@ -150,9 +150,9 @@ class RemovalStore(StoreBase):
         (``None``: nothing more to delete). The walk follows the primary key, so
         the items kept are not read again batch after batch.
 
-        Only ``complete`` items go: a reduce reads the available items at its
+        Only ``complete`` and ``skipped`` items go: a reduce reads the available items at its
         gate and, under ``on_item_failure=continue``, the failed ones, never a
-        complete one, so no reduce's view changes; failed items stay for
+        complete or skipped one, so no reduce's view changes; failed items stay for
         ``retry_failed``. While the partition stands at a reduce gate, the items
         at that gate stay until it has passed. A partition that is not open is
         left alone (partition retention removes finished ones whole).
@@ -167,7 +167,7 @@ class RemovalStore(StoreBase):
                 .where(p.c.id == partition_id, p.c.status == AVAILABLE))).first()
             if row is None:
                 return 0, None
-            wanted = [i.c.partition_id == partition_id, i.c.status == COMPLETE,
+            wanted = [i.c.partition_id == partition_id, i.c.status.in_((COMPLETE, SKIPPED)),
                       i.c.updated_at < self.statements.now_plus(-older_than)]
             if after is not None:
                 wanted.append(i.c.id > after)
