@@ -278,7 +278,10 @@ class RateLimiter:
                 continue
             if pool.unmet:
                 self.hooks.calls_throttled(pool.scope.value, "rate", pool.unmet)
+            asked = self._clock()
             granted = await self.store.flow_tokens_claim(
                 pool.scope, pool.name, rate=pool.rate, want=want, returned=returned)
             if want:
-                pool.claimed(granted, self._clock())
+                # Their lifetime counts from before the claim, as a grant's does: a slow
+                # answer (a busy machine) does not let them start calls later.
+                pool.claimed(granted, asked)
