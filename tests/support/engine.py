@@ -83,15 +83,16 @@ async def leased_partition(store: Store, partition_id: str, count: int, owner: s
 
 
 async def create_one_item_partitions(store: Store, ids: Sequence[str],
-                                     settings: PartitionSettings) -> None:
-    """Create one-item partitions ``ids`` (item ``i``, data ``{}``) with ``settings``, in
+                                     settings: PartitionSettings, data: bytes = b"{}"
+                                     ) -> None:
+    """Create one-item partitions ``ids`` (item ``i`` with ``data``) with ``settings``, in
     order, in one transaction: the rows :meth:`Store.partition_create` writes (the same
     statements, in the same order), without a commit per partition, which made a
     burst of 2,000 take 10-20 s of a test. Setup only: the creates themselves are
     tested one by one."""
     if settings.flow_key:
         await store.flow_key_prepare(settings.flow_key)
-    items = [NewItem("i", b"{}", 0)]
+    items = [NewItem("i", data, 0)]
     async with store._write() as conn:
         for partition_id in ids:
             await store._partition_insert(conn, partition_id, 0, settings)
