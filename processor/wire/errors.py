@@ -130,11 +130,6 @@ def malformed(status: int, problem: str, expected: str) -> Failure:
 # --------------------------------------------------------------------------- failures
 
 
-def describe_item(item: WorkItem) -> str:
-    """How messages name an item: partition, item, gate and attempt."""
-    return item_context(item.partition_id, item.id, item.gate, item.attempt)
-
-
 def item_context(partition_id: str, item_id: str, gate: int, attempt: int) -> str:
     """How a message names an item: partition, item, gate and attempt. Item errors
     stored by earlier versions start with it (see

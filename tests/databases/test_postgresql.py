@@ -255,62 +255,78 @@ async def _updates(store: Store) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-async def _counted(store: Store, writes: Callable[[], Any], expected: int, *,
-                   setup: int) -> tuple[int, int]:
-    """Run ``writes`` (``expected`` partition updates) on a table that has seen
-    ``setup`` updates before; return the (updates, HOT updates) they made.
+async def _counted(setup: Store, make_store: Callable[..., Store],
+                   writes: Callable[[Store], Any], expected: int, *,
+                   updates_before: int) -> tuple[Store, int, int]:
+    """Run ``writes`` (``expected`` partition updates, on a store of their own) after the
+    ``setup`` store made ``updates_before``; return a store to read with and the
+    (updates, HOT updates) the writes made.
 
-    Each session reports its counters when it goes idle (at most once a second),
-    so the counts are awaited until every update has arrived.
+    A session reports its counters when it goes idle (at most once a second, else
+    up to 10 s later) and when it ends: each store is closed once its writes are
+    done, so the counts arrive at once. They are awaited until every update has.
     """
-    async def settled() -> tuple[int, int] | None:
-        now = await _updates(store)
-        return now if now[0] >= setup else None
+    reader = make_store()
 
-    before = await wait_until(settled, timeout=30, interval=0.2, message="the setup's updates")
-    await writes()
+    async def settled() -> tuple[int, int] | None:
+        now = await _updates(reader)
+        return now if now[0] >= updates_before else None
+
+    await setup.close()
+    before = await wait_until(settled, timeout=30, interval=0.05,
+                              message="the setup's updates")
+    writer = make_store()
+    await writes(writer)
+    await writer.close()
 
     async def arrived() -> tuple[int, int] | None:
-        now = await _updates(store)
+        now = await _updates(reader)
         delta = (now[0] - before[0], now[1] - before[1])
         return delta if delta[0] >= expected else None
 
-    return await wait_until(arrived, timeout=30, interval=0.2,
-                            message=f"{expected} partition updates in pg_stat_user_tables")
+    updates, hot = await wait_until(arrived, timeout=30, interval=0.05,
+                                    message=f"{expected} partition updates in "
+                                            "pg_stat_user_tables")
+    return reader, updates, hot
 
 
-async def test_add_items_to_open_partitions_is_a_hot_update(store: Store) -> None:
+async def test_add_items_to_open_partitions_is_a_hot_update(
+        make_store: Callable[..., Store]) -> None:
+    store = make_store()
     ids = [f"p{n}" for n in range(4)]
     for pid in ids:
         await store.partition_create(pid, [NewItem("seed", b"x")])
     await store.leases_take(await store.leases_read_free(10), "me", 30.0)
     calls = 40
 
-    async def add() -> None:
+    async def add(writer: Store) -> None:
         for call in range(calls):
-            await store.items_add(ids[call % len(ids)],
-                                  [NewItem(f"i{call}-{n}", b"y") for n in range(10)])
+            await writer.items_add(ids[call % len(ids)],
+                                   [NewItem(f"i{call}-{n}", b"y") for n in range(10)])
 
-    updates, hot = await _counted(store, add, calls, setup=len(ids))  # the takes
+    _, updates, hot = await _counted(store, make_store, add, calls,
+                                     updates_before=len(ids))  # the takes
     assert updates == calls
     assert hot == updates, f"{updates - hot} of {updates} add_items updates were not HOT"
 
 
-async def test_a_gate_advance_is_a_hot_update(store: Store) -> None:
+async def test_a_gate_advance_is_a_hot_update(make_store: Callable[..., Store]) -> None:
+    store = make_store()
     await store.partition_create("p", [NewItem("a", b"x"), NewItem("b", b"x", gate=5)])
     (lease,) = await store.leases_take(await store.leases_read_free(10), "me", 30.0)
     version = lease.version
 
-    async def advance() -> None:
+    async def advance(writer: Store) -> None:
         nonlocal version
         for gate in range(1, 5):
-            new = await store.partition_transition("p", version, "me", gate=gate)
+            new = await writer.partition_transition("p", version, "me", gate=gate)
             assert new is not None
             version = new
 
-    updates, hot = await _counted(store, advance, 4, setup=1)  # the take
+    reader, updates, hot = await _counted(store, make_store, advance, 4,
+                                          updates_before=1)  # the take
     assert (updates, hot) == (4, 4)
-    assert (await store.partition_get("p")).gate == 4
+    assert (await reader.partition_get("p")).gate == 4
 
 
 async def test_partition_pages_keep_room_for_hot_updates(store: Store) -> None:

@@ -35,6 +35,14 @@ FAST = {"poll_interval": 0.05, "lease_duration": 1.5, "retry_backoff": 0.05,
 PARTITIONS, ITEMS = 4, 30
 
 
+def probing_quickly(watcher: Watcher) -> Watcher:
+    """``watcher`` with its hold's probes 0.05 s apart, doubling up to 0.4 s: three
+    probes come within half a second instead of 3.5 s (the waits themselves are
+    tests/unit/test_unpaid.py's)."""
+    watcher.flow.hold.first_wait, watcher.flow.hold.max_wait = 0.05, 0.4
+    return watcher
+
+
 @pytest.fixture
 async def client(db_url: str, table_prefix: str) -> AsyncIterator[AsyncClient]:
     async with AsyncClient(db_url, table_prefix) as opened:
@@ -124,8 +132,8 @@ async def test_a_stopped_handler_that_comes_back_fails_nothing(
     handler = Handler()
     port = free_port()
     processor = processor_for(f"http://127.0.0.1:{port}", batch)
-    watcher = Watcher(make_store(), processor,
-                      WatcherConfig(**FAST, max_retries=0, concurrency=8))
+    watcher = probing_quickly(Watcher(make_store(), processor,
+                                      WatcherConfig(**FAST, max_retries=0, concurrency=8)))
     first = serve_app(handler, port=port, abrupt=True)
     await first.__aenter__()
     try:
@@ -156,8 +164,8 @@ async def test_a_proxy_answering_502_503_504_for_every_call_fails_nothing(
     handler = Handler()
     async with serve_app(handler) as url:
         processor = processor_for(url, batch)
-        watcher = Watcher(make_store(), processor,
-                          WatcherConfig(**FAST, max_retries=0, concurrency=8))
+        watcher = probing_quickly(Watcher(make_store(), processor,
+                                          WatcherConfig(**FAST, max_retries=0, concurrency=8)))
         try:
             async with running(watcher):
                 await wait_until(lambda: len(handler.calls) >= 8)

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from processor import AsyncClient, NewItem
-from tests.support.engine import crash, running, wait_until
+from tests.support.engine import crash, create_one_item_partitions, running, wait_until
 from watcher import Result, Watcher, WatcherConfig, WorkItem
 from watcher.errors import InvalidInputError
 from watcher.store import Store
@@ -107,9 +107,8 @@ async def test_a_default_limit_per_key_applies_to_every_key(
 
 async def test_one_tenants_partition_starts_within_a_lease_cycle_behind_anothers_thousands(
         client: AsyncClient, make_store: Callable[..., Store]) -> None:
-    for n in range(2000):
-        await client.store.partition_create(
-            f"a-{n:04}", [NewItem("i", b"{}")], client_settings(key="a"))
+    await create_one_item_partitions(client.store, [f"a-{n:04}" for n in range(2000)],
+                                     client_settings(key="a"))
     handler = PerKey(seconds=0.2)
     config = {**FAST, "concurrency": 4, "max_leases": 50}
     watchers = [Watcher(make_store(), handler, WatcherConfig(**config, owner_id=f"w{n}"))

@@ -18,6 +18,7 @@ from tests.support.engine import running, wait_until
 from tests.support.servers import read_body, send_json, serve_app
 from watcher import Result, ThrottledError, Watcher, WatcherConfig, WorkItem
 from watcher.errors import InvalidInputError
+from watcher.rules.buckets import BURST_SECONDS, TOKEN_LIFETIME
 from watcher.store import Store
 
 FAST = {"poll_interval": 0.05, "lease_duration": 1.5, "retry_backoff": 0.05,
@@ -51,6 +52,25 @@ def steady_rate(starts: list[float], skip: float = 0.5) -> float:
     return (len(later) - 1) / (later[-1] - later[0])
 
 
+def over_the_bucket(starts: list[float], rate: float) -> str | None:
+    """The first window of calls more than a bucket of ``rate`` lets through, or
+    ``None``. A bucket gives at most a burst (:data:`BURST_SECONDS` of its rate) and
+    then its rate, in any window; a call may use a token claimed up to
+    :data:`TOKEN_LIFETIME` before it. A processor whose event loop stalled (a busy
+    machine) comes back to a full burst, so the calls of a window of a few seconds
+    may run over the rate by that burst, and no more."""
+    burst = max(1.0, rate * BURST_SECONDS)
+    ordered = sorted(starts)
+    for first in range(len(ordered)):
+        for last in range(first, len(ordered)):
+            calls = last - first + 1
+            allowed = burst + rate * (ordered[last] - ordered[first] + TOKEN_LIFETIME)
+            if calls > allowed:
+                return (f"{calls} calls in {ordered[last] - ordered[first]:.3f} s "
+                        f"(from call {first}); a bucket of {rate}/s allows {allowed:.1f}")
+    return None
+
+
 async def test_a_handler_rate_holds_across_three_processors(
         client: AsyncClient, make_store: Callable[..., Store]) -> None:
     for n in range(6):
@@ -63,7 +83,11 @@ async def test_a_handler_rate_holds_across_three_processors(
         await wait_until(lambda: len(stamps.starts) >= 150, timeout=30,
                          message="150 rate-limited calls")
     rate = steady_rate(stamps.starts)
-    assert 40 * 0.85 <= rate <= 40 * 1.1, rate
+    assert 40 * 0.85 <= rate, rate
+    # Exact, at every window: the steady rate alone ran over 44/s once on a loaded
+    # machine, by the burst a stalled event loop came back to.
+    problem = over_the_bucket(stamps.starts, 40.0)
+    assert problem is None, f"{problem}; steady rate {rate:.1f}/s"
 
 
 async def test_a_key_rate_limits_that_key_only(

@@ -162,7 +162,7 @@ def test_each_public_name_has_one_import_path() -> None:
     for name in ("parse_header", "DEFAULT_MAX_CONNECTIONS", "header_safe",
                  "parse_success_body", "parse_answer", "parse_error_body", "classify_error",
                  "parse_retry_after", "HandlerError", "MalformedResponseError",
-                 "MAX_RETRY_AFTER", "describe_item"):
+                 "MAX_RETRY_AFTER", "item_context"):
         assert name not in vars(http_processor), name
         homes = [module for module in (config_module, wire, wire_values, wire_errors,
                                        wire_reduce) if name in vars(module)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from watcher.flow.waiters import Waiters
 from watcher.rules.buckets import UNLIMITED
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class HandlerHold:
         self.holds = 0  # holds begun since the start
         self.probes = 0  # probes made since the start
         self._task: asyncio.Task[None] | None = None
-        self._waiting: dict[asyncio.Event, None] = {}
+        self._waiting = Waiters()
 
     # -- what the supervisors tell it ------------------------------------------
 
@@ -99,7 +100,7 @@ class HandlerHold:
         log.warning("action=handler_hold_ended handler=%s seconds=%.1f probes=%d "
                     "failed_calls=%d", self.handler, self._clock() - self.since, probes,
                     self.failed_calls)
-        self._wake()
+        self._waiting.wake()
 
     async def stop(self) -> None:
         """Stop probing (the processor stops). Safe to call more than once."""
@@ -131,13 +132,7 @@ class HandlerHold:
         """Every waiting partition is woken when the hold ends."""
 
     def notify_when_free(self, event: asyncio.Event) -> None:
-        self._waiting.setdefault(event, None)
+        self._waiting.add(event)
 
     def leave(self, event: asyncio.Event) -> None:
-        self._waiting.pop(event, None)
-
-    def _wake(self) -> None:
-        while self._waiting:
-            event = next(iter(self._waiting))
-            del self._waiting[event]
-            event.set()
+        self._waiting.remove(event)

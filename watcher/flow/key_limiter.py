@@ -85,9 +85,17 @@ class KeyLimiter:
             del self.pools[key]
         if not self.pools:
             return
-        set_limits = await self.store.flow_key_limits(list(self.pools))
+        keys = list(self.pools)
+        set_limits = await self.store.flow_key_limits(keys)
         default = self.config.max_inflight_per_key
-        for key, pool in list(self.pools.items()):
+        for key in keys:
+            pool = self.pools.get(key)
+            if pool is None:
+                continue
+            # Only the keys whose limits were just read: a pool made during the read
+            # (a partition of a new key leased meanwhile) lets nothing by until the
+            # next pass reads its limit. Taken as unlimited instead, a limited key
+            # ran as many calls as this processor's slots at once.
             limit = set_limits.get(key, default)
             if limit is None:
                 if pool.granted:  # a limit was lifted: give the grant back

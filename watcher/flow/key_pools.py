@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 
+from watcher.flow.waiters import Waiters
 from watcher.rules.grants import GrantDecision
 
 # A pool with no limit lets any number through (the processor's own slots bound it).
@@ -46,7 +47,7 @@ class KeyPool:
         # asked with: the new grant covers those, and a call started meanwhile might
         # not be covered by it.
         self.frozen_at: int | None = None
-        self._waiting: dict[asyncio.Event, None] = {}
+        self._waiting = Waiters()
         self.wanted_grant = wanted_grant  # set when unmet demand needs a grant now
 
     @property
@@ -145,18 +146,13 @@ class KeyPool:
         refused would, or a key with nothing in flight here would ask for nothing."""
         if event in self._waiting:
             return
-        self._waiting[event] = None
+        self._waiting.add(event)
         if self.limit is not None or not self.known:
             self.unmet += self.refill_at if self.limit is not None else 1
             self.wanted_grant.set()
 
     def leave(self, event: asyncio.Event) -> None:
-        self._waiting.pop(event, None)
+        self._waiting.remove(event)
 
     def _wake(self, *, everyone: bool = True) -> None:
-        while self._waiting:
-            event = next(iter(self._waiting))
-            del self._waiting[event]
-            event.set()
-            if not everyone:
-                return
+        self._waiting.wake(everyone=everyone)

@@ -27,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.config import WatcherConfig
 from watcher.flow.slots import wait_event
+from watcher.flow.waiters import Waiters
 from watcher.hooks import Hooks, SafeHooks
 from watcher.models import FlowScope
 from watcher.outages import OutageLatch
@@ -58,7 +59,7 @@ class TokenPool:
         self.held = 0  # calls refused by a hold since they were last reported
         self.used = 0  # calls let through since the last claim
         self._demand = demand
-        self._waiting: dict[asyncio.Event, None] = {}
+        self._waiting = Waiters()
 
     @property
     def refill_at(self) -> int:
@@ -126,7 +127,7 @@ class TokenPool:
         self.tokens += tokens
         self.expires_at = now + TOKEN_LIFETIME
         self.unmet = self.used = 0
-        self._wake()
+        self._waiting.wake()
 
     def block(self, until: float) -> None:
         """Hold every call until ``until`` (monotonic); a later hold wins."""
@@ -136,21 +137,15 @@ class TokenPool:
         """Whether a hold has just ended (its waiters are woken)."""
         if self.blocked_until and now >= self.blocked_until:
             self.blocked_until = 0.0
-            self._wake()
+            self._waiting.wake()
             return True
         return False
 
     def notify_when_free(self, event: asyncio.Event) -> None:
-        self._waiting.setdefault(event, None)
+        self._waiting.add(event)
 
     def leave(self, event: asyncio.Event) -> None:
-        self._waiting.pop(event, None)
-
-    def _wake(self) -> None:
-        while self._waiting:
-            event = next(iter(self._waiting))
-            del self._waiting[event]
-            event.set()
+        self._waiting.remove(event)
 
 
 class RateLimiter:
@@ -278,7 +273,10 @@ class RateLimiter:
                 continue
             if pool.unmet:
                 self.hooks.calls_throttled(pool.scope.value, "rate", pool.unmet)
+            asked = self._clock()
             granted = await self.store.flow_tokens_claim(
                 pool.scope, pool.name, rate=pool.rate, want=want, returned=returned)
             if want:
-                pool.claimed(granted, self._clock())
+                # Their lifetime counts from before the claim, as a grant's does: a slow
+                # answer (a busy machine) does not let them start calls later.
+                pool.claimed(granted, asked)
