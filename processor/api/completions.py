@@ -24,6 +24,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from processor.api.bodies import read_whole
+from processor.api.client_rate import ClientRate, retry_after
 from processor.api.problems import ApiError, bad_request
 from processor.wire.contract import parse_answer
 from processor.wire.values import MalformedResponseError, decode_json
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PREFIX: Final = "/v1/completions/"
+# The routes as the OpenAPI document names them.
+COMPLETION_ROUTES: Final = frozenset({("POST", "/v1/completions/{token}"),
+                                      ("POST", "/v1/completions/{token}/heartbeat")})
 ANSWER_FIELDS: Final = frozenset({"gate", "done", "data", "data_b64", "spawn", "error",
                                   "no_retry", "wait"})
 # A heartbeat or an answer without items is small; its own bound, below the API's.
@@ -58,6 +62,7 @@ class CompletionRoutes:
     def __init__(self, app: Any, api: IngestApi) -> None:
         self.app = app
         self.api = api
+        self.rate = ClientRate(api.limits.completions_per_minute)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -71,6 +76,12 @@ class CompletionRoutes:
         from processor.api.dispatch import error_response, statefeed_answer
 
         try:
+            client = scope.get("client")
+            wait = self.rate.take(str(client[0]) if client else "")
+            if wait:
+                raise ApiError(429, "too_many_requests", "too many completion requests "
+                               "from this address; try again after Retry-After seconds",
+                               headers={"retry-after": retry_after(wait)})
             response = await answer_completion(self.api, Request(scope, receive), raw_path)
         except ApiError as error:
             response = error_response(error)
@@ -105,7 +116,8 @@ async def answer_completion(api: IngestApi, request: Request, raw_path: str) -> 
         raise not_found()
     if request.method != "POST":
         raise ApiError(405, "method_not_allowed",
-                       f"{request.method} is not allowed here; this route takes POST")
+                       f"{request.method} is not allowed here; this route takes POST",
+                       headers={"allow": "POST"})
     store = api.client.store
     try:
         if rest == "heartbeat":
