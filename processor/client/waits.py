@@ -115,8 +115,9 @@ class WaitsClient:
         apply.
 
         Raises:
-            WaitNotFoundError: the item is not waiting.
-            AlreadyCompletedError: the wait is over; nothing was written.
+            WaitNotFoundError: the partition has no such item.
+            AlreadyCompletedError: the item is not waiting (its wait is over); nothing
+                was written.
             CompletionRefusedError: the answer cannot be applied; nothing was written.
         """
         answer = completion_answer(done=done, data=data, error=error, no_retry=no_retry)

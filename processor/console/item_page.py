@@ -121,9 +121,10 @@ async def item_data(client: AsyncClient, query: Mapping[str, str]) -> dict[str, 
 ITEM_NOTICES = {
     "completed": "Completed: the wait is over and the item went on as the answer says.",
     "failed": "Failed: the item recorded the error.",
-    "already-completed": "Not done: the wait was over already (completed with its token, "
-                         "timed out, retried or cancelled). Nothing was written.",
-    "not-waiting": "Not done: the item is not waiting.",
+    "already-completed": "Not done: the item is not waiting; its wait was over already "
+                         "(completed with its token, timed out, retried or cancelled). "
+                         "Nothing was written.",
+    "not-waiting": "Not done: the partition has no such item.",
 }
 
 

@@ -104,17 +104,20 @@ class WaitsStore(SpawnsStore):
         """The current ``waits`` row of the item (the one at its version) and its state.
 
         Raises:
-            WaitNotFoundError: the item is not waiting (or has no such item).
-            AlreadyCompletedError: its wait is over, or its partition is not open.
+            WaitNotFoundError: the partition has no such item.
+            AlreadyCompletedError: the item is not waiting (its wait, if it had one, is
+                over), or its partition is not open.
         """
         i, w = self.tables.items, self.tables.waits
-        wait = (await conn.execute(
-            select(w).select_from(w.join(i, and_(i.c.partition_id == w.c.partition_id,
-                                                 i.c.id == w.c.item_id,
-                                                 i.c.version == w.c.version)))
-            .where(w.c.partition_id == partition_id, w.c.item_id == item_id))).first()
-        if wait is None:
+        item = (await conn.execute(select(i.c.status, i.c.version).where(
+            i.c.partition_id == partition_id, i.c.id == item_id))).first()
+        if item is None:
             raise WaitNotFoundError()
+        wait = (await conn.execute(select(w).where(
+            w.c.partition_id == partition_id, w.c.item_id == item_id,
+            w.c.version == item.version))).first()
+        if wait is None or item.status != WAITING:
+            raise AlreadyCompletedError(str(item.status))
         return wait, await self._waiting_row(conn, wait)
 
     async def _waiting_row(self, conn: AsyncConnection, wait: Any) -> Any:
@@ -175,8 +178,9 @@ class WaitsStore(SpawnsStore):
         the wait row at the item's current version, so exactly one of the two wins.
 
         Raises:
-            WaitNotFoundError: the item is not waiting.
-            AlreadyCompletedError: the wait is over; nothing was written.
+            WaitNotFoundError: the partition has no such item.
+            AlreadyCompletedError: the item is not waiting (the wait is over, or it never
+                waited); nothing was written.
             CompletionRefusedError: the answer cannot be applied (the field is named).
             SpawnConflictError: the answer spawns an id the partition holds already.
         """
