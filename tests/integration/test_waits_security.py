@@ -121,6 +121,9 @@ async def test_no_completion_token_leaks_anywhere(
                 status = _cli(db_url, table_prefix, "status", "--json")
                 assert '"waiting": {' in status and '"by_gate": {' in status
                 seen.append(status)
+                table = _cli(db_url, table_prefix, "status")
+                assert "p: 1 waiting (gate 0: 1); the oldest for" in table
+                seen.append(table)
                 seen.append(_cli(db_url, table_prefix, "items", "p", "--show", "b", "--json"))
                 seen.append(_cli(db_url, table_prefix, "items", "p", "--status", "waiting"))
         finally:
