@@ -166,3 +166,36 @@ async def test_the_completion_routes_are_bounded_per_address(db_url, table_prefi
         assert 1 <= int(refused.headers["retry-after"]) <= 20
         other = await http.get("v1/partitions")
         assert other.status_code == 200, "the other routes are not bounded"
+
+
+async def test_an_instrumented_api_names_the_completed_item_on_its_span(
+        db_url, table_prefix, make_store) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from processor.api.server import create_app
+    from tests.integration.test_waits import Parker, config
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    client = AsyncClient(db_url, table_prefix)
+    parker = Parker()
+    await client.create_partition("p", [NewItem("a", b"1")])
+    async with running(Watcher(make_store(), parker, config())):
+        async def parked() -> bool:
+            return len(await client.items("p", status="waiting")) == 1
+        await wait_until(parked, message="parked")
+        app = create_app(ApiOptions(parse_database_url(db_url), table_prefix, port=0), client)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as http:
+            with provider.get_tracer("test").start_as_current_span("POST /v1/completions"):
+                done = await http.post(f"/v1/completions/{parker.token('a')}",
+                                       json={"gate": 1})
+            assert done.status_code == 200, done.text
+    [span] = exporter.get_finished_spans()
+    assert dict(span.attributes or {}) == {
+        "statefeed.partition": "p", "statefeed.item": "a", "statefeed.gate": 1,
+        "statefeed.status": "available"}
+    await client.close()
