@@ -16,7 +16,7 @@ from typing import Any
 
 from processor.observe.safe_text import escape_controls
 from watcher.records import ItemInfo, NewItem, PartitionInfo, PartitionSettings
-from watcher.reports import PurgeReport, RetryReport
+from watcher.reports import PurgeReport, RetryReport, WaitSummary
 from watcher.rules.durations import format_duration
 from watcher.text import shorten
 
@@ -118,11 +118,49 @@ def attempts_text(info: ItemInfo) -> str:
 
 
 def item_row(info: ItemInfo) -> dict[str, Any]:
-    """One item as ``processor items --json`` prints it (its data left out)."""
+    """One item as ``processor items --json`` prints it (its data left out); a waiting
+    item's ``deadline`` is when its wait times out (its ``retry_at``)."""
     return {"id": info.id, "status": info.status, "gate": info.gate, "attempts": info.attempts,
             "last_error": info.last_error, "version": info.version,
             "retry_at": None if info.retry_at is None else info.retry_at.isoformat(),
-            "parent": info.parent}
+            "deadline": wait_deadline(info), "parent": info.parent}
+
+
+def wait_deadline(info: ItemInfo) -> str | None:
+    """When a waiting item's wait times out (RFC 3339, UTC); ``None`` for any other item."""
+    if info.status != "waiting" or info.retry_at is None:
+        return None
+    moment = info.retry_at
+    return (moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment).isoformat()
+
+
+def waiting_row(summary: WaitSummary | None) -> dict[str, Any] | None:
+    """A partition's parked items as ``status --json`` and the API show them: counts per
+    gate, the longest wait in seconds and the earliest deadline; ``None`` when none."""
+    if summary is None:
+        return None
+    deadline = summary.next_deadline
+    return {"by_gate": {str(gate): count for gate, count in sorted(summary.by_gate.items())},
+            "oldest_seconds": round(summary.oldest_seconds, 3),
+            "next_deadline": None if deadline is None else (
+                deadline.replace(tzinfo=UTC) if deadline.tzinfo is None else deadline
+            ).isoformat()}
+
+
+def waiting_text(summary: WaitSummary) -> str:
+    """A partition's parked items in a line: ``"3 waiting (gate 1: 2, gate 2: 1); the
+    oldest for 4 min"``."""
+    total = sum(summary.by_gate.values())
+    gates = ", ".join(f"gate {gate}: {count}" for gate, count in sorted(summary.by_gate.items()))
+    return f"{total} waiting ({gates}); the oldest for {age_text(summary.oldest_seconds)}"
+
+
+def age_text(seconds: float) -> str:
+    """A duration for a person: ``"42 s"``, ``"7 min"``, ``"3 h"``, ``"2 d"``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
 
 
 def history_rows(info: ItemInfo) -> list[dict[str, Any]]:
@@ -177,6 +215,9 @@ def item_lines(info: ItemInfo, *, data_limit: int | None) -> list[str]:
              f"  attempts  {attempts_text(info)}", f"  parent    {info.parent or '-'}"]
     if info.retry_at is not None and info.status == "available":
         lines.append(f"  ready at  {info.retry_at.isoformat(sep=' ', timespec='milliseconds')} UTC")
+    if info.retry_at is not None and info.status == "waiting":
+        lines.append(f"  deadline  {info.retry_at.isoformat(sep=' ', timespec='milliseconds')} "
+                     "UTC (its wait times out then)")
     kind, shown = data_lines(info.data, data_limit)
     lines.append(f"data ({kind})" + (":" if shown else ""))
     lines += [f"  {line}" for line in shown]

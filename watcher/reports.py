@@ -85,6 +85,21 @@ class Backlog:
     partitions: dict[str, int]
     items_waiting: int
     oldest_waiting: float = 0.0
+    # Items parked (status ``waiting``) in open partitions, and how many seconds the
+    # longest-parked of them has waited for its completion (0.0 when none is parked).
+    items_parked: int = 0
+    oldest_parked: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class WaitSummary:
+    """A partition's parked items (status ``waiting``): how many per gate, how many
+    seconds the longest-parked has waited (by the database clock), and the earliest
+    deadline among them. Never a token."""
+
+    by_gate: dict[int, int]
+    oldest_seconds: float
+    next_deadline: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

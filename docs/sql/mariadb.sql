@@ -79,6 +79,36 @@ SELECT (
                  LIMIT %s
                ) AS anon_14
        ) AS anon_13,
+       (
+        SELECT count(*) AS count_7
+          FROM (
+                SELECT items.id AS id
+                  FROM items
+                 INNER JOIN partitions
+                    ON partitions.id = items.partition_id
+                 WHERE partitions.status = %s
+                   AND items.status = %s
+                 LIMIT %s
+               ) AS anon_16
+       ) AS anon_15,
+       (
+        SELECT min(anon_18.parked_at) AS min_2
+          FROM (
+                SELECT (
+                        SELECT min(waits.created_at) AS min_3
+                          FROM items
+                         INNER JOIN waits
+                            ON waits.partition_id = items.partition_id
+                           AND waits.item_id = items.id
+                           AND waits.version = items.version
+                         WHERE items.partition_id = partitions.id
+                           AND items.status = %s
+                       ) AS parked_at
+                  FROM partitions
+                 WHERE partitions.status = %s
+                 LIMIT %s
+               ) AS anon_18
+       ) AS anon_17,
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: flow_block (1)

@@ -71,6 +71,34 @@ SELECT (
                  WHERE partitions.status = %(status_n)s
                ) AS anon_14
        ) AS anon_13,
+       (
+        SELECT count(*) AS count_7
+          FROM (
+                SELECT TOP 1000 items.id AS id
+                  FROM items
+                  JOIN partitions
+                    ON partitions.id = items.partition_id
+                 WHERE partitions.status = %(status_n)s
+                   AND items.status = %(status_n)s
+               ) AS anon_16
+       ) AS anon_15,
+       (
+        SELECT min(anon_18.parked_at) AS min_2
+          FROM (
+                SELECT TOP 1000 (
+                        SELECT min(waits.created_at) AS min_3
+                          FROM items
+                          JOIN waits
+                            ON waits.partition_id = items.partition_id
+                           AND waits.item_id = items.id
+                           AND waits.version = items.version
+                         WHERE items.partition_id = partitions.id
+                           AND items.status = %(status_n)s
+                       ) AS parked_at
+                  FROM partitions
+                 WHERE partitions.status = %(status_n)s
+               ) AS anon_18
+       ) AS anon_17,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: flow_block (1)

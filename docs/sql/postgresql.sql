@@ -79,6 +79,36 @@ SELECT (
                  LIMIT %(param_8)s::INTEGER
                ) AS anon_14
        ) AS anon_13,
+       (
+        SELECT count(*) AS count_7
+          FROM (
+                SELECT items.id AS id
+                  FROM items
+                  JOIN partitions
+                    ON partitions.id = items.partition_id
+                 WHERE partitions.status = %(status_10)s::VARCHAR
+                   AND items.status = %(status_11)s::VARCHAR
+                 LIMIT %(param_9)s::INTEGER
+               ) AS anon_16
+       ) AS anon_15,
+       (
+        SELECT min(anon_18.parked_at) AS min_2
+          FROM (
+                SELECT (
+                        SELECT min(waits.created_at) AS min_3
+                          FROM items
+                          JOIN waits
+                            ON waits.partition_id = items.partition_id
+                           AND waits.item_id = items.id
+                           AND waits.version = items.version
+                         WHERE items.partition_id = partitions.id
+                           AND items.status = %(status_12)s::VARCHAR
+                       ) AS parked_at
+                  FROM partitions
+                 WHERE partitions.status = %(status_13)s::VARCHAR
+                 LIMIT %(param_10)s::INTEGER
+               ) AS anon_18
+       ) AS anon_17,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: flow_block (1)

@@ -87,6 +87,38 @@ SELECT (
                 OFFSET ?
                ) AS anon_14
        ) AS anon_13,
+       (
+        SELECT count(*) AS count_7
+          FROM (
+                SELECT items.id AS id
+                  FROM items
+                  JOIN partitions
+                    ON partitions.id = items.partition_id
+                 WHERE partitions.status = ?
+                   AND items.status = ?
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_16
+       ) AS anon_15,
+       (
+        SELECT min(anon_18.parked_at) AS min_2
+          FROM (
+                SELECT (
+                        SELECT min(waits.created_at) AS min_3
+                          FROM items
+                          JOIN waits
+                            ON waits.partition_id = items.partition_id
+                           AND waits.item_id = items.id
+                           AND waits.version = items.version
+                         WHERE items.partition_id = partitions.id
+                           AND items.status = ?
+                       ) AS parked_at
+                  FROM partitions
+                 WHERE partitions.status = ?
+                 LIMIT ?
+                OFFSET ?
+               ) AS anon_18
+       ) AS anon_17,
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: flow_block (1)

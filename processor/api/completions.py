@@ -17,6 +17,7 @@ the token usable. The token never appears in a log line or an answer.
 from __future__ import annotations
 
 import logging
+import sys
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
 
@@ -24,6 +25,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from processor.api.bodies import read_whole
+from processor.api.client_rate import ClientRate, retry_after
 from processor.api.problems import ApiError, bad_request
 from processor.wire.contract import parse_answer
 from processor.wire.values import MalformedResponseError, decode_json
@@ -39,6 +41,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PREFIX: Final = "/v1/completions/"
+# The routes as the OpenAPI document names them.
+COMPLETION_ROUTES: Final = frozenset({("POST", "/v1/completions/{token}"),
+                                      ("POST", "/v1/completions/{token}/heartbeat")})
 ANSWER_FIELDS: Final = frozenset({"gate", "done", "data", "data_b64", "spawn", "error",
                                   "no_retry", "wait"})
 # A heartbeat or an answer without items is small; its own bound, below the API's.
@@ -58,6 +63,7 @@ class CompletionRoutes:
     def __init__(self, app: Any, api: IngestApi) -> None:
         self.app = app
         self.api = api
+        self.rate = ClientRate(api.limits.completions_per_minute)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -71,6 +77,12 @@ class CompletionRoutes:
         from processor.api.dispatch import error_response, statefeed_answer
 
         try:
+            client = scope.get("client")
+            wait = self.rate.take(str(client[0]) if client else "")
+            if wait:
+                raise ApiError(429, "too_many_requests", "too many completion requests "
+                               "from this address; try again after Retry-After seconds",
+                               headers={"retry-after": retry_after(wait)})
             response = await answer_completion(self.api, Request(scope, receive), raw_path)
         except ApiError as error:
             response = error_response(error)
@@ -105,7 +117,8 @@ async def answer_completion(api: IngestApi, request: Request, raw_path: str) -> 
         raise not_found()
     if request.method != "POST":
         raise ApiError(405, "method_not_allowed",
-                       f"{request.method} is not allowed here; this route takes POST")
+                       f"{request.method} is not allowed here; this route takes POST",
+                       headers={"allow": "POST"})
     store = api.client.store
     try:
         if rest == "heartbeat":
@@ -130,7 +143,21 @@ async def answer_completion(api: IngestApi, request: Request, raw_path: str) -> 
         raise bad_request(str(error), field="spawn") from None
     log.info("action=wait_completed partition=%r item=%r status=%s gate=%d",
              done.partition_id, done.item_id, done.status, done.gate)
+    mark_span(done)
     return JSONResponse(completed_view(done), 200)
+
+
+def mark_span(done: CompletedWait) -> None:
+    """Name the completed item on the current span, when an instrumented API has one
+    (its attributes: ``statefeed.partition``, ``statefeed.item``, ``statefeed.gate``,
+    ``statefeed.status``; never the token). Without OpenTelemetry loaded, nothing."""
+    if "opentelemetry.trace" not in sys.modules:
+        return
+    from opentelemetry import trace
+
+    trace.get_current_span().set_attributes({
+        "statefeed.partition": done.partition_id, "statefeed.item": done.item_id,
+        "statefeed.gate": done.gate, "statefeed.status": done.status})
 
 
 def completed_view(done: CompletedWait) -> dict[str, Any]:

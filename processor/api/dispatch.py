@@ -41,7 +41,8 @@ def answer(status: int, document: dict[str, Any], *headers: tuple[str, str]) -> 
 
 def error_response(error: ApiError) -> Response:
     """The answer of an error, in the one error shape."""
-    return Response(error.body(), error.status, media_type="application/json")
+    return Response(error.body(), error.status, media_type="application/json",
+                    headers=error.headers or None)
 
 
 def _path_value(placeholder: str, segment: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 
 from watcher.errors import (
     DatabaseError,
@@ -37,6 +38,8 @@ class ApiError(Exception):
     message: str
     field: str | None = None
     line: int | None = None
+    # Headers the answer carries besides the error body (Retry-After, Allow).
+    headers: dict[str, str] = dataclass_field(default_factory=dict)
 
     def __str__(self) -> str:
         return self.message

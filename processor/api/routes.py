@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.resources import files
@@ -84,7 +84,8 @@ from processor.observe.tracing import traced_settings
 from processor.views import retry_row
 from watcher.errors import DuplicateItemError
 from watcher.models import MAX_GATE
-from watcher.records import NewItem
+from watcher.records import NewItem, PartitionInfo
+from watcher.reports import WaitSummary
 from watcher.store.db.urls import DatabaseURL
 
 log = logging.getLogger(__name__)
@@ -232,12 +233,20 @@ class IngestApi:
         page = await self.client.partitions(query.get("status"), limit,
                                             after=query.get("after"),
                                             id_prefix=query.get("prefix"))
-        return answer(200, {"partitions": [partition_view(info) for info in page],
+        parked = await self._parked(page)
+        return answer(200, {"partitions": [partition_view(info, parked.get(info.id))
+                                           for info in page],
                             "next_cursor": page.next_cursor})
 
     async def read(self, request: Request, partition_id: str) -> Response:
         only(request.query_params, frozenset())
-        return answer(200, partition_view(await self.client.partition(partition_id)))
+        info = await self.client.partition(partition_id)
+        return answer(200, partition_view(info, (await self._parked([info])).get(info.id)))
+
+    async def _parked(self, infos: Sequence[PartitionInfo]) -> dict[str, WaitSummary]:
+        """The parked items of those of ``infos`` that have some (one read, or none)."""
+        ids = [info.id for info in infos if info.counts.get("waiting")]
+        return await self.client.waits_summary(ids) if ids else {}
 
     async def wait(self, request: Request, partition_id: str) -> Response:
         only(request.query_params, frozenset({"timeout"}))
@@ -247,7 +256,7 @@ class IngestApi:
             info = await self.client.wait(partition_id, timeout)
         except TimeoutError:
             info = await self.client.partition(partition_id)
-        view = partition_view(info)
+        view = partition_view(info, (await self._parked([info])).get(info.id))
         return answer(200 if view["finished"] else 202, view)
 
     async def items(self, request: Request, partition_id: str) -> Response:

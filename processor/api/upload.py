@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from processor.api.client_rate import DEFAULT_COMPLETIONS_PER_MINUTE
 from processor.api.problems import ApiError, bad_request, from_statefeed, too_large
 from processor.client.checks import check_item, check_items
 from processor.wire.contract import parse_new_item
@@ -53,11 +54,15 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 class Limits:
     """What a request may carry: an item's data (``max_item_bytes``, as the client's),
     a body read whole (``max_body_bytes``: JSON, and every add) and an NDJSON create
-    streamed to a spool (``max_upload_bytes``)."""
+    streamed to a spool (``max_upload_bytes``); and how often one client address may
+    call the completion routes (``completions_per_minute``,
+    :mod:`processor.api.client_rate`)."""
 
     max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    # Requests to the completion routes per client address a minute (0: no bound).
+    completions_per_minute: int = DEFAULT_COMPLETIONS_PER_MINUTE
 
     @property
     def max_line_bytes(self) -> int:

@@ -19,9 +19,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from processor.api.problems import bad_request
-from processor.views import partition_row
+from processor.views import partition_row, wait_deadline, waiting_row
 from processor.wire.values import DATA_ENCODER, MalformedResponseError, decode_json
 from watcher.records import ItemInfo, PartitionInfo
+from watcher.reports import WaitSummary
 
 FINISHED = ("complete", "failed", "cancelled")
 DEFAULT_WAIT_SECONDS = 30.0
@@ -38,11 +39,13 @@ MAX_NUMBER_CHARS = 40
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def partition_view(info: PartitionInfo) -> dict[str, Any]:
+def partition_view(info: PartitionInfo, waiting: WaitSummary | None = None) -> dict[str, Any]:
     """A partition: status, gate, counts per status, settings (its key, priority and
     pause too), result and timestamps; ``finished`` says it is complete, failed or
-    cancelled."""
+    cancelled; ``waiting`` its parked items (per gate, the oldest's age, the earliest
+    deadline), ``null`` when none."""
     row = partition_row(info)
+    row["waiting"] = waiting_row(waiting)
     row.pop("owner", None)
     row.pop("result", None)
     row.pop("result_b64", None)
@@ -60,7 +63,8 @@ def item_view(info: ItemInfo, *, with_data: bool) -> dict[str, Any]:
     view: dict[str, Any] = {
         "id": info.id, "status": info.status, "gate": info.gate, "attempts": info.attempts,
         "last_error": info.last_error, "version": info.version,
-        "retry_at": timestamp(info.retry_at), "parent": info.parent}
+        "retry_at": timestamp(info.retry_at), "deadline": wait_deadline(info),
+        "parent": info.parent}
     if with_data:
         view.update(data_value(info.data))
     return view

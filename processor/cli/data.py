@@ -58,7 +58,7 @@ def status(
     "paused acme +2"); with --watch, again and again until Ctrl-C."""
     from processor.client.flow_reads import handler_hold_lines
     from processor.client.sync_client import Client
-    from processor.views import partition_row
+    from processor.views import partition_row, waiting_row, waiting_text
     from watcher.rules.checks import check_seconds
 
     if watch and as_json:
@@ -83,10 +83,16 @@ def status(
         infos = read()
         paused = None if as_json else fleet_paused()
         held = [] if as_json else holds()
+        parked = client.waits_summary([info.id for info in infos
+                                       if info.counts.get("waiting")])
     if as_json:
-        typer.echo(json.dumps([partition_row(info) for info in infos], indent=2))
+        typer.echo(json.dumps([{**partition_row(info), "waiting": waiting_row(parked.get(
+            info.id))} for info in infos], indent=2))
         return
     data_console().print(_partitions_view(infos, url, only, paused=paused, holds=held))
+    for info in infos:
+        if info.id in parked:
+            say(f"{info.id}: {waiting_text(parked[info.id])}")
 
 
 # The narrowest the id column gets before the other columns give way: an id folds in
@@ -166,7 +172,8 @@ def items_cell(counts: dict[str, int]) -> str:
     """A partition's item counts for the status table: ``"3 available, 5 complete"``
     (the statuses it has; ``"none"`` when empty)."""
     return ", ".join(f"{counts[status]} {status}" for status in (
-        "available", "complete", "failed") if counts.get(status)) or "none"
+        "available", "waiting", "complete", "failed", "skipped") if counts.get(status)
+    ) or "none"
 
 
 def _watch(render: Callable[[], RenderableType], interval: float) -> None:
@@ -235,7 +242,7 @@ def items(
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
     status: Annotated[str, typer.Option("--status", help="Only items with this status: "
-                                        "available, complete or failed.")] = "",
+                                        "available, waiting, complete, failed or skipped.")] = "",
     gate: Annotated[int | None, typer.Option("--gate", help="Only items at this gate.")
                     ] = None,
     limit: Annotated[int, typer.Option(help="Show at most this many items (a page).")

@@ -91,6 +91,11 @@ def api(
                                                   help="Largest NDJSON create, streamed "
                                                   "to a temporary file.")
                                 ] = 4096 * 1024 * 1024,
+    completion_rate: Annotated[int, typer.Option(envvar=env_name("API_COMPLETION_RATE"),
+                                                 help="Requests to /v1/completions/ one "
+                                                 "client address may send a minute (a "
+                                                 "burst of them at most; 0: no bound); "
+                                                 "more are answered 429.")] = 300,
     log_level: LogLevel = DEFAULT_LOG_LEVEL,
     log_format: LogFormat = DEFAULT_LOG_FORMAT,
 ) -> None:
@@ -106,9 +111,13 @@ def api(
                         ("--max-upload-bytes", max_upload_bytes)):
         if value < 1:
             raise fail(f"{name} must be a positive number of bytes, got {value}")
+    if completion_rate < 0:
+        raise fail("--completion-rate must be a whole number of requests a minute from 0 "
+                   f"(0: no bound), got {completion_rate}")
     options = ApiOptions(db_url=database_url(db_url, table_prefix, migrated=False),
                          table_prefix=table_prefix, host=host, port=port, token=token or None,
-                         limits=Limits(max_item_bytes, max_body_bytes, max_upload_bytes))
+                         limits=Limits(max_item_bytes, max_body_bytes, max_upload_bytes,
+                                       completions_per_minute=completion_rate))
     setup_logging(log_level, log_format)
     raise typer.Exit(asyncio.run(run_api(options, announce=typer.echo)))
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from watcher.errors import CompletionRefusedError
 from watcher.protocol import NonRetryableError, Result, RetryableError
 from watcher.records import NewItem
+from watcher.reports import WaitSummary
 from watcher.rules.completions import Answer
 from watcher.rules.spawn import SpawnLimits
 from watcher.store import Store
@@ -105,6 +106,33 @@ class WaitsClient:
         """
         return await self._call(self.store.wait_heartbeat(token, timeout))
 
+    async def complete_item(self, partition_id: str, item_id: str, *, done: bool = True,
+                            data: Any = None, error: str | None = None,
+                            no_retry: bool = False) -> CompletedWait:
+        """Complete the wait of the waiting item ``item_id`` without its token (an
+        operator's completion, as the console's forms send): the same exactly-once
+        write as :meth:`complete`, so a token's completion and this one never both
+        apply.
+
+        Raises:
+            WaitNotFoundError: the partition has no such item.
+            AlreadyCompletedError: the item is not waiting (its wait is over); nothing
+                was written.
+            CompletionRefusedError: the answer cannot be applied; nothing was written.
+        """
+        answer = completion_answer(done=done, data=data, error=error, no_retry=no_retry)
+        done_ = await self._call(self.store.wait_complete_item(
+            partition_id, item_id, answer, max_data_bytes=self.max_item_bytes,
+            spawn_limits=SpawnLimits(max_item_bytes=self.max_item_bytes)))
+        log.info("action=wait_completed partition=%r item=%r status=%s gate=%d by=operator",
+                 done_.partition_id, done_.item_id, done_.status, done_.gate)
+        return done_
+
+    async def waits_summary(self, partition_ids: Sequence[str]) -> dict[str, WaitSummary]:
+        """The parked items of each of ``partition_ids`` that has some: counts per gate,
+        the longest wait so far in seconds and the earliest deadline (never a token)."""
+        return await self._call(self.store.waits_summary(list(partition_ids)))
+
 
 class SyncWaits:
     """:class:`WaitsClient`'s methods for :class:`processor.Client`."""
@@ -127,3 +155,15 @@ class SyncWaits:
     def heartbeat(self, token: str, timeout: float) -> datetime:
         """See :meth:`WaitsClient.heartbeat`."""
         return self._run(self._waits.heartbeat(token, timeout))
+
+    def complete_item(self, partition_id: str, item_id: str, *, done: bool = True,
+                      data: Any = None, error: str | None = None,
+                      no_retry: bool = False) -> CompletedWait:
+        """See :meth:`WaitsClient.complete_item`."""
+        return self._run(self._waits.complete_item(partition_id, item_id, done=done,
+                                                   data=data, error=error,
+                                                   no_retry=no_retry))
+
+    def waits_summary(self, partition_ids: Sequence[str]) -> dict[str, WaitSummary]:
+        """See :meth:`WaitsClient.waits_summary`."""
+        return self._run(self._waits.waits_summary(partition_ids))

@@ -9,12 +9,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from processor.client.async_client import AsyncClient
+from processor.console.flow_page import Console
+from processor.console.forms import see_other
 from processor.console.pages import age_text
 from processor.console.timeline_view import UNKNOWN
 from processor.views import attempts_text
-from watcher.errors import InvalidInputError
+from watcher.errors import (
+    AlreadyCompletedError,
+    CompletionRefusedError,
+    InvalidInputError,
+    WaitNotFoundError,
+)
 from watcher.records import ErrorEntry, ItemInfo
 
 # How much of an item's data the page shows before "show all": characters of JSON or
@@ -98,7 +110,85 @@ async def item_data(client: AsyncClient, query: Mapping[str, str]) -> dict[str, 
         "show_all": show_all, "history": history_rows(item.error_history, now),
         "retry_at": UNKNOWN if item.retry_at is None or item.status != "available"
         else ("now" if item.retry_at <= now else f"in {age_text(now, item.retry_at)}"),
+        "deadline": None if item.retry_at is None or item.status != "waiting" else (
+            item.retry_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "passed" if item.retry_at <= now else f"in {age_text(now, item.retry_at)}"),
+        "notice": ITEM_NOTICES.get(query.get("notice") or ""),
     }
+
+
+# What the item page says after an action (the query names the case, never the text).
+ITEM_NOTICES = {
+    "completed": "Completed: the wait is over and the item went on as the answer says.",
+    "failed": "Failed: the item recorded the error.",
+    "already-completed": "Not done: the item is not waiting; its wait was over already "
+                         "(completed with its token, timed out, retried or cancelled). "
+                         "Nothing was written.",
+    "not-waiting": "Not done: the partition has no such item.",
+}
+
+
+async def item_action(console: Console, request: Request) -> Response:
+    """POST /item/{complete,fail}: complete a waiting item's wait by its partition and id
+    (never by token), exactly once, and send the browser back to the item page with
+    what happened. ``complete`` takes optional JSON ``data``; ``fail`` takes a
+    ``message`` and ``no_retry`` (``yes``)."""
+    verb = request.path_params["verb"]
+    if verb not in ("complete", "fail"):
+        return console.render(request, "error.html", 404, title="Not found",
+                              message="There is no such action.")
+    if console.settings.read_only:
+        return console.read_only_refusal(request)
+    form = await console.refuse_cross_site(request)
+    if isinstance(form, Response):
+        return form
+    partition_id, item_id = form.get("partition", ""), form.get("id", "")
+
+    async def act(request: Request) -> Response:
+        def back(notice: str) -> Response:
+            return see_other("/item?" + urlencode({"partition": partition_id, "id": item_id,
+                                                   "notice": notice}))
+        try:
+            if verb == "complete":
+                await console.client.complete_item(partition_id, item_id,
+                                                   data=_form_data(form.get("data", "")))
+                return back("completed")
+            message = form.get("message", "").strip() or "failed by an operator"
+            await console.client.complete_item(partition_id, item_id, error=message,
+                                               no_retry=form.get("no_retry") == "yes")
+            return back("failed")
+        except AlreadyCompletedError:
+            return back("already-completed")
+        except WaitNotFoundError:
+            return back("not-waiting")
+        except CompletionRefusedError as error:
+            return console.render(request, "error.html", 400, title="Bad request",
+                                  message=str(error))
+    return await console.guarded(request, act)
+
+
+def _form_data(text: str) -> Any:
+    """The Complete form's ``data``: ``None`` (keep the item's data) when blank, else
+    the JSON value it holds.
+
+    Raises:
+        CompletionRefusedError: it is not JSON.
+    """
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as problem:
+        raise CompletionRefusedError("data", f"the data is not JSON: {problem}; leave it "
+                                     "empty to keep the item's data") from None
+
+
+def item_routes(current: Any) -> list[Route]:
+    """The item page's actions, over the console ``current()``."""
+    async def action(request: Request) -> Response:
+        return await item_action(current(), request)
+
+    return [Route("/item/{verb:str}", action, methods=["POST"])]
 
 
 async def items_found(client: AsyncClient, text: str) -> list[ItemInfo]:

@@ -131,6 +131,14 @@ class PrometheusHooks(Hooks):
                                     "How long the oldest item ready at its open partition's "
                                     "current gate has waited, by the database clock (0 when "
                                     "none is ready; read every few seconds)", registry=None)
+        self.items_parked = Gauge("statefeed_items_parked",
+                                  "Items parked (status waiting) in open partitions until a "
+                                  "completion (read every few seconds; stops at 1,000,000)",
+                                  registry=None)
+        self.oldest_parked = Gauge("statefeed_oldest_parked_item_seconds",
+                                   "How long the longest-parked item has waited for its "
+                                   "completion, by the database clock (0 when none is "
+                                   "parked; read every few seconds)", registry=None)
         self._backlog_known = False
         self.flow = FlowMetrics(r)
         # labels() takes a lock and builds a key: made once per label set, then looked up.
@@ -149,9 +157,12 @@ class PrometheusHooks(Hooks):
             self.partitions.labels(status).set(count)
         self.items_waiting.set(backlog.items_waiting)
         self.oldest_waiting.set(backlog.oldest_waiting)
+        self.items_parked.set(backlog.items_parked)
+        self.oldest_parked.set(backlog.oldest_parked)
         if not self._backlog_known:
             self._backlog_known = True
-            for gauge in (self.partitions, self.items_waiting, self.oldest_waiting):
+            for gauge in (self.partitions, self.items_waiting, self.oldest_waiting,
+                          self.items_parked, self.oldest_parked):
                 self.registry.register(gauge)
 
     def flow_controls(self, rows: list[FlowControlInfo]) -> None:

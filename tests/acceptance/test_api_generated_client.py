@@ -9,7 +9,9 @@ CI installs it (.ci/run); elsewhere that check skips when it is not installed.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import importlib
 import os
 import shutil
@@ -83,7 +85,7 @@ def test_the_generator_makes_a_model_per_schema_and_one_error_class(tmp_path: Pa
 async def test_a_generated_client_drives_the_api(tmp_path: Path,
                                                  migrated: tuple[str, str]) -> None:  # noqa: F811
     db_url, prefix = migrated
-    async with api_process(tmp_path, db_url, prefix) as (_, url):
+    async with api_process(tmp_path, db_url, prefix) as (proc, url):
         async with httpx.AsyncClient() as fetching:
             document = (await fetching.get(url + "v1/openapi.json")).content
         package = generate(document, tmp_path)
@@ -95,7 +97,7 @@ async def test_a_generated_client_drives_the_api(tmp_path: Path,
             "operations.retry_partition", "operations.pause_partition",
             "operations.resume_partition", "flow.set_key_limits", "flow.list_keys",
             "flow.pause_key", "flow.resume_key", "flow.get_fleet", "flow.pause_fleet",
-            "flow.resume_fleet")}
+            "flow.resume_fleet", "waits.complete_wait", "waits.heartbeat_wait")}
         with package.Client(base_url=url.rstrip("/"), raise_on_unexpected_status=True) \
                 as client:
             def call(operation: str, *args: Any, **kwargs: Any) -> Any:
@@ -194,6 +196,52 @@ async def test_a_generated_client_drives_the_api(tmp_path: Path,
             assert call("flow.pause_fleet").paused is False
             assert call("flow.resume_fleet").resumed is True
             assert call("flow.get_fleet").paused is False
+
+            # A wait: an item parks (a library processor here), the generated client
+            # moves its deadline and completes it, once.
+            try:
+                await _complete_a_wait(db_url, prefix, models, call)
+            except Exception as error:
+                raise AssertionError(f"the API said: {proc.stderr()[-3000:]}") from error
+
+
+async def _complete_a_wait(db_url: str, prefix: str, models: Any, call_in_loop: Any) -> None:
+    """Park an item with a processor in this event loop, and complete it with the
+    generated client, whose blocking calls go to a thread: the processor's writes (a
+    SQLite write transaction among them) go on meanwhile."""
+    from processor import AsyncClient, NewItem
+    from tests.integration.test_waits import Parker, config
+    from tests.support.engine import running, wait_until
+    from watcher import Watcher
+    from watcher.store import Store
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(call_in_loop, *args, **kwargs)
+
+    parker = Parker()
+    store = Store.open(db_url, prefix)
+    async with AsyncClient(db_url, prefix) as library, contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(store.close)
+        await library.create_partition("gen/wait", [NewItem("w", b"1")])
+        async with running(Watcher(store, parker, config())):
+            async def parked() -> bool:
+                return len(await library.items("gen/wait", status="waiting")) == 1
+            await wait_until(parked, message="the item parked")
+            shown = await call("partitions.get_partition", "gen/wait")
+            assert shown.waiting.by_gate.additional_properties == {"0": 1}
+            token = parker.token("w")
+            beat = await call("waits.heartbeat_wait", token,
+                              body=models.HeartbeatRequest(timeout=60))
+            assert isinstance(beat, models.Heartbeat)
+            done = await call("waits.complete_wait", token,
+                              body=models.CompletionRequest(gate=1, data={"ok": True}))
+            assert isinstance(done, models.Completed)
+            assert (done.item_id, done.gate) == ("w", 1)
+            again = await call("waits.complete_wait", token, body=models.CompletionRequest())
+            assert isinstance(again, models.Error)
+            assert again.error.code == "already_completed"
+            unknown = await call("waits.complete_wait", "C" * 43, body=models.CompletionRequest())
+            assert isinstance(unknown, models.Error) and unknown.error.code == "not_found"
 
 
 def openapi_typescript() -> str:

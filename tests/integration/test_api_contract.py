@@ -37,6 +37,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from processor.api.completions import COMPLETION_ROUTES
 from processor.api.routes import PARTITION, ROUTES, STATIC_METHODS, STATIC_ROUTES
 from processor.api.schedule_routes import SCHEDULE_ROUTES
 from processor.api.server import ApiOptions, api_running, create_app
@@ -58,6 +59,8 @@ REQUEST_TIMEOUT = 20.0
 # No processor runs here, so a partition never finishes: a wait lasts its whole
 # timeout (30 s when absent). Fuzzed waits wait at most this long.
 FUZZ_WAIT_SECONDS = 0.2
+# A well-formed completion token no wait has.
+UNKNOWN_TOKEN = "A" * 43
 
 
 def documented_routes() -> set[tuple[str, str]]:
@@ -71,7 +74,7 @@ def code_routes() -> set[tuple[str, str]]:
     """(METHOD, path template) of every route the code answers."""
     routes = {(method, "/" + "/".join(template))
               for template, handlers in ROUTES.items() for method in handlers}
-    routes |= SCHEDULE_ROUTES
+    routes |= SCHEDULE_ROUTES | COMPLETION_ROUTES
     return routes | {(method, "/" + "/".join(template))
                      for template in STATIC_ROUTES for method in STATIC_METHODS}
 
@@ -191,18 +194,20 @@ def test_every_documented_route_is_answered_and_no_other_method(api_url: str) ->
     with httpx.Client(base_url=api_url, timeout=REQUEST_TIMEOUT) as client:
         for method, template in DOCUMENTED:
             path = template.replace("{id}", "routes%2Fprobe").replace(
-                "{key}", "routes%2Fprobe").lstrip("/")
+                "{key}", "routes%2Fprobe").replace("{token}", UNKNOWN_TOKEN).lstrip("/")
             query = {"timeout": "0"} if template.endswith("/wait") else {}
             response = client.request(method, path, params=query, json={})
             assert response.status_code not in (404, 405) or (
                 response.json()["error"]["code"] in ("partition_not_found", "key_not_found")
-            ), (method, path)
+            ) or (template.startswith("/v1/completions/")
+                  and response.json()["error"]["code"] == "not_found"), (method, path)
             documented = document["paths"][template][method.lower()]["responses"]
             assert str(response.status_code) in documented, (method, path, response.text)
         for path, item in document["paths"].items():
             for method in set(OPENAPI_METHODS) - set(item) - {"options", "trace"}:
                 response = client.request(method.upper(), path.replace(
-                    "{id}", "routes%2Fprobe").replace("{key}", "routes%2Fprobe").lstrip("/"))
+                    "{id}", "routes%2Fprobe").replace("{key}", "routes%2Fprobe").replace(
+                    "{token}", UNKNOWN_TOKEN).lstrip("/"))
                 assert response.status_code == 405, (method, path, response.text)
                 allowed = {name.upper() for name in item if name in OPENAPI_METHODS}
                 assert set(response.headers["allow"].split(", ")) == allowed

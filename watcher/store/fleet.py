@@ -19,7 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.expression import ColumnElement, Select
 
-from watcher.models import AVAILABLE, CANCELLED, COMPLETE, FAILED, PARTITION_STATUSES
+from watcher.models import AVAILABLE, CANCELLED, COMPLETE, FAILED, PARTITION_STATUSES, WAITING
 from watcher.reports import Backlog, Throughput
 from watcher.store.base import StoreBase
 
@@ -124,12 +124,30 @@ class FleetStore(StoreBase):
         per_partition = (select(first_ready.label("ready_at")).select_from(p)
                          .where(p.c.status == AVAILABLE).limit(cap).subquery())
         oldest = select(func.min(per_partition.c.ready_at)).scalar_subquery()
+        # Parked items: in open partitions only (a cancel ends their waits), through the
+        # ready index's (partition, status) prefix; the longest-parked by its wait row.
+        w = self.tables.waits
+        parked = capped(select(i.c.id).join(p, p.c.id == i.c.partition_id)
+                        .where(p.c.status == AVAILABLE, i.c.status == WAITING))
+        first_parked = (
+            select(func.min(w.c.created_at))
+            .select_from(i.join(w, and_(w.c.partition_id == i.c.partition_id,
+                                        w.c.item_id == i.c.id, w.c.version == i.c.version)))
+            .where(i.c.partition_id == p.c.id, i.c.status == WAITING)
+            .correlate(p).scalar_subquery())
+        parked_per_partition = (select(first_parked.label("parked_at")).select_from(p)
+                                .where(p.c.status == AVAILABLE).limit(cap).subquery())
+        oldest_parked = select(func.min(parked_per_partition.c.parked_at)).scalar_subquery()
         async with self._read() as conn:
-            row = (await conn.execute(select(*counts, waiting, oldest, now))).one()
-        *by_status, items_waiting, ready_at, read_at = row
+            row = (await conn.execute(select(*counts, waiting, oldest, parked, oldest_parked,
+                                             now))).one()
+        *by_status, items_waiting, ready_at, items_parked, parked_at, read_at = row
         age = 0.0 if ready_at is None else max(0.0, (read_at - ready_at).total_seconds())
+        parked_age = (0.0 if parked_at is None
+                      else max(0.0, (read_at - parked_at).total_seconds()))
         return Backlog(partitions=dict(zip(statuses, by_status, strict=True)),
-                       items_waiting=items_waiting, oldest_waiting=age)
+                       items_waiting=items_waiting, oldest_waiting=age,
+                       items_parked=items_parked, oldest_parked=parked_age)
 
     async def partitions_finished_per_minute(self, minutes: int, cap: int) -> Throughput:
         """Count the partitions that finished (complete, failed or cancelled) in each of

@@ -9,20 +9,22 @@ waits for the first's row lock, then finds the version moved and matches nothing
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Float, and_, bindparam, exists, select, update
+from sqlalchemy import Float, and_, bindparam, exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from watcher.errors import AlreadyCompletedError, CompletionRefusedError, WaitNotFoundError
 from watcher.models import AVAILABLE, WAITING
 from watcher.records import ReadyItem
+from watcher.reports import WaitSummary
 from watcher.rules.completions import Answer, completion_write, settles_at
 from watcher.rules.decisions import RetryPolicy
 from watcher.rules.spawn import DEFAULT_SPAWN_LIMITS, SpawnLimits
-from watcher.store.codecs import decode_quorum
+from watcher.store.codecs import IN_CHUNK, chunks, decode_quorum
 from watcher.store.spawns import SpawnsStore
 from watcher.store.sql.shared import ResultSource
 from watcher.waits import new_completion_token, timeout_problem, token_hash, token_well_formed
@@ -91,10 +93,40 @@ class WaitsStore(SpawnsStore):
         """
         if not isinstance(token, str) or not token_well_formed(token):
             raise WaitNotFoundError()
-        i, p, w = self.tables.items, self.tables.partitions, self.tables.waits
+        w = self.tables.waits
         wait = (await conn.execute(select(w).where(w.c.token == token_hash(token)))).first()
         if wait is None:
             raise WaitNotFoundError()
+        return wait, await self._waiting_row(conn, wait)
+
+    async def _waiting_item(self, conn: AsyncConnection, partition_id: str,
+                            item_id: str) -> tuple[Any, Any]:
+        """The current ``waits`` row of the item (the one at its version) and its state.
+
+        Raises:
+            WaitNotFoundError: the partition has no such item.
+            AlreadyCompletedError: the item is not waiting (its wait, if it had one, is
+                over), or its partition is not open.
+        """
+        i, w = self.tables.items, self.tables.waits
+        item = (await conn.execute(select(i.c.status, i.c.version).where(
+            i.c.partition_id == partition_id, i.c.id == item_id))).first()
+        if item is None:
+            raise WaitNotFoundError()
+        wait = (await conn.execute(select(w).where(
+            w.c.partition_id == partition_id, w.c.item_id == item_id,
+            w.c.version == item.version))).first()
+        if wait is None or item.status != WAITING:
+            raise AlreadyCompletedError(str(item.status))
+        return wait, await self._waiting_row(conn, wait)
+
+    async def _waiting_row(self, conn: AsyncConnection, wait: Any) -> Any:
+        """The state of ``wait``'s item and partition.
+
+        Raises:
+            AlreadyCompletedError: the wait is over, or its partition is not open.
+        """
+        i, p = self.tables.items, self.tables.partitions
         row = (await conn.execute(
             select(i.c.status, i.c.version, i.c.gate, i.c.attempts, i.c.error_history,
                    p.c.status.label("partition_status"), p.c.gate.label("partition_gate"),
@@ -106,7 +138,7 @@ class WaitsStore(SpawnsStore):
         if (row.status != WAITING or row.version != wait.version
                 or row.partition_status != AVAILABLE):
             raise AlreadyCompletedError(str(row.status))
-        return wait, row
+        return row
 
     def _still_waiting(self) -> tuple[Any, ...]:
         """The extra guard of a completion's write: still waiting, partition open."""
@@ -133,34 +165,99 @@ class WaitsStore(SpawnsStore):
                 nothing was written and the token stays usable.
             SpawnConflictError: the answer spawns an id the partition holds already.
         """
-        new_token = new_completion_token()
         async with self._write() as conn:
             wait, row = await self._waiting(conn, token)
-            item = ReadyItem(wait.item_id, wait.version, row.gate, b"", row.attempts,
-                             error_history=row.error_history)
-            write = completion_write(wait.partition_id, item, answer, row.partition_gate,
-                                     policy, new_token=new_token, max_data_bytes=max_data_bytes,
-                                     spawn_limits=spawn_limits)
-            statements = self.statements
-            source = ResultSource.parameters(self.tables.items.c.data.type,
-                                             new_data=write.data is not None,
-                                             delayed=bool(write.retry_delay))
-            statement = statements.result_write(source, fenced=False).where(
-                *self._still_waiting())
-            touched = await conn.execute(statement, statements.item_write_params(write, ""))
-            if touched.rowcount != 1:
-                raise AlreadyCompletedError(None)
-            if write.spawn:
-                await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)])
-            await self._waits_in(conn, [write])
-            k = dict(decode_quorum(row.quorum)).get(row.gate, 0)
-            if k and settles_at(write, row.gate):
-                await self._quorum_in(conn, wait.partition_id, row.gate, k)
-            await self._notify(conn, wait.partition_id)
+            return await self._complete(conn, wait, row, answer, policy=policy,
+                                        max_data_bytes=max_data_bytes,
+                                        spawn_limits=spawn_limits)
+
+    async def wait_complete_item(self, partition_id: str, item_id: str, answer: Answer, *,
+                                 policy: RetryPolicy = DEFAULT_POLICY,
+                                 max_data_bytes: int | None = None,
+                                 spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS
+                                 ) -> CompletedWait:
+        """Apply ``answer`` to the item ``item_id`` while it waits, without its token
+        (the console's operator): the same guarded write as :meth:`wait_complete`, on
+        the wait row at the item's current version, so exactly one of the two wins.
+
+        Raises:
+            WaitNotFoundError: the partition has no such item.
+            AlreadyCompletedError: the item is not waiting (the wait is over, or it never
+                waited); nothing was written.
+            CompletionRefusedError: the answer cannot be applied (the field is named).
+            SpawnConflictError: the answer spawns an id the partition holds already.
+        """
+        async with self._write() as conn:
+            wait, row = await self._waiting_item(conn, partition_id, item_id)
+            return await self._complete(conn, wait, row, answer, policy=policy,
+                                        max_data_bytes=max_data_bytes,
+                                        spawn_limits=spawn_limits)
+
+    async def _complete(self, conn: AsyncConnection, wait: Any, row: Any, answer: Answer, *,
+                        policy: RetryPolicy, max_data_bytes: int | None,
+                        spawn_limits: SpawnLimits) -> CompletedWait:
+        """The guarded write of a completion, in the caller's transaction.
+
+        Raises:
+            AlreadyCompletedError: the item moved on meanwhile; nothing was written.
+            CompletionRefusedError, SpawnConflictError: as :meth:`wait_complete`.
+        """
+        new_token = new_completion_token()
+        item = ReadyItem(wait.item_id, wait.version, row.gate, b"", row.attempts,
+                         error_history=row.error_history)
+        write = completion_write(wait.partition_id, item, answer, row.partition_gate,
+                                 policy, new_token=new_token, max_data_bytes=max_data_bytes,
+                                 spawn_limits=spawn_limits)
+        statements = self.statements
+        source = ResultSource.parameters(self.tables.items.c.data.type,
+                                         new_data=write.data is not None,
+                                         delayed=bool(write.retry_delay))
+        statement = statements.result_write(source, fenced=False).where(
+            *self._still_waiting())
+        touched = await conn.execute(statement, statements.item_write_params(write, ""))
+        if touched.rowcount != 1:
+            raise AlreadyCompletedError(None)
+        if write.spawn:
+            await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)])
+        await self._waits_in(conn, [write])
+        k = dict(decode_quorum(row.quorum)).get(row.gate, 0)
+        if k and settles_at(write, row.gate):
+            await self._quorum_in(conn, wait.partition_id, row.gate, k)
+        await self._notify(conn, wait.partition_id)
         gate = row.gate if write.gate is None else write.gate
         return CompletedWait(wait.partition_id, wait.item_id, write.status, gate,
                              wait.version + 1, write.attempts, write.last_error,
                              new_token if write.wait is not None else None)
+
+    async def waits_summary(self, partition_ids: Sequence[str]) -> dict[str, WaitSummary]:
+        """The parked items of each partition in ``partition_ids`` that has some: counts
+        per gate, the longest wait so far (since its ``waits`` row was written, by the
+        store's clock) and the earliest deadline. One grouped read per 500 ids through
+        the ready index's (partition, status) prefix; a partition without parked items
+        is left out."""
+        i, w = self.tables.items, self.tables.waits
+        found: dict[str, WaitSummary] = {}
+        async with self._read() as conn:
+            for chunk in chunks(list(dict.fromkeys(partition_ids)), IN_CHUNK):
+                rows = (await conn.execute(
+                    select(i.c.partition_id, i.c.gate, func.count(), func.min(w.c.created_at),
+                           func.min(i.c.retry_at), self.statements.now)
+                    .select_from(i.outerjoin(w, and_(w.c.partition_id == i.c.partition_id,
+                                                     w.c.item_id == i.c.id,
+                                                     w.c.version == i.c.version)))
+                    .where(i.c.partition_id.in_(chunk), i.c.status == WAITING)
+                    .group_by(i.c.partition_id, i.c.gate))).all()
+                for partition_id, gate, count, since, deadline, now in rows:
+                    age = 0.0 if since is None else max(0.0, (now - since).total_seconds())
+                    known = found.get(partition_id)
+                    if known is None:
+                        found[partition_id] = WaitSummary({gate: count}, age, deadline)
+                        continue
+                    known.by_gate[gate] = count
+                    earliest = min(filter(None, (known.next_deadline, deadline)), default=None)
+                    found[partition_id] = WaitSummary(known.by_gate,
+                                                      max(known.oldest_seconds, age), earliest)
+        return found
 
     async def wait_heartbeat(self, token: str, seconds: float) -> datetime:
         """Move the deadline of the wait ``token`` names to ``seconds`` from now

@@ -1,0 +1,71 @@
+"""A token bucket per client address: how ``processor api`` bounds the completion routes.
+
+A completion token is 256 random bits, so guessing one is hopeless; the bound is there
+so that one client cannot turn the token-free routes into database load. Every request
+under ``/v1/completions/`` spends a token of its client's bucket, a refused lookup
+(404) as much as a completion, and a client whose bucket is empty is answered 429 with
+``Retry-After``. Pure apart from the clock it is given; no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Final
+
+from watcher.errors import ConfigError
+
+# Requests a client address may send to the completion routes per minute, by default
+# (the bucket holds as many: a burst of them is allowed, then one every 60/rate s).
+DEFAULT_COMPLETIONS_PER_MINUTE: Final = 300
+# Buckets kept at most; the least recently used goes first (a full bucket is the
+# same as none, so forgetting one never lets a client send more than it could).
+MAX_CLIENTS: Final = 10_000
+
+
+class ClientRate:
+    """Per-address token buckets: ``per_minute`` requests a minute, as a burst or
+    spread; ``0`` turns the bound off.
+
+    Raises:
+        ConfigError: ``per_minute`` is not a whole number from 0 up.
+    """
+
+    def __init__(self, per_minute: int = DEFAULT_COMPLETIONS_PER_MINUTE, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 max_clients: int = MAX_CLIENTS) -> None:
+        if type(per_minute) is not int or per_minute < 0:
+            raise ConfigError("--completion-rate must be a whole number of requests a "
+                              f"minute from 0 (0: no bound), got {per_minute!r}")
+        self.per_minute = per_minute
+        self.clock = clock
+        self.max_clients = max_clients
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def take(self, client: str) -> float:
+        """Spend one request of ``client``'s bucket: ``0.0`` when it may go on, else the
+        seconds until its next request is allowed (what ``Retry-After`` says)."""
+        if self.per_minute == 0:
+            return 0.0
+        now = self.clock()
+        capacity = float(self.per_minute)
+        per_second = capacity / 60.0
+        tokens, at = self._buckets.pop(client, (capacity, now))
+        tokens = min(capacity, tokens + (now - at) * per_second)
+        if tokens >= 1.0:
+            self._remember(client, tokens - 1.0, now)
+            return 0.0
+        self._remember(client, tokens, now)
+        return (1.0 - tokens) / per_second
+
+    def _remember(self, client: str, tokens: float, now: float) -> None:
+        self._buckets[client] = (tokens, now)
+        while len(self._buckets) > self.max_clients:
+            self._buckets.popitem(last=False)
+
+
+def retry_after(seconds: float) -> str:
+    """``seconds`` as a ``Retry-After`` value: whole seconds, at least 1."""
+    return str(max(1, math.ceil(seconds)))

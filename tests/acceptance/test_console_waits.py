@@ -1,0 +1,87 @@
+"""The console's item page of a parked item in a real browser (Playwright, Debian's
+Chromium): its deadline and its Complete and Fail forms fit a 390 px phone, and
+Complete writes the data and ends the wait. Its screenshot is
+docs/console-item-waiting.png (with ``STATEFEED_SCREENSHOTS=docs``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from processor import AsyncClient, NewItem
+from processor.console.server import console_running
+from tests.acceptance.harness.browser import chromium
+from tests.acceptance.test_console import (
+    PHONE,
+    SEE,
+    _fits,
+    _item_url,
+    _new_page,
+    _options,
+    _screenshot_folder,
+    needs_chromium,  # noqa: F401  # a fixture
+    sqlite_database,  # noqa: F401  # a fixture
+)
+from tests.integration.test_waits import Parker, config
+from tests.support.engine import running, wait_until
+from watcher import Result, Watcher, WorkItem
+from watcher.store import Store
+
+INVOICE = b'{"invoice": "INV-2026-0042", "amount": 1840.5, "currency": "EUR"}'
+
+
+class KeepsData(Parker):
+    """:class:`Parker`, keeping the item's data as it parks (the page shows the invoice)."""
+
+    async def __call__(self, item: WorkItem) -> Result:
+        self.tokens.setdefault(item.id, []).append(item.completion_token)
+        return Result(wait=self.wait) if item.gate == 0 else Result(done=True)
+
+
+@pytest.mark.usefixtures("needs_chromium")
+async def test_a_parked_item_is_completed_from_its_page(sqlite_database,  # noqa: F811
+                                                        tmp_path: Path) -> None:
+    from playwright.async_api import expect
+
+    db_url, prefix = sqlite_database
+    parker = KeepsData(timeout=48 * 3600.0)
+    store = Store.open(db_url, prefix)
+    async with AsyncClient(db_url, prefix) as client, \
+            console_running(_options(db_url, prefix)) as url, \
+            running(Watcher(store, parker, config())), chromium() as browser:
+        await client.create_partition("approvals-2026-11", [
+            NewItem("invoice-0042", INVOICE), NewItem("invoice-0043", INVOICE)])
+
+        async def parked() -> bool:
+            return len(await client.items("approvals-2026-11", status="waiting")) == 2
+        await wait_until(parked, message="both invoices parked")
+
+        page, dialogs = await _new_page(browser)
+        await page.goto(_item_url(url, "approvals-2026-11", "invoice-0042"))
+        await expect(page.locator("#item-deadline")).to_contain_text(" UTC in 1 d")
+        await expect(page.locator("#complete")).to_be_visible()
+        folder = _screenshot_folder(tmp_path)
+        await page.screenshot(path=str(folder / "console-item-waiting.png"))
+        assert (folder / "console-item-waiting.png").stat().st_size > 20_000
+        for token in parker.tokens["invoice-0042"]:
+            assert token not in await page.content()
+
+        phone = await browser.new_context(viewport=PHONE, device_scale_factor=2,
+                                          is_mobile=True)
+        small = await phone.new_page()
+        await small.goto(_item_url(url, "approvals-2026-11", "invoice-0043"))
+        await expect(small.locator("#fail")).to_be_visible()
+        await _fits(small)
+        await small.locator("#complete-data").fill('{"approved_by": "ada"}')
+        await small.locator("#complete").click()
+        await expect(small.locator("#item-notice")).to_contain_text("Completed", timeout=SEE)
+        await expect(small.locator("#complete")).to_have_count(0)
+        await _fits(small)
+        item = await client.item("approvals-2026-11", "invoice-0043")
+        assert item.data == b'{"approved_by":"ada"}' and item.status != "waiting"
+        # The page loaded before the completion is stale: its Fail is told so.
+        await page.locator("#fail-message").fill("too late")
+        await page.goto(_item_url(url, "approvals-2026-11", "invoice-0043"))
+        await expect(page.locator("#fail")).to_have_count(0)
+        assert dialogs == []

@@ -1,0 +1,54 @@
+"""The completion routes' per-address token bucket (processor.api.client_rate), on a
+fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from processor.api.client_rate import ClientRate, retry_after
+from watcher.errors import ConfigError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_burst_of_the_rate_goes_then_one_each_interval() -> None:
+    clock = Clock()
+    rate = ClientRate(6, clock=clock)  # 6 a minute: one every 10 s
+    assert [rate.take("a") for _ in range(6)] == [0.0] * 6
+    assert rate.take("a") == pytest.approx(10.0)
+    assert rate.take("b") == 0.0, "another address has its own bucket"
+    clock.now += 5
+    assert rate.take("a") == pytest.approx(5.0), "a refused request spends nothing"
+    clock.now += 5
+    assert rate.take("a") == 0.0
+    assert rate.take("a") > 0
+    clock.now += 3600
+    assert [rate.take("a") for _ in range(6)] == [0.0] * 6, "the bucket holds one burst"
+    assert rate.take("a") > 0
+
+
+def test_zero_turns_the_bound_off_and_bad_rates_are_refused() -> None:
+    rate = ClientRate(0)
+    assert all(rate.take("a") == 0.0 for _ in range(1000))
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match="--completion-rate"):
+            ClientRate(bad)  # type: ignore[arg-type]
+
+
+def test_forgotten_addresses_start_full_and_the_table_is_bounded() -> None:
+    clock = Clock()
+    rate = ClientRate(1, clock=clock, max_clients=3)
+    for address in ("a", "b", "c", "d"):
+        assert rate.take(address) == 0.0
+    assert len(rate._buckets) == 3
+    assert rate.take("d") > 0
+
+
+def test_retry_after_is_whole_seconds_at_least_one() -> None:
+    assert [retry_after(s) for s in (0.01, 1.0, 1.2, 59.9)] == ["1", "1", "2", "60"]
