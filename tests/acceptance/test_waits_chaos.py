@@ -17,7 +17,7 @@ from tests.acceptance.harness.processes import Processor, spawn
 from tests.acceptance.test_api_upload import migrated  # noqa: F401 - the fixture
 from tests.integration.test_waits import Parker, config
 from tests.support.engine import running, wait_until
-from watcher import Store, Watcher
+from watcher import Result, Store, Watcher
 
 ITEMS = 300
 CLIENTS = 16
@@ -104,3 +104,48 @@ async def test_a_kill_9_of_the_api_mid_completion_applies_each_once(
 
 async def _all_waiting(client: AsyncClient) -> bool:
     return (await client.partition("p")).counts == {"waiting": ITEMS}
+
+
+async def test_a_kill_9_of_the_processor_mid_completions_loses_none(
+        migrated: tuple[str, str], tmp_path: Path) -> None:  # noqa: F811
+    """Completions arrive while the processor that parked the items dies with
+    ``kill -9``: each applies once (none needs the processor), and another processor
+    takes the partition once its lease ends and passes the gate."""
+    import handlers
+    from tests.acceptance.harness.processes import FAST
+    from tests.integration.test_waits_http import Approvals
+    from tests.support.servers import serve_app
+
+    db_url, prefix = migrated
+    approvals = Approvals()
+    client = AsyncClient(db_url, prefix)
+    store = Store.open(db_url, prefix)
+    count = 120
+    await client.create_partition("p", [NewItem(f"i{n:04d}", b"1") for n in range(count)])
+    async with serve_app(handlers.app({0: approvals.ask, 1: approvals.done})) as url:
+        args = ["run", "--handler-url", f"{url}/", "--db-url", db_url, "--table-prefix",
+                prefix, *FAST]
+        first = await spawn("k1", [*args, "--owner-id", "k1"], tmp_path)
+        await wait_until(lambda: len(approvals.tokens) == count, timeout=60,
+                         message="every item asked")
+        await wait_until(lambda: _counts(client, count), timeout=60, message="all waiting")
+        applied = 0
+        for number, item_id in enumerate(sorted(approvals.tokens)):
+            if number == count // 3:
+                first.kill()
+                await first.wait(10)
+                second = await spawn("k2", [*args, "--owner-id", "k2"], tmp_path)
+            await store.wait_complete(approvals.token(item_id), Result(gate=1))
+            applied += 1
+        info = await client.wait("p", timeout=120)
+        assert (await second.terminate()) == 0, second.stderr()
+    assert applied == count
+    assert info.status == "complete" and info.counts == {"complete": count}
+    for item_id in approvals.tokens:
+        assert len(approvals.tokens[item_id]) == 1, "no item was asked twice"
+    await client.close()
+    await store.close()
+
+
+async def _counts(client: AsyncClient, count: int) -> bool:
+    return (await client.partition("p")).counts == {"waiting": count}
