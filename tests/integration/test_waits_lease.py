@@ -62,6 +62,7 @@ async def test_a_parked_partition_comes_back_at_its_deadline(
     parker = Parker(timeout=1.5, on_timeout="fail")
     await client.create_partition("p", [NewItem("a", b"1")])
     async with running(Watcher(make_store(), parker, config())):
+        await wait_until(lambda: _waiting(client, 1), message="parked")
         await wait_until(lambda: _released(client), timeout=BOUND, message="let go")
         info = await client.wait("p", timeout=30)
     assert info.status == "failed", "the deadline brought it back and failed the item"
@@ -131,3 +132,18 @@ async def _waits(store, partition_id: str) -> int:  # type: ignore[no-untyped-de
     async with store.engine.connect() as conn:
         return int((await conn.execute(select(func.count()).select_from(w).where(
             w.c.partition_id == partition_id))).scalar_one())
+
+
+async def test_a_heartbeat_that_brings_a_deadline_closer_brings_the_partition_back(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    parker = Parker(timeout=600.0, on_timeout="fail")
+    await client.create_partition("p", [NewItem("a", b"1")])
+    store = make_store()
+    async with running(Watcher(make_store(), parker, config())):
+        await wait_until(lambda: _waiting(client, 1), message="parked")
+        await wait_until(lambda: _released(client), timeout=BOUND, message="let go")
+        await store.wait_heartbeat(parker.token("a"), 1.0)
+        info = await client.wait("p", timeout=30)
+    assert info.status == "failed", "taken back at the new, closer deadline"
+    await client.close()
