@@ -147,3 +147,28 @@ async def test_a_heartbeat_that_brings_a_deadline_closer_brings_the_partition_ba
         info = await client.wait("p", timeout=30)
     assert info.status == "failed", "taken back at the new, closer deadline"
     await client.close()
+
+
+async def test_item_retention_deletes_the_waits_of_the_items_it_removes(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    parker = Parker()
+    await client.create_partition("p", [NewItem("a", b"1"), NewItem("b", b"2")])
+    store = make_store()
+    async with running(Watcher(make_store(), parker, config())):
+        await wait_until(lambda: _waiting(client, 2), message="parked")
+        used = parker.token("a")
+        await store.wait_complete(used, Result(done=True))
+
+        async def purged() -> bool:
+            removed, _ = await store.items_purge_finished("p", older_than=0, batch=100)
+            return removed == 1
+
+        await wait_until(purged, message="the complete item removed by retention")
+        assert await _waits(store, "p") == 1, "only the waiting item's wait is left"
+        with pytest.raises(WaitNotFoundError):
+            await store.wait_complete(used, Result(done=True))
+        await store.wait_complete(parker.token("b"), Result(done=True))
+        info = await client.wait("p", timeout=30)
+    assert info.status == "complete"
+    await client.close()
