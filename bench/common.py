@@ -47,7 +47,7 @@ DATABASE_TITLES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mariadb": "Mar
 # Scenario names, in the order they run and print.
 SCENARIOS = ("library", "flow", "small", "fleet", "instructions", "http", "batch", "spawn",
              "ingest", "latency", "failover", "renewals", "scale", "fanin", "reduce", "chord",
-             "crawl")
+             "crawl", "park")
 # Scenarios that run on PostgreSQL alone (they compare with PostgreSQL-only systems or
 # time PostgreSQL's wake-ups); on the other databases they are reported as not run.
 POSTGRES_ONLY = ("fleet", "failover", "fanin", "reduce", "chord", "crawl")
@@ -117,6 +117,7 @@ class Sizes:
     spawn_page: int = 1_000  # spawn: children per answer (and per add_items call)
     ingest_items: int = 50_000  # ingest: items per create, API NDJSON and client alike
     ingest_json_items: int = 10_000  # ingest: items per create with one JSON body
+    park_items: int = 100_000  # park: items parked, then completed through the API
     crawl_count: int = 20  # crawl: trees, each one partition (one reduce)
     crawl_fanout: int = 5  # crawl: children per node
     crawl_depth: int = 3  # crawl: levels below the root (5, 3: 156 nodes a tree)
@@ -141,7 +142,7 @@ class Sizes:
                         query_samples=20, fanin_items=1_200, fanin_samples=2,
                         reduce_gate_items=(300, 2_500), chord_partitions=3, chord_items=20,
                         spawn_children=2_000, spawn_page=100, ingest_items=2_000,
-                        ingest_json_items=500, crawl_count=3,
+                        ingest_json_items=500, crawl_count=3, park_items=400,
                         crawl_fanout=3, crawl_depth=2,
                         celery_setups=("prefork:2",), phase_timeout=60.0)
         elif full:
@@ -153,7 +154,8 @@ class Sizes:
             sizes = cls()
         changes: dict[str, Any] = {}
         if items is not None:
-            changes.update(items=items, http_items=items, batch_items=items, flow_items=items)
+            changes.update(items=items, http_items=items, batch_items=items, flow_items=items,
+                           park_items=items)
         if partitions is not None:
             changes.update(partitions=partitions)
         return sizes.with_(**changes) if changes else sizes

@@ -85,6 +85,7 @@ def runners() -> dict[str, Runner]:
         instructions,
         latency,
         library,
+        park,
         reduce,
         renewals,
         scale,
@@ -100,7 +101,7 @@ def runners() -> dict[str, Runner]:
             "failover": failover.run,
             "renewals": renewals.run, "scale": scale.run,
             "fanin": reduce.run_fanin, "reduce": reduce.run_big,
-            "chord": chord.run, "crawl": crawl.run}
+            "chord": chord.run, "crawl": crawl.run, "park": park.run}
 
 
 def plan_for(databases: Sequence[str], scenarios: Sequence[str]) -> dict[str, tuple[str, ...]]:

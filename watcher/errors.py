@@ -165,9 +165,10 @@ class AlreadyCompletedError(InvalidInputError):
 
     def __init__(self, status: str | None = None) -> None:
         self.status = status
+        now = f"; the item is {status} now" if status else ""
         super().__init__(
             "this completion token was used already or its wait is over (completed, "
-            "timed out, cancelled or retried); nothing was written")
+            f"timed out, cancelled or retried); nothing was written{now}")
 
 
 class CompletionRefusedError(InvalidInputError):

@@ -681,13 +681,20 @@ SELECT count(*) AS count_1,
 
 -- name: items_purge_finished (3)
 DELETE
+  FROM waits
+ WHERE waits.partition_id = %s
+   AND waits.item_id <= %s
+   AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %s AND items.status IN (%s, ...) AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)));
+
+-- name: items_purge_finished (4)
+DELETE
   FROM items
  WHERE items.partition_id = %s
    AND items.status IN (%s, ...)
    AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
    AND items.id <= %s;
 
--- name: items_purge_finished (4)
+-- name: items_purge_finished (5)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -701,7 +708,7 @@ SELECT count(*) AS count_1,
          LIMIT %s
        ) AS anon_1;
 
--- name: items_purge_finished (5)
+-- name: items_purge_finished (6)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -1163,16 +1170,22 @@ SELECT count(*) AS count_1,
 
 -- name: partition_delete_batch (3)
 DELETE
+  FROM waits
+ WHERE waits.partition_id = %s
+   AND waits.item_id <= %s;
+
+-- name: partition_delete_batch (4)
+DELETE
   FROM items
  WHERE items.partition_id = %s
    AND items.id <= %s;
 
--- name: partition_delete_batch (4)
+-- name: partition_delete_batch (5)
 DELETE
   FROM partitions
  WHERE partitions.id = %s;
 
--- name: partition_delete_batch (5)
+-- name: partition_delete_batch (6)
 UPDATE partitions
    SET
 version=(partitions.version + %s), status=%s
@@ -2072,6 +2085,14 @@ SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
 VALUES (%s, %s, %s, %s, %s, %s, %s);
 
+-- name: wait_complete (6)
+UPDATE partitions
+   SET
+version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+            ELSE partitions.until
+             END
+ WHERE partitions.id = %s;
+
 -- name: wait_heartbeat (1)
 SELECT waits.token,
        waits.partition_id,
@@ -2113,6 +2134,14 @@ UPDATE waits
  WHERE waits.token = %s;
 
 -- name: wait_heartbeat (5)
+UPDATE partitions
+   SET
+version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND partitions.until > (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)) THEN (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+            ELSE partitions.until
+             END
+ WHERE partitions.id = %s;
+
+-- name: wait_heartbeat (6)
 SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %s

@@ -665,13 +665,20 @@ SELECT count(*) AS count_1,
 
 -- name: items_purge_finished (3)
 DELETE
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_n)s
+   AND waits.item_id <= %(item_id_n)s
+   AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_n)s AND items.status IN (%(status_1_n)s, ...) AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))));
+
+-- name: items_purge_finished (4)
+DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.status IN (%(status_1_n)s, ...)
    AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
    AND items.id <= %(id_n)s;
 
--- name: items_purge_finished (4)
+-- name: items_purge_finished (5)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -684,7 +691,7 @@ SELECT count(*) AS count_1,
          ORDER BY items.id
        ) AS anon_1;
 
--- name: items_purge_finished (5)
+-- name: items_purge_finished (6)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -1183,23 +1190,29 @@ SELECT count(*) AS count_1,
 
 -- name: partition_delete_batch (3)
 DELETE
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_n)s
+   AND waits.item_id <= %(item_id_n)s;
+
+-- name: partition_delete_batch (4)
+DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id <= %(id_n)s;
 
--- name: partition_delete_batch (4)
+-- name: partition_delete_batch (5)
 DELETE
   FROM partitions
  WHERE partitions.id = %(id_n)s;
 
--- name: partition_delete_batch (5)
+-- name: partition_delete_batch (6)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), status=%(status)s
  WHERE partitions.id = %(id_n)s
    AND (partitions.status = %(status_n)s OR partitions.status IN (%(status_2_n)s, ...) AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))));
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (7)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -2076,6 +2089,14 @@ SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_
 INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
 VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s);
 
+-- name: wait_complete (6)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner = %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+            ELSE partitions.until
+             END
+ WHERE partitions.id = %(id_n)s;
+
 -- name: wait_heartbeat (1)
 SELECT waits.token,
        waits.partition_id,
@@ -2117,6 +2138,14 @@ UPDATE waits
  WHERE waits.token = %(token_n)s;
 
 -- name: wait_heartbeat (5)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner = %(owner_n)s AND partitions.until > DATEADD(microsecond, CAST(((%(timeout)s) - FLOOR(%(timeout)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(timeout)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))) THEN DATEADD(microsecond, CAST(((%(timeout)s) - FLOOR(%(timeout)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(timeout)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+            ELSE partitions.until
+             END
+ WHERE partitions.id = %(id_n)s;
+
+-- name: wait_heartbeat (6)
 SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_n)s

@@ -672,13 +672,20 @@ SELECT count(*) AS count_1,
 
 -- name: items_purge_finished (3)
 DELETE
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
+   AND waits.item_id <= %(item_id_1)s::VARCHAR
+   AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_2)s::VARCHAR AND items.status IN (%(status_1_1)s::VARCHAR, ...) AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))));
+
+-- name: items_purge_finished (4)
+DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.status IN (%(status_1_1)s::VARCHAR, ...)
    AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
    AND items.id <= %(id_1)s::VARCHAR;
 
--- name: items_purge_finished (4)
+-- name: items_purge_finished (5)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -692,7 +699,7 @@ SELECT count(*) AS count_1,
          LIMIT %(param_2)s::INTEGER
        ) AS anon_1;
 
--- name: items_purge_finished (5)
+-- name: items_purge_finished (6)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -1157,16 +1164,22 @@ SELECT count(*) AS count_1,
 
 -- name: partition_delete_batch (3)
 DELETE
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
+   AND waits.item_id <= %(item_id_1)s::VARCHAR;
+
+-- name: partition_delete_batch (4)
+DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id <= %(id_1)s::VARCHAR;
 
--- name: partition_delete_batch (4)
+-- name: partition_delete_batch (5)
 DELETE
   FROM partitions
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
--- name: partition_delete_batch (5)
+-- name: partition_delete_batch (6)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR
@@ -2073,6 +2086,14 @@ INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, c
 VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE);
 
 -- name: wait_complete (6)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+            ELSE partitions.until
+             END
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: wait_complete (7)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: wait_heartbeat (1)
@@ -2116,6 +2137,14 @@ UPDATE waits
  WHERE waits.token = %(token_1)s::VARCHAR;
 
 -- name: wait_heartbeat (5)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(timeout)s))) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(timeout)s))
+            ELSE partitions.until
+             END
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: wait_heartbeat (6)
 SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR

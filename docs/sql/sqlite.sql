@@ -705,13 +705,20 @@ SELECT count(*) AS count_1,
 
 -- name: items_purge_finished (3)
 DELETE
+  FROM waits
+ WHERE waits.partition_id = ?
+   AND waits.item_id <= ?
+   AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = ? AND items.status IN (?, ...) AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')));
+
+-- name: items_purge_finished (4)
+DELETE
   FROM items
  WHERE items.partition_id = ?
    AND items.status IN (?, ...)
    AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
    AND items.id <= ?;
 
--- name: items_purge_finished (4)
+-- name: items_purge_finished (5)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -726,7 +733,7 @@ SELECT count(*) AS count_1,
         OFFSET ?
        ) AS anon_1;
 
--- name: items_purge_finished (5)
+-- name: items_purge_finished (6)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -1189,16 +1196,22 @@ SELECT count(*) AS count_1,
 
 -- name: partition_delete_batch (3)
 DELETE
+  FROM waits
+ WHERE waits.partition_id = ?
+   AND waits.item_id <= ?;
+
+-- name: partition_delete_batch (4)
+DELETE
   FROM items
  WHERE items.partition_id = ?
    AND items.id <= ?;
 
--- name: partition_delete_batch (4)
+-- name: partition_delete_batch (5)
 DELETE
   FROM partitions
  WHERE partitions.id = ?;
 
--- name: partition_delete_batch (5)
+-- name: partition_delete_batch (6)
 UPDATE partitions
    SET
 version=(partitions.version + ?), status=?
@@ -2122,6 +2135,14 @@ SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now
 INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
 VALUES (?, ?, ?, ?, ?, ?, ?);
 
+-- name: wait_complete (6)
+UPDATE partitions
+   SET
+version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+            ELSE partitions.until
+             END
+ WHERE partitions.id = ?;
+
 -- name: wait_heartbeat (1)
 SELECT waits.token,
        waits.partition_id,
@@ -2163,6 +2184,14 @@ UPDATE waits
  WHERE waits.token = ?;
 
 -- name: wait_heartbeat (5)
+UPDATE partitions
+   SET
+version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND partitions.until > (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')) THEN (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+            ELSE partitions.until
+             END
+ WHERE partitions.id = ?;
+
+-- name: wait_heartbeat (6)
 SELECT items.retry_at
   FROM items
  WHERE items.partition_id = ?

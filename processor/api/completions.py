@@ -16,9 +16,12 @@ the token usable. The token never appears in a log line or an answer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, Final
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import unquote
 
 from starlette.requests import ClientDisconnect, Request
@@ -34,11 +37,14 @@ from watcher.protocol import NonRetryableError, Result, RetryableError
 from watcher.rules.completions import Answer
 from watcher.rules.spawn import SpawnConflictError, SpawnLimits
 from watcher.store.waits import CompletedWait
+from watcher.waits import token_well_formed
 
 if TYPE_CHECKING:
     from processor.api.routes import IngestApi
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 PREFIX: Final = "/v1/completions/"
 # The routes as the OpenAPI document names them.
@@ -48,6 +54,12 @@ ANSWER_FIELDS: Final = frozenset({"gate", "done", "data", "data_b64", "spawn", "
                                   "no_retry", "wait"})
 # A heartbeat or an answer without items is small; its own bound, below the API's.
 MAX_HEARTBEAT_BYTES: Final = 4096
+# A token is made with its call, but its wait is written only with the answer that
+# parks: an outside system may answer before that. A well-formed unknown token is
+# looked up again for this long (seconds) before the API says 404 with Retry-After.
+NOT_YET_GRACE: Final = 2.0
+NOT_YET_STEP: Final = 0.1
+RETRY_AFTER_SECONDS: Final = 2
 
 
 def is_completion_path(raw_path: str) -> bool:
@@ -86,6 +98,8 @@ class CompletionRoutes:
             response = await answer_completion(self.api, Request(scope, receive), raw_path)
         except ApiError as error:
             response = error_response(error)
+            if isinstance(error, NotYetFound):
+                response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         except ClientDisconnect:
             return
         except Exception as error:
@@ -103,6 +117,40 @@ def not_found() -> ApiError:
     """The answer for an unknown or malformed token, or a path under the prefix that no
     route has: it says nothing about any wait."""
     return ApiError(404, "not_found", "no wait has this completion token")
+
+
+class NotYetFound(ApiError):
+    """A 404 that comes with ``Retry-After``: see :func:`not_yet_found`."""
+
+
+def not_yet_found() -> ApiError:
+    """The answer for a well-formed token no wait had within :data:`NOT_YET_GRACE`: maybe
+    unknown, maybe made by a call whose parking answer is not written yet. Nothing was
+    written; ``Retry-After`` says when trying again may find it."""
+    return NotYetFound(404, "not_found",
+                       "no wait has this completion token (yet: a wait is written when its "
+                       "handler's answer is; nothing was written, so retrying later is safe)")
+
+
+async def _patiently(attempt: Callable[[], Awaitable[T]], token: str) -> T:
+    """``attempt()``, tried again every :data:`NOT_YET_STEP` seconds while no wait has the
+    well-formed ``token``, up to :data:`NOT_YET_GRACE` seconds: the outside system
+    may complete a wait before the answer that parks it is written.
+
+    Raises:
+        ApiError: 404 when no wait had the token (with ``Retry-After`` when it is
+            well-formed).
+    """
+    if not token_well_formed(token):
+        raise not_found()
+    give_up = time.monotonic() + NOT_YET_GRACE
+    while True:
+        try:
+            return await attempt()
+        except WaitNotFoundError:
+            if time.monotonic() >= give_up:
+                raise not_yet_found() from None
+        await asyncio.sleep(NOT_YET_STEP)
 
 
 async def answer_completion(api: IngestApi, request: Request, raw_path: str) -> Response:
@@ -127,12 +175,15 @@ async def answer_completion(api: IngestApi, request: Request, raw_path: str) -> 
             if unknown or "timeout" not in document:
                 raise bad_request("a heartbeat's body is {\"timeout\": seconds}",
                                   field=unknown[0] if unknown else "timeout")
-            deadline = await store.wait_heartbeat(token, document["timeout"])
+            deadline = await _patiently(
+                lambda: store.wait_heartbeat(token, document["timeout"]), token)
             return JSONResponse({"deadline": deadline.isoformat() + "Z"}, 200)
         answer = _answer(await read_whole(request, api.limits.max_body_bytes))
         limit = api.limits.max_item_bytes
-        done = await store.wait_complete(token, answer, max_data_bytes=limit,
-                                         spawn_limits=SpawnLimits(max_item_bytes=limit))
+        done = await _patiently(
+            lambda: store.wait_complete(token, answer, max_data_bytes=limit,
+                                        spawn_limits=SpawnLimits(max_item_bytes=limit)),
+            token)
     except WaitNotFoundError:
         raise not_found() from None
     except AlreadyCompletedError as error:

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, inspect
 
-from tests.conftest import POSTGRES_URL, require_bench_peers, require_postgres
+from tests.conftest import POSTGRES_URL, require_bench_peers, require_mariadb, require_postgres
 from watcher.store.db.urls import parse_database_url
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ("library", "flow", "small", "fleet", "instructions", "http", "batch", "spawn",
              "ingest", "latency", "failover", "renewals", "scale", "fanin", "reduce", "chord",
-             "crawl")
+             "crawl", "park")
 # The flow scenario's drains, by their name in its JSON.
 FLOW_SETUPS = ("no_keys", "one_key", "key_limit", "no_keys_half", "key_rates")
 
@@ -221,6 +221,8 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
         assert len(ingest[way]["rounds_items_per_s"]) >= 3, (way, ingest[way])
     positive(ingest, *FIGURES["ingest"])
 
+    check_park(scenarios["park"], sizes)
+
     crawl = scenarios["crawl"]
     assert crawl["statefeed_library"]["partitions"] == sizes["crawl_count"]
     positive(crawl, "statefeed_library.steps_per_s", "statefeed_library.partition_latency.p99_ms")
@@ -240,7 +242,8 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
             "fleet: CPU per item, 4 processors / 1",
             "flow: one key without a limit vs no keys, items/s (bench criterion)",
             "crawl: statefeed vs best Celery, nodes/s",
-            "crawl: best Celery p99 / statefeed p99"} <= names
+            "crawl: best Celery p99 / statefeed p99",
+            "park: completions/s vs add_items (one a call)"} <= names
     assert {goal["result"] for goal in document["goals"]} <= {"PASS", "MISS", "n/a"}
     assert "Goals" in done.stdout
     assert "PASS" in done.stdout or "MISS" in done.stdout
@@ -248,6 +251,33 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     # Nothing left behind: every table prefix the run used is gone again.
     assert document["table_prefixes"]
     assert tables_left(POSTGRES_URL, document["table_prefixes"]) == []
+
+
+def check_park(park: dict[str, Any], sizes: dict[str, Any]) -> None:
+    """The park scenario parked, completed through the API and added the same items."""
+    assert park["items"] >= sizes["park_items"] - park["partitions"], park
+    positive(park, "normal_seconds", "park_seconds", "park_cost_ratio",
+             "completions_per_second", "add_items_per_second", "completion_ratio")
+
+
+@pytest.mark.mariadb
+def test_park_smoke_on_every_database(tmp_path: Path) -> None:
+    """``python -m bench --smoke --only park`` on SQLite, PostgreSQL and MariaDB: each
+    parks, completes every token through ``processor api`` and prints PASS or MISS."""
+    require_postgres()
+    require_mariadb()
+    out = tmp_path / "park.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--only", "park", "--db", "sqlite",
+         "--db", "postgres", "--db", "mariadb", "--json", str(out)], cwd=REPO,
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    document = json.loads(out.read_text())
+    for database in ("sqlite", "postgres", "mariadb"):
+        check_park(document["databases"][database]["scenarios"]["park"], document["sizes"])
+    assert "park: completions/s vs add_items" in done.stdout
+    assert "PASS" in done.stdout or "MISS" in done.stdout
 
 
 def check_flow(flow: dict[str, Any], sizes: dict[str, Any]) -> None:

@@ -117,6 +117,8 @@ class GateMover:
         action = decide_gate(summary, auto_close=self.config.auto_close,
                              manual_checkpoint=self.config.manual_checkpoint,
                              continue_on_failure=lease.settings.continue_on_failure)
+        if action.move is GateMove.WAIT and await self._park(summary):
+            return Pass(wait=None, move=action.move)
         if action.move is GateMove.WAIT:
             wait = self.config.poll_interval
             for seconds in (summary.seconds_to_next_retry, summary.seconds_to_deadline):
@@ -204,6 +206,33 @@ class GateMover:
             log.warning("action=quorum_unreachable partition=%s gate=%d k=%d complete=%d",
                         self.partition_id, self.lease.gate, k, complete)
         return summary_under_quorum(summary, move)
+
+    async def _park(self, summary: GateSummary) -> bool:
+        """Let the lease go when every open item at the gate waits for a completion
+        and the earliest deadline is more than a poll away: the partition then holds
+        no lease, no slot and no poll until a completion or that deadline brings it
+        back (:meth:`~watcher.store.Store.partition_park`). Returns whether it let go
+        (``False``: something moved meanwhile; the gate is looked at again).
+
+        Raises the database's error when the write fails.
+        """
+        deadline = summary.seconds_to_deadline
+        if (summary.pending or not summary.waiting or deadline is None
+                or deadline <= self.config.poll_interval):
+            return False
+        lease = self.lease
+        async with lease.lock:
+            if lease.lost or lease.closed:
+                return False
+            parked = await self.store.partition_park(self.partition_id, lease.version,
+                                                     self.keeper.owner)
+        if not parked:
+            return False
+        self.keeper.forget(lease)
+        self.hooks.lease_released(self.partition_id)
+        log.info("action=lease_released partition=%s owner=%s reason=waiting waiting=%d",
+                 self.partition_id, self.keeper.owner, summary.waiting)
+        return True
 
     async def _expire_waits(self) -> None:
         """Time out the items waiting at the gate whose deadline passed: each gets the

@@ -9,6 +9,7 @@ from collections.abc import Collection
 from sqlalchemy import (
     and_,
     delete,
+    exists,
     func,
     or_,
     select,
@@ -87,7 +88,7 @@ class RemovalStore(StoreBase):
         the primary key and one range delete, so no transaction grows with the
         partition. A partition that no longer qualifies is skipped, unwritten.
         """
-        p, i = self.tables.partitions, self.tables.items
+        p, i, w = self.tables.partitions, self.tables.items, self.tables.waits
         async with self._write() as conn:
             marked = await conn.execute(
                 update(p).where(p.c.id == partition_id, self._purgeable(older_than, statuses))
@@ -99,6 +100,9 @@ class RemovalStore(StoreBase):
             count, last = (await conn.execute(
                 select(func.count(), func.max(page.c.id)))).one()
             if count:
+                # The waits of these items go with them: a token of theirs is unknown.
+                await conn.execute(delete(w).where(w.c.partition_id == partition_id,
+                                                   w.c.item_id <= last))
                 await conn.execute(
                     delete(i).where(i.c.partition_id == partition_id, i.c.id <= last))
             if count >= batch:
@@ -178,5 +182,11 @@ class RemovalStore(StoreBase):
                 select(func.count(), func.max(page.c.id)))).one()
             if not count:
                 return 0, None
+            # Their waits (used, timed out or replaced) go first: bounded by the page.
+            w = self.tables.waits
+            await conn.execute(delete(w).where(
+                w.c.partition_id == partition_id, w.c.item_id <= last,
+                *([w.c.item_id > after] if after is not None else []),
+                exists().where(i.c.id == w.c.item_id, *wanted)))
             removed = await conn.execute(delete(i).where(*wanted, i.c.id <= last))
             return int(removed.rowcount), (last if count >= batch else None)

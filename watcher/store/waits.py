@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Float, and_, bindparam, exists, func, select, update
+from sqlalchemy import Float, and_, bindparam, case, exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from watcher.errors import AlreadyCompletedError, CompletionRefusedError, WaitNotFoundError
@@ -146,6 +146,44 @@ class WaitsStore(SpawnsStore):
         return (i.c.status == WAITING,
                 exists().where(p.c.id == i.c.partition_id, p.c.status == AVAILABLE))
 
+    async def partition_park(self, partition_id: str, version: int, owner: str) -> bool:
+        """Let ``owner``'s lease on ``partition_id`` go while every open item at its gate
+        waits for a completion: ``owner`` becomes ``''`` and ``until`` the earliest
+        deadline of those waits, so no processor takes the partition (nor polls it)
+        before that deadline, unless a completion brings ``until`` back to now
+        (:meth:`_wake_parked`). One statement, guarded by the lease's ``version``: a
+        completion, a client's write or a new lease in between bumps it, and then
+        nothing is written. Returns whether the lease was let go.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
+        """
+        p, i = self.tables.partitions, self.tables.items
+        at_gate = and_(i.c.partition_id == p.c.id, i.c.gate == p.c.gate)
+        deadline = (select(func.min(i.c.retry_at)).where(at_gate, i.c.status == WAITING)
+                    .scalar_subquery())
+        statement = (
+            update(p).where(*self.statements.lease_held(partition_id, owner, version=version),
+                            exists().where(at_gate, i.c.status == WAITING),
+                            ~exists().where(at_gate, i.c.status == AVAILABLE))
+            .values(owner="", until=deadline, version=p.c.version + 1))
+        async with self._write() as conn:
+            touched = await conn.execute(statement)
+        return touched.rowcount == 1
+
+    async def _wake_parked(self, conn: AsyncConnection, partition_id: str,
+                           until: Any = None, params: dict[str, Any] | None = None) -> None:
+        """In a completion's (or heartbeat's) transaction: bump the partition's version,
+        which fences off a park decided before it, and, when its lease was let go
+        while its items wait (:meth:`partition_park`), bring its ``until`` to
+        ``until`` (default now; never later than it was) so a processor takes it."""
+        p = self.tables.partitions
+        until = self.statements.now if until is None else until
+        await conn.execute(update(p).where(p.c.id == partition_id).values(
+            version=p.c.version + 1,
+            until=case((and_(p.c.owner == "", p.c.until > until), until), else_=p.c.until)),
+            params or {})
+
     async def wait_complete(self, token: str, answer: Answer, *,
                             policy: RetryPolicy = DEFAULT_POLICY,
                             max_data_bytes: int | None = None,
@@ -167,9 +205,13 @@ class WaitsStore(SpawnsStore):
         """
         async with self._write() as conn:
             wait, row = await self._waiting(conn, token)
-            return await self._complete(conn, wait, row, answer, policy=policy,
+            done = await self._complete(conn, wait, row, answer, policy=policy,
                                         max_data_bytes=max_data_bytes,
                                         spawn_limits=spawn_limits)
+        if done is None:  # a racing completion, timeout or cancel won: say what it did
+            raise AlreadyCompletedError(await self._item_status(wait.partition_id,
+                                                                wait.item_id))
+        return done
 
     async def wait_complete_item(self, partition_id: str, item_id: str, answer: Answer, *,
                                  policy: RetryPolicy = DEFAULT_POLICY,
@@ -189,17 +231,20 @@ class WaitsStore(SpawnsStore):
         """
         async with self._write() as conn:
             wait, row = await self._waiting_item(conn, partition_id, item_id)
-            return await self._complete(conn, wait, row, answer, policy=policy,
+            done = await self._complete(conn, wait, row, answer, policy=policy,
                                         max_data_bytes=max_data_bytes,
                                         spawn_limits=spawn_limits)
+        if done is None:
+            raise AlreadyCompletedError(await self._item_status(partition_id, item_id))
+        return done
 
     async def _complete(self, conn: AsyncConnection, wait: Any, row: Any, answer: Answer, *,
                         policy: RetryPolicy, max_data_bytes: int | None,
-                        spawn_limits: SpawnLimits) -> CompletedWait:
-        """The guarded write of a completion, in the caller's transaction.
+                        spawn_limits: SpawnLimits) -> CompletedWait | None:
+        """The guarded write of a completion, in the caller's transaction; ``None`` when
+        the item moved on meanwhile (nothing was written: the caller says what won).
 
         Raises:
-            AlreadyCompletedError: the item moved on meanwhile; nothing was written.
             CompletionRefusedError, SpawnConflictError: as :meth:`wait_complete`.
         """
         new_token = new_completion_token()
@@ -216,13 +261,14 @@ class WaitsStore(SpawnsStore):
             *self._still_waiting())
         touched = await conn.execute(statement, statements.item_write_params(write, ""))
         if touched.rowcount != 1:
-            raise AlreadyCompletedError(None)
+            return None
         if write.spawn:
             await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)])
         await self._waits_in(conn, [write])
         k = dict(decode_quorum(row.quorum)).get(row.gate, 0)
         if k and settles_at(write, row.gate):
             await self._quorum_in(conn, wait.partition_id, row.gate, k)
+        await self._wake_parked(conn, wait.partition_id)
         await self._notify(conn, wait.partition_id)
         gate = row.gate if write.gate is None else write.gate
         return CompletedWait(wait.partition_id, wait.item_id, write.status, gate,
@@ -259,6 +305,13 @@ class WaitsStore(SpawnsStore):
                                                       max(known.oldest_seconds, age), earliest)
         return found
 
+    async def _item_status(self, partition_id: str, item_id: str) -> str | None:
+        """The item's status now, read in a fresh transaction (``None``: it is gone)."""
+        i = self.tables.items
+        async with self._read() as conn:
+            return (await conn.execute(select(i.c.status).where(
+                i.c.partition_id == partition_id, i.c.id == item_id))).scalar_one_or_none()
+
     async def wait_heartbeat(self, token: str, seconds: float) -> datetime:
         """Move the deadline of the wait ``token`` names to ``seconds`` from now
         (the store's clock); returns the new deadline. The token stays usable.
@@ -283,5 +336,7 @@ class WaitsStore(SpawnsStore):
                 raise AlreadyCompletedError(None)
             await conn.execute(update(w).where(w.c.token == wait.token)
                                .values(timeout=float(seconds)))
+            await self._wake_parked(conn, wait.partition_id, deadline,
+                                    {"timeout": float(seconds)})
             return (await conn.execute(select(i.c.retry_at).where(
                 i.c.partition_id == wait.partition_id, i.c.id == wait.item_id))).scalar_one()
