@@ -12,6 +12,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from watcher.errors import (
+    AlreadyCompletedError,
+    CompletionRefusedError,
     ConfigError,
     ConnectionLostError,
     DatabaseError,
@@ -27,6 +29,7 @@ from watcher.errors import (
     ScheduleNotFoundError,
     StatefeedError,
     ValueRefusedError,
+    WaitNotFoundError,
 )
 from watcher.protocol import NonRetryableError, RetryableError
 from watcher.records import ErrorEntry, ItemInfo, NewItem, PartitionInfo
@@ -62,8 +65,10 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AlreadyCompletedError",
     "AsyncClient",
     "Client",
+    "CompletionRefusedError",
     "ConfigError",
     "ConnectionLostError",
     "DatabaseError",
@@ -86,4 +91,5 @@ __all__ = [
     "ScheduleNotFoundError",
     "StatefeedError",
     "ValueRefusedError",
+    "WaitNotFoundError",
 ]

@@ -95,12 +95,8 @@ SELECT (
         SELECT min(anon_18.parked_at) AS min_2
           FROM (
                 SELECT (
-                        SELECT min(waits.created_at) AS min_3
+                        SELECT min(items.updated_at) AS min_3
                           FROM items
-                         INNER JOIN waits
-                            ON waits.partition_id = items.partition_id
-                           AND waits.item_id = items.id
-                           AND waits.version = items.version
                          WHERE items.partition_id = partitions.id
                            AND items.status = %s
                        ) AS parked_at
@@ -1252,6 +1248,25 @@ SELECT items.partition_id,
  GROUP BY items.partition_id,
           items.status;
 
+-- name: partition_park
+UPDATE partitions
+   SET
+version=(partitions.version + %s), owner=%s,
+       until=(
+        SELECT min(items.retry_at) AS min_1
+          FROM items
+         WHERE items.partition_id = partitions.id
+           AND items.gate = partitions.gate
+           AND items.status = %s
+       )
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s
+   AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND (EXISTS (SELECT * FROM items WHERE items.partition_id = partitions.id AND items.gate = partitions.gate AND items.status = %s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = partitions.id AND items.gate = partitions.gate AND items.status = %s));
+
 -- name: partition_pause (1)
 UPDATE partitions
    SET updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
@@ -1640,7 +1655,7 @@ SELECT count(*) AS count_1
 -- name: ping
 SELECT %s AS anon_1;
 
--- name: quorum_settle
+-- name: quorum_settle (1)
 SELECT count(*) AS count_1
   FROM (
         SELECT %s AS anon_2
@@ -1649,6 +1664,15 @@ SELECT count(*) AS count_1
            AND (items.status = %s AND items.gate >= %s OR items.status IN (%s, ...) AND items.gate > %s)
          LIMIT %s
        ) AS anon_1;
+
+-- name: quorum_settle (2)
+UPDATE items
+   SET
+version=(items.version + %s), status=%s,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = %s
+   AND items.gate = %s
+   AND items.status IN (%s, ...);
 
 -- name: reduce_entries (1)
 SELECT items.id,
@@ -2093,6 +2117,67 @@ version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND pa
              END
  WHERE partitions.id = %s;
 
+-- name: wait_complete_item (1)
+SELECT items.status,
+       items.version
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id = %s;
+
+-- name: wait_complete_item (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at
+  FROM waits
+ WHERE waits.partition_id = %s
+   AND waits.item_id = %s
+   AND waits.version = %s;
+
+-- name: wait_complete_item (3)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+ INNER JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %s
+   AND items.id = %s;
+
+-- name: wait_complete_item (4)
+UPDATE items
+   SET
+version=(items.version + %s), gate=coalesce(%s, items.gate),
+       status=%s,
+       attempts=%s,
+       last_error=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       error_history=CASE WHEN (%s IS NULL) THEN items.error_history
+            ELSE replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END
+ WHERE items.partition_id = %s
+   AND items.id = %s
+   AND items.version = %s
+   AND items.status = %s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %s));
+
+-- name: wait_complete_item (5)
+UPDATE partitions
+   SET
+version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+            ELSE partitions.until
+             END
+ WHERE partitions.id = %s;
+
 -- name: wait_heartbeat (1)
 SELECT waits.token,
        waits.partition_id,
@@ -2146,3 +2231,20 @@ SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %s
    AND items.id = %s;
+
+-- name: waits_summary
+SELECT items.partition_id,
+       items.gate,
+       count(*) AS count_1,
+       min(waits.created_at) AS min_1,
+       min(items.retry_at) AS min_2,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM items
+  LEFT OUTER JOIN waits
+    ON waits.partition_id = items.partition_id
+   AND waits.item_id = items.id
+   AND waits.version = items.version
+ WHERE items.partition_id IN (%s, ...)
+   AND items.status = %s
+ GROUP BY items.partition_id,
+          items.gate;

@@ -86,12 +86,8 @@ SELECT (
         SELECT min(anon_18.parked_at) AS min_2
           FROM (
                 SELECT TOP 1000 (
-                        SELECT min(waits.created_at) AS min_3
+                        SELECT min(items.updated_at) AS min_3
                           FROM items
-                          JOIN waits
-                            ON waits.partition_id = items.partition_id
-                           AND waits.item_id = items.id
-                           AND waits.version = items.version
                          WHERE items.partition_id = partitions.id
                            AND items.status = %(status_n)s
                        ) AS parked_at
@@ -1281,6 +1277,25 @@ SELECT items.partition_id,
  GROUP BY items.partition_id,
           items.status;
 
+-- name: partition_park
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s), owner=%(owner)s,
+       until=(
+        SELECT min(items.retry_at) AS min_1
+          FROM items
+         WHERE items.partition_id = partitions.id
+           AND items.gate = partitions.gate
+           AND items.status = %(status_n)s
+       )
+ WHERE partitions.id = %(id_n)s
+   AND partitions.version = %(version_n)s
+   AND partitions.owner = %(owner_n)s
+   AND partitions.status = %(status_n)s
+   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND (EXISTS (SELECT * FROM items WHERE items.partition_id = partitions.id AND items.gate = partitions.gate AND items.status = %(status_n)s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = partitions.id AND items.gate = partitions.gate AND items.status = %(status_n)s));
+
 -- name: partition_pause (1)
 UPDATE partitions
    SET updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
@@ -1651,7 +1666,7 @@ SELECT count(*) AS count_1
 -- name: ping
 SELECT %(param_n)s AS anon_1;
 
--- name: quorum_settle
+-- name: quorum_settle (1)
 SELECT count(*) AS count_1
   FROM (
         SELECT TOP 1 %(param_n)s AS anon_2
@@ -1659,6 +1674,15 @@ SELECT count(*) AS count_1
          WHERE items.partition_id = %(partition_id_n)s
            AND (items.status = %(status_n)s AND items.gate >= %(gate_n)s OR items.status IN (%(status_2_n)s, ...) AND items.gate > %(gate_n)s)
        ) AS anon_1;
+
+-- name: quorum_settle (2)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), status=%(status)s,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.gate = %(gate_n)s
+   AND items.status IN (%(status_1_n)s, ...);
 
 -- name: reduce_entries (1)
 SELECT TOP 10 items.id,
@@ -2097,6 +2121,67 @@ version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner 
              END
  WHERE partitions.id = %(id_n)s;
 
+-- name: wait_complete_item (1)
+SELECT items.status,
+       items.version
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id = %(id_n)s;
+
+-- name: wait_complete_item (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_n)s
+   AND waits.item_id = %(item_id_n)s
+   AND waits.version = %(version_n)s;
+
+-- name: wait_complete_item (3)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id = %(id_n)s;
+
+-- name: wait_complete_item (4)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
+       status=%(new_status)s,
+       attempts=%(new_attempts)s,
+       last_error=%(new_error)s,
+       retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       error_history=CASE WHEN (%(new_history)s IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
+             END
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s
+   AND items.version = %(seen)s
+   AND items.status = %(status_n)s
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_n)s));
+
+-- name: wait_complete_item (5)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner = %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+            ELSE partitions.until
+             END
+ WHERE partitions.id = %(id_n)s;
+
 -- name: wait_heartbeat (1)
 SELECT waits.token,
        waits.partition_id,
@@ -2150,3 +2235,20 @@ SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id = %(id_n)s;
+
+-- name: waits_summary
+SELECT items.partition_id,
+       items.gate,
+       count(*) AS count_1,
+       min(waits.created_at) AS min_1,
+       min(items.retry_at) AS min_2,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM items
+  LEFT OUTER JOIN waits
+    ON waits.partition_id = items.partition_id
+   AND waits.item_id = items.id
+   AND waits.version = items.version
+ WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
+   AND items.status = %(status_n)s
+ GROUP BY items.partition_id,
+          items.gate;

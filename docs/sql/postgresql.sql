@@ -95,12 +95,8 @@ SELECT (
         SELECT min(anon_18.parked_at) AS min_2
           FROM (
                 SELECT (
-                        SELECT min(waits.created_at) AS min_3
+                        SELECT min(items.updated_at) AS min_3
                           FROM items
-                          JOIN waits
-                            ON waits.partition_id = items.partition_id
-                           AND waits.item_id = items.id
-                           AND waits.version = items.version
                          WHERE items.partition_id = partitions.id
                            AND items.status = %(status_12)s::VARCHAR
                        ) AS parked_at
@@ -1246,6 +1242,25 @@ SELECT items.partition_id,
  GROUP BY items.partition_id,
           items.status;
 
+-- name: partition_park
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
+       until=(
+        SELECT min(items.retry_at) AS min_1
+          FROM items
+         WHERE items.partition_id = partitions.id
+           AND items.gate = partitions.gate
+           AND items.status = %(status_1)s::VARCHAR
+       )
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.version = %(version_2)s::INTEGER
+   AND partitions.owner = %(owner_1)s::VARCHAR
+   AND partitions.status = %(status_2)s::VARCHAR
+   AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND (EXISTS (SELECT * FROM items WHERE items.partition_id = partitions.id AND items.gate = partitions.gate AND items.status = %(status_3)s::VARCHAR))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = partitions.id AND items.gate = partitions.gate AND items.status = %(status_4)s::VARCHAR));
+
 -- name: partition_pause (1)
 UPDATE partitions
    SET updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
@@ -1641,7 +1656,7 @@ SELECT count(*) AS count_1
 -- name: ping
 SELECT %(param_1)s::INTEGER AS anon_1;
 
--- name: quorum_settle
+-- name: quorum_settle (1)
 SELECT count(*) AS count_1
   FROM (
         SELECT %(param_1)s::INTEGER AS anon_2
@@ -1650,6 +1665,15 @@ SELECT count(*) AS count_1
            AND (items.status = %(status_1)s::VARCHAR AND items.gate >= %(gate_1)s::INTEGER OR items.status IN (%(status_2_1)s::VARCHAR, ...) AND items.gate > %(gate_2)s::INTEGER)
          LIMIT %(param_2)s::INTEGER
        ) AS anon_1;
+
+-- name: quorum_settle (2)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.gate = %(gate_1)s::INTEGER
+   AND items.status IN (%(status_1_1)s::VARCHAR, ...);
 
 -- name: reduce_entries (1)
 SELECT items.id,
@@ -2096,6 +2120,70 @@ version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitio
 -- name: wait_complete (7)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
+-- name: wait_complete_item (1)
+SELECT items.status,
+       items.version
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_complete_item (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
+   AND waits.item_id = %(item_id_1)s::VARCHAR
+   AND waits.version = %(version_1)s::INTEGER;
+
+-- name: wait_complete_item (3)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_complete_item (4)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
+       status=%(new_status)s::VARCHAR,
+       attempts=%(new_attempts)s::INTEGER,
+       last_error=%(new_error)s::VARCHAR,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       error_history=CASE WHEN (%(new_history)s::VARCHAR IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s::VARCHAR, '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",')
+             END
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND items.id = %(iid)s::VARCHAR
+   AND items.version = %(seen)s::INTEGER
+   AND items.status = %(status_1)s::VARCHAR
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_2)s::VARCHAR));
+
+-- name: wait_complete_item (5)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+            ELSE partitions.until
+             END
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: wait_complete_item (6)
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+
 -- name: wait_heartbeat (1)
 SELECT waits.token,
        waits.partition_id,
@@ -2149,3 +2237,20 @@ SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id = %(id_1)s::VARCHAR;
+
+-- name: waits_summary
+SELECT items.partition_id,
+       items.gate,
+       count(*) AS count_1,
+       min(waits.created_at) AS min_1,
+       min(items.retry_at) AS min_2,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM items
+  LEFT OUTER JOIN waits
+    ON waits.partition_id = items.partition_id
+   AND waits.item_id = items.id
+   AND waits.version = items.version
+ WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
+   AND items.status = %(status_1)s::VARCHAR
+ GROUP BY items.partition_id,
+          items.gate;

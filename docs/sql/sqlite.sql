@@ -104,12 +104,8 @@ SELECT (
         SELECT min(anon_18.parked_at) AS min_2
           FROM (
                 SELECT (
-                        SELECT min(waits.created_at) AS min_3
+                        SELECT min(items.updated_at) AS min_3
                           FROM items
-                          JOIN waits
-                            ON waits.partition_id = items.partition_id
-                           AND waits.item_id = items.id
-                           AND waits.version = items.version
                          WHERE items.partition_id = partitions.id
                            AND items.status = ?
                        ) AS parked_at
@@ -1279,6 +1275,25 @@ SELECT items.partition_id,
  GROUP BY items.partition_id,
           items.status;
 
+-- name: partition_park
+UPDATE partitions
+   SET
+version=(partitions.version + ?), owner=?,
+       until=(
+        SELECT min(items.retry_at) AS min_1
+          FROM items
+         WHERE items.partition_id = partitions.id
+           AND items.gate = partitions.gate
+           AND items.status = ?
+       )
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?
+   AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND (EXISTS (SELECT * FROM items WHERE items.partition_id = partitions.id AND items.gate = partitions.gate AND items.status = ?))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = partitions.id AND items.gate = partitions.gate AND items.status = ?));
+
 -- name: partition_pause (1)
 UPDATE partitions
    SET updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
@@ -1685,7 +1700,7 @@ SELECT count(*) AS count_1
 -- name: ping
 SELECT ? AS anon_1;
 
--- name: quorum_settle
+-- name: quorum_settle (1)
 SELECT count(*) AS count_1
   FROM (
         SELECT ? AS anon_2
@@ -1695,6 +1710,15 @@ SELECT count(*) AS count_1
          LIMIT ?
         OFFSET ?
        ) AS anon_1;
+
+-- name: quorum_settle (2)
+UPDATE items
+   SET
+version=(items.version + ?), status=?,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = ?
+   AND items.gate = ?
+   AND items.status IN (?, ...);
 
 -- name: reduce_entries (1)
 SELECT items.id,
@@ -2143,6 +2167,67 @@ version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND part
              END
  WHERE partitions.id = ?;
 
+-- name: wait_complete_item (1)
+SELECT items.status,
+       items.version
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id = ?;
+
+-- name: wait_complete_item (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at
+  FROM waits
+ WHERE waits.partition_id = ?
+   AND waits.item_id = ?
+   AND waits.version = ?;
+
+-- name: wait_complete_item (3)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = ?
+   AND items.id = ?;
+
+-- name: wait_complete_item (4)
+UPDATE items
+   SET
+version=(items.version + ?), gate=coalesce(?, items.gate),
+       status=?,
+       attempts=?,
+       last_error=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       error_history=CASE WHEN (? IS NULL) THEN items.error_history
+            ELSE replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END
+ WHERE items.partition_id = ?
+   AND items.id = ?
+   AND items.version = ?
+   AND items.status = ?
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = ?));
+
+-- name: wait_complete_item (5)
+UPDATE partitions
+   SET
+version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+            ELSE partitions.until
+             END
+ WHERE partitions.id = ?;
+
 -- name: wait_heartbeat (1)
 SELECT waits.token,
        waits.partition_id,
@@ -2196,3 +2281,20 @@ SELECT items.retry_at
   FROM items
  WHERE items.partition_id = ?
    AND items.id = ?;
+
+-- name: waits_summary
+SELECT items.partition_id,
+       items.gate,
+       count(*) AS count_1,
+       min(waits.created_at) AS min_1,
+       min(items.retry_at) AS min_2,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM items
+  LEFT OUTER JOIN waits
+    ON waits.partition_id = items.partition_id
+   AND waits.item_id = items.id
+   AND waits.version = items.version
+ WHERE items.partition_id IN (?, ...)
+   AND items.status = ?
+ GROUP BY items.partition_id,
+          items.gate;

@@ -174,7 +174,8 @@ async def _drive_schedules(store: Store) -> None:
 
 async def _drive_waits(store: Store) -> None:
     """A parking write (the item and its wait), a heartbeat, a completion that parks
-    again, one refused as already completed, and the read of expired waits."""
+    again, one refused as already completed, the read of expired waits, the summary of
+    parked items, a completion by item, a refused park and a quorum's count."""
     from watcher.errors import AlreadyCompletedError
     from watcher.protocol import Result
     from watcher.waits import Wait, WaitWrite, token_hash
@@ -193,7 +194,10 @@ async def _drive_waits(store: Store) -> None:
     with pytest.raises(AlreadyCompletedError):
         await store.wait_complete(token, Result(done=True))
     await store.items_wait_expired("pw", 0, 10)
-    assert await store.quorum_settle("pw", 0, 1) == 0  # nothing complete at gate 0
+    await store.waits_summary(["pw"])
+    assert (await store.wait_complete_item("pw", "w", Result(done=True))).status == "complete"
+    assert not await store.partition_park("pw", 1, "w5")  # its version moved on
+    assert await store.quorum_settle("pw", 0, 1) == 1  # w is complete at gate 0
 
 
 async def _drive_item_lookups(store: Store) -> None:

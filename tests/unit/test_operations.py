@@ -100,7 +100,8 @@ def test_what_the_cli_shows_of_an_item() -> None:
                     retry_at=datetime(2030, 1, 1), parent="folder")
     assert item_row(item) == {"id": "i1", "status": "failed", "gate": 2, "attempts": 3,
                               "last_error": "boom", "version": 7,
-                              "retry_at": "2030-01-01T00:00:00", "parent": "folder"}
+                              "retry_at": "2030-01-01T00:00:00", "parent": "folder",
+                              "deadline": None}
     report = PurgeReport(partitions=3, items=120)
     assert purge_text(report, older_than=604800, statuses=("complete", "cancelled"),
                       dry_run=True) == ("would delete 3 partition(s) (complete, cancelled, last "

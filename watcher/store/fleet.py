@@ -125,14 +125,12 @@ class FleetStore(StoreBase):
                          .where(p.c.status == AVAILABLE).limit(cap).subquery())
         oldest = select(func.min(per_partition.c.ready_at)).scalar_subquery()
         # Parked items: in open partitions only (a cancel ends their waits), through the
-        # ready index's (partition, status) prefix; the longest-parked by its wait row.
-        w = self.tables.waits
+        # ready index's (partition, status) prefix; the longest-parked by the time its
+        # parking answer was written (the item's updated_at: a heartbeat leaves it).
         parked = capped(select(i.c.id).join(p, p.c.id == i.c.partition_id)
                         .where(p.c.status == AVAILABLE, i.c.status == WAITING))
         first_parked = (
-            select(func.min(w.c.created_at))
-            .select_from(i.join(w, and_(w.c.partition_id == i.c.partition_id,
-                                        w.c.item_id == i.c.id, w.c.version == i.c.version)))
+            select(func.min(i.c.updated_at))
             .where(i.c.partition_id == p.c.id, i.c.status == WAITING)
             .correlate(p).scalar_subquery())
         parked_per_partition = (select(first_parked.label("parked_at")).select_from(p)
