@@ -31,7 +31,7 @@ DEFAULT_PAGE = 1000
 MAX_PAGE = 10_000
 PARTITION_STATUSES = tuple(status.value for status in Status)
 ITEM_STATUSES = (Status.AVAILABLE.value, Status.WAITING.value, Status.COMPLETE.value,
-                 Status.FAILED.value)
+                 Status.FAILED.value, Status.SKIPPED.value)
 # gate_counts() reads the items of the partitions it is given: one page of them at most.
 MAX_GATE_COUNT_PARTITIONS = 1000
 # Where the counts of backlog() and throughput() stop, unless asked otherwise; the most.

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from processor.client.checks import check_quorum
+from processor.cli.data import items_cell
+from processor.client.checks import ITEM_STATUSES, check_quorum
 from watcher.errors import InvalidInputError
 from watcher.records import GateSummary, ItemWrite, PartitionSettings
 from watcher.rules.completions import (
@@ -70,3 +71,10 @@ def test_the_settings_name_k_per_gate() -> None:
     assert check_quorum("p", None) == () and check_quorum("p", {}) == ()
     with pytest.raises(InvalidInputError, match="at least 1"):
         check_quorum("p", {1: 0})
+
+
+def test_skipped_is_an_item_status_everywhere_one_is_shown_or_filtered() -> None:
+    assert "skipped" in ITEM_STATUSES and "waiting" in ITEM_STATUSES
+    assert items_cell({"complete": 1, "skipped": 2, "waiting": 1, "failed": 0}) == (
+        "1 waiting, 1 complete, 2 skipped")
+    assert items_cell({}) == "none"
