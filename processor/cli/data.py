@@ -236,7 +236,8 @@ def items(
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
     status: Annotated[str, typer.Option("--status", help="Only items with this status: "
-                                        "available, complete or failed.")] = "",
+                                        "available, waiting, complete, failed or skipped.")
+                      ] = "",
     gate: Annotated[int | None, typer.Option("--gate", help="Only items at this gate.")
                     ] = None,
     limit: Annotated[int, typer.Option(help="Show at most this many items (a page).")
