@@ -258,14 +258,17 @@ async def test_late_answers_to_skipped_items_are_fenced_off_quietly(
         "p", [NewItem("slow1", b"1"), NewItem("slow2", b"2"), NewItem("callback", b"3")],
         quorum={0: 1})
     store = make_store()
+    # A long poll interval: the processor does not look at the quorum (and give the
+    # calls up) before the two answers arrive, so they reach the writer.
+    slow_looks = config(concurrency=8, poll_interval=10.0, lease_duration=60.0)
     with caplog.at_level("DEBUG"):
-        async with running(Watcher(make_store(), providers, config(concurrency=8))):
+        async with running(Watcher(make_store(), providers, slow_looks)):
             await wait_until(lambda: _in_flight_and_parked(client, providers),
                              message="two calls in flight, one parked")
             # The completion is the first of three: it skips the two calls in flight.
             await store.wait_complete(providers.token, Result(gate=1))
-            assert await _skipped(client, {"slow1", "slow2"})
             providers.release.set()  # both answer after the gate was decided
+            assert await _skipped(client, {"slow1", "slow2"})
             info = await client.wait("p", timeout=30)
     assert info.status == "complete" and info.counts == {"complete": 1, "skipped": 2}
     for item in await client.items("p", status="skipped"):
@@ -280,6 +283,24 @@ async def test_late_answers_to_skipped_items_are_fenced_off_quietly(
               if any("action=stale_result" in line and f"item={name}" in line
                      for line in messages)}
     assert fenced == {"slow1", "slow2"}, "the writer's version guard dropped both answers"
+    await client.close()
+
+
+async def test_a_completion_that_meets_the_quorum_gives_up_the_calls_in_flight(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    providers = LateProviders()  # never released: the slow calls would hang for good
+    await client.create_partition(
+        "p", [NewItem("slow1", b"1"), NewItem("slow2", b"2"), NewItem("callback", b"3")],
+        quorum={0: 1})
+    async with running(Watcher(make_store(), providers, config(concurrency=8))):
+        await wait_until(lambda: _in_flight_and_parked(client, providers),
+                         message="two calls in flight, one parked")
+        await make_store().wait_complete(providers.token, Result(gate=1))
+        info = await client.wait("p", timeout=30)
+    assert info.status == "complete" and info.counts == {"complete": 1, "skipped": 2}
+    assert providers.calls == {("slow1", 0): 1, ("slow2", 0): 1, ("callback", 0): 1,
+                               ("callback", 1): 1}
     await client.close()
 
 

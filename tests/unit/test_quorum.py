@@ -12,6 +12,7 @@ from watcher.records import GateSummary, ItemWrite, PartitionSettings
 from watcher.rules.completions import (
     QuorumMove,
     decide_quorum,
+    quorum_look_due,
     settles_at,
     summary_under_quorum,
 )
@@ -78,3 +79,14 @@ def test_skipped_is_an_item_status_everywhere_one_is_shown_or_filtered() -> None
     assert items_cell({"complete": 1, "skipped": 2, "waiting": 1, "failed": 0}) == (
         "1 waiting, 1 complete, 2 skipped")
     assert items_cell({}) == "none"
+
+
+@pytest.mark.parametrize(("written", "in_flight", "since", "due"), [
+    (True, False, 0.0, True),  # an answer that may have met it was written
+    (False, True, 1.0, True),  # calls in flight: a completion by token may have met it
+    (False, True, 0.5, False),  # looked less than a poll interval ago
+    (False, False, 9.0, False),  # nothing in flight: the gate's move counts it
+])
+def test_when_a_processor_counts_its_gates_quorum(written, in_flight, since, due) -> None:
+    assert quorum_look_due(written, in_flight=in_flight, since_last_look=since,
+                           poll_interval=1.0) is due
