@@ -170,7 +170,7 @@ def _narrowed(table: Table, infos: list[PartitionInfo], paused: datetime.datetim
 
 def items_cell(counts: dict[str, int]) -> str:
     """A partition's item counts for the status table: ``"3 available, 5 complete"``
-    (the statuses it has; ``"none"`` when empty)."""
+    (the statuses it has, ``waiting`` and ``skipped`` too; ``"none"`` when empty)."""
     return ", ".join(f"{counts[status]} {status}" for status in (
         "available", "waiting", "complete", "failed", "skipped") if counts.get(status)
     ) or "none"

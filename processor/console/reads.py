@@ -18,7 +18,7 @@ FAILED_PREVIEW = 10
 THROUGHPUT_MINUTES = 15
 # Where the overview's counts stop (shown as "100,000+"): each is a bounded index read.
 COUNT_CAP = 100_000
-ITEM_STATUSES = ("available", "waiting", "complete", "failed")
+ITEM_STATUSES = ("available", "waiting", "complete", "failed", "skipped")
 
 
 class BadRequest(Exception):

@@ -4,6 +4,7 @@ items, the others settled as ``skipped`` in the transaction that completed the k
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -11,7 +12,7 @@ from processor import AsyncClient, NewItem
 from tests.support.engine import running, wait_until
 from watcher import Result, Wait, Watcher, WatcherConfig, WorkItem
 from watcher.errors import AlreadyCompletedError, InvalidInputError
-from watcher.protocol import NonRetryableError
+from watcher.protocol import NonRetryableError, ReduceCall, ReduceResult
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2}
@@ -180,6 +181,8 @@ async def test_the_api_and_its_ndjson_form_take_a_quorum(db_url, table_prefix) -
             {"id": "b", "data": 2}), headers={"content-type": "application/x-ndjson"})
         assert streamed.status_code == 201, streamed.text
         assert streamed.json()["quorum"] == {"1": 2}
+        listed = await api.get("/v1/partitions/j/items?status=skipped")
+        assert listed.status_code == 200, "skipped is an item status the API filters on"
         for body in ({"quorum": {"0": 0}}, {"quorum": {"x": 1}}, {"quorum": [1]},
                      {"quorum": {"0": "1"}}):
             refused = await api.put("/v1/partitions/bad", json=body)
@@ -224,3 +227,145 @@ async def test_item_retention_sheds_skipped_items_with_the_complete_ones(
 
 async def _is(client: AsyncClient, wanted: dict[str, str]) -> bool:
     return await _statuses(client) == wanted
+
+
+class LateProviders:
+    """Gate 0: ``slow1`` and ``slow2`` answer only when released, ``callback`` parks for
+    a completion; gate 1 is done at once."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, int], int] = {}
+        self.release = asyncio.Event()
+        self.token = ""
+
+    async def __call__(self, item: WorkItem) -> Result:
+        key = (item.id, item.gate)
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if item.gate == 1:
+            return Result(done=True)
+        if item.id == "callback":
+            self.token = item.completion_token
+            return Result(wait=Wait(600))
+        await self.release.wait()
+        return Result(gate=1, data=b'"late"')
+
+
+async def test_late_answers_to_skipped_items_are_fenced_off_quietly(
+        db_url, table_prefix, make_store, caplog) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    providers = LateProviders()
+    await client.create_partition(
+        "p", [NewItem("slow1", b"1"), NewItem("slow2", b"2"), NewItem("callback", b"3")],
+        quorum={0: 1})
+    store = make_store()
+    # A long poll interval: the processor does not look at the quorum (and give the
+    # calls up) before the two answers arrive, so they reach the writer.
+    slow_looks = config(concurrency=8, poll_interval=10.0, lease_duration=60.0)
+    with caplog.at_level("DEBUG"):
+        async with running(Watcher(make_store(), providers, slow_looks)):
+            await wait_until(lambda: _in_flight_and_parked(client, providers),
+                             message="two calls in flight, one parked")
+            # The completion is the first of three: it skips the two calls in flight.
+            await store.wait_complete(providers.token, Result(gate=1))
+            providers.release.set()  # both answer after the gate was decided
+            assert await _skipped(client, {"slow1", "slow2"})
+            info = await client.wait("p", timeout=30)
+    assert info.status == "complete" and info.counts == {"complete": 1, "skipped": 2}
+    for item in await client.items("p", status="skipped"):
+        assert item.gate == 0 and item.data in (b"1", b"2"), "the late answers are dropped"
+    assert providers.calls == {("slow1", 0): 1, ("slow2", 0): 1, ("callback", 0): 1,
+                               ("callback", 1): 1}, "nothing skipped is called again"
+    messages = [record.getMessage() for record in caplog.records]
+    loud = [record.getMessage() for record in caplog.records
+            if record.levelname in ("WARNING", "ERROR") and "slow" in record.getMessage()]
+    assert loud == [], "a fenced late answer is no failure"
+    fenced = {name for name in ("slow1", "slow2")
+              if any("action=stale_result" in line and f"item={name}" in line
+                     for line in messages)}
+    assert fenced == {"slow1", "slow2"}, "the writer's version guard dropped both answers"
+    await client.close()
+
+
+async def test_a_completion_that_meets_the_quorum_gives_up_the_calls_in_flight(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    providers = LateProviders()  # never released: the slow calls would hang for good
+    await client.create_partition(
+        "p", [NewItem("slow1", b"1"), NewItem("slow2", b"2"), NewItem("callback", b"3")],
+        quorum={0: 1})
+    async with running(Watcher(make_store(), providers, config(concurrency=8))):
+        await wait_until(lambda: _in_flight_and_parked(client, providers),
+                         message="two calls in flight, one parked")
+        await make_store().wait_complete(providers.token, Result(gate=1))
+        info = await client.wait("p", timeout=30)
+    assert info.status == "complete" and info.counts == {"complete": 1, "skipped": 2}
+    assert providers.calls == {("slow1", 0): 1, ("slow2", 0): 1, ("callback", 0): 1,
+                               ("callback", 1): 1}
+    await client.close()
+
+
+async def _in_flight_and_parked(client: AsyncClient, providers: LateProviders) -> bool:
+    return len(providers.calls) == 3 and (await _statuses(client))["callback"] == "waiting"
+
+
+async def test_two_completions_racing_to_be_the_kth_skip_the_rest_once(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    reviewers = Reviewers()
+    names = ("ann", "bo", "cy", "di")
+    await client.create_partition("p", [NewItem(name, b"{}") for name in names],
+                                  quorum={0: 2})
+    first, second = make_store(), make_store()
+    async with running(Watcher(make_store(), reviewers, config())):
+        await wait_until(lambda: _parked(client, names), message="four reviews parked")
+        parked = {item.id: item.version for item in await client.items("p")}
+        await asyncio.gather(first.wait_complete(reviewers.tokens["ann"], Result(gate=1)),
+                             second.wait_complete(reviewers.tokens["bo"], Result(gate=1)))
+        info = await client.wait("p", timeout=30)
+    assert info.status == "complete" and info.counts == {"complete": 2, "skipped": 2}
+    items = {item.id: item for item in await client.items("p", status="skipped")}
+    assert set(items) == {"cy", "di"}
+    assert all(items[name].version == parked[name] + 1 for name in items), "skipped once"
+    for name in ("cy", "di"):
+        with pytest.raises(AlreadyCompletedError):
+            await first.wait_complete(reviewers.tokens[name], Result(gate=1))
+    await client.close()
+
+
+async def _parked(client: AsyncClient, names: tuple[str, ...]) -> bool:
+    statuses = await _statuses(client)
+    return set(statuses) == set(names) and set(statuses.values()) == {"waiting"}
+
+
+class ReduceAfterQuorum:
+    """Gate 0: ``a`` and ``b`` answer at once (to gate 1), ``c`` and ``d`` park; gate 1 is
+    a reduce gate that records the items it is given."""
+
+    def __init__(self) -> None:
+        self.reduced: list[str] = []
+
+    async def __call__(self, item: WorkItem) -> Result:
+        if item.id in ("a", "b"):
+            return Result(gate=1, data=item.data)
+        return Result(wait=Wait(600))
+
+    async def reduce(self, call: ReduceCall) -> ReduceResult:
+        self.reduced += [item.id for item in call.items]
+        return ReduceResult(default=Result(done=True),
+                            result=json.dumps(sorted(self.reduced)).encode())
+
+
+async def test_a_reduce_gate_after_a_quorum_gate_sees_only_the_items_that_passed(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    handler = ReduceAfterQuorum()
+    await client.create_partition("p", [NewItem(name, b"1") for name in "abcd"],
+                                  reduce_gates=[1], quorum={0: 2})
+    watcher = Watcher(make_store(), handler, config(), reduce=handler.reduce)
+    async with running(watcher):
+        info = await client.wait("p", timeout=30)
+    assert info.status == "complete" and info.counts == {"complete": 2, "skipped": 2}
+    assert sorted(handler.reduced) == ["a", "b"], "skipped items are not reduced"
+    assert info.result_json() == ["a", "b"]
+    assert {item.id for item in await client.items("p", status="skipped")} == {"c", "d"}
+    await client.close()

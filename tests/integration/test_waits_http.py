@@ -246,3 +246,27 @@ async def test_a_quorum_of_one_keeps_the_first_providers_answer_over_http(
     assert items["slow"].data == b"{}", "the late answer is discarded"
     assert sorted(calls) == [("callback", 0), ("fast", 0), ("fast", 1), ("slow", 0)]
     await client.close()
+
+
+@pytest.mark.parametrize("protocol", ["per-item", "batch"])
+async def test_two_of_three_approvals_through_the_api_skip_the_third(
+        db_url, table_prefix, make_store, protocol) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    await client.create_partition("p", [NewItem(name, b"{}") for name in ("ann", "bo", "cy")],
+                                  quorum={0: 2})
+    async with pipeline(db_url, table_prefix, make_store, protocol) as (approvals, http):
+        await wait_until(lambda: _waiting(client, "p", 3), message="three parked")
+        for name in ("ann", "bo"):
+            answer = await http.post(f"/v1/completions/{approvals.token(name)}",
+                                     json={"gate": 1, "data": {"approved": name}})
+            assert answer.status_code == 200, answer.text
+        skipped = await http.get("/v1/partitions/p/items", params={"status": "skipped"})
+        assert skipped.status_code == 200, skipped.text
+        assert [item["id"] for item in skipped.json()["items"]] == ["cy"], skipped.text
+        late = await http.post(f"/v1/completions/{approvals.token('cy')}", json={"gate": 1})
+        assert late.status_code == 409, late.text
+        info = await client.wait("p", timeout=20)
+        shown = (await http.get("/v1/partitions/p")).json()
+    assert info.status == "complete" and info.counts == {"complete": 2, "skipped": 1}
+    assert shown["counts"] == {"complete": 2, "skipped": 1}, shown
+    await client.close()

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from processor.client.checks import check_quorum
+from processor.cli.data import items_cell
+from processor.client.checks import ITEM_STATUSES, check_quorum
 from watcher.errors import InvalidInputError
 from watcher.records import GateSummary, ItemWrite, PartitionSettings
 from watcher.rules.completions import (
     QuorumMove,
     decide_quorum,
+    quorum_look_due,
     settles_at,
     summary_under_quorum,
 )
@@ -70,3 +72,21 @@ def test_the_settings_name_k_per_gate() -> None:
     assert check_quorum("p", None) == () and check_quorum("p", {}) == ()
     with pytest.raises(InvalidInputError, match="at least 1"):
         check_quorum("p", {1: 0})
+
+
+def test_skipped_is_an_item_status_everywhere_one_is_shown_or_filtered() -> None:
+    assert "skipped" in ITEM_STATUSES and "waiting" in ITEM_STATUSES
+    assert items_cell({"complete": 1, "skipped": 2, "waiting": 1, "failed": 0}) == (
+        "1 waiting, 1 complete, 2 skipped")
+    assert items_cell({}) == "none"
+
+
+@pytest.mark.parametrize(("written", "in_flight", "since", "due"), [
+    (True, False, 0.0, True),  # an answer that may have met it was written
+    (False, True, 1.0, True),  # calls in flight: a completion by token may have met it
+    (False, True, 0.5, False),  # looked less than a poll interval ago
+    (False, False, 9.0, False),  # nothing in flight: the gate's move counts it
+])
+def test_when_a_processor_counts_its_gates_quorum(written, in_flight, since, due) -> None:
+    assert quorum_look_due(written, in_flight=in_flight, since_last_look=since,
+                           poll_interval=1.0) is due

@@ -21,7 +21,12 @@ from watcher.errors import StatefeedError
 from watcher.models import Status
 from watcher.protocol import NonRetryableError, RetryableError
 from watcher.records import GateSummary, ItemWrite
-from watcher.rules.completions import QuorumMove, decide_quorum, summary_under_quorum
+from watcher.rules.completions import (
+    QuorumMove,
+    decide_quorum,
+    quorum_look_due,
+    summary_under_quorum,
+)
 from watcher.rules.decisions import GateMove, RetryPolicy, decide_gate, write_for_error
 from watcher.rules.timeline import Progress, decode_timeline, encode_timeline, record_move
 from watcher.waits import fails_on_timeout, timeout_message
@@ -54,6 +59,7 @@ class GateMover:
         self.hooks = context.hooks
         self.reducer = reducer
         self._reduce_not_before = 0.0
+        self._quorum_looked = float("-inf")  # monotonic time of the last quorum count
 
     @property
     def partition_id(self) -> str:
@@ -179,15 +185,26 @@ class GateMover:
             for write in writes:
                 write.quorum = (self.lease.gate, k)
 
-    async def quorum_met(self) -> bool:
+    async def quorum_met(self, written: bool, *, in_flight: bool) -> bool:
         """Whether the current gate has a quorum and enough of its items are complete
-        (the others are then skipped, if a racing write did not already).
+        (the others are then skipped, if a racing write did not already). Counted when
+        ``written`` (an answer that may have met it was written) or, with calls
+        ``in_flight``, once a poll interval (a completion by token may have met it: the
+        calls are then given up instead of awaited) (:func:`~watcher.rules.completions.
+        quorum_look_due`); otherwise False without a read.
 
         Raises the database's error when the count or the skip fails.
         """
         k = self.lease.settings.quorum_at(self.lease.gate)
-        return bool(k) and await self.store.quorum_settle(
-            self.partition_id, self.lease.gate, k) >= k
+        if not k:
+            return False
+        now = time.monotonic()
+        if not quorum_look_due(written, in_flight=in_flight,
+                               since_last_look=now - self._quorum_looked,
+                               poll_interval=self.config.poll_interval):
+            return False
+        self._quorum_looked = now
+        return await self.store.quorum_settle(self.partition_id, self.lease.gate, k) >= k
 
     async def _under_quorum(self, summary: GateSummary) -> GateSummary:
         """The summary as the gate's quorum has it (:func:`~watcher.rules.completions.

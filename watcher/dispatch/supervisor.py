@@ -146,10 +146,10 @@ class PartitionSupervisor:
             return Pass(wait=None if not self.in_hand else self.config.poll_interval)
         if self._check_lease and not await self._confirm_lease():
             return Pass(wait=None)
-        if self._quorum_written:
-            self._quorum_written = False
-            if await self.gates.quorum_met():
-                await self.in_hand.cancel_calls()  # the items still in flight were skipped
+        written, self._quorum_written = self._quorum_written, False
+        if lease.settings.quorum and await self.gates.quorum_met(
+                written, in_flight=bool(self.in_hand)):
+            await self.in_hand.cancel_calls()  # the items still in flight were skipped
         now = time.monotonic()
         if self.keeper.expired(lease, now):
             # Renewals failed or hang past the lease's until: it is lost.

@@ -114,3 +114,15 @@ def settles_at(write: ItemWrite, gate: int) -> bool:
     if write.status == COMPLETE:
         return True
     return write.status == AVAILABLE and write.gate is not None and write.gate > gate
+
+
+def quorum_look_due(written: bool, *, in_flight: bool, since_last_look: float,
+                    poll_interval: float) -> bool:
+    """Whether a processor counts its gate's quorum now: after it wrote an answer that
+    may have met it (``written``), or, while calls are ``in_flight``, once a poll
+    interval since it last looked (a completion by token, elsewhere, may have met it:
+    the calls still in flight are then given up instead of awaited). A gate with no
+    call in flight is counted when it moves (the gate's summary)."""
+    if written:
+        return True
+    return in_flight and since_last_look >= poll_interval
