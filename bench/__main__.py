@@ -25,7 +25,9 @@ the client's add_items), ingest (a partition created through ``processor api``,
 NDJSON streamed and one JSON body, vs the client's create_partition), latency
 (insert -> dispatch, gate advance), failover (kill -9, SIGTERM), renewals (one
 renewal of 32 and of 128 leases, each with progress to write: its time, CPU and
-statements), scale (poll
+statements), rowsize (16 long-lived partitions closing and re-opening on PostgreSQL:
+updates, HOT updates and dead tuples of the partitions table a job, its row size,
+and its growth while a transaction is held open), scale (poll
 queries, memory and statements per item as completed items accumulate), fanin
 (last gate-0 result -> reduce -> partition complete, 10,000 items a gate), reduce
 (a 100,000-item reduce gate in pages, and the reducer's memory), chord (P
@@ -44,8 +46,8 @@ Databases (``--db``, repeatable; ``all`` = sqlite, postgres, mariadb): SQLite is
 fresh file in the run's log directory, MariaDB the server at
 ``$PROCESSOR_BENCH_MARIADB_URL`` (default ``mysql://root@127.0.0.1:3306/test``).
 library, flow, small, instructions, http, batch, spawn, ingest, latency, renewals and
-scale run on each; failover, fanin, reduce, chord, crawl and fleet on PostgreSQL only (reported
-as not run on the others), and so does PGQueuer within library; on databases without
+scale run on each; failover, rowsize, fanin, reduce, chord, crawl and fleet on PostgreSQL
+only (reported as not run on the others), and so does PGQueuer within library; on databases without
 LISTEN/NOTIFY the latency table says the first dispatch waits for a poll. Each
 database gets its tables, then come every goal per database and the cross-database goals on
 the figures of the same run (SQLite's library drain >= 0.5x the sqlite3 limit,

@@ -46,11 +46,11 @@ DATABASE_TITLES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mariadb": "Mar
 
 # Scenario names, in the order they run and print.
 SCENARIOS = ("library", "flow", "small", "fleet", "instructions", "http", "batch", "spawn",
-             "ingest", "latency", "failover", "renewals", "scale", "fanin", "reduce", "chord",
-             "crawl", "park")
+             "ingest", "latency", "failover", "renewals", "rowsize", "scale", "fanin", "reduce",
+             "chord", "crawl", "park")
 # Scenarios that run on PostgreSQL alone (they compare with PostgreSQL-only systems or
 # time PostgreSQL's wake-ups); on the other databases they are reported as not run.
-POSTGRES_ONLY = ("fleet", "failover", "fanin", "reduce", "chord", "crawl")
+POSTGRES_ONLY = ("fleet", "failover", "rowsize", "fanin", "reduce", "chord", "crawl")
 
 
 def postgres_url() -> str:

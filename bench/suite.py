@@ -88,6 +88,7 @@ def runners() -> dict[str, Runner]:
         park,
         reduce,
         renewals,
+        rowsize,
         scale,
         small,
         spawn,
@@ -99,7 +100,7 @@ def runners() -> dict[str, Runner]:
             "batch": http_mode.run_batch, "spawn": spawn.run, "ingest": ingest.run,
             "latency": latency.run,
             "failover": failover.run,
-            "renewals": renewals.run, "scale": scale.run,
+            "renewals": renewals.run, "rowsize": rowsize.run, "scale": scale.run,
             "fanin": reduce.run_fanin, "reduce": reduce.run_big,
             "chord": chord.run, "crawl": crawl.run, "park": park.run}
 

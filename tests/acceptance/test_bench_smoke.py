@@ -26,8 +26,8 @@ from watcher.store.db.urls import parse_database_url
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ("library", "flow", "small", "fleet", "instructions", "http", "batch", "spawn",
-             "ingest", "latency", "failover", "renewals", "scale", "fanin", "reduce", "chord",
-             "crawl", "park")
+             "ingest", "latency", "failover", "renewals", "rowsize", "scale", "fanin", "reduce",
+             "chord", "crawl", "park")
 # The flow scenario's drains, by their name in its JSON.
 FLOW_SETUPS = ("no_keys", "one_key", "key_limit", "no_keys_half", "key_rates")
 
@@ -51,6 +51,8 @@ FIGURES = {
     "latency": ("insert_to_dispatch.p50_ms", "gate_advance.p50_ms"),
     "renewals": (*(f"leases_{count}.{figure}" for count in (32, 128)
                    for figure in ("renewal.p50_ms", "cpu_ms", "statements")),),
+    "rowsize": (*(f"{phase}.{figure}" for phase in ("steady", "held")
+                  for figure in ("jobs", "updates_per_job", "row_bytes", "bytes_after")),),
     "scale": ("statements_per_item", "drain.rss_mb.at_10pct", "drain.rss_mb.at_90pct",
               *(f"poll_queries.{query}.{at}.p50_ms" for query in ("items_ready", "leases_free")
                 for at in ("at_10pct", "at_90pct")),
@@ -166,6 +168,7 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     scale = scenarios["scale"]
     assert scale["drain"]["items"] == sizes["scale_partitions"] * sizes["scale_items"]
     positive(scale, *FIGURES["scale"])
+    positive(scenarios["rowsize"], *FIGURES["rowsize"])
 
     fanin = scenarios["fanin"]
     assert fanin["items_per_gate"] == sizes["fanin_items"]

@@ -1,6 +1,7 @@
 """A client write after the database killed the client's session (PostgreSQL's
-``pg_terminate_backend``): the dead connection is discarded, and the next call
-succeeds, or raises one clear retryable error once and then succeeds."""
+``pg_terminate_backend``, MariaDB's ``KILL CONNECTION`` from another connection): the
+dead connection is discarded, and the next call succeeds, or raises one clear
+retryable error once and then succeeds."""
 
 from __future__ import annotations
 
@@ -11,19 +12,35 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from processor import AsyncClient, NewItem
-from tests.conftest import POSTGRES_URL
+from tests.conftest import MARIADB_URL, POSTGRES_URL
 from watcher.errors import ConnectionLostError, DatabaseError
 
 APP = "reconnect-" + uuid.uuid4().hex[:8]
 
 
+Killer = tuple[str, Callable[[], Awaitable[int]]]
+
+
 @pytest.fixture
-async def killer(db_url: str) -> AsyncIterator[Callable[[], Awaitable[int]]]:
-    if not db_url.startswith("postgresql"):
-        pytest.skip("sessions are killed by application name on PostgreSQL")
+async def killer(db_url: str) -> AsyncIterator[Killer]:
+    """The client's URL, and a function that kills every session it opened from
+    another connection and says how many it killed."""
+    if db_url.startswith("postgresql"):
+        async for pair in _postgres_killer(db_url):
+            yield pair
+    elif db_url.startswith("mysql"):
+        async for pair in _mariadb_killer(db_url):
+            yield pair
+    else:
+        pytest.skip("sessions are killed on PostgreSQL and MariaDB")
+
+
+async def _postgres_killer(db_url: str) -> AsyncIterator[Killer]:
+    """Sessions are found by their application name."""
     admin = create_async_engine(POSTGRES_URL.replace("postgresql://", "postgresql+asyncpg://", 1))
 
     async def kill() -> int:
@@ -34,7 +51,39 @@ async def killer(db_url: str) -> AsyncIterator[Callable[[], Awaitable[int]]]:
             await conn.commit()
         return len(killed)
 
-    yield kill
+    yield f"{db_url}?application_name={APP}", kill
+    await admin.dispose()
+
+
+async def _mariadb_killer(db_url: str) -> AsyncIterator[Killer]:
+    """MariaDB has no application name: the client logs in as a user of its own,
+    and its sessions are found by that user and killed with ``KILL CONNECTION``."""
+    user = APP.replace("-", "_")
+    admin = create_async_engine(MARIADB_URL.replace("mysql://", "mysql+aiomysql://", 1))
+    database = db_url.rsplit("/", 1)[1].split("?")[0]
+    async with admin.connect() as conn:
+        await conn.execute(text(f"CREATE USER IF NOT EXISTS '{user}'@'%'"))
+        await conn.execute(text(f"GRANT ALL ON `{database}`.* TO '{user}'@'%'"))
+        await conn.commit()
+
+    async def kill() -> int:
+        async with admin.connect() as conn:
+            ids = (await conn.execute(text(
+                "SELECT id FROM information_schema.processlist WHERE user = :user"),
+                {"user": user})).scalars().all()
+            killed = 0
+            for session in ids:
+                try:
+                    await conn.execute(text(f"KILL CONNECTION {int(session)}"))
+                    killed += 1
+                except DBAPIError:
+                    pass  # it ended meanwhile
+        return killed
+
+    yield db_url.replace("root@", f"{user}@", 1), kill
+    async with admin.connect() as conn:
+        await conn.execute(text(f"DROP USER IF EXISTS '{user}'@'%'"))
+        await conn.commit()
     await admin.dispose()
 
 
@@ -47,8 +96,8 @@ async def _call_after_kill(call: Callable[[], Awaitable[Any]]) -> Any:
 
 
 async def test_every_client_write_works_after_its_session_is_killed(
-        db_url: str, table_prefix: str, killer: Callable[[], Awaitable[int]]) -> None:
-    url = f"{db_url}?application_name={APP}"
+        db_url: str, table_prefix: str, killer: Killer) -> None:
+    url, kill = killer
     async with AsyncClient(url, table_prefix) as client:
         await client.create_partition("p", [NewItem("a", b"")])
         writes: list[Callable[[], Awaitable[Any]]] = [
@@ -60,18 +109,18 @@ async def test_every_client_write_works_after_its_session_is_killed(
             lambda: client.cancel("q"),
         ]
         for n, write in enumerate(writes):
-            assert await killer() >= 1, "the client's sessions were found"
+            assert await kill() >= 1, "the client's sessions were found"
             await _call_after_kill(write)
             await client.add_items("p", [NewItem(f"after{n}", b"")])  # and at once again
         assert {item.id for item in await client.items("p")} >= {"a", "b", "after0"}
 
 
 async def test_writes_killed_mid_call_cost_one_clear_error_each(
-        db_url: str, table_prefix: str, killer: Callable[[], Awaitable[int]]) -> None:
+        db_url: str, table_prefix: str, killer: Killer) -> None:
     """Four producers add items while their sessions are killed ten times: each killed
     call raises one ConnectionLostError (never a run of PendingRollbackError): no more
     errors than sessions killed, and the calls after the kills go through."""
-    url = f"{db_url}?application_name={APP}"
+    url, kill = killer
     errors: list[BaseException] = []
     after_kill: list[bool] = []
     async with AsyncClient(url, table_prefix) as client:
@@ -99,7 +148,7 @@ async def test_writes_killed_mid_call_cost_one_clear_error_each(
         killed = 0
         for _ in range(10):
             await asyncio.sleep(0.3)
-            killed += await killer()
+            killed += await kill()
         await asyncio.sleep(1.0)
         stop.set()
         await asyncio.gather(*tasks)
