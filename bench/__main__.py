@@ -99,8 +99,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"run only this scenario (repeatable): {', '.join(SCENARIOS)}")
     parser.add_argument("--db", action="append", choices=(*DATABASES, "all"), metavar="DB",
                         help="run on this database (repeatable): sqlite, postgres, mariadb, "
-                        "or all of them; failover, fanin, reduce, chord and crawl run on postgres "
-                        "only. Default: postgres alone, with the single-database JSON")
+                        "or all of them; failover, rowsize, fanin, reduce, chord and crawl run "
+                        "on postgres only. Default: postgres alone, with the single-database JSON")
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "latest.json",
                         metavar="PATH", help="where to write the JSON (default: %(default)s)")
     args = parser.parse_args(argv)
