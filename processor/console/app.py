@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
@@ -209,15 +209,10 @@ class Console:
         """POST /partition/{retry,cancel,delete,pause,resume}: check, act, and send the
         browser on."""
         verb = request.path_params["verb"]
-        if verb not in ("retry", "cancel", "delete", "pause", "resume"):
-            return self.render(request, "error.html", 404, title="Not found",
-                               message="There is no such action.")
-        if self.settings.read_only:
-            return self.read_only_refusal(request)
-        refusal = await self.refuse_cross_site(request)
-        if isinstance(refusal, Response):
-            return refusal
-        form = refusal
+        form = await self.action_form(request, verb,
+                                      ("retry", "cancel", "delete", "pause", "resume"))
+        if isinstance(form, Response):
+            return form
         partition_id = form.get("id", "")
 
         async def act(request: Request) -> Response:
@@ -245,6 +240,17 @@ class Console:
             return _see(page_url("/partitions", notice="deleted", id=partition_id,
                                  count=deleted))
         return await self.guarded(request, act)
+
+    async def action_form(self, request: Request, verb: str,
+                          verbs: Collection[str]) -> Response | dict[str, str]:
+        """The form of an action's POST, or the page refusing it: 404 for a verb not in
+        ``verbs``, 403 on a read-only console or from another site."""
+        if verb not in verbs:
+            return self.render(request, "error.html", 404, title="Not found",
+                               message="There is no such action.")
+        if self.settings.read_only:
+            return self.read_only_refusal(request)
+        return await self.refuse_cross_site(request)
 
     async def refuse_cross_site(self, request: Request) -> Response | dict[str, str]:
         """The form of a POST from a page of this console, or the 403 refusing it."""

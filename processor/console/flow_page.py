@@ -11,7 +11,7 @@ routes :func:`processor.console.app.create_app` mounts.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -65,6 +65,12 @@ class Console(Protocol):
 
     async def refuse_cross_site(self, request: Request) -> Response | dict[str, str]:
         """The refusal of a cross-site or unsigned form, or the form's fields."""
+        ...
+
+    async def action_form(self, request: Request, verb: str,
+                          verbs: Collection[str]) -> Response | dict[str, str]:
+        """The form of an action's POST, or the page refusing it (an unknown verb, a
+        read-only console, another site)."""
         ...
 
 # Rows the page shows at most (each key's grants are one read).
@@ -146,12 +152,7 @@ async def flow_action(console: Console, request: Request) -> Response:
     """POST /flow/{pause-key,resume-key,pause-all,resume-all}: check, act, and send the
     browser back to the Flow page with what it did."""
     verb = request.path_params["verb"]
-    if verb not in VERBS:
-        return console.render(request, "error.html", 404, title="Not found",
-                              message="There is no such action.")
-    if console.settings.read_only:
-        return console.read_only_refusal(request)
-    form = await console.refuse_cross_site(request)
+    form = await console.action_form(request, verb, VERBS)
     if isinstance(form, Response):
         return form
     key = form.get("key", "")

@@ -134,12 +134,7 @@ async def item_action(console: Console, request: Request) -> Response:
     what happened. ``complete`` takes optional JSON ``data``; ``fail`` takes a
     ``message`` and ``no_retry`` (``yes``)."""
     verb = request.path_params["verb"]
-    if verb not in ("complete", "fail"):
-        return console.render(request, "error.html", 404, title="Not found",
-                              message="There is no such action.")
-    if console.settings.read_only:
-        return console.read_only_refusal(request)
-    form = await console.refuse_cross_site(request)
+    form = await console.action_form(request, verb, ("complete", "fail"))
     if isinstance(form, Response):
         return form
     partition_id, item_id = form.get("partition", ""), form.get("id", "")
