@@ -1,10 +1,12 @@
 """A token bucket per client address: how ``processor api`` bounds the completion routes.
 
 A completion token is 256 random bits, so guessing one is hopeless; the bound is there
-so that one client cannot turn the token-free routes into database load. Every request
-under ``/v1/completions/`` spends a token of its client's bucket, a refused lookup
-(404) as much as a completion, and a client whose bucket is empty is answered 429 with
-``Retry-After``. Pure apart from the clock it is given; no I/O.
+so that one client cannot turn the token-free routes into a guessing load. A refused
+lookup (404: no wait has the token) spends a token of its client's bucket; a client
+whose bucket is empty is answered 429 with ``Retry-After`` for every request under
+``/v1/completions/`` until it refills. Completions, heartbeats and answers about a known
+token spend nothing, so a burst of real callbacks (a provider's webhooks, all through
+one proxy) is never throttled. Pure apart from the clock it is given; no I/O.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Final
 
 from watcher.errors import ConfigError
 
-# Requests a client address may send to the completion routes per minute, by default
-# (the bucket holds as many: a burst of them is allowed, then one every 60/rate s).
+# Refused lookups a client address may make on the completion routes per minute, by
+# default (the bucket holds as many: a burst of them is allowed, then one every 60/rate s).
 DEFAULT_COMPLETIONS_PER_MINUTE: Final = 300
 # Buckets kept at most; the least recently used goes first (a full bucket is the
 # same as none, so forgetting one never lets a client send more than it could).
@@ -26,7 +28,7 @@ MAX_CLIENTS: Final = 10_000
 
 
 class ClientRate:
-    """Per-address token buckets: ``per_minute`` requests a minute, as a burst or
+    """Per-address token buckets: ``per_minute`` refused lookups a minute, as a burst or
     spread; ``0`` turns the bound off.
 
     Raises:
@@ -44,9 +46,19 @@ class ClientRate:
         self.max_clients = max_clients
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
+    def exhausted(self, client: str) -> float:
+        """How long ``client`` must wait before its next request (``0.0``: it may go on
+        now), spending nothing."""
+        if self.per_minute == 0:
+            return 0.0
+        capacity = float(self.per_minute)
+        tokens, at = self._buckets.get(client, (capacity, self.clock()))
+        tokens = min(capacity, tokens + (self.clock() - at) * capacity / 60.0)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / (capacity / 60.0)
+
     def take(self, client: str) -> float:
-        """Spend one request of ``client``'s bucket: ``0.0`` when it may go on, else the
-        seconds until its next request is allowed (what ``Retry-After`` says)."""
+        """Spend one token of ``client``'s bucket (a refused lookup): ``0.0`` when it had
+        one, else the seconds until it has (what ``Retry-After`` says)."""
         if self.per_minute == 0:
             return 0.0
         now = self.clock()

@@ -88,13 +88,14 @@ class CompletionRoutes:
             return
         from processor.api.dispatch import error_response, statefeed_answer
 
+        client = scope.get("client")
+        address = str(client[0]) if client else ""
         try:
-            client = scope.get("client")
-            wait = self.rate.take(str(client[0]) if client else "")
+            wait = self.rate.exhausted(address)
             if wait:
-                raise ApiError(429, "too_many_requests", "too many completion requests "
-                               "from this address; try again after Retry-After seconds",
-                               headers={"retry-after": retry_after(wait)})
+                raise ApiError(429, "too_many_requests", "too many refused completion "
+                               "tokens from this address; try again after Retry-After "
+                               "seconds", headers={"retry-after": retry_after(wait)})
             response = await answer_completion(self.api, Request(scope, receive), raw_path)
         except ApiError as error:
             response = error_response(error)
@@ -110,6 +111,8 @@ class CompletionRoutes:
                               scope["method"])
                 known = ApiError(500, "internal_error", "the API failed; its log says why")
             response = error_response(known)
+        if response.status_code == 404:  # a guess, or a token no wait has: it counts
+            self.rate.take(address)
         await response(scope, receive, send)
 
 

@@ -92,10 +92,10 @@ def api(
                                                   "to a temporary file.")
                                 ] = 4096 * 1024 * 1024,
     completion_rate: Annotated[int, typer.Option(envvar=env_name("API_COMPLETION_RATE"),
-                                                 help="Requests to /v1/completions/ one "
-                                                 "client address may send a minute (a "
-                                                 "burst of them at most; 0: no bound); "
-                                                 "more are answered 429.")] = 300,
+                                                 help="Refused lookups (404) one client "
+                                                 "address may make a minute on "
+                                                 "/v1/completions/ (a burst at most; 0: no "
+                                                 "bound); past it, 429.")] = 300,
     log_level: LogLevel = DEFAULT_LOG_LEVEL,
     log_format: LogFormat = DEFAULT_LOG_FORMAT,
 ) -> None:

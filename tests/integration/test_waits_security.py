@@ -168,6 +168,33 @@ async def test_the_completion_routes_are_bounded_per_address(db_url, table_prefi
         assert other.status_code == 200, "the other routes are not bounded"
 
 
+async def test_real_completions_are_never_throttled(db_url, table_prefix, make_store) -> None:
+    from tests.integration.test_waits import Parker, config
+
+    client = AsyncClient(db_url, table_prefix)
+    parker = Parker()
+    await client.create_partition("p", [NewItem(f"i{n}", b"1") for n in range(6)])
+    options = ApiOptions(parse_database_url(db_url), table_prefix, port=0,
+                         limits=Limits(completions_per_minute=2))
+    async with running(Watcher(make_store(), parker, config())), \
+            api_running(options) as api_url, \
+            httpx.AsyncClient(base_url=api_url, timeout=30) as http:
+        await wait_until(lambda: _parked(client, 6), message="six parked")
+        for n in range(6):  # three times the bound, all from one address
+            token = parker.token(f"i{n}")
+            beat = await http.post(f"v1/completions/{token}/heartbeat", json={"timeout": 60})
+            assert beat.status_code == 200, beat.text
+            done = await http.post(f"v1/completions/{token}", json={"gate": 1})
+            assert done.status_code == 200, done.text
+            again = await http.post(f"v1/completions/{token}", json={"gate": 1})
+            assert again.status_code == 409, "a known token's refusal spends nothing"
+    await client.close()
+
+
+async def _parked(client: AsyncClient, count: int) -> bool:
+    return sum(item.status == "waiting" for item in await client.items("p")) == count
+
+
 async def test_an_instrumented_api_names_the_completed_item_on_its_span(
         db_url, table_prefix, make_store) -> None:
     from opentelemetry.sdk.trace import TracerProvider

@@ -52,3 +52,15 @@ def test_forgotten_addresses_start_full_and_the_table_is_bounded() -> None:
 
 def test_retry_after_is_whole_seconds_at_least_one() -> None:
     assert [retry_after(s) for s in (0.01, 1.0, 1.2, 59.9)] == ["1", "1", "2", "60"]
+
+
+def test_asking_whether_a_client_may_go_on_spends_nothing() -> None:
+    clock = Clock()
+    rate = ClientRate(2, clock=clock)  # 2 refused lookups a minute
+    assert all(rate.exhausted("a") == 0.0 for _ in range(100))
+    rate.take("a")
+    rate.take("a")
+    assert rate.exhausted("a") == pytest.approx(30.0)
+    assert rate.exhausted("b") == 0.0
+    clock.now += 30
+    assert rate.exhausted("a") == 0.0
