@@ -559,7 +559,9 @@ async def test_a_full_lease_batch_is_followed_by_another_cycle_at_once(db_url, t
     try:
         async with running(watcher):
             try:
-                await wait_until(lambda: len(watcher.partitions) == 20, timeout=5,
+                # Within one poll interval (10 s), whatever a loaded machine's cycles
+                # take; a cycle that waited for the next poll would need 40 s.
+                await wait_until(lambda: len(watcher.partitions) == 20, timeout=9,
                                  message="all 20 leased within one poll interval")
             finally:
                 hold.set()  # let the calls end, so stopping does not wait them out
