@@ -73,8 +73,16 @@ async def test_higher_priority_is_leased_first_across_processors(tmp_path) -> No
     for _, pid in taken:
         if pid not in leased_before and pid not in later:
             later.append(pid)
-    figures = f"first calls in order: {order}; leased after the release: {later}"
-    assert set(order[:3]) == first_high, figures
+    leased: list[str] = []
+    for _, pid in taken:
+        if pid not in leased:
+            leased.append(pid)
+    figures = (f"first calls in order: {order}; leased in order: {leased}; leased after "
+               f"the release: {later}")
+    # The lease order is what priority decides. The first calls' order may differ: a
+    # processor that started late calls its high partition after another processor,
+    # done with its own, has leased a low one (hi-2 is leased, so it is not free).
+    assert set(leased[:3]) == first_high, figures
     assert set(later[:3]) == second_high, figures
     assert len(leased_before & {pid for pid in order if pid.startswith("lo-")}) == 3, figures
     print(f"\npriority across processors: {figures}")
