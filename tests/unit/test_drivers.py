@@ -10,6 +10,7 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.dialects.mssql.pymssql import MSDialect_pymssql
 from sqlalchemy.dialects.mysql.mariadb import MariaDBDialect
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import OperationalError
 
 from watcher.errors import ConfigError
 from watcher.store.db.clock import DatabaseClock, FixedClock
@@ -124,3 +125,17 @@ def test_shared_statements_are_built_once() -> None:
     assert statements.item_write(new_data=False, delayed=True) is write
     assert statements.gate_summary is summary
     assert statements.item_write(new_data=True, delayed=True) is not write
+
+
+@pytest.mark.parametrize("message, lost", [
+    ("consuming input failed: server closed the connection unexpectedly", True),
+    ("sending query failed: cannot exit pipeline mode while busy", True),
+    ("(2013, 'Lost connection to server during query')", True),
+    ('duplicate key value violates unique constraint "items_pkey"', False),
+])
+def test_a_lost_session_is_told_from_a_refused_statement(message: str, lost: bool) -> None:
+    """The client's ConnectionLostError ("retry the call") rests on this: the driver texts
+    that mean the session died, including psycopg's rollback after a pipelined batch was
+    cut off, and never a statement the server refused."""
+    error = OperationalError("INSERT …", {}, Exception(message))
+    assert PostgreSQLDriver.session_lost(object.__new__(PostgreSQLDriver), error) is lost
