@@ -106,9 +106,11 @@ class HotPathStore(SpawnsStore):
         (so it is still available: every item write bumps the version) and
         ``owner`` still holds a live lease on its partition
         (:meth:`Statements.item_guard`). Returns, per write, whether it was
-        applied. How the batch travels is the driver's choice, unless a write
-        spawns items: then the batch is one transaction here, and each applied
-        write's items are inserted in it (:meth:`items_apply_spawning`).
+        applied. How the batch travels is the driver's choice, and so is how the
+        ``waits`` rows of applied writes that park their items travel with it (in
+        the batch's transaction, or its one statement), unless a write spawns items
+        or counts toward a quorum: then the batch is one transaction here, and each
+        applied write's items are inserted in it (:meth:`items_apply_spawning`).
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write
@@ -118,7 +120,7 @@ class HotPathStore(SpawnsStore):
         """
         if not writes:
             return []
-        if any(write.spawn or write.wait or write.quorum for write in writes):
+        if any(write.spawn or write.quorum for write in writes):
             return await self.items_apply_spawning(writes, owner)
         return await self.round_trips.call("items_apply", self.driver.items_apply(writes, owner))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from sqlalchemy import and_, func, insert, literal, or_, select, update
+from sqlalchemy import and_, func, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -71,23 +71,17 @@ class SpawnsStore(StoreBase):
 
     async def _waits_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite]) -> None:
         """Store the ``waits`` row of each parking write of ``writes`` (applied ones: the
-        item's version is the one read plus one), in ``conn``'s transaction: one read
-        of the clock and one insert for the batch.
+        item's version is the one read plus one), in ``conn``'s transaction: one insert
+        for the batch (:meth:`~watcher.store.sql.shared.Statements.wait_insert`), its
+        time the clock's.
 
         Raises:
             sqlalchemy.exc.IntegrityError: a token hash is stored already (never, for
                 256 random bits).
         """
-        parked = [write for write in writes if write.wait is not None]
-        if not parked:
-            return
-        now = (await conn.execute(select(self.statements.now))).scalar_one()
-        await conn.execute(insert(self.tables.waits), [
-            {"token": write.wait.token_hash, "partition_id": write.partition_id,
-             "item_id": write.item_id, "version": write.seen_version + 1,
-             "timeout": write.wait.timeout, "on_timeout": write.wait.on_timeout,
-             "created_at": now}
-            for write in parked if write.wait is not None])
+        rows = self.statements.wait_params(writes)
+        if rows:
+            await conn.execute(self.statements.wait_insert, rows)
 
     async def _spawn_in(self, conn: AsyncConnection, spawns: Sequence[Spawn]) -> None:
         """Insert every new item of ``spawns`` and count them on their partitions (whose

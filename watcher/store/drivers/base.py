@@ -211,22 +211,31 @@ class Driver:
     # -- result writes ------------------------------------------------------
 
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
-        """Write ``writes`` in one transaction, each guarded and fenced; returns, per
+        """Write ``writes`` in one transaction, each guarded and fenced, with the ``waits``
+        row of each applied write that parks its item (:meth:`waits_in`); returns, per
         write, whether it was applied (see :meth:`watcher.store.Store.items_apply`).
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write
                 (then none of the batch is written).
         """
-        statements = self.statements
-        applied: list[bool] = []
         async with write_transaction(self.engine) as conn:
-            for write in writes:
-                statement = statements.item_write(new_data=write.data is not None,
-                                                  delayed=bool(write.retry_delay))
-                result = await conn.execute(statement, statements.item_write_params(write, owner))
-                applied.append(result.rowcount == 1)
+            applied = await self.items_write_each(conn, writes, owner)
+            await self.waits_in(conn, writes, applied)
         return applied
+
+    async def waits_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
+                       applied: Sequence[bool]) -> None:
+        """Insert, inside the caller's transaction ``conn``, the ``waits`` row of each
+        parking write of ``writes`` that was applied (per write, in ``applied``): one
+        statement for them all (:meth:`~watcher.store.sql.shared.Statements.wait_insert`).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a row.
+        """
+        rows = self.statements.wait_params(writes, applied)
+        if rows:
+            await conn.execute(self.statements.wait_insert, rows)
 
     async def items_write_each(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
                                owner: str) -> list[bool]:

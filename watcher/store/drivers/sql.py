@@ -20,7 +20,7 @@ registers them all.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -217,6 +217,40 @@ def batch_table(name: str) -> TableValuedAlias:
     return rows.table_valued(*(column(key, type_) for key, type_ in BATCH_COLUMNS), name="v")
 
 
+# The columns of a row of waits, in the order wait_rows_json writes them, and the
+# places of the wait's own values.
+WAIT_COLUMNS = (("n", Integer()), ("pid", Unicode()), ("iid", Unicode()),
+                ("version", Integer()), ("token", Unicode()), ("timeout", Float()),
+                ("on_timeout", Unicode()))
+WAIT_TOKEN, WAIT_TIMEOUT, WAIT_POLICY = 4, 5, 6
+
+
+def wait_rows_json(writes: Sequence[ItemWrite]) -> str:
+    """The ``waits`` rows of the parking writes of a batch, as JSON rows: ``[n, pid,
+    iid, version while it waits (the one read plus one), token hash, timeout,
+    timeout policy]`` each (:data:`WAIT_COLUMNS`), ``n`` the write's place in the
+    batch from 1 (the place a batch write's ``RETURNING`` gives)."""
+    return json.dumps([
+        [n, w.partition_id, w.item_id, w.seen_version + 1, w.wait.token_hash,
+         w.wait.timeout, w.wait.on_timeout]
+        for n, w in enumerate(writes, 1) if w.wait is not None],
+        ensure_ascii=False, separators=(",", ":"))
+
+
+class wait_rows(FunctionElement[Any]):
+    """The rows of a :func:`wait_rows_json` parameter, as a table of
+    :data:`WAIT_COLUMNS`; use :func:`wait_table`. MariaDB/MySQL render ``JSON_TABLE``."""
+
+    inherit_cache = True
+    name = "wait_rows"
+
+
+def wait_table(name: str) -> TableValuedAlias:
+    """The waits parameter ``name`` as the table ``w`` with the :data:`WAIT_COLUMNS`."""
+    rows = wait_rows(bindparam(name, type_=Text()))
+    return rows.table_valued(*(column(key, type_) for key, type_ in WAIT_COLUMNS), name="w")
+
+
 class json_texts(FunctionElement[Any]):
     """The texts of a JSON array parameter, as a table of one column ``value``; use
     :func:`json_text_table`. SQLite reads it with ``json_each``, MariaDB/MySQL with
@@ -238,6 +272,7 @@ def json_param(values: Iterable[str]) -> str:
 
 
 @compiles(batch_rows)
+@compiles(wait_rows)
 @compiles(json_texts)
 def _json_table_portable(element: FunctionElement[Any], compiler: Any, **kw: Any) -> str:
     raise NotImplementedError(

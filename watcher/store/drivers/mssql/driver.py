@@ -125,6 +125,8 @@ class SQLServerDriver(Driver):
 
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
         """The whole batch as one guarded UPDATE; ``OUTPUT`` tells which rows were applied.
+        The ``waits`` rows of the applied writes that park follow in the same
+        transaction (:meth:`Driver.waits_in`).
 
         Raises:
             sqlalchemy.exc.DBAPIError: the database failed or refused a write
@@ -133,8 +135,10 @@ class SQLServerDriver(Driver):
         async with write_transaction(self.engine) as conn:
             rows = (await conn.execute(self.batch_statement,
                                        batch_params(writes, owner))).all()
-        applied = {(pid, iid) for pid, iid in rows}
-        return [(w.partition_id, w.item_id) in applied for w in writes]
+            keys = {(pid, iid) for pid, iid in rows}
+            applied = [(w.partition_id, w.item_id) in keys for w in writes]
+            await self.waits_in(conn, writes, applied)
+        return applied
 
     def _build_batch(self) -> Update:
         v = batch_table("rows").c

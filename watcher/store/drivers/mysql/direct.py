@@ -155,10 +155,13 @@ class MySQLDirect:
         return result
 
     async def write_batch(self, statement: ClauseElement, params: Mapping[str, Any],
-                          expected: int) -> int:
+                          expected: int,
+                          then: tuple[ClauseElement, Mapping[str, Any]] | None = None) -> int:
         """Run ``statement`` in a transaction of its own; commit it when it changed
         ``expected`` rows, roll it back otherwise. Returns how many it changed
-        (so a figure other than ``expected`` means nothing was written).
+        (so a figure other than ``expected`` means nothing was written). With
+        ``then`` (a statement and its parameters), that statement runs too, after
+        ``statement`` changed ``expected`` rows and before the commit.
 
         Raises:
             sqlalchemy.exc.DBAPIError: the database failed or refused it, or could
@@ -170,11 +173,18 @@ class MySQLDirect:
         sql = compiled.sql
         self._sent(sql)
         values = compiled.values(params)
+        following = None if then is None else self._compiled[then[0]]
+        then_values = {} if then is None or following is None else following.values(then[1])
 
         async def run(conn: aiomysql.Connection) -> int:
             check_packet(sql, values, self.packet_limit)  # known once a connection opened
+            if following is not None:
+                check_packet(following.sql, then_values, self.packet_limit)
             async with conn.cursor() as cursor:
                 changed: int = await cursor.execute(sql, values)
+                if following is not None and changed == expected:
+                    self._sent(following.sql)
+                    await cursor.execute(following.sql, then_values)
             try:
                 if changed == expected:
                     self._sent("COMMIT")

@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import event, func
+from sqlalchemy import event, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.expression import Update
+from sqlalchemy.sql.expression import Insert, Update
 
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.records import ItemWrite
@@ -48,6 +48,9 @@ from watcher.store.drivers.sql import (
     json_texts,
     time_plus,
     time_plus_parts,
+    wait_rows,
+    wait_rows_json,
+    wait_table,
 )
 from watcher.store.sql.shared import ResultSource, Statements
 
@@ -94,6 +97,20 @@ def _batch_rows(element: batch_rows, compiler: Any, **kw: Any) -> str:
     return f"JSON_TABLE({rows}, '$[*]' COLUMNS ({BATCH_COLUMNS}))"
 
 
+# The waits rows' columns (watcher.store.drivers.sql.WAIT_COLUMNS), in JSON_TABLE's terms.
+WAIT_COLUMNS = ", ".join((
+    "n BIGINT PATH '$[0]'", f"pid {ID_TYPE} PATH '$[1]'", f"iid {ID_TYPE} PATH '$[2]'",
+    "version BIGINT PATH '$[3]'", f"token {ID_TYPE} PATH '$[4]'", "timeout DOUBLE PATH '$[5]'",
+    "on_timeout VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[6]'"))
+
+
+@compiles(wait_rows, "mysql")
+@compiles(wait_rows, "mariadb")
+def _wait_rows(element: wait_rows, compiler: Any, **kw: Any) -> str:
+    rows = compiler.process(element.clauses, **kw)
+    return f"JSON_TABLE({rows}, '$[*]' COLUMNS ({WAIT_COLUMNS}))"
+
+
 @compiles(json_texts, "mysql")
 @compiles(json_texts, "mariadb")
 def _texts(element: json_texts, compiler: Any, **kw: Any) -> str:
@@ -138,6 +155,7 @@ class MySQLDriver(DirectDriver[MySQLDirect]):
                  timeout: float = DEFAULT_DB_TIMEOUT) -> None:
         super().__init__(engine, statements, timeout=timeout)
         self.batch_statement = self._build_batch()
+        self.wait_statement = self._build_waits()
         _check_packets(engine)
 
     def open_direct(self) -> MySQLDirect:
@@ -161,15 +179,20 @@ class MySQLDriver(DirectDriver[MySQLDirect]):
 
         When every row changed, or none did, that is each write's outcome;
         otherwise the statement is rolled back and the writes go one by one
-        (:meth:`Driver.items_apply`), each telling its own.
+        (:meth:`Driver.items_apply`), each telling its own. When writes park their
+        items and every row changed, one ``INSERT ... SELECT ... JSON_TABLE`` stores
+        their ``waits`` rows before the commit (:meth:`_build_waits`).
 
         Raises:
             sqlalchemy.exc.DBAPIError: the database failed or refused a write
                 (then none of the batch is written).
         """
         direct = self.direct
-        changed = await direct.write_batch(
-            self.batch_statement, batch_params(writes, owner, base64_text), len(writes))
+        params = batch_params(writes, owner, base64_text)
+        then = None
+        if any(write.wait is not None for write in writes):
+            then = (self.wait_statement, {"waits": wait_rows_json(writes)})
+        changed = await direct.write_batch(self.batch_statement, params, len(writes), then)
         if changed == len(writes):
             return [True] * len(writes)
         if changed == 0:
@@ -182,3 +205,14 @@ class MySQLDriver(DirectDriver[MySQLDirect]):
             partition_id=v.pid, item_id=v.iid, seen=v.seen, status=v.status, gate=v.gate,
             attempts=v.attempts, error=v.error, data=func.from_base64(v.data),
             delay=v.delay, history=v.history))
+
+    def _build_waits(self) -> Insert:
+        """The ``waits`` rows of a batch's parking writes, from the JSON parameter
+        ``waits`` (:func:`wait_rows_json`), their time the clock's: sent only once the
+        batch UPDATE changed every row, so every one of them was applied."""
+        w = wait_table("waits").c
+        chosen = select(w.token, w.pid, w.iid, w.version, w.timeout, w.on_timeout,
+                        self.statements.now)
+        return insert(self.statements.tables.waits).from_select(
+            ["token", "partition_id", "item_id", "version", "timeout", "on_timeout",
+             "created_at"], chosen)

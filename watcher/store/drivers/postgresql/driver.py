@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from sqlalchemy import Integer, Text, all_, bindparam, cast, column, func, select
+from sqlalchemy import Integer, Text, all_, bindparam, cast, column, func, insert, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.ext.compiler import compiles
@@ -31,11 +31,15 @@ from watcher.records import ItemWrite
 from watcher.store.drivers.base import DirectDriver
 from watcher.store.drivers.postgresql.direct import DirectStatements, connect_options
 from watcher.store.drivers.sql import (
+    WAIT_POLICY,
+    WAIT_TIMEOUT,
+    WAIT_TOKEN,
     batch_params,
     batch_rows_json,
     db_now,
     time_plus,
     time_plus_parts,
+    wait_rows_json,
 )
 from watcher.store.sql.shared import ResultSource, Statements
 
@@ -84,6 +88,7 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
                  timeout: float = DEFAULT_DB_TIMEOUT) -> None:
         super().__init__(engine, statements, timeout=timeout)
         self.batch_statement = self._build_batch()
+        self.park_statement = self._build_park()
 
     def open_direct(self) -> DirectStatements:
         """A few autocommit psycopg connections (:mod:`watcher.store.drivers.postgresql.direct`)."""
@@ -115,14 +120,19 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
         Same guard and fence as the portable path, per row. The rows travel as
         one JSON array of arrays (see :func:`batch_rows_json`): the driver
         would encode nine array parameters element by element in Python;
-        ``json.dumps`` encodes the batch in C.
+        ``json.dumps`` encodes the batch in C. When writes park their items, the
+        statement is :meth:`_build_park`'s: the same UPDATE, and the ``waits`` rows of
+        the applied parking writes inserted by the same statement.
 
         Raises:
             sqlalchemy.exc.DBAPIError: the database failed or refused a write
                 (then none of the batch is written).
         """
-        rows = await self.fetch(self.batch_statement, batch_params(writes, owner),
-                                read=False)
+        params = batch_params(writes, owner)
+        statement: Update | Select[Any] = self.batch_statement
+        if any(write.wait is not None for write in writes):
+            statement, params["waits"] = self.park_statement, wait_rows_json(writes)
+        rows = await self.fetch(statement, params, read=False)
         applied = {number for (number,) in rows}
         return [number in applied for number in range(1, len(writes) + 1)]
 
@@ -166,6 +176,29 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
         # Each applied row's place in the batch (the same item twice in a batch is
         # written once: only the write that was applied says so).
         return self.statements.result_write(source).returning(batch.c.n)
+
+    def _build_park(self) -> Select[Any]:
+        """The batch UPDATE of :meth:`_build_batch` as a data-modifying ``WITH``, and
+        an ``INSERT`` into ``waits`` of the rows of the JSON parameter ``waits``
+        (:func:`wait_rows_json`) whose write it applied, matched on their place in
+        the batch: a write the guard or the fence refused parks nothing. One
+        statement, atomic by itself; it returns the applied places, as the batch does.
+        """
+        items, waits = self.statements.tables.items, self.statements.tables.waits
+        applied = (self._build_batch()
+                   .returning(items.c.partition_id, items.c.id, items.c.version)
+                   .cte("applied"))
+        rows = func.jsonb_array_elements(jsonb_param("waits")).table_valued(
+            column("value", JSONB)).render_derived(name="w")
+        row = rows.c.value
+        chosen = (select(row[WAIT_TOKEN].as_string(), applied.c.partition_id, applied.c.id,
+                         applied.c.version, row[WAIT_TIMEOUT].as_float(),
+                         row[WAIT_POLICY].as_string(), self.statements.now)
+                  .select_from(applied.join(rows, applied.c.n == row[0].as_integer())))
+        parked = insert(waits).from_select(
+            ["token", "partition_id", "item_id", "version", "timeout", "on_timeout",
+             "created_at"], chosen).cte("parked")
+        return select(applied.c.n).add_cte(parked)
 
     # -- wake-ups -----------------------------------------------------------
 

@@ -92,6 +92,15 @@ class Fence(NamedTuple):
     of_row: Sequence[int]
 
 
+class Then(NamedTuple):
+    """What a batch of writes stores besides its rows: ``statement``, run with
+    ``rows[k]`` (every parameter, as :meth:`SQLiteDirect.values` makes them) for
+    each applied row ``k`` of the batch that has an entry."""
+
+    statement: ClauseElement
+    rows: Mapping[int, Mapping[str, Any]]
+
+
 class SQLiteDirect:
     """Runs compiled statements on one ``sqlite3`` connection, from the event loop's thread.
 
@@ -212,7 +221,7 @@ class SQLiteDirect:
         return counts
 
     async def write_rows(self, statement: ClauseElement, rows: Sequence[dict[str, Any]],
-                         fence: Fence | None = None) -> list[bool]:
+                         fence: Fence | None = None, then: Then | None = None) -> list[bool]:
         """Run ``statement`` (a write that changes at most one row) once per row of
         ``rows`` in one transaction; returns, per row, whether it changed one.
 
@@ -222,7 +231,9 @@ class SQLiteDirect:
         come back ``False``. The rows go in one ``executemany``; when fewer rows
         changed than were sent, the transaction is rolled back and the rows run
         one by one, each telling its own outcome. ``rows`` hold every parameter,
-        in the types ``sqlite3`` takes as they are.
+        in the types ``sqlite3`` takes as they are. With ``then``, its statement
+        runs, before the commit, once for each applied row that has parameters in
+        it (one ``executemany``): what an applied write stores besides its row.
 
         Raises:
             sqlalchemy.exc.DBAPIError: SQLite failed or refused a row (then none
@@ -230,6 +241,7 @@ class SQLiteDirect:
         """
         sql = self._compiled[statement].sql
         fence_sql = "" if fence is None else self._compiled[fence.statement].sql
+        then_sql = "" if then is None else self._compiled[then.statement].sql
 
         def run() -> list[bool]:
             self._file.require()
@@ -258,6 +270,12 @@ class SQLiteDirect:
                     for row in sent:
                         self._sent(sql)
                         changed.append(conn.execute(sql, row).rowcount == 1)
+                if then is not None:
+                    after = [then.rows[k] for k, ok in zip(sendable, changed, strict=True)
+                             if ok and k in then.rows]
+                    if after:
+                        self._sent(then_sql)
+                        conn.executemany(then_sql, after)
                 self._sent("COMMIT")
                 conn.execute("COMMIT")
             except BaseException:

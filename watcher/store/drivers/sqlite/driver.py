@@ -40,6 +40,7 @@ from watcher.store.drivers.sqlite.checkpoints import WAL_SIZE_LIMIT
 from watcher.store.drivers.sqlite.direct import (
     Fence,
     SQLiteDirect,
+    Then,
     is_busy,
 )
 from watcher.store.drivers.sqlite.engine import BUSY_TIMEOUT_SECONDS
@@ -164,7 +165,9 @@ class SQLiteDriver(DirectDriver[SQLiteDirect]):
         commits), then one ``UPDATE`` guarded by key and version sent with the rows
         of the partitions still held, all at once (``executemany``); when some
         row's guard fails, those rows go again one by one to tell which (see
-        :meth:`SQLiteDirect.write_rows`).
+        :meth:`SQLiteDirect.write_rows`). The ``waits`` rows of the applied writes
+        that park their items are inserted in the same transaction, in one
+        ``executemany`` (their time is the clock's, read when the batch is built).
 
         Raises:
             sqlalchemy.exc.DBAPIError: SQLite failed or refused a write (then none
@@ -182,4 +185,10 @@ class SQLiteDriver(DirectDriver[SQLiteDirect]):
         of_row = [leases.setdefault(w.partition_id, len(leases)) for w in writes]
         fence = Fence(self.fence_statement,
                       [{"pid": partition_id, "owner": owner} for partition_id in leases], of_row)
-        return await direct.write_rows(self.write_statement, rows, fence)
+        then = None
+        if any(w.wait is not None for w in writes):
+            insert = self.statements.wait_insert
+            params = iter(self.statements.wait_params(writes))
+            then = Then(insert, {k: direct.values(insert, next(params))
+                                 for k, w in enumerate(writes) if w.wait is not None})
+        return await direct.write_rows(self.write_statement, rows, fence, then)
