@@ -462,7 +462,7 @@ UPDATE partitions
    AND partitions.status = %s
    AND (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s));
 
--- name: items_apply
+-- name: items_apply (1)
 UPDATE items,
        JSON_TABLE(%(rows)s, '$[*]' COLUMNS (pid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]', iid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]', seen BIGINT PATH '$[2]', status VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[3]', gate BIGINT PATH '$[4]', attempts BIGINT PATH '$[5]', error LONGTEXT CHARACTER SET utf8mb4 PATH '$[6]', data LONGTEXT CHARACTER SET ascii PATH '$[7]', delay DOUBLE PATH '$[8]', history LONGTEXT CHARACTER SET utf8mb4 PATH '$[9]')) AS v
    SET items.version=(items.version + %(version_1)s),
@@ -482,6 +482,16 @@ UPDATE items,
    AND items.id = v.iid
    AND items.version = v.seen
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = v.pid AND partitions.owner = %(owner)s AND partitions.status = %(status_1)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))));
+
+-- name: items_apply (2)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at) SELECT w.token,
+       w.pid,
+       w.iid,
+       w.version,
+       w.timeout,
+       w.on_timeout,
+       COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM JSON_TABLE(%(waits)s, '$[*]' COLUMNS (n BIGINT PATH '$[0]', pid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]', iid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]', version BIGINT PATH '$[3]', token VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]', timeout DOUBLE PATH '$[5]', on_timeout VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[6]')) AS w;
 
 -- name: items_apply_spawning (1)
 UPDATE items
@@ -517,30 +527,6 @@ VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 UPDATE partitions
    SET spawned=(partitions.spawned + %s)
  WHERE partitions.id = %s;
-
--- name: items_apply_spawning (6)
-UPDATE items
-   SET
-version=(items.version + %s), gate=coalesce(%s, items.gate),
-       status=%s,
-       data=coalesce(from_base64(%s), items.data),
-       attempts=%s,
-       last_error=%s,
-       retry_at=CASE WHEN (%s > %s) THEN (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
-            ELSE COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
-             END,
-       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       error_history=CASE WHEN (%s IS NULL) THEN items.error_history
-            ELSE replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
-             END
- WHERE items.partition_id = %s
-   AND items.id = %s
-   AND items.version = %s
-   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %s AND partitions.owner = %s AND partitions.status = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))));
-
--- name: items_apply_spawning (7)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s);
 
 -- name: items_find
 SELECT items.partition_id,
@@ -2103,13 +2089,10 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %s));
 
 -- name: wait_complete (4)
-SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
 
 -- name: wait_complete (5)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s);
-
--- name: wait_complete (6)
 UPDATE partitions
    SET
 version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))

@@ -507,30 +507,6 @@ UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_n)s)
  WHERE partitions.id = %(id_n)s;
 
--- name: items_apply_spawning (6)
-UPDATE items
-   SET
-version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
-       status=%(new_status)s,
-       data=coalesce(%(new_data)s, items.data),
-       attempts=%(new_attempts)s,
-       last_error=%(new_error)s,
-       retry_at=CASE WHEN (%(delay)s > %(param_n)s) THEN DATEADD(microsecond, CAST(((%(delay)s) - FLOOR(%(delay)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(delay)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
-            ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
-             END,
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       error_history=CASE WHEN (%(new_history)s IS NULL) THEN items.error_history
-            ELSE replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
-             END
- WHERE items.partition_id = %(pid)s
-   AND items.id = %(iid)s
-   AND items.version = %(seen)s
-   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND partitions.owner = %(owner)s AND partitions.status = %(status_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
-
--- name: items_apply_spawning (7)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s);
-
 -- name: items_find
 SELECT TOP 10 items.partition_id,
        items.id,
@@ -2107,13 +2083,10 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_n)s));
 
 -- name: wait_complete (4)
-SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (%(w_token)s, %(w_pid)s, %(w_iid)s, %(w_version)s, %(w_timeout)s, %(w_policy)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
 
 -- name: wait_complete (5)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s);
-
--- name: wait_complete (6)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner = %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())

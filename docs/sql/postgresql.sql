@@ -467,7 +467,7 @@ UPDATE partitions
    AND partitions.status = %(status_1)s::VARCHAR
    AND (EXISTS (SELECT * FROM items WHERE items.partition_id = %(partition_id_1)s::VARCHAR AND items.status = %(status_2)s::VARCHAR));
 
--- name: items_apply
+-- name: items_apply (1)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_1)s::INT AS INTEGER), items.gate),
@@ -488,6 +488,23 @@ ORDINALITY AS v(value, n)
    AND items.id = CAST((v.value ->> %(value_9)s::INT) AS VARCHAR)
    AND items.version = CAST((v.value ->> %(value_10)s::INT) AS INTEGER)
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
+
+-- name: items_apply (2)
+WITH applied AS (UPDATE items SET version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_4)s::INT AS INTEGER), items.gate), status=(CAST(v.value ->> %(value_5)s::INT AS VARCHAR)), data=coalesce(decode(CAST(v.value ->> %(value_6)s::INT AS VARCHAR), %(decode_1)s::VARCHAR), items.data), attempts=(CAST(v.value ->> %(value_7)s::INT AS INTEGER)), last_error=(CAST(v.value ->> %(value_8)s::INT AS VARCHAR)), retry_at=CASE WHEN (CAST((v.value ->> %(value_9)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_9)s::INT AS FLOAT))) ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) END, updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), error_history=CASE WHEN (CAST((v.value ->> %(value_10)s::INT) AS VARCHAR) IS NULL) THEN items.error_history ELSE replace(CAST(v.value ->> %(value_10)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",') END FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH ORDINALITY AS v(value, n) WHERE items.partition_id = CAST((v.value ->> %(value_11)s::INT) AS VARCHAR) AND items.id = CAST((v.value ->> %(value_12)s::INT) AS VARCHAR) AND items.version = CAST((v.value ->> %(value_13)s::INT) AS INTEGER) AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_11)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n, items.partition_id, items.id, items.version),
+       parked AS (
+        INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at) SELECT CAST(w.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
+               applied.partition_id AS partition_id,
+               applied.id AS id,
+               applied.version AS
+       version,
+               CAST(w.value ->> %(value_2)s::INT AS FLOAT) AS anon_2,
+               CAST(w.value ->> %(value_3)s::INT AS VARCHAR) AS anon_3,
+               COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+          FROM applied
+          JOIN jsonb_array_elements(CAST(%(waits)s::VARCHAR AS JSONB)) AS w(value)
+            ON applied.n = CAST((w.value ->> %(value_14)s::INT) AS INTEGER)
+       ) SELECT applied.n
+  FROM applied;
 
 -- name: items_apply_spawning (1)
 UPDATE items
@@ -528,10 +545,6 @@ VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate
 UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR;
-
--- name: items_apply_spawning (6)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE);
 
 -- name: items_find
 SELECT items.partition_id,
@@ -2103,13 +2116,10 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::IN
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_2)s::VARCHAR));
 
 -- name: wait_complete (4)
-SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (%(w_token)s::VARCHAR, %(w_pid)s::VARCHAR, %(w_iid)s::VARCHAR, %(w_version)s::INTEGER, %(w_timeout)s, %(w_policy)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
 
 -- name: wait_complete (5)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE);
-
--- name: wait_complete (6)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
@@ -2117,7 +2127,7 @@ version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitio
              END
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
--- name: wait_complete (7)
+-- name: wait_complete (6)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: wait_complete_item (1)

@@ -502,6 +502,10 @@ version=(items.version + :version_1), gate=coalesce(:new_gate, items.gate),
    AND items.id = :iid
    AND items.version = :seen;
 
+-- name: items_apply (3)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (:w_token, :w_pid, :w_iid, :w_version, :w_timeout, :w_policy, COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
+
 -- name: items_apply_spawning (1)
 UPDATE items
    SET
@@ -536,30 +540,6 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 UPDATE partitions
    SET spawned=(partitions.spawned + ?)
  WHERE partitions.id = ?;
-
--- name: items_apply_spawning (6)
-UPDATE items
-   SET
-version=(items.version + ?), gate=coalesce(?, items.gate),
-       status=?,
-       data=coalesce(?, items.data),
-       attempts=?,
-       last_error=?,
-       retry_at=CASE WHEN (? > ?) THEN (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
-            ELSE COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
-             END,
-       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       error_history=CASE WHEN (? IS NULL) THEN items.error_history
-            ELSE replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
-             END
- WHERE items.partition_id = ?
-   AND items.id = ?
-   AND items.version = ?
-   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = ? AND partitions.owner = ? AND partitions.status = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))));
-
--- name: items_apply_spawning (7)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?);
 
 -- name: items_find
 SELECT items.partition_id,
@@ -2153,13 +2133,10 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = ?));
 
 -- name: wait_complete (4)
-SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
+VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
 
 -- name: wait_complete (5)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?);
-
--- name: wait_complete (6)
 UPDATE partitions
    SET
 version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
