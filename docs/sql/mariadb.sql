@@ -2049,26 +2049,24 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
-  FROM waits
- WHERE waits.token = %s;
-
--- name: wait_complete (2)
-SELECT items.status,
-       items.version,
+       waits.created_at,
+       items.status,
+       items.version AS item_version,
        items.gate,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
        partitions.gate AS partition_gate,
        partitions.quorum
-  FROM items
- INNER JOIN partitions
-    ON partitions.id = items.partition_id
- WHERE items.partition_id = %s
-   AND items.id = %s;
+  FROM waits
+  LEFT OUTER JOIN items
+    ON items.partition_id = waits.partition_id
+   AND items.id = waits.item_id
+  LEFT OUTER JOIN partitions
+    ON partitions.id = waits.partition_id
+ WHERE waits.token = %s;
 
--- name: wait_complete (3)
+-- name: wait_complete (2)
 UPDATE items
    SET
 version=(items.version + %s), gate=coalesce(%s, items.gate),
@@ -2088,11 +2086,11 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
    AND items.status = %s
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %s));
 
--- name: wait_complete (4)
+-- name: wait_complete (3)
 INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
 VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
 
--- name: wait_complete (5)
+-- name: wait_complete (4)
 UPDATE partitions
    SET
 version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
@@ -2168,26 +2166,24 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
-  FROM waits
- WHERE waits.token = %s;
-
--- name: wait_heartbeat (2)
-SELECT items.status,
-       items.version,
+       waits.created_at,
+       items.status,
+       items.version AS item_version,
        items.gate,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
        partitions.gate AS partition_gate,
        partitions.quorum
-  FROM items
- INNER JOIN partitions
-    ON partitions.id = items.partition_id
- WHERE items.partition_id = %s
-   AND items.id = %s;
+  FROM waits
+  LEFT OUTER JOIN items
+    ON items.partition_id = waits.partition_id
+   AND items.id = waits.item_id
+  LEFT OUTER JOIN partitions
+    ON partitions.id = waits.partition_id
+ WHERE waits.token = %s;
 
--- name: wait_heartbeat (3)
+-- name: wait_heartbeat (2)
 UPDATE items
    SET retry_at=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
  WHERE items.partition_id = %s
@@ -2196,12 +2192,12 @@ UPDATE items
    AND items.status = %s
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %s));
 
--- name: wait_heartbeat (4)
+-- name: wait_heartbeat (3)
 UPDATE waits
    SET timeout=%s
  WHERE waits.token = %s;
 
--- name: wait_heartbeat (5)
+-- name: wait_heartbeat (4)
 UPDATE partitions
    SET
 version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND partitions.until > (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)) THEN (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
@@ -2209,7 +2205,7 @@ version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND pa
              END
  WHERE partitions.id = %s;
 
--- name: wait_heartbeat (6)
+-- name: wait_heartbeat (5)
 SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %s

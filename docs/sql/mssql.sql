@@ -2043,26 +2043,24 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
-  FROM waits
- WHERE waits.token = %(token_n)s;
-
--- name: wait_complete (2)
-SELECT items.status,
-       items.version,
+       waits.created_at,
+       items.status,
+       items.version AS item_version,
        items.gate,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
        partitions.gate AS partition_gate,
        partitions.quorum
-  FROM items
-  JOIN partitions
-    ON partitions.id = items.partition_id
- WHERE items.partition_id = %(partition_id_n)s
-   AND items.id = %(id_n)s;
+  FROM waits
+  LEFT OUTER JOIN items
+    ON items.partition_id = waits.partition_id
+   AND items.id = waits.item_id
+  LEFT OUTER JOIN partitions
+    ON partitions.id = waits.partition_id
+ WHERE waits.token = %(digest)s;
 
--- name: wait_complete (3)
+-- name: wait_complete (2)
 UPDATE items
    SET
 version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
@@ -2082,17 +2080,17 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
    AND items.status = %(status_n)s
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_n)s));
 
--- name: wait_complete (4)
+-- name: wait_complete (3)
 INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
 VALUES (%(w_token)s, %(w_pid)s, %(w_iid)s, %(w_version)s, %(w_timeout)s, %(w_policy)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
 
--- name: wait_complete (5)
+-- name: wait_complete (4)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner = %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
             ELSE partitions.until
              END
- WHERE partitions.id = %(id_n)s;
+ WHERE partitions.id = %(wake_pid)s;
 
 -- name: wait_complete_item (1)
 SELECT items.status,
@@ -2153,7 +2151,7 @@ UPDATE partitions
 version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner = %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
             ELSE partitions.until
              END
- WHERE partitions.id = %(id_n)s;
+ WHERE partitions.id = %(wake_pid)s;
 
 -- name: wait_heartbeat (1)
 SELECT waits.token,
@@ -2162,26 +2160,24 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
-  FROM waits
- WHERE waits.token = %(token_n)s;
-
--- name: wait_heartbeat (2)
-SELECT items.status,
-       items.version,
+       waits.created_at,
+       items.status,
+       items.version AS item_version,
        items.gate,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
        partitions.gate AS partition_gate,
        partitions.quorum
-  FROM items
-  JOIN partitions
-    ON partitions.id = items.partition_id
- WHERE items.partition_id = %(partition_id_n)s
-   AND items.id = %(id_n)s;
+  FROM waits
+  LEFT OUTER JOIN items
+    ON items.partition_id = waits.partition_id
+   AND items.id = waits.item_id
+  LEFT OUTER JOIN partitions
+    ON partitions.id = waits.partition_id
+ WHERE waits.token = %(digest)s;
 
--- name: wait_heartbeat (3)
+-- name: wait_heartbeat (2)
 UPDATE items
    SET retry_at=DATEADD(microsecond, CAST(((%(timeout)s) - FLOOR(%(timeout)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(timeout)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
  WHERE items.partition_id = %(partition_id_n)s
@@ -2190,20 +2186,20 @@ UPDATE items
    AND items.status = %(status_n)s
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_n)s));
 
--- name: wait_heartbeat (4)
+-- name: wait_heartbeat (3)
 UPDATE waits
    SET timeout=%(timeout)s
  WHERE waits.token = %(token_n)s;
 
--- name: wait_heartbeat (5)
+-- name: wait_heartbeat (4)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner = %(owner_n)s AND partitions.until > DATEADD(microsecond, CAST(((%(timeout)s) - FLOOR(%(timeout)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(timeout)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))) THEN DATEADD(microsecond, CAST(((%(timeout)s) - FLOOR(%(timeout)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(timeout)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
             ELSE partitions.until
              END
- WHERE partitions.id = %(id_n)s;
+ WHERE partitions.id = %(wake_pid)s;
 
--- name: wait_heartbeat (6)
+-- name: wait_heartbeat (5)
 SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_n)s

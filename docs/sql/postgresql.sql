@@ -2076,26 +2076,24 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
-  FROM waits
- WHERE waits.token = %(token_1)s::VARCHAR;
-
--- name: wait_complete (2)
-SELECT items.status,
-       items.version,
+       waits.created_at,
+       items.status,
+       items.version AS item_version,
        items.gate,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
        partitions.gate AS partition_gate,
        partitions.quorum
-  FROM items
-  JOIN partitions
-    ON partitions.id = items.partition_id
- WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   AND items.id = %(id_1)s::VARCHAR;
+  FROM waits
+  LEFT OUTER JOIN items
+    ON items.partition_id = waits.partition_id
+   AND items.id = waits.item_id
+  LEFT OUTER JOIN partitions
+    ON partitions.id = waits.partition_id
+ WHERE waits.token = %(digest)s::VARCHAR;
 
--- name: wait_complete (3)
+-- name: wait_complete (2)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
@@ -2115,19 +2113,19 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::IN
    AND items.status = %(status_1)s::VARCHAR
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_2)s::VARCHAR));
 
--- name: wait_complete (4)
+-- name: wait_complete (3)
 INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
 VALUES (%(w_token)s::VARCHAR, %(w_pid)s::VARCHAR, %(w_iid)s::VARCHAR, %(w_version)s::INTEGER, %(w_timeout)s, %(w_policy)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
 
--- name: wait_complete (5)
+-- name: wait_complete (4)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
             ELSE partitions.until
              END
- WHERE partitions.id = %(id_1)s::VARCHAR;
+ WHERE partitions.id = %(wake_pid)s::VARCHAR;
 
--- name: wait_complete (6)
+-- name: wait_complete (5)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: wait_complete_item (1)
@@ -2189,7 +2187,7 @@ UPDATE partitions
 version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
             ELSE partitions.until
              END
- WHERE partitions.id = %(id_1)s::VARCHAR;
+ WHERE partitions.id = %(wake_pid)s::VARCHAR;
 
 -- name: wait_complete_item (6)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
@@ -2201,26 +2199,24 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
-  FROM waits
- WHERE waits.token = %(token_1)s::VARCHAR;
-
--- name: wait_heartbeat (2)
-SELECT items.status,
-       items.version,
+       waits.created_at,
+       items.status,
+       items.version AS item_version,
        items.gate,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
        partitions.gate AS partition_gate,
        partitions.quorum
-  FROM items
-  JOIN partitions
-    ON partitions.id = items.partition_id
- WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   AND items.id = %(id_1)s::VARCHAR;
+  FROM waits
+  LEFT OUTER JOIN items
+    ON items.partition_id = waits.partition_id
+   AND items.id = waits.item_id
+  LEFT OUTER JOIN partitions
+    ON partitions.id = waits.partition_id
+ WHERE waits.token = %(digest)s::VARCHAR;
 
--- name: wait_heartbeat (3)
+-- name: wait_heartbeat (2)
 UPDATE items
    SET retry_at=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(timeout)s))
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
@@ -2229,20 +2225,20 @@ UPDATE items
    AND items.status = %(status_1)s::VARCHAR
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_2)s::VARCHAR));
 
--- name: wait_heartbeat (4)
+-- name: wait_heartbeat (3)
 UPDATE waits
    SET timeout=%(timeout)s
  WHERE waits.token = %(token_1)s::VARCHAR;
 
--- name: wait_heartbeat (5)
+-- name: wait_heartbeat (4)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(timeout)s))) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(timeout)s))
             ELSE partitions.until
              END
- WHERE partitions.id = %(id_1)s::VARCHAR;
+ WHERE partitions.id = %(wake_pid)s::VARCHAR;
 
--- name: wait_heartbeat (6)
+-- name: wait_heartbeat (5)
 SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR

@@ -2093,26 +2093,24 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
-  FROM waits
- WHERE waits.token = ?;
-
--- name: wait_complete (2)
-SELECT items.status,
-       items.version,
+       waits.created_at,
+       items.status,
+       items.version AS item_version,
        items.gate,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
        partitions.gate AS partition_gate,
        partitions.quorum
-  FROM items
-  JOIN partitions
-    ON partitions.id = items.partition_id
- WHERE items.partition_id = ?
-   AND items.id = ?;
+  FROM waits
+  LEFT OUTER JOIN items
+    ON items.partition_id = waits.partition_id
+   AND items.id = waits.item_id
+  LEFT OUTER JOIN partitions
+    ON partitions.id = waits.partition_id
+ WHERE waits.token = ?;
 
--- name: wait_complete (3)
+-- name: wait_complete (2)
 UPDATE items
    SET
 version=(items.version + ?), gate=coalesce(?, items.gate),
@@ -2132,11 +2130,11 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
    AND items.status = ?
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = ?));
 
--- name: wait_complete (4)
+-- name: wait_complete (3)
 INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
 VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
 
--- name: wait_complete (5)
+-- name: wait_complete (4)
 UPDATE partitions
    SET
 version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
@@ -2212,26 +2210,24 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
-  FROM waits
- WHERE waits.token = ?;
-
--- name: wait_heartbeat (2)
-SELECT items.status,
-       items.version,
+       waits.created_at,
+       items.status,
+       items.version AS item_version,
        items.gate,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
        partitions.gate AS partition_gate,
        partitions.quorum
-  FROM items
-  JOIN partitions
-    ON partitions.id = items.partition_id
- WHERE items.partition_id = ?
-   AND items.id = ?;
+  FROM waits
+  LEFT OUTER JOIN items
+    ON items.partition_id = waits.partition_id
+   AND items.id = waits.item_id
+  LEFT OUTER JOIN partitions
+    ON partitions.id = waits.partition_id
+ WHERE waits.token = ?;
 
--- name: wait_heartbeat (3)
+-- name: wait_heartbeat (2)
 UPDATE items
    SET retry_at=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
  WHERE items.partition_id = ?
@@ -2240,12 +2236,12 @@ UPDATE items
    AND items.status = ?
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = ?));
 
--- name: wait_heartbeat (4)
+-- name: wait_heartbeat (3)
 UPDATE waits
    SET timeout=?
  WHERE waits.token = ?;
 
--- name: wait_heartbeat (5)
+-- name: wait_heartbeat (4)
 UPDATE partitions
    SET
 version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND partitions.until > (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')) THEN (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
@@ -2253,7 +2249,7 @@ version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND part
              END
  WHERE partitions.id = ?;
 
--- name: wait_heartbeat (6)
+-- name: wait_heartbeat (5)
 SELECT items.retry_at
   FROM items
  WHERE items.partition_id = ?

@@ -9,6 +9,7 @@ waits for the first's row lock, then finds the version moved and matches nothing
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Float, and_, bindparam, case, exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.expression import Select, Update
 
 from watcher.errors import AlreadyCompletedError, CompletionRefusedError, WaitNotFoundError
 from watcher.models import AVAILABLE, WAITING
@@ -85,7 +87,8 @@ class WaitsStore(SpawnsStore):
 
     async def _waiting(self, conn: AsyncConnection, token: str) -> tuple[Any, Any]:
         """The ``waits`` row of ``token`` and its item and partition's state, locked for
-        the transaction where the database locks on read.
+        the transaction where the database locks on read: one read
+        (:attr:`_wait_by_token`), whose row serves as both.
 
         Raises:
             WaitNotFoundError: no wait has this token (or it is malformed).
@@ -93,11 +96,28 @@ class WaitsStore(SpawnsStore):
         """
         if not isinstance(token, str) or not token_well_formed(token):
             raise WaitNotFoundError()
-        w = self.tables.waits
-        wait = (await conn.execute(select(w).where(w.c.token == token_hash(token)))).first()
+        wait = (await conn.execute(self._wait_by_token,
+                                   {"digest": token_hash(token)})).first()
         if wait is None:
             raise WaitNotFoundError()
-        return wait, await self._waiting_row(conn, wait)
+        _require_waiting(wait, wait.item_version, wait.version)
+        return wait, wait
+
+    @functools.cached_property
+    def _wait_by_token(self) -> Select[Any]:
+        """The ``waits`` row whose token hash is ``:digest``, with its item's state
+        (``status``, ``item_version``, ``gate``, ``attempts``, ``error_history``; NULL
+        when the item is gone) and its partition's (``partition_status``,
+        ``partition_gate``, ``quorum``): each found by its primary key."""
+        i, p, w = self.tables.items, self.tables.partitions, self.tables.waits
+        return (
+            select(*w.c, i.c.status, i.c.version.label("item_version"), i.c.gate,
+                   i.c.attempts, i.c.error_history, p.c.status.label("partition_status"),
+                   p.c.gate.label("partition_gate"), p.c.quorum)
+            .select_from(w.outerjoin(i, and_(i.c.partition_id == w.c.partition_id,
+                                             i.c.id == w.c.item_id))
+                         .outerjoin(p, p.c.id == w.c.partition_id))
+            .where(w.c.token == bindparam("digest", type_=w.c.token.type)))
 
     async def _waiting_item(self, conn: AsyncConnection, partition_id: str,
                             item_id: str) -> tuple[Any, Any]:
@@ -135,10 +155,25 @@ class WaitsStore(SpawnsStore):
             .where(i.c.partition_id == wait.partition_id, i.c.id == wait.item_id))).first()
         if row is None:
             raise AlreadyCompletedError(None)
-        if (row.status != WAITING or row.version != wait.version
-                or row.partition_status != AVAILABLE):
-            raise AlreadyCompletedError(str(row.status))
+        _require_waiting(row, row.version, wait.version)
         return row
+
+    def _completion_write(self, *, new_data: bool, delayed: bool) -> Update:
+        """A completion's guarded item write from bound parameters, built once per
+        shape (as :meth:`~watcher.store.sql.shared.Statements.item_write` is): the
+        version read, still waiting, the partition open; no lease fence."""
+        writes = self._completion_writes
+        found = writes.get((new_data, delayed))
+        if found is None:
+            source = ResultSource.parameters(self.tables.items.c.data.type,
+                                             new_data=new_data, delayed=delayed)
+            found = writes[new_data, delayed] = self.statements.result_write(
+                source, fenced=False).where(*self._still_waiting())
+        return found
+
+    @functools.cached_property
+    def _completion_writes(self) -> dict[tuple[bool, bool], Update]:
+        return {}
 
     def _still_waiting(self) -> tuple[Any, ...]:
         """The extra guard of a completion's write: still waiting, partition open."""
@@ -177,12 +212,21 @@ class WaitsStore(SpawnsStore):
         which fences off a park decided before it, and, when its lease was let go
         while its items wait (:meth:`partition_park`), bring its ``until`` to
         ``until`` (default now; never later than it was) so a processor takes it."""
+        statement = self._wake if until is None else self._wake_to(until)
+        await conn.execute(statement, {**(params or {}), "wake_pid": partition_id})
+
+    def _wake_to(self, until: Any) -> Update:
+        """The statement of :meth:`_wake_parked` bringing ``until`` to ``until`` (an SQL
+        expression) for the partition ``:wake_pid``."""
         p = self.tables.partitions
-        until = self.statements.now if until is None else until
-        await conn.execute(update(p).where(p.c.id == partition_id).values(
+        return update(p).where(p.c.id == bindparam("wake_pid", type_=p.c.id.type)).values(
             version=p.c.version + 1,
-            until=case((and_(p.c.owner == "", p.c.until > until), until), else_=p.c.until)),
-            params or {})
+            until=case((and_(p.c.owner == "", p.c.until > until), until), else_=p.c.until))
+
+    @functools.cached_property
+    def _wake(self) -> Update:
+        """:meth:`_wake_to` now (the clock's), built once."""
+        return self._wake_to(self.statements.now)
 
     async def wait_complete(self, token: str, answer: Answer, *,
                             policy: RetryPolicy = DEFAULT_POLICY,
@@ -253,13 +297,9 @@ class WaitsStore(SpawnsStore):
         write = completion_write(wait.partition_id, item, answer, row.partition_gate,
                                  policy, new_token=new_token, max_data_bytes=max_data_bytes,
                                  spawn_limits=spawn_limits)
-        statements = self.statements
-        source = ResultSource.parameters(self.tables.items.c.data.type,
-                                         new_data=write.data is not None,
-                                         delayed=bool(write.retry_delay))
-        statement = statements.result_write(source, fenced=False).where(
-            *self._still_waiting())
-        touched = await conn.execute(statement, statements.item_write_params(write, ""))
+        statement = self._completion_write(new_data=write.data is not None,
+                                           delayed=bool(write.retry_delay))
+        touched = await conn.execute(statement, self.statements.item_write_params(write, ""))
         if touched.rowcount != 1:
             return None
         if write.spawn:
@@ -340,3 +380,17 @@ class WaitsStore(SpawnsStore):
                                     {"timeout": float(seconds)})
             return (await conn.execute(select(i.c.retry_at).where(
                 i.c.partition_id == wait.partition_id, i.c.id == wait.item_id))).scalar_one()
+
+
+def _require_waiting(row: Any, item_version: int | None, wait_version: int) -> None:
+    """Check that the wait of ``row`` (its item's ``status`` at ``item_version`` and its
+    partition's ``partition_status``) is still on: the item waits at the wait's
+    version in an open partition.
+
+    Raises:
+        AlreadyCompletedError: the wait is over (the item moved on, or is gone), or
+            its partition is not open.
+    """
+    if (row.status != WAITING or item_version != wait_version
+            or row.partition_status != AVAILABLE):
+        raise AlreadyCompletedError(None if row.status is None else str(row.status))
