@@ -82,10 +82,8 @@ class Driver:
     # store locks, writes and (on a short count) re-reads in an engine transaction.
     takes_leases_in_one_statement: ClassVar[bool] = False
     # What the database driver says when the server ended the session or the
-    # connection dropped, where the dialect does not flag it (:meth:`session_lost`).
-    # psycopg's "cannot exit pipeline mode while busy" is what its rollback says when
-    # the session died in the middle of a batch sent as a pipeline: the connection is
-    # left unusable, so the pool discards it and the server rolls the transaction back.
+    # connection dropped, where the dialect does not flag it (:meth:`session_lost`); the
+    # last is psycopg's rollback after a session died mid-pipeline (the pool discards it).
     lost_connection_texts: ClassVar[tuple[str, ...]] = (
         "server closed the connection unexpectedly", "terminating connection due to",
         "the connection is lost", "Lost connection to", "server has gone away",
