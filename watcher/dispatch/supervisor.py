@@ -297,12 +297,14 @@ class PartitionSupervisor:
             if isinstance(outcome, asyncio.CancelledError):
                 self._let_go([item], abandoned=True)
                 continue
-            token = (works[positions[n]].completion_token  # items[n]'s call's: a wait keeps it
-                     if positions and isinstance(outcome, Result) and outcome.wait else None)
+            work = (works[positions[n]]  # items[n]'s call: a wait keeps its token and span
+                    if positions and isinstance(outcome, Result) and outcome.wait else None)
             writes.append(write_for_outcome(
                 self.partition_id, item, outcome, self.lease.gate, self._policy,
                 max_data_bytes=self.config.max_item_bytes, max_snooze=self.config.max_snooze,
-                spawn_limits=self._spawn_limits, completion_token=token))
+                spawn_limits=self._spawn_limits,
+                completion_token=None if work is None else work.completion_token,
+                traceparent=None if work is None else work.call_traceparent))
             written.append(item)
         if not writes:
             return
