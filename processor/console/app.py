@@ -38,13 +38,7 @@ from processor.console.flow_page import flow_routes
 from processor.console.forms import MAX_FORM_BYTES
 from processor.console.forms import read_form as _form
 from processor.console.forms import see_other as _see
-from processor.console.item_page import (
-    ItemQueryError,
-    check_api_url,
-    item_data,
-    item_routes,
-    items_found,
-)
+from processor.console.item_page import ItemQueryError, item_data, item_routes, items_found
 from processor.console.reads import BadRequest, list_data, overview_data, partition_data
 from processor.console.schedules_page import schedules_routes
 from processor.console.security import (
@@ -78,8 +72,7 @@ REFRESH_MS = 1500
 class ConsoleSettings:
     """What one console serves: the database (its URL is never shown), the table
     prefix, the token (``None``: loopback only), whether actions are off, and the
-    ingest API's public base URL (``api_url``; ``None``: unknown), which the
-    completion URLs an operator asks for start with."""
+    ingest API's public base URL (``None``: unknown) for operators' completion URLs."""
 
     db_url: DatabaseURL
     table_prefix: str = ""
@@ -400,11 +393,7 @@ def settings_for(db_url: DatabaseURL, table_prefix: str, *, host: str, port: int
                  token: str | None, read_only: bool,
                  api_url: str | None = None) -> ConsoleSettings:
     """The settings of a console bound to ``host``:``port`` (loopback binds check the
-    ``Host`` of each request).
-
-    Raises:
-        ConfigError: ``api_url`` is not an http(s) URL without query or fragment.
-    """
+    ``Host`` of each request)."""
     return ConsoleSettings(db_url=db_url, table_prefix=table_prefix, token=token,
                            read_only=read_only, loopback_only=is_loopback(host), port=port,
-                           api_url=check_api_url(api_url))
+                           api_url=api_url)

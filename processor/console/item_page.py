@@ -75,7 +75,7 @@ def check_api_url(api_url: str | None) -> str | None:
 def completion_url(api_url: str | None, token: str) -> str:
     """Where ``token`` completes its wait: the API's URL when the console knows it,
     else the route's path alone (the page says to put the API's address before it)."""
-    return f"{api_url or ''}{COMPLETIONS_PATH}{quote(token, safe='')}"
+    return f"{(api_url or '').rstrip('/')}{COMPLETIONS_PATH}{quote(token, safe='')}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ class ConsoleOptions:
         if type(self.port) is not int or not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be from 0 to 65535, got {self.port!r}")
         check_bind(self.host, self.token)
-        check_api_url(self.api_url)
+        object.__setattr__(self, "api_url", check_api_url(self.api_url))
 
 
 async def check_database(db_url: DatabaseURL, table_prefix: str) -> None:

@@ -17,6 +17,7 @@ import pytest
 from processor import AsyncClient, NewItem
 from processor.api.server import ApiOptions, api_running
 from processor.console.app import create_app, settings_for
+from processor.console.server import ConsoleOptions
 from processor.observe.logs import formatter
 from tests.integration.test_waits import Parker, config
 from tests.support.engine import running, wait_until
@@ -159,5 +160,7 @@ async def test_without_the_api_url_the_page_shows_the_path_and_says_so(
                                    "https://api.example.com/?x=1", "https://"])
 def test_an_api_url_that_is_not_one_is_refused(given: str) -> None:
     with pytest.raises(ConfigError, match="--api-url"):
-        settings_for(parse_database_url("sqlite:///x.db"), "", host="127.0.0.1", port=8090,
-                     token=None, read_only=False, api_url=given)
+        ConsoleOptions(parse_database_url("sqlite:///x.db"), api_url=given)
+    kept = ConsoleOptions(parse_database_url("sqlite:///x.db"),
+                          api_url="https://api.example.com/statefeed/")
+    assert kept.api_url == "https://api.example.com/statefeed"
