@@ -113,10 +113,17 @@ def record_completion(spans: CallSpans, started: int, done: CompletedWait | None
     the epoch): ``statefeed.complete``, a child of the completer's current span, linked
     to the span of the call that parked the item (``done.parked_by``, read with the
     wait: so the span is made once the store answered). Its attributes name the
-    partition, the item, its gate and new status; a refused completion (``error``)
-    has none of these and no link. Never the token."""
+    partition, the item, its gate and new status; a completion that failed
+    (``error``: refused, or the database failed) has none of these and no link.
+    Never the token."""
     if done is None:
-        spans.ended_span(COMPLETION_SPAN, started, [], {}, error=error, outcome="refused")
+        from watcher.errors import AlreadyCompletedError, CompletionRefusedError
+        from watcher.rules.spawn import SpawnConflictError
+
+        refused = isinstance(error, AlreadyCompletedError | CompletionRefusedError
+                             | SpawnConflictError)
+        spans.ended_span(COMPLETION_SPAN, started, [], {}, error=error,
+                         outcome="refused" if refused else "error")
         return
     spans.ended_span(COMPLETION_SPAN, started, spans.link_to_parent(done.parked_by), {
         PARTITION: done.partition_id, ITEM: done.item_id, GATE: done.gate,

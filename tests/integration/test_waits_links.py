@@ -6,6 +6,7 @@ again stores its caller's span for the next one. No span carries a token."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 
@@ -21,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import handlers
-from processor import AsyncClient, NewItem
+from processor import AsyncClient, Client, NewItem
 from processor.api.server import ApiOptions, api_running
 from processor.http.config import HttpProcessorConfig
 from processor.http.processor import HttpProcessor
@@ -185,8 +186,13 @@ async def test_a_batch_call_that_parks_is_the_span_its_completions_link_to(
         async def parked() -> bool:
             return len(await client.items("p", status="waiting")) == 3
         await wait_until(parked, message="three waiting")
-        for token in processor.tokens.values():
+        *first, last = processor.tokens.values()
+        for token in first:
             await client.complete(token, gate=1)
+        with Client(db_url, table_prefix, tracer_provider=traces.provider) as sync, \
+                traces.tracer.start_as_current_span("script") as script:
+            # The sync client runs on a loop of its own; the caller's span is the parent.
+            await asyncio.to_thread(sync.complete, last, gate=1)
         assert (await client.wait("p", timeout=30)).status == "complete"
     await client.close()
     batches = {_key(span) for span in traces.spans("statefeed.process_batch")
@@ -196,3 +202,5 @@ async def test_a_batch_call_that_parks_is_the_span_its_completions_link_to(
     for span in completions:
         [link] = _links(span)
         assert link in batches
+    [child] = [span for span in completions if span.parent is not None]
+    assert child.parent.span_id == script.get_span_context().span_id
