@@ -528,8 +528,8 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND partitions.owner = %(owner)s AND partitions.status = %(status_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
 
 -- name: items_apply_spawning (7)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s);
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent, operator_token)
+VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s, %(traceparent)s, %(operator_token)s);
 
 -- name: items_find
 SELECT TOP 10 items.partition_id,
@@ -2067,11 +2067,26 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = %(token_n)s;
 
 -- name: wait_complete (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.operator_token = %(operator_token_n)s;
+
+-- name: wait_complete (3)
 SELECT items.status,
        items.version,
        items.gate,
@@ -2086,7 +2101,7 @@ SELECT items.status,
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id = %(id_n)s;
 
--- name: wait_complete (3)
+-- name: wait_complete (4)
 UPDATE items
    SET
 version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
@@ -2106,14 +2121,14 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
    AND items.status = %(status_n)s
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_n)s));
 
--- name: wait_complete (4)
+-- name: wait_complete (5)
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
--- name: wait_complete (5)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s);
-
 -- name: wait_complete (6)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent, operator_token)
+VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s, %(traceparent)s, %(operator_token)s);
+
+-- name: wait_complete (7)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner = %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
@@ -2135,7 +2150,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.partition_id = %(partition_id_n)s
    AND waits.item_id = %(item_id_n)s
@@ -2189,7 +2206,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = %(token_n)s;
 
@@ -2235,6 +2254,48 @@ SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id = %(id_n)s;
+
+-- name: wait_operator_token (1)
+SELECT items.status,
+       items.version
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id = %(id_n)s;
+
+-- name: wait_operator_token (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_n)s
+   AND waits.item_id = %(item_id_n)s
+   AND waits.version = %(version_n)s;
+
+-- name: wait_operator_token (3)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id = %(id_n)s;
+
+-- name: wait_operator_token (4)
+UPDATE waits
+   SET operator_token=%(operator_token)s
+ WHERE waits.token = %(token_n)s;
 
 -- name: waits_summary
 SELECT items.partition_id,

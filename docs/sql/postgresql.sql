@@ -530,8 +530,8 @@ UPDATE partitions
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: items_apply_spawning (6)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE);
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(traceparent)s::VARCHAR);
 
 -- name: items_find
 SELECT items.partition_id,
@@ -2063,11 +2063,26 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = %(token_1)s::VARCHAR;
 
 -- name: wait_complete (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.operator_token = %(operator_token_1)s::VARCHAR;
+
+-- name: wait_complete (3)
 SELECT items.status,
        items.version,
        items.gate,
@@ -2082,7 +2097,7 @@ SELECT items.status,
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id = %(id_1)s::VARCHAR;
 
--- name: wait_complete (3)
+-- name: wait_complete (4)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
@@ -2102,14 +2117,14 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::IN
    AND items.status = %(status_1)s::VARCHAR
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_2)s::VARCHAR));
 
--- name: wait_complete (4)
+-- name: wait_complete (5)
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
--- name: wait_complete (5)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE);
-
 -- name: wait_complete (6)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(traceparent)s::VARCHAR);
+
+-- name: wait_complete (7)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
@@ -2117,7 +2132,7 @@ version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitio
              END
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
--- name: wait_complete (7)
+-- name: wait_complete (8)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: wait_complete_item (1)
@@ -2134,7 +2149,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
    AND waits.item_id = %(item_id_1)s::VARCHAR
@@ -2191,7 +2208,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = %(token_1)s::VARCHAR;
 
@@ -2237,6 +2256,48 @@ SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_operator_token (1)
+SELECT items.status,
+       items.version
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_operator_token (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
+   AND waits.item_id = %(item_id_1)s::VARCHAR
+   AND waits.version = %(version_1)s::INTEGER;
+
+-- name: wait_operator_token (3)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_operator_token (4)
+UPDATE waits
+   SET operator_token=%(operator_token)s::VARCHAR
+ WHERE waits.token = %(token_1)s::VARCHAR;
 
 -- name: waits_summary
 SELECT items.partition_id,

@@ -558,8 +558,8 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = ? AND partitions.owner = ? AND partitions.status = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))));
 
 -- name: items_apply_spawning (7)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?);
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: items_find
 SELECT items.partition_id,
@@ -2113,11 +2113,26 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = ?;
 
 -- name: wait_complete (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.operator_token = ?;
+
+-- name: wait_complete (3)
 SELECT items.status,
        items.version,
        items.gate,
@@ -2132,7 +2147,7 @@ SELECT items.status,
  WHERE items.partition_id = ?
    AND items.id = ?;
 
--- name: wait_complete (3)
+-- name: wait_complete (4)
 UPDATE items
    SET
 version=(items.version + ?), gate=coalesce(?, items.gate),
@@ -2152,14 +2167,14 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
    AND items.status = ?
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = ?));
 
--- name: wait_complete (4)
+-- name: wait_complete (5)
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
--- name: wait_complete (5)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?);
-
 -- name: wait_complete (6)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: wait_complete (7)
 UPDATE partitions
    SET
 version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
@@ -2181,7 +2196,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.partition_id = ?
    AND waits.item_id = ?
@@ -2235,7 +2252,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = ?;
 
@@ -2281,6 +2300,48 @@ SELECT items.retry_at
   FROM items
  WHERE items.partition_id = ?
    AND items.id = ?;
+
+-- name: wait_operator_token (1)
+SELECT items.status,
+       items.version
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id = ?;
+
+-- name: wait_operator_token (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.partition_id = ?
+   AND waits.item_id = ?
+   AND waits.version = ?;
+
+-- name: wait_operator_token (3)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = ?
+   AND items.id = ?;
+
+-- name: wait_operator_token (4)
+UPDATE waits
+   SET operator_token=?
+ WHERE waits.token = ?;
 
 -- name: waits_summary
 SELECT items.partition_id,

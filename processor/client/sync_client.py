@@ -48,21 +48,24 @@ class Client(SyncScheduleClient, SyncWaits):
     """
 
     def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "", *,
-                 max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> None:
+                 max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+                 tracer_provider: Any = None) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="statefeed-client",
                                         daemon=True)
         self._thread.start()
         try:
-            self._async = self._run(self._make(db_url, table_prefix, max_item_bytes))
+            self._async = self._run(self._make(db_url, table_prefix, max_item_bytes,
+                                               tracer_provider))
         except BaseException:
             self._stop_loop()
             raise
 
     @staticmethod
     async def _make(db_url: str | DatabaseURL, table_prefix: str,
-                    max_item_bytes: int) -> AsyncClient:
-        return AsyncClient(db_url, table_prefix, max_item_bytes=max_item_bytes)
+                    max_item_bytes: int, tracer_provider: Any) -> AsyncClient:
+        return AsyncClient(db_url, table_prefix, max_item_bytes=max_item_bytes,
+                           tracer_provider=tracer_provider)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if self._loop.is_closed():

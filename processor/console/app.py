@@ -71,7 +71,8 @@ REFRESH_MS = 1500
 @dataclass(frozen=True)
 class ConsoleSettings:
     """What one console serves: the database (its URL is never shown), the table
-    prefix, the token (``None``: loopback only), and whether actions are off."""
+    prefix, the token (``None``: loopback only), whether actions are off, and the
+    ingest API's public base URL (``None``: unknown) for operators' completion URLs."""
 
     db_url: DatabaseURL
     table_prefix: str = ""
@@ -80,6 +81,7 @@ class ConsoleSettings:
     loopback_only: bool = True
     port: int = 0
     refresh_ms: int = REFRESH_MS
+    api_url: str | None = None
 
 
 def templates() -> Environment:
@@ -388,8 +390,10 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None) -> 
 
 
 def settings_for(db_url: DatabaseURL, table_prefix: str, *, host: str, port: int,
-                 token: str | None, read_only: bool) -> ConsoleSettings:
+                 token: str | None, read_only: bool,
+                 api_url: str | None = None) -> ConsoleSettings:
     """The settings of a console bound to ``host``:``port`` (loopback binds check the
     ``Host`` of each request)."""
     return ConsoleSettings(db_url=db_url, table_prefix=table_prefix, token=token,
-                           read_only=read_only, loopback_only=is_loopback(host), port=port)
+                           read_only=read_only, loopback_only=is_loopback(host), port=port,
+                           api_url=api_url)

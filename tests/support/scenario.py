@@ -173,9 +173,10 @@ async def _drive_schedules(store: Store) -> None:
 
 
 async def _drive_waits(store: Store) -> None:
-    """A parking write (the item and its wait), a heartbeat, a completion that parks
-    again, one refused as already completed, the read of expired waits, the summary of
-    parked items, a completion by item, a refused park and a quorum's count."""
+    """A parking write (the item and its wait), a heartbeat, an operator's token, a
+    completion that parks again, one refused as already completed, the read of expired
+    waits, the summary of parked items, a completion by item, a refused park and a
+    quorum's count."""
     from watcher.errors import AlreadyCompletedError
     from watcher.protocol import Result
     from watcher.waits import Wait, WaitWrite, token_hash
@@ -189,7 +190,10 @@ async def _drive_waits(store: Store) -> None:
                                               wait=WaitWrite(token_hash(token), 60.0))],
                                    "w5") == [True]
     await store.wait_heartbeat(token, 120)
-    again = await store.wait_complete(token, Result(wait=Wait(30)))
+    operator = await store.wait_operator_token("pw", "w")  # a second token, same wait
+    assert operator != token
+    again = await store.wait_complete(operator, Result(wait=Wait(30)),
+                                      traceparent=f"00-{'1' * 32}-{'2' * 16}-01")
     assert again.completion_token is not None
     with pytest.raises(AlreadyCompletedError):
         await store.wait_complete(token, Result(done=True))
