@@ -18,13 +18,14 @@ from watcher.store.operations import OperationsStore
 from watcher.store.partitions import PartitionsStore
 from watcher.store.reduce import ReduceStore
 from watcher.store.removal import RemovalStore
+from watcher.store.rewinds import RewindsStore
 from watcher.store.schedules import SchedulesStore
 from watcher.store.sql.schema import tables_for
 from watcher.store.waits import WaitsStore
 
 
-class Store(SchedulesStore, PartitionsStore, OperationsStore, RemovalStore, FleetStore,
-            LeasesStore, HotPathStore, ReduceStore, WaitsStore):
+class Store(SchedulesStore, PartitionsStore, OperationsStore, RewindsStore, RemovalStore,
+            FleetStore, LeasesStore, HotPathStore, ReduceStore, WaitsStore):
     """All reads and writes of the ``partitions``, ``items``, ``leaders`` and flow
     tables.
 
