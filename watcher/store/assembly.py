@@ -15,10 +15,10 @@ from watcher.store.fleet import FleetStore
 from watcher.store.hot import HotPathStore
 from watcher.store.leases import LeasesStore
 from watcher.store.operations import OperationsStore
+from watcher.store.operator.rewind import RewindsStore
 from watcher.store.partitions import PartitionsStore
 from watcher.store.reduce import ReduceStore
 from watcher.store.removal import RemovalStore
-from watcher.store.rewinds import RewindsStore
 from watcher.store.schedules import SchedulesStore
 from watcher.store.sql.schema import tables_for
 from watcher.store.waits import WaitsStore

@@ -1,5 +1,5 @@
 """Rewind: which of a partition's items go back to a gate, which are removed, and what is
-refused. Pure: no I/O; :mod:`watcher.store.rewinds` reads and writes.
+refused. Pure: no I/O; :mod:`watcher.store.operator.rewind` reads and writes.
 
 A rewind moves a partition back to gate ``G``. The *chosen* items go back to ``G``
 (available, attempts reset): every item at ``G`` or later, or only the failed ones

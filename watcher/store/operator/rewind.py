@@ -1,6 +1,6 @@
 """Rewind: an operator moves a partition back to a gate, in one transaction that locks the
 partition row first. What goes back and what is removed is decided by
-:mod:`watcher.rules.rewind`; this module reads what it needs and writes the outcome.
+:mod:`watcher.rules.operator.rewind`; this module reads what it needs and writes the outcome.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from watcher.errors import GateError, ItemNotFoundError, PartitionChangedError
 from watcher.models import AVAILABLE, COMPLETE, FAILED
 from watcher.reports import RewindReport
-from watcher.rules.rewind import (
+from watcher.rules.operator.rewind import (
     ItemPlace,
     RewindChoice,
     named_problem,
@@ -44,7 +44,7 @@ class RewindsStore(StoreBase):
         available, attempts reset, version bumped (so a result or a completion token
         of theirs from before is refused); their error history stays. The items a
         chosen item spawned at ``gate`` or later are removed, with their
-        descendants (:func:`watcher.rules.rewind.removed_items`), and the
+        descendants (:func:`watcher.rules.operator.rewind.removed_items`), and the
         partition's spawned count drops by as many. Every reduce at ``gate`` or
         later runs again: the reduce progress is dropped, the result is cleared when
         there is such a reduce, and, when only some items were chosen, the items a
