@@ -5,6 +5,7 @@ same input does: the same items, counts, spawned count and result."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections import Counter
@@ -207,3 +208,43 @@ async def test_a_stopped_partition_re_opens_and_completes(
         assert report.reopened and report.status_before == stopped
         info = await client.wait("stop", timeout=60)
     assert info.status == "complete" and info.counts == {"complete": 9}
+
+
+async def test_a_rewind_under_a_running_holder_takes_over_and_ends_as_a_fresh_partition(
+        db_url, table_prefix, make_store) -> None:
+    """The holder has a call in flight at gate 1 when the partition is rewound to gate 0:
+    it lets the partition go, the late answer is refused, and the partition runs again
+    from gate 0 to the end as a fresh one does."""
+    pipeline = Pipeline()
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_model(item: handlers.Item) -> handlers.Result:
+        if item.partition_id == "run" and item.id == "x-2" and not release.is_set():
+            entered.set()
+            await release.wait()
+        return pipeline.model(item)
+
+    app = handlers.app({0: pipeline.first, 1: slow_model}, reduce=pipeline.summary)
+    async with AsyncClient(db_url, table_prefix) as client, serve_app(app) as url:
+        processor = HttpProcessor(HttpProcessorConfig(handler_url=f"{url}/"))
+        watcher = Watcher(make_store(), processor,
+                          WatcherConfig(owner_id="w1", max_retries=0, **FAST))
+        try:
+            async with running(watcher):
+                await create(client, "run")
+                await asyncio.wait_for(entered.wait(), timeout=60)
+                held = await client.partition("run")
+                assert (held.status, held.gate, held.owner) == ("available", 1, "w1")
+                report = await client.rewind("run", 0)
+                assert report.status_before == "available" and report.gate == 0
+                release.set()  # the answer of the call in flight comes too late
+                rewound = await outcome(client, "run")
+                await create(client, "fresh")
+                fresh = await outcome(client, "fresh")
+        finally:
+            await processor.aclose()
+    # x-2 was called at gate 1 twice in "run": the call the rewind overtook, and again.
+    assert pipeline.calls["run"][(1, "x-2")] == 2
+    assert pipeline.calls["run"][(0, "x-2")] == 2
+    assert rewound == fresh
+    assert rewound[0] == "complete" and rewound[4]["failed"] == []

@@ -5,11 +5,13 @@ partition row first. What goes back and what is removed is decided by
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, or_, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from watcher.errors import GateError, ItemNotFoundError, PartitionChangedError
@@ -28,6 +30,12 @@ from watcher.rules.operator.rewind import (
 from watcher.rules.timeline import RewindMark, decode_timeline, encode_timeline, record_rewind
 from watcher.store.base import StoreBase
 from watcher.store.codecs import IN_CHUNK, chunks, settings_of
+from watcher.store.drivers.conflicts import is_lock_conflict
+
+# Tries of a rewind that loses a lock conflict (a deadlock with a holder's write), and the
+# pause before the next (times the try's number), in seconds.
+CONFLICT_TRIES = 5
+CONFLICT_PAUSE = 0.02
 
 
 class RewindsStore(StoreBase):
@@ -57,6 +65,9 @@ class RewindsStore(StoreBase):
         takes it again at once), a pause stays, and its timeline records the rewind.
         With ``version``, it is done only while the partition is at that version.
 
+        A transaction the database aborts to break a lock conflict with a holder's
+        write (a deadlock) is run again, up to :data:`CONFLICT_TRIES` times.
+
         Raises:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
             PartitionChangedError: ``version`` was given and the partition is at another.
@@ -65,10 +76,23 @@ class RewindsStore(StoreBase):
             ItemNotFoundError: a named item is not in the partition.
             InvalidInputError: a named item is before ``gate`` or, with
                 ``failed_only``, not failed.
+            sqlalchemy.exc.SQLAlchemyError: the database failed (or lost every try).
         Nothing is written when it raises.
         """
         choice = RewindChoice(gate, failed_only,
                               None if items is None else frozenset(items))
+        for attempt in range(1, CONFLICT_TRIES + 1):
+            try:
+                return await self._rewind(partition_id, choice, version)
+            except SQLAlchemyError as error:
+                if attempt == CONFLICT_TRIES or not is_lock_conflict(error):
+                    raise
+            await asyncio.sleep(CONFLICT_PAUSE * attempt)  # let the other writer finish
+        raise AssertionError("unreachable")
+
+    async def _rewind(self, partition_id: str, choice: RewindChoice,
+                      version: int | None) -> RewindReport:
+        gate = choice.gate
         p, i = self.tables.partitions, self.tables.items
         mine = i.c.partition_id == partition_id
         now = self.statements.now
