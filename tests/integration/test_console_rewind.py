@@ -86,6 +86,11 @@ async def test_the_form_rewinds_and_the_page_says_what_it_did(
         "/partition?id=job&notice=rewound&gate=0&count=1&removed=0")
     shown = (await web.get(done.headers["location"])).text
     assert "Rewound to gate 0: 1 item(s) back there, 0 spawned item(s) removed" in shown
+    # The timeline lists the rewind: from gate 1 to gate 0, one item back, none removed.
+    rows = re.search(r'<table class="grid rewinds" id="rewinds">(.*?)</table>', shown, re.S)
+    assert rows, "no rewinds table"
+    assert re.search(r'<td class="num">1</td><td class="num">0</td><td class="num">1</td>'
+                     r'<td class="num">0</td>', rows.group(1)), rows.group(1)
     after = await client.partition("job")
     assert (after.status, after.gate, after.counts) == ("available", 0,
                                                         {"available": 1, "complete": 1})
