@@ -10,10 +10,9 @@ last ticks, :mod:`~processor.console.schedules_page`). Each page
 has a ``/live/...`` twin that renders only its changing part; the page's script
 fetches it every refresh and patches the page in place. Actions are POSTs to
 ``/partition/retry``, ``/partition/cancel``, ``/partition/pause``,
-``/partition/resume``, ``/partition/delete`` (after a confirmation page) and
-``/partition/rewind`` (after its form, :mod:`~processor.console.rewind_page`), each
-calling the client operation the CLI's verb calls. Ids travel as query parameters, so
-any id (slashes, spaces, markup) has an address.
+``/partition/resume`` and ``/partition/delete`` (the last after a confirmation
+page), each calling the client operation the CLI's verb calls. Ids travel as query
+parameters, so any id (slashes, spaces, markup) has an address.
 """
 
 from __future__ import annotations
@@ -176,9 +175,8 @@ class Console:
             code = request.query_params.get("notice")
             notice = (pages.retry_notice(data["info"].id, request.query_params)
                       if code == "retried" else
-                      pages.notice_text(code, status=data["info"].status, **{
-                          name: _count(request.query_params.get(name))
-                          for name in ("count", "gate", "removed")}))
+                      pages.notice_text(code, status=data["info"].status,
+                                        count=_count(request.query_params.get("count"))))
             return self.render(request, "partition.html", notice=notice, **data)
         return await self.guarded(request, page)
 
@@ -367,8 +365,7 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None) -> 
         Route("/partitions", route("partitions")),
         Route("/partition", route("partition")),
         Route("/item", route("item")),
-        *item_routes(current),
-        *rewind_routes(current),
+        *item_routes(current), *rewind_routes(current),
         Route("/partition/delete", route("delete_confirm"), methods=["GET"]),
         Route("/partition/{verb:str}", route("action"), methods=["POST"]),
         Route("/live/overview", route("overview_live")),

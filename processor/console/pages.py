@@ -320,8 +320,8 @@ NOTICES = {
     "not-paused": "Nothing to pause: the partition is paused already.",
     "resumed": "Resumed: processors lease it again within a lease cycle.",
     "not-resumed": "Nothing to resume: the partition is not paused.",
-    "rewound": "Rewound to gate {gate}: {count} item(s) back there, {removed} spawned "
-               "item(s) removed; every reduce from gate {gate} on runs again.",
+    "rewound": "Rewound: {count} item(s) back at its gate, what they had spawned there or "
+               "later removed; every reduce from that gate on runs again.",
 }
 
 

@@ -118,8 +118,7 @@ async def rewind_action(console: Console, request: Request) -> Response:
                 info, error=str(error), gate=form.get("gate", ""),
                 failed_only=form.get("failed_only") == "yes", items=form.get("items", "")))
         return see_other("/partition?" + urlencode({
-            "id": partition_id, "notice": "rewound", "gate": report.gate,
-            "count": report.items_reset, "removed": report.items_removed}))
+            "id": partition_id, "notice": "rewound", "count": report.items_reset}))
     return await console.guarded(request, act)
 
 

@@ -83,9 +83,9 @@ async def test_the_form_rewinds_and_the_page_says_what_it_did(
                           headers={"origin": ORIGIN})
     assert done.status_code == 303, done.text
     assert done.headers["location"] == (
-        "/partition?id=job&notice=rewound&gate=0&count=1&removed=0")
+        "/partition?id=job&notice=rewound&count=1")
     shown = (await web.get(done.headers["location"])).text
-    assert "Rewound to gate 0: 1 item(s) back there, 0 spawned item(s) removed" in shown
+    assert "Rewound: 1 item(s) back at its gate" in shown
     # The timeline lists the rewind: from gate 1 to gate 0, one item back, none removed.
     rows = re.search(r'<table class="grid rewinds" id="rewinds">(.*?)</table>', shown, re.S)
     assert rows, "no rewinds table"
