@@ -1283,6 +1283,102 @@ UPDATE partitions
    AND partitions.status != %s
    AND partitions.paused_at IS NOT NULL;
 
+-- name: partition_rewind (1)
+UPDATE partitions
+   SET
+version=(partitions.version + %s)
+ WHERE partitions.id = %s
+   AND partitions.status != %s;
+
+-- name: partition_rewind (2)
+SELECT partitions.status,
+       partitions.gate,
+       partitions.version,
+       partitions.reduce_gates,
+       partitions.timeline,
+       partitions.result IS NOT NULL AS has_result
+  FROM partitions
+ WHERE partitions.id = %s;
+
+-- name: partition_rewind (3)
+SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+
+-- name: partition_rewind (4)
+SELECT items.id,
+       items.gate,
+       items.status
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id IN (%s, ...);
+
+-- name: partition_rewind (5)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent
+  FROM items
+ WHERE items.partition_id = %s
+   AND (items.parent IS NOT NULL OR items.id IN (SELECT items.parent FROM items WHERE items.partition_id = %s AND items.parent IS NOT NULL));
+
+-- name: partition_rewind (6)
+UPDATE items
+   SET
+version=(items.version + %s), gate=%s,
+       status=%s,
+       attempts=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = %s
+   AND items.gate >= %s
+   AND items.status = %s
+   AND items.id IN (%s, ...);
+
+-- name: partition_rewind (7)
+UPDATE items
+   SET
+version=(items.version + %s), status=%s,
+       attempts=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = %s
+   AND items.status = %s
+   AND items.gate IN (%s, ...);
+
+-- name: partition_rewind (8)
+UPDATE partitions
+   SET gate=%s,
+       status=%s,
+       owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       result=from_base64(%s),
+       reduce_pass=%s,
+       reduce_page=%s,
+       reduce_after=%s,
+       reduce_acc=from_base64(%s),
+       reduce_attempts=%s,
+       last_error=%s,
+       spawned=(partitions.spawned - %s),
+       timeline=%s
+ WHERE partitions.id = %s;
+
+-- name: partition_rewind (9)
+DELETE
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id IN (%s, ...);
+
+-- name: partition_rewind (10)
+UPDATE items
+   SET
+version=(items.version + %s), gate=%s,
+       status=%s,
+       attempts=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = %s
+   AND items.gate >= %s;
+
 -- name: partition_set_gate (1)
 UPDATE partitions
    SET

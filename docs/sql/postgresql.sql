@@ -1281,6 +1281,105 @@ UPDATE partitions
 -- name: partition_pause (3)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
+-- name: partition_rewind (1)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER)
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status != %(status_1)s::VARCHAR;
+
+-- name: partition_rewind (2)
+SELECT partitions.status,
+       partitions.gate,
+       partitions.version,
+       partitions.reduce_gates,
+       partitions.timeline,
+       partitions.result IS NOT NULL AS has_result
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: partition_rewind (3)
+SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+
+-- name: partition_rewind (4)
+SELECT items.id,
+       items.gate,
+       items.status
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: partition_rewind (5)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND (items.parent IS NOT NULL OR items.id IN (SELECT items.parent FROM items WHERE items.partition_id = %(partition_id_2)s::VARCHAR AND items.parent IS NOT NULL));
+
+-- name: partition_rewind (6)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
+       status=%(status)s::VARCHAR,
+       attempts=%(attempts)s::INTEGER,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.gate >= %(gate_1)s::INTEGER
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: partition_rewind (7)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       attempts=%(attempts)s::INTEGER,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.gate IN (%(gate_1_1)s::INTEGER, ...);
+
+-- name: partition_rewind (8)
+UPDATE partitions
+   SET gate=%(gate)s::INTEGER,
+       status=%(status)s::VARCHAR,
+       owner=%(owner)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       result=%(result)s,
+       reduce_pass=%(reduce_pass)s::VARCHAR,
+       reduce_page=%(reduce_page)s::INTEGER,
+       reduce_after=%(reduce_after)s::VARCHAR,
+       reduce_acc=%(reduce_acc)s,
+       reduce_attempts=%(reduce_attempts)s::INTEGER,
+       last_error=%(last_error)s::VARCHAR,
+       spawned=(partitions.spawned - %(spawned_1)s::INTEGER),
+       timeline=%(timeline)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: partition_rewind (9)
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+
+-- name: partition_rewind (10)
+DELETE
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: partition_rewind (11)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
+       status=%(status)s::VARCHAR,
+       attempts=%(attempts)s::INTEGER,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.gate >= %(gate_1)s::INTEGER;
+
 -- name: partition_set_gate (1)
 UPDATE partitions
    SET

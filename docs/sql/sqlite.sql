@@ -1310,6 +1310,102 @@ UPDATE partitions
    AND partitions.status != ?
    AND partitions.paused_at IS NOT NULL;
 
+-- name: partition_rewind (1)
+UPDATE partitions
+   SET
+version=(partitions.version + ?)
+ WHERE partitions.id = ?
+   AND partitions.status != ?;
+
+-- name: partition_rewind (2)
+SELECT partitions.status,
+       partitions.gate,
+       partitions.version,
+       partitions.reduce_gates,
+       partitions.timeline,
+       partitions.result IS NOT NULL AS has_result
+  FROM partitions
+ WHERE partitions.id = ?;
+
+-- name: partition_rewind (3)
+SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: partition_rewind (4)
+SELECT items.id,
+       items.gate,
+       items.status
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id IN (?, ...);
+
+-- name: partition_rewind (5)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent
+  FROM items
+ WHERE items.partition_id = ?
+   AND (items.parent IS NOT NULL OR items.id IN (SELECT items.parent FROM items WHERE items.partition_id = ? AND items.parent IS NOT NULL));
+
+-- name: partition_rewind (6)
+UPDATE items
+   SET
+version=(items.version + ?), gate=?,
+       status=?,
+       attempts=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = ?
+   AND items.gate >= ?
+   AND items.status = ?
+   AND items.id IN (?, ...);
+
+-- name: partition_rewind (7)
+UPDATE items
+   SET
+version=(items.version + ?), status=?,
+       attempts=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = ?
+   AND items.status = ?
+   AND items.gate IN (?, ...);
+
+-- name: partition_rewind (8)
+UPDATE partitions
+   SET gate=?,
+       status=?,
+       owner=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       result=?,
+       reduce_pass=?,
+       reduce_page=?,
+       reduce_after=?,
+       reduce_acc=?,
+       reduce_attempts=?,
+       last_error=?,
+       spawned=(partitions.spawned - ?),
+       timeline=?
+ WHERE partitions.id = ?;
+
+-- name: partition_rewind (9)
+DELETE
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id IN (?, ...);
+
+-- name: partition_rewind (10)
+UPDATE items
+   SET
+version=(items.version + ?), gate=?,
+       status=?,
+       attempts=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = ?
+   AND items.gate >= ?;
+
 -- name: partition_set_gate (1)
 UPDATE partitions
    SET

@@ -27,7 +27,14 @@ from processor.client.schedules import SyncScheduleClient
 from processor.client.waits import SyncWaits
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.records import ItemInfo, NewItem, Page, PartitionInfo
-from watcher.reports import Backlog, FlowControlInfo, PurgeReport, RetryReport, Throughput
+from watcher.reports import (
+    Backlog,
+    FlowControlInfo,
+    PurgeReport,
+    RetryReport,
+    RewindReport,
+    Throughput,
+)
 from watcher.retention import (
     DEFAULT_BATCH,
     DEFAULT_STATUSES,
@@ -183,6 +190,13 @@ class Client(SyncScheduleClient, SyncWaits):
     def retry_failed(self, partition_id: str) -> RetryReport:
         """See :meth:`AsyncClient.retry_failed`."""
         return self._run(self._async.retry_failed(partition_id))
+
+    def rewind(self, partition_id: str, gate: int, *, failed_only: bool = False,
+               items: Collection[str] | None = None,
+               version: int | None = None) -> RewindReport:
+        """See :meth:`AsyncClient.rewind`."""
+        return self._run(self._async.rewind(partition_id, gate, failed_only=failed_only,
+                                            items=items, version=version))
 
     def cancel(self, partition_id: str) -> bool:
         """See :meth:`AsyncClient.cancel`."""
