@@ -490,19 +490,20 @@ ORDINALITY AS v(value, n)
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
 
 -- name: items_apply (2)
-WITH applied AS (UPDATE items SET version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_4)s::INT AS INTEGER), items.gate), status=(CAST(v.value ->> %(value_5)s::INT AS VARCHAR)), data=coalesce(decode(CAST(v.value ->> %(value_6)s::INT AS VARCHAR), %(decode_1)s::VARCHAR), items.data), attempts=(CAST(v.value ->> %(value_7)s::INT AS INTEGER)), last_error=(CAST(v.value ->> %(value_8)s::INT AS VARCHAR)), retry_at=CASE WHEN (CAST((v.value ->> %(value_9)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_9)s::INT AS FLOAT))) ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) END, updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), error_history=CASE WHEN (CAST((v.value ->> %(value_10)s::INT) AS VARCHAR) IS NULL) THEN items.error_history ELSE replace(CAST(v.value ->> %(value_10)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",') END FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH ORDINALITY AS v(value, n) WHERE items.partition_id = CAST((v.value ->> %(value_11)s::INT) AS VARCHAR) AND items.id = CAST((v.value ->> %(value_12)s::INT) AS VARCHAR) AND items.version = CAST((v.value ->> %(value_13)s::INT) AS INTEGER) AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_11)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n, items.partition_id, items.id, items.version),
+WITH applied AS (UPDATE items SET version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_5)s::INT AS INTEGER), items.gate), status=(CAST(v.value ->> %(value_6)s::INT AS VARCHAR)), data=coalesce(decode(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), %(decode_1)s::VARCHAR), items.data), attempts=(CAST(v.value ->> %(value_8)s::INT AS INTEGER)), last_error=(CAST(v.value ->> %(value_9)s::INT AS VARCHAR)), retry_at=CASE WHEN (CAST((v.value ->> %(value_10)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_10)s::INT AS FLOAT))) ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) END, updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), error_history=CASE WHEN (CAST((v.value ->> %(value_11)s::INT) AS VARCHAR) IS NULL) THEN items.error_history ELSE replace(CAST(v.value ->> %(value_11)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",') END FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH ORDINALITY AS v(value, n) WHERE items.partition_id = CAST((v.value ->> %(value_12)s::INT) AS VARCHAR) AND items.id = CAST((v.value ->> %(value_13)s::INT) AS VARCHAR) AND items.version = CAST((v.value ->> %(value_14)s::INT) AS INTEGER) AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_12)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n, items.partition_id, items.id, items.version),
        parked AS (
-        INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at) SELECT CAST(w.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
+        INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, traceparent, created_at) SELECT CAST(w.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
                applied.partition_id AS partition_id,
                applied.id AS id,
                applied.version AS
        version,
                CAST(w.value ->> %(value_2)s::INT AS FLOAT) AS anon_2,
                CAST(w.value ->> %(value_3)s::INT AS VARCHAR) AS anon_3,
+               CAST(w.value ->> %(value_4)s::INT AS VARCHAR) AS anon_4,
                COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
           FROM applied
           JOIN jsonb_array_elements(CAST(%(waits)s::VARCHAR AS JSONB)) AS w(value)
-            ON applied.n = CAST((w.value ->> %(value_14)s::INT) AS INTEGER)
+            ON applied.n = CAST((w.value ->> %(value_15)s::INT) AS INTEGER)
        ) SELECT applied.n
   FROM applied;
 
@@ -1294,6 +1295,105 @@ UPDATE partitions
 -- name: partition_pause (3)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
+-- name: partition_rewind (1)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER)
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status != %(status_1)s::VARCHAR;
+
+-- name: partition_rewind (2)
+SELECT partitions.status,
+       partitions.gate,
+       partitions.version,
+       partitions.reduce_gates,
+       partitions.timeline,
+       partitions.result IS NOT NULL AS has_result
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: partition_rewind (3)
+SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+
+-- name: partition_rewind (4)
+SELECT items.id,
+       items.gate,
+       items.status
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: partition_rewind (5)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND (items.parent IS NOT NULL OR items.id IN (SELECT items.parent FROM items WHERE items.partition_id = %(partition_id_2)s::VARCHAR AND items.parent IS NOT NULL));
+
+-- name: partition_rewind (6)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
+       status=%(status)s::VARCHAR,
+       attempts=%(attempts)s::INTEGER,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.gate >= %(gate_1)s::INTEGER
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: partition_rewind (7)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       attempts=%(attempts)s::INTEGER,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.gate IN (%(gate_1_1)s::INTEGER, ...);
+
+-- name: partition_rewind (8)
+UPDATE partitions
+   SET gate=%(gate)s::INTEGER,
+       status=%(status)s::VARCHAR,
+       owner=%(owner)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       result=%(result)s,
+       reduce_pass=%(reduce_pass)s::VARCHAR,
+       reduce_page=%(reduce_page)s::INTEGER,
+       reduce_after=%(reduce_after)s::VARCHAR,
+       reduce_acc=%(reduce_acc)s,
+       reduce_attempts=%(reduce_attempts)s::INTEGER,
+       last_error=%(last_error)s::VARCHAR,
+       spawned=(partitions.spawned - %(spawned_1)s::INTEGER),
+       timeline=%(timeline)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: partition_rewind (9)
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+
+-- name: partition_rewind (10)
+DELETE
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: partition_rewind (11)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
+       status=%(status)s::VARCHAR,
+       attempts=%(attempts)s::INTEGER,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.gate >= %(gate_1)s::INTEGER;
+
 -- name: partition_set_gate (1)
 UPDATE partitions
    SET
@@ -2077,6 +2177,8 @@ SELECT waits.token,
        waits.timeout,
        waits.on_timeout,
        waits.created_at,
+       waits.traceparent,
+       waits.operator_token,
        items.status,
        items.version AS item_version,
        items.gate,
@@ -2094,6 +2196,32 @@ SELECT waits.token,
  WHERE waits.token = %(digest)s::VARCHAR;
 
 -- name: wait_complete (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token,
+       items.status,
+       items.version AS item_version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM waits
+  LEFT OUTER JOIN items
+    ON items.partition_id = waits.partition_id
+   AND items.id = waits.item_id
+  LEFT OUTER JOIN partitions
+    ON partitions.id = waits.partition_id
+ WHERE waits.operator_token = %(digest)s::VARCHAR;
+
+-- name: wait_complete (3)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
@@ -2113,11 +2241,11 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::IN
    AND items.status = %(status_1)s::VARCHAR
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_2)s::VARCHAR));
 
--- name: wait_complete (3)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(w_token)s::VARCHAR, %(w_pid)s::VARCHAR, %(w_iid)s::VARCHAR, %(w_version)s::INTEGER, %(w_timeout)s, %(w_policy)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
-
 -- name: wait_complete (4)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%(w_token)s::VARCHAR, %(w_pid)s::VARCHAR, %(w_iid)s::VARCHAR, %(w_version)s::INTEGER, %(w_timeout)s, %(w_policy)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(w_traceparent)s::VARCHAR);
+
+-- name: wait_complete (5)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
@@ -2125,7 +2253,7 @@ version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitio
              END
  WHERE partitions.id = %(wake_pid)s::VARCHAR;
 
--- name: wait_complete (5)
+-- name: wait_complete (6)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: wait_complete_item (1)
@@ -2142,7 +2270,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
    AND waits.item_id = %(item_id_1)s::VARCHAR
@@ -2200,6 +2330,8 @@ SELECT waits.token,
        waits.timeout,
        waits.on_timeout,
        waits.created_at,
+       waits.traceparent,
+       waits.operator_token,
        items.status,
        items.version AS item_version,
        items.gate,
@@ -2243,6 +2375,48 @@ SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_operator_token (1)
+SELECT items.status,
+       items.version
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_operator_token (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
+   AND waits.item_id = %(item_id_1)s::VARCHAR
+   AND waits.version = %(version_1)s::INTEGER;
+
+-- name: wait_operator_token (3)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_operator_token (4)
+UPDATE waits
+   SET operator_token=%(operator_token)s::VARCHAR
+ WHERE waits.token = %(token_1)s::VARCHAR;
 
 -- name: waits_summary
 SELECT items.partition_id,

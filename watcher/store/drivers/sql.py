@@ -221,18 +221,18 @@ def batch_table(name: str) -> TableValuedAlias:
 # places of the wait's own values.
 WAIT_COLUMNS = (("n", Integer()), ("pid", Unicode()), ("iid", Unicode()),
                 ("version", Integer()), ("token", Unicode()), ("timeout", Float()),
-                ("on_timeout", Unicode()))
-WAIT_TOKEN, WAIT_TIMEOUT, WAIT_POLICY = 4, 5, 6
+                ("on_timeout", Unicode()), ("traceparent", Unicode()))
+WAIT_TOKEN, WAIT_TIMEOUT, WAIT_POLICY, WAIT_TRACEPARENT = 4, 5, 6, 7
 
 
 def wait_rows_json(writes: Sequence[ItemWrite]) -> str:
     """The ``waits`` rows of the parking writes of a batch, as JSON rows: ``[n, pid,
     iid, version while it waits (the one read plus one), token hash, timeout,
-    timeout policy]`` each (:data:`WAIT_COLUMNS`), ``n`` the write's place in the
-    batch from 1 (the place a batch write's ``RETURNING`` gives)."""
+    timeout policy, traceparent or null]`` each (:data:`WAIT_COLUMNS`), ``n`` the
+    write's place in the batch from 1 (the place a batch write's ``RETURNING`` gives)."""
     return json.dumps([
         [n, w.partition_id, w.item_id, w.seen_version + 1, w.wait.token_hash,
-         w.wait.timeout, w.wait.on_timeout]
+         w.wait.timeout, w.wait.on_timeout, w.wait.traceparent]
         for n, w in enumerate(writes, 1) if w.wait is not None],
         ensure_ascii=False, separators=(",", ":"))
 

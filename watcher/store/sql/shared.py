@@ -303,6 +303,7 @@ class Statements:
             version=bindparam("w_version", type_=Integer()),
             timeout=bindparam("w_timeout", type_=Float()),
             on_timeout=bindparam("w_policy", type_=w.c.on_timeout.type),
+            traceparent=bindparam("w_traceparent", type_=w.c.traceparent.type),
             created_at=self.now)
 
     @staticmethod
@@ -313,7 +314,8 @@ class Statements:
         the item's version while it waits is the one read plus one."""
         return [{"w_token": write.wait.token_hash, "w_pid": write.partition_id,
                  "w_iid": write.item_id, "w_version": write.seen_version + 1,
-                 "w_timeout": write.wait.timeout, "w_policy": write.wait.on_timeout}
+                 "w_timeout": write.wait.timeout, "w_policy": write.wait.on_timeout,
+                 "w_traceparent": write.wait.traceparent}
                 for k, write in enumerate(writes)
                 if write.wait is not None and (applied is None or applied[k])]
 

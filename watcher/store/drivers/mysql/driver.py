@@ -101,7 +101,8 @@ def _batch_rows(element: batch_rows, compiler: Any, **kw: Any) -> str:
 WAIT_COLUMNS = ", ".join((
     "n BIGINT PATH '$[0]'", f"pid {ID_TYPE} PATH '$[1]'", f"iid {ID_TYPE} PATH '$[2]'",
     "version BIGINT PATH '$[3]'", f"token {ID_TYPE} PATH '$[4]'", "timeout DOUBLE PATH '$[5]'",
-    "on_timeout VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[6]'"))
+    "on_timeout VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[6]'",
+    f"traceparent {ID_TYPE} PATH '$[7]'"))
 
 
 @compiles(wait_rows, "mysql")
@@ -212,7 +213,7 @@ class MySQLDriver(DirectDriver[MySQLDirect]):
         batch UPDATE changed every row, so every one of them was applied."""
         w = wait_table("waits").c
         chosen = select(w.token, w.pid, w.iid, w.version, w.timeout, w.on_timeout,
-                        self.statements.now)
+                        w.traceparent, self.statements.now)
         return insert(self.statements.tables.waits).from_select(
             ["token", "partition_id", "item_id", "version", "timeout", "on_timeout",
-             "created_at"], chosen)
+             "traceparent", "created_at"], chosen)

@@ -34,6 +34,7 @@ from watcher.store.drivers.sql import (
     WAIT_POLICY,
     WAIT_TIMEOUT,
     WAIT_TOKEN,
+    WAIT_TRACEPARENT,
     batch_params,
     batch_rows_json,
     db_now,
@@ -193,11 +194,12 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
         row = rows.c.value
         chosen = (select(row[WAIT_TOKEN].as_string(), applied.c.partition_id, applied.c.id,
                          applied.c.version, row[WAIT_TIMEOUT].as_float(),
-                         row[WAIT_POLICY].as_string(), self.statements.now)
+                         row[WAIT_POLICY].as_string(), row[WAIT_TRACEPARENT].as_string(),
+                         self.statements.now)
                   .select_from(applied.join(rows, applied.c.n == row[0].as_integer())))
         parked = insert(waits).from_select(
             ["token", "partition_id", "item_id", "version", "timeout", "on_timeout",
-             "created_at"], chosen).cte("parked")
+             "traceparent", "created_at"], chosen).cte("parked")
         return select(applied.c.n).add_cte(parked)
 
     # -- wake-ups -----------------------------------------------------------
