@@ -21,11 +21,14 @@ async def _held(store: Store, partition_id: str, ids: list[str], owner: str) -> 
     assert [row.id for row in await store.leases_take(free, owner, 30)] == [partition_id]
 
 
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
 def _parking(partition_id: str, item_id: str, seen: int = 1) -> tuple[ItemWrite, str]:
-    """A parking write of ``item_id`` read at ``seen``, and its token."""
+    """A parking write of ``item_id`` read at ``seen`` (by a traced call), and its token."""
     token = new_completion_token()
     write = ItemWrite(partition_id, item_id, seen, "waiting", 0, 0, retry_delay=600.0,
-                      wait=WaitWrite(token_hash(token), 600.0))
+                      wait=WaitWrite(token_hash(token), 600.0, traceparent=TRACEPARENT))
     return write, token
 
 
@@ -42,6 +45,7 @@ async def _completes(store: Store, token: str) -> bool:
     except WaitNotFoundError:
         return False
     assert done.status == "complete"
+    assert done.parked_by == TRACEPARENT, "the wait keeps the parking call's trace"
     return True
 
 
