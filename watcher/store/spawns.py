@@ -72,16 +72,16 @@ class SpawnsStore(StoreBase):
     async def _waits_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite]) -> None:
         """Store the ``waits`` row of each parking write of ``writes`` (applied ones: the
         item's version is the one read plus one), in ``conn``'s transaction: one insert
-        for the batch (:meth:`~watcher.store.sql.shared.Statements.wait_insert`), its
+        for the batch (:attr:`~watcher.store.sql.waits.WaitStatements.insert`), its
         time the clock's.
 
         Raises:
             sqlalchemy.exc.IntegrityError: a token hash is stored already (never, for
                 256 random bits).
         """
-        rows = self.statements.wait_params(writes)
+        rows = self.statements.waits.params(writes)
         if rows:
-            await conn.execute(self.statements.wait_insert, rows)
+            await conn.execute(self.statements.waits.insert, rows)
 
     async def _spawn_in(self, conn: AsyncConnection, spawns: Sequence[Spawn]) -> None:
         """Insert every new item of ``spawns`` and count them on their partitions (whose

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Float, and_, bindparam, case, exists, func, select, update
+from sqlalchemy import Float, and_, bindparam, exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.expression import Select, Update
+from sqlalchemy.sql.expression import Update
 
 from watcher.errors import AlreadyCompletedError, CompletionRefusedError, WaitNotFoundError
 from watcher.models import AVAILABLE, WAITING
@@ -91,8 +91,9 @@ class WaitsStore(SpawnsStore):
     async def _waiting(self, conn: AsyncConnection, token: str) -> tuple[Any, Any]:
         """The ``waits`` row of ``token`` (the handler's token, or else an operator's,
         :meth:`wait_operator_token`) and its item and partition's state, locked for
-        the transaction where the database locks on read: one read (:attr:`_wait_by`),
-        whose row serves as both.
+        the transaction where the database locks on read: one read
+        (:attr:`~watcher.store.sql.waits.WaitStatements.by_token`), whose row serves
+        as both.
 
         Raises:
             WaitNotFoundError: no wait has this token (or it is malformed).
@@ -101,32 +102,13 @@ class WaitsStore(SpawnsStore):
         if not isinstance(token, str) or not token_well_formed(token):
             raise WaitNotFoundError()
         digest = {"digest": token_hash(token)}
-        wait = (await conn.execute(self._wait_by[False], digest)).first()
+        wait = (await conn.execute(self.statements.waits.by_token[False], digest)).first()
         if wait is None:  # a second look, through its own index, only for a miss
-            wait = (await conn.execute(self._wait_by[True], digest)).first()
+            wait = (await conn.execute(self.statements.waits.by_token[True], digest)).first()
         if wait is None:
             raise WaitNotFoundError()
         _require_waiting(wait, wait.item_version, wait.version)
         return wait, wait
-
-    @functools.cached_property
-    def _wait_by(self) -> dict[bool, Select[Any]]:
-        """The ``waits`` row whose token hash (``True``: whose operator token's hash) is
-        ``:digest``, with its item's state (``status``, ``item_version``, ``gate``,
-        ``attempts``, ``error_history``; NULL when the item is gone) and its
-        partition's (``partition_status``, ``partition_gate``, ``quorum``): one read,
-        each found by its key."""
-        i, p, w = self.tables.items, self.tables.partitions, self.tables.waits
-        read = (
-            select(*w.c, i.c.status, i.c.version.label("item_version"), i.c.gate,
-                   i.c.attempts, i.c.error_history, p.c.status.label("partition_status"),
-                   p.c.gate.label("partition_gate"), p.c.quorum)
-            .select_from(w.outerjoin(i, and_(i.c.partition_id == w.c.partition_id,
-                                             i.c.id == w.c.item_id))
-                         .outerjoin(p, p.c.id == w.c.partition_id)))
-        digest = bindparam("digest", type_=w.c.token.type)
-        return {False: read.where(w.c.token == digest),
-                True: read.where(w.c.operator_token == digest)}
 
     async def _waiting_item(self, conn: AsyncConnection, partition_id: str,
                             item_id: str) -> tuple[Any, Any]:
@@ -171,24 +153,18 @@ class WaitsStore(SpawnsStore):
         """A completion's guarded item write from bound parameters, built once per
         shape (as :meth:`~watcher.store.sql.shared.Statements.item_write` is): the
         version read, still waiting, the partition open; no lease fence."""
-        writes = self._completion_writes
-        found = writes.get((new_data, delayed))
+        found = self._completion_writes.get((new_data, delayed))
         if found is None:
             source = ResultSource.parameters(self.tables.items.c.data.type,
                                              new_data=new_data, delayed=delayed)
-            found = writes[new_data, delayed] = self.statements.result_write(
-                source, fenced=False).where(*self._still_waiting())
+            found = self._completion_writes[new_data, delayed] = (
+                self.statements.result_write(source, fenced=False)
+                .where(*self.statements.waits.still_waiting()))
         return found
 
     @functools.cached_property
     def _completion_writes(self) -> dict[tuple[bool, bool], Update]:
         return {}
-
-    def _still_waiting(self) -> tuple[Any, ...]:
-        """The extra guard of a completion's write: still waiting, partition open."""
-        i, p = self.tables.items, self.tables.partitions
-        return (i.c.status == WAITING,
-                exists().where(p.c.id == i.c.partition_id, p.c.status == AVAILABLE))
 
     async def partition_park(self, partition_id: str, version: int, owner: str) -> bool:
         """Let ``owner``'s lease on ``partition_id`` go while every open item at its gate
@@ -221,21 +197,9 @@ class WaitsStore(SpawnsStore):
         which fences off a park decided before it, and, when its lease was let go
         while its items wait (:meth:`partition_park`), bring its ``until`` to
         ``until`` (default now; never later than it was) so a processor takes it."""
-        statement = self._wake if until is None else self._wake_to(until)
+        waits = self.statements.waits
+        statement = waits.wake if until is None else waits.wake_to(until)
         await conn.execute(statement, {**(params or {}), "wake_pid": partition_id})
-
-    def _wake_to(self, until: Any) -> Update:
-        """The statement of :meth:`_wake_parked` bringing ``until`` to ``until`` (an SQL
-        expression) for the partition ``:wake_pid``."""
-        p = self.tables.partitions
-        return update(p).where(p.c.id == bindparam("wake_pid", type_=p.c.id.type)).values(
-            version=p.c.version + 1,
-            until=case((and_(p.c.owner == "", p.c.until > until), until), else_=p.c.until))
-
-    @functools.cached_property
-    def _wake(self) -> Update:
-        """:meth:`_wake_to` now (the clock's), built once."""
-        return self._wake_to(self.statements.now)
 
     async def wait_complete(self, token: str, answer: Answer, *,
                             policy: RetryPolicy = DEFAULT_POLICY,
@@ -403,7 +367,7 @@ class WaitsStore(SpawnsStore):
             wait, _ = await self._waiting(conn, token)
             touched = await conn.execute(
                 update(i).where(i.c.partition_id == wait.partition_id, i.c.id == wait.item_id,
-                                i.c.version == wait.version, *self._still_waiting())
+                                i.c.version == wait.version, *self.statements.waits.still_waiting())
                 .values(retry_at=deadline), {"timeout": float(seconds)})
             if touched.rowcount != 1:
                 raise AlreadyCompletedError(None)

@@ -6,21 +6,17 @@ shares (:class:`watcher.store.sql.shared.Statements`); the driver owns what a da
 does its own way:
 
 - :meth:`Driver.fetch`: how one hot statement travels, in a transaction of its own;
-- :meth:`Driver.items_ready`: the ready read, built by :meth:`~Driver.ready_statement` with
-  :meth:`~Driver.ready_params` (how items in hand are left out; whether the limit is bound);
+- :meth:`Driver.items_ready`: the ready read (:meth:`~Driver.ready_statement`, ``_params``);
 - :meth:`Driver.items_apply`: writing a batch of guarded, fenced item results;
 - :meth:`Driver.notify` and :meth:`Driver.notifications`: wake-ups;
 - :meth:`Driver.add_statement_listener`: statements sent past the SQLAlchemy engine.
 
-:class:`Driver` is the portable implementation: every statement goes through
-the SQLAlchemy engine, the ready read takes its limit as a literal and leaves
-items out with an expanding ``NOT IN``, a batch of results is one guarded
-``UPDATE`` per item in one transaction, and there are no wake-ups (watchers
-poll). A database's own driver overrides only what it does better.
-:class:`DirectDriver` is the base of those that send the hot statements
-(:meth:`Driver.fetch`) through connections of their own instead of the engine
-(PostgreSQL, SQLite, MariaDB/MySQL): their ready read has one text for every
-read, the limit a parameter and the items in hand one JSON array.
+:class:`Driver` is the portable implementation: everything through the SQLAlchemy
+engine, the ready read's limit a literal with an expanding ``NOT IN``, one guarded
+``UPDATE`` per result in one transaction, no wake-ups (watchers poll).
+:class:`DirectDriver`, the base of PostgreSQL's, SQLite's and MariaDB's, sends the hot
+statements through connections of its own: one ready-read text, the limit a parameter,
+the items in hand one JSON array.
 """
 
 from __future__ import annotations
@@ -222,16 +218,15 @@ class Driver:
 
     async def waits_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
                        applied: Sequence[bool]) -> None:
-        """Insert, inside the caller's transaction ``conn``, the ``waits`` row of each
-        parking write of ``writes`` that was applied (per write, in ``applied``): one
-        statement for them all (:meth:`~watcher.store.sql.shared.Statements.wait_insert`).
+        """Insert in ``conn``'s transaction the ``waits`` rows of the parking writes
+        ``applied`` says were written, in one statement (``WaitStatements.insert``).
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused a row.
         """
-        rows = self.statements.wait_params(writes, applied)
+        rows = self.statements.waits.params(writes, applied)
         if rows:
-            await conn.execute(self.statements.wait_insert, rows)
+            await conn.execute(self.statements.waits.insert, rows)
 
     async def items_write_each(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
                                owner: str) -> list[bool]:
@@ -256,9 +251,8 @@ class Driver:
     async def items_write_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
                              owner: str) -> int:
         """Write ``writes``, each guarded and fenced, inside the caller's transaction
-        ``conn`` (a reduce step's); returns how many were applied.
-
-        The portable driver sends each shape of write once with all its rows.
+        ``conn`` (a reduce step's); returns how many were applied. The portable driver
+        sends each shape of write once with all its rows.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
@@ -279,11 +273,8 @@ class Driver:
         return applied
 
     async def notify(self, conn: AsyncConnection, channel: str, partition_id: str) -> None:
-        """Announce, inside the writer's transaction ``conn``, that ``partition_id`` changed.
-
-        Delivered only if that transaction commits. The portable driver sends
-        nothing: watchers poll.
-        """
+        """Announce, in the writer's transaction ``conn`` (delivered if it commits), that
+        ``partition_id`` changed. The portable driver sends nothing: watchers poll."""
 
     def notifications(self, channel: str) -> AsyncIterator[str]:
         """The partition ids announced on ``channel``, as the writers commit.

@@ -21,13 +21,12 @@ from sqlalchemy import (
     cast,
     exists,
     func,
-    insert,
     literal_column,
     or_,
     select,
     update,
 )
-from sqlalchemy.sql.expression import ColumnElement, Exists, Insert, Select, Update
+from sqlalchemy.sql.expression import ColumnElement, Exists, Select, Update
 from sqlalchemy.types import TypeEngine
 
 from watcher.models import AVAILABLE, FAILED, WAITING, FlowScope
@@ -38,6 +37,7 @@ from watcher.rules.error_history import PENDING_TIME
 from watcher.store.db.clock import Clock
 from watcher.store.drivers.sql import clock_now, time_plus
 from watcher.store.sql.schema import Tables
+from watcher.store.sql.waits import WaitStatements
 
 
 @dataclass(frozen=True)
@@ -291,33 +291,9 @@ class Statements:
         return params
 
     @functools.cached_property
-    def wait_insert(self) -> Insert:
-        """The ``waits`` row of a parking write that was applied, from bound parameters
-        (:meth:`wait_params`), sent with the rows of a whole batch at once; the row's
-        ``created_at`` is the clock's time, read by the statement itself."""
-        w = self.tables.waits
-        return insert(w).values(
-            token=bindparam("w_token", type_=w.c.token.type),
-            partition_id=bindparam("w_pid", type_=w.c.partition_id.type),
-            item_id=bindparam("w_iid", type_=w.c.item_id.type),
-            version=bindparam("w_version", type_=Integer()),
-            timeout=bindparam("w_timeout", type_=Float()),
-            on_timeout=bindparam("w_policy", type_=w.c.on_timeout.type),
-            traceparent=bindparam("w_traceparent", type_=w.c.traceparent.type),
-            created_at=self.now)
-
-    @staticmethod
-    def wait_params(writes: Sequence[ItemWrite], applied: Sequence[bool] | None = None
-                    ) -> list[dict[str, Any]]:
-        """The parameters of :meth:`wait_insert` for each parking write of ``writes``
-        that was applied (per write, in ``applied``; every one when it is ``None``):
-        the item's version while it waits is the one read plus one."""
-        return [{"w_token": write.wait.token_hash, "w_pid": write.partition_id,
-                 "w_iid": write.item_id, "w_version": write.seen_version + 1,
-                 "w_timeout": write.wait.timeout, "w_policy": write.wait.on_timeout,
-                 "w_traceparent": write.wait.traceparent}
-                for k, write in enumerate(writes)
-                if write.wait is not None and (applied is None or applied[k])]
+    def waits(self) -> WaitStatements:
+        """The statements of waits (:mod:`watcher.store.sql.waits`), built once."""
+        return WaitStatements(self.tables, self.now)
 
     def lease_rewrite(self, rows: int, *, release: bool, timelines: bool = False) -> Update:
         """One guarded renewal (or, with ``release``, release) of ``rows`` leases

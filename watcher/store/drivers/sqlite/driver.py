@@ -187,8 +187,8 @@ class SQLiteDriver(DirectDriver[SQLiteDirect]):
                       [{"pid": partition_id, "owner": owner} for partition_id in leases], of_row)
         then = None
         if any(w.wait is not None for w in writes):
-            insert = self.statements.wait_insert
-            params = iter(self.statements.wait_params(writes))
+            insert = self.statements.waits.insert
+            params = iter(self.statements.waits.params(writes))
             then = Then(insert, {k: direct.values(insert, next(params))
                                  for k, w in enumerate(writes) if w.wait is not None})
         return await direct.write_rows(self.write_statement, rows, fence, then)
