@@ -182,8 +182,9 @@ class Partition(SQLModel, table=True):
     # tracing was off (revision 0008).
     trace_context: str | None = Field(default=None,
                                       sa_column=Column(error_type(), nullable=True))
-    # Bounded JSON: when each gate began and ended, items written per minute; the
-    # lease holder writes it when a gate moves and when it renews (revision 0008).
+    # No longer written (revision 0013 moved it to ``partition_timelines``, so the row
+    # the hot path rewrites stays small); kept so an older processor still running
+    # through an upgrade finds its column. Revision 0008 added it.
     timeline: str | None = Field(default=None, sa_column=Column(error_type(), nullable=True))
     # From -10 to 10, fixed at creation; rank_at is the partition's place in the lease
     # queue (see watcher.rules.priority); paused_at is set while a client has it paused
@@ -234,6 +235,23 @@ class Item(SQLModel, table=True):
     # it has none (revision 0008).
     error_history: str | None = Field(default=None,
                                       sa_column=Column(error_type(), nullable=True))
+
+
+class PartitionTimeline(SQLModel, table=True):
+    """A partition's timeline (revision 0013), out of the partition row: bounded JSON of
+    when each gate began and ended and of the items done per minute
+    (:mod:`watcher.rules.timeline`). One row per partition, inserted with it; the
+    lease holder rewrites it when a gate moves, when it closes the partition and when a
+    renewal carries items done. Its only index is the key, which no write changes, so
+    PostgreSQL can make every rewrite a HOT update (revision 0013 leaves room in each
+    page for that)."""
+
+    __tablename__ = "partition_timelines"
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+    partition_id: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))
+    # NULL while the partition has none yet.
+    timeline: str | None = Field(default=None, sa_column=Column(error_type(), nullable=True))
 
 
 TOKEN_HASH_LENGTH = 64

@@ -931,10 +931,12 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = :status_1
    AND partitions.owner = :holder
    AND partitions.until > COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
@@ -954,10 +956,12 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = :status_1
    AND +partitions.until <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
    AND partitions.paused_at IS NULL
@@ -978,10 +982,7 @@ WITH free AS (
    SET
 version=(partitions.version + :version_1), owner=:owner,
        until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       timeline=CASE WHEN (partitions.id = :pid0 AND partitions.timeline IS :was0) THEN coalesce(:tl0, partitions.timeline)
-            ELSE partitions.timeline
-             END
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE partitions.id IN (:pid0, ...)
    AND partitions.id IN (
         SELECT free.id
@@ -991,10 +992,9 @@ version=(partitions.version + :version_1), owner=:owner,
    AND partitions.status = :status_2 RETURNING id,
 version,
        gate,
-       timeline,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
--- name: leases_renew
+-- name: leases_renew (1)
 WITH free AS (
         SELECT locked.id AS id
           FROM partitions AS locked
@@ -1003,11 +1003,7 @@ WITH free AS (
            AND locked.status = :status_1
        ) UPDATE partitions
    SET
-version=(partitions.version + :version_1), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :duration)) || '000'), updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       timeline=CASE WHEN (partitions.id = :pid0 AND partitions.timeline IS :was0) THEN coalesce(:tl0, partitions.timeline)
-            WHEN (partitions.id = :pid1 AND partitions.timeline IS :was1) THEN coalesce(:tl1, partitions.timeline)
-            ELSE partitions.timeline
-             END
+version=(partitions.version + :version_1), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :duration)) || '000'), updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE partitions.id IN (:pid0, ...)
    AND partitions.id IN (
         SELECT free.id
@@ -1017,8 +1013,24 @@ version=(partitions.version + :version_1), until=(strftime('%Y-%m-%d %H:%M:%f', 
    AND partitions.status = :status_2 RETURNING id,
 version,
        gate,
-       timeline,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: leases_renew (2)
+UPDATE partition_timelines
+   SET timeline=CASE partition_timelines.partition_id
+            WHEN :pid0                       THEN :tl0
+            ELSE partition_timelines.timeline
+             END
+ WHERE partition_timelines.partition_id IN (:pid0, ...)
+   AND partition_timelines.timeline IS CASE partition_timelines.partition_id
+            WHEN :pid0                       THEN :was0
+             END RETURNING partition_id;
+
+-- name: leases_renew (3)
+SELECT partition_timelines.partition_id,
+       partition_timelines.timeline
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id IN (?, ...);
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -1096,8 +1108,7 @@ UPDATE partitions
 version=(partitions.version + :version_1), status=:status,
        owner=:owner,
        until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       timeline=:timeline
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE partitions.id = :pid
    AND partitions.version = :seen
    AND partitions.owner = :holder
@@ -1114,8 +1125,7 @@ UPDATE partitions
 version=(partitions.version + :version_1), status=:status,
        owner=:owner,
        until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       timeline=:timeline
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE partitions.id = :pid
    AND partitions.version = :seen
    AND partitions.owner = :holder
@@ -1144,30 +1154,34 @@ INSERT INTO partitions (id, version, gate, status, owner, until, created_at, upd
 VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), ?, ?);
 
 -- name: partition_create_batches (4)
-SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+INSERT INTO partition_timelines (partition_id)
+VALUES (?);
 
 -- name: partition_create_batches (5)
+SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: partition_create_batches (6)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
--- name: partition_create_batches (6)
+-- name: partition_create_batches (7)
 UPDATE flow_controls
    SET next_start=(strftime('%Y-%m-%d %H:%M:%f', CASE WHEN (flow_controls.next_start > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN flow_controls.next_start ELSE COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) END, printf('%+.3f seconds', ?)) || '000'),
 version=(flow_controls.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE flow_controls.scope = ?
    AND flow_controls.name = ?;
 
--- name: partition_create_batches (7)
+-- name: partition_create_batches (8)
 SELECT flow_controls.next_start
   FROM flow_controls
  WHERE flow_controls.scope = ?
    AND flow_controls.name = ?;
 
--- name: partition_create_batches (8)
+-- name: partition_create_batches (9)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
 VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?);
 
--- name: partition_create_batches (9)
+-- name: partition_create_batches (10)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
 VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?);
 
@@ -1204,10 +1218,15 @@ DELETE
 
 -- name: partition_delete_batch (5)
 DELETE
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = ?;
+
+-- name: partition_delete_batch (6)
+DELETE
   FROM partitions
  WHERE partitions.id = ?;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (7)
 UPDATE partitions
    SET
 version=(partitions.version + ?), status=?
@@ -1366,8 +1385,10 @@ SELECT partitions.id,
  WHERE partitions.id IN (?, ...);
 
 -- name: partition_timeline
-SELECT partitions.timeline
+SELECT partition_timelines.timeline
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id = ?;
 
 -- name: partition_transition (1)
@@ -1376,14 +1397,18 @@ UPDATE partitions
 version=(partitions.version + :version_1), status=:status,
        owner=:owner,
        until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       timeline=:timeline
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE partitions.id = :pid
    AND partitions.version = :seen
    AND partitions.owner = :holder
    AND partitions.status = :status_1;
 
 -- name: partition_transition (2)
+UPDATE partition_timelines
+   SET timeline=:tl_text
+ WHERE partition_timelines.partition_id = :tl_pid;
+
+-- name: partition_transition (3)
 UPDATE partitions
    SET
 version=(partitions.version + :version_1), gate=:new_gate
@@ -1392,7 +1417,30 @@ version=(partitions.version + :version_1), gate=:new_gate
    AND partitions.owner = :holder
    AND partitions.status = :status_1;
 
--- name: partition_transition (3)
+-- name: partition_transition (4)
+UPDATE partitions
+   SET
+version=(partitions.version + :version_1)
+ WHERE partitions.id = :pid
+   AND partitions.version = :seen
+   AND partitions.owner = :holder
+   AND partitions.status = :status_1;
+
+-- name: partition_transition (5)
+UPDATE partition_timelines
+   SET timeline=?
+ WHERE partition_timelines.partition_id = ?;
+
+-- name: partition_transition (6)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = ?;
+
+-- name: partition_transition (7)
+INSERT INTO partition_timelines (partition_id, timeline)
+VALUES (?, ?);
+
+-- name: partition_transition (8)
 UPDATE partitions
    SET
 version=(partitions.version + :version_1), gate=:new_gate,
@@ -1991,24 +2039,28 @@ INSERT INTO partitions (id, version, gate, status, owner, until, created_at, upd
 VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: schedule_tick (7)
-SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+INSERT INTO partition_timelines (partition_id)
+VALUES (?);
 
 -- name: schedule_tick (8)
+SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: schedule_tick (9)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
--- name: schedule_tick (9)
+-- name: schedule_tick (10)
 UPDATE schedules
    SET last_partition=?
  WHERE schedules.name = ?;
 
--- name: schedule_tick (10)
+-- name: schedule_tick (11)
 SELECT partitions.id
   FROM partitions
  WHERE partitions.id = ?
    AND partitions.status = ?;
 
--- name: schedule_tick (11)
+-- name: schedule_tick (12)
 UPDATE schedules
    SET
 version=(schedules.version + ?), next_at=?,
@@ -2096,15 +2148,17 @@ SELECT partitions.id
 
 -- name: timelines_hand_over (2)
 SELECT partitions.id,
-       partitions.timeline,
+       partition_timelines.partition_id,
+       partition_timelines.timeline,
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id IN (?, ...);
 
 -- name: timelines_hand_over (3)
-UPDATE partitions
-   SET timeline=?
- WHERE partitions.id = ?;
+INSERT INTO partition_timelines (partition_id, timeline)
+VALUES (?, ?);
 
 -- name: wait_complete (1)
 SELECT waits.token,

@@ -5,6 +5,7 @@ wake-ups, and the reads several kinds of caller share.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -21,6 +22,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from watcher.config import DEFAULT_DB_TIMEOUT
@@ -47,6 +49,9 @@ from watcher.store.drivers.base import Driver, read_transaction, write_transacti
 from watcher.store.sql.leases import LeaseStatements
 from watcher.store.sql.schema import Tables, tables_for
 from watcher.store.sql.shared import Statements
+from watcher.store.sql.timelines import TimelineStatements
+
+log = logging.getLogger(__name__)
 
 # Partition columns a listing leaves unread (see :meth:`_partitions_rows`).
 UNLISTED_COLUMNS = frozenset({"request_digest", "trace_context", "timeline", "rank_at"})
@@ -64,6 +69,8 @@ class StoreBase:
         # The lease cycle's statements (its reads, the take where the driver sends it as
         # one statement, a new partition's queue place), built once per shape.
         self.lease_statements = LeaseStatements(self.statements)
+        # The writes of the partitions' timelines, apart from the partition rows.
+        self.timeline_statements = TimelineStatements(tables)
         # The database's time as a lease read, renewal or gate summary last returned it
         # (see time_to_record).
         self.clock_reading = ClockReading()
@@ -120,6 +127,40 @@ class StoreBase:
     def _read(self) -> AbstractAsyncContextManager[AsyncConnection]:
         return self.round_trips.transaction(read_transaction(self.engine),
                                             sys._getframe(1).f_code.co_name)
+
+    # -- timelines ----------------------------------------------------------
+
+    async def _timeline_write(self, partition_id: str, text: str) -> bool:
+        """Replace the partition's timeline (:mod:`watcher.rules.timeline`) with ``text``,
+        in its own row (revision 0013): one UPDATE of a row that changes no indexed
+        column. A holder calls it after its guarded write of the partition row
+        matched, so only the holder writes it. A partition created before its
+        timeline row existed (by an older processor during an upgrade) gets the row
+        here.
+
+        Returns whether it was written. Never raises for the database: the
+        partition's own write stands, and its timeline, an estimate, misses this
+        write (logged); the holder's next renewal finds its copy stale and re-reads it.
+        """
+        params = {"tl_pid": partition_id, "tl_text": text}
+        statements = self.timeline_statements
+        try:
+            matched = await self.round_trips.call(
+                "timeline_write", self.driver.execute(statements.set_one, params))
+            if matched:
+                return True
+            async with self._write() as conn:
+                if (await conn.execute(statements.set_one, params)).rowcount:
+                    return True
+                p = self.tables.partitions
+                if (await conn.execute(select(p.c.id).where(p.c.id == partition_id))).first():
+                    await conn.execute(statements.add_one, params)
+                    return True
+                return False
+        except (SQLAlchemyError, TimeoutError) as error:
+            log.warning("action=timeline_write_failed partition=%s error=%s", partition_id,
+                        type(error).__name__)
+            return False
 
     async def _touch_partition(self, conn: AsyncConnection, partition_id: str,
                                **values: Any) -> None:
