@@ -1068,35 +1068,35 @@ version=(items.version + %s), status=%s,
 -- name: partition_close_when_done (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s), status=%(status)s,
-       owner=%(owner)s,
-       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
- WHERE partitions.id = %(pid)s
-   AND partitions.version = %(seen)s
-   AND partitions.owner = %(holder)s
-   AND partitions.status = %(status_1)s
+version=(partitions.version + %s), status=%s,
+       owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s
    AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_2)s AND items.gate >= %(at_gate)s))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_3)s AND items.gate = %(at_gate)s))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_4)s AND items.gate = %(at_gate)s));
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %s AND flow_controls.name = %s OR flow_controls.scope = %s AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate >= %s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate = %s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate = %s));
 
 -- name: partition_close_when_done (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s), status=%(status)s,
-       owner=%(owner)s,
-       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
- WHERE partitions.id = %(pid)s
-   AND partitions.version = %(seen)s
-   AND partitions.owner = %(holder)s
-   AND partitions.status = %(status_1)s
+version=(partitions.version + %s), status=%s,
+       owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s
    AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_2)s AND items.gate >= %(at_gate)s))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_3)s AND items.gate = %(at_gate)s));
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %s AND flow_controls.name = %s OR flow_controls.scope = %s AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate >= %s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate = %s));
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1353,19 +1353,19 @@ SELECT partition_timelines.timeline
 -- name: partition_transition (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s), status=%(status)s,
-       owner=%(owner)s,
-       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
- WHERE partitions.id = %(pid)s
-   AND partitions.version = %(seen)s
-   AND partitions.owner = %(holder)s
-   AND partitions.status = %(status_1)s;
+version=(partitions.version + %s), status=%s,
+       owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s;
 
 -- name: partition_transition (2)
 UPDATE partition_timelines
-   SET timeline=%(tl_text)s
- WHERE partition_timelines.partition_id = %(tl_pid)s;
+   SET timeline=%s
+ WHERE partition_timelines.partition_id = %s;
 
 -- name: partition_transition (3)
 UPDATE partitions
@@ -1379,27 +1379,17 @@ version=(partitions.version + %(version_1)s), gate=%(new_gate)s
 -- name: partition_transition (4)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s)
- WHERE partitions.id = %(pid)s
-   AND partitions.version = %(seen)s
-   AND partitions.owner = %(holder)s
-   AND partitions.status = %(status_1)s;
+version=(partitions.version + %s)
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s;
 
 -- name: partition_transition (5)
-UPDATE partition_timelines
-   SET timeline=%s
- WHERE partition_timelines.partition_id = %s;
-
--- name: partition_transition (6)
-SELECT partitions.id
-  FROM partitions
- WHERE partitions.id = %s;
-
--- name: partition_transition (7)
 INSERT INTO partition_timelines (partition_id, timeline)
 VALUES (%s, %s);
 
--- name: partition_transition (8)
+-- name: partition_transition (6)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s), gate=%(new_gate)s,

@@ -1416,15 +1416,10 @@ version=(partitions.version + %(version_n)s)
    AND partitions.status = %(status_n)s;
 
 -- name: partition_transition (5)
-SELECT partitions.id
-  FROM partitions
- WHERE partitions.id = %(id_n)s;
-
--- name: partition_transition (6)
 INSERT INTO partition_timelines (partition_id, timeline)
 VALUES (%(tl_pid)s, %(tl_text)s);
 
--- name: partition_transition (7)
+-- name: partition_transition (6)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), gate=%(new_gate)s,

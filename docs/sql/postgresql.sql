@@ -1070,37 +1070,26 @@ version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
        );
 
 -- name: partition_close_when_done (1)
-UPDATE partitions
-   SET
-version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
-       owner=%(owner)s::VARCHAR,
-       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.version = %(seen)s::INTEGER
-   AND partitions.owner = %(holder)s::VARCHAR
-   AND partitions.status = %(status_1)s::VARCHAR
-   AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_4)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER));
+WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s::INTEGER), status=%(param_1)s::VARCHAR, owner=%(param_2)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) WHERE partitions.id = %(pid)s::VARCHAR AND partitions.version = %(seen)s::INTEGER AND partitions.owner = %(holder)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.paused_at IS NULL AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key))) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER)) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER)) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_4)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER)) RETURNING partitions.id),
+       written AS (UPDATE partition_timelines SET timeline=%(tl_text)s::VARCHAR WHERE partition_timelines.partition_id IN (SELECT moved.id FROM moved) RETURNING partition_timelines.partition_id) SELECT (
+        SELECT count(*) AS count_1
+          FROM moved
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM written
+       ) AS anon_2;
 
 -- name: partition_close_when_done (2)
-UPDATE partitions
-   SET
-version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
-       owner=%(owner)s::VARCHAR,
-       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.version = %(seen)s::INTEGER
-   AND partitions.owner = %(holder)s::VARCHAR
-   AND partitions.status = %(status_1)s::VARCHAR
-   AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER));
+WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s::INTEGER), status=%(param_1)s::VARCHAR, owner=%(param_2)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) WHERE partitions.id = %(pid)s::VARCHAR AND partitions.version = %(seen)s::INTEGER AND partitions.owner = %(holder)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.paused_at IS NULL AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key))) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER)) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER)) RETURNING partitions.id),
+       written AS (UPDATE partition_timelines SET timeline=%(tl_text)s::VARCHAR WHERE partition_timelines.partition_id IN (SELECT moved.id FROM moved) RETURNING partition_timelines.partition_id) SELECT (
+        SELECT count(*) AS count_1
+          FROM moved
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM written
+       ) AS anon_2;
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1365,23 +1354,17 @@ SELECT partition_timelines.timeline
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_transition (1)
-UPDATE partitions
-   SET
-version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
-       owner=%(owner)s::VARCHAR,
-       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
- WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.version = %(seen)s::INTEGER
-   AND partitions.owner = %(holder)s::VARCHAR
-   AND partitions.status = %(status_1)s::VARCHAR;
+WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s::INTEGER), status=%(param_1)s::VARCHAR, owner=%(param_2)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) WHERE partitions.id = %(pid)s::VARCHAR AND partitions.version = %(seen)s::INTEGER AND partitions.owner = %(holder)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR RETURNING partitions.id),
+       written AS (UPDATE partition_timelines SET timeline=%(tl_text)s::VARCHAR WHERE partition_timelines.partition_id IN (SELECT moved.id FROM moved) RETURNING partition_timelines.partition_id) SELECT (
+        SELECT count(*) AS count_1
+          FROM moved
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM written
+       ) AS anon_2;
 
 -- name: partition_transition (2)
-UPDATE partition_timelines
-   SET timeline=%(tl_text)s::VARCHAR
- WHERE partition_timelines.partition_id = %(tl_pid)s::VARCHAR;
-
--- name: partition_transition (3)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), gate=%(new_gate)s::INTEGER
@@ -1390,14 +1373,21 @@ version=(partitions.version + %(version_1)s::INTEGER), gate=%(new_gate)s::INTEGE
    AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
 
+-- name: partition_transition (3)
+WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s::INTEGER) WHERE partitions.id = %(pid)s::VARCHAR AND partitions.version = %(seen)s::INTEGER AND partitions.owner = %(holder)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR RETURNING partitions.id),
+       written AS (UPDATE partition_timelines SET timeline=%(tl_text)s::VARCHAR WHERE partition_timelines.partition_id IN (SELECT moved.id FROM moved) RETURNING partition_timelines.partition_id) SELECT (
+        SELECT count(*) AS count_1
+          FROM moved
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM written
+       ) AS anon_2;
+
 -- name: partition_transition (4)
-UPDATE partitions
-   SET
-version=(partitions.version + %(version_1)s::INTEGER)
- WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.version = %(seen)s::INTEGER
-   AND partitions.owner = %(holder)s::VARCHAR
-   AND partitions.status = %(status_1)s::VARCHAR;
+UPDATE partition_timelines
+   SET timeline=%(tl_text)s::VARCHAR
+ WHERE partition_timelines.partition_id = %(tl_pid)s::VARCHAR;
 
 -- name: partition_transition (5)
 SELECT partitions.id

@@ -24,6 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.expression import Update
 
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.errors import (
@@ -130,13 +131,43 @@ class StoreBase:
 
     # -- timelines ----------------------------------------------------------
 
+    async def _move_with_timeline(self, name: str, move: Update, params: dict[str, Any],
+                                  partition_id: str, timeline: str | None) -> int:
+        """Run ``move``, a holder's guarded write of the partition row, and, where it
+        matched and ``timeline`` is given, write the partition's timeline with it,
+        atomically: a reader that sees the move sees its timeline. One statement where
+        the driver chains writes (:meth:`TimelineStatements.after`), else both in one
+        engine transaction. Returns how many partition rows ``move`` wrote.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
+        """
+        if timeline is None:
+            return await self.round_trips.call(name, self.driver.execute(move, params))
+        statements = self.timeline_statements
+        if self.driver.chains_writes:
+            rows = await self.round_trips.call(name, self.driver.fetch(
+                statements.after(move), {**params, "tl_text": timeline}, read=False))
+            moved, written = rows[0]
+            if moved == 1 and not written:  # no timeline row yet: an older processor's
+                await self._timeline_write(partition_id, timeline)
+            return int(moved)
+        async with self._write() as conn:
+            moved = (await conn.execute(move, params)).rowcount
+            if moved == 1:
+                # The partition row is locked now: its timeline row cannot appear meanwhile.
+                row = {"tl_pid": partition_id, "tl_text": timeline}
+                if not (await conn.execute(statements.set_one, row)).rowcount:
+                    await conn.execute(statements.add_one, row)
+            return moved
+
     async def _timeline_write(self, partition_id: str, text: str) -> bool:
         """Replace the partition's timeline (:mod:`watcher.rules.timeline`) with ``text``,
         in its own row (revision 0013): one UPDATE of a row that changes no indexed
         column. A holder calls it after its guarded write of the partition row
-        matched, so only the holder writes it. A partition created before its
-        timeline row existed (by an older processor during an upgrade) gets the row
-        here.
+        matched (:meth:`_move_with_timeline` found no timeline row), so only the holder
+        writes it. A partition created before its timeline row existed (by an older
+        processor during an upgrade) gets the row here.
 
         Returns whether it was written. Never raises for the database: the
         partition's own write stands, and its timeline, an estimate, misses this

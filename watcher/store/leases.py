@@ -160,8 +160,8 @@ class LeasesStore(RenewalsStore):
 
         Guarded by version and owner. Closing also releases the lease. A
         ``timeline`` (:func:`watcher.rules.timeline.encode_timeline`) replaces the stored
-        one once the move is written (a second statement, on the timeline's own row:
-        :meth:`_timeline_write`), and a ``last_error`` the partition's error (why it
+        one with the move, atomically, in the timeline's own row
+        (:meth:`_move_with_timeline`), and a ``last_error`` the partition's error (why it
         failed). Returns the new version, or ``None`` when the
         write lost (re-read to see why).
 
@@ -175,12 +175,11 @@ class LeasesStore(RenewalsStore):
             params["new_gate"] = gate
         if last_error is not None:
             params["error"] = last_error
-        # One statement, atomic by itself: on the driver's own connections where it has
-        # them (SQLite's go through the engine, whose commits are synced).
-        matched = await self.round_trips.call("partition_transition",
-                                              self.driver.execute(statement, params))
+        # With its timeline, atomically (see _move_with_timeline): one statement on the
+        # driver's own connections where it chains writes, else one engine transaction;
+        # without, one statement, on the driver's own connections where it has them.
+        matched = await self._move_with_timeline("partition_transition", statement, params,
+                                                 partition_id, timeline)
         if matched != 1:
             return None
-        if timeline is not None:
-            await self._timeline_write(partition_id, timeline)
         return version + 1

@@ -81,6 +81,11 @@ class Driver:
     # took (:meth:`watcher.store.sql.leases.LeaseStatements.take`). Without it the
     # store locks, writes and (on a short count) re-reads in an engine transaction.
     takes_leases_in_one_statement: ClassVar[bool] = False
+    # Whether one statement may chain writes (an ``UPDATE`` in a ``WITH`` feeding
+    # another: PostgreSQL), so a holder's move and its partition's timeline are one
+    # statement on :meth:`fetch` (:meth:`watcher.store.sql.timelines.TimelineStatements.
+    # after`). Without it they are two statements in one engine transaction.
+    chains_writes: ClassVar[bool] = False
     # What the database driver says when the server ended the session or the
     # connection dropped, where the dialect does not flag it (:meth:`session_lost`).
     # psycopg's "cannot exit pipeline mode while busy" is what its rollback says when

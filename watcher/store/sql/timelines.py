@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, case, insert, update
-from sqlalchemy.sql.expression import BindParameter, Insert, Update
+from sqlalchemy import bindparam, case, func, insert, select, update
+from sqlalchemy.sql.expression import BindParameter, Insert, Select, Update
 
 from watcher.store.sql.schema import Tables
 
@@ -23,6 +23,7 @@ class TimelineStatements:
     def __init__(self, tables: Tables) -> None:
         self.tables = tables
         self._swaps: dict[int, Update] = {}
+        self._afters: dict[Update, Select[Any]] = {}
         t = tables.timelines
         self.set_one: Update = (
             update(t).where(t.c.partition_id == bindparam("tl_pid", type_=t.c.partition_id.type))
@@ -33,6 +34,27 @@ class TimelineStatements:
             partition_id=bindparam("tl_pid", type_=t.c.partition_id.type),
             timeline=bindparam("tl_text", type_=t.c.timeline.type))
         """Insert the timeline row of the partition ``:tl_pid`` holding ``:tl_text``."""
+
+    def after(self, move: Update) -> Select[Any]:
+        """``move`` (a holder's guarded write of one partition row, built once) and then,
+        where it matched, the partition's timeline set to ``:tl_text``, as one
+        statement: ``move`` in a ``WITH`` whose ids the timeline's ``UPDATE`` follows
+        (built once per ``move``). It returns one row: how many partition rows the
+        move wrote, and how many timeline rows (0 where the partition has none yet).
+
+        For the databases whose statements chain writes (PostgreSQL).
+        """
+        found = self._afters.get(move)
+        if found is None:
+            t, p = self.tables.timelines, self.tables.partitions
+            moved = move.returning(p.c.id).cte("moved")
+            written = (update(t).where(t.c.partition_id.in_(select(moved.c.id)))
+                       .values(timeline=bindparam("tl_text", type_=t.c.timeline.type))
+                       .returning(t.c.partition_id).cte("written"))
+            found = self._afters[move] = select(
+                select(func.count()).select_from(moved).scalar_subquery(),
+                select(func.count()).select_from(written).scalar_subquery())
+        return found
 
     def swap(self, rows: int) -> Update:
         """Up to ``rows`` timelines in one statement (built once per shape): the timeline
