@@ -1386,10 +1386,15 @@ version=(partitions.version + %s)
    AND partitions.status = %s;
 
 -- name: partition_transition (5)
+SELECT partition_timelines.partition_id
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = %s;
+
+-- name: partition_transition (6)
 INSERT INTO partition_timelines (partition_id, timeline)
 VALUES (%s, %s);
 
--- name: partition_transition (6)
+-- name: partition_transition (7)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s), gate=%(new_gate)s,

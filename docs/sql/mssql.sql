@@ -1416,10 +1416,15 @@ version=(partitions.version + %(version_n)s)
    AND partitions.status = %(status_n)s;
 
 -- name: partition_transition (5)
+SELECT partition_timelines.partition_id
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = %(partition_id_n)s;
+
+-- name: partition_transition (6)
 INSERT INTO partition_timelines (partition_id, timeline)
 VALUES (%(tl_pid)s, %(tl_text)s);
 
--- name: partition_transition (6)
+-- name: partition_transition (7)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), gate=%(new_gate)s,

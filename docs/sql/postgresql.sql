@@ -1392,13 +1392,19 @@ UPDATE partition_timelines
 -- name: partition_transition (5)
 SELECT partitions.id
   FROM partitions
- WHERE partitions.id = %(id_1)s::VARCHAR;
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   FOR UPDATE;
 
 -- name: partition_transition (6)
+SELECT partition_timelines.partition_id
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = %(partition_id_1)s::VARCHAR;
+
+-- name: partition_transition (7)
 INSERT INTO partition_timelines (partition_id, timeline)
 VALUES (%(tl_pid)s::VARCHAR, %(tl_text)s::VARCHAR);
 
--- name: partition_transition (7)
+-- name: partition_transition (8)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), gate=%(new_gate)s::INTEGER,

@@ -1427,10 +1427,15 @@ version=(partitions.version + ?)
    AND partitions.status = ?;
 
 -- name: partition_transition (5)
+SELECT partition_timelines.partition_id
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = ?;
+
+-- name: partition_transition (6)
 INSERT INTO partition_timelines (partition_id, timeline)
 VALUES (?, ?);
 
--- name: partition_transition (6)
+-- name: partition_transition (7)
 UPDATE partitions
    SET
 version=(partitions.version + :version_1), gate=:new_gate,

@@ -156,10 +156,22 @@ class StoreBase:
             moved = (await conn.execute(move, params)).rowcount
             if moved == 1:
                 # The partition row is locked now: its timeline row cannot appear meanwhile.
-                row = {"tl_pid": partition_id, "tl_text": timeline}
-                if not (await conn.execute(statements.set_one, row)).rowcount:
-                    await conn.execute(statements.add_one, row)
+                await self._timeline_set_in(conn, partition_id, timeline)
             return moved
+
+    async def _timeline_set_in(self, conn: AsyncConnection, partition_id: str,
+                               text: str) -> None:
+        """In ``conn``'s transaction, which holds the partition row locked: set its
+        timeline to ``text``, inserting its row where it has none. MySQL and MariaDB
+        count only the rows an UPDATE changed, so a count of 0 is checked with a read
+        before the insert (the text may have been stored already)."""
+        t, statements = self.tables.timelines, self.timeline_statements
+        row = {"tl_pid": partition_id, "tl_text": text}
+        if (await conn.execute(statements.set_one, row)).rowcount:
+            return
+        if (await conn.execute(select(t.c.partition_id)
+                               .where(t.c.partition_id == partition_id))).first() is None:
+            await conn.execute(statements.add_one, row)
 
     async def _timeline_write(self, partition_id: str, text: str) -> bool:
         """Replace the partition's timeline (:mod:`watcher.rules.timeline`) with ``text``,
@@ -181,13 +193,14 @@ class StoreBase:
             if matched:
                 return True
             async with self._write() as conn:
-                if (await conn.execute(statements.set_one, params)).rowcount:
-                    return True
                 p = self.tables.partitions
-                if (await conn.execute(select(p.c.id).where(p.c.id == partition_id))).first():
-                    await conn.execute(statements.add_one, params)
-                    return True
-                return False
+                # Locked, so no other writer inserts its timeline row meanwhile.
+                locked = await conn.execute(select(p.c.id).where(p.c.id == partition_id)
+                                            .with_for_update())
+                if locked.first() is None:
+                    return False
+                await self._timeline_set_in(conn, partition_id, text)
+                return True
         except (SQLAlchemyError, TimeoutError) as error:
             log.warning("action=timeline_write_failed partition=%s error=%s", partition_id,
                         type(error).__name__)
