@@ -7,7 +7,8 @@ that phase: updates, HOT updates and dead tuples of the partitions table per ite
 done, the average partitions row (``pg_column_size``) and the table's size
 (``pg_total_relation_size``). A second phase does the same while another session
 holds a transaction open (the vacuum horizon stays put), and reports how far the
-table grew.
+table grew. The same figures for ``partition_timelines`` (the timelines' own rows,
+revision 0013) follow, and dead tuples a job of both tables together.
 """
 
 from __future__ import annotations
@@ -37,23 +38,26 @@ async def _table_figures(conn: AsyncConnection, table: str) -> dict[str, float]:
     await conn.execute(text("SELECT pg_stat_clear_snapshot()"))
     row = (await conn.execute(text(
         "SELECT n_tup_upd, n_tup_hot_upd, n_dead_tup, pg_total_relation_size(relid) "
-        "FROM pg_stat_user_tables WHERE relname = :t"), {"t": table})).one()
+        "FROM pg_stat_user_tables WHERE relname = :t"), {"t": table})).first()
+    if row is None:  # a table this revision does not have
+        return {"updates": 0, "hot": 0, "dead": 0, "bytes": 0, "row_bytes": 0.0}
     width = (await conn.execute(text(
         f'SELECT coalesce(avg(pg_column_size(p.*)), 0) FROM "{table}" p'))).scalar_one()
     return {"updates": row[0], "hot": row[1], "dead": row[2], "bytes": row[3],
             "row_bytes": float(width)}
 
 
-async def _phase(client: AsyncClient, admin: AsyncConnection, table: str, seconds: float,
-                 hold: bool, db_url: str) -> dict[str, Any]:
-    """Feed items for ``seconds`` (holding a transaction open if ``hold``); the deltas."""
+async def _phase(client: AsyncClient, admin: AsyncConnection, tables: tuple[str, str],
+                 seconds: float, hold: bool, db_url: str) -> dict[str, Any]:
+    """Feed items for ``seconds`` (holding a transaction open if ``hold``); the deltas
+    of the partitions table, and under ``"timelines"`` those of the timelines'."""
     holder_engine = create_async_engine(db_url)
     holder = await holder_engine.connect() if hold else None
     try:
         if holder is not None:
             await holder.execute(text("SELECT txid_current()"))  # pins the horizon
         await asyncio.sleep(STATS_FLUSH)
-        before = await _table_figures(admin, table)
+        befores = [await _table_figures(admin, table) for table in tables]
         done_before = await _done(client)
         deadline, n = time.monotonic() + seconds, 0
         while time.monotonic() < deadline:
@@ -61,13 +65,21 @@ async def _phase(client: AsyncClient, admin: AsyncConnection, table: str, second
             await client.add_items(f"p{n % PARTITIONS:02d}", [NewItem(f"x{time.time_ns()}", b"")])
             await asyncio.sleep(0.005)
         await asyncio.sleep(STATS_FLUSH + 1.0)
-        after = await _table_figures(admin, table)
+        afters = [await _table_figures(admin, table) for table in tables]
         jobs = max(1, await _done(client) - done_before)
     finally:
         if holder is not None:
             await holder.rollback()
             await holder.close()
         await holder_engine.dispose()
+    figures = _deltas(befores[0], afters[0], jobs)
+    figures["timelines"] = _deltas(befores[1], afters[1], jobs)
+    figures["dead_per_job_both"] = round(
+        figures["dead_per_job"] + figures["timelines"]["dead_per_job"], 3)
+    return figures
+
+
+def _deltas(before: dict[str, float], after: dict[str, float], jobs: int) -> dict[str, Any]:
     updates = after["updates"] - before["updates"]
     hot = after["hot"] - before["hot"]
     return {"jobs": jobs, "updates_per_job": round(updates / jobs, 3),
@@ -95,7 +107,8 @@ async def run(settings: Settings) -> Outcome:
     seconds = 5.0 if settings.mode == "smoke" else 30.0
     async_url = settings.db_url.replace("postgresql://", "postgresql+asyncpg://", 1)
     async with statefeed_tables(settings.db_url, "rows") as prefix:
-        table = tables_for(prefix).partitions.name
+        names = tables_for(prefix)
+        tables = (names.partitions.name, names.timelines.name)
         async with AsyncClient(settings.db_url, prefix) as client:
             for number in range(PARTITIONS):
                 await client.create_partition(f"p{number:02d}", [NewItem("seed", b"")])
@@ -105,8 +118,8 @@ async def run(settings: Settings) -> Outcome:
             admin_engine = create_async_engine(async_url, isolation_level="AUTOCOMMIT")
             try:
                 async with admin_engine.connect() as admin:
-                    free = await _phase(client, admin, table, seconds, False, async_url)
-                    held = await _phase(client, admin, table, seconds, True, async_url)
+                    free = await _phase(client, admin, tables, seconds, False, async_url)
+                    held = await _phase(client, admin, tables, seconds, True, async_url)
             finally:
                 await watcher.stop()
                 await running
@@ -119,5 +132,12 @@ async def run(settings: Settings) -> Outcome:
             f"{figures['jobs']} jobs; {figures['updates_per_job']:g} updates a job, "
             f"{figures['hot_pct']:g} % HOT; row {figures['row_bytes']} B; table "
             f"{figures['bytes_before'] / 1e6:.2f} -> {figures['bytes_after'] / 1e6:.2f} MB"))
+        side = figures["timelines"]
+        outcome.rows.append(Row(
+            f"{name}: timelines' dead tuples a job", f"{side['dead_per_job']:g}",
+            f"{side['updates_per_job']:g} updates a job, {side['hot_pct']:g} % HOT; row "
+            f"{side['row_bytes']} B; table {side['bytes_before'] / 1e6:.2f} -> "
+            f"{side['bytes_after'] / 1e6:.2f} MB; both tables "
+            f"{figures['dead_per_job_both']:g} dead tuples a job"))
         outcome.figures[key] = figures
     return outcome

@@ -182,8 +182,9 @@ class Partition(SQLModel, table=True):
     # tracing was off (revision 0008).
     trace_context: str | None = Field(default=None,
                                       sa_column=Column(error_type(), nullable=True))
-    # Bounded JSON: when each gate began and ended, items written per minute; the
-    # lease holder writes it when a gate moves and when it renews (revision 0008).
+    # No longer written (revision 0013 moved it to ``partition_timelines``, so the row
+    # the hot path rewrites stays small); kept so an older processor still running
+    # through an upgrade finds its column. Revision 0008 added it.
     timeline: str | None = Field(default=None, sa_column=Column(error_type(), nullable=True))
     # From -10 to 10, fixed at creation; rank_at is the partition's place in the lease
     # queue (see watcher.rules.priority); paused_at is set while a client has it paused
@@ -237,8 +238,7 @@ class Item(SQLModel, table=True):
 
 
 TOKEN_HASH_LENGTH = 64
-# A W3C ``traceparent`` of version 00 is 55 characters; room for a later version's.
-TRACEPARENT_MAX_LENGTH = 64
+TRACEPARENT_MAX_LENGTH = 64  # a W3C traceparent (version 00) is 55 characters
 
 
 class Wait(SQLModel, table=True):

@@ -888,10 +888,12 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = %(status_1)s
    AND partitions.owner = %(holder)s
    AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
@@ -910,10 +912,12 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = %(status_1)s
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
    AND partitions.paused_at IS NULL
@@ -963,22 +967,18 @@ version=(partitions.version + %s), until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_
 
 -- name: leases_renew (3)
 SELECT partitions.id,
-       partitions.timeline,
+       partition_timelines.partition_id,
+       partition_timelines.timeline,
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id IN (%s, ...);
 
 -- name: leases_renew (4)
-UPDATE partitions
-   SET
-version=(partitions.version + %s), until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       timeline=CASE WHEN (partitions.id = %s) THEN coalesce(%s, partitions.timeline)
-            WHEN (partitions.id = %s) THEN coalesce(%s, partitions.timeline)
-            ELSE partitions.timeline
-             END
- WHERE (partitions.id = %s AND partitions.version = %s OR partitions.id = %s AND partitions.version = %s)
-   AND partitions.owner = %s
-   AND partitions.status = %s;
+UPDATE partition_timelines
+   SET timeline=%s
+ WHERE partition_timelines.partition_id = %s;
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -1055,37 +1055,35 @@ version=(items.version + %s), status=%s,
 -- name: partition_close_when_done (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s), status=%(status)s,
-       owner=%(owner)s,
-       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       timeline=%(timeline)s
- WHERE partitions.id = %(pid)s
-   AND partitions.version = %(seen)s
-   AND partitions.owner = %(holder)s
-   AND partitions.status = %(status_1)s
+version=(partitions.version + %s), status=%s,
+       owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s
    AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_2)s AND items.gate >= %(at_gate)s))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_3)s AND items.gate = %(at_gate)s))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_4)s AND items.gate = %(at_gate)s));
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %s AND flow_controls.name = %s OR flow_controls.scope = %s AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate >= %s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate = %s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate = %s));
 
 -- name: partition_close_when_done (2)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s), status=%(status)s,
-       owner=%(owner)s,
-       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       timeline=%(timeline)s
- WHERE partitions.id = %(pid)s
-   AND partitions.version = %(seen)s
-   AND partitions.owner = %(holder)s
-   AND partitions.status = %(status_1)s
+version=(partitions.version + %s), status=%s,
+       owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s
    AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_2)s AND items.gate >= %(at_gate)s))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_3)s AND items.gate = %(at_gate)s));
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %s AND flow_controls.name = %s OR flow_controls.scope = %s AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate >= %s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate = %s));
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1106,30 +1104,34 @@ INSERT INTO partitions (id, version, gate, status, owner, until, created_at, upd
 VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), %s, %s);
 
 -- name: partition_create_batches (4)
-SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+INSERT INTO partition_timelines (partition_id)
+VALUES (%s);
 
 -- name: partition_create_batches (5)
+SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+
+-- name: partition_create_batches (6)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
 VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 
--- name: partition_create_batches (6)
+-- name: partition_create_batches (7)
 UPDATE flow_controls
    SET next_start=(CASE WHEN (flow_controls.next_start > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN flow_controls.next_start ELSE COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) END + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND),
 version=(flow_controls.version + %s), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
  WHERE flow_controls.scope = %s
    AND flow_controls.name = %s;
 
--- name: partition_create_batches (7)
+-- name: partition_create_batches (8)
 SELECT flow_controls.next_start
   FROM flow_controls
  WHERE flow_controls.scope = %s
    AND flow_controls.name = %s;
 
--- name: partition_create_batches (8)
+-- name: partition_create_batches (9)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
 VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s);
 
--- name: partition_create_batches (9)
+-- name: partition_create_batches (10)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
 VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s);
 
@@ -1165,10 +1167,15 @@ DELETE
 
 -- name: partition_delete_batch (5)
 DELETE
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = %s;
+
+-- name: partition_delete_batch (6)
+DELETE
   FROM partitions
  WHERE partitions.id = %s;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (7)
 UPDATE partitions
    SET
 version=(partitions.version + %s), status=%s
@@ -1420,24 +1427,30 @@ SELECT partitions.id,
  WHERE partitions.id IN (%s, ...);
 
 -- name: partition_timeline
-SELECT partitions.timeline
+SELECT partition_timelines.timeline
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id = %s;
 
 -- name: partition_transition (1)
 UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s), status=%(status)s,
-       owner=%(owner)s,
-       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       timeline=%(timeline)s
- WHERE partitions.id = %(pid)s
-   AND partitions.version = %(seen)s
-   AND partitions.owner = %(holder)s
-   AND partitions.status = %(status_1)s;
+version=(partitions.version + %s), status=%s,
+       owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s;
 
 -- name: partition_transition (2)
+UPDATE partition_timelines
+   SET timeline=%s
+ WHERE partition_timelines.partition_id = %s;
+
+-- name: partition_transition (3)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s), gate=%(new_gate)s
@@ -1446,7 +1459,25 @@ version=(partitions.version + %(version_1)s), gate=%(new_gate)s
    AND partitions.owner = %(holder)s
    AND partitions.status = %(status_1)s;
 
--- name: partition_transition (3)
+-- name: partition_transition (4)
+UPDATE partitions
+   SET
+version=(partitions.version + %s)
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s;
+
+-- name: partition_transition (5)
+SELECT partition_timelines.partition_id
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = %s;
+
+-- name: partition_transition (6)
+INSERT INTO partition_timelines (partition_id, timeline)
+VALUES (%s, %s);
+
+-- name: partition_transition (7)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s), gate=%(new_gate)s,
@@ -2026,24 +2057,28 @@ INSERT INTO partitions (id, version, gate, status, owner, until, created_at, upd
 VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: schedule_tick (7)
-SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+INSERT INTO partition_timelines (partition_id)
+VALUES (%s);
 
 -- name: schedule_tick (8)
+SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+
+-- name: schedule_tick (9)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
 VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 
--- name: schedule_tick (9)
+-- name: schedule_tick (10)
 UPDATE schedules
    SET last_partition=%s
  WHERE schedules.name = %s;
 
--- name: schedule_tick (10)
+-- name: schedule_tick (11)
 SELECT partitions.id
   FROM partitions
  WHERE partitions.id = %s
    AND partitions.status = %s;
 
--- name: schedule_tick (11)
+-- name: schedule_tick (12)
 UPDATE schedules
    SET
 version=(schedules.version + %s), next_at=%s,
@@ -2129,15 +2164,17 @@ SELECT partitions.id
 
 -- name: timelines_hand_over (2)
 SELECT partitions.id,
-       partitions.timeline,
+       partition_timelines.partition_id,
+       partition_timelines.timeline,
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id IN (%s, ...);
 
 -- name: timelines_hand_over (3)
-UPDATE partitions
-   SET timeline=%s
- WHERE partitions.id = %s;
+INSERT INTO partition_timelines (partition_id, timeline)
+VALUES (%s, %s);
 
 -- name: wait_complete (1)
 SELECT waits.token,

@@ -855,10 +855,12 @@ SELECT TOP 10 partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = %(status_n)s
    AND partitions.owner = %(holder)s
    AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
@@ -876,10 +878,12 @@ SELECT TOP 10 partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = %(status_n)s
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
    AND partitions.paused_at IS NULL
@@ -898,10 +902,12 @@ SELECT TOP 50 partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = %(status_n)s
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
    AND partitions.paused_at IS NULL
@@ -920,10 +926,12 @@ SELECT TOP 20 partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = %(status_n)s
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
    AND partitions.paused_at IS NULL
@@ -942,10 +950,12 @@ SELECT TOP 100 partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = %(status_n)s
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
    AND partitions.paused_at IS NULL
@@ -993,23 +1003,18 @@ version=(partitions.version + %(version_n)s), until=DATEADD(microsecond, CAST(((
 
 -- name: leases_renew (3)
 SELECT partitions.id,
-       partitions.timeline,
+       partition_timelines.partition_id,
+       partition_timelines.timeline,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: leases_renew (4)
-UPDATE partitions
-   SET
-version=(partitions.version + %(version_n)s), until=DATEADD(microsecond, CAST(((%(duration)s) - FLOOR(%(duration)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(duration)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       timeline=CASE WHEN (partitions.id = %(pid0)s) THEN coalesce(%(tl0)s, partitions.timeline)
-            WHEN (partitions.id = %(pid1)s) THEN coalesce(%(tl1)s, partitions.timeline)
-            ELSE partitions.timeline
-             END
- WHERE (partitions.id = %(pid0)s AND partitions.version = %(seen0)s OR partitions.id = %(pid1)s AND partitions.version = %(seen1)s)
-   AND partitions.owner = %(holder)s
-   AND partitions.status = %(status_n)s;
+UPDATE partition_timelines
+   SET timeline=%(tl_text)s
+ WHERE partition_timelines.partition_id = %(tl_pid)s;
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -1090,8 +1095,7 @@ UPDATE partitions
 version=(partitions.version + %(version_n)s), status=%(status)s,
        owner=%(owner)s,
        until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       timeline=%(timeline)s
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
  WHERE partitions.id = %(pid)s
    AND partitions.version = %(seen)s
    AND partitions.owner = %(holder)s
@@ -1108,8 +1112,7 @@ UPDATE partitions
 version=(partitions.version + %(version_n)s), status=%(status)s,
        owner=%(owner)s,
        until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       timeline=%(timeline)s
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
  WHERE partitions.id = %(pid)s
    AND partitions.version = %(seen)s
    AND partitions.owner = %(holder)s
@@ -1138,30 +1141,34 @@ INSERT INTO partitions (id, version, gate, status, owner, until, created_at, upd
 VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), %(flow_key)s, %(quorum)s);
 
 -- name: partition_create_batches (4)
-SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+INSERT INTO partition_timelines (partition_id)
+VALUES (%(partition_id)s);
 
 -- name: partition_create_batches (5)
+SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+
+-- name: partition_create_batches (6)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
 VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
 
--- name: partition_create_batches (6)
+-- name: partition_create_batches (7)
 UPDATE flow_controls
    SET next_start=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), CASE WHEN (flow_controls.next_start > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN flow_controls.next_start ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) END)),
 version=(flow_controls.version + %(version_n)s), updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
  WHERE flow_controls.scope = %(scope_n)s
    AND flow_controls.name = %(name_n)s;
 
--- name: partition_create_batches (7)
+-- name: partition_create_batches (8)
 SELECT flow_controls.next_start
   FROM flow_controls
  WHERE flow_controls.scope = %(scope_n)s
    AND flow_controls.name = %(name_n)s;
 
--- name: partition_create_batches (8)
+-- name: partition_create_batches (9)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
 VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s);
 
--- name: partition_create_batches (9)
+-- name: partition_create_batches (10)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
 VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, %(until)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s);
 
@@ -1196,17 +1203,22 @@ DELETE
 
 -- name: partition_delete_batch (5)
 DELETE
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = %(partition_id_n)s;
+
+-- name: partition_delete_batch (6)
+DELETE
   FROM partitions
  WHERE partitions.id = %(id_n)s;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (7)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), status=%(status)s
  WHERE partitions.id = %(id_n)s
    AND (partitions.status = %(status_n)s OR partitions.status IN (%(status_2_n)s, ...) AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))));
 
--- name: partition_delete_batch (7)
+-- name: partition_delete_batch (8)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -1458,8 +1470,10 @@ SELECT partitions.id,
  WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: partition_timeline
-SELECT partitions.timeline
+SELECT partition_timelines.timeline
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id = %(id_n)s;
 
 -- name: partition_transition (1)
@@ -1468,14 +1482,18 @@ UPDATE partitions
 version=(partitions.version + %(version_n)s), status=%(status)s,
        owner=%(owner)s,
        until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
-       timeline=%(timeline)s
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
  WHERE partitions.id = %(pid)s
    AND partitions.version = %(seen)s
    AND partitions.owner = %(holder)s
    AND partitions.status = %(status_n)s;
 
 -- name: partition_transition (2)
+UPDATE partition_timelines
+   SET timeline=%(tl_text)s
+ WHERE partition_timelines.partition_id = %(tl_pid)s;
+
+-- name: partition_transition (3)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), gate=%(new_gate)s
@@ -1484,7 +1502,25 @@ version=(partitions.version + %(version_n)s), gate=%(new_gate)s
    AND partitions.owner = %(holder)s
    AND partitions.status = %(status_n)s;
 
--- name: partition_transition (3)
+-- name: partition_transition (4)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s)
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_n)s;
+
+-- name: partition_transition (5)
+SELECT partition_timelines.partition_id
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = %(partition_id_n)s;
+
+-- name: partition_transition (6)
+INSERT INTO partition_timelines (partition_id, timeline)
+VALUES (%(tl_pid)s, %(tl_text)s);
+
+-- name: partition_transition (7)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), gate=%(new_gate)s,
@@ -2045,24 +2081,28 @@ INSERT INTO partitions (id, version, gate, status, owner, until, created_at, upd
 VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s);
 
 -- name: schedule_tick (7)
-SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+INSERT INTO partition_timelines (partition_id)
+VALUES (%(partition_id)s);
 
 -- name: schedule_tick (8)
+SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+
+-- name: schedule_tick (9)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
 VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
 
--- name: schedule_tick (9)
+-- name: schedule_tick (10)
 UPDATE schedules
    SET last_partition=%(last_partition)s
  WHERE schedules.name = %(name_n)s;
 
--- name: schedule_tick (10)
+-- name: schedule_tick (11)
 SELECT partitions.id
   FROM partitions
  WHERE partitions.id = %(id_n)s
    AND partitions.status = %(status_n)s;
 
--- name: schedule_tick (11)
+-- name: schedule_tick (12)
 UPDATE schedules
    SET
 version=(schedules.version + %(version_n)s), next_at=%(next_at)s,
@@ -2144,15 +2184,17 @@ SELECT partitions.id
 
 -- name: timelines_hand_over (2)
 SELECT partitions.id,
-       partitions.timeline,
+       partition_timelines.partition_id,
+       partition_timelines.timeline,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id IN (%(id_1_n)s, ...);
 
 -- name: timelines_hand_over (3)
-UPDATE partitions
-   SET timeline=%(handed_timeline)s
- WHERE partitions.id = %(handed_id)s;
+INSERT INTO partition_timelines (partition_id, timeline)
+VALUES (%(tl_pid)s, %(tl_text)s);
 
 -- name: wait_complete (1)
 SELECT waits.token,

@@ -909,10 +909,12 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
@@ -931,10 +933,12 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
    AND partitions.paused_at IS NULL
@@ -955,10 +959,7 @@ WITH free AS (
    SET
 version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
        until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       timeline=CASE WHEN (partitions.id = %(pid0)s::VARCHAR AND partitions.timeline IS NOT DISTINCT FROM %(was0)s::VARCHAR) THEN coalesce(%(tl0)s::VARCHAR, partitions.timeline)
-            ELSE partitions.timeline
-             END
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
  WHERE partitions.id IN (%(pid0)s, ...)
    AND partitions.id IN (
         SELECT free.id
@@ -968,10 +969,9 @@ version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
    AND partitions.status = %(status_2)s::VARCHAR RETURNING partitions.id,
        partitions.version,
        partitions.gate,
-       partitions.timeline,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
--- name: leases_renew
+-- name: leases_renew (1)
 WITH free AS (
         SELECT locked.id AS id
           FROM partitions AS locked
@@ -981,11 +981,7 @@ WITH free AS (
            FOR UPDATE SKIP LOCKED
        ) UPDATE partitions
    SET
-version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       timeline=CASE WHEN (partitions.id = %(pid0)s::VARCHAR AND partitions.timeline IS NOT DISTINCT FROM %(was0)s::VARCHAR) THEN coalesce(%(tl0)s::VARCHAR, partitions.timeline)
-            WHEN (partitions.id = %(pid1)s::VARCHAR AND partitions.timeline IS NOT DISTINCT FROM %(was1)s::VARCHAR) THEN coalesce(%(tl1)s::VARCHAR, partitions.timeline)
-            ELSE partitions.timeline
-             END
+version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(duration)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
  WHERE partitions.id IN (%(pid0)s, ...)
    AND partitions.id IN (
         SELECT free.id
@@ -995,8 +991,25 @@ version=(partitions.version + %(version_1)s::INTEGER), until=(COALESCE(%(clock_n
    AND partitions.status = %(status_2)s::VARCHAR RETURNING partitions.id,
        partitions.version,
        partitions.gate,
-       partitions.timeline,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+
+-- name: leases_renew (2)
+UPDATE partition_timelines
+   SET timeline=CASE partition_timelines.partition_id
+            WHEN %(pid0)s::VARCHAR           THEN %(tl0)s::VARCHAR
+            ELSE partition_timelines.timeline
+             END
+ WHERE partition_timelines.partition_id IN (%(pid0)s::VARCHAR, ...)
+   AND partition_timelines.timeline IS NOT DISTINCT
+  FROM CASE partition_timelines.partition_id
+            WHEN %(pid0)s::VARCHAR           THEN %(was0)s::VARCHAR
+             END RETURNING partition_timelines.partition_id;
+
+-- name: leases_renew (3)
+SELECT partition_timelines.partition_id,
+       partition_timelines.timeline
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...);
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -1071,39 +1084,26 @@ version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
        );
 
 -- name: partition_close_when_done (1)
-UPDATE partitions
-   SET
-version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
-       owner=%(owner)s::VARCHAR,
-       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       timeline=%(timeline)s::VARCHAR
- WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.version = %(seen)s::INTEGER
-   AND partitions.owner = %(holder)s::VARCHAR
-   AND partitions.status = %(status_1)s::VARCHAR
-   AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_4)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER));
+WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s::INTEGER), status=%(param_1)s::VARCHAR, owner=%(param_2)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) WHERE partitions.id = %(pid)s::VARCHAR AND partitions.version = %(seen)s::INTEGER AND partitions.owner = %(holder)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.paused_at IS NULL AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key))) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER)) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER)) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_4)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER)) RETURNING partitions.id),
+       written AS (UPDATE partition_timelines SET timeline=%(tl_text)s::VARCHAR WHERE partition_timelines.partition_id IN (SELECT moved.id FROM moved) RETURNING partition_timelines.partition_id) SELECT (
+        SELECT count(*) AS count_1
+          FROM moved
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM written
+       ) AS anon_2;
 
 -- name: partition_close_when_done (2)
-UPDATE partitions
-   SET
-version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
-       owner=%(owner)s::VARCHAR,
-       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       timeline=%(timeline)s::VARCHAR
- WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.version = %(seen)s::INTEGER
-   AND partitions.owner = %(holder)s::VARCHAR
-   AND partitions.status = %(status_1)s::VARCHAR
-   AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER));
+WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s::INTEGER), status=%(param_1)s::VARCHAR, owner=%(param_2)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) WHERE partitions.id = %(pid)s::VARCHAR AND partitions.version = %(seen)s::INTEGER AND partitions.owner = %(holder)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.paused_at IS NULL AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key))) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER)) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER)) RETURNING partitions.id),
+       written AS (UPDATE partition_timelines SET timeline=%(tl_text)s::VARCHAR WHERE partition_timelines.partition_id IN (SELECT moved.id FROM moved) RETURNING partition_timelines.partition_id) SELECT (
+        SELECT count(*) AS count_1
+          FROM moved
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM written
+       ) AS anon_2;
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1124,33 +1124,37 @@ INSERT INTO partitions (id, version, gate, status, owner, until, created_at, upd
 VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR);
 
 -- name: partition_create_batches (4)
-SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+INSERT INTO partition_timelines (partition_id)
+VALUES (%(partition_id)s::VARCHAR);
 
 -- name: partition_create_batches (5)
+SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+
+-- name: partition_create_batches (6)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
 VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR);
 
--- name: partition_create_batches (6)
+-- name: partition_create_batches (7)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
--- name: partition_create_batches (7)
+-- name: partition_create_batches (8)
 UPDATE flow_controls
    SET next_start=(CASE WHEN (flow_controls.next_start > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN flow_controls.next_start ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) END + make_interval(secs => %(param_1)s)),
 version=(flow_controls.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
  WHERE flow_controls.scope = %(scope_1)s::VARCHAR
    AND flow_controls.name = %(name_1)s::VARCHAR;
 
--- name: partition_create_batches (8)
+-- name: partition_create_batches (9)
 SELECT flow_controls.next_start
   FROM flow_controls
  WHERE flow_controls.scope = %(scope_1)s::VARCHAR
    AND flow_controls.name = %(name_1)s::VARCHAR;
 
--- name: partition_create_batches (9)
+-- name: partition_create_batches (10)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
 VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR);
 
--- name: partition_create_batches (10)
+-- name: partition_create_batches (11)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
 VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, %(until)s::TIMESTAMP WITHOUT TIME ZONE, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR);
 
@@ -1186,10 +1190,15 @@ DELETE
 
 -- name: partition_delete_batch (5)
 DELETE
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = %(partition_id_1)s::VARCHAR;
+
+-- name: partition_delete_batch (6)
+DELETE
   FROM partitions
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (7)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR
@@ -1451,22 +1460,22 @@ SELECT partitions.id,
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: partition_timeline
-SELECT partitions.timeline
+SELECT partition_timelines.timeline
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_transition (1)
-UPDATE partitions
-   SET
-version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
-       owner=%(owner)s::VARCHAR,
-       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
-       timeline=%(timeline)s::VARCHAR
- WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.version = %(seen)s::INTEGER
-   AND partitions.owner = %(holder)s::VARCHAR
-   AND partitions.status = %(status_1)s::VARCHAR;
+WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s::INTEGER), status=%(param_1)s::VARCHAR, owner=%(param_2)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) WHERE partitions.id = %(pid)s::VARCHAR AND partitions.version = %(seen)s::INTEGER AND partitions.owner = %(holder)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR RETURNING partitions.id),
+       written AS (UPDATE partition_timelines SET timeline=%(tl_text)s::VARCHAR WHERE partition_timelines.partition_id IN (SELECT moved.id FROM moved) RETURNING partition_timelines.partition_id) SELECT (
+        SELECT count(*) AS count_1
+          FROM moved
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM written
+       ) AS anon_2;
 
 -- name: partition_transition (2)
 UPDATE partitions
@@ -1478,6 +1487,37 @@ version=(partitions.version + %(version_1)s::INTEGER), gate=%(new_gate)s::INTEGE
    AND partitions.status = %(status_1)s::VARCHAR;
 
 -- name: partition_transition (3)
+WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s::INTEGER) WHERE partitions.id = %(pid)s::VARCHAR AND partitions.version = %(seen)s::INTEGER AND partitions.owner = %(holder)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR RETURNING partitions.id),
+       written AS (UPDATE partition_timelines SET timeline=%(tl_text)s::VARCHAR WHERE partition_timelines.partition_id IN (SELECT moved.id FROM moved) RETURNING partition_timelines.partition_id) SELECT (
+        SELECT count(*) AS count_1
+          FROM moved
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM written
+       ) AS anon_2;
+
+-- name: partition_transition (4)
+UPDATE partition_timelines
+   SET timeline=%(tl_text)s::VARCHAR
+ WHERE partition_timelines.partition_id = %(tl_pid)s::VARCHAR;
+
+-- name: partition_transition (5)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   FOR UPDATE;
+
+-- name: partition_transition (6)
+SELECT partition_timelines.partition_id
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = %(partition_id_1)s::VARCHAR;
+
+-- name: partition_transition (7)
+INSERT INTO partition_timelines (partition_id, timeline)
+VALUES (%(tl_pid)s::VARCHAR, %(tl_text)s::VARCHAR);
+
+-- name: partition_transition (8)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), gate=%(new_gate)s::INTEGER,
@@ -2052,27 +2092,31 @@ INSERT INTO partitions (id, version, gate, status, owner, until, created_at, upd
 VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR);
 
 -- name: schedule_tick (7)
-SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+INSERT INTO partition_timelines (partition_id)
+VALUES (%(partition_id)s::VARCHAR);
 
 -- name: schedule_tick (8)
+SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+
+-- name: schedule_tick (9)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
 VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR);
 
--- name: schedule_tick (9)
+-- name: schedule_tick (10)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
--- name: schedule_tick (10)
+-- name: schedule_tick (11)
 UPDATE schedules
    SET last_partition=%(last_partition)s::VARCHAR
  WHERE schedules.name = %(name_1)s::VARCHAR;
 
--- name: schedule_tick (11)
+-- name: schedule_tick (12)
 SELECT partitions.id
   FROM partitions
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
 
--- name: schedule_tick (12)
+-- name: schedule_tick (13)
 UPDATE schedules
    SET
 version=(schedules.version + %(version_1)s::INTEGER), next_at=%(next_at)s::TIMESTAMP WITHOUT TIME
@@ -2159,15 +2203,17 @@ SELECT partitions.id
 
 -- name: timelines_hand_over (2)
 SELECT partitions.id,
-       partitions.timeline,
+       partition_timelines.partition_id,
+       partition_timelines.timeline,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: timelines_hand_over (3)
-UPDATE partitions
-   SET timeline=%(handed_timeline)s::VARCHAR
- WHERE partitions.id = %(handed_id)s::VARCHAR;
+INSERT INTO partition_timelines (partition_id, timeline)
+VALUES (%(tl_pid)s::VARCHAR, %(tl_text)s::VARCHAR);
 
 -- name: wait_complete (1)
 SELECT waits.token,

@@ -911,10 +911,12 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = :status_1
    AND partitions.owner = :holder
    AND partitions.until > COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
@@ -934,10 +936,12 @@ SELECT partitions.id,
        partitions.priority,
        partitions.flow_key,
        partitions.rank_at,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.quorum,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.status = :status_1
    AND +partitions.until <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
    AND partitions.paused_at IS NULL
@@ -958,10 +962,7 @@ WITH free AS (
    SET
 version=(partitions.version + :version_1), owner=:owner,
        until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       timeline=CASE WHEN (partitions.id = :pid0 AND partitions.timeline IS :was0) THEN coalesce(:tl0, partitions.timeline)
-            ELSE partitions.timeline
-             END
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE partitions.id IN (:pid0, ...)
    AND partitions.id IN (
         SELECT free.id
@@ -971,10 +972,9 @@ version=(partitions.version + :version_1), owner=:owner,
    AND partitions.status = :status_2 RETURNING id,
 version,
        gate,
-       timeline,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
--- name: leases_renew
+-- name: leases_renew (1)
 WITH free AS (
         SELECT locked.id AS id
           FROM partitions AS locked
@@ -983,11 +983,7 @@ WITH free AS (
            AND locked.status = :status_1
        ) UPDATE partitions
    SET
-version=(partitions.version + :version_1), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :duration)) || '000'), updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       timeline=CASE WHEN (partitions.id = :pid0 AND partitions.timeline IS :was0) THEN coalesce(:tl0, partitions.timeline)
-            WHEN (partitions.id = :pid1 AND partitions.timeline IS :was1) THEN coalesce(:tl1, partitions.timeline)
-            ELSE partitions.timeline
-             END
+version=(partitions.version + :version_1), until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :duration)) || '000'), updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE partitions.id IN (:pid0, ...)
    AND partitions.id IN (
         SELECT free.id
@@ -997,8 +993,24 @@ version=(partitions.version + :version_1), until=(strftime('%Y-%m-%d %H:%M:%f', 
    AND partitions.status = :status_2 RETURNING id,
 version,
        gate,
-       timeline,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: leases_renew (2)
+UPDATE partition_timelines
+   SET timeline=CASE partition_timelines.partition_id
+            WHEN :pid0                       THEN :tl0
+            ELSE partition_timelines.timeline
+             END
+ WHERE partition_timelines.partition_id IN (:pid0, ...)
+   AND partition_timelines.timeline IS CASE partition_timelines.partition_id
+            WHEN :pid0                       THEN :was0
+             END RETURNING partition_id;
+
+-- name: leases_renew (3)
+SELECT partition_timelines.partition_id,
+       partition_timelines.timeline
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id IN (?, ...);
 
 -- name: leases_stopped
 SELECT partitions.id
@@ -1073,37 +1085,35 @@ version=(items.version + ?), status=?,
 -- name: partition_close_when_done (1)
 UPDATE partitions
    SET
-version=(partitions.version + :version_1), status=:status,
-       owner=:owner,
-       until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       timeline=:timeline
- WHERE partitions.id = :pid
-   AND partitions.version = :seen
-   AND partitions.owner = :holder
-   AND partitions.status = :status_1
+version=(partitions.version + ?), status=?,
+       owner=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?
    AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_2 AND items.gate >= :at_gate))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_3 AND items.gate = :at_gate))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_4 AND items.gate = :at_gate));
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = ? AND flow_controls.name = ? OR flow_controls.scope = ? AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ? AND items.gate >= ?))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ? AND items.gate = ?))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ? AND items.gate = ?));
 
 -- name: partition_close_when_done (2)
 UPDATE partitions
    SET
-version=(partitions.version + :version_1), status=:status,
-       owner=:owner,
-       until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       timeline=:timeline
- WHERE partitions.id = :pid
-   AND partitions.version = :seen
-   AND partitions.owner = :holder
-   AND partitions.status = :status_1
+version=(partitions.version + ?), status=?,
+       owner=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?
    AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_2 AND items.gate >= :at_gate))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_3 AND items.gate = :at_gate));
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = ? AND flow_controls.name = ? OR flow_controls.scope = ? AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ? AND items.gate >= ?))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ? AND items.gate = ?));
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1124,30 +1134,34 @@ INSERT INTO partitions (id, version, gate, status, owner, until, created_at, upd
 VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), ?, ?);
 
 -- name: partition_create_batches (4)
-SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+INSERT INTO partition_timelines (partition_id)
+VALUES (?);
 
 -- name: partition_create_batches (5)
+SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: partition_create_batches (6)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
--- name: partition_create_batches (6)
+-- name: partition_create_batches (7)
 UPDATE flow_controls
    SET next_start=(strftime('%Y-%m-%d %H:%M:%f', CASE WHEN (flow_controls.next_start > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN flow_controls.next_start ELSE COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) END, printf('%+.3f seconds', ?)) || '000'),
 version=(flow_controls.version + ?), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
  WHERE flow_controls.scope = ?
    AND flow_controls.name = ?;
 
--- name: partition_create_batches (7)
+-- name: partition_create_batches (8)
 SELECT flow_controls.next_start
   FROM flow_controls
  WHERE flow_controls.scope = ?
    AND flow_controls.name = ?;
 
--- name: partition_create_batches (8)
+-- name: partition_create_batches (9)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
 VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?);
 
--- name: partition_create_batches (9)
+-- name: partition_create_batches (10)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
 VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?);
 
@@ -1184,10 +1198,15 @@ DELETE
 
 -- name: partition_delete_batch (5)
 DELETE
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = ?;
+
+-- name: partition_delete_batch (6)
+DELETE
   FROM partitions
  WHERE partitions.id = ?;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (7)
 UPDATE partitions
    SET
 version=(partitions.version + ?), status=?
@@ -1442,24 +1461,30 @@ SELECT partitions.id,
  WHERE partitions.id IN (?, ...);
 
 -- name: partition_timeline
-SELECT partitions.timeline
+SELECT partition_timelines.timeline
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id = ?;
 
 -- name: partition_transition (1)
 UPDATE partitions
    SET
-version=(partitions.version + :version_1), status=:status,
-       owner=:owner,
-       until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       timeline=:timeline
- WHERE partitions.id = :pid
-   AND partitions.version = :seen
-   AND partitions.owner = :holder
-   AND partitions.status = :status_1;
+version=(partitions.version + ?), status=?,
+       owner=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?;
 
 -- name: partition_transition (2)
+UPDATE partition_timelines
+   SET timeline=?
+ WHERE partition_timelines.partition_id = ?;
+
+-- name: partition_transition (3)
 UPDATE partitions
    SET
 version=(partitions.version + :version_1), gate=:new_gate
@@ -1468,7 +1493,25 @@ version=(partitions.version + :version_1), gate=:new_gate
    AND partitions.owner = :holder
    AND partitions.status = :status_1;
 
--- name: partition_transition (3)
+-- name: partition_transition (4)
+UPDATE partitions
+   SET
+version=(partitions.version + ?)
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?;
+
+-- name: partition_transition (5)
+SELECT partition_timelines.partition_id
+  FROM partition_timelines
+ WHERE partition_timelines.partition_id = ?;
+
+-- name: partition_transition (6)
+INSERT INTO partition_timelines (partition_id, timeline)
+VALUES (?, ?);
+
+-- name: partition_transition (7)
 UPDATE partitions
    SET
 version=(partitions.version + :version_1), gate=:new_gate,
@@ -2067,24 +2110,28 @@ INSERT INTO partitions (id, version, gate, status, owner, until, created_at, upd
 VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: schedule_tick (7)
-SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+INSERT INTO partition_timelines (partition_id)
+VALUES (?);
 
 -- name: schedule_tick (8)
+SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: schedule_tick (9)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
--- name: schedule_tick (9)
+-- name: schedule_tick (10)
 UPDATE schedules
    SET last_partition=?
  WHERE schedules.name = ?;
 
--- name: schedule_tick (10)
+-- name: schedule_tick (11)
 SELECT partitions.id
   FROM partitions
  WHERE partitions.id = ?
    AND partitions.status = ?;
 
--- name: schedule_tick (11)
+-- name: schedule_tick (12)
 UPDATE schedules
    SET
 version=(schedules.version + ?), next_at=?,
@@ -2172,15 +2219,17 @@ SELECT partitions.id
 
 -- name: timelines_hand_over (2)
 SELECT partitions.id,
-       partitions.timeline,
+       partition_timelines.partition_id,
+       partition_timelines.timeline,
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id IN (?, ...);
 
 -- name: timelines_hand_over (3)
-UPDATE partitions
-   SET timeline=?
- WHERE partitions.id = ?;
+INSERT INTO partition_timelines (partition_id, timeline)
+VALUES (?, ?);
 
 -- name: wait_complete (1)
 SELECT waits.token,

@@ -201,3 +201,36 @@ async def test_sqlite_file_in_rollback_mode_switches_to_wal_once_a_writer_commit
         assert check.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     finally:
         check.close()
+
+
+def test_timelines_move_to_their_own_table_and_back(db_url) -> None:
+    """Revision 0013 copies every partition's timeline into ``partition_timelines``
+    (a row for each partition, NULL where it had none); its downgrade copies them back."""
+    prefix = f"tl{uuid.uuid4().hex[:8]}_"
+    upgrade(db_url, prefix, "0012_schedules")
+    engine = create_engine(parse_database_url(db_url).sync_url)
+    try:
+        with engine.begin() as conn:
+            for pid, timeline in (("a", '{"v":1}'), ("b", None)):
+                conn.exec_driver_sql(
+                    f"INSERT INTO {prefix}partitions (id, version, gate, status, owner, until, "
+                    "created_at, updated_at, timeline) VALUES "
+                    f"('{pid}', 1, 0, 'complete', '', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, "
+                    f"CURRENT_TIMESTAMP, {'NULL' if timeline is None else repr(timeline)})")
+        upgrade(db_url, prefix)
+        with engine.begin() as conn:
+            rows = conn.exec_driver_sql(
+                f"SELECT partition_id, timeline FROM {prefix}partition_timelines "
+                "ORDER BY partition_id").all()
+            assert [tuple(row) for row in rows] == [("a", '{"v":1}'), ("b", None)]
+            conn.exec_driver_sql(f"UPDATE {prefix}partition_timelines SET timeline = "
+                                 "'{\"v\":2}' WHERE partition_id = 'b'")
+        downgrade(db_url, prefix, "0012_schedules")
+        with engine.begin() as conn:
+            rows = conn.exec_driver_sql(
+                f"SELECT id, timeline FROM {prefix}partitions ORDER BY id").all()
+        assert [tuple(row) for row in rows] == [("a", '{"v":1}'), ("b", '{"v":2}')]
+        assert f"{prefix}partition_timelines" not in _tables(db_url)
+    finally:
+        engine.dispose()
+        downgrade(db_url, prefix)

@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import unquote
 
+from sqlalchemy import delete
+
 from processor import AsyncClient, NewItem
 from processor.http.config import HttpProcessorConfig
 from processor.http.processor import HttpProcessor
@@ -160,3 +162,23 @@ async def test_items_a_victim_did_before_a_steal_reach_the_timeline_at_its_next_
 async def _complete(client: AsyncClient, items: int) -> bool:
     info = await client.partition("job")
     return info.counts.get("complete", 0) >= items
+
+
+async def test_a_partition_without_a_timeline_row_gets_one_at_its_first_move(
+        db_url, table_prefix, make_store) -> None:
+    """A partition an older processor created during the upgrade has no row in
+    ``partition_timelines``: its lease reads no timeline, and the holder's first move
+    writes the row, with the move."""
+    store = make_store()
+    await store.partition_create("old", [NewItem("a", b"")])
+    t = store.tables.timelines
+    async with store.engine.begin() as conn:
+        await conn.execute(delete(t).where(t.c.partition_id == "old"))
+    [row] = await store.leases_read_free(10)
+    assert (row.id, row.timeline, row.timeline_read) == ("old", None, True)
+    [won] = await store.leases_take([row], "w", 30)
+    assert await store.partition_timeline("old") == (True, None)
+    text = '{"v":1,"gates":[],"minutes":[]}'
+    assert await store.partition_transition("old", won.version, "w", gate=1,
+                                            timeline=text) == won.version + 1
+    assert await store.partition_timeline("old") == (True, text)

@@ -43,6 +43,8 @@ class Asked:
 
     stopped: list[tuple[str, float]] = field(default_factory=list)
     renewals: list[dict[str, int]] = field(default_factory=list)
+    # The progress each renewal carried into the timelines, by partition.
+    renewal_progress: list[dict[str, Progress]] = field(default_factory=list)
     takes: list[list[LeaseRow]] = field(default_factory=list)
     batches: list[int] = field(default_factory=list)
     apply_calls: int = 0
@@ -111,6 +113,7 @@ class FakeStore(Store):
             UnscriptedCall: no renewal was scripted.
         """
         self.asked.renewals.append(dict(leases))
+        self.asked.renewal_progress.append(dict(progress or {}))
         if self.renewal is None:
             self._unscripted("leases_renew")
         return self.renewal

@@ -7,6 +7,7 @@ import inspect
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import delete
 
 from watcher.errors import (
     GateError,
@@ -114,7 +115,15 @@ async def drive_every_method(store: Store) -> None:
     assert await store.items_apply([ItemWrite("p7", "g", 1, "complete", 0, 0)], "w3") == [True]
     await store.partition_set_gate("p7", 2)
     # w1 lost p7 to w3 with two items of gate 2 done: it hands them over.
+    # p7 as an older processor created it during an upgrade: no timeline row yet. The
+    # hand-over inserts it; a holder's write inserts it too, where it is missing again.
+    await _drop_timeline_row(store, "p7")
     assert await store.timelines_hand_over({"p7": Progress(2, 2, 1.0), "p4": Progress(0, 0)}) == 1
+    await _drop_timeline_row(store, "p7")
+    state = await store.partition_state("p7")
+    assert state is not None
+    assert await store.partition_transition("p7", state.version, "w3", timeline="{}") is not None
+    assert await store.partition_timeline("p7") == (True, "{}")
     with pytest.raises(GateError, match="only moves forward"):
         await store.partition_set_gate("p7", 0)
     await _drive_reduce_methods(store)
@@ -191,6 +200,13 @@ async def _drive_schedules(store: Store) -> None:
     assert await store.schedule_pause("s1", True) is True
     assert await store.schedule_pause("s1", False) is True
     await store.schedule_delete("s1")
+
+
+async def _drop_timeline_row(store: Store, partition_id: str) -> None:
+    """Delete a partition's timeline row, as if an older processor had created it."""
+    t = store.tables.timelines
+    async with store.engine.begin() as conn:
+        await conn.execute(delete(t).where(t.c.partition_id == partition_id))
 
 
 async def _drive_waits(store: Store) -> None:

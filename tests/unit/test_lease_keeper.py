@@ -92,6 +92,26 @@ async def test_a_lost_lease_hands_over_its_unwritten_items_until_the_write_succe
     assert await keeper.hand_over_lost() == 0 and len(store.asked.hand_overs) == 2
 
 
+async def test_a_renewal_carries_items_done_once_the_first_is_half_a_lease_old() -> None:
+    """A busy partition's timeline row is written every other renewal or so, not at
+    each: items done wait until the first is half a lease old (the keeper's lease is
+    9 s here); a timeline not read yet is asked for at once."""
+    fresh, due, unread = Lease("fresh", 1, 0), Lease("due", 1, 0), Lease("unread", 1, 0)
+    now = time.monotonic()
+    for lease in (fresh, due):
+        lease.timeline_known = True
+    fresh.done.add(3, now - 1)
+    due.done.add(2, now - 5)
+    store = FakeStore(renewal=LeaseRenewal({"fresh": (2, None), "due": (2, None),
+                                            "unread": (2, None)}))
+    keeper, _ = _keeper(store, fresh, due, unread)
+    await keeper.renew()
+    [progress] = store.asked.renewal_progress
+    assert progress.keys() == {"due", "unread"}
+    assert (progress["due"].items, progress["unread"].items) == (2, 0)
+    assert fresh.done.items == 3, "still counted, for a later renewal or the next move"
+
+
 def test_a_partition_lost_twice_hands_over_both_counts_at_the_later_gate() -> None:
     earlier, later = Lease("p", 1, 0), Lease("p", 5, 1)
     now = time.monotonic()

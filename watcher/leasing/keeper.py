@@ -245,7 +245,7 @@ class LeaseKeeper:
         busy: list[Lease] = []
         lost: list[str] = []
         async with locked(leases):
-            progress = progress_of(leases, time.monotonic())
+            progress = progress_of(leases, time.monotonic(), after=self.config.timeline_write_after)
             renewal = await self.store.leases_renew(
                 {lease.partition_id: lease.version for lease in leases}, self.owner,
                 self.config.lease_duration, progress, known_timelines(leases))

@@ -151,12 +151,18 @@ async def locked(leases: Iterable[Lease]) -> AsyncIterator[None]:
             lock.release()
 
 
-def progress_of(leases: Iterable[Lease], now: float) -> dict[str, Progress]:
+def progress_of(leases: Iterable[Lease], now: float, *,
+                after: float = 0.0) -> dict[str, Progress]:
     """What a renewal (or release) of ``leases`` carries into their timelines: the items
     done since the last write, and an empty progress for those whose stored timeline
-    this holder has not read yet (the renewal reads it)."""
+    this holder has not read yet (the renewal reads it).
+
+    With ``after`` (seconds), a lease's items wait until the first of them is that old:
+    a renewal then writes a busy partition's timeline every few renewals, not at each
+    (its gate moves, its close and a release write every count at once)."""
     return {lease.partition_id: lease.progress(now) for lease in leases
-            if lease.done.items or not lease.timeline_known}
+            if not lease.timeline_known
+            or (lease.done.items and lease.done.age(now) >= after)}
 
 
 def known_timelines(leases: Iterable[Lease]) -> dict[str, str | None]:

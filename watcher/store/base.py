@@ -5,6 +5,7 @@ wake-ups, and the reads several kinds of caller share.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -21,7 +22,9 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.expression import Update
 
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.errors import (
@@ -47,6 +50,9 @@ from watcher.store.drivers.base import Driver, read_transaction, write_transacti
 from watcher.store.sql.leases import LeaseStatements
 from watcher.store.sql.schema import Tables, tables_for
 from watcher.store.sql.shared import Statements
+from watcher.store.sql.timelines import TimelineStatements
+
+log = logging.getLogger(__name__)
 
 # Partition columns a listing leaves unread (see :meth:`_partitions_rows`).
 UNLISTED_COLUMNS = frozenset({"request_digest", "trace_context", "timeline", "rank_at"})
@@ -64,6 +70,8 @@ class StoreBase:
         # The lease cycle's statements (its reads, the take where the driver sends it as
         # one statement, a new partition's queue place), built once per shape.
         self.lease_statements = LeaseStatements(self.statements)
+        # The writes of the partitions' timelines, apart from the partition rows.
+        self.timeline_statements = TimelineStatements(tables)
         # The database's time as a lease read, renewal or gate summary last returned it
         # (see time_to_record).
         self.clock_reading = ClockReading()
@@ -120,6 +128,83 @@ class StoreBase:
     def _read(self) -> AbstractAsyncContextManager[AsyncConnection]:
         return self.round_trips.transaction(read_transaction(self.engine),
                                             sys._getframe(1).f_code.co_name)
+
+    # -- timelines ----------------------------------------------------------
+
+    async def _move_with_timeline(self, name: str, move: Update, params: dict[str, Any],
+                                  partition_id: str, timeline: str | None) -> int:
+        """Run ``move``, a holder's guarded write of the partition row, and, where it
+        matched and ``timeline`` is given, write the partition's timeline with it,
+        atomically: a reader that sees the move sees its timeline. One statement where
+        the driver chains writes (:meth:`TimelineStatements.after`), else both in one
+        engine transaction. Returns how many partition rows ``move`` wrote.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
+        """
+        if timeline is None:
+            return await self.round_trips.call(name, self.driver.execute(move, params))
+        statements = self.timeline_statements
+        if self.driver.chains_writes:
+            rows = await self.round_trips.call(name, self.driver.fetch(
+                statements.after(move), {**params, "tl_text": timeline}, read=False))
+            moved, written = rows[0]
+            if moved == 1 and not written:  # no timeline row yet: an older processor's
+                await self._timeline_write(partition_id, timeline)
+            return int(moved)
+        async with self._write() as conn:
+            moved = (await conn.execute(move, params)).rowcount
+            if moved == 1:
+                # The partition row is locked now: its timeline row cannot appear meanwhile.
+                await self._timeline_set_in(conn, partition_id, timeline)
+            return moved
+
+    async def _timeline_set_in(self, conn: AsyncConnection, partition_id: str,
+                               text: str) -> None:
+        """In ``conn``'s transaction, which holds the partition row locked: set its
+        timeline to ``text``, inserting its row where it has none. MySQL and MariaDB
+        count only the rows an UPDATE changed, so a count of 0 is checked with a read
+        before the insert (the text may have been stored already)."""
+        t, statements = self.tables.timelines, self.timeline_statements
+        row = {"tl_pid": partition_id, "tl_text": text}
+        if (await conn.execute(statements.set_one, row)).rowcount:
+            return
+        if (await conn.execute(select(t.c.partition_id)
+                               .where(t.c.partition_id == partition_id))).first() is None:
+            await conn.execute(statements.add_one, row)
+
+    async def _timeline_write(self, partition_id: str, text: str) -> bool:
+        """Replace the partition's timeline (:mod:`watcher.rules.timeline`) with ``text``,
+        in its own row (revision 0013): one UPDATE of a row that changes no indexed
+        column. A holder calls it after its guarded write of the partition row
+        matched (:meth:`_move_with_timeline` found no timeline row), so only the holder
+        writes it. A partition created before its timeline row existed (by an older
+        processor during an upgrade) gets the row here.
+
+        Returns whether it was written. Never raises for the database: the
+        partition's own write stands, and its timeline, an estimate, misses this
+        write (logged); the holder's next renewal finds its copy stale and re-reads it.
+        """
+        params = {"tl_pid": partition_id, "tl_text": text}
+        statements = self.timeline_statements
+        try:
+            matched = await self.round_trips.call(
+                "timeline_write", self.driver.execute(statements.set_one, params))
+            if matched:
+                return True
+            async with self._write() as conn:
+                p = self.tables.partitions
+                # Locked, so no other writer inserts its timeline row meanwhile.
+                locked = await conn.execute(select(p.c.id).where(p.c.id == partition_id)
+                                            .with_for_update())
+                if locked.first() is None:
+                    return False
+                await self._timeline_set_in(conn, partition_id, text)
+                return True
+        except (SQLAlchemyError, TimeoutError) as error:
+            log.warning("action=timeline_write_failed partition=%s error=%s", partition_id,
+                        type(error).__name__)
+            return False
 
     async def _touch_partition(self, conn: AsyncConnection, partition_id: str,
                                **values: Any) -> None:

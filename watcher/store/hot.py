@@ -84,8 +84,9 @@ class HotPathStore(SpawnsStore):
                                         gate: int, failures_allowed: bool,
                                         timeline: str) -> int | None:
         """Complete the partition ``owner`` holds at ``version`` and ``gate`` when its gate
-        summary would close it (:mod:`watcher.store.sql.closing`), writing ``timeline``
-        and ending the lease, in one statement. Returns the new version, or ``None``
+        summary would close it (:mod:`watcher.store.sql.closing`), ending the lease and,
+        when it closes, writing ``timeline`` in the timeline's own row, atomically
+        (:meth:`_move_with_timeline`). Returns the new version, or ``None``
         when it did not close (something is left, it is paused, or the lease moved:
         read the summary to see which).
 
@@ -93,10 +94,9 @@ class HotPathStore(SpawnsStore):
             sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
         """
         statement = self._closes_when_done[failures_allowed]
-        params = {"pid": partition_id, "seen": version, "holder": owner, "at_gate": gate,
-                  "timeline": timeline}
-        matched = await self.round_trips.call("partition_close_when_done",
-                                              self.driver.execute(statement, params))
+        params = {"pid": partition_id, "seen": version, "holder": owner, "at_gate": gate}
+        matched = await self._move_with_timeline("partition_close_when_done", statement,
+                                                 params, partition_id, timeline)
         return version + 1 if matched == 1 else None
 
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:

@@ -138,11 +138,13 @@ class LeasesStore(RenewalsStore):
 
     async def partition_timeline(self, partition_id: str) -> tuple[bool, str | None]:
         """One partition's stored timeline (:mod:`watcher.rules.timeline`): whether the
-        partition exists, and its timeline's text (``None`` while it has none)."""
-        p = self.tables.partitions
+        partition exists, and its timeline's text (``None`` while it has none). One
+        read of the partition's key joined to its timeline row."""
+        p, t = self.tables.partitions, self.tables.timelines
         async with self._read() as conn:
             row = (await conn.execute(
-                select(p.c.timeline).where(p.c.id == partition_id))).first()
+                select(t.c.timeline).select_from(p.outerjoin(t, t.c.partition_id == p.c.id))
+                .where(p.c.id == partition_id))).first()
         return (False, None) if row is None else (True, row[0])
 
     async def partition_state(self, partition_id: str) -> PartitionState | None:
@@ -158,22 +160,26 @@ class LeasesStore(RenewalsStore):
 
         Guarded by version and owner. Closing also releases the lease. A
         ``timeline`` (:func:`watcher.rules.timeline.encode_timeline`) replaces the stored
-        one in the same statement, and a ``last_error`` the partition's error (why it
+        one with the move, atomically, in the timeline's own row
+        (:meth:`_move_with_timeline`), and a ``last_error`` the partition's error (why it
         failed). Returns the new version, or ``None`` when the
         write lost (re-read to see why).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
         """
         statement = self.statements.partition_transition(
-            gate=gate is not None, status=status, timeline=timeline is not None,
-            error=last_error is not None)
+            gate=gate is not None, status=status, error=last_error is not None)
         params: dict[str, Any] = {"pid": partition_id, "seen": version, "holder": owner}
         if gate is not None:
             params["new_gate"] = gate
-        if timeline is not None:
-            params["timeline"] = timeline
         if last_error is not None:
             params["error"] = last_error
-        # One statement, atomic by itself: on the driver's own connections where it has
-        # them (SQLite's go through the engine, whose commits are synced).
-        matched = await self.round_trips.call("partition_transition",
-                                              self.driver.execute(statement, params))
-        return version + 1 if matched == 1 else None
+        # With its timeline, atomically (see _move_with_timeline): one statement on the
+        # driver's own connections where it chains writes, else one engine transaction;
+        # without, one statement, on the driver's own connections where it has them.
+        matched = await self._move_with_timeline("partition_transition", statement, params,
+                                                 partition_id, timeline)
+        if matched != 1:
+            return None
+        return version + 1

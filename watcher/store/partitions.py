@@ -110,8 +110,8 @@ class PartitionsStore(FlowStore):
                                 first_gate: int, settings: PartitionSettings, *,
                                 request_digest: str | None = None,
                                 start_at: datetime | None = None) -> None:
-        """Insert the partition row (no items), in ``conn``'s transaction; a key's row
-        must exist (:meth:`flow_key_prepare`).
+        """Insert the partition row (no items) and its timeline row (empty), in
+        ``conn``'s transaction; a key's row must exist (:meth:`flow_key_prepare`).
 
         Raises:
             sqlalchemy.exc.IntegrityError: a partition with this id exists.
@@ -130,6 +130,7 @@ class PartitionsStore(FlowStore):
             on_item_failure=policy.value, request_digest=request_digest,
             trace_context=settings.trace_context, quorum=encode_quorum(settings.quorum),
         ))
+        await conn.execute(insert(self.tables.timelines).values(partition_id=partition_id))
 
     async def _rank_at(self, conn: AsyncConnection, settings: PartitionSettings,
                        start_at: datetime | None) -> Any:

@@ -107,6 +107,8 @@ class RemovalStore(StoreBase):
                     delete(i).where(i.c.partition_id == partition_id, i.c.id <= last))
             if count >= batch:
                 return DeleteBatch(count, done=False)
+            t = self.tables.timelines
+            await conn.execute(delete(t).where(t.c.partition_id == partition_id))
             await conn.execute(delete(p).where(p.c.id == partition_id))
             return DeleteBatch(count, done=True)
 

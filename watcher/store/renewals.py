@@ -4,10 +4,15 @@ former holder hands over after losing a lease.
 
 Where the driver returns rows from an ``UPDATE`` and takes leases in one statement
 (PostgreSQL, SQLite), a renewal or a release is one statement on its own path
-(:meth:`LeaseStatements.rewrite`): it writes each timeline only where it is still the
-holder's copy, and a second read follows only when some lease was not renewed, to tell
-a busy row from a lost or stopped one. Elsewhere it is one engine transaction that
-locks and reads the rows first.
+(:meth:`LeaseStatements.rewrite`), and a second read follows only when some lease was
+not renewed, to tell a busy row from a lost or stopped one. Elsewhere it is one engine
+transaction that locks and reads the rows first.
+
+The timelines live in their own rows (``partition_timelines``, revision 0013), apart
+from the partition rows every renewal rewrites: a renewal writes one only for a lease
+it kept whose items did something since the last write, and on the one-statement
+path only where the stored timeline is still the holder's copy
+(:meth:`~watcher.store.sql.timelines.TimelineStatements.swap`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, case, select, update
+from sqlalchemy import case, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from watcher.models import AVAILABLE, CANCELLED, DELETING
@@ -55,14 +60,16 @@ class RenewalsStore(StoreBase):
         cancelled or began deleting come back as ``stopped``.
 
         ``progress`` (by partition id) is what each holder's items did since the
-        last write: the same UPDATE adds it to the partitions' timelines
-        (:func:`watcher.rules.timeline.record_done`, by the database clock). The timelines
+        last write: it is added to the timelines of the partitions the renewal kept
+        (:func:`watcher.rules.timeline.record_done`, by the database clock), in their
+        own rows, by a statement that follows the renewal's. The timelines
         stored then come back in ``timelines``. ``known`` holds the holder's copy of
         each timeline (as its lease read or last wrote it): on the one-statement path
         the progress is added to that copy, and written only where the copy is still
         what is stored; where it is not (or the holder has none), the timeline stored
         comes back in ``timelines_read`` and the progress waits for the next renewal.
-        The engine path reads each timeline under the row lock instead.
+        The engine path reads each timeline under the partition row's lock instead,
+        and writes it in the renewal's transaction.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was renewed).
@@ -103,8 +110,9 @@ class RenewalsStore(StoreBase):
         (:meth:`LeaseStatements.rewrite`), then, only when some lease was not
         rewritten, one read of those to say which were busy, lost or stopped.
 
-        A timeline is written where the holder's copy is known, has progress to add,
-        and the store has a recent reading of the clock
+        A timeline is written (:meth:`_timelines_swap`) for a lease the rewrite kept
+        where the holder's copy is known, has progress to add, and the store has a
+        recent reading of the clock
         (:meth:`~watcher.store.base.StoreBase.time_to_record`; each rewrite returns
         the next one).
 
@@ -120,26 +128,20 @@ class RenewalsStore(StoreBase):
                 for pid, done in progress.items() if done.items > 0 and pid in known}
         statements = self.statements
         held: dict[str, tuple[int, int | None]] = {}
-        timelines: dict[str, str | None] = {}
-        timelines_read: dict[str, str | None] = {}
         for chunk in chunks(sorted(leases), LEASE_CHUNK):
             shape = statements.lease_rewrite_shape(len(chunk))
             params = statements.lease_rewrite_params([(pid, leases[pid]) for pid in chunk],
                                                      shape, owner, duration)
-            for n in range(shape):
-                params[f"was{n}"], params[f"tl{n}"] = written.get(params[f"pid{n}"],
-                                                                  (None, None))
             rows = await self.round_trips.call("leases_renew", self.driver.fetch(
                 self.lease_statements.rewrite(shape, release=duration is None), params,
                 read=False))
             if rows:
                 self.clock_reading.observe(rows[0][-1], time.monotonic())
-            for pid, version, gate, stored, _ in rows:
+            for pid, version, gate, _ in rows:
                 held[pid] = (version, None if version == leases[pid] + 1 else gate)
-                if pid in written and stored == written[pid][1]:
-                    timelines[pid] = stored
-                elif pid in progress:
-                    timelines_read[pid] = stored
+        timelines, timelines_read = await self._timelines_swap(
+            {pid: written[pid] for pid in held if pid in written},
+            [pid for pid in held if pid in progress and pid not in written])
         missing = [pid for pid in leases if pid not in held]
         if not missing:
             return LeaseRenewal(held, timelines=timelines, timelines_read=timelines_read)
@@ -150,6 +152,65 @@ class RenewalsStore(StoreBase):
         stopped = frozenset(pid for pid, state in states.items()
                             if state.status in (CANCELLED, DELETING))
         return LeaseRenewal(held, busy, stopped, timelines, timelines_read)
+
+    async def _timelines_swap(self, written: Mapping[str, tuple[str | None, str]],
+                              unwritten: Sequence[str],
+                              ) -> tuple[dict[str, str | None], dict[str, str | None]]:
+        """Write each timeline of ``written`` (partition: (the holder's copy, the new
+        text)) where the stored one is still the copy, on the driver's direct path
+        (:meth:`~watcher.store.sql.timelines.TimelineStatements.swap`, one statement
+        per 128), after the renewal that kept the leases; returns the timelines
+        written, and the stored timelines of the others and of ``unwritten`` (read
+        only when there are some: the holder's copies to write from next time).
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed or could not be reached.
+        """
+        timelines: dict[str, str | None] = {}
+        swap = self.timeline_statements.swap
+        for chunk in chunks(sorted(written), LEASE_CHUNK):
+            shape = self.statements.lease_rewrite_shape(len(chunk))
+            params: dict[str, Any] = {}
+            for n in range(shape):
+                pid = chunk[n] if n < len(chunk) else None
+                was, text = written[pid] if pid is not None else (None, None)
+                params.update({f"pid{n}": pid, f"was{n}": was, f"tl{n}": text})
+            rows = await self.round_trips.call("timelines_write", self.driver.fetch(
+                swap(shape), params, read=False))
+            timelines.update((row[0], written[row[0]][1]) for row in rows)
+        stale = [pid for pid in written if pid not in timelines] + list(unwritten)
+        if not stale:
+            return timelines, {}
+        async with self._read() as conn:
+            stored = await self._timelines_stored(conn, stale)
+        return timelines, {pid: stored.get(pid) for pid in stale}
+
+    async def _timelines_stored(self, conn: AsyncConnection, ids: Sequence[str]
+                                ) -> dict[str, str | None]:
+        """The stored timeline of each partition of ``ids`` that has a timeline row."""
+        t = self.tables.timelines
+        stored: dict[str, str | None] = {}
+        for chunk in chunks(sorted(ids), IN_CHUNK):
+            rows = await conn.execute(select(t.c.partition_id, t.c.timeline)
+                                      .where(t.c.partition_id.in_(chunk)))
+            stored.update((row[0], row[1]) for row in rows)
+        return stored
+
+    async def _timelines_put(self, conn: AsyncConnection, texts: Mapping[str, str],
+                             stored: Mapping[str, str | None]) -> None:
+        """In ``conn``'s transaction, which holds the partitions' rows locked: write
+        ``texts`` (partition: timeline) over their timeline rows, inserting those
+        missing from ``stored`` (a partition an older processor created)."""
+        if not texts:
+            return
+        statements = self.timeline_statements
+        rows = [{"tl_pid": pid, "tl_text": text} for pid, text in sorted(texts.items())]
+        present = [row for row in rows if row["tl_pid"] in stored]
+        if present:
+            await conn.execute(statements.set_one, present)
+        absent = [row for row in rows if row["tl_pid"] not in stored]
+        if absent:
+            await conn.execute(statements.add_one, absent)
 
     async def timelines_hand_over(self, progress: Mapping[str, Progress]) -> int:
         """Add to their partitions' timelines the items this processor did under leases
@@ -170,39 +231,41 @@ class RenewalsStore(StoreBase):
         wanted = {pid: done for pid, done in progress.items() if done.items > 0}
         if not wanted:
             return 0
-        p = self.tables.partitions
         async with self._write() as conn:
             free = await self._lock_free(conn, list(wanted))
-            timed = await self._timelines_after(conn, sorted(free), wanted,
-                                                record=record_handed_over)
-            texts = [{"handed_id": pid, "handed_timeline": text}
-                     for pid, (text, changed) in timed.items() if changed]
-            if texts:
-                await conn.execute(update(p).where(p.c.id == bindparam("handed_id"))
-                                   .values(timeline=bindparam("handed_timeline")), texts)
+            timed, stored = await self._timelines_after(conn, sorted(free), wanted,
+                                                        record=record_handed_over)
+            texts = {pid: text for pid, (text, changed) in timed.items()
+                     if changed and text is not None}
+            await self._timelines_put(conn, texts, stored)
         return len(texts)
 
     async def _timelines_after(
             self, conn: AsyncConnection, ids: Sequence[str], progress: Mapping[str, Progress],
             record: Callable[[Timeline, datetime, Progress], Timeline] = record_done,
-    ) -> dict[str, tuple[str | None, bool]]:
+    ) -> tuple[dict[str, tuple[str | None, bool]], dict[str, str | None]]:
         """For the partitions ``ids`` (locked by this transaction): their timeline with
-        ``progress`` added at the clock's time by ``record``, and whether it changed."""
+        ``progress`` added at the clock's time by ``record``, and whether it changed;
+        then the timelines stored, by partition, for those with a timeline row."""
         if not ids:
-            return {}
-        p = self.tables.partitions
+            return {}, {}
+        p, t = self.tables.partitions, self.tables.timelines
         after: dict[str, tuple[str | None, bool]] = {}
+        stored: dict[str, str | None] = {}
         for chunk in chunks(sorted(ids), IN_CHUNK):
-            rows = await conn.execute(select(p.c.id, p.c.timeline, self.statements.now)
-                                      .where(p.c.id.in_(chunk)))
-            for pid, stored, now in rows:
+            rows = await conn.execute(
+                select(p.c.id, t.c.partition_id, t.c.timeline, self.statements.now)
+                .select_from(p.outerjoin(t, t.c.partition_id == p.c.id))
+                .where(p.c.id.in_(chunk)))
+            for pid, row_id, text, now in rows:
+                if row_id is not None:
+                    stored[pid] = text
                 done = progress[pid]
                 if done.items <= 0:
-                    after[pid] = (stored, False)
+                    after[pid] = (text, False)
                     continue
-                text = encode_timeline(record(decode_timeline(stored), now, done))
-                after[pid] = (text, True)
-        return after
+                after[pid] = (encode_timeline(record(decode_timeline(text), now, done)), True)
+        return after, stored
 
     async def _lock_free(self, conn: AsyncConnection, ids: Sequence[str]) -> set[str]:
         """Lock the partition rows ``ids`` that no other session holds; return their ids.
@@ -257,20 +320,14 @@ class RenewalsStore(StoreBase):
             ours = sorted((state for state in states.values()
                            if state.owner == owner and state.status == AVAILABLE),
                           key=lambda state: state.id)
-            timed = await self._timelines_after(
+            timed, stored = await self._timelines_after(
                 conn, [state.id for state in ours if state.id in progress], progress)
             for chunk in chunks(ours, IN_CHUNK):
                 rows = self.statements.lease_rewrite_shape(len(chunk))
                 params = self.statements.lease_rewrite_params(
                     [(state.id, state.version) for state in chunk], rows, owner, duration)
-                changed = {state.id: timed[state.id][0] for state in chunk
-                           if state.id in timed and timed[state.id][1]}
-                if changed:
-                    for n in range(rows):
-                        params[f"tl{n}"] = changed.get(params[f"pid{n}"])
                 result = await conn.execute(
-                    self.statements.lease_rewrite(rows, release=duration is None,
-                                                  timelines=bool(changed)), params)
+                    self.statements.lease_rewrite(rows, release=duration is None), params)
                 if result.rowcount != len(chunk):
                     # Locked rows cannot change under us; a short count means a
                     # database that does not lock as asked: believe only a re-read.
@@ -282,6 +339,12 @@ class RenewalsStore(StoreBase):
                     held[state.id] = (state.version + 1, gate)
                     if state.id in timed:
                         timelines[state.id] = timed[state.id][0]
+                # The timelines of the leases kept, in their own rows (still under
+                # the partitions' locks), where items were done.
+                await self._timelines_put(conn, {
+                    state.id: text for state in chunk if state.id in timed
+                    for text, changed in [timed[state.id]] if changed and text is not None},
+                    stored)
         stopped = frozenset(pid for pid, state in states.items()
                             if state.status in (CANCELLED, DELETING))
         # Not in ``states``: locked by another session, or deleted (then never free again).

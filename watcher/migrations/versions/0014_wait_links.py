@@ -1,7 +1,7 @@
 """Wait links: the parking call's trace context, and an operator's completion token.
 
 Revision ID: 0014_wait_links
-Revises: 0012_schedules
+Revises: 0013_partition_timelines
 Create Date: 2026-11-28
 
 - ``waits.traceparent``: the W3C ``traceparent`` of the call span that received
@@ -31,7 +31,7 @@ from watcher.migrations.existing import column_exists
 from watcher.migrations.indexes import create_index_online
 
 revision = "0014_wait_links"
-down_revision = "0012_schedules"
+down_revision = "0013_partition_timelines"
 branch_labels = None
 depends_on = None
 

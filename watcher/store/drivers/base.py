@@ -1,22 +1,20 @@
 """The driver interface, and its portable implementation.
 
-A store holds one :class:`Driver`, chosen from the database's dialect when it opens
-(:func:`watcher.store.drivers.open_driver`). The store builds the SQL every database
-shares (:class:`watcher.store.sql.shared.Statements`); the driver owns what a database
-does its own way:
+A store holds one :class:`Driver`, chosen by the database's dialect when it opens
+(:func:`watcher.store.drivers.open_driver`); the store builds the SQL every database
+shares (``Statements``), the driver what a database does its own way:
 
-- :meth:`Driver.fetch`: how one hot statement travels, in a transaction of its own;
+- :meth:`Driver.fetch`: how one hot statement travels, in its own transaction;
 - :meth:`Driver.items_ready`: the ready read (:meth:`~Driver.ready_statement`, ``_params``);
 - :meth:`Driver.items_apply`: writing a batch of guarded, fenced item results;
-- :meth:`Driver.notify` and :meth:`Driver.notifications`: wake-ups;
-- :meth:`Driver.add_statement_listener`: statements sent past the SQLAlchemy engine.
+- :meth:`Driver.notify`, :meth:`Driver.notifications`: wake-ups; and what is sent past
+  the engine (:meth:`Driver.add_statement_listener`).
 
 :class:`Driver` is the portable implementation: everything through the SQLAlchemy
 engine, the ready read's limit a literal with an expanding ``NOT IN``, one guarded
 ``UPDATE`` per result in one transaction, no wake-ups (watchers poll).
 :class:`DirectDriver`, the base of PostgreSQL's, SQLite's and MariaDB's, sends the hot
-statements through connections of its own: one ready-read text, the limit a parameter,
-the items in hand one JSON array.
+statements through connections of its own (one ready-read text, items in hand as JSON).
 """
 
 from __future__ import annotations
@@ -70,12 +68,14 @@ class Driver:
     (seconds): the server's statement timeout, where the database has one.
     """
 
-    # Whether the database carries wake-up notifications (LISTEN/NOTIFY).
-    notifies: ClassVar[bool] = False
+    notifies: ClassVar[bool] = False  # whether it carries wake-ups (LISTEN/NOTIFY)
     # Whether a lease take is one locking ``UPDATE … RETURNING`` on :meth:`fetch`
-    # (:meth:`watcher.store.sql.leases.LeaseStatements.take`); without, the store locks,
-    # writes and (on a short count) re-reads in an engine transaction.
+    # (``LeaseStatements.take``); without, an engine transaction locks, writes, re-reads.
     takes_leases_in_one_statement: ClassVar[bool] = False
+    # Whether one statement may chain writes (an ``UPDATE`` in a ``WITH`` feeding another:
+    # PostgreSQL), so a holder's move and its timeline are one statement on :meth:`fetch`
+    # (``TimelineStatements.after``); without, two statements in one engine transaction.
+    chains_writes: ClassVar[bool] = False
     # What the driver says when the session ended or the connection dropped, where the
     # dialect does not flag it (:meth:`session_lost`); the last: psycopg mid-pipeline.
     lost_connection_texts: ClassVar[tuple[str, ...]] = (

@@ -21,8 +21,9 @@ from watcher.store.sql.shared import Statements
 
 def close_when_done(statements: Statements, *, failures_allowed: bool) -> Update:
     """Complete the partition ``:pid`` held by ``:holder`` at version ``:seen`` and gate
-    ``:at_gate`` when nothing is left to do, writing its timeline ``:timeline`` and ending
-    its lease, as a close by :meth:`Statements.partition_transition` does.
+    ``:at_gate`` when nothing is left to do, ending its lease, as a close by
+    :meth:`Statements.partition_transition` does (its timeline is written apart, in its
+    own row: :mod:`watcher.store.sql.timelines`).
 
     ``failures_allowed``: items failed at the gate do not stop the close (the
     partition's ``on_item_failure="continue"``).
@@ -45,4 +46,4 @@ def close_when_done(statements: Statements, *, failures_allowed: bool) -> Update
                                          i.c.gate == gate)))
     return update(p).where(*guard).values(
         version=p.c.version + 1, status=COMPLETE, owner="", until=statements.now,
-        updated_at=statements.now, timeline=bindparam("timeline", type_=p.c.timeline.type))
+        updated_at=statements.now)

@@ -14,7 +14,7 @@ import functools
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Float, and_, bindparam, case, func, literal, or_, select, union_all, update
+from sqlalchemy import Float, bindparam, func, literal, or_, select, union_all, update
 from sqlalchemy.sql.expression import BindParameter, CompoundSelect, Select, Update
 
 from watcher.models import AVAILABLE, CANCELLED, DELETING
@@ -33,7 +33,7 @@ TIE_WINDOW = 0.001
 TIE_STEP = timedelta(microseconds=1)
 
 # The columns a lease read returns, in order (:func:`watcher.store.codecs.to_lease_row`),
-# then the clock's time.
+# then the clock's time; ``timeline`` from the partition's timeline row.
 LEASE_COLUMNS = ("id", "version", "gate", "owner", "reduce_gates", "on_item_failure",
                  "trace_context", "priority", "flow_key", "rank_at", "timeline", "quorum")
 
@@ -51,8 +51,12 @@ class LeaseStatements:
 
     def _columns(self) -> Select[Any]:
         # The clock's time last: the store keeps it (a time to record a close with).
-        p = self.statements.tables.partitions
-        return select(*(p.c[name] for name in LEASE_COLUMNS), self.statements.now)
+        # The timeline from its own row (revision 0013), one key lookup per row read.
+        tables = self.statements.tables
+        p, t = tables.partitions, tables.timelines
+        return (select(*(t.c.timeline if name == "timeline" else p.c[name]
+                         for name in LEASE_COLUMNS), self.statements.now)
+                .select_from(p.outerjoin(t, t.c.partition_id == p.c.id)))
 
     def free(self, limit: int) -> Select[Any]:
         """Up to ``limit`` available partitions, unleased or expired and not paused,
@@ -162,16 +166,17 @@ class LeaseStatements:
     def rewrite(self, rows: int, *, release: bool) -> Update:
         """A renewal (or, with ``release``, a release) of ``rows`` leases in one statement
         (built once per shape; parameters from
-        :meth:`~watcher.store.sql.shared.Statements.lease_rewrite_params`, with ``was<n>`` and
-        ``tl<n>`` per row), for the databases :meth:`take` is for.
+        :meth:`~watcher.store.sql.shared.Statements.lease_rewrite_params`), for the
+        databases :meth:`take` is for.
 
         It rewrites the rows ``holder`` holds open as
         :meth:`~watcher.store.sql.shared.Statements.lease_rewrite` does, at whatever version
         they are (a client's write may have moved it on; the holder adopts the gate
-        returned), limited to the rows no other session holds locked. A row's timeline
-        becomes ``tl<n>`` only where it is still ``was<n>``, the holder's copy: a former
-        holder's hand-over may have changed it since. It returns each row rewritten:
-        id, version, gate, timeline, and the clock's time.
+        returned), limited to the rows no other session holds locked. It returns each
+        row rewritten: id, version, gate, and the clock's time. The timelines the
+        renewal carries are written apart
+        (:meth:`watcher.store.sql.timelines.TimelineStatements.swap`): the partition row
+        stays small, and a renewal without items done writes none.
         """
         key = (rows, release)
         found = self._rewrites.get(key)
@@ -192,15 +197,9 @@ class LeaseStatements:
                 values.update(owner="", until=statements.now)
             else:
                 values["until"] = statements.now_plus(bindparam("duration", type_=Float()))
-            values["timeline"] = case(
-                *((and_(p.c.id == bindparam(f"pid{n}"), p.c.timeline.is_not_distinct_from(
-                    bindparam(f"was{n}", type_=p.c.timeline.type))),
-                   func.coalesce(bindparam(f"tl{n}", type_=p.c.timeline.type), p.c.timeline))
-                  for n in range(rows)),
-                else_=p.c.timeline)
             found = self._rewrites[key] = (
                 update(p).where(p.c.id.in_(ids), p.c.id.in_(select(free.c.id)),
                                 p.c.owner == holder, p.c.status == AVAILABLE)
                 .values(**values)
-                .returning(p.c.id, p.c.version, p.c.gate, p.c.timeline, statements.now))
+                .returning(p.c.id, p.c.version, p.c.gate, statements.now))
         return found

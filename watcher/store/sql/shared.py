@@ -176,20 +176,20 @@ class Statements:
         return tuple(guard)
 
     def partition_transition(self, *, gate: bool, status: str | None,
-                             timeline: bool = False, error: bool = False) -> Update:
+                             error: bool = False) -> Update:
         """A holder's move of its partition (built once per shape): to the gate
         ``:new_gate`` (with ``gate``), and/or to ``status``; a status other than
         ``available`` also ends the lease. Parameters: ``pid``, ``seen`` (the version
-        held), ``holder`` (the owner), and with ``timeline`` the partition's new
-        timeline ``:timeline`` (:mod:`watcher.rules.timeline`), written in the same statement,
-        and with ``error`` its ``last_error`` ``:error`` (why it failed).
+        held), ``holder`` (the owner), and with ``error`` its ``last_error`` ``:error``
+        (why it failed). The timeline is written apart, in its own row
+        (:mod:`watcher.store.sql.timelines`).
 
         No live-until check: every other processor that takes the partition bumps
         its version first, so the version alone fences a stale holder out; a
         transition landing a moment after the until, with nobody else holding the
         partition, is still the holder's and is kept.
         """
-        key = (gate, status, timeline, error)
+        key = (gate, status, error)
         found = self._transitions.get(key)
         if found is None:
             p = self.tables.partitions
@@ -198,8 +198,6 @@ class Statements:
             values: dict[str, Any] = {"version": p.c.version + 1}
             if gate:
                 values["gate"] = bindparam("new_gate", type_=Integer())
-            if timeline:
-                values["timeline"] = bindparam("timeline", type_=p.c.timeline.type)
             if error:
                 values["last_error"] = bindparam("error", type_=p.c.last_error.type)
             if status is not None:
@@ -295,17 +293,17 @@ class Statements:
         """The statements of waits (:mod:`watcher.store.sql.waits`), built once."""
         return WaitStatements(self.tables, self.now)
 
-    def lease_rewrite(self, rows: int, *, release: bool, timelines: bool = False) -> Update:
+    def lease_rewrite(self, rows: int, *, release: bool) -> Update:
         """One guarded renewal (or, with ``release``, release) of ``rows`` leases
         (built once per shape); its parameters come from :meth:`lease_rewrite_params`.
 
         Each row's guard is its id (``pid<n>``) and the version read
         (``seen<n>``); every row must be ``holder``'s and ``available``. A renewal's
         ``until`` is the clock's time plus ``duration``; a release's, the time itself.
-        With ``timelines``, each row's timeline becomes ``tl<n>`` where that is not
-        NULL (:mod:`watcher.rules.timeline`), in the same statement.
+        The timelines a renewal carries are written apart, in their own rows
+        (:mod:`watcher.store.sql.timelines`).
         """
-        key = (rows, release, timelines)
+        key = (rows, release)
         found = self._lease_rewrites.get(key)
         if found is None:
             p = self.tables.partitions
@@ -314,12 +312,6 @@ class Statements:
                 values.update(owner="", until=self.now)
             else:
                 values["until"] = self.now_plus(bindparam("duration", type_=Float()))
-            if timelines:
-                values["timeline"] = case(
-                    *((p.c.id == bindparam(f"pid{n}"),
-                       func.coalesce(bindparam(f"tl{n}", type_=p.c.timeline.type),
-                                     p.c.timeline)) for n in range(rows)),
-                    else_=p.c.timeline)
             guards = [and_(p.c.id == bindparam(f"pid{n}"), p.c.version == bindparam(f"seen{n}"))
                       for n in range(rows)]
             found = self._lease_rewrites[key] = (

@@ -77,6 +77,7 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
 
     notifies = True
     takes_leases_in_one_statement = True
+    chains_writes = True
 
     def refuses_value(self, error: BaseException) -> bool:
         """See :meth:`Driver.refuses_value`; adds SQLSTATE classes 22, 23 and 54."""
