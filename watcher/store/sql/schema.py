@@ -11,7 +11,16 @@ from sqlalchemy.sql.elements import quoted_name
 from sqlmodel import SQLModel
 
 from watcher.errors import ConfigError
-from watcher.models import FlowControl, FlowGrant, Item, Leader, Partition, Schedule, Wait
+from watcher.models import (
+    FlowControl,
+    FlowGrant,
+    Item,
+    Leader,
+    Notification,
+    Partition,
+    Schedule,
+    Wait,
+)
 
 TABLE_PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
 
@@ -34,7 +43,7 @@ def validate_table_prefix(prefix: str) -> str:
 class Tables:
     """The tables of one statefeed namespace: partitions, items, the leaders of duties
     one processor at a time performs (retention), the flow controls and grants, the
-    schedules, and the waits of parked items."""
+    schedules, the waits of parked items, and the notifications' outbox."""
 
     prefix: str
     partitions: Table
@@ -44,6 +53,7 @@ class Tables:
     flow_grants: Table
     schedules: Table
     waits: Table
+    notifications: Table
 
     @property
     def version_table(self) -> str:
@@ -67,7 +77,8 @@ def tables_for(prefix: str = "") -> Tables:
     """
     validate_table_prefix(prefix)
     plain = [_table_of(model)
-             for model in (Partition, Item, Leader, FlowControl, FlowGrant, Schedule, Wait)]
+             for model in (Partition, Item, Leader, FlowControl, FlowGrant, Schedule, Wait,
+                           Notification)]
     if prefix == "":
         return Tables("", *plain)
     metadata = MetaData()
