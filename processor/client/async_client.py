@@ -40,6 +40,7 @@ from processor.client.checks import (
 )
 from processor.client.flow import FlowClient
 from processor.client.items import ItemReads
+from processor.client.notifications import NotificationsClient
 from processor.client.schedules import ScheduleClient
 from processor.client.verbs import PartitionVerbs
 from processor.client.waits import WaitsClient
@@ -62,7 +63,8 @@ from watcher.text import first_line
 T = TypeVar("T")
 
 
-class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsClient):
+class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsClient,
+                  NotificationsClient):
     """Insert and inspect partitions and items (asyncio), and control the flow of work
     (:class:`~processor.client.flow.FlowClient`), and schedule partitions
     (:class:`~processor.client.schedules.ScheduleClient`).

@@ -23,6 +23,7 @@ from processor.client.checks import (
     DEFAULT_THROUGHPUT_MINUTES,
 )
 from processor.client.items import DEFAULT_FIND_LIMIT
+from processor.client.notifications import SyncNotificationsClient
 from processor.client.schedules import SyncScheduleClient
 from processor.client.waits import SyncWaits
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
@@ -37,7 +38,7 @@ from watcher.store.db.urls import DatabaseURL
 T = TypeVar("T")
 
 
-class Client(SyncScheduleClient, SyncWaits):
+class Client(SyncScheduleClient, SyncWaits, SyncNotificationsClient):
     """The synchronous client: the same methods as :class:`AsyncClient`.
 
     Calls run on a private event loop in a background thread, so this works
