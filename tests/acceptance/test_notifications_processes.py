@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -20,8 +22,9 @@ from tests.support.handler_apps import TwoGateHandler
 from tests.support.receiver import Receiver
 from tests.support.servers import free_port, serve_app
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(300)
 
+T = TypeVar("T")
 SECRET = "whsec-acceptance-5f1e2d3c4b5a69788796a5b4"
 ENV = {"PROCESSOR_NOTIFY_SECRET": SECRET}
 
@@ -31,14 +34,24 @@ async def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(run_cli, *args)
 
 
+async def logged(processor: Processor, waiting: Awaitable[T]) -> T:
+    """``waiting``; on a timeout, the processor's log is in the failure."""
+    try:
+        return await waiting
+    except AssertionError as error:
+        raise AssertionError(f"{error}; {processor.owner}'s log:\n"
+                             f"{processor.stderr()[-4000:]}") from None
+
+
 def where(db_url: str, table_prefix: str) -> list[str]:
     return ["--db-url", db_url, "--table-prefix", table_prefix]
 
 
-async def start(owner: str, handler: str, db: list[str], tmp_path: Path) -> Processor:
+async def start(owner: str, handler: str, db: list[str], tmp_path: Path, *,
+                notify_timeout: str) -> Processor:
     port = free_port()
     return await spawn(owner, ["run", "--handler-url", handler, *db, *FAST, "--owner-id", owner,
-                               "--notify-allow-private", "--notify-timeout", "1",
+                               "--notify-allow-private", "--notify-timeout", notify_timeout,
                                "--notify-backoff", "0.2s", "--health-host", "127.0.0.1",
                                "--health-port", str(port)],
                        tmp_path, health_port=port, env=ENV)
@@ -67,10 +80,12 @@ async def test_kill_9_mid_delivery_is_delivered_after_restart(
                        f"{hooks}/hook?token=t0ps3cret", "--json", *db)
         assert made.returncode == 0, made.stderr
         assert json.loads(made.stdout)["notify"] == f"{hooks}/hook?token=t0ps3cret"
-        first = await start("first", handler + "/", db, tmp_path)
+        # The first claims with a short lease (its timeout's), so the second takes over
+        # soon after the kill; the second has room for a loaded machine.
+        first = await start("first", handler + "/", db, tmp_path, notify_timeout="1")
         try:
-            await wait_until(lambda: receiver.received, timeout=60,
-                             message="the first POST in flight")
+            await logged(first, wait_until(lambda: receiver.received, timeout=90,
+                                           message="the first POST in flight"))
             status = await cli("status", *db)
             assert "notifications: 1 pending (0 due now), 0 dead" in status.stdout, status
             metrics = await first.metrics()
@@ -82,10 +97,10 @@ async def test_kill_9_mid_delivery_is_delivered_after_restart(
                 first.kill()
         receiver.hold = False
         receiver.released.set()
-        second = await start("second", handler + "/", db, tmp_path)
+        second = await start("second", handler + "/", db, tmp_path, notify_timeout="10")
         try:
-            listing = await wait_until(
-                lambda: _delivered(db), timeout=60, message="the event delivered")
+            listing = await logged(second, wait_until(
+                lambda: _delivered(db), timeout=90, message="the event delivered"))
             await second.terminate()
         finally:
             if second.running:
@@ -130,7 +145,8 @@ async def test_the_cli_lists_and_redelivers_dead_events(db_url: str, table_prefi
                                               "--json", *db)).stdout)
                 return found if found["events"] else None
 
-            listing = await wait_until(dead, timeout=60, message="the event dead")
+            listing = await logged(processor, wait_until(dead, timeout=90,
+                                                         message="the event dead"))
             metrics = await wait_until(
                 lambda: _dead_metric(processor), timeout=30, message="the dead gauge")
             assert metrics == 1.0
