@@ -11,7 +11,7 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from watcher.errors import InvalidInputError
-from watcher.models import DeliveryState
+from watcher.outbox import DeliveryState
 from watcher.records import OutboxEvent
 
 if TYPE_CHECKING:

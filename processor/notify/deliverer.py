@@ -1,7 +1,7 @@
 """The delivery loop: sends the outbox's due events, at least once, in order per partition.
 
 Each processor runs one. It claims as many due events as it has free slots
-(:meth:`~watcher.store.notifications.NotificationsStore.notifications_claim`: a lease
+(:meth:`~watcher.store.outbox.deliveries.NotificationsStore.notifications_claim`: a lease
 by the database clock, rows others hold passed by), and sends each in a task of its
 own, so a slow receiver holds one slot, never the loop or the engine. An attempt
 builds the event's body the first time (:mod:`processor.notify.events`), checks the
@@ -32,8 +32,8 @@ from processor.notify.policy import NotifyConfig, backoff_delay, gives_up
 from processor.notify.sending import client, post
 from processor.notify.targets import refusal
 from processor.observe.redact import redact_url
-from watcher.models import DeliveryState
 from watcher.outages import OutageLatch
+from watcher.outbox import DeliveryState
 from watcher.records import OutboxEvent
 from watcher.store import Store
 

@@ -143,7 +143,7 @@ async def _drive_notifications(store: Store) -> None:
     """The notifications' outbox: closes that write an event (the drained gate's close
     and a holder's transition), the delivery loop's claim and each way it settles, the
     listings, the counts, a dead event sent again, and the purge of delivered ones."""
-    from watcher.models import DeliveryState
+    from watcher.outbox import DeliveryState
 
     url = "https://example.com/hook"
     for pid in ("n1", "n2"):

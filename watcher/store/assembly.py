@@ -14,8 +14,8 @@ from watcher.store.db.urls import DatabaseURL
 from watcher.store.fleet import FleetStore
 from watcher.store.hot import HotPathStore
 from watcher.store.leases import LeasesStore
-from watcher.store.notifications import NotificationsStore
 from watcher.store.operations import OperationsStore
+from watcher.store.outbox.deliveries import NotificationsStore
 from watcher.store.partitions import PartitionsStore
 from watcher.store.reduce import ReduceStore
 from watcher.store.removal import RemovalStore

@@ -14,7 +14,7 @@ import uuid
 from sqlalchemy import Integer, Unicode, bindparam, insert, literal, select
 from sqlalchemy.sql.expression import Insert
 
-from watcher.models import DeliveryState
+from watcher.outbox import DeliveryState
 from watcher.store.sql.shared import Statements
 
 

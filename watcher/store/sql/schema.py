@@ -16,11 +16,11 @@ from watcher.models import (
     FlowGrant,
     Item,
     Leader,
-    Notification,
     Partition,
     Schedule,
     Wait,
 )
+from watcher.outbox import Notification
 
 TABLE_PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
 

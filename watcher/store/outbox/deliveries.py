@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import delete, exists, func, select, update
 from sqlalchemy.orm import aliased
 
-from watcher.models import DeliveryState
+from watcher.outbox import DeliveryState
 from watcher.records import OutboxEvent
 from watcher.store.base import StoreBase
 from watcher.store.drivers.sql import lock_unless_busy
