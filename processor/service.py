@@ -11,7 +11,7 @@ import gc
 import logging
 import signal
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
@@ -23,6 +23,9 @@ from processor.health import HealthApp
 from processor.http.batch import BatchingHttpProcessor
 from processor.http.config import HttpProcessorConfig
 from processor.http.processor import HttpProcessor
+from processor.notify.deliverer import Deliverer
+from processor.notify.metrics import NotifyMetrics
+from processor.notify.policy import NotifyConfig
 from processor.observe.metrics import (
     BACKLOG_CAP,
     DEFAULT_BACKLOG_INTERVAL,
@@ -79,6 +82,7 @@ class ServiceConfig:
     retention: RetentionConfig | None = None
     backlog_interval: float = DEFAULT_BACKLOG_INTERVAL
     db_timeout: float = DEFAULT_DB_TIMEOUT
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
     def __post_init__(self) -> None:
         check_whole_number("handler batch size", self.batch_size, minimum=0)
@@ -126,6 +130,9 @@ class ProcessorService:
             if config.retention is not None else None)
         # Every processor ticks the schedules; their writes make each tick happen once.
         self.ticker = Ticker(self.store, config.watcher.owner_id)
+        # Every processor sends the outbox's due events; their claims share them out.
+        self.deliverer = Deliverer(self.store, config.watcher.owner_id, config.notify,
+                                   NotifyMetrics(self.hooks.registry))
         self.backlog = BacklogGauges(self.hooks, self._read_backlog,
                                      interval=config.backlog_interval,
                                      read_flow=self._read_flow)
@@ -262,9 +269,11 @@ class ProcessorService:
         return sock
 
     def _start_duties(self) -> list[asyncio.Task[None]]:
-        """Start what runs beside the watcher: the schedules' ticker, retention (when
+        """Start what runs beside the watcher: the schedules' ticker, the notifications'
+        delivery loop, retention (when
         configured) and the backlog gauges (when the metrics are served)."""
-        duties = [asyncio.create_task(self.ticker.run(), name="ticker")]
+        duties = [asyncio.create_task(self.ticker.run(), name="ticker"),
+                  asyncio.create_task(self.deliverer.run(), name="notifications")]
         if self.retention is not None:
             duties.append(asyncio.create_task(self.retention.run(), name="retention"))
         if self.config.health_port:
@@ -274,6 +283,7 @@ class ProcessorService:
     async def _stop_duties(self, duties: list[asyncio.Task[None]]) -> None:
         """Stop them: retention ends after its batch in progress and gives up its lease."""
         self.ticker.stop()
+        self.deliverer.stop()
         if self.retention is not None:
             self.retention.stop()
         self.backlog.stop()

@@ -14,6 +14,7 @@ import shlex
 from datetime import UTC, datetime
 from typing import Any
 
+from processor.observe.redact import redact_url
 from processor.observe.safe_text import escape_controls
 from watcher.records import ItemInfo, NewItem, PartitionInfo, PartitionSettings
 from watcher.reports import PurgeReport, RetryReport, RewindReport, WaitSummary
@@ -330,6 +331,8 @@ def created_text(partition_id: str, count: int, first_gate: int,
         text += f"; priority {settings.priority:+d}"
     for gate, k in settings.quorum:
         text += f"; gate {gate} passes on the first {plural(k, 'item')}"
+    if settings.notify is not None:
+        text += f"; its end is notified to {redact_url(settings.notify)}"
     if start_at is not None:
         text += f"; no processor starts it before {utc_text(start_at)}"
     return text

@@ -119,6 +119,7 @@ class ReducePass(StrEnum):
 
 REDUCE_GATES_MAX_LENGTH = 1000
 POLICY_MAX_LENGTH = 16
+NOTIFY_URL_MAX_LENGTH = 2000
 REDUCE_PASS_MAX_LENGTH = 8
 REQUEST_DIGEST_LENGTH = 64
 
@@ -137,8 +138,7 @@ class Partition(SQLModel, table=True):
     __tablename__ = "partitions"
     # Lease scans: status and until (and owner), and the queue order (status, rank_at,
     # then id for partitions at one place: revision 0010).
-    # Retention and the status gauges:
-    # status and the last update. Paged listings, newest first: created_at and id.
+    # Retention and gauges: status, last update. Paged listings: created_at and id.
     __table_args__ = (Index("ix_partitions_lease", "status", "until", "owner"),
                       Index("ix_partitions_updated", "status", "updated_at"),
                       Index("ix_partitions_created", "created_at", "id"),
@@ -174,17 +174,15 @@ class Partition(SQLModel, table=True):
     # Items its steps and reduces spawned (revision 0006).
     spawned: int = Field(default=0, sa_column=Column(Integer, nullable=False,
                                                      server_default=text("0")))
-    # SHA-256 (hex) of the ingest API request that created it; NULL when the client
-    # library did (revision 0007).
+    # SHA-256 (hex) of the API request that created it; NULL: the library did (0007).
     request_digest: str | None = Field(
         default=None, sa_column=Column(Unicode(REQUEST_DIGEST_LENGTH), nullable=True))
     # The creator's W3C trace context as JSON (traceparent, tracestate); NULL when
     # tracing was off (revision 0008).
     trace_context: str | None = Field(default=None,
                                       sa_column=Column(error_type(), nullable=True))
-    # No longer written (revision 0013 moved it to ``partition_timelines``, so the row
-    # the hot path rewrites stays small); kept so an older processor still running
-    # through an upgrade finds its column. Revision 0008 added it.
+    # No longer written: revision 0013 moved it to ``partition_timelines`` (a small hot
+    # row); kept for an older processor running through an upgrade. Added by 0008.
     timeline: str | None = Field(default=None, sa_column=Column(error_type(), nullable=True))
     # From -10 to 10, fixed at creation; rank_at is the partition's place in the lease
     # queue (see watcher.rules.priority); paused_at is set while a client has it paused
@@ -202,6 +200,9 @@ class Partition(SQLModel, table=True):
     # item (revision 0011).
     quorum: str | None = Field(
         default=None, sa_column=Column(Unicode(REDUCE_GATES_MAX_LENGTH), nullable=True))
+    # Where an event is POSTed when the partition ends (http(s); NULL: none; rev. 0015).
+    notify: str | None = Field(
+        default=None, sa_column=Column(Unicode(NOTIFY_URL_MAX_LENGTH), nullable=True))
 
 
 class Item(SQLModel, table=True):
@@ -250,10 +251,9 @@ class Wait(SQLModel, table=True):
     late completion is told the token was used already. ``timeout`` (seconds) and
     ``on_timeout`` (``retry`` or ``fail``) say what the deadline does.
 
-    Revision 0014 adds ``traceparent``, the W3C trace context of the call span that
-    received the parking answer (a completion's span links to it), and
-    ``operator_token``, the hash of a second token an operator minted in the console
-    for the same wait (either token completes it, once; minting again replaces it).
+    Revision 0014 adds ``traceparent``, the trace context of the call that parked the
+    item (a completion's span links to it), and ``operator_token``, the hash of a token
+    an operator minted for the same wait (either completes it, once; a new one replaces it).
     """
 
     __tablename__ = "waits"

@@ -136,6 +136,9 @@ class PartitionSettings:
     # The gates that pass on the first k of their items, as (gate, k) pairs in gate
     # order (watcher.rules.completions); () for none: every item.
     quorum: tuple[tuple[int, int], ...] = ()
+    # The http(s) URL POSTed a signed event when the partition ends (complete, failed
+    # or cancelled); None: no notification (docs/how-to/notifications.md).
+    notify: str | None = None
 
     def quorum_at(self, gate: int) -> int:
         """How many items pass ``gate`` (its quorum's k); 0 when every item must."""
@@ -320,3 +323,29 @@ class Page(list[T], Generic[T]):
 
     def __repr__(self) -> str:
         return f"Page({list.__repr__(self)}, next_cursor={self.next_cursor!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEvent:
+    """A notification as the outbox holds it (:class:`watcher.models.Notification`).
+
+    ``now`` is the database clock's time when it was read (claimed or listed);
+    ``version`` guards the write that settles a claim. ``body`` is ``None`` until
+    the first attempt stores the event's bytes.
+    """
+
+    seq: int
+    event_id: str
+    partition_id: str
+    target: str
+    status: str
+    gate: int
+    state: str
+    attempts: int
+    version: int
+    next_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    now: datetime
+    body: bytes | None = None
+    last_error: str | None = None

@@ -890,6 +890,7 @@ SELECT partitions.id,
        partitions.rank_at,
        partition_timelines.timeline,
        partitions.quorum,
+       partitions.notify,
        COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -914,6 +915,7 @@ SELECT partitions.id,
        partitions.rank_at,
        partition_timelines.timeline,
        partitions.quorum,
+       partitions.notify,
        COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -1022,6 +1024,164 @@ SELECT partitions.id,
   FROM partitions
  WHERE partitions.id IN (%s, ...);
 
+-- name: notification_settle (1)
+UPDATE notifications
+   SET state=%s,
+version=(notifications.version + %s), owner=%s,
+       next_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       `body`=from_base64(%s),
+       last_error=%s,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE notifications.seq = %s
+   AND notifications.version = %s
+   AND notifications.owner = %s;
+
+-- name: notification_settle (2)
+UPDATE notifications
+   SET state=%s,
+version=(notifications.version + %s), owner=%s,
+       next_at=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND),
+       `body`=from_base64(%s),
+       last_error=%s,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE notifications.seq = %s
+   AND notifications.version = %s
+   AND notifications.owner = %s;
+
+-- name: notification_settle (3)
+UPDATE notifications
+   SET state=%s,
+version=(notifications.version + %s), owner=%s,
+       next_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       last_error=%s,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE notifications.seq = %s
+   AND notifications.version = %s
+   AND notifications.owner = %s;
+
+-- name: notifications_claim (1)
+SELECT notifications.seq
+  FROM notifications
+ WHERE notifications.state = %s
+   AND notifications.next_at <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND NOT (EXISTS (SELECT * FROM notifications AS notifications_1 WHERE notifications_1.partition_id = notifications.partition_id AND notifications_1.seq < notifications.seq AND notifications_1.state = %s))
+ ORDER BY notifications.next_at,
+          notifications.seq
+ LIMIT %s
+   FOR UPDATE SKIP LOCKED;
+
+-- name: notifications_claim (2)
+UPDATE notifications
+   SET
+version=(notifications.version + %s), attempts=(notifications.attempts + %s),
+       owner=%s,
+       next_at=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE notifications.seq IN (%s, ...)
+   AND notifications.state = %s;
+
+-- name: notifications_claim (3)
+SELECT notifications.seq,
+       notifications.event_id,
+       notifications.partition_id,
+       notifications.target,
+       notifications.status,
+       notifications.gate,
+       notifications.state,
+       notifications.version,
+       notifications.attempts,
+       notifications.owner,
+       notifications.next_at,
+       notifications.`body`,
+       notifications.last_error,
+       notifications.created_at,
+       notifications.updated_at,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS now
+  FROM notifications
+ WHERE notifications.seq IN (%s, ...)
+   AND notifications.owner = %s
+ ORDER BY notifications.seq;
+
+-- name: notifications_counts (1)
+SELECT notifications.state,
+       count(*) AS count_1
+  FROM notifications
+ WHERE notifications.state IN (%s, ...)
+ GROUP BY notifications.state;
+
+-- name: notifications_counts (2)
+SELECT count(*) AS count_1
+  FROM notifications
+ WHERE notifications.state = %s
+   AND notifications.next_at <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6));
+
+-- name: notifications_list (1)
+SELECT notifications.seq,
+       notifications.event_id,
+       notifications.partition_id,
+       notifications.target,
+       notifications.status,
+       notifications.gate,
+       notifications.state,
+       notifications.version,
+       notifications.attempts,
+       notifications.owner,
+       notifications.next_at,
+       notifications.last_error,
+       notifications.created_at,
+       notifications.updated_at,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS now
+  FROM notifications
+ ORDER BY notifications.seq
+ LIMIT %s;
+
+-- name: notifications_list (2)
+SELECT notifications.seq,
+       notifications.event_id,
+       notifications.partition_id,
+       notifications.target,
+       notifications.status,
+       notifications.gate,
+       notifications.state,
+       notifications.version,
+       notifications.attempts,
+       notifications.owner,
+       notifications.next_at,
+       notifications.last_error,
+       notifications.created_at,
+       notifications.updated_at,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS now
+  FROM notifications
+ WHERE notifications.state = %s
+   AND notifications.partition_id = %s
+   AND notifications.seq > %s
+ ORDER BY notifications.seq
+ LIMIT %s;
+
+-- name: notifications_purge (1)
+SELECT notifications.seq
+  FROM notifications
+ WHERE notifications.state = %s
+   AND notifications.next_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+ ORDER BY notifications.next_at
+ LIMIT %s;
+
+-- name: notifications_purge (2)
+DELETE
+  FROM notifications
+ WHERE notifications.seq IN (%s, ...)
+   AND notifications.state = %s;
+
+-- name: notifications_redeliver
+UPDATE notifications
+   SET state=%s,
+version=(notifications.version + %s), attempts=%s,
+       owner=%s,
+       next_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE notifications.seq IN (%s, ...)
+   AND notifications.state = %s;
+
 -- name: now
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
@@ -1051,6 +1211,23 @@ version=(items.version + %s), status=%s,
           FROM partitions
          WHERE partitions.id = %s
        );
+
+-- name: partition_cancel (4)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %s AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       %s AS anon_2,
+       %s AS anon_3,
+       %s AS anon_4,
+       %s AS anon_5,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now__1,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = %s
+   AND partitions.notify IS NOT NULL;
 
 -- name: partition_close_when_done (1)
 UPDATE partitions
@@ -1085,6 +1262,28 @@ version=(partitions.version + %s), status=%s,
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate >= %s))
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate = %s));
 
+-- name: partition_close_when_done (3)
+UPDATE partition_timelines
+   SET timeline=%s
+ WHERE partition_timelines.partition_id = %s;
+
+-- name: partition_close_when_done (4)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %s AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       %s AS anon_2,
+       %s AS anon_3,
+       %s AS anon_4,
+       %s AS anon_5,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now__1,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = %s
+   AND partitions.notify IS NOT NULL;
+
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
   FROM partitions
@@ -1100,8 +1299,8 @@ SELECT (
        ) AS latest;
 
 -- name: partition_create_batches (3)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), %s, %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), %s, %s, %s);
 
 -- name: partition_create_batches (4)
 INSERT INTO partition_timelines (partition_id)
@@ -1128,12 +1327,12 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %s;
 
 -- name: partition_create_batches (9)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: partition_create_batches (10)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1226,7 +1425,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.id IN (%s, ...)
  ORDER BY partitions.created_at DESC,
@@ -1490,6 +1690,23 @@ version=(partitions.version + %(version_1)s), gate=%(new_gate)s,
    AND partitions.owner = %(holder)s
    AND partitions.status = %(status_1)s;
 
+-- name: partition_transition (8)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %s AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       %s AS anon_2,
+       %s AS anon_3,
+       %s AS anon_4,
+       %s AS anon_5,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now__1,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = %s
+   AND partitions.notify IS NOT NULL;
+
 -- name: partitions_finished_per_minute
 SELECT (
         SELECT count(*) AS count_1
@@ -1610,7 +1827,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.status = %s
  ORDER BY partitions.created_at DESC,
@@ -1663,7 +1881,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -1700,7 +1919,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.status = %s
    AND (partitions.created_at < %s OR partitions.created_at = %s AND partitions.id < %s)
@@ -1730,7 +1950,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.id LIKE %s ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1841,6 +2062,23 @@ version=(partitions.version + %s), status=%s,
    AND partitions.owner = %s
    AND partitions.status = %s
    AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6));
+
+-- name: reduce_failed (3)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %s AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       %s AS anon_2,
+       %s AS anon_3,
+       %s AS anon_4,
+       %s AS anon_5,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now__1,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = %s
+   AND partitions.notify IS NOT NULL;
 
 -- name: reduce_state_read
 SELECT partitions.version,
@@ -2053,8 +2291,8 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %s;
 
 -- name: schedule_tick (6)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: schedule_tick (7)
 INSERT INTO partition_timelines (partition_id)

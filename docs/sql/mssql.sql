@@ -857,6 +857,7 @@ SELECT TOP 10 partitions.id,
        partitions.rank_at,
        partition_timelines.timeline,
        partitions.quorum,
+       partitions.notify,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -880,6 +881,7 @@ SELECT TOP 10 partitions.id,
        partitions.rank_at,
        partition_timelines.timeline,
        partitions.quorum,
+       partitions.notify,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -904,6 +906,7 @@ SELECT TOP 50 partitions.id,
        partitions.rank_at,
        partition_timelines.timeline,
        partitions.quorum,
+       partitions.notify,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -928,6 +931,7 @@ SELECT TOP 20 partitions.id,
        partitions.rank_at,
        partition_timelines.timeline,
        partitions.quorum,
+       partitions.notify,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -952,6 +956,7 @@ SELECT TOP 100 partitions.id,
        partitions.rank_at,
        partition_timelines.timeline,
        partitions.quorum,
+       partitions.notify,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -1059,6 +1064,159 @@ SELECT partitions.id,
   FROM partitions
  WHERE partitions.id IN (%(id_1_n)s, ...);
 
+-- name: notification_settle (1)
+UPDATE notifications
+   SET state=%(state)s,
+version=(notifications.version + %(version_n)s), owner=%(owner)s,
+       next_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       body=%(body)s,
+       last_error=%(last_error)s,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE notifications.seq = %(seq_n)s
+   AND notifications.version = %(version_n)s
+   AND notifications.owner = %(owner_n)s;
+
+-- name: notification_settle (2)
+UPDATE notifications
+   SET state=%(state)s,
+version=(notifications.version + %(version_n)s), owner=%(owner)s,
+       next_at=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+       body=%(body)s,
+       last_error=%(last_error)s,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE notifications.seq = %(seq_n)s
+   AND notifications.version = %(version_n)s
+   AND notifications.owner = %(owner_n)s;
+
+-- name: notification_settle (3)
+UPDATE notifications
+   SET state=%(state)s,
+version=(notifications.version + %(version_n)s), owner=%(owner)s,
+       next_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       last_error=%(last_error)s,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE notifications.seq = %(seq_n)s
+   AND notifications.version = %(version_n)s
+   AND notifications.owner = %(owner_n)s;
+
+-- name: notifications_claim (1)
+SELECT TOP 10 notifications.seq
+  FROM notifications WITH (UPDLOCK, ROWLOCK, READPAST)
+ WHERE notifications.state = %(state_n)s
+   AND notifications.next_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND NOT (EXISTS (SELECT * FROM notifications AS notifications_1 WHERE notifications_1.partition_id = notifications.partition_id AND notifications_1.seq < notifications.seq AND notifications_1.state = %(state_n)s))
+ ORDER BY notifications.next_at,
+          notifications.seq;
+
+-- name: notifications_claim (2)
+UPDATE notifications
+   SET
+version=(notifications.version + %(version_n)s), attempts=(notifications.attempts + %(attempts_n)s),
+       owner=%(owner)s,
+       next_at=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE notifications.seq IN (%(seq_1_n)s, ...)
+   AND notifications.state = %(state_n)s;
+
+-- name: notifications_claim (3)
+SELECT notifications.seq,
+       notifications.event_id,
+       notifications.partition_id,
+       notifications.target,
+       notifications.status,
+       notifications.gate,
+       notifications.state,
+       notifications.version,
+       notifications.attempts,
+       notifications.owner,
+       notifications.next_at,
+       notifications.body,
+       notifications.last_error,
+       notifications.created_at,
+       notifications.updated_at,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS now
+  FROM notifications
+ WHERE notifications.seq IN (%(seq_1_n)s, ...)
+   AND notifications.owner = %(owner_n)s
+ ORDER BY notifications.seq;
+
+-- name: notifications_counts (1)
+SELECT notifications.state,
+       count(*) AS count_1
+  FROM notifications
+ WHERE notifications.state IN (%(state_1_n)s, ...)
+ GROUP BY notifications.state;
+
+-- name: notifications_counts (2)
+SELECT count(*) AS count_1
+  FROM notifications
+ WHERE notifications.state = %(state_n)s
+   AND notifications.next_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME());
+
+-- name: notifications_list (1)
+SELECT TOP 100 notifications.seq,
+       notifications.event_id,
+       notifications.partition_id,
+       notifications.target,
+       notifications.status,
+       notifications.gate,
+       notifications.state,
+       notifications.version,
+       notifications.attempts,
+       notifications.owner,
+       notifications.next_at,
+       notifications.last_error,
+       notifications.created_at,
+       notifications.updated_at,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS now
+  FROM notifications
+ ORDER BY notifications.seq;
+
+-- name: notifications_list (2)
+SELECT TOP 10 notifications.seq,
+       notifications.event_id,
+       notifications.partition_id,
+       notifications.target,
+       notifications.status,
+       notifications.gate,
+       notifications.state,
+       notifications.version,
+       notifications.attempts,
+       notifications.owner,
+       notifications.next_at,
+       notifications.last_error,
+       notifications.created_at,
+       notifications.updated_at,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS now
+  FROM notifications
+ WHERE notifications.state = %(state_n)s
+   AND notifications.partition_id = %(partition_id_n)s
+   AND notifications.seq > %(seq_n)s
+ ORDER BY notifications.seq;
+
+-- name: notifications_purge (1)
+SELECT TOP 10 notifications.seq
+  FROM notifications
+ WHERE notifications.state = %(state_n)s
+   AND notifications.next_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+ ORDER BY notifications.next_at;
+
+-- name: notifications_purge (2)
+DELETE
+  FROM notifications
+ WHERE notifications.seq IN (%(seq_1_n)s, ...)
+   AND notifications.state = %(state_n)s;
+
+-- name: notifications_redeliver
+UPDATE notifications
+   SET state=%(state)s,
+version=(notifications.version + %(version_n)s), attempts=%(attempts)s,
+       owner=%(owner)s,
+       next_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE notifications.seq IN (%(seq_1_n)s, ...)
+   AND notifications.state = %(state_n)s;
+
 -- name: now
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
@@ -1088,6 +1246,23 @@ version=(items.version + %(version_n)s), status=%(status)s,
           FROM partitions
          WHERE partitions.id = %(id_n)s
        );
+
+-- name: partition_cancel (4)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       %(param_n)s AS anon_2,
+       %(param_n)s AS anon_3,
+       %(param_n)s AS anon_4,
+       %(param_n)s AS anon_5,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now__1,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = %(pid)s
+   AND partitions.notify IS NOT NULL;
 
 -- name: partition_close_when_done (1)
 UPDATE partitions
@@ -1122,6 +1297,28 @@ version=(partitions.version + %(version_n)s), status=%(status)s,
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_n)s AND items.gate >= %(at_gate)s))
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_n)s AND items.gate = %(at_gate)s));
 
+-- name: partition_close_when_done (3)
+UPDATE partition_timelines
+   SET timeline=%(tl_text)s
+ WHERE partition_timelines.partition_id = %(tl_pid)s;
+
+-- name: partition_close_when_done (4)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       %(param_n)s AS anon_2,
+       %(param_n)s AS anon_3,
+       %(param_n)s AS anon_4,
+       %(param_n)s AS anon_5,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now__1,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = %(pid)s
+   AND partitions.notify IS NOT NULL;
+
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
   FROM partitions
@@ -1137,8 +1334,8 @@ SELECT (
        ) AS latest;
 
 -- name: partition_create_batches (3)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), %(flow_key)s, %(quorum)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), %(flow_key)s, %(quorum)s, %(notify)s);
 
 -- name: partition_create_batches (4)
 INSERT INTO partition_timelines (partition_id)
@@ -1165,12 +1362,12 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %(name_n)s;
 
 -- name: partition_create_batches (9)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s, %(notify)s);
 
 -- name: partition_create_batches (10)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, %(until)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, %(until)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s, %(notify)s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1272,7 +1469,8 @@ SELECT TOP 1000 partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.id IN (%(id_1_n)s, ...)
  ORDER BY partitions.created_at DESC,
@@ -1533,6 +1731,23 @@ version=(partitions.version + %(version_n)s), gate=%(new_gate)s,
    AND partitions.owner = %(holder)s
    AND partitions.status = %(status_n)s;
 
+-- name: partition_transition (8)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       %(param_n)s AS anon_2,
+       %(param_n)s AS anon_3,
+       %(param_n)s AS anon_4,
+       %(param_n)s AS anon_5,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now__1,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = %(pid)s
+   AND partitions.notify IS NOT NULL;
+
 -- name: partitions_finished_per_minute
 SELECT (
         SELECT count(*) AS count_1
@@ -1644,7 +1859,8 @@ SELECT TOP 10 partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.status = %(status_n)s
  ORDER BY partitions.created_at DESC,
@@ -1694,7 +1910,8 @@ SELECT TOP 2 partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC;
@@ -1730,7 +1947,8 @@ SELECT TOP 3 partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND (partitions.created_at < %(created_at_n)s OR partitions.created_at = %(created_at_n)s AND partitions.id < %(id_n)s)
@@ -1759,7 +1977,8 @@ SELECT TOP 1001 partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.id LIKE %(id_n)s ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1865,6 +2084,23 @@ version=(partitions.version + %(version_n)s), status=%(status)s,
    AND partitions.owner = %(owner_n)s
    AND partitions.status = %(status_n)s
    AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME());
+
+-- name: reduce_failed (3)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       %(param_n)s AS anon_2,
+       %(param_n)s AS anon_3,
+       %(param_n)s AS anon_4,
+       %(param_n)s AS anon_5,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now__1,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = %(pid)s
+   AND partitions.notify IS NOT NULL;
 
 -- name: reduce_state_read
 SELECT partitions.version,
@@ -2077,8 +2313,8 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %(name_n)s;
 
 -- name: schedule_tick (6)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s, %(notify)s);
 
 -- name: schedule_tick (7)
 INSERT INTO partition_timelines (partition_id)

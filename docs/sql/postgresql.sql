@@ -911,6 +911,7 @@ SELECT partitions.id,
        partitions.rank_at,
        partition_timelines.timeline,
        partitions.quorum,
+       partitions.notify,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -935,6 +936,7 @@ SELECT partitions.id,
        partitions.rank_at,
        partition_timelines.timeline,
        partitions.quorum,
+       partitions.notify,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -1053,6 +1055,164 @@ version=(partitions.version + %(version_1)s::INTEGER), owner=%(holder)s::VARCHAR
           FROM free
        ) RETURNING partitions.id;
 
+-- name: notification_settle (1)
+UPDATE notifications
+   SET state=%(state)s::VARCHAR,
+version=(notifications.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
+       next_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       body=%(body)s,
+       last_error=%(last_error)s::VARCHAR,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE notifications.seq = %(seq_1)s::INTEGER
+   AND notifications.version = %(version_2)s::INTEGER
+   AND notifications.owner = %(owner_1)s::VARCHAR;
+
+-- name: notification_settle (2)
+UPDATE notifications
+   SET state=%(state)s::VARCHAR,
+version=(notifications.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
+       next_at=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)),
+       body=%(body)s,
+       last_error=%(last_error)s::VARCHAR,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE notifications.seq = %(seq_1)s::INTEGER
+   AND notifications.version = %(version_2)s::INTEGER
+   AND notifications.owner = %(owner_1)s::VARCHAR;
+
+-- name: notification_settle (3)
+UPDATE notifications
+   SET state=%(state)s::VARCHAR,
+version=(notifications.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
+       next_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       last_error=%(last_error)s::VARCHAR,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE notifications.seq = %(seq_1)s::INTEGER
+   AND notifications.version = %(version_2)s::INTEGER
+   AND notifications.owner = %(owner_1)s::VARCHAR;
+
+-- name: notifications_claim (1)
+SELECT notifications.seq
+  FROM notifications
+ WHERE notifications.state = %(state_1)s::VARCHAR
+   AND notifications.next_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND NOT (EXISTS (SELECT * FROM notifications AS notifications_1 WHERE notifications_1.partition_id = notifications.partition_id AND notifications_1.seq < notifications.seq AND notifications_1.state = %(state_2)s::VARCHAR))
+ ORDER BY notifications.next_at,
+          notifications.seq
+ LIMIT %(param_1)s::INTEGER
+   FOR UPDATE SKIP LOCKED;
+
+-- name: notifications_claim (2)
+UPDATE notifications
+   SET
+version=(notifications.version + %(version_1)s::INTEGER), attempts=(notifications.attempts + %(attempts_1)s::INTEGER),
+       owner=%(owner)s::VARCHAR,
+       next_at=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE notifications.seq IN (%(seq_1_1)s::INTEGER, ...)
+   AND notifications.state = %(state_1)s::VARCHAR;
+
+-- name: notifications_claim (3)
+SELECT notifications.seq,
+       notifications.event_id,
+       notifications.partition_id,
+       notifications.target,
+       notifications.status,
+       notifications.gate,
+       notifications.state,
+       notifications.version,
+       notifications.attempts,
+       notifications.owner,
+       notifications.next_at,
+       notifications.body,
+       notifications.last_error,
+       notifications.created_at,
+       notifications.updated_at,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS now
+  FROM notifications
+ WHERE notifications.seq IN (%(seq_1_1)s::INTEGER, ...)
+   AND notifications.owner = %(owner_1)s::VARCHAR
+ ORDER BY notifications.seq;
+
+-- name: notifications_counts (1)
+SELECT notifications.state,
+       count(*) AS count_1
+  FROM notifications
+ WHERE notifications.state IN (%(state_1_1)s::VARCHAR, ...)
+ GROUP BY notifications.state;
+
+-- name: notifications_counts (2)
+SELECT count(*) AS count_1
+  FROM notifications
+ WHERE notifications.state = %(state_1)s::VARCHAR
+   AND notifications.next_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'));
+
+-- name: notifications_list (1)
+SELECT notifications.seq,
+       notifications.event_id,
+       notifications.partition_id,
+       notifications.target,
+       notifications.status,
+       notifications.gate,
+       notifications.state,
+       notifications.version,
+       notifications.attempts,
+       notifications.owner,
+       notifications.next_at,
+       notifications.last_error,
+       notifications.created_at,
+       notifications.updated_at,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS now
+  FROM notifications
+ ORDER BY notifications.seq
+ LIMIT %(param_1)s::INTEGER;
+
+-- name: notifications_list (2)
+SELECT notifications.seq,
+       notifications.event_id,
+       notifications.partition_id,
+       notifications.target,
+       notifications.status,
+       notifications.gate,
+       notifications.state,
+       notifications.version,
+       notifications.attempts,
+       notifications.owner,
+       notifications.next_at,
+       notifications.last_error,
+       notifications.created_at,
+       notifications.updated_at,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS now
+  FROM notifications
+ WHERE notifications.state = %(state_1)s::VARCHAR
+   AND notifications.partition_id = %(partition_id_1)s::VARCHAR
+   AND notifications.seq > %(seq_1)s::INTEGER
+ ORDER BY notifications.seq
+ LIMIT %(param_1)s::INTEGER;
+
+-- name: notifications_purge (1)
+SELECT notifications.seq
+  FROM notifications
+ WHERE notifications.state = %(state_1)s::VARCHAR
+   AND notifications.next_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+ ORDER BY notifications.next_at
+ LIMIT %(param_2)s::INTEGER;
+
+-- name: notifications_purge (2)
+DELETE
+  FROM notifications
+ WHERE notifications.seq IN (%(seq_1_1)s::INTEGER, ...)
+   AND notifications.state = %(state_1)s::VARCHAR;
+
+-- name: notifications_redeliver
+UPDATE notifications
+   SET state=%(state)s::VARCHAR,
+version=(notifications.version + %(version_1)s::INTEGER), attempts=%(attempts)s::INTEGER,
+       owner=%(owner)s::VARCHAR,
+       next_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE notifications.seq IN (%(seq_1_1)s::INTEGER, ...)
+   AND notifications.state = %(state_1)s::VARCHAR;
+
 -- name: now
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
@@ -1083,6 +1243,23 @@ version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
          WHERE partitions.id = %(id_1)s::VARCHAR
        );
 
+-- name: partition_cancel (4)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s::VARCHAR AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       %(param_1)s::VARCHAR AS anon_2,
+       %(param_2)s::INTEGER AS anon_3,
+       %(param_3)s::INTEGER AS anon_4,
+       %(param_4)s::VARCHAR AS anon_5,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.notify IS NOT NULL;
+
 -- name: partition_close_when_done (1)
 WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s::INTEGER), status=%(param_1)s::VARCHAR, owner=%(param_2)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) WHERE partitions.id = %(pid)s::VARCHAR AND partitions.version = %(seen)s::INTEGER AND partitions.owner = %(holder)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.paused_at IS NULL AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key))) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER)) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER)) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_4)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER)) RETURNING partitions.id),
        written AS (UPDATE partition_timelines SET timeline=%(tl_text)s::VARCHAR WHERE partition_timelines.partition_id IN (SELECT moved.id FROM moved) RETURNING partition_timelines.partition_id) SELECT (
@@ -1105,6 +1282,45 @@ WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s
           FROM written
        ) AS anon_2;
 
+-- name: partition_close_when_done (3)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       owner=%(owner)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.version = %(seen)s::INTEGER
+   AND partitions.owner = %(holder)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_4)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER));
+
+-- name: partition_close_when_done (4)
+UPDATE partition_timelines
+   SET timeline=%(tl_text)s::VARCHAR
+ WHERE partition_timelines.partition_id = %(tl_pid)s::VARCHAR;
+
+-- name: partition_close_when_done (5)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s::VARCHAR AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       %(param_1)s::VARCHAR AS anon_2,
+       %(param_2)s::INTEGER AS anon_3,
+       %(param_3)s::INTEGER AS anon_4,
+       %(param_4)s::VARCHAR AS anon_5,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.notify IS NOT NULL;
+
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
   FROM partitions
@@ -1120,8 +1336,8 @@ SELECT (
        ) AS latest;
 
 -- name: partition_create_batches (3)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR);
 
 -- name: partition_create_batches (4)
 INSERT INTO partition_timelines (partition_id)
@@ -1151,12 +1367,12 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %(name_1)s::VARCHAR;
 
 -- name: partition_create_batches (10)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR);
 
 -- name: partition_create_batches (11)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, %(until)s::TIMESTAMP WITHOUT TIME ZONE, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, %(until)s::TIMESTAMP WITHOUT TIME ZONE, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1249,7 +1465,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
  ORDER BY partitions.created_at DESC,
@@ -1530,6 +1747,35 @@ version=(partitions.version + %(version_1)s::INTEGER), gate=%(new_gate)s::INTEGE
    AND partitions.owner = %(holder)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
 
+-- name: partition_transition (9)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       owner=%(owner)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.version = %(seen)s::INTEGER
+   AND partitions.owner = %(holder)s::VARCHAR
+   AND partitions.status = %(status_1)s::VARCHAR;
+
+-- name: partition_transition (10)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s::VARCHAR AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       %(param_1)s::VARCHAR AS anon_2,
+       %(param_2)s::INTEGER AS anon_3,
+       %(param_3)s::INTEGER AS anon_4,
+       %(param_4)s::VARCHAR AS anon_5,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.notify IS NOT NULL;
+
 -- name: partitions_finished_per_minute
 SELECT (
         SELECT count(*) AS count_1
@@ -1650,7 +1896,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
  ORDER BY partitions.created_at DESC,
@@ -1703,7 +1950,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -1740,7 +1988,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND (partitions.created_at < %(created_at_1)s::TIMESTAMP WITHOUT TIME ZONE OR partitions.created_at = %(created_at_2)s::TIMESTAMP WITHOUT TIME ZONE AND partitions.id < %(id_1)s::VARCHAR)
@@ -1770,7 +2019,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.id LIKE %(id_1)s::VARCHAR ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1881,6 +2131,23 @@ version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHA
    AND partitions.owner = %(owner_1)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR
    AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'));
+
+-- name: reduce_failed (3)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s::VARCHAR AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       %(param_1)s::VARCHAR AS anon_2,
+       %(param_2)s::INTEGER AS anon_3,
+       %(param_3)s::INTEGER AS anon_4,
+       %(param_4)s::VARCHAR AS anon_5,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.notify IS NOT NULL;
 
 -- name: reduce_state_read
 SELECT partitions.version,
@@ -2088,8 +2355,8 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %(name_1)s::VARCHAR;
 
 -- name: schedule_tick (6)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR);
 
 -- name: schedule_tick (7)
 INSERT INTO partition_timelines (partition_id)

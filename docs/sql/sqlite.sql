@@ -913,6 +913,7 @@ SELECT partitions.id,
        partitions.rank_at,
        partition_timelines.timeline,
        partitions.quorum,
+       partitions.notify,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -938,6 +939,7 @@ SELECT partitions.id,
        partitions.rank_at,
        partition_timelines.timeline,
        partitions.quorum,
+       partitions.notify,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -1052,6 +1054,167 @@ version=(partitions.version + :version_1), owner=:holder,
           FROM free
        ) RETURNING id;
 
+-- name: notification_settle (1)
+UPDATE notifications
+   SET state=?,
+version=(notifications.version + ?), owner=?,
+       next_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       body=?,
+       last_error=?,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE notifications.seq = ?
+   AND notifications.version = ?
+   AND notifications.owner = ?;
+
+-- name: notification_settle (2)
+UPDATE notifications
+   SET state=?,
+version=(notifications.version + ?), owner=?,
+       next_at=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'),
+       body=?,
+       last_error=?,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE notifications.seq = ?
+   AND notifications.version = ?
+   AND notifications.owner = ?;
+
+-- name: notification_settle (3)
+UPDATE notifications
+   SET state=?,
+version=(notifications.version + ?), owner=?,
+       next_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       last_error=?,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE notifications.seq = ?
+   AND notifications.version = ?
+   AND notifications.owner = ?;
+
+-- name: notifications_claim (1)
+SELECT notifications.seq
+  FROM notifications
+ WHERE notifications.state = ?
+   AND notifications.next_at <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND NOT (EXISTS (SELECT * FROM notifications AS notifications_1 WHERE notifications_1.partition_id = notifications.partition_id AND notifications_1.seq < notifications.seq AND notifications_1.state = ?))
+ ORDER BY notifications.next_at,
+          notifications.seq
+ LIMIT ?
+OFFSET ?;
+
+-- name: notifications_claim (2)
+UPDATE notifications
+   SET
+version=(notifications.version + ?), attempts=(notifications.attempts + ?),
+       owner=?,
+       next_at=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE notifications.seq IN (?, ...)
+   AND notifications.state = ?;
+
+-- name: notifications_claim (3)
+SELECT notifications.seq,
+       notifications.event_id,
+       notifications.partition_id,
+       notifications.target,
+       notifications.status,
+       notifications.gate,
+       notifications.state,
+       notifications.version,
+       notifications.attempts,
+       notifications.owner,
+       notifications.next_at,
+       notifications.body,
+       notifications.last_error,
+       notifications.created_at,
+       notifications.updated_at,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS now
+  FROM notifications
+ WHERE notifications.seq IN (?, ...)
+   AND notifications.owner = ?
+ ORDER BY notifications.seq;
+
+-- name: notifications_counts (1)
+SELECT notifications.state,
+       count(*) AS count_1
+  FROM notifications
+ WHERE notifications.state IN (?, ...)
+ GROUP BY notifications.state;
+
+-- name: notifications_counts (2)
+SELECT count(*) AS count_1
+  FROM notifications
+ WHERE notifications.state = ?
+   AND notifications.next_at <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'));
+
+-- name: notifications_list (1)
+SELECT notifications.seq,
+       notifications.event_id,
+       notifications.partition_id,
+       notifications.target,
+       notifications.status,
+       notifications.gate,
+       notifications.state,
+       notifications.version,
+       notifications.attempts,
+       notifications.owner,
+       notifications.next_at,
+       notifications.last_error,
+       notifications.created_at,
+       notifications.updated_at,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS now
+  FROM notifications
+ ORDER BY notifications.seq
+ LIMIT ?
+OFFSET ?;
+
+-- name: notifications_list (2)
+SELECT notifications.seq,
+       notifications.event_id,
+       notifications.partition_id,
+       notifications.target,
+       notifications.status,
+       notifications.gate,
+       notifications.state,
+       notifications.version,
+       notifications.attempts,
+       notifications.owner,
+       notifications.next_at,
+       notifications.last_error,
+       notifications.created_at,
+       notifications.updated_at,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS now
+  FROM notifications
+ WHERE notifications.state = ?
+   AND notifications.partition_id = ?
+   AND notifications.seq > ?
+ ORDER BY notifications.seq
+ LIMIT ?
+OFFSET ?;
+
+-- name: notifications_purge (1)
+SELECT notifications.seq
+  FROM notifications
+ WHERE notifications.state = ?
+   AND notifications.next_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+ ORDER BY notifications.next_at
+ LIMIT ?
+OFFSET ?;
+
+-- name: notifications_purge (2)
+DELETE
+  FROM notifications
+ WHERE notifications.seq IN (?, ...)
+   AND notifications.state = ?;
+
+-- name: notifications_redeliver
+UPDATE notifications
+   SET state=?,
+version=(notifications.version + ?), attempts=?,
+       owner=?,
+       next_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE notifications.seq IN (?, ...)
+   AND notifications.state = ?;
+
 -- name: now
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
@@ -1081,6 +1244,23 @@ version=(items.version + ?), status=?,
           FROM partitions
          WHERE partitions.id = ?
        );
+
+-- name: partition_cancel (4)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT ? AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       ? AS anon_2,
+       ? AS anon_3,
+       ? AS anon_4,
+       ? AS anon_5,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now__1,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = ?
+   AND partitions.notify IS NOT NULL;
 
 -- name: partition_close_when_done (1)
 UPDATE partitions
@@ -1115,6 +1295,28 @@ version=(partitions.version + ?), status=?,
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ? AND items.gate >= ?))
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ? AND items.gate = ?));
 
+-- name: partition_close_when_done (3)
+UPDATE partition_timelines
+   SET timeline=?
+ WHERE partition_timelines.partition_id = ?;
+
+-- name: partition_close_when_done (4)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT ? AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       ? AS anon_2,
+       ? AS anon_3,
+       ? AS anon_4,
+       ? AS anon_5,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now__1,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = ?
+   AND partitions.notify IS NOT NULL;
+
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
   FROM partitions
@@ -1130,8 +1332,8 @@ SELECT (
        ) AS latest;
 
 -- name: partition_create_batches (3)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), ?, ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), ?, ?, ?);
 
 -- name: partition_create_batches (4)
 INSERT INTO partition_timelines (partition_id)
@@ -1158,12 +1360,12 @@ SELECT flow_controls.next_start
    AND flow_controls.name = ?;
 
 -- name: partition_create_batches (9)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: partition_create_batches (10)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1257,7 +1459,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.id IN (?, ...)
  ORDER BY partitions.created_at DESC,
@@ -1524,6 +1727,23 @@ version=(partitions.version + :version_1), gate=:new_gate,
    AND partitions.owner = :holder
    AND partitions.status = :status_1;
 
+-- name: partition_transition (8)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT ? AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       ? AS anon_2,
+       ? AS anon_3,
+       ? AS anon_4,
+       ? AS anon_5,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now__1,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = ?
+   AND partitions.notify IS NOT NULL;
+
 -- name: partitions_finished_per_minute
 SELECT (
         SELECT count(*) AS count_1
@@ -1653,7 +1873,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.status = ?
  ORDER BY partitions.created_at DESC,
@@ -1709,7 +1930,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -1747,7 +1969,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.status = ?
    AND (partitions.created_at < ? OR partitions.created_at = ? AND partitions.id < ?)
@@ -1778,7 +2001,8 @@ SELECT partitions.id,
        partitions.priority,
        partitions.paused_at,
        partitions.flow_key,
-       partitions.quorum
+       partitions.quorum,
+       partitions.notify
   FROM partitions
  WHERE partitions.id LIKE ? ESCAPE '/'
  ORDER BY partitions.created_at DESC,
@@ -1894,6 +2118,23 @@ version=(partitions.version + ?), status=?,
    AND partitions.owner = ?
    AND partitions.status = ?
    AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'));
+
+-- name: reduce_failed (3)
+INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT ? AS anon_1,
+       partitions.id,
+       partitions.notify,
+       partitions.status,
+       partitions.gate,
+       ? AS anon_2,
+       ? AS anon_3,
+       ? AS anon_4,
+       ? AS anon_5,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now__1,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now__2
+  FROM partitions
+ WHERE partitions.id = ?
+   AND partitions.notify IS NOT NULL;
 
 -- name: reduce_state_read
 SELECT partitions.version,
@@ -2106,8 +2347,8 @@ SELECT flow_controls.next_start
    AND flow_controls.name = ?;
 
 -- name: schedule_tick (6)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum)
-VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
+VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: schedule_tick (7)
 INSERT INTO partition_timelines (partition_id)

@@ -1,5 +1,5 @@
-"""A create's settings (reduce gates, failure policy, key, priority, quorum, start time),
-from a JSON body or an NDJSON create's query string, checked as the client checks them.
+"""A create's settings (reduce gates, failure policy, key, priority, quorum, notify URL,
+start time), from a JSON body or an NDJSON create's query string, checked as the client checks them.
 
 Every check raises :class:`~processor.api.problems.ApiError` naming the field at fault.
 """
@@ -18,7 +18,7 @@ from watcher.records import PartitionSettings
 from watcher.rules.delays import DelayError, parse_time
 
 NDJSON_CREATE_PARAMETERS = frozenset({"reduce_gates", "on_item_failure", "key", "priority",
-                                      "start_at", "quorum"})
+                                      "start_at", "quorum", "notify"})
 EARLIEST_START = EPOCH
 # A gate in a query string, bounded because int() refuses over 4300 digits (over 10
 # digits is out of range anyway, which the settings check says: 422).
@@ -29,8 +29,8 @@ QUORUM_PAIR = re.compile(r"([0-9]{1,20})=([0-9]{1,20})")
 
 
 def settings_from(partition_id: str, reduce_gates: Any, on_item_failure: Any,
-                  priority: Any = None, key: Any = None, quorum: Any = None
-                  ) -> PartitionSettings:
+                  priority: Any = None, key: Any = None, quorum: Any = None,
+                  notify: Any = None) -> PartitionSettings:
     """A create's settings, checked as the client checks them.
 
     Raises:
@@ -55,12 +55,15 @@ def settings_from(partition_id: str, reduce_gates: Any, on_item_failure: Any,
     if quorum is not None and not isinstance(quorum, dict):
         raise bad_request("'quorum' must be an object of gate to k, such as {\"1\": 2} "
                           "(gate 1 passes once 2 of its items are complete)", field="quorum")
+    if notify is not None and not isinstance(notify, str):
+        raise bad_request("'notify' must be an http(s) URL string", field="notify")
     try:
         return check_settings(partition_id, reduce_gates, on_item_failure, priority, key,
-                              quorum)
+                              quorum, notify)
     except InvalidInputError as error:
         text = str(error)
-        field = next((name for name in ("quorum", "on_item_failure", "priority", "key")
+        field = next((name for name in ("notify", "quorum", "on_item_failure", "priority",
+                                        "key")
                       if name in text), "reduce_gates")
         raise from_statefeed(error, field=field) from None
 
@@ -90,7 +93,7 @@ def start_time(value: Any) -> datetime | None:
 def query_fields(query: dict[str, str]) -> dict[str, Any]:
     """A create's settings given in its query string (``reduce_gates=1,3``,
     ``on_item_failure=continue``, ``key=acme``, ``priority=-2``, ``quorum=1=2``,
-    ``start_at=...``), as
+    ``start_at=...``, ``notify=https://...``), as
     the values a JSON body gives them; only those present.
 
     Raises:
@@ -102,7 +105,8 @@ def query_fields(query: dict[str, str]) -> dict[str, Any]:
         raise bad_request(f"unknown query parameter {unknown[0]!r}; a create takes "
                           f"{listed(NDJSON_CREATE_PARAMETERS)}", field=unknown[0])
     fields: dict[str, Any] = {name: query[name] for name in ("on_item_failure", "key",
-                                                             "start_at") if name in query}
+                                                             "start_at", "notify")
+                              if name in query}
     if "reduce_gates" in query:
         raw = query["reduce_gates"]
         parts = raw.split(",") if raw else []
@@ -148,7 +152,7 @@ def query_settings(partition_id: str, query: dict[str, str]) -> PartitionSetting
     fields = query_fields(query)
     return settings_from(partition_id, fields.get("reduce_gates"),
                          fields.get("on_item_failure"), fields.get("priority"),
-                         fields.get("key"), fields.get("quorum"))
+                         fields.get("key"), fields.get("quorum"), fields.get("notify"))
 
 
 def _query_quorum(raw: str) -> dict[str, int]:

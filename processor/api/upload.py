@@ -42,7 +42,7 @@ LINE_OVERHEAD_BYTES = 64 * 1024
 JSON_TYPES = frozenset({"application/json"})
 NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
 CREATE_FIELDS = frozenset({"items", "reduce_gates", "on_item_failure", "key", "priority",
-                           "start_at", "quorum"})
+                           "start_at", "quorum", "notify"})
 ADD_FIELDS = frozenset({"items"})
 # id length, gate, data length, not_before (microseconds since the epoch, UTC; NO_TIME: none)
 _RECORD = struct.Struct("<IIQq")
@@ -136,8 +136,8 @@ class RequestDigest:
     def settle(self, settings: PartitionSettings, start_at: datetime | None = None) -> str:
         """The digest, once the body has been read whole: ``settings`` (from the query
         or the body) and ``start_at`` are part of it. The key, the priority and the
-        start time (and a quorum) count only when set, so a request without them has the digest it
-        had before they existed."""
+        start time (and a quorum, a notify URL) count only when set, so a request
+        without them has the digest it had before they existed."""
         self._hash.update(b"\n" + json.dumps(
             [sorted(settings.reduce_gates), settings.continue_on_failure]).encode())
         if settings.flow_key or settings.priority or start_at is not None:
@@ -146,6 +146,8 @@ class RequestDigest:
                  None if start_at is None else start_at.isoformat()]).encode())
         if settings.quorum:
             self._hash.update(b"\nquorum " + json.dumps(settings.quorum).encode())
+        if settings.notify is not None:
+            self._hash.update(b"\nnotify " + json.dumps(settings.notify).encode())
         return self._hash.hexdigest()
 
 

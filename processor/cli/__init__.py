@@ -33,6 +33,7 @@ from processor.cli import produce  # noqa: F401
 from processor.cli import data  # noqa: F401
 from processor.cli import operate  # noqa: F401
 from processor.cli import flow  # noqa: F401
+from processor.cli import notifications  # noqa: F401
 from processor.cli import schedules  # noqa: F401
 from processor.cli import tools  # noqa: F401
 from processor.cli import waits  # noqa: F401

@@ -85,6 +85,7 @@ def status(
         held = [] if as_json else holds()
         parked = client.waits_summary([info.id for info in infos
                                        if info.counts.get("waiting")])
+        outbox = {} if as_json else client.notification_counts()
     if as_json:
         typer.echo(json.dumps([{**partition_row(info), "waiting": waiting_row(parked.get(
             info.id))} for info in infos], indent=2))
@@ -93,6 +94,11 @@ def status(
     for info in infos:
         if info.id in parked:
             say(f"{info.id}: {waiting_text(parked[info.id])}")
+    if outbox.get("pending") or outbox.get("dead"):
+        from processor.cli.notifications import counts_line
+
+        say(f"notifications: {counts_line(outbox)}; `processor notifications list` shows "
+            "them")
 
 
 # The narrowest the id column gets before the other columns give way: an id folds in

@@ -101,6 +101,10 @@ def create(
         "--quorum", show_default=False, metavar="GATE=K",
         help="Gate GATE passes once K of its items are complete; the others are "
         "skipped (repeat for more gates): --quorum 0=1 keeps the first answer.")] = None,
+    notify: Annotated[str, typer.Option(
+        "--notify", envvar=env_name("NOTIFY"), show_default=False, metavar="URL",
+        help="An http(s) URL POSTed a signed JSON event when the partition ends "
+        "(complete, failed or cancelled); see docs/how-to/notifications.md.")] = "",
     max_item_bytes: MaxItemBytes = DEFAULT_MAX_ITEM_BYTES,
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
@@ -122,7 +126,7 @@ def create(
     limits = _limits(max_item_bytes)
     settings = check_settings(partition_id, parse_gates(reduce_gates),
                               parse_policy(on_item_failure), priority, key or None,
-                              parse_quorum(quorum or []))
+                              parse_quorum(quorum or []), notify or None)
     start = parse_start_at(start_at)
     url = database_url(db_url, table_prefix)
     with _spool() as spool:
@@ -143,6 +147,7 @@ def create(
             "on_item_failure": "continue" if settings.continue_on_failure else "fail",
             "key": settings.flow_key or None, "priority": settings.priority,
             "quorum": {str(gate): k for gate, k in settings.quorum} or None,
+            "notify": settings.notify,
             "start_at": None if start is None else utc_text(start)}))
         return
     say(created_text(partition_id, count, first_gate, settings, start))

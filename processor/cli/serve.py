@@ -15,6 +15,8 @@ from processor.http.config import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_TRANSPORT,
 )
+from processor.notify.policy import DEFAULT_MAX_ATTEMPTS as DEFAULT_NOTIFY_ATTEMPTS
+from processor.notify.policy import DEFAULT_TIMEOUT as DEFAULT_NOTIFY_TIMEOUT
 from watcher.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_DB_TIMEOUT,
@@ -246,6 +248,26 @@ def run(
         envvar=env_name("WAIT_TIMEOUT_POLICY"),
         help="What a parked item's deadline does when its answer did not say: retry (an "
         "error that spends an attempt; it is called again) or fail.")] = "retry",
+    notify_allow_private: Annotated[bool, typer.Option(
+        envvar=env_name("NOTIFY_ALLOW_PRIVATE"),
+        help="Send partition notifications to loopback, private and link-local addresses "
+        "too (off: a notify URL could otherwise reach your own network). The signing "
+        "secret is read from PROCESSOR_NOTIFY_SECRET.")] = False,
+    notify_timeout: Annotated[float, typer.Option(
+        envvar=env_name("NOTIFY_TIMEOUT"),
+        help="Seconds one notification attempt may take, connecting included.")
+    ] = DEFAULT_NOTIFY_TIMEOUT,
+    notify_backoff: Annotated[str, typer.Option(
+        envvar=env_name("NOTIFY_BACKOFF"),
+        help="The first retry's longest wait; each further one doubles it (up to an hour), "
+        "with jitter.")] = "5s",
+    notify_attempts: Annotated[int, typer.Option(
+        envvar=env_name("NOTIFY_ATTEMPTS"),
+        help="Attempts before a notification is given up (dead).")] = DEFAULT_NOTIFY_ATTEMPTS,
+    notify_max_age: Annotated[str, typer.Option(
+        envvar=env_name("NOTIFY_MAX_AGE"),
+        help="Age after which a notification is given up (dead), attempts left or not.")
+    ] = "3d",
 ) -> None:
     """Lease partitions and dispatch their items to the handler until SIGTERM."""
     from processor.http.config import (
@@ -253,6 +275,7 @@ def run(
         HttpProcessorConfig,
         parse_header,
     )
+    from processor.notify.policy import NotifyConfig
     from processor.observe.tracing import configure_from_env
     from processor.service import ProcessorService, ServiceConfig
     from watcher.retention import RetentionConfig, check_statuses
@@ -309,11 +332,23 @@ def run(
         db_timeout=db_timeout,
         retention=retention_config,
         backlog_interval=backlog_interval,
+        notify=NotifyConfig(
+            secret=notify_secret(), allow_private=notify_allow_private,
+            timeout=notify_timeout, backoff=parse_duration("--notify-backoff", notify_backoff),
+            max_attempts=notify_attempts,
+            max_age=parse_duration("--notify-max-age", notify_max_age)),
     )
     setup_logging(log_level, log_format)
     configure_from_env()  # OTEL_TRACES_EXPORTER set: every call a span (docs/how-to/trace.md)
     code = asyncio.run(ProcessorService(config).run())
     raise typer.Exit(code)
+
+
+def notify_secret() -> bytes | None:
+    """The notifications' signing secret, from ``PROCESSOR_NOTIFY_SECRET`` (never an
+    option: a command line is visible to every user of the machine); ``None`` unset."""
+    value = os.environ.get(env_name("NOTIFY_SECRET"), "")
+    return value.encode() if value else None
 
 
 def snooze_cap(retention: Any) -> float:

@@ -40,6 +40,7 @@ from processor.client.checks import (
 )
 from processor.client.flow import FlowClient
 from processor.client.items import ItemReads
+from processor.client.notifications import NotificationsClient
 from processor.client.schedules import ScheduleClient
 from processor.client.verbs import PartitionVerbs
 from processor.client.waits import WaitsClient
@@ -62,7 +63,8 @@ from watcher.text import first_line
 T = TypeVar("T")
 
 
-class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsClient):
+class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsClient,
+                  NotificationsClient):
     """Insert and inspect partitions and items (asyncio), and control the flow of work
     (:class:`~processor.client.flow.FlowClient`), and schedule partitions
     (:class:`~processor.client.schedules.ScheduleClient`).
@@ -125,7 +127,8 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
                                on_item_failure: str = "fail",
                                start_at: datetime | None = None,
                                priority: int = 0, key: str | None = None,
-                               quorum: Mapping[int, int] | None = None) -> None:
+                               quorum: Mapping[int, int] | None = None,
+                               notify: str | None = None) -> None:
         """Create a partition with its items, in one transaction.
 
         ``reduce_gates`` are gates whose step is one reduce call for the whole
@@ -146,6 +149,8 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
         available or in flight, are settled as ``skipped`` (their late answers are
         discarded), in the transaction that completed the k-th
         (docs/how-to/park.md#the-first-k-of-n).
+        ``notify`` (an http or https URL) is POSTed a signed JSON event when the
+        partition ends: complete, failed or cancelled (docs/how-to/notifications.md).
         When an OpenTelemetry span is current, its trace context is stored with the
         partition: every handler call's span links to it (docs/how-to/trace.md).
 
@@ -154,13 +159,14 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
                 subclass names the case), or a ``start_at`` or ``not_before`` with no
                 time zone or more than a year ahead, a priority out of range, a
                 key that is not a valid id, or a quorum that is not ``{gate: k}``
-                with whole numbers (k at least 1).
+                with whole numbers (k at least 1), or a ``notify`` that is not an
+                http(s) URL.
             PartitionExistsError: the partition exists already.
             DuplicateItemError: item ids repeat.
         """
         check_id("partition", partition_id)
         settings = check_settings(partition_id, reduce_gates, on_item_failure, priority,
-                                  key, quorum)
+                                  key, quorum, notify)
         trace_context = capture_context()
         if trace_context is not None:
             settings = replace(settings, trace_context=trace_context)

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
+from processor.notify.targets import check_notify_url
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.errors import (
     DuplicateItemError,
@@ -152,14 +153,16 @@ ITEM_FAILURE_POLICIES = tuple(policy.value for policy in ItemFailurePolicy)
 
 def check_settings(partition_id: str, reduce_gates: Iterable[int],
                     on_item_failure: str, priority: object = DEFAULT_PRIORITY,
-                    key: object = None, quorum: object = None) -> PartitionSettings:
+                    key: object = None, quorum: object = None,
+                    notify: object = None) -> PartitionSettings:
     """A partition's settings, checked.
 
     Raises:
         InvalidInputError: reduce gates that are not a list of distinct gates (or too
             many), an unknown failure policy, a priority out of range, a key that
-            is not a valid id, or a quorum that is not ``{gate: k}`` with whole
-            numbers (:func:`check_quorum`).
+            is not a valid id, a quorum that is not ``{gate: k}`` with whole
+            numbers (:func:`check_quorum`), or a ``notify`` that is not an http(s) URL
+            (:func:`~processor.notify.targets.check_notify_url`).
     """
     if isinstance(reduce_gates, str | bytes | int) or not isinstance(reduce_gates, Iterable):
         raise InvalidInputError(
@@ -191,7 +194,8 @@ def check_settings(partition_id: str, reduce_gates: Iterable[int],
     return PartitionSettings(frozenset(gates),
                              on_item_failure == ItemFailurePolicy.CONTINUE.value,
                              priority=priority, flow_key=checked_key(key),
-                             quorum=check_quorum(partition_id, quorum))
+                             quorum=check_quorum(partition_id, quorum),
+                             notify=check_notify_url(partition_id, notify))
 
 
 def check_quorum(partition_id: str, quorum: object) -> tuple[tuple[int, int], ...]:

@@ -23,6 +23,7 @@ from processor.client.checks import (
     DEFAULT_THROUGHPUT_MINUTES,
 )
 from processor.client.items import DEFAULT_FIND_LIMIT
+from processor.client.notifications import SyncNotificationsClient
 from processor.client.schedules import SyncScheduleClient
 from processor.client.waits import SyncWaits
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
@@ -44,7 +45,7 @@ from watcher.store.db.urls import DatabaseURL
 T = TypeVar("T")
 
 
-class Client(SyncScheduleClient, SyncWaits):
+class Client(SyncScheduleClient, SyncWaits, SyncNotificationsClient):
     """The synchronous client: the same methods as :class:`AsyncClient`.
 
     Calls run on a private event loop in a background thread, so this works
@@ -105,11 +106,12 @@ class Client(SyncScheduleClient, SyncWaits):
                          on_item_failure: str = "fail",
                          start_at: datetime | None = None, priority: int = 0,
                          key: str | None = None,
-                         quorum: Mapping[int, int] | None = None) -> None:
+                         quorum: Mapping[int, int] | None = None,
+                         notify: str | None = None) -> None:
         """See :meth:`AsyncClient.create_partition`."""
         return self._run(self._async.create_partition(
             partition_id, items, reduce_gates=reduce_gates, on_item_failure=on_item_failure,
-            start_at=start_at, priority=priority, key=key, quorum=quorum))
+            start_at=start_at, priority=priority, key=key, quorum=quorum, notify=notify))
 
     def add_items(self, partition_id: str, items: Sequence[NewItem]) -> bool:
         """See :meth:`AsyncClient.add_items`."""

@@ -237,7 +237,8 @@ def test_a_walk_through_every_route_answers_as_documented(
     assert first.headers["idempotent-replayed"] == ["false"]
     assert first.json() == {"id": "walk/1", "items": 3, "first_gate": 0,
                             "reduce_gates": [2], "on_item_failure": "continue",
-                            "key": None, "priority": 0, "quorum": None, "start_at": None}
+                            "key": None, "priority": 0, "quorum": None, "notify": None,
+                            "start_at": None}
     again = call("PUT", "/v1/partitions/{id}", 201, body=create,
                  media_type="application/json", headers={"Idempotency-Key": "walk-1"})
     assert again.headers["idempotent-replayed"] == ["true"]

@@ -97,9 +97,10 @@ def test_postgresql_builds_indexes_on_existing_tables_without_blocking_writes() 
     sql = upgrade_sql("postgresql://nobody@nowhere.invalid/db", "sf_")
     _, later = sql.split("INSERT INTO sf_alembic_version", 1)  # after revision 0001
     plain = re.findall(r"CREATE INDEX (?!CONCURRENTLY)(\w+)", later)
-    # 0009 adds the first with its new column, 0011 and 0012 the others with their new
-    # (empty) tables.
-    assert plain == ["sf_ix_partitions_rank", "sf_ix_waits_item", "sf_ix_schedules_due"], plain
+    # 0009 adds the first with its new column, 0011, 0012 and 0015 the others with their
+    # new (empty) tables.
+    assert plain == ["sf_ix_partitions_rank", "sf_ix_waits_item", "sf_ix_schedules_due",
+                     "sf_ix_notifications_due", "sf_ix_notifications_partition"], plain
     built = re.findall(r"CREATE INDEX CONCURRENTLY (\w+)", later)
     assert {"sf_ix_items_ready_next", "sf_ix_partitions_updated", "sf_ix_partitions_created",
             "sf_ix_items_id", "sf_ix_partitions_rank_next"} <= set(built), built

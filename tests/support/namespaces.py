@@ -6,7 +6,8 @@ A full Alembic upgrade and downgrade per test cost most of the suite's time. Ins
   keeps prefixes that were migrated once; a test borrows one, its rows are deleted
   before the test gets it, and it goes back to the pool afterwards. The version table
   stays. The tables have no sequences or auto-increment columns (every key is a
-  string), so an emptied table is as good as a new one. A prefix that cannot be
+  string, but for the notifications' ``seq``, which no test assumes starts anywhere), so
+  an emptied table is as good as a new one. A prefix that cannot be
   emptied (a lock a stray session holds, a test that dropped a table) is dropped
   and replaced by a newly migrated one.
 - on SQLite, whose database is a file in the test's own folder, the pool migrates one

@@ -166,6 +166,41 @@ async def _drive_rewind(store: Store) -> None:
     assert (report.items_reset, report.items_removed) == (2, 1)
     with pytest.raises(GateError, match="only goes back"):
         await store.partition_rewind("r1", 1)
+    await _drive_notifications(store)
+
+
+async def _drive_notifications(store: Store) -> None:
+    """The notifications' outbox: closes that write an event (the drained gate's close
+    and a holder's transition), the delivery loop's claim and each way it settles, the
+    listings, the counts, a dead event sent again, and the purge of delivered ones."""
+    from watcher.outbox import DeliveryState
+
+    url = "https://example.com/hook"
+    for pid in ("n1", "n2"):
+        await store.partition_create(pid, [], PartitionSettings(notify=url))
+    rows = [row for row in await store.leases_read_free(10) if row.id in ("n1", "n2")]
+    won = {row.id: row for row in await store.leases_take(rows, "w9", 30)}
+    assert won["n1"].settings.notify == url
+    assert await store.partition_close_when_done("n1", won["n1"].version, "w9", gate=0,
+                                                 failures_allowed=False, timeline="{}",
+                                                 notify=True) is not None
+    assert await store.partition_transition("n2", won["n2"].version, "w9", status="failed",
+                                            notify=True) is not None
+    claimed = await store.notifications_claim("d1", 10, 30.0)
+    assert [event.partition_id for event in claimed] == ["n1", "n2"]
+    assert await store.notification_settle(claimed[0], "d1", DeliveryState.DELIVERED,
+                                           body=b"{}")
+    assert await store.notification_settle(claimed[1], "d1", DeliveryState.PENDING,
+                                           retry_in=0.0, error="HTTP 503", body=b"{}")
+    (again,) = await store.notifications_claim("d1", 10, 30.0)
+    assert await store.notification_settle(again, "d1", DeliveryState.DEAD, error="HTTP 400")
+    assert not await store.notification_settle(again, "d1", DeliveryState.DEAD)  # settled
+    await store.notifications_list()
+    await store.notifications_list(state="dead", partition_id="n2", after=0, limit=10)
+    assert (await store.notifications_counts())["dead"] == 1
+    assert await store.notifications_redeliver([again.seq]) == 1
+    await asyncio.sleep(0.05)
+    assert await store.notifications_purge(0.001, 10) == 1
 
 
 async def _drive_schedules(store: Store) -> None:

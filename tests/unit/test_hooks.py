@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from processor.notify.metrics import NotifyMetrics
 from processor.observe.metrics import PrometheusHooks
 from watcher.hooks import Hooks, SafeHooks
 from watcher.models import MAX_GATE
@@ -132,6 +133,10 @@ def test_every_metric_is_documented_with_its_labels() -> None:
     hooks.partition_closed("p", "complete")
     hooks.key_grant("acme", 1, 2, 4)
     hooks.flow_controls([])
+    # The notifications' delivery loop registers its own on the same registry.
+    notify = NotifyMetrics(hooks.registry)
+    notify.counts({"pending": 1, "due": 0, "dead": 0})
+    notify.attempted("delivered")
     labels: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(hooks.render().decode()):
         name = f"{family.name}_total" if family.type == "counter" else family.name

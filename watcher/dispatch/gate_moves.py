@@ -154,7 +154,8 @@ class GateMover:
                 summary.now, progress, action.gate if status is None else None)
             version = await self.store.partition_transition(
                 self.partition_id, lease.version, self.keeper.owner, gate=action.gate,
-                status=status, timeline=timeline, last_error=error)
+                status=status, timeline=timeline, last_error=error,
+                notify=lease.settings.notify is not None)
             if version is not None and timeline is not None:
                 lease.timeline_written(timeline, progress)
         if version is None:
@@ -300,7 +301,8 @@ class GateMover:
             assert timeline is not None  # a move's timeline, with its time known
             version = await self.store.partition_close_when_done(
                 self.partition_id, lease.version, self.keeper.owner, gate=from_gate,
-                failures_allowed=lease.settings.continue_on_failure, timeline=timeline)
+                failures_allowed=lease.settings.continue_on_failure, timeline=timeline,
+                notify=lease.settings.notify is not None)
             if version is None:
                 lease.close_refused = True
                 return None

@@ -10,6 +10,7 @@ tests, sent as a parameter of the same statements.
 :mod:`~watcher.store.assembly`) is assembled from one part per kind of caller, each in its own
 module: :mod:`~watcher.store.partitions` (client writes and reads),
 :mod:`~watcher.store.schedules` (schedules and their ticks),
+:mod:`~watcher.store.outbox.deliveries` (the notifications' outbox),
 :mod:`~watcher.store.operations` (retry, set-gate, cancel),
 :mod:`~watcher.store.operator.rewind` (rewind),
 :mod:`~watcher.store.removal` (delete, purge, item retention),

@@ -16,6 +16,7 @@ from watcher.store.hot import HotPathStore
 from watcher.store.leases import LeasesStore
 from watcher.store.operations import OperationsStore
 from watcher.store.operator.rewind import RewindsStore
+from watcher.store.outbox.deliveries import NotificationsStore
 from watcher.store.partitions import PartitionsStore
 from watcher.store.reduce import ReduceStore
 from watcher.store.removal import RemovalStore
@@ -25,7 +26,7 @@ from watcher.store.waits import WaitsStore
 
 
 class Store(SchedulesStore, PartitionsStore, OperationsStore, RewindsStore, RemovalStore,
-            FleetStore, LeasesStore, HotPathStore, ReduceStore, WaitsStore):
+            FleetStore, LeasesStore, HotPathStore, ReduceStore, WaitsStore, NotificationsStore):
     """All reads and writes of the ``partitions``, ``items``, ``leaders`` and flow
     tables.
 
@@ -48,7 +49,8 @@ async def missing_tables(store: Store) -> list[str]:
     tables = store.tables
     names = [table.name for table in (tables.partitions, tables.items, tables.leaders,
                                       tables.flow_controls, tables.flow_grants,
-                                      tables.schedules, tables.waits)]
+                                      tables.schedules, tables.waits,
+                                      tables.notifications)]
     async with store.round_trips.transaction(store.engine.connect(), "missing_tables") as conn:
         present = await conn.run_sync(
             lambda sync: {name for name in names if inspect_schema(sync).has_table(name)})
@@ -86,7 +88,7 @@ async def require_migrated(url: DatabaseURL, table_prefix: str = "") -> None:
         raise not_migrated(url, table_prefix,
                            [tables.partitions.name, tables.items.name, tables.leaders.name,
                             tables.flow_controls.name, tables.flow_grants.name,
-                            tables.schedules.name])
+                            tables.schedules.name, tables.notifications.name])
     store = Store.open(url, table_prefix)
     try:
         missing = await missing_tables(store)

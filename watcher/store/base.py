@@ -5,6 +5,7 @@ wake-ups, and the reads several kinds of caller share.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import time
@@ -24,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql.expression import Update
+from sqlalchemy.sql.expression import Insert, Update
 
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.errors import (
@@ -48,6 +49,7 @@ from watcher.store.db.urls import DatabaseURL, parse_database_url, render_redact
 from watcher.store.drivers import open_driver
 from watcher.store.drivers.base import Driver, read_transaction, write_transaction
 from watcher.store.sql.leases import LeaseStatements
+from watcher.store.sql.outbox import new_event_id, outbox_insert
 from watcher.store.sql.schema import Tables, tables_for
 from watcher.store.sql.shared import Statements
 from watcher.store.sql.timelines import TimelineStatements
@@ -277,6 +279,39 @@ class StoreBase:
                 }
                 for partition_id, item, parent in chunk
             ])
+
+    @functools.cached_property
+    def _outbox(self) -> Insert:
+        return outbox_insert(self.statements)
+
+    async def _outbox_in(self, conn: AsyncConnection, partition_id: str) -> None:
+        """Add the end of ``partition_id`` to the notifications' outbox in ``conn``'s
+        transaction (:mod:`watcher.store.sql.outbox`; nothing when it names no URL).
+        Call it only after the write that ended the partition matched.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (the transaction
+                rolls back, the end with it).
+        """
+        await conn.execute(self._outbox, {"pid": partition_id, "event_id": new_event_id()})
+
+    async def _end_with_event(self, statement: Update, params: dict[str, Any],
+                              version: int, timeline: str | None = None) -> int | None:
+        """Run a holder's guarded write that ends partition ``params["pid"]`` and, when it
+        matched, write its ``timeline`` (if any) and the end's event to the outbox, in
+        one transaction. Returns the new version, or ``None`` when the write lost
+        (nothing was written).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
+        """
+        async with self._write() as conn:
+            if (await conn.execute(statement, params)).rowcount != 1:
+                return None
+            if timeline is not None:
+                await self._timeline_set_in(conn, params["pid"], timeline)
+            await self._outbox_in(conn, params["pid"])
+        return version + 1
 
     @property
     def notifies(self) -> bool:

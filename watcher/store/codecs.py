@@ -143,11 +143,12 @@ def to_lease_row(row: Sequence[Any]) -> LeaseRow:
     :data:`watcher.store.sql.leases.LEASE_COLUMNS` (any after them left), as a
     :class:`LeaseRow`."""
     (pid, version, gate, owner, reduce_gates, on_item_failure, trace_context, priority,
-     flow_key, rank_at, timeline, quorum) = row[:len(LEASE_COLUMNS)]
+     flow_key, rank_at, timeline, quorum, notify) = row[:len(LEASE_COLUMNS)]
     settings = settings_of(reduce_gates, on_item_failure, trace_context, quorum)
     order = 0.0 if rank_at is None else turn_order(rank_at.replace(tzinfo=UTC))
     return LeaseRow(pid, version, gate, owner,
-                    replace(settings, priority=priority, flow_key=flow_key, queue_order=order),
+                    replace(settings, priority=priority, flow_key=flow_key, queue_order=order,
+                            notify=notify),
                     timeline=timeline, timeline_read=True)
 
 

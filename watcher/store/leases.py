@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.sql.expression import CompoundSelect, Select
 
+from watcher.models import AVAILABLE
 from watcher.records import LeaseRow, LeaseStats, PartitionState
 from watcher.store.codecs import IN_CHUNK, LEASE_CHUNK, chunks, to_lease_row
 from watcher.store.renewals import RenewalsStore
@@ -155,14 +156,18 @@ class LeasesStore(RenewalsStore):
     async def partition_transition(self, partition_id: str, version: int, owner: str, *,
                                    gate: int | None = None, status: str | None = None,
                                    timeline: str | None = None,
-                                   last_error: str | None = None) -> int | None:
+                                   last_error: str | None = None,
+                                   notify: bool = False) -> int | None:
         """Advance a leased partition's gate, or close it as ``complete``/``failed``.
 
         Guarded by version and owner. Closing also releases the lease. A
         ``timeline`` (:func:`watcher.rules.timeline.encode_timeline`) replaces the stored
         one with the move, atomically, in the timeline's own row
         (:meth:`_move_with_timeline`), and a ``last_error`` the partition's error (why it
-        failed). Returns the new version, or ``None`` when the
+        failed). With ``notify`` (the partition names a URL:
+        :attr:`~watcher.records.PartitionSettings.notify`) a close writes its event to
+        the outbox in the same transaction (:mod:`watcher.store.sql.outbox`). Returns the
+        new version, or ``None`` when the
         write lost (re-read to see why).
 
         Raises:
@@ -175,6 +180,8 @@ class LeasesStore(RenewalsStore):
             params["new_gate"] = gate
         if last_error is not None:
             params["error"] = last_error
+        if notify and status is not None and status != AVAILABLE:
+            return await self._end_with_event(statement, params, version, timeline)
         # With its timeline, atomically (see _move_with_timeline): one statement on the
         # driver's own connections where it chains writes, else one engine transaction;
         # without, one statement, on the driver's own connections where it has them.

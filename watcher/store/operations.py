@@ -216,9 +216,10 @@ class OperationsStore(StoreBase):
         holder's id, so the holder finds the cancel under its own name, see
         :meth:`leases_stopped`), and every write its holder still makes on it is
         fenced off: result, reduce and gate writes all require an available
-        partition. Its items stay as they are; ``retry_failed`` resumes it.
-        Returns the status it had: ``available`` or ``failed`` (it is cancelled
-        now), or ``complete`` or ``cancelled`` (it is left as it was).
+        partition. Its items stay as they are; ``retry_failed`` resumes it. A
+        partition that names a URL has its event written to the notifications'
+        outbox in the same transaction. Returns the status it had: ``available`` or
+        ``failed`` (it is cancelled now), or ``complete`` or ``cancelled`` (it is left as it was).
 
         Raises:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
@@ -241,6 +242,7 @@ class OperationsStore(StoreBase):
                             updated_at=now))
                 if touched.rowcount == 1:
                     await self._fence_off_items_in_flight(conn, partition_id)
+                    await self._outbox_in(conn, partition_id)
                     return str(seen)
 
     async def _fence_off_items_in_flight(self, conn: AsyncConnection,

@@ -126,8 +126,13 @@ class ReduceStore(SpawnsStore):
     async def reduce_failed(self, partition_id: str, version: int, owner: str, *,
                             attempts: int, error: str, fail: bool) -> int | None:
         """Record a failed reduce call: its count and error; with ``fail``, the
-        partition fails (and its lease is released). Guarded like
-        :meth:`reduce_write`; returns the new version or ``None``."""
+        partition fails (and its lease is released), and its event is written to the
+        notifications' outbox in the same transaction when it names a URL. Guarded
+        like :meth:`reduce_write`; returns the new version or ``None``.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
+        """
         p = self.tables.partitions
         values: dict[str, Any] = {"version": p.c.version + 1,
                                   "reduce_attempts": attempts, "last_error": error}
@@ -138,4 +143,6 @@ class ReduceStore(SpawnsStore):
             touched = await conn.execute(
                 update(p).where(*self.statements.lease_held(partition_id, owner, version=version))
                 .values(**values))
+            if fail and touched.rowcount == 1:
+                await self._outbox_in(conn, partition_id)
         return version + 1 if touched.rowcount == 1 else None

@@ -35,7 +35,8 @@ TIE_STEP = timedelta(microseconds=1)
 # The columns a lease read returns, in order (:func:`watcher.store.codecs.to_lease_row`),
 # then the clock's time; ``timeline`` from the partition's timeline row.
 LEASE_COLUMNS = ("id", "version", "gate", "owner", "reduce_gates", "on_item_failure",
-                 "trace_context", "priority", "flow_key", "rank_at", "timeline", "quorum")
+                 "trace_context", "priority", "flow_key", "rank_at", "timeline", "quorum",
+                 "notify")
 
 
 class LeaseStatements:

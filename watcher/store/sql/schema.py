@@ -20,6 +20,7 @@ from watcher.models import (
     Schedule,
     Wait,
 )
+from watcher.outbox import Notification
 from watcher.store.sql.timeline_table import PartitionTimeline
 
 TABLE_PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
@@ -43,7 +44,8 @@ def validate_table_prefix(prefix: str) -> str:
 class Tables:
     """The tables of one statefeed namespace: partitions, items, the leaders of duties
     one processor at a time performs (retention), the flow controls and grants, the
-    schedules, the waits of parked items, and the partitions' timelines."""
+    schedules, the waits of parked items, the partitions' timelines and the
+    notifications' outbox."""
 
     prefix: str
     partitions: Table
@@ -54,6 +56,7 @@ class Tables:
     schedules: Table
     waits: Table
     timelines: Table
+    notifications: Table
 
     @property
     def version_table(self) -> str:
@@ -78,7 +81,7 @@ def tables_for(prefix: str = "") -> Tables:
     validate_table_prefix(prefix)
     plain = [_table_of(model)
              for model in (Partition, Item, Leader, FlowControl, FlowGrant, Schedule, Wait,
-                           PartitionTimeline)]
+                           PartitionTimeline, Notification)]
     if prefix == "":
         return Tables("", *plain)
     metadata = MetaData()

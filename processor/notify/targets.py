@@ -1,0 +1,94 @@
+"""Notify URLs: the check a create makes (http or https, a host, no more than the column
+holds), and the check before each send that the host is not a loopback, private,
+link-local or otherwise internal address unless the processor allows it.
+
+A receiver URL is chosen by whoever creates a partition; without the second check
+they could make the processor POST into its own network (server-side request
+forgery). The check resolves the host and refuses the send when any address it
+resolves to is internal. The connection then resolves the name again: a DNS server
+that answers differently within that moment could still point it elsewhere, so a
+processor that must never reach its network belongs behind an egress proxy or
+firewall as well (docs/how-to/notifications.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+from watcher.errors import InvalidInputError
+from watcher.models import NOTIFY_URL_MAX_LENGTH
+
+SCHEMES = ("http", "https")
+
+
+def check_notify_url(partition_id: str, url: object) -> str | None:
+    """A partition's ``notify`` URL, checked; ``None`` when it has none.
+
+    Raises:
+        InvalidInputError: ``notify`` is not a string, not an absolute http(s) URL with
+            a host, holds spaces or control characters, or is longer than the column
+            holds; the message names the field.
+    """
+    if url is None:
+        return None
+    if not isinstance(url, str):
+        raise InvalidInputError(
+            f"notify of partition {partition_id!r} must be an http(s) URL string, "
+            f"got {type(url).__name__}")
+    if not url or len(url) > NOTIFY_URL_MAX_LENGTH:
+        raise InvalidInputError(
+            f"notify of partition {partition_id!r} must be an http(s) URL of 1 to "
+            f"{NOTIFY_URL_MAX_LENGTH} characters")
+    if any(char.isspace() or ord(char) < 32 or ord(char) == 127 for char in url):
+        raise InvalidInputError(
+            f"notify of partition {partition_id!r} must be a URL without spaces or "
+            "control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise InvalidInputError(
+            f"notify of partition {partition_id!r} is not a valid URL") from None
+    if parts.scheme.lower() not in SCHEMES:
+        raise InvalidInputError(
+            f"notify of partition {partition_id!r} must be an http:// or https:// URL, "
+            f"got scheme {parts.scheme or '(none)'!r}")
+    if not parts.hostname:
+        raise InvalidInputError(f"notify of partition {partition_id!r} must name a host")
+    if port == 0:
+        raise InvalidInputError(f"notify of partition {partition_id!r} has port 0")
+    return url
+
+
+def internal(address: str) -> bool:
+    """Whether an IP address is one a public receiver never has: loopback, private,
+    link-local, shared (carrier-grade NAT), multicast, reserved or unspecified."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return (ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_multicast
+            or ip.is_reserved or ip.is_unspecified
+            or ip in ipaddress.ip_network("100.64.0.0/10"))
+
+
+async def refusal(url: str, *, allow_private: bool) -> str | None:
+    """Why the processor will not send to ``url`` (``None``: it will): a host that
+    resolves to an internal address while ``allow_private`` is off, or one that does
+    not resolve (a transient failure: the caller retries)."""
+    if allow_private:
+        return None
+    host = urlsplit(url).hostname or ""
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            host, None, type=socket.SOCK_STREAM)
+    except OSError as error:
+        raise LookupError(f"cannot resolve {host!r}: {error.strerror or error}") from None
+    found = sorted({str(info[4][0]) for info in infos})
+    inside = [address for address in found if internal(address)]
+    if inside:
+        return (f"host {host!r} resolves to an internal address ({inside[0]}); the "
+                "processor sends there only with --notify-allow-private")
+    return None

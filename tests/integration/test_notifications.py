@@ -1,0 +1,282 @@
+"""Notifications on real databases and a real receiver (uvicorn on loopback): the end of
+a partition that names a URL is written to the outbox in the transaction that ends it,
+once, whoever races; the delivery loop sends it signed, retries through an outage,
+gives up after its bound, refuses internal addresses unless allowed, keeps a
+partition's events in order, and never logs its secret."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from processor import AsyncClient, NewItem
+from processor.notify.deliverer import Deliverer
+from processor.notify.policy import NotifyConfig
+from tests.support.engine import running, wait_until
+from tests.support.receiver import Receiver
+from tests.support.servers import free_port, serve_app
+from watcher import Result, Watcher, WatcherConfig, WorkItem
+from watcher.errors import InvalidInputError, PartitionNotFoundError
+from watcher.protocol import NonRetryableError
+from watcher.store import Store
+
+SECRET = b"whsec-test-0123456789abcdef-secret"
+FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
+        "retry_backoff_max": 0.2}
+QUICK = {"secret": SECRET, "allow_private": True, "timeout": 2.0, "backoff": 0.01,
+         "backoff_cap": 0.05, "interval": 0.05}
+
+
+@pytest.fixture
+async def client(db_url: str, table_prefix: str) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(db_url, table_prefix) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[tuple[Receiver, str]]:
+    app = Receiver(SECRET)
+    async with serve_app(app) as base:
+        yield app, base + "/hooks"
+
+
+async def outbox(store: Store, **filters: Any) -> list[Any]:
+    return await store.notifications_list(limit=1000, **filters)
+
+
+async def deliver_until(deliverer: Deliverer, store: Store, state: str,
+                        count: int) -> list[Any]:
+    """Run passes of ``deliverer`` until ``count`` events are in ``state``."""
+    async def settled() -> list[Any] | None:
+        await deliverer.run_once()
+        found = await outbox(store, state=state)
+        return found if len(found) >= count else None
+
+    return await wait_until(settled, timeout=20, interval=0.02,
+                            message=f"{count} events {state}")
+
+
+async def test_each_end_is_one_signed_event(client: AsyncClient, store: Store,
+                                            receiver: tuple[Receiver, str]) -> None:
+    app, url = receiver
+
+    async def process(item: WorkItem) -> Result:
+        if item.id == "bad":
+            raise NonRetryableError("cannot read it")
+        return Result(done=True)
+
+    await client.create_partition("done", [NewItem("a", b"1"), NewItem("b", b"2")], notify=url)
+    await client.create_partition("broken", [NewItem("bad", b"")], notify=url)
+    await client.create_partition("stopped", [NewItem("x", b"", gate=5)], notify=url,
+                                  start_at=None)
+    await client.create_partition("quiet", [NewItem("q", b"")])
+    assert await client.cancel("stopped") is True
+    async with running(Watcher(store, process, WatcherConfig(owner_id="w", **FAST))):
+        await client.wait("done", timeout=20)
+        await client.wait("broken", timeout=20)
+        await client.wait("quiet", timeout=20)
+    rows = await outbox(store)
+    assert sorted((row.partition_id, row.status) for row in rows) == [
+        ("broken", "failed"), ("done", "complete"), ("stopped", "cancelled")]
+    deliverer = Deliverer(store, "d1", NotifyConfig(**QUICK))
+    try:
+        await deliver_until(deliverer, store, "delivered", 3)
+    finally:
+        await deliverer.close()
+    assert len(app.received) == 3 and all(one.signed for one in app.received)
+    events = {one.event["partition_id"]: one for one in app.received}
+    done = events["done"].event
+    assert done["status"] == "complete" and done["type"] == "partition.complete"
+    assert done["counts"] == {"complete": 2} and done["partition_found"] is True
+    assert events["done"].headers["statefeed-event-id"] == done["id"]
+    assert events["done"].headers["statefeed-attempt"] == "1"
+    broken = events["broken"].event
+    assert broken["status"] == "failed" and "cannot read it" in broken["last_error"]
+    assert events["stopped"].event["status"] == "cancelled"
+    assert {row.event_id for row in await outbox(store)} == set(app.event_ids())
+    assert await store.notifications_counts() == {"pending": 0, "dead": 0, "due": 0}
+
+
+async def test_racing_ends_write_one_event(store: Store, client: AsyncClient) -> None:
+    """Two closes of one lease and a cancel race: exactly one ends the partition (a
+    complete partition is not cancelled, a cancelled one not closed), and exactly one
+    event is written, with the status it ended with."""
+    for round_ in range(5):
+        pid = f"race{round_}"
+        await client.create_partition(pid, [NewItem("a", b"")], notify="https://example.com/h")
+        rows = await store.leases_read_free(10)
+        row = next(row for row in rows if row.id == pid)
+        (lease,) = await store.leases_take([row], "w1", 30.0)
+        assert lease.settings.notify == "https://example.com/h"
+        outcomes = await asyncio.gather(
+            store.partition_transition(pid, lease.version, "w1", status="complete",
+                                       notify=True),
+            store.partition_transition(pid, lease.version, "w1", status="complete",
+                                       notify=True),
+            client.cancel(pid))
+        ended = (await client.partition(pid)).status
+        events = await outbox(store, partition_id=pid)
+        assert [event.status for event in events] == [ended], (outcomes, ended)
+
+
+async def test_a_partition_without_a_url_writes_nothing(store: Store,
+                                                        client: AsyncClient) -> None:
+    await client.create_partition("plain", [NewItem("a", b"")])
+    (row,) = await store.leases_read_free(10)
+    (lease,) = await store.leases_take([row], "w1", 30.0)
+    assert await store.partition_transition("plain", lease.version, "w1",
+                                            status="complete") is not None
+    await client.create_partition("plain2", [NewItem("a", b"")])
+    await client.cancel("plain2")
+    assert await outbox(store) == []
+
+
+async def test_receiver_down_then_up_is_delivered_after_retries(
+        client: AsyncClient, store: Store) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/hooks"
+    await client.create_partition("p", [NewItem("a", b"")], notify=url)
+    await client.cancel("p")
+    deliverer = Deliverer(store, "d1", NotifyConfig(**QUICK))
+    try:
+        await deliverer.run_once()
+        (event,) = await outbox(store)
+        assert event.state == "pending" and event.attempts == 1
+        assert event.last_error and "Connect" in event.last_error
+        assert str(port) not in event.last_error  # the error names no URL
+        app = Receiver(SECRET)
+        async with serve_app(app, port=port):
+            (event,) = await deliver_until(deliverer, store, "delivered", 1)
+        assert event.attempts >= 2 and event.last_error is None
+        assert len(app.received) == 1 and app.received[0].signed
+        assert app.received[0].headers["statefeed-attempt"] == str(event.attempts)
+    finally:
+        await deliverer.close()
+
+
+@pytest.mark.parametrize("failure", ["4xx", "timeout"])
+async def test_a_receiver_that_keeps_failing_is_dead_after_the_bound(
+        client: AsyncClient, store: Store, failure: str) -> None:
+    app = Receiver(SECRET, status=400, hold=failure == "timeout")
+    config = NotifyConfig(**{**QUICK, "timeout": 0.3, "max_attempts": 3})
+    async with serve_app(app) as base:
+        await client.create_partition("p", [NewItem("a", b"")], notify=base + "/hooks")
+        await client.cancel("p")
+        deliverer = Deliverer(store, "d1", config)
+        try:
+            (event,) = await deliver_until(deliverer, store, "dead", 1)
+        finally:
+            app.released.set()
+            await deliverer.close()
+    assert event.attempts == 3 and len(app.received) == 3
+    assert event.last_error == ("HTTP 400: {\"ok\": false}" if failure == "4xx"
+                                else "no answer within 0.3 s")
+    assert await store.notifications_counts() == {"pending": 0, "dead": 1, "due": 0}
+    # Sent again on request: pending, attempts from zero.
+    assert await client.redeliver_notifications([event.seq]) == 1
+    (again,) = await outbox(store)
+    assert again.state == "pending" and again.attempts == 0
+
+
+async def test_an_event_too_old_is_dead_at_its_next_failure(client: AsyncClient,
+                                                            store: Store) -> None:
+    port = free_port()  # nothing listens
+    await client.create_partition("p", [NewItem("a", b"")],
+                                  notify=f"http://127.0.0.1:{port}/")
+    await client.cancel("p")
+    deliverer = Deliverer(store, "d1", NotifyConfig(**{**QUICK, "max_age": 0.001}))
+    try:
+        (event,) = await deliver_until(deliverer, store, "dead", 1)
+    finally:
+        await deliverer.close()
+    assert event.attempts == 1
+
+
+async def test_internal_addresses_need_the_flag(client: AsyncClient, store: Store,
+                                                receiver: tuple[Receiver, str]) -> None:
+    app, url = receiver
+    await client.create_partition("p", [NewItem("a", b"")],
+                                  notify=url.replace("127.0.0.1", "localhost"))
+    await client.cancel("p")
+    deliverer = Deliverer(store, "d1", NotifyConfig(**{**QUICK, "allow_private": False}))
+    try:
+        (event,) = await deliver_until(deliverer, store, "dead", 1)
+    finally:
+        await deliverer.close()
+    assert app.received == []
+    assert "resolves to an internal address" in (event.last_error or "")
+    assert "--notify-allow-private" in (event.last_error or "")
+
+
+async def test_a_partitions_events_go_in_order(client: AsyncClient, store: Store) -> None:
+    """A partition cancelled, resumed by a retry and cancelled again has two events; the
+    second waits while the first is failing, and they arrive in order."""
+    app = Receiver(SECRET, status=503)
+    async with serve_app(app) as base:
+        await client.create_partition("p", [NewItem("a", b"")], notify=base + "/h")
+        await client.cancel("p")
+        await client.retry_failed("p")
+        await client.cancel("p")
+        first, second = await outbox(store)
+        deliverer = Deliverer(store, "d1", NotifyConfig(**QUICK))
+        try:
+            for _ in range(3):
+                await deliverer.run_once()
+            assert set(app.event_ids()) == {first.event_id}
+            app.status = 200
+            await deliver_until(deliverer, store, "delivered", 2)
+        finally:
+            await deliverer.close()
+    ids = app.event_ids()
+    assert ids[-2:] == [first.event_id, second.event_id] and second.event_id not in ids[:-1]
+
+
+async def test_without_a_secret_nothing_is_sent(client: AsyncClient, store: Store,
+                                                receiver: tuple[Receiver, str]) -> None:
+    app, url = receiver
+    await client.create_partition("p", [NewItem("a", b"")], notify=url)
+    await client.cancel("p")
+    deliverer = Deliverer(store, "d1", NotifyConfig(**{**QUICK, "secret": None}))
+    try:
+        assert not await deliverer.run_once()
+    finally:
+        await deliverer.close()
+    assert app.received == [] and (await outbox(store))[0].state == "pending"
+
+
+async def test_the_loop_never_logs_its_secret(client: AsyncClient, store: Store,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    app = Receiver(SECRET, status=500)
+    async with serve_app(app) as base:
+        await client.create_partition("p", [NewItem("a", b"")], notify=base + "/h?token=abc123")
+        await client.cancel("p")
+        deliverer = Deliverer(store, "d1", NotifyConfig(**{**QUICK, "max_attempts": 2}))
+        task = asyncio.create_task(deliverer.run())
+        try:
+            await wait_until(lambda: outbox(store, state="dead"), timeout=20,
+                             message="the event dead")
+        finally:
+            deliverer.stop()
+            await task
+    ours = [record.getMessage() for record in caplog.records
+            if record.name.startswith(("processor", "watcher"))]
+    text = "\n".join(ours)
+    assert "action=notify_retry" in text and "action=notify_dead" in text
+    assert SECRET.decode() not in caplog.text  # nor in any library's line
+    assert "abc123" not in text
+    assert SECRET.decode() not in repr(NotifyConfig(**QUICK))
+
+
+@pytest.mark.parametrize("bad", ["ftp://example.com/x", "example.com/hook", "http://",
+                                 "https://exa mple.com/", 42])
+async def test_a_bad_url_is_refused_and_nothing_written(client: AsyncClient, store: Store,
+                                                        bad: Any) -> None:
+    with pytest.raises(InvalidInputError, match="notify of partition 'p'"):
+        await client.create_partition("p", [NewItem("a", b"")], notify=bad)
+    with pytest.raises(PartitionNotFoundError):
+        await client.partition("p")
