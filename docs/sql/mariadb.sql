@@ -1489,9 +1489,11 @@ SELECT partitions.status,
        partitions.gate,
        partitions.version,
        partitions.reduce_gates,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.result IS NOT NULL AS has_result
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id = %s;
 
 -- name: partition_rewind (3)
@@ -1552,17 +1554,21 @@ UPDATE partitions
        reduce_acc=from_base64(%s),
        reduce_attempts=%s,
        last_error=%s,
-       spawned=(partitions.spawned - %s),
-       timeline=%s
+       spawned=(partitions.spawned - %s)
  WHERE partitions.id = %s;
 
 -- name: partition_rewind (9)
+UPDATE partition_timelines
+   SET timeline=%s
+ WHERE partition_timelines.partition_id = %s;
+
+-- name: partition_rewind (10)
 DELETE
   FROM items
  WHERE items.partition_id = %s
    AND items.id IN (%s, ...);
 
--- name: partition_rewind (10)
+-- name: partition_rewind (11)
 UPDATE items
    SET
 version=(items.version + %s), gate=%s,

@@ -1532,9 +1532,11 @@ SELECT partitions.status,
        partitions.gate,
        partitions.version,
        partitions.reduce_gates,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.result IS NOT NULL AS has_result
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id = %(id_n)s;
 
 -- name: partition_rewind (3)
@@ -1595,17 +1597,21 @@ UPDATE partitions
        reduce_acc=%(reduce_acc)s,
        reduce_attempts=%(reduce_attempts)s,
        last_error=%(last_error)s,
-       spawned=(partitions.spawned - %(spawned_n)s),
-       timeline=%(timeline)s
+       spawned=(partitions.spawned - %(spawned_n)s)
  WHERE partitions.id = %(id_n)s;
 
 -- name: partition_rewind (9)
+UPDATE partition_timelines
+   SET timeline=%(tl_text)s
+ WHERE partition_timelines.partition_id = %(tl_pid)s;
+
+-- name: partition_rewind (10)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id IN (%(id_1_n)s, ...);
 
--- name: partition_rewind (10)
+-- name: partition_rewind (11)
 UPDATE items
    SET
 version=(items.version + %(version_n)s), gate=%(gate)s,

@@ -1533,9 +1533,11 @@ SELECT partitions.status,
        partitions.gate,
        partitions.version,
        partitions.reduce_gates,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.result IS NOT NULL AS has_result
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_rewind (3)
@@ -1596,20 +1598,24 @@ UPDATE partitions
        reduce_acc=%(reduce_acc)s,
        reduce_attempts=%(reduce_attempts)s::INTEGER,
        last_error=%(last_error)s::VARCHAR,
-       spawned=(partitions.spawned - %(spawned_1)s::INTEGER),
-       timeline=%(timeline)s::VARCHAR
+       spawned=(partitions.spawned - %(spawned_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: partition_rewind (9)
-SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+UPDATE partition_timelines
+   SET timeline=%(tl_text)s::VARCHAR
+ WHERE partition_timelines.partition_id = %(tl_pid)s::VARCHAR;
 
 -- name: partition_rewind (10)
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+
+-- name: partition_rewind (11)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id IN (%(id_1_1)s::VARCHAR, ...);
 
--- name: partition_rewind (11)
+-- name: partition_rewind (12)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,

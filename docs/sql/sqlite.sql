@@ -1524,9 +1524,11 @@ SELECT partitions.status,
        partitions.gate,
        partitions.version,
        partitions.reduce_gates,
-       partitions.timeline,
+       partition_timelines.timeline,
        partitions.result IS NOT NULL AS has_result
   FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
  WHERE partitions.id = ?;
 
 -- name: partition_rewind (3)
@@ -1587,17 +1589,21 @@ UPDATE partitions
        reduce_acc=?,
        reduce_attempts=?,
        last_error=?,
-       spawned=(partitions.spawned - ?),
-       timeline=?
+       spawned=(partitions.spawned - ?)
  WHERE partitions.id = ?;
 
 -- name: partition_rewind (9)
+UPDATE partition_timelines
+   SET timeline=?
+ WHERE partition_timelines.partition_id = ?;
+
+-- name: partition_rewind (10)
 DELETE
   FROM items
  WHERE items.partition_id = ?
    AND items.id IN (?, ...);
 
--- name: partition_rewind (10)
+-- name: partition_rewind (11)
 UPDATE items
    SET
 version=(items.version + ?), gate=?,

@@ -93,14 +93,15 @@ class RewindsStore(StoreBase):
     async def _rewind(self, partition_id: str, choice: RewindChoice,
                       version: int | None) -> RewindReport:
         gate = choice.gate
-        p, i = self.tables.partitions, self.tables.items
+        p, i, t = self.tables.partitions, self.tables.items, self.tables.timelines
         mine = i.c.partition_id == partition_id
         now = self.statements.now
         async with self._write() as conn:
             await self._touch_partition(conn, partition_id)  # locks the row first
             row = (await conn.execute(
-                select(p.c.status, p.c.gate, p.c.version, p.c.reduce_gates, p.c.timeline,
+                select(p.c.status, p.c.gate, p.c.version, p.c.reduce_gates, t.c.timeline,
                        p.c.result.is_not(None).label("has_result"))
+                .select_from(p.outerjoin(t, t.c.partition_id == p.c.id))
                 .where(p.c.id == partition_id))).one()
             moment = (await conn.execute(select(now))).scalar_one()
             before = row.version - 1  # the touch bumped it
@@ -135,12 +136,13 @@ class RewindsStore(StoreBase):
                 "status": AVAILABLE, "gate": gate, "owner": "", "until": now,
                 "updated_at": now, "reduce_pass": None, "reduce_page": 0,
                 "reduce_after": None, "reduce_acc": None, "reduce_attempts": 0,
-                "last_error": None, "spawned": p.c.spawned - len(removed),
-                "timeline": _rewound(row.timeline, moment, RewindMark(
-                    moment, row.gate, gate, reset_count, len(removed)))}
+                "last_error": None, "spawned": p.c.spawned - len(removed)}
             if again:
                 values["result"] = None
             await conn.execute(update(p).where(p.c.id == partition_id).values(**values))
+            await self._timeline_set_in(conn, partition_id, _rewound(  # its own row (0013)
+                row.timeline, moment, RewindMark(moment, row.gate, gate, reset_count,
+                                                 len(removed))))
             await self._notify(conn, partition_id)
         return RewindReport(partition_id, str(row.status), int(row.gate), before, gate,
                             items_reset=reset_count, items_removed=len(removed),
