@@ -59,7 +59,7 @@ class EventId:
         Raises:
             BadEventIdError: it is not ``VERSION:GATE`` or ``VERSION:GATE:TAG``.
         """
-        match = _ID.fullmatch(text.strip())
+        match = _ID.fullmatch(text)
         if match is None:
             raise BadEventIdError(
                 f"Last-Event-ID {text[:40]!r} is not an id this feed sent (VERSION:GATE or "

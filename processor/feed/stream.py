@@ -5,8 +5,9 @@ stream starts; then the stream sends the events :class:`~processor.feed.hub.Feed
 hands its subscriber: gate moves and the end as they are seen, item counts at most
 once per ``interval`` milliseconds (the latest, never a backlog), a heartbeat comment
 when nothing else was sent for a while, and it closes after the end (or after
-``timeout`` seconds, when given). A ``Last-Event-ID`` whose event was the end is
-answered 204: nothing more will come, and an EventSource stops reconnecting.
+``timeout`` seconds, when given: 0 sends what there is now and closes). A
+``Last-Event-ID`` whose event was the end is answered 204: nothing more will come,
+and an EventSource stops reconnecting.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ async def events_route(hub: FeedHub, client: AsyncClient, request: Request,
     only(query, frozenset({"interval", "timeout"}))
     interval_ms = whole_number(query, "interval", DEFAULT_INTERVAL_MS, low=MIN_INTERVAL_MS,
                                high=MAX_INTERVAL_MS) or DEFAULT_INTERVAL_MS
-    timeout = seconds(query, "timeout", 0.0, high=MAX_TIMEOUT_SECONDS) or None
+    lasting = seconds(query, "timeout", -1.0, high=MAX_TIMEOUT_SECONDS)
     last = _last_event_id(request)
     if last is not None and last.ended:
         await client.partition(partition_id)  # 404 when it is gone
@@ -66,7 +67,8 @@ async def events_route(hub: FeedHub, client: AsyncClient, request: Request,
     except FeedBusyError as error:
         raise ApiError(503, "feed_busy", str(error), headers={"retry-after": "5"}) from None
     log.info("action=feed_followed partition=%r resumed=%s", partition_id, last is not None)
-    body = _stream(hub, partition_id, subscriber, first, interval_ms / 1000, timeout)
+    body = _stream(hub, partition_id, subscriber, first, interval_ms / 1000,
+                   None if lasting < 0 else lasting)
     return StreamingResponse(body, media_type="text/event-stream", headers=HEADERS)
 
 
@@ -76,7 +78,7 @@ def _last_event_id(request: Request) -> EventId | None:
     Raises:
         ApiError: 400 when it is not one of the feed's ids.
     """
-    raw = request.headers.get("last-event-id", "").strip()
+    raw = request.headers.get("last-event-id", "")
     if not raw:
         return None
     try:
