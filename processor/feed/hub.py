@@ -2,10 +2,12 @@
 subscribers it fans out to.
 
 However many clients follow however many partitions, one task polls: each tick
-reads every watched partition in one batched statement
-(:meth:`~watcher.store.partitions.PartitionsStore.partitions_get`) and their items
-per gate in another (:meth:`~watcher.store.partitions.PartitionsStore.items_gate_counts`),
-then hands each subscriber what changed. A client costs no database read of its own
+reads the version, gate and status of every watched partition in one batched
+statement (:meth:`~watcher.store.leases.LeasesStore.partition_states`) and their
+items per gate in another
+(:meth:`~watcher.store.partitions.PartitionsStore.items_gate_counts`), then hands
+each subscriber what changed; the result and last error of a partition that ended
+are read once, for all its followers. A client costs no database read of its own
 beyond the one that checks its partition exists (and none when someone already
 follows it).
 
@@ -25,7 +27,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -41,7 +43,6 @@ from processor.feed.events import (
     state_event,
 )
 from watcher.errors import ConfigError, PartitionNotFoundError, StatefeedError
-from watcher.records import PartitionInfo
 
 log = logging.getLogger(__name__)
 
@@ -293,14 +294,17 @@ class FeedHub:
         """
         store = client.store
         try:
-            infos = await store.partitions_get(ids)
-            gates = await store.items_gate_counts(list(infos)) if infos else {}
+            states = await store.partition_states(ids)
+            gates = await store.items_gate_counts(list(states)) if states else {}
+            snapshots = {partition_id: Snapshot(partition_id, state.status, state.gate,
+                                                state.version, gates.get(partition_id, {}))
+                         for partition_id, state in states.items()}
+            for partition_id, snapshot in snapshots.items():
+                if snapshot.finished:  # its result and error: read once, at its end
+                    info = await store.partition_get(partition_id)
+                    if info is not None:
+                        snapshots[partition_id] = replace(
+                            snapshot, result=info.result, last_error=info.last_error)
         except SQLAlchemyError as error:
             raise client.database_error(error) from None
-        return {partition_id: _snapshot(info, gates.get(partition_id, {}))
-                for partition_id, info in infos.items()}
-
-
-def _snapshot(info: PartitionInfo, gates: dict[int, dict[str, int]]) -> Snapshot:
-    return Snapshot(info.id, info.status, info.gate, info.version, gates, info.result,
-                    info.last_error)
+        return snapshots

@@ -184,7 +184,7 @@ async def test_a_hundred_clients_share_one_poller(db_url, table_prefix) -> None:
     async with system(db_url, table_prefix, hub) as (url, handler, client), \
             http_client(url) as http:
         await client.create_partition("busy", [NewItem(f"i{n}", b"{}") for n in range(20)])
-        reads = count_calls(client.store, "partitions_get", "items_gate_counts")
+        reads = count_calls(client.store, "partition_states", "items_gate_counts")
         followers = [Follower(http, "busy") for _ in range(100)]
         async with contextlib.AsyncExitStack() as stack:
             for follower in followers:
@@ -192,7 +192,7 @@ async def test_a_hundred_clients_share_one_poller(db_url, table_prefix) -> None:
                 await follower.next("state")
             assert hub.subscribers == 100 and list(hub.watches) == ["busy"]
             # The first client's subscribe read the partition; the 99 others read nothing.
-            assert reads["partitions_get"] == 1 + hub.ticks
+            assert reads["partition_states"] == 1 + hub.ticks
             for gate in range(LAST_GATE):  # one gate at a time: the poller sees each move
                 handler.open(gate)
                 await wait_until(lambda gate=gate: hub.watches["busy"].snapshot.gate > gate,
@@ -204,7 +204,7 @@ async def test_a_hundred_clients_share_one_poller(db_url, table_prefix) -> None:
                    == [(0, 1), (1, 2)] for events in ended)
         # One poller ran, and each of its ticks read every watch once, whatever the clients.
         assert hub.poller_starts == 1
-        assert reads["partitions_get"] == 1 + hub.ticks
+        assert reads["partition_states"] == 1 + hub.ticks
         assert reads["items_gate_counts"] <= 1 + hub.ticks
         assert hub.watches == {} and hub.subscribers == 0
 

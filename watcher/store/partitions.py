@@ -233,18 +233,6 @@ class PartitionsStore(FlowStore):
         infos = await self._partitions_read(ids=[partition_id])
         return infos[0] if infos else None
 
-    async def partitions_get(self, partition_ids: Sequence[str]) -> dict[str, PartitionInfo]:
-        """Read the partitions ``partition_ids`` without their item counts (``counts`` is
-        empty), by id; unknown ids are left out. One statement per 500 ids, whatever
-        their number: the live feed's poller reads every watched partition with it.
-        """
-        infos: dict[str, PartitionInfo] = {}
-        async with self._read() as conn:
-            for chunk in chunks(list(dict.fromkeys(partition_ids)), IN_CHUNK):
-                rows = await self._partitions_rows(conn, ids=chunk, limit=len(chunk))
-                infos.update((row.id, to_partition_info(row, {})) for row in rows)
-        return infos
-
     async def partitions_list(self, status: str | None = None,
                               limit: int = 1000) -> list[PartitionInfo]:
         """Read partitions (newest first), optionally of one status, with item counts."""
