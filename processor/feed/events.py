@@ -155,7 +155,8 @@ def end_events(snapshot: Snapshot) -> list[Event]:
         events.append(Event(RESULT, snapshot.event_id("r"), shown))
     events.append(Event(END, snapshot.event_id(END_TAG), {
         "status": snapshot.status, "gate": snapshot.gate, "version": snapshot.version,
-        "counts": snapshot.counts(), "last_error": snapshot.last_error}))
+        "counts": snapshot.counts(), "gates": gates_view(snapshot.gates),
+        "last_error": snapshot.last_error}))
     return events
 
 

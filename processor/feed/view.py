@@ -81,6 +81,7 @@ class WatchView:
             self.result = data
         elif event.kind == END:
             self.end = data
+            self._bars(data.get("gates") or [], data["gate"])
 
     def _bars(self, gates: list[dict[str, Any]], current: int) -> None:
         here = {row["gate"] for row in gates}
