@@ -193,7 +193,8 @@ def parse_stream(lines: Iterable[str]) -> Iterator[Received]:
     """The events in the text lines of an SSE stream (line ends removed), as the
     EventSource standard reads them: comments and ``retry:`` skipped, ``data:`` lines
     joined, an event dispatched at a blank line."""
-    kind, event_id, data = "", None, []
+    kind, event_id = "", None
+    data: list[str] = []
     for line in lines:
         if not line:
             if data:

@@ -111,9 +111,9 @@ async def _stream(hub: FeedHub, partition_id: str, subscriber: Subscriber,
                 return  # too slow, or the API is stopping: the client resumes elsewhere
             now = time.monotonic()
             if subscriber.counts is not None and now - counts_at >= interval:
-                event = subscriber.take_counts()
-                if event is not None:
-                    yield event.frame()
+                counts = subscriber.take_counts()
+                if counts is not None:
+                    yield counts.frame()
                     counts_at = last_sent = now
                 continue
             if lasting is not None and now - started >= lasting:
