@@ -1632,6 +1632,18 @@ SELECT partitions.id,
   FROM partitions
  WHERE partitions.id IN (%s, ...);
 
+-- name: partition_states
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN %s
+            ELSE %s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%s, ...);
+
 -- name: partition_timeline
 SELECT partition_timelines.timeline
   FROM partitions

@@ -1673,6 +1673,18 @@ SELECT partitions.id,
   FROM partitions
  WHERE partitions.id IN (%(id_1_n)s, ...);
 
+-- name: partition_states
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN %(param_n)s
+            ELSE %(param_n)s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_n)s, ...);
+
 -- name: partition_timeline
 SELECT partition_timelines.timeline
   FROM partitions

@@ -1682,6 +1682,18 @@ SELECT partitions.id,
   FROM partitions
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
 
+-- name: partition_states
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s
+            ELSE %(param_2)s
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...);
+
 -- name: partition_timeline
 SELECT partition_timelines.timeline
   FROM partitions

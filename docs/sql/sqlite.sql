@@ -1669,6 +1669,18 @@ SELECT partitions.id,
   FROM partitions
  WHERE partitions.id IN (?, ...);
 
+-- name: partition_states
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.status,
+       partitions.owner,
+       CASE WHEN (partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN ?
+            ELSE ?
+             END AS anon_1
+  FROM partitions
+ WHERE partitions.id IN (?, ...);
+
 -- name: partition_timeline
 SELECT partition_timelines.timeline
   FROM partitions

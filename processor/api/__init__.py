@@ -7,7 +7,8 @@ library's rules and errors.
 checks items and settings (NDJSON line by line into a spool; the CLI's ``create`` uses
 it too), :mod:`~processor.api.bodies` reads request bodies into it,
 :mod:`~processor.api.views` shapes the answers, :mod:`~processor.api.routes` answers
-the partitions' requests and :mod:`~processor.api.flow_routes` the flow controls',
+the partitions' requests (their live feed is :mod:`processor.feed`'s) and
+:mod:`~processor.api.flow_routes` the flow controls',
 :mod:`~processor.api.dispatch` routes them, and :mod:`~processor.api.server` guards
 and serves them. The OpenAPI document,
 ``openapi.json`` here, is the contract; a test holds the routes to it.

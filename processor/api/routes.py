@@ -8,6 +8,7 @@ DELETE   ``/v1/partitions/{id}``                delete it and its items (``?forc
 POST     ``/v1/partitions/{id}/items``          add items (JSON or NDJSON)
 GET      ``/v1/partitions/{id}/items``          a page of its items
 GET      ``/v1/partitions/{id}/wait``           long poll until it finishes (``?timeout=``)
+GET      ``/v1/partitions/{id}/events``         its live feed (Server-Sent Events)
 POST     ``/v1/partitions/{id}/retry``          run its failed items again
 POST     ``/v1/partitions/{id}/rewind``         move it back to a gate (JSON body)
 POST     ``/v1/partitions/{id}/cancel``         stop it
@@ -81,6 +82,8 @@ from processor.api.views import (
 )
 from processor.client.async_client import AsyncClient
 from processor.client.checks import MAX_PAGE
+from processor.feed.hub import FeedHub, FeedSettings
+from processor.feed.stream import events_route
 from processor.observe.tracing import traced_settings
 from processor.views import retry_row, rewind_row
 from watcher.errors import DuplicateItemError
@@ -108,16 +111,19 @@ class ApiSettings:
     limits: Limits = field(default_factory=Limits)
     token: str | None = None
     loopback_only: bool = True
+    feed: FeedSettings = field(default_factory=FeedSettings)
 
 
 class IngestApi:
     """The routes, and the client they share (opened by the app's lifespan when not
     given)."""
 
-    def __init__(self, settings: ApiSettings, client: AsyncClient | None = None) -> None:
+    def __init__(self, settings: ApiSettings, client: AsyncClient | None = None,
+                 feed: FeedHub | None = None) -> None:
         self.settings = settings
         self.limits = settings.limits
         self._client = client
+        self.feed = feed or FeedHub(settings.feed)
 
     def openapi(self) -> bytes:
         """The OpenAPI document, as checked in."""
@@ -132,13 +138,17 @@ class IngestApi:
     async def lifespan(self, _: object) -> AsyncIterator[None]:
         """Open the client for the app's life (unless one was given)."""
         if self._client is not None:
-            yield
+            try:
+                yield
+            finally:
+                await self.feed.close()
             return
         self._client = AsyncClient(self.settings.db_url, self.settings.table_prefix,
                                    max_item_bytes=self.limits.max_item_bytes)
         try:
             yield
         finally:
+            await self.feed.close()
             await self._client.close()
             self._client = None
 
@@ -273,6 +283,9 @@ class IngestApi:
         return answer(200, {"items": [item_view(item, with_data=with_data) for item in page],
                             "next_cursor": page.next_cursor})
 
+    async def events(self, request: Request, partition_id: str) -> Response:
+        return await events_route(self.feed, self.client, request, partition_id)
+
     # ------------------------------------------------------------------ operations
 
     async def retry(self, request: Request, partition_id: str) -> Response:
@@ -346,6 +359,7 @@ ROUTES: dict[tuple[str, ...], dict[str, Handler]] = {
         "PUT": IngestApi.create, "GET": IngestApi.read, "DELETE": IngestApi.delete},
     ("v1", "partitions", PARTITION, "items"): {"POST": IngestApi.add, "GET": IngestApi.items},
     ("v1", "partitions", PARTITION, "wait"): {"GET": IngestApi.wait},
+    ("v1", "partitions", PARTITION, "events"): {"GET": IngestApi.events},
     ("v1", "partitions", PARTITION, "retry"): {"POST": IngestApi.retry},
     ("v1", "partitions", PARTITION, "rewind"): {"POST": IngestApi.rewind},
     ("v1", "partitions", PARTITION, "cancel"): {"POST": IngestApi.cancel},

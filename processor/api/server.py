@@ -34,6 +34,7 @@ from processor.console.security import (
 )
 from processor.console.server import check_database
 from processor.embedded import http_url, listen, serving, stop_on_signals
+from processor.feed.hub import FeedHub, FeedSettings
 from watcher.errors import ConfigError
 from watcher.store.db.urls import DatabaseURL
 
@@ -57,6 +58,7 @@ class ApiOptions:
     port: int = DEFAULT_PORT
     token: str | None = None
     limits: Limits = field(default_factory=Limits)
+    feed: FeedSettings = field(default_factory=FeedSettings)
 
     def __post_init__(self) -> None:
         """Raises:
@@ -115,20 +117,23 @@ def _with_headers(send: Any, refusal: ApiError | None) -> Any:
     return sending
 
 
-def create_app(options: ApiOptions, client: AsyncClient | None = None) -> Any:
-    """The API's ASGI app (``client``: shared with the caller and left open)."""
+def create_app(options: ApiOptions, client: AsyncClient | None = None,
+               feed: FeedHub | None = None) -> Any:
+    """The API's ASGI app (``client``: shared with the caller and left open; ``feed``:
+    the live feed's hub, one of its own when not given)."""
     settings = ApiSettings(db_url=options.db_url, table_prefix=options.table_prefix,
                            limits=options.limits, token=options.token,
-                           loopback_only=is_loopback(options.host))
-    api = IngestApi(settings, client)
+                           loopback_only=is_loopback(options.host), feed=options.feed)
+    api = IngestApi(settings, client, feed)
     routes = CompletionRoutes(mount_schedules(Dispatch(api), api), api)
     return AccessGuard(routes, token=options.token, loopback_only=settings.loopback_only)
 
 
 @contextlib.asynccontextmanager
-async def api_running(options: ApiOptions, client: AsyncClient | None = None
-                      ) -> AsyncIterator[str]:
+async def api_running(options: ApiOptions, client: AsyncClient | None = None,
+                      feed: FeedHub | None = None) -> AsyncIterator[str]:
     """Serve the API for the block; yields its base URL (``http://127.0.0.1:8091/``).
+    Its live feeds end when the block does (they would hold the server open).
 
     Raises:
         ConfigError: the address cannot be bound.
@@ -136,8 +141,12 @@ async def api_running(options: ApiOptions, client: AsyncClient | None = None
     """
     sock = listen(options.host, options.port)
     port = sock.getsockname()[1]
-    async with serving(create_app(options, client), sock, what="the API"):
-        yield http_url(options.host, port)
+    hub = feed or FeedHub(options.feed)
+    async with serving(create_app(options, client, hub), sock, what="the API"):
+        try:
+            yield http_url(options.host, port)
+        finally:
+            await hub.close()
 
 
 async def run_api(options: ApiOptions, announce: Callable[[str], None]) -> int:

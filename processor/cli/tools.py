@@ -102,6 +102,13 @@ def api(
                                                  "address may make a minute on "
                                                  "/v1/completions/ (a burst at most; 0: no "
                                                  "bound); past it, 429.")] = 300,
+    feed_poll_interval: Annotated[float, typer.Option(
+        envvar=env_name("API_FEED_POLL_INTERVAL"),
+        help="Seconds between two reads of the partitions live feeds follow (one read "
+        "for them all), from 0.01 to 60.")] = 0.5,
+    feed_max_clients: Annotated[int, typer.Option(
+        envvar=env_name("API_FEED_MAX_CLIENTS"),
+        help="Live feeds open at once at most; past it, 503.")] = 1000,
     log_level: LogLevel = DEFAULT_LOG_LEVEL,
     log_format: LogFormat = DEFAULT_LOG_FORMAT,
 ) -> None:
@@ -110,6 +117,7 @@ def api(
     Its OpenAPI document is at /v1/openapi.json."""
     from processor.api.server import ApiOptions, run_api
     from processor.api.upload import Limits
+    from processor.feed.hub import FeedSettings
 
     check_logging(log_level, log_format)
     for name, value in (("--max-item-bytes", max_item_bytes),
@@ -123,7 +131,9 @@ def api(
     options = ApiOptions(db_url=database_url(db_url, table_prefix, migrated=False),
                          table_prefix=table_prefix, host=host, port=port, token=token or None,
                          limits=Limits(max_item_bytes, max_body_bytes, max_upload_bytes,
-                                       completions_per_minute=completion_rate))
+                                       completions_per_minute=completion_rate),
+                         feed=FeedSettings(poll_interval=feed_poll_interval,
+                                           max_clients=feed_max_clients))
     setup_logging(log_level, log_format)
     from processor.observe.tracing import configure_from_env
 

@@ -195,7 +195,7 @@ def test_every_documented_route_is_answered_and_no_other_method(api_url: str) ->
         for method, template in DOCUMENTED:
             path = template.replace("{id}", "routes%2Fprobe").replace(
                 "{key}", "routes%2Fprobe").replace("{token}", UNKNOWN_TOKEN).lstrip("/")
-            query = {"timeout": "0"} if template.endswith("/wait") else {}
+            query = {"timeout": "0"} if template.endswith(("/wait", "/events")) else {}
             response = client.request(method, path, params=query, json={})
             assert response.status_code not in (404, 405) or (
                 response.json()["error"]["code"] in ("partition_not_found", "key_not_found")
@@ -267,6 +267,8 @@ def test_a_walk_through_every_route_answers_as_documented(
     assert "data" not in rest["items"][0] and "data_b64" not in rest["items"][0]
     call("GET", "/v1/partitions/{id}/items", 422, query={"status": "lost"})
     call("GET", "/v1/partitions/{id}/wait", 202, query={"timeout": 0})
+    feed = call("GET", "/v1/partitions/{id}/events", 200, query={"timeout": 0})
+    assert feed.text.startswith("retry: ") and "event: state\n" in feed.text
 
     added = call("POST", "/v1/partitions/{id}/items", 200, media_type=NDJSON,
                  body=b'{"id": "d", "gate": 1, "data_b64": "TmFO"}\n').json()
@@ -397,14 +399,14 @@ def fuzzed(method: str, path: str) -> list[Any]:
             for mode in modes]
 
 
-def short_wait(case: Any) -> None:
+def short_wait(case: Any, high: float = 300) -> None:
     """Give a wait a timeout of at most :data:`FUZZ_WAIT_SECONDS`: set it when absent,
     lower it when valid and longer, and leave an invalid one as drawn."""
     timeout = case.query.get("timeout") if case.query else None
     if timeout is None:
         case.query = {**(case.query or {}), "timeout": FUZZ_WAIT_SECONDS}
     elif isinstance(timeout, int | float) and not isinstance(timeout, bool) \
-            and 0 <= timeout <= 300:
+            and 0 <= timeout <= high:
         case.query["timeout"] = min(timeout, FUZZ_WAIT_SECONDS)
 
 
@@ -455,6 +457,8 @@ def test_fuzzed_requests_are_answered_as_documented(
     def exchange(case: Any) -> None:
         if path.endswith("/wait"):
             short_wait(case)
+        elif path.endswith("/events"):  # a feed lasts until the end, or its timeout
+            short_wait(case, high=86_400)
         case.call_and_validate(base_url=base_url, checks=checks, timeout=REQUEST_TIMEOUT)
 
     exchange()

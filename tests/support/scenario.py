@@ -390,6 +390,9 @@ async def _drive_operations(store: Store) -> None:
             ] == ["p1"]
     counts = await store.items_gate_counts(["p1", "p4", "unknown"])
     assert set(counts) == {"p1", "p4"} and counts["p4"] == {}
+    # The live feed's poll: every watched partition in one read, unknown ids left out.
+    watched = await store.partition_states(["p1", "p4", "unknown"])
+    assert set(watched) == {"p1", "p4"}
     assert len((await store.partitions_finished_per_minute(3, 100)).finished["complete"]) == 3
     await store.partition_create("p5", [NewItem("x", b"1"), NewItem("y", b"2")])
     # A pause holds it out of the lease scan and its ready read; a resume lifts it.
