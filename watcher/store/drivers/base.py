@@ -75,7 +75,9 @@ class Driver:
     """
 
     # Whether the database carries wake-up notifications (LISTEN/NOTIFY).
-    notifies: ClassVar[bool] = False
+    notifies: bool = False
+    # Why watchers poll a database that could notify them (they log it once), or None.
+    polling_reason: str | None = None
     # Whether a lease take is one statement on :meth:`fetch`: an ``UPDATE`` that locks
     # the rows it may take, passing by those locked elsewhere, and returns the ids it
     # took (:meth:`watcher.store.sql.leases.LeaseStatements.take`). Without it the
