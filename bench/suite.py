@@ -86,6 +86,7 @@ def runners() -> dict[str, Runner]:
         latency,
         library,
         park,
+        pooled,
         reduce,
         renewals,
         rowsize,
@@ -95,6 +96,7 @@ def runners() -> dict[str, Runner]:
     )
 
     return {"library": library.run, "flow": flow.run, "small": small.run, "fleet": fleet.run,
+            "pooled": pooled.run,
             "instructions": instructions.run,
             "http": http_mode.run_per_item,
             "batch": http_mode.run_batch, "spawn": spawn.run, "ingest": ingest.run,

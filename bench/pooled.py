@@ -1,0 +1,148 @@
+"""The scale curve: 1, 2, 4, 8 and 16 processors on one PostgreSQL, direct and through
+PgBouncer in transaction mode.
+
+Each size drains the same items (``pooled_partitions`` x ``pooled_items``, a fresh table
+prefix each time) with K processor processes (:mod:`bench.fleet_worker`, as the fleet
+scenario runs them: one watcher each at the default settings, a no-op processor, all
+connected before the go): first with the processors connected to PostgreSQL directly,
+then through PgBouncer (``$PROCESSOR_BENCH_POOLED_URL``, by default
+``postgresql://postgres@127.0.0.1:6432/test?pooler=transaction``, which
+``python3 -m tests.support.pgbouncer`` starts). Per size: items per second, the
+processors' CPU per item, and the CPU per item of the database's processes (every
+``postgres`` process on this machine, so a neighbour's load shows too) and of PgBouncer,
+read from ``/proc`` at the go and at the end. Over the rounds, throughput is the
+fastest drain's and CPU per item the cheapest drain's.
+
+Goals: CPU per item with 8 processors at most 1.15x one processor's, direct and pooled;
+throughput grows until the machine's cores are the limit, then holds: 16 processors
+drain at 0.9x the best size's rate at least. With the database on the same machine, its
+cores are the processors' too: the table says how many of them each size kept busy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from bench.common import Goal, Outcome, Row, Settings, rate_text
+from bench.fleet import fleet_drain
+
+POOLED_URL_ENV = "PROCESSOR_BENCH_POOLED_URL"
+DEFAULT_POOLED_URL = "postgresql://postgres@127.0.0.1:6432/test?pooler=transaction"
+CPU_GOAL = 1.15  # CPU per item with 8 processors / with 1, at most
+HOLD_GOAL = 0.9  # throughput with the most processors / the best size's, at least
+START = "python3 -m tests.support.pgbouncer (after apt-get install pgbouncer)"
+TITLE = ("Scale curve (PostgreSQL, direct and through PgBouncer): {partitions} partitions x "
+         "{items:,} items drained by {sizes} processors")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def pooled_url() -> str:
+    """The benchmark's PgBouncer URL: ``$PROCESSOR_BENCH_POOLED_URL`` or the local one."""
+    return os.environ.get(POOLED_URL_ENV, DEFAULT_POOLED_URL)
+
+
+def cpu_of(command: str) -> float:
+    """The CPU seconds (user + system) of every running process named ``command``."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended meanwhile
+            continue
+        name, _, rest = text.partition(") ")
+        if name.split(" (", 1)[-1] != command:
+            continue
+        fields = rest.split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / TICKS
+
+
+async def _pooler_problem(url: str) -> str | None:
+    """None when statefeed can work through ``url``; otherwise why not."""
+    from watcher import Store
+
+    store = Store.open(url)
+    try:
+        async with asyncio.timeout(10):
+            await store.ping()
+        return None
+    except Exception as error:  # any failure: the pooled half is not run
+        return (f"PgBouncer does not answer at {store.engine.url.render_as_string()} "
+                f"({type(error).__name__}); start it: {START}")
+    finally:
+        await store.close()
+
+
+async def run(settings: Settings) -> Outcome:
+    """The scale curve (see the module docstring)."""
+    sizes = settings.sizes
+    counts = sizes.pooled_processors
+    outcome = Outcome("pooled", TITLE.format(
+        partitions=sizes.pooled_partitions, items=sizes.pooled_items,
+        sizes=", ".join(str(count) for count in counts)))
+    url = pooled_url()
+    problem = await _pooler_problem(url)
+    modes = ("direct",) if problem else ("direct", "pooled")
+    runs: dict[str, dict[int, list[dict[str, float | int]]]] = {
+        mode: {count: [] for count in counts} for mode in modes}
+    for _ in range(settings.rounds):  # interleaved; the best of each counts
+        for count in counts:
+            for mode in modes:
+                probes = {"database": lambda: cpu_of("postgres")}
+                if mode == "pooled":
+                    probes["pooler"] = lambda: cpu_of("pgbouncer")
+                runs[mode][count].append(await fleet_drain(
+                    settings, count, worker_url=url if mode == "pooled" else None,
+                    partitions=sizes.pooled_partitions, items=sizes.pooled_items,
+                    name=mode, probes=probes))
+    cores = os.cpu_count() or 1
+    for mode in modes:
+        best = {count: max(found, key=lambda run: run["items_per_s"])
+                for count, found in runs[mode].items()}
+        cheapest = {count: min(found, key=lambda run: run["cpu_us_per_item"])
+                    for count, found in runs[mode].items()}
+        one = float(cheapest[1]["cpu_us_per_item"])
+        curve = {}
+        for count in counts:
+            run, cheap = best[count], cheapest[count]
+            busy = (float(run["cpu_us_per_item"]) + float(run["database_cpu_us_per_item"])
+                    + float(run.get("pooler_cpu_us_per_item", 0.0))) * float(
+                        run["items_per_s"]) / 1e6
+            pooler = (f"; PgBouncer {cheap['pooler_cpu_us_per_item']:,.1f} us/item"
+                      if mode == "pooled" else "")
+            outcome.rows.append(Row(
+                f"{mode}, {count} processor{'s' if count > 1 else ''}",
+                rate_text(float(run["items_per_s"])),
+                f"CPU {cheap['cpu_us_per_item']:,.1f} us/item "
+                f"({float(cheap['cpu_us_per_item']) / one:.2f}x one's); database "
+                f"{cheap['database_cpu_us_per_item']:,.1f} us/item{pooler}; "
+                f"{busy:.2f} of {cores} cores busy; items per processor "
+                f"{run['items_by_processor']}"))
+            curve[str(count)] = {
+                "items_per_s": run["items_per_s"], "cpu_us_per_item": cheap["cpu_us_per_item"],
+                "database_cpu_us_per_item": cheap["database_cpu_us_per_item"],
+                "pooler_cpu_us_per_item": cheap.get("pooler_cpu_us_per_item"),
+                "cores_busy": round(busy, 2), "leases_stolen": run["leases_stolen"],
+                "items_by_processor": run["items_by_processor"],
+                "rounds_items_per_s": [found["items_per_s"] for found in runs[mode][count]]}
+        top = max(counts)
+        eight = 8 if 8 in counts else top
+        ratio = float(cheapest[eight]["cpu_us_per_item"]) / one
+        peak = max(counts, key=lambda count: float(best[count]["items_per_s"]))
+        hold = float(best[top]["items_per_s"]) / float(best[peak]["items_per_s"])
+        outcome.figures[mode] = {
+            "curve": curve, f"ratio_cpu_per_item_{eight}_over_1": round(ratio, 3),
+            "peak_processors": peak, f"ratio_throughput_{top}_over_peak": round(hold, 3)}
+        outcome.goals.append(Goal(f"{mode}: CPU per item, {eight} processors / 1",
+                                  f"<= {CPU_GOAL:g}x", f"{ratio:.2f}x", ratio <= CPU_GOAL))
+        outcome.goals.append(Goal(
+            f"{mode}: throughput with {top} processors / the peak ({peak})",
+            f">= {HOLD_GOAL:g}x", f"{hold:.2f}x", hold >= HOLD_GOAL))
+    outcome.figures.update(partitions=sizes.pooled_partitions, items=sizes.pooled_items,
+                           processors=list(counts), cores=cores)
+    if problem:
+        outcome.figures["pooled"] = {"status": "not run", "reason": problem}
+        outcome.rows.append(Row("pooled", "not run", problem))
+    return outcome
