@@ -59,7 +59,8 @@ async def fleet_drain(settings: Settings, processors: int, *, worker_url: str | 
     pooled scenario gives a URL through PgBouncer); the benchmark creates and watches
     the items directly. ``partitions`` and ``items`` default to the fleet's sizes.
     ``probes`` read other processes' CPU seconds (the database's, PgBouncer's) at the
-    go and at the end of the drain; each difference is a figure per item.
+    go and at the end of the drain; each difference is a figure per item
+    (``<key>_cpu_us_per_item``), and the reading at the end one too (``<key>_at_end``).
 
     Raises:
         TimeoutError: they did not finish within the phase timeout.
@@ -94,8 +95,11 @@ async def fleet_drain(settings: Settings, processors: int, *, worker_url: str | 
                 await wait_for(lambda: _all_closed(client, ids), timeout=sizes.phase_timeout,
                                interval=POLL, what=f"{total:,} items to drain")
                 seconds = time.perf_counter() - started
-                others = {f"{key}_cpu_us_per_item": round((probe() - before[key]) / total * 1e6, 2)
-                          for key, probe in probes.items()}
+                after = {key: probe() for key, probe in probes.items()}
+                others = {f"{key}_cpu_us_per_item": round((after[key] - before[key]) / total * 1e6,
+                                                          2)
+                          for key in probes}
+                others.update({f"{key}_at_end": after[key] for key in probes})
                 # All at once: one by one, the last would count its idle polls while
                 # the others shut down.
                 await asyncio.gather(*(child.terminate() for _, child in children))

@@ -13,6 +13,13 @@ processors' CPU per item, and the CPU per item of the database's processes (ever
 read from ``/proc`` at the go and at the end. Over the rounds, throughput is the
 fastest drain's and CPU per item the cheapest drain's.
 
+A direct size is not run when its processors would need more sessions than the server
+has free (``max_connections`` less the reserved ones and those in use): each processor
+holds its engine pool's and its hot path's connections, measured at the end of the
+largest direct drain so far (server sessions at the end, per processor, are in the
+table). That is the limit a pooler lifts: through PgBouncer the server sees at most its
+``default_pool_size`` sessions whatever the fleet's size.
+
 Goals: CPU per item with 8 processors at most 1.15x one processor's, direct and pooled;
 throughput grows until the machine's cores are the limit, then holds: 16 processors
 drain at 0.9x the best size's rate at least. With the database on the same machine, its
@@ -25,7 +32,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from bench.common import Goal, Outcome, Row, Settings, rate_text
+from bench.common import Goal, Outcome, Row, Settings, libpq_url, rate_text
 from bench.fleet import fleet_drain
 
 POOLED_URL_ENV = "PROCESSOR_BENCH_POOLED_URL"
@@ -59,6 +66,32 @@ def cpu_of(command: str) -> float:
     return total / TICKS
 
 
+# Sessions a processor is assumed to hold before a direct drain has measured it.
+FIRST_GUESS_SESSIONS = 4
+SESSIONS_SQL = ("SELECT count(*) FROM pg_stat_activity "
+                "WHERE backend_type = 'client backend'")
+ROOM_SQL = ("SELECT current_setting('max_connections')::int "
+            "- current_setting('superuser_reserved_connections')::int")
+
+
+def server_sessions(db_url: str) -> int:
+    """The client sessions the PostgreSQL server at ``db_url`` has now (every database's)."""
+    import psycopg
+
+    with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
+        row = conn.execute(SESSIONS_SQL).fetchone()
+    return int(row[0]) - 1 if row else 0  # not this one
+
+
+def session_room(db_url: str) -> int:
+    """How many more client sessions the server at ``db_url`` takes now."""
+    import psycopg
+
+    with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
+        row = conn.execute(ROOM_SQL).fetchone()
+    return (int(row[0]) if row else 0) - server_sessions(db_url)
+
+
 async def _pooler_problem(url: str) -> str | None:
     """None when statefeed can work through ``url``; otherwise why not."""
     from watcher import Store
@@ -87,50 +120,82 @@ async def run(settings: Settings) -> Outcome:
     modes = ("direct",) if problem else ("direct", "pooled")
     runs: dict[str, dict[int, list[dict[str, float | int]]]] = {
         mode: {count: [] for count in counts} for mode in modes}
+    skipped: dict[int, str] = {}
+    per_processor = float(FIRST_GUESS_SESSIONS)
     for _ in range(settings.rounds):  # interleaved; the best of each counts
         for count in counts:
             for mode in modes:
-                probes = {"database": lambda: cpu_of("postgres")}
+                if mode == "direct":
+                    room = await asyncio.to_thread(session_room, settings.db_url)
+                    if per_processor * count > room:
+                        skipped[count] = (
+                            f"{count} processors would hold about {per_processor * count:.0f} "
+                            f"sessions (the largest direct drain held {per_processor:.1f} a "
+                            f"processor); the server has {room} free")
+                        continue
+                probes = {"database": lambda: cpu_of("postgres"),
+                          "sessions": lambda: server_sessions(settings.db_url)}
                 if mode == "pooled":
                     probes["pooler"] = lambda: cpu_of("pgbouncer")
-                runs[mode][count].append(await fleet_drain(
+                baseline = await asyncio.to_thread(server_sessions, settings.db_url)
+                run = await fleet_drain(
                     settings, count, worker_url=url if mode == "pooled" else None,
                     partitions=sizes.pooled_partitions, items=sizes.pooled_items,
-                    name=mode, probes=probes))
+                    name=mode, probes=probes)
+                run.pop("sessions_cpu_us_per_item", None)  # a count, not CPU
+                run["sessions_per_processor"] = round(
+                    (float(run["sessions_at_end"]) - baseline) / count, 1)
+                runs[mode][count].append(run)
+                if mode == "direct":
+                    per_processor = max(per_processor, float(run["sessions_per_processor"]))
     cores = os.cpu_count() or 1
     for mode in modes:
+        for count in list(runs[mode]):
+            if not runs[mode][count]:
+                del runs[mode][count]
+                outcome.rows.append(Row(f"{mode}, {count} processors", "not run",
+                                        skipped.get(count, "")))
+        counts_run = tuple(runs[mode])
         best = {count: max(found, key=lambda run: run["items_per_s"])
                 for count, found in runs[mode].items()}
         cheapest = {count: min(found, key=lambda run: run["cpu_us_per_item"])
                     for count, found in runs[mode].items()}
         one = float(cheapest[1]["cpu_us_per_item"])
-        curve = {}
-        for count in counts:
+        curve: dict[str, object] = {
+            str(count): {"status": "not run", "reason": skipped.get(count, "")}
+            for count in counts if count not in counts_run}
+        for count in counts_run:
             run, cheap = best[count], cheapest[count]
             busy = (float(run["cpu_us_per_item"]) + float(run["database_cpu_us_per_item"])
                     + float(run.get("pooler_cpu_us_per_item", 0.0))) * float(
                         run["items_per_s"]) / 1e6
             pooler = (f"; PgBouncer {cheap['pooler_cpu_us_per_item']:,.1f} us/item"
                       if mode == "pooled" else "")
+            # Through PgBouncer the server sessions are its pool's, whoever opened them.
+            sessions = (f" ({run['sessions_per_processor']} a processor)"
+                        if mode == "direct" else "")
             outcome.rows.append(Row(
                 f"{mode}, {count} processor{'s' if count > 1 else ''}",
                 rate_text(float(run["items_per_s"])),
                 f"CPU {cheap['cpu_us_per_item']:,.1f} us/item "
                 f"({float(cheap['cpu_us_per_item']) / one:.2f}x one's); database "
                 f"{cheap['database_cpu_us_per_item']:,.1f} us/item{pooler}; "
-                f"{busy:.2f} of {cores} cores busy; items per processor "
+                f"{busy:.2f} of {cores} cores busy; {run['sessions_at_end']} client "
+                f"sessions on the server at the end{sessions}; items per processor "
                 f"{run['items_by_processor']}"))
             curve[str(count)] = {
                 "items_per_s": run["items_per_s"], "cpu_us_per_item": cheap["cpu_us_per_item"],
                 "database_cpu_us_per_item": cheap["database_cpu_us_per_item"],
                 "pooler_cpu_us_per_item": cheap.get("pooler_cpu_us_per_item"),
                 "cores_busy": round(busy, 2), "leases_stolen": run["leases_stolen"],
+                "sessions_at_end": run["sessions_at_end"],
+                "sessions_per_processor": run["sessions_per_processor"],
                 "items_by_processor": run["items_by_processor"],
                 "rounds_items_per_s": [found["items_per_s"] for found in runs[mode][count]]}
-        top = max(counts)
-        eight = 8 if 8 in counts else top
+        top = max(counts_run)
+        eight = 8 if 8 in counts_run else top
         ratio = float(cheapest[eight]["cpu_us_per_item"]) / one
-        peak = max(counts, key=lambda count: float(best[count]["items_per_s"]))
+        peak = max(counts_run, key=lambda count: float(best[count]["items_per_s"]))
         hold = float(best[top]["items_per_s"]) / float(best[peak]["items_per_s"])
         outcome.figures[mode] = {
             "curve": curve, f"ratio_cpu_per_item_{eight}_over_1": round(ratio, 3),
