@@ -47,20 +47,24 @@ TITLE = ("Fleet ({database}): {partitions} partitions x {items:,} items drained 
 FLEET_SIZES = (1, 2, 4)
 CPU_GOAL = 1.15  # CPU per item with 4 processors / with 1, at most
 POLL = 0.02
+# A probe: the CPU seconds (user + system) of some processes, by process id.
+Probe = Callable[[], dict[int, float]]
 
 
 async def fleet_drain(settings: Settings, processors: int, *, worker_url: str | None = None,
                       partitions: int | None = None, items: int | None = None,
-                      name: str = "fleet", probes: dict[str, Callable[[], float]] | None = None
+                      name: str = "fleet", probes: dict[str, Probe] | None = None
                       ) -> dict[str, float | int]:
     """Drain the scenario's items with ``processors`` processors; their figures.
 
     The processors connect to ``worker_url`` (the settings' database by default: the
     pooled scenario gives a URL through PgBouncer); the benchmark creates and watches
     the items directly. ``partitions`` and ``items`` default to the fleet's sizes.
-    ``probes`` read other processes' CPU seconds (the database's, PgBouncer's) at the
-    go and at the end of the drain; each difference is a figure per item
-    (``<key>_cpu_us_per_item``), and the reading at the end one too (``<key>_at_end``).
+    ``probes`` read other processes' CPU seconds by process id (the database sessions
+    serving the processors, PgBouncer) at the go and at the end of the drain: the CPU
+    each process spent meanwhile (all of it, for a process started after the go) is a
+    figure per item (``<key>_cpu_us_per_item``), and how many processes the probe found
+    at the end another (``<key>_processes_at_end``).
 
     Raises:
         TimeoutError: they did not finish within the phase timeout.
@@ -96,10 +100,12 @@ async def fleet_drain(settings: Settings, processors: int, *, worker_url: str | 
                                interval=POLL, what=f"{total:,} items to drain")
                 seconds = time.perf_counter() - started
                 after = {key: probe() for key, probe in probes.items()}
-                others = {f"{key}_cpu_us_per_item": round((after[key] - before[key]) / total * 1e6,
-                                                          2)
-                          for key in probes}
-                others.update({f"{key}_at_end": after[key] for key in probes})
+                others: dict[str, float | int] = {}
+                for key in probes:
+                    spent = sum(seconds - before[key].get(pid, 0.0)
+                                for pid, seconds in after[key].items())
+                    others[f"{key}_cpu_us_per_item"] = round(spent / total * 1e6, 2)
+                    others[f"{key}_processes_at_end"] = len(after[key])
                 # All at once: one by one, the last would count its idle polls while
                 # the others shut down.
                 await asyncio.gather(*(child.terminate() for _, child in children))

@@ -29,11 +29,12 @@ cores are the processors' too: the table says how many of them each size kept bu
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from pathlib import Path
 
 from bench.common import Goal, Outcome, Row, Settings, libpq_url, rate_text
-from bench.fleet import fleet_drain
+from bench.fleet import Probe, fleet_drain
 
 POOLED_URL_ENV = "PROCESSOR_BENCH_POOLED_URL"
 DEFAULT_POOLED_URL = "postgresql://postgres@127.0.0.1:6432/test?pooler=transaction"
@@ -50,20 +51,63 @@ def pooled_url() -> str:
     return os.environ.get(POOLED_URL_ENV, DEFAULT_POOLED_URL)
 
 
-def cpu_of(command: str) -> float:
-    """The CPU seconds (user + system) of every running process named ``command``."""
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:  # the process ended meanwhile
-            continue
-        name, _, rest = text.partition(") ")
-        if name.split(" (", 1)[-1] != command:
-            continue
-        fields = rest.split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total / TICKS
+def _cpu_seconds(pid: int) -> tuple[str, float] | None:
+    """The command name and CPU seconds (user + system) of process ``pid``; None when
+    it has ended."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    head, _, rest = text.rpartition(") ")
+    fields = rest.split()
+    return head.split(" (", 1)[-1], (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def cpu_of(command: str) -> dict[int, float]:
+    """The CPU seconds of every running process named ``command``, by process id."""
+    found = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        read = _cpu_seconds(int(entry.name))
+        if read is not None and read[0] == command:
+            found[int(entry.name)] = read[1]
+    return found
+
+
+def sessions_cpu(db_url: str, name: str) -> dict[int, float]:
+    """The CPU seconds of the server processes of the database sessions whose
+    ``application_name`` starts with ``name-`` (the fleet's processors name theirs after
+    themselves; PgBouncer passes a client's name to the server session it lends), by
+    process id. The server must run on this machine."""
+    import psycopg
+
+    with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
+        pids = [int(row[0]) for row in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s",
+            (f"{name}-%",)).fetchall()]
+    found = {}
+    for pid in pids:
+        read = _cpu_seconds(pid)
+        if read is not None:
+            found[pid] = read[1]
+    return found
+
+
+class SessionsProbe:
+    """A fleet drain's probe of the database sessions serving processors named
+    ``name-...``: at the go, every server process (a session PgBouncer lends may take
+    the name only later, so its CPU until the go must be known whatever its name); at
+    the end, the sessions with the name."""
+
+    def __init__(self, db_url: str, name: str) -> None:
+        self.db_url = db_url
+        self.name = name
+        self.started = False
+
+    def __call__(self) -> dict[int, float]:
+        if not self.started:
+            self.started = True
+            return cpu_of("postgres")
+        return sessions_cpu(self.db_url, self.name)
 
 
 # Sessions a processor is assumed to hold before a direct drain has measured it.
@@ -133,18 +177,15 @@ async def run(settings: Settings) -> Outcome:
                             f"sessions (the largest direct drain held {per_processor:.1f} a "
                             f"processor); the server has {room} free")
                         continue
-                probes = {"database": lambda: cpu_of("postgres"),
-                          "sessions": lambda: server_sessions(settings.db_url)}
+                probes: dict[str, Probe] = {"database": SessionsProbe(settings.db_url, mode)}
                 if mode == "pooled":
-                    probes["pooler"] = lambda: cpu_of("pgbouncer")
-                baseline = await asyncio.to_thread(server_sessions, settings.db_url)
+                    probes["pooler"] = functools.partial(cpu_of, "pgbouncer")
                 run = await fleet_drain(
                     settings, count, worker_url=url if mode == "pooled" else None,
                     partitions=sizes.pooled_partitions, items=sizes.pooled_items,
                     name=mode, probes=probes)
-                run.pop("sessions_cpu_us_per_item", None)  # a count, not CPU
-                run["sessions_per_processor"] = round(
-                    (float(run["sessions_at_end"]) - baseline) / count, 1)
+                run["sessions_at_end"] = run["database_processes_at_end"]
+                run["sessions_per_processor"] = round(float(run["sessions_at_end"]) / count, 1)
                 runs[mode][count].append(run)
                 if mode == "direct":
                     per_processor = max(per_processor, float(run["sessions_per_processor"]))
@@ -180,8 +221,8 @@ async def run(settings: Settings) -> Outcome:
                 f"CPU {cheap['cpu_us_per_item']:,.1f} us/item "
                 f"({float(cheap['cpu_us_per_item']) / one:.2f}x one's); database "
                 f"{cheap['database_cpu_us_per_item']:,.1f} us/item{pooler}; "
-                f"{busy:.2f} of {cores} cores busy; {run['sessions_at_end']} client "
-                f"sessions on the server at the end{sessions}; items per processor "
+                f"{busy:.2f} of {cores} cores busy; {run['sessions_at_end']} server "
+                f"sessions at the end{sessions}; items per processor "
                 f"{run['items_by_processor']}"))
             curve[str(count)] = {
                 "items_per_s": run["items_per_s"], "cpu_us_per_item": cheap["cpu_us_per_item"],
