@@ -228,11 +228,13 @@ class DatabaseRun:
 
 
 async def run_one(name: str, runner: Runner, settings: Settings, console: Console) -> Outcome:
-    """Run one scenario within its time bound; a failure becomes an "error" outcome."""
+    """Run one scenario within its time bound (four phase timeouts a round); a failure
+    becomes an "error" outcome."""
     started = time.perf_counter()
     try:
         with console.status(f"running {name} on {settings.database_title} ..."):
-            async with asyncio.timeout(settings.sizes.phase_timeout * 4):
+            async with asyncio.timeout(settings.sizes.phase_timeout * 4
+                                       * max(1, settings.rounds)):
                 outcome = await runner(settings)
     except Exception as error:
         traceback.print_exc(file=sys.stderr)
