@@ -64,7 +64,8 @@ async def test_a_fleet_drains_exactly_through_pgbouncer(tmp_path, pooled_postgre
                     partition_id, [NewItem(item_id, initial_data()) for item_id in item_ids])
             procs = [await cluster.start(None, db_url=pooled_postgres_url)
                      for _ in range(PROCESSES)]
-            await asyncio.gather(*(proc.wait_log("action=listen_off") for proc in procs))
+            await asyncio.gather(*(proc.wait_log("action=listen_off", timeout=60)
+                                   for proc in procs))
             for partition_id, item_ids in later.items():
                 await client.create_partition(partition_id, [])
                 await client.add_items(
