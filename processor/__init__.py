@@ -22,6 +22,7 @@ from watcher.errors import (
     InvalidInputError,
     ItemNotFoundError,
     KeyNotFoundError,
+    PartitionChangedError,
     PartitionExistsError,
     PartitionLeasedError,
     PartitionNotFoundError,
@@ -33,7 +34,7 @@ from watcher.errors import (
 )
 from watcher.protocol import NonRetryableError, RetryableError
 from watcher.records import ErrorEntry, ItemInfo, NewItem, PartitionInfo
-from watcher.reports import RetryReport
+from watcher.reports import RetryReport, RewindReport
 
 if TYPE_CHECKING:
     from processor.client.async_client import AsyncClient
@@ -81,12 +82,14 @@ __all__ = [
     "KeyNotFoundError",
     "NewItem",
     "NonRetryableError",
+    "PartitionChangedError",
     "PartitionExistsError",
     "PartitionInfo",
     "PartitionLeasedError",
     "PartitionNotFoundError",
     "RetryReport",
     "RetryableError",
+    "RewindReport",
     "ScheduleExistsError",
     "ScheduleNotFoundError",
     "StatefeedError",

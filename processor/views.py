@@ -3,7 +3,7 @@ tables.
 
 Pure functions over the records (:class:`~watcher.records.PartitionInfo`,
 :class:`~watcher.records.ItemInfo`, :class:`~watcher.reports.PurgeReport`,
-:class:`~watcher.reports.RetryReport`); no I/O.
+:class:`~watcher.reports.RetryReport`, :class:`~watcher.reports.RewindReport`); no I/O.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from processor.observe.safe_text import escape_controls
 from watcher.records import ItemInfo, NewItem, PartitionInfo, PartitionSettings
-from watcher.reports import PurgeReport, RetryReport, WaitSummary
+from watcher.reports import PurgeReport, RetryReport, RewindReport, WaitSummary
 from watcher.rules.durations import format_duration
 from watcher.text import shorten
 
@@ -273,6 +273,34 @@ def retry_text(report: RetryReport) -> str:
     if report.items_left_failed:
         return f"{where}; nothing to retry at or after its gate, " + done[-1]
     return f"{where}; nothing to retry: no item of it failed"
+
+
+def rewind_row(report: RewindReport) -> dict[str, Any]:
+    """What a rewind did, as ``processor rewind --json`` prints it (and the API answers)."""
+    return {"id": report.partition_id, "status": "available", "gate": report.gate,
+            "status_before": report.status_before, "gate_before": report.gate_before,
+            "version_before": report.version_before, "reopened": report.reopened,
+            "items_reset": report.items_reset, "items_removed": report.items_removed,
+            "items_rerun": report.items_rerun, "reduces_again": list(report.reduces_again),
+            "result_cleared": report.result_cleared}
+
+
+def rewind_text(report: RewindReport) -> str:
+    """One line saying what a rewind did (the CLI prints it; the console shows it)."""
+    where = (f"rewound partition {report.partition_id!r} from gate {report.gate_before} "
+             f"({report.status_before}) to gate {report.gate}")
+    done = [f"{plural(report.items_reset, 'item')} back at gate {report.gate}"]
+    if report.items_removed:
+        done.append(f"{plural(report.items_removed, 'spawned item')} removed")
+    if report.items_rerun:
+        done.append(f"{plural(report.items_rerun, 'item')} back at their reduce gate to be "
+                    "reduced again")
+    if report.reduces_again:
+        gates = ", ".join(str(gate) for gate in report.reduces_again)
+        done.append(f"the reduce at gate{'s' if len(report.reduces_again) > 1 else ''} "
+                    f"{gates} runs again"
+                    + (" (result cleared)" if report.result_cleared else ""))
+    return f"{where}; " + ", ".join(done)
 
 
 def plural(count: int, noun: str) -> str:

@@ -96,6 +96,20 @@ class GateError(InvalidInputError):
     """A gate is below the partition's current gate, or otherwise invalid."""
 
 
+class PartitionChangedError(InvalidInputError):
+    """An operator verb named the partition version it expected, and the partition is at
+    another one now (someone wrote it meanwhile); nothing was written."""
+
+    def __init__(self, partition_id: str, expected: int, version: int) -> None:
+        super().__init__(
+            f"partition {partition_id!r} changed: it is at version {version}, not "
+            f"{expected} as expected; nothing was written (look at it again and repeat "
+            "with its version now)")
+        self.partition_id = partition_id
+        self.expected = expected
+        self.version = version
+
+
 class PartitionLeasedError(InvalidInputError):
     """A delete was refused: a processor holds a live lease on the partition."""
 

@@ -237,6 +237,8 @@ class Item(SQLModel, table=True):
 
 
 TOKEN_HASH_LENGTH = 64
+# A W3C ``traceparent`` of version 00 is 55 characters; room for a later version's.
+TRACEPARENT_MAX_LENGTH = 64
 
 
 class Wait(SQLModel, table=True):
@@ -247,10 +249,16 @@ class Wait(SQLModel, table=True):
     other write of the item bumps the version, so the row outlives its wait and a
     late completion is told the token was used already. ``timeout`` (seconds) and
     ``on_timeout`` (``retry`` or ``fail``) say what the deadline does.
+
+    Revision 0014 adds ``traceparent``, the W3C trace context of the call span that
+    received the parking answer (a completion's span links to it), and
+    ``operator_token``, the hash of a second token an operator minted in the console
+    for the same wait (either token completes it, once; minting again replaces it).
     """
 
     __tablename__ = "waits"
     __table_args__ = (Index("ix_waits_item", "partition_id", "item_id", "version"),
+                      Index("ix_waits_operator", "operator_token"),
                       MYSQL_TABLE_OPTIONS)
 
     token: str = Field(sa_column=Column(key_type(TOKEN_HASH_LENGTH), primary_key=True))
@@ -260,6 +268,10 @@ class Wait(SQLModel, table=True):
     timeout: float = Field(sa_column=Column(Float, nullable=False))
     on_timeout: str = Field(sa_column=Column(Unicode(POLICY_MAX_LENGTH), nullable=False))
     created_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
+    traceparent: str | None = Field(
+        default=None, sa_column=Column(key_type(TRACEPARENT_MAX_LENGTH), nullable=True))
+    operator_token: str | None = Field(
+        default=None, sa_column=Column(key_type(TOKEN_HASH_LENGTH), nullable=True))
 
 
 SCOPE_MAX_LENGTH = 16

@@ -44,6 +44,10 @@ class WorkItem:
     ``completion_token`` is this call's: if the answer parks the item
     (``Result(wait=...)``), it completes that wait (``POST /v1/completions/{token}``).
     It too is made when first read (256 random bits); never log it.
+
+    ``call_traceparent`` is the W3C ``traceparent`` of the span of the call that
+    answered, when a tracer noted it (:meth:`note_call_span`); a parking answer
+    stores it with its wait, so the completion's span links to that call.
     """
 
     partition_id: str
@@ -54,6 +58,7 @@ class WorkItem:
     version: int
     _key: str | None = field(default=None, init=False, repr=False, compare=False)
     _token: str | None = field(default=None, init=False, repr=False, compare=False)
+    _span: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __init__(self, partition_id: str, id: str, gate: int, attempt: int,
                  data: bytes, version: int, idempotency_key: str | None = None,
@@ -67,6 +72,7 @@ class WorkItem:
         setter(self, "version", version)
         setter(self, "_key", idempotency_key)
         setter(self, "_token", completion_token)
+        setter(self, "_span", None)
 
     @property
     def idempotency_key(self) -> str:
@@ -90,6 +96,16 @@ class WorkItem:
     def completion_token_made(self) -> bool:
         """Whether :attr:`completion_token` was made (read, or given)."""
         return self._token is not None
+
+    @property
+    def call_traceparent(self) -> str | None:
+        """The ``traceparent`` of this call's span, once a tracer noted it, else ``None``."""
+        return self._span
+
+    def note_call_span(self, traceparent: str | None) -> None:
+        """Remember the ``traceparent`` of this call's span (the tracer's, as the call
+        answers): a parking answer's wait stores it."""
+        object.__setattr__(self, "_span", traceparent)
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,36 @@ class RetryReport:
 
 
 @dataclass(frozen=True, slots=True)
+class RewindReport:
+    """What ``rewind`` did to one partition: it went from ``status_before`` at
+    ``gate_before`` (version ``version_before``) to ``available`` at ``gate``.
+
+    ``items_reset`` items went back to the gate (available, attempts reset);
+    ``items_removed`` items they had spawned at the gate or later were removed, with
+    their descendants; ``items_rerun`` items a reduce had completed at its gate went
+    back to available there, so that reduce runs again over its whole gate (only when
+    some items were chosen, not all); ``reduces_again`` are the reduce gates that run
+    again (the result was cleared when there is one).
+    """
+
+    partition_id: str
+    status_before: str
+    gate_before: int
+    version_before: int
+    gate: int
+    items_reset: int = 0
+    items_removed: int = 0
+    items_rerun: int = 0
+    reduces_again: tuple[int, ...] = ()
+    result_cleared: bool = False
+
+    @property
+    def reopened(self) -> bool:
+        """Whether the rewind re-opened a complete, failed or cancelled partition."""
+        return self.status_before != "available"
+
+
+@dataclass(frozen=True, slots=True)
 class Backlog:
     """What is waiting, for an autoscaler: partitions per status, and available items at
     their open partition's current gate. Each count stops at the cap it was read with.

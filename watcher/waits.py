@@ -52,12 +52,14 @@ class Wait:
 @dataclass(frozen=True, slots=True)
 class WaitWrite:
     """What a parking write stores in the ``waits`` table besides the item's row: the
-    token's hash, the timeout, and the timeout policy (``""``: the sweeping
-    processor's default)."""
+    token's hash, the timeout, the timeout policy (``""``: the sweeping
+    processor's default), and the W3C ``traceparent`` of the span that parked the
+    item (``None``: tracing off), which the completion's span links to."""
 
     token_hash: str
     timeout: float
     on_timeout: str = ""
+    traceparent: str | None = None
 
 
 def timeout_problem(timeout: object, what: str = "'wait.timeout'") -> str | None:
@@ -108,9 +110,11 @@ def timeout_message(timeout: float) -> str:
     return f"timed out waiting after {seconds_text(timeout)} s"
 
 
-def wait_write(wait: Wait, token: str) -> WaitWrite:
-    """The ``waits`` row a parking answer made with the call's ``token`` stores."""
-    return WaitWrite(token_hash(token), float(wait.timeout), wait.on_timeout or "")
+def wait_write(wait: Wait, token: str, traceparent: str | None = None) -> WaitWrite:
+    """The ``waits`` row a parking answer made with the call's ``token`` stores (with
+    the ``traceparent`` of the span that received it, if any)."""
+    return WaitWrite(token_hash(token), float(wait.timeout), wait.on_timeout or "",
+                     traceparent)
 
 
 def fails_on_timeout(stored: str, default: str) -> bool:

@@ -539,8 +539,8 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %s AND partitions.owner = %s AND partitions.status = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))));
 
 -- name: items_apply_spawning (7)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s);
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: items_find
 SELECT items.partition_id,
@@ -1282,6 +1282,102 @@ UPDATE partitions
  WHERE partitions.id = %s
    AND partitions.status != %s
    AND partitions.paused_at IS NOT NULL;
+
+-- name: partition_rewind (1)
+UPDATE partitions
+   SET
+version=(partitions.version + %s)
+ WHERE partitions.id = %s
+   AND partitions.status != %s;
+
+-- name: partition_rewind (2)
+SELECT partitions.status,
+       partitions.gate,
+       partitions.version,
+       partitions.reduce_gates,
+       partitions.timeline,
+       partitions.result IS NOT NULL AS has_result
+  FROM partitions
+ WHERE partitions.id = %s;
+
+-- name: partition_rewind (3)
+SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+
+-- name: partition_rewind (4)
+SELECT items.id,
+       items.gate,
+       items.status
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id IN (%s, ...);
+
+-- name: partition_rewind (5)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent
+  FROM items
+ WHERE items.partition_id = %s
+   AND (items.parent IS NOT NULL OR items.id IN (SELECT items.parent FROM items WHERE items.partition_id = %s AND items.parent IS NOT NULL));
+
+-- name: partition_rewind (6)
+UPDATE items
+   SET
+version=(items.version + %s), gate=%s,
+       status=%s,
+       attempts=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = %s
+   AND items.gate >= %s
+   AND items.status = %s
+   AND items.id IN (%s, ...);
+
+-- name: partition_rewind (7)
+UPDATE items
+   SET
+version=(items.version + %s), status=%s,
+       attempts=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = %s
+   AND items.status = %s
+   AND items.gate IN (%s, ...);
+
+-- name: partition_rewind (8)
+UPDATE partitions
+   SET gate=%s,
+       status=%s,
+       owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       result=from_base64(%s),
+       reduce_pass=%s,
+       reduce_page=%s,
+       reduce_after=%s,
+       reduce_acc=from_base64(%s),
+       reduce_attempts=%s,
+       last_error=%s,
+       spawned=(partitions.spawned - %s),
+       timeline=%s
+ WHERE partitions.id = %s;
+
+-- name: partition_rewind (9)
+DELETE
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id IN (%s, ...);
+
+-- name: partition_rewind (10)
+UPDATE items
+   SET
+version=(items.version + %s), gate=%s,
+       status=%s,
+       attempts=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE items.partition_id = %s
+   AND items.gate >= %s;
 
 -- name: partition_set_gate (1)
 UPDATE partitions
@@ -2063,11 +2159,26 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = %s;
 
 -- name: wait_complete (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.operator_token = %s;
+
+-- name: wait_complete (3)
 SELECT items.status,
        items.version,
        items.gate,
@@ -2082,7 +2193,7 @@ SELECT items.status,
  WHERE items.partition_id = %s
    AND items.id = %s;
 
--- name: wait_complete (3)
+-- name: wait_complete (4)
 UPDATE items
    SET
 version=(items.version + %s), gate=coalesce(%s, items.gate),
@@ -2102,14 +2213,14 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
    AND items.status = %s
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %s));
 
--- name: wait_complete (4)
+-- name: wait_complete (5)
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
--- name: wait_complete (5)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s);
-
 -- name: wait_complete (6)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s);
+
+-- name: wait_complete (7)
 UPDATE partitions
    SET
 version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
@@ -2131,7 +2242,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.partition_id = %s
    AND waits.item_id = %s
@@ -2185,7 +2298,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = %s;
 
@@ -2231,6 +2346,48 @@ SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %s
    AND items.id = %s;
+
+-- name: wait_operator_token (1)
+SELECT items.status,
+       items.version
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id = %s;
+
+-- name: wait_operator_token (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.partition_id = %s
+   AND waits.item_id = %s
+   AND waits.version = %s;
+
+-- name: wait_operator_token (3)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+ INNER JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %s
+   AND items.id = %s;
+
+-- name: wait_operator_token (4)
+UPDATE waits
+   SET operator_token=%s
+ WHERE waits.token = %s;
 
 -- name: waits_summary
 SELECT items.partition_id,

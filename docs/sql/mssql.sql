@@ -528,8 +528,8 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = %(pid)s AND partitions.owner = %(owner)s AND partitions.status = %(status_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())));
 
 -- name: items_apply_spawning (7)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s);
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent, operator_token)
+VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s, %(traceparent)s, %(operator_token)s);
 
 -- name: items_find
 SELECT TOP 10 items.partition_id,
@@ -955,6 +955,28 @@ SELECT TOP 20 partitions.id,
  ORDER BY partitions.rank_at,
           partitions.id;
 
+-- name: leases_read_free (4)
+SELECT TOP 100 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partitions.timeline,
+       partitions.quorum,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+   AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))
+ ORDER BY partitions.rank_at,
+          partitions.id;
+
 -- name: leases_release (1)
 SELECT partitions.id,
        partitions.version,
@@ -1311,6 +1333,102 @@ UPDATE partitions
  WHERE partitions.id = %(id_n)s
    AND partitions.status != %(status_n)s
    AND partitions.paused_at IS NOT NULL;
+
+-- name: partition_rewind (1)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s)
+ WHERE partitions.id = %(id_n)s
+   AND partitions.status != %(status_n)s;
+
+-- name: partition_rewind (2)
+SELECT partitions.status,
+       partitions.gate,
+       partitions.version,
+       partitions.reduce_gates,
+       partitions.timeline,
+       partitions.result IS NOT NULL AS has_result
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
+
+-- name: partition_rewind (3)
+SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+
+-- name: partition_rewind (4)
+SELECT items.id,
+       items.gate,
+       items.status
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id IN (%(id_1_n)s, ...);
+
+-- name: partition_rewind (5)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND (items.parent IS NOT NULL OR items.id IN (SELECT items.parent FROM items WHERE items.partition_id = %(partition_id_n)s AND items.parent IS NOT NULL));
+
+-- name: partition_rewind (6)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), gate=%(gate)s,
+       status=%(status)s,
+       attempts=%(attempts)s,
+       retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.gate >= %(gate_n)s
+   AND items.status = %(status_n)s
+   AND items.id IN (%(id_1_n)s, ...);
+
+-- name: partition_rewind (7)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), status=%(status)s,
+       attempts=%(attempts)s,
+       retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status = %(status_n)s
+   AND items.gate IN (%(gate_1_n)s, ...);
+
+-- name: partition_rewind (8)
+UPDATE partitions
+   SET gate=%(gate)s,
+       status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       result=%(result)s,
+       reduce_pass=%(reduce_pass)s,
+       reduce_page=%(reduce_page)s,
+       reduce_after=%(reduce_after)s,
+       reduce_acc=%(reduce_acc)s,
+       reduce_attempts=%(reduce_attempts)s,
+       last_error=%(last_error)s,
+       spawned=(partitions.spawned - %(spawned_n)s),
+       timeline=%(timeline)s
+ WHERE partitions.id = %(id_n)s;
+
+-- name: partition_rewind (9)
+DELETE
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id IN (%(id_1_n)s, ...);
+
+-- name: partition_rewind (10)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), gate=%(gate)s,
+       status=%(status)s,
+       attempts=%(attempts)s,
+       retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.gate >= %(gate_n)s;
 
 -- name: partition_set_gate (1)
 UPDATE partitions
@@ -2067,11 +2185,26 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = %(token_n)s;
 
 -- name: wait_complete (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.operator_token = %(operator_token_n)s;
+
+-- name: wait_complete (3)
 SELECT items.status,
        items.version,
        items.gate,
@@ -2086,7 +2219,7 @@ SELECT items.status,
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id = %(id_n)s;
 
--- name: wait_complete (3)
+-- name: wait_complete (4)
 UPDATE items
    SET
 version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
@@ -2106,14 +2239,14 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
    AND items.status = %(status_n)s
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_n)s));
 
--- name: wait_complete (4)
+-- name: wait_complete (5)
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
--- name: wait_complete (5)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s);
-
 -- name: wait_complete (6)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent, operator_token)
+VALUES (%(token)s, %(partition_id)s, %(item_id)s, %(version)s, %(timeout)s, %(on_timeout)s, %(created_at)s, %(traceparent)s, %(operator_token)s);
+
+-- name: wait_complete (7)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner = %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
@@ -2135,7 +2268,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.partition_id = %(partition_id_n)s
    AND waits.item_id = %(item_id_n)s
@@ -2189,7 +2324,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = %(token_n)s;
 
@@ -2235,6 +2372,48 @@ SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id = %(id_n)s;
+
+-- name: wait_operator_token (1)
+SELECT items.status,
+       items.version
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id = %(id_n)s;
+
+-- name: wait_operator_token (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_n)s
+   AND waits.item_id = %(item_id_n)s
+   AND waits.version = %(version_n)s;
+
+-- name: wait_operator_token (3)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id = %(id_n)s;
+
+-- name: wait_operator_token (4)
+UPDATE waits
+   SET operator_token=%(operator_token)s
+ WHERE waits.token = %(token_n)s;
 
 -- name: waits_summary
 SELECT items.partition_id,

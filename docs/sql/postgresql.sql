@@ -530,8 +530,8 @@ UPDATE partitions
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: items_apply_spawning (6)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE);
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(traceparent)s::VARCHAR);
 
 -- name: items_find
 SELECT items.partition_id,
@@ -1280,6 +1280,105 @@ UPDATE partitions
 
 -- name: partition_pause (3)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+
+-- name: partition_rewind (1)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER)
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.status != %(status_1)s::VARCHAR;
+
+-- name: partition_rewind (2)
+SELECT partitions.status,
+       partitions.gate,
+       partitions.version,
+       partitions.reduce_gates,
+       partitions.timeline,
+       partitions.result IS NOT NULL AS has_result
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: partition_rewind (3)
+SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
+
+-- name: partition_rewind (4)
+SELECT items.id,
+       items.gate,
+       items.status
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: partition_rewind (5)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND (items.parent IS NOT NULL OR items.id IN (SELECT items.parent FROM items WHERE items.partition_id = %(partition_id_2)s::VARCHAR AND items.parent IS NOT NULL));
+
+-- name: partition_rewind (6)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
+       status=%(status)s::VARCHAR,
+       attempts=%(attempts)s::INTEGER,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.gate >= %(gate_1)s::INTEGER
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: partition_rewind (7)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
+       attempts=%(attempts)s::INTEGER,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status = %(status_1)s::VARCHAR
+   AND items.gate IN (%(gate_1_1)s::INTEGER, ...);
+
+-- name: partition_rewind (8)
+UPDATE partitions
+   SET gate=%(gate)s::INTEGER,
+       status=%(status)s::VARCHAR,
+       owner=%(owner)s::VARCHAR,
+       until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       result=%(result)s,
+       reduce_pass=%(reduce_pass)s::VARCHAR,
+       reduce_page=%(reduce_page)s::INTEGER,
+       reduce_after=%(reduce_after)s::VARCHAR,
+       reduce_acc=%(reduce_acc)s,
+       reduce_attempts=%(reduce_attempts)s::INTEGER,
+       last_error=%(last_error)s::VARCHAR,
+       spawned=(partitions.spawned - %(spawned_1)s::INTEGER),
+       timeline=%(timeline)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: partition_rewind (9)
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+
+-- name: partition_rewind (10)
+DELETE
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: partition_rewind (11)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
+       status=%(status)s::VARCHAR,
+       attempts=%(attempts)s::INTEGER,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.gate >= %(gate_1)s::INTEGER;
 
 -- name: partition_set_gate (1)
 UPDATE partitions
@@ -2063,11 +2162,26 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = %(token_1)s::VARCHAR;
 
 -- name: wait_complete (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.operator_token = %(operator_token_1)s::VARCHAR;
+
+-- name: wait_complete (3)
 SELECT items.status,
        items.version,
        items.gate,
@@ -2082,7 +2196,7 @@ SELECT items.status,
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id = %(id_1)s::VARCHAR;
 
--- name: wait_complete (3)
+-- name: wait_complete (4)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
@@ -2102,14 +2216,14 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::IN
    AND items.status = %(status_1)s::VARCHAR
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_2)s::VARCHAR));
 
--- name: wait_complete (4)
+-- name: wait_complete (5)
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
--- name: wait_complete (5)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE);
-
 -- name: wait_complete (6)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%(token)s::VARCHAR, %(partition_id)s::VARCHAR, %(item_id)s::VARCHAR, %(version)s::INTEGER, %(timeout)s, %(on_timeout)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(traceparent)s::VARCHAR);
+
+-- name: wait_complete (7)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
@@ -2117,7 +2231,7 @@ version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitio
              END
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
--- name: wait_complete (7)
+-- name: wait_complete (8)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: wait_complete_item (1)
@@ -2134,7 +2248,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
    AND waits.item_id = %(item_id_1)s::VARCHAR
@@ -2191,7 +2307,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = %(token_1)s::VARCHAR;
 
@@ -2237,6 +2355,48 @@ SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_operator_token (1)
+SELECT items.status,
+       items.version
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_operator_token (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
+   AND waits.item_id = %(item_id_1)s::VARCHAR
+   AND waits.version = %(version_1)s::INTEGER;
+
+-- name: wait_operator_token (3)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id = %(id_1)s::VARCHAR;
+
+-- name: wait_operator_token (4)
+UPDATE waits
+   SET operator_token=%(operator_token)s::VARCHAR
+ WHERE waits.token = %(token_1)s::VARCHAR;
 
 -- name: waits_summary
 SELECT items.partition_id,

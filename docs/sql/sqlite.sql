@@ -558,8 +558,8 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = ? AND partitions.owner = ? AND partitions.status = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))));
 
 -- name: items_apply_spawning (7)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?);
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: items_find
 SELECT items.partition_id,
@@ -1309,6 +1309,102 @@ UPDATE partitions
  WHERE partitions.id = ?
    AND partitions.status != ?
    AND partitions.paused_at IS NOT NULL;
+
+-- name: partition_rewind (1)
+UPDATE partitions
+   SET
+version=(partitions.version + ?)
+ WHERE partitions.id = ?
+   AND partitions.status != ?;
+
+-- name: partition_rewind (2)
+SELECT partitions.status,
+       partitions.gate,
+       partitions.version,
+       partitions.reduce_gates,
+       partitions.timeline,
+       partitions.result IS NOT NULL AS has_result
+  FROM partitions
+ WHERE partitions.id = ?;
+
+-- name: partition_rewind (3)
+SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: partition_rewind (4)
+SELECT items.id,
+       items.gate,
+       items.status
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id IN (?, ...);
+
+-- name: partition_rewind (5)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent
+  FROM items
+ WHERE items.partition_id = ?
+   AND (items.parent IS NOT NULL OR items.id IN (SELECT items.parent FROM items WHERE items.partition_id = ? AND items.parent IS NOT NULL));
+
+-- name: partition_rewind (6)
+UPDATE items
+   SET
+version=(items.version + ?), gate=?,
+       status=?,
+       attempts=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = ?
+   AND items.gate >= ?
+   AND items.status = ?
+   AND items.id IN (?, ...);
+
+-- name: partition_rewind (7)
+UPDATE items
+   SET
+version=(items.version + ?), status=?,
+       attempts=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = ?
+   AND items.status = ?
+   AND items.gate IN (?, ...);
+
+-- name: partition_rewind (8)
+UPDATE partitions
+   SET gate=?,
+       status=?,
+       owner=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       result=?,
+       reduce_pass=?,
+       reduce_page=?,
+       reduce_after=?,
+       reduce_acc=?,
+       reduce_attempts=?,
+       last_error=?,
+       spawned=(partitions.spawned - ?),
+       timeline=?
+ WHERE partitions.id = ?;
+
+-- name: partition_rewind (9)
+DELETE
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id IN (?, ...);
+
+-- name: partition_rewind (10)
+UPDATE items
+   SET
+version=(items.version + ?), gate=?,
+       status=?,
+       attempts=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE items.partition_id = ?
+   AND items.gate >= ?;
 
 -- name: partition_set_gate (1)
 UPDATE partitions
@@ -2113,11 +2209,26 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = ?;
 
 -- name: wait_complete (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.operator_token = ?;
+
+-- name: wait_complete (3)
 SELECT items.status,
        items.version,
        items.gate,
@@ -2132,7 +2243,7 @@ SELECT items.status,
  WHERE items.partition_id = ?
    AND items.id = ?;
 
--- name: wait_complete (3)
+-- name: wait_complete (4)
 UPDATE items
    SET
 version=(items.version + ?), gate=coalesce(?, items.gate),
@@ -2152,14 +2263,14 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
    AND items.status = ?
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = ?));
 
--- name: wait_complete (4)
+-- name: wait_complete (5)
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
--- name: wait_complete (5)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?);
-
 -- name: wait_complete (6)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: wait_complete (7)
 UPDATE partitions
    SET
 version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
@@ -2181,7 +2292,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.partition_id = ?
    AND waits.item_id = ?
@@ -2235,7 +2348,9 @@ SELECT waits.token,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
   FROM waits
  WHERE waits.token = ?;
 
@@ -2281,6 +2396,48 @@ SELECT items.retry_at
   FROM items
  WHERE items.partition_id = ?
    AND items.id = ?;
+
+-- name: wait_operator_token (1)
+SELECT items.status,
+       items.version
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id = ?;
+
+-- name: wait_operator_token (2)
+SELECT waits.token,
+       waits.partition_id,
+       waits.item_id,
+       waits.version,
+       waits.timeout,
+       waits.on_timeout,
+       waits.created_at,
+       waits.traceparent,
+       waits.operator_token
+  FROM waits
+ WHERE waits.partition_id = ?
+   AND waits.item_id = ?
+   AND waits.version = ?;
+
+-- name: wait_operator_token (3)
+SELECT items.status,
+       items.version,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = ?
+   AND items.id = ?;
+
+-- name: wait_operator_token (4)
+UPDATE waits
+   SET operator_token=?
+ WHERE waits.token = ?;
 
 -- name: waits_summary
 SELECT items.partition_id,

@@ -35,7 +35,7 @@ from processor.wire.values import MalformedResponseError, decode_json
 from watcher.errors import AlreadyCompletedError, CompletionRefusedError, WaitNotFoundError
 from watcher.protocol import NonRetryableError, Result, RetryableError
 from watcher.rules.completions import Answer
-from watcher.rules.spawn import SpawnConflictError, SpawnLimits
+from watcher.rules.spawn import SpawnConflictError
 from watcher.store.waits import CompletedWait
 from watcher.waits import token_well_formed
 
@@ -182,11 +182,9 @@ async def answer_completion(api: IngestApi, request: Request, raw_path: str) -> 
                 lambda: store.wait_heartbeat(token, document["timeout"]), token)
             return JSONResponse({"deadline": deadline.isoformat() + "Z"}, 200)
         answer = _answer(await read_whole(request, api.limits.max_body_bytes))
-        limit = api.limits.max_item_bytes
-        done = await _patiently(
-            lambda: store.wait_complete(token, answer, max_data_bytes=limit,
-                                        spawn_limits=SpawnLimits(max_item_bytes=limit)),
-            token)
+        # The client's path (its span links to the parking call's; its log line).
+        done = await _patiently(lambda: api.client.complete_answer(
+            token, answer, max_data_bytes=api.limits.max_item_bytes), token)
     except WaitNotFoundError:
         raise not_found() from None
     except AlreadyCompletedError as error:
@@ -195,8 +193,6 @@ async def answer_completion(api: IngestApi, request: Request, raw_path: str) -> 
         raise bad_request(str(error), field=error.field) from None
     except SpawnConflictError as error:
         raise bad_request(str(error), field="spawn") from None
-    log.info("action=wait_completed partition=%r item=%r status=%s gate=%d",
-             done.partition_id, done.item_id, done.status, done.gate)
     mark_span(done)
     return JSONResponse(completed_view(done), 200)
 

@@ -19,6 +19,7 @@ from watcher.errors import (
     GateError,
     InvalidInputError,
     KeyNotFoundError,
+    PartitionChangedError,
     PartitionExistsError,
     PartitionLeasedError,
     PartitionNotFoundError,
@@ -98,6 +99,8 @@ def from_statefeed(error: Exception, *, field: str | None = None, line: int | No
         if error.stored:
             return ApiError(409, "items_exist", message, field, line)
         return ApiError(422, "duplicate_items", message, field, line)
+    if isinstance(error, PartitionChangedError):
+        return ApiError(409, "version_conflict", message, "version")
     if isinstance(error, GateError):
         return ApiError(409, "gate_conflict", message, field, line)
     if isinstance(error, PartitionLeasedError):

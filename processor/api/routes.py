@@ -9,6 +9,7 @@ POST     ``/v1/partitions/{id}/items``          add items (JSON or NDJSON)
 GET      ``/v1/partitions/{id}/items``          a page of its items
 GET      ``/v1/partitions/{id}/wait``           long poll until it finishes (``?timeout=``)
 POST     ``/v1/partitions/{id}/retry``          run its failed items again
+POST     ``/v1/partitions/{id}/rewind``         move it back to a gate (JSON body)
 POST     ``/v1/partitions/{id}/cancel``         stop it
 POST     ``/v1/partitions/{id}/pause``          pause it (durably, until resumed)
 POST     ``/v1/partitions/{id}/resume``         lift its pause
@@ -54,7 +55,7 @@ from processor.api.dispatch import (
     answer,
 )
 from processor.api.flow_routes import FLOW_ROUTES
-from processor.api.problems import bad_request, from_statefeed
+from processor.api.problems import ApiError, bad_request, from_statefeed
 from processor.api.upload import (
     ADD_FIELDS,
     CREATE_FIELDS,
@@ -81,7 +82,7 @@ from processor.api.views import (
 from processor.client.async_client import AsyncClient
 from processor.client.checks import MAX_PAGE
 from processor.observe.tracing import traced_settings
-from processor.views import retry_row
+from processor.views import retry_row, rewind_row
 from watcher.errors import DuplicateItemError
 from watcher.models import MAX_GATE
 from watcher.records import NewItem, PartitionInfo
@@ -91,6 +92,7 @@ from watcher.store.db.urls import DatabaseURL
 log = logging.getLogger(__name__)
 
 MAX_IDEMPOTENCY_KEY = 255
+REWIND_FIELDS = frozenset({"gate", "failed_only", "items", "version"})
 OPENAPI = files("processor.api").joinpath("openapi.json")
 __all__ = ["KEY", "PARTITION", "ROUTES", "STATIC_METHODS", "STATIC_ROUTES", "ApiSettings",
            "Dispatch", "IngestApi"]
@@ -280,6 +282,32 @@ class IngestApi:
                  report.items_reset)
         return answer(200, retry_row(report))
 
+    async def rewind(self, request: Request, partition_id: str) -> Response:
+        only(request.query_params, frozenset())
+        if media_type(request) not in JSON_TYPES:
+            raise ApiError(415, "unsupported_media_type", "send the rewind as "
+                           'application/json, such as {"gate": 1}', "Content-Type")
+        document = json_document(await read_whole(request, self.limits.max_body_bytes),
+                                 REWIND_FIELDS)
+        gate, failed_only = document.get("gate"), document.get("failed_only", False)
+        items, version = document.get("items"), document.get("version")
+        if type(gate) is not int or not 0 <= gate <= MAX_GATE:
+            raise bad_request(f"'gate' must be a whole number from 0 to {MAX_GATE}",
+                              field="gate")
+        if type(failed_only) is not bool:
+            raise bad_request("'failed_only' must be true or false", field="failed_only")
+        if items is not None and (not isinstance(items, list)
+                                  or not all(isinstance(one, str) for one in items)):
+            raise bad_request("'items' must be a list of item ids (strings)", field="items")
+        if version is not None and type(version) is not int:
+            raise bad_request("'version' must be a whole number (the partition's version "
+                              "as read)", field="version")
+        report = await self.client.rewind(partition_id, gate, failed_only=failed_only,
+                                          items=items, version=version)
+        log.info("action=api_rewind partition=%r gate=%d items_reset=%d items_removed=%d",
+                 partition_id, gate, report.items_reset, report.items_removed)
+        return answer(200, rewind_row(report))
+
     async def pause(self, request: Request, partition_id: str) -> Response:
         return await self._pause(request, partition_id, pausing=True)
 
@@ -319,6 +347,7 @@ ROUTES: dict[tuple[str, ...], dict[str, Handler]] = {
     ("v1", "partitions", PARTITION, "items"): {"POST": IngestApi.add, "GET": IngestApi.items},
     ("v1", "partitions", PARTITION, "wait"): {"GET": IngestApi.wait},
     ("v1", "partitions", PARTITION, "retry"): {"POST": IngestApi.retry},
+    ("v1", "partitions", PARTITION, "rewind"): {"POST": IngestApi.rewind},
     ("v1", "partitions", PARTITION, "cancel"): {"POST": IngestApi.cancel},
     ("v1", "partitions", PARTITION, "pause"): {"POST": IngestApi.pause},
     ("v1", "partitions", PARTITION, "resume"): {"POST": IngestApi.resume},

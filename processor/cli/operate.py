@@ -1,4 +1,5 @@
-"""The operator's verbs that change partitions: retry, cancel, delete, purge, set-gate."""
+"""The operator's verbs that change partitions: retry, rewind, cancel, delete, purge,
+set-gate."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from processor.cli.common import (
     TablePrefix,
     app,
     database_url,
+    fail,
     say,
 )
 
@@ -48,6 +50,49 @@ def retry(
         typer.echo(json.dumps(retry_row(report)))
         return
     say(retry_text(report))
+
+
+@app.command(context_settings={"allow_extra_args": True})
+def rewind(
+    context: typer.Context,
+    partition_id: PartitionArgument,
+    gate: Annotated[int, typer.Option("--gate", show_default=False,
+                                      help="The gate to move the partition back to (at most "
+                                      "the gate it is at).")],
+    failed_only: Annotated[bool, typer.Option("--failed-only", help="Send back only the "
+                                              "failed items at the gate or later.")] = False,
+    items: Annotated[list[str] | None, typer.Option(
+        "--items", show_default=False, help="Send back only these items (ids after "
+        "--items, space-separated; each at the gate or later).")] = None,
+    if_version: Annotated[int | None, typer.Option(
+        "--if-version", show_default=False, help="Only if the partition is still at this "
+        "version (as `processor show --json` printed it).")] = None,
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Move a partition back to gate --gate and run again from there: the items at that
+    gate or later (only the failed ones with --failed-only, only the named ones with
+    --items) go back to it with their attempts reset, the items they spawned there or later
+    are removed, and every reduce from that gate on runs again. Works on a complete,
+    failed, cancelled or open partition (it re-opens); refused, writing nothing, when it
+    means nothing."""
+    from processor.client.sync_client import Client
+    from processor.views import rewind_row, rewind_text
+
+    extra = list(context.args)
+    if extra and items is None:
+        raise fail(f"unexpected argument {extra[0]!r}: rewind takes one partition id "
+                   "(name items after --items)")
+    named = None if items is None else [*items, *extra]
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        report = client.rewind(partition_id, gate, failed_only=failed_only, items=named,
+                               version=if_version)
+    if as_json:
+        typer.echo(json.dumps(rewind_row(report)))
+        return
+    say(rewind_text(report))
 
 
 @app.command()

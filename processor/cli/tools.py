@@ -53,6 +53,11 @@ def console(
     read_only: Annotated[bool, typer.Option("--read-only", envvar=env_name("CONSOLE_READ_ONLY"),
                                             help="Show partitions without the retry, "
                                             "cancel and delete actions.")] = False,
+    api_url: Annotated[str, typer.Option(envvar=env_name("CONSOLE_API_URL"),
+                                         show_default=False,
+                                         help="The ingest API's public base URL (such as "
+                                         "https://api.example.com): a completion URL an "
+                                         "operator asks for starts with it.")] = "",
     log_level: LogLevel = DEFAULT_LOG_LEVEL,
     log_format: LogFormat = DEFAULT_LOG_FORMAT,
 ) -> None:
@@ -63,7 +68,8 @@ def console(
     check_logging(log_level, log_format)
     options = ConsoleOptions(db_url=database_url(db_url, table_prefix, migrated=False),
                              table_prefix=table_prefix,
-                             host=host, port=port, token=token or None, read_only=read_only)
+                             host=host, port=port, token=token or None, read_only=read_only,
+                             api_url=api_url or None)
     setup_logging(log_level, log_format)
     raise typer.Exit(asyncio.run(run_console(options, announce=typer.echo)))
 
@@ -119,6 +125,9 @@ def api(
                          limits=Limits(max_item_bytes, max_body_bytes, max_upload_bytes,
                                        completions_per_minute=completion_rate))
     setup_logging(log_level, log_format)
+    from processor.observe.tracing import configure_from_env
+
+    configure_from_env()  # OTEL_TRACES_EXPORTER set: each completion a span (trace.md)
     raise typer.Exit(asyncio.run(run_api(options, announce=typer.echo)))
 
 

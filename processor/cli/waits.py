@@ -63,6 +63,9 @@ def complete(
             raise CompletionRefusedError(
                 "data", f"--data is not valid JSON ({problem}); quote it for the shell, "
                         "such as --data '{\"approved\": true}'") from None
+    from processor.observe.tracing import configure_from_env
+
+    configure_from_env()  # OTEL_TRACES_EXPORTER set: the completion is a span (trace.md)
     url = database_url(db_url, table_prefix)
     with Client(url, table_prefix) as client:
         done = client.complete(token, done=not not_done, gate=gate,

@@ -71,15 +71,19 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
     ``postgresql://user:pass@host/db``); ``table_prefix`` namespaces the tables.
     ``max_item_bytes`` is the largest item data accepted (8 MiB by default, a
     size every supported database stores at its default settings); give the
-    processors the same ``--max-item-bytes``.
+    processors the same ``--max-item-bytes``. ``tracer_provider`` is the
+    OpenTelemetry tracer provider of the completion spans (default: the
+    application's global one, when it set one; docs/how-to/trace.md).
 
     Raises:
         ConfigError: the URL, the table prefix or the limit is invalid.
     """
 
     def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "", *,
-                 max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> None:
+                 max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+                 tracer_provider: Any = None) -> None:
         self.max_item_bytes = check_whole_number("max_item_bytes", max_item_bytes)
+        self.tracer_provider = tracer_provider
         self._url = db_url if isinstance(db_url, DatabaseURL) else parse_database_url(db_url)
         self.store = Store.open(self._url, table_prefix)
 

@@ -27,7 +27,14 @@ from processor.client.schedules import SyncScheduleClient
 from processor.client.waits import SyncWaits
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.records import ItemInfo, NewItem, Page, PartitionInfo
-from watcher.reports import Backlog, FlowControlInfo, PurgeReport, RetryReport, Throughput
+from watcher.reports import (
+    Backlog,
+    FlowControlInfo,
+    PurgeReport,
+    RetryReport,
+    RewindReport,
+    Throughput,
+)
 from watcher.retention import (
     DEFAULT_BATCH,
     DEFAULT_STATUSES,
@@ -48,21 +55,24 @@ class Client(SyncScheduleClient, SyncWaits):
     """
 
     def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "", *,
-                 max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> None:
+                 max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+                 tracer_provider: Any = None) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="statefeed-client",
                                         daemon=True)
         self._thread.start()
         try:
-            self._async = self._run(self._make(db_url, table_prefix, max_item_bytes))
+            self._async = self._run(self._make(db_url, table_prefix, max_item_bytes,
+                                               tracer_provider))
         except BaseException:
             self._stop_loop()
             raise
 
     @staticmethod
     async def _make(db_url: str | DatabaseURL, table_prefix: str,
-                    max_item_bytes: int) -> AsyncClient:
-        return AsyncClient(db_url, table_prefix, max_item_bytes=max_item_bytes)
+                    max_item_bytes: int, tracer_provider: Any) -> AsyncClient:
+        return AsyncClient(db_url, table_prefix, max_item_bytes=max_item_bytes,
+                           tracer_provider=tracer_provider)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if self._loop.is_closed():
@@ -180,6 +190,13 @@ class Client(SyncScheduleClient, SyncWaits):
     def retry_failed(self, partition_id: str) -> RetryReport:
         """See :meth:`AsyncClient.retry_failed`."""
         return self._run(self._async.retry_failed(partition_id))
+
+    def rewind(self, partition_id: str, gate: int, *, failed_only: bool = False,
+               items: Collection[str] | None = None,
+               version: int | None = None) -> RewindReport:
+        """See :meth:`AsyncClient.rewind`."""
+        return self._run(self._async.rewind(partition_id, gate, failed_only=failed_only,
+                                            items=items, version=version))
 
     def cancel(self, partition_id: str) -> bool:
         """See :meth:`AsyncClient.cancel`."""

@@ -1,5 +1,5 @@
-"""The client's operator verbs on partitions: retry the failed items, cancel, pause and
-resume, move the gate by hand, delete one partition and purge old ones.
+"""The client's operator verbs on partitions: retry the failed items, rewind to a gate,
+cancel, pause and resume, move the gate by hand, delete one partition and purge old ones.
 
 :class:`PartitionVerbs` is a part of :class:`processor.AsyncClient`; what the verbs
 report (:class:`~watcher.reports.RetryReport`, :class:`~watcher.reports.PurgeReport`)
@@ -22,7 +22,7 @@ from processor.client.checks import (
 )
 from watcher.errors import ConfigError, InvalidInputError
 from watcher.models import MAX_GATE, Status
-from watcher.reports import PurgeReport, RetryReport
+from watcher.reports import PurgeReport, RetryReport, RewindReport
 from watcher.retention import (
     DEFAULT_BATCH,
     DEFAULT_STATUSES,
@@ -59,6 +59,49 @@ class PartitionVerbs:
         """
         check_id("partition", partition_id)
         return await self._call(self.store.items_retry_failed(partition_id))
+
+    async def rewind(self, partition_id: str, gate: int, *, failed_only: bool = False,
+                     items: Collection[str] | None = None,
+                     version: int | None = None) -> RewindReport:
+        """Move the partition back to ``gate`` and run again what is chosen there, re-opening
+        it if it stopped (complete, failed or cancelled), and say what was done.
+
+        The chosen items (every item at ``gate`` or later; only the failed ones with
+        ``failed_only``; only those named in ``items``) go back to ``gate`` with their
+        attempts reset and their error history kept; the rest keep what they have.
+        The items the chosen ones spawned at ``gate`` or later are removed, with
+        their descendants. Every reduce at ``gate`` or later runs again (once) and
+        the result is cleared. A processor holding the partition lets it go; its
+        late results are refused. With ``version``, only while the partition is at
+        that version (:attr:`PartitionInfo.version`). See
+        :meth:`watcher.store.Store.partition_rewind`. Nothing is written when it raises.
+
+        Raises:
+            InvalidInputError: ``gate`` is not a whole number >= 0, ``items`` is empty
+                or names a bad id, or ``version`` is not a whole number; a named item
+                is before ``gate`` or, with ``failed_only``, not failed.
+            PartitionNotFoundError: no partition has this id.
+            ItemNotFoundError: a named item is not in the partition.
+            PartitionChangedError: the partition is not at ``version``.
+            GateError: ``gate`` is above the partition's gate, or nothing at ``gate``
+                or later would run again.
+        """
+        check_id("partition", partition_id)
+        if not is_gate(gate):
+            raise InvalidInputError(f"gate must be a whole number from 0 to {MAX_GATE}, "
+                                    f"got {gate!r}")
+        named: list[str] | None = None
+        if items is not None:
+            if isinstance(items, str | bytes):
+                raise InvalidInputError("items must be a list of item ids, not one string")
+            named = [check_id("item", item_id) for item_id in items]
+            if not named:
+                raise InvalidInputError("items names no item; leave it out to rewind every "
+                                        "item at the gate or later")
+        if version is not None and (type(version) is not int or version < 1):
+            raise InvalidInputError(f"version must be a whole number from 1, got {version!r}")
+        return await self._call(self.store.partition_rewind(
+            partition_id, gate, failed_only=failed_only, items=named, version=version))
 
     async def cancel(self, partition_id: str) -> bool:
         """Stop a partition: an open or failed partition becomes ``cancelled``.

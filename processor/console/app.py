@@ -40,6 +40,7 @@ from processor.console.forms import read_form as _form
 from processor.console.forms import see_other as _see
 from processor.console.item_page import ItemQueryError, item_data, item_routes, items_found
 from processor.console.reads import BadRequest, list_data, overview_data, partition_data
+from processor.console.rewind_page import rewind_routes
 from processor.console.schedules_page import schedules_routes
 from processor.console.security import (
     Access,
@@ -71,7 +72,8 @@ REFRESH_MS = 1500
 @dataclass(frozen=True)
 class ConsoleSettings:
     """What one console serves: the database (its URL is never shown), the table
-    prefix, the token (``None``: loopback only), and whether actions are off."""
+    prefix, the token (``None``: loopback only), whether actions are off, and the
+    ingest API's public base URL (``None``: unknown) for operators' completion URLs."""
 
     db_url: DatabaseURL
     table_prefix: str = ""
@@ -80,6 +82,7 @@ class ConsoleSettings:
     loopback_only: bool = True
     port: int = 0
     refresh_ms: int = REFRESH_MS
+    api_url: str | None = None
 
 
 def templates() -> Environment:
@@ -364,7 +367,7 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None) -> 
         Route("/partitions", route("partitions")),
         Route("/partition", route("partition")),
         Route("/item", route("item")),
-        *item_routes(current),
+        *item_routes(current), *rewind_routes(current),
         Route("/partition/delete", route("delete_confirm"), methods=["GET"]),
         Route("/partition/{verb:str}", route("action"), methods=["POST"]),
         Route("/live/overview", route("overview_live")),
@@ -388,8 +391,10 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None) -> 
 
 
 def settings_for(db_url: DatabaseURL, table_prefix: str, *, host: str, port: int,
-                 token: str | None, read_only: bool) -> ConsoleSettings:
+                 token: str | None, read_only: bool,
+                 api_url: str | None = None) -> ConsoleSettings:
     """The settings of a console bound to ``host``:``port`` (loopback binds check the
     ``Host`` of each request)."""
     return ConsoleSettings(db_url=db_url, table_prefix=table_prefix, token=token,
-                           read_only=read_only, loopback_only=is_loopback(host), port=port)
+                           read_only=read_only, loopback_only=is_loopback(host), port=port,
+                           api_url=api_url)

@@ -26,11 +26,17 @@ from processor.console.pages import age_text
 
 
 class ReadOnlySetting(Protocol):
-    """The one setting of a console this page reads."""
+    """The settings of a console these pages read."""
 
     @property
     def read_only(self) -> bool:
         """Whether the console refuses every write."""
+        ...
+
+    @property
+    def api_url(self) -> str | None:
+        """The ingest API's public base URL (the item page's completion URLs), or
+        ``None``."""
         ...
 
 

@@ -1,6 +1,13 @@
 """The console's item page (``/item?partition=P&id=I``) and the search by item id: what
 they read from the client, with the query checked first, and how an item's data and
-error history are shown (plain values; the templates escape every text)."""
+error history are shown (plain values; the templates escape every text).
+
+A waiting item's page has the operator's actions: Complete and Fail (by item, never
+by token), and "Show completion URL", which mints an operator token for the wait
+(:meth:`~processor.client.waits.WaitsClient.operator_token`) and shows it once, as a
+URL, in the answer to that POST: never in a GET address, never logged, never cached
+(every console answer is ``Cache-Control: no-store``).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,6 +31,7 @@ from processor.views import attempts_text
 from watcher.errors import (
     AlreadyCompletedError,
     CompletionRefusedError,
+    ConfigError,
     InvalidInputError,
     WaitNotFoundError,
 )
@@ -38,6 +46,36 @@ ALL_BYTES = 1 << 20
 HEX_ROW = 16
 # Partitions the search lists for one item id.
 FOUND_LIMIT = 20
+# The ingest API's completion route (processor.api.completions).
+COMPLETIONS_PATH = "/v1/completions/"
+
+
+def check_api_url(api_url: str | None) -> str | None:
+    """``api_url`` (the ingest API's public base URL) without a trailing ``/``, or
+    ``None`` when not given.
+
+    Raises:
+        ConfigError: it is not an http(s) URL with a host, or has a query or fragment.
+    """
+    if not api_url:
+        return None
+    try:
+        parts = urlsplit(api_url.strip())
+        host = parts.hostname
+    except ValueError:
+        host = None
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not host or \
+            parts.query or parts.fragment:
+        raise ConfigError("--api-url must be the ingest API's public base URL, such as "
+                          "https://api.example.com (http or https, no query)")
+    return api_url.strip().rstrip("/")
+
+
+def completion_url(api_url: str | None, token: str) -> str:
+    """Where ``token`` completes its wait: the API's URL when the console knows it,
+    else the route's path alone (the page says to put the API's address before it)."""
+    return f"{(api_url or '').rstrip('/')}{COMPLETIONS_PATH}{quote(token, safe='')}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +152,7 @@ async def item_data(client: AsyncClient, query: Mapping[str, str]) -> dict[str, 
             item.retry_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
             "passed" if item.retry_at <= now else f"in {age_text(now, item.retry_at)}"),
         "notice": ITEM_NOTICES.get(query.get("notice") or ""),
+        "completion_url": None, "api_known": False,
     }
 
 
@@ -128,15 +167,40 @@ ITEM_NOTICES = {
 }
 
 
+async def show_completion_url(console: Console, request: Request,
+                              form: Mapping[str, str]) -> Response:
+    """POST /item/completion-url: mint an operator token for the waiting item's wait
+    and answer the item page with its completion URL, once (the previous operator
+    token stops working). The answer is the page itself, not a redirect, so the
+    token is in no address; it is never logged."""
+    partition_id, item_id = form.get("partition", ""), form.get("id", "")
+    query = {"partition": partition_id, "id": item_id}
+    try:
+        token = await console.client.operator_token(partition_id, item_id)
+    except AlreadyCompletedError:
+        return see_other("/item?" + urlencode({**query, "notice": "already-completed"}))
+    except WaitNotFoundError:
+        return see_other("/item?" + urlencode({**query, "notice": "not-waiting"}))
+    values = await item_data(console.client, query)
+    values.update(completion_url=completion_url(console.settings.api_url, token),
+                  api_known=console.settings.api_url is not None)
+    response = console.render(request, "item.html", **values)
+    response.headers["cache-control"] = "no-store"
+    return response
+
+
 async def item_action(console: Console, request: Request) -> Response:
     """POST /item/{complete,fail}: complete a waiting item's wait by its partition and id
     (never by token), exactly once, and send the browser back to the item page with
     what happened. ``complete`` takes optional JSON ``data``; ``fail`` takes a
     ``message`` and ``no_retry`` (``yes``)."""
     verb = request.path_params["verb"]
-    form = await console.action_form(request, verb, ("complete", "fail"))
+    form = await console.action_form(request, verb, ("complete", "fail", "completion-url"))
     if isinstance(form, Response):
         return form
+    if verb == "completion-url":
+        return await console.guarded(
+            request, lambda request: show_completion_url(console, request, form))
     partition_id, item_id = form.get("partition", ""), form.get("id", "")
 
     async def act(request: Request) -> Response:

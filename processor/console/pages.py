@@ -320,6 +320,8 @@ NOTICES = {
     "not-paused": "Nothing to pause: the partition is paused already.",
     "resumed": "Resumed: processors lease it again within a lease cycle.",
     "not-resumed": "Nothing to resume: the partition is not paused.",
+    "rewound": "Rewound: {count} item(s) back at its gate, what they had spawned there or "
+               "later removed; every reduce from that gate on runs again.",
 }
 
 

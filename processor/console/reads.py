@@ -108,6 +108,7 @@ async def partition_data(client: AsyncClient, query: Mapping[str, str]) -> dict[
         "row": row, "info": info, "items": items, "failed": failed,
         "chart": timeline_view.throughput_chart(timeline, now),
         "gate_times": timeline_view.gate_times(timeline, now),
+        "rewinds": timeline_view.rewinds(timeline, now),
         "eta": timeline_view.eta_of(info, counts, timeline, now),
         "item_status": item_status or "", "gate": "" if gate_number is None else gate_number,
         "after": after or "", "next_cursor": items.next_cursor,

@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from processor.client.async_client import AsyncClient
 from processor.console.app import create_app, settings_for
+from processor.console.item_page import check_api_url
 from processor.console.security import check_bind
 from processor.embedded import http_url, listen, serving, stop_on_signals
 from watcher.errors import ConfigError, DatabaseError
@@ -27,7 +28,8 @@ DEFAULT_PORT = 8090
 @dataclass(frozen=True)
 class ConsoleOptions:
     """Where the console reads and listens: the database and table prefix, the address
-    and port (0: any free port), the token (``None``: loopback only) and read-only."""
+    and port (0: any free port), the token (``None``: loopback only), read-only, and
+    the ingest API's public base URL (completion URLs start with it)."""
 
     db_url: DatabaseURL
     table_prefix: str = ""
@@ -35,14 +37,17 @@ class ConsoleOptions:
     port: int = DEFAULT_PORT
     token: str | None = None
     read_only: bool = False
+    api_url: str | None = None
 
     def __post_init__(self) -> None:
         """Raises:
-            ConfigError: the port is not from 0 to 65535, or the bind needs a token.
+            ConfigError: the port is not from 0 to 65535, the bind needs a token, or
+                the API URL is not an http(s) URL.
         """
         if type(self.port) is not int or not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be from 0 to 65535, got {self.port!r}")
         check_bind(self.host, self.token)
+        object.__setattr__(self, "api_url", check_api_url(self.api_url))
 
 
 async def check_database(db_url: DatabaseURL, table_prefix: str) -> None:
@@ -74,7 +79,8 @@ async def console_running(options: ConsoleOptions, client: AsyncClient | None = 
     sock = listen(options.host, options.port)
     port = sock.getsockname()[1]
     settings = settings_for(options.db_url, options.table_prefix, host=options.host,
-                            port=port, token=options.token, read_only=options.read_only)
+                            port=port, token=options.token, read_only=options.read_only,
+                            api_url=options.api_url)
     async with serving(create_app(settings, client), sock, what="the console"):
         yield http_url(options.host, port)
 

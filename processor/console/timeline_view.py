@@ -140,3 +140,22 @@ def eta_of(info: PartitionInfo, counts: dict[int, dict[str, int]], timeline: Tim
     rate_line = (f"{rate_text(rate)} over the last {RATE_MINUTES} min" if rate is not None
                  else f"no items done in the last {RATE_MINUTES} min")
     return Eta(duration_text(eta_seconds(remaining, rate)), covers, rate_line)
+
+
+@dataclass(frozen=True, slots=True)
+class RewindRow:
+    """One rewind as the page lists it: how long ago, from which gate to which, the
+    items sent back and the spawned items removed."""
+
+    when: str
+    from_gate: int
+    to_gate: int
+    items: int
+    removed: int
+
+
+def rewinds(timeline: Timeline, now: datetime) -> list[RewindRow]:
+    """The rewinds the timeline keeps, the latest first."""
+    return [RewindRow(f"{duration_text((now - mark.at).total_seconds())} ago",
+                      mark.from_gate, mark.to_gate, mark.items, mark.removed)
+            for mark in reversed(timeline.rewinds)]

@@ -7,6 +7,11 @@
   linked to that stored context; the HTTP processors take theirs from
   :func:`resolve`.
 
+- A completion of a wait (the API's route, the client, ``processor complete``, the
+  console) is the span ``statefeed.complete``, a child of the completer's current span,
+  linked to the span of the handler call that parked the item, whose ``traceparent``
+  its wait stored (:func:`completion_spans`, :func:`record_completion`).
+
 Tracing is on when the application set a tracer provider (library mode), or when
 ``processor run`` finds ``OTEL_TRACES_EXPORTER`` (:func:`configure_from_env`); it
 is decided once, at start-up. Off, nothing here imports OpenTelemetry, and the
@@ -19,20 +24,34 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from watcher.dispatch.spans import (
+    GATE,
     INSTALL_HINT,
+    ITEM,
+    OUTCOME,
+    PARTITION,
     CallSpans,
     configured_spans,
     encode_context,
     import_trace,
+    traceparent_of,
 )
 from watcher.errors import ConfigError
 from watcher.records import PartitionSettings
 
-__all__ = ["CallSpans", "capture_context", "configure_from_env", "configured_spans",
-           "context_from_headers", "encode_context", "exporter_names", "resolve",
+if TYPE_CHECKING:
+    from watcher.store.waits import CompletedWait
+
+__all__ = ["CallSpans", "capture_context", "completion_spans", "configure_from_env",
+           "configured_spans", "context_from_headers", "current_traceparent",
+           "encode_context", "exporter_names", "record_completion", "resolve",
            "traced_settings"]
+
+COMPLETION_SPAN = "statefeed.complete"
+# A completion's new item status, on its span.
+STATUS = "statefeed.status"
 
 
 def context_from_headers(headers: Mapping[str, str]) -> str | None:
@@ -67,6 +86,48 @@ def capture_context() -> str | None:
     carrier: dict[str, str] = {}
     TraceContextTextMapPropagator().inject(carrier)
     return encode_context(carrier)
+
+
+def current_traceparent() -> str | None:
+    """The ``traceparent`` of the caller's current span, or ``None`` when none is (and
+    without OpenTelemetry loaded, at the cost of one dictionary look-up)."""
+    if "opentelemetry.trace" not in sys.modules:
+        return None
+    from opentelemetry import trace
+
+    return traceparent_of(trace.get_current_span().get_span_context())
+
+
+def completion_spans(tracer_provider: Any = None) -> CallSpans | None:
+    """What records completion spans: ``tracer_provider``'s when given, else the
+    application's global one when it set one (:func:`configured_spans`), else
+    ``None`` (tracing off)."""
+    if tracer_provider is not None:
+        return CallSpans(tracer_provider)
+    return configured_spans()
+
+
+def record_completion(spans: CallSpans, started: int, done: CompletedWait | None = None,
+                      error: BaseException | None = None) -> None:
+    """Record the span of one completion that began at ``started`` (nanoseconds since
+    the epoch): ``statefeed.complete``, a child of the completer's current span, linked
+    to the span of the call that parked the item (``done.parked_by``, read with the
+    wait: so the span is made once the store answered). Its attributes name the
+    partition, the item, its gate and new status; a completion that failed
+    (``error``: refused, or the database failed) has none of these and no link.
+    Never the token."""
+    if done is None:
+        from watcher.errors import AlreadyCompletedError, CompletionRefusedError
+        from watcher.rules.spawn import SpawnConflictError
+
+        refused = isinstance(error, AlreadyCompletedError | CompletionRefusedError
+                             | SpawnConflictError)
+        spans.ended_span(COMPLETION_SPAN, started, [], {}, error=error,
+                         outcome="refused" if refused else "error")
+        return
+    spans.ended_span(COMPLETION_SPAN, started, spans.link_to_parent(done.parked_by), {
+        PARTITION: done.partition_id, ITEM: done.item_id, GATE: done.gate,
+        STATUS: done.status, OUTCOME: "completed"})
 
 
 def resolve(given: CallSpans | str | None, *, client: bool) -> CallSpans | None:

@@ -1,6 +1,6 @@
 """The console's item page of a parked item in a real browser (Playwright, Debian's
-Chromium): its deadline and its Complete and Fail forms fit a 390 px phone, and
-Complete writes the data and ends the wait. Its screenshot is
+Chromium): its deadline, its Complete and Fail forms and an operator's completion URL
+fit a 390 px phone, and Complete writes the data and ends the wait. Its screenshot is
 docs/console-item-waiting.png (with ``STATEFEED_SCREENSHOTS=docs``)."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tests.acceptance.test_console import (
 from tests.integration.test_waits import Parker, config
 from tests.support.engine import running, wait_until
 from watcher import Result, Watcher, WorkItem
+from watcher.errors import AlreadyCompletedError
 from watcher.store import Store
 
 INVOICE = b'{"invoice": "INV-2026-0042", "amount": 1840.5, "currency": "EUR"}'
@@ -73,6 +74,14 @@ async def test_a_parked_item_is_completed_from_its_page(sqlite_database,  # noqa
         await small.goto(_item_url(url, "approvals-2026-11", "invoice-0043"))
         await expect(small.locator("#fail")).to_be_visible()
         await _fits(small)
+        # An operator asks for a completion URL: shown once, in the answer to the POST.
+        await small.locator("#show-completion-url").click()
+        shown = small.locator("#completion-url")
+        await expect(shown).to_be_visible(timeout=SEE)
+        await _fits(small)
+        path = await shown.input_value()
+        assert path.startswith("/v1/completions/") and "/item" in small.url
+        assert path.rsplit("/", 1)[1] not in small.url, "never in the page's address"
         await small.locator("#complete-data").fill('{"approved_by": "ada"}')
         await small.locator("#complete").click()
         await expect(small.locator("#item-notice")).to_contain_text("Completed", timeout=SEE)
@@ -80,6 +89,8 @@ async def test_a_parked_item_is_completed_from_its_page(sqlite_database,  # noqa
         await _fits(small)
         item = await client.item("approvals-2026-11", "invoice-0043")
         assert item.data == b'{"approved_by":"ada"}' and item.status != "waiting"
+        with pytest.raises(AlreadyCompletedError):  # the page's Complete won: once
+            await client.complete(path.rsplit("/", 1)[1])
         # The page loaded before the completion is stale: its Fail is told so.
         await page.locator("#fail-message").fill("too late")
         await page.goto(_item_url(url, "approvals-2026-11", "invoice-0043"))

@@ -136,6 +136,27 @@ async def drive_every_method(store: Store) -> None:
     await _drive_flow(store)
     await _drive_schedules(store)
     await _drive_waits(store)
+    await _drive_rewind(store)
+
+
+async def _drive_rewind(store: Store) -> None:
+    """A rewind with a spawned child to remove and a reduce to run again, one narrowed to
+    named failed items (a reduce gate re-armed), and a refusal (rolled back)."""
+    await store.partition_create("r1", [NewItem("m", b""), NewItem("n", b"")],
+                                 PartitionSettings(frozenset({1}), continue_on_failure=True))
+    [lease] = await store.leases_take(
+        [row for row in await store.leases_read_free(100) if row.id == "r1"], "w1", 30)
+    assert await store.items_apply([
+        ItemWrite("r1", "m", 1, "complete", 1, 0, spawn=(NewItem("m1", b"", 1),)),
+        ItemWrite("r1", "n", 1, "failed", 0, 1, last_error="x")], "w1") == [True, True]
+    assert await store.partition_transition("r1", lease.version, "w1", gate=1,
+                                            status="complete") is not None
+    report = await store.partition_rewind("r1", 0, failed_only=True, items=["n"])
+    assert (report.items_reset, report.items_rerun) == (1, 1)
+    report = await store.partition_rewind("r1", 0, version=report.version_before + 1)
+    assert (report.items_reset, report.items_removed) == (2, 1)
+    with pytest.raises(GateError, match="only goes back"):
+        await store.partition_rewind("r1", 1)
 
 
 async def _drive_schedules(store: Store) -> None:
@@ -173,9 +194,10 @@ async def _drive_schedules(store: Store) -> None:
 
 
 async def _drive_waits(store: Store) -> None:
-    """A parking write (the item and its wait), a heartbeat, a completion that parks
-    again, one refused as already completed, the read of expired waits, the summary of
-    parked items, a completion by item, a refused park and a quorum's count."""
+    """A parking write (the item and its wait), a heartbeat, an operator's token, a
+    completion that parks again, one refused as already completed, the read of expired
+    waits, the summary of parked items, a completion by item, a refused park and a
+    quorum's count."""
     from watcher.errors import AlreadyCompletedError
     from watcher.protocol import Result
     from watcher.waits import Wait, WaitWrite, token_hash
@@ -189,7 +211,10 @@ async def _drive_waits(store: Store) -> None:
                                               wait=WaitWrite(token_hash(token), 60.0))],
                                    "w5") == [True]
     await store.wait_heartbeat(token, 120)
-    again = await store.wait_complete(token, Result(wait=Wait(30)))
+    operator = await store.wait_operator_token("pw", "w")  # a second token, same wait
+    assert operator != token
+    again = await store.wait_complete(operator, Result(wait=Wait(30)),
+                                      traceparent=f"00-{'1' * 32}-{'2' * 16}-01")
     assert again.completion_token is not None
     with pytest.raises(AlreadyCompletedError):
         await store.wait_complete(token, Result(done=True))

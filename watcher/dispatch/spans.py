@@ -83,6 +83,22 @@ def decode_context(stored: str | None) -> dict[str, str] | None:
     return carrier if encode_context(carrier) is not None else None
 
 
+def traceparent_of(span_context: Any) -> str | None:
+    """The W3C ``traceparent`` (version 00) of an OpenTelemetry span context, or
+    ``None`` for an invalid one."""
+    if not span_context.is_valid:
+        return None
+    return (f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-"
+            f"{int(span_context.trace_flags):02x}")
+
+
+def note_parked(item: WorkItem, answer: object, span: Any) -> None:
+    """When ``answer`` parks ``item``, note ``span`` on it: its wait stores the span's
+    ``traceparent``, and the completion's span links to it."""
+    if isinstance(answer, Result) and answer.wait is not None:
+        item.note_call_span(traceparent_of(span.get_span_context()))
+
+
 def item_outcome(answer: object) -> str:
     """What a call's answer (a result, or the exception it raised) did, as a span says
     it: ``done``, ``next_gate``, ``again``, ``retryable_error``, ``error`` (for good) or
@@ -149,12 +165,33 @@ class CallSpans:
 
     def link_to(self, stored: str | None) -> list[Any]:
         """The span links to a stored context: one, or none without a valid one."""
-        carrier = decode_context(stored)
-        if carrier is None:
+        return self._links(decode_context(stored))
+
+    def link_to_parent(self, traceparent: str | None) -> list[Any]:
+        """The span links to a stored bare ``traceparent`` (a wait's): one, or none."""
+        return self._links({"traceparent": traceparent} if traceparent else None)
+
+    def _links(self, carrier: dict[str, str] | None) -> list[Any]:
+        """The span links to the context ``carrier`` holds: one, or none."""
+        if carrier is None or encode_context(carrier) is None:
             return []
         context = self._propagator.extract(carrier)
         span_context = self._trace.get_current_span(context).get_span_context()
         return [self._trace.Link(span_context)] if span_context.is_valid else []
+
+    def ended_span(self, name: str, started: int, links: Sequence[Any],
+                   attributes: Mapping[str, Any], *, error: BaseException | None = None,
+                   outcome: str | None = None) -> None:
+        """Record a span ``name`` that began at ``started`` (nanoseconds since the
+        epoch) and ends now: a child of the current span (not a root of its own),
+        linked to ``links``; ``error`` marks it failed, with ``outcome``."""
+        span = self._tracer.start_span(name, kind=self._trace.SpanKind.INTERNAL,
+                                       attributes=attributes, links=links,
+                                       start_time=started, record_exception=False,
+                                       set_status_on_exception=False)
+        if error is not None:
+            self.failed(span, error, outcome=outcome)
+        span.end()
 
     def inject(self, headers: dict[str, str]) -> None:
         """Add the current span's ``traceparent`` (and ``tracestate``) to ``headers``."""
@@ -209,6 +246,7 @@ class CallSpans:
                     ATTEMPT: item.attempt}) as span:
                 result = await process(item)
                 span.set_attribute(OUTCOME, item_outcome(result))
+                note_parked(item, result, span)
                 return result
 
         async def traced_batch(items: Sequence[WorkItem]) -> Sequence[Result | Exception]:
@@ -220,6 +258,8 @@ class CallSpans:
                 answers = await process_batch(items)
                 self.answered(span, sum(isinstance(answer, BaseException)
                                         for answer in answers), len(items))
+                for item, answer in zip(items, answers, strict=False):
+                    note_parked(item, answer, span)
                 return answers
 
         async def traced_reduce(call: ReduceCall) -> ReduceResult:

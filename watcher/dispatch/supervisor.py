@@ -297,12 +297,13 @@ class PartitionSupervisor:
             if isinstance(outcome, asyncio.CancelledError):
                 self._let_go([item], abandoned=True)
                 continue
-            token = (works[positions[n]].completion_token  # items[n]'s call's: a wait keeps it
-                     if positions and isinstance(outcome, Result) and outcome.wait else None)
+            work = (works[positions[n]]  # items[n]'s call: a wait keeps its token and span
+                    if positions and isinstance(outcome, Result) and outcome.wait else None)
+            token, span = (work.completion_token, work.call_traceparent) if work else (None, None)
             writes.append(write_for_outcome(
                 self.partition_id, item, outcome, self.lease.gate, self._policy,
                 max_data_bytes=self.config.max_item_bytes, max_snooze=self.config.max_snooze,
-                spawn_limits=self._spawn_limits, completion_token=token))
+                spawn_limits=self._spawn_limits, completion_token=token, traceparent=span))
             written.append(item)
         if not writes:
             return

@@ -33,10 +33,11 @@ Answer = Result | ProcessorError
 
 def completion_write(partition_id: str, item: ReadyItem, answer: Answer, partition_gate: int,
                      policy: RetryPolicy, *, new_token: str, max_data_bytes: int | None = None,
-                     spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS) -> ItemWrite:
+                     spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS,
+                     traceparent: str | None = None) -> ItemWrite:
     """The write a completion ``answer`` makes of the waiting ``item`` (read at its
     waiting version), its partition being at ``partition_gate``. An answer that waits
-    again parks the item with ``new_token``.
+    again parks the item with ``new_token`` (and the completer's ``traceparent``).
 
     Raises:
         CompletionRefusedError: the answer is malformed, moves the item below its own
@@ -57,7 +58,8 @@ def completion_write(partition_id: str, item: ReadyItem, answer: Answer, partiti
         if problem is not None:
             raise CompletionRefusedError("spawn", problem)
     return write_for_result(partition_id, item, answer, partition_gate, policy,
-                            spawn_limits=spawn_limits, completion_token=new_token)
+                            spawn_limits=spawn_limits, completion_token=new_token,
+                            traceparent=traceparent)
 
 
 def _field_of(problem: str) -> str:

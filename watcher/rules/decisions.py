@@ -191,7 +191,8 @@ def idempotency_step(item: ReadyItem) -> int:
 def write_for_result(partition_id: str, item: ReadyItem, result: Result, partition_gate: int,
                      policy: RetryPolicy, rng: random.Random | None = None, *,
                      spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS,
-                     completion_token: str | None = None) -> ItemWrite:
+                     completion_token: str | None = None,
+                     traceparent: str | None = None) -> ItemWrite:
     """The item update a processor's result asks for, with the items it spawns.
 
     A gate below the partition's gate, and a spawn that cannot be written
@@ -199,7 +200,8 @@ def write_for_result(partition_id: str, item: ReadyItem, result: Result, partiti
     error: the item fails and nothing of the answer is written. A result that
     waits parks the item (status ``waiting``, ready again at its deadline) and
     stores the hash of ``completion_token``, the call's (a fresh one when ``None``:
-    nobody can complete that wait, it can only time out).
+    nobody can complete that wait, it can only time out), with ``traceparent``, the
+    span that received the answer (``None``: tracing off).
     """
     gate = item.gate if result.gate is None else result.gate
     if gate < partition_gate:
@@ -225,7 +227,8 @@ def write_for_result(partition_id: str, item: ReadyItem, result: Result, partiti
         return ItemWrite(partition_id, item.id, item.version, Status.WAITING.value, gate,
                          attempts=item.attempts, data=result.data, spawn=spawn,
                          retry_delay=float(result.wait.timeout),
-                         wait=wait_write(result.wait, completion_token or new_completion_token()))
+                         wait=wait_write(result.wait, completion_token or new_completion_token(),
+                                        traceparent))
     status = Status.COMPLETE if result.done else Status.AVAILABLE
     return ItemWrite(partition_id, item.id, item.version, status.value, gate, attempts=0,
                      data=result.data, last_error=None, spawn=spawn,
@@ -329,7 +332,8 @@ def result_problem(result: object, max_data_bytes: int | None = None, *,
 def write_for_outcome(partition_id: str, item: ReadyItem, outcome: Result | BaseException,
                       partition_gate: int, policy: RetryPolicy, *, max_data_bytes: int,
                       max_snooze: float, spawn_limits: SpawnLimits,
-                      completion_token: str | None = None) -> ItemWrite:
+                      completion_token: str | None = None,
+                      traceparent: str | None = None) -> ItemWrite:
     """The item update one call's outcome asks for: its result's
     (:func:`write_for_result`), or an error's (:func:`write_for_error`) when the call
     failed or its result is unusable (:func:`result_problem`, not retried). Never
@@ -342,7 +346,8 @@ def write_for_outcome(partition_id: str, item: ReadyItem, outcome: Result | Base
         if problem is None:
             return write_for_result(partition_id, item, outcome, partition_gate, policy,
                                     spawn_limits=spawn_limits,
-                                    completion_token=completion_token)
+                                    completion_token=completion_token,
+                                    traceparent=traceparent)
         error: BaseException = NonRetryableError(f"item {item.id!r}: {problem}")
     except Exception as bug:
         error = bug

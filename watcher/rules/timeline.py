@@ -13,7 +13,8 @@ The stored shape (``v`` is its version; times are seconds since the epoch, UTC):
 
     {"v": 1,
      "gates": [[gate, began or null, ended or null, items], ...],   # oldest first
-     "minutes": [[minute, items], ...]}                              # minute: epoch // 60
+     "minutes": [[minute, items], ...],                              # minute: epoch // 60
+     "rewinds": [[at, from gate, to gate, items reset, items removed], ...]}  # optional
 
 An item counts once, at the gate it leaves: when its result completes it, fails it
 for good or moves it to another gate (a retry does not count).
@@ -29,6 +30,8 @@ from typing import Any
 # The most gates a timeline keeps (the latest ones), and the minutes of items done.
 MAX_GATES = 100
 MAX_MINUTES = 60
+# The most rewinds a timeline keeps (the latest ones).
+MAX_REWINDS = 20
 # How many recent minutes the rate behind an ETA counts.
 RATE_MINUTES = 5
 VERSION = 1
@@ -54,12 +57,25 @@ class GateSpan:
 
 
 @dataclass(frozen=True, slots=True)
+class RewindMark:
+    """An operator's rewind of the partition at ``at``: from ``from_gate`` back to
+    ``to_gate``, with ``items`` sent back there and ``removed`` spawned items removed."""
+
+    at: datetime
+    from_gate: int
+    to_gate: int
+    items: int
+    removed: int
+
+
+@dataclass(frozen=True, slots=True)
 class Timeline:
-    """A decoded timeline: gate stays (oldest first) and items done per minute
-    (``(minute's start, items)``, oldest first)."""
+    """A decoded timeline: gate stays (oldest first), items done per minute
+    (``(minute's start, items)``, oldest first) and rewinds (oldest first)."""
 
     gates: tuple[GateSpan, ...] = ()
     minutes: tuple[tuple[datetime, int], ...] = ()
+    rewinds: tuple[RewindMark, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +140,13 @@ def decode_timeline(text: str | None) -> Timeline:
                       for gate, began, ended, items in record.get("gates", ()))
         minutes = tuple((_EPOCH + timedelta(minutes=int(minute)), int(items))
                         for minute, items in record.get("minutes", ()))
+        rewinds = tuple(RewindMark(_EPOCH + timedelta(seconds=at), int(from_gate),
+                                   int(to_gate), int(items), int(removed))
+                        for at, from_gate, to_gate, items, removed
+                        in record.get("rewinds", ()))
     except (ValueError, TypeError, AttributeError):
         return Timeline()
-    return Timeline(gates, minutes)
+    return Timeline(gates, minutes, rewinds)
 
 
 def encode_timeline(timeline: Timeline) -> str:
@@ -138,6 +158,9 @@ def encode_timeline(timeline: Timeline) -> str:
         "minutes": [[int((minute - _EPOCH).total_seconds()) // 60, items]
                     for minute, items in timeline.minutes],
     }
+    if timeline.rewinds:
+        record["rewinds"] = [[_seconds(mark.at), mark.from_gate, mark.to_gate, mark.items,
+                              mark.removed] for mark in timeline.rewinds]
     return json.dumps(record, separators=(",", ":"))
 
 
@@ -165,7 +188,7 @@ def record_done(timeline: Timeline, now: datetime, progress: Progress) -> Timeli
         began = now - timedelta(seconds=max(0.0, progress.age))
         gates = _open(gates, progress.gate, began)
         gates[-1] = replace(gates[-1], items=gates[-1].items + progress.items)
-    return Timeline(tuple(gates[-MAX_GATES:]), tuple(minutes))
+    return Timeline(tuple(gates[-MAX_GATES:]), tuple(minutes), timeline.rewinds)
 
 
 def record_handed_over(timeline: Timeline, now: datetime, progress: Progress) -> Timeline:
@@ -181,7 +204,7 @@ def record_handed_over(timeline: Timeline, now: datetime, progress: Progress) ->
         if gates[n].gate == progress.gate:
             gates[n] = replace(gates[n], items=gates[n].items + progress.items)
             break
-    return Timeline(tuple(gates), counted.minutes)
+    return Timeline(tuple(gates), counted.minutes, timeline.rewinds)
 
 
 def _open(gates: list[GateSpan], gate: int, began: datetime) -> list[GateSpan]:
@@ -206,7 +229,18 @@ def record_move(timeline: Timeline, now: datetime, progress: Progress,
     gates[-1] = replace(gates[-1], ended=now)
     if to_gate is not None:
         gates.append(GateSpan(to_gate, now, None, 0))
-    return Timeline(tuple(gates[-MAX_GATES:]), recorded.minutes)
+    return Timeline(tuple(gates[-MAX_GATES:]), recorded.minutes, timeline.rewinds)
+
+
+def record_rewind(timeline: Timeline, now: datetime, mark: RewindMark) -> Timeline:
+    """``timeline`` when an operator rewinds the partition at ``now`` (``mark.at``): any
+    open stay ends, one at ``mark.to_gate`` begins, and the rewind is kept (the
+    latest :data:`MAX_REWINDS`)."""
+    gates = [replace(span, ended=now) if span.ended is None else span
+             for span in timeline.gates]
+    gates.append(GateSpan(mark.to_gate, now, None, 0))
+    return Timeline(tuple(gates[-MAX_GATES:]), timeline.minutes,
+                    (*timeline.rewinds, mark)[-MAX_REWINDS:])
 
 
 # -- reading --------------------------------------------------------------------------

@@ -11,6 +11,7 @@ tests, sent as a parameter of the same statements.
 module: :mod:`~watcher.store.partitions` (client writes and reads),
 :mod:`~watcher.store.schedules` (schedules and their ticks),
 :mod:`~watcher.store.operations` (retry, set-gate, cancel),
+:mod:`~watcher.store.operator.rewind` (rewind),
 :mod:`~watcher.store.removal` (delete, purge, item retention),
 :mod:`~watcher.store.fleet` (leader leases, backlog), :mod:`~watcher.store.leases`
 (reading and taking leases, a holder's transitions) on

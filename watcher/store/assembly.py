@@ -15,6 +15,7 @@ from watcher.store.fleet import FleetStore
 from watcher.store.hot import HotPathStore
 from watcher.store.leases import LeasesStore
 from watcher.store.operations import OperationsStore
+from watcher.store.operator.rewind import RewindsStore
 from watcher.store.partitions import PartitionsStore
 from watcher.store.reduce import ReduceStore
 from watcher.store.removal import RemovalStore
@@ -23,8 +24,8 @@ from watcher.store.sql.schema import tables_for
 from watcher.store.waits import WaitsStore
 
 
-class Store(SchedulesStore, PartitionsStore, OperationsStore, RemovalStore, FleetStore,
-            LeasesStore, HotPathStore, ReduceStore, WaitsStore):
+class Store(SchedulesStore, PartitionsStore, OperationsStore, RewindsStore, RemovalStore,
+            FleetStore, LeasesStore, HotPathStore, ReduceStore, WaitsStore):
     """All reads and writes of the ``partitions``, ``items``, ``leaders`` and flow
     tables.
 

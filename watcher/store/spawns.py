@@ -86,7 +86,7 @@ class SpawnsStore(StoreBase):
             {"token": write.wait.token_hash, "partition_id": write.partition_id,
              "item_id": write.item_id, "version": write.seen_version + 1,
              "timeout": write.wait.timeout, "on_timeout": write.wait.on_timeout,
-             "created_at": now}
+             "created_at": now, "traceparent": write.wait.traceparent}
             for write in parked if write.wait is not None])
 
     async def _spawn_in(self, conn: AsyncConnection, spawns: Sequence[Spawn]) -> None:

@@ -43,8 +43,10 @@ class ExpiredWait:
 
 @dataclass(frozen=True, slots=True)
 class CompletedWait:
-    """What a completion did: the item's new state, and the new token when the answer
-    parked it again (``completion_token``; ``None`` otherwise)."""
+    """What a completion did: the item's new state, the new token when the answer
+    parked it again (``completion_token``; ``None`` otherwise), and the ``traceparent``
+    the wait stored of the call that parked the item (``parked_by``; ``None`` when
+    tracing was off), which the completion's span links to."""
 
     partition_id: str
     item_id: str
@@ -55,6 +57,7 @@ class CompletedWait:
     last_error: str | None = None
     completion_token: str | None = None
     deadline: datetime | None = None
+    parked_by: str | None = None
 
 
 class WaitsStore(SpawnsStore):
@@ -84,7 +87,8 @@ class WaitsStore(SpawnsStore):
                 for row in rows]
 
     async def _waiting(self, conn: AsyncConnection, token: str) -> tuple[Any, Any]:
-        """The ``waits`` row of ``token`` and its item and partition's state, locked for
+        """The ``waits`` row of ``token`` (the handler's token, or else an operator's,
+        :meth:`wait_operator_token`) and its item and partition's state, locked for
         the transaction where the database locks on read.
 
         Raises:
@@ -93,8 +97,10 @@ class WaitsStore(SpawnsStore):
         """
         if not isinstance(token, str) or not token_well_formed(token):
             raise WaitNotFoundError()
-        w = self.tables.waits
-        wait = (await conn.execute(select(w).where(w.c.token == token_hash(token)))).first()
+        w, digest = self.tables.waits, token_hash(token)
+        wait = (await conn.execute(select(w).where(w.c.token == digest))).first()
+        if wait is None:  # a second look, through its own index, only for a miss
+            wait = (await conn.execute(select(w).where(w.c.operator_token == digest))).first()
         if wait is None:
             raise WaitNotFoundError()
         return wait, await self._waiting_row(conn, wait)
@@ -187,9 +193,11 @@ class WaitsStore(SpawnsStore):
     async def wait_complete(self, token: str, answer: Answer, *,
                             policy: RetryPolicy = DEFAULT_POLICY,
                             max_data_bytes: int | None = None,
-                            spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS) -> CompletedWait:
-        """Apply ``answer`` to the item waiting on ``token``, exactly once: the item, what
-        the answer spawns and, when it parks the item again, the new wait, in one
+                            spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS,
+                            traceparent: str | None = None) -> CompletedWait:
+        """Apply ``answer`` to the item waiting on ``token`` (its handler's, or an
+        operator's), exactly once: the item, what the answer spawns and, when it parks
+        the item again, the new wait (with the completer's ``traceparent``), in one
         transaction guarded by the wait's item version, the waiting status and the
         open partition; when the item's gate has a quorum that this completion meets,
         the gate's other open items are skipped in the same transaction. The
@@ -207,7 +215,7 @@ class WaitsStore(SpawnsStore):
             wait, row = await self._waiting(conn, token)
             done = await self._complete(conn, wait, row, answer, policy=policy,
                                         max_data_bytes=max_data_bytes,
-                                        spawn_limits=spawn_limits)
+                                        spawn_limits=spawn_limits, traceparent=traceparent)
         if done is None:  # a racing completion, timeout or cancel won: say what it did
             raise AlreadyCompletedError(await self._item_status(wait.partition_id,
                                                                 wait.item_id))
@@ -216,8 +224,8 @@ class WaitsStore(SpawnsStore):
     async def wait_complete_item(self, partition_id: str, item_id: str, answer: Answer, *,
                                  policy: RetryPolicy = DEFAULT_POLICY,
                                  max_data_bytes: int | None = None,
-                                 spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS
-                                 ) -> CompletedWait:
+                                 spawn_limits: SpawnLimits = DEFAULT_SPAWN_LIMITS,
+                                 traceparent: str | None = None) -> CompletedWait:
         """Apply ``answer`` to the item ``item_id`` while it waits, without its token
         (the console's operator): the same guarded write as :meth:`wait_complete`, on
         the wait row at the item's current version, so exactly one of the two wins.
@@ -233,14 +241,15 @@ class WaitsStore(SpawnsStore):
             wait, row = await self._waiting_item(conn, partition_id, item_id)
             done = await self._complete(conn, wait, row, answer, policy=policy,
                                         max_data_bytes=max_data_bytes,
-                                        spawn_limits=spawn_limits)
+                                        spawn_limits=spawn_limits, traceparent=traceparent)
         if done is None:
             raise AlreadyCompletedError(await self._item_status(partition_id, item_id))
         return done
 
     async def _complete(self, conn: AsyncConnection, wait: Any, row: Any, answer: Answer, *,
                         policy: RetryPolicy, max_data_bytes: int | None,
-                        spawn_limits: SpawnLimits) -> CompletedWait | None:
+                        spawn_limits: SpawnLimits,
+                        traceparent: str | None) -> CompletedWait | None:
         """The guarded write of a completion, in the caller's transaction; ``None`` when
         the item moved on meanwhile (nothing was written: the caller says what won).
 
@@ -252,7 +261,7 @@ class WaitsStore(SpawnsStore):
                          error_history=row.error_history)
         write = completion_write(wait.partition_id, item, answer, row.partition_gate,
                                  policy, new_token=new_token, max_data_bytes=max_data_bytes,
-                                 spawn_limits=spawn_limits)
+                                 spawn_limits=spawn_limits, traceparent=traceparent)
         statements = self.statements
         source = ResultSource.parameters(self.tables.items.c.data.type,
                                          new_data=write.data is not None,
@@ -273,7 +282,28 @@ class WaitsStore(SpawnsStore):
         gate = row.gate if write.gate is None else write.gate
         return CompletedWait(wait.partition_id, wait.item_id, write.status, gate,
                              wait.version + 1, write.attempts, write.last_error,
-                             new_token if write.wait is not None else None)
+                             new_token if write.wait is not None else None,
+                             parked_by=wait.traceparent)
+
+    async def wait_operator_token(self, partition_id: str, item_id: str) -> str:
+        """Mint an operator's completion token for the current wait of the waiting item
+        ``item_id`` and store its hash with the wait, in place of the operator token
+        minted before (which stops working: no wait has it). The handler's token stays
+        usable; whichever completes first wins, exactly once. Returns the token (only
+        its hash is stored; never log it).
+
+        Raises:
+            WaitNotFoundError: the partition has no such item.
+            AlreadyCompletedError: the item is not waiting (its wait is over), or its
+                partition is not open; nothing was written.
+        """
+        token = new_completion_token()
+        w = self.tables.waits
+        async with self._write() as conn:
+            wait, _ = await self._waiting_item(conn, partition_id, item_id)
+            await conn.execute(update(w).where(w.c.token == wait.token)
+                               .values(operator_token=token_hash(token)))
+        return token
 
     async def waits_summary(self, partition_ids: Sequence[str]) -> dict[str, WaitSummary]:
         """The parked items of each partition in ``partition_ids`` that has some: counts

@@ -78,16 +78,12 @@ class Driver:
     notifies: bool = False
     # Why watchers poll a database that could notify them (they log it once), or None.
     polling_reason: str | None = None
-    # Whether a lease take is one statement on :meth:`fetch`: an ``UPDATE`` that locks
-    # the rows it may take, passing by those locked elsewhere, and returns the ids it
-    # took (:meth:`watcher.store.sql.leases.LeaseStatements.take`). Without it the
-    # store locks, writes and (on a short count) re-reads in an engine transaction.
+    # Whether a lease take is one locking ``UPDATE … RETURNING`` on :meth:`fetch`
+    # (:meth:`watcher.store.sql.leases.LeaseStatements.take`); without, the store locks,
+    # writes and (on a short count) re-reads in an engine transaction.
     takes_leases_in_one_statement: ClassVar[bool] = False
-    # What the database driver says when the server ended the session or the
-    # connection dropped, where the dialect does not flag it (:meth:`session_lost`).
-    # psycopg's "cannot exit pipeline mode while busy" is what its rollback says when
-    # the session died in the middle of a batch sent as a pipeline: the connection is
-    # left unusable, so the pool discards it and the server rolls the transaction back.
+    # What the driver says when the session ended or the connection dropped, where the
+    # dialect does not flag it (:meth:`session_lost`); the last: psycopg mid-pipeline.
     lost_connection_texts: ClassVar[tuple[str, ...]] = (
         "server closed the connection unexpectedly", "terminating connection due to",
         "the connection is lost", "Lost connection to", "server has gone away",

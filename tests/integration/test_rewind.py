@@ -1,0 +1,220 @@
+"""rewind on real databases: which items go back, which spawned ones are removed, what a
+reduce does again, what is refused (writing nothing), and the version guard."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from processor import AsyncClient, NewItem
+from watcher.errors import (
+    AlreadyCompletedError,
+    GateError,
+    InvalidInputError,
+    ItemNotFoundError,
+    PartitionChangedError,
+    PartitionNotFoundError,
+)
+from watcher.records import ItemWrite, PartitionSettings
+from watcher.rules.reduce import ReduceWrite
+from watcher.rules.timeline import decode_timeline
+from watcher.store import Store
+from watcher.waits import WaitWrite, new_completion_token, token_hash
+
+
+@pytest.fixture
+async def client(db_url: str, table_prefix: str) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(db_url, table_prefix) as opened:
+        yield opened
+
+
+async def lease(store: Store, partition_id: str, owner: str = "setup") -> int:
+    [row] = [row for row in await store.leases_read_free(1000) if row.id == partition_id]
+    [won] = await store.leases_take([row], owner, 300)
+    return won.version
+
+
+async def answer(store: Store, partition_id: str, writes: dict[str, tuple[str, int]],
+                 spawn: dict[str, tuple[NewItem, ...]] | None = None,
+                 owner: str = "setup") -> None:
+    """Write each item's (status, gate) as its holder would; every write must count."""
+    items = {item.id: item for item in await store.items_list(partition_id)}
+    applied = await store.items_apply([
+        ItemWrite(partition_id, item_id, items[item_id].version, status, gate,
+                  attempts=1 if status == "failed" else 0,
+                  last_error="boom" if status == "failed" else None,
+                  spawn=(spawn or {}).get(item_id, ()))
+        for item_id, (status, gate) in writes.items()], owner)
+    assert all(applied), applied
+
+
+async def places(client: AsyncClient, partition_id: str) -> dict[str, tuple[str, int, int]]:
+    return {item.id: (item.status, item.gate, item.attempts)
+            for item in await client.items(partition_id)}
+
+
+async def spawned_tree(client: AsyncClient, store: Store) -> int:
+    """Partition "p", complete at gate 2 with a reduce at gate 2: a0 spawned c1 (gate 1)
+    at gate 1, c1 spawned g1 at gate 2; a1 failed at gate 1; a2 completed at gate 0;
+    b0 spawned c0 at gate 0 (below any rewind to 1). Returns the version."""
+    await client.create_partition("p", [NewItem(f"a{n}", b"") for n in range(3)]
+                                  + [NewItem("b0", b"")],
+                                  reduce_gates=[2], on_item_failure="continue")
+    version = await lease(store, "p")
+    await answer(store, "p", {"a0": ("available", 1), "a1": ("available", 1),
+                              "a2": ("complete", 0), "b0": ("available", 1)},
+                 spawn={"b0": (NewItem("c0", b"", 0),)})
+    await answer(store, "p", {"c0": ("complete", 0)})
+    version = await store.partition_transition("p", version, "setup", gate=1)
+    assert version is not None
+    await answer(store, "p", {"a0": ("available", 2), "a1": ("failed", 1),
+                              "b0": ("available", 2)},
+                 spawn={"a0": (NewItem("c1", b"", 1),)})
+    await answer(store, "p", {"c1": ("available", 2)}, spawn={"c1": (NewItem("g1", b"", 2),)})
+    version = await store.partition_transition("p", version, "setup", gate=2)
+    assert version is not None
+    # The reduce at gate 2 answers: it completes every item there, with a result.
+    items = {item.id: item.version for item in await store.items_list("p")}
+    version = await store.reduce_write("p", version, "setup", ReduceWrite(
+        None, 0, None, None, b"sum", tuple(
+            ItemWrite("p", item_id, items[item_id], "complete", 2, 0)
+            for item_id in ("a0", "b0", "c1", "g1"))))
+    assert version is not None
+    assert (await client.partition("p")).result == b"sum"
+    version = await store.partition_transition("p", version, "setup", status="complete")
+    assert version is not None
+    return version
+
+
+async def test_rewind_sends_every_item_at_the_gate_back_and_removes_what_they_spawned(
+        client: AsyncClient, store: Store) -> None:
+    await spawned_tree(client, store)
+    before = await client.partition("p")
+    assert before.counts == {"complete": 6, "failed": 1}
+
+    report = await client.rewind("p", 1)
+    assert (report.status_before, report.gate_before, report.gate) == ("complete", 2, 1)
+    assert report.version_before == before.version and report.reopened
+    assert (report.items_reset, report.items_removed, report.items_rerun) == (3, 2, 0)
+    assert report.reduces_again == (2,)
+    # a0, a1, b0 go back to gate 1 with attempts reset; c1 and its child g1 are gone
+    # (a0 spawns c1 again); a2 and c0 stay below the gate as they were.
+    assert await places(client, "p") == {
+        "a0": ("available", 1, 0), "a1": ("available", 1, 0), "b0": ("available", 1, 0),
+        "a2": ("complete", 0, 0), "c0": ("complete", 0, 0)}
+    info = await client.partition("p")
+    assert (info.status, info.gate, info.result, info.spawned) == ("available", 1, None, 1)
+    assert info.version > before.version and info.last_error is None
+    timeline = decode_timeline((await store.partition_timeline("p"))[1])
+    [mark] = timeline.rewinds
+    assert (mark.from_gate, mark.to_gate, mark.items, mark.removed) == (2, 1, 3, 2)
+    assert timeline.gates[-1].gate == 1 and timeline.gates[-1].ended is None
+    # The error history of a1 keeps its failed attempt.
+    [a1] = [item for item in await client.items("p") if item.id == "a1"]
+    assert a1.last_error == "boom"
+
+
+async def test_failed_only_sends_back_the_failed_items_and_rearms_the_reduce(
+        client: AsyncClient, store: Store) -> None:
+    await spawned_tree(client, store)
+    report = await client.rewind("p", 1, failed_only=True)
+    # Only a1 goes back; the reduce at gate 2 runs again over the items it completed.
+    assert (report.items_reset, report.items_removed, report.items_rerun) == (1, 0, 4)
+    assert await places(client, "p") == {
+        "a0": ("available", 2, 0), "a1": ("available", 1, 0), "b0": ("available", 2, 0),
+        "c1": ("available", 2, 0), "g1": ("available", 2, 0), "a2": ("complete", 0, 0),
+        "c0": ("complete", 0, 0)}
+
+
+async def test_items_sends_back_only_the_named_ones_and_what_they_spawned(
+        client: AsyncClient, store: Store) -> None:
+    await spawned_tree(client, store)
+    report = await client.rewind("p", 2, items=["a0"])
+    # a0 goes back to 2, where it had spawned nothing: c1 (spawned at gate 1, standing
+    # at 2) cannot be told apart from a child of gate 2 and goes, with g1.
+    assert (report.items_reset, report.items_removed) == (1, 2)
+    got = await places(client, "p")
+    assert got["a0"] == ("available", 2, 0) and "c1" not in got and "g1" not in got
+    assert got["a1"] == ("failed", 1, 1) and got["b0"] == ("available", 2, 0)
+
+
+@pytest.mark.parametrize(("gate", "kwargs", "error", "match"), [
+    (3, {}, GateError, "only goes back"),
+    (1, {"items": ["nope"]}, ItemNotFoundError, "no item 'nope'"),
+    (1, {"items": ["a2"]}, GateError, "at gate 0, before it"),
+    (1, {"items": ["a0"], "failed_only": True}, GateError, "complete, not failed"),
+    (2, {"failed_only": True}, GateError, "no failed item at gate 2"),
+    (1, {"version": 1}, PartitionChangedError, "not 1 as expected"),
+])
+async def test_refusals_write_nothing(client: AsyncClient, store: Store, gate: int,
+                                      kwargs: dict[str, object], error: type[Exception],
+                                      match: str) -> None:
+    await spawned_tree(client, store)
+    before = await places(client, "p")
+    info = await client.partition("p")
+    with pytest.raises(error, match=match):
+        await client.rewind("p", gate, **kwargs)  # type: ignore[arg-type]
+    assert await places(client, "p") == before
+    after = await client.partition("p")
+    assert (after.status, after.gate, after.version) == (info.status, info.gate, info.version)
+
+
+async def test_bad_input_is_refused_before_the_database(client: AsyncClient) -> None:
+    with pytest.raises(InvalidInputError, match="gate must be a whole number"):
+        await client.rewind("p", -1)
+    with pytest.raises(InvalidInputError, match="names no item"):
+        await client.rewind("p", 0, items=[])
+    with pytest.raises(PartitionNotFoundError):
+        await client.rewind("nowhere", 0)
+
+
+async def test_the_version_guards_the_rewind_and_fences_the_holder_out(
+        client: AsyncClient, store: Store) -> None:
+    await client.create_partition("q", [NewItem("x", b""), NewItem("y", b"")])
+    version = await lease(store, "q", owner="w1")
+    await answer(store, "q", {"x": ("available", 1), "y": ("available", 1)}, owner="w1")
+    version = await store.partition_transition("q", version, "w1", gate=1)
+    assert version is not None
+    seen = await client.partition("q")
+    stale = {item.id: item.version for item in await client.items("q")}
+    report = await client.rewind("q", 0, version=seen.version)
+    assert (report.items_reset, report.status_before) == (2, "available")
+    # The holder's gate move and its item results at the old versions are refused.
+    assert await store.partition_transition("q", version, "w1", gate=2) is None
+    assert await store.items_apply([ItemWrite("q", "x", stale["x"], "complete", 1, 0)],
+                                   "w1") == [False]
+    info = await client.partition("q")
+    assert (info.owner, info.gate, info.status) == ("", 0, "available")
+    # Free to lease again at once.
+    assert "q" in [row.id for row in await store.leases_read_free(1000)]
+
+
+async def test_a_parked_item_goes_back_and_its_old_token_is_refused(
+        client: AsyncClient, store: Store) -> None:
+    await client.create_partition("w", [NewItem("x", b"")])
+    await lease(store, "w")
+    token = new_completion_token()
+    [x] = await client.items("w")
+    assert await store.items_apply([ItemWrite(
+        "w", "x", x.version, "waiting", 1, 0, retry_delay=60,
+        wait=WaitWrite(token_hash(token), 60.0, "fail"))], "setup") == [True]
+    assert (await places(client, "w"))["x"][0] == "waiting"
+    await client.rewind("w", 0)
+    assert await places(client, "w") == {"x": ("available", 0, 0)}
+    with pytest.raises(AlreadyCompletedError):
+        await client.complete(token)
+
+
+async def test_skipped_items_of_a_quorum_go_back_too(client: AsyncClient,
+                                                     store: Store) -> None:
+    await store.partition_create("k", [NewItem(f"i{n}", b"") for n in range(3)],
+                                 PartitionSettings(quorum=((0, 1),)))
+    await lease(store, "k")
+    await answer(store, "k", {"i0": ("complete", 0)})
+    assert await store.quorum_settle("k", 0, 1) == 1
+    assert {status for status, _, _ in (await places(client, "k")).values()} == {
+        "complete", "skipped"}
+    report = await client.rewind("k", 0)
+    assert report.items_reset == 3
+    assert {status for status, _, _ in (await places(client, "k")).values()} == {"available"}
