@@ -38,7 +38,8 @@ results in the Redis at ``$PROCESSOR_BENCH_REDIS_URL``, default
 no Redis answers, its RabbitMQ runs where no RabbitMQ does), crawl (trees visited by
 spawning, then a reduce counts them: statefeed vs Celery with hand-made Redis
 counters), fleet (the same items drained by 1, 2 and 4 processor processes, and the
-CPU each item costs the fleet), instructions (CPU instructions per item in library
+CPU each item costs the fleet), pooled (the scale curve: 1 to 16 processors, directly and
+through PgBouncer in transaction mode), instructions (CPU instructions per item in library
 mode, counted by valgrind's callgrind over two drains that differ only in their
 items; a figure a busy machine does not move).
 
@@ -46,7 +47,7 @@ Databases (``--db``, repeatable; ``all`` = sqlite, postgres, mariadb): SQLite is
 fresh file in the run's log directory, MariaDB the server at
 ``$PROCESSOR_BENCH_MARIADB_URL`` (default ``mysql://root@127.0.0.1:3306/test``).
 library, flow, small, instructions, http, batch, spawn, ingest, latency, renewals and
-scale run on each; failover, rowsize, fanin, reduce, chord, crawl and fleet on PostgreSQL
+scale run on each; failover, rowsize, fanin, reduce, chord, crawl, fleet and pooled on PostgreSQL
 only (reported as not run on the others), and so does PGQueuer within library; on databases without
 LISTEN/NOTIFY the latency table says the first dispatch waits for a poll. Each
 database gets its tables, then come every goal per database and the cross-database goals on

@@ -45,12 +45,12 @@ DATABASES = ("sqlite", "postgres", "mariadb")
 DATABASE_TITLES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mariadb": "MariaDB"}
 
 # Scenario names, in the order they run and print.
-SCENARIOS = ("library", "flow", "small", "fleet", "instructions", "http", "batch", "spawn",
-             "ingest", "latency", "failover", "renewals", "rowsize", "scale", "fanin", "reduce",
-             "chord", "crawl", "park")
+SCENARIOS = ("library", "flow", "small", "fleet", "pooled", "instructions", "http", "batch",
+             "spawn", "ingest", "latency", "failover", "renewals", "rowsize", "scale", "fanin",
+             "reduce", "chord", "crawl", "park")
 # Scenarios that run on PostgreSQL alone (they compare with PostgreSQL-only systems or
 # time PostgreSQL's wake-ups); on the other databases they are reported as not run.
-POSTGRES_ONLY = ("fleet", "failover", "rowsize", "fanin", "reduce", "chord", "crawl")
+POSTGRES_ONLY = ("fleet", "pooled", "failover", "rowsize", "fanin", "reduce", "chord", "crawl")
 
 
 def postgres_url() -> str:
@@ -105,6 +105,9 @@ class Sizes:
     fleet_partitions: int = 40  # fleet: partitions drained by 1, 2 and 4 processors...
     fleet_items: int = 2_000  # ...of this many items each (a drain long enough that
     # each processor's one-off start, ~0.1 s of CPU, is not counted as a cost per item)
+    pooled_processors: tuple[int, ...] = (1, 2, 4, 8, 16)  # pooled: the scale curve's sizes,
+    pooled_partitions: int = 64  # direct and through PgBouncer, draining this many
+    pooled_items: int = 1_000  # partitions of this many items each
     instructions_partitions: int = 10  # instructions: two counted drains over this many
     instructions_items: tuple[int, int] = (1_000, 5_000)  # ...partitions, of these items
     flow_items: int = 10_000  # flow: no-op items per library drain, over `partitions`
@@ -137,7 +140,8 @@ class Sizes:
                         latency_samples=5, latency_poll=0.5, failover_partitions=4,
                         lease_duration=1.5, scale_partitions=20, scale_items=20,
                         small_partitions=40, small_items=5, fleet_partitions=8,
-                        fleet_items=20, instructions_partitions=4,
+                        fleet_items=20, pooled_processors=(1, 2), pooled_partitions=4,
+                        pooled_items=20, instructions_partitions=4,
                         instructions_items=(40, 200), flow_items=400, flow_rounds=1,
                         query_samples=20, fanin_items=1_200, fanin_samples=2,
                         reduce_gate_items=(300, 2_500), chord_partitions=3, chord_items=20,

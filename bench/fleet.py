@@ -25,6 +25,7 @@ import asyncio
 import json
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import (
@@ -46,47 +47,73 @@ TITLE = ("Fleet ({database}): {partitions} partitions x {items:,} items drained 
 FLEET_SIZES = (1, 2, 4)
 CPU_GOAL = 1.15  # CPU per item with 4 processors / with 1, at most
 POLL = 0.02
+# A probe: the CPU seconds (user + system) of some processes, by process id.
+Probe = Callable[[], dict[int, float]]
 
 
-async def fleet_drain(settings: Settings, processors: int) -> dict[str, float | int]:
+async def fleet_drain(settings: Settings, processors: int, *, worker_url: str | None = None,
+                      partitions: int | None = None, items: int | None = None,
+                      name: str = "fleet", probes: dict[str, Probe] | None = None
+                      ) -> dict[str, float | int]:
     """Drain the scenario's items with ``processors`` processors; their figures.
+
+    The processors connect to ``worker_url`` (the settings' database by default: the
+    pooled scenario gives a URL through PgBouncer); the benchmark creates and watches
+    the items directly. ``partitions`` and ``items`` default to the fleet's sizes.
+    ``probes`` read other processes' CPU seconds by process id (the database sessions
+    serving the processors, PgBouncer) at the go and at the end of the drain: the CPU
+    each process spent meanwhile (all of it, for a process started after the go) is a
+    figure per item (``<key>_cpu_us_per_item``), and how many processes the probe found
+    at the end another (``<key>_processes_at_end``).
 
     Raises:
         TimeoutError: they did not finish within the phase timeout.
         RuntimeError: a processor failed, or items were left over.
     """
     sizes = settings.sizes
-    total = sizes.fleet_partitions * sizes.fleet_items
+    partitions = sizes.fleet_partitions if partitions is None else partitions
+    items = sizes.fleet_items if items is None else items
+    total = partitions * items
     work = settings.work_dir
-    async with statefeed_tables(settings.db_url, f"fleet{processors}") as prefix:
+    worker_url = worker_url or settings.db_url
+    async with statefeed_tables(settings.db_url, f"{name}{processors}") as prefix:
         async with AsyncClient(settings.db_url, prefix) as client:
-            ids = await create_partitions(client, [sizes.fleet_items] * sizes.fleet_partitions)
+            ids = await create_partitions(client, [items] * partitions)
             async with Processes(work) as procs:
                 children = []
                 for number in range(processors):
-                    name = f"fleet-{processors}-{number}"
-                    (work / f"{name}.ready").unlink(missing_ok=True)
-                    children.append((name, await procs.start(
-                        name, PYTHON, "-m", "bench.fleet_worker", "--db-url", settings.db_url,
-                        "--prefix", prefix, "--owner", name, "--ready",
-                        str(work / f"{name}.ready"),
-                        "--out", str(work / f"{name}.json"))))
+                    owner = f"{name}-{processors}-{number}"
+                    (work / f"{owner}.ready").unlink(missing_ok=True)
+                    children.append((owner, await procs.start(
+                        owner, PYTHON, "-m", "bench.fleet_worker", "--db-url", worker_url,
+                        "--prefix", prefix, "--owner", owner, "--ready",
+                        str(work / f"{owner}.ready"),
+                        "--out", str(work / f"{owner}.json"))))
                 await wait_for(lambda: _all_ready(work, children), timeout=sizes.phase_timeout,
                                interval=POLL, what=f"{processors} processors to open their stores")
+                probes = probes or {}
+                before = {key: probe() for key, probe in probes.items()}
                 for _, child in children:
                     child.process.send_signal(signal.SIGUSR1)  # go
                 started = time.perf_counter()
                 await wait_for(lambda: _all_closed(client, ids), timeout=sizes.phase_timeout,
                                interval=POLL, what=f"{total:,} items to drain")
                 seconds = time.perf_counter() - started
+                after = {key: probe() for key, probe in probes.items()}
+                others: dict[str, float | int] = {}
+                for key in probes:
+                    spent = sum(seconds - before[key].get(pid, 0.0)
+                                for pid, seconds in after[key].items())
+                    others[f"{key}_cpu_us_per_item"] = round(spent / total * 1e6, 2)
+                    others[f"{key}_processes_at_end"] = len(after[key])
                 # All at once: one by one, the last would count its idle polls while
                 # the others shut down.
                 await asyncio.gather(*(child.terminate() for _, child in children))
-                figures = [json.loads((work / f"{name}.json").read_text())
-                           for name, _ in children]
-    items = sum(int(figure["items"]) for figure in figures)
-    if items != total:
-        raise RuntimeError(f"fleet of {processors}: {items} of {total} items complete")
+                figures = [json.loads((work / f"{owner}.json").read_text())
+                           for owner, _ in children]
+    done = sum(int(figure["items"]) for figure in figures)
+    if done != total:
+        raise RuntimeError(f"fleet of {processors}: {done} of {total} items complete")
     cpu = sum(float(figure["cpu_seconds"]) for figure in figures)
     statements = sum(int(figure["statements"]) for figure in figures)
     return {"processors": processors, "items": total, "seconds": round(seconds, 4),
@@ -96,7 +123,7 @@ async def fleet_drain(settings: Settings, processors: int) -> dict[str, float | 
             "leases_taken": sum(int(figure["leases_taken"]) for figure in figures),
             "leases_stolen": sum(int(figure["leases_stolen"]) for figure in figures),
             "leases_lost": sum(int(figure["leases_lost"]) for figure in figures),
-            "items_by_processor": [int(figure["items"]) for figure in figures]}
+            "items_by_processor": [int(figure["items"]) for figure in figures], **others}
 
 
 async def _all_ready(work: Path, children: list[tuple[str, Child]]) -> bool:

@@ -19,6 +19,8 @@ import signal
 import time
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+
 from bench.counting import StatementCounter
 from watcher import Hooks, Result, Store, Watcher, WatcherConfig, WorkItem
 
@@ -53,7 +55,11 @@ async def _noop(item: WorkItem) -> Result:
 
 async def serve(args: argparse.Namespace) -> dict[str, float | int]:
     """Run until SIGTERM; return the figures."""
-    store = Store.open(args.db_url, args.prefix)
+    # Named after the processor, so that the benchmark finds its database sessions.
+    url = make_url(args.db_url)
+    if url.get_backend_name() == "postgresql" and "application_name" not in url.query:
+        url = url.update_query_dict({"application_name": args.owner})
+    store = Store.open(url.render_as_string(hide_password=False), args.prefix)
     hooks = Completed()
     watcher = Watcher(store, _noop, WatcherConfig(owner_id=args.owner), hooks)
     stop, go = asyncio.Event(), asyncio.Event()

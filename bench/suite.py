@@ -86,6 +86,7 @@ def runners() -> dict[str, Runner]:
         latency,
         library,
         park,
+        pooled,
         reduce,
         renewals,
         rowsize,
@@ -95,6 +96,7 @@ def runners() -> dict[str, Runner]:
     )
 
     return {"library": library.run, "flow": flow.run, "small": small.run, "fleet": fleet.run,
+            "pooled": pooled.run,
             "instructions": instructions.run,
             "http": http_mode.run_per_item,
             "batch": http_mode.run_batch, "spawn": spawn.run, "ingest": ingest.run,
@@ -226,11 +228,13 @@ class DatabaseRun:
 
 
 async def run_one(name: str, runner: Runner, settings: Settings, console: Console) -> Outcome:
-    """Run one scenario within its time bound; a failure becomes an "error" outcome."""
+    """Run one scenario within its time bound (four phase timeouts a round); a failure
+    becomes an "error" outcome."""
     started = time.perf_counter()
     try:
         with console.status(f"running {name} on {settings.database_title} ..."):
-            async with asyncio.timeout(settings.sizes.phase_timeout * 4):
+            async with asyncio.timeout(settings.sizes.phase_timeout * 4
+                                       * max(1, settings.rounds)):
                 outcome = await runner(settings)
     except Exception as error:
         traceback.print_exc(file=sys.stderr)

@@ -100,6 +100,24 @@ def require_promtool() -> str:
     return path
 
 
+@pytest.fixture(scope="session")
+def pooled_postgres_url() -> str:
+    """The test PostgreSQL database through PgBouncer in transaction mode (a statefeed
+    URL with ``pooler=transaction``), started here when it is not listening
+    (:mod:`tests.support.pgbouncer`); skip (locally) or fail (when CI is set) when it
+    cannot be, naming the command that installs it."""
+    from tests.support import pgbouncer
+
+    require_postgres()
+    try:
+        return pgbouncer.ensure()
+    except pgbouncer.PgBouncerError as error:
+        message = f"PgBouncer: {error}"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; CI must run the pooled fleet tests", pytrace=False)
+        pytest.skip(message)
+
+
 def require_mssql() -> None:
     """Skip with :data:`MSSQL_NOT_SET` when no SQL Server is configured; fail when one is
     configured (``$PROCESSOR_TEST_MSSQL_URL``) but does not answer or pymssql is missing:

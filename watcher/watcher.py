@@ -230,6 +230,9 @@ class Watcher:
             raise RuntimeError("this watcher is already running")
         self._running = True
         log.info("action=watcher_started owner=%s", self.owner)
+        if self.store.polling_reason is not None:
+            log.info("action=listen_off owner=%s reason=%r; polling every %s s instead",
+                     self.owner, self.store.polling_reason, self.config.poll_interval)
         listener = (asyncio.create_task(self._listen(), name="listen")
                     if self.store.notifies else None)
         flow = asyncio.create_task(self.flow.run(self._held_keys), name="flow-control")

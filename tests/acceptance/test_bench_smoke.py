@@ -25,9 +25,9 @@ from tests.conftest import POSTGRES_URL, require_bench_peers, require_mariadb, r
 from watcher.store.db.urls import parse_database_url
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = ("library", "flow", "small", "fleet", "instructions", "http", "batch", "spawn",
-             "ingest", "latency", "failover", "renewals", "rowsize", "scale", "fanin", "reduce",
-             "chord", "crawl", "park")
+SCENARIOS = ("library", "flow", "small", "fleet", "pooled", "instructions", "http", "batch",
+             "spawn", "ingest", "latency", "failover", "renewals", "rowsize", "scale", "fanin",
+             "reduce", "chord", "crawl", "park")
 # The flow scenario's drains, by their name in its JSON.
 FLOW_SETUPS = ("no_keys", "one_key", "key_limit", "no_keys_half", "key_rates")
 
@@ -79,6 +79,25 @@ def positive(document: dict[str, Any], *paths: str) -> None:
         assert isinstance(value, int | float) and value > 0, f"{path} = {value!r}"
 
 
+def check_pooled(pooled: dict[str, Any], sizes: dict[str, Any]) -> None:
+    """The scale curve ran every size, directly and through PgBouncer, on every item (a
+    direct size the server has too few sessions for is reported as not run, and why)."""
+    for mode in ("direct", "pooled"):
+        curve = pooled[mode]["curve"]
+        assert set(curve) == {str(count) for count in sizes["pooled_processors"]}
+        assert "items_per_s" in curve["1"], curve["1"]
+        for figures in curve.values():
+            if figures.get("status") == "not run":
+                assert mode == "direct" and "sessions" in figures["reason"], figures
+                continue
+            assert sum(figures["items_by_processor"]) == (
+                sizes["pooled_partitions"] * sizes["pooled_items"])
+            positive(figures, "items_per_s", "cpu_us_per_item", "cores_busy",
+                     "sessions_at_end")
+    # PgBouncer's CPU is read in clock ticks: a smoke drain may cost it none.
+    assert pooled["pooled"]["curve"]["1"]["pooler_cpu_us_per_item"] >= 0
+
+
 def tables_left(url: str, prefixes: list[str]) -> list[str]:
     """The tables of the database at ``url`` whose names start with one of ``prefixes``."""
     engine = create_engine(parse_database_url(url).sync_url)
@@ -93,14 +112,15 @@ def tables_left(url: str, prefixes: list[str]) -> list[str]:
 # Every scenario once at its smallest: about 3 minutes on an idle 2-core machine, twice
 # that under load (valgrind's instruction count is most of it).
 @pytest.mark.timeout(720)
-def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
+def test_smoke_run_writes_every_scenario(tmp_path: Path, pooled_postgres_url: str) -> None:
     require_bench_peers()
     require_postgres()
     out = tmp_path / "bench.json"
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--json", str(out)], cwd=REPO,
         capture_output=True, text=True, timeout=660,
-        env={**os.environ, "PROCESSOR_BENCH_POSTGRES_URL": POSTGRES_URL, "COLUMNS": "160"})
+        env={**os.environ, "PROCESSOR_BENCH_POSTGRES_URL": POSTGRES_URL, "COLUMNS": "160",
+             "PROCESSOR_BENCH_POOLED_URL": pooled_postgres_url})
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     document = json.loads(out.read_text())
     assert document["mode"] == "smoke" and document["format"] == 1
@@ -132,6 +152,8 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
             sizes["fleet_partitions"] * sizes["fleet_items"])
     positive(fleet, "runs.1.items_per_s", "runs.4.cpu_us_per_item",
              "ratio_cpu_per_item_4_over_1")
+
+    check_pooled(scenarios["pooled"], sizes)
 
     instructions = scenarios["instructions"]
     if instructions["status"] == "skipped":

@@ -11,6 +11,11 @@ from sqlalchemy.dialects import mssql, mysql, postgresql, sqlite
 from watcher.config import WatcherConfig
 from watcher.errors import ConfigError
 from watcher.store.db.urls import parse_database_url, redact_url
+from watcher.store.drivers.postgresql.pooler import (
+    behind_transaction_pooler,
+    psycopg_options,
+    without_option,
+)
 from watcher.store.drivers.sql import db_now, db_now_plus
 from watcher.store.sql.schema import tables_for, validate_table_prefix
 
@@ -75,6 +80,32 @@ def test_mysql_urls_default_to_four_byte_utf8() -> None:
     assert url.async_url.query["charset"] == url.sync_url.query["charset"] == "utf8mb4"
     assert parse_database_url("mariadb://u@h/db?charset=latin1").async_url.query == {
         "charset": "latin1"}
+
+
+def test_a_transaction_pooler_is_said_in_the_url_and_never_reaches_libpq() -> None:
+    url = parse_database_url("postgresql://u:pw@pooler:6432/db?pooler=transaction&sslmode=off")
+    # The engine's URL keeps it (the PostgreSQL package reads it there and takes it out
+    # before connecting); the migrations' URL never has it; messages show it.
+    assert behind_transaction_pooler(url.async_url)
+    assert psycopg_options(url.async_url) == {"prepare_threshold": None}
+    assert dict(url.sync_url.query) == {"sslmode": "off"}
+    assert dict(without_option(url.async_url).query) == {"sslmode": "off"}
+    assert "pooler=transaction" in url.redacted() and "pw" not in url.redacted()
+    session = parse_database_url("postgresql://u@h/db?pooler=Session")
+    assert not behind_transaction_pooler(session.async_url)
+    assert psycopg_options(session.async_url) == {}
+    assert psycopg_options(parse_database_url("postgresql://u@h/db").async_url) == {}
+
+
+@pytest.mark.parametrize(("raw", "fragment"), [
+    ("postgresql://u@h/db?pooler=yes", r"pooler= option must be one of: transaction, session"),
+    ("postgresql://u@h/db?pooler=transaction&pooler=session", "pooler= option must be"),
+    ("mysql://u@h/db?pooler=transaction", "pooler= option is for PostgreSQL URLs"),
+    ("sqlite:///x.db?pooler=transaction", "pooler= option is for PostgreSQL URLs"),
+])
+def test_a_wrong_pooler_option_is_refused(raw, fragment) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        parse_database_url(raw)
 
 
 @pytest.mark.parametrize(("raw", "fragment"), [

@@ -319,6 +319,12 @@ class StoreBase:
         return self.driver.notifies
 
     @property
+    def polling_reason(self) -> str | None:
+        """Why watchers poll a database that could notify them (behind a transaction
+        pooler), or ``None``."""
+        return self.driver.polling_reason
+
+    @property
     def channel(self) -> str:
         """The notification channel of this namespace (the prefix is validated)."""
         return f"{self.tables.prefix}statefeed"

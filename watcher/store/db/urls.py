@@ -13,6 +13,7 @@ from sqlalchemy.exc import ArgumentError
 from watcher.errors import ConfigError
 from watcher.store.drivers import DRIVERS, PACKAGES
 from watcher.store.drivers.mysql import CHARSET as MYSQL_CHARSET
+from watcher.store.drivers.postgresql import pooler
 
 
 def _schemes() -> dict[str, tuple[str, str]]:
@@ -33,7 +34,7 @@ MASK = "***"
 SHOWN_QUERY_KEYS = frozenset({
     "charset", "sslmode", "application_name", "connect_timeout", "tds_version",
     "target_session_attrs", "gssencmode", "timeout", "read_timeout", "write_timeout",
-    "login_timeout",
+    "login_timeout", pooler.OPTION,
 })
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -191,7 +192,13 @@ def parse_database_url(raw: str) -> DatabaseURL:
             f"add one, as in {backend}://user@host/dbname"
         )
     given = url
+    if pooler.OPTION in url.query:
+        if url.get_backend_name() != "postgresql":
+            raise ConfigError(
+                f"the database URL's {pooler.OPTION}= option is for PostgreSQL URLs "
+                f"(PgBouncer in front of PostgreSQL); {render_redacted(url)!r} is not one")
+        pooler.pooler_mode(url)
     if url.get_backend_name() in ("mysql", "mariadb") and "charset" not in url.query:
         url = url.update_query_dict({"charset": MYSQL_CHARSET})
-    return DatabaseURL(url.set(drivername=async_scheme), url.set(drivername=sync_scheme),
-                       given)
+    return DatabaseURL(url.set(drivername=async_scheme),
+                       pooler.without_option(url).set(drivername=sync_scheme), given)

@@ -68,13 +68,13 @@ class Driver:
     (seconds): the server's statement timeout, where the database has one.
     """
 
-    notifies: ClassVar[bool] = False  # whether it carries wake-ups (LISTEN/NOTIFY)
+    notifies: bool = False  # whether it carries wake-ups (LISTEN/NOTIFY)
+    polling_reason: str | None = None  # why watchers poll though it could notify (logged)
     # Whether a lease take is one locking ``UPDATE … RETURNING`` on :meth:`fetch`
     # (``LeaseStatements.take``); without, an engine transaction locks, writes, re-reads.
     takes_leases_in_one_statement: ClassVar[bool] = False
-    # Whether one statement may chain writes (an ``UPDATE`` in a ``WITH`` feeding another:
-    # PostgreSQL), so a holder's move and its timeline are one statement on :meth:`fetch`
-    # (``TimelineStatements.after``); without, two statements in one engine transaction.
+    # Whether an ``UPDATE`` in a ``WITH`` may feed another (PostgreSQL): a holder's move
+    # and its timeline in one statement (``TimelineStatements.after``), else two.
     chains_writes: ClassVar[bool] = False
     # What the driver says when the session ended or the connection dropped, where the
     # dialect does not flag it (:meth:`session_lost`); the last: psycopg mid-pipeline.

@@ -27,6 +27,7 @@ from sqlalchemy.sql import ClauseElement
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.store.drivers.compiled import StatementCache
 from watcher.store.drivers.pool import ConnectionPool, Verdict
+from watcher.store.drivers.postgresql import pooler
 from watcher.store.drivers.postgresql.engine import connect_options, statement_timeout
 
 T = TypeVar("T")
@@ -88,10 +89,11 @@ class DirectStatements:
 
     def __init__(self, url: URL, dialect: Dialect, *, timeout: float = DEFAULT_DB_TIMEOUT,
                  max_connections: int = MAX_CONNECTIONS) -> None:
-        conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
+        conninfo = pooler.without_option(url).set(drivername="postgresql").render_as_string(
+            hide_password=False)
         self._dialect = dialect
-        self._connections = _Connections(conninfo, connect_options(timeout, url.query),
-                                         timeout, max_connections)
+        options = {**connect_options(timeout, url.query), **pooler.psycopg_options(url)}
+        self._connections = _Connections(conninfo, options, timeout, max_connections)
         self._compiled = StatementCache(dialect)
         self.listeners: list[Callable[[str], None]] = []
 

@@ -9,7 +9,9 @@
   is encoded element by element.
 - A batch of results is one guarded ``UPDATE ... FROM jsonb_array_elements(...)
   ... RETURNING``, each row still matched on its version and fenced on the lease.
-- Client writes send ``NOTIFY`` in their transaction; watchers ``LISTEN``.
+- Client writes send ``NOTIFY`` in their transaction; watchers ``LISTEN``; neither
+  behind a transaction pooler (:mod:`watcher.store.drivers.postgresql.pooler`), where
+  watchers poll.
 
 A store with a :class:`~watcher.store.db.clock.FixedClock` takes every one of these
 paths too: the clock is a parameter of the same statements.
@@ -29,6 +31,7 @@ from sqlalchemy.sql.expression import ColumnElement, Select, Update
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.records import ItemWrite
 from watcher.store.drivers.base import DirectDriver
+from watcher.store.drivers.postgresql import pooler
 from watcher.store.drivers.postgresql.direct import DirectStatements, connect_options
 from watcher.store.drivers.sql import (
     WAIT_POLICY,
@@ -75,6 +78,7 @@ TIMEOUT_SQLSTATES = frozenset({"57014", "55P03"})
 class PostgreSQLDriver(DirectDriver[DirectStatements]):
     """PostgreSQL: hot statements through psycopg directly, batch writes, notifications."""
 
+    # Notifications: yes, unless the URL says a transaction pooler is in between.
     notifies = True
     takes_leases_in_one_statement = True
     chains_writes = True
@@ -91,6 +95,9 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
         super().__init__(engine, statements, timeout=timeout)
         self.batch_statement = self._build_batch()
         self.park_statement = self._build_park()
+        # LISTEN needs a session of its own, which a transaction pooler does not give.
+        self.notifies = not pooler.behind_transaction_pooler(engine.url)
+        self.polling_reason = None if self.notifies else pooler.POLLING_REASON
 
     def open_direct(self) -> DirectStatements:
         """A few autocommit psycopg connections (:mod:`watcher.store.drivers.postgresql.direct`)."""
@@ -206,19 +213,25 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
     # -- wake-ups -----------------------------------------------------------
 
     async def notify(self, conn: AsyncConnection, channel: str, partition_id: str) -> None:
-        """``pg_notify`` in the writer's transaction: delivered only if it commits."""
+        """``pg_notify`` in the writer's transaction: delivered only if it commits.
+        Nothing behind a transaction pooler, where nobody listens."""
+        if not self.notifies:
+            return
         await conn.execute(select(func.pg_notify(channel, partition_id)))
 
     async def notifications(self, channel: str) -> AsyncIterator[str]:
         """Yield the partition ids notified on ``channel``, as their transactions commit.
 
         Holds one dedicated connection with ``LISTEN``. Raises the driver's
-        error when the connection fails; the caller reconnects.
+        error when the connection fails; the caller reconnects. Raises
+        ``NotImplementedError`` behind a transaction pooler (see :attr:`notifies`).
         """
         import psycopg
         from psycopg import sql
 
-        url = self.engine.url.set(drivername="postgresql")
+        if not self.notifies:
+            raise NotImplementedError(f"no notifications: {self.polling_reason}")
+        url = pooler.without_option(self.engine.url).set(drivername="postgresql")
         async with await psycopg.AsyncConnection.connect(
                 url.render_as_string(hide_password=False), autocommit=True,
                 **connect_options(self.timeout, url.query)) as conn:

@@ -17,6 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from watcher.store.db.urls import DatabaseURL
+from watcher.store.drivers.postgresql import pooler
 
 # statefeed's transactions never wait on anything but the database, so a session
 # idle inside one this long belongs to a frozen or cut-off process; PostgreSQL
@@ -47,18 +48,28 @@ def statement_timeout(timeout: float) -> str:
 
 
 def engine_options(url: DatabaseURL, timeout: float) -> dict[str, Any]:
-    """``create_async_engine``'s options for PostgreSQL: bounded connects, keepalives."""
+    """``create_async_engine``'s options for PostgreSQL: bounded connects, keepalives,
+    and no prepared statements behind a transaction pooler (:mod:`.pooler`)."""
     return {"pool_pre_ping": True,
-            "connect_args": connect_options(timeout, url.async_url.query)}
+            "connect_args": {**connect_options(timeout, url.async_url.query),
+                             **pooler.psycopg_options(url.async_url)}}
 
 
 def configure(engine: AsyncEngine, timeout: float) -> None:
     """Set each new connection's timeouts and plan cache mode.
 
     A SET on each new connection rather than a startup option, which poolers
-    such as PgBouncer refuse.
+    such as PgBouncer refuse. Behind a transaction pooler, the SETs land on the
+    server session that served them (every statefeed connection sets the same
+    values); docs/how-to/databases.md says to set them on the role as well.
     """
     milliseconds = int(STUCK_TRANSACTION_SECONDS * 1000)
+
+    @event.listens_for(engine.sync_engine, "do_connect")
+    def _without_pooler_option(_dialect: Any, _record: Any, _args: Any,
+                               params: dict[str, Any]) -> None:
+        # The URL's pooler= option is statefeed's (read by .pooler), not libpq's.
+        params.pop(pooler.OPTION, None)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
