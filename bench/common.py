@@ -142,7 +142,7 @@ class Sizes:
                         lease_duration=1.5, scale_partitions=20, scale_items=20,
                         small_partitions=40, small_items=5, fleet_partitions=8,
                         fleet_items=20, instructions_partitions=4,
-                        instructions_items=(40, 200), flow_items=400, flow_rounds=1,
+                        instructions_items=(20, 100), flow_items=400, flow_rounds=1,
                         query_samples=20, fanin_items=1_200, fanin_samples=2,
                         reduce_gate_items=(300, 2_500), chord_partitions=3, chord_items=20,
                         spawn_children=2_000, spawn_page=100, ingest_items=2_000,
