@@ -94,6 +94,9 @@ class Sizes:
     batch_size: int = 100
     batch_concurrency: int = 400  # items in flight in batch mode: a few batches at once
     pgqueuer_workers: int = 5  # PGQueuer's own benchmark runs 5 queue managers
+    # The systems of an HTTP headline ratio (bare aiohttp, processor run with its default
+    # transport, batch mode) run at least this many times each; the best run counts.
+    headline_rounds: int = 3
     latency_samples: int = 50
     latency_poll: float = 1.0  # polling alone would give ~poll/2 median latency
     failover_partitions: int = 8
@@ -137,12 +140,13 @@ class Sizes:
         if smoke:
             sizes = cls(items=400, partitions=4, http_items=200, batch_items=400,
                         batch_size=20, batch_concurrency=80, pgqueuer_workers=2,
+                        headline_rounds=1,
                         latency_samples=5, latency_poll=0.5, failover_partitions=4,
                         lease_duration=1.5, scale_partitions=20, scale_items=20,
                         small_partitions=40, small_items=5, fleet_partitions=8,
                         fleet_items=20, pooled_processors=(1, 2), pooled_partitions=4,
                         pooled_items=20, instructions_partitions=4,
-                        instructions_items=(40, 200), flow_items=400, flow_rounds=1,
+                        instructions_items=(20, 100), flow_items=400, flow_rounds=1,
                         query_samples=20, fanin_items=1_200, fanin_samples=2,
                         reduce_gate_items=(300, 2_500), chord_partitions=3, chord_items=20,
                         spawn_children=2_000, spawn_page=100, ingest_items=2_000,

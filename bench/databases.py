@@ -21,7 +21,7 @@ both (:mod:`bench.suite`).
   (:mod:`bench.http_mode`): ``processor run --concurrency 32`` drains N items
   through the benchmark handler, against bare ``aiohttp`` and ``httpx``
   clients posting the same N payloads to the same handler, best of at least
-  three runs for the headline pair.
+  three runs for the headline pair (one at ``--smoke`` sizes).
 
 The cross-database goals are checked on the figures of the same run: SQLite's
 drain at least half its limit, SQLite's HTTP hop at least half the bare

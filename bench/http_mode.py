@@ -52,9 +52,6 @@ TITLE_BATCH = "HTTP batch mode: processor run --handler-batch-size vs bare per-i
 PAYLOAD = b'{"n":0}'
 REQUEST_TIMEOUT = 30.0
 WARMUP_REQUESTS = 200
-# The systems of a headline ratio (bare aiohttp, processor run with its default
-# transport, batch mode) run at least this many times each; the best run counts.
-HEADLINE_ROUNDS = 3
 POLL = "0.1"
 BATCH_OPTION = "--handler-batch-size"
 TRANSPORT_OPTION = "--http-transport"
@@ -271,7 +268,7 @@ async def best_of_interleaved(plan: list[tuple[str, Any, int]],
 
 async def bare_baselines(settings: Settings, handler: Handler) -> list[Run]:
     """Bare aiohttp and bare httpx at the configured concurrency, best of the rounds and
-    of at least :data:`HEADLINE_ROUNDS` (measured once per benchmark run and reused).
+    of at least ``sizes.headline_rounds`` (measured once per benchmark run and reused).
 
     A run lasts a second or two, so one slow moment (PostgreSQL vacuuming after
     the previous scenario, three processes landing badly on two cores) can cut
@@ -283,7 +280,7 @@ async def bare_baselines(settings: Settings, handler: Handler) -> list[Run]:
         return cached
     sizes = settings.sizes
     # bare httpx takes about 20 s a run and is far from the headline: the rounds asked for.
-    clients = [("bare aiohttp", bare_aiohttp, max(settings.rounds, HEADLINE_ROUNDS)),
+    clients = [("bare aiohttp", bare_aiohttp, max(settings.rounds, sizes.headline_rounds)),
                ("bare httpx", bare_httpx, settings.rounds)]
 
     async def measure(system: str, client: Any) -> Run:
@@ -304,7 +301,7 @@ async def run_per_item(settings: Settings) -> Outcome:
     # The other transport takes about 20 s a run and is far from the headline.
     systems = [(f"processor run ({default_transport} transport, default)"
                 if default_transport else "processor run", concurrency,
-                max(settings.rounds, HEADLINE_ROUNDS))]
+                max(settings.rounds, sizes.headline_rounds))]
     systems += [(f"processor run ({transport} transport)",
                  (*concurrency, TRANSPORT_OPTION, transport), settings.rounds)
                 for transport in other_transports]
@@ -358,7 +355,7 @@ async def run_batch(settings: Settings) -> Outcome:
             items=sizes.batch_items,
             args=("--concurrency", str(sizes.batch_concurrency),
                   BATCH_OPTION, str(sizes.batch_size)))
-            for _ in range(max(settings.rounds, HEADLINE_ROUNDS))])
+            for _ in range(max(settings.rounds, sizes.headline_rounds))])
     best = max(bare, key=lambda run: run.per_second)
     headline = ratio(batch.per_second, best.per_second)
     outcome.rows.append(Row(batch.system, rate_text(batch.per_second),

@@ -104,7 +104,7 @@ async def run(settings: Settings) -> Outcome:
         RuntimeError: the watcher stopped early.
     """
     outcome = Outcome("rowsize", TITLE)
-    seconds = 5.0 if settings.mode == "smoke" else 30.0
+    seconds = 2.0 if settings.mode == "smoke" else 30.0
     async_url = settings.db_url.replace("postgresql://", "postgresql+asyncpg://", 1)
     async with statefeed_tables(settings.db_url, "rows") as prefix:
         names = tables_for(prefix)

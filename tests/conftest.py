@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.support.namespaces import NamespacePool, fresh_namespace
+from tests.support.namespaces import NamespacePool, fresh_namespace, set_session_pool
 from watcher.store import Store
 from watcher.store.db.urls import parse_database_url, redact_url
 
@@ -242,11 +242,14 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return POSTGRES_URL
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def namespace_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NamespacePool]:
-    """This test process's migrated namespaces (tests/support/namespaces.py)."""
+    """This test process's migrated namespaces (tests/support/namespaces.py), for the
+    ``table_prefix`` fixture and the acceptance harness's clusters alike."""
     pool = NamespacePool(tmp_path_factory.mktemp("namespaces"))
+    set_session_pool(pool)
     yield pool
+    set_session_pool(None)
     pool.close()
 
 

@@ -145,26 +145,11 @@ def encode_batch(items: Sequence[WorkItem]) -> bytes:
 # --------------------------------------------------------------------------- answers
 
 
-def parse_success_body(body: bytes, mask: Mask = unchanged) -> Result | HandlerError:
-    """Map the body of a 2xx per-item answer to a :class:`Result`.
-
-    An empty (or blank) body is ``Result()``. A body whose ``error`` is set is an
-    error report and comes back as a :class:`HandlerError`.
-
-    Raises:
-        MalformedResponseError: the body is not a JSON object, or a field has the
-            wrong type or value.
-    """
-    if not body or body.isspace():
-        return _LOOP
-    return parse_answer(decode_json(body), mask)
-
-
 def parse_answer(document: Any, mask: Mask = unchanged) -> Result | HandlerError:
     """Map one decoded answer object to a :class:`Result` or a :class:`HandlerError`.
 
-    Shared by the per-item body, each entry of a batch answer, and any call
-    whose answer carries per-item answer objects.
+    Shared by the per-item body (:func:`read_item_reply`), each entry of a batch
+    answer, and any call whose answer carries per-item answer objects.
 
     Raises:
         MalformedResponseError: not an object, or a field has the wrong type or value.

@@ -38,9 +38,8 @@ ISSUE_15_GOALS = ["SQLite library drain vs the sqlite3 limit",
                   "SQLite HTTP per item vs bare aiohttp", "MariaDB library drain vs PostgreSQL's",
                   "PostgreSQL HTTP per item vs bare aiohttp",
                   "PostgreSQL library at the default concurrency vs PGQueuer's best"]
-# The run is made by the first test that asks for it: about 3 minutes on an idle 2-core
-# machine for the three databases (flow's key-limited drain alone takes about 20 s a
-# database while its grant stalls: see docs/explanation/performance.md), more under load.
+# The run is made by the first test that asks for it: about a minute on an idle 2-core
+# machine for the three databases (57-91 s in CI), more under load.
 pytestmark = pytest.mark.timeout(480)
 REQUIRE: dict[str, Callable[[], None]] = {"sqlite": lambda: None, "postgres": require_postgres,
                                           "mariadb": require_mariadb}

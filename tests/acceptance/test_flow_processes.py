@@ -82,7 +82,8 @@ async def test_a_key_limit_holds_at_cold_start_through_kill_9_and_rebalancing(
     more than 4 calls of ``a`` at once, in any phase."""
     require_postgres()
     rng = random.Random(26)
-    load = KeyLoad(lambda call: rng.uniform(0.1, 0.3))
+    hold = [0.1, 0.3]  # how long each call works, at random between the two
+    load = KeyLoad(lambda call: rng.uniform(*hold))
     handler = RecordingHandler(gates=1, passes=1, hold=load)
     phases: dict[str, tuple[float, float]] = {}
 
@@ -97,7 +98,8 @@ async def test_a_key_limit_holds_at_cold_start_through_kill_9_and_rebalancing(
     async with Cluster(tmp_path, handler, name="fk") as cluster, \
             sampling_grants(cluster, "a") as grants:
         # Enough of a's work that some is left when the fourth processor joins: at the
-        # limit of 4 calls of 0.1-0.3 s, 480 calls take about 25 s.
+        # limit of 4 calls of 0.1-0.3 s, 480 calls take about 25 s. Once the fourth has
+        # its share, the rest are quick calls (still under the limit, checked at the end).
         layout = await create_keyed(cluster, "a", 8, 60)
         layout |= await create_keyed(cluster, "b", 3, 20)
         await cluster.client.set_key_limit("a", LIMIT)
@@ -137,6 +139,7 @@ async def test_a_key_limit_holds_at_cold_start_through_kill_9_and_rebalancing(
         problem = limit_problem(load, handler.calls, grants, phases)
         assert problem is None, (f"{problem}\nkilled at {killed_at:.3f}, restarted at "
                                  f"{restarted_at:.3f}, fourth joined at {joined_at:.3f}")
+        hold[:] = [0.01, 0.03]
         await cluster.wait_settled(layout, timeout=60)
         items = await cluster.items(layout)
         cluster.assert_no_tracebacks()

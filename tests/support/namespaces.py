@@ -13,7 +13,9 @@ A full Alembic upgrade and downgrade per test cost most of the suite's time. Ins
 - on SQLite, whose database is a file in the test's own folder, the pool migrates one
   template file and copies it to the test's path.
 
-The tests of migrations use :func:`fresh_namespace`, which migrates for real.
+The tests of migrations use :func:`fresh_namespace`, which migrates for real. The
+acceptance harness's clusters (tests/acceptance/harness/cluster.py) borrow from the
+test process's pool too, through :func:`session_pool`.
 """
 
 from __future__ import annotations
@@ -164,3 +166,17 @@ class NamespacePool:
             downgrade(db_url, prefix)
         with contextlib.suppress(ValueError):
             self._migrated.remove((db_url, prefix))
+
+
+_SESSION_POOLS: list[NamespacePool] = []
+
+
+def set_session_pool(pool: NamespacePool | None) -> None:
+    """Make ``pool`` the one :func:`session_pool` returns (``None``: no pool)."""
+    _SESSION_POOLS[:] = [] if pool is None else [pool]
+
+
+def session_pool() -> NamespacePool | None:
+    """The test process's pool (the ``namespace_pool`` fixture of tests/conftest.py sets
+    it for the whole session), or ``None`` when there is none."""
+    return _SESSION_POOLS[0] if _SESSION_POOLS else None

@@ -160,7 +160,7 @@ def test_each_public_name_has_one_import_path() -> None:
     assert not hasattr(http_processor, "__all__")
     assert HandlerEndpoint.__module__ == "processor.http.endpoint"
     for name in ("parse_header", "DEFAULT_MAX_CONNECTIONS", "header_safe",
-                 "parse_success_body", "parse_answer", "parse_error_body", "classify_error",
+                 "parse_answer", "parse_error_body", "classify_error",
                  "parse_retry_after", "HandlerError", "MalformedResponseError",
                  "MAX_RETRY_AFTER", "item_context"):
         assert name not in vars(http_processor), name

@@ -18,7 +18,6 @@ from processor.wire.contract import (
     header_safe,
     item_headers,
     parse_answer,
-    parse_success_body,
     read_answer,
     read_batch_reply,
     read_item_reply,
@@ -126,10 +125,8 @@ def test_nesting_near_the_limit_never_escapes_as_recursion_error(depth):
     nested = b"[" * depth + b"]" * depth
     for body in (b'{"data": ' + nested + b"}", b'{"gate": ' + nested + b"}",
                  b'{"error": {"message": ' + nested + b"}}"):
-        try:
-            parse_success_body(body)
-        except MalformedResponseError:
-            pass
+        outcome = read_item_reply(Reply(200, None, body), max_bytes=len(body), clock=clock)
+        assert isinstance(outcome, Result | Failure), outcome
         assert isinstance(parse_error_body(body), HandlerError)
 
 
@@ -156,8 +153,9 @@ def test_nesting_near_the_limit_never_escapes_as_recursion_error(depth):
     (b'\xef\xbb\xbf{"gate": 1}', Result(gate=1)),  # a UTF-8 byte order mark is fine
     (b'{"gate": 1, "error": null}', Result(gate=1)),
 ])
-def test_parse_success_body_maps_valid_answers(body, expected):
-    assert parse_success_body(body) == expected
+def test_a_2xx_item_reply_maps_valid_answers(body, expected):
+    """The body of a 2xx per-item answer, as the processor reads it (read_item_reply)."""
+    assert read_item_reply(Reply(200, None, body), max_bytes=LIMIT, clock=clock) == expected
 
 
 @pytest.mark.parametrize("body, in_message", [
@@ -189,16 +187,21 @@ def test_parse_success_body_maps_valid_answers(body, expected):
     (b"[" * 50_000, "nested too deeply"),
     (b'{"gate": ' + b"1" * 5000 + b"}", "not valid JSON"),  # over Python's int digit limit
 ])
-def test_parse_success_body_rejects_malformed_answers(body, in_message):
-    with pytest.raises(MalformedResponseError) as caught:
-        parse_success_body(body)
-    assert in_message in str(caught.value)
+def test_a_2xx_item_reply_refuses_malformed_answers(body, in_message):
+    """A malformed 2xx per-item body is a retryable malformed-answer failure that says why."""
+    outcome = read_item_reply(Reply(200, None, body), max_bytes=len(body), clock=clock)
+    Malformed(in_message).check(outcome, 200, ITEM_ANSWER)
 
 
 def test_an_error_object_on_a_2xx_is_a_reported_error():
-    assert parse_success_body(b'{"error": {"message": "m", "no_retry": true}}') == (
-        HandlerError("m", no_retry=True))
-    assert parse_success_body(b'{"gate": 3, "error": "plain"}') == HandlerError("plain")
+    body = b'{"error": {"message": "m", "no_retry": true}}'
+    assert parse_answer(decode_json(body)) == HandlerError("m", no_retry=True)
+    assert read_item_reply(Reply(200, None, body), max_bytes=LIMIT, clock=clock) == Failure(
+        False, "the handler reported an error (HTTP 200): m (no_retry set: not retried)")
+    body = b'{"gate": 3, "error": "plain"}'
+    assert parse_answer(decode_json(body)) == HandlerError("plain")
+    assert read_item_reply(Reply(200, None, body), max_bytes=LIMIT, clock=clock) == Failure(
+        True, "the handler reported an error (HTTP 200): plain")
 
 
 def test_parse_answer_takes_decoded_objects_and_masks_reported_errors():

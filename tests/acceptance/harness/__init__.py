@@ -6,5 +6,6 @@ driven against a recording handler served by uvicorn on loopback.
 - ``processes``: the ``processor`` command as a subprocess (run, stop, kill -9, pause).
 - ``database``: database URLs and the processors' PostgreSQL sessions.
 - ``faults``: outages and pauses inflicted on purpose.
-- ``cluster``: processors, a handler and a fresh table prefix, together.
+- ``cluster``: processors, a handler and an empty table prefix of
+  its own, together.
 """

@@ -1,6 +1,6 @@
-"""A cluster: ``processor run`` subprocesses, a handler served on loopback and a fresh
-table prefix on the test PostgreSQL database, with the client calls tests make
-on its data.
+"""A cluster: ``processor run`` subprocesses, a handler served on loopback and an empty
+migrated table prefix of its own on the test PostgreSQL database, with the client
+calls tests make on its data.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from tests.acceptance.harness.handler import RecordingHandler, initial_data
 from tests.acceptance.harness.processes import FAST, Processor, spawn
 from tests.conftest import POSTGRES_URL
 from tests.support.engine import wait_until
+from tests.support.namespaces import session_pool
 from tests.support.servers import free_port, serve_app
 from watcher.store.db.migrate import downgrade, upgrade
 from watcher.store.db.urls import parse_database_url
@@ -33,12 +34,14 @@ OPERATED = (*SETTLED, "cancelled")
 
 
 class Cluster:
-    """Processors, a handler and a fresh table prefix on the test PostgreSQL database.
+    """Processors, a handler and a table prefix of its own on the test PostgreSQL database.
 
-    ``async with Cluster(tmp_path, handler) as cluster``: migrates the prefix and
-    serves the handler; on exit kills every process still running, stops the
-    server and drops the prefix's tables. ``cluster.client`` is a client on the
-    prefix, ``cluster.db`` the test's own SQL and the processors' sessions.
+    ``async with Cluster(tmp_path, handler) as cluster``: borrows an empty, migrated
+    prefix from the test process's pool (tests/support/namespaces.py; outside pytest
+    it migrates a new one) and serves the handler; on exit kills every process still
+    running, stops the server and gives the prefix back (or drops its tables).
+    ``cluster.client`` is a client on the prefix, ``cluster.db`` the test's own SQL
+    and the processors' sessions.
 
     Each processor gets a unique owner id, its own handler URL path
     (``/p/<owner>``, so the handler knows who called) and its own
@@ -50,6 +53,7 @@ class Cluster:
         self.tmp_path = tmp_path
         self.handler = handler
         self.db_url = db_url
+        self._name = name
         self.prefix = f"{name}{uuid.uuid4().hex[:10]}_"
         self.processors: list[Processor] = []
         self.base_url = ""
@@ -59,13 +63,22 @@ class Cluster:
         self._numbers = itertools.count(1)
 
     async def __aenter__(self) -> Cluster:
-        await asyncio.to_thread(upgrade, self.db_url, self.prefix)
-        self._stack.push_async_callback(asyncio.to_thread, downgrade, self.db_url, self.prefix)
+        pool = session_pool()
+        if pool is None:
+            await asyncio.to_thread(upgrade, self.db_url, self.prefix)
+            self._stack.push_async_callback(asyncio.to_thread, downgrade, self.db_url,
+                                            self.prefix)
+        else:  # emptied before it is lent: as good as new, without a migration's cost
+            borrowed = pool.borrow(self.db_url)
+            self.prefix = await asyncio.to_thread(borrowed.__enter__)
+            self._stack.push_async_callback(asyncio.to_thread, borrowed.__exit__, None, None,
+                                            None)
         self.client = AsyncClient(self.db_url, self.prefix)
         self._stack.push_async_callback(self.client.close)
         engine = create_async_engine(parse_database_url(self.db_url).async_url)
         self._stack.push_async_callback(engine.dispose)
-        self.db = Sessions(engine, f"sft-{self.prefix}")
+        # Its own names, not the prefix's: a borrowed prefix served earlier clusters.
+        self.db = Sessions(engine, f"sft-{self._name}{uuid.uuid4().hex[:10]}_")
         if self.handler is not None:
             self.base_url = await self._stack.enter_async_context(serve_app(self.handler))
             if isinstance(self.handler, RecordingHandler):
