@@ -170,9 +170,9 @@ class Deliverer:
         attempts in flight get their timeout to finish; any left are cancelled, and
         their claims expire (they are sent again)."""
         if self.config.secret is None:
-            log.warning("action=notify_disabled reason=no_secret: set PROCESSOR_NOTIFY_SECRET "
-                        "to send partition notifications; events wait until a processor "
-                        "with a secret runs")
+            log.info("action=notify_disabled reason=no_secret: set PROCESSOR_NOTIFY_SECRET "
+                     "to send partition notifications; events wait until a processor "
+                     "with a secret runs")
         try:
             while not self._stop.is_set():
                 free = self.config.concurrency - len(self._tasks)
