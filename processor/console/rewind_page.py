@@ -9,59 +9,18 @@ read-only console, from another site, or without the session's form token.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from processor.client.async_client import AsyncClient
+from processor.console.flow_page import Console
 from processor.console.forms import see_other
 from watcher.errors import InvalidInputError
 from watcher.records import PartitionInfo
-
-
-class ReadOnlySetting(Protocol):
-    @property
-    def read_only(self) -> bool:
-        """Whether the console refuses writes."""
-        ...
-
-
-class Console(Protocol):
-    """What the rewind form needs of a console (:class:`processor.console.app.Console` is
-    one); a protocol, so that this module imports nothing of the app that mounts it."""
-
-    @property
-    def client(self) -> AsyncClient:
-        """The client the console reads and writes through."""
-        ...
-
-    @property
-    def settings(self) -> ReadOnlySetting:
-        """The console's settings."""
-        ...
-
-    def render(self, request: Request, name: str, status_code: int = 200,
-               **context: Any) -> Response:
-        """The page ``name`` rendered with ``context``."""
-        ...
-
-    async def guarded(self, request: Request,
-                      page: Callable[[Request], Awaitable[Response]]) -> Response:
-        """``page(request)``, with its failures as pages that say what went wrong."""
-        ...
-
-    def read_only_refusal(self, request: Request) -> Response:
-        """The answer to a write on a read-only console."""
-        ...
-
-    async def action_form(self, request: Request, verb: str,
-                          verbs: Collection[str]) -> Response | dict[str, str]:
-        """The form of an action's POST, or the page refusing it."""
-        ...
 
 
 def form_values(form: dict[str, str]) -> tuple[int, bool, list[str] | None, int | None]:

@@ -92,9 +92,9 @@ class Statements:
         self.clock = clock
         self.now: ColumnElement[Any] = clock_now(clock)
         self._item_writes: dict[tuple[bool, bool], Update] = {}
-        self._lease_rewrites: dict[tuple[int, bool, bool], Update] = {}
+        self._lease_rewrites: dict[tuple[int, bool], Update] = {}
         self._lease_takes: dict[int, Update] = {}
-        self._transitions: dict[tuple[bool, str | None, bool, bool], Update] = {}
+        self._transitions: dict[tuple[bool, str | None, bool], Update] = {}
 
     def now_plus(self, seconds: float | ColumnElement[Any]) -> ColumnElement[Any]:
         """The clock's time plus ``seconds`` (a number, or an SQL expression)."""
