@@ -28,8 +28,10 @@ def check_state(state: object) -> str | None:
     Raises:
         InvalidInputError: it is not pending, delivered or dead.
     """
-    if state is None or state in STATES:
-        return state  # type: ignore[return-value]
+    if state is None:
+        return None
+    if isinstance(state, str) and state in STATES:
+        return state
     raise InvalidInputError(f"state must be one of {', '.join(STATES)}, got {state!r}")
 
 

@@ -93,12 +93,11 @@ class Deliverer:
         if body is None:
             body = event_body(event, await self.store.partition_get(event.partition_id))
         target = redact_url(event.target)
+        attempt_error: str | None = None
         try:
             refused = await refusal(event.target, allow_private=self.config.allow_private)
         except LookupError as error:
             refused, attempt_error = None, str(error)
-        else:
-            attempt_error = None
         if refused is not None:
             return await self._settle(event, DeliveryState.DEAD, body, refused, target)
         if attempt_error is None:

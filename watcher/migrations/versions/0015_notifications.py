@@ -61,7 +61,7 @@ def _data() -> sa.types.TypeEngine[Any]:
 
 
 def _text() -> sa.types.TypeEngine[Any]:
-    return sa.UnicodeText().with_variant(mssql.NVARCHAR("max"), "mssql")
+    return sa.UnicodeText().with_variant(mssql.NVARCHAR(), "mssql")
 
 
 def upgrade() -> None:

@@ -51,9 +51,9 @@ class TimelineStatements:
             written = (update(t).where(t.c.partition_id.in_(select(moved.c.id)))
                        .values(timeline=bindparam("tl_text", type_=t.c.timeline.type))
                        .returning(t.c.partition_id).cte("written"))
-            found = self._afters[move] = select(
-                select(func.count()).select_from(moved).scalar_subquery(),
-                select(func.count()).select_from(written).scalar_subquery())
+            counts: list[Any] = [select(func.count()).select_from(cte).scalar_subquery()
+                                 for cte in (moved, written)]
+            found = self._afters[move] = select(*counts)
         return found
 
     def swap(self, rows: int) -> Update:
