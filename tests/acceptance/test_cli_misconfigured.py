@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.harness.processes import PROCESSOR, spawn
+from tests.acceptance.harness.processes import spawn
+from tests.support.forked_cli import as_text, run_processor
 from tests.support.servers import free_port
 
 NOT_MIGRATED = "run `processor migrate` first"
@@ -37,8 +38,7 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
     """``processor *args`` in ``cwd``, with no PROCESSOR_* variable of the caller's."""
     clean = {name: value for name, value in os.environ.items()
              if not name.startswith("PROCESSOR_")}
-    return subprocess.run([PROCESSOR, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env={**clean, **(env or {})}, check=False)
+    return as_text(run_processor(args, cwd=cwd, env={**clean, **(env or {})}))
 
 
 def one_line(done: subprocess.CompletedProcess[str], code: int) -> str:

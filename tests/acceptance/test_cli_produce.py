@@ -20,8 +20,9 @@ from urllib.parse import unquote
 import pytest
 
 from processor import AsyncClient, PartitionInfo
-from tests.acceptance.harness.processes import PROCESSOR, Processor, run_cli, spawn
+from tests.acceptance.harness.processes import Processor, run_cli, spawn
 from tests.support.engine import wait_until
+from tests.support.forked_cli import run_processor
 from tests.support.servers import answered_probe, read_body, send_json, serve_app
 from watcher.errors import PartitionNotFoundError
 from watcher.store.db.migrate import upgrade
@@ -44,8 +45,7 @@ def cli(*args: str, stdin: str | bytes | None = None, env: dict[str, str] | None
     if stdin is None:
         return run_cli(*args, env=env)
     data = stdin.encode() if isinstance(stdin, str) else stdin
-    done = subprocess.run([PROCESSOR, *args], input=data, capture_output=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+    done = run_processor(args, input=data, env={**os.environ, **(env or {})})
     return subprocess.CompletedProcess(done.args, done.returncode,
                                        done.stdout.decode(errors="replace"),
                                        done.stderr.decode(errors="replace"))

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.engine import wait_until
+from tests.support.forked_cli import as_text, run_processor
 
 PROCESSOR = str(Path(sys.executable).with_name("processor"))
 
@@ -31,13 +32,13 @@ FAST = ("--poll-interval", str(POLL), "--lease-duration", str(LEASE), "--retry-b
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60
             ) -> subprocess.CompletedProcess[str]:
-    """Run ``processor *args`` to completion with its output captured.
+    """Run ``processor *args`` to completion with its output captured, and an empty
+    stdin (forked from a server that imported the command once: :mod:`tests.support.forked_cli`).
 
     Raises:
         subprocess.TimeoutExpired: it ran longer than ``timeout`` seconds.
     """
-    return subprocess.run([PROCESSOR, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return as_text(run_processor(args, env={**os.environ, **(env or {})}, timeout=timeout))
 
 
 def warning_lines(log: str) -> list[str]:
