@@ -217,9 +217,9 @@ BURST = 2000
 async def test_one_tenants_partition_starts_within_a_lease_cycle_behind_anothers_burst(
         tmp_path, database: str) -> None:
     """Tenant ``a`` has 2,000 one-item partitions and 3 processors are busy with them
-    (50 leases and 4 calls each); tenant ``b``'s single partition, created then, gets
-    is leased within one lease cycle (a third of the lease) of its insert, and called
-    before half of a's burst has started.
+    (50 leases and 4 calls each); tenant ``b``'s single partition, created then, is
+    leased within one lease cycle (a third of the lease) of its insert, and called
+    before half of a's burst has started."""
     sqlite_url = None if database == "postgres" else f"sqlite:///{tmp_path / 'statefeed.db'}"
     if sqlite_url is None:
         require_postgres()
