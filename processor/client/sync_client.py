@@ -107,11 +107,13 @@ class Client(SyncScheduleClient, SyncWaits, SyncNotificationsClient):
                          start_at: datetime | None = None, priority: int = 0,
                          key: str | None = None,
                          quorum: Mapping[int, int] | None = None,
-                         notify: str | None = None) -> None:
+                         notify: str | None = None, pipeline: str | None = None,
+                         pipeline_version: str | None = None) -> None:
         """See :meth:`AsyncClient.create_partition`."""
         return self._run(self._async.create_partition(
             partition_id, items, reduce_gates=reduce_gates, on_item_failure=on_item_failure,
-            start_at=start_at, priority=priority, key=key, quorum=quorum, notify=notify))
+            start_at=start_at, priority=priority, key=key, quorum=quorum, notify=notify,
+            pipeline=pipeline, pipeline_version=pipeline_version))
 
     def add_items(self, partition_id: str, items: Sequence[NewItem]) -> bool:
         """See :meth:`AsyncClient.add_items`."""

@@ -36,7 +36,7 @@ TIE_STEP = timedelta(microseconds=1)
 # then the clock's time; ``timeline`` from the partition's timeline row.
 LEASE_COLUMNS = ("id", "version", "gate", "owner", "reduce_gates", "on_item_failure",
                  "trace_context", "priority", "flow_key", "rank_at", "timeline", "quorum",
-                 "notify")
+                 "notify", "pipeline", "pipeline_version")
 
 
 class LeaseStatements:
