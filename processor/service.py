@@ -23,6 +23,8 @@ from processor.health import HealthApp
 from processor.http.batch import BatchingHttpProcessor
 from processor.http.config import HttpProcessorConfig
 from processor.http.processor import HttpProcessor
+from processor.http.routed import RoutedHttpProcessor
+from processor.http.routes import Routes
 from processor.notify.deliverer import Deliverer
 from processor.notify.metrics import NotifyMetrics
 from processor.notify.policy import NotifyConfig
@@ -83,6 +85,8 @@ class ServiceConfig:
     backlog_interval: float = DEFAULT_BACKLOG_INTERVAL
     db_timeout: float = DEFAULT_DB_TIMEOUT
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    # Each pipeline's gates to their services (--routes); None: every call to ``http``.
+    routes: Routes | None = None
 
     def __post_init__(self) -> None:
         check_whole_number("handler batch size", self.batch_size, minimum=0)
@@ -120,9 +124,11 @@ class ProcessorService:
         self.hooks = PrometheusHooks()
         self.store = Store.open(config.db_url, config.table_prefix,
                                 db_timeout=config.db_timeout)
-        self.http = (BatchingHttpProcessor(config.http, batch_size=config.batch_size,
-                                           batch_url=config.batch_url)
-                     if config.batch_size else HttpProcessor(config.http))
+        self.http: HttpProcessor | BatchingHttpProcessor | RoutedHttpProcessor = (
+            RoutedHttpProcessor(config.routes, config.http) if config.routes is not None
+            else BatchingHttpProcessor(config.http, batch_size=config.batch_size,
+                                       batch_url=config.batch_url)
+            if config.batch_size else HttpProcessor(config.http))
         self.watcher = Watcher(self.store, self.http, config.watcher, self.hooks)
         self.retention = (
             Retention(self.store, config.watcher.owner_id, config.retention,
@@ -148,7 +154,9 @@ class ProcessorService:
             "action=starting", f"owner={config.watcher.owner_id}",
             f"database={config.db_url.redacted()}",
             f"table_prefix={config.table_prefix or '-'}",
-            f"handler={redact_url(http.handler_url)}",
+            (f"handler={redact_url(http.handler_url)}" if config.routes is None else
+             f"pipelines={','.join(sorted(config.routes.pipelines))} "
+             f"services={len(config.routes.services())}"),
             f"concurrency={config.watcher.concurrency}",
             f"batch_size={config.batch_size}",
             f"transport={http.transport}",

@@ -31,6 +31,7 @@ from watcher.leasing.handover import grace as hand_over_grace
 from watcher.leasing.keeper import LeaseCycle, LeaseKeeper
 from watcher.leasing.lease import Lease
 from watcher.outages import OutageLatch
+from watcher.pipelines import ServiceOfPlace, service_now
 from watcher.protocol import (
     ProcessBatchCall,
     ProcessCall,
@@ -108,7 +109,10 @@ class Watcher:
         # The processor's probe of its handler's service (an HttpProcessor's), which ends
         # the hold on calls while the service is down (watcher.flow.handler_hold).
         self.flow = FlowControl(store, self.config, self.hooks,
-                                probe=getattr(processor, "probe_handler", None))
+                                probe=getattr(processor, "probe_handler", None),
+                                service_probe=getattr(processor, "probe_service", None))
+        # A routing processor names each place's service: holds are per service then.
+        self._service_of: ServiceOfPlace | None = getattr(processor, "service_of", None)
         self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
         self._handing: set[asyncio.Task[None]] = set()  # hand-overs under way
         self._wake = asyncio.Event()
@@ -177,12 +181,13 @@ class Watcher:
 
     def _start_supervisor(self, lease: Lease) -> None:
         context = PartitionContext(lease, self.store, self.keeper, self.config, self.hooks)
+        service = service_now(self._service_of, lease.settings, lambda: lease.gate)
+        on_throttled, on_unavailable = self.flow.holds_of(service)
         supervisor = PartitionSupervisor(
             context, PartitionCalls(self._process, self._process_batch, self._reduce),
-            writer=self.writer, slots=self.flow.slots_for(lease.settings, self.slots),
+            writer=self.writer, slots=self.flow.slots_for(lease.settings, self.slots, service),
             reduce_shape=self._reduce_shape, tracer=self._tracer,
-            on_throttled=self.flow.throttled, on_unavailable=self.flow.unavailable,
-            read_ahead=self.read_ahead)
+            on_throttled=on_throttled, on_unavailable=on_unavailable, read_ahead=self.read_ahead)
         task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
         task.add_done_callback(self._supervisor_ended)
         self.supervisors[lease.partition_id] = (supervisor, task)
