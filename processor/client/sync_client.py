@@ -31,6 +31,8 @@ from watcher.records import ItemInfo, NewItem, Page, PartitionInfo
 from watcher.reports import (
     Backlog,
     FlowControlInfo,
+    PipelineCount,
+    PipelineMove,
     PurgeReport,
     RetryReport,
     RewindReport,
@@ -260,6 +262,16 @@ class Client(SyncScheduleClient, SyncWaits, SyncNotificationsClient):
         """See :meth:`AsyncClient.purge`."""
         return self._run(self._async.purge(older_than=older_than, statuses=statuses,
                                            batch=batch, dry_run=dry_run))
+
+    def move_pipeline_version(self, partition_id: str, pipeline_version: str, *,
+                              version: int | None = None) -> PipelineMove:
+        """See :meth:`AsyncClient.move_pipeline_version`."""
+        return self._run(self._async.move_pipeline_version(partition_id, pipeline_version,
+                                                           version=version))
+
+    def pipelines(self) -> list[PipelineCount]:
+        """See :meth:`AsyncClient.pipelines`."""
+        return self._run(self._async.pipelines())
 
     def set_gate(self, partition_id: str, gate: int) -> None:
         """See :meth:`AsyncClient.set_gate`."""
