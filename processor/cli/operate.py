@@ -300,7 +300,7 @@ def pipelines_move(
     expect: Annotated[int | None, typer.Option(
         "--expect-version", show_default=False, metavar="N",
         help="Move only while the partition is at this partition version "
-        "(`processor status --json` shows it).")] = None,
+        "(as a read of it gave it: the client's partition(id).version).")] = None,
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
     as_json: JsonOption = False,

@@ -73,7 +73,8 @@ async def test_a_json_create_stores_the_items_as_sent(api, client) -> None:
     assert response.status_code == 201, response.text
     assert response.json() == {"id": "job-1", "items": 3, "first_gate": 0, "reduce_gates": [2],
                                "on_item_failure": "continue", "key": None, "priority": 0,
-                               "quorum": None, "notify": None, "start_at": None}
+                               "quorum": None, "notify": None, "start_at": None,
+                               "pipeline": "default", "pipeline_version": None}
     assert response.headers["location"] == "/v1/partitions/job-1"
     assert response.headers["idempotent-replayed"] == "false"
     info = await client.partition("job-1")
