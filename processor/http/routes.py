@@ -36,6 +36,7 @@ from types import MappingProxyType
 from typing import Any, overload
 
 from processor.http.config import check_header, check_url
+from processor.observe.redact import redact_url
 from watcher.errors import ConfigError
 from watcher.models import MAX_GATE
 from watcher.pipelines import ServedPipelines, ServedRoute
@@ -73,8 +74,9 @@ class Service:
     headers: tuple[tuple[str, str], ...] = ()
     batch_size: int = 0  # 0: one item per request
 
-    def __repr__(self) -> str:  # never a header value
-        return f"Service(url=<redacted>, headers={[name for name, _ in self.headers]!r})"
+    def __repr__(self) -> str:  # never a header value, a password or a query value
+        return (f"Service(url={redact_url(self.url)!r}, "
+                f"headers={[name for name, _ in self.headers]!r})")
 
 
 @dataclass(frozen=True)
