@@ -147,13 +147,17 @@ class RoutedHttpProcessor:
         return False if inner is None else await inner.probe_handler()
 
     async def check_health(self) -> tuple[bool, str]:
-        """Every service's health check: healthy when all are. Never raises."""
+        """Every service's health check, at once. Readiness is per service: the processor
+        is ready while some service is healthy (its calls go on; those to a service down
+        are held, :mod:`watcher.flow.handler_hold`), and the detail names each service
+        that is not. Never raises."""
         results = await asyncio.gather(*(inner.check_health()
                                          for inner in self._by_name.values()))
-        unhealthy = [detail for healthy, detail in results if not healthy]
-        if unhealthy:
-            return False, "; ".join(unhealthy)
-        return True, f"{len(results)} services healthy"
+        unhealthy = [f"{name}: {detail}" for name, (healthy, detail)
+                     in zip(self._by_name, results, strict=True) if not healthy]
+        healthy = len(results) - len(unhealthy)
+        detail = f"{healthy} of {len(results)} services healthy"
+        return healthy > 0, detail + "".join(f"; {line}" for line in unhealthy)
 
     def start(self) -> None:
         """Build every service's HTTP client now (see :meth:`HttpProcessor.start`)."""

@@ -131,6 +131,7 @@ name = "resumes"
 [[pipeline.route]]
 gate = "*"
 url = "@parse"
+batch_size = 4
 """
 
 
@@ -150,6 +151,7 @@ async def test_each_item_reaches_exactly_the_service_its_route_names(
             for n in range(3):
                 assert (await client.wait(f"inv{n}", timeout=60)).status == "complete"
                 assert (await client.wait(f"res{n}", timeout=60)).status == "complete"
+            assert await fleet[0][1].check_health() == (True, "3 of 3 services healthy")
     finally:
         for _, processor in fleet:
             await processor.aclose()
@@ -159,7 +161,7 @@ async def test_each_item_reaches_exactly_the_service_its_route_names(
     ocr, classify, parse = (urls[name][0] for name in ("ocr", "classify", "parse"))
     assert {gate for _, gate in ocr.calls} == {0} and {gate for _, gate in classify.calls} == {1}
     assert ocr.partitions() == classify.partitions() == {"inv0", "inv1", "inv2"}
-    assert parse.partitions() == {"res0", "res1", "res2"}
+    assert parse.partitions() == {"res0", "res1", "res2"}  # in batches, to <url>/batch
     info = await client.partition("res1")
     assert (info.pipeline, info.pipeline_version) == ("resumes", "2026.1")
 
@@ -255,6 +257,8 @@ async def test_an_outage_of_one_service_holds_only_its_calls(
             for n in range(2):
                 assert (await client.wait(f"r{n}", timeout=30)).status == "complete"
             assert watcher.flow.holds[ocr_name].held
+            ready, detail = await http.check_health()  # ready: the rank service answers
+            assert ready and detail.startswith(f"1 of 2 services healthy; {ocr_name}: "), detail
             assert not any(hold.held for name, hold in watcher.flow.holds.items()
                            if name != ocr_name)
             ocr.down = False
