@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any, Literal
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -31,7 +32,7 @@ from watcher.leasing.handover import grace as hand_over_grace
 from watcher.leasing.keeper import LeaseCycle, LeaseKeeper
 from watcher.leasing.lease import Lease
 from watcher.outages import OutageLatch
-from watcher.pipelines import ServiceOfPlace, service_now
+from watcher.pipelines import ServedPipelines, ServiceOfPlace, service_now
 from watcher.protocol import (
     ProcessBatchCall,
     ProcessCall,
@@ -123,17 +124,19 @@ class Watcher:
         self._listen_outage = OutageLatch()
 
     @property
-    def owner(self) -> str:
-        """This watcher's owner id."""
+    def owner(self) -> str:  # this watcher's owner id
         return self.config.owner_id
 
     @property
-    def partitions(self) -> list[str]:
-        """The partitions this watcher holds leases on."""
+    def partitions(self) -> list[str]:  # the partitions this watcher holds leases on
         return sorted(self.keeper.leases)
 
-    def wake(self) -> None:
-        """Run the next lease cycle now instead of at the end of the poll interval."""
+    def serve(self, pipelines: ServedPipelines) -> None:
+        """Lease only at the places ``pipelines`` serves from the next lease cycle on (a
+        routes file reloaded); held partitions elsewhere are handed over then."""
+        self.config = self.keeper.config = replace(self.config, pipelines=pipelines)
+
+    def wake(self) -> None:  # run the next lease cycle now, not at the end of the poll
         self._wake.set()
 
     async def run_once(self) -> LeaseCycle:

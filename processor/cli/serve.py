@@ -340,7 +340,7 @@ def run(
             reduce_url=handler_reduce_url or None, health_optional=not handler_health_url),
         batch_size=handler_batch_size,
         batch_url=handler_batch_url or None,
-        routes=routes,
+        routes=routes, routes_path=routes_file or None,
         health_port=health_port,
         health_host=health_host,
         migrate=migrate_first,

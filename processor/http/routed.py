@@ -56,15 +56,31 @@ class RoutedHttpProcessor:
 
     def __init__(self, routes: Routes, base: HttpProcessorConfig, *,
                  call_tracer: CallSpans | str | None = "auto") -> None:
-        self.routes = routes
-        services = routes.services()
-        batching = any(service.batch_size for service in services)
+        batching = any(service.batch_size for service in routes.services())
         self.call_tracer = resolve(call_tracer, client=not batching)
-        self.services: dict[Service, Inner] = {
-            service: self._inner(service, base) for service in services}
+        self._base = base
+        self.services: dict[Service, Inner] = {}
+        self.reload(routes)
+
+    def reload(self, routes: Routes) -> list[Inner]:
+        """Route by ``routes`` from now on (a routes file reloaded): the services they
+        still name keep their processors (pools, outage tracking), new ones get theirs,
+        and every place is resolved again at its next call. Calls in flight go on.
+        Returns the processors of the services no route names any more: close them once
+        their calls in flight are done (``request_timeout`` bounds them).
+
+        Raises:
+            ConfigError: a new service's settings are invalid (nothing changed).
+        """
+        services = routes.services()
+        made = {service: self.services.get(service) or self._inner(service, self._base)
+                for service in services}
+        retired = [inner for service, inner in self.services.items() if service not in made]
+        self.routes, self.services = routes, made
         self.names = {service: service_name(service.url) for service in services}
-        self._by_name = {self.names[service]: inner for service, inner in self.services.items()}
+        self._by_name = {self.names[service]: inner for service, inner in made.items()}
         self._places: dict[Place, tuple[Inner, str] | None] = {}
+        return retired
 
     def _inner(self, service: Service, base: HttpProcessorConfig) -> Inner:
         headers = {name: value for name, value in base.headers.items()

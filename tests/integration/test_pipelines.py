@@ -13,6 +13,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,11 +23,13 @@ from processor import AsyncClient, NewItem
 from processor.http.config import HttpProcessorConfig
 from processor.http.routed import RoutedHttpProcessor
 from processor.http.routes import Routes, parse_routes
+from processor.service import ProcessorService, ServiceConfig
 from tests.support.engine import running, wait_until
 from tests.support.servers import read_body, serve_app
 from watcher import Watcher, WatcherConfig
 from watcher.hooks import Hooks
 from watcher.store import Store
+from watcher.store.db.urls import parse_database_url
 
 FAST = {"poll_interval": 0.05, "lease_duration": 2.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2}
@@ -321,3 +324,58 @@ async def test_a_processor_serving_a_subset_never_leases_what_it_cannot_serve(
     assert {gate for _, gate in urls["first"][0].calls} == {0}
     for n in range(3):
         assert await answered_by(client, f"o{n}") == {("0", "first"), ("1", "second")}
+
+
+ONE = """
+[[pipeline]]
+name = "one"
+[[pipeline.route]]
+gate = "*"
+url = "@a"
+"""
+
+
+async def test_a_reloaded_routes_file_serves_the_new_routes_without_dropping_calls(
+        client: AsyncClient, db_url: str, table_prefix: str, tmp_path: Path,
+        services: Callable[..., Any], caplog: pytest.LogCaptureFixture) -> None:
+    urls = await services("a", "b")
+    a = urls["a"][0]
+    a.gate1_open = asyncio.Event()  # p1's gate 1 calls are in flight over the reload
+    path = tmp_path / "routes.toml"
+    path.write_text(ONE.replace("@a", urls["a"][1]))
+    routes = parse_routes(path.read_text())
+    service = ProcessorService(ServiceConfig(
+        db_url=parse_database_url(db_url), table_prefix=table_prefix,
+        watcher=WatcherConfig(**FAST, pipelines=routes.served()),
+        http=HttpProcessorConfig(handler_url="http://unused/"), batch_size=0, health_port=0,
+        health_host="127.0.0.1", routes=routes, routes_path=str(path)))
+    await client.create_partition("p1", [NewItem("a", b"{}"), NewItem("b", b"{}")],
+                                  pipeline="one")
+    await client.create_partition("p2", [NewItem("a", b"{}")], pipeline="two")
+    try:
+        async with running(service.watcher):
+            await wait_until(lambda: sum(call == ("p1", 1) for call in a.calls) == 2,
+                             timeout=30, message="p1's gate 1 calls")
+            path.write_text("[[pipeline]]\nname = 'one'\ncolour = 'red'\n")
+            assert not await service.reload_routes()  # refused: the routes in use stay
+            assert "routes.toml:1: unknown key 'colour'" in caplog.text
+            path.write_text(ONE.replace("@a", urls["a"][1]) + TWO.replace("@b", urls["b"][1]))
+            assert await service.reload_routes()
+            assert (await client.wait("p2", timeout=30)).status == "complete"
+            a.gate1_open.set()
+            assert (await client.wait("p1", timeout=30)).status == "complete"
+    finally:
+        await service.http.aclose()
+        await service.store.close()
+    assert await answered_by(client, "p2") == {("0", "b"), ("1", "b")}
+    assert await answered_by(client, "p1") == {("0", "a"), ("1", "a")}
+    assert sum(call == ("p1", 1) for call in a.calls) == 2  # its calls in flight went on
+
+
+TWO = """
+[[pipeline]]
+name = "two"
+[[pipeline.route]]
+gate = "*"
+url = "@b"
+"""
