@@ -293,8 +293,8 @@ def run(
     if routes is not None:
         handler_url = routes.services()[0].url  # the shared settings' URL; each has its own
     if not handler_url:
-        raise fail("--handler-url or --routes is required (or set PROCESSOR_HANDLER_URL or "
-                   "PROCESSOR_ROUTES)")
+        raise fail("--handler-url is required (or set PROCESSOR_HANDLER_URL), or --routes "
+                   "FILE (PROCESSOR_ROUTES)")
     if not db_url:
         raise fail("--db-url is required (or set PROCESSOR_DB_URL): `processor run` never "
                    "picks a database of its own; `processor demo` runs on a throwaway one")
