@@ -12,6 +12,7 @@ import logging
 import signal
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
@@ -23,6 +24,8 @@ from processor.health import HealthApp
 from processor.http.batch import BatchingHttpProcessor
 from processor.http.config import HttpProcessorConfig
 from processor.http.processor import HttpProcessor
+from processor.http.routed import RoutedHttpProcessor
+from processor.http.routes import Routes, parse_routes
 from processor.notify.deliverer import Deliverer
 from processor.notify.metrics import NotifyMetrics
 from processor.notify.policy import NotifyConfig
@@ -83,6 +86,10 @@ class ServiceConfig:
     backlog_interval: float = DEFAULT_BACKLOG_INTERVAL
     db_timeout: float = DEFAULT_DB_TIMEOUT
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    # Each pipeline's gates to their services (--routes), and the file they were read
+    # from (SIGHUP reads it again); None: every call to ``http``.
+    routes: Routes | None = None
+    routes_path: str | None = None
 
     def __post_init__(self) -> None:
         check_whole_number("handler batch size", self.batch_size, minimum=0)
@@ -120,9 +127,11 @@ class ProcessorService:
         self.hooks = PrometheusHooks()
         self.store = Store.open(config.db_url, config.table_prefix,
                                 db_timeout=config.db_timeout)
-        self.http = (BatchingHttpProcessor(config.http, batch_size=config.batch_size,
-                                           batch_url=config.batch_url)
-                     if config.batch_size else HttpProcessor(config.http))
+        self.http: HttpProcessor | BatchingHttpProcessor | RoutedHttpProcessor = (
+            RoutedHttpProcessor(config.routes, config.http) if config.routes is not None
+            else BatchingHttpProcessor(config.http, batch_size=config.batch_size,
+                                       batch_url=config.batch_url)
+            if config.batch_size else HttpProcessor(config.http))
         self.watcher = Watcher(self.store, self.http, config.watcher, self.hooks)
         self.retention = (
             Retention(self.store, config.watcher.owner_id, config.retention,
@@ -137,6 +146,7 @@ class ProcessorService:
                                      interval=config.backlog_interval,
                                      read_flow=self._read_flow)
         self._stop = asyncio.Event()
+        self._reloads: set[asyncio.Task[bool]] = set()  # SIGHUP's, under way
 
     def startup_line(self) -> str:
         """What this processor runs with, for its first log line: the database and the
@@ -148,7 +158,9 @@ class ProcessorService:
             "action=starting", f"owner={config.watcher.owner_id}",
             f"database={config.db_url.redacted()}",
             f"table_prefix={config.table_prefix or '-'}",
-            f"handler={redact_url(http.handler_url)}",
+            (f"handler={redact_url(http.handler_url)}" if config.routes is None else
+             f"pipelines={','.join(sorted(config.routes.pipelines))} "
+             f"services={len(config.routes.services())}"),
             f"concurrency={config.watcher.concurrency}",
             f"batch_size={config.batch_size}",
             f"transport={http.transport}",
@@ -167,6 +179,40 @@ class ProcessorService:
         if not self._stop.is_set():
             log.info("action=shutdown_requested owner=%s", self.config.watcher.owner_id)
         self._stop.set()
+
+    def request_reload(self) -> None:
+        """SIGHUP: read the routes file again (:meth:`reload_routes`)."""
+        task = asyncio.get_running_loop().create_task(self.reload_routes(), name="reload")
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def reload_routes(self) -> bool:
+        """Read the routes file again and route by it from now on, without dropping a call
+        in flight: the services it still names keep theirs, those it no longer names are
+        closed once their calls are done, and the watcher leases by the new routes (held
+        partitions it no longer serves are handed over). A file that cannot be read or
+        is invalid changes nothing: each error is one ERROR line. Returns whether the
+        routes changed. Never raises."""
+        path, http = self.config.routes_path, self.http
+        if path is None or not isinstance(http, RoutedHttpProcessor):
+            log.info("action=routes_reload_ignored reason=no_routes_file")
+            return False
+        try:
+            text = await asyncio.to_thread(Path(path).read_text, encoding="utf-8")
+            routes = parse_routes(text, source=path)
+            retired = http.reload(routes)
+        except (OSError, UnicodeDecodeError, ConfigError) as error:
+            for line in getattr(error, "errors", None) or [str(error)]:
+                log.error("action=routes_refused error=%s (the routes in use stay)", line)
+            return False
+        self.watcher.serve(routes.served())
+        log.info("action=routes_reloaded pipelines=%s services=%d retired=%d",
+                 ",".join(sorted(routes.pipelines)), len(http.services), len(retired))
+        if retired:
+            await asyncio.sleep(self.config.http.request_timeout + 1.0)
+            for inner in retired:
+                await inner.aclose()
+        return True
 
     async def _check_database(self) -> tuple[bool, str]:
         """Ready while the database answers in time: no kind of round trip is timing
@@ -303,6 +349,8 @@ class ProcessorService:
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, self.request_stop)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         log.info(self.startup_line())
         health = None
         health_task = None
@@ -333,6 +381,6 @@ class ProcessorService:
                 await asyncio.wait({health_task}, timeout=5)
             await self.http.aclose()
             await self.store.close()
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(signum)

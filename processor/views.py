@@ -16,7 +16,13 @@ from typing import Any
 
 from processor.observe.redact import redact_url
 from processor.observe.safe_text import escape_controls
-from watcher.records import ItemInfo, NewItem, PartitionInfo, PartitionSettings
+from watcher.records import (
+    DEFAULT_PIPELINE,
+    ItemInfo,
+    NewItem,
+    PartitionInfo,
+    PartitionSettings,
+)
 from watcher.reports import PurgeReport, RetryReport, RewindReport, WaitSummary
 from watcher.rules.durations import format_duration
 from watcher.text import shorten
@@ -78,7 +84,14 @@ def partition_row(info: PartitionInfo) -> dict[str, Any]:
             "spawned": info.spawned, "last_error": info.last_error,
             "key": info.key, "priority": info.priority, "paused": info.paused_at is not None,
             "paused_at": None if info.paused_at is None else utc_text(info.paused_at),
+            "pipeline": info.pipeline, "pipeline_version": info.pipeline_version,
             **result_value(info.result)}
+
+
+def pipeline_text(pipeline: str, version: str | None) -> str:
+    """A pipeline and its version for a table cell: ``invoices@v2``, or ``invoices``
+    while no version is pinned."""
+    return pipeline if version is None else f"{pipeline}@{version}"
 
 
 def error_after_context(item: ItemInfo) -> str | None:
@@ -333,6 +346,8 @@ def created_text(partition_id: str, count: int, first_gate: int,
         text += f"; gate {gate} passes on the first {plural(k, 'item')}"
     if settings.notify is not None:
         text += f"; its end is notified to {redact_url(settings.notify)}"
+    if settings.pipeline != DEFAULT_PIPELINE or settings.pipeline_version is not None:
+        text += f"; pipeline {pipeline_text(settings.pipeline, settings.pipeline_version)}"
     if start_at is not None:
         text += f"; no processor starts it before {utc_text(start_at)}"
     return text

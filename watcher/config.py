@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from watcher.errors import ConfigError
+from watcher.pipelines import ServedPipelines
 from watcher.rules.checks import check_rate, check_seconds, check_whole_number
 from watcher.rules.delays import MAX_SNOOZE_SECONDS
 
@@ -104,6 +105,9 @@ class WatcherConfig:
     # What a wait's deadline does to its item when the answer did not say
     # (watcher.waits): "retry" (an error that spends an attempt) or "fail".
     wait_timeout_policy: str = "retry"
+    # The pipelines, versions and gates this watcher serves (watcher.pipelines): it
+    # leases no other partition. None: every partition, each dispatched the same way.
+    pipelines: ServedPipelines | None = None
 
     def __post_init__(self) -> None:
         # Imported here, not at the top: the CLI reads this module's defaults for its --help,

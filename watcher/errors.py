@@ -192,3 +192,15 @@ class CompletionRefusedError(InvalidInputError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(message)
+
+
+class PartitionFinishedError(InvalidInputError):
+    """An operator verb was refused: the partition is complete (or being deleted), so
+    nothing of it runs again."""
+
+    def __init__(self, partition_id: str, status: str, doing: str) -> None:
+        super().__init__(
+            f"partition {partition_id!r} is {status}: nothing of it runs again, so it "
+            f"cannot {doing}; nothing was written")
+        self.partition_id = partition_id
+        self.status = status

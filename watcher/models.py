@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.types import TypeEngine
 from sqlmodel import Field, SQLModel
 
+from watcher.records import DEFAULT_PIPELINE
 from watcher.store.drivers.mssql import columns as mssql_columns
 from watcher.store.drivers.mysql import columns as mysql_columns
 
@@ -120,6 +121,7 @@ class ReducePass(StrEnum):
 REDUCE_GATES_MAX_LENGTH = 1000
 POLICY_MAX_LENGTH = 16
 NOTIFY_URL_MAX_LENGTH = 2000
+PIPELINE_MAX_LENGTH = 64
 REDUCE_PASS_MAX_LENGTH = 8
 REQUEST_DIGEST_LENGTH = 64
 
@@ -177,12 +179,10 @@ class Partition(SQLModel, table=True):
     # SHA-256 (hex) of the API request that created it; NULL: the library did (0007).
     request_digest: str | None = Field(
         default=None, sa_column=Column(Unicode(REQUEST_DIGEST_LENGTH), nullable=True))
-    # The creator's W3C trace context as JSON (traceparent, tracestate); NULL when
-    # tracing was off (revision 0008).
+    # The creator's W3C trace context as JSON; NULL when tracing was off (revision 0008).
     trace_context: str | None = Field(default=None,
                                       sa_column=Column(error_type(), nullable=True))
-    # No longer written: revision 0013 moved it to ``partition_timelines`` (a small hot
-    # row); kept for an older processor running through an upgrade. Added by 0008.
+    # Unwritten since 0013 moved it to ``partition_timelines``; kept for older processors.
     timeline: str | None = Field(default=None, sa_column=Column(error_type(), nullable=True))
     # From -10 to 10, fixed at creation; rank_at is the partition's place in the lease
     # queue (see watcher.rules.priority); paused_at is set while a client has it paused
@@ -196,13 +196,17 @@ class Partition(SQLModel, table=True):
     # The concurrency key (a tenant); '' for none (revision 0009).
     flow_key: str = Field(default="", sa_column=Column(key_type(ID_MAX_LENGTH), nullable=False,
                                                        server_default=text("''")))
-    # JSON {gate: k}: the gate passes once k of its items are complete; NULL: every
-    # item (revision 0011).
+    # JSON {gate: k}: the gate passes once k of its items are complete (revision 0011).
     quorum: str | None = Field(
         default=None, sa_column=Column(Unicode(REDUCE_GATES_MAX_LENGTH), nullable=True))
     # Where an event is POSTed when the partition ends (http(s); NULL: none; rev. 0015).
     notify: str | None = Field(
         default=None, sa_column=Column(Unicode(NOTIFY_URL_MAX_LENGTH), nullable=True))
+    # Its pipeline, and the version it keeps until it closes or is moved (revision 0016).
+    pipeline: str = Field(default=DEFAULT_PIPELINE, sa_column=Column(
+        key_type(PIPELINE_MAX_LENGTH), nullable=False, server_default=text("'default'")))
+    pipeline_version: str | None = Field(
+        default=None, sa_column=Column(key_type(PIPELINE_MAX_LENGTH), nullable=True))
 
 
 class Item(SQLModel, table=True):
@@ -232,8 +236,7 @@ class Item(SQLModel, table=True):
     # The item whose answer spawned this one; NULL for the client's (revision 0006).
     parent: str | None = Field(
         default=None, sa_column=Column(key_type(ID_MAX_LENGTH), nullable=True))
-    # The last few errors as JSON, each with its time, attempt and gate; NULL while
-    # it has none (revision 0008).
+    # The last few errors as JSON (time, attempt, gate each); NULL: none (revision 0008).
     error_history: str | None = Field(default=None,
                                       sa_column=Column(error_type(), nullable=True))
 
@@ -247,13 +250,10 @@ class Wait(SQLModel, table=True):
     completion token: the item it parked and the item's version while it waits.
 
     A completion applies only while the item is ``waiting`` at that version; every
-    other write of the item bumps the version, so the row outlives its wait and a
-    late completion is told the token was used already. ``timeout`` (seconds) and
-    ``on_timeout`` (``retry`` or ``fail``) say what the deadline does.
-
-    Revision 0014 adds ``traceparent``, the trace context of the call that parked the
-    item (a completion's span links to it), and ``operator_token``, the hash of a token
-    an operator minted for the same wait (either completes it, once; a new one replaces it).
+    other write of the item bumps the version, so a late completion is told the token
+    was used already. ``timeout`` (seconds) and ``on_timeout`` (``retry``, ``fail``)
+    say what the deadline does. Revision 0014 adds ``traceparent`` (the parking call's
+    trace context) and ``operator_token`` (the hash of an operator's second token).
     """
 
     __tablename__ = "waits"

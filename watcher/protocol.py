@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from watcher.records import NewItem
+from watcher.records import DEFAULT_PIPELINE, NewItem
 from watcher.waits import Wait, new_completion_token
 
 __all__ = ["Wait"]  # re-exported: a processor answers Result(wait=Wait(timeout=...))
@@ -48,6 +48,9 @@ class WorkItem:
     ``call_traceparent`` is the W3C ``traceparent`` of the span of the call that
     answered, when a tracer noted it (:meth:`note_call_span`); a parking answer
     stores it with its wait, so the completion's span links to that call.
+
+    ``pipeline`` and ``pipeline_version`` are its partition's: a processor that routes
+    by pipeline (docs/how-to/pipelines.md) calls the handler their gate routes to.
     """
 
     partition_id: str
@@ -56,13 +59,17 @@ class WorkItem:
     attempt: int
     data: bytes
     version: int
+    pipeline: str
+    pipeline_version: str | None
     _key: str | None = field(default=None, init=False, repr=False, compare=False)
     _token: str | None = field(default=None, init=False, repr=False, compare=False)
     _span: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __init__(self, partition_id: str, id: str, gate: int, attempt: int,
                  data: bytes, version: int, idempotency_key: str | None = None,
-                 completion_token: str | None = None) -> None:
+                 completion_token: str | None = None, *,
+                 pipeline: str = DEFAULT_PIPELINE,
+                 pipeline_version: str | None = None) -> None:
         setter = object.__setattr__
         setter(self, "partition_id", partition_id)
         setter(self, "id", id)
@@ -70,6 +77,8 @@ class WorkItem:
         setter(self, "attempt", attempt)
         setter(self, "data", data)
         setter(self, "version", version)
+        setter(self, "pipeline", pipeline)
+        setter(self, "pipeline_version", pipeline_version)
         setter(self, "_key", idempotency_key)
         setter(self, "_token", completion_token)
         setter(self, "_span", None)
@@ -232,6 +241,7 @@ class ReduceCall:
     - ``accumulator``: JSON bytes from the previous fold page (``None`` on the
       first), or the final accumulator during the apply pass.
     - ``idempotency_key``: stable for this partition, gate, pass and page.
+    - ``pipeline``, ``pipeline_version``: its partition's (where the call is routed).
     """
 
     partition_id: str
@@ -243,6 +253,8 @@ class ReduceCall:
     items: tuple[ReduceItem, ...]
     accumulator: bytes | None
     idempotency_key: str
+    pipeline: str = DEFAULT_PIPELINE
+    pipeline_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

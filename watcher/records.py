@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# The pipeline of a partition that names none (docs/how-to/pipelines.md).
+DEFAULT_PIPELINE = "default"
+
 
 @dataclass(frozen=True, slots=True)
 class NewItem:
@@ -74,6 +77,8 @@ class PartitionInfo:
     # When a client paused it (naive UTC); None while it runs.
     paused_at: datetime | None = None
     key: str | None = None  # its concurrency key; None: none
+    pipeline: str = DEFAULT_PIPELINE
+    pipeline_version: str | None = None  # None: not pinned yet
 
     def result_json(self) -> Any:
         """The partition result decoded as JSON (``None`` when there is none).
@@ -139,6 +144,10 @@ class PartitionSettings:
     # The http(s) URL POSTed a signed event when the partition ends (complete, failed
     # or cancelled); None: no notification (docs/how-to/notifications.md).
     notify: str | None = None
+    # The pipeline whose routes serve it, and the version it keeps (None: the routes'
+    # current one, pinned at its first lease); docs/how-to/pipelines.md.
+    pipeline: str = DEFAULT_PIPELINE
+    pipeline_version: str | None = None
 
     def quorum_at(self, gate: int) -> int:
         """How many items pass ``gate`` (its quorum's k); 0 when every item must."""

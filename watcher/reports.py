@@ -155,3 +155,27 @@ class FlowControlInfo:
     rate_limit: float | None
     paused_at: datetime | None
     blocked_until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineMove:
+    """What moving a partition to a pipeline version did: its pipeline, the version it
+    had (``None``: none pinned), the one it has now, and its partition version after."""
+
+    partition_id: str
+    pipeline: str
+    before: str | None
+    after: str
+    version: int
+    released: bool  # a processor held it: its lease ended, to be taken again at once
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineCount:
+    """Open partitions of one pipeline at one version (``None``: not pinned yet), and how
+    many of them a processor holds now."""
+
+    pipeline: str
+    version: str | None
+    open: int
+    leased: int

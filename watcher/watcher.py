@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any, Literal
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -31,6 +32,7 @@ from watcher.leasing.handover import grace as hand_over_grace
 from watcher.leasing.keeper import LeaseCycle, LeaseKeeper
 from watcher.leasing.lease import Lease
 from watcher.outages import OutageLatch
+from watcher.pipelines import ServedPipelines, ServiceOfPlace, service_now
 from watcher.protocol import (
     ProcessBatchCall,
     ProcessCall,
@@ -108,7 +110,10 @@ class Watcher:
         # The processor's probe of its handler's service (an HttpProcessor's), which ends
         # the hold on calls while the service is down (watcher.flow.handler_hold).
         self.flow = FlowControl(store, self.config, self.hooks,
-                                probe=getattr(processor, "probe_handler", None))
+                                probe=getattr(processor, "probe_handler", None),
+                                service_probe=getattr(processor, "probe_service", None))
+        # A routing processor names each place's service: holds are per service then.
+        self._service_of: ServiceOfPlace | None = getattr(processor, "service_of", None)
         self.supervisors: dict[str, tuple[PartitionSupervisor, asyncio.Task[str]]] = {}
         self._handing: set[asyncio.Task[None]] = set()  # hand-overs under way
         self._wake = asyncio.Event()
@@ -119,17 +124,19 @@ class Watcher:
         self._listen_outage = OutageLatch()
 
     @property
-    def owner(self) -> str:
-        """This watcher's owner id."""
+    def owner(self) -> str:  # this watcher's owner id
         return self.config.owner_id
 
     @property
-    def partitions(self) -> list[str]:
-        """The partitions this watcher holds leases on."""
+    def partitions(self) -> list[str]:  # the partitions this watcher holds leases on
         return sorted(self.keeper.leases)
 
-    def wake(self) -> None:
-        """Run the next lease cycle now instead of at the end of the poll interval."""
+    def serve(self, pipelines: ServedPipelines) -> None:
+        """Lease only at the places ``pipelines`` serves from the next lease cycle on (a
+        routes file reloaded); held partitions elsewhere are handed over then."""
+        self.config = self.keeper.config = replace(self.config, pipelines=pipelines)
+
+    def wake(self) -> None:  # run the next lease cycle now, not at the end of the poll
         self._wake.set()
 
     async def run_once(self) -> LeaseCycle:
@@ -177,12 +184,13 @@ class Watcher:
 
     def _start_supervisor(self, lease: Lease) -> None:
         context = PartitionContext(lease, self.store, self.keeper, self.config, self.hooks)
+        service = service_now(self._service_of, lease.settings, lambda: lease.gate)
+        on_throttled, on_unavailable = self.flow.holds_of(service)
         supervisor = PartitionSupervisor(
             context, PartitionCalls(self._process, self._process_batch, self._reduce),
-            writer=self.writer, slots=self.flow.slots_for(lease.settings, self.slots),
+            writer=self.writer, slots=self.flow.slots_for(lease.settings, self.slots, service),
             reduce_shape=self._reduce_shape, tracer=self._tracer,
-            on_throttled=self.flow.throttled, on_unavailable=self.flow.unavailable,
-            read_ahead=self.read_ahead)
+            on_throttled=on_throttled, on_unavailable=on_unavailable, read_ahead=self.read_ahead)
         task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
         task.add_done_callback(self._supervisor_ended)
         self.supervisors[lease.partition_id] = (supervisor, task)

@@ -877,7 +877,7 @@ UNION ALL SELECT %(param_1)s AS holder,
          LIMIT %(param_2)s
        ) AS free;
 
--- name: leases_of_owner
+-- name: leases_of_owner (1)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
@@ -891,6 +891,8 @@ SELECT partitions.id,
        partition_timelines.timeline,
        partitions.quorum,
        partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
        COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -902,7 +904,7 @@ SELECT partitions.id,
           partitions.id
  LIMIT %(param_1)s;
 
--- name: leases_read_free
+-- name: leases_of_owner (2)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
@@ -916,6 +918,38 @@ SELECT partitions.id,
        partition_timelines.timeline,
        partitions.quorum,
        partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
+ WHERE partitions.status = %(status_1)s
+   AND partitions.owner = %(holder)s
+   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND partitions.pipeline = %(pipeline_1)s
+   AND (partitions.pipeline_version = %(pipeline_version_1)s OR partitions.pipeline_version IS NULL)
+   AND (partitions.gate = %(gate_1)s OR partitions.gate = %(gate_2)s)
+ ORDER BY partitions.until DESC,
+          partitions.id
+ LIMIT %(param_1)s;
+
+-- name: leases_read_free (1)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partition_timelines.timeline,
+       partitions.quorum,
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
        COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -924,6 +958,66 @@ SELECT partitions.id,
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
+ ORDER BY partitions.rank_at,
+          partitions.id
+ LIMIT %(param_1)s;
+
+-- name: leases_read_free (2)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partition_timelines.timeline,
+       partitions.quorum,
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
+ WHERE partitions.status = %(status_1)s
+   AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
+   AND (partitions.pipeline = %(pipeline_1)s AND (partitions.pipeline_version = %(pipeline_version_1)s OR partitions.pipeline_version IS NULL) AND partitions.gate = %(gate_1)s OR partitions.pipeline = %(pipeline_2)s)
+ ORDER BY partitions.rank_at,
+          partitions.id
+ LIMIT %(param_1)s;
+
+-- name: leases_read_free (3)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partition_timelines.timeline,
+       partitions.quorum,
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
+ WHERE partitions.status = %(status_1)s
+   AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
+   AND partitions.pipeline = %(pipeline_1)s
+   AND (partitions.pipeline_version = %(pipeline_version_1)s OR partitions.pipeline_version IS NULL)
+   AND (partitions.gate = %(gate_1)s OR partitions.gate = %(gate_2)s)
  ORDER BY partitions.rank_at,
           partitions.id
  LIMIT %(param_1)s;
@@ -1299,8 +1393,8 @@ SELECT (
        ) AS latest;
 
 -- name: partition_create_batches (3)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), %s, %s, %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), %s, %s, %s, %s, %s);
 
 -- name: partition_create_batches (4)
 INSERT INTO partition_timelines (partition_id)
@@ -1327,12 +1421,12 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %s;
 
 -- name: partition_create_batches (9)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: partition_create_batches (10)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1426,7 +1520,9 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.id IN (%s, ...)
  ORDER BY partitions.created_at DESC,
@@ -1441,6 +1537,27 @@ SELECT items.partition_id,
  WHERE items.partition_id IN (%s, ...)
  GROUP BY items.partition_id,
           items.status;
+
+-- name: partition_move_version (1)
+SELECT partitions.status,
+       partitions.version,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       partitions.owner
+  FROM partitions
+ WHERE partitions.id = %s;
+
+-- name: partition_move_version (2)
+UPDATE partitions
+   SET
+version=(partitions.version + %s), owner=%s,
+       until=CASE WHEN (partitions.owner != %s) THEN COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+            ELSE partitions.until
+             END,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       pipeline_version=%s
+ WHERE partitions.id = %s
+   AND partitions.version = %s;
 
 -- name: partition_park
 UPDATE partitions
@@ -1846,7 +1963,9 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.status = %s
  ORDER BY partitions.created_at DESC,
@@ -1900,7 +2019,9 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -1938,7 +2059,9 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.status = %s
    AND (partitions.created_at < %s OR partitions.created_at = %s AND partitions.id < %s)
@@ -1969,12 +2092,21 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.id LIKE %s ESCAPE '/'
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
  LIMIT %s;
+
+-- name: partitions_pin_version
+UPDATE partitions
+   SET pipeline_version=%s
+ WHERE partitions.id = %s
+   AND partitions.owner = %s
+   AND partitions.pipeline_version IS NULL;
 
 -- name: partitions_purgeable
 SELECT partitions.id
@@ -2007,6 +2139,16 @@ SELECT count(*) AS count_1
 
 -- name: ping
 SELECT %s AS anon_1;
+
+-- name: pipelines_count
+SELECT partitions.pipeline,
+       partitions.pipeline_version,
+       count(*) AS count_1,
+       sum(CASE WHEN (partitions.owner != %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN %s ELSE %s END) AS sum_1
+  FROM partitions
+ WHERE partitions.status = %s
+ GROUP BY partitions.pipeline,
+          partitions.pipeline_version;
 
 -- name: quorum_settle (1)
 SELECT count(*) AS count_1
@@ -2309,8 +2451,8 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %s;
 
 -- name: schedule_tick (6)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (%s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: schedule_tick (7)
 INSERT INTO partition_timelines (partition_id)

@@ -844,7 +844,7 @@ UNION ALL SELECT %(param_n)s AS holder,
            AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
        ) AS free;
 
--- name: leases_of_owner
+-- name: leases_of_owner (1)
 SELECT TOP 10 partitions.id,
        partitions.version,
        partitions.gate,
@@ -858,6 +858,8 @@ SELECT TOP 10 partitions.id,
        partition_timelines.timeline,
        partitions.quorum,
        partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -865,6 +867,35 @@ SELECT TOP 10 partitions.id,
  WHERE partitions.status = %(status_n)s
    AND partitions.owner = %(holder)s
    AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ ORDER BY partitions.until DESC,
+          partitions.id;
+
+-- name: leases_of_owner (2)
+SELECT TOP 10 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partition_timelines.timeline,
+       partitions.quorum,
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
+ WHERE partitions.status = %(status_n)s
+   AND partitions.owner = %(holder)s
+   AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND partitions.pipeline = %(pipeline_n)s
+   AND (partitions.pipeline_version = %(pipeline_version_n)s OR partitions.pipeline_version IS NULL)
+   AND (partitions.gate = %(gate_n)s OR partitions.gate = %(gate_n)s)
  ORDER BY partitions.until DESC,
           partitions.id;
 
@@ -882,6 +913,8 @@ SELECT TOP 10 partitions.id,
        partition_timelines.timeline,
        partitions.quorum,
        partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -907,6 +940,8 @@ SELECT TOP 50 partitions.id,
        partition_timelines.timeline,
        partitions.quorum,
        partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -932,6 +967,8 @@ SELECT TOP 20 partitions.id,
        partition_timelines.timeline,
        partitions.quorum,
        partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -957,6 +994,8 @@ SELECT TOP 100 partitions.id,
        partition_timelines.timeline,
        partitions.quorum,
        partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -965,6 +1004,64 @@ SELECT TOP 100 partitions.id,
    AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))
+ ORDER BY partitions.rank_at,
+          partitions.id;
+
+-- name: leases_read_free (5)
+SELECT TOP 20 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partition_timelines.timeline,
+       partitions.quorum,
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
+ WHERE partitions.status = %(status_n)s
+   AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))
+   AND (partitions.pipeline = %(pipeline_n)s AND (partitions.pipeline_version = %(pipeline_version_n)s OR partitions.pipeline_version IS NULL) AND partitions.gate = %(gate_n)s OR partitions.pipeline = %(pipeline_n)s)
+ ORDER BY partitions.rank_at,
+          partitions.id;
+
+-- name: leases_read_free (6)
+SELECT TOP 20 partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partition_timelines.timeline,
+       partitions.quorum,
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
+ WHERE partitions.status = %(status_n)s
+   AND partitions.until <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))
+   AND partitions.pipeline = %(pipeline_n)s
+   AND (partitions.pipeline_version = %(pipeline_version_n)s OR partitions.pipeline_version IS NULL)
+   AND (partitions.gate = %(gate_n)s OR partitions.gate = %(gate_n)s)
  ORDER BY partitions.rank_at,
           partitions.id;
 
@@ -1334,8 +1431,8 @@ SELECT (
        ) AS latest;
 
 -- name: partition_create_batches (3)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), %(flow_key)s, %(quorum)s, %(notify)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), %(flow_key)s, %(quorum)s, %(notify)s, %(pipeline)s, %(pipeline_version)s);
 
 -- name: partition_create_batches (4)
 INSERT INTO partition_timelines (partition_id)
@@ -1362,12 +1459,12 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %(name_n)s;
 
 -- name: partition_create_batches (9)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s, %(notify)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s, %(notify)s, %(pipeline)s, %(pipeline_version)s);
 
 -- name: partition_create_batches (10)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, %(until)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s, %(notify)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, %(until)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s, %(notify)s, %(pipeline)s, %(pipeline_version)s);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1470,7 +1567,9 @@ SELECT TOP 1000 partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.id IN (%(id_1_n)s, ...)
  ORDER BY partitions.created_at DESC,
@@ -1484,6 +1583,27 @@ SELECT items.partition_id,
  WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
  GROUP BY items.partition_id,
           items.status;
+
+-- name: partition_move_version (1)
+SELECT partitions.status,
+       partitions.version,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       partitions.owner
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
+
+-- name: partition_move_version (2)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s), owner=%(owner)s,
+       until=CASE WHEN (partitions.owner != %(owner_n)s) THEN COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+            ELSE partitions.until
+             END,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       pipeline_version=%(pipeline_version)s
+ WHERE partitions.id = %(id_n)s
+   AND partitions.version = %(version_n)s;
 
 -- name: partition_park
 UPDATE partitions
@@ -1878,7 +1998,9 @@ SELECT TOP 10 partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.status = %(status_n)s
  ORDER BY partitions.created_at DESC,
@@ -1929,7 +2051,9 @@ SELECT TOP 2 partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC;
@@ -1966,7 +2090,9 @@ SELECT TOP 3 partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.status = %(status_n)s
    AND (partitions.created_at < %(created_at_n)s OR partitions.created_at = %(created_at_n)s AND partitions.id < %(id_n)s)
@@ -1996,11 +2122,20 @@ SELECT TOP 1001 partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.id LIKE %(id_n)s ESCAPE '/'
  ORDER BY partitions.created_at DESC,
           partitions.id DESC;
+
+-- name: partitions_pin_version
+UPDATE partitions
+   SET pipeline_version=%(pinned)s
+ WHERE partitions.id = %(pid)s
+   AND partitions.owner = %(holder)s
+   AND partitions.pipeline_version IS NULL;
 
 -- name: partitions_purgeable
 SELECT TOP 10 partitions.id
@@ -2032,6 +2167,16 @@ SELECT count(*) AS count_1
 
 -- name: ping
 SELECT %(param_n)s AS anon_1;
+
+-- name: pipelines_count
+SELECT partitions.pipeline,
+       partitions.pipeline_version,
+       count(*) AS count_1,
+       sum(CASE WHEN (partitions.owner != %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN %(param_n)s ELSE %(param_n)s END) AS sum_1
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+ GROUP BY partitions.pipeline,
+          partitions.pipeline_version;
 
 -- name: quorum_settle (1)
 SELECT count(*) AS count_1
@@ -2331,8 +2476,8 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %(name_n)s;
 
 -- name: schedule_tick (6)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s, %(notify)s);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (%(id)s, %(version)s, %(gate)s, %(status)s, %(owner)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(reduce_gates)s, %(on_item_failure)s, %(request_digest)s, %(trace_context)s, %(priority)s, %(rank_at)s, %(flow_key)s, %(quorum)s, %(notify)s, %(pipeline)s, %(pipeline_version)s);
 
 -- name: schedule_tick (7)
 INSERT INTO partition_timelines (partition_id)

@@ -898,7 +898,7 @@ UNION ALL SELECT %(param_1)s::VARCHAR AS holder,
          LIMIT %(param_2)s::INTEGER
        ) AS free;
 
--- name: leases_of_owner
+-- name: leases_of_owner (1)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
@@ -912,6 +912,8 @@ SELECT partitions.id,
        partition_timelines.timeline,
        partitions.quorum,
        partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -923,7 +925,7 @@ SELECT partitions.id,
           partitions.id
  LIMIT %(param_1)s::INTEGER;
 
--- name: leases_read_free
+-- name: leases_of_owner (2)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
@@ -937,6 +939,38 @@ SELECT partitions.id,
        partition_timelines.timeline,
        partitions.quorum,
        partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
+ WHERE partitions.status = %(status_1)s::VARCHAR
+   AND partitions.owner = %(holder)s::VARCHAR
+   AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND partitions.pipeline = %(pipeline_1)s::VARCHAR
+   AND (partitions.pipeline_version = %(pipeline_version_1)s::VARCHAR OR partitions.pipeline_version IS NULL)
+   AND (partitions.gate = %(gate_1)s::INTEGER OR partitions.gate = %(gate_2)s::INTEGER)
+ ORDER BY partitions.until DESC,
+          partitions.id
+ LIMIT %(param_1)s::INTEGER;
+
+-- name: leases_read_free (1)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partition_timelines.timeline,
+       partitions.quorum,
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -945,6 +979,66 @@ SELECT partitions.id,
    AND partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
+ ORDER BY partitions.rank_at,
+          partitions.id
+ LIMIT %(param_1)s::INTEGER;
+
+-- name: leases_read_free (2)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partition_timelines.timeline,
+       partitions.quorum,
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
+ WHERE partitions.status = %(status_1)s::VARCHAR
+   AND partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
+   AND (partitions.pipeline = %(pipeline_1)s::VARCHAR AND (partitions.pipeline_version = %(pipeline_version_1)s::VARCHAR OR partitions.pipeline_version IS NULL) AND partitions.gate = %(gate_1)s::INTEGER OR partitions.pipeline = %(pipeline_2)s::VARCHAR)
+ ORDER BY partitions.rank_at,
+          partitions.id
+ LIMIT %(param_1)s::INTEGER;
+
+-- name: leases_read_free (3)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partition_timelines.timeline,
+       partitions.quorum,
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
+ WHERE partitions.status = %(status_1)s::VARCHAR
+   AND partitions.until <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))
+   AND partitions.pipeline = %(pipeline_1)s::VARCHAR
+   AND (partitions.pipeline_version = %(pipeline_version_1)s::VARCHAR OR partitions.pipeline_version IS NULL)
+   AND (partitions.gate = %(gate_1)s::INTEGER OR partitions.gate = %(gate_2)s::INTEGER)
  ORDER BY partitions.rank_at,
           partitions.id
  LIMIT %(param_1)s::INTEGER;
@@ -1336,8 +1430,8 @@ SELECT (
        ) AS latest;
 
 -- name: partition_create_batches (3)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR, %(pipeline)s::VARCHAR, %(pipeline_version)s::VARCHAR);
 
 -- name: partition_create_batches (4)
 INSERT INTO partition_timelines (partition_id)
@@ -1367,12 +1461,12 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %(name_1)s::VARCHAR;
 
 -- name: partition_create_batches (10)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR, %(pipeline)s::VARCHAR, %(pipeline_version)s::VARCHAR);
 
 -- name: partition_create_batches (11)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, %(until)s::TIMESTAMP WITHOUT TIME ZONE, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, %(until)s::TIMESTAMP WITHOUT TIME ZONE, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR, %(pipeline)s::VARCHAR, %(pipeline_version)s::VARCHAR);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1466,7 +1560,9 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.id IN (%(id_1_1)s::VARCHAR, ...)
  ORDER BY partitions.created_at DESC,
@@ -1481,6 +1577,30 @@ SELECT items.partition_id,
  WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
  GROUP BY items.partition_id,
           items.status;
+
+-- name: partition_move_version (1)
+SELECT partitions.status,
+       partitions.version,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       partitions.owner
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: partition_move_version (2)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), owner=%(owner)s::VARCHAR,
+       until=CASE WHEN (partitions.owner != %(owner_1)s::VARCHAR) THEN COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+            ELSE partitions.until
+             END,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       pipeline_version=%(pipeline_version)s::VARCHAR
+ WHERE partitions.id = %(id_1)s::VARCHAR
+   AND partitions.version = %(version_2)s::INTEGER;
+
+-- name: partition_move_version (3)
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: partition_park
 UPDATE partitions
@@ -1915,7 +2035,9 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
  ORDER BY partitions.created_at DESC,
@@ -1969,7 +2091,9 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -2007,7 +2131,9 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.status = %(status_1)s::VARCHAR
    AND (partitions.created_at < %(created_at_1)s::TIMESTAMP WITHOUT TIME ZONE OR partitions.created_at = %(created_at_2)s::TIMESTAMP WITHOUT TIME ZONE AND partitions.id < %(id_1)s::VARCHAR)
@@ -2038,12 +2164,21 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.id LIKE %(id_1)s::VARCHAR ESCAPE '/'
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
  LIMIT %(param_1)s::INTEGER;
+
+-- name: partitions_pin_version
+UPDATE partitions
+   SET pipeline_version=%(pinned)s::VARCHAR
+ WHERE partitions.id = %(pid)s::VARCHAR
+   AND partitions.owner = %(holder)s::VARCHAR
+   AND partitions.pipeline_version IS NULL;
 
 -- name: partitions_purgeable
 SELECT partitions.id
@@ -2076,6 +2211,16 @@ SELECT count(*) AS count_1
 
 -- name: ping
 SELECT %(param_1)s::INTEGER AS anon_1;
+
+-- name: pipelines_count
+SELECT partitions.pipeline,
+       partitions.pipeline_version,
+       count(*) AS count_1,
+       sum(CASE WHEN (partitions.owner != %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN %(param_1)s::INTEGER ELSE %(param_2)s::INTEGER END) AS sum_1
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+ GROUP BY partitions.pipeline,
+          partitions.pipeline_version;
 
 -- name: quorum_settle (1)
 SELECT count(*) AS count_1
@@ -2373,8 +2518,8 @@ SELECT flow_controls.next_start
    AND flow_controls.name = %(name_1)s::VARCHAR;
 
 -- name: schedule_tick (6)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR, %(pipeline)s::VARCHAR, %(pipeline_version)s::VARCHAR);
 
 -- name: schedule_tick (7)
 INSERT INTO partition_timelines (partition_id)

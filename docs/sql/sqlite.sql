@@ -900,7 +900,7 @@ UNION ALL SELECT :param_1 AS holder,
         OFFSET :param_3
        ) AS free;
 
--- name: leases_of_owner
+-- name: leases_of_owner (1)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
@@ -914,6 +914,8 @@ SELECT partitions.id,
        partition_timelines.timeline,
        partitions.quorum,
        partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -926,7 +928,7 @@ SELECT partitions.id,
  LIMIT :param_1
 OFFSET :param_2;
 
--- name: leases_read_free
+-- name: leases_of_owner (2)
 SELECT partitions.id,
        partitions.version,
        partitions.gate,
@@ -940,6 +942,39 @@ SELECT partitions.id,
        partition_timelines.timeline,
        partitions.quorum,
        partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
+ WHERE partitions.status = :status_1
+   AND partitions.owner = :holder
+   AND partitions.until > COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND partitions.pipeline = :pipeline_1
+   AND (partitions.pipeline_version = :pipeline_version_1 OR partitions.pipeline_version IS NULL)
+   AND (partitions.gate = :gate_1 OR partitions.gate = :gate_2)
+ ORDER BY partitions.until DESC,
+          partitions.id
+ LIMIT :param_1
+OFFSET :param_2;
+
+-- name: leases_read_free (1)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partition_timelines.timeline,
+       partitions.quorum,
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
        COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM partitions
   LEFT OUTER JOIN partition_timelines
@@ -948,6 +983,68 @@ SELECT partitions.id,
    AND +partitions.until <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
    AND partitions.paused_at IS NULL
    AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
+ ORDER BY partitions.rank_at,
+          partitions.id
+ LIMIT :param_1
+OFFSET :param_2;
+
+-- name: leases_read_free (2)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partition_timelines.timeline,
+       partitions.quorum,
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
+ WHERE partitions.status = :status_1
+   AND +partitions.until <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
+   AND (partitions.pipeline = :pipeline_1 AND (partitions.pipeline_version = :pipeline_version_1 OR partitions.pipeline_version IS NULL) AND partitions.gate = :gate_1 OR partitions.pipeline = :pipeline_2)
+ ORDER BY partitions.rank_at,
+          partitions.id
+ LIMIT :param_1
+OFFSET :param_2;
+
+-- name: leases_read_free (3)
+SELECT partitions.id,
+       partitions.version,
+       partitions.gate,
+       partitions.owner,
+       partitions.reduce_gates,
+       partitions.on_item_failure,
+       partitions.trace_context,
+       partitions.priority,
+       partitions.flow_key,
+       partitions.rank_at,
+       partition_timelines.timeline,
+       partitions.quorum,
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM partitions
+  LEFT OUTER JOIN partition_timelines
+    ON partition_timelines.partition_id = partitions.id
+ WHERE partitions.status = :status_1
+   AND +partitions.until <= COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
+   AND partitions.pipeline = :pipeline_1
+   AND (partitions.pipeline_version = :pipeline_version_1 OR partitions.pipeline_version IS NULL)
+   AND (partitions.gate = :gate_1 OR partitions.gate = :gate_2)
  ORDER BY partitions.rank_at,
           partitions.id
  LIMIT :param_1
@@ -1332,8 +1429,8 @@ SELECT (
        ) AS latest;
 
 -- name: partition_create_batches (3)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), ?, ?, ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), ?, ?, ?, ?, ?);
 
 -- name: partition_create_batches (4)
 INSERT INTO partition_timelines (partition_id)
@@ -1360,12 +1457,12 @@ SELECT flow_controls.next_start
    AND flow_controls.name = ?;
 
 -- name: partition_create_batches (9)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: partition_create_batches (10)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: partition_delete_batch (1)
 UPDATE partitions
@@ -1460,7 +1557,9 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.id IN (?, ...)
  ORDER BY partitions.created_at DESC,
@@ -1476,6 +1575,27 @@ SELECT items.partition_id,
  WHERE items.partition_id IN (?, ...)
  GROUP BY items.partition_id,
           items.status;
+
+-- name: partition_move_version (1)
+SELECT partitions.status,
+       partitions.version,
+       partitions.pipeline,
+       partitions.pipeline_version,
+       partitions.owner
+  FROM partitions
+ WHERE partitions.id = ?;
+
+-- name: partition_move_version (2)
+UPDATE partitions
+   SET
+version=(partitions.version + ?), owner=?,
+       until=CASE WHEN (partitions.owner != ?) THEN COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+            ELSE partitions.until
+             END,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       pipeline_version=?
+ WHERE partitions.id = ?
+   AND partitions.version = ?;
 
 -- name: partition_park
 UPDATE partitions
@@ -1892,7 +2012,9 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.status = ?
  ORDER BY partitions.created_at DESC,
@@ -1949,7 +2071,9 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
@@ -1988,7 +2112,9 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.status = ?
    AND (partitions.created_at < ? OR partitions.created_at = ? AND partitions.id < ?)
@@ -2020,13 +2146,22 @@ SELECT partitions.id,
        partitions.paused_at,
        partitions.flow_key,
        partitions.quorum,
-       partitions.notify
+       partitions.notify,
+       partitions.pipeline,
+       partitions.pipeline_version
   FROM partitions
  WHERE partitions.id LIKE ? ESCAPE '/'
  ORDER BY partitions.created_at DESC,
           partitions.id DESC
  LIMIT ?
 OFFSET ?;
+
+-- name: partitions_pin_version
+UPDATE partitions
+   SET pipeline_version=?
+ WHERE partitions.id = ?
+   AND partitions.owner = ?
+   AND partitions.pipeline_version IS NULL;
 
 -- name: partitions_purgeable
 SELECT partitions.id
@@ -2060,6 +2195,16 @@ SELECT count(*) AS count_1
 
 -- name: ping
 SELECT ? AS anon_1;
+
+-- name: pipelines_count
+SELECT partitions.pipeline,
+       partitions.pipeline_version,
+       count(*) AS count_1,
+       sum(CASE WHEN (partitions.owner != ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN ? ELSE ? END) AS sum_1
+  FROM partitions
+ WHERE partitions.status = ?
+ GROUP BY partitions.pipeline,
+          partitions.pipeline_version;
 
 -- name: quorum_settle (1)
 SELECT count(*) AS count_1
@@ -2365,8 +2510,8 @@ SELECT flow_controls.next_start
    AND flow_controls.name = ?;
 
 -- name: schedule_tick (6)
-INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify)
-VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
+VALUES (?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: schedule_tick (7)
 INSERT INTO partition_timelines (partition_id)

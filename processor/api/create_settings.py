@@ -18,7 +18,8 @@ from watcher.records import PartitionSettings
 from watcher.rules.delays import DelayError, parse_time
 
 NDJSON_CREATE_PARAMETERS = frozenset({"reduce_gates", "on_item_failure", "key", "priority",
-                                      "start_at", "quorum", "notify"})
+                                      "start_at", "quorum", "notify", "pipeline",
+                                      "pipeline_version"})
 EARLIEST_START = EPOCH
 # A gate in a query string, bounded because int() refuses over 4300 digits (over 10
 # digits is out of range anyway, which the settings check says: 422).
@@ -30,7 +31,8 @@ QUORUM_PAIR = re.compile(r"([0-9]{1,20})=([0-9]{1,20})")
 
 def settings_from(partition_id: str, reduce_gates: Any, on_item_failure: Any,
                   priority: Any = None, key: Any = None, quorum: Any = None,
-                  notify: Any = None) -> PartitionSettings:
+                  notify: Any = None, pipeline: Any = None,
+                  pipeline_version: Any = None) -> PartitionSettings:
     """A create's settings, checked as the client checks them.
 
     Raises:
@@ -57,13 +59,16 @@ def settings_from(partition_id: str, reduce_gates: Any, on_item_failure: Any,
                           "(gate 1 passes once 2 of its items are complete)", field="quorum")
     if notify is not None and not isinstance(notify, str):
         raise bad_request("'notify' must be an http(s) URL string", field="notify")
+    for name, value in (("pipeline", pipeline), ("pipeline_version", pipeline_version)):
+        if value is not None and not isinstance(value, str):
+            raise bad_request(f"{name!r} must be a string such as \"invoices\"", field=name)
     try:
         return check_settings(partition_id, reduce_gates, on_item_failure, priority, key,
-                              quorum, notify)
+                              quorum, notify, pipeline, pipeline_version)
     except InvalidInputError as error:
         text = str(error)
         field = next((name for name in ("notify", "quorum", "on_item_failure", "priority",
-                                        "key")
+                                        "pipeline_version", "pipeline", "key")
                       if name in text), "reduce_gates")
         raise from_statefeed(error, field=field) from None
 
@@ -105,7 +110,9 @@ def query_fields(query: dict[str, str]) -> dict[str, Any]:
         raise bad_request(f"unknown query parameter {unknown[0]!r}; a create takes "
                           f"{listed(NDJSON_CREATE_PARAMETERS)}", field=unknown[0])
     fields: dict[str, Any] = {name: query[name] for name in ("on_item_failure", "key",
-                                                             "start_at", "notify")
+                                                             "start_at", "notify",
+                                                             "pipeline",
+                                                             "pipeline_version")
                               if name in query}
     if "reduce_gates" in query:
         raw = query["reduce_gates"]
@@ -152,7 +159,8 @@ def query_settings(partition_id: str, query: dict[str, str]) -> PartitionSetting
     fields = query_fields(query)
     return settings_from(partition_id, fields.get("reduce_gates"),
                          fields.get("on_item_failure"), fields.get("priority"),
-                         fields.get("key"), fields.get("quorum"), fields.get("notify"))
+                         fields.get("key"), fields.get("quorum"), fields.get("notify"),
+                         fields.get("pipeline"), fields.get("pipeline_version"))
 
 
 def _query_quorum(raw: str) -> dict[str, int]:

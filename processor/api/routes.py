@@ -171,7 +171,9 @@ class IngestApi:
                 settings = settings_from(partition_id, document.get("reduce_gates"),
                                          document.get("on_item_failure"),
                                          document.get("priority"), document.get("key"),
-                                         document.get("quorum"), document.get("notify"))
+                                         document.get("quorum"), document.get("notify"),
+                                         document.get("pipeline"),
+                                         document.get("pipeline_version"))
                 start_at = start_time(document.get("start_at"))
                 for item in json_items(partition_id, document.get("items"), self.limits,
                                        allow_empty=True):
@@ -192,7 +194,8 @@ class IngestApi:
                 "on_item_failure": "continue" if settings.continue_on_failure else "fail",
                 "key": settings.flow_key or None, "priority": settings.priority,
                 "quorum": {str(gate): k for gate, k in settings.quorum} or None,
-                "notify": settings.notify, "start_at": timestamp(start_at)}
+                "notify": settings.notify, "start_at": timestamp(start_at),
+                "pipeline": settings.pipeline, "pipeline_version": settings.pipeline_version}
         if created:
             log.info("action=api_partition_created partition=%r items=%d", partition_id,
                      spool.count)

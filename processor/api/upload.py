@@ -28,7 +28,7 @@ from processor.wire.contract import parse_new_item
 from processor.wire.values import MalformedResponseError, RepeatedKeyError, decode_json
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.errors import InvalidInputError
-from watcher.records import NewItem, PartitionSettings
+from watcher.records import DEFAULT_PIPELINE, NewItem, PartitionSettings
 
 MIB = 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 64 * MIB
@@ -42,7 +42,8 @@ LINE_OVERHEAD_BYTES = 64 * 1024
 JSON_TYPES = frozenset({"application/json"})
 NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
 CREATE_FIELDS = frozenset({"items", "reduce_gates", "on_item_failure", "key", "priority",
-                           "start_at", "quorum", "notify"})
+                           "start_at", "quorum", "notify", "pipeline",
+                           "pipeline_version"})
 ADD_FIELDS = frozenset({"items"})
 # id length, gate, data length, not_before (microseconds since the epoch, UTC; NO_TIME: none)
 _RECORD = struct.Struct("<IIQq")
@@ -148,6 +149,9 @@ class RequestDigest:
             self._hash.update(b"\nquorum " + json.dumps(settings.quorum).encode())
         if settings.notify is not None:
             self._hash.update(b"\nnotify " + json.dumps(settings.notify).encode())
+        if settings.pipeline != DEFAULT_PIPELINE or settings.pipeline_version is not None:
+            self._hash.update(b"\npipeline " + json.dumps(
+                [settings.pipeline, settings.pipeline_version]).encode())
         return self._hash.hexdigest()
 
 

@@ -121,7 +121,7 @@ def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
     :data:`ID_MIN_WIDTH` characters at the least."""
     from rich.table import Table
 
-    from processor.views import flow_text, step_text
+    from processor.views import flow_text, pipeline_text, step_text
 
     table = Table(title=f"statefeed partitions in {url.redacted()}"
                   + (f" ({only})" if only else ""))
@@ -132,11 +132,12 @@ def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
     # keeps the ids whole.
     spawning = any(info.spawned for info in infos)
     flowing = any(flow_text(info) != "-" for info in infos)
+    piped = any(info.pipeline != "default" or info.pipeline_version for info in infos)
     # Only the ids, owners, counts and flows give up width (they fold or wrap); the short
     # cells keep theirs.
     table.add_column("partition", overflow="fold")
     for column in ("status", "gate", "owner", "items", *(("spawned",) if spawning else ()),
-                   *(("flow",) if flowing else ())):
+                   *(("flow",) if flowing else ()), *(("pipeline",) if piped else ())):
         table.add_column(column, overflow="fold", no_wrap=column not in (
             "owner", "items", "flow"), justify="right" if column == "spawned" else "left")
     for info in infos:
@@ -144,7 +145,8 @@ def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
         table.add_row(info.id, info.status, f"{info.gate} {step}" if step != "-" else
                       str(info.gate), info.owner or "-", items_cell(info.counts),
                       *((str(info.spawned),) if spawning else ()),
-                      *((flow_text(info),) if flowing else ()))
+                      *((flow_text(info),) if flowing else ()),
+                      *((pipeline_text(info.pipeline, info.pipeline_version),) if piped else ()))
     return _narrowed(table, infos, paused, only, holds or [])
 
 

@@ -251,3 +251,76 @@ def set_gate(
         typer.echo(json.dumps({"id": info.id, "gate": info.gate, "status": info.status}))
         return
     say(f"partition {partition_id!r} is at gate {info.gate} ({info.status})")
+
+
+pipelines_app = typer.Typer(
+    help="Pipelines: the open partitions per pipeline and version, and moving a partition "
+    "to another version (docs/how-to/pipelines.md).", no_args_is_help=True,
+    rich_markup_mode=None)
+app.add_typer(pipelines_app, name="pipelines")
+
+
+@pipelines_app.command("list")
+def pipelines_list(
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: JsonOption = False,
+) -> None:
+    """The open partitions of each pipeline and version, and how many a processor holds
+    ("-": no version pinned yet; a processor pins its routes' current one at the first
+    lease)."""
+    from rich.table import Table
+
+    from processor.cli.common import data_console
+    from processor.client.sync_client import Client
+
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        counts = client.pipelines()
+    if as_json:
+        typer.echo(json.dumps([{"pipeline": count.pipeline, "version": count.version,
+                                "open": count.open, "leased": count.leased}
+                               for count in counts], indent=2))
+        return
+    if not counts:
+        say("no open partitions")
+        return
+    table = Table("pipeline", "version", "open", "leased")
+    for count in counts:
+        table.add_row(count.pipeline, count.version or "-", str(count.open), str(count.leased))
+    data_console().print(table)
+
+
+@pipelines_app.command("move")
+def pipelines_move(
+    partition_id: PartitionArgument,
+    version: Annotated[str, typer.Option("--version", show_default=False, metavar="VERSION",
+                                         help="The pipeline version it moves to (required).")
+                       ] = "",
+    expect: Annotated[int | None, typer.Option(
+        "--expect-version", show_default=False, metavar="N",
+        help="Move only while the partition is at this partition version "
+        "(as a read of it gave it: the client's partition(id).version).")] = None,
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Move a partition to another version of its pipeline: from its next lease on, its
+    calls go to that version's routes. A processor holding it lets it go at once, and one
+    serving the version takes it. Refused for a complete partition (nothing runs again)."""
+    from processor.client.sync_client import Client
+
+    if not version:
+        raise fail("--version is required: the pipeline version to move the partition to")
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        moved = client.move_pipeline_version(partition_id, version, version=expect)
+    if as_json:
+        typer.echo(json.dumps({"id": moved.partition_id, "pipeline": moved.pipeline,
+                               "before": moved.before, "after": moved.after,
+                               "version": moved.version, "released": moved.released}))
+        return
+    say(f"moved partition {partition_id!r} of pipeline {moved.pipeline!r} from "
+        f"{'no version' if moved.before is None else 'version ' + repr(moved.before)} to "
+        f"version {moved.after!r}"
+        + ("; the processor holding it let it go" if moved.released else ""))

@@ -105,6 +105,13 @@ def create(
         "--notify", envvar=env_name("NOTIFY"), show_default=False, metavar="URL",
         help="An http(s) URL POSTed a signed JSON event when the partition ends "
         "(complete, failed or cancelled); see docs/how-to/notifications.md.")] = "",
+    pipeline: Annotated[str, typer.Option(
+        "--pipeline", envvar=env_name("PIPELINE"), metavar="NAME",
+        help="The pipeline whose routes serve it (docs/how-to/pipelines.md).")] = "default",
+    pipeline_version: Annotated[str, typer.Option(
+        "--pipeline-version", envvar=env_name("PIPELINE_VERSION"), show_default=False,
+        metavar="VERSION", help="The pipeline version it keeps until it closes; without "
+        "it, the routes' current version when a processor first leases it.")] = "",
     max_item_bytes: MaxItemBytes = DEFAULT_MAX_ITEM_BYTES,
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
@@ -126,7 +133,8 @@ def create(
     limits = _limits(max_item_bytes)
     settings = check_settings(partition_id, parse_gates(reduce_gates),
                               parse_policy(on_item_failure), priority, key or None,
-                              parse_quorum(quorum or []), notify or None)
+                              parse_quorum(quorum or []), notify or None, pipeline,
+                              pipeline_version or None)
     start = parse_start_at(start_at)
     url = database_url(db_url, table_prefix)
     with _spool() as spool:
@@ -147,7 +155,8 @@ def create(
             "on_item_failure": "continue" if settings.continue_on_failure else "fail",
             "key": settings.flow_key or None, "priority": settings.priority,
             "quorum": {str(gate): k for gate, k in settings.quorum} or None,
-            "notify": settings.notify,
+            "notify": settings.notify, "pipeline": settings.pipeline,
+            "pipeline_version": settings.pipeline_version,
             "start_at": None if start is None else utc_text(start)}))
         return
     say(created_text(partition_id, count, first_gate, settings, start))

@@ -14,6 +14,8 @@ from processor.http.config import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_TRANSPORT,
+    chosen_health_url,
+    service_name,
 )
 from processor.notify.policy import DEFAULT_MAX_ATTEMPTS as DEFAULT_NOTIFY_ATTEMPTS
 from processor.notify.policy import DEFAULT_TIMEOUT as DEFAULT_NOTIFY_TIMEOUT
@@ -36,8 +38,8 @@ from watcher.config import (
 )
 
 if TYPE_CHECKING:
+    from processor.http.routes import Routes
 
-    pass
 from processor.cli.common import (
     DEFAULT_BACKLOG_INTERVAL,
     DEFAULT_DB_URL,
@@ -100,6 +102,10 @@ def migrate(
 def run(
     handler_url: Annotated[str, typer.Option("--handler-url", envvar=env_name("HANDLER_URL"),
                                              help="URL the items are POSTed to.")] = "",
+    routes_file: Annotated[str, typer.Option(
+        "--routes", envvar=env_name("ROUTES"), show_default=False, metavar="FILE",
+        help="A TOML routes file: each pipeline's gates to their handler services, in "
+        "place of --handler-url (docs/how-to/pipelines.md).")] = "",
     # No default: a container that forgot PROCESSOR_DB_URL must not run on a SQLite file
     # of its own and report ready.
     db_url: Annotated[str, typer.Option("--db-url", envvar=env_name("DB_URL"), show_default=False,
@@ -281,8 +287,14 @@ def run(
     from watcher.retention import RetentionConfig, check_statuses
     from watcher.rules.durations import parse_duration
 
+    routes = read_routes(routes_file) if routes_file else None
+    if routes is not None and handler_url:
+        raise fail("give --handler-url or --routes, not both: a routes file names every URL")
+    if routes is not None:
+        handler_url = routes.services()[0].url  # the shared settings' URL; each has its own
     if not handler_url:
-        raise fail("--handler-url is required (or set PROCESSOR_HANDLER_URL)")
+        raise fail("--handler-url is required (or set PROCESSOR_HANDLER_URL), or --routes "
+                   "FILE (PROCESSOR_ROUTES)")
     if not db_url:
         raise fail("--db-url is required (or set PROCESSOR_DB_URL): `processor run` never "
                    "picks a database of its own; `processor demo` runs on a throwaway one")
@@ -315,16 +327,20 @@ def run(
             max_leases=max_leases, reduce_page_items=reduce_page_items,
             max_item_bytes=max_item_bytes, max_spawn=max_spawn,
             max_inflight_per_key=max_inflight_per_key, rate_limit=rate_limit,
-            rate_limit_per_key=rate_limit_per_key, handler_name=handler_name(handler_url),
+            rate_limit_per_key=rate_limit_per_key, handler_name=(
+                "default" if routes is not None else service_name(handler_url)),
+            pipelines=None if routes is None else routes.served(),
             max_snooze=snooze_cap(retention_config), wait_timeout_policy=wait_timeout_policy),
         http=HttpProcessorConfig(
             handler_url=handler_url, headers=headers, request_timeout=request_timeout,
             max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),
             max_response_bytes=max_response_bytes, verify=ca_bundle or True,
-            health_url=_health_url(handler_url, handler_health_url), transport=http_transport,
+            health_url=chosen_health_url(handler_url, handler_health_url),
+            transport=http_transport,
             reduce_url=handler_reduce_url or None, health_optional=not handler_health_url),
         batch_size=handler_batch_size,
         batch_url=handler_batch_url or None,
+        routes=routes, routes_path=routes_file or None,
         health_port=health_port,
         health_host=health_host,
         migrate=migrate_first,
@@ -344,6 +360,27 @@ def run(
     raise typer.Exit(code)
 
 
+def read_routes(path: str) -> Routes:
+    """The routes of the file at ``path``, checked; each error a line on stderr.
+
+    Raises:
+        typer.Exit: the file cannot be read, or its routes are invalid (exit 2).
+    """
+    from processor.http.routes import RoutesError, parse_routes
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise fail(f"--routes: cannot read {path!r}: {error}") from None
+    try:
+        return parse_routes(text, source=path)
+    except RoutesError as error:
+        for line in error.errors[:-1]:
+            say(f"processor: error: {line}", err=True)
+        raise fail(error.errors[-1]) from None
+
+
 def notify_secret() -> bytes | None:
     """The notifications' signing secret, from ``PROCESSOR_NOTIFY_SECRET`` (never an
     option: a command line is visible to every user of the machine); ``None`` unset."""
@@ -361,35 +398,3 @@ def snooze_cap(retention: Any) -> float:
                                      getattr(retention, "items_older_than", None))
                if period]
     return min([MAX_SNOOZE_SECONDS, *periods])
-
-
-def handler_name(handler_url: str) -> str:
-    """The name processors give a handler in the flow controls (its rate limit and its
-    Retry-After blocks are shared by every processor that calls it): its URL without
-    user, password, query or fragment, which may carry secrets (``?code=...``)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(handler_url.strip())
-        host = parts.hostname or ""
-        if ":" in host:  # an IPv6 address goes back in its brackets
-            host = f"[{host}]"
-        netloc = host + (f":{parts.port}" if parts.port is not None else "")
-        return urlunsplit((parts.scheme.lower(), netloc, parts.path or "/", "", ""))
-    except ValueError:  # a malformed URL: the HTTP config's check names it
-        return "default"
-
-
-def _health_url(handler_url: str, given: str) -> str | None:
-    """The handler URL /readyz checks: the one given, none for ``off``, else
-    ``<handler-url>/healthz`` (:func:`~processor.http.config.default_health_url`)."""
-    from processor.http.config import default_health_url
-
-    if given.strip().lower() == "off":
-        return None
-    if given:
-        return given
-    try:
-        return default_health_url(handler_url)
-    except ValueError:  # a malformed handler URL: the config's check names it
-        return None

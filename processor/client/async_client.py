@@ -128,7 +128,8 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
                                start_at: datetime | None = None,
                                priority: int = 0, key: str | None = None,
                                quorum: Mapping[int, int] | None = None,
-                               notify: str | None = None) -> None:
+                               notify: str | None = None, pipeline: str | None = None,
+                               pipeline_version: str | None = None) -> None:
         """Create a partition with its items, in one transaction.
 
         ``reduce_gates`` are gates whose step is one reduce call for the whole
@@ -151,6 +152,9 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
         (docs/how-to/park.md#the-first-k-of-n).
         ``notify`` (an http or https URL) is POSTed a signed JSON event when the
         partition ends: complete, failed or cancelled (docs/how-to/notifications.md).
+        ``pipeline`` (``default`` when ``None``) names the pipeline whose routes serve
+        it, and ``pipeline_version`` the version it keeps (``None``: the routes' current
+        version when a processor first leases it; docs/how-to/pipelines.md).
         When an OpenTelemetry span is current, its trace context is stored with the
         partition: every handler call's span links to it (docs/how-to/trace.md).
 
@@ -160,13 +164,14 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
                 time zone or more than a year ahead, a priority out of range, a
                 key that is not a valid id, or a quorum that is not ``{gate: k}``
                 with whole numbers (k at least 1), or a ``notify`` that is not an
-                http(s) URL.
+                http(s) URL, or a ``pipeline`` or ``pipeline_version`` that is not a
+                name (letters, digits, ``_ . -``).
             PartitionExistsError: the partition exists already.
             DuplicateItemError: item ids repeat.
         """
         check_id("partition", partition_id)
         settings = check_settings(partition_id, reduce_gates, on_item_failure, priority,
-                                  key, quorum, notify)
+                                  key, quorum, notify, pipeline, pipeline_version)
         trace_context = capture_context()
         if trace_context is not None:
             settings = replace(settings, trace_context=trace_context)

@@ -16,11 +16,12 @@ from watcher.errors import (
 )
 from watcher.models import MAX_GATE, ItemFailurePolicy, Status
 from watcher.records import (
+    DEFAULT_PIPELINE,
     NewItem,
     PartitionSettings,
 )
 from watcher.rules.delays import DelayError, checked_time
-from watcher.rules.ids import id_problem
+from watcher.rules.ids import id_problem, pipeline_name_problem
 from watcher.rules.priority import DEFAULT_PRIORITY, priority_problem
 
 WAIT_POLL_START = 0.02
@@ -154,15 +155,17 @@ ITEM_FAILURE_POLICIES = tuple(policy.value for policy in ItemFailurePolicy)
 def check_settings(partition_id: str, reduce_gates: Iterable[int],
                     on_item_failure: str, priority: object = DEFAULT_PRIORITY,
                     key: object = None, quorum: object = None,
-                    notify: object = None) -> PartitionSettings:
-    """A partition's settings, checked.
+                    notify: object = None, pipeline: object = None,
+                    pipeline_version: object = None) -> PartitionSettings:
+    """A partition's settings, checked; ``pipeline`` ``None`` is ``default``.
 
     Raises:
         InvalidInputError: reduce gates that are not a list of distinct gates (or too
             many), an unknown failure policy, a priority out of range, a key that
             is not a valid id, a quorum that is not ``{gate: k}`` with whole
             numbers (:func:`check_quorum`), or a ``notify`` that is not an http(s) URL
-            (:func:`~processor.notify.targets.check_notify_url`).
+            (:func:`~processor.notify.targets.check_notify_url`), or a ``pipeline`` or
+            ``pipeline_version`` that is not a name (:func:`check_pipeline`).
     """
     if isinstance(reduce_gates, str | bytes | int) or not isinstance(reduce_gates, Iterable):
         raise InvalidInputError(
@@ -195,7 +198,27 @@ def check_settings(partition_id: str, reduce_gates: Iterable[int],
                              on_item_failure == ItemFailurePolicy.CONTINUE.value,
                              priority=priority, flow_key=checked_key(key),
                              quorum=check_quorum(partition_id, quorum),
-                             notify=check_notify_url(partition_id, notify))
+                             notify=check_notify_url(partition_id, notify),
+                             pipeline=check_pipeline(partition_id, "pipeline", pipeline),
+                             pipeline_version=None if pipeline_version is None else
+                             check_pipeline(partition_id, "pipeline_version", pipeline_version))
+
+
+def check_pipeline(partition_id: str | None, field: str, value: object) -> str:
+    """A ``pipeline`` (``None``: ``default``) or ``pipeline_version`` name, checked
+    (:func:`~watcher.rules.ids.pipeline_name_problem`).
+
+    Raises:
+        InvalidInputError: not such a name; the message names ``field``.
+    """
+    if value is None and field == "pipeline":
+        return DEFAULT_PIPELINE
+    problem = pipeline_name_problem(field, value)
+    if problem is not None:
+        where = "" if partition_id is None else f"partition {partition_id!r}: "
+        raise InvalidInputError(where + problem)
+    assert isinstance(value, str)
+    return value
 
 
 def check_quorum(partition_id: str, quorum: object) -> tuple[tuple[int, int], ...]:

@@ -31,6 +31,8 @@ from watcher.records import ItemInfo, NewItem, Page, PartitionInfo
 from watcher.reports import (
     Backlog,
     FlowControlInfo,
+    PipelineCount,
+    PipelineMove,
     PurgeReport,
     RetryReport,
     RewindReport,
@@ -107,11 +109,13 @@ class Client(SyncScheduleClient, SyncWaits, SyncNotificationsClient):
                          start_at: datetime | None = None, priority: int = 0,
                          key: str | None = None,
                          quorum: Mapping[int, int] | None = None,
-                         notify: str | None = None) -> None:
+                         notify: str | None = None, pipeline: str | None = None,
+                         pipeline_version: str | None = None) -> None:
         """See :meth:`AsyncClient.create_partition`."""
         return self._run(self._async.create_partition(
             partition_id, items, reduce_gates=reduce_gates, on_item_failure=on_item_failure,
-            start_at=start_at, priority=priority, key=key, quorum=quorum, notify=notify))
+            start_at=start_at, priority=priority, key=key, quorum=quorum, notify=notify,
+            pipeline=pipeline, pipeline_version=pipeline_version))
 
     def add_items(self, partition_id: str, items: Sequence[NewItem]) -> bool:
         """See :meth:`AsyncClient.add_items`."""
@@ -258,6 +262,16 @@ class Client(SyncScheduleClient, SyncWaits, SyncNotificationsClient):
         """See :meth:`AsyncClient.purge`."""
         return self._run(self._async.purge(older_than=older_than, statuses=statuses,
                                            batch=batch, dry_run=dry_run))
+
+    def move_pipeline_version(self, partition_id: str, pipeline_version: str, *,
+                              version: int | None = None) -> PipelineMove:
+        """See :meth:`AsyncClient.move_pipeline_version`."""
+        return self._run(self._async.move_pipeline_version(partition_id, pipeline_version,
+                                                           version=version))
+
+    def pipelines(self) -> list[PipelineCount]:
+        """See :meth:`AsyncClient.pipelines`."""
+        return self._run(self._async.pipelines())
 
     def set_gate(self, partition_id: str, gate: int) -> None:
         """See :meth:`AsyncClient.set_gate`."""

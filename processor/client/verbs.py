@@ -17,12 +17,19 @@ from processor.client.checks import (
     FINISHED_STATUSES,
     check_id,
     check_limit,
+    check_pipeline,
     check_seconds_value,
     is_gate,
 )
 from watcher.errors import ConfigError, InvalidInputError
 from watcher.models import MAX_GATE, Status
-from watcher.reports import PurgeReport, RetryReport, RewindReport
+from watcher.reports import (
+    PipelineCount,
+    PipelineMove,
+    PurgeReport,
+    RetryReport,
+    RewindReport,
+)
 from watcher.retention import (
     DEFAULT_BATCH,
     DEFAULT_STATUSES,
@@ -218,3 +225,29 @@ class PartitionVerbs:
             raise InvalidInputError(f"gate must be a whole number from 0 to {MAX_GATE}, "
                                     f"got {gate!r}")
         await self._call(self.store.partition_set_gate(partition_id, gate))
+
+    async def move_pipeline_version(self, partition_id: str, pipeline_version: str, *,
+                                    version: int | None = None) -> PipelineMove:
+        """Move a partition to another version of its pipeline: from its next lease on,
+        its calls go to that version's routes (docs/how-to/pipelines.md). A processor
+        holding it lets it go now (its lease ends; its writes are fenced off), and one
+        serving the version takes it at once. With ``version`` (its partition version, as
+        :meth:`partition` reads it), only while it is at that version.
+
+        Raises:
+            InvalidInputError: a bad partition id, or a version that is not a name.
+            PartitionNotFoundError: no partition has this id.
+            PartitionFinishedError: it is complete (or being deleted): nothing runs again.
+            PartitionChangedError: ``version`` was given and it is at another one, or it
+                changed during the move (read it again and repeat).
+        """
+        check_id("partition", partition_id)
+        checked = check_pipeline(partition_id, "pipeline_version", pipeline_version)
+        return await self._call(self.store.partition_move_version(partition_id, checked,
+                                                                  version=version))
+
+    async def pipelines(self) -> list[PipelineCount]:
+        """The open partitions per pipeline and version (``None``: not pinned yet), and
+        how many of them a processor holds, by pipeline then version."""
+        return await self._call(self.store.pipelines_count())
+

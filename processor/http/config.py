@@ -137,6 +137,34 @@ class HttpProcessorConfig:
     __str__ = __repr__
 
 
+def service_name(handler_url: str) -> str:
+    """The name processors give a handler in the flow controls (its rate limit and its
+    Retry-After blocks are shared by every processor that calls it): its URL without
+    user, password, query or fragment, which may carry secrets (``?code=...``)."""
+    try:
+        parts = urlsplit(handler_url.strip())
+        host = parts.hostname or ""
+        if ":" in host:  # an IPv6 address goes back in its brackets
+            host = f"[{host}]"
+        netloc = host + (f":{parts.port}" if parts.port is not None else "")
+        return urlunsplit((parts.scheme.lower(), netloc, parts.path or "/", "", ""))
+    except ValueError:  # a malformed URL: the HTTP config's check names it
+        return "default"
+
+
+def chosen_health_url(handler_url: str, given: str) -> str | None:
+    """The handler URL /readyz checks: the one given, none for ``off``, else
+    ``<handler-url>/healthz`` (:func:`~processor.http.config.default_health_url`)."""
+    if given.strip().lower() == "off":
+        return None
+    if given:
+        return given
+    try:
+        return default_health_url(handler_url)
+    except ValueError:  # a malformed handler URL: the config's check names it
+        return None
+
+
 def beside_handler(handler_url: str, path: str) -> str:
     """``<handler-url><path>``: ``path`` (``/batch``) added to the handler URL's path, its
     query string (a token, say) kept after it, the fragment dropped.

@@ -87,7 +87,7 @@ async def test_migrate_run_status(migrated, tmp_path) -> None:
         {"id": "job", "status": "complete", "gate": 1, "owner": "", "counts": {"complete": 12},
          "reduce_gates": [], "on_item_failure": "fail", "reduce": None, "spawned": 0,
          "last_error": None, "key": None, "priority": 0, "paused": False, "paused_at": None,
-         "result": None, "waiting": None}]
+         "result": None, "waiting": None, "pipeline": "default", "pipeline_version": None}]
     table = run_cli("status", "--db-url", db_url, "--table-prefix", prefix)
     assert table.returncode == 0 and "job" in table.stdout and "complete" in table.stdout
 

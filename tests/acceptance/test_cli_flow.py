@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from processor import AsyncClient
-from processor.cli.serve import handler_name
+from processor.http.config import service_name as handler_name
 from tests.acceptance.harness.processes import run_cli
 from watcher.store import Store
 

@@ -132,3 +132,25 @@ async def test_the_start_line_masks_the_database_password(db_url: str, tmp_path:
         await proc.terminate()
     assert f"{user}:***@" in start, start
     assert with_password.split(":")[2].split("@")[0] not in proc.stderr()
+
+
+def test_run_with_a_bad_routes_file_says_each_error_on_a_line_and_starts_nothing(
+        tmp_path: Path) -> None:
+    routes = tmp_path / "routes.toml"
+    routes.write_text('[[pipeline]]\nname = "a"\n[[pipeline.route]]\ngate = 0\n\n'
+                      '[[pipeline.route]]\ngate = 1\nurl = "ftp://x/"\nretries = 3\n')
+    done = cli("run", "--db-url", f"sqlite:///{tmp_path / 'never.db'}", "--health-port",
+               "0", env={"PROCESSOR_ROUTES": str(routes)}, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "never.db").exists()
+    assert done.stderr.splitlines() == [
+        f"processor: error: {routes}:3: pipeline 'a' gate 0: the route has no url; give "
+        "the handler's URL, such as url = \"http://ocr:8000/process\"",
+        f"processor: error: {routes}:6: pipeline 'a': unknown key 'retries' in a route; use "
+        "batch_size, batch_url, gate, headers, health_url, reduce_url, timeout, url, version",
+        f"processor: error: {routes}:6: pipeline 'a' gate 1: url 'ftp://x/' must start "
+        "with http:// or https://, such as http://handler:8000/process"]
+    routes.write_text('[[pipeline]]\nname = "a"\n[[pipeline.route]]\ngate = "*"\n'
+                      'url = "http://h/"\n')
+    both = cli("run", "--routes", str(routes), "--handler-url", "http://h/", cwd=tmp_path)
+    assert "--handler-url or --routes, not both" in one_line(both, 2)

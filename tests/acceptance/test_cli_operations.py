@@ -257,6 +257,24 @@ def test_missing_or_mistyped_arguments_exit_2_without_a_traceback(sqlite_namespa
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
 
 
+def test_pipelines_create_list_and_move(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'pipelines.db'}"
+    upgrade(url)
+    where = ("--db-url", url)
+    one_error_line(run_cli("create", "bad", "--pipeline", "no spaces", *where),
+                   "pipeline 'no spaces' must be ASCII letters")
+    created = json.loads(ok(run_cli("create", "inv", "--pipeline", "invoices",
+                                    "--pipeline-version", "v1", "--json", *where)))
+    assert (created["pipeline"], created["pipeline_version"]) == ("invoices", "v1")
+    moved = ok(run_cli("pipelines", "move", "inv", "--version", "v2", *where))
+    assert moved.strip() == ("moved partition 'inv' of pipeline 'invoices' from version 'v1' "
+                             "to version 'v2'")
+    assert json.loads(ok(run_cli("pipelines", "list", "--json", *where))) == [
+        {"pipeline": "invoices", "version": "v2", "open": 1, "leased": 0}]
+    one_error_line(run_cli("pipelines", "move", "nope", "--version", "v2", *where),
+                   "partition 'nope' does not exist")
+
+
 class SelectiveHandler:
     """Two gates, like TwoGateHandler, but calls for partition ``stuck`` wait on ``hold``."""
 

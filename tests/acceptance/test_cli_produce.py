@@ -103,7 +103,8 @@ async def test_create_from_a_file_with_reduce_gates_and_policy(where, tmp_path) 
     assert json.loads(ok(done)) == {"id": "job", "items": 4, "first_gate": 0,
                                     "reduce_gates": [1, 2], "on_item_failure": "continue",
                                     "key": None, "priority": 0, "quorum": None, "notify": None,
-                                    "start_at": None}
+                                    "start_at": None, "pipeline": "default",
+                                    "pipeline_version": None}
     info, stored_items = await stored(where, "job")
     assert (info.status, info.gate, info.counts) == ("available", 0, {"available": 4})
     assert (info.reduce_gates, info.on_item_failure) == ((1, 2), "continue")
@@ -218,7 +219,8 @@ async def test_create_streams_a_20000_line_file(where, tmp_path) -> None:
     assert json.loads(ok(done)) == {"id": "big", "items": 20_000, "first_gate": 0,
                                     "reduce_gates": [], "on_item_failure": "fail",
                                     "key": None, "priority": 0, "quorum": None, "notify": None,
-                                    "start_at": None}
+                                    "start_at": None, "pipeline": "default",
+                                    "pipeline_version": None}
     async with AsyncClient(where[1], where[3]) as client:
         counts = await client.gate_counts(["big"])
         last = await client.items("big", after="item-19998")

@@ -73,7 +73,8 @@ async def test_a_json_create_stores_the_items_as_sent(api, client) -> None:
     assert response.status_code == 201, response.text
     assert response.json() == {"id": "job-1", "items": 3, "first_gate": 0, "reduce_gates": [2],
                                "on_item_failure": "continue", "key": None, "priority": 0,
-                               "quorum": None, "notify": None, "start_at": None}
+                               "quorum": None, "notify": None, "start_at": None,
+                               "pipeline": "default", "pipeline_version": None}
     assert response.headers["location"] == "/v1/partitions/job-1"
     assert response.headers["idempotent-replayed"] == "false"
     info = await client.partition("job-1")
@@ -89,13 +90,17 @@ async def test_a_json_create_stores_the_items_as_sent(api, client) -> None:
 async def test_an_ndjson_create_takes_its_settings_from_the_query(api, client) -> None:
     body = (lines({"id": "a", "data": 1}) + "\r\n" + '{"id": "b", "gate": 3, "data": "two"}\r\n'
             + "   \n" + json.dumps({"id": "c", "data": [3]}))  # the last line has no newline
-    response = await api.put("/v1/partitions/p?reduce_gates=4,5&on_item_failure=continue",
-                             content=body, headers=NDJSON)
+    response = await api.put("/v1/partitions/p?reduce_gates=4,5&on_item_failure=continue"
+                             "&pipeline=invoices&pipeline_version=v2", content=body,
+                             headers=NDJSON)
     assert response.status_code == 201, response.text
     assert response.json()["items"] == 3
     info = await client.partition("p")
     assert (info.reduce_gates, info.on_item_failure, sum(info.counts.values())) == (
         (4, 5), "continue", 3)
+    assert (info.pipeline, info.pipeline_version) == ("invoices", "v2")
+    shown = (await api.get("/v1/partitions/p")).json()
+    assert (shown["pipeline"], shown["pipeline_version"]) == ("invoices", "v2")
     assert {item.id: item.data for item in await client.items("p")} == {
         "a": b"1", "b": b'"two"', "c": b"[3]"}
 
@@ -302,6 +307,9 @@ def _old_digest(idempotency_key: str, media: str, body: bytes, gates: list[int],
     ({"params": {"priority": "-11"}}, 422, "priority"),
     ({"params": {"start_at": "soon"}}, 422, "start_at"),
     ({"params": {"key": ""}}, 422, "key"),
+    ({"json": {"pipeline": 7}}, 400, "pipeline"),
+    ({"json": {"pipeline": "no spaces"}}, 422, "pipeline"),
+    ({"params": {"pipeline_version": "v/2"}}, 422, "pipeline_version"),
 ])
 async def test_flow_settings_the_rules_refuse_write_nothing(api, request_, status,
                                                            field) -> None:

@@ -238,7 +238,7 @@ def test_a_walk_through_every_route_answers_as_documented(
     assert first.json() == {"id": "walk/1", "items": 3, "first_gate": 0,
                             "reduce_gates": [2], "on_item_failure": "continue",
                             "key": None, "priority": 0, "quorum": None, "notify": None,
-                            "start_at": None}
+                            "start_at": None, "pipeline": "default", "pipeline_version": None}
     again = call("PUT", "/v1/partitions/{id}", 201, body=create,
                  media_type="application/json", headers={"Idempotency-Key": "walk-1"})
     assert again.headers["idempotent-replayed"] == ["true"]

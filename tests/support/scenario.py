@@ -12,11 +12,13 @@ from sqlalchemy import delete
 from watcher.errors import (
     GateError,
     KeyNotFoundError,
+    PartitionChangedError,
     PartitionExistsError,
     PartitionLeasedError,
     PartitionNotFoundError,
 )
 from watcher.models import FlowScope
+from watcher.pipelines import ServedRoute
 from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionSettings
 from watcher.rules.error_history import appended
 from watcher.rules.reduce import ReduceWrite
@@ -146,6 +148,33 @@ async def drive_every_method(store: Store) -> None:
     await _drive_schedules(store)
     await _drive_waits(store)
     await _drive_rewind(store)
+    await _drive_pipelines(store)
+
+
+async def _drive_pipelines(store: Store) -> None:
+    """Lease reads limited to the places a processor serves, a version pinned at a lease,
+    an operator's move to another version, and the counts per pipeline and version."""
+    await store.partition_create("pp1", [NewItem("a", b"")], PartitionSettings(pipeline="ocr"))
+    await store.partition_create("pp2", [NewItem("a", b"")],
+                                 PartitionSettings(pipeline="ocr", pipeline_version="v1"))
+    every = (ServedRoute("ocr", "v2", True, frozenset({0})), ServedRoute("ocr", None, True, None))
+    free = await store.leases_read_free(20, every)
+    assert {row.id for row in free} == {"pp1", "pp2"}
+    v2 = (ServedRoute("ocr", "v2", True, frozenset({0, 1})),)
+    assert [row.id for row in await store.leases_read_free(20, v2)] == ["pp1"]
+    await store.leases_take([row for row in free if row.id == "pp1"], "w7", 30)
+    assert await store.partitions_pin_version([("pp1", "v2")], "w7") == ["pp1"]
+    assert await store.partitions_pin_version([("pp1", "v3")], "w7") == []  # pinned once
+    assert [row.id for row in await store.leases_of_owner("w7", 10, v2)] == ["pp1"]
+    move = await store.partition_move_version("pp1", "v3")
+    assert (move.before, move.after, move.released) == ("v2", "v3", True)
+    with pytest.raises(PartitionNotFoundError):
+        await store.partition_move_version("nothing", "v1")
+    with pytest.raises(PartitionChangedError):
+        await store.partition_move_version("pp2", "v2", version=99)
+    counts = {(count.pipeline, count.version): count.open
+              for count in await store.pipelines_count() if count.pipeline == "ocr"}
+    assert counts == {("ocr", "v1"): 1, ("ocr", "v3"): 1}
 
 
 async def _drive_rewind(store: Store) -> None:

@@ -198,7 +198,8 @@ class GateReducer:
             pid, gate, after=state.after, limit=self.limits.items + 1,
             include_failed=lease.settings.continue_on_failure)
         plan = plan_reduce(state, entries, self.limits, pid, self.config.max_item_bytes)
-        call = reduce_call(pid, gate, plan, attempt=state.attempts + 1)
+        call = reduce_call(pid, gate, plan, attempt=state.attempts + 1, pipeline=(
+            lease.settings.pipeline, lease.settings.pipeline_version))
         if self.keeper.expired(lease):  # the reads outlasted the lease: call nothing
             return ReduceOutcome(ReduceOutcomeKind.CONFLICT)
         return plan, call

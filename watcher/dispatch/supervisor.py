@@ -1,9 +1,8 @@
 """One supervisor per leased partition: dispatch its gate, write results, move the gate.
 
 ``run_once()`` does one pass and says how long to wait; ``run()`` only waits, wakes and
-stops. A pass dispatches the ready items at the current gate up to the free slots; when
-the gate has nothing ready or in flight, its :class:`~watcher.dispatch.gate_moves.GateMover`
-moves the gate (or reduces it) in one guarded write.
+stops. A pass dispatches the ready items at the current gate up to the free slots; a gate
+with nothing ready or in flight is moved (or reduced) in one guarded write (``GateMover``).
 """
 
 from __future__ import annotations
@@ -253,8 +252,9 @@ class PartitionSupervisor:
             items = [item for item in items if len(item.data) <= limit]
             if not items:
                 return
-        pid = self.partition_id
-        works = [WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version)
+        pid, on = self.partition_id, self.lease.settings  # its pipeline routes the calls
+        works = [WorkItem(pid, item.id, item.gate, item.attempts + 1, item.data, item.version,
+                          pipeline=on.pipeline, pipeline_version=on.pipeline_version)
                  for item in items]
         try:
             await call_items(self.process, self.process_batch, works, self.slots,

@@ -14,9 +14,10 @@ the database.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
 from watcher.config import WatcherConfig
@@ -129,13 +130,66 @@ class FlowSlots:
         self.shared.calls_ended(count)
 
 
+class RoutedLimit:
+    """The limit of the service a partition's calls go to now: its current gate's, which
+    ``target`` returns (a dictionary lookup), as a processor routing by pipeline gives it
+    (docs/how-to/pipelines.md). Every call asks it anew, so a gate move changes service."""
+
+    def __init__(self, target: Callable[[], Limit]) -> None:
+        self._target = target
+        self._notified: set[Limit] = set()
+
+    @property
+    def refill_at(self) -> int:
+        return self._target().refill_at
+
+    def free(self, now: float) -> int:
+        return self._target().free(now)
+
+    def take(self, wanted: int, now: float) -> int:
+        return self._target().take(wanted, now)
+
+    def untake(self, count: int) -> None:
+        self._target().untake(count)
+
+    def give_back(self, count: int) -> None:
+        self._target().give_back(count)
+
+    def pass_turn(self, now: float) -> None:
+        self._target().pass_turn(now)
+
+    def notify_when_free(self, event: asyncio.Event) -> None:
+        target = self._target()
+        self._notified.add(target)
+        target.notify_when_free(event)
+
+    def leave(self, event: asyncio.Event) -> None:
+        # Every service's it waited on: the gate may have moved on since.
+        notified, self._notified = self._notified, set()
+        for limit in notified:
+            limit.leave(event)
+
+
+ServiceOf = Callable[[], str | None]
+"""The service a partition's calls go to now (its URL without secrets); ``None``: the
+one handler of a processor that does not route."""
+
+ServiceProbe = Callable[[str], Awaitable[bool]]
+"""Asks one service whether it answers (an HTTP processor routing by pipeline has one)."""
+
+
 class FlowControl:
     """The flow controls of one processor: its key pools and token pools, and the loops
-    that keep them in step with the database."""
+    that keep them in step with the database.
+
+    ``probe`` asks the one handler's service whether it answers; ``service_probe`` asks
+    one service of a processor that routes, whose holds are per service
+    (:meth:`hold_for`): a service down holds only its own calls."""
 
     def __init__(self, store: Store, config: WatcherConfig, hooks: Hooks | SafeHooks,
                  clock: Callable[[], float] = time.monotonic, *,
-                 probe: Probe | None = None) -> None:
+                 probe: Probe | None = None,
+                 service_probe: ServiceProbe | None = None) -> None:
         # One round of database work at a time, so that a stop never cuts one short.
         self._db_round = asyncio.Lock()
         self._stop_wait = config.shutdown_timeout
@@ -143,24 +197,53 @@ class FlowControl:
         self.rates = RateLimiter(store, config, hooks, clock, self._db_round)
         # This processor's hold while the handler's service is down; ``probe`` asks it.
         self.hold = HandlerHold(probe, handler=config.handler_name, clock=clock)
+        self.holds: dict[str, HandlerHold] = {}  # per service, when the processor routes
+        self._service_probe = service_probe
         self._clock = clock
 
-    def slots_for(self, settings: PartitionSettings, shared: SlotPool) -> Slots:
-        """The slots a partition with ``settings`` dispatches in."""
+    def hold_for(self, service: str | None) -> HandlerHold:
+        """The hold on the calls to ``service`` (made at its first use); ``None``: the
+        one handler's (:attr:`hold`)."""
+        if service is None:
+            return self.hold
+        hold = self.holds.get(service)
+        if hold is None:
+            probe = (None if self._service_probe is None
+                     else functools.partial(self._service_probe, service))
+            hold = self.holds[service] = HandlerHold(probe, handler=service, clock=self._clock)
+        return hold
+
+    def slots_for(self, settings: PartitionSettings, shared: SlotPool,
+                  service: ServiceOf | None = None) -> Slots:
+        """The slots a partition with ``settings`` dispatches in; with ``service``, its
+        calls pass the hold and the token pool of the service it calls now."""
         limits: list[Limit] = [self.hold, self.rates.handler]
+        if service is not None:
+            limits = [RoutedLimit(lambda: self.hold_for(service())),
+                      RoutedLimit(lambda: self.rates.service_pool(service()))]
         key = settings.flow_key
         if key:
             limits += [self.keys.pool(key), self.rates.key_pool(key)]
         return FlowSlots(shared, limits, self._clock, key)
 
-    def throttled(self, seconds: float) -> None:
-        """The handler answered ``Retry-After: seconds``: hold its calls, fleet-wide."""
-        self.rates.throttled(seconds)
+    def holds_of(self, service: ServiceOf | None
+                 ) -> tuple[Callable[[float], None], Callable[[str], None]]:
+        """What holds a partition's calls for a ``Retry-After`` and for an outage: the
+        hold of the service it calls now (``service``; ``None``: the one handler's)."""
+        if service is None:
+            return self.throttled, self.unavailable
+        return (lambda seconds: self.throttled(seconds, service()),
+                lambda reason: self.unavailable(reason, service()))
 
-    def unavailable(self, reason: str) -> None:
-        """A call got no answer from the handler's service: hold its calls here and probe
-        it (:class:`~watcher.flow.handler_hold.HandlerHold`)."""
-        self.hold.unavailable(reason)
+    def throttled(self, seconds: float, service: str | None = None) -> None:
+        """The handler (``service``) answered ``Retry-After: seconds``: hold its calls,
+        fleet-wide."""
+        self.rates.throttled(seconds, service)
+
+    def unavailable(self, reason: str, service: str | None = None) -> None:
+        """A call got no answer from the handler's service (``service``): hold its calls
+        here and probe it (:class:`~watcher.flow.handler_hold.HandlerHold`)."""
+        self.hold_for(service).unavailable(reason)
 
     async def run(self, held_keys: Callable[[], Iterable[str]]) -> None:
         """Keep grants and tokens in step until cancelled."""
@@ -175,7 +258,8 @@ class FlowControl:
         aiosqlite that close can outlive the connection's thread and leave a task that
         never ends, which hung a stopping process at exit.
         """
-        await self.hold.stop()
+        for hold in (self.hold, *self.holds.values()):
+            await hold.stop()
         between_rounds = False
         try:
             async with asyncio.timeout(self._stop_wait):

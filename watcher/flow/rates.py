@@ -165,8 +165,11 @@ class RateLimiter:
         self.handler = TokenPool(FlowScope.HANDLER, config.handler_name, self._demand)
         self.handler.rate = config.rate_limit
         self.keys: dict[str, TokenPool] = {}
+        # The pools of the services a routing processor calls (docs/how-to/pipelines.md),
+        # each named by its URL without secrets: a rate and a Retry-After hold per service.
+        self.services: dict[str, TokenPool] = {}
         self._outage = OutageLatch()
-        self._pending_block = 0.0  # a hold to tell the fleet of, in seconds
+        self._pending_blocks: dict[str, float] = {}  # holds to tell the fleet of, in seconds
         self._throttles = 0  # Retry-After holds begun since the last line about them
         self._next_throttle_line = 0.0  # monotonic: when the next line may be written
 
@@ -178,13 +181,26 @@ class RateLimiter:
             self._demand.set()
         return pool
 
-    def throttled(self, seconds: float) -> None:
-        """The handler answered ``Retry-After: seconds``: hold every call here at once,
-        and tell the fleet (at the next claim loop pass)."""
+    def service_pool(self, service: str | None) -> TokenPool:
+        """The pool of ``service`` (its URL without secrets), made at its first call;
+        ``None``: the handler's (:attr:`handler`)."""
+        if service is None:
+            return self.handler
+        pool = self.services.get(service)
+        if pool is None:
+            pool = self.services[service] = TokenPool(FlowScope.HANDLER, service, self._demand)
+            pool.rate = self.config.rate_limit
+        return pool
+
+    def throttled(self, seconds: float, service: str | None = None) -> None:
+        """The handler (``service``; ``None``: the one handler) answered ``Retry-After:
+        seconds``: hold every call to it here at once, and tell the fleet (at the next
+        claim loop pass). Calls to other services go on."""
         now = self._clock()
         seconds = max(seconds, CLAIM_INTERVAL)  # "Retry-After: 0" still pauses a moment
-        self.handler.block(now + seconds)
-        self._pending_block = max(self._pending_block, seconds)
+        pool = self.service_pool(service)
+        pool.block(now + seconds)
+        self._pending_blocks[pool.name] = max(self._pending_blocks.get(pool.name, 0.0), seconds)
         self.hooks.handler_blocked(seconds)
         self._demand.set()
         self._throttles += 1
@@ -193,7 +209,7 @@ class RateLimiter:
                         "handler answered Retry-After: every processor holds its calls to "
                         "it that long; the items spend no attempt, up to "
                         "--max-unpaid-retries each; at most one line a minute)",
-                        self.config.handler_name, seconds, self._throttles)
+                        pool.name, seconds, self._throttles)
             self._throttles = 0
             self._next_throttle_line = now + THROTTLE_LOG_INTERVAL
 
@@ -225,25 +241,26 @@ class RateLimiter:
     def _next_wait(self) -> float:
         """Until the next poll, or sooner when a hold ends then."""
         wait = self.config.poll_interval
-        if self.handler.blocked_until:
-            wait = min(wait, max(0.0, self.handler.blocked_until - self._clock()))
+        for pool in (self.handler, *self.services.values()):
+            if pool.blocked_until:
+                wait = min(wait, max(0.0, pool.blocked_until - self._clock()))
         return wait
 
     async def _publish_block(self) -> None:
-        seconds = self._pending_block
-        if seconds:
-            self._pending_block = 0.0
-            await self.store.flow_block(FlowScope.HANDLER, self.config.handler_name, seconds)
+        pending, self._pending_blocks = self._pending_blocks, {}
+        for name, seconds in pending.items():
+            await self.store.flow_block(FlowScope.HANDLER, name, seconds)
 
     async def _read_holds_and_rates(self, held_keys: Callable[[], Iterable[str]]) -> None:
         """The handler's hold (one read), and the rates set for the held keys. A pool is
         dropped only when no held partition has its key, decided after the reads:
         a partition leased meanwhile may have made its pool."""
         now = self._clock()
-        self.handler.unblock_due(now)
-        left = await self.store.flow_blocked_for(FlowScope.HANDLER, self.config.handler_name)
-        if left > 0:
-            self.handler.block(now + left)
+        for pool in (self.handler, *self.services.values()):
+            pool.unblock_due(now)
+            left = await self.store.flow_blocked_for(FlowScope.HANDLER, pool.name)
+            if left > 0:
+                pool.block(now + left)
         keys = sorted(self.keys)
         rates = await self.store.flow_key_rates(keys) if keys else {}
         held = set(held_keys())
@@ -260,7 +277,7 @@ class RateLimiter:
 
     async def _claim(self, now: float) -> None:
         """Claim tokens for each pool whose calls wait (or that used its tokens)."""
-        for pool in (self.handler, *self.keys.values()):
+        for pool in (self.handler, *self.services.values(), *self.keys.values()):
             pool.unblock_due(now)
             if pool.held:
                 self.hooks.calls_throttled(pool.scope.value, "block", pool.held)

@@ -17,6 +17,7 @@ from watcher.config import WatcherConfig
 from watcher.hooks import Hooks, SafeHooks
 from watcher.leasing.handover import HandOverAsks
 from watcher.leasing.lease import Lease, handed_over_progress, known_timelines, locked, progress_of
+from watcher.leasing.pipeline_leases import pin_versions, served_routes, unserved
 from watcher.records import LeaseRow
 from watcher.rules.balance import (
     Backlog,
@@ -30,8 +31,7 @@ from watcher.store import Store
 
 log = logging.getLogger(__name__)
 
-# How many more free candidates to read than we may take, so that watchers
-# scanning at the same moment spread over different partitions.
+# How many more free candidates to read than we may take: watchers scanning at once spread.
 CANDIDATE_SPREAD = 4
 
 
@@ -60,17 +60,14 @@ class LeaseKeeper:
         self.leases: dict[str, Lease] = {}
         self._renew_due = 0.0
         self._balance_due = 0.0
-        # Whether the last lease cycle left free partitions it might have taken with
-        # more room: only then does a partition ending call for a cycle at once.
+        # Whether the last cycle left free partitions untaken (then an end calls a cycle).
         self.free_left = True
-        # Leases lost with items done that their timelines do not count yet: handed
-        # over to the partitions' timelines at the next renewal.
+        # Leases lost with items done their timelines lack: handed over at the next renewal.
         self._hand_over: list[Lease] = []
         self.asks = HandOverAsks(store, config)
 
     @property
-    def owner(self) -> str:
-        """This watcher's owner id."""
+    def owner(self) -> str:  # this watcher's owner id
         return self.config.owner_id
 
     @property
@@ -87,13 +84,13 @@ class LeaseKeeper:
         return min(self.room, backlog_room(self._backlog(), self.config.lease_batch))
 
     async def run_once(self, *, acquire: bool = True) -> LeaseCycle:
-        """Renew if due, drop what clients stopped, take free partitions, and steal if due
-        and still below target.
+        """Renew if due, drop what clients stopped, take free partitions (only those at a
+        place :attr:`WatcherConfig.pipelines` serves), steal if due and below target.
 
         With a backlog (the watcher's slots), it takes free partitions only while fewer
-        than two lease batches of those it holds wait for slots, and then no more than
-        fill that; beyond it only partitions that would start before them
-        (:func:`watcher.rules.balance.goes_ahead`), and it steals nothing.
+        than two lease batches of those it holds wait for slots, and no more than fill
+        that; beyond, only those that would start before them (``goes_ahead``), and it
+        steals nothing. Held partitions at a place not served are handed over.
 
         Raises the database's error when it fails; the caller backs off.
         """
@@ -108,14 +105,17 @@ class LeaseKeeper:
             return LeaseCycle(lost=tuple(lost), renewed=renewed, stopped=stopped)
         acquired: list[str] = []
         stolen: list[str] = []
-        handing = await self.asks.hand_over_due(now, self.leases.values())
+        held = self.leases.values()
+        handing = (await self.asks.hand_over_due(now, held)
+                   + unserved(held, self.config.pipelines, self.owner))
         room = self.room
         if room <= 0:  # at its limit: take nothing, and let others steal what is fair
             self.free_left = True
             self.hooks.leases_held(len(self.leases))
             return LeaseCycle(lost=tuple(lost), renewed=renewed, stopped=stopped,
                               handing_over=handing)
-        free = await self.store.leases_read_free(self.config.lease_batch * CANDIDATE_SPREAD)
+        free = await self.store.leases_read_free(self.config.lease_batch * CANDIDATE_SPREAD,
+                                                 served_routes(self.config))
         candidates, takeable, busy = free, min(self.config.lease_batch, room), False
         if self._backlog is not None:
             backlog = self._backlog()
@@ -137,7 +137,8 @@ class LeaseKeeper:
             elif plan.steal_from is not None and balance_due and not busy:
                 # Asked first: the holder hands over; stolen only once it does not.
                 if await self.asks.ask(plan.steal_from):
-                    victims = await self.store.leases_of_owner(plan.steal_from, plan.steal)
+                    victims = await self.store.leases_of_owner(plan.steal_from, plan.steal,
+                                                               served_routes(self.config))
                     stolen = await self._take(victims, stolen_from=plan.steal_from)
             if plan.steal_from is None:
                 await self.asks.withdraw()
@@ -162,11 +163,9 @@ class LeaseKeeper:
         return acquired
 
     async def drop_stopped(self) -> list[str]:
-        """Drop the leases on partitions that a client cancelled or began deleting.
-
-        One indexed read per poll (:meth:`Store.leases_stopped`), so a holder
-        stops dispatching a cancelled partition within a poll interval instead
-        of at its next renewal. Returns the partitions dropped.
+        """Drop the leases on partitions that a client cancelled or began deleting: one
+        indexed read per poll (:meth:`Store.leases_stopped`), so a holder stops within a
+        poll, not at its next renewal. Returns the partitions dropped.
 
         Raises the database's error when the read fails.
         """
@@ -179,11 +178,12 @@ class LeaseKeeper:
         return dropped
 
     async def _take(self, rows: list[LeaseRow], *, stolen_from: str | None) -> list[str]:
-        """Take ``rows``; returns the partitions newly held (not those held already)."""
-        # The database sets each until from its clock during the write, so a lease
-        # counted from before the write never outlives the database's until.
+        """Take ``rows`` (pinning versions: :func:`pin_versions`); returns the partitions
+        newly held. The database sets each until from its clock during the write, so a
+        lease counted from before the write never outlives the database's until."""
         started = time.monotonic()
-        won = await self.store.leases_take(rows, self.owner, self.config.lease_duration)
+        won = await pin_versions(self.store, await self.store.leases_take(
+            rows, self.owner, self.config.lease_duration), self.config.pipelines, self.owner)
         taken: list[str] = []
         for row in won:
             held = self.leases.get(row.id)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from watcher.models import AVAILABLE, COMPLETE, FAILED, ReducePass
 from watcher.protocol import ReduceCall, ReduceItem, ReduceResult, Result
-from watcher.records import ItemWrite, NewItem, ReduceEntry, ReduceState
+from watcher.records import DEFAULT_PIPELINE, ItemWrite, NewItem, ReduceEntry, ReduceState
 from watcher.rules.decisions import result_problem
 from watcher.rules.spawn import DEFAULT_SPAWN_LIMITS, SpawnLimits, resolve_spawn, spawn_problem
 
@@ -216,13 +216,16 @@ def reduce_key(partition_id: str, gate: int, pass_: str, page: int,
     return digest.hexdigest()[:32]
 
 
-def reduce_call(partition_id: str, gate: int, plan: ReducePlan, attempt: int) -> ReduceCall:
-    """The :class:`ReduceCall` a plan makes (``attempt`` is 1-based)."""
+def reduce_call(partition_id: str, gate: int, plan: ReducePlan, attempt: int,
+                pipeline: tuple[str, str | None] = (DEFAULT_PIPELINE, None)) -> ReduceCall:
+    """The :class:`ReduceCall` a plan makes (``attempt`` is 1-based) for a partition of
+    ``pipeline`` (its name and version)."""
     items = tuple(ReduceItem(e.id, e.status, e.gate, e.data, e.last_error)
                   for e in plan.entries)
     return ReduceCall(partition_id, gate, attempt, plan.pass_, plan.page, plan.last, items,
                       plan.accumulator,
-                      reduce_key(partition_id, gate, plan.pass_, plan.page, plan.entries))
+                      reduce_key(partition_id, gate, plan.pass_, plan.page, plan.entries),
+                      *pipeline)
 
 
 def reduce_step(partition_id: str, gate: int, plan: ReducePlan, answer: object,

@@ -15,6 +15,7 @@ from watcher.store.fleet import FleetStore
 from watcher.store.hot import HotPathStore
 from watcher.store.leases import LeasesStore
 from watcher.store.operations import OperationsStore
+from watcher.store.operator.pipelines import PipelinesStore
 from watcher.store.operator.rewind import RewindsStore
 from watcher.store.outbox.deliveries import NotificationsStore
 from watcher.store.partitions import PartitionsStore
@@ -25,8 +26,9 @@ from watcher.store.sql.schema import tables_for
 from watcher.store.waits import WaitsStore
 
 
-class Store(SchedulesStore, PartitionsStore, OperationsStore, RewindsStore, RemovalStore,
-            FleetStore, LeasesStore, HotPathStore, ReduceStore, WaitsStore, NotificationsStore):
+class Store(SchedulesStore, PartitionsStore, OperationsStore, RewindsStore, PipelinesStore,
+            RemovalStore, FleetStore, LeasesStore, HotPathStore, ReduceStore, WaitsStore,
+            NotificationsStore):
     """All reads and writes of the ``partitions``, ``items``, ``leaders`` and flow
     tables.
 

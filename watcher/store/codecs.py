@@ -143,12 +143,14 @@ def to_lease_row(row: Sequence[Any]) -> LeaseRow:
     :data:`watcher.store.sql.leases.LEASE_COLUMNS` (any after them left), as a
     :class:`LeaseRow`."""
     (pid, version, gate, owner, reduce_gates, on_item_failure, trace_context, priority,
-     flow_key, rank_at, timeline, quorum, notify) = row[:len(LEASE_COLUMNS)]
+     flow_key, rank_at, timeline, quorum, notify, pipeline,
+     pipeline_version) = row[:len(LEASE_COLUMNS)]
     settings = settings_of(reduce_gates, on_item_failure, trace_context, quorum)
     order = 0.0 if rank_at is None else turn_order(rank_at.replace(tzinfo=UTC))
     return LeaseRow(pid, version, gate, owner,
                     replace(settings, priority=priority, flow_key=flow_key, queue_order=order,
-                            notify=notify),
+                            notify=notify, pipeline=pipeline,
+                            pipeline_version=pipeline_version),
                     timeline=timeline, timeline_read=True)
 
 
@@ -165,6 +167,7 @@ def to_partition_info(row: Any, counts: dict[str, int]) -> PartitionInfo:
         result=None if row.result is None else bytes(row.result),
         last_error=row.last_error, reduce=progress, spawned=row.spawned,
         priority=row.priority, paused_at=row.paused_at, key=row.flow_key or None,
+        pipeline=row.pipeline, pipeline_version=row.pipeline_version,
     )
 
 

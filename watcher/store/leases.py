@@ -17,7 +17,7 @@ from watcher.models import AVAILABLE
 from watcher.records import LeaseRow, LeaseStats, PartitionState
 from watcher.store.codecs import IN_CHUNK, LEASE_CHUNK, chunks, to_lease_row
 from watcher.store.renewals import RenewalsStore
-from watcher.store.sql.leases import FREE_COUNT_CAP
+from watcher.store.sql.leases import FREE_COUNT_CAP, Served
 
 
 class LeasesStore(RenewalsStore):
@@ -50,21 +50,49 @@ class LeasesStore(RenewalsStore):
                                       {"holder": owner, "back": -within})
         return [row[0] for row in rows]
 
-    async def leases_read_free(self, limit: int) -> list[LeaseRow]:
+    async def leases_read_free(self, limit: int, served: Served = None) -> list[LeaseRow]:
         """Read up to ``limit`` available partitions that are unleased or expired and
         not paused, first in the lease queue first (``rank_at``: start time less a head
-        start for priority, :mod:`watcher.rules.priority`).
+        start for priority, :mod:`watcher.rules.priority`); with ``served`` (the routes
+        of :class:`~watcher.pipelines.ServedPipelines`), only those at a place they
+        serve: a processor never leases what it cannot call a handler for.
 
         The walk follows ``ix_partitions_rank`` (status, rank_at, id), in the order
         asked, partitions at one place included; it passes over the leased and the
         paused partitions ranked ahead, and the scheduled ones rank at their start,
         so it stops at ``limit`` long before the queue's end."""
-        return await self._lease_rows("leases_read_free", self.lease_statements.free(limit), {})
+        return await self._lease_rows("leases_read_free",
+                                      self.lease_statements.free(limit, served), {})
 
-    async def leases_of_owner(self, owner: str, limit: int) -> list[LeaseRow]:
-        """Read up to ``limit`` partitions that ``owner`` holds with a live lease."""
-        return await self._lease_rows("leases_of_owner", self.lease_statements.of_owner(limit),
+    async def leases_of_owner(self, owner: str, limit: int,
+                              served: Served = None) -> list[LeaseRow]:
+        """Read up to ``limit`` partitions that ``owner`` holds with a live lease (with
+        ``served``, only those at a place they serve: the ones a steal may take)."""
+        return await self._lease_rows("leases_of_owner",
+                                      self.lease_statements.of_owner(limit, served),
                                       {"holder": owner})
+
+    async def partitions_pin_version(self, pins: Sequence[tuple[str, str]],
+                                     owner: str) -> list[str]:
+        """Pin a pipeline version on each (partition, version) of ``pins`` that ``owner``
+        holds and no version is pinned on yet (:meth:`LeaseStatements.pin_version`), in
+        one transaction. Returns the partitions pinned; the others had one already (a
+        client or an operator set it), or are no longer held.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
+        """
+        pinned: list[str] = []
+        if not pins:
+            return pinned
+        statement = self.lease_statements.pin_version
+        async with self._write() as conn:
+            for partition_id, version in pins:
+                result = await conn.execute(statement, {"pid": partition_id, "holder": owner,
+                                                        "pinned": version})
+                if result.rowcount == 1:
+                    pinned.append(partition_id)
+        return pinned
 
     async def lease_stats(self, free_cap: int = FREE_COUNT_CAP) -> LeaseStats:
         """Count each owner's live leases and the partitions free to lease (unleased or

@@ -129,7 +129,8 @@ class PartitionsStore(FlowStore):
             reduce_gates=encode_reduce_gates(settings.reduce_gates),
             on_item_failure=policy.value, request_digest=request_digest,
             trace_context=settings.trace_context, quorum=encode_quorum(settings.quorum),
-            notify=settings.notify,
+            notify=settings.notify, pipeline=settings.pipeline,
+            pipeline_version=settings.pipeline_version,
         ))
         await conn.execute(insert(self.tables.timelines).values(partition_id=partition_id))
 

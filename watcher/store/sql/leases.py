@@ -14,10 +14,28 @@ import functools
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Float, bindparam, func, literal, or_, select, union_all, update
-from sqlalchemy.sql.expression import BindParameter, CompoundSelect, Select, Update
+from sqlalchemy import (
+    Float,
+    and_,
+    bindparam,
+    false,
+    func,
+    literal,
+    or_,
+    select,
+    union_all,
+    update,
+)
+from sqlalchemy.sql.expression import (
+    BindParameter,
+    ColumnElement,
+    CompoundSelect,
+    Select,
+    Update,
+)
 
 from watcher.models import AVAILABLE, CANCELLED, DELETING
+from watcher.pipelines import ServedRoute
 from watcher.store.drivers.sql import lock_unless_busy, not_for_index
 from watcher.store.sql.shared import Statements
 
@@ -32,11 +50,14 @@ TIE_WINDOW = 0.001
 # How far after such a partition a new one is placed.
 TIE_STEP = timedelta(microseconds=1)
 
+# The routes a lease read is limited to (watcher.pipelines); None: every partition.
+Served = tuple[ServedRoute, ...] | None
+
 # The columns a lease read returns, in order (:func:`watcher.store.codecs.to_lease_row`),
 # then the clock's time; ``timeline`` from the partition's timeline row.
 LEASE_COLUMNS = ("id", "version", "gate", "owner", "reduce_gates", "on_item_failure",
                  "trace_context", "priority", "flow_key", "rank_at", "timeline", "quorum",
-                 "notify")
+                 "notify", "pipeline", "pipeline_version")
 
 
 class LeaseStatements:
@@ -44,8 +65,8 @@ class LeaseStatements:
 
     def __init__(self, statements: Statements) -> None:
         self.statements = statements
-        self._free: dict[int, Select[Any]] = {}
-        self._of_owner: dict[int, Select[Any]] = {}
+        self._free: dict[tuple[int, Served], Select[Any]] = {}
+        self._of_owner: dict[tuple[int, Served], Select[Any]] = {}
         self._takes: dict[int, Update] = {}
         self._rewrites: dict[tuple[int, bool], Update] = {}
         self._counts: dict[int, CompoundSelect] = {}
@@ -59,20 +80,42 @@ class LeaseStatements:
                          for name in LEASE_COLUMNS), self.statements.now)
                 .select_from(p.outerjoin(t, t.c.partition_id == p.c.id)))
 
-    def free(self, limit: int) -> Select[Any]:
+    def served(self, routes: Served) -> ColumnElement[bool]:
+        """The partitions at a place ``routes`` serve (:mod:`watcher.pipelines`), as
+        a condition with its values bound (one statement per set of routes, built once:
+        no IN lists, which the direct paths' statements do not take)."""
+        p = self.statements.tables.partitions
+        tables = []
+        for route in routes or ():
+            parts = [p.c.pipeline == route.pipeline]
+            if route.version is not None:
+                pinned = p.c.pipeline_version == route.version
+                parts.append(or_(pinned, p.c.pipeline_version.is_(None))
+                             if route.null_version else pinned)
+            if route.gates is not None:
+                parts.append(or_(*(p.c.gate == gate for gate in sorted(route.gates))))
+            tables.append(and_(*parts))
+        return or_(*tables) if tables else false()
+
+    def free(self, limit: int, routes: Served = None) -> Select[Any]:
         """Up to ``limit`` available partitions, unleased or expired and not paused,
-        first in the lease queue first (``rank_at``, then id). No parameters."""
-        found = self._free.get(limit)
+        first in the lease queue first (``rank_at``, then id); with ``routes``, only
+        those at a place they serve (:meth:`served`). No parameters."""
+        found = self._free.get((limit, routes))
         if found is None:
             p = self.statements.tables.partitions
             now = self.statements.now
-            found = self._free[limit] = (
+            query = (
                 self._columns()
                 # Read in the queue's order (status, rank_at, id) and stop at the
                 # limit; a range on (status, until) would sort every free partition.
                 .where(p.c.status == AVAILABLE, not_for_index(p.c.until) <= now,
-                       p.c.paused_at.is_(None), ~self.statements.flow_paused(p.c.flow_key))
-                .order_by(p.c.rank_at, p.c.id).limit(limit))
+                       p.c.paused_at.is_(None), ~self.statements.flow_paused(p.c.flow_key)))
+            if routes is not None:
+                # Tested on the rows the walk of ix_partitions_rank passes: the queue's
+                # order still comes from the index, and no sort is added.
+                query = query.where(self.served(routes))
+            found = self._free[(limit, routes)] = query.order_by(p.c.rank_at, p.c.id).limit(limit)
         return found
 
     @functools.cached_property
@@ -91,18 +134,29 @@ class LeaseStatements:
                   .scalar_subquery())
         return select(latest.label("latest"))
 
-    def of_owner(self, limit: int) -> Select[Any]:
+    def of_owner(self, limit: int, routes: Served = None) -> Select[Any]:
         """Up to ``limit`` partitions the owner ``:holder`` holds with a live lease,
-        the latest renewed first."""
-        found = self._of_owner.get(limit)
+        the latest renewed first; with ``routes``, only those at a place they serve."""
+        found = self._of_owner.get((limit, routes))
         if found is None:
             p = self.statements.tables.partitions
-            found = self._of_owner[limit] = (
-                self._columns()
-                .where(p.c.status == AVAILABLE, p.c.owner == bindparam("holder"),
-                       p.c.until > self.statements.now)
-                .order_by(p.c.until.desc(), p.c.id).limit(limit))
+            query = (self._columns()
+                     .where(p.c.status == AVAILABLE, p.c.owner == bindparam("holder"),
+                            p.c.until > self.statements.now))
+            if routes is not None:
+                query = query.where(self.served(routes))
+            found = self._of_owner[(limit, routes)] = (
+                query.order_by(p.c.until.desc(), p.c.id).limit(limit))
         return found
+
+    @functools.cached_property
+    def pin_version(self) -> Update:
+        """Pin ``:pipeline_version`` on partition ``:pid`` that ``:holder`` holds, unless
+        one is pinned already. The version stays: the holder's guarded writes go on."""
+        p = self.statements.tables.partitions
+        return (update(p).where(p.c.id == bindparam("pid"), p.c.owner == bindparam("holder"),
+                                p.c.pipeline_version.is_(None))
+                .values(pipeline_version=bindparam("pinned")))
 
     @functools.cached_property
     def stopped(self) -> Select[Any]:
