@@ -180,15 +180,17 @@ def parse_routes(text: str, source: str = "routes file") -> Routes:
         errors.append(f"{source}: no [[pipeline]] table; name at least one pipeline")
         raise RoutesError(errors)
     pipelines: dict[str, PipelineRoutes] = {}
+    named: set[object] = set()
     for index, entry in enumerate(entries):
-        found = _pipeline(entry, index, lines, errors)
-        if found is None:
-            continue
-        if found.name in pipelines:
-            errors.append(f"{lines.pipeline(index)}: pipeline {found.name!r} is given twice; "
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if isinstance(name, str) and name in named:
+            errors.append(f"{lines.pipeline(index)}: pipeline {name!r} is given twice; "
                           "give each pipeline one [[pipeline]] table")
             continue
-        pipelines[found.name] = found
+        named.add(name)
+        found = _pipeline(entry, index, lines, errors)
+        if found is not None:
+            pipelines[found.name] = found
     if errors:
         raise RoutesError(errors)
     return Routes(pipelines)
@@ -200,7 +202,7 @@ def _pipeline(entry: Any, index: int, lines: _Lines, errors: list[str]) -> Pipel
         errors.append(f"{where}: a pipeline must be a [[pipeline]] table")
         return None
     for key in sorted(set(entry) - PIPELINE_KEYS):
-        errors.append(f"{where}: unknown key {key!r} in a pipeline; use "
+        errors.append(f"{lines.key(key, where)}: unknown key {key!r} in a pipeline; use "
                       f"{', '.join(sorted(PIPELINE_KEYS))}")
     name = entry.get("name")
     problem = pipeline_name_problem("pipeline name", name)
@@ -218,7 +220,7 @@ def _pipeline(entry: Any, index: int, lines: _Lines, errors: list[str]) -> Pipel
                       "gate (or \"*\") a url")
         return None
     for number, route in enumerate(routes):
-        _route(route, lines.route(index, number), name, tables, errors)
+        _route(route, lines.route(index, number), name, tables, errors, lines)
     if current is not None and current not in tables and None not in tables:
         errors.append(f"{where}: pipeline {name!r}: current version {current!r} has no "
                       "route; add routes with version = " + repr(current))
@@ -228,13 +230,15 @@ def _pipeline(entry: Any, index: int, lines: _Lines, errors: list[str]) -> Pipel
 
 
 def _route(route: Any, where: str, pipeline: str,
-           tables: dict[str | None, dict[str | int, Service]], errors: list[str]) -> None:
+           tables: dict[str | None, dict[str | int, Service]], errors: list[str],
+           lines: _Lines) -> None:
     if not isinstance(route, dict):
         errors.append(f"{where}: a route must be a [[pipeline.route]] table")
         return
     said = f"{where}: pipeline {pipeline!r}"
     for key in sorted(set(route) - ROUTE_KEYS):
-        errors.append(f"{said}: unknown key {key!r} in a route; use "
+        errors.append(f"{lines.key(key, where)}: pipeline {pipeline!r}: unknown key {key!r} "
+                      f"in a route; use "
                       f"{', '.join(sorted(ROUTE_KEYS))}")
     version = route.get("version")
     if version is not None and (problem := pipeline_name_problem("version", version)):
@@ -317,8 +321,16 @@ class _Lines:
         return (f"{self.source}:{routes[index]}" if index < len(routes)
                 else self.pipeline(pipeline))
 
-    def key(self, key: str) -> str:
-        for number, line in enumerate(self._text, start=1):
-            if re.match(rf"^\s*\[*\s*\"?{re.escape(key)}\"?\s*[\].=]", line):
+    def key(self, key: str, where: str | None = None) -> str:
+        """Where ``key`` is set: in the table that starts at ``where`` (``file:line``, up
+        to the next table), else anywhere; else ``where`` (or the file)."""
+        start = 1
+        if where is not None and where.startswith(f"{self.source}:"):
+            start = int(where.rpartition(":")[2]) + 1
+        pattern = re.compile(rf"^\s*\[*\s*\"?{re.escape(key)}\"?\s*[\].=]")
+        for number, line in enumerate(self._text[start - 1:], start=start):
+            if where is not None and line.lstrip().startswith("["):
+                break
+            if pattern.match(line):
                 return f"{self.source}:{number}"
-        return self.source
+        return where or self.source

@@ -144,12 +144,12 @@ url = "http://ok:8000/"
     errors = raised.value.errors
     assert errors == (
         "routes.toml:1: unknown key 'color'; a routes file holds [[pipeline]] tables",
-        "routes.toml:3: unknown key 'colour' in a pipeline; use current, name, route",
+        "routes.toml:5: unknown key 'colour' in a pipeline; use current, name, route",
         "routes.toml:7: pipeline 'invoices' gate 0: the route has no url; give the "
         "handler's URL, such as url = \"http://ocr:8000/process\"",
         "routes.toml:10: pipeline 'invoices' gate 1: url 'ftp://files/x' must start with "
         "http:// or https://, such as http://handler:8000/process",
-        "routes.toml:14: pipeline 'invoices': unknown key 'timout' in a route; use "
+        "routes.toml:17: pipeline 'invoices': unknown key 'timout' in a route; use "
         "batch_size, batch_url, gate, headers, health_url, reduce_url, timeout, url, version",
         "routes.toml:19: pipeline 'invoices' is given twice; give each pipeline one "
         "[[pipeline]] table",
@@ -157,6 +157,8 @@ url = "http://ok:8000/"
 
 
 @pytest.mark.parametrize(("text", "expected"), [
+    ("[[pipeline]]\nname = \"p\"\n[[pipeline.route]]\ngate = 0\nurl = \"http://h/\"\n"
+     "[[pipeline]]\nname = \"p\"\n", "f:6: pipeline 'p' is given twice"),
     ("[[pipeline]]\nname = \"x y\"\n[[pipeline.route]]\ngate = 0\nurl = \"http://h/\"\n",
      "f:1: pipeline name 'x y' must be ASCII letters"),
     ("[[pipeline]]\nname = \"p\"\ncurrent = \"v9\"\n[[pipeline.route]]\nversion = \"v1\"\n"
