@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from processor import AsyncClient, NewItem
 from processor.cli.common import app
 from processor.health import HealthApp
+from processor.http.routes import parse_routes
 from tests.conftest import POSTGRES_URL, require_postgres
 from watcher.store.db.migrate import downgrade, upgrade
 from watcher.store.db.urls import parse_database_url
@@ -435,3 +436,29 @@ async def test_the_keda_query_counts_processors_worth_running() -> None:
     finally:
         await engine.dispose()
         await asyncio.to_thread(downgrade, POSTGRES_URL, prefix)
+
+
+def test_the_pipelines_deployment_serves_two_pipelines_from_its_routes() -> None:
+    """The optional pipelines manifest: its routes file parses, names two pipelines (one
+    of them with a service per gate and two versions), routes ``resumes`` to the example
+    handler's Service, and is mounted where ``PROCESSOR_ROUTES`` says."""
+    routes_map = the("ConfigMap", "statefeed-routes")
+    routes = parse_routes(routes_map["data"]["routes.toml"], source="routes.toml")
+    assert sorted(routes.pipelines) == ["invoices", "resumes"]
+    handler = the("Service", "statefeed-resumes-handler")
+    resumes = urlsplit(routes.resolve("resumes", None, 3).url)  # type: ignore[union-attr]
+    assert (resumes.hostname, resumes.port) == (handler["metadata"]["name"],
+                                                handler["spec"]["ports"][0]["port"])
+    ocr, v1, v2 = (routes.resolve("invoices", version, gate)
+                   for version, gate in ((None, 0), ("v1", 1), ("v2", 1)))
+    assert ocr is not None and v1 is not None and v2 is not None
+    assert len({ocr.url, v1.url, v2.url}) == 3
+    workload = the("Deployment", "statefeed-processor-pipelines")
+    spec = container(workload, "processor")
+    env = env_of(spec)
+    assert "PROCESSOR_HANDLER_URL" not in env
+    mounts = {mount["name"]: mount["mountPath"] for mount in spec["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in workload["spec"]["template"]["spec"]["volumes"]}
+    assert str(Path(env["PROCESSOR_ROUTES"]).parent) == mounts["routes"]
+    assert volumes["routes"]["configMap"]["name"] == routes_map["metadata"]["name"]
+    assert Path(env["PROCESSOR_ROUTES"]).name in routes_map["data"]
