@@ -146,7 +146,7 @@ def test_run_with_a_bad_routes_file_says_each_error_on_a_line_and_starts_nothing
     assert done.stderr.splitlines() == [
         f"processor: error: {routes}:3: pipeline 'a' gate 0: the route has no url; give "
         "the handler's URL, such as url = \"http://ocr:8000/process\"",
-        f"processor: error: {routes}:6: pipeline 'a': unknown key 'retries' in a route; use "
+        f"processor: error: {routes}:9: pipeline 'a': unknown key 'retries' in a route; use "
         "batch_size, batch_url, gate, headers, health_url, reduce_url, timeout, url, version",
         f"processor: error: {routes}:6: pipeline 'a' gate 1: url 'ftp://x/' must start "
         "with http:// or https://, such as http://handler:8000/process"]
