@@ -358,7 +358,7 @@ async def test_a_reloaded_routes_file_serves_the_new_routes_without_dropping_cal
                              timeout=30, message="p1's gate 1 calls")
             path.write_text("[[pipeline]]\nname = 'one'\ncolour = 'red'\n")
             assert not await service.reload_routes()  # refused: the routes in use stay
-            assert "routes.toml:1: unknown key 'colour'" in caplog.text
+            assert "routes.toml:3: unknown key 'colour'" in caplog.text
             path.write_text(ONE.replace("@a", urls["a"][1]) + TWO.replace("@b", urls["b"][1]))
             assert await service.reload_routes()
             assert (await client.wait("p2", timeout=30)).status == "complete"
