@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -19,7 +20,10 @@ from watcher.errors import DatabaseError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from processor.client.async_client import AsyncClient
     from watcher.store.db.urls import DatabaseURL
+
+T = TypeVar("T")
 
 DEFAULT_DB_URL = "sqlite:///processor.db"
 # Defaults of `processor run` that have no home in an engine or HTTP config object.
@@ -148,6 +152,25 @@ def database_url(raw: str, prefix: str, *, migrated: bool = True) -> DatabaseURL
 
             raise DatabaseError(describe_db_error(error, url)) from None
     return url
+
+
+def with_client(db_url: str, table_prefix: str,
+                call: Callable[[AsyncClient], Awaitable[T]], **options: Any) -> T:
+    """``call`` with an async client of the database (``options`` go to the client),
+    run to its end.
+
+    Raises:
+        ConfigError, DatabaseError: as :func:`database_url`; and what ``call`` raises.
+    """
+    from processor.client.async_client import AsyncClient
+
+    url = database_url(db_url, table_prefix)
+
+    async def run() -> T:
+        async with AsyncClient(url, table_prefix, **options) as client:
+            return await call(client)
+
+    return asyncio.run(run())
 
 
 def data_console(*, soft_wrap: bool = False) -> Console:

@@ -3,9 +3,7 @@ URLs (pending, delivered, dead), and sending dead ones again."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
@@ -18,8 +16,8 @@ from processor.cli.common import (
     TablePrefix,
     app,
     data_console,
-    database_url,
     say,
+    with_client,
 )
 
 if TYPE_CHECKING:
@@ -33,19 +31,6 @@ notifications_app = typer.Typer(
     "ends; list them (pending, delivered, dead) and send dead ones again.",
     no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(notifications_app, name="notifications")
-
-
-def _with_client(db_url: str, table_prefix: str,
-                 call: Callable[[AsyncClient], Awaitable[T]]) -> T:
-    from processor.client.async_client import AsyncClient
-
-    url = database_url(db_url, table_prefix)
-
-    async def run() -> T:
-        async with AsyncClient(url, table_prefix) as client:
-            return await call(client)
-
-    return asyncio.run(run())
 
 
 def event_row(event: OutboxEvent) -> dict[str, object]:
@@ -93,7 +78,7 @@ def list_(
                                             after=after or None, limit=limit)
         return events, await client.notification_counts()
 
-    events, counts = _with_client(db_url, table_prefix, read)
+    events, counts = with_client(db_url, table_prefix, read)
     if as_json:
         typer.echo(json.dumps({"events": [event_row(event) for event in events],
                                "counts": counts}, indent=2))
@@ -119,6 +104,6 @@ def redeliver(
 ) -> None:
     """Send dead events again: they become pending, due now, with their attempts counted
     from zero. Events that are not dead are left as they are."""
-    done = _with_client(db_url, table_prefix,
+    done = with_client(db_url, table_prefix,
                         lambda client: client.redeliver_notifications(seqs))
     say(f"{done} of {len(seqs)} dead event{'s' if len(seqs) != 1 else ''} will be sent again")

@@ -4,7 +4,6 @@ which creates the partition ``NAME/<tick time>`` at every tick (the processors t
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -19,15 +18,14 @@ from processor.cli.common import (
     TablePrefix,
     app,
     data_console,
-    database_url,
     env_name,
+    with_client,
 )
 from processor.cli.produce import ITEMS_HELP, MaxItemBytes
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 
 if TYPE_CHECKING:
     from processor.client.async_client import AsyncClient
-    from watcher.store.db.urls import DatabaseURL
 
 T = TypeVar("T")
 
@@ -38,20 +36,6 @@ schedules_app = typer.Typer(
 app.add_typer(schedules_app, name="schedules")
 
 NameArgument = Annotated[str, typer.Argument(help="The schedule's name.")]
-
-
-def _with_client(db_url: str, table_prefix: str,
-                 call: Callable[[AsyncClient], Awaitable[T]], max_item_bytes: int = 0) -> T:
-    from processor.client.async_client import AsyncClient
-
-    url: DatabaseURL = database_url(db_url, table_prefix)
-
-    async def run() -> T:
-        options = {"max_item_bytes": max_item_bytes} if max_item_bytes else {}
-        async with AsyncClient(url, table_prefix, **options) as client:
-            return await call(client)
-
-    return asyncio.run(run())
 
 
 @schedules_app.command("add")
@@ -116,10 +100,10 @@ def add(
         if items_file:
             _read_items(f"{name}/<tick>", items_file, limits, spool)
         items = [item for batch in spool.batches() for item in batch]
-    info = _with_client(db_url, table_prefix, lambda client: client.add_schedule(
+    info = with_client(db_url, table_prefix, lambda client: client.add_schedule(
         name, cron=cron or None, timezone=timezone or None, every=seconds, items=items,
         reduce_gates=gates, on_item_failure=policy, priority=priority, key=key or None,
-        catch_up=catch_up, no_overlap=no_overlap), max_item_bytes)
+        catch_up=catch_up, no_overlap=no_overlap), max_item_bytes=max_item_bytes)
     typer.echo(json.dumps(schedule_dict(info)) if as_json else schedule_text(info))
 
 
@@ -135,7 +119,7 @@ def list_(
 
     from processor.schedule_views import schedule_dict, timing_text
 
-    infos = _with_client(db_url, table_prefix, lambda client: client.schedules(limit))
+    infos = with_client(db_url, table_prefix, lambda client: client.schedules(limit))
     if as_json:
         typer.echo(json.dumps([schedule_dict(info) for info in infos]))
         return
@@ -158,7 +142,7 @@ def show(name: NameArgument, db_url: DbUrl = DEFAULT_DB_URL, table_prefix: Table
     """Show one schedule: its timing, policy, partition settings and ticks."""
     from processor.schedule_views import schedule_dict, schedule_text
 
-    info = _with_client(db_url, table_prefix, lambda client: client.schedule(name))
+    info = with_client(db_url, table_prefix, lambda client: client.schedule(name))
     typer.echo(json.dumps(schedule_dict(info)) if as_json else schedule_text(info))
 
 
@@ -167,7 +151,7 @@ def _verb(name: str, db_url: str, table_prefix: str, as_json: bool, verb: str,
     from processor.client.schedules import check_schedule_name
 
     check_schedule_name(name)
-    changed = _with_client(db_url, table_prefix, call)
+    changed = with_client(db_url, table_prefix, call)
     if as_json:
         typer.echo(json.dumps({"name": name, "changed": changed is not False}))
     elif changed is False:
