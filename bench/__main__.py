@@ -41,15 +41,18 @@ counters), fleet (the same items drained by 1, 2 and 4 processor processes, and 
 CPU each item costs the fleet), pooled (the scale curve: 1 to 16 processors, directly and
 through PgBouncer in transaction mode), instructions (CPU instructions per item in library
 mode, counted by valgrind's callgrind over two drains that differ only in their
-items; a figure a busy machine does not move).
+items; a figure a busy machine does not move), park (items parked by their answers,
+then completed through the API, against add_items), pipelines (HTTP per item through
+--handler-url, a routes file of one pipeline, and ten pipelines with a service each).
 
 Databases (``--db``, repeatable; ``all`` = sqlite, postgres, mariadb): SQLite is a
 fresh file in the run's log directory, MariaDB the server at
 ``$PROCESSOR_BENCH_MARIADB_URL`` (default ``mysql://root@127.0.0.1:3306/test``).
-library, flow, small, instructions, http, batch, spawn, ingest, latency, renewals and
-scale run on each; failover, rowsize, fanin, reduce, chord, crawl, fleet and pooled on PostgreSQL
-only (reported as not run on the others), and so does PGQueuer within library; on databases without
-LISTEN/NOTIFY the latency table says the first dispatch waits for a poll. Each
+library, flow, small, instructions, http, batch, spawn, ingest, latency, renewals,
+scale, park and pipelines run on each; failover, rowsize, fanin, reduce, chord, crawl,
+fleet and pooled on PostgreSQL only (reported as not run on the others), and so does
+PGQueuer within library; on databases without LISTEN/NOTIFY the latency table says the
+first dispatch waits for a poll. Each
 database gets its tables, then come every goal per database and the cross-database goals on
 the figures of the same run (SQLite's library drain >= 0.5x the sqlite3 limit,
 SQLite's HTTP per item >= 0.5x bare aiohttp, MariaDB's library drain >= 0.5x

@@ -47,7 +47,7 @@ DATABASE_TITLES = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mariadb": "Mar
 # Scenario names, in the order they run and print.
 SCENARIOS = ("library", "flow", "small", "fleet", "pooled", "instructions", "http", "batch",
              "spawn", "ingest", "latency", "failover", "renewals", "rowsize", "scale", "fanin",
-             "reduce", "chord", "crawl", "park")
+             "reduce", "chord", "crawl", "park", "pipelines")
 # Scenarios that run on PostgreSQL alone (they compare with PostgreSQL-only systems or
 # time PostgreSQL's wake-ups); on the other databases they are reported as not run.
 POSTGRES_ONLY = ("fleet", "pooled", "failover", "rowsize", "fanin", "reduce", "chord", "crawl")
@@ -146,7 +146,7 @@ class Sizes:
                         small_partitions=40, small_items=5, fleet_partitions=8,
                         fleet_items=20, pooled_processors=(1, 2), pooled_partitions=4,
                         pooled_items=20, instructions_partitions=4,
-                        instructions_items=(20, 100), flow_items=400, flow_rounds=1,
+                        instructions_items=(20, 500), flow_items=400, flow_rounds=1,
                         query_samples=20, fanin_items=1_200, fanin_samples=2,
                         reduce_gate_items=(300, 2_500), chord_partitions=3, chord_items=20,
                         spawn_children=2_000, spawn_page=100, ingest_items=2_000,
@@ -350,12 +350,14 @@ def spread(total: int, parts: int) -> list[int]:
 async def create_partitions(client: AsyncClient, counts: Sequence[int], *,
                             data: bytes | Callable[[int, int], bytes] = b'{"n":0}',
                             name: str = "p", parallel: int = 4,
-                            key: Callable[[int], str | None] | None = None) -> list[str]:
+                            key: Callable[[int], str | None] | None = None,
+                            pipeline: Callable[[int], str] | None = None) -> list[str]:
     """Create one partition per count with that many items; returns the partition ids.
 
     Ids are zero-padded (``p00003``, ``i000042``) so they sort like numbers.
     ``data`` is the bytes of every item, or a function of (partition, item) numbers;
-    ``key`` gives a partition's concurrency key from its number (default: none).
+    ``key`` gives a partition's concurrency key from its number (default: none), and
+    ``pipeline`` its pipeline (default: ``default``).
     """
     gate = asyncio.Semaphore(parallel)
     ids = [f"{name}{number:05d}" for number in range(len(counts))]
@@ -365,8 +367,9 @@ async def create_partitions(client: AsyncClient, counts: Sequence[int], *,
                          data(number, index) if callable(data) else data)
                  for index in range(counts[number])]
         async with gate:
-            await client.create_partition(ids[number], items,
-                                          key=None if key is None else key(number))
+            await client.create_partition(
+                ids[number], items, key=None if key is None else key(number),
+                pipeline=None if pipeline is None else pipeline(number))
 
     await asyncio.gather(*(one(number) for number in range(len(counts))))
     return ids

@@ -83,7 +83,7 @@ class DrainHooks(Hooks):
         self.done = asyncio.Event()
 
     def item_outcome(self, partition_id: str, item_id: str, gate: int, outcome: str,
-                     seconds: float) -> None:
+                     seconds: float, *, pipeline: str = "default") -> None:
         if outcome == "complete":
             self.completed_items += 1
             if self.on_complete is not None:
@@ -91,7 +91,8 @@ class DrainHooks(Hooks):
         else:
             self.other_outcomes[outcome] += 1
 
-    def partition_closed(self, partition_id: str, status: str) -> None:
+    def partition_closed(self, partition_id: str, status: str, *,
+                         pipeline: str = "default") -> None:
         self.closed += 1
         if status != "complete":
             self.failed += 1

@@ -35,7 +35,7 @@ class Completed(Hooks):
         self.lost = 0
 
     def item_outcome(self, partition_id: str, item_id: str, gate: int, outcome: str,
-                     seconds: float) -> None:
+                     seconds: float, *, pipeline: str = "default") -> None:
         if outcome == "complete":
             self.items += 1
 

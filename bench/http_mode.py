@@ -185,9 +185,13 @@ async def _open_partitions(client: AsyncClient) -> int:
 
 
 async def measure_processor(settings: Settings, procs: Processes, handler: Handler, *,
-                            system: str, items: int, args: tuple[str, ...]) -> Run:
-    """Insert ``items`` over the configured partitions, run ``processor run`` until they are
-    all complete, and read the handler's figures.
+                            system: str, items: int, args: tuple[str, ...],
+                            routed: bool = False,
+                            pipeline: Callable[[int], str] | None = None) -> Run:
+    """Insert ``items`` over the configured partitions (partition k in ``pipeline(k)``,
+    ``default`` without it), run ``processor run`` until they are all complete, and read
+    the handler's figures. ``routed``: ``args`` name the handlers (``--routes``) in
+    place of ``--handler-url``.
 
     Raises:
         TimeoutError: not done within the phase timeout.
@@ -196,10 +200,12 @@ async def measure_processor(settings: Settings, procs: Processes, handler: Handl
     sizes = settings.sizes
     async with statefeed_tables(settings.db_url, "http") as prefix:
         async with AsyncClient(settings.db_url, prefix) as client:
-            await create_partitions(client, spread(items, sizes.partitions), data=PAYLOAD)
+            await create_partitions(client, spread(items, sizes.partitions), data=PAYLOAD,
+                                    pipeline=pipeline)
             await handler.reset()
             name = re.sub(r"[^a-z0-9]+", "-", system.lower()).strip("-")
-            child = await procs.processor(name, handler_url=f"{handler.url}/",
+            child = await procs.processor(name,
+                                          handler_url=None if routed else f"{handler.url}/",
                                           db_url=settings.db_url, prefix=prefix,
                                           args=("--poll-interval", POLL, *args))
             # CPU of both processes, sampled as the run goes: the processor's start-up

@@ -26,7 +26,8 @@ class Closed(Hooks):
         self.statuses: set[str] = set()
         self.done = asyncio.Event()
 
-    def partition_closed(self, partition_id: str, status: str) -> None:
+    def partition_closed(self, partition_id: str, status: str, *,
+                         pipeline: str = "default") -> None:
         self.closed += 1
         self.statuses.add(status)
         if self.closed >= self.expected:

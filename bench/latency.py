@@ -54,14 +54,16 @@ class LatencyHooks(Hooks):
         self.first_dispatch: dict[tuple[str, int], float] = {}
         self.closed: dict[str, asyncio.Event] = {}
 
-    def item_dispatched(self, partition_id: str, item_id: str, gate: int) -> None:
+    def item_dispatched(self, partition_id: str, item_id: str, gate: int, *,
+                        pipeline: str = "default") -> None:
         self.first_dispatch.setdefault((partition_id, gate), time.perf_counter())
 
     def item_outcome(self, partition_id: str, item_id: str, gate: int, outcome: str,
-                     seconds: float) -> None:
+                     seconds: float, *, pipeline: str = "default") -> None:
         self.last_outcome[(partition_id, gate)] = time.perf_counter()
 
-    def partition_closed(self, partition_id: str, status: str) -> None:
+    def partition_closed(self, partition_id: str, status: str, *,
+                         pipeline: str = "default") -> None:
         self.closed.setdefault(partition_id, asyncio.Event()).set()
 
 

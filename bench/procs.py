@@ -158,11 +158,13 @@ class Processes:
         await handler.wait_ready()
         return handler
 
-    async def processor(self, name: str, *, handler_url: str, db_url: str, prefix: str,
+    async def processor(self, name: str, *, handler_url: str | None, db_url: str, prefix: str,
                         args: tuple[str, ...] = ()) -> Child:
-        """Start ``processor run`` (no health port, warnings only) with extra ``args``."""
+        """Start ``processor run`` (no health port, warnings only) with extra ``args``;
+        without ``handler_url``, ``args`` name the handlers (``--routes FILE``)."""
+        target = ("--handler-url", handler_url) if handler_url is not None else ()
         return await self.start(
-            name, PROCESSOR, "run", "--handler-url", handler_url, "--db-url", db_url,
+            name, PROCESSOR, "run", *target, "--db-url", db_url,
             "--table-prefix", prefix, "--owner-id", name, "--health-port", "0",
             "--log-level", "warning", *args)
 

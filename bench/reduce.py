@@ -71,11 +71,12 @@ class FanInHooks(Hooks):
         self.events: dict[str, asyncio.Event] = {}
 
     def item_outcome(self, partition_id: str, item_id: str, gate: int, outcome: str,
-                     seconds: float) -> None:
+                     seconds: float, *, pipeline: str = "default") -> None:
         if gate == 0:
             self.last_settled[partition_id] = time.monotonic()
 
-    def partition_closed(self, partition_id: str, status: str) -> None:
+    def partition_closed(self, partition_id: str, status: str, *,
+                         pipeline: str = "default") -> None:
         self.closed[partition_id] = (time.monotonic(), status)
         self.events.setdefault(partition_id, asyncio.Event()).set()
 

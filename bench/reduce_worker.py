@@ -41,7 +41,8 @@ class Closed(Hooks):
         self.at = 0.0
         self.done = asyncio.Event()
 
-    def partition_closed(self, partition_id: str, status: str) -> None:
+    def partition_closed(self, partition_id: str, status: str, *,
+                         pipeline: str = "default") -> None:
         if partition_id == self.partition_id:
             self.status, self.at = status, time.monotonic()
             self.done.set()

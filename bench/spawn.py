@@ -48,7 +48,8 @@ class SpawnCount(Hooks):
         self.spawned = 0
         self.all_in = asyncio.Event()
 
-    def items_spawned(self, partition_id: str, count: int) -> None:
+    def items_spawned(self, partition_id: str, count: int, *,
+                      pipeline: str = "default") -> None:
         self.spawned += count
         if self.spawned >= self.expected:
             self.all_in.set()

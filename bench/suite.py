@@ -86,6 +86,7 @@ def runners() -> dict[str, Runner]:
         latency,
         library,
         park,
+        pipelines,
         pooled,
         reduce,
         renewals,
@@ -104,7 +105,8 @@ def runners() -> dict[str, Runner]:
             "failover": failover.run,
             "renewals": renewals.run, "rowsize": rowsize.run, "scale": scale.run,
             "fanin": reduce.run_fanin, "reduce": reduce.run_big,
-            "chord": chord.run, "crawl": crawl.run, "park": park.run}
+            "chord": chord.run, "crawl": crawl.run, "park": park.run,
+            "pipelines": pipelines.run}
 
 
 def plan_for(databases: Sequence[str], scenarios: Sequence[str]) -> dict[str, tuple[str, ...]]:

@@ -40,11 +40,13 @@ from watcher.reports import RetryReport, RewindReport
 if TYPE_CHECKING:
     from processor.client.async_client import AsyncClient
     from processor.client.sync_client import Client
+    from processor.feed.hub import FeedBusyError
 
 # Public names whose modules import SQLAlchemy: loaded by __getattr__ on first use.
 _LAZY = {
     "AsyncClient": "processor.client.async_client",
     "Client": "processor.client.sync_client",
+    "FeedBusyError": "processor.feed.hub",
 }
 
 
@@ -76,6 +78,7 @@ __all__ = [
     "DatabaseError",
     "DuplicateItemError",
     "ErrorEntry",
+    "FeedBusyError",
     "GateError",
     "InvalidInputError",
     "ItemInfo",

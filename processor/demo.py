@@ -1,8 +1,10 @@
 """``processor demo``: the resume pipeline end to end, on a throwaway SQLite database.
 
-It serves the example handler (``handlers/examples/resumes.py``) with uvicorn
-on loopback, runs a watcher that POSTs to it, and inserts one partition of one
-item: an inbox, a zip of resumes (two of them unreadable scans). At gate 0 the
+It serves the example handler (``handlers/examples/resumes.py``) as two services
+under uvicorn on loopback, one a gate (``steps_app``: unpack, extract, classify;
+``rank_app``: the rank reduce), runs a watcher that routes each gate to its service
+(routes as a routes file gives them, pipeline ``resumes``), and inserts one partition
+of one item: an inbox, a zip of resumes (two of them unreadable scans). At gate 0 the
 inbox unpacks itself by spawning one item per resume, and each resume is
 extracted and classified (the fan-out); gate 1 (rank, a reduce gate) fans in.
 It shows progress per gate meanwhile and prints the top candidates from the
@@ -25,7 +27,9 @@ import socket
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from rich.console import Console
@@ -38,7 +42,8 @@ from processor.client.async_client import AsyncClient
 from processor.console.server import ConsoleOptions, console_running
 from processor.embedded import EmbeddedServer
 from processor.http.config import HttpProcessorConfig
-from processor.http.processor import HttpProcessor
+from processor.http.routed import RoutedHttpProcessor
+from processor.http.routes import Routes, parse_routes
 from watcher.config import WatcherConfig
 from watcher.records import NewItem, PartitionInfo
 from watcher.store import Store
@@ -51,6 +56,20 @@ DEMO_TIMEOUT = 60.0
 REFRESH = 0.1
 GATE_NAMES = {0: "unpack (spawn) + extract + classify", 1: "rank (reduce: fan-in)"}
 INBOX = "inbox"
+PIPELINE = "resumes"
+# Each gate to a service of its own, as `processor run --routes FILE` reads it.
+ROUTES = """
+[[pipeline]]
+name = "resumes"
+
+[[pipeline.route]]
+gate = 0
+url = "{steps}/"
+
+[[pipeline.route]]
+gate = 1
+url = "{rank}/"
+"""
 UNREADABLE = 2
 # With the console: how long the demo waits before creating its partition, so that a
 # browser opened on the printed address sees the partition from its start.
@@ -92,9 +111,7 @@ async def _progress(client: AsyncClient, info: PartitionInfo, elapsed: float) ->
 
 
 @contextlib.asynccontextmanager
-async def _serve_handler(port: int):
-    from handlers.examples.resumes import app
-
+async def _serving(app: Any, port: int) -> AsyncIterator[str]:
     server = EmbeddedServer(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", access_log=False,
                                            lifespan="off"))
@@ -108,6 +125,16 @@ async def _serve_handler(port: int):
     finally:
         server.should_exit = True
         await asyncio.wait({task}, timeout=5)
+
+
+def demo_routes(steps_url: str, rank_url: str) -> Routes:
+    """The demo's routes: pipeline ``resumes``, gate 0 to the steps service and gate 1
+    (its rank reduce) to the rank service, as a routes file would say.
+
+    Raises:
+        RoutesError: never for two loopback URLs (the text is the demo's own).
+    """
+    return parse_routes(ROUTES.format(steps=steps_url, rank=rank_url), source="the demo")
 
 
 async def run_demo(*, resumes: int = 36, top: int = 5, console: Console | None = None,
@@ -167,12 +194,18 @@ async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console
 
     console.print(f"[bold]statefeed demo[/]: one inbox of {resumes} resumes -> gate 0 "
                   f"unpack (spawn) + extract + classify -> gate 1 rank, on {escape(db_url)}")
-    async with _serve_handler(_free_port()) as handler_url, \
-            AsyncClient(db_url) as client:
+    from handlers.examples.resumes import rank_app, steps_app
+
+    async with _serving(steps_app, _free_port()) as steps_url, \
+            _serving(rank_app, _free_port()) as rank_url, AsyncClient(db_url) as client:
+        console.print(f"two services: gate 0 -> {steps_url}/ (unpack, extract, classify), "
+                      f"gate 1 -> {rank_url}/reduce (rank)", highlight=False)
+        routes = demo_routes(steps_url, rank_url)
         store = Store.open(db_url)
-        http = HttpProcessor(HttpProcessorConfig(handler_url=f"{handler_url}/"))
+        http = RoutedHttpProcessor(routes, HttpProcessorConfig(handler_url=f"{steps_url}/"))
         watcher = Watcher(store, http, WatcherConfig(
-            owner_id="demo", concurrency=16, poll_interval=0.05, lease_duration=5.0))
+            owner_id="demo", concurrency=16, poll_interval=0.05, lease_duration=5.0,
+            pipelines=routes.served()))
         running = asyncio.create_task(watcher.run())
         started = time.monotonic()
         try:
@@ -181,7 +214,7 @@ async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console
             # One item: the fan-out (one item per resume) is the inbox's own step.
             await client.create_partition(
                 PARTITION, [NewItem(INBOX, inbox_archive(documents))],
-                reduce_gates=[1], on_item_failure="continue")
+                reduce_gates=[1], on_item_failure="continue", pipeline=PIPELINE)
             watcher.wake()
             info = await client.partition(PARTITION)
             with Live(console=console, refresh_per_second=10, transient=False) as live:
@@ -202,6 +235,10 @@ async def _run_pipeline(db_url: str, *, resumes: int, top: int, console: Console
                       f"{elapsed:.1f} s[/] (items: {info.counts})")
         return 1
     ranking = info.result_json()
+    if not isinstance(ranking, dict):  # the reduce never ran: no resume reached gate 1
+        console.print(f"[red]partition {PARTITION} completed without a ranking[/] "
+                      f"(items: {info.counts})")
+        return 1
     best = ranking["top"][:top]
     table = Table(title=f"top {len(best)} candidates (from the partition's result)")
     console.line()  # the title apart from the progress table's last border

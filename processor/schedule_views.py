@@ -6,6 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from processor.observe.redact import redact_url
+from processor.views import pipeline_text
+from watcher.records import DEFAULT_PIPELINE
 from watcher.rules.durations import format_duration
 from watcher.schedules.records import ScheduleInfo
 from watcher.schedules.timing import tick_text
@@ -25,8 +28,9 @@ def timing_text(info: ScheduleInfo) -> str:
 
 
 def schedule_dict(info: ScheduleInfo) -> dict[str, Any]:
-    """A schedule as JSON: its timing, policy, the settings of its partitions, and its
-    last and next ticks (ISO 8601 UTC; ``next_tick`` is ``null`` while paused)."""
+    """A schedule as JSON: its timing, policy, the settings of its partitions (the
+    notify URL with its password and query values masked), and its last and next ticks
+    (ISO 8601 UTC; ``next_tick`` is ``null`` while paused)."""
     settings = info.settings
     return {
         "name": info.name,
@@ -40,6 +44,9 @@ def schedule_dict(info: ScheduleInfo) -> dict[str, Any]:
         "on_item_failure": "continue" if settings.continue_on_failure else "fail",
         "priority": settings.priority,
         "key": settings.flow_key or None,
+        "notify": None if settings.notify is None else redact_url(settings.notify),
+        "pipeline": settings.pipeline,
+        "pipeline_version": settings.pipeline_version,
         "paused": info.paused_at is not None,
         "next_tick": None if info.paused_at is not None else _time(info.next_at),
         "last_tick": _time(info.last_tick),
@@ -51,6 +58,10 @@ def schedule_dict(info: ScheduleInfo) -> dict[str, Any]:
 def schedule_text(info: ScheduleInfo) -> str:
     """A schedule in a few lines, for ``processor schedules show`` and ``add``."""
     shown = schedule_dict(info)
+    settings = info.settings
+    pipeline = (pipeline_text(settings.pipeline, settings.pipeline_version)
+                if settings.pipeline != DEFAULT_PIPELINE
+                or settings.pipeline_version is not None else "")
     lines = [f"schedule {info.name}: {timing_text(info)}, catch-up {shown['catch_up']}"
              + (", no overlap" if info.no_overlap else "")
              + (" (paused)" if shown["paused"] else ""),
@@ -58,7 +69,9 @@ def schedule_text(info: ScheduleInfo) -> str:
              f"on item failure {shown['on_item_failure']}, priority {shown['priority']}"
              + (f", key {shown['key']}" if shown["key"] else "")
              + (f", reduce gates {','.join(map(str, shown['reduce_gates']))}"
-                if shown["reduce_gates"] else ""),
+                if shown["reduce_gates"] else "")
+             + (f", pipeline {pipeline}" if pipeline else "")
+             + (f", notify {shown['notify']}" if shown["notify"] else ""),
              f"  next tick: {shown['next_tick'] or '-'}",
              f"  last tick: {shown['last_tick'] or '-'}"
              + (f" (last partition {info.last_partition})" if info.last_partition else "")]

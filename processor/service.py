@@ -36,6 +36,7 @@ from processor.observe.metrics import (
     PrometheusHooks,
 )
 from processor.observe.metrics_flow import FLOW_READ_CAP
+from processor.observe.metrics_pipelines import Places
 from processor.observe.redact import redact_url
 from watcher.config import DEFAULT_DB_TIMEOUT, WatcherConfig
 from watcher.dispatch.backoff import last_error, sleep_until
@@ -43,6 +44,7 @@ from watcher.errors import ConfigError, DatabaseError
 from watcher.reports import Backlog, FlowControlInfo
 from watcher.retention import Retention, RetentionConfig
 from watcher.rules.checks import check_seconds, check_whole_number
+from watcher.rules.served.places import unserved
 from watcher.schedule_ticker import Ticker
 from watcher.store import Store, missing_tables, not_migrated, sqlite_file_missing
 from watcher.store.db.urls import DatabaseURL
@@ -144,7 +146,7 @@ class ProcessorService:
                                    NotifyMetrics(self.hooks.registry))
         self.backlog = BacklogGauges(self.hooks, self._read_backlog,
                                      interval=config.backlog_interval,
-                                     read_flow=self._read_flow)
+                                     read_flow=self._read_flow, read_places=self._read_places)
         self._stop = asyncio.Event()
         self._reloads: set[asyncio.Task[bool]] = set()  # SIGHUP's, under way
 
@@ -166,6 +168,8 @@ class ProcessorService:
             f"transport={http.transport}",
             f"migrate={'yes' if config.migrate else 'no'}",
         ]
+        if config.watcher.notify_default is not None:
+            fields.append(f"notify_default={redact_url(config.watcher.notify_default)}")
         return " ".join(fields)
 
     async def _read_backlog(self) -> Backlog:
@@ -173,6 +177,11 @@ class ProcessorService:
 
     async def _read_flow(self) -> list[FlowControlInfo]:
         return await self.store.flow_controls_list(limit=FLOW_READ_CAP, set_only=True)
+
+    async def _read_places(self) -> Places:
+        places = await self.store.partitions_open_places()
+        live = await self.store.processors_live()
+        return places, unserved(places, [processor.serves for processor in live])
 
     def request_stop(self) -> None:
         """Ask the service to shut down gracefully (what SIGTERM does)."""

@@ -23,7 +23,7 @@ from watcher.records import (
     PartitionInfo,
     PartitionSettings,
 )
-from watcher.reports import PurgeReport, RetryReport, RewindReport, WaitSummary
+from watcher.reports import PlaceCount, PurgeReport, RetryReport, RewindReport, WaitSummary
 from watcher.rules.durations import format_duration
 from watcher.text import shorten
 
@@ -92,6 +92,17 @@ def pipeline_text(pipeline: str, version: str | None) -> str:
     """A pipeline and its version for a table cell: ``invoices@v2``, or ``invoices``
     while no version is pinned."""
     return pipeline if version is None else f"{pipeline}@{version}"
+
+
+def unserved_line(place: PlaceCount) -> str:
+    """A place no live processor serves, as ``status`` shows it: where, how many open
+    partitions wait there, and what to do."""
+    version = ("no version pinned yet" if place.version is None
+               else f"version {place.version!r}")
+    many = "partition waits" if place.partitions == 1 else "partitions wait"
+    return (f"not served: {place.partitions} open {many} at pipeline {place.pipeline!r} "
+            f"({version}) gate {place.gate}, which no live processor serves; start a "
+            "processor whose routes serve it, or check the routes of those running")
 
 
 def error_after_context(item: ItemInfo) -> str | None:

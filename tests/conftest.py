@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import compileall
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -140,6 +141,10 @@ def require_mssql() -> None:
 # also need a container engine or run the benchmark; a test asking for Chromium is
 # a browser test; the soak tests are the long ``slow`` ones.
 QUICK_LEAVES_OUT = ("processes", "container", "browser", "bench", "soak")
+# ``--quick`` runs the database tests on SQLite and PostgreSQL: MariaDB's driver (pure
+# Python) makes its runs the costliest of the three, and SQL Server's need a server of
+# your own. The full suite (and CI) runs them all.
+QUICK_LEAVES_OUT_DATABASES = ("mariadb", "mssql")
 PROCESSES_FOLDER = Path(__file__).parent / "acceptance"
 LAYER_OF_MODULE = {
     "test_container.py": "container",
@@ -150,9 +155,15 @@ LAYER_OF_MODULE = {
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Compile the project's modules once (the controller, before any worker starts):
-    where ``PYTHONDONTWRITEBYTECODE`` is set, every ``processor`` process the tests
-    start would otherwise compile them again from source (about 0.3 s each)."""
+    """Let SIGINT interrupt, as in a terminal; compile the project's modules once (the
+    controller, before any worker starts): where ``PYTHONDONTWRITEBYTECODE`` is set,
+    every ``processor`` process the tests start would otherwise compile them again from
+    source (about 0.3 s each)."""
+    # A test run started in the background of a script (``cmd &``) inherits SIGINT
+    # ignored, and so would every process it starts, which keep ignoring it: the tests
+    # of Ctrl-C need it to work, as it does in a terminal.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if not hasattr(session.config, "workerinput"):
         root = Path(__file__).resolve().parent.parent
         for package in ("watcher", "processor", "handlers"):
@@ -163,7 +174,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--quick", action="store_true", default=False,
         help="the inner loop: leave out the costly layers (tests marked "
-             + ", ".join(QUICK_LEAVES_OUT) + ")")
+             + ", ".join(QUICK_LEAVES_OUT) + ") and the runs on "
+             + " and ".join(QUICK_LEAVES_OUT_DATABASES))
 
 
 def layers_of(item: pytest.Item) -> set[str]:
@@ -182,14 +194,18 @@ def layers_of(item: pytest.Item) -> set[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its costly layers; with ``--quick``, deselect those tests."""
+    """Mark each test with its costly layers; with ``--quick``, deselect those tests and
+    the runs on the databases :data:`QUICK_LEAVES_OUT_DATABASES` names."""
     left_out: list[pytest.Item] = []
     kept: list[pytest.Item] = []
+    quick = config.getoption("--quick")
     for item in items:
         layers = layers_of(item)
         for layer in sorted(layers):
             item.add_marker(getattr(pytest.mark, layer))
-        (left_out if layers and config.getoption("--quick") else kept).append(item)
+        costly = bool(layers) or any(item.get_closest_marker(database) is not None
+                                     for database in QUICK_LEAVES_OUT_DATABASES)
+        (left_out if quick and costly else kept).append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = kept

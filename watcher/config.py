@@ -108,6 +108,9 @@ class WatcherConfig:
     # The pipelines, versions and gates this watcher serves (watcher.pipelines): it
     # leases no other partition. None: every partition, each dispatched the same way.
     pipelines: ServedPipelines | None = None
+    # Where the end of a partition that names no notify URL is sent (the service checks
+    # it: ``processor run --notify-url``); None: such an end writes no event.
+    notify_default: str | None = None
 
     def __post_init__(self) -> None:
         # Imported here, not at the top: the CLI reads this module's defaults for its --help,

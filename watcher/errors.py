@@ -173,13 +173,17 @@ class WaitNotFoundError(InvalidInputError, LookupError):
 
 
 class AlreadyCompletedError(InvalidInputError):
-    """The wait this token names is over: completed, timed out, cancelled, retried, or
-    replaced by a newer wait. Nothing was written. ``status`` is the item's status now
-    (``None``: the item is gone)."""
+    """The wait this token names is over: completed, timed out, cancelled, retried,
+    replaced by a newer wait, or its item deleted. Nothing was written. ``status`` is
+    the item's status now (``None``: the item is gone); ``deleted`` says the item was
+    deleted (its token kept in ``removed_waits``)."""
 
-    def __init__(self, status: str | None = None) -> None:
+    def __init__(self, status: str | None = None, *, deleted: bool = False) -> None:
         self.status = status
+        self.deleted = deleted
         now = f"; the item is {status} now" if status else ""
+        if deleted:
+            now = "; the item was deleted"
         super().__init__(
             "this completion token was used already or its wait is over (completed, "
             f"timed out, cancelled or retried); nothing was written{now}")

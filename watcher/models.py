@@ -209,6 +209,10 @@ class Partition(SQLModel, table=True):
         default=None, sa_column=Column(key_type(PIPELINE_MAX_LENGTH), nullable=True))
 
 
+# The rows ``ix_items_spawned`` holds where a database can leave the others out.
+SPAWNED_ONLY = text("parent IS NOT NULL OR spawned_by_reduce IS NOT NULL")
+
+
 class Item(SQLModel, table=True):
     """One unit of work inside a partition, with its opaque bytes."""
 
@@ -218,6 +222,11 @@ class Item(SQLModel, table=True):
         Index("ix_items_ready", "partition_id", "status", "gate", "retry_at", "id"),
         # An item by id across partitions (search, ``processor items --show``).
         Index("ix_items_id", "id", "partition_id"),
+        # A partition's spawned items, by their item parent or reduce (rewinds; 0018):
+        # only those on PostgreSQL and SQLite, so that the other items' writes and
+        # lookups by partition never meet it (MariaDB and SQL Server: every item).
+        Index("ix_items_spawned", "partition_id", "parent", "spawned_by_reduce",
+              postgresql_where=SPAWNED_ONLY, sqlite_where=SPAWNED_ONLY),
         MYSQL_TABLE_OPTIONS,
     )
 
@@ -236,6 +245,10 @@ class Item(SQLModel, table=True):
     # The item whose answer spawned this one; NULL for the client's (revision 0006).
     parent: str | None = Field(
         default=None, sa_column=Column(key_type(ID_MAX_LENGTH), nullable=True))
+    # The gate of the reduce whose answer spawned it; NULL for the others, and for the
+    # items reduces spawned before revision 0018.
+    spawned_by_reduce: int | None = Field(default=None,
+                                          sa_column=Column(Integer, nullable=True))
     # The last few errors as JSON (time, attempt, gate each); NULL: none (revision 0008).
     error_history: str | None = Field(default=None,
                                       sa_column=Column(error_type(), nullable=True))
@@ -346,55 +359,4 @@ class Leader(SQLModel, table=True):
     owner: str = Field(default="", sa_column=Column(key_type(OWNER_MAX_LENGTH), nullable=False))
     until: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
     version: int = Field(default=1, sa_column=Column(Integer, nullable=False))
-    updated_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
-
-
-CRON_MAX_LENGTH = 255
-TIMEZONE_MAX_LENGTH = 64
-CATCH_UP_MAX_LENGTH = 8
-
-
-class Schedule(SQLModel, table=True):
-    """A schedule: a partition created at each tick of a cron expression (in a time zone)
-    or of a fixed interval (revision 0012_schedules).
-
-    ``next_at`` is its next tick (naive UTC); the ticker's one read per poll takes
-    the schedules whose ``next_at`` has passed by the database clock through
-    ``ix_schedules_due``. ``last_tick`` is the latest tick handled (created or
-    passed over), written in the transaction that creates its partition, guarded
-    by ``version``; ``counted_from`` is when it began counting ticks (its creation,
-    or its last resume); ``last_partition`` the partition its latest created tick
-    made. ``items`` holds the items each tick's partition gets, as JSON; the
-    partition settings are columns, as on ``partitions``.
-    """
-
-    __tablename__ = "schedules"
-    __table_args__ = (Index("ix_schedules_due", "next_at"), MYSQL_TABLE_OPTIONS)
-
-    name: str = Field(sa_column=Column(key_type(ID_MAX_LENGTH), primary_key=True))
-    version: int = Field(default=1, sa_column=Column(Integer, nullable=False))
-    cron: str | None = Field(default=None,
-                             sa_column=Column(Unicode(CRON_MAX_LENGTH), nullable=True))
-    timezone: str = Field(default="UTC",
-                          sa_column=Column(Unicode(TIMEZONE_MAX_LENGTH), nullable=False))
-    every: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
-    catch_up: str = Field(sa_column=Column(Unicode(CATCH_UP_MAX_LENGTH), nullable=False))
-    no_overlap: int = Field(default=0, sa_column=Column(Integer, nullable=False))
-    items: bytes = Field(sa_column=Column(data_type(), nullable=False))
-    item_count: int = Field(default=0, sa_column=Column(Integer, nullable=False))
-    reduce_gates: str | None = Field(
-        default=None, sa_column=Column(Unicode(REDUCE_GATES_MAX_LENGTH), nullable=True))
-    on_item_failure: str = Field(sa_column=Column(Unicode(POLICY_MAX_LENGTH), nullable=False))
-    priority: int = Field(default=0, sa_column=Column(Integer, nullable=False))
-    flow_key: str = Field(default="", sa_column=Column(key_type(ID_MAX_LENGTH), nullable=False))
-    created_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
-    counted_from: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))
-    next_at: datetime | None = Field(default=None,
-                                     sa_column=Column(timestamp_type(), nullable=True))
-    last_tick: datetime | None = Field(default=None,
-                                       sa_column=Column(timestamp_type(), nullable=True))
-    last_partition: str | None = Field(
-        default=None, sa_column=Column(key_type(ID_MAX_LENGTH), nullable=True))
-    paused_at: datetime | None = Field(default=None,
-                                       sa_column=Column(timestamp_type(), nullable=True))
     updated_at: datetime = Field(sa_column=Column(timestamp_type(), nullable=False))

@@ -1,10 +1,13 @@
 """What operator verbs and gauges report: deletions, purges, retries, the backlog,
-throughput and flow controls. Plain values, no behaviour beyond a summary."""
+throughput, flow controls, pipelines, and the live processors with the places they
+serve. Plain values, no behaviour beyond a summary."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+
+from watcher.pipelines import ServedRoute
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +81,12 @@ class RewindReport:
     ``gate_before`` (version ``version_before``) to ``available`` at ``gate``.
 
     ``items_reset`` items went back to the gate (available, attempts reset);
-    ``items_removed`` items they had spawned at the gate or later were removed, with
-    their descendants; ``items_rerun`` items a reduce had completed at its gate went
-    back to available there, so that reduce runs again over its whole gate (only when
-    some items were chosen, not all); ``reduces_again`` are the reduce gates that run
-    again (the result was cleared when there is one).
+    ``items_removed`` items they had spawned at the gate or later, or a reduce at the
+    gate or later had spawned, were removed, with their descendants; ``items_rerun``
+    items a reduce had completed at its gate went back to available there, so that
+    reduce runs again over its whole gate (only when some items were chosen, not
+    all); ``reduces_again`` are the reduce gates that run again (the result was
+    cleared when there is one).
     """
 
     partition_id: str
@@ -179,3 +183,28 @@ class PipelineCount:
     version: str | None
     open: int
     leased: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceCount:
+    """Open partitions at one place: a pipeline, the version pinned on them (``None``: not
+    pinned yet) and the gate they are at."""
+
+    pipeline: str
+    version: str | None
+    gate: int
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorInfo:
+    """A live processor (one whose row's ``until`` has not passed by the database clock)
+    and what it serves: the tables of routes (:class:`watcher.pipelines.ServedRoute`)
+    it serves, or ``None`` for every place (``--handler-url`` alone, a library
+    watcher). ``until`` is when its row stops counting unless it writes it again;
+    ``updated_at`` when it last did."""
+
+    owner: str
+    serves: tuple[ServedRoute, ...] | None
+    until: datetime
+    updated_at: datetime

@@ -102,9 +102,15 @@ async def purge(store: Store, *, older_than: float, statuses: Collection[str],
     ``keep_going`` is asked before each batch; when it answers false the purge
     stops there (the report says so) and the next purge carries on.
 
+    First it forgets the tokens of deleted items' waits kept for 30 days
+    (:meth:`Store.removed_waits_purge`): from then on they are unknown (404).
+
     Raises:
         sqlalchemy.exc.SQLAlchemyError: the database failed; what was deleted stays deleted.
     """
+    while await store.removed_waits_purge(batch=batch) >= batch:
+        if keep_going is not None and not await keep_going():
+            return PurgeReport(stopped=True)
     partitions = items = 0
     while True:
         candidates = await store.partitions_purgeable(older_than=older_than, statuses=statuses,
@@ -196,6 +202,18 @@ class RetentionConfig:
         check_whole_number("purge batch", self.batch, maximum=MAX_BATCH)
         object.__setattr__(self, "statuses", check_statuses("retention statuses",
                                                             self.statuses))
+
+
+def snooze_cap(retention: object) -> float:
+    """The longest snooze a handler may ask for: a week, or the shortest retention period
+    set, when shorter (an item that waits longer than its partition is kept makes no
+    sense)."""
+    from watcher.rules.delays import MAX_SNOOZE_SECONDS
+
+    periods = [period for period in (getattr(retention, "older_than", None),
+                                     getattr(retention, "items_older_than", None))
+               if period]
+    return min([MAX_SNOOZE_SECONDS, *periods])
 
 
 class Retention:

@@ -95,7 +95,8 @@ class Watcher:
         # Decided once: with no tracer, the calls are the processor's own.
         self._tracer = find_tracer(processor) if tracer == "auto" else tracer
         self.slots = SlotPool(self.config.concurrency, on_calls=(
-            self.hooks.in_flight if overrides(self.hooks, "in_flight") else None))
+            self.hooks.in_flight if overrides(self.hooks, "in_flight") else None),
+            on_turn=self._room_may_have_opened)
         self.keeper = LeaseKeeper(store, self.config, self.hooks, backlog=self._backlog)
         # Every queued result holds a dispatch slot until it is written, so the queue
         # never outgrows the concurrency; a batch that size is full, and the writer
@@ -173,14 +174,13 @@ class Watcher:
         if lease.lost or lease.closed:
             return
         try:
-            released = await self.keeper.release(lease, reason="handed_over")
+            if await self.keeper.release(lease, reason="handed_over"):
+                self.hooks.lease_handed_over(lease.partition_id)
         except SQLAlchemyError as error:
-            log.warning("action=hand_over_release_failed partition=%s owner=%s error=%s; "
-                        "the lease expires in %s s", lease.partition_id, self.owner,
-                        type(error).__name__, self.config.lease_duration)
-            return
-        if released:
-            self.hooks.lease_handed_over(lease.partition_id)
+            log.warning("action=hand_over_release_failed partition=%s pipeline=%s owner=%s "
+                        "error=%s; the lease expires in %s s", lease.partition_id,
+                        lease.settings.pipeline, self.owner, type(error).__name__,
+                        self.config.lease_duration)
 
     def _start_supervisor(self, lease: Lease) -> None:
         context = PartitionContext(lease, self.store, self.keeper, self.config, self.hooks)
@@ -192,17 +192,17 @@ class Watcher:
             reduce_shape=self._reduce_shape, tracer=self._tracer,
             on_throttled=on_throttled, on_unavailable=on_unavailable, read_ahead=self.read_ahead)
         task = asyncio.create_task(supervisor.run(), name=f"partition-{lease.partition_id}")
-        task.add_done_callback(self._supervisor_ended)
+        task.add_done_callback(lambda _: self._room_may_have_opened())
         self.supervisors[lease.partition_id] = (supervisor, task)
 
-    def _supervisor_ended(self, _: asyncio.Task[str]) -> None:
-        """A partition that closed (or was lost) frees room for another: look at once
-        when that can start work sooner. Not when the last lease cycle saw no free
-        partition it left untaken (the next poll, or a client's notification, finds
-        new ones), nor until the cycle could take a lease batch, or all the room
-        ``max_leases`` leaves if that is less: while the slots' backlog is full, the
-        held partitions keep every slot busy, and the cycle waits to take a fuller
-        batch. The ended supervisor is reaped then."""
+    def _room_may_have_opened(self) -> None:
+        """A partition that closed (or was lost), or got its turn at the slots (the backlog
+        shrank), frees room for another: look at once when that can start work sooner.
+        Not when the last lease cycle saw no free partition it left untaken (the next
+        poll, or a client's notification, finds new ones), nor until the cycle could take
+        a lease batch, or all the room ``max_leases`` leaves if that is less: while the
+        slots' backlog is full, the held partitions keep every slot busy, and the cycle
+        waits to take a fuller batch. An ended supervisor is reaped then."""
         keeper = self.keeper
         if not keeper.free_left:
             return
@@ -221,7 +221,7 @@ class Watcher:
                        frozenset(self._held_keys()))
 
     def _reap(self) -> None:
-        for partition_id, (_, task) in list(self.supervisors.items()):
+        for partition_id, (supervisor, task) in list(self.supervisors.items()):
             if not task.done():
                 continue
             del self.supervisors[partition_id]
@@ -229,8 +229,8 @@ class Watcher:
                 continue
             error = task.exception()
             if error is not None:
-                log.error("action=supervisor_crashed partition=%s error=%r", partition_id,
-                          error, exc_info=error)
+                log.error("action=supervisor_crashed partition=%s pipeline=%s error=%r",
+                          partition_id, supervisor.reports.pipeline, error, exc_info=error)
 
     async def run(self) -> None:
         """Lease and dispatch until :meth:`stop`; then shut down gracefully."""

@@ -451,8 +451,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s);
 
 -- name: items_add (6)
 UPDATE partitions
@@ -521,8 +521,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: items_apply_spawning (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s);
 
 -- name: items_apply_spawning (5)
 UPDATE partitions
@@ -579,6 +579,7 @@ SELECT items.partition_id,
        items.created_at,
        items.updated_at,
        items.parent,
+       items.spawned_by_reduce,
        items.error_history
   FROM items
  WHERE items.partition_id = %s
@@ -663,13 +664,31 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: items_purge_finished (3)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = %s
+   AND waits.item_id <= %s
+   AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %s AND items.status IN (%s, ...) AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)))
+   AND waits.token IS NOT NULL;
+
+-- name: items_purge_finished (4)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = %s
+   AND waits.item_id <= %s
+   AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %s AND items.status IN (%s, ...) AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)))
+   AND waits.operator_token IS NOT NULL;
+
+-- name: items_purge_finished (5)
 DELETE
   FROM waits
  WHERE waits.partition_id = %s
    AND waits.item_id <= %s
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %s AND items.status IN (%s, ...) AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)));
 
--- name: items_purge_finished (4)
+-- name: items_purge_finished (6)
 DELETE
   FROM items
  WHERE items.partition_id = %s
@@ -677,7 +696,7 @@ DELETE
    AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
    AND items.id <= %s;
 
--- name: items_purge_finished (5)
+-- name: items_purge_finished (7)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -691,7 +710,7 @@ SELECT count(*) AS count_1,
          LIMIT %s
        ) AS anon_1;
 
--- name: items_purge_finished (6)
+-- name: items_purge_finished (8)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -1309,7 +1328,7 @@ version=(items.version + %s), status=%s,
 -- name: partition_cancel (4)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %s AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, %s) AS coalesce_1,
        partitions.status,
        partitions.gate,
        %s AS anon_2,
@@ -1321,7 +1340,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now__2
   FROM partitions
  WHERE partitions.id = %s
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, %s) IS NOT NULL;
 
 -- name: partition_close_when_done (1)
 UPDATE partitions
@@ -1364,7 +1383,7 @@ UPDATE partition_timelines
 -- name: partition_close_when_done (4)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %s AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, %s) AS coalesce_1,
        partitions.status,
        partitions.gate,
        %s AS anon_2,
@@ -1376,7 +1395,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now__2
   FROM partitions
  WHERE partitions.id = %s
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, %s) IS NOT NULL;
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1404,8 +1423,8 @@ VALUES (%s);
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: partition_create_batches (6)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s);
 
 -- name: partition_create_batches (7)
 UPDATE flow_controls
@@ -1447,28 +1466,44 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: partition_delete_batch (3)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = %s
+   AND waits.item_id <= %s
+   AND waits.token IS NOT NULL;
+
+-- name: partition_delete_batch (4)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = %s
+   AND waits.item_id <= %s
+   AND waits.operator_token IS NOT NULL;
+
+-- name: partition_delete_batch (5)
 DELETE
   FROM waits
  WHERE waits.partition_id = %s
    AND waits.item_id <= %s;
 
--- name: partition_delete_batch (4)
+-- name: partition_delete_batch (6)
 DELETE
   FROM items
  WHERE items.partition_id = %s
    AND items.id <= %s;
 
--- name: partition_delete_batch (5)
+-- name: partition_delete_batch (7)
 DELETE
   FROM partition_timelines
  WHERE partition_timelines.partition_id = %s;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (8)
 DELETE
   FROM partitions
  WHERE partitions.id = %s;
 
--- name: partition_delete_batch (7)
+-- name: partition_delete_batch (9)
 UPDATE partitions
    SET
 version=(partitions.version + %s), status=%s
@@ -1628,12 +1663,34 @@ SELECT items.id,
 SELECT items.id,
        items.gate,
        items.status,
-       items.parent
+       items.parent,
+       items.spawned_by_reduce
   FROM items
  WHERE items.partition_id = %s
-   AND (items.parent IS NOT NULL OR items.id IN (SELECT items.parent FROM items WHERE items.partition_id = %s AND items.parent IS NOT NULL));
+   AND items.parent IS NOT NULL;
 
 -- name: partition_rewind (6)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent,
+       items.spawned_by_reduce
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.parent IS NULL
+   AND items.spawned_by_reduce >= %s;
+
+-- name: partition_rewind (7)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent,
+       items.spawned_by_reduce
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id IN (%s, ...);
+
+-- name: partition_rewind (8)
 UPDATE items
    SET
 version=(items.version + %s), gate=%s,
@@ -1646,7 +1703,7 @@ version=(items.version + %s), gate=%s,
    AND items.status = %s
    AND items.id IN (%s, ...);
 
--- name: partition_rewind (7)
+-- name: partition_rewind (9)
 UPDATE items
    SET
 version=(items.version + %s), status=%s,
@@ -1657,7 +1714,7 @@ version=(items.version + %s), status=%s,
    AND items.status = %s
    AND items.gate IN (%s, ...);
 
--- name: partition_rewind (8)
+-- name: partition_rewind (10)
 UPDATE partitions
    SET gate=%s,
        status=%s,
@@ -1674,18 +1731,18 @@ UPDATE partitions
        spawned=(partitions.spawned - %s)
  WHERE partitions.id = %s;
 
--- name: partition_rewind (9)
+-- name: partition_rewind (11)
 UPDATE partition_timelines
    SET timeline=%s
  WHERE partition_timelines.partition_id = %s;
 
--- name: partition_rewind (10)
+-- name: partition_rewind (12)
 DELETE
   FROM items
  WHERE items.partition_id = %s
    AND items.id IN (%s, ...);
 
--- name: partition_rewind (11)
+-- name: partition_rewind (13)
 UPDATE items
    SET
 version=(items.version + %s), gate=%s,
@@ -1828,7 +1885,7 @@ version=(partitions.version + %(version_1)s), gate=%(new_gate)s,
 -- name: partition_transition (8)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %s AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, %s) AS coalesce_1,
        partitions.status,
        partitions.gate,
        %s AS anon_2,
@@ -1840,7 +1897,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now__2
   FROM partitions
  WHERE partitions.id = %s
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, %s) IS NOT NULL;
 
 -- name: partitions_finished_per_minute
 SELECT (
@@ -1996,6 +2053,17 @@ SELECT partitions.id
  ORDER BY partitions.id
  LIMIT %s;
 
+-- name: partitions_open_places
+SELECT partitions.pipeline,
+       partitions.pipeline_version,
+       partitions.gate,
+       count(*) AS count_1
+  FROM partitions
+ WHERE partitions.status = %s
+ GROUP BY partitions.pipeline,
+          partitions.pipeline_version,
+          partitions.gate;
+
 -- name: partitions_page (1)
 SELECT partitions.id,
        partitions.version,
@@ -2150,6 +2218,30 @@ SELECT partitions.pipeline,
  GROUP BY partitions.pipeline,
           partitions.pipeline_version;
 
+-- name: processors_live
+SELECT processors.owner,
+       processors.serves,
+       processors.until,
+       processors.updated_at
+  FROM processors
+ WHERE processors.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ ORDER BY processors.owner;
+
+-- name: processors_register (1)
+UPDATE processors
+   SET serves=%s,
+       until=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE processors.owner = %s;
+
+-- name: processors_register (2)
+INSERT INTO processors (owner, serves, until, updated_at)
+VALUES (%s, %s, (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND), COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
+
+-- name: processors_unregister
+DELETE
+  FROM processors
+ WHERE processors.owner = %s;
+
 -- name: quorum_settle (1)
 SELECT count(*) AS count_1
   FROM (
@@ -2226,7 +2318,7 @@ version=(partitions.version + %s), status=%s,
 -- name: reduce_failed (3)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %s AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, %s) AS coalesce_1,
        partitions.status,
        partitions.gate,
        %s AS anon_2,
@@ -2238,7 +2330,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now__2
   FROM partitions
  WHERE partitions.id = %s
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, %s) IS NOT NULL;
 
 -- name: reduce_state_read
 SELECT partitions.version,
@@ -2319,13 +2411,20 @@ SELECT items.id
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: reduce_write (7)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s);
 
 -- name: reduce_write (8)
 UPDATE partitions
    SET spawned=(partitions.spawned + %s)
  WHERE partitions.id = %s;
+
+-- name: removed_waits_purge
+SELECT removed_waits.token
+  FROM removed_waits
+ WHERE removed_waits.removed_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+ ORDER BY removed_waits.removed_at
+ LIMIT %s;
 
 -- name: schedule_add (1)
 SELECT schedules.name
@@ -2336,8 +2435,8 @@ SELECT schedules.name
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: schedule_add (3)
-INSERT INTO schedules (name, version, cron, timezone, every, catch_up, no_overlap, items, item_count, reduce_gates, on_item_failure, priority, flow_key, created_at, counted_from, next_at, updated_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO schedules (name, version, cron, timezone, every, catch_up, no_overlap, items, item_count, reduce_gates, on_item_failure, priority, flow_key, created_at, counted_from, next_at, updated_at, notify, pipeline, pipeline_version)
+VALUES (%s, %s, %s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: schedule_delete
 DELETE
@@ -2363,7 +2462,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  WHERE schedules.name = %s;
 
@@ -2433,7 +2535,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  WHERE schedules.name = %s;
 
@@ -2462,8 +2567,8 @@ VALUES (%s);
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: schedule_tick (9)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s);
 
 -- name: schedule_tick (10)
 UPDATE schedules
@@ -2524,7 +2629,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  ORDER BY schedules.name
  LIMIT %s;
@@ -2548,7 +2656,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  WHERE schedules.name > %s
  ORDER BY schedules.name

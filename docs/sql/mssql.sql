@@ -438,8 +438,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s);
 
 -- name: items_add (6)
 UPDATE partitions
@@ -499,8 +499,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: items_apply_spawning (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s);
 
 -- name: items_apply_spawning (5)
 UPDATE partitions
@@ -556,6 +556,7 @@ SELECT items.partition_id,
        items.created_at,
        items.updated_at,
        items.parent,
+       items.spawned_by_reduce,
        items.error_history
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
@@ -636,13 +637,31 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: items_purge_finished (3)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_n)s
+   AND waits.item_id <= %(item_id_n)s
+   AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_n)s AND items.status IN (%(status_1_n)s, ...) AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))))
+   AND waits.token IS NOT NULL;
+
+-- name: items_purge_finished (4)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_n)s
+   AND waits.item_id <= %(item_id_n)s
+   AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_n)s AND items.status IN (%(status_1_n)s, ...) AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))))
+   AND waits.operator_token IS NOT NULL;
+
+-- name: items_purge_finished (5)
 DELETE
   FROM waits
  WHERE waits.partition_id = %(partition_id_n)s
    AND waits.item_id <= %(item_id_n)s
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_n)s AND items.status IN (%(status_1_n)s, ...) AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))));
 
--- name: items_purge_finished (4)
+-- name: items_purge_finished (6)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
@@ -650,7 +669,7 @@ DELETE
    AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
    AND items.id <= %(id_n)s;
 
--- name: items_purge_finished (5)
+-- name: items_purge_finished (7)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -663,7 +682,7 @@ SELECT count(*) AS count_1,
          ORDER BY items.id
        ) AS anon_1;
 
--- name: items_purge_finished (6)
+-- name: items_purge_finished (8)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -1347,7 +1366,7 @@ version=(items.version + %(version_n)s), status=%(status)s,
 -- name: partition_cancel (4)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, %(default)s) AS coalesce_1,
        partitions.status,
        partitions.gate,
        %(param_n)s AS anon_2,
@@ -1359,7 +1378,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now__2
   FROM partitions
  WHERE partitions.id = %(pid)s
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, %(default)s) IS NOT NULL;
 
 -- name: partition_close_when_done (1)
 UPDATE partitions
@@ -1402,7 +1421,7 @@ UPDATE partition_timelines
 -- name: partition_close_when_done (4)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, %(default)s) AS coalesce_1,
        partitions.status,
        partitions.gate,
        %(param_n)s AS anon_2,
@@ -1414,7 +1433,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now__2
   FROM partitions
  WHERE partitions.id = %(pid)s
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, %(default)s) IS NOT NULL;
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1442,8 +1461,8 @@ VALUES (%(partition_id)s);
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: partition_create_batches (6)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s);
 
 -- name: partition_create_batches (7)
 UPDATE flow_controls
@@ -1484,35 +1503,51 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: partition_delete_batch (3)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_n)s
+   AND waits.item_id <= %(item_id_n)s
+   AND waits.token IS NOT NULL;
+
+-- name: partition_delete_batch (4)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_n)s
+   AND waits.item_id <= %(item_id_n)s
+   AND waits.operator_token IS NOT NULL;
+
+-- name: partition_delete_batch (5)
 DELETE
   FROM waits
  WHERE waits.partition_id = %(partition_id_n)s
    AND waits.item_id <= %(item_id_n)s;
 
--- name: partition_delete_batch (4)
+-- name: partition_delete_batch (6)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id <= %(id_n)s;
 
--- name: partition_delete_batch (5)
+-- name: partition_delete_batch (7)
 DELETE
   FROM partition_timelines
  WHERE partition_timelines.partition_id = %(partition_id_n)s;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (8)
 DELETE
   FROM partitions
  WHERE partitions.id = %(id_n)s;
 
--- name: partition_delete_batch (7)
+-- name: partition_delete_batch (9)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), status=%(status)s
  WHERE partitions.id = %(id_n)s
    AND (partitions.status = %(status_n)s OR partitions.status IN (%(status_2_n)s, ...) AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))));
 
--- name: partition_delete_batch (8)
+-- name: partition_delete_batch (10)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -1674,12 +1709,34 @@ SELECT items.id,
 SELECT items.id,
        items.gate,
        items.status,
-       items.parent
+       items.parent,
+       items.spawned_by_reduce
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
-   AND (items.parent IS NOT NULL OR items.id IN (SELECT items.parent FROM items WHERE items.partition_id = %(partition_id_n)s AND items.parent IS NOT NULL));
+   AND items.parent IS NOT NULL;
 
 -- name: partition_rewind (6)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent,
+       items.spawned_by_reduce
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.parent IS NULL
+   AND items.spawned_by_reduce >= %(spawned_by_reduce_n)s;
+
+-- name: partition_rewind (7)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent,
+       items.spawned_by_reduce
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id IN (%(id_1_n)s, ...);
+
+-- name: partition_rewind (8)
 UPDATE items
    SET
 version=(items.version + %(version_n)s), gate=%(gate)s,
@@ -1692,7 +1749,7 @@ version=(items.version + %(version_n)s), gate=%(gate)s,
    AND items.status = %(status_n)s
    AND items.id IN (%(id_1_n)s, ...);
 
--- name: partition_rewind (7)
+-- name: partition_rewind (9)
 UPDATE items
    SET
 version=(items.version + %(version_n)s), status=%(status)s,
@@ -1703,7 +1760,7 @@ version=(items.version + %(version_n)s), status=%(status)s,
    AND items.status = %(status_n)s
    AND items.gate IN (%(gate_1_n)s, ...);
 
--- name: partition_rewind (8)
+-- name: partition_rewind (10)
 UPDATE partitions
    SET gate=%(gate)s,
        status=%(status)s,
@@ -1720,18 +1777,18 @@ UPDATE partitions
        spawned=(partitions.spawned - %(spawned_n)s)
  WHERE partitions.id = %(id_n)s;
 
--- name: partition_rewind (9)
+-- name: partition_rewind (11)
 UPDATE partition_timelines
    SET timeline=%(tl_text)s
  WHERE partition_timelines.partition_id = %(tl_pid)s;
 
--- name: partition_rewind (10)
+-- name: partition_rewind (12)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id IN (%(id_1_n)s, ...);
 
--- name: partition_rewind (11)
+-- name: partition_rewind (13)
 UPDATE items
    SET
 version=(items.version + %(version_n)s), gate=%(gate)s,
@@ -1872,7 +1929,7 @@ version=(partitions.version + %(version_n)s), gate=%(new_gate)s,
 -- name: partition_transition (8)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, %(default)s) AS coalesce_1,
        partitions.status,
        partitions.gate,
        %(param_n)s AS anon_2,
@@ -1884,7 +1941,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now__2
   FROM partitions
  WHERE partitions.id = %(pid)s
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, %(default)s) IS NOT NULL;
 
 -- name: partitions_finished_per_minute
 SELECT (
@@ -2027,6 +2084,17 @@ SELECT TOP 10 partitions.id
  WHERE partitions.status = %(status_n)s
    AND partitions.id > %(id_n)s
  ORDER BY partitions.id;
+
+-- name: partitions_open_places
+SELECT partitions.pipeline,
+       partitions.pipeline_version,
+       partitions.gate,
+       count(*) AS count_1
+  FROM partitions
+ WHERE partitions.status = %(status_n)s
+ GROUP BY partitions.pipeline,
+          partitions.pipeline_version,
+          partitions.gate;
 
 -- name: partitions_page (1)
 SELECT TOP 2 partitions.id,
@@ -2178,6 +2246,31 @@ SELECT partitions.pipeline,
  GROUP BY partitions.pipeline,
           partitions.pipeline_version;
 
+-- name: processors_live
+SELECT processors.owner,
+       processors.serves,
+       processors.until,
+       processors.updated_at
+  FROM processors
+ WHERE processors.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ ORDER BY processors.owner;
+
+-- name: processors_register (1)
+UPDATE processors
+   SET serves=%(serves)s,
+       until=DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE processors.owner = %(owner_n)s;
+
+-- name: processors_register (2)
+INSERT INTO processors (owner, serves, until, updated_at)
+VALUES (%(owner)s, %(serves)s, DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
+
+-- name: processors_unregister
+DELETE
+  FROM processors
+ WHERE processors.owner = %(owner_n)s;
+
 -- name: quorum_settle (1)
 SELECT count(*) AS count_1
   FROM (
@@ -2251,7 +2344,7 @@ version=(partitions.version + %(version_n)s), status=%(status)s,
 -- name: reduce_failed (3)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, %(default)s) AS coalesce_1,
        partitions.status,
        partitions.gate,
        %(param_n)s AS anon_2,
@@ -2263,7 +2356,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now__2
   FROM partitions
  WHERE partitions.id = %(pid)s
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, %(default)s) IS NOT NULL;
 
 -- name: reduce_state_read
 SELECT partitions.version,
@@ -2344,13 +2437,19 @@ SELECT items.id
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: reduce_write (7)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s);
 
 -- name: reduce_write (8)
 UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_n)s)
  WHERE partitions.id = %(id_n)s;
+
+-- name: removed_waits_purge
+SELECT TOP 10 removed_waits.token
+  FROM removed_waits
+ WHERE removed_waits.removed_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+ ORDER BY removed_waits.removed_at;
 
 -- name: schedule_add (1)
 SELECT schedules.name
@@ -2361,8 +2460,8 @@ SELECT schedules.name
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: schedule_add (3)
-INSERT INTO schedules (name, version, cron, timezone, every, catch_up, no_overlap, items, item_count, reduce_gates, on_item_failure, priority, flow_key, created_at, counted_from, next_at, updated_at)
-VALUES (%(name)s, %(version)s, %(cron)s, %(timezone)s, %(every)s, %(catch_up)s, %(no_overlap)s, %(items)s, %(item_count)s, %(reduce_gates)s, %(on_item_failure)s, %(priority)s, %(flow_key)s, %(created_at)s, %(counted_from)s, %(next_at)s, %(updated_at)s);
+INSERT INTO schedules (name, version, cron, timezone, every, catch_up, no_overlap, items, item_count, reduce_gates, on_item_failure, priority, flow_key, created_at, counted_from, next_at, updated_at, notify, pipeline, pipeline_version)
+VALUES (%(name)s, %(version)s, %(cron)s, %(timezone)s, %(every)s, %(catch_up)s, %(no_overlap)s, %(items)s, %(item_count)s, %(reduce_gates)s, %(on_item_failure)s, %(priority)s, %(flow_key)s, %(created_at)s, %(counted_from)s, %(next_at)s, %(updated_at)s, %(notify)s, %(pipeline)s, %(pipeline_version)s);
 
 -- name: schedule_delete
 DELETE
@@ -2388,7 +2487,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  WHERE schedules.name = %(name_n)s;
 
@@ -2458,7 +2560,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  WHERE schedules.name = %(name_n)s;
 
@@ -2487,8 +2592,8 @@ VALUES (%(partition_id)s);
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: schedule_tick (9)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, error_history)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(error_history)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s);
 
 -- name: schedule_tick (10)
 UPDATE schedules
@@ -2548,7 +2653,10 @@ SELECT TOP 10 schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  ORDER BY schedules.name;
 
@@ -2571,7 +2679,10 @@ SELECT TOP 10 schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  WHERE schedules.name > %(name_n)s
  ORDER BY schedules.name;

@@ -453,8 +453,8 @@ SELECT items.id
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR, %(spawned_by_reduce)s::INTEGER);
 
 -- name: items_add (6)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
@@ -539,8 +539,8 @@ SELECT items.id
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: items_apply_spawning (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR, %(spawned_by_reduce)s::INTEGER);
 
 -- name: items_apply_spawning (5)
 UPDATE partitions
@@ -597,6 +597,7 @@ SELECT items.partition_id,
        items.created_at,
        items.updated_at,
        items.parent,
+       items.spawned_by_reduce,
        items.error_history
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
@@ -681,13 +682,31 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: items_purge_finished (3)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
+   AND waits.item_id <= %(item_id_1)s::VARCHAR
+   AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_2)s::VARCHAR AND items.status IN (%(status_1_1)s::VARCHAR, ...) AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))))
+   AND waits.token IS NOT NULL;
+
+-- name: items_purge_finished (4)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
+   AND waits.item_id <= %(item_id_1)s::VARCHAR
+   AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_2)s::VARCHAR AND items.status IN (%(status_1_1)s::VARCHAR, ...) AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))))
+   AND waits.operator_token IS NOT NULL;
+
+-- name: items_purge_finished (5)
 DELETE
   FROM waits
  WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
    AND waits.item_id <= %(item_id_1)s::VARCHAR
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_2)s::VARCHAR AND items.status IN (%(status_1_1)s::VARCHAR, ...) AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))));
 
--- name: items_purge_finished (4)
+-- name: items_purge_finished (6)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
@@ -695,7 +714,7 @@ DELETE
    AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
    AND items.id <= %(id_1)s::VARCHAR;
 
--- name: items_purge_finished (5)
+-- name: items_purge_finished (7)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -709,7 +728,7 @@ SELECT count(*) AS count_1,
          LIMIT %(param_2)s::INTEGER
        ) AS anon_1;
 
--- name: items_purge_finished (6)
+-- name: items_purge_finished (8)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -1340,7 +1359,7 @@ version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
 -- name: partition_cancel (4)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s::VARCHAR AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, %(default)s::VARCHAR) AS coalesce_1,
        partitions.status,
        partitions.gate,
        %(param_1)s::VARCHAR AS anon_2,
@@ -1352,7 +1371,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__2
   FROM partitions
  WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, %(default)s::VARCHAR) IS NOT NULL;
 
 -- name: partition_close_when_done (1)
 WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s::INTEGER), status=%(param_1)s::VARCHAR, owner=%(param_2)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) WHERE partitions.id = %(pid)s::VARCHAR AND partitions.version = %(seen)s::INTEGER AND partitions.owner = %(holder)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.paused_at IS NULL AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key))) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER)) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER)) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_4)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER)) RETURNING partitions.id),
@@ -1401,7 +1420,7 @@ UPDATE partition_timelines
 -- name: partition_close_when_done (5)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s::VARCHAR AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, %(default)s::VARCHAR) AS coalesce_1,
        partitions.status,
        partitions.gate,
        %(param_1)s::VARCHAR AS anon_2,
@@ -1413,7 +1432,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__2
   FROM partitions
  WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, %(default)s::VARCHAR) IS NOT NULL;
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1441,8 +1460,8 @@ VALUES (%(partition_id)s::VARCHAR);
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: partition_create_batches (6)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR, %(spawned_by_reduce)s::INTEGER);
 
 -- name: partition_create_batches (7)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
@@ -1487,28 +1506,44 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: partition_delete_batch (3)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
+   AND waits.item_id <= %(item_id_1)s::VARCHAR
+   AND waits.token IS NOT NULL;
+
+-- name: partition_delete_batch (4)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
+   AND waits.item_id <= %(item_id_1)s::VARCHAR
+   AND waits.operator_token IS NOT NULL;
+
+-- name: partition_delete_batch (5)
 DELETE
   FROM waits
  WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
    AND waits.item_id <= %(item_id_1)s::VARCHAR;
 
--- name: partition_delete_batch (4)
+-- name: partition_delete_batch (6)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id <= %(id_1)s::VARCHAR;
 
--- name: partition_delete_batch (5)
+-- name: partition_delete_batch (7)
 DELETE
   FROM partition_timelines
  WHERE partition_timelines.partition_id = %(partition_id_1)s::VARCHAR;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (8)
 DELETE
   FROM partitions
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
--- name: partition_delete_batch (7)
+-- name: partition_delete_batch (9)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR
@@ -1675,12 +1710,34 @@ SELECT items.id,
 SELECT items.id,
        items.gate,
        items.status,
-       items.parent
+       items.parent,
+       items.spawned_by_reduce
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   AND (items.parent IS NOT NULL OR items.id IN (SELECT items.parent FROM items WHERE items.partition_id = %(partition_id_2)s::VARCHAR AND items.parent IS NOT NULL));
+   AND items.parent IS NOT NULL;
 
 -- name: partition_rewind (6)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent,
+       items.spawned_by_reduce
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.parent IS NULL
+   AND items.spawned_by_reduce >= %(spawned_by_reduce_1)s::INTEGER;
+
+-- name: partition_rewind (7)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent,
+       items.spawned_by_reduce
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: partition_rewind (8)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
@@ -1693,7 +1750,7 @@ version=(items.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
    AND items.status = %(status_1)s::VARCHAR
    AND items.id IN (%(id_1_1)s::VARCHAR, ...);
 
--- name: partition_rewind (7)
+-- name: partition_rewind (9)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
@@ -1704,7 +1761,7 @@ version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
    AND items.status = %(status_1)s::VARCHAR
    AND items.gate IN (%(gate_1_1)s::INTEGER, ...);
 
--- name: partition_rewind (8)
+-- name: partition_rewind (10)
 UPDATE partitions
    SET gate=%(gate)s::INTEGER,
        status=%(status)s::VARCHAR,
@@ -1721,21 +1778,21 @@ UPDATE partitions
        spawned=(partitions.spawned - %(spawned_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
--- name: partition_rewind (9)
+-- name: partition_rewind (11)
 UPDATE partition_timelines
    SET timeline=%(tl_text)s::VARCHAR
  WHERE partition_timelines.partition_id = %(tl_pid)s::VARCHAR;
 
--- name: partition_rewind (10)
+-- name: partition_rewind (12)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
--- name: partition_rewind (11)
+-- name: partition_rewind (13)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id IN (%(id_1_1)s::VARCHAR, ...);
 
--- name: partition_rewind (12)
+-- name: partition_rewind (14)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
@@ -1900,7 +1957,7 @@ version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHA
 -- name: partition_transition (10)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s::VARCHAR AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, %(default)s::VARCHAR) AS coalesce_1,
        partitions.status,
        partitions.gate,
        %(param_1)s::VARCHAR AS anon_2,
@@ -1912,7 +1969,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__2
   FROM partitions
  WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, %(default)s::VARCHAR) IS NOT NULL;
 
 -- name: partitions_finished_per_minute
 SELECT (
@@ -2068,6 +2125,17 @@ SELECT partitions.id
  ORDER BY partitions.id
  LIMIT %(param_1)s::INTEGER;
 
+-- name: partitions_open_places
+SELECT partitions.pipeline,
+       partitions.pipeline_version,
+       partitions.gate,
+       count(*) AS count_1
+  FROM partitions
+ WHERE partitions.status = %(status_1)s::VARCHAR
+ GROUP BY partitions.pipeline,
+          partitions.pipeline_version,
+          partitions.gate;
+
 -- name: partitions_page (1)
 SELECT partitions.id,
        partitions.version,
@@ -2222,6 +2290,30 @@ SELECT partitions.pipeline,
  GROUP BY partitions.pipeline,
           partitions.pipeline_version;
 
+-- name: processors_live
+SELECT processors.owner,
+       processors.serves,
+       processors.until,
+       processors.updated_at
+  FROM processors
+ WHERE processors.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ ORDER BY processors.owner;
+
+-- name: processors_register (1)
+UPDATE processors
+   SET serves=%(serves)s::VARCHAR,
+       until=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE processors.owner = %(owner_1)s::VARCHAR;
+
+-- name: processors_register (2)
+INSERT INTO processors (owner, serves, until, updated_at)
+VALUES (%(owner)s::VARCHAR, %(serves)s::VARCHAR, (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s)), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
+
+-- name: processors_unregister
+DELETE
+  FROM processors
+ WHERE processors.owner = %(owner_1)s::VARCHAR;
+
 -- name: quorum_settle (1)
 SELECT count(*) AS count_1
   FROM (
@@ -2298,7 +2390,7 @@ version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHA
 -- name: reduce_failed (3)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %(event_id)s::VARCHAR AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, %(default)s::VARCHAR) AS coalesce_1,
        partitions.status,
        partitions.gate,
        %(param_1)s::VARCHAR AS anon_2,
@@ -2310,7 +2402,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__2
   FROM partitions
  WHERE partitions.id = %(pid)s::VARCHAR
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, %(default)s::VARCHAR) IS NOT NULL;
 
 -- name: reduce_state_read
 SELECT partitions.version,
@@ -2378,13 +2470,20 @@ SELECT items.id
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: reduce_write (6)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR, %(spawned_by_reduce)s::INTEGER);
 
 -- name: reduce_write (7)
 UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: removed_waits_purge
+SELECT removed_waits.token
+  FROM removed_waits
+ WHERE removed_waits.removed_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+ ORDER BY removed_waits.removed_at
+ LIMIT %(param_2)s::INTEGER;
 
 -- name: schedule_add (1)
 SELECT schedules.name
@@ -2395,8 +2494,8 @@ SELECT schedules.name
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: schedule_add (3)
-INSERT INTO schedules (name, version, cron, timezone, every, catch_up, no_overlap, items, item_count, reduce_gates, on_item_failure, priority, flow_key, created_at, counted_from, next_at, updated_at)
-VALUES (%(name)s::VARCHAR, %(version)s::INTEGER, %(cron)s::VARCHAR, %(timezone)s::VARCHAR, %(every)s, %(catch_up)s::VARCHAR, %(no_overlap)s::INTEGER, %(items)s, %(item_count)s::INTEGER, %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(priority)s::INTEGER, %(flow_key)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(counted_from)s::TIMESTAMP WITHOUT TIME ZONE, %(next_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE);
+INSERT INTO schedules (name, version, cron, timezone, every, catch_up, no_overlap, items, item_count, reduce_gates, on_item_failure, priority, flow_key, created_at, counted_from, next_at, updated_at, notify, pipeline, pipeline_version)
+VALUES (%(name)s::VARCHAR, %(version)s::INTEGER, %(cron)s::VARCHAR, %(timezone)s::VARCHAR, %(every)s, %(catch_up)s::VARCHAR, %(no_overlap)s::INTEGER, %(items)s, %(item_count)s::INTEGER, %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(priority)s::INTEGER, %(flow_key)s::VARCHAR, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(counted_from)s::TIMESTAMP WITHOUT TIME ZONE, %(next_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(notify)s::VARCHAR, %(pipeline)s::VARCHAR, %(pipeline_version)s::VARCHAR);
 
 -- name: schedule_delete
 DELETE
@@ -2422,7 +2521,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  WHERE schedules.name = %(name_1)s::VARCHAR;
 
@@ -2500,7 +2602,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  WHERE schedules.name = %(name_1)s::VARCHAR;
 
@@ -2529,8 +2634,8 @@ VALUES (%(partition_id)s::VARCHAR);
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: schedule_tick (9)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR, %(spawned_by_reduce)s::INTEGER);
 
 -- name: schedule_tick (10)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
@@ -2595,7 +2700,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  ORDER BY schedules.name
  LIMIT %(param_1)s::INTEGER;
@@ -2619,7 +2727,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  WHERE schedules.name > %(name_1)s::VARCHAR
  ORDER BY schedules.name

@@ -464,8 +464,8 @@ SELECT items.id
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: items_add (6)
 UPDATE partitions
@@ -533,8 +533,8 @@ SELECT items.id
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: items_apply_spawning (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: items_apply_spawning (5)
 UPDATE partitions
@@ -592,6 +592,7 @@ SELECT items.partition_id,
        items.created_at,
        items.updated_at,
        items.parent,
+       items.spawned_by_reduce,
        items.error_history
   FROM items
  WHERE items.partition_id = ?
@@ -680,13 +681,31 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: items_purge_finished (3)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = ?
+   AND waits.item_id <= ?
+   AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = ? AND items.status IN (?, ...) AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')))
+   AND waits.token IS NOT NULL;
+
+-- name: items_purge_finished (4)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = ?
+   AND waits.item_id <= ?
+   AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = ? AND items.status IN (?, ...) AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')))
+   AND waits.operator_token IS NOT NULL;
+
+-- name: items_purge_finished (5)
 DELETE
   FROM waits
  WHERE waits.partition_id = ?
    AND waits.item_id <= ?
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = ? AND items.status IN (?, ...) AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')));
 
--- name: items_purge_finished (4)
+-- name: items_purge_finished (6)
 DELETE
   FROM items
  WHERE items.partition_id = ?
@@ -694,7 +713,7 @@ DELETE
    AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
    AND items.id <= ?;
 
--- name: items_purge_finished (5)
+-- name: items_purge_finished (7)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -709,7 +728,7 @@ SELECT count(*) AS count_1,
         OFFSET ?
        ) AS anon_1;
 
--- name: items_purge_finished (6)
+-- name: items_purge_finished (8)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -1345,7 +1364,7 @@ version=(items.version + ?), status=?,
 -- name: partition_cancel (4)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT ? AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, ?) AS coalesce_1,
        partitions.status,
        partitions.gate,
        ? AS anon_2,
@@ -1357,7 +1376,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now__2
   FROM partitions
  WHERE partitions.id = ?
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, ?) IS NOT NULL;
 
 -- name: partition_close_when_done (1)
 UPDATE partitions
@@ -1400,7 +1419,7 @@ UPDATE partition_timelines
 -- name: partition_close_when_done (4)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT ? AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, ?) AS coalesce_1,
        partitions.status,
        partitions.gate,
        ? AS anon_2,
@@ -1412,7 +1431,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now__2
   FROM partitions
  WHERE partitions.id = ?
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, ?) IS NOT NULL;
 
 -- name: partition_create_batches (1)
 SELECT partitions.request_digest
@@ -1440,8 +1459,8 @@ VALUES (?);
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: partition_create_batches (6)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: partition_create_batches (7)
 UPDATE flow_controls
@@ -1484,28 +1503,44 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: partition_delete_batch (3)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = ?
+   AND waits.item_id <= ?
+   AND waits.token IS NOT NULL;
+
+-- name: partition_delete_batch (4)
+INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM waits
+ WHERE waits.partition_id = ?
+   AND waits.item_id <= ?
+   AND waits.operator_token IS NOT NULL;
+
+-- name: partition_delete_batch (5)
 DELETE
   FROM waits
  WHERE waits.partition_id = ?
    AND waits.item_id <= ?;
 
--- name: partition_delete_batch (4)
+-- name: partition_delete_batch (6)
 DELETE
   FROM items
  WHERE items.partition_id = ?
    AND items.id <= ?;
 
--- name: partition_delete_batch (5)
+-- name: partition_delete_batch (7)
 DELETE
   FROM partition_timelines
  WHERE partition_timelines.partition_id = ?;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (8)
 DELETE
   FROM partitions
  WHERE partitions.id = ?;
 
--- name: partition_delete_batch (7)
+-- name: partition_delete_batch (9)
 UPDATE partitions
    SET
 version=(partitions.version + ?), status=?
@@ -1666,12 +1701,34 @@ SELECT items.id,
 SELECT items.id,
        items.gate,
        items.status,
-       items.parent
+       items.parent,
+       items.spawned_by_reduce
   FROM items
  WHERE items.partition_id = ?
-   AND (items.parent IS NOT NULL OR items.id IN (SELECT items.parent FROM items WHERE items.partition_id = ? AND items.parent IS NOT NULL));
+   AND items.parent IS NOT NULL;
 
 -- name: partition_rewind (6)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent,
+       items.spawned_by_reduce
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.parent IS NULL
+   AND items.spawned_by_reduce >= ?;
+
+-- name: partition_rewind (7)
+SELECT items.id,
+       items.gate,
+       items.status,
+       items.parent,
+       items.spawned_by_reduce
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id IN (?, ...);
+
+-- name: partition_rewind (8)
 UPDATE items
    SET
 version=(items.version + ?), gate=?,
@@ -1684,7 +1741,7 @@ version=(items.version + ?), gate=?,
    AND items.status = ?
    AND items.id IN (?, ...);
 
--- name: partition_rewind (7)
+-- name: partition_rewind (9)
 UPDATE items
    SET
 version=(items.version + ?), status=?,
@@ -1695,7 +1752,7 @@ version=(items.version + ?), status=?,
    AND items.status = ?
    AND items.gate IN (?, ...);
 
--- name: partition_rewind (8)
+-- name: partition_rewind (10)
 UPDATE partitions
    SET gate=?,
        status=?,
@@ -1712,18 +1769,18 @@ UPDATE partitions
        spawned=(partitions.spawned - ?)
  WHERE partitions.id = ?;
 
--- name: partition_rewind (9)
+-- name: partition_rewind (11)
 UPDATE partition_timelines
    SET timeline=?
  WHERE partition_timelines.partition_id = ?;
 
--- name: partition_rewind (10)
+-- name: partition_rewind (12)
 DELETE
   FROM items
  WHERE items.partition_id = ?
    AND items.id IN (?, ...);
 
--- name: partition_rewind (11)
+-- name: partition_rewind (13)
 UPDATE items
    SET
 version=(items.version + ?), gate=?,
@@ -1868,7 +1925,7 @@ version=(partitions.version + :version_1), gate=:new_gate,
 -- name: partition_transition (8)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT ? AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, ?) AS coalesce_1,
        partitions.status,
        partitions.gate,
        ? AS anon_2,
@@ -1880,7 +1937,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now__2
   FROM partitions
  WHERE partitions.id = ?
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, ?) IS NOT NULL;
 
 -- name: partitions_finished_per_minute
 SELECT (
@@ -2048,6 +2105,17 @@ SELECT partitions.id
  LIMIT ?
 OFFSET ?;
 
+-- name: partitions_open_places
+SELECT partitions.pipeline,
+       partitions.pipeline_version,
+       partitions.gate,
+       count(*) AS count_1
+  FROM partitions
+ WHERE partitions.status = ?
+ GROUP BY partitions.pipeline,
+          partitions.pipeline_version,
+          partitions.gate;
+
 -- name: partitions_page (1)
 SELECT partitions.id,
        partitions.version,
@@ -2206,6 +2274,30 @@ SELECT partitions.pipeline,
  GROUP BY partitions.pipeline,
           partitions.pipeline_version;
 
+-- name: processors_live
+SELECT processors.owner,
+       processors.serves,
+       processors.until,
+       processors.updated_at
+  FROM processors
+ WHERE processors.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ ORDER BY processors.owner;
+
+-- name: processors_register (1)
+UPDATE processors
+   SET serves=?,
+       until=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE processors.owner = ?;
+
+-- name: processors_register (2)
+INSERT INTO processors (owner, serves, until, updated_at)
+VALUES (?, ?, (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'), COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
+
+-- name: processors_unregister
+DELETE
+  FROM processors
+ WHERE processors.owner = ?;
+
 -- name: quorum_settle (1)
 SELECT count(*) AS count_1
   FROM (
@@ -2285,7 +2377,7 @@ version=(partitions.version + ?), status=?,
 -- name: reduce_failed (3)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT ? AS anon_1,
        partitions.id,
-       partitions.notify,
+       coalesce(partitions.notify, ?) AS coalesce_1,
        partitions.status,
        partitions.gate,
        ? AS anon_2,
@@ -2297,7 +2389,7 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now__2
   FROM partitions
  WHERE partitions.id = ?
-   AND partitions.notify IS NOT NULL;
+   AND coalesce(partitions.notify, ?) IS NOT NULL;
 
 -- name: reduce_state_read
 SELECT partitions.version,
@@ -2378,13 +2470,21 @@ SELECT items.id
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: reduce_write (7)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: reduce_write (8)
 UPDATE partitions
    SET spawned=(partitions.spawned + ?)
  WHERE partitions.id = ?;
+
+-- name: removed_waits_purge
+SELECT removed_waits.token
+  FROM removed_waits
+ WHERE removed_waits.removed_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+ ORDER BY removed_waits.removed_at
+ LIMIT ?
+OFFSET ?;
 
 -- name: schedule_add (1)
 SELECT schedules.name
@@ -2395,8 +2495,8 @@ SELECT schedules.name
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: schedule_add (3)
-INSERT INTO schedules (name, version, cron, timezone, every, catch_up, no_overlap, items, item_count, reduce_gates, on_item_failure, priority, flow_key, created_at, counted_from, next_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO schedules (name, version, cron, timezone, every, catch_up, no_overlap, items, item_count, reduce_gates, on_item_failure, priority, flow_key, created_at, counted_from, next_at, updated_at, notify, pipeline, pipeline_version)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: schedule_delete
 DELETE
@@ -2422,7 +2522,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  WHERE schedules.name = ?;
 
@@ -2492,7 +2595,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  WHERE schedules.name = ?;
 
@@ -2521,8 +2627,8 @@ VALUES (?);
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: schedule_tick (9)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: schedule_tick (10)
 UPDATE schedules
@@ -2584,7 +2690,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  ORDER BY schedules.name
  LIMIT ?
@@ -2609,7 +2718,10 @@ SELECT schedules.name,
        schedules.last_tick,
        schedules.last_partition,
        schedules.paused_at,
-       schedules.updated_at
+       schedules.updated_at,
+       schedules.notify,
+       schedules.pipeline,
+       schedules.pipeline_version
   FROM schedules
  WHERE schedules.name > ?
  ORDER BY schedules.name

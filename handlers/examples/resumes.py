@@ -367,6 +367,11 @@ RANK: Final = handlers.Reduce(fold=keep_best, apply=mark_ranks, result=opening_r
 
 app = handlers.app({0: intake, 1: rank}, reduce=RANK)
 
+# The same pipeline as two services, as ``processor demo`` runs it (a routes file sends
+# each gate to its own): gate 0's unpack, extract and classify, and gate 1's rank.
+steps_app = handlers.app({0: intake})
+rank_app = handlers.app({1: rank}, reduce=RANK)
+
 
 if __name__ == "__main__":
     handlers.serve(app)

@@ -15,13 +15,16 @@ POST     ``/v1/partitions/{id}/cancel``         stop it
 POST     ``/v1/partitions/{id}/pause``          pause it (durably, until resumed)
 POST     ``/v1/partitions/{id}/resume``         lift its pause
 (flow)   ``/v1/keys``, ``/v1/fleet``            keys' limits and pauses, the fleet pause
+GET      ``/v1/notifications``                  notification events (``?state=&partition=``)
+POST     ``/v1/notifications/redeliver``        send dead events again (``{"seqs": [..]}``)
 GET      ``/v1/openapi.json``                   the OpenAPI 3.1 document
 GET      ``/healthz``                           liveness (no database read)
 =======  =====================================  =======================================
 
 Ids are path segments, percent-encoded: ``/v1/partitions/inbox%2F2026/items`` is
 partition ``inbox/2026``. Routing reads the raw path, so any id has an address
-(:mod:`processor.api.dispatch`); the flow routes are :mod:`processor.api.flow_routes`'s.
+(:mod:`processor.api.dispatch`); the flow routes are :mod:`processor.api.flow_routes`'s,
+the notification routes :mod:`processor.api.notification_routes`'s.
 """
 
 from __future__ import annotations
@@ -55,7 +58,9 @@ from processor.api.dispatch import (
     Router,
     answer,
 )
+from processor.api.feed_route import events_route
 from processor.api.flow_routes import FLOW_ROUTES
+from processor.api.notification_routes import NOTIFICATION_ROUTES
 from processor.api.problems import ApiError, bad_request, from_statefeed
 from processor.api.upload import (
     ADD_FIELDS,
@@ -83,7 +88,6 @@ from processor.api.views import (
 from processor.client.async_client import AsyncClient
 from processor.client.checks import MAX_PAGE
 from processor.feed.hub import FeedHub, FeedSettings
-from processor.feed.stream import events_route
 from processor.observe.tracing import traced_settings
 from processor.views import retry_row, rewind_row
 from watcher.errors import DuplicateItemError
@@ -112,6 +116,7 @@ class ApiSettings:
     token: str | None = None
     loopback_only: bool = True
     feed: FeedSettings = field(default_factory=FeedSettings)
+    notify_default: str | None = None  # where a cancel sends one that names no URL
 
 
 class IngestApi:
@@ -144,7 +149,8 @@ class IngestApi:
                 await self.feed.close()
             return
         self._client = AsyncClient(self.settings.db_url, self.settings.table_prefix,
-                                   max_item_bytes=self.limits.max_item_bytes)
+                                   max_item_bytes=self.limits.max_item_bytes,
+                                   notify_default=self.settings.notify_default)
         try:
             yield
         finally:
@@ -369,6 +375,7 @@ ROUTES: dict[tuple[str, ...], dict[str, Handler]] = {
     ("v1", "partitions", PARTITION, "pause"): {"POST": IngestApi.pause},
     ("v1", "partitions", PARTITION, "resume"): {"POST": IngestApi.resume},
     **FLOW_ROUTES,
+    **NOTIFICATION_ROUTES,
 }
 
 

@@ -26,7 +26,7 @@ from starlette.responses import Response
 
 from processor.api.bodies import media_type, read_whole
 from processor.api.dispatch import error_response, statefeed_answer
-from processor.api.problems import ApiError, bad_request
+from processor.api.problems import ApiError, bad_request, from_statefeed
 from processor.api.routes import IngestApi, answer
 from processor.api.upload import JSON_TYPES, json_document, json_items
 from processor.api.views import only, whole_number
@@ -38,7 +38,10 @@ log = logging.getLogger(__name__)
 
 PREFIX = "/v1/schedules"
 ADD_FIELDS = frozenset({"cron", "timezone", "every", "catch_up", "no_overlap", "items",
-                        "reduce_gates", "on_item_failure", "key", "priority"})
+                        "reduce_gates", "on_item_failure", "key", "priority", "notify",
+                        "pipeline", "pipeline_version"})
+# The fields a refused setting is named by, in the order a message is searched for them.
+TARGET_FIELDS = ("notify", "pipeline_version", "pipeline")
 DEFAULT_LIMIT = 1000
 
 Route = Callable[["ScheduleRoutes", Request, str], Awaitable[Response]]
@@ -143,7 +146,9 @@ class ScheduleRoutes:
         document = json_document(body, ADD_FIELDS)
         for field, kinds in (("cron", (str,)), ("timezone", (str,)), ("every", (int, float)),
                              ("catch_up", (str,)), ("no_overlap", (bool,)),
-                             ("on_item_failure", (str,)), ("priority", (int,))):
+                             ("on_item_failure", (str,)), ("priority", (int,)),
+                             ("notify", (str,)), ("pipeline", (str,)),
+                             ("pipeline_version", (str,))):
             value = document.get(field)
             if value is not None and (not isinstance(value, kinds) or (
                     isinstance(value, bool) and bool not in kinds)):
@@ -151,14 +156,24 @@ class ScheduleRoutes:
                                   "schema", field=field)
         items = json_items(f"{name}/<tick>", document.get("items"), limits, allow_empty=True)
         priority = document.get("priority")
-        info = await self.api.client.add_schedule(
-            name, cron=document.get("cron"), timezone=document.get("timezone"),
-            every=document.get("every"), items=items,
-            reduce_gates=document.get("reduce_gates") or (),
-            on_item_failure=document.get("on_item_failure") or "fail",
-            priority=0 if priority is None else priority, key=document.get("key"),
-            catch_up=document.get("catch_up") or "skip",
-            no_overlap=document.get("no_overlap") is True)
+        try:
+            info = await self.api.client.add_schedule(
+                name, cron=document.get("cron"), timezone=document.get("timezone"),
+                every=document.get("every"), items=items,
+                reduce_gates=document.get("reduce_gates") or (),
+                on_item_failure=document.get("on_item_failure") or "fail",
+                priority=0 if priority is None else priority, key=document.get("key"),
+                catch_up=document.get("catch_up") or "skip",
+                no_overlap=document.get("no_overlap") is True, notify=document.get("notify"),
+                pipeline=document.get("pipeline"),
+                pipeline_version=document.get("pipeline_version"))
+        except InvalidInputError as error:
+            text = str(error)
+            named = next((name for name in TARGET_FIELDS
+                          if text.startswith(f"{name} ") or f"': {name} " in text), None)
+            if named is None:
+                raise
+            raise from_statefeed(error, field=named) from None
         log.info("action=api_schedule_added schedule=%r", name)
         return answer(201, schedule_dict(info),
                       ("location", f"{PREFIX}/{quote(name, safe='')}"))

@@ -35,6 +35,7 @@ from processor.console.security import (
 from processor.console.server import check_database
 from processor.embedded import http_url, listen, serving, stop_on_signals
 from processor.feed.hub import FeedHub, FeedSettings
+from processor.notify.targets import check_url
 from watcher.errors import ConfigError
 from watcher.store.db.urls import DatabaseURL
 
@@ -59,14 +60,18 @@ class ApiOptions:
     token: str | None = None
     limits: Limits = field(default_factory=Limits)
     feed: FeedSettings = field(default_factory=FeedSettings)
+    # The processors' --notify-url: a cancel here sends a partition that names none there.
+    notify_default: str | None = None
 
     def __post_init__(self) -> None:
         """Raises:
             ConfigError: the port is not from 0 to 65535, or the bind needs a token.
+            InvalidInputError: the default notify URL is not an http(s) URL.
         """
         if type(self.port) is not int or not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be from 0 to 65535, got {self.port!r}")
         check_bind(self.host, self.token, what="the API", token_env=TOKEN_ENV)
+        check_url("--notify-url (PROCESSOR_NOTIFY_URL)", self.notify_default)
 
 
 class AccessGuard:
@@ -123,7 +128,8 @@ def create_app(options: ApiOptions, client: AsyncClient | None = None,
     the live feed's hub, one of its own when not given)."""
     settings = ApiSettings(db_url=options.db_url, table_prefix=options.table_prefix,
                            limits=options.limits, token=options.token,
-                           loopback_only=is_loopback(options.host), feed=options.feed)
+                           loopback_only=is_loopback(options.host), feed=options.feed,
+                           notify_default=options.notify_default)
     api = IngestApi(settings, client, feed)
     routes = CompletionRoutes(mount_schedules(Dispatch(api), api), api)
     return AccessGuard(routes, token=options.token, loopback_only=settings.loopback_only)

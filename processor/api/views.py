@@ -11,7 +11,6 @@ holds when it is UTF-8 JSON an answer can carry, and as ``data_b64``
 
 from __future__ import annotations
 
-import base64
 import math
 import re
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from typing import Any
 
 from processor.api.problems import bad_request
 from processor.views import partition_row, wait_deadline, waiting_row
-from processor.wire.values import DATA_ENCODER, MalformedResponseError, decode_json
+from processor.wire.values import data_value
 from watcher.records import ItemInfo, PartitionInfo
 from watcher.reports import WaitSummary
 
@@ -34,9 +33,6 @@ TRUE_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, 
 WHOLE_NUMBER = re.compile(r"[0-9]{1,20}")
 DECIMAL_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
 MAX_NUMBER_CHARS = 40
-# A \uD800-\uDFFF escape: a JSON text holding one may decode to an unpaired surrogate,
-# which no UTF-8 answer can carry.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def partition_view(info: PartitionInfo, waiting: WaitSummary | None = None) -> dict[str, Any]:
@@ -76,19 +72,6 @@ def timestamp(value: datetime | None) -> str | None:
         return None
     return (value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
             ).isoformat()
-
-
-def data_value(data: bytes, name: str = "data") -> dict[str, Any]:
-    """``{name: value}`` when ``data`` is UTF-8 JSON an answer can carry (no ``NaN``, no
-    number out of a float's range, no unpaired surrogate), else ``{name_b64: text}``."""
-    try:
-        data.decode("utf-8")
-        value = decode_json(data)
-        if _SURROGATE_ESCAPE.search(data):
-            DATA_ENCODER.encode(value).encode()
-    except (MalformedResponseError, ValueError):  # UnicodeError is a ValueError
-        return {f"{name}_b64": base64.b64encode(data).decode("ascii")}
-    return {name: value}
 
 
 def only(query: Mapping[str, str], allowed: frozenset[str]) -> None:

@@ -66,6 +66,12 @@ def env_name(name: str) -> str:
     return f"PROCESSOR_{name}"
 
 
+# The processors' default notify URL, for the verbs that can end a partition themselves
+# (a cancel): its event goes where the processors would send it.
+NotifyUrl = Annotated[str, typer.Option(
+    "--notify-url", envvar=env_name("NOTIFY_URL"), show_default=False,
+    help="Where the end of a partition that names no notify URL is POSTed: give what "
+    "`processor run --notify-url` has (default: nowhere).")]
 DbUrl = Annotated[str, typer.Option("--db-url", envvar=env_name("DB_URL"),
                                     help="Database URL: sqlite:///file.db or "
                                     "postgresql://user:password@host:5432/dbname.")]

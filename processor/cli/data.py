@@ -55,11 +55,13 @@ def status(
 ) -> None:
     """Show partitions with their status, gate, owner and item counts (and, once a step
     spawned items, how many; once one has a key, a priority or a pause, its flow:
-    "paused acme +2"); with --watch, again and again until Ctrl-C."""
+    "paused acme +2"), and a line for each place where open partitions wait that no
+    live processor serves; with --watch, again and again until Ctrl-C."""
     from processor.client.flow_reads import handler_hold_lines
     from processor.client.sync_client import Client
-    from processor.views import partition_row, waiting_row, waiting_text
+    from processor.views import partition_row, unserved_line, waiting_row, waiting_text
     from watcher.rules.checks import check_seconds
+    from watcher.rules.served.places import served
 
     if watch and as_json:
         raise fail("--watch redraws the table; leave out --json (or poll `status --json`)")
@@ -74,7 +76,11 @@ def status(
             return fleet[0].paused_at if fleet else None
 
         def holds() -> list[str]:
-            return handler_hold_lines(client.flow_controls("handler"), client.now())
+            """The handlers held by a Retry-After, and the places no processor serves
+            (when open partitions are listed)."""
+            places = client.unserved_places() if only in ("", "available") else []
+            return (handler_hold_lines(client.flow_controls("handler"), client.now())
+                    + [unserved_line(place) for place in places])
 
         if watch:
             _watch(lambda: _partitions_view(read(), url, only, every=interval,
@@ -86,9 +92,12 @@ def status(
         parked = client.waits_summary([info.id for info in infos
                                        if info.counts.get("waiting")])
         outbox = {} if as_json else client.notification_counts()
+        fleet = [processor.serves for processor in client.processors()] if as_json else []
     if as_json:
         typer.echo(json.dumps([{**partition_row(info), "waiting": waiting_row(parked.get(
-            info.id))} for info in infos], indent=2))
+            info.id)), "unserved": info.status == "available" and not served(
+                info.pipeline, info.pipeline_version, info.gate, fleet)}
+            for info in infos], indent=2))
         return
     data_console().print(_partitions_view(infos, url, only, paused=paused, holds=held))
     for info in infos:
@@ -114,11 +123,11 @@ def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
                      holds: list[str] | None = None) -> RenderableType:
     """The table of ``status``, and a line when it is empty; above it, a line when
     everything is paused (``paused``: since when), and below it a line per handler held
-    by a ``Retry-After`` (``holds``); with ``every``, the time it was read
-    and how to stop. Long ids and owners fold over lines, never cut: two ids that
-    differ only at the end stay apart on a narrow terminal. The gate and the step, and
-    the item counts, share a column each, so that at 80 columns an id folds at
-    :data:`ID_MIN_WIDTH` characters at the least."""
+    by a ``Retry-After`` and per place no live processor serves (``holds``); with
+    ``every``, the time it was read and how to stop. Long ids and owners fold over
+    lines, never cut: two ids that differ only at the end stay apart on a narrow
+    terminal. The gate and the step, and the item counts, share a column each, so
+    that at 80 columns an id folds at :data:`ID_MIN_WIDTH` characters at the least."""
     from rich.table import Table
 
     from processor.views import flow_text, pipeline_text, step_text
@@ -172,7 +181,7 @@ def _narrowed(table: Table, infos: list[PartitionInfo], paused: datetime.datetim
     parts.append(table)
     if not infos:
         parts.append(Text(f"no {only} partitions" if only else "no partitions yet"))
-    parts += [Text(line, style="yellow") for line in holds]  # Retry-After holds
+    parts += [Text(line, style="yellow") for line in holds]  # holds, places not served
     return parts[0] if len(parts) == 1 else Group(*parts)
 
 

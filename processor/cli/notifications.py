@@ -33,18 +33,6 @@ notifications_app = typer.Typer(
 app.add_typer(notifications_app, name="notifications")
 
 
-def event_row(event: OutboxEvent) -> dict[str, object]:
-    """An event as ``--json`` prints it (the URL with its secrets masked)."""
-    from processor.notify.events import rfc3339
-    from processor.observe.redact import redact_url
-
-    return {"seq": event.seq, "id": event.event_id, "partition_id": event.partition_id,
-            "status": event.status, "state": event.state, "attempts": event.attempts,
-            "target": redact_url(event.target), "ended_at": rfc3339(event.created_at),
-            "next_at": rfc3339(event.next_at) if event.state == "pending" else None,
-            "updated_at": rfc3339(event.updated_at), "last_error": event.last_error}
-
-
 def counts_line(counts: dict[str, int]) -> str:
     """One line of the outbox's counts: ``2 pending (1 due now), 1 dead``."""
     return (f"{counts.get('pending', 0)} pending ({counts.get('due', 0)} due now), "
@@ -70,7 +58,7 @@ def list_(
     state, attempts and last error, and below them how many are pending and dead."""
     from rich.table import Table
 
-    from processor.notify.events import rfc3339
+    from processor.notify.events import event_row, rfc3339
 
     async def read(client: AsyncClient) -> tuple[list[OutboxEvent], dict[str, int]]:
         events = await client.notifications(state=state or None,

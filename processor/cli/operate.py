@@ -12,14 +12,15 @@ import typer
 # SQLAlchemy, SQLModel or the HTTP clients; each verb imports what it uses.
 
 if TYPE_CHECKING:
+    from watcher.pipelines import ServedRoute
 
-    pass
 from processor.cli.common import (
     DEFAULT_DB_URL,
     DEFAULT_PURGE_BATCH,
     DEFAULT_PURGE_STATUSES,
     DbUrl,
     JsonOption,
+    NotifyUrl,
     PartitionArgument,
     TablePrefix,
     app,
@@ -101,13 +102,16 @@ def cancel(
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
     as_json: JsonOption = False,
+    notify_url: NotifyUrl = "",
 ) -> None:
     """Stop a partition: no processor dispatches its items again (its holder lets it go
     within a poll interval, and late results are dropped). `processor retry` resumes it."""
     from processor.client.sync_client import Client
+    from processor.notify.targets import check_url
 
+    check_url("--notify-url (PROCESSOR_NOTIFY_URL)", notify_url or None)
     url = database_url(db_url, table_prefix)
-    with Client(url, table_prefix) as client:
+    with Client(url, table_prefix, notify_default=notify_url or None) as client:
         cancelled = client.cancel(partition_id)
         info = client.partition(partition_id)
     if as_json:
@@ -324,3 +328,52 @@ def pipelines_move(
         f"{'no version' if moved.before is None else 'version ' + repr(moved.before)} to "
         f"version {moved.after!r}"
         + ("; the processor holding it let it go" if moved.released else ""))
+
+
+def served_text(serves: tuple[ServedRoute, ...] | None) -> str:
+    """What a processor serves, as ``processors`` prints it: ``every pipeline and gate``,
+    or each table of routes as ``PIPELINE[@VERSION] gates 0,1`` (``gates *``: every gate;
+    ``@*``: every version)."""
+    if serves is None:
+        return "every pipeline and gate"
+    parts = []
+    for route in serves:
+        gates = "*" if route.gates is None else ",".join(str(g) for g in sorted(route.gates))
+        parts.append(f"{route.pipeline}@{route.version or '*'} gates {gates}")
+    return "; ".join(parts)
+
+
+@app.command("processors")
+def processors_list(
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: JsonOption = False,
+) -> None:
+    """The live processors (each writes its row every renew interval; a row whose time
+    passed by the database clock does not count) and the pipelines, versions and gates
+    each serves; `status` names the places none of them serves."""
+    from rich.table import Table
+
+    from processor.cli.common import data_console
+    from processor.client.sync_client import Client
+
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        live = client.processors()
+    if as_json:
+        typer.echo(json.dumps([{
+            "owner": info.owner, "until": info.until.isoformat(),
+            "updated_at": info.updated_at.isoformat(),
+            "serves": None if info.serves is None else [
+                {"pipeline": route.pipeline, "version": route.version,
+                 "gates": None if route.gates is None else sorted(route.gates)}
+                for route in info.serves]} for info in live], indent=2))
+        return
+    if not live:
+        say("no live processor: none has written its row within its renew interval")
+        return
+    table = Table("processor", "serves", "last seen (UTC)")
+    for info in live:
+        table.add_row(info.owner, served_text(info.serves),
+                      info.updated_at.strftime("%Y-%m-%d %H:%M:%S"))
+    data_console().print(table)

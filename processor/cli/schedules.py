@@ -73,6 +73,18 @@ def add(
     no_overlap: Annotated[bool, typer.Option("--no-overlap",
                                              help="Skip a tick while the last partition "
                                              "is still open.")] = False,
+    notify: Annotated[str, typer.Option(
+        "--notify", envvar=env_name("NOTIFY"), show_default=False, metavar="URL",
+        help="An http(s) URL each tick's partition is POSTed a signed event to when it "
+        "ends, as for create (docs/how-to/notifications.md).")] = "",
+    pipeline: Annotated[str, typer.Option(
+        "--pipeline", envvar=env_name("PIPELINE"), metavar="NAME",
+        help="The pipeline whose routes serve each tick's partition.")] = "default",
+    pipeline_version: Annotated[str, typer.Option(
+        "--pipeline-version", envvar=env_name("PIPELINE_VERSION"), show_default=False,
+        metavar="VERSION",
+        help="The pipeline version each tick's partition keeps (default: the routes' "
+        "current one at its first lease).")] = "",
     max_item_bytes: MaxItemBytes = DEFAULT_MAX_ITEM_BYTES,
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
@@ -91,11 +103,13 @@ def add(
     seconds = parse_duration("--every", every) if every else None
     limits = _limits(max_item_bytes)
     gates, policy = parse_gates(reduce_gates), parse_policy(on_item_failure)
+    targets = {"notify": notify or None, "pipeline": pipeline,
+               "pipeline_version": pipeline_version or None}
     # Every check first, so a bad option is named before the items are read.
     new_schedule(name, cron=cron or None, timezone=timezone or None, every=seconds, items=(),
                  reduce_gates=gates, on_item_failure=policy, priority=priority,
                  key=key or None, catch_up=catch_up, no_overlap=no_overlap,
-                 max_item_bytes=max_item_bytes)
+                 max_item_bytes=max_item_bytes, **targets)
     with _spool() as spool:
         if items_file:
             _read_items(f"{name}/<tick>", items_file, limits, spool)
@@ -103,7 +117,7 @@ def add(
     info = with_client(db_url, table_prefix, lambda client: client.add_schedule(
         name, cron=cron or None, timezone=timezone or None, every=seconds, items=items,
         reduce_gates=gates, on_item_failure=policy, priority=priority, key=key or None,
-        catch_up=catch_up, no_overlap=no_overlap), max_item_bytes=max_item_bytes)
+        catch_up=catch_up, no_overlap=no_overlap, **targets), max_item_bytes=max_item_bytes)
     typer.echo(json.dumps(schedule_dict(info)) if as_json else schedule_text(info))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -254,6 +254,11 @@ def run(
         envvar=env_name("WAIT_TIMEOUT_POLICY"),
         help="What a parked item's deadline does when its answer did not say: retry (an "
         "error that spends an attempt; it is called again) or fail.")] = "retry",
+    notify_url: Annotated[str, typer.Option(
+        "--notify-url", envvar=env_name("NOTIFY_URL"), show_default=False,
+        help="Where the end of a partition that names no notify URL is POSTed (default: "
+        "nowhere). Checked like a partition's: http(s), and an internal host needs "
+        "--notify-allow-private.")] = "",
     notify_allow_private: Annotated[bool, typer.Option(
         envvar=env_name("NOTIFY_ALLOW_PRIVATE"),
         help="Send partition notifications to loopback, private and link-local addresses "
@@ -281,10 +286,11 @@ def run(
         HttpProcessorConfig,
         parse_header,
     )
-    from processor.notify.policy import NotifyConfig
+    from processor.notify.policy import NotifyConfig, secret_from_environment
+    from processor.notify.targets import check_default_url
     from processor.observe.tracing import configure_from_env
     from processor.service import ProcessorService, ServiceConfig
-    from watcher.retention import RetentionConfig, check_statuses
+    from watcher.retention import RetentionConfig, check_statuses, snooze_cap
     from watcher.rules.durations import parse_duration
 
     routes = read_routes(routes_file) if routes_file else None
@@ -313,6 +319,9 @@ def run(
                         if line.strip()]
     headers = dict(parse_header(spec) for spec in header_specs)
     check_logging(log_level, log_format)
+    notify_default = asyncio.run(check_default_url(
+        "--notify-url (PROCESSOR_NOTIFY_URL)", notify_url,
+        allow_private=notify_allow_private)) if notify_url else None
     config = ServiceConfig(
         # The service checks the tables itself: it waits for a database still starting.
         db_url=database_url(db_url, table_prefix, migrated=False),
@@ -330,7 +339,8 @@ def run(
             rate_limit_per_key=rate_limit_per_key, handler_name=(
                 "default" if routes is not None else service_name(handler_url)),
             pipelines=None if routes is None else routes.served(),
-            max_snooze=snooze_cap(retention_config), wait_timeout_policy=wait_timeout_policy),
+            max_snooze=snooze_cap(retention_config), wait_timeout_policy=wait_timeout_policy,
+            notify_default=notify_default),
         http=HttpProcessorConfig(
             handler_url=handler_url, headers=headers, request_timeout=request_timeout,
             max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrency),
@@ -349,7 +359,7 @@ def run(
         retention=retention_config,
         backlog_interval=backlog_interval,
         notify=NotifyConfig(
-            secret=notify_secret(), allow_private=notify_allow_private,
+            secret=secret_from_environment(), allow_private=notify_allow_private,
             timeout=notify_timeout, backoff=parse_duration("--notify-backoff", notify_backoff),
             max_attempts=notify_attempts,
             max_age=parse_duration("--notify-max-age", notify_max_age)),
@@ -379,22 +389,3 @@ def read_routes(path: str) -> Routes:
         for line in error.errors[:-1]:
             say(f"processor: error: {line}", err=True)
         raise fail(error.errors[-1]) from None
-
-
-def notify_secret() -> bytes | None:
-    """The notifications' signing secret, from ``PROCESSOR_NOTIFY_SECRET`` (never an
-    option: a command line is visible to every user of the machine); ``None`` unset."""
-    value = os.environ.get(env_name("NOTIFY_SECRET"), "")
-    return value.encode() if value else None
-
-
-def snooze_cap(retention: Any) -> float:
-    """The longest snooze a handler may ask for: a week, or the shortest retention period
-    set, when shorter (an item that waits longer than its partition is kept makes no
-    sense)."""
-    from watcher.rules.delays import MAX_SNOOZE_SECONDS
-
-    periods = [period for period in (getattr(retention, "older_than", None),
-                                     getattr(retention, "items_older_than", None))
-               if period]
-    return min([MAX_SNOOZE_SECONDS, *periods])

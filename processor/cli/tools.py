@@ -23,6 +23,7 @@ from processor.cli.common import (
     DbUrl,
     LogFormat,
     LogLevel,
+    NotifyUrl,
     TablePrefix,
     app,
     check_logging,
@@ -58,6 +59,7 @@ def console(
                                          help="The ingest API's public base URL (such as "
                                          "https://api.example.com): a completion URL an "
                                          "operator asks for starts with it.")] = "",
+    notify_url: NotifyUrl = "",
     log_level: LogLevel = DEFAULT_LOG_LEVEL,
     log_format: LogFormat = DEFAULT_LOG_FORMAT,
 ) -> None:
@@ -69,7 +71,7 @@ def console(
     options = ConsoleOptions(db_url=database_url(db_url, table_prefix, migrated=False),
                              table_prefix=table_prefix,
                              host=host, port=port, token=token or None, read_only=read_only,
-                             api_url=api_url or None)
+                             api_url=api_url or None, notify_default=notify_url or None)
     setup_logging(log_level, log_format)
     raise typer.Exit(asyncio.run(run_console(options, announce=typer.echo)))
 
@@ -109,12 +111,14 @@ def api(
     feed_max_clients: Annotated[int, typer.Option(
         envvar=env_name("API_FEED_MAX_CLIENTS"),
         help="Live feeds open at once at most; past it, 503.")] = 1000,
+    notify_url: NotifyUrl = "",
     log_level: LogLevel = DEFAULT_LOG_LEVEL,
     log_format: LogFormat = DEFAULT_LOG_FORMAT,
 ) -> None:
     """Serve the ingest API: producers in any language create partitions (JSON, or NDJSON
-    streamed), add items, read, wait for, page, retry, cancel and delete them over HTTP.
-    Its OpenAPI document is at /v1/openapi.json."""
+    streamed), add items, read, wait for, page, retry, cancel and delete them over HTTP;
+    operators list notification events and send dead ones again. Its OpenAPI document is
+    at /v1/openapi.json."""
     from processor.api.server import ApiOptions, run_api
     from processor.api.upload import Limits
     from processor.feed.hub import FeedSettings
@@ -133,7 +137,8 @@ def api(
                          limits=Limits(max_item_bytes, max_body_bytes, max_upload_bytes,
                                        completions_per_minute=completion_rate),
                          feed=FeedSettings(poll_interval=feed_poll_interval,
-                                           max_clients=feed_max_clients))
+                                           max_clients=feed_max_clients),
+                         notify_default=notify_url or None)
     setup_logging(log_level, log_format)
     from processor.observe.tracing import configure_from_env
 

@@ -38,12 +38,15 @@ from processor.client.checks import (
     check_start_at,
     check_status,
 )
+from processor.client.feed import FeedClient
 from processor.client.flow import FlowClient
 from processor.client.items import ItemReads
 from processor.client.notifications import NotificationsClient
 from processor.client.schedules import ScheduleClient
 from processor.client.verbs import PartitionVerbs
 from processor.client.waits import WaitsClient
+from processor.feed.hub import FeedSettings
+from processor.notify.targets import check_url
 from processor.observe.tracing import capture_context
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.errors import (
@@ -64,10 +67,11 @@ T = TypeVar("T")
 
 
 class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsClient,
-                  NotificationsClient):
+                  NotificationsClient, FeedClient):
     """Insert and inspect partitions and items (asyncio), and control the flow of work
     (:class:`~processor.client.flow.FlowClient`), and schedule partitions
-    (:class:`~processor.client.schedules.ScheduleClient`).
+    (:class:`~processor.client.schedules.ScheduleClient`), and follow them live
+    (:class:`~processor.client.feed.FeedClient`).
 
     ``db_url`` is a SQLAlchemy-style URL (``sqlite:///file.db``,
     ``postgresql://user:pass@host/db``); ``table_prefix`` namespaces the tables.
@@ -76,16 +80,25 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
     processors the same ``--max-item-bytes``. ``tracer_provider`` is the
     OpenTelemetry tracer provider of the completion spans (default: the
     application's global one, when it set one; docs/how-to/trace.md).
+    ``notify_default`` is the processors' ``--notify-url``: a partition that names no
+    notify URL and is cancelled through this client has its event sent there.
+    ``feed`` is how :meth:`follow` polls (:class:`~processor.feed.hub.FeedSettings`:
+    every 0.5 s by default, for all the client's follows at once).
 
     Raises:
-        ConfigError: the URL, the table prefix or the limit is invalid.
+        ConfigError: the URL, the table prefix, the limit or a ``feed`` setting is
+            invalid.
+        InvalidInputError: ``notify_default`` is not an http(s) URL.
     """
 
     def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "", *,
                  max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
-                 tracer_provider: Any = None) -> None:
+                 tracer_provider: Any = None, notify_default: str | None = None,
+                 feed: FeedSettings | None = None) -> None:
         self.max_item_bytes = check_whole_number("max_item_bytes", max_item_bytes)
+        self.feed_settings = feed or FeedSettings()
         self.tracer_provider = tracer_provider
+        self.notify_default = check_url("notify_default", notify_default)
         self._url = db_url if isinstance(db_url, DatabaseURL) else parse_database_url(db_url)
         self.store = Store.open(self._url, table_prefix)
 
@@ -96,7 +109,8 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
         await self.close()
 
     async def close(self) -> None:
-        """Close the database connections."""
+        """End the follows in progress and close the database connections."""
+        await self._close_feed()
         await self.store.close()
 
     async def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:

@@ -62,8 +62,12 @@ def new_schedule(name: object, *, cron: str | None, timezone: str | None,
                  every: float | timedelta | None, items: Sequence[NewItem],
                  reduce_gates: Iterable[int], on_item_failure: str, priority: int,
                  key: str | None, catch_up: str, no_overlap: bool,
-                 max_item_bytes: int) -> NewSchedule:
-    """A new schedule, every part checked as ``create_partition`` checks a partition's.
+                 max_item_bytes: int, notify: str | None = None,
+                 pipeline: str | None = None,
+                 pipeline_version: str | None = None) -> NewSchedule:
+    """A new schedule, every part checked as ``create_partition`` checks a partition's
+    (``notify``, ``pipeline`` and ``pipeline_version`` too: each tick's partition
+    names them).
 
     Raises:
         InvalidInputError: a bad name, cron expression, time zone, interval, catch-up
@@ -72,7 +76,9 @@ def new_schedule(name: object, *, cron: str | None, timezone: str | None,
     checked_name = check_schedule_name(name)
     timing = check_timing(cron, timezone, check_every(every))
     example = f"{checked_name}/{tick_text(datetime(2026, 1, 1))}"
-    settings = check_settings(example, reduce_gates, on_item_failure, priority, key)
+    settings = check_settings(example, reduce_gates, on_item_failure, priority, key,
+                              notify=notify, pipeline=pipeline,
+                              pipeline_version=pipeline_version)
     checked = check_items(example, items, allow_empty=True, max_item_bytes=max_item_bytes)
     if any(item.not_before is not None for item in checked):
         raise InvalidInputError("a schedule's items cannot have not_before: each tick's "
@@ -96,7 +102,9 @@ class ScheduleClient:
                            items: Sequence[NewItem] = (), reduce_gates: Iterable[int] = (),
                            on_item_failure: str = "fail", priority: int = 0,
                            key: str | None = None, catch_up: str = "skip",
-                           no_overlap: bool = False) -> ScheduleInfo:
+                           no_overlap: bool = False, notify: str | None = None,
+                           pipeline: str | None = None,
+                           pipeline_version: str | None = None) -> ScheduleInfo:
         """Add a schedule that creates the partition ``NAME/<tick time>`` at each tick of
         ``cron`` (five fields, read in ``timezone``, UTC by default) or ``every`` seconds
         (from 1), with ``items`` and the settings ``create_partition`` takes.
@@ -105,6 +113,8 @@ class ScheduleClient:
         (the default) creates the latest of them, ``"all"`` each of them (the latest
         1,000), ``"none"`` none (a tick seen within a minute still counts as on time).
         ``no_overlap`` skips a tick while the schedule's last partition is still open.
+        ``notify``, ``pipeline`` and ``pipeline_version`` are each tick's partition's, as
+        ``create_partition`` takes them.
 
         Raises:
             InvalidInputError: a bad name, cron expression, time zone, interval, policy,
@@ -114,7 +124,9 @@ class ScheduleClient:
         schedule = new_schedule(name, cron=cron, timezone=timezone, every=every, items=items,
                                 reduce_gates=reduce_gates, on_item_failure=on_item_failure,
                                 priority=priority, key=key, catch_up=catch_up,
-                                no_overlap=no_overlap, max_item_bytes=self.max_item_bytes)
+                                no_overlap=no_overlap, max_item_bytes=self.max_item_bytes,
+                                notify=notify, pipeline=pipeline,
+                                pipeline_version=pipeline_version)
         return await self._call(self.store.schedule_add(schedule))
 
     async def schedules(self, limit: int = 1000, *, after: str | None = None
@@ -185,12 +197,15 @@ class SyncScheduleClient:
                      every: float | timedelta | None = None, items: Sequence[NewItem] = (),
                      reduce_gates: Iterable[int] = (), on_item_failure: str = "fail",
                      priority: int = 0, key: str | None = None, catch_up: str = "skip",
-                     no_overlap: bool = False) -> ScheduleInfo:
+                     no_overlap: bool = False, notify: str | None = None,
+                     pipeline: str | None = None,
+                     pipeline_version: str | None = None) -> ScheduleInfo:
         """See :meth:`ScheduleClient.add_schedule`."""
         return self._run(self._async.add_schedule(
             name, cron=cron, timezone=timezone, every=every, items=items,
             reduce_gates=reduce_gates, on_item_failure=on_item_failure, priority=priority,
-            key=key, catch_up=catch_up, no_overlap=no_overlap))
+            key=key, catch_up=catch_up, no_overlap=no_overlap, notify=notify,
+            pipeline=pipeline, pipeline_version=pipeline_version))
 
     def schedules(self, limit: int = 1000, *, after: str | None = None) -> list[ScheduleInfo]:
         """See :meth:`ScheduleClient.schedules`."""

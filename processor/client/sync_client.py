@@ -22,10 +22,12 @@ from processor.client.checks import (
     DEFAULT_PAGE,
     DEFAULT_THROUGHPUT_MINUTES,
 )
+from processor.client.feed import SyncFeed
 from processor.client.items import DEFAULT_FIND_LIMIT
 from processor.client.notifications import SyncNotificationsClient
 from processor.client.schedules import SyncScheduleClient
 from processor.client.waits import SyncWaits
+from processor.feed.hub import FeedSettings
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.records import ItemInfo, NewItem, Page, PartitionInfo
 from watcher.reports import (
@@ -33,6 +35,8 @@ from watcher.reports import (
     FlowControlInfo,
     PipelineCount,
     PipelineMove,
+    PlaceCount,
+    ProcessorInfo,
     PurgeReport,
     RetryReport,
     RewindReport,
@@ -47,35 +51,38 @@ from watcher.store.db.urls import DatabaseURL
 T = TypeVar("T")
 
 
-class Client(SyncScheduleClient, SyncWaits, SyncNotificationsClient):
+class Client(SyncScheduleClient, SyncWaits, SyncNotificationsClient, SyncFeed):
     """The synchronous client: the same methods as :class:`AsyncClient`.
 
     Calls run on a private event loop in a background thread, so this works
     from plain scripts and from threads that already run an event loop.
 
     Raises:
-        ConfigError: the URL or the table prefix is invalid.
+        ConfigError: the URL, the table prefix or a ``feed`` setting is invalid.
     """
 
     def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "", *,
                  max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
-                 tracer_provider: Any = None) -> None:
+                 tracer_provider: Any = None, notify_default: str | None = None,
+                 feed: FeedSettings | None = None) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="statefeed-client",
                                         daemon=True)
         self._thread.start()
         try:
             self._async = self._run(self._make(db_url, table_prefix, max_item_bytes,
-                                               tracer_provider))
+                                               tracer_provider, notify_default, feed))
         except BaseException:
             self._stop_loop()
             raise
 
     @staticmethod
     async def _make(db_url: str | DatabaseURL, table_prefix: str,
-                    max_item_bytes: int, tracer_provider: Any) -> AsyncClient:
+                    max_item_bytes: int, tracer_provider: Any,
+                    notify_default: str | None, feed: FeedSettings | None) -> AsyncClient:
         return AsyncClient(db_url, table_prefix, max_item_bytes=max_item_bytes,
-                           tracer_provider=tracer_provider)
+                           tracer_provider=tracer_provider, notify_default=notify_default,
+                           feed=feed)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if self._loop.is_closed():
@@ -272,6 +279,14 @@ class Client(SyncScheduleClient, SyncWaits, SyncNotificationsClient):
     def pipelines(self) -> list[PipelineCount]:
         """See :meth:`AsyncClient.pipelines`."""
         return self._run(self._async.pipelines())
+
+    def processors(self) -> list[ProcessorInfo]:
+        """See :meth:`AsyncClient.processors`."""
+        return self._run(self._async.processors())
+
+    def unserved_places(self) -> list[PlaceCount]:
+        """See :meth:`AsyncClient.unserved_places`."""
+        return self._run(self._async.unserved_places())
 
     def set_gate(self, partition_id: str, gate: int) -> None:
         """See :meth:`AsyncClient.set_gate`."""

@@ -26,6 +26,8 @@ from watcher.models import MAX_GATE, Status
 from watcher.reports import (
     PipelineCount,
     PipelineMove,
+    PlaceCount,
+    ProcessorInfo,
     PurgeReport,
     RetryReport,
     RewindReport,
@@ -38,6 +40,7 @@ from watcher.retention import (
     delete_partition,
     purge,
 )
+from watcher.rules.served.places import unserved
 from watcher.store import Store
 
 T = TypeVar("T")
@@ -47,6 +50,7 @@ class PartitionVerbs:
     """Operator verbs on partitions (a part of :class:`processor.AsyncClient`)."""
 
     store: Store
+    notify_default: str | None
 
     async def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         raise NotImplementedError  # AsyncClient's
@@ -117,7 +121,8 @@ class PartitionVerbs:
         poll interval, cancelling the calls in flight, and any result that
         arrives for it later is discarded as stale. Its items stay as they
         are: :meth:`retry_failed` resumes it where it stopped, and
-        :meth:`delete_partition` or :meth:`purge` removes it. Returns ``True``
+        :meth:`delete_partition` or :meth:`purge` removes it. Its event goes to its
+        notify URL, or else to the client's ``notify_default``. Returns ``True``
         when it was cancelled, ``False`` when it was complete or cancelled
         already (it is left as it was).
 
@@ -125,7 +130,8 @@ class PartitionVerbs:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
         """
         check_id("partition", partition_id)
-        before = await self._call(self.store.partition_cancel(partition_id))
+        before = await self._call(self.store.partition_cancel(partition_id,
+                                                              self.notify_default))
         return before in (Status.AVAILABLE.value, Status.FAILED.value)
 
     async def pause(self, partition_id: str) -> bool:
@@ -251,3 +257,19 @@ class PartitionVerbs:
         how many of them a processor holds, by pipeline then version."""
         return await self._call(self.store.pipelines_count())
 
+    async def processors(self) -> list[ProcessorInfo]:
+        """The live processors (their rows' ``until`` not passed by the database clock),
+        by owner id, each with what it serves: the tables of routes
+        (:class:`~watcher.pipelines.ServedRoute`) of its routes file, or ``None`` for
+        every place (``--handler-url`` alone, a library watcher)."""
+        return await self._call(self.store.processors_live())
+
+    async def unserved_places(self) -> list[PlaceCount]:
+        """The places (pipeline, version, gate) where open partitions wait that no live
+        processor serves, with how many wait at each, by pipeline, version (``None``
+        first: not pinned yet) and gate. Empty when every open partition's place is
+        served. Start a processor whose routes serve such a place, or check the routes
+        of those running (:meth:`processors`)."""
+        places = await self._call(self.store.partitions_open_places())
+        live = await self._call(self.store.processors_live())
+        return unserved(places, [processor.serves for processor in live])

@@ -6,9 +6,12 @@ items whose id is the search text), ``/partition?id=...`` (one partition: gates,
 timeline, reduce, result, items) and ``/item?partition=...&id=...`` (one item: data,
 error history), ``/flow`` (keys' limits, pauses and grants,
 :mod:`~processor.console.flow_page`), and ``/schedules`` (schedules with their next and
-last ticks, :mod:`~processor.console.schedules_page`). Each page
-has a ``/live/...`` twin that renders only its changing part; the page's script
-fetches it every refresh and patches the page in place. Actions are POSTs to
+last ticks, :mod:`~processor.console.schedules_page`), and ``/notifications`` (the
+outbox's counts and its dead events, with a resend,
+:mod:`~processor.console.notifications_page`). Each page has a ``/live/...`` twin that
+renders only its changing part; the page's script fetches it every refresh and patches
+the page in place (the partition page follows its live feed too,
+``/live/partition/events``: :mod:`~processor.console.feed_page`). Actions are POSTs to
 ``/partition/retry``, ``/partition/cancel``, ``/partition/pause``,
 ``/partition/resume`` and ``/partition/delete`` (the last after a confirmation
 page), each calling the client operation the CLI's verb calls. Ids travel as query
@@ -23,7 +26,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
-from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.applications import Starlette
@@ -34,11 +36,13 @@ from starlette.staticfiles import StaticFiles
 
 from processor.client.async_client import AsyncClient
 from processor.console import pages
+from processor.console.feed_page import feed_routes
 from processor.console.flow_page import flow_routes
-from processor.console.forms import MAX_FORM_BYTES
+from processor.console.forms import MAX_FORM_BYTES, count_param, page_url
 from processor.console.forms import read_form as _form
 from processor.console.forms import see_other as _see
 from processor.console.item_page import ItemQueryError, item_data, item_routes, items_found
+from processor.console.notifications_page import notifications_routes
 from processor.console.reads import BadRequest, list_data, overview_data, partition_data
 from processor.console.rewind_page import rewind_routes
 from processor.console.schedules_page import schedules_routes
@@ -54,6 +58,7 @@ from processor.console.security import (
     same_origin,
     token_matches,
 )
+from processor.feed.hub import FeedHub
 from watcher.errors import (
     DatabaseError,
     InvalidInputError,
@@ -83,6 +88,8 @@ class ConsoleSettings:
     port: int = 0
     refresh_ms: int = REFRESH_MS
     api_url: str | None = None
+    # The processors' --notify-url: a cancel here sends a partition that names no URL there.
+    notify_default: str | None = None
 
 
 def templates() -> Environment:
@@ -93,12 +100,6 @@ def templates() -> Environment:
     env.globals["url"] = page_url
     env.filters["number"] = lambda value: f"{value:,}"
     return env
-
-
-def page_url(path: str, **params: Any) -> str:
-    """``path`` with ``params`` as its query string (empty and ``None`` values left out)."""
-    kept = {key: value for key, value in params.items() if value not in (None, "")}
-    return path + (f"?{urlencode(kept)}" if kept else "")
 
 
 class Console:
@@ -159,7 +160,7 @@ class Console:
         async def page(request: Request) -> Response:
             notice = pages.notice_text(request.query_params.get("notice"),
                                        id=request.query_params.get("id", ""),
-                                       count=_count(request.query_params.get("count")))
+                                       count=count_param(request.query_params.get("count")))
             found = await items_found(self.client, request.query_params.get("prefix", ""))
             return self.render(request, "partitions.html", notice=notice, found=found,
                                **await list_data(self.client, request.query_params))
@@ -178,7 +179,7 @@ class Console:
             notice = (pages.retry_notice(data["info"].id, request.query_params)
                       if code == "retried" else
                       pages.notice_text(code, status=data["info"].status,
-                                        count=_count(request.query_params.get("count"))))
+                                        count=count_param(request.query_params.get("count"))))
             return self.render(request, "partition.html", notice=notice, **data)
         return await self.guarded(request, page)
 
@@ -317,22 +318,17 @@ class Console:
         await response(scope, receive, send)
 
 
-def _count(text: str | None) -> int:
-    try:
-        return max(0, int(text or "0"))
-    except ValueError:
-        return 0
-
-
 async def _no_icon(request: Request) -> Response:
     return Response(status_code=204)
 
 
-def create_app(settings: ConsoleSettings, client: AsyncClient | None = None) -> Any:
+def create_app(settings: ConsoleSettings, client: AsyncClient | None = None,
+               feed: FeedHub | None = None) -> Any:
     """The console as an ASGI application, guarded (see :mod:`processor.console.security`).
 
     Without ``client`` it opens its own on ``settings.db_url`` when it starts and closes
-    it when it stops; a given client is left open.
+    it when it stops; a given client is left open. ``feed``: the live feed's hub (one of
+    its own when not given).
     """
     keys = Keys(settings.token)
     holder: dict[str, AsyncClient] = {}
@@ -341,7 +337,8 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None) -> 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if client is None:
-            opened = AsyncClient(settings.db_url, settings.table_prefix)
+            opened = AsyncClient(settings.db_url, settings.table_prefix,
+                                 notify_default=settings.notify_default)
             holder["client"] = opened
             try:
                 yield
@@ -373,8 +370,10 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None) -> 
         Route("/live/overview", route("overview_live")),
         Route("/live/partitions", route("partitions_live")),
         Route("/live/partition", route("partition_live")),
+        *feed_routes(current, feed or FeedHub()),
         *flow_routes(current),
         *schedules_routes(current),
+        *notifications_routes(current),
         Route("/login", route("login"), methods=["GET", "POST"]),
         Route("/favicon.ico", _no_icon),
         Mount("/static", StaticFiles(directory=static), name="static"),
@@ -392,9 +391,10 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None) -> 
 
 def settings_for(db_url: DatabaseURL, table_prefix: str, *, host: str, port: int,
                  token: str | None, read_only: bool,
-                 api_url: str | None = None) -> ConsoleSettings:
+                 api_url: str | None = None,
+                 notify_default: str | None = None) -> ConsoleSettings:
     """The settings of a console bound to ``host``:``port`` (loopback binds check the
     ``Host`` of each request)."""
     return ConsoleSettings(db_url=db_url, table_prefix=table_prefix, token=token,
                            read_only=read_only, loopback_only=is_loopback(host), port=port,
-                           api_url=api_url)
+                           api_url=api_url, notify_default=notify_default)

@@ -1,8 +1,10 @@
-"""Reading the console's POSTed forms, and the redirect that follows an action."""
+"""Reading the console's POSTed forms and query numbers, the pages' addresses, and the
+redirect that follows an action."""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse
@@ -30,3 +32,17 @@ async def read_form(request: Request) -> dict[str, str] | None:
         return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
     except (UnicodeDecodeError, ValueError):
         return None
+
+
+def page_url(path: str, **params: Any) -> str:
+    """``path`` with ``params`` as its query string (empty and ``None`` values left out)."""
+    kept = {key: value for key, value in params.items() if value not in (None, "")}
+    return path + (f"?{urlencode(kept)}" if kept else "")
+
+
+def count_param(text: str | None) -> int:
+    """A count from a query parameter: a whole number from 0 (anything else is 0)."""
+    try:
+        return max(0, int(text or "0"))
+    except ValueError:
+        return 0

@@ -26,8 +26,10 @@ class BadRequest(Exception):
 
 
 async def overview_data(client: AsyncClient) -> dict[str, Any]:
-    """What the overview shows: partitions by status, waiting items, lease holders, the
-    last minutes' finished partitions and the open partitions' gates."""
+    """What the overview shows: the places where open partitions wait that no live
+    processor serves, partitions by status, waiting items, lease holders, the last
+    minutes' finished partitions and the open partitions' gates."""
+    unserved = await client.unserved_places()
     backlog = await client.backlog(COUNT_CAP)
     holders = await client.lease_holders()
     throughput = await client.throughput(THROUGHPUT_MINUTES, COUNT_CAP)
@@ -36,6 +38,7 @@ async def overview_data(client: AsyncClient) -> dict[str, Any]:
     now = await client.now()
     busiest = max(holders.values(), default=0) or 1
     return {
+        "unserved": unserved,
         "statuses": [(status, backlog.partitions.get(status, 0)) for status in
                      PARTITION_STATUSES],
         "count_text": lambda count: pages.count_text(count, COUNT_CAP),

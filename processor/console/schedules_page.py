@@ -1,5 +1,6 @@
 """The console's Schedules page (``/schedules``): each schedule with its timing, catch-up
-policy, next and last ticks and the partition its last tick created. Read-only: the
+policy, next and last ticks, the partition its last tick created, and the pipeline and
+notify URL (masked) its partitions get. Read-only: the
 verbs are the CLI's, the client's and the API's.
 
 :func:`schedules_data` reads and shapes what ``schedules.html`` shows;
@@ -18,6 +19,7 @@ from starlette.routing import Route
 
 from processor.client.async_client import AsyncClient
 from processor.schedule_views import schedule_dict, timing_text
+from processor.views import pipeline_text
 
 # Schedules the page shows at most.
 SCHEDULES_PAGE = 500
@@ -55,6 +57,8 @@ class ScheduleRow:
     last_tick: str
     last_partition: str | None
     items: int
+    pipeline: str  # name@version, or the name alone
+    notify: str | None  # its password and query values masked
 
 
 async def schedules_data(client: AsyncClient) -> dict[str, Any]:
@@ -72,7 +76,9 @@ async def schedules_data(client: AsyncClient) -> dict[str, Any]:
             catch_up=shown["catch_up"] + (", no overlap" if info.no_overlap else ""),
             paused=shown["paused"], next_tick=shown["next_tick"] or "-",
             last_tick=shown["last_tick"] or "-", last_partition=info.last_partition,
-            items=info.item_count))
+            items=info.item_count,
+            pipeline=pipeline_text(info.settings.pipeline, info.settings.pipeline_version),
+            notify=shown["notify"]))
     return {"schedules": rows, "more": len(infos) > SCHEDULES_PAGE}
 
 

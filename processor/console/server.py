@@ -15,6 +15,8 @@ from processor.console.app import create_app, settings_for
 from processor.console.item_page import check_api_url
 from processor.console.security import check_bind
 from processor.embedded import http_url, listen, serving, stop_on_signals
+from processor.feed.hub import FeedHub
+from processor.notify.targets import check_url
 from watcher.errors import ConfigError, DatabaseError
 from watcher.store import require_migrated
 from watcher.store.db.urls import DatabaseURL
@@ -29,7 +31,8 @@ DEFAULT_PORT = 8090
 class ConsoleOptions:
     """Where the console reads and listens: the database and table prefix, the address
     and port (0: any free port), the token (``None``: loopback only), read-only, and
-    the ingest API's public base URL (completion URLs start with it)."""
+    the ingest API's public base URL (completion URLs start with it), and the
+    processors' default notify URL (a cancel's event goes there)."""
 
     db_url: DatabaseURL
     table_prefix: str = ""
@@ -38,16 +41,19 @@ class ConsoleOptions:
     token: str | None = None
     read_only: bool = False
     api_url: str | None = None
+    notify_default: str | None = None
 
     def __post_init__(self) -> None:
         """Raises:
             ConfigError: the port is not from 0 to 65535, the bind needs a token, or
                 the API URL is not an http(s) URL.
+            InvalidInputError: the default notify URL is not an http(s) URL.
         """
         if type(self.port) is not int or not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be from 0 to 65535, got {self.port!r}")
         check_bind(self.host, self.token)
         object.__setattr__(self, "api_url", check_api_url(self.api_url))
+        check_url("--notify-url (PROCESSOR_NOTIFY_URL)", self.notify_default)
 
 
 async def check_database(db_url: DatabaseURL, table_prefix: str) -> None:
@@ -66,11 +72,13 @@ async def check_database(db_url: DatabaseURL, table_prefix: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def console_running(options: ConsoleOptions, client: AsyncClient | None = None
-                          ) -> AsyncIterator[str]:
+async def console_running(options: ConsoleOptions, client: AsyncClient | None = None,
+                          feed: FeedHub | None = None) -> AsyncIterator[str]:
     """Serve the console for the block; yields its URL.
 
-    ``client`` (optional) is shared with the caller and left open.
+    ``client`` (optional) is shared with the caller and left open; ``feed`` is the live
+    feed's hub (one of its own when not given). The partition pages' live feeds end when
+    the block does (they would hold the server open).
 
     Raises:
         ConfigError: the address cannot be bound.
@@ -80,9 +88,14 @@ async def console_running(options: ConsoleOptions, client: AsyncClient | None = 
     port = sock.getsockname()[1]
     settings = settings_for(options.db_url, options.table_prefix, host=options.host,
                             port=port, token=options.token, read_only=options.read_only,
-                            api_url=options.api_url)
-    async with serving(create_app(settings, client), sock, what="the console"):
-        yield http_url(options.host, port)
+                            api_url=options.api_url,
+                            notify_default=options.notify_default)
+    hub = feed or FeedHub()
+    async with serving(create_app(settings, client, hub), sock, what="the console"):
+        try:
+            yield http_url(options.host, port)
+        finally:
+            await hub.close()
 
 
 async def run_console(options: ConsoleOptions, announce: Callable[[str], None]) -> int:

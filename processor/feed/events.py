@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from processor.api.views import data_value
+from processor.wire.values import data_value
 
 # The kinds of events, in the order one observation sends them.
 STATE, GATE, COUNTS, RESULT, END = "state", "gate", "counts", "result", "end"

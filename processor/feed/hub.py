@@ -28,10 +28,10 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from processor.client.async_client import AsyncClient
 from processor.feed.events import (
     DELETED,
     Event,
@@ -42,7 +42,8 @@ from processor.feed.events import (
     gate_event,
     state_event,
 )
-from watcher.errors import ConfigError, PartitionNotFoundError, StatefeedError
+from watcher.errors import ConfigError, DatabaseError, PartitionNotFoundError, StatefeedError
+from watcher.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,18 @@ class FeedSettings:
 
 
 class FeedBusyError(StatefeedError):
-    """The feed follows as many clients as it may (:attr:`FeedSettings.max_clients`)."""
+    """The feed follows as many clients as it may (:attr:`FeedSettings.max_clients`), or
+    it is closed (its API, console or client is stopping)."""
+
+
+class FeedSource(Protocol):
+    """What the hub reads through: a store, and the one readable error for its failures
+    (:class:`processor.AsyncClient` is one; the hub never imports the client)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    def database_error(self, error: SQLAlchemyError) -> DatabaseError: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +167,7 @@ class FeedHub:
         self.watches: dict[str, Watch] = {}
         self.ticks = 0  # polls begun: each is one batched read of every watch
         self.poller_starts = 0
-        self._client: AsyncClient | None = None
+        self._source: FeedSource | None = None
         self._poller: asyncio.Task[None] | None = None
         self._closed = False
         self._failing = False
@@ -164,7 +176,12 @@ class FeedHub:
     def subscribers(self) -> int:
         return sum(len(watch.subscribers) for watch in self.watches.values())
 
-    async def subscribe(self, client: AsyncClient, partition_id: str,
+    @property
+    def closed(self) -> bool:
+        """The hub was closed: it follows nothing more."""
+        return self._closed
+
+    async def subscribe(self, source: FeedSource, partition_id: str,
                         last: EventId | None) -> tuple[Subscriber, list[Event]]:
         """Follow ``partition_id``: a new subscriber, and the events to send it first (on
         a fresh start, the partition's state; on a resume, the gate moves after
@@ -176,14 +193,14 @@ class FeedHub:
             DatabaseError: the database failed.
         """
         if self._closed:
-            raise FeedBusyError("the API is stopping")
+            raise FeedBusyError("the feed is closed: its API, console or client is stopping")
         if self.subscribers >= self.settings.max_clients:
             raise FeedBusyError(f"the feed follows {self.settings.max_clients} clients "
                                 "already; try again later")
-        self._client = client
+        self._source = source
         watch = self.watches.get(partition_id)
         if watch is None:
-            snapshot = (await self._read(client, [partition_id])).get(partition_id)
+            snapshot = (await read_snapshots(source, [partition_id])).get(partition_id)
             if snapshot is None:
                 raise PartitionNotFoundError(partition_id)
             watch = self.watches.setdefault(partition_id, Watch(snapshot, snapshot.event_id()))
@@ -211,7 +228,8 @@ class FeedHub:
                 watch.idle_since = time.monotonic()
 
     async def close(self) -> None:
-        """Stop polling and end every subscriber's stream (the API is stopping)."""
+        """Stop polling and end every subscriber's stream (its API, console or client
+        is stopping)."""
         self._closed = True
         for watch in self.watches.values():
             for subscriber in watch.subscribers:
@@ -233,12 +251,12 @@ class FeedHub:
         while not self._closed:
             await asyncio.sleep(self.settings.poll_interval)
             self._forget_idle()
-            if not self.watches or self._client is None:
+            if not self.watches or self._source is None:
                 return
             ids = list(self.watches)
             self.ticks += 1
             try:
-                snapshots = await self._read(self._client, ids)
+                snapshots = await read_snapshots(self._source, ids)
             except StatefeedError as error:  # the database failed: try again next tick
                 if not self._failing:
                     log.warning("action=feed_poll_failed watched=%d error=%s", len(ids), error)
@@ -285,26 +303,27 @@ class FeedHub:
             if subscriber.cut_off:  # its stream ends (or never began): it holds nothing
                 watch.subscribers.discard(subscriber)
 
-    @staticmethod
-    async def _read(client: AsyncClient, ids: list[str]) -> dict[str, Snapshot]:
-        """The snapshots of the partitions ``ids`` that exist: two batched reads.
 
-        Raises:
-            DatabaseError: the database failed.
-        """
-        store = client.store
-        try:
-            states = await store.partition_states(ids)
-            gates = await store.items_gate_counts(list(states)) if states else {}
-            snapshots = {partition_id: Snapshot(partition_id, state.status, state.gate,
-                                                state.version, gates.get(partition_id, {}))
-                         for partition_id, state in states.items()}
-            for partition_id, snapshot in snapshots.items():
-                if snapshot.finished:  # its result and error: read once, at its end
-                    info = await store.partition_get(partition_id)
-                    if info is not None:
-                        snapshots[partition_id] = replace(
-                            snapshot, result=info.result, last_error=info.last_error)
-        except SQLAlchemyError as error:
-            raise client.database_error(error) from None
-        return snapshots
+async def read_snapshots(source: FeedSource, ids: list[str]) -> dict[str, Snapshot]:
+    """The snapshots of the partitions ``ids`` that exist: two batched reads (the hub's
+    poll, and its first read of a partition), and a third for each one that ended.
+
+    Raises:
+        DatabaseError: the database failed.
+    """
+    store = source.store
+    try:
+        states = await store.partition_states(ids)
+        gates = await store.items_gate_counts(list(states)) if states else {}
+        snapshots = {partition_id: Snapshot(partition_id, state.status, state.gate,
+                                            state.version, gates.get(partition_id, {}))
+                     for partition_id, state in states.items()}
+        for partition_id, snapshot in snapshots.items():
+            if snapshot.finished:  # its result and error: read once, at its end
+                info = await store.partition_get(partition_id)
+                if info is not None:
+                    snapshots[partition_id] = replace(
+                        snapshot, result=info.result, last_error=info.last_error)
+    except SQLAlchemyError as error:
+        raise source.database_error(error) from None
+    return snapshots

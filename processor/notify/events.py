@@ -13,6 +13,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from processor.observe.redact import redact_url
 from watcher.records import OutboxEvent, PartitionInfo
 
 RESULT_INLINE_BYTES = 64 * 1024
@@ -26,6 +27,17 @@ def rfc3339(moment: datetime | None) -> str | None:
         return None
     aware = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
     return aware.isoformat().replace("+00:00", "Z")
+
+
+def event_row(event: OutboxEvent) -> dict[str, object]:
+    """An outbox event as ``processor notifications list --json`` prints it and
+    ``GET /v1/notifications`` answers it: the URL with its password and query values
+    masked, and no body (the signing secret is never read here)."""
+    return {"seq": event.seq, "id": event.event_id, "partition_id": event.partition_id,
+            "status": event.status, "state": event.state, "attempts": event.attempts,
+            "target": redact_url(event.target), "ended_at": rfc3339(event.created_at),
+            "next_at": rfc3339(event.next_at) if event.state == "pending" else None,
+            "updated_at": rfc3339(event.updated_at), "last_error": event.last_error}
 
 
 def _result(info: PartitionInfo) -> tuple[Any, int | None, bool]:

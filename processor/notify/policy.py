@@ -8,6 +8,7 @@ event is given up (``dead``) once it has had ``max_attempts`` attempts or is old
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass, field
 
@@ -71,6 +72,13 @@ class NotifyConfig:
     def lease(self) -> float:
         """How long a claim holds an event: an attempt's timeout with room to settle it."""
         return self.timeout * 2 + 5.0
+
+
+def secret_from_environment() -> bytes | None:
+    """The signing secret, from ``PROCESSOR_NOTIFY_SECRET`` (never an option: a command
+    line is visible to every user of the machine); ``None`` unset."""
+    value = os.environ.get("PROCESSOR_NOTIFY_SECRET", "")
+    return value.encode() if value else None
 
 
 def backoff_delay(attempts: int, base: float, cap: float,

@@ -32,35 +32,61 @@ def check_notify_url(partition_id: str, url: object) -> str | None:
             a host, holds spaces or control characters, or is longer than the column
             holds; the message names the field.
     """
+    return check_url(f"notify of partition {partition_id!r}", url)
+
+
+def check_url(name: str, url: object) -> str | None:
+    """``url`` checked as a notify URL; ``None`` when it is ``None``. ``name`` is what the
+    messages call it (a partition's field, an option).
+
+    Raises:
+        InvalidInputError: as :func:`check_notify_url`, the message starting with ``name``.
+    """
     if url is None:
         return None
     if not isinstance(url, str):
         raise InvalidInputError(
-            f"notify of partition {partition_id!r} must be an http(s) URL string, "
-            f"got {type(url).__name__}")
+            f"{name} must be an http(s) URL string, got {type(url).__name__}")
     if not url or len(url) > NOTIFY_URL_MAX_LENGTH:
         raise InvalidInputError(
-            f"notify of partition {partition_id!r} must be an http(s) URL of 1 to "
-            f"{NOTIFY_URL_MAX_LENGTH} characters")
+            f"{name} must be an http(s) URL of 1 to {NOTIFY_URL_MAX_LENGTH} characters")
     if any(char.isspace() or ord(char) < 32 or ord(char) == 127 for char in url):
-        raise InvalidInputError(
-            f"notify of partition {partition_id!r} must be a URL without spaces or "
-            "control characters")
+        raise InvalidInputError(f"{name} must be a URL without spaces or control characters")
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
-        raise InvalidInputError(
-            f"notify of partition {partition_id!r} is not a valid URL") from None
+        raise InvalidInputError(f"{name} is not a valid URL") from None
     if parts.scheme.lower() not in SCHEMES:
         raise InvalidInputError(
-            f"notify of partition {partition_id!r} must be an http:// or https:// URL, "
-            f"got scheme {parts.scheme or '(none)'!r}")
+            f"{name} must be an http:// or https:// URL, got scheme "
+            f"{parts.scheme or '(none)'!r}")
     if not parts.hostname:
-        raise InvalidInputError(f"notify of partition {partition_id!r} must name a host")
+        raise InvalidInputError(f"{name} must name a host")
     if port == 0:
-        raise InvalidInputError(f"notify of partition {partition_id!r} has port 0")
+        raise InvalidInputError(f"{name} has port 0")
     return url
+
+
+async def check_default_url(name: str, url: str, *, allow_private: bool) -> str:
+    """A processor's default notify URL, checked as a partition's is, and its host as
+    each send checks it: an internal address needs ``allow_private``. A host that does
+    not resolve now passes (each send checks it again). Returns ``url``.
+
+    Raises:
+        InvalidInputError: the URL is not a valid notify URL, or its host resolves to an
+            internal address and ``allow_private`` is off; the message starts with
+            ``name`` and names no credentials.
+    """
+    checked = check_url(name, url)
+    assert checked is not None
+    try:
+        refused = await refusal(checked, allow_private=allow_private)
+    except LookupError:
+        return checked
+    if refused is not None:
+        raise InvalidInputError(f"{name}: {refused}")
+    return checked
 
 
 def internal(address: str) -> bool:

@@ -3,7 +3,8 @@
 Each :class:`PrometheusHooks` owns its registry, so several watchers in one
 process (tests, the demo) never collide on metric names. The backlog gauges
 (partitions per status, items waiting at their partition's gate, the age of the
-oldest one ready) come from the database: :class:`BacklogGauges` reads them at
+oldest one ready, the open partitions no live processor serves) come from the
+database: :class:`BacklogGauges` reads them at
 most every few seconds, and only while ``/metrics`` is being scraped, never on
 the scrape itself.
 
@@ -11,7 +12,8 @@ A series appears once its value is known: a labelled series when it is first
 counted, the backlog gauges after their first successful read. Labels come from
 small fixed sets (the cardinality rule in ``docs/reference/metrics.md``): gates
 from :data:`GATE_LABELS` on, and every outcome or pass the engine does not
-name, share one value; no partition or item id is ever a label.
+name, share one value; pipelines past the first few share one
+(:mod:`processor.observe.metrics_pipelines`); no partition or item id is ever a label.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from sqlalchemy.exc import SQLAlchemyError
 
 from processor.observe.metrics_flow import FlowMetrics
+from processor.observe.metrics_pipelines import PipelineLabels, Places, UnservedGauge
 from watcher.hooks import Hooks
 from watcher.outages import OutageLatch
+from watcher.records import DEFAULT_PIPELINE
 from watcher.reports import Backlog, FlowControlInfo, PurgeReport
 
 log = logging.getLogger(__name__)
@@ -82,12 +86,13 @@ class PrometheusHooks(Hooks):
         r = self.registry
         Info("statefeed_build", "statefeed's version and Python's (always 1)",
              registry=r).info(build_labels())
-        self.items = Counter("statefeed_items_total", "Item attempts by outcome",
-                             ["outcome"], registry=r)
+        self.items = Counter("statefeed_items_total", "Item attempts by outcome and pipeline",
+                             ["outcome", "pipeline"], registry=r)
         self.latency = Histogram("statefeed_handler_seconds",
                                  "Time from dispatch to result, per item attempt, by gate "
-                                 "(16+ for gates from 16 on) and outcome",
-                                 ["gate", "outcome"], buckets=LATENCY_BUCKETS, registry=r)
+                                 "(16+ for gates from 16 on), outcome and pipeline",
+                                 ["gate", "outcome", "pipeline"], buckets=LATENCY_BUCKETS,
+                                 registry=r)
         self.in_flight_calls = Gauge("statefeed_in_flight",
                                      "Handler calls running: items (alone or in a batch "
                                      "request) and reduce calls", registry=r)
@@ -99,19 +104,27 @@ class PrometheusHooks(Hooks):
         self.conflicts = Counter("statefeed_lease_conflicts_total",
                                  "Guarded writes that lost a race", registry=r)
         self.stale = Counter("statefeed_stale_results_total",
-                             "Results not written because the item or lease moved on",
-                             registry=r)
-        self.gates = Counter("statefeed_gate_advances_total", "Gate advances", registry=r)
+                             "Results not written because the item or lease moved on, "
+                             "by pipeline", ["pipeline"], registry=r)
+        self.gates = Counter("statefeed_gate_advances_total", "Gate advances, by pipeline",
+                             ["pipeline"], registry=r)
         self.spawned = Counter("statefeed_items_spawned_total",
-                               "Items inserted by steps' answers (spawn)", registry=r)
-        self.closed = Counter("statefeed_partitions_closed_total", "Partitions closed",
-                              ["status"], registry=r)
+                               "Items inserted by steps' answers (spawn), by pipeline",
+                               ["pipeline"], registry=r)
+        # The default pipeline's series exist at 0 from the start, as they did unlabelled.
+        self.stale.labels(DEFAULT_PIPELINE)
+        self.spawned.labels(DEFAULT_PIPELINE)
+        self.closed = Counter("statefeed_partitions_closed_total",
+                              "Partitions closed, by status and pipeline",
+                              ["status", "pipeline"], registry=r)
         self.reduces = Counter("statefeed_reduce_calls_total",
-                               "Reduce calls by pass (all, fold, apply) and outcome (applied, "
-                               "retry, failed, stale)", ["pass", "outcome"], registry=r)
+                               "Reduce calls by pass (all, fold, apply), outcome (applied, "
+                               "retry, failed, stale) and pipeline",
+                               ["pass", "outcome", "pipeline"], registry=r)
         self.reduce_latency = Histogram("statefeed_reduce_seconds",
-                                        "Time from reduce call to its write, per call",
-                                        ["pass"], buckets=LATENCY_BUCKETS, registry=r)
+                                        "Time from reduce call to its write, per call, by "
+                                        "pass and pipeline", ["pass", "pipeline"],
+                                        buckets=LATENCY_BUCKETS, registry=r)
         self.purged_partitions = Counter("statefeed_purged_partitions_total",
                                          "Partitions deleted by background retention",
                                          registry=r)
@@ -140,10 +153,13 @@ class PrometheusHooks(Hooks):
                                    "completion, by the database clock (0 when none is "
                                    "parked; read every few seconds)", registry=None)
         self._backlog_known = False
+        self.pipeline_label = PipelineLabels()
+        self.unserved = UnservedGauge(r, self.pipeline_label)
         self.flow = FlowMetrics(r)
         # labels() takes a lock and builds a key: made once per label set, then looked up.
-        self._item_series: dict[tuple[int, str], tuple[Counter, Histogram]] = {}
-        self._reduce_series: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+        self._item_series: dict[tuple[str, int, str], tuple[Counter, Histogram]] = {}
+        self._reduce_series: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+        self._gate_series: dict[str, Counter] = {}
         self.scraped_at = 0.0  # time.monotonic() of the last render, 0.0 before any
 
     def render(self) -> bytes:
@@ -164,6 +180,11 @@ class PrometheusHooks(Hooks):
             for gauge in (self.partitions, self.items_waiting, self.oldest_waiting,
                           self.items_parked, self.oldest_parked):
                 self.registry.register(gauge)
+
+    def places(self, places: Places) -> None:
+        """Set the unserved gauge from a read of the open partitions' places and those no
+        live processor serves (it appears at the first)."""
+        self.unserved.set(*places)
 
     def flow_controls(self, rows: list[FlowControlInfo]) -> None:
         """Set the pause gauges from a read of the flow-control rows."""
@@ -199,38 +220,47 @@ class PrometheusHooks(Hooks):
         self.conflicts.inc()
 
     def item_outcome(self, partition_id: str, item_id: str, gate: int, outcome: str,
-                     seconds: float) -> None:
-        key = (gate if gate < GATE_LABELS else GATE_LABELS, outcome)
+                     seconds: float, *, pipeline: str = DEFAULT_PIPELINE) -> None:
+        key = (pipeline, gate if gate < GATE_LABELS else GATE_LABELS, outcome)
         series = self._item_series.get(key)
         if series is None:
-            label = known(outcome, ITEM_OUTCOMES)
+            label, named = known(outcome, ITEM_OUTCOMES), self.pipeline_label(pipeline)
             series = self._item_series[key] = (
-                self.items.labels(label), self.latency.labels(gate_label(gate), label))
+                self.items.labels(label, named),
+                self.latency.labels(gate_label(gate), label, named))
         counter, histogram = series
         counter.inc()
         histogram.observe(seconds)
 
-    def stale_result(self, partition_id: str, item_id: str) -> None:
-        self.stale.inc()
+    def stale_result(self, partition_id: str, item_id: str, *,
+                     pipeline: str = DEFAULT_PIPELINE) -> None:
+        self.stale.labels(self.pipeline_label(pipeline)).inc()
 
-    def gate_advanced(self, partition_id: str, from_gate: int, to_gate: int) -> None:
-        self.gates.inc()
+    def gate_advanced(self, partition_id: str, from_gate: int, to_gate: int, *,
+                      pipeline: str = DEFAULT_PIPELINE) -> None:
+        series = self._gate_series.get(pipeline)
+        if series is None:
+            series = self._gate_series[pipeline] = self.gates.labels(
+                self.pipeline_label(pipeline))
+        series.inc()
 
-    def items_spawned(self, partition_id: str, count: int) -> None:
-        self.spawned.inc(count)
+    def items_spawned(self, partition_id: str, count: int, *,
+                      pipeline: str = DEFAULT_PIPELINE) -> None:
+        self.spawned.labels(self.pipeline_label(pipeline)).inc(count)
 
-    def partition_closed(self, partition_id: str, status: str) -> None:
-        self.closed.labels(status).inc()
+    def partition_closed(self, partition_id: str, status: str, *,
+                         pipeline: str = DEFAULT_PIPELINE) -> None:
+        self.closed.labels(status, self.pipeline_label(pipeline)).inc()
 
     def reduce_outcome(self, partition_id: str, gate: int, pass_: str, outcome: str,
-                       seconds: float) -> None:
-        key = (pass_, outcome)
+                       seconds: float, *, pipeline: str = DEFAULT_PIPELINE) -> None:
+        key = (pipeline, pass_, outcome)
         series = self._reduce_series.get(key)
         if series is None:
-            label = known(pass_, REDUCE_PASSES)
+            label, named = known(pass_, REDUCE_PASSES), self.pipeline_label(pipeline)
             series = self._reduce_series[key] = (
-                self.reduces.labels(label, known(outcome, REDUCE_OUTCOMES)),
-                self.reduce_latency.labels(label))
+                self.reduces.labels(label, known(outcome, REDUCE_OUTCOMES), named),
+                self.reduce_latency.labels(label, named))
         counter, histogram = series
         counter.inc()
         histogram.observe(seconds)
@@ -252,11 +282,12 @@ class BacklogGauges:
 
     def __init__(self, hooks: PrometheusHooks, read: Callable[[], Awaitable[Backlog]], *,
                  interval: float = DEFAULT_BACKLOG_INTERVAL,
-                 read_flow: Callable[[], Awaitable[list[FlowControlInfo]]] | None = None
-                 ) -> None:
+                 read_flow: Callable[[], Awaitable[list[FlowControlInfo]]] | None = None,
+                 read_places: Callable[[], Awaitable[Places]] | None = None) -> None:
         self.hooks = hooks
         self.read = read
         self.read_flow = read_flow
+        self.read_places = read_places
         self.interval = interval
         self.refreshed_at = 0.0
         self._stop = asyncio.Event()
@@ -270,6 +301,7 @@ class BacklogGauges:
         try:
             backlog = await self.read()
             controls = None if self.read_flow is None else await self.read_flow()
+            places = None if self.read_places is None else await self.read_places()
         except SQLAlchemyError as error:
             if self._outage.fail():
                 log.warning("action=backlog_read_failed error=%s; the gauges keep their last "
@@ -280,6 +312,8 @@ class BacklogGauges:
         self.hooks.backlog(backlog)
         if controls is not None:
             self.hooks.flow_controls(controls)
+        if places is not None:
+            self.hooks.places(places)
         return True
 
     async def fresh(self) -> None:

@@ -1,12 +1,15 @@
 """The values the processor side of the handler contract is made of: a handler's reply,
-what a call's failure is, the strict JSON decoder every answer goes through, and how
-messages show a value. Pure: no I/O.
+what a call's failure is, the strict JSON decoder every answer goes through, how
+messages show a value, and how stored bytes show as a JSON value (the ingest API's
+answers and the live feed's events). Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -142,6 +145,23 @@ def decode_json(body: bytes, what: str = "the body", *, unique_keys: bool = Fals
     except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, the digit limit
         raise MalformedResponseError(f"{what} is not valid JSON ({error})") from None
 
+
+# A \uD800-\uDFFF escape: a JSON text holding one may decode to an unpaired surrogate,
+# which no UTF-8 answer can carry.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def data_value(data: bytes, name: str = "data") -> dict[str, Any]:
+    """``{name: value}`` when ``data`` is UTF-8 JSON an answer can carry (no ``NaN``, no
+    number out of a float's range, no unpaired surrogate), else ``{name_b64: text}``."""
+    try:
+        data.decode("utf-8")
+        value = decode_json(data)
+        if _SURROGATE_ESCAPE.search(data):
+            DATA_ENCODER.encode(value).encode()
+    except (MalformedResponseError, ValueError):  # UnicodeError is a ValueError
+        return {f"{name}_b64": base64.b64encode(data).decode("ascii")}
+    return {name: value}
 
 
 def json_type(value: Any) -> str:

@@ -27,7 +27,7 @@ from watcher.store.db.urls import parse_database_url
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ("library", "flow", "small", "fleet", "pooled", "instructions", "http", "batch",
              "spawn", "ingest", "latency", "failover", "renewals", "rowsize", "scale", "fanin",
-             "reduce", "chord", "crawl", "park")
+             "reduce", "chord", "crawl", "park", "pipelines")
 # The flow scenario's drains, by their name in its JSON.
 FLOW_SETUPS = ("no_keys", "one_key", "key_limit", "no_keys_half", "key_rates")
 
@@ -53,6 +53,9 @@ FIGURES = {
                    for figure in ("renewal.p50_ms", "cpu_ms", "statements")),),
     "rowsize": (*(f"{phase}.{figure}" for phase in ("steady", "held")
                   for figure in ("jobs", "updates_per_job", "row_bytes", "bytes_after")),),
+    "pipelines": ("handler_url.items_per_s", "one_routed.items_per_s",
+                  "ten_pipelines.items_per_s", "ratio_routes_over_handler_url",
+                  "ratio_ten_over_one"),
     "scale": ("statements_per_item", "drain.rss_mb.at_10pct", "drain.rss_mb.at_90pct",
               *(f"poll_queries.{query}.{at}.p50_ms" for query in ("items_ready", "leases_free")
                 for at in ("at_10pct", "at_90pct")),
@@ -247,6 +250,11 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path, pooled_postgres_url: st
     positive(ingest, *FIGURES["ingest"])
 
     check_park(scenarios["park"], sizes)
+    pipelines = scenarios["pipelines"]
+    assert pipelines["pipelines"] == 10 and pipelines["partitions"] >= 10, pipelines
+    assert {pipelines[way]["items"] for way in ("handler_url", "one_routed", "ten_pipelines")} == {
+        sizes["http_items"]}
+    positive(pipelines, *FIGURES["pipelines"])
 
     crawl = scenarios["crawl"]
     assert crawl["statefeed_library"]["partitions"] == sizes["crawl_count"]
@@ -268,7 +276,8 @@ def test_smoke_run_writes_every_scenario(tmp_path: Path, pooled_postgres_url: st
             "flow: one key without a limit vs no keys, items/s (bench criterion)",
             "crawl: statefeed vs best Celery, nodes/s",
             "crawl: best Celery p99 / statefeed p99",
-            "park: completions/s vs add_items (one a call)"} <= names
+            "park: completions/s vs add_items (one a call)",
+            "pipelines: 10 pipelines vs one (items/s)"} <= names
     assert {goal["result"] for goal in document["goals"]} <= {"PASS", "MISS", "n/a"}
     assert "Goals" in done.stdout
     assert "PASS" in done.stdout or "MISS" in done.stdout

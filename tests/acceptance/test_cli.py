@@ -74,9 +74,9 @@ async def test_migrate_run_status(migrated, tmp_path) -> None:
             ready = await proc.get("/readyz")
             assert ready.status_code == 200, ready.text
             metrics = (await proc.get("/metrics")).text
-            assert 'statefeed_items_total{outcome="complete"} 12.0' in metrics
-            assert 'statefeed_items_total{outcome="advanced"} 12.0' in metrics
-            assert "statefeed_gate_advances_total 1.0" in metrics
+            assert 'statefeed_items_total{outcome="complete",pipeline="default"} 12.0' in metrics
+            assert 'statefeed_items_total{outcome="advanced",pipeline="default"} 12.0' in metrics
+            assert 'statefeed_gate_advances_total{pipeline="default"} 1.0' in metrics
         items = await client.items("job")
     assert {item.data for item in items} == {
         json.dumps({"seen": f"resume {n}"}, separators=(",", ":")).encode() for n in range(12)}
@@ -87,7 +87,8 @@ async def test_migrate_run_status(migrated, tmp_path) -> None:
         {"id": "job", "status": "complete", "gate": 1, "owner": "", "counts": {"complete": 12},
          "reduce_gates": [], "on_item_failure": "fail", "reduce": None, "spawned": 0,
          "last_error": None, "key": None, "priority": 0, "paused": False, "paused_at": None,
-         "result": None, "waiting": None, "pipeline": "default", "pipeline_version": None}]
+         "result": None, "waiting": None, "pipeline": "default", "pipeline_version": None,
+         "unserved": False}]
     table = run_cli("status", "--db-url", db_url, "--table-prefix", prefix)
     assert table.returncode == 0 and "job" in table.stdout and "complete" in table.stdout
 
@@ -109,8 +110,9 @@ async def test_run_reduces_a_gate_and_result_prints_it(migrated, tmp_path) -> No
             info = await client.wait("job", timeout=60)
             assert info.status == "complete", info
             metrics = (await proc.get("/metrics")).text
-            assert 'statefeed_reduce_calls_total{outcome="applied",pass="fold"} 4.0' in metrics
-            assert 'statefeed_reduce_calls_total{outcome="applied",pass="apply"} 4.0' in metrics
+            for step in ("fold", "apply"):
+                assert ('statefeed_reduce_calls_total{outcome="applied",'
+                        f'pass="{step}",pipeline="default"}} 4.0') in metrics, step
     assert info.counts == {"complete": 28, "failed": 2}
     shown = run_cli("result", "job", *where)
     assert shown.returncode == 0, shown.stderr

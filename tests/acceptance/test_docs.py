@@ -153,6 +153,23 @@ async def test_the_library_mode_example_prints_what_it_says(tmp_path) -> None:
     assert out.decode().strip() == expected.strip()
 
 
+async def test_the_follow_example_ends_as_it_says(tmp_path) -> None:
+    """The live feed page's Python example, run as it stands in a fresh folder: it
+    follows its partition through its gate move to the end its comment names."""
+    code = marked_blocks(ROOT / "docs" / "how-to" / "live-feed.md")["follow"]
+    [expected] = re.findall(r"^\s*print\(.*?\)\s*# (.+)$", code, re.M)
+    (tmp_path / "follow.py").write_text(code, encoding="utf-8")
+    script = await asyncio.create_subprocess_exec(
+        sys.executable, "follow.py", cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(script.communicate(), timeout=120)
+    assert script.returncode == 0, err.decode()[-3000:]
+    lines = out.decode().strip().splitlines()
+    assert lines[-1] == expected.strip()
+    assert lines.count(expected.strip()) == 1, "it stops after the end"
+    assert any(line.startswith("items: ") for line in lines)
+
+
 async def test_the_curl_check_gets_the_answer_shown_from_the_sdk_example(tmp_path) -> None:
     """The contract page's curl request, sent to the SDK page's ranker.py, gets the answer
     the contract page shows."""

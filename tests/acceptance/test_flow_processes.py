@@ -247,9 +247,12 @@ async def test_one_tenants_partition_starts_within_a_lease_cycle_behind_anothers
     figures = (f"{database}: b's first call {waited:.3f} s after its insert (leased after "
                f"{leased[0] - inserted_wall:.3f} s); a's partitions started by then: "
                f"{len(started_before)} of {BURST}; a lease cycle is {RENEW:.3f} s")
-    # The lease is the promise (taken at the next lease cycle); the call follows at the
-    # holder's next free slot, a figure printed here and measured by `bench --only flow`.
-    assert leased[0] - inserted_wall < RENEW, figures
+    # The lease is the promise (taken at the next lease cycle, which starts within RENEW
+    # and then reads and takes: half a cycle bounds that work on a loaded machine; a b
+    # queued behind a's 2,000 partitions would wait dozens of cycles); the call follows
+    # at the holder's next free slot, a figure printed here and measured by
+    # `bench --only flow`.
+    assert leased[0] - inserted_wall < RENEW * 1.5, figures
     assert len(started_before) < BURST // 2, f"a's burst was not waiting: {figures}"
     print(f"\nfairness, {figures}")
 

@@ -41,7 +41,8 @@ SHOWN = {"statefeed_items_total", "statefeed_handler_seconds_bucket", "statefeed
          "statefeed_leases_held", "statefeed_lease_events_total",
          "statefeed_gate_advances_total", "statefeed_partitions_closed_total",
          "statefeed_reduce_calls_total", "statefeed_key_in_flight",
-         "statefeed_calls_throttled_total", "statefeed_keys_paused"}
+         "statefeed_calls_throttled_total", "statefeed_keys_paused",
+         "statefeed_partitions_unserved"}
 HELD = 3
 WAIT = 30.0
 

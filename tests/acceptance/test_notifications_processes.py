@@ -167,3 +167,70 @@ async def _dead_metric(processor: Processor) -> float | None:
     value = (await processor.metrics()).get('statefeed_notifications{state="dead"}')
     return value if value else None
 
+
+
+def test_a_bad_default_notify_url_stops_run_with_one_line(tmp_path: Path) -> None:
+    db = ["--db-url", f"sqlite:///{tmp_path / 'never.db'}", "--handler-url",
+          "http://127.0.0.1:9/"]
+    for url, line in (
+            ("ftp://example.com/x", "--notify-url (PROCESSOR_NOTIFY_URL) must be an "
+             "http:// or https:// URL, got scheme 'ftp'"),
+            ("http://user:pw5ecret@127.0.0.1:9/h",
+             "--notify-url (PROCESSOR_NOTIFY_URL): host '127.0.0.1' resolves to an internal "
+             "address (127.0.0.1); the processor sends there only with "
+             "--notify-allow-private")):
+        refused = run_cli("run", *db, "--notify-url", url)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.strip().splitlines() == [f"processor: error: {line}"]
+        assert "pw5ecret" not in refused.stderr + refused.stdout
+    assert not (tmp_path / "never.db").exists()
+
+
+async def test_run_sends_ends_without_a_url_to_its_default(
+        db_url: str, table_prefix: str, tmp_path: Path) -> None:
+    db = where(db_url, table_prefix)
+    default, own = Receiver(SECRET.encode()), Receiver(SECRET.encode())
+    async with serve_app(TwoGateHandler()) as handler, serve_app(default) as default_base, \
+            serve_app(own) as own_base:
+        default_url = f"{default_base}/all?token=d3fault"
+        items = tmp_path / "items.ndjson"
+        items.write_text('{"id": "a", "data": 1}\n')
+        for pid, extra in (("plain2", []), ("mine", ["--notify", f"{own_base}/own"])):
+            made = await cli("create", pid, "--items", str(items), *extra, *db)
+            assert made.returncode == 0, made.stderr
+        port = free_port()
+        processor = await spawn("p1", ["run", "--handler-url", handler + "/", *db, *FAST,
+                                       "--notify-allow-private", "--notify-url", default_url,
+                                       "--health-host", "127.0.0.1",
+                                       "--health-port", str(port)],
+                                tmp_path, health_port=port, env=ENV)
+        try:
+            await logged(processor, wait_until(
+                lambda: len(default.received) >= 1 and len(own.received) >= 1, timeout=90,
+                message="both events delivered"))
+            await processor.terminate()
+        finally:
+            if processor.running:
+                processor.kill()
+    assert [one.event["partition_id"] for one in default.received] == ["plain2"]
+    assert [one.event["partition_id"] for one in own.received] == ["mine"]
+    assert all(one.signed for one in default.received + own.received)
+    log = processor.stderr() + processor.output()
+    assert "notify_default=" in log and "d3fault" not in log and SECRET not in log
+
+
+def test_a_cancel_sends_to_the_default_it_is_given(db_url: str, table_prefix: str) -> None:
+    db = where(db_url, table_prefix)
+    for pid in ("given", "not-given"):
+        assert run_cli("create", pid, *db).returncode == 0
+    default = {"PROCESSOR_NOTIFY_URL": "https://hooks.example.com/all?token=d3fault"}
+    assert run_cli("cancel", "given", *db, env=default).returncode == 0
+    assert run_cli("cancel", "not-given", *db).returncode == 0
+    listing = json.loads(run_cli("notifications", "list", "--json", *db).stdout)
+    assert [(event["partition_id"], event["status"], event["target"])
+            for event in listing["events"]] == [
+        ("given", "cancelled", "https://hooks.example.com/all?token=***")]
+    refused = run_cli("cancel", "not-given", *db, "--notify-url", "file:///etc/passwd")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "processor: error: --notify-url (PROCESSOR_NOTIFY_URL) must be an http:// or "
+        "https:// URL, got scheme 'file'"]

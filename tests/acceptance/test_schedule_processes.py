@@ -147,3 +147,25 @@ async def test_ticks_once_each_through_kills_and_restarts(db_url, tmp_path: Path
         gaps = [later - earlier for earlier, later in pairwise(skipped)]
         assert max(gaps) >= timedelta(seconds=3), skipped
         assert len(skipped) < len(every)
+
+
+def test_schedules_carry_notify_and_pipeline(where) -> None:
+    hook = "https://ops:pw5ecret@hooks.example.com/sf?token=t0ps3cret"
+    added = json.loads(ok(run_cli("schedules", "add", "billing", "--every", "1h", "--notify",
+                                  hook, "--pipeline", "invoices", "--pipeline-version", "v2",
+                                  *where, "--json")))
+    assert (added["notify"], added["pipeline"], added["pipeline_version"]) == (
+        "https://ops:***@hooks.example.com/sf?token=***", "invoices", "v2")
+    shown = ok(run_cli("schedules", "show", "billing", *where))
+    assert "pipeline invoices@v2, notify https://ops:***@hooks.example.com/sf?token=***" \
+        in shown
+    assert "pw5ecret" not in shown and "t0ps3cret" not in shown
+    for args, fragment in [
+        (("--notify", "ftp://example.com/x"), "must be an http:// or https:// URL"),
+        (("--pipeline", "no spaces"), "pipeline 'no spaces' must be ASCII letters"),
+        (("--pipeline-version", "v 2"), "pipeline_version 'v 2' must be ASCII letters"),
+    ]:
+        one_error_line(run_cli("schedules", "add", "bad", "--every", "1h", *args, *where),
+                       fragment)
+    listed = json.loads(ok(run_cli("schedules", "list", *where, "--json")))
+    assert [row["name"] for row in listed] == ["billing"]

@@ -253,7 +253,8 @@ async def test_handler_answers_are_data_never_code(tmp_path) -> None:
             n=len(cluster.prefix), prefix=cluster.prefix)) == sorted(
             [(f"{cluster.prefix}{name}",) for name in
              ("alembic_version", "canary", "flow_controls", "flow_grants", "items", "leaders",
-              "notifications", "partition_timelines", "partitions", "schedules", "waits")])
+              "notifications", "partition_timelines", "partitions", "processors",
+              "removed_waits", "schedules", "waits")])
         await cluster.db.query(f"DROP TABLE {canary}")
     assert no_tracebacks
     assert not marker.exists()

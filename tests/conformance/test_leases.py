@@ -322,10 +322,10 @@ async def test_the_keeper_says_whether_it_left_free_partitions_untaken(store) ->
 
 
 async def _watcher_at_its_lease_limit(store, partitions: int, config: Any, *,
-                                      cycles: int) -> tuple[Any, asyncio.Task[str]]:
+                                      cycles: int) -> Any:
     """A watcher (whose supervisors never run) holding ``config.max_leases`` of
     ``partitions`` one-item partitions after ``cycles`` lease cycles, with free ones
-    left; and a finished task to pass for a supervisor's end."""
+    left."""
     from watcher import Watcher
 
     for n in range(partitions):
@@ -338,8 +338,7 @@ async def _watcher_at_its_lease_limit(store, partitions: int, config: Any, *,
     for _ in range(cycles):
         await watcher.keeper.run_once()
     assert len(watcher.keeper.leases) == config.max_leases and watcher.keeper.free_left
-    ended: asyncio.Task[str] = asyncio.get_running_loop().create_future()  # type: ignore[assignment]
-    return watcher, ended
+    return watcher
 
 
 async def test_an_ending_calls_a_cycle_only_when_the_room_can_start_work_sooner(store) -> None:
@@ -349,20 +348,20 @@ async def test_an_ending_calls_a_cycle_only_when_the_room_can_start_work_sooner(
     from watcher import WatcherConfig
 
     config = WatcherConfig(owner_id="me", lease_batch=2, max_leases=5, concurrency=2)
-    watcher, ended = await _watcher_at_its_lease_limit(store, 6, config, cycles=3)
+    watcher = await _watcher_at_its_lease_limit(store, 6, config, cycles=3)
     watcher._wake.clear()
-    watcher._supervisor_ended(ended)
+    watcher._room_may_have_opened()
     assert not watcher._wake.is_set(), "5 held for 2 calls at once, no room: wait"
     watcher.keeper.leases.pop("p0"), watcher.keeper.leases.pop("p1")  # two closed
-    watcher._supervisor_ended(ended)
+    watcher._room_may_have_opened()
     assert watcher._wake.is_set(), "3 held for 2 calls, but a lease batch (2) of room"
     watcher._wake.clear()
     watcher.keeper.free_left = False
-    watcher._supervisor_ended(ended)
+    watcher._room_may_have_opened()
     assert not watcher._wake.is_set(), "nothing free was left untaken"
     watcher.keeper.free_left = True
     watcher.keeper.leases.pop("p2")  # 2 held for 2 calls at once
-    watcher._supervisor_ended(ended)
+    watcher._room_may_have_opened()
     assert watcher._wake.is_set()
 
 
@@ -372,13 +371,13 @@ async def test_an_ending_calls_a_cycle_for_the_last_room_a_small_lease_limit_lea
     partition it makes room for, as long as the slots' backlog has room too."""
     from watcher import WatcherConfig
 
-    watcher, ended = await _watcher_at_its_lease_limit(
+    watcher = await _watcher_at_its_lease_limit(
         store, 8, WatcherConfig(owner_id="me", max_leases=5), cycles=1)
     watcher._wake.clear()
-    watcher._supervisor_ended(ended)
+    watcher._room_may_have_opened()
     assert not watcher._wake.is_set(), "at the lease limit: no room"
     watcher.keeper.leases.pop("p0")  # one closed: room for one, less than a lease batch
-    watcher._supervisor_ended(ended)
+    watcher._room_may_have_opened()
     assert watcher._wake.is_set(), "the last room the lease limit leaves"
 
 

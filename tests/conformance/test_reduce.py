@@ -7,6 +7,8 @@ nothing of it is written (progress, result, item answers, spawned items).
 
 from __future__ import annotations
 
+from sqlalchemy import select
+
 from watcher.models import AVAILABLE, COMPLETE, FAILED
 from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionSettings, ReduceState
 from watcher.rules.reduce import ReduceWrite
@@ -59,7 +61,7 @@ async def test_a_step_stores_progress_result_answers_and_spawns_in_one_write(
     writes = tuple(ItemWrite("p", e.id, e.version, AVAILABLE, 1, attempts=0, data=b"folded")
                    for e in entries)
     step = _step(result=b'{"total": 2}', writes=writes,
-                 spawn=(NewItem("summary", b"s", gate=1),))
+                 spawn=(NewItem("summary", b"s", gate=1),), gate=0)
     assert await store.reduce_write("p", lease.version, OWNER, step) == lease.version + 1
     state = await store.reduce_state_read("p")
     assert (state.version, state.pass_, state.page, state.after, state.accumulator,
@@ -68,6 +70,12 @@ async def test_a_step_stores_progress_result_answers_and_spawns_in_one_write(
     items = {item.id: item for item in await store.items_list("p")}
     assert {(items[i].gate, items[i].data) for i in ("i0", "i1")} == {(1, b"folded")}
     assert (items["summary"].gate, items["summary"].parent) == (1, None)
+    # The spawned item is recorded as the reduce's at gate 0 (a rewind to 0 removes it).
+    i = store.tables.items
+    async with store.engine.connect() as conn:
+        recorded = dict((await conn.execute(select(i.c.id, i.c.spawned_by_reduce).where(
+            i.c.partition_id == "p"))).all())
+    assert recorded == {"i0": None, "i1": None, "summary": 0}
 
 
 async def test_a_failed_guard_writes_nothing_of_the_step(store: Store) -> None:

@@ -27,7 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.conftest import MARIADB_URL, require_mariadb
-from tests.support.engine import leased_partition
+from tests.support.engine import leased_partition, spawning_partition
 from tests.support.scenario import drive_every_method
 from watcher.records import ItemWrite, LeaseRow, NewItem
 from watcher.store import Store
@@ -38,6 +38,7 @@ from watcher.store.drivers.mssql.threaded import ThreadedDialect
 from watcher.store.drivers.mysql.driver import MySQLDriver
 from watcher.store.drivers.mysql.engine import ISOLATION_LEVEL as MYSQL_ISOLATION_LEVEL
 from watcher.store.drivers.sql import batch_params
+from watcher.store.operator.rewind import spawned_reads
 from watcher.store.sql.schema import tables_for
 
 OWNER = "me"
@@ -97,6 +98,25 @@ async def test_mariadb_batch_write_finds_each_item_by_its_primary_key(mariadb_st
     assert (by_table[items]["type"], by_table[items]["key"]) == ("eq_ref", "PRIMARY"), plan
     assert (by_table[partitions]["type"], by_table[partitions]["key"]) == (
         "eq_ref", "PRIMARY"), plan
+
+
+@pytest.mark.mariadb
+async def test_mariadb_rewind_reads_spawned_items_through_their_index(mariadb_store) -> None:
+    """A rewind's reads of a partition's spawned items (those items spawned, and those a
+    reduce spawned) are ranges of ix_items_spawned: the partition's thousands of
+    completed items are not read."""
+    store = mariadb_store
+    await spawning_partition(store, "big", 3000, OWNER)
+    for statement in spawned_reads(store.tables, "big", 0):
+        sql = str(statement.compile(dialect=store.engine.dialect,
+                                    compile_kwargs={"literal_binds": True}))
+        async with store.engine.connect() as conn:
+            result = await conn.exec_driver_sql("EXPLAIN " + sql)
+            plan = [dict(row._mapping) for row in result]
+        [row] = plan
+        assert (row["type"], row["key"]) == (
+            "range", f"{store.tables.prefix}ix_items_spawned"), plan
+        assert int(row["rows"]) <= 10, plan
 
 
 @pytest.mark.mariadb

@@ -30,12 +30,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DataError, OperationalError
 
 from tests.conftest import POSTGRES_URL, require_postgres
-from tests.support.engine import wait_until
+from tests.support.engine import spawning_partition, wait_until
 from watcher.records import ItemWrite, NewItem
 from watcher.store import Store
 from watcher.store.db.urls import parse_database_url
 from watcher.store.drivers.postgresql.direct import DirectStatements
 from watcher.store.drivers.sql import batch_params
+from watcher.store.operator.rewind import spawned_reads
 
 pytestmark = pytest.mark.postgres
 
@@ -244,6 +245,22 @@ async def test_backlog_read_reaches_items_through_the_ready_index_only(store) ->
     assert len(scans) >= 2, nodes  # the waiting count and the oldest ready item
     assert {scan.get("Index Name") for scan in scans} == {
         f"{store.tables.prefix}ix_items_ready"}, scans
+
+
+async def test_rewind_reads_spawned_items_through_their_index_only(store) -> None:
+    """A rewind's reads of a partition's spawned items (those items spawned, and those a
+    reduce spawned) go through ix_items_spawned, which holds the spawned items only
+    (a partial index): the partition's thousands of completed items are not read,
+    even on a table filled moments ago, with no statistics yet."""
+    await spawning_partition(store, "big", ITEMS, "me")
+    items = store.tables.items.name
+    for statement in spawned_reads(store.tables, "big", 0):
+        nodes = await _plan(store, statement)
+        assert not [node for node in nodes if node["Node Type"] == "Seq Scan"], nodes
+        used = {node["Index Name"] for node in nodes if "Index Name" in node}
+        assert used == {f"{store.tables.prefix}ix_items_spawned"}, nodes
+        assert not [node for node in nodes
+                    if node.get("Relation Name") == items and "Filter" in node], nodes
 
 
 async def _updates(store: Store) -> tuple[int, int]:

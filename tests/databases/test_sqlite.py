@@ -28,13 +28,14 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from tests.support.engine import leased_partition
+from tests.support.engine import leased_partition, spawning_partition
 from watcher.records import ItemWrite, NewItem
 from watcher.store import Store
 from watcher.store.db.migrate import upgrade
 from watcher.store.drivers.sqlite import checkpoints as sqlite_checkpoints
 from watcher.store.drivers.sqlite import direct as sqlite_direct
 from watcher.store.drivers.sqlite.driver import SQLiteDriver
+from watcher.store.operator.rewind import spawned_reads
 
 OWNER = "me"
 
@@ -474,3 +475,18 @@ async def test_sqlite_reads_free_partitions_in_queue_order_without_sorting_them_
                                            direct.values(statement, {}))]
     assert any("ix_partitions_rank" in step for step in plan), plan
     assert not any("TEMP B-TREE" in step for step in plan), plan
+
+
+async def test_sqlite_rewind_reads_spawned_items_through_their_index(hot_store: Store) -> None:
+    """A rewind's reads of a partition's spawned items (those items spawned, and those a
+    reduce spawned) are ranges of ix_items_spawned, with no statistics: the partition's
+    thousands of completed items are not read."""
+    store = hot_store
+    await spawning_partition(store, "big", 3000, OWNER)
+    for statement in spawned_reads(store.tables, "big", 0):
+        sql = str(statement.compile(dialect=store.engine.dialect,
+                                    compile_kwargs={"literal_binds": True}))
+        async with store.engine.connect() as conn:
+            plan = [row[3] for row in await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql)]
+        assert len(plan) == 1 and "USING INDEX" in plan[0], plan
+        assert f"{store.tables.prefix}ix_items_spawned (partition_id=? AND parent" in plan[0], plan

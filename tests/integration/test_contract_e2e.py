@@ -497,7 +497,7 @@ async def test_a_malformed_answer_is_retried_then_fails_without_stalling_the_par
     # Nothing crashed: the one ERROR is the partition's failure, with its reason.
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and errors[0].startswith(
-        "action=partition_closed partition=p status=failed gate=0 reason=item "
+        "action=partition_closed partition=p pipeline=default status=failed gate=0 reason=item "
         f"failed_items=1 item={BAD} attempts=3 error="), errors
 
 

@@ -543,7 +543,7 @@ async def test_own_lease_taken_again_after_expiry_stays_with_its_supervisor(make
 
 async def test_a_full_lease_batch_is_followed_by_another_cycle_at_once(db_url, table_prefix,
                                                                        make_store) -> None:
-    """20 free partitions, 4 per lease cycle and a 10 s poll: the watcher holds all 20
+    """20 free partitions, 4 per lease cycle and a 30 s poll: the watcher holds all 20
     long before a second poll, because a cycle that took a full batch runs again."""
     client = AsyncClient(db_url, table_prefix)
     hold = asyncio.Event()
@@ -555,13 +555,13 @@ async def test_a_full_lease_batch_is_followed_by_another_cycle_at_once(db_url, t
     for p in range(20):
         await client.create_partition(f"p{p:02}", [NewItem("i", b"")])
     watcher = Watcher(make_store(), process,
-                      config(poll_interval=10.0, lease_duration=40.0, lease_batch=4))
+                      config(poll_interval=30.0, lease_duration=120.0, lease_batch=4))
     try:
         async with running(watcher):
             try:
-                # Within one poll interval (10 s), whatever a loaded machine's cycles
-                # take; a cycle that waited for the next poll would need 40 s.
-                await wait_until(lambda: len(watcher.partitions) == 20, timeout=9,
+                # Within one poll interval (30 s), whatever a loaded machine's cycles
+                # take; a cycle that waited for the next poll would need 30 s more.
+                await wait_until(lambda: len(watcher.partitions) == 20, timeout=25,
                                  message="all 20 leased within one poll interval")
             finally:
                 hold.set()  # let the calls end, so stopping does not wait them out

@@ -188,7 +188,10 @@ async def test_a_poison_item_that_takes_the_service_down_is_bounded(
     handler = Handler(seconds=0.0, poison=frozenset({"i002"}))
     async with serve_app(handler) as url:
         processor = processor_for(url, batch=False)
-        config = WatcherConfig(**FAST, max_retries=1, max_unpaid_retries=2)
+        # A lease far longer than the run: a renewal starved on a loaded machine would
+        # lose a lease, and a call its holder made again would count one more refusal.
+        config = WatcherConfig(**{**FAST, "lease_duration": 30.0}, max_retries=1,
+                               max_unpaid_retries=2)
         try:
             async with running(Watcher(make_store(), processor, config)):
                 infos = [await client.wait(f"p{n}", timeout=60) for n in range(2)]

@@ -132,8 +132,10 @@ async def test_a_result_over_the_servers_packet_fails_only_its_item(tmp_path) ->
             for n in range(3):
                 await client.create_partition(f"other{n}", [NewItem(f"i{k}", b"")
                                                              for k in range(20)])
+            # A lease far longer than the refused write of tens of MB takes on a loaded
+            # machine: one that ran out mid-write would call the item again.
             watcher = Watcher(store, process, WatcherConfig(
-                owner_id="w", max_item_bytes=2 * packet, **FAST))
+                owner_id="w", max_item_bytes=2 * packet, **{**FAST, "lease_duration": 60.0}))
             async with running(watcher):
                 bad = await client.wait("bad", timeout=60)
                 others = [await client.wait(f"other{n}", timeout=60) for n in range(3)]

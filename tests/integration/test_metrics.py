@@ -1,6 +1,6 @@
 """The Prometheus metrics of a real watcher calling a handler served by uvicorn on loopback,
 on real SQLite and PostgreSQL: the calls in flight for per-item, batch and reduce calls,
-and the latency histogram's gate and outcome labels.
+and the latency histogram's gate, outcome and pipeline labels.
 
 The handler holds its calls until the test lets them go, so what is in flight is
 known exactly; every condition is awaited with a deadline.
@@ -124,8 +124,9 @@ async def test_in_flight_counts_the_items_whose_calls_run(db_url, table_prefix, 
         await wait_until(lambda: in_flight(hooks) == 0, timeout=5,
                          message="statefeed_in_flight back at 0")
         counts = scrape(hooks)["statefeed_handler_seconds_count"]
-    assert counts == {frozenset({("gate", "0"), ("outcome", "advanced")}): 10.0,
-                      frozenset({("gate", "1"), ("outcome", "complete")}): 10.0}
+    assert counts == {
+        frozenset({("gate", "0"), ("outcome", "advanced"), ("pipeline", "default")}): 10.0,
+        frozenset({("gate", "1"), ("outcome", "complete"), ("pipeline", "default")}): 10.0}
 
 
 async def test_in_flight_counts_a_reduce_call(db_url, table_prefix, make_store) -> None:
@@ -147,4 +148,5 @@ async def test_in_flight_counts_a_reduce_call(db_url, table_prefix, make_store) 
         await wait_until(lambda: in_flight(hooks) == 0, timeout=5,
                          message="statefeed_in_flight back at 0")
         reduces = scrape(hooks)["statefeed_reduce_calls_total"]
-    assert reduces == {frozenset({("pass", "all"), ("outcome", "applied")}): 1.0}
+    assert reduces == {
+        frozenset({("pass", "all"), ("outcome", "applied"), ("pipeline", "default")}): 1.0}

@@ -97,13 +97,15 @@ def test_postgresql_builds_indexes_on_existing_tables_without_blocking_writes() 
     sql = upgrade_sql("postgresql://nobody@nowhere.invalid/db", "sf_")
     _, later = sql.split("INSERT INTO sf_alembic_version", 1)  # after revision 0001
     plain = re.findall(r"CREATE INDEX (?!CONCURRENTLY)(\w+)", later)
-    # 0009 adds the first with its new column, 0011, 0012 and 0015 the others with their
-    # new (empty) tables.
+    # 0009 adds the first with its new column, 0011, 0012, 0015 and 0020 the others with
+    # their new (empty) tables.
     assert plain == ["sf_ix_partitions_rank", "sf_ix_waits_item", "sf_ix_schedules_due",
-                     "sf_ix_notifications_due", "sf_ix_notifications_partition"], plain
+                     "sf_ix_notifications_due", "sf_ix_notifications_partition",
+                     "sf_ix_removed_waits_at"], plain
     built = re.findall(r"CREATE INDEX CONCURRENTLY (\w+)", later)
     assert {"sf_ix_items_ready_next", "sf_ix_partitions_updated", "sf_ix_partitions_created",
-            "sf_ix_items_id", "sf_ix_partitions_rank_next"} <= set(built), built
+            "sf_ix_items_id", "sf_ix_partitions_rank_next", "sf_ix_items_spawned"
+            } <= set(built), built
 
 
 def _cut_short(url: str, prefix: str, back_to: str, *statements: str) -> None:
@@ -147,7 +149,13 @@ def test_an_upgrade_cut_short_in_an_online_index_build_completes_when_run_again(
         upgrade(POSTGRES_URL, prefix, "0010")
         _cut_short(POSTGRES_URL, prefix, "0009",
                    'ALTER INDEX "{p}ix_partitions_rank" RENAME TO "{p}ix_partitions_rank_next"')
+        # 0018 cut short in its index build, its column committed
+        upgrade(POSTGRES_URL, prefix, "0018_reduce_spawns")
+        _cut_short(POSTGRES_URL, prefix, "0017_schedule_settings",
+                   'DROP INDEX "{p}ix_items_spawned"')
         upgrade(POSTGRES_URL, prefix)
+        assert _indexes(POSTGRES_URL, f"{prefix}items")[f"{prefix}ix_items_spawned"] == [
+            "partition_id", "parent", "spawned_by_reduce"]
         partitions = _indexes(POSTGRES_URL, f"{prefix}partitions")
         assert partitions[f"{prefix}ix_partitions_rank"] == ["status", "rank_at", "id"]
         assert partitions[f"{prefix}ix_partitions_updated"] == ["status", "updated_at"]
@@ -235,3 +243,47 @@ def test_timelines_move_to_their_own_table_and_back(db_url) -> None:
     finally:
         engine.dispose()
         downgrade(db_url, prefix)
+
+
+def test_reduce_spawns_add_a_column_left_null_on_existing_items_and_an_index(db_url) -> None:
+    """Revision 0018 adds ``items.spawned_by_reduce`` (NULL on every item written before:
+    an item a reduce spawned then is not told from a client's) and ``ix_items_spawned``;
+    its downgrade drops both and keeps the rows."""
+    prefix = f"rs{uuid.uuid4().hex[:8]}_"
+    upgrade(db_url, prefix, "0017_schedule_settings")
+    engine = create_engine(parse_database_url(db_url).sync_url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                f"INSERT INTO {prefix}partitions (id, version, gate, status, owner, until, "
+                "created_at, updated_at) VALUES ('p', 1, 0, 'complete', '', "
+                "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)")
+            for item_id, parent in (("client", "NULL"), ("child", "'client'")):
+                conn.exec_driver_sql(
+                    f"INSERT INTO {prefix}items (partition_id, id, version, gate, status, "
+                    "data, attempts, retry_at, created_at, updated_at, parent) VALUES "
+                    f"('p', '{item_id}', 1, 0, 'complete', {_empty_bytes(db_url)}, 0, "
+                    f"CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, {parent})")
+        upgrade(db_url, prefix)
+        assert _indexes(db_url, f"{prefix}items")[f"{prefix}ix_items_spawned"] == [
+            "partition_id", "parent", "spawned_by_reduce"]
+        with engine.begin() as conn:
+            rows = conn.exec_driver_sql(
+                f"SELECT id, parent, spawned_by_reduce FROM {prefix}items ORDER BY id").all()
+        assert [tuple(row) for row in rows] == [("child", "client", None),
+                                                ("client", None, None)]
+        downgrade(db_url, prefix, "0017_schedule_settings")
+        assert f"{prefix}ix_items_spawned" not in _indexes(db_url, f"{prefix}items")
+        with engine.begin() as conn:
+            rows = conn.exec_driver_sql(f"SELECT id FROM {prefix}items ORDER BY id").all()
+        assert [row[0] for row in rows] == ["child", "client"]
+    finally:
+        engine.dispose()
+        downgrade(db_url, prefix)
+
+
+def _empty_bytes(db_url: str) -> str:
+    """An empty binary literal in ``db_url``'s SQL."""
+    if db_url.startswith("postgresql"):
+        return "''::bytea"
+    return "0x" if db_url.startswith("mssql") else "X''"

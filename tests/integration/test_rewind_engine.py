@@ -20,7 +20,7 @@ from processor import AsyncClient, NewItem
 from processor.api.server import ApiOptions, api_running
 from processor.http.config import HttpProcessorConfig
 from processor.http.processor import HttpProcessor
-from tests.support.engine import running
+from tests.support.engine import running, serving_watcher
 from tests.support.servers import serve_app
 from watcher import Watcher, WatcherConfig
 from watcher.store.db.urls import parse_database_url
@@ -64,18 +64,11 @@ class Pipeline:
 
 
 @contextlib.asynccontextmanager
-async def pipeline_running(make_store: Callable[..., Any]
-                           ) -> AsyncIterator[Pipeline]:
+async def pipeline_running(make_store: Callable[..., Any]) -> AsyncIterator[Pipeline]:
     pipeline = Pipeline()
-    async with serve_app(pipeline.app) as url:
-        processor = HttpProcessor(HttpProcessorConfig(handler_url=f"{url}/"))
-        watcher = Watcher(make_store(), processor,
-                          WatcherConfig(owner_id="w1", max_retries=0, **FAST))
-        try:
-            async with running(watcher):
-                yield pipeline
-        finally:
-            await processor.aclose()
+    async with serving_watcher(pipeline.app, make_store(),
+                               WatcherConfig(owner_id="w1", max_retries=0, **FAST)):
+        yield pipeline
 
 
 async def create(client: AsyncClient, partition_id: str) -> None:

@@ -147,7 +147,8 @@ async def test_library_mode_links_every_call_and_the_reduce_to_the_creators_trac
     (reduced,) = traces.spans("statefeed.reduce")
     assert_linked(reduced, created)
     assert dict(reduced.attributes or {}) == {
-        "statefeed.partition": "p", "statefeed.gate": 1, "statefeed.attempt": 1,
+        "statefeed.partition": "p", "statefeed.pipeline": "default", "statefeed.gate": 1,
+        "statefeed.attempt": 1,
         "statefeed.reduce.pass": "all", "statefeed.reduce.page": 0, "statefeed.items": ITEMS,
         "statefeed.outcome": "answered"}
 

@@ -71,8 +71,11 @@ async def test_a_reduce_answer_the_database_refuses_fails_the_partition_once(
         return ReduceResult(items={"b": EngineResult(done=True, data=huge)})
 
     caplog.set_level(logging.INFO)
+    # A lease far longer than the refused write of tens of MB takes on a loaded machine:
+    # one that ran out mid-write would call the reducer again, under a new lease.
     watcher = Watcher(store, to_reduce_gate, WatcherConfig(
-        owner_id="w", max_item_bytes=2 * packet, **FAST), reduce=reduce)
+        owner_id="w", max_item_bytes=2 * packet, **{**FAST, "lease_duration": 60.0}),
+        reduce=reduce)
     async with AsyncClient(db_url, table_prefix) as client:
         await client.create_partition("p", [NewItem("a", b"1"), NewItem("b", b"2")],
                                       reduce_gates=[1])

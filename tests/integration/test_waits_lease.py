@@ -1,21 +1,25 @@
 """Parked partitions on every live database: a partition whose open items all wait lets
 its lease go (no slot, no poll) until a completion or a deadline brings it back; races
 of a completion with a timeout, a retry and a delete apply one of them, never both; the
-waits of removed items go with them."""
+waits of removed items go with them, and their tokens answer "already completed" for
+30 days."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from processor import AsyncClient, NewItem
 from tests.integration.test_waits import Parker, config
 from tests.support.engine import running, wait_until
 from watcher import Result, Watcher
-from watcher.errors import AlreadyCompletedError, WaitNotFoundError
+from watcher.errors import AlreadyCompletedError, PartitionNotFoundError, WaitNotFoundError
 from watcher.protocol import RetryableError
+from watcher.reports import PurgeReport
+from watcher.retention import purge
 
 # A poll of 0.05 s: a wait of minutes is far more than a poll away, so the lease goes.
 BOUND = 10.0
@@ -122,8 +126,34 @@ async def test_a_completion_after_a_retry_or_a_delete_is_refused(
     await client.delete_partition("p")
     assert await _waits(store, "p") == 0, "the partition's waits went with it"
     for token in (first, parker.token("a"), parker.token("b")):
-        with pytest.raises(WaitNotFoundError):
+        with pytest.raises(AlreadyCompletedError, match="the item was deleted"):
             await store.wait_complete(token, Result(done=True))
+        with pytest.raises(AlreadyCompletedError):
+            await store.wait_heartbeat(token, 60.0)
+    with pytest.raises(PartitionNotFoundError):  # a late completion wrote nothing
+        await client.partition("p")
+    await client.close()
+
+
+async def test_the_tokens_of_deleted_waits_are_forgotten_by_a_purge_after_thirty_days(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    parker = Parker(timeout=600.0)
+    await client.create_partition("p", [NewItem("a", b"1")])
+    store = make_store()
+    async with running(Watcher(make_store(), parker, config())):
+        await wait_until(lambda: _waiting(client, 1), message="parked")
+    await client.delete_partition("p", force=True)
+    assert await purge(store, older_than=0, statuses=("complete",)) == PurgeReport()
+    with pytest.raises(AlreadyCompletedError):  # kept: younger than 30 days
+        await store.wait_complete(parker.token("a"), Result(done=True))
+    removed = store.tables.removed_waits
+    async with store.engine.begin() as conn:  # the delete as if 31 days ago
+        await conn.execute(update(removed).values(
+            removed_at=datetime.now(UTC).replace(tzinfo=None) - timedelta(days=31)))
+    await purge(store, older_than=0, statuses=("complete",))
+    with pytest.raises(WaitNotFoundError):
+        await store.wait_complete(parker.token("a"), Result(done=True))
     await client.close()
 
 
@@ -166,7 +196,7 @@ async def test_item_retention_deletes_the_waits_of_the_items_it_removes(
 
         await wait_until(purged, message="the complete item removed by retention")
         assert await _waits(store, "p") == 1, "only the waiting item's wait is left"
-        with pytest.raises(WaitNotFoundError):
+        with pytest.raises(AlreadyCompletedError, match="the item was deleted"):
             await store.wait_complete(used, Result(done=True))
         await store.wait_complete(parker.token("b"), Result(done=True))
         info = await client.wait("p", timeout=30)

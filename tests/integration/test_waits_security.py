@@ -151,7 +151,13 @@ async def test_no_completion_token_leaks_anywhere(
             assert token not in text
 
 
-async def test_the_completion_routes_are_bounded_per_address(db_url, table_prefix) -> None:
+async def test_the_completion_routes_are_bounded_per_address(
+        db_url, table_prefix, monkeypatch: pytest.MonkeyPatch) -> None:
+    from processor.api import completions
+
+    # Each guess is unknown: without this, each would be looked up again for 2 s (the
+    # grace an early completion gets, tested in test_waits_early.py).
+    monkeypatch.setattr(completions, "NOT_YET_GRACE", 0.0)
     options = ApiOptions(parse_database_url(db_url), table_prefix, port=0,
                          limits=Limits(completions_per_minute=3))
     async with api_running(options) as api_url, \

@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from watcher import Watcher
-from watcher.records import LeaseRow, NewItem, PartitionSettings
+from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionSettings
+from watcher.rules.reduce import ReduceWrite
 from watcher.store import Store
 
 
@@ -98,3 +99,39 @@ async def create_one_item_partitions(store: Store, ids: Sequence[str],
             await store._partition_insert(conn, partition_id, 0, settings)
             await store._items_insert(conn, partition_id, items)
             await store._notify(conn, partition_id)
+
+
+async def spawning_partition(store: Store, partition_id: str, count: int, owner: str
+                             ) -> None:
+    """A partition of ``count`` items (``i0``...) leased to ``owner``, as a rewind finds it
+    after a long run: every item complete at gate 1 but the first three, which each
+    spawned a child at gate 1, and a reduce at gate 0 that spawned one item (the
+    statements' plans must not read the completed items to find the spawned ones)."""
+    versions = await leased_partition(store, partition_id, count, owner)
+    spawning = sorted(versions)[:3]
+    assert all(await store.items_apply([
+        ItemWrite(partition_id, item_id, version, "available" if item_id in spawning
+                  else "complete", 1, 0,
+                  spawn=(NewItem(f"{item_id}.c", b"", 1),) if item_id in spawning else ())
+        for item_id, version in versions.items()], owner))
+    state = await store.reduce_state_read(partition_id)
+    assert state is not None
+    assert await store.reduce_write(partition_id, state.version, owner, ReduceWrite(
+        None, 0, None, None, None, (), (NewItem("summary", b"", 1),), gate=0)) is not None
+
+
+@contextlib.asynccontextmanager
+async def serving_watcher(app: Any, store: Store, config: Any) -> AsyncIterator[None]:
+    """Serve the handler ``app`` under uvicorn on loopback and run a watcher over
+    ``store`` (with ``config``) that calls it over HTTP, for the block."""
+    from processor.http.config import HttpProcessorConfig
+    from processor.http.processor import HttpProcessor
+    from tests.support.servers import serve_app
+
+    async with serve_app(app) as url:
+        processor = HttpProcessor(HttpProcessorConfig(handler_url=f"{url}/"))
+        try:
+            async with running(Watcher(store, processor, config)):
+                yield
+        finally:
+            await processor.aclose()

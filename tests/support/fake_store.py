@@ -51,6 +51,9 @@ class Asked:
     pings: int = 0
     grant_releases: list[str] = field(default_factory=list)
     hand_overs: list[dict[str, Progress]] = field(default_factory=list)
+    # Each write of this processor's row: what it serves (None: everything); then unregisters.
+    registrations: list[Any] = field(default_factory=list)
+    unregistrations: list[str] = field(default_factory=list)
 
 
 class FakeStore(Store):
@@ -135,6 +138,17 @@ class FakeStore(Store):
         self.asked.takes.append(list(rows))
         await asyncio.sleep(self.take_delay)
         return list(rows)
+
+    # -- the processors' rows -------------------------------------------------------
+
+    async def processors_register(self, owner: str, serves: Any, duration: float) -> None:
+        """Record what ``owner`` serves."""
+        self.asked.registrations.append(serves)
+
+    async def processors_unregister(self, owner: str) -> bool:
+        """Record the unregistration; answers whether one was registered."""
+        self.asked.unregistrations.append(owner)
+        return bool(self.asked.registrations)
 
     # -- flow control -------------------------------------------------------------
 

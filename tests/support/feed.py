@@ -1,10 +1,12 @@
 """A partition to follow live: a handler holding each gate until the test opens it, the
-ingest API on a feed hub, and a watcher running the partition (the feed's tests)."""
+ingest API on a feed hub, and a watcher running the partition (the feed's tests); and
+the same gates in library mode (a watcher calling Python functions, no HTTP)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import unquote
@@ -17,6 +19,8 @@ from processor.http.processor import HttpProcessor
 from tests.support.engine import running
 from tests.support.servers import answered_probe, read_body, send_json, serve_app
 from watcher import Watcher, WatcherConfig
+from watcher.protocol import ReduceCall, ReduceResult, Result, WorkItem
+from watcher.store import Store
 from watcher.store.db.urls import parse_database_url
 
 LAST_GATE = 2
@@ -69,3 +73,44 @@ async def system(db_url: str, table_prefix: str, hub: FeedHub, **options: Any
                         handler.open(gate)
         finally:
             await http.aclose()
+
+
+class LibraryGates:
+    """The gates in library mode: an item moves from gate g to g + 1 once the test opens
+    g; :data:`LAST_GATE` is a reduce gate whose one call, once opened, completes every
+    item with the partition's result ``{"items": n}``."""
+
+    def __init__(self) -> None:
+        self.gates = {gate: asyncio.Event() for gate in range(LAST_GATE + 1)}
+
+    def open(self, gate: int) -> None:
+        self.gates[gate].set()
+
+    async def process(self, item: WorkItem) -> Result:
+        await self.gates[item.gate].wait()
+        return Result(gate=item.gate + 1)
+
+    async def reduce(self, call: ReduceCall) -> ReduceResult:
+        await self.gates[call.gate].wait()
+        return ReduceResult(result=json.dumps({"items": len(call.items)},
+                                             separators=(",", ":")).encode())
+
+
+@contextlib.asynccontextmanager
+async def library_watcher(db_url: str, table_prefix: str) -> AsyncIterator[LibraryGates]:
+    """A watcher in library mode on :class:`LibraryGates`, running for the block (create
+    partitions with ``reduce_gates=(LAST_GATE,)``)."""
+    gates = LibraryGates()
+    store = Store.open(db_url, table_prefix)
+    watcher = Watcher(store, gates.process, WatcherConfig(
+        owner_id="feed-lib", concurrency=8, poll_interval=0.05, lease_duration=5),
+        reduce=gates.reduce)
+    try:
+        async with running(watcher):
+            try:
+                yield gates
+            finally:
+                for gate in gates.gates:  # calls held would hold the watcher's stop
+                    gates.open(gate)
+    finally:
+        await store.close()

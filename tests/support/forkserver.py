@@ -1,8 +1,9 @@
 """A fork server for one-shot runs of the ``processor`` command in tests.
 
-Starting ``processor`` costs about a second of imports (SQLAlchemy, SQLModel, the
-models, Typer) before the command does anything, and the acceptance layer runs it
-well over a thousand times. This server imports the command once; each run is then a
+Starting ``processor`` costs two to three seconds of imports (SQLAlchemy, SQLModel,
+the models, Typer, Rich) before the command does anything, and the acceptance layer
+runs it well over a thousand times. This server imports the command, and every module
+it may import, once; each run is then a
 child forked from it: a separate process with the test's own stdin, stdout and stderr
 (passed over a Unix socket), environment, working directory and arguments, whose exit
 code (or the signal that killed it) comes back as ``subprocess`` reports it. Only the
@@ -73,14 +74,44 @@ def _run_child(main: Callable[[], object], request: dict[str, object], fds: list
         os._exit(code if isinstance(code, int) else 1)
 
 
+# Not imported ahead: migration scripts (Alembic runs them), and ``__main__`` modules.
+NOT_AHEAD = ("watcher.migrations", ".__main__")
+
+
+def import_ahead() -> None:
+    """Import every module of the three packages, and so the libraries they use
+    (SQLAlchemy, the drivers, Rich, httpx, Starlette): the commands import them inside
+    their functions, to keep ``processor --help`` light, and each forked run would
+    otherwise pay for them again (about two seconds of the three a ``processor status``
+    takes). A module that cannot be imported here (an extra not installed) is left to
+    the run, which reports it as it would."""
+    import importlib
+    import pkgutil
+
+    for package_name in ("watcher", "processor", "handlers"):
+        package = importlib.import_module(package_name)
+        for module in pkgutil.walk_packages(package.__path__, f"{package_name}."):
+            if any(part in module.name for part in NOT_AHEAD):
+                continue
+            try:
+                importlib.import_module(module.name)
+            except Exception:  # an optional extra not installed: the run reports it
+                continue
+
+
 def serve(path: str) -> None:
     """Listen on the Unix socket ``path`` until the parent (the test worker) is gone."""
     from processor.cli import main  # the imports this server exists to pay once
 
+    import_ahead()
+
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    # The client waits for ``path`` to exist: bind beside it, listen, then rename, so that
+    # the path never names a socket that refuses connections (bound, not yet listening).
+    listener.bind(path + ".bound")
     listener.listen(64)
+    os.rename(path + ".bound", path)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
     children: dict[int, socket.socket] = {}

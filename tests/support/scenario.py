@@ -143,12 +143,14 @@ async def drive_every_method(store: Store) -> None:
     await store.items_purge_finished("p7", older_than=0.001, batch=10, after="g")
     await store.partition_create("p9", [NewItem("r", b"")], PartitionSettings(frozenset({0})))
     await store.items_purge_finished("p9", older_than=0.001, batch=10)
+    await store.removed_waits_purge(batch=10)
     await _drive_item_lookups(store)
     await _drive_flow(store)
     await _drive_schedules(store)
     await _drive_waits(store)
     await _drive_rewind(store)
     await _drive_pipelines(store)
+    await _drive_processors(store)
 
 
 async def _drive_pipelines(store: Store) -> None:
@@ -175,6 +177,21 @@ async def _drive_pipelines(store: Store) -> None:
     counts = {(count.pipeline, count.version): count.open
               for count in await store.pipelines_count() if count.pipeline == "ocr"}
     assert counts == {("ocr", "v1"): 1, ("ocr", "v3"): 1}
+
+
+async def _drive_processors(store: Store) -> None:
+    """The processors' rows (made, rewritten, deleted; one serving everything) and the
+    open partitions' places."""
+    await store.processors_register("w8", (ServedRoute("ocr", None, True, frozenset({0})),), 30)
+    await store.processors_register("w8", (ServedRoute("ocr", "v3", False, None),), 30)
+    await store.processors_register("w9", None, 30)
+    assert [(row.owner, row.serves) for row in await store.processors_live()] == [
+        ("w8", (ServedRoute("ocr", "v3", False, None),)), ("w9", None)]
+    assert await store.processors_unregister("w9") is True
+    assert await store.processors_unregister("w9") is False
+    places = {(place.pipeline, place.version, place.gate): place.partitions
+              for place in await store.partitions_open_places() if place.pipeline == "ocr"}
+    assert places == {("ocr", "v1", 0): 1, ("ocr", "v3", 0): 1}
 
 
 async def _drive_rewind(store: Store) -> None:

@@ -127,7 +127,7 @@ def test_the_sdk_sends_snooze_and_refuses_it_with_done_or_gate() -> None:
 def test_a_processor_caps_snoozes_at_its_shortest_retention_period() -> None:
     from types import SimpleNamespace
 
-    from processor.cli.serve import snooze_cap
+    from watcher.retention import snooze_cap
 
     assert snooze_cap(None) == MAX_SNOOZE_SECONDS
     assert snooze_cap(SimpleNamespace(older_than=3600.0, items_older_than=None)) == 3600.0

@@ -12,9 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from processor.notify.metrics import NotifyMetrics
 from processor.observe.metrics import PrometheusHooks
+from processor.observe.metrics_pipelines import MAX_PIPELINE_LABELS
 from watcher.hooks import Hooks, SafeHooks
 from watcher.models import MAX_GATE
-from watcher.reports import Backlog
+from watcher.reports import Backlog, PlaceCount
 
 METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "metrics.md"
 
@@ -50,13 +51,19 @@ def test_prometheus_hooks_count_each_outcome_apart() -> None:
     for outcome in ("complete", "complete", "retry", "complete"):
         hooks.item_outcome("p", "i", 0, outcome, 0.002)
     hooks.item_outcome("p", "i", 1, "advanced", 0.2)
+    hooks.item_outcome("q", "i", 0, "complete", 0.002, pipeline="invoices")
     text = hooks.render().decode()
-    assert 'statefeed_items_total{outcome="complete"} 3.0' in text
-    assert 'statefeed_items_total{outcome="retry"} 1.0' in text
-    assert 'statefeed_handler_seconds_count{gate="0",outcome="complete"} 3.0' in text
-    assert 'statefeed_handler_seconds_count{gate="0",outcome="retry"} 1.0' in text
-    assert 'statefeed_handler_seconds_bucket{gate="1",le="0.1",outcome="advanced"} 0.0' in text
-    assert 'statefeed_handler_seconds_bucket{gate="1",le="0.25",outcome="advanced"} 1.0' in text
+    assert 'statefeed_items_total{outcome="complete",pipeline="default"} 3.0' in text
+    assert 'statefeed_items_total{outcome="retry",pipeline="default"} 1.0' in text
+    assert 'statefeed_items_total{outcome="complete",pipeline="invoices"} 1.0' in text
+    assert ('statefeed_handler_seconds_count{gate="0",outcome="complete",pipeline="default"} '
+            '3.0') in text
+    assert ('statefeed_handler_seconds_count{gate="0",outcome="retry",pipeline="default"} '
+            '1.0') in text
+    assert ('statefeed_handler_seconds_bucket{gate="1",le="0.1",outcome="advanced",'
+            'pipeline="default"} 0.0') in text
+    assert ('statefeed_handler_seconds_bucket{gate="1",le="0.25",outcome="advanced",'
+            'pipeline="default"} 1.0') in text
 
 
 def test_latency_labels_stay_within_the_cardinality_rule() -> None:
@@ -70,7 +77,8 @@ def test_latency_labels_stay_within_the_cardinality_rule() -> None:
     gates = {dict(labels)["gate"] for labels in counts}
     assert gates == {str(gate) for gate in range(16)} | {"16+"}
     assert {dict(labels)["outcome"] for labels in counts} == {"complete", "failed", "other"}
-    assert counts[(("gate", "16+"), ("outcome", "complete"))] == 4 + 2  # 16-19, 1000, max
+    assert counts[(("gate", "16+"), ("outcome", "complete"),
+                   ("pipeline", "default"))] == 4 + 2  # 16-19, 1000, max
     assert len(counts) == 17 * 3
     for values in samples(hooks).values():
         for labels in values:
@@ -80,15 +88,16 @@ def test_latency_labels_stay_within_the_cardinality_rule() -> None:
 
 def test_reduce_calls_are_labelled_pass_and_outcome() -> None:
     hooks = PrometheusHooks()
-    hooks.reduce_outcome("p", 1, "fold", "applied", 0.01)
-    hooks.reduce_outcome("p", 1, "fold", "applied", 0.01)
+    hooks.reduce_outcome("p", 1, "fold", "applied", 0.01, pipeline="ranks")
+    hooks.reduce_outcome("p", 1, "fold", "applied", 0.01, pipeline="ranks")
     hooks.reduce_outcome("p", 1, "apply", "retry", 0.3)
     found = samples(hooks)
     assert found["statefeed_reduce_calls_total"] == {
-        (("outcome", "applied"), ("pass", "fold")): 2.0,
-        (("outcome", "retry"), ("pass", "apply")): 1.0}
-    assert found["statefeed_reduce_seconds_count"] == {(("pass", "fold"),): 2.0,
-                                                       (("pass", "apply"),): 1.0}
+        (("outcome", "applied"), ("pass", "fold"), ("pipeline", "ranks")): 2.0,
+        (("outcome", "retry"), ("pass", "apply"), ("pipeline", "default")): 1.0}
+    assert found["statefeed_reduce_seconds_count"] == {
+        (("pass", "fold"), ("pipeline", "ranks")): 2.0,
+        (("pass", "apply"), ("pipeline", "default")): 1.0}
     assert "pass_" not in hooks.render().decode()
 
 
@@ -131,6 +140,8 @@ def test_every_metric_is_documented_with_its_labels() -> None:
     hooks.reduce_outcome("p", 1, "all", "applied", 0.1)
     hooks.lease_acquired("p", stolen_from=None)
     hooks.partition_closed("p", "complete")
+    hooks.gate_advanced("p", 0, 1)
+    hooks.places(([PlaceCount("ocr", None, 0, 2)], [PlaceCount("ocr", None, 0, 2)]))
     hooks.key_grant("acme", 1, 2, 4)
     hooks.flow_controls([])
     # The notifications' delivery loop registers its own on the same registry.
@@ -147,3 +158,56 @@ def test_every_metric_is_documented_with_its_labels() -> None:
     assert set(rows) == set(labels)
     for name, names in labels.items():
         assert all(f"`{label}`" in rows[name] for label in names), (name, names, rows[name])
+
+
+class Older(Hooks):
+    """Hooks written before the progress hooks took ``pipeline``."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[object, ...]] = []
+
+    def item_outcome(self, partition_id, item_id, gate, outcome, seconds) -> None:
+        self.seen.append((partition_id, outcome))
+
+    def partition_closed(self, partition_id: str, status: str) -> None:
+        self.seen.append((partition_id, status))
+
+    def gate_advanced(self, partition_id, from_gate, to_gate, **more) -> None:
+        self.seen.append((partition_id, to_gate, more))
+
+
+def test_an_override_without_pipeline_is_still_called_without_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    older = Older()
+    hooks = SafeHooks(older)
+    with caplog.at_level(logging.ERROR, logger="watcher.hooks"):
+        hooks.item_outcome("p", "i", 0, "complete", 0.1, pipeline="invoices")
+        hooks.partition_closed("p", "complete", pipeline="invoices")
+        hooks.gate_advanced("p", 0, 1, pipeline="invoices")  # **kwargs: given it
+    assert older.seen == [("p", "complete"), ("p", "complete"),
+                          ("p", 1, {"pipeline": "invoices"})]
+    assert caplog.records == []
+
+
+def test_pipelines_past_the_first_twenty_share_one_label() -> None:
+    hooks = PrometheusHooks()
+    for n in range(MAX_PIPELINE_LABELS + 5):
+        hooks.partition_closed(f"p{n}", "complete", pipeline=f"pipe{n}")
+    hooks.partition_closed("again", "complete", pipeline="pipe0")  # keeps its own label
+    closed = samples(hooks)["statefeed_partitions_closed_total"]
+    assert len(closed) == MAX_PIPELINE_LABELS + 1
+    assert closed[(("pipeline", "other"), ("status", "complete"))] == 5
+    assert closed[(("pipeline", "pipe0"), ("status", "complete"))] == 2
+
+
+def test_the_unserved_gauge_has_a_series_per_pipeline_with_open_partitions() -> None:
+    hooks = PrometheusHooks()
+    assert "statefeed_partitions_unserved" not in samples(hooks)  # unknown before a read
+    ocr, ranks = PlaceCount("ocr", None, 0, 3), PlaceCount("ranks", "v2", 1, 2)
+    hooks.places(([ocr, ranks, PlaceCount("ocr", None, 1, 4)], [ocr, ranks]))
+    assert samples(hooks)["statefeed_partitions_unserved"] == {
+        (("pipeline", "ocr"),): 3.0, (("pipeline", "ranks"),): 2.0}
+    hooks.places(([PlaceCount("ocr", None, 1, 4)], []))  # ranks has no open partition left
+    assert samples(hooks)["statefeed_partitions_unserved"] == {(("pipeline", "ocr"),): 0.0}
+    hooks.places(([], []))
+    assert "statefeed_partitions_unserved" not in samples(hooks)

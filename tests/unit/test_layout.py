@@ -20,7 +20,8 @@ ALLOWED = {"handlers": set(), "watcher": set(), "processor": {"watcher", "handle
 # below it (and from the package's shared top-level modules).
 FOLDER_ORDER = {
     "watcher": ["rules", "schedules", "store", "flow", "leasing", "dispatch"],
-    "processor": ["wire", "observe", "notify", "client", "http", "console", "api", "cli"],
+    "processor": ["wire", "observe", "notify", "feed", "client", "http", "console", "api",
+                  "cli"],
     "handlers": ["wire"],
 }
 MAX_MODULES_PER_FOLDER = 15

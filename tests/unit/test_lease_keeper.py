@@ -15,8 +15,8 @@ from sqlalchemy.exc import OperationalError
 from tests.support.fake_store import FakeStore
 from watcher.config import WatcherConfig
 from watcher.hooks import CountingHooks
-from watcher.leasing.keeper import LeaseKeeper, handed_over_progress
-from watcher.leasing.lease import Lease
+from watcher.leasing.keeper import LeaseKeeper
+from watcher.leasing.lease import Lease, handed_over_progress
 from watcher.records import LeaseRenewal, LeaseRow
 from watcher.rules.timeline import Progress
 
@@ -79,17 +79,17 @@ async def test_a_lost_lease_hands_over_its_unwritten_items_until_the_write_succe
     store = FakeStore(renewal=LeaseRenewal({}),
                       hand_over_failures=[OperationalError("UPDATE", {}, Exception("gone"))])
     keeper, _ = _keeper(store, stolen, idle)
-    with caplog.at_level(logging.WARNING, logger="watcher.leasing.keeper"):
+    with caplog.at_level(logging.WARNING, logger="watcher.leasing.lost"):
         # Both found lost; the hand-over's write fails, and the renewal goes on.
         assert await keeper.renew() == (0, ["stolen", "idle"])
     assert "action=timeline_hand_over_failed owner=me partitions=1" in caplog.text
     assert stolen.lost and idle.lost and keeper.leases == {}
-    assert await keeper.hand_over_lost() == 1  # kept, and written at the next try
+    assert await keeper.lost_progress.hand_over() == 1  # kept, and written at the next try
     first, second = store.asked.hand_overs
     assert first.keys() == second.keys() == {"stolen"}, "a lease with nothing done is not"
     assert (second["stolen"].gate, second["stolen"].items) == (2, 7)
     assert second["stolen"].age >= 4
-    assert await keeper.hand_over_lost() == 0 and len(store.asked.hand_overs) == 2
+    assert await keeper.lost_progress.hand_over() == 0 and len(store.asked.hand_overs) == 2
 
 
 async def test_a_renewal_carries_items_done_once_the_first_is_half_a_lease_old() -> None:

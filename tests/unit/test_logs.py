@@ -117,26 +117,28 @@ def test_the_failure_lines(log_format: str, root_logging: None,
     monkeypatch.setattr(sys, "stderr", stream)
     setup_logging("info", log_format)
     setup_logging("info", log_format)  # a second call does not double the lines
-    failures.item_failed("p", "a b", 2, 6, "HTTP 503\nbusy")
-    failures.partition_failed_at_items("p", 2, 3, failures.ItemFailure("a b", 6, "busy"))
-    failures.partition_failed_at_items("p", 2, 3, None)
-    failures.partition_failed_at_reduce("p", 4, 1, "refused")
+    failures.item_failed("p", "a b", 2, 6, "HTTP 503\nbusy", pipeline="invoices")
+    failures.partition_failed_at_items("p", 2, 3, failures.ItemFailure("a b", 6, "busy"),
+                                       pipeline="invoices")
+    failures.partition_failed_at_items("p", 2, 3, None, pipeline="invoices")
+    failures.partition_failed_at_reduce("p", 4, 1, "refused", pipeline="invoices")
     lines = stream.getvalue().splitlines()
     assert len(lines) == 4
     if log_format == "text":
-        assert (" WARNING watcher.dispatch.failures action=item_failed partition=p item=a b "
-                "gate=2 attempts=6 error=HTTP 503 busy") in lines[0]
+        assert (" WARNING watcher.dispatch.failures action=item_failed partition=p "
+                "pipeline=invoices item=a b gate=2 attempts=6 error=HTTP 503 busy") in lines[0]
         assert " ERROR " in lines[1] and lines[1].endswith(
-            "action=partition_closed partition=p status=failed gate=2 reason=item "
-            "failed_items=3 item=a b attempts=6 error=busy")
+            "action=partition_closed partition=p pipeline=invoices status=failed gate=2 "
+            "reason=item failed_items=3 item=a b attempts=6 error=busy")
         assert "could not be read" in lines[2]
         assert lines[3].endswith("reason=reduce attempts=1 error=refused")
         return
     records = [json.loads(line) for line in lines]
     assert [record["level"] for record in records] == ["WARNING", "ERROR", "ERROR", "ERROR"]
-    assert {key: records[0][key] for key in ("partition", "item", "gate", "attempts",
-                                             "error")} == {
-        "partition": "p", "item": "a b", "gate": 2, "attempts": 6, "error": "HTTP 503 busy"}
+    assert {key: records[0][key] for key in ("partition", "pipeline", "item", "gate",
+                                             "attempts", "error")} == {
+        "partition": "p", "pipeline": "invoices", "item": "a b", "gate": 2, "attempts": 6,
+        "error": "HTTP 503 busy"}
     assert (records[1]["reason"], records[1]["failed_items"], records[1]["item"]) == (
         "item", 3, "a b")
     assert (records[3]["reason"], records[3]["gate"], records[3]["error"]) == (

@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from dataclasses import replace
 from datetime import datetime
 
 import pytest
 
-from processor.notify.events import RESULT_INLINE_BYTES, event_body
+from processor.client.notifications import MAX_SEQ, check_seqs
+from processor.notify.events import RESULT_INLINE_BYTES, event_body, event_row
 from processor.notify.policy import NotifyConfig, backoff_delay, gives_up
 from processor.notify.signing import sign, verify
 from processor.notify.targets import check_notify_url, internal, refusal
@@ -144,3 +146,26 @@ def test_a_deleted_partitions_event_says_what_the_outbox_holds() -> None:
     body = json.loads(event_body(_event("cancelled"), None))
     assert body["status"] == "cancelled" and body["type"] == "partition.cancelled"
     assert body["partition_found"] is False and body["counts"] is None
+
+
+def test_an_events_row_masks_its_url() -> None:
+    event = replace(_event("failed"), target="https://ops:pw@hooks.example.com/h?token=abc&plain")
+    row = event_row(event)
+    assert row["target"] == "https://ops:***@hooks.example.com/h?token=***&plain"
+    assert "pw" not in str(row) and "abc" not in str(row)
+
+
+@pytest.mark.parametrize("seqs", [[], [1], (1, MAX_SEQ), [7, 7]])
+def test_event_numbers_to_send_again(seqs: list[int]) -> None:
+    assert check_seqs(seqs) == list(seqs)
+
+
+@pytest.mark.parametrize(("seqs", "says"), [
+    ("12", "a list of whole numbers, got str"), (12, "got int"), (None, "got NoneType"),
+    ({1: 1}, "got dict"), ([True], "got True"), ([1.0], "got 1.0"), (["1"], "got '1'"),
+    ([0], "got 0"), ([-3], "got -3"), ([MAX_SEQ + 1], f"from 1 to {MAX_SEQ}, got"),
+])
+def test_bad_event_numbers_are_refused(seqs: object, says: str) -> None:
+    with pytest.raises(InvalidInputError, match="notification numbers must be") as caught:
+        check_seqs(seqs)
+    assert says in str(caught.value)

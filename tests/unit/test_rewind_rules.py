@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from watcher.rules.operator.rewind import (
     ItemPlace,
     RewindChoice,
+    chosen_removed,
     named_problem,
     nothing_problem,
     partition_problem,
@@ -49,6 +50,41 @@ def test_children_of_chosen_items_at_the_gate_or_later_go_with_their_descendants
 def test_a_spawn_cycle_ends() -> None:
     loop = [ItemPlace("a", 1, "failed", "b"), ItemPlace("b", 1, "failed", "a")]
     assert removed_items(loop, RewindChoice(0)) == {"a", "b"}
+
+
+# Reduces at gates 1 and 3: the one at 1 spawned s and t, s spawned s.k, the one at 3
+# spawned z; "old" is one a reduce spawned before the reduce was recorded.
+REDUCED = [
+    ItemPlace("a", 1, "complete"),
+    ItemPlace("s", 3, "complete", spawned_by_reduce=1),
+    ItemPlace("t", 3, "complete", spawned_by_reduce=1),
+    ItemPlace("s.k", 3, "complete", "s"),
+    ItemPlace("z", 4, "failed", spawned_by_reduce=3),
+    ItemPlace("old", 4, "complete"),
+]
+
+
+def test_what_a_reduce_that_runs_again_spawned_goes_with_its_descendants() -> None:
+    assert removed_items(REDUCED, RewindChoice(1), [1, 3]) == {"s", "t", "s.k", "z"}
+    assert removed_items(REDUCED, RewindChoice(2), [3]) == {"z", "s.k"}
+    assert removed_items(REDUCED, RewindChoice(4), []) == set()
+    # Whatever the choice: the reduce runs again all the same.
+    assert removed_items(REDUCED, RewindChoice(1, failed_only=True), [1, 3]) == {
+        "s", "t", "s.k", "z"}
+    assert removed_items(REDUCED, RewindChoice(3, named=frozenset({"a"})), [3]) == {"z"}
+    # Without the reduces that run again, only what chosen items spawned.
+    assert removed_items(REDUCED, RewindChoice(1)) == {"s.k"}
+
+
+def test_chosen_items_that_are_removed_are_told_apart() -> None:
+    removed = removed_items(REDUCED, RewindChoice(3, failed_only=True), [3])
+    assert chosen_removed(REDUCED, removed, RewindChoice(3, failed_only=True)) == ["z"]
+    named = RewindChoice(1, named=frozenset({"s", "a"}))
+    assert chosen_removed(REDUCED, removed_items(REDUCED, named, [1, 3]), named) == ["s"]
+    assert chosen_removed(REDUCED, removed_items(REDUCED, RewindChoice(4), []),
+                          RewindChoice(4)) == []
+    assert chosen_removed(TREE, removed_items(TREE, RewindChoice(1)), RewindChoice(1)) == [
+        "kid"]
 
 
 def test_refusals_say_what_is_wrong() -> None:

@@ -106,6 +106,7 @@ def test_a_reduce_spawns_at_the_next_gate_by_default() -> None:
     step = reduce_step("p", 1, _reduce_plan(None), ReduceResult(
         spawn=[NewItem("n1", b""), NewItem("n2", b"", gate=4)]), spawn_limits=LIMITS)
     assert step.spawn == (NewItem("n1", b"", 2), NewItem("n2", b"", 4))
+    assert step.gate == 1, "what a reduce spawns is recorded as the reduce's at its gate"
 
 
 @pytest.mark.parametrize(("pass_", "answer", "expected"), [

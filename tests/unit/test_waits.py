@@ -3,6 +3,8 @@ items wait, what a completion writes or refuses, and the token's shape."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 import handlers
@@ -113,7 +115,13 @@ def test_what_a_completion_writes() -> None:
 def test_tokens() -> None:
     tokens = {new_completion_token() for _ in range(100)}
     assert len(tokens) == 100
-    assert all(len(token) == 43 and token_well_formed(token) for token in tokens)
+    assert all(len(token) == 55 and token_well_formed(token) for token in tokens)
+    # Keys follow the time the tokens were made, and older (unprefixed) tokens keep theirs.
+    first, later = new_completion_token(), None
+    while later is None or later[:12] == first[:12]:
+        later = new_completion_token()
+    assert token_hash(first) < token_hash(later) and token_hash(first)[:12] == first[:12]
+    assert token_hash("n" * 43) == hashlib.sha256(b"n" * 43).hexdigest()
     for bad in ("", "short", "has space" * 5, "x" * 129, "é" * 43):
         assert not token_well_formed(bad)
     assert len(token_hash("abc")) == 64

@@ -53,29 +53,33 @@ def one_line(text: str | None) -> str:
 
 
 def item_failed(partition_id: str, item_id: str, gate: int, attempts: int,
-                error: str | None) -> None:
-    """Log that an item failed for good at ``gate``: one WARNING."""
-    log.warning("action=item_failed partition=%s item=%s gate=%d attempts=%d error=%s",
-                partition_id, item_id, gate, attempts, one_line(error))
+                error: str | None, *, pipeline: str) -> None:
+    """Log that an item of a partition of ``pipeline`` failed for good at ``gate``: one
+    WARNING."""
+    log.warning("action=item_failed partition=%s pipeline=%s item=%s gate=%d attempts=%d "
+                "error=%s", partition_id, pipeline, item_id, gate, attempts, one_line(error))
 
 
 def partition_failed_at_items(partition_id: str, gate: int, failed_items: int,
-                              example: ItemFailure | None) -> None:
-    """Log that a partition failed because items at ``gate`` failed: one ERROR naming one
-    of them (``example``, when it could be read) and its error."""
+                              example: ItemFailure | None, *, pipeline: str) -> None:
+    """Log that a partition of ``pipeline`` failed because items at ``gate`` failed: one
+    ERROR naming one of them (``example``, when it could be read) and its error."""
     if example is None:
-        log.error("action=partition_closed partition=%s status=failed gate=%d reason=item "
-                  "failed_items=%d error=%s", partition_id, gate, failed_items,
-                  "(the failed items could not be read: see `processor items "
+        log.error("action=partition_closed partition=%s pipeline=%s status=failed gate=%d "
+                  "reason=item failed_items=%d error=%s", partition_id, pipeline, gate,
+                  failed_items, "(the failed items could not be read: see `processor items "
                   "<partition> --status failed`)")
         return
-    log.error("action=partition_closed partition=%s status=failed gate=%d reason=item "
-              "failed_items=%d item=%s attempts=%d error=%s", partition_id, gate,
-              failed_items, example.item_id, example.attempts, one_line(example.error))
+    log.error("action=partition_closed partition=%s pipeline=%s status=failed gate=%d "
+              "reason=item failed_items=%d item=%s attempts=%d error=%s", partition_id,
+              pipeline, gate, failed_items, example.item_id, example.attempts,
+              one_line(example.error))
 
 
 def partition_failed_at_reduce(partition_id: str, gate: int, attempts: int,
-                               error: str) -> None:
-    """Log that a partition failed because its reduce at ``gate`` failed: one ERROR."""
-    log.error("action=partition_closed partition=%s status=failed gate=%d reason=reduce "
-              "attempts=%d error=%s", partition_id, gate, attempts, one_line(error))
+                               error: str, *, pipeline: str) -> None:
+    """Log that a partition of ``pipeline`` failed because its reduce at ``gate`` failed:
+    one ERROR."""
+    log.error("action=partition_closed partition=%s pipeline=%s status=failed gate=%d "
+              "reason=reduce attempts=%d error=%s", partition_id, pipeline, gate, attempts,
+              one_line(error))

@@ -57,6 +57,7 @@ class GateMover:
         self.keeper = context.keeper
         self.config = context.config
         self.hooks = context.hooks
+        self.pipeline = context.lease.settings.pipeline  # in its hooks and log lines
         self.reducer = reducer
         self._reduce_not_before = 0.0
         self._quorum_looked = float("-inf")  # monotonic time of the last quorum count
@@ -65,6 +66,13 @@ class GateMover:
     def partition_id(self) -> str:
         """The partition it moves."""
         return self.lease.partition_id
+
+    @property
+    def notifies(self) -> bool:
+        """Whether the partition's end writes an event: it names a notify URL, or the
+        processor has a default one."""
+        return (self.lease.settings.notify is not None
+                or self.config.notify_default is not None)
 
     async def confirm_lease(self) -> bool:
         """Re-read the partition after a fenced write: still ours, or lost?"""
@@ -155,7 +163,7 @@ class GateMover:
             version = await self.store.partition_transition(
                 self.partition_id, lease.version, self.keeper.owner, gate=action.gate,
                 status=status, timeline=timeline, last_error=error,
-                notify=lease.settings.notify is not None)
+                notify=self.notifies, notify_default=self.config.notify_default)
             if version is not None and timeline is not None:
                 lease.timeline_written(timeline, progress)
         if version is None:
@@ -167,13 +175,15 @@ class GateMover:
         lease.wrote(version, action.gate)
         if action.move is GateMove.ADVANCE:
             assert action.gate is not None
-            self.hooks.gate_advanced(self.partition_id, from_gate, action.gate)
-            log.info("action=gate_advanced partition=%s from=%d to=%d", self.partition_id,
-                     from_gate, action.gate)
+            self.hooks.gate_advanced(self.partition_id, from_gate, action.gate,
+                                     pipeline=self.pipeline)
+            log.info("action=gate_advanced partition=%s pipeline=%s from=%d to=%d",
+                     self.partition_id, self.pipeline, from_gate, action.gate)
             return Pass(wait=0.0, move=action.move)
         if action.move is GateMove.FAIL:
             self._ended(Status.FAILED.value)
-            partition_failed_at_items(self.partition_id, from_gate, summary.failed, failed)
+            partition_failed_at_items(self.partition_id, from_gate, summary.failed, failed,
+                                      pipeline=self.pipeline)
         else:
             self._ended(Status.COMPLETE.value, from_gate)
         return Pass(wait=None, move=action.move)
@@ -221,8 +231,9 @@ class GateMover:
         complete = await self.store.quorum_settle(self.partition_id, self.lease.gate, k)
         move = decide_quorum(summary, k, complete)
         if move is QuorumMove.UNREACHABLE:
-            log.warning("action=quorum_unreachable partition=%s gate=%d k=%d complete=%d",
-                        self.partition_id, self.lease.gate, k, complete)
+            log.warning("action=quorum_unreachable partition=%s pipeline=%s gate=%d k=%d "
+                        "complete=%d", self.partition_id, self.pipeline, self.lease.gate, k,
+                        complete)
         return summary_under_quorum(summary, move)
 
     async def _park(self, summary: GateSummary) -> bool:
@@ -248,8 +259,9 @@ class GateMover:
             return False
         self.keeper.forget(lease)
         self.hooks.lease_released(self.partition_id)
-        log.info("action=lease_released partition=%s owner=%s reason=waiting waiting=%d",
-                 self.partition_id, self.keeper.owner, summary.waiting)
+        log.info("action=lease_released partition=%s pipeline=%s owner=%s reason=waiting "
+                 "waiting=%d", self.partition_id, self.pipeline, self.keeper.owner,
+                 summary.waiting)
         return True
 
     async def _expire_waits(self) -> None:
@@ -272,8 +284,9 @@ class GateMover:
                      if fails_on_timeout(wait.on_timeout, config.wait_timeout_policy)
                      else RetryableError(message))
             writes.append(write_for_error(self.partition_id, wait.item, error, policy))
-            log.warning("action=wait_timed_out partition=%s item=%s gate=%d timeout=%s",
-                        self.partition_id, wait.item.id, lease.gate, wait.timeout)
+            log.warning("action=wait_timed_out partition=%s pipeline=%s item=%s gate=%d "
+                        "timeout=%s", self.partition_id, self.pipeline, wait.item.id,
+                        lease.gate, wait.timeout)
         if writes:
             await self.store.items_apply(writes, self.keeper.owner)
 
@@ -302,7 +315,7 @@ class GateMover:
             version = await self.store.partition_close_when_done(
                 self.partition_id, lease.version, self.keeper.owner, gate=from_gate,
                 failures_allowed=lease.settings.continue_on_failure, timeline=timeline,
-                notify=lease.settings.notify is not None)
+                notify=self.notifies, notify_default=self.config.notify_default)
             if version is None:
                 lease.close_refused = True
                 return None
@@ -315,10 +328,10 @@ class GateMover:
         """The partition closed with ``status`` (its lease with it); logged here but
         for a failure, whose line names a failed item."""
         self.keeper.forget(self.lease)
-        self.hooks.partition_closed(self.partition_id, status)
+        self.hooks.partition_closed(self.partition_id, status, pipeline=self.pipeline)
         if from_gate is not None:
-            log.info("action=partition_closed partition=%s status=%s gate=%d",
-                     self.partition_id, status, from_gate)
+            log.info("action=partition_closed partition=%s pipeline=%s status=%s gate=%d",
+                     self.partition_id, self.pipeline, status, from_gate)
 
     async def _timeline_after_move(self, now: datetime | None, progress: Progress,
                                    to_gate: int | None) -> str | None:
@@ -349,8 +362,8 @@ class GateMover:
             page = await self.store.items_page(self.partition_id, status=Status.FAILED.value,
                                                gate=gate, limit=1, with_data=False)
         except (SQLAlchemyError, StatefeedError) as error:
-            log.debug("action=failed_item_unread partition=%s error=%s", self.partition_id,
-                      type(error).__name__)
+            log.debug("action=failed_item_unread partition=%s pipeline=%s error=%s",
+                      self.partition_id, self.pipeline, type(error).__name__)
             return None
         return next((ItemFailure(item.id, item.attempts, item.last_error or "")
                      for item in page), None)

@@ -23,9 +23,11 @@ def oversize_error(partition_id: str, item: ReadyItem, limit: int) -> NonRetryab
 
 
 async def fail_unreadable(store: Store, writer: ResultWriter, partition_id: str, gate: int,
-                          limit: int, policy: RetryPolicy, *, limit_rows: int) -> bool:
+                          limit: int, policy: RetryPolicy, *, limit_rows: int,
+                          pipeline: str) -> bool:
     """After a failed read of ready items: fail the items too large to read or dispatch,
-    so that they cannot block their partition's reads. Returns whether any was found.
+    so that they cannot block their partition's reads (its pipeline, ``pipeline``, is in
+    the log lines). Returns whether any was found.
 
     Raises the database's error when the look-up fails.
     """
@@ -34,8 +36,9 @@ async def fail_unreadable(store: Store, writer: ResultWriter, partition_id: str,
         write = write_for_error(partition_id, item, oversize_error(partition_id, item, limit),
                                 policy)
         if await writer.submit(write):
-            item_failed(partition_id, item.id, item.gate, write.attempts, write.last_error)
+            item_failed(partition_id, item.id, item.gate, write.attempts, write.last_error,
+                        pipeline=pipeline)
     if oversize:
-        log.warning("action=items_unreadable partition=%s gate=%d count=%d",
-                    partition_id, gate, len(oversize))
+        log.warning("action=items_unreadable partition=%s pipeline=%s gate=%d count=%d",
+                    partition_id, pipeline, gate, len(oversize))
     return bool(oversize)

@@ -88,7 +88,8 @@ class ReadyReads:
             if (not isinstance(error, DatabaseTimeoutError)
                     and await fail_unreadable(self.store, self.writer, pid, gate,
                                               self.config.max_item_bytes, self.policy,
-                                              limit_rows=MAX_EXCLUDED)):
+                                              limit_rows=MAX_EXCLUDED,
+                                              pipeline=self.lease.settings.pipeline)):
                 return []
             raise
         if self.keeper.expired(self.lease):  # the read outlasted the lease: start nothing

@@ -94,6 +94,7 @@ class GateReducer:
         self.keeper = context.keeper
         self.config = config = context.config
         self.hooks = context.hooks
+        self.pipeline = lease.settings.pipeline  # in its hooks and log lines
         self.limits = PageLimits(config.reduce_page_items, config.reduce_page_bytes)
         self.shape = shape
         # Whether the reducer's shape is still to be checked against this partition
@@ -109,6 +110,13 @@ class GateReducer:
     def partition_id(self) -> str:
         """The partition whose gates this reducer reduces."""
         return self.lease.partition_id
+
+    def _report(self, gate: int, pass_: str, outcome: str, started: float) -> float:
+        """Report a reduce call's ``outcome`` to the hooks; returns its seconds."""
+        seconds = time.monotonic() - started
+        self.hooks.reduce_outcome(self.partition_id, gate, pass_, outcome, seconds,
+                                  pipeline=self.pipeline)
+        return seconds
 
     async def check_shape(self) -> bool:
         """Before any item work: ask the reducer what it takes, and fail the partition at
@@ -150,8 +158,8 @@ class GateReducer:
             "it with handlers.Reduce(fold=..., apply=...), or raise --reduce-page-items to "
             f"{items} or more, then retry the partition (processor retry). No item was "
             "dispatched for it by this processor.")
-        log.warning("action=reduce_shape_mismatch partition=%s items=%d page_items=%d", pid,
-                    items, self.limits.items)
+        log.warning("action=reduce_shape_mismatch partition=%s pipeline=%s items=%d "
+                    "page_items=%d", pid, self.pipeline, items, self.limits.items)
         outcome = await self._failed(1, error, "all", time.monotonic())
         return outcome.kind is ReduceOutcomeKind.FAILED
 
@@ -225,7 +233,7 @@ class GateReducer:
         except asyncio.CancelledError:
             raise
         except LeaseGoneError:
-            self.hooks.reduce_outcome(pid, gate, plan.pass_, "stale", time.monotonic() - started)
+            self._report(gate, plan.pass_, "stale", started)
             return ReduceOutcome(ReduceOutcomeKind.CONFLICT)
         except ReduceSpawnError as bad_spawn:  # as an item's bad spawn: failed at once
             return await self._failed(call.attempt, NonRetryableError(
@@ -246,7 +254,7 @@ class GateReducer:
                     failure, self.unpaid, self.config.max_unpaid_retries), plan.pass_, started)
             self.unpaid += 1  # no attempt counted: made again once the hold ends
             self.on_unavailable(failure.message)
-            self.hooks.reduce_outcome(pid, gate, plan.pass_, "held", time.monotonic() - started)
+            self._report(gate, plan.pass_, "held", started)
             return ReduceOutcome(ReduceOutcomeKind.RETRY, 0.0)
         except Exception as failure:  # the reducer's error, or a bug in it
             return await self._failed(call.attempt, failure, plan.pass_, started)
@@ -272,22 +280,22 @@ class GateReducer:
                 raise
             return await self._failed(call.attempt, self._refused(plan, step, error),
                                       plan.pass_, started)
-        seconds = time.monotonic() - started
         if version is None:  # the lease was lost (or the guard failed): fenced off
-            self.hooks.reduce_outcome(pid, gate, plan.pass_, "stale", seconds)
-            log.debug("action=reduce_stale partition=%s gate=%d", pid, gate)
+            self._report(gate, plan.pass_, "stale", started)
+            log.debug("action=reduce_stale partition=%s pipeline=%s gate=%d", pid,
+                      self.pipeline, gate)
             return ReduceOutcome(ReduceOutcomeKind.CONFLICT)
         lease.wrote(version)
         self.unpaid = 0
-        self.hooks.reduce_outcome(pid, gate, plan.pass_, "applied", seconds)
+        self._report(gate, plan.pass_, "applied", started)
         if step.spawn:
-            self.hooks.items_spawned(pid, len(step.spawn))
+            self.hooks.items_spawned(pid, len(step.spawn), pipeline=self.pipeline)
         if step.pass_ is None:
-            log.info("action=gate_reduced partition=%s gate=%d pages=%d", pid, gate,
-                     plan.page + 1)
+            log.info("action=gate_reduced partition=%s pipeline=%s gate=%d pages=%d", pid,
+                     self.pipeline, gate, plan.page + 1)
         else:
-            log.debug("action=reduce_page partition=%s gate=%d pass=%s page=%d", pid, gate,
-                      plan.pass_, plan.page)
+            log.debug("action=reduce_page partition=%s pipeline=%s gate=%d pass=%s page=%d",
+                      pid, self.pipeline, gate, plan.pass_, plan.page)
         return ReduceOutcome(ReduceOutcomeKind.WROTE)
 
     def _refused(self, plan: ReducePlan, step: ReduceWrite, error: BaseException
@@ -304,8 +312,9 @@ class GateReducer:
         shown = ", ".join(f"{name} {size} bytes" for name, size in sizes.items())
         # The database's own words: SQLAlchemy's text would add the statement and its values.
         reason = str(getattr(error, "orig", None) or error)
-        log.warning("action=reduce_unstorable partition=%s gate=%d pass=%s page=%d error=%s",
-                    pid, gate, plan.pass_, plan.page, type(error).__name__)
+        log.warning("action=reduce_unstorable partition=%s pipeline=%s gate=%d pass=%s "
+                    "page=%d error=%s", pid, self.pipeline, gate, plan.pass_, plan.page,
+                    type(error).__name__)
         return NonRetryableError(
             f"partition {pid!r} gate {gate} reduce {plan.pass_} page {plan.page}: the "
             f"database refused to store the reduce answer ({shown}): "
@@ -338,27 +347,27 @@ class GateReducer:
         policy = RetryPolicy.of(self.config)
         final = isinstance(error, NonRetryableError) or attempt > policy.max_retries
         message = storable_text(describe_error(error))[:MAX_REDUCE_ERROR_LENGTH]
-        self.hooks.reduce_outcome(pid, lease.gate, pass_, "failed" if final else "retry",
-                                  time.monotonic() - started)
+        self._report(lease.gate, pass_, "failed" if final else "retry", started)
         async with lease.lock:
             if lease.lost:
                 return ReduceOutcome(ReduceOutcomeKind.CONFLICT)
             version = await self.store.reduce_failed(
                 pid, lease.version, self.keeper.owner, attempts=attempt, error=message,
-                fail=final)
+                fail=final, notify_default=self.config.notify_default)
         if version is None:
             return ReduceOutcome(ReduceOutcomeKind.CONFLICT)
         if final:
             lease.wrote(version)
             lease.mark_closed()
             self.keeper.forget(lease)
-            self.hooks.partition_closed(pid, Status.FAILED.value)
-            partition_failed_at_reduce(pid, lease.gate, attempt, message)
+            self.hooks.partition_closed(pid, Status.FAILED.value, pipeline=self.pipeline)
+            partition_failed_at_reduce(pid, lease.gate, attempt, message,
+                                       pipeline=self.pipeline)
             return ReduceOutcome(ReduceOutcomeKind.FAILED)
         lease.wrote(version)
         delay = policy.delay(attempt)
         if isinstance(error, RetryableError) and error.retry_after:
             delay = max(delay, error.retry_after)
-        log.debug("action=reduce_retry partition=%s gate=%d attempt=%d wait=%.2f", pid,
-                  lease.gate, attempt, delay)
+        log.debug("action=reduce_retry partition=%s pipeline=%s gate=%d attempt=%d "
+                  "wait=%.2f", pid, self.pipeline, lease.gate, attempt, delay)
         return ReduceOutcome(ReduceOutcomeKind.RETRY, delay)

@@ -43,8 +43,8 @@ MAX_TRACESTATE = 8224
 MAX_STATUS_TEXT = 500
 
 # Span attributes (one name per meaning; docs/how-to/trace.md lists them).
-# Span attributes (one name per meaning; docs/how-to/trace.md lists them).
 PARTITION = "statefeed.partition"
+PIPELINE = "statefeed.pipeline"
 ITEM = "statefeed.item"
 ITEMS = "statefeed.items"
 GATE = "statefeed.gate"
@@ -242,8 +242,8 @@ class CallSpans:
 
         async def traced_process(item: WorkItem) -> Result:
             with self.span("statefeed.process", links, {
-                    PARTITION: item.partition_id, ITEM: item.id, GATE: item.gate,
-                    ATTEMPT: item.attempt}) as span:
+                    PARTITION: item.partition_id, PIPELINE: item.pipeline, ITEM: item.id,
+                    GATE: item.gate, ATTEMPT: item.attempt}) as span:
                 result = await process(item)
                 span.set_attribute(OUTCOME, item_outcome(result))
                 note_parked(item, result, span)
@@ -253,8 +253,8 @@ class CallSpans:
             assert process_batch is not None
             first = items[0]
             with self.span("statefeed.process_batch", links, {
-                    PARTITION: first.partition_id, GATE: first.gate, ITEMS: len(items),
-                    ATTEMPT: max(item.attempt for item in items)}) as span:
+                    PARTITION: first.partition_id, PIPELINE: first.pipeline, GATE: first.gate,
+                    ITEMS: len(items), ATTEMPT: max(item.attempt for item in items)}) as span:
                 answers = await process_batch(items)
                 self.answered(span, sum(isinstance(answer, BaseException)
                                         for answer in answers), len(items))
@@ -265,8 +265,8 @@ class CallSpans:
         async def traced_reduce(call: ReduceCall) -> ReduceResult:
             assert reduce is not None
             with self.span("statefeed.reduce", links, {
-                    PARTITION: call.partition_id, GATE: call.gate, ATTEMPT: call.attempt,
-                    REDUCE_PASS: call.pass_, REDUCE_PAGE: call.page,
+                    PARTITION: call.partition_id, PIPELINE: call.pipeline, GATE: call.gate,
+                    ATTEMPT: call.attempt, REDUCE_PASS: call.pass_, REDUCE_PAGE: call.page,
                     ITEMS: len(call.items)}) as span:
                 answer = await reduce(call)
                 span.set_attribute(OUTCOME, "answered")

@@ -17,9 +17,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.dispatch.batch_calls import CallOutcome, call_items
 from watcher.dispatch.context import PartitionContext
-from watcher.dispatch.failures import item_failed
 from watcher.dispatch.gate_moves import GateMover, Pass
 from watcher.dispatch.in_hand import ItemsInHand
+from watcher.dispatch.item_reports import ItemReports
 from watcher.dispatch.oversize import oversize_error
 from watcher.dispatch.ready_reads import ReadyReads
 from watcher.dispatch.reducer import GateReducer
@@ -27,8 +27,7 @@ from watcher.dispatch.tracing import CallTracer, PartitionCalls
 from watcher.dispatch.unpaid import UNPAID_KINDS, UnpaidRetries, unpaid_label
 from watcher.dispatch.writer import ResultWriter, WriterClosedError
 from watcher.flow.slots import ReadAheadPool, Slots, wait_event
-from watcher.hooks import overrides
-from watcher.models import AVAILABLE, FAILED
+from watcher.models import AVAILABLE
 from watcher.outages import OutageLatch
 from watcher.protocol import (
     ReduceShapeCall,
@@ -45,7 +44,6 @@ from watcher.rules.decisions import (
     write_for_outcome,
 )
 from watcher.rules.spawn import SpawnLimits
-from watcher.waits import item_parked
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +80,13 @@ class PartitionSupervisor:
         self.gates = GateMover(context, reducer=self.reducer)
         self.draining = False
         self._unpaid = UnpaidRetries(lease.partition_id, config.max_unpaid_retries,
-                                     on_throttled=on_throttled, on_unavailable=on_unavailable)
+                                     on_throttled=on_throttled, on_unavailable=on_unavailable,
+                                     pipeline=lease.settings.pipeline)
         self._check_lease = False
         self._quorum_written = False  # a written answer may have met the gate's quorum
         self._spawn_limits = SpawnLimits.of(config)
         self._db_outage = OutageLatch()
-        # Per-item hooks are called only when overridden: the no-ops cost a call per item.
-        self._reports_dispatch = overrides(hooks, "item_dispatched")
-        self._reports_outcomes = overrides(hooks, "item_outcome")
+        self.reports = ItemReports(context)  # the items' hooks and log lines
 
     @property
     def partition_id(self) -> str:
@@ -112,8 +109,9 @@ class PartitionSupervisor:
                     # The watcher loop reports outages once per process; here it
                     # would be once per partition, so keep it at debug level.
                     if self._db_outage.fail():
-                        log.debug("action=partition_db_error partition=%s error=%s",
-                                  self.partition_id, type(error).__name__)
+                        log.debug("action=partition_db_error partition=%s pipeline=%s "
+                                  "error=%s", self.partition_id, self.reports.pipeline,
+                                  type(error).__name__)
                     outcome = Pass(wait=self.config.poll_interval)
                 else:
                     self._db_outage.recover()
@@ -229,9 +227,7 @@ class PartitionSupervisor:
         """Call the processor for ``items`` (one read's) in one task; they are in hand
         from here until their results are written."""
         pid = self.partition_id
-        if self._reports_dispatch:
-            for item in items:
-                self.hooks.item_dispatched(pid, item.id, item.gate)
+        self.reports.dispatched(items)
         self.in_hand.started(items, asyncio.create_task(
             self._run_batch(items), name=f"batch-{pid}-{items[0].id}"))
 
@@ -265,7 +261,8 @@ class PartitionSupervisor:
             self._let_go(self.in_hand.calling(items), abandoned=True)
             raise
         except Exception:  # a bug: never strand the items (and their slots) in hand
-            log.exception("action=batch_error partition=%s items=%d", pid, len(items))
+            log.exception("action=batch_error partition=%s pipeline=%s items=%d", pid,
+                          on.pipeline, len(items))
             self._let_go(self.in_hand.calling(items))
 
     def _finish(self, items: list[ReadyItem], outcomes: list[CallOutcome],
@@ -288,9 +285,8 @@ class PartitionSupervisor:
             if isinstance(outcome, UNPAID_KINDS):
                 charged = self._unpaid.settle(item, outcome)
                 if charged is None:  # held, unpaid: it runs again as it was
-                    if self._reports_outcomes:
-                        self.hooks.item_outcome(self.partition_id, item.id, item.gate,
-                                                unpaid_label(outcome), time.monotonic() - started)
+                    self.reports.outcome(item, unpaid_label(outcome),
+                                         time.monotonic() - started)
                     self._let_go([item])
                     continue
                 outcome = charged
@@ -318,12 +314,10 @@ class PartitionSupervisor:
     def _written(self, items: list[ReadyItem], writes: list[ItemWrite], started: float,
                  outcomes: list[bool | BaseException]) -> None:
         """The writer's answer for a batch's writes: report the outcomes, let the items go."""
-        pid = self.partition_id
         ready_again = False  # an item may be ready at this gate again
         left = 0  # items that left the gate: the partition's timeline counts them
         try:
             seconds = time.monotonic() - started
-            report = self._reports_outcomes
             gate = self.lease.gate
             for item, write, outcome in zip(items, writes, outcomes, strict=True):
                 if outcome is not True or (write.status == AVAILABLE
@@ -334,27 +328,16 @@ class PartitionSupervisor:
                 if outcome is True:
                     if write.quorum is not None and settles_at(write, write.quorum[0]):
                         self._quorum_written = True
-                    if report:
-                        self.hooks.item_outcome(pid, item.id, item.gate,
-                                                outcome_name(item, write), seconds)
-                    if write.status == FAILED:  # for good: its one line
-                        item_failed(pid, item.id, item.gate, write.attempts, write.last_error)
-                    elif write.wait is not None:
-                        item_parked(pid, item.id, item.gate, write.wait.timeout)
+                    # Its outcome, and one line when it failed for good or parked.
+                    self.reports.written(item, write, outcome_name(item, write), seconds)
                     if write.spawn:
                         self._spawned(write)
                 elif outcome is False:
-                    if report:
-                        self.hooks.item_outcome(pid, item.id, item.gate, "stale", seconds)
-                    self.hooks.stale_result(pid, item.id)
-                    log.debug("action=stale_result partition=%s item=%s", pid, item.id)
+                    self.reports.stale(item, seconds)
                     self._check_lease = True
                 elif not isinstance(outcome, WriterClosedError):
-                    # The database refused even the failure; not written: the item
-                    # stays available and runs again.
-                    log.error("action=result_not_written partition=%s item=%s error=%s "
-                              "(the item stays available)", pid, item.id,
-                              type(outcome).__name__)
+                    # The database refused even the failure: the item runs again.
+                    self.reports.not_written(item, outcome)
         finally:
             self.lease.done.add(left, started)
             self.lease.results_written(writes, outcomes)
@@ -362,7 +345,7 @@ class PartitionSupervisor:
 
     def _spawned(self, write: ItemWrite) -> None:
         """A written result inserted items: count them, read those at this gate at once."""
-        self.hooks.items_spawned(self.partition_id, len(write.spawn))
+        self.reports.spawned(len(write.spawn))
         if any(child.gate == self.lease.gate for child in write.spawn):
             self.lease.notify()
 

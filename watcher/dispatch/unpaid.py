@@ -30,7 +30,7 @@ from collections.abc import Callable
 from enum import Enum
 
 from watcher.protocol import HandlerUnavailableError, RetryableError, ThrottledError
-from watcher.records import ReadyItem
+from watcher.records import DEFAULT_PIPELINE, ReadyItem
 from watcher.rules.decisions import idempotency_step
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,10 @@ class UnpaidRetries:
 
     def __init__(self, partition_id: str, bound: int, *,
                  on_throttled: Callable[[float], None] | None = None,
-                 on_unavailable: Callable[[str], None] | None = None) -> None:
+                 on_unavailable: Callable[[str], None] | None = None,
+                 pipeline: str = DEFAULT_PIPELINE) -> None:
         self.partition_id = partition_id
+        self.pipeline = pipeline  # the partition's, in the log line
         self.bound = bound
         self._on_throttled = on_throttled
         self._on_unavailable = on_unavailable
@@ -128,9 +130,9 @@ class UnpaidRetries:
             self._on_unavailable(error.message)
         else:
             count = self.count(item.id, step)
-            log.warning("action=unpaid_retries_spent partition=%s item=%s gate=%d unpaid=%d "
-                        "max_unpaid_retries=%d kind=%s (counted as an attempt)",
-                        self.partition_id, item.id, item.gate, count, self.bound,
-                        unpaid_label(error))
+            log.warning("action=unpaid_retries_spent partition=%s pipeline=%s item=%s "
+                        "gate=%d unpaid=%d max_unpaid_retries=%d kind=%s (counted as an "
+                        "attempt)", self.partition_id, self.pipeline, item.id, item.gate,
+                        count, self.bound, unpaid_label(error))
             return charged_error(error, count, self.bound)
         return None

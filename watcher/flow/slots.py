@@ -60,9 +60,11 @@ class SlotPool:
     a reduce call's), and ``on_calls`` is told that count whenever it changes.
     """
 
-    def __init__(self, capacity: int, *, on_calls: Callable[[int], None] | None = None
-                 ) -> None:
+    def __init__(self, capacity: int, *, on_calls: Callable[[int], None] | None = None,
+                 on_turn: Callable[[], None] | None = None) -> None:
         self.capacity = capacity
+        # Told each time a waiting partition gets its turn (the backlog shrank).
+        self._on_turn = on_turn
         self.refill_at = max(1, capacity // 4)
         self.in_use = 0
         self.calls = 0
@@ -214,6 +216,8 @@ class SlotPool:
             if not event.is_set():
                 event.set()
                 self._granted, self._granted_key = event, key
+                if self._on_turn is not None:
+                    self._on_turn()
                 return
 
     def _key_place(self, key: str) -> tuple[bool, int, float, bool, int]:

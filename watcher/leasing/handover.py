@@ -80,8 +80,8 @@ class HandOverAsks:
         chosen = [lease for lease in reversed(held) if not lease.handing_over][:count]
         for lease in chosen:
             lease.handing_over = True
-            log.info("action=lease_handing_over partition=%s owner=%s to=%s",
-                     lease.partition_id, owner, ",".join(self.askers))
+            log.info("action=lease_handing_over partition=%s pipeline=%s owner=%s to=%s",
+                     lease.partition_id, lease.settings.pipeline, owner, ",".join(self.askers))
         return tuple(lease.partition_id for lease in chosen)
 
     async def ask(self, victim: str) -> bool:

@@ -11,13 +11,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from watcher.config import WatcherConfig
 from watcher.hooks import Hooks, SafeHooks
 from watcher.leasing.handover import HandOverAsks
-from watcher.leasing.lease import Lease, handed_over_progress, known_timelines, locked, progress_of
+from watcher.leasing.lease import Lease, known_timelines, locked, progress_of
+from watcher.leasing.lost import LostProgress
 from watcher.leasing.pipeline_leases import pin_versions, served_routes, unserved
+from watcher.leasing.registration import Registration
 from watcher.records import LeaseRow
 from watcher.rules.balance import (
     Backlog,
@@ -63,8 +63,10 @@ class LeaseKeeper:
         # Whether the last cycle left free partitions untaken (then an end calls a cycle).
         self.free_left = True
         # Leases lost with items done their timelines lack: handed over at the next renewal.
-        self._hand_over: list[Lease] = []
+        self.lost_progress = LostProgress(store, config.owner_id, config.max_leases)
         self.asks = HandOverAsks(store, config)
+        # This processor's row in the processors table: what it serves, while it runs.
+        self.registration = Registration(store, config.owner_id)
 
     @property
     def owner(self) -> str:  # this watcher's owner id
@@ -90,7 +92,8 @@ class LeaseKeeper:
         With a backlog (the watcher's slots), it takes free partitions only while fewer
         than two lease batches of those it holds wait for slots, and no more than fill
         that; beyond, only those that would start before them (``goes_ahead``), and it
-        steals nothing. Held partitions at a place not served are handed over.
+        steals nothing. Held partitions at a place not served are handed over. This
+        processor's row says what it serves (:class:`Registration`), written when due.
 
         Raises the database's error when it fails; the caller backs off.
         """
@@ -103,6 +106,7 @@ class LeaseKeeper:
         stopped = tuple(await self.drop_stopped()) if self.leases else ()
         if not acquire:
             return LeaseCycle(lost=tuple(lost), renewed=renewed, stopped=stopped)
+        await self.registration.keep(now, self.config)
         acquired: list[str] = []
         stolen: list[str] = []
         held = self.leases.values()
@@ -181,28 +185,32 @@ class LeaseKeeper:
         """Take ``rows`` (pinning versions: :func:`pin_versions`); returns the partitions
         newly held. The database sets each until from its clock during the write, so a
         lease counted from before the write never outlives the database's until."""
-        started = time.monotonic()
+        started, owner_read = time.monotonic(), {row.id: row.owner for row in rows}
         won = await pin_versions(self.store, await self.store.leases_take(
             rows, self.owner, self.config.lease_duration), self.config.pipelines, self.owner)
         taken: list[str] = []
         for row in won:
             held = self.leases.get(row.id)
-            if held is not None:
-                # Our own lease, expired while its renewal was held up (an outage, a
-                # write in progress): its supervisor still drives this Lease, so it
-                # must go on holding the partition, not a new one beside it.
+            if held is not None and owner_read[row.id] == self.owner:
+                # Our own lease, expired while its renewal was held up: its supervisor
+                # still drives this Lease, which goes on (not a new one beside it).
                 held.renewed(row.version, row.gate, started)
                 held.timeline_known = False  # another holder may have written it meanwhile
-                log.info("action=lease_reacquired partition=%s owner=%s gate=%d", row.id,
-                         self.owner, row.gate)
+                log.info("action=lease_reacquired partition=%s pipeline=%s owner=%s gate=%d",
+                         row.id, row.settings.pipeline, self.owner, row.gate)
                 continue
+            if held is not None:
+                # Ended meanwhile (a rewind, another holder): its supervisor's state is
+                # stale; it stops, and a new Lease starts once that supervisor ends.
+                self.mark_lost(held, reason="ended_by_another_writer")
             self.leases[row.id] = Lease(row.id, row.version, row.gate, renewed_at=started,
                                         settings=row.settings, timeline=row.timeline,
                                         timeline_known=row.timeline_read)
             taken.append(row.id)
             self.hooks.lease_acquired(row.id, stolen_from=stolen_from)
-            log.info("action=lease_acquired partition=%s owner=%s gate=%d%s", row.id,
-                     self.owner, row.gate, f" stolen_from={stolen_from}" if stolen_from else "")
+            log.info("action=lease_acquired partition=%s pipeline=%s owner=%s gate=%d%s", row.id,
+                     row.settings.pipeline, self.owner, row.gate,
+                     f" stolen_from={stolen_from}" if stolen_from else "")
         for _ in range(len(rows) - len(won)):
             self.hooks.lease_conflict("")
         if len(won) < len(rows):
@@ -230,7 +238,7 @@ class LeaseKeeper:
         if deferred:
             log.debug("action=lease_renew_deferred owner=%s count=%d", self.owner, len(deferred))
             self._renew_due = min(self._renew_due, now + self.config.poll_interval)
-        await self._hand_over_or_keep()
+        await self.lost_progress.hand_over_or_keep()
         return renewed, lost
 
     async def _renew_free(self, leases: list[Lease], now: float
@@ -267,36 +275,6 @@ class LeaseKeeper:
                     self.mark_lost(lease)
         return len(renewal.held), busy, lost
 
-    async def hand_over_lost(self) -> int:
-        """Write into their partitions' timelines what the items of leases lost since
-        the last renewal did (:meth:`Store.timelines_hand_over`), so that a steal does
-        not drop them from the partition's rate and ETA. Returns how many were written.
-
-        Raises the database's error when the write fails; the leases stay to hand over
-        at the next renewal.
-        """
-        if not self._hand_over:
-            return 0
-        handing, self._hand_over = self._hand_over, []
-        try:
-            return await self.store.timelines_hand_over(
-                handed_over_progress(handing, time.monotonic()))
-        except BaseException:
-            # Kept for the next try, within bounds: a write that keeps failing must not
-            # grow the list for ever (the oldest counts go first).
-            self._hand_over = (handing + self._hand_over)[-self.config.max_leases:]
-            raise
-
-    async def _hand_over_or_keep(self) -> None:
-        """:meth:`hand_over_lost`; a database error is logged and the counts kept for
-        the next renewal: a timeline is an estimate, and its write must not stop a
-        renewal's lease cycle, or a release, from going on."""
-        try:
-            await self.hand_over_lost()
-        except SQLAlchemyError as error:
-            log.warning("action=timeline_hand_over_failed owner=%s partitions=%d error=%s",
-                        self.owner, len(self._hand_over), type(error).__name__)
-
     def _give_up_overdue(self, deferred: list[Lease], now: float) -> list[str]:
         """Mark lost the deferred leases unrenewed for a whole lease; returns their ids."""
         lost: list[str] = []
@@ -309,15 +287,14 @@ class LeaseKeeper:
     def mark_lost(self, lease: Lease, *, reason: str = "") -> None:
         """Record that another watcher holds ``lease`` now (or it is gone, or expired);
         what its items did since its timeline was written is handed over at the next
-        renewal (:meth:`hand_over_lost`)."""
+        renewal (:class:`LostProgress`)."""
         if not lease.mark_lost():
             return
         self._drop(lease)
-        if lease.done.items:
-            self._hand_over.append(lease)
+        self.lost_progress.keep(lease)
         self.hooks.lease_lost(lease.partition_id)
-        log.info("action=lease_lost partition=%s owner=%s%s", lease.partition_id, self.owner,
-                 f" reason={reason}" if reason else "")
+        log.info("action=lease_lost partition=%s pipeline=%s owner=%s%s", lease.partition_id,
+                 lease.settings.pipeline, self.owner, f" reason={reason}" if reason else "")
 
     def expired(self, lease: Lease, now: float | None = None) -> bool:
         """Whether ``lease`` is past its until: a whole lease duration since its last
@@ -346,8 +323,9 @@ class LeaseKeeper:
             return False
         self._drop(lease)
         self.hooks.lease_released(lease.partition_id)
-        log.info("action=partition_stopped partition=%s owner=%s (cancelled or being deleted "
-                 "by a client)", lease.partition_id, self.owner)
+        log.info("action=partition_stopped partition=%s pipeline=%s owner=%s (cancelled or "
+                 "being deleted by a client)", lease.partition_id, lease.settings.pipeline,
+                 self.owner)
         return True
 
     def forget(self, lease: Lease) -> None:
@@ -375,16 +353,18 @@ class LeaseKeeper:
                 known_timelines([lease]))
         self.forget(lease)
         self.hooks.lease_released(lease.partition_id)
-        log.info("action=lease_released partition=%s owner=%s reason=%s", lease.partition_id,
-                 self.owner, reason)
+        log.info("action=lease_released partition=%s pipeline=%s owner=%s reason=%s",
+                 lease.partition_id, lease.settings.pipeline, self.owner, reason)
         return released == 1
 
     async def release_all(self) -> int:
         """Release every lease so other watchers take over at once (and hand over what
-        the items of leases lost meanwhile did), and stop asking for a hand-over.
-        Returns the count released."""
-        await self._hand_over_or_keep()
+        the items of leases lost meanwhile did), stop asking for a hand-over, and
+        delete this processor's row (:mod:`watcher.leasing.registration`). Returns the
+        count released."""
+        await self.lost_progress.hand_over_or_keep()
         await self.asks.withdraw_or_expire()
+        await self.registration.withdraw()
         live = {pid: lease for pid, lease in self.leases.items() if not lease.lost}
         if not live:
             return 0

@@ -37,8 +37,8 @@ def unserved(leases: Iterable[Lease], pipelines: ServedPipelines | None,
                                        lease.settings.pipeline_version, lease.gate)]
     for lease in chosen:
         lease.handing_over = True
-        log.info("action=lease_handing_over partition=%s owner=%s pipeline=%s gate=%d "
-                 "reason=not_served", lease.partition_id, owner, lease.settings.pipeline,
+        log.info("action=lease_handing_over partition=%s pipeline=%s owner=%s gate=%d "
+                 "reason=not_served", lease.partition_id, lease.settings.pipeline, owner,
                  lease.gate)
     return tuple(lease.partition_id for lease in chosen)
 

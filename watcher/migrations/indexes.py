@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from alembic import op
 
 
-def create_index_online(name: str, table: str, columns: list[str]) -> None:
-    """Create index ``name`` on ``table`` (``columns``) while processors keep writing.
+def create_index_online(name: str, table: str, columns: list[str],
+                        **dialect_options: Any) -> None:
+    """Create index ``name`` on ``table`` (``columns``) while processors keep writing;
+    ``dialect_options`` go to :func:`alembic.op.create_index` (``postgresql_where``...).
 
     PostgreSQL builds it ``CONCURRENTLY``, which cannot run inside a transaction:
     what the revision did before is committed first. An index left invalid by a
@@ -17,11 +21,12 @@ def create_index_online(name: str, table: str, columns: list[str]) -> None:
     in the migration's transaction.
     """
     if op.get_context().dialect.name != "postgresql":
-        op.create_index(name, table, columns)
+        op.create_index(name, table, columns, **dialect_options)
         return
     with op.get_context().autocommit_block():
         op.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
-        op.create_index(name, table, columns, postgresql_concurrently=True)
+        op.create_index(name, table, columns, postgresql_concurrently=True,
+                        **dialect_options)
 
 
 def rebuild_index(name: str, table: str, columns: list[str]) -> None:

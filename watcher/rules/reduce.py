@@ -74,7 +74,9 @@ class ReduceWrite:
 
     ``pass_``/``page``/``after``/``accumulator`` are the stored progress after
     this step (``pass_`` ``None``: the reduce of this gate is finished).
-    ``result`` of ``None`` keeps the stored partition result.
+    ``result`` of ``None`` keeps the stored partition result. ``spawn`` holds new
+    items at later gates, with no parent item; they are recorded as spawned by the
+    reduce at ``gate`` (``None``: by no reduce, as a client's items are).
     """
 
     pass_: str | None
@@ -83,7 +85,8 @@ class ReduceWrite:
     accumulator: bytes | None
     result: bytes | None
     writes: tuple[ItemWrite, ...]
-    spawn: tuple[NewItem, ...] = ()  # new items at later gates, parent none
+    spawn: tuple[NewItem, ...] = ()
+    gate: int | None = None
 
 
 class ReduceAnswerError(ValueError):
@@ -261,9 +264,9 @@ def reduce_step(partition_id: str, gate: int, plan: ReducePlan, answer: object,
     writes = item_writes(partition_id, gate, plan.entries, answer.items, answer.default,
                          max_data_bytes)
     if plan.last:
-        return ReduceWrite(None, 0, None, None, answer.result, writes, spawn)
+        return ReduceWrite(None, 0, None, None, answer.result, writes, spawn, gate)
     return ReduceWrite(APPLY, plan.page + 1, after, plan.accumulator, answer.result, writes,
-                      spawn)
+                      spawn, gate)
 
 
 def _checked_spawn(answer: ReduceResult, gate: int, pass_: str, limits: SpawnLimits

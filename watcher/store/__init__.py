@@ -14,7 +14,9 @@ module: :mod:`~watcher.store.partitions` (client writes and reads),
 :mod:`~watcher.store.operations` (retry, set-gate, cancel),
 :mod:`~watcher.store.operator.rewind` (rewind),
 :mod:`~watcher.store.removal` (delete, purge, item retention),
-:mod:`~watcher.store.fleet` (leader leases, backlog), :mod:`~watcher.store.leases`
+:mod:`~watcher.store.fleet` (leader leases, backlog),
+:mod:`~watcher.store.registry.processors` (the running processors and the places they
+serve), :mod:`~watcher.store.leases`
 (reading and taking leases, a holder's transitions) on
 :mod:`~watcher.store.renewals` (renewals, releases and the timelines they carry),
 :mod:`~watcher.store.hot` (the dispatch

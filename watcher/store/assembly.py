@@ -20,6 +20,7 @@ from watcher.store.operator.rewind import RewindsStore
 from watcher.store.outbox.deliveries import NotificationsStore
 from watcher.store.partitions import PartitionsStore
 from watcher.store.reduce import ReduceStore
+from watcher.store.registry.processors import ProcessorsStore
 from watcher.store.removal import RemovalStore
 from watcher.store.schedules import SchedulesStore
 from watcher.store.sql.schema import tables_for
@@ -27,10 +28,10 @@ from watcher.store.waits import WaitsStore
 
 
 class Store(SchedulesStore, PartitionsStore, OperationsStore, RewindsStore, PipelinesStore,
-            RemovalStore, FleetStore, LeasesStore, HotPathStore, ReduceStore, WaitsStore,
-            NotificationsStore):
-    """All reads and writes of the ``partitions``, ``items``, ``leaders`` and flow
-    tables.
+            RemovalStore, FleetStore, ProcessorsStore, LeasesStore, HotPathStore, ReduceStore,
+            WaitsStore, NotificationsStore):
+    """All reads and writes of the ``partitions``, ``items``, ``leaders``,
+    ``processors`` and flow tables.
 
     ``clock`` is where statements take the time from: the database's own
     (:class:`~watcher.store.db.clock.DatabaseClock`, the default) or a test's
@@ -52,7 +53,7 @@ async def missing_tables(store: Store) -> list[str]:
     names = [table.name for table in (tables.partitions, tables.items, tables.leaders,
                                       tables.flow_controls, tables.flow_grants,
                                       tables.schedules, tables.waits,
-                                      tables.notifications)]
+                                      tables.notifications, tables.processors)]
     async with store.round_trips.transaction(store.engine.connect(), "missing_tables") as conn:
         present = await conn.run_sync(
             lambda sync: {name for name in names if inspect_schema(sync).has_table(name)})
@@ -90,7 +91,8 @@ async def require_migrated(url: DatabaseURL, table_prefix: str = "") -> None:
         raise not_migrated(url, table_prefix,
                            [tables.partitions.name, tables.items.name, tables.leaders.name,
                             tables.flow_controls.name, tables.flow_grants.name,
-                            tables.schedules.name, tables.notifications.name])
+                            tables.schedules.name, tables.notifications.name,
+                            tables.processors.name])
     store = Store.open(url, table_prefix)
     try:
         missing = await missing_tables(store)

@@ -256,9 +256,11 @@ class StoreBase:
         await self._rows_insert(conn, [(partition_id, item, parent) for item in items])
 
     async def _rows_insert(self, conn: AsyncConnection,
-                           rows: Sequence[tuple[str, NewItem, str | None]]) -> None:
+                           rows: Sequence[tuple[str, NewItem, str | None]], *,
+                           spawned_by_reduce: int | None = None) -> None:
         """Insert ``(partition id, item, parent)`` rows at available, in ``conn``'s
-        transaction, a chunk of rows per statement.
+        transaction, a chunk of rows per statement; ``spawned_by_reduce`` is the gate of
+        the reduce that spawned them all (``None``: none did).
 
         Raises:
             sqlalchemy.exc.IntegrityError: an id is stored already.
@@ -276,6 +278,7 @@ class StoreBase:
                     "retry_at": (now if item.not_before is None
                                  else max(now, stored_time(item.not_before))),
                     "created_at": now, "updated_at": now, "parent": parent,
+                    "spawned_by_reduce": spawned_by_reduce,
                 }
                 for partition_id, item, parent in chunk
             ])
@@ -284,23 +287,27 @@ class StoreBase:
     def _outbox(self) -> Insert:
         return outbox_insert(self.statements)
 
-    async def _outbox_in(self, conn: AsyncConnection, partition_id: str) -> None:
+    async def _outbox_in(self, conn: AsyncConnection, partition_id: str,
+                         default: str | None = None) -> None:
         """Add the end of ``partition_id`` to the notifications' outbox in ``conn``'s
-        transaction (:mod:`watcher.store.sql.outbox`; nothing when it names no URL).
-        Call it only after the write that ended the partition matched.
+        transaction (:mod:`watcher.store.sql.outbox`), to its URL or else ``default``;
+        nothing when it names none and there is no default. Call it only after the
+        write that ended the partition matched.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed (the transaction
                 rolls back, the end with it).
         """
-        await conn.execute(self._outbox, {"pid": partition_id, "event_id": new_event_id()})
+        await conn.execute(self._outbox, {"pid": partition_id, "event_id": new_event_id(),
+                                          "default": default})
 
     async def _end_with_event(self, statement: Update, params: dict[str, Any],
-                              version: int, timeline: str | None = None) -> int | None:
+                              version: int, timeline: str | None = None,
+                              default: str | None = None) -> int | None:
         """Run a holder's guarded write that ends partition ``params["pid"]`` and, when it
-        matched, write its ``timeline`` (if any) and the end's event to the outbox, in
-        one transaction. Returns the new version, or ``None`` when the write lost
-        (nothing was written).
+        matched, write its ``timeline`` (if any) and the end's event to the outbox (to
+        the partition's URL or else ``default``), in one transaction. Returns the new
+        version, or ``None`` when the write lost (nothing was written).
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
@@ -310,7 +317,7 @@ class StoreBase:
                 return None
             if timeline is not None:
                 await self._timeline_set_in(conn, params["pid"], timeline)
-            await self._outbox_in(conn, params["pid"])
+            await self._outbox_in(conn, params["pid"], default)
         return version + 1
 
     @property

@@ -82,14 +82,16 @@ class HotPathStore(SpawnsStore):
 
     async def partition_close_when_done(self, partition_id: str, version: int, owner: str, *,
                                         gate: int, failures_allowed: bool,
-                                        timeline: str, notify: bool = False) -> int | None:
+                                        timeline: str, notify: bool = False,
+                                        notify_default: str | None = None) -> int | None:
         """Complete the partition ``owner`` holds at ``version`` and ``gate`` when its gate
         summary would close it (:mod:`watcher.store.sql.closing`), ending the lease and,
         when it closes, writing ``timeline`` in the timeline's own row, atomically
         (:meth:`_move_with_timeline`). Returns the new version, or ``None``
         when it did not close (something is left, it is paused, or the lease moved:
         read the summary to see which). With ``notify`` the close writes its event to
-        the outbox in the same transaction, as :meth:`partition_transition` does.
+        the outbox in the same transaction (to the partition's URL or else
+        ``notify_default``), as :meth:`partition_transition` does.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
@@ -97,7 +99,8 @@ class HotPathStore(SpawnsStore):
         statement = self._closes_when_done[failures_allowed]
         params = {"pid": partition_id, "seen": version, "holder": owner, "at_gate": gate}
         if notify:
-            return await self._end_with_event(statement, params, version, timeline)
+            return await self._end_with_event(statement, params, version, timeline,
+                                              notify_default)
         matched = await self._move_with_timeline("partition_close_when_done", statement,
                                                  params, partition_id, timeline)
         return version + 1 if matched == 1 else None

@@ -193,7 +193,8 @@ class LeasesStore(RenewalsStore):
                                    gate: int | None = None, status: str | None = None,
                                    timeline: str | None = None,
                                    last_error: str | None = None,
-                                   notify: bool = False) -> int | None:
+                                   notify: bool = False,
+                                   notify_default: str | None = None) -> int | None:
         """Advance a leased partition's gate, or close it as ``complete``/``failed``.
 
         Guarded by version and owner. Closing also releases the lease. A
@@ -202,7 +203,8 @@ class LeasesStore(RenewalsStore):
         (:meth:`_move_with_timeline`), and a ``last_error`` the partition's error (why it
         failed). With ``notify`` (the partition names a URL:
         :attr:`~watcher.records.PartitionSettings.notify`) a close writes its event to
-        the outbox in the same transaction (:mod:`watcher.store.sql.outbox`). Returns the
+        the outbox in the same transaction (:mod:`watcher.store.sql.outbox`), to its URL
+        or else ``notify_default`` (the processor's ``--notify-url``). Returns the
         new version, or ``None`` when the
         write lost (re-read to see why).
 
@@ -217,7 +219,8 @@ class LeasesStore(RenewalsStore):
         if last_error is not None:
             params["error"] = last_error
         if notify and status is not None and status != AVAILABLE:
-            return await self._end_with_event(statement, params, version, timeline)
+            return await self._end_with_event(statement, params, version, timeline,
+                                              notify_default)
         # With its timeline, atomically (see _move_with_timeline): one statement on the
         # driver's own connections where it chains writes, else one engine transaction;
         # without, one statement, on the driver's own connections where it has them.

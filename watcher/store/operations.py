@@ -209,7 +209,8 @@ class OperationsStore(StoreBase):
                 raise PartitionNotFoundError(partition_id)
             return False
 
-    async def partition_cancel(self, partition_id: str) -> str:
+    async def partition_cancel(self, partition_id: str,
+                               notify_default: str | None = None) -> str:
         """Stop a partition for good: an open or failed partition becomes ``cancelled``.
 
         Its lease ends at once (``until`` becomes now; ``owner`` keeps the
@@ -217,8 +218,9 @@ class OperationsStore(StoreBase):
         :meth:`leases_stopped`), and every write its holder still makes on it is
         fenced off: result, reduce and gate writes all require an available
         partition. Its items stay as they are; ``retry_failed`` resumes it. A
-        partition that names a URL has its event written to the notifications'
-        outbox in the same transaction. Returns the status it had: ``available`` or
+        partition that names a URL (or, naming none, given a ``notify_default``) has its
+        event written to the notifications' outbox in the same transaction. Returns
+        the status it had: ``available`` or
         ``failed`` (it is cancelled now), or ``complete`` or ``cancelled`` (it is left as it was).
 
         Raises:
@@ -242,7 +244,7 @@ class OperationsStore(StoreBase):
                             updated_at=now))
                 if touched.rowcount == 1:
                     await self._fence_off_items_in_flight(conn, partition_id)
-                    await self._outbox_in(conn, partition_id)
+                    await self._outbox_in(conn, partition_id, notify_default)
                     return str(seen)
 
     async def _fence_off_items_in_flight(self, conn: AsyncConnection,

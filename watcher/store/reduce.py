@@ -78,7 +78,8 @@ class ReduceStore(SpawnsStore):
     async def reduce_write(self, partition_id: str, version: int, owner: str,
                            step: ReduceWrite) -> int | None:
         """Apply one answered reduce step in one transaction: the stored progress, the
-        partition result (when the step has one) and the item answers.
+        partition result (when the step has one), the item answers and the items the
+        step spawned (recorded as the reduce's at ``step.gate``).
 
         Guarded by the partition's version, owner and live lease, and by each
         item's version: if any guard fails nothing is written. Returns the
@@ -110,7 +111,8 @@ class ReduceStore(SpawnsStore):
                     await conn.execute(update(p).where(p.c.id == partition_id)
                                        .values(result=step.result))
                 await self._reduce_items_write(conn, step.writes, owner)
-                await self._spawn_in(conn, [(partition_id, None, step.spawn)])
+                await self._spawn_in(conn, [(partition_id, None, step.spawn)],
+                                     reduce_gate=step.gate)
         except GuardLost:
             return None
         return version + 1
@@ -124,10 +126,12 @@ class ReduceStore(SpawnsStore):
                 raise GuardLost
 
     async def reduce_failed(self, partition_id: str, version: int, owner: str, *,
-                            attempts: int, error: str, fail: bool) -> int | None:
+                            attempts: int, error: str, fail: bool,
+                            notify_default: str | None = None) -> int | None:
         """Record a failed reduce call: its count and error; with ``fail``, the
         partition fails (and its lease is released), and its event is written to the
-        notifications' outbox in the same transaction when it names a URL. Guarded
+        notifications' outbox in the same transaction when it names a URL or there is a
+        ``notify_default`` (the processor's ``--notify-url``). Guarded
         like :meth:`reduce_write`; returns the new version or ``None``.
 
         Raises:
@@ -144,5 +148,5 @@ class ReduceStore(SpawnsStore):
                 update(p).where(*self.statements.lease_held(partition_id, owner, version=version))
                 .values(**values))
             if fail and touched.rowcount == 1:
-                await self._outbox_in(conn, partition_id)
+                await self._outbox_in(conn, partition_id, notify_default)
         return version + 1 if touched.rowcount == 1 else None

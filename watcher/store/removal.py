@@ -11,10 +11,12 @@ from sqlalchemy import (
     delete,
     exists,
     func,
+    insert,
     or_,
     select,
     update,
 )
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import ColumnElement
 
 from watcher.errors import (
@@ -27,6 +29,7 @@ from watcher.store.base import StoreBase
 from watcher.store.codecs import (
     settings_of,
 )
+from watcher.store.sql.removed_waits_table import REMOVED_WAITS_KEPT
 
 
 class RemovalStore(StoreBase):
@@ -100,9 +103,9 @@ class RemovalStore(StoreBase):
             count, last = (await conn.execute(
                 select(func.count(), func.max(page.c.id)))).one()
             if count:
-                # The waits of these items go with them: a token of theirs is unknown.
-                await conn.execute(delete(w).where(w.c.partition_id == partition_id,
-                                                   w.c.item_id <= last))
+                # The waits of these items go with them; their tokens are remembered.
+                await self._waits_removed(conn, w.c.partition_id == partition_id,
+                                          w.c.item_id <= last)
                 await conn.execute(
                     delete(i).where(i.c.partition_id == partition_id, i.c.id <= last))
             if count >= batch:
@@ -186,9 +189,39 @@ class RemovalStore(StoreBase):
                 return 0, None
             # Their waits (used, timed out or replaced) go first: bounded by the page.
             w = self.tables.waits
-            await conn.execute(delete(w).where(
-                w.c.partition_id == partition_id, w.c.item_id <= last,
+            await self._waits_removed(
+                conn, w.c.partition_id == partition_id, w.c.item_id <= last,
                 *([w.c.item_id > after] if after is not None else []),
-                exists().where(i.c.id == w.c.item_id, *wanted)))
+                exists().where(i.c.id == w.c.item_id, *wanted))
             removed = await conn.execute(delete(i).where(*wanted, i.c.id <= last))
             return int(removed.rowcount), (last if count >= batch else None)
+
+    async def _waits_removed(self, conn: AsyncConnection, *where: ColumnElement[bool]) -> None:
+        """Delete the ``waits`` rows matching ``where``, keeping their tokens' keys (the
+        handler's and an operator's) in ``removed_waits`` with the clock's time, so a
+        late completion is told the wait is over (409), not that it is unknown."""
+        w, removed = self.tables.waits, self.tables.removed_waits
+        now = self.statements.now
+        for key in (w.c.token, w.c.operator_token):
+            await conn.execute(insert(removed).from_select(
+                ["token", "removed_at"],
+                select(key, now).where(*where, key.is_not(None))))
+        await conn.execute(delete(w).where(*where))
+
+    async def removed_waits_purge(self, *, batch: int) -> int:
+        """Forget up to ``batch`` tokens of deleted items' waits kept longer than
+        :data:`~watcher.store.sql.removed_waits_table.REMOVED_WAITS_KEPT` (the oldest
+        first, through their index); returns how many went.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed.
+        """
+        removed = self.tables.removed_waits
+        async with self._write() as conn:
+            old = (select(removed.c.token)
+                   .where(removed.c.removed_at < self.statements.now_plus(-REMOVED_WAITS_KEPT))
+                   .order_by(removed.c.removed_at).limit(batch))
+            tokens = [row.token for row in await conn.execute(old)]
+            if tokens:
+                await conn.execute(delete(removed).where(removed.c.token.in_(tokens)))
+        return len(tokens)

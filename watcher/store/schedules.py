@@ -55,7 +55,9 @@ def _timing(row: Any) -> Timing:
 def _settings(row: Any) -> PartitionSettings:
     base = settings_of(row.reduce_gates, row.on_item_failure)
     return PartitionSettings(base.reduce_gates, base.continue_on_failure,
-                             priority=row.priority, flow_key=row.flow_key)
+                             priority=row.priority, flow_key=row.flow_key,
+                             notify=row.notify, pipeline=row.pipeline,
+                             pipeline_version=row.pipeline_version)
 
 
 def _info(row: Any) -> ScheduleInfo:
@@ -96,7 +98,9 @@ class SchedulesStore(PartitionsStore):
                     items=encode_items(schedule.items), item_count=len(schedule.items),
                     reduce_gates=encode_reduce_gates(settings.reduce_gates),
                     on_item_failure=policy.value, priority=settings.priority,
-                    flow_key=settings.flow_key, created_at=now, counted_from=now,
+                    flow_key=settings.flow_key, notify=settings.notify,
+                    pipeline=settings.pipeline, pipeline_version=settings.pipeline_version,
+                    created_at=now, counted_from=now,
                     next_at=next_tick(schedule.timing, anchor_of(now), now),
                     updated_at=now))
         except IntegrityError:

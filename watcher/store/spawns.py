@@ -83,9 +83,12 @@ class SpawnsStore(StoreBase):
         if rows:
             await conn.execute(self.statements.waits.insert, rows)
 
-    async def _spawn_in(self, conn: AsyncConnection, spawns: Sequence[Spawn]) -> None:
+    async def _spawn_in(self, conn: AsyncConnection, spawns: Sequence[Spawn], *,
+                        reduce_gate: int | None = None) -> None:
         """Insert every new item of ``spawns`` and count them on their partitions (whose
         versions are left alone: they are the leases' guard), in ``conn``'s transaction.
+        ``reduce_gate`` is the gate of the reduce whose answer spawned them (``None``:
+        items' answers did); a rewind to that gate or before removes them.
 
         Raises:
             SpawnConflictError: an id is stored already, spawned twice in the batch, or
@@ -106,7 +109,8 @@ class SpawnsStore(StoreBase):
         try:
             await self._rows_insert(conn, [(partition_id, child, parent)
                                            for partition_id, parent, children in spawns
-                                           for child in children])
+                                           for child in children],
+                                    spawned_by_reduce=reduce_gate)
         except IntegrityError:
             # Two ids the database compares as equal (MariaDB and MySQL ignore trailing
             # spaces, SQL Server too), or a client added one meanwhile.

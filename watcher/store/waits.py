@@ -97,7 +97,8 @@ class WaitsStore(SpawnsStore):
 
         Raises:
             WaitNotFoundError: no wait has this token (or it is malformed).
-            AlreadyCompletedError: its wait is over, or its partition is not open.
+            AlreadyCompletedError: its wait is over, its partition is not open, or its
+                item was deleted (in the last 30 days: ``removed_waits``).
         """
         if not isinstance(token, str) or not token_well_formed(token):
             raise WaitNotFoundError()
@@ -106,6 +107,10 @@ class WaitsStore(SpawnsStore):
         if wait is None:  # a second look, through its own index, only for a miss
             wait = (await conn.execute(self.statements.waits.by_token[True], digest)).first()
         if wait is None:
+            removed = self.tables.removed_waits
+            if (await conn.execute(select(removed.c.token).where(
+                    removed.c.token == digest["digest"]))).first() is not None:
+                raise AlreadyCompletedError(deleted=True)
             raise WaitNotFoundError()
         _require_waiting(wait, wait.item_version, wait.version)
         return wait, wait

@@ -5,7 +5,8 @@
 // place: nodes whose kind, tag and data-key match are kept and only their text and
 // attributes change, so nothing flickers, bars glide, and an open <details> stays
 // open. The fragment is HTML the server rendered with every value escaped; it is
-// parsed with DOMParser, which runs no script.
+// parsed with DOMParser, which runs no script. The partition page also follows its
+// partition's live feed with EventSource (below): no polling between its events.
 "use strict";
 (function () {
   const region = document.querySelector("[data-live]");
@@ -89,9 +90,188 @@
     }
   }
 
+  // -- the live feed (the partition page) ---------------------------------------
+  //
+  // The element's data-feed names the partition's live feed (Server-Sent Events, the
+  // ingest API's events). While it is open, each event redraws the per-gate bars, the
+  // item counts and the status at once; the rest of the page is fetched again at each
+  // gate move, at the end, and every FEED_SLOWER refreshes. The feed stops at the end;
+  // if it fails for good (signed out, gone), the page refreshes as before.
+  const FEED_SLOWER = 5;
+  const feedUrl = region.getAttribute("data-feed");
+  let following = false;
+
+  function number(value) {
+    return Number(value).toLocaleString("en-US");
+  }
+
+  // Each shown gate's progress from the feed's per-gate items, as the server works it
+  // out (processor/console/pages.py, gate_progress): "done" passed the gate (complete,
+  // or open at a later gate), "waiting" is available at it, "failed" failed at it or
+  // before, "not_reached" is available at an earlier gate.
+  function progress(rows, gates) {
+    const counted = rows.map(function (row) {
+      const items = row.items || {};
+      return {gate: row.gate, available: items.available || 0, failed: items.failed || 0,
+              complete: items.complete || 0};
+    }).sort(function (a, b) { return a.gate - b.gate; });
+    let complete = 0;
+    let open = 0;
+    counted.forEach(function (row) {
+      complete += row.complete;
+      open += row.available + row.failed;
+    });
+    const result = {};
+    let below = 0, failedBelow = 0, availableBelow = 0, openBelow = 0;
+    gates.slice().sort(function (a, b) { return a - b; }).forEach(function (gate) {
+      while (below < counted.length && counted[below].gate < gate) {
+        failedBelow += counted[below].failed;
+        availableBelow += counted[below].available;
+        openBelow += counted[below].available + counted[below].failed;
+        below++;
+      }
+      const here = counted.find(function (row) { return row.gate === gate; }) ||
+        {available: 0, failed: 0};
+      result[gate] = {done: complete + open - openBelow - here.available - here.failed,
+                      waiting: here.available, failed: failedBelow + here.failed,
+                      not_reached: availableBelow};
+    });
+    return result;
+  }
+
+  function percent(part, total) {
+    return total ? Math.round(10000 * part / total) / 100 : 0;
+  }
+
+  function drawGate(step, gate, p) {
+    const total = p.done + p.waiting + p.failed + p.not_reached;
+    let summary = p.done + "/" + total + " done";
+    if (p.waiting) summary += ", " + p.waiting + " waiting";
+    if (p.failed) summary += ", " + p.failed + " failed";
+    if (p.not_reached) summary += ", " + p.not_reached + " not reached";
+    const bar = step.querySelector("svg.bar");
+    if (bar) {
+      bar.setAttribute("aria-label", "gate " + gate + ": " + summary);
+      const title = bar.querySelector("title");
+      if (title) title.textContent = "gate " + gate + ": " + summary;
+      let start = 0;
+      ["done", "failed", "waiting"].forEach(function (part) {
+        const width = percent(p[part], total);
+        const segment = bar.querySelector("rect.seg-" + part);
+        if (segment) {
+          segment.setAttribute("x", String(Math.round(start * 100) / 100));
+          segment.setAttribute("width", String(width));
+        }
+        start += width;
+      });
+    }
+    const numbers = step.querySelector(".step-numbers");
+    if (!numbers) return;
+    const spans = [["count-done", p.done, "done", true], ["count-waiting", p.waiting, "waiting"],
+                   ["count-failed", p.failed, "failed"], ["muted", p.not_reached, "not reached"]];
+    numbers.replaceChildren();
+    spans.forEach(function (span) {
+      if (!span[1] && !span[3]) return;
+      const element = document.createElement("span");
+      element.className = span[0];
+      element.textContent = number(span[1]) + " " + span[2];
+      numbers.append(element, " ");
+    });
+  }
+
+  // Draw the feed's per-gate items on the gates the page shows; a gate it does not
+  // show yet (items reached it) is drawn by fetching the page's live part again.
+  function drawGates(rows) {
+    const steps = {};
+    region.querySelectorAll("li.step[data-gate]").forEach(function (step) {
+      steps[Number(step.getAttribute("data-gate"))] = step;
+    });
+    const shown = Object.keys(steps).map(Number);
+    const computed = progress(rows, shown);
+    shown.forEach(function (gate) { drawGate(steps[gate], gate, computed[gate]); });
+    if (rows.some(function (row) { return !(row.gate in steps); })) refresh();
+  }
+
+  function drawCounts(counts) {
+    const items = document.getElementById("partition-items");
+    if (!items) return;
+    const order = (items.getAttribute("data-statuses") || "").split(" ");
+    let total = 0;
+    Object.keys(counts).forEach(function (name) { total += counts[name]; });
+    items.replaceChildren(number(total));
+    order.forEach(function (name) {
+      if (!counts[name]) return;
+      const element = document.createElement("span");
+      element.className = "count-" + name;
+      element.textContent = number(counts[name]) + " " + name;
+      items.append(" · ", element);
+    });
+  }
+
+  function drawStatus(status) {
+    const shown = document.querySelector("#partition-status .status");
+    if (!shown || shown.textContent === status) return;
+    shown.className = "status status-" + status;
+    shown.textContent = status;
+  }
+
+  function follow() {
+    const feed = new EventSource(feedUrl);
+    following = true;
+    region.setAttribute("data-feed-state", "connecting");
+    function read(event) {
+      try { return JSON.parse(event.data); } catch (error) { return null; }
+    }
+    feed.addEventListener("state", function (event) {
+      const data = read(event);
+      if (!data) return;
+      region.setAttribute("data-feed-state", "open");
+      show("on", "live");
+      drawGates(data.gates);
+      drawCounts(data.counts);
+      drawStatus(data.status);
+      const gate = document.getElementById("partition-gate");
+      if (gate && Number(gate.getAttribute("data-gate")) !== data.gate) refresh();
+    });
+    feed.addEventListener("counts", function (event) {
+      const data = read(event);
+      if (!data) return;
+      region.setAttribute("data-feed-state", "open");
+      drawGates(data.gates);
+      drawCounts(data.counts);
+    });
+    feed.addEventListener("gate", function () {
+      region.setAttribute("data-feed-state", "open");
+      refresh();
+    });
+    feed.addEventListener("end", function (event) {
+      const data = read(event);
+      feed.close();
+      following = false;
+      region.setAttribute("data-feed-state", "ended");
+      if (data) {
+        drawGates(data.gates);
+        drawCounts(data.counts);
+        drawStatus(data.status);
+      }
+      refresh();
+    });
+    feed.addEventListener("error", function () {
+      if (feed.readyState === EventSource.CLOSED) {  // refused for good: poll as before
+        following = false;
+        region.setAttribute("data-feed-state", "closed");
+      } else {
+        region.setAttribute("data-feed-state", "reconnecting");
+      }
+    });
+  }
+
   show("on", "live");
-  window.setInterval(refresh, every);
+  window.setInterval(function () {
+    if (!following || Date.now() - updated >= every * FEED_SLOWER) refresh();
+  }, every);
   document.addEventListener("visibilitychange", function () {
     if (!document.hidden) refresh();
   });
+  if (feedUrl && window.EventSource) follow();
 })();

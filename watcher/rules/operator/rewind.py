@@ -10,7 +10,10 @@ every item it spawned in turn (at any gate): the chosen item runs again from ``G
 and spawns it again. (A step spawns at the partition's gate or later, so a child
 below ``G`` was spawned before its parent reached ``G`` and is kept; a child spawned
 before ``G`` for a gate at or after it cannot be told apart and is removed too.)
-Removal wins: a chosen item that a chosen item spawned is removed, not reset.
+So is every item a reduce that runs again spawned (a reduce at ``G`` or later:
+:func:`reduces_again`), with its descendants, whatever items are chosen: that reduce
+runs again and spawns it afresh. Removal wins: a chosen item that a chosen item or
+a reduce that runs again spawned is removed, not reset.
 """
 
 from __future__ import annotations
@@ -26,13 +29,15 @@ _SHOWN = 5
 
 @dataclass(frozen=True, slots=True)
 class ItemPlace:
-    """Where an item stands: its id, gate, status, and the item that spawned it
-    (``None``: the client's, or a reduce's)."""
+    """Where an item stands: its id, gate, status, the item that spawned it (``None``:
+    the client's, or a reduce's) and the gate of the reduce that spawned it (``None``:
+    no reduce did, or it did before the column was recorded)."""
 
     id: str
     gate: int
     status: str
     parent: str | None = None
+    spawned_by_reduce: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +100,16 @@ def nothing_problem(partition_id: str, choice: RewindChoice) -> str:
             f"{what} at gate {choice.gate} or later, so nothing would run again")
 
 
-def removed_items(places: Iterable[ItemPlace], choice: RewindChoice) -> set[str]:
-    """The ids of the items a rewind removes, from ``places``: every spawned item
-    (``parent`` set) and every parent of one.
+def removed_items(places: Iterable[ItemPlace], choice: RewindChoice,
+                  reducing_again: Collection[int] = ()) -> set[str]:
+    """The ids of the items a rewind removes, from ``places``: every item an item
+    spawned (``parent`` set), every parent of one, and every item a reduce in
+    ``reducing_again`` spawned.
 
-    A spawned item at the gate or later whose parent is chosen is removed, and so is
-    every item below it in the spawn tree, at any gate.
+    A spawned item at the gate or later whose parent is chosen is removed; so is an
+    item that the reduce at a gate of ``reducing_again`` spawned (the reduce gates
+    that run again: :func:`reduces_again`), whatever ``choice`` chooses; and so is
+    every item below one of them in the spawn tree, at any gate.
     """
     places = list(places)
     by_id = {place.id: place for place in places}
@@ -109,10 +118,13 @@ def removed_items(places: Iterable[ItemPlace], choice: RewindChoice) -> set[str]
         if place.parent is not None:
             children[place.parent].append(place.id)
     removed: set[str] = set()
+    again = frozenset(reducing_again)
     stack = [place.id for place in places
              if place.parent is not None and place.gate >= choice.gate
              and place.parent in by_id and choice.chooses(by_id[place.parent])
              and place.parent != place.id]
+    stack += [place.id for place in places
+              if place.parent is None and place.spawned_by_reduce in again]
     while stack:
         item_id = stack.pop()
         if item_id in removed:
@@ -120,6 +132,15 @@ def removed_items(places: Iterable[ItemPlace], choice: RewindChoice) -> set[str]
         removed.add(item_id)
         stack.extend(children.get(item_id, ()))
     return removed
+
+
+def chosen_removed(places: Iterable[ItemPlace], removed: Collection[str],
+                   choice: RewindChoice) -> list[str]:
+    """The ids of the chosen items among ``removed`` (sorted): removal wins, so they
+    are not sent back; what spawned them runs again and spawns them afresh. A
+    rewind whose chosen items are all of this kind still runs something again."""
+    return sorted(place.id for place in places
+                  if place.id in removed and choice.chooses(place))
 
 
 def reduces_again(reduce_gates: Collection[int], gate: int) -> list[int]:

@@ -6,13 +6,14 @@ partition row first. What goes back and what is removed is decided by
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.expression import ColumnElement, Select
 
 from watcher.errors import GateError, ItemNotFoundError, PartitionChangedError
 from watcher.models import AVAILABLE, COMPLETE, FAILED
@@ -20,6 +21,7 @@ from watcher.reports import RewindReport
 from watcher.rules.operator.rewind import (
     ItemPlace,
     RewindChoice,
+    chosen_removed,
     named_problem,
     nothing_problem,
     partition_problem,
@@ -31,6 +33,7 @@ from watcher.rules.timeline import RewindMark, decode_timeline, encode_timeline,
 from watcher.store.base import StoreBase
 from watcher.store.codecs import IN_CHUNK, chunks, settings_of
 from watcher.store.drivers.conflicts import is_lock_conflict
+from watcher.store.sql.schema import Tables
 
 # Tries of a rewind that loses a lock conflict (a deadlock with a holder's write), and the
 # pause before the next (times the try's number), in seconds.
@@ -51,8 +54,9 @@ class RewindsStore(StoreBase):
         ``failed_only``; only those named in ``items``) go back to ``gate``:
         available, attempts reset, version bumped (so a result or a completion token
         of theirs from before is refused); their error history stays. The items a
-        chosen item spawned at ``gate`` or later are removed, with their
-        descendants (:func:`watcher.rules.operator.rewind.removed_items`), and the
+        chosen item spawned at ``gate`` or later are removed, and so are the items a
+        reduce at ``gate`` or later spawned (whatever items are chosen), with their
+        descendants (:func:`watcher.rules.operator.rewind.removed_items`); the
         partition's spawned count drops by as many. Every reduce at ``gate`` or
         later runs again: the reduce progress is dropped, the result is cleared when
         there is such a reduce, and, when only some items were chosen, the items a
@@ -71,8 +75,9 @@ class RewindsStore(StoreBase):
         Raises:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
             PartitionChangedError: ``version`` was given and the partition is at another.
-            GateError: ``gate`` is negative or above the partition's gate, or nothing
-                at ``gate`` or later would run again.
+            GateError: ``gate`` is negative or above the partition's gate, or it
+                chooses no item at ``gate`` or later (none to send back, none that
+                what runs again spawns afresh).
             ItemNotFoundError: a named item is not in the partition.
             InvalidInputError: a named item is before ``gate`` or, with
                 ``failed_only``, not failed.
@@ -112,7 +117,11 @@ class RewindsStore(StoreBase):
                 raise GateError(problem)
             if choice.named is not None:
                 await self._check_named(conn, partition_id, choice)
-            removed = removed_items(await self._spawn_places(conn, partition_id), choice)
+            reduce_gates = settings_of(row.reduce_gates, None).reduce_gates
+            again = reduces_again(reduce_gates, gate)
+            places = await self._spawn_places(conn, partition_id,
+                                              reduced_from=gate if again else None)
+            removed = removed_items(places, choice, again)
             for chunk in chunks(sorted(removed), IN_CHUNK):
                 await conn.execute(delete(i).where(mine, i.c.id.in_(chunk)))
             reset = {"version": i.c.version + 1, "status": AVAILABLE, "attempts": 0,
@@ -122,16 +131,14 @@ class RewindsStore(StoreBase):
                 reset_count += (await conn.execute(
                     update(i).where(mine, i.c.gate >= gate, *chosen)
                     .values(gate=gate, **reset))).rowcount
-            if reset_count == 0:
+            if reset_count == 0 and not chosen_removed(places, removed, choice):
                 raise GateError(nothing_problem(partition_id, choice))
-            reduce_gates = settings_of(row.reduce_gates, None).reduce_gates
             rerun = 0
             rearmed = rearmed_gates(reduce_gates, choice, current_gate=row.gate)
             if rearmed:
                 rerun = (await conn.execute(update(i).where(
                     mine, i.c.status == COMPLETE, i.c.gate.in_(rearmed)).values(**reset)
                 )).rowcount
-            again = reduces_again(reduce_gates, gate)
             values: dict[str, Any] = {
                 "status": AVAILABLE, "gate": gate, "owner": "", "until": now,
                 "updated_at": now, "reduce_pass": None, "reduce_page": 0,
@@ -179,18 +186,45 @@ class RewindsStore(StoreBase):
             raise error
         raise GateError(problem)
 
-    async def _spawn_places(self, conn: AsyncConnection,
-                            partition_id: str) -> Sequence[ItemPlace]:
-        """The places of the partition's spawned items and of their parents (one read;
-        as many rows as the partition spawned, and their parents)."""
+    async def _spawn_places(self, conn: AsyncConnection, partition_id: str, *,
+                            reduced_from: int | None) -> list[ItemPlace]:
+        """The places of the partition's items that items spawned, of their parents,
+        and (``reduced_from`` not ``None``) of those a reduce at that gate or later
+        spawned: as many rows as the partition spawned, and their parents. The
+        spawned ones are read as :func:`spawned_reads` says; the parents not among
+        them by primary key, a chunk of ids a statement."""
         i = self.tables.items
-        parents = (select(i.c.parent).where(i.c.partition_id == partition_id,
-                                            i.c.parent.is_not(None)))
-        rows = await conn.execute(
-            select(i.c.id, i.c.gate, i.c.status, i.c.parent).where(
-                i.c.partition_id == partition_id,
-                or_(i.c.parent.is_not(None), i.c.id.in_(parents))))
-        return [ItemPlace(row.id, row.gate, row.status, row.parent) for row in rows]
+        rows = [row for read in spawned_reads(self.tables, partition_id, reduced_from)
+                for row in await conn.execute(read)]
+        missing = sorted({row.parent for row in rows if row.parent is not None}
+                         - {row.id for row in rows})
+        for chunk in chunks(missing, IN_CHUNK):
+            rows += await conn.execute(select(*_place_columns(self.tables)).where(
+                i.c.partition_id == partition_id, i.c.id.in_(chunk)))
+        return [ItemPlace(row.id, row.gate, row.status, row.parent, row.spawned_by_reduce)
+                for row in rows]
+
+
+def spawned_reads(tables: Tables, partition_id: str,
+                  reduced_from: int | None) -> list[Select[Any]]:
+    """The reads of a partition's spawned items a rewind makes: those an item spawned
+    (``parent`` set) and, with ``reduced_from``, those a reduce at that gate or later
+    spawned (``parent`` NULL, ``spawned_by_reduce`` from ``reduced_from``). Each is a
+    range of ``ix_items_spawned`` (revision 0018): the partition's other items, however
+    many completed, are not read."""
+    i = tables.items
+    mine = i.c.partition_id == partition_id
+    columns = _place_columns(tables)
+    reads = [select(*columns).where(mine, i.c.parent.is_not(None))]
+    if reduced_from is not None:
+        reads.append(select(*columns).where(mine, i.c.parent.is_(None),
+                                            i.c.spawned_by_reduce >= reduced_from))
+    return reads
+
+
+def _place_columns(tables: Tables) -> tuple[ColumnElement[Any], ...]:
+    i = tables.items
+    return (i.c.id, i.c.gate, i.c.status, i.c.parent, i.c.spawned_by_reduce)
 
 
 def _rewound(stored: str | None, now: datetime, mark: RewindMark) -> str:

@@ -106,9 +106,11 @@ class NotificationsStore(StoreBase):
 
     async def notifications_list(self, *, state: str | None = None, after: int | None = None,
                                  limit: int = 100,
-                                 partition_id: str | None = None) -> list[OutboxEvent]:
-        """Read events in ``seq`` order, a page of ``limit`` after ``after``: all, those in
-        ``state``, or those of ``partition_id``. Bodies are not read."""
+                                 partition_id: str | None = None,
+                                 newest_first: bool = False) -> list[OutboxEvent]:
+        """Read events in ``seq`` order (``newest_first``: the other way), a page of
+        ``limit`` after ``after``: all, those in ``state``, or those of
+        ``partition_id``. Bodies are not read."""
         n = self.tables.notifications
         columns = [column for column in n.c if column.name != "body"]
         query = select(*columns, self.statements.now.label("now"))
@@ -118,24 +120,26 @@ class NotificationsStore(StoreBase):
             query = query.where(n.c.partition_id == partition_id)
         if after is not None:
             query = query.where(n.c.seq > after)
-        query = query.order_by(n.c.seq).limit(min(limit, MAX_BATCH))
+        query = query.order_by(n.c.seq.desc() if newest_first else n.c.seq).limit(
+            min(limit, MAX_BATCH))
         async with self._read() as conn:
             rows = (await conn.execute(query)).all()
         return [_event(row, row.now) for row in rows]
 
-    async def notifications_counts(self) -> dict[str, int]:
-        """How many events are ``pending`` and ``dead`` (the delivered ones are not
-        counted), and how many pending ones are due now (``due``): reads of the
-        ``(state, next_at)`` index."""
+    async def notifications_counts(self, *, delivered: bool = False) -> dict[str, int]:
+        """How many events are ``pending`` and ``dead`` (with ``delivered``, how many
+        delivered ones are kept too), and how many pending ones are due now (``due``):
+        reads of the ``(state, next_at)`` index."""
         n = self.tables.notifications
+        states = (PENDING, DEAD, DELIVERED) if delivered else (PENDING, DEAD)
         async with self._read() as conn:
             rows = (await conn.execute(
-                select(n.c.state, func.count()).where(n.c.state.in_((PENDING, DEAD)))
+                select(n.c.state, func.count()).where(n.c.state.in_(states))
                 .group_by(n.c.state))).all()
             due = (await conn.execute(
                 select(func.count()).where(n.c.state == PENDING,
                                            n.c.next_at <= self.statements.now))).scalar_one()
-        counts = {PENDING: 0, DEAD: 0}
+        counts = dict.fromkeys(states, 0)
         counts.update({state: count for state, count in rows})
         counts["due"] = due
         return counts

@@ -17,10 +17,12 @@ from watcher.models import (
     Item,
     Leader,
     Partition,
-    Schedule,
     Wait,
 )
 from watcher.outbox import Notification
+from watcher.store.sql.processors_table import ProcessorRow
+from watcher.store.sql.removed_waits_table import RemovedWait
+from watcher.store.sql.schedule_table import Schedule
 from watcher.store.sql.timeline_table import PartitionTimeline
 
 TABLE_PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,29}$")
@@ -44,8 +46,9 @@ def validate_table_prefix(prefix: str) -> str:
 class Tables:
     """The tables of one statefeed namespace: partitions, items, the leaders of duties
     one processor at a time performs (retention), the flow controls and grants, the
-    schedules, the waits of parked items, the partitions' timelines and the
-    notifications' outbox."""
+    schedules, the waits of parked items, the partitions' timelines, the
+    notifications' outbox, the live processors with what they serve, and the tokens
+    of waits whose item was deleted."""
 
     prefix: str
     partitions: Table
@@ -57,6 +60,8 @@ class Tables:
     waits: Table
     timelines: Table
     notifications: Table
+    processors: Table
+    removed_waits: Table
 
     @property
     def version_table(self) -> str:
@@ -81,7 +86,7 @@ def tables_for(prefix: str = "") -> Tables:
     validate_table_prefix(prefix)
     plain = [_table_of(model)
              for model in (Partition, Item, Leader, FlowControl, FlowGrant, Schedule, Wait,
-                           PartitionTimeline, Notification)]
+                           PartitionTimeline, Notification, ProcessorRow, RemovedWait)]
     if prefix == "":
         return Tables("", *plain)
     metadata = MetaData()

@@ -188,7 +188,10 @@ class SQLiteDriver(DirectDriver[SQLiteDirect]):
         then = None
         if any(w.wait is not None for w in writes):
             insert = self.statements.waits.insert
-            params = iter(self.statements.waits.params(writes))
-            then = Then(insert, {k: direct.values(insert, next(params))
+            params = self.statements.waits.params(writes)
+            # The clock read once for the batch (its rows share the time), as the items'.
+            clock = direct.values(insert, params[0])
+            each = iter(params)
+            then = Then(insert, {k: {**clock, **next(each)}
                                  for k, w in enumerate(writes) if w.wait is not None})
         return await direct.write_rows(self.write_statement, rows, fence, then)
