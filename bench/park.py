@@ -4,8 +4,8 @@ On one database, ``park_items`` items spread over ``partitions`` partitions:
 
 - a normal drain: an in-process watcher answers every item ``done`` (the write of
   a normal answer);
-- a parking drain: the same items, each answered ``wait`` (the item row and its
-  ``waits`` row); the ratio of the two times is the parking cost per item against a
+- a parking drain: the same items, each answered ``wait`` (the item's row, with its
+  wait); the ratio of the two times is the parking cost per item against a
   normal answer's write. Both drains end on the same in-process sign, read every
   10 ms at no database cost: every item was answered and the watcher holds no lease
   (the partitions closed, or let their leases go once only waits were left). The
@@ -13,7 +13,7 @@ On one database, ``park_items`` items spread over ``partitions`` partitions:
   is read then too: a processor holds no per-item state for waiting items;
 - the writes alone: the time the store's ``items_apply`` (every batch of answers) took
   in each drain, per item written: what an answer's write costs, without the calls
-  and the rest of the drain. Parking's is the item row plus its ``waits`` row;
+  and the rest of the drain. Parking's stores the wait's key, timeout and policy too;
 - completions: every token ``POST /v1/completions/{token}`` (``{"done": true}``) by
   ``concurrency`` concurrent HTTP clients against ``processor api``'s app under
   uvicorn (in this process), timed until the last answer; the partitions complete;

@@ -211,6 +211,10 @@ class Partition(SQLModel, table=True):
 
 # The rows ``ix_items_spawned`` holds where a database can leave the others out.
 SPAWNED_ONLY = text("parent IS NOT NULL OR spawned_by_reduce IS NOT NULL")
+# The rows ``ix_items_wait`` holds where a database can leave the others out.
+WAITED_ONLY = text("wait_key IS NOT NULL")
+TOKEN_HASH_LENGTH = 64
+TRACEPARENT_MAX_LENGTH = 64  # a W3C traceparent (version 00) is 55 characters
 
 
 class Item(SQLModel, table=True):
@@ -227,6 +231,10 @@ class Item(SQLModel, table=True):
         # lookups by partition never meet it (MariaDB and SQL Server: every item).
         Index("ix_items_spawned", "partition_id", "parent", "spawned_by_reduce",
               postgresql_where=SPAWNED_ONLY, sqlite_where=SPAWNED_ONLY),
+        # An item by its last wait's token key (completions, heartbeats; 0021): only
+        # the items that ever parked, where the database can leave the others out.
+        Index("ix_items_wait", "wait_key", postgresql_where=WAITED_ONLY,
+              sqlite_where=WAITED_ONLY, mssql_where=WAITED_ONLY),
         MYSQL_TABLE_OPTIONS,
     )
 
@@ -252,21 +260,33 @@ class Item(SQLModel, table=True):
     # The last few errors as JSON (time, attempt, gate each); NULL: none (revision 0008).
     error_history: str | None = Field(default=None,
                                       sa_column=Column(error_type(), nullable=True))
-
-
-TOKEN_HASH_LENGTH = 64
-TRACEPARENT_MAX_LENGTH = 64  # a W3C traceparent (version 00) is 55 characters
+    # The item's last wait (revision 0021), kept in its row so that parking is one
+    # write: its token's key (still set once the wait is over, so a late completion
+    # is told so), its timeout in seconds, its timeout policy ('' for the processor's)
+    # and the parking call's traceparent. A new wait moves the key it replaces to
+    # ``waits``; NULL: the item never parked.
+    wait_key: str | None = Field(
+        default=None, sa_column=Column(key_type(TOKEN_HASH_LENGTH), nullable=True))
+    wait_timeout: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
+    wait_policy: str | None = Field(
+        default=None, sa_column=Column(Unicode(POLICY_MAX_LENGTH), nullable=True))
+    wait_traceparent: str | None = Field(
+        default=None, sa_column=Column(key_type(TRACEPARENT_MAX_LENGTH), nullable=True))
 
 
 class Wait(SQLModel, table=True):
-    """One wait an answer began (revision 0011), keyed by the SHA-256 (hex) of its
-    completion token: the item it parked and the item's version while it waits.
+    """A completion token's key that is not an item's last wait (revision 0011),
+    with the item it names and the item's version while that wait is on.
 
-    A completion applies only while the item is ``waiting`` at that version; every
-    other write of the item bumps the version, so a late completion is told the token
-    was used already. ``timeout`` (seconds) and ``on_timeout`` (``retry``, ``fail``)
-    say what the deadline does. Revision 0014 adds ``traceparent`` (the parking call's
-    trace context) and ``operator_token`` (the hash of an operator's second token).
+    Since revision 0021 an item's current wait lives in its own row
+    (:class:`Item`'s ``wait_key`` and the columns beside it); a row here is an
+    operator's token for a current wait (at the item's waiting version), or the key
+    of a wait that a newer one replaced (version 0, never current). A completion
+    applies only while the item is ``waiting`` at that version; every other write of
+    the item bumps the version, so a late completion is told the token was used
+    already. ``timeout`` (seconds) and ``on_timeout`` (``retry``, ``fail``) say what
+    the deadline does. Revision 0014 added ``traceparent`` (the parking call's trace
+    context) and ``operator_token`` (an operator's second token, before 0021).
     """
 
     __tablename__ = "waits"

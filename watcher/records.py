@@ -261,6 +261,8 @@ class ReadyItem:
     size: int | None = None
     # Its stored error history (JSON text, see watcher.rules.error_history); None: no errors.
     error_history: str | None = None
+    # The key of its last wait (see watcher.waits); None: it never parked.
+    wait_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,8 +310,9 @@ class ItemWrite:
     # Items to insert, each with its gate resolved, in the write's transaction and
     # only if the write applies; their parent is ``item_id``.
     spawn: tuple[NewItem, ...] = ()
-    # A parking write (status ``waiting``, ``retry_delay`` its timeout): the ``waits``
-    # row it stores in its transaction, only if it applies.
+    # A parking write (status ``waiting``, ``retry_delay`` its timeout): the wait it
+    # stores in the item's row, and the replaced key it keeps in ``waits`` (revision
+    # 0021), only if it applies.
     wait: WaitWrite | None = None
     # (gate, k) when the item's gate has a quorum: a write that completes it counts,
     # and the k-th settles the gate's other items as skipped in its transaction.

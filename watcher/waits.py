@@ -4,15 +4,16 @@ it, the completion token that names one wait, and what a timeout writes.
 A handler answers ``Result(wait=Wait(timeout=...))``: its item becomes ``waiting`` at
 its gate, holds no call and no slot, and the gate does not pass until the item is
 completed (``POST /v1/completions/{token}``), times out, or its partition is cancelled.
-The token is made per call (at least 128 random bits) and only its SHA-256 is stored,
-in the ``waits`` table (revision 0011), and only when the answer parks.
+The token is made per call (at least 128 random bits) and only its key (a SHA-256) is
+stored, in the item's row (revision 0021), and only when the answer parks.
 
 A token starts with the time it was made (milliseconds since 1970, 12 hex digits),
-and its stored key with the same 12 digits, followed by 52 hex digits of the token's
-SHA-256. So keys arrive in the ``waits`` primary key in time order: each parking
-write appends to the index's last pages instead of dirtying one page per row at
-random. Tokens made before this form
-(43 characters, no prefix) are stored and found under their whole SHA-256.
+and its stored key with the same 12 digits, followed by 22 characters (132 bits) of
+the token's SHA-256 in URL-safe base64: 34 characters, which a parking write adds to
+its item's row and to the key's index. So keys arrive in their index
+(``ix_items_wait``) in time order: each parking write appends to the index's last
+pages instead of dirtying one page per row at random. Tokens made before this form
+(43 characters, no prefix) are stored and found under their whole SHA-256 in hex.
 """
 
 from __future__ import annotations
@@ -37,8 +38,12 @@ TOKEN_BYTES: Final = 32
 # The time prefix of a token and of its key: milliseconds since 1970, in hex.
 TIME_DIGITS: Final = 12
 _RANDOM_LENGTH: Final = 43
+# The digest characters of a key (URL-safe base64 of the token's SHA-256: 132 bits).
+KEY_DIGEST_CHARACTERS: Final = 22
 TOKEN_LENGTH: Final = TIME_DIGITS + _RANDOM_LENGTH
 _TIME_PREFIX: Final = re.compile(r"[0-9a-f]{12}")
+# The version of a ``waits`` row whose key a new wait replaced: no item has it.
+REPLACED_VERSION: Final = 0
 # What a token looks like; anything else is refused before a database read.
 _TOKEN_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]{22,128}")
 
@@ -65,15 +70,19 @@ class Wait:
 
 @dataclass(frozen=True, slots=True)
 class WaitWrite:
-    """What a parking write stores in the ``waits`` table besides the item's row: the
-    token's hash, the timeout, the timeout policy (``""``: the sweeping
-    processor's default), and the W3C ``traceparent`` of the span that parked the
+    """What a parking write stores in its item's row (revision 0021): the token's key,
+    the timeout, the timeout policy (``""``: the sweeping processor's default), and
+    the W3C ``traceparent`` of the span that parked the
     item (``None``: tracing off), which the completion's span links to."""
 
     token_hash: str
     timeout: float
     on_timeout: str = ""
     traceparent: str | None = None
+    # The key of the item's last wait, which this one replaces in the item's row
+    # (``None``: the item never parked): kept in ``waits``, so its token is told the
+    # wait is over.
+    replaces: str | None = None
 
 
 def timeout_problem(timeout: object, what: str = "'wait.timeout'") -> str | None:
@@ -106,14 +115,15 @@ def new_completion_token() -> str:
 
 
 def token_hash(token: str) -> str:
-    """The key the ``waits`` table stores and looks ``token`` up by (64 characters): its
-    time prefix and 52 hex digits (208 bits) of its SHA-256; for a token without the
-    prefix (made by an earlier version), its whole SHA-256 in hex."""
-    digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+    """The key an item stores for ``token`` and finds it by: its time prefix and the
+    first :data:`KEY_DIGEST_CHARACTERS` characters (132 bits) of its SHA-256 in
+    URL-safe base64, 34 characters in all; for a token without the prefix (made by an
+    earlier version), its whole SHA-256 in hex (64 characters)."""
+    digest = hashlib.sha256(token.encode("utf-8", "surrogatepass"))
     prefix = token[:TIME_DIGITS]
     if len(token) == TOKEN_LENGTH and _TIME_PREFIX.fullmatch(prefix):
-        return prefix + digest[:64 - TIME_DIGITS]
-    return digest
+        return prefix + base64.urlsafe_b64encode(digest.digest())[:KEY_DIGEST_CHARACTERS].decode()
+    return digest.hexdigest()
 
 
 def token_well_formed(token: str) -> bool:
@@ -132,11 +142,13 @@ def timeout_message(timeout: float) -> str:
     return f"timed out waiting after {seconds_text(timeout)} s"
 
 
-def wait_write(wait: Wait, token: str, traceparent: str | None = None) -> WaitWrite:
-    """The ``waits`` row a parking answer made with the call's ``token`` stores (with
-    the ``traceparent`` of the span that received it, if any)."""
+def wait_write(wait: Wait, token: str, traceparent: str | None = None,
+               replaces: str | None = None) -> WaitWrite:
+    """The wait a parking answer made with the call's ``token`` stores (with the
+    ``traceparent`` of the span that received it, if any), in place of the item's last
+    wait, whose key was ``replaces``."""
     return WaitWrite(token_hash(token), float(wait.timeout), wait.on_timeout or "",
-                     traceparent)
+                     traceparent, replaces)
 
 
 def fails_on_timeout(stored: str, default: str) -> bool:

@@ -484,15 +484,35 @@ UPDATE items,
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = v.pid AND partitions.owner = %(owner)s AND partitions.status = %(status_1)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))));
 
 -- name: items_apply (2)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, traceparent, created_at) SELECT w.token,
-       w.pid,
-       w.iid,
-       w.version,
-       w.timeout,
-       w.on_timeout,
-       w.traceparent,
-       COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
-  FROM JSON_TABLE(%(waits)s, '$[*]' COLUMNS (n BIGINT PATH '$[0]', pid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]', iid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]', version BIGINT PATH '$[3]', token VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]', timeout DOUBLE PATH '$[5]', on_timeout VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[6]', traceparent VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[7]')) AS w;
+UPDATE items,
+       JSON_TABLE(%(rows)s, '$[*]' COLUMNS (pid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]', iid VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]', seen BIGINT PATH '$[2]', status VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[3]', gate BIGINT PATH '$[4]', attempts BIGINT PATH '$[5]', error LONGTEXT CHARACTER SET utf8mb4 PATH '$[6]', data LONGTEXT CHARACTER SET ascii PATH '$[7]', delay DOUBLE PATH '$[8]', history LONGTEXT CHARACTER SET utf8mb4 PATH '$[9]', wkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[10]', wtimeout DOUBLE PATH '$[11]', wpolicy VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[12]', wtrace VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[13]')) AS v
+   SET items.version=(items.version + %(version_1)s),
+       items.gate=coalesce(v.gate, items.gate),
+       items.status=v.status,
+       items.data=coalesce(from_base64(v.data), items.data),
+       items.attempts=v.attempts,
+       items.last_error=v.error,
+       items.retry_at=CASE WHEN (v.delay > %(delay_1)s) THEN (COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((v.delay) * 1000000 AS SIGNED) MICROSECOND)
+            ELSE COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+             END,
+       items.updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       items.error_history=CASE WHEN (v.history IS NULL) THEN items.error_history
+            ELSE replace(v.history, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END,
+       items.wait_key=coalesce(v.wkey, items.wait_key),
+       items.wait_timeout=CASE WHEN (v.wkey IS NULL) THEN items.wait_timeout
+            ELSE v.wtimeout
+             END,
+       items.wait_policy=CASE WHEN (v.wkey IS NULL) THEN items.wait_policy
+            ELSE v.wpolicy
+             END,
+       items.wait_traceparent=CASE WHEN (v.wkey IS NULL) THEN items.wait_traceparent
+            ELSE v.wtrace
+             END
+ WHERE items.partition_id = v.pid
+   AND items.id = v.iid
+   AND items.version = v.seen
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = v.pid AND partitions.owner = %(owner)s AND partitions.status = %(status_1)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))));
 
 -- name: items_apply_spawning (1)
 UPDATE items
@@ -580,7 +600,11 @@ SELECT items.partition_id,
        items.updated_at,
        items.parent,
        items.spawned_by_reduce,
-       items.error_history
+       items.error_history,
+       items.wait_key,
+       items.wait_timeout,
+       items.wait_policy,
+       items.wait_traceparent
   FROM items
  WHERE items.partition_id = %s
  ORDER BY items.id;
@@ -591,7 +615,8 @@ SELECT items.id,
        items.gate,
        items.attempts,
        OCTET_LENGTH(items.data) AS data_size_1,
-       items.error_history
+       items.error_history,
+       items.wait_key
   FROM items
  WHERE items.partition_id = %s
    AND items.status = %s
@@ -664,6 +689,16 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: items_purge_finished (3)
+INSERT INTO removed_waits (token, removed_at) SELECT items.wait_key,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.status IN (%s, ...)
+   AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+   AND items.id <= %s
+   AND items.wait_key IS NOT NULL;
+
+-- name: items_purge_finished (4)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM waits
@@ -672,7 +707,7 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %s AND items.status IN (%s, ...) AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)))
    AND waits.token IS NOT NULL;
 
--- name: items_purge_finished (4)
+-- name: items_purge_finished (5)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM waits
@@ -681,14 +716,14 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %s AND items.status IN (%s, ...) AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)))
    AND waits.operator_token IS NOT NULL;
 
--- name: items_purge_finished (5)
+-- name: items_purge_finished (6)
 DELETE
   FROM waits
  WHERE waits.partition_id = %s
    AND waits.item_id <= %s
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %s AND items.status IN (%s, ...) AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)));
 
--- name: items_purge_finished (6)
+-- name: items_purge_finished (7)
 DELETE
   FROM items
  WHERE items.partition_id = %s
@@ -696,7 +731,7 @@ DELETE
    AND items.updated_at < (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
    AND items.id <= %s;
 
--- name: items_purge_finished (7)
+-- name: items_purge_finished (8)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -710,7 +745,7 @@ SELECT count(*) AS count_1,
          LIMIT %s
        ) AS anon_1;
 
--- name: items_purge_finished (8)
+-- name: items_purge_finished (9)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -730,7 +765,8 @@ SELECT items.id,
        items.gate,
        items.data,
        items.attempts,
-       items.error_history
+       items.error_history,
+       items.wait_key
   FROM items
  WHERE items.partition_id = %(pid)s
    AND items.status = %(status_1)s
@@ -747,7 +783,8 @@ SELECT items.id,
        items.gate,
        items.data,
        items.attempts,
-       items.error_history
+       items.error_history,
+       items.wait_key
   FROM items
  WHERE items.partition_id = %(pid)s
    AND items.status = %(status_1)s
@@ -838,13 +875,10 @@ SELECT items.id,
        items.gate,
        items.attempts,
        items.error_history,
-       waits.timeout,
-       waits.on_timeout
+       items.wait_key,
+       items.wait_timeout,
+       items.wait_policy
   FROM items
-  LEFT OUTER JOIN waits
-    ON waits.partition_id = items.partition_id
-   AND waits.item_id = items.id
-   AND waits.version = items.version
  WHERE items.partition_id = %s
    AND items.status = %s
    AND items.gate = %s
@@ -1466,6 +1500,14 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: partition_delete_batch (3)
+INSERT INTO removed_waits (token, removed_at) SELECT items.wait_key,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id <= %s
+   AND items.wait_key IS NOT NULL;
+
+-- name: partition_delete_batch (4)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM waits
@@ -1473,7 +1515,7 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
    AND waits.item_id <= %s
    AND waits.token IS NOT NULL;
 
--- name: partition_delete_batch (4)
+-- name: partition_delete_batch (5)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM waits
@@ -1481,29 +1523,29 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
    AND waits.item_id <= %s
    AND waits.operator_token IS NOT NULL;
 
--- name: partition_delete_batch (5)
+-- name: partition_delete_batch (6)
 DELETE
   FROM waits
  WHERE waits.partition_id = %s
    AND waits.item_id <= %s;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (7)
 DELETE
   FROM items
  WHERE items.partition_id = %s
    AND items.id <= %s;
 
--- name: partition_delete_batch (7)
+-- name: partition_delete_batch (8)
 DELETE
   FROM partition_timelines
  WHERE partition_timelines.partition_id = %s;
 
--- name: partition_delete_batch (8)
+-- name: partition_delete_batch (9)
 DELETE
   FROM partitions
  WHERE partitions.id = %s;
 
--- name: partition_delete_batch (9)
+-- name: partition_delete_batch (10)
 UPDATE partitions
    SET
 version=(partitions.version + %s), status=%s
@@ -1737,12 +1779,20 @@ UPDATE partition_timelines
  WHERE partition_timelines.partition_id = %s;
 
 -- name: partition_rewind (12)
+INSERT INTO removed_waits (token, removed_at) SELECT items.wait_key,
+       COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id IN (%s, ...)
+   AND items.wait_key IS NOT NULL;
+
+-- name: partition_rewind (13)
 DELETE
   FROM items
  WHERE items.partition_id = %s
    AND items.id IN (%s, ...);
 
--- name: partition_rewind (13)
+-- name: partition_rewind (14)
 UPDATE items
    SET
 version=(items.version + %s), gate=%s,
@@ -2686,17 +2736,38 @@ INSERT INTO partition_timelines (partition_id, timeline)
 VALUES (%s, %s);
 
 -- name: wait_complete (1)
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
+       items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  LEFT OUTER JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.wait_key = %s;
+
+-- name: wait_complete (2)
 SELECT waits.token,
        waits.partition_id,
        waits.item_id,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token,
+       coalesce(waits.traceparent, items.wait_traceparent) AS traceparent,
        items.status,
        items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
@@ -2711,32 +2782,6 @@ SELECT waits.token,
     ON partitions.id = waits.partition_id
  WHERE waits.token = %s;
 
--- name: wait_complete (2)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token,
-       items.status,
-       items.version AS item_version,
-       items.gate,
-       items.attempts,
-       items.error_history,
-       partitions.status AS partition_status,
-       partitions.gate AS partition_gate,
-       partitions.quorum
-  FROM waits
-  LEFT OUTER JOIN items
-    ON items.partition_id = waits.partition_id
-   AND items.id = waits.item_id
-  LEFT OUTER JOIN partitions
-    ON partitions.id = waits.partition_id
- WHERE waits.operator_token = %s;
-
 -- name: wait_complete (3)
 UPDATE items
    SET
@@ -2750,6 +2795,16 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
        updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
        error_history=CASE WHEN (%s IS NULL) THEN items.error_history
             ELSE replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END,
+       wait_key=coalesce(%s, items.wait_key),
+       wait_timeout=CASE WHEN (%s IS NULL) THEN items.wait_timeout
+            ELSE %s
+             END,
+       wait_policy=CASE WHEN (%s IS NULL) THEN items.wait_policy
+            ELSE %s
+             END,
+       wait_traceparent=CASE WHEN (%s IS NULL) THEN items.wait_traceparent
+            ELSE %s
              END
  WHERE items.partition_id = %s
    AND items.id = %s
@@ -2770,30 +2825,16 @@ version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND pa
  WHERE partitions.id = %s;
 
 -- name: wait_complete_item (1)
-SELECT items.status,
-       items.version
-  FROM items
- WHERE items.partition_id = %s
-   AND items.id = %s;
-
--- name: wait_complete_item (2)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token
-  FROM waits
- WHERE waits.partition_id = %s
-   AND waits.item_id = %s
-   AND waits.version = %s;
-
--- name: wait_complete_item (3)
-SELECT items.status,
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
        items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
@@ -2801,12 +2842,12 @@ SELECT items.status,
        partitions.gate AS partition_gate,
        partitions.quorum
   FROM items
- INNER JOIN partitions
+  LEFT OUTER JOIN partitions
     ON partitions.id = items.partition_id
  WHERE items.partition_id = %s
    AND items.id = %s;
 
--- name: wait_complete_item (4)
+-- name: wait_complete_item (2)
 UPDATE items
    SET
 version=(items.version + %s), gate=coalesce(%s, items.gate),
@@ -2824,7 +2865,7 @@ version=(items.version + %s), gate=coalesce(%s, items.gate),
    AND items.status = %s
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %s));
 
--- name: wait_complete_item (5)
+-- name: wait_complete_item (3)
 UPDATE partitions
    SET
 version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
@@ -2833,34 +2874,31 @@ version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND pa
  WHERE partitions.id = %s;
 
 -- name: wait_heartbeat (1)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token,
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
+       items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
        items.status,
        items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
        partitions.gate AS partition_gate,
        partitions.quorum
-  FROM waits
-  LEFT OUTER JOIN items
-    ON items.partition_id = waits.partition_id
-   AND items.id = waits.item_id
+  FROM items
   LEFT OUTER JOIN partitions
-    ON partitions.id = waits.partition_id
- WHERE waits.token = %s;
+    ON partitions.id = items.partition_id
+ WHERE items.wait_key = %s;
 
 -- name: wait_heartbeat (2)
 UPDATE items
-   SET retry_at=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+   SET retry_at=(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND),
+       wait_timeout=%s
  WHERE items.partition_id = %s
    AND items.id = %s
    AND items.version = %s
@@ -2868,11 +2906,6 @@ UPDATE items
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %s));
 
 -- name: wait_heartbeat (3)
-UPDATE waits
-   SET timeout=%s
- WHERE waits.token = %s;
-
--- name: wait_heartbeat (4)
 UPDATE partitions
    SET
 version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND partitions.until > (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)) THEN (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
@@ -2880,37 +2913,23 @@ version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND pa
              END
  WHERE partitions.id = %s;
 
--- name: wait_heartbeat (5)
+-- name: wait_heartbeat (4)
 SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %s
    AND items.id = %s;
 
 -- name: wait_operator_token (1)
-SELECT items.status,
-       items.version
-  FROM items
- WHERE items.partition_id = %s
-   AND items.id = %s;
-
--- name: wait_operator_token (2)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token
-  FROM waits
- WHERE waits.partition_id = %s
-   AND waits.item_id = %s
-   AND waits.version = %s;
-
--- name: wait_operator_token (3)
-SELECT items.status,
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
        items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
@@ -2918,28 +2937,30 @@ SELECT items.status,
        partitions.gate AS partition_gate,
        partitions.quorum
   FROM items
- INNER JOIN partitions
+  LEFT OUTER JOIN partitions
     ON partitions.id = items.partition_id
  WHERE items.partition_id = %s
    AND items.id = %s;
 
--- name: wait_operator_token (4)
-UPDATE waits
-   SET operator_token=%s
- WHERE waits.token = %s;
+-- name: wait_operator_token (2)
+DELETE
+  FROM waits
+ WHERE waits.partition_id = %s
+   AND waits.item_id = %s
+   AND waits.version = %s;
+
+-- name: wait_operator_token (3)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s);
 
 -- name: waits_summary
 SELECT items.partition_id,
        items.gate,
        count(*) AS count_1,
-       min(waits.created_at) AS min_1,
+       min(items.updated_at) AS min_1,
        min(items.retry_at) AS min_2,
        COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1
   FROM items
-  LEFT OUTER JOIN waits
-    ON waits.partition_id = items.partition_id
-   AND waits.item_id = items.id
-   AND waits.version = items.version
  WHERE items.partition_id IN (%s, ...)
    AND items.status = %s
  GROUP BY items.partition_id,

@@ -438,8 +438,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history, wait_key, wait_timeout, wait_policy, wait_traceparent)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s, %(wait_key)s, %(wait_timeout)s, %(wait_policy)s, %(wait_traceparent)s);
 
 -- name: items_add (6)
 UPDATE partitions
@@ -499,8 +499,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: items_apply_spawning (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history, wait_key, wait_timeout, wait_policy, wait_traceparent)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s, %(wait_key)s, %(wait_timeout)s, %(wait_policy)s, %(wait_traceparent)s);
 
 -- name: items_apply_spawning (5)
 UPDATE partitions
@@ -557,7 +557,11 @@ SELECT items.partition_id,
        items.updated_at,
        items.parent,
        items.spawned_by_reduce,
-       items.error_history
+       items.error_history,
+       items.wait_key,
+       items.wait_timeout,
+       items.wait_policy,
+       items.wait_traceparent
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
  ORDER BY items.id;
@@ -568,7 +572,8 @@ SELECT TOP 10 items.id,
        items.gate,
        items.attempts,
        DATALENGTH(items.data) AS data_size_1,
-       items.error_history
+       items.error_history,
+       items.wait_key
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.status = %(status_n)s
@@ -637,6 +642,16 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: items_purge_finished (3)
+INSERT INTO removed_waits (token, removed_at) SELECT items.wait_key,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.status IN (%(status_1_n)s, ...)
+   AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+   AND items.id <= %(id_n)s
+   AND items.wait_key IS NOT NULL;
+
+-- name: items_purge_finished (4)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM waits
@@ -645,7 +660,7 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_n)s AND items.status IN (%(status_1_n)s, ...) AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))))
    AND waits.token IS NOT NULL;
 
--- name: items_purge_finished (4)
+-- name: items_purge_finished (5)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM waits
@@ -654,14 +669,14 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_n)s AND items.status IN (%(status_1_n)s, ...) AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))))
    AND waits.operator_token IS NOT NULL;
 
--- name: items_purge_finished (5)
+-- name: items_purge_finished (6)
 DELETE
   FROM waits
  WHERE waits.partition_id = %(partition_id_n)s
    AND waits.item_id <= %(item_id_n)s
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_n)s AND items.status IN (%(status_1_n)s, ...) AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))));
 
--- name: items_purge_finished (6)
+-- name: items_purge_finished (7)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
@@ -669,7 +684,7 @@ DELETE
    AND items.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
    AND items.id <= %(id_n)s;
 
--- name: items_purge_finished (7)
+-- name: items_purge_finished (8)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -682,7 +697,7 @@ SELECT count(*) AS count_1,
          ORDER BY items.id
        ) AS anon_1;
 
--- name: items_purge_finished (8)
+-- name: items_purge_finished (9)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -701,7 +716,8 @@ SELECT TOP 10 items.id,
        items.gate,
        items.data,
        items.attempts,
-       items.error_history
+       items.error_history,
+       items.wait_key
   FROM items
  WHERE items.partition_id = %(pid)s
    AND items.status = %(status_n)s
@@ -717,7 +733,8 @@ SELECT TOP 10 items.id,
        items.gate,
        items.data,
        items.attempts,
-       items.error_history
+       items.error_history,
+       items.wait_key
   FROM items
  WHERE items.partition_id = %(pid)s
    AND items.status = %(status_n)s
@@ -807,13 +824,10 @@ SELECT TOP 10 items.id,
        items.gate,
        items.attempts,
        items.error_history,
-       waits.timeout,
-       waits.on_timeout
+       items.wait_key,
+       items.wait_timeout,
+       items.wait_policy
   FROM items
-  LEFT OUTER JOIN waits
-    ON waits.partition_id = items.partition_id
-   AND waits.item_id = items.id
-   AND waits.version = items.version
  WHERE items.partition_id = %(partition_id_n)s
    AND items.status = %(status_n)s
    AND items.gate = %(gate_n)s
@@ -1461,8 +1475,8 @@ VALUES (%(partition_id)s);
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: partition_create_batches (6)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history, wait_key, wait_timeout, wait_policy, wait_traceparent)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s, %(wait_key)s, %(wait_timeout)s, %(wait_policy)s, %(wait_traceparent)s);
 
 -- name: partition_create_batches (7)
 UPDATE flow_controls
@@ -1503,6 +1517,14 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: partition_delete_batch (3)
+INSERT INTO removed_waits (token, removed_at) SELECT items.wait_key,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id <= %(id_n)s
+   AND items.wait_key IS NOT NULL;
+
+-- name: partition_delete_batch (4)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM waits
@@ -1510,7 +1532,7 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
    AND waits.item_id <= %(item_id_n)s
    AND waits.token IS NOT NULL;
 
--- name: partition_delete_batch (4)
+-- name: partition_delete_batch (5)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM waits
@@ -1518,36 +1540,36 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
    AND waits.item_id <= %(item_id_n)s
    AND waits.operator_token IS NOT NULL;
 
--- name: partition_delete_batch (5)
+-- name: partition_delete_batch (6)
 DELETE
   FROM waits
  WHERE waits.partition_id = %(partition_id_n)s
    AND waits.item_id <= %(item_id_n)s;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (7)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id <= %(id_n)s;
 
--- name: partition_delete_batch (7)
+-- name: partition_delete_batch (8)
 DELETE
   FROM partition_timelines
  WHERE partition_timelines.partition_id = %(partition_id_n)s;
 
--- name: partition_delete_batch (8)
+-- name: partition_delete_batch (9)
 DELETE
   FROM partitions
  WHERE partitions.id = %(id_n)s;
 
--- name: partition_delete_batch (9)
+-- name: partition_delete_batch (10)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), status=%(status)s
  WHERE partitions.id = %(id_n)s
    AND (partitions.status = %(status_n)s OR partitions.status IN (%(status_2_n)s, ...) AND partitions.updated_at < DATEADD(microsecond, CAST(((%(param_n)s) - FLOOR(%(param_n)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(param_n)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))));
 
--- name: partition_delete_batch (10)
+-- name: partition_delete_batch (11)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -1783,12 +1805,20 @@ UPDATE partition_timelines
  WHERE partition_timelines.partition_id = %(tl_pid)s;
 
 -- name: partition_rewind (12)
+INSERT INTO removed_waits (token, removed_at) SELECT items.wait_key,
+       COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id IN (%(id_1_n)s, ...)
+   AND items.wait_key IS NOT NULL;
+
+-- name: partition_rewind (13)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id IN (%(id_1_n)s, ...);
 
--- name: partition_rewind (13)
+-- name: partition_rewind (14)
 UPDATE items
    SET
 version=(items.version + %(version_n)s), gate=%(gate)s,
@@ -2437,8 +2467,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: reduce_write (7)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history, wait_key, wait_timeout, wait_policy, wait_traceparent)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s, %(wait_key)s, %(wait_timeout)s, %(wait_policy)s, %(wait_traceparent)s);
 
 -- name: reduce_write (8)
 UPDATE partitions
@@ -2592,8 +2622,8 @@ VALUES (%(partition_id)s);
 SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
 
 -- name: schedule_tick (9)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history)
-VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history, wait_key, wait_timeout, wait_policy, wait_traceparent)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s, %(wait_key)s, %(wait_timeout)s, %(wait_policy)s, %(wait_traceparent)s);
 
 -- name: schedule_tick (10)
 UPDATE schedules
@@ -2707,17 +2737,38 @@ INSERT INTO partition_timelines (partition_id, timeline)
 VALUES (%(tl_pid)s, %(tl_text)s);
 
 -- name: wait_complete (1)
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
+       items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  LEFT OUTER JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.wait_key = %(digest)s;
+
+-- name: wait_complete (2)
 SELECT waits.token,
        waits.partition_id,
        waits.item_id,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token,
+       coalesce(waits.traceparent, items.wait_traceparent) AS traceparent,
        items.status,
        items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
@@ -2732,32 +2783,6 @@ SELECT waits.token,
     ON partitions.id = waits.partition_id
  WHERE waits.token = %(digest)s;
 
--- name: wait_complete (2)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token,
-       items.status,
-       items.version AS item_version,
-       items.gate,
-       items.attempts,
-       items.error_history,
-       partitions.status AS partition_status,
-       partitions.gate AS partition_gate,
-       partitions.quorum
-  FROM waits
-  LEFT OUTER JOIN items
-    ON items.partition_id = waits.partition_id
-   AND items.id = waits.item_id
-  LEFT OUTER JOIN partitions
-    ON partitions.id = waits.partition_id
- WHERE waits.operator_token = %(digest)s;
-
 -- name: wait_complete (3)
 UPDATE items
    SET
@@ -2771,6 +2796,16 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
        updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
        error_history=CASE WHEN (%(new_history)s IS NULL) THEN items.error_history
             ELSE replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
+             END,
+       wait_key=coalesce(%(w_key)s, items.wait_key),
+       wait_timeout=CASE WHEN (%(w_key)s IS NULL) THEN items.wait_timeout
+            ELSE %(w_timeout)s
+             END,
+       wait_policy=CASE WHEN (%(w_key)s IS NULL) THEN items.wait_policy
+            ELSE %(w_policy)s
+             END,
+       wait_traceparent=CASE WHEN (%(w_key)s IS NULL) THEN items.wait_traceparent
+            ELSE %(w_traceparent)s
              END
  WHERE items.partition_id = %(pid)s
    AND items.id = %(iid)s
@@ -2791,30 +2826,16 @@ version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner 
  WHERE partitions.id = %(wake_pid)s;
 
 -- name: wait_complete_item (1)
-SELECT items.status,
-       items.version
-  FROM items
- WHERE items.partition_id = %(partition_id_n)s
-   AND items.id = %(id_n)s;
-
--- name: wait_complete_item (2)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token
-  FROM waits
- WHERE waits.partition_id = %(partition_id_n)s
-   AND waits.item_id = %(item_id_n)s
-   AND waits.version = %(version_n)s;
-
--- name: wait_complete_item (3)
-SELECT items.status,
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
        items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
@@ -2822,12 +2843,12 @@ SELECT items.status,
        partitions.gate AS partition_gate,
        partitions.quorum
   FROM items
-  JOIN partitions
+  LEFT OUTER JOIN partitions
     ON partitions.id = items.partition_id
- WHERE items.partition_id = %(partition_id_n)s
-   AND items.id = %(id_n)s;
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s;
 
--- name: wait_complete_item (4)
+-- name: wait_complete_item (2)
 UPDATE items
    SET
 version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
@@ -2845,7 +2866,7 @@ version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate)
    AND items.status = %(status_n)s
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_n)s));
 
--- name: wait_complete_item (5)
+-- name: wait_complete_item (3)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner = %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
@@ -2854,34 +2875,31 @@ version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner 
  WHERE partitions.id = %(wake_pid)s;
 
 -- name: wait_heartbeat (1)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token,
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
+       items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
        items.status,
        items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
        partitions.gate AS partition_gate,
        partitions.quorum
-  FROM waits
-  LEFT OUTER JOIN items
-    ON items.partition_id = waits.partition_id
-   AND items.id = waits.item_id
+  FROM items
   LEFT OUTER JOIN partitions
-    ON partitions.id = waits.partition_id
- WHERE waits.token = %(digest)s;
+    ON partitions.id = items.partition_id
+ WHERE items.wait_key = %(digest)s;
 
 -- name: wait_heartbeat (2)
 UPDATE items
-   SET retry_at=DATEADD(microsecond, CAST(((%(timeout)s) - FLOOR(%(timeout)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(timeout)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+   SET retry_at=DATEADD(microsecond, CAST(((%(timeout)s) - FLOOR(%(timeout)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(timeout)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()))),
+       wait_timeout=%(wait_timeout)s
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id = %(id_n)s
    AND items.version = %(version_n)s
@@ -2889,11 +2907,6 @@ UPDATE items
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_n)s));
 
 -- name: wait_heartbeat (3)
-UPDATE waits
-   SET timeout=%(timeout)s
- WHERE waits.token = %(token_n)s;
-
--- name: wait_heartbeat (4)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner = %(owner_n)s AND partitions.until > DATEADD(microsecond, CAST(((%(timeout)s) - FLOOR(%(timeout)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(timeout)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))) THEN DATEADD(microsecond, CAST(((%(timeout)s) - FLOOR(%(timeout)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(timeout)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
@@ -2901,37 +2914,23 @@ version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner 
              END
  WHERE partitions.id = %(wake_pid)s;
 
--- name: wait_heartbeat (5)
+-- name: wait_heartbeat (4)
 SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
    AND items.id = %(id_n)s;
 
 -- name: wait_operator_token (1)
-SELECT items.status,
-       items.version
-  FROM items
- WHERE items.partition_id = %(partition_id_n)s
-   AND items.id = %(id_n)s;
-
--- name: wait_operator_token (2)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token
-  FROM waits
- WHERE waits.partition_id = %(partition_id_n)s
-   AND waits.item_id = %(item_id_n)s
-   AND waits.version = %(version_n)s;
-
--- name: wait_operator_token (3)
-SELECT items.status,
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
        items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
@@ -2939,28 +2938,30 @@ SELECT items.status,
        partitions.gate AS partition_gate,
        partitions.quorum
   FROM items
-  JOIN partitions
+  LEFT OUTER JOIN partitions
     ON partitions.id = items.partition_id
- WHERE items.partition_id = %(partition_id_n)s
-   AND items.id = %(id_n)s;
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s;
 
--- name: wait_operator_token (4)
-UPDATE waits
-   SET operator_token=%(operator_token)s
- WHERE waits.token = %(token_n)s;
+-- name: wait_operator_token (2)
+DELETE
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_n)s
+   AND waits.item_id = %(item_id_n)s
+   AND waits.version = %(version_n)s;
+
+-- name: wait_operator_token (3)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%(w_token)s, %(w_pid)s, %(w_iid)s, %(w_version)s, %(w_timeout)s, %(w_policy)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(w_traceparent)s);
 
 -- name: waits_summary
 SELECT items.partition_id,
        items.gate,
        count(*) AS count_1,
-       min(waits.created_at) AS min_1,
+       min(items.updated_at) AS min_1,
        min(items.retry_at) AS min_2,
        COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1
   FROM items
-  LEFT OUTER JOIN waits
-    ON waits.partition_id = items.partition_id
-   AND waits.item_id = items.id
-   AND waits.version = items.version
  WHERE items.partition_id IN (%(partition_id_1_n)s, ...)
    AND items.status = %(status_n)s
  GROUP BY items.partition_id,

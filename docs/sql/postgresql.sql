@@ -490,22 +490,36 @@ ORDINALITY AS v(value, n)
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
 
 -- name: items_apply (2)
-WITH applied AS (UPDATE items SET version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_5)s::INT AS INTEGER), items.gate), status=(CAST(v.value ->> %(value_6)s::INT AS VARCHAR)), data=coalesce(decode(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), %(decode_1)s::VARCHAR), items.data), attempts=(CAST(v.value ->> %(value_8)s::INT AS INTEGER)), last_error=(CAST(v.value ->> %(value_9)s::INT AS VARCHAR)), retry_at=CASE WHEN (CAST((v.value ->> %(value_10)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_10)s::INT AS FLOAT))) ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) END, updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), error_history=CASE WHEN (CAST((v.value ->> %(value_11)s::INT) AS VARCHAR) IS NULL) THEN items.error_history ELSE replace(CAST(v.value ->> %(value_11)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",') END FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH ORDINALITY AS v(value, n) WHERE items.partition_id = CAST((v.value ->> %(value_12)s::INT) AS VARCHAR) AND items.id = CAST((v.value ->> %(value_13)s::INT) AS VARCHAR) AND items.version = CAST((v.value ->> %(value_14)s::INT) AS INTEGER) AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_12)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n, items.partition_id, items.id, items.version),
-       parked AS (
-        INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, traceparent, created_at) SELECT CAST(w.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
-               applied.partition_id AS partition_id,
-               applied.id AS id,
-               applied.version AS
-       version,
-               CAST(w.value ->> %(value_2)s::INT AS FLOAT) AS anon_2,
-               CAST(w.value ->> %(value_3)s::INT AS VARCHAR) AS anon_3,
-               CAST(w.value ->> %(value_4)s::INT AS VARCHAR) AS anon_4,
-               COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
-          FROM applied
-          JOIN jsonb_array_elements(CAST(%(waits)s::VARCHAR AS JSONB)) AS w(value)
-            ON applied.n = CAST((w.value ->> %(value_15)s::INT) AS INTEGER)
-       ) SELECT applied.n
-  FROM applied;
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_1)s::INT AS INTEGER), items.gate),
+       status=(CAST(v.value ->> %(value_2)s::INT AS VARCHAR)),
+       data=coalesce(decode(CAST(v.value ->> %(value_3)s::INT AS VARCHAR), %(decode_1)s::VARCHAR), items.data),
+       attempts=(CAST(v.value ->> %(value_4)s::INT AS INTEGER)),
+       last_error=(CAST(v.value ->> %(value_5)s::INT AS VARCHAR)),
+       retry_at=CASE WHEN (CAST((v.value ->> %(value_6)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_6)s::INT AS FLOAT)))
+            ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+             END,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       error_history=CASE WHEN (CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) IS NULL) THEN items.error_history
+            ELSE replace(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",')
+             END,
+       wait_key=coalesce(CAST(v.value ->> %(value_8)s::INT AS VARCHAR), items.wait_key),
+       wait_timeout=CASE WHEN (CAST((v.value ->> %(value_8)s::INT) AS VARCHAR) IS NULL) THEN items.wait_timeout
+            ELSE CAST(v.value ->> %(value_9)s::INT AS FLOAT)
+             END,
+       wait_policy=CASE WHEN (CAST((v.value ->> %(value_8)s::INT) AS VARCHAR) IS NULL) THEN items.wait_policy
+            ELSE CAST(v.value ->> %(value_10)s::INT AS VARCHAR)
+             END,
+       wait_traceparent=CASE WHEN (CAST((v.value ->> %(value_8)s::INT) AS VARCHAR) IS NULL) THEN items.wait_traceparent
+            ELSE CAST(v.value ->> %(value_11)s::INT AS VARCHAR)
+             END
+  FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
+ORDINALITY AS v(value, n)
+ WHERE items.partition_id = CAST((v.value ->> %(value_12)s::INT) AS VARCHAR)
+   AND items.id = CAST((v.value ->> %(value_13)s::INT) AS VARCHAR)
+   AND items.version = CAST((v.value ->> %(value_14)s::INT) AS INTEGER)
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_12)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
 
 -- name: items_apply_spawning (1)
 UPDATE items
@@ -598,7 +612,11 @@ SELECT items.partition_id,
        items.updated_at,
        items.parent,
        items.spawned_by_reduce,
-       items.error_history
+       items.error_history,
+       items.wait_key,
+       items.wait_timeout,
+       items.wait_policy,
+       items.wait_traceparent
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
  ORDER BY items.id;
@@ -609,7 +627,8 @@ SELECT items.id,
        items.gate,
        items.attempts,
        OCTET_LENGTH(items.data) AS data_size_1,
-       items.error_history
+       items.error_history,
+       items.wait_key
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.status = %(status_1)s::VARCHAR
@@ -682,6 +701,16 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: items_purge_finished (3)
+INSERT INTO removed_waits (token, removed_at) SELECT items.wait_key,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.status IN (%(status_1_1)s::VARCHAR, ...)
+   AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
+   AND items.id <= %(id_1)s::VARCHAR
+   AND items.wait_key IS NOT NULL;
+
+-- name: items_purge_finished (4)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM waits
@@ -690,7 +719,7 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_2)s::VARCHAR AND items.status IN (%(status_1_1)s::VARCHAR, ...) AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))))
    AND waits.token IS NOT NULL;
 
--- name: items_purge_finished (4)
+-- name: items_purge_finished (5)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM waits
@@ -699,14 +728,14 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_2)s::VARCHAR AND items.status IN (%(status_1_1)s::VARCHAR, ...) AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))))
    AND waits.operator_token IS NOT NULL;
 
--- name: items_purge_finished (5)
+-- name: items_purge_finished (6)
 DELETE
   FROM waits
  WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
    AND waits.item_id <= %(item_id_1)s::VARCHAR
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = %(partition_id_2)s::VARCHAR AND items.status IN (%(status_1_1)s::VARCHAR, ...) AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))));
 
--- name: items_purge_finished (6)
+-- name: items_purge_finished (7)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
@@ -714,7 +743,7 @@ DELETE
    AND items.updated_at < (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(param_1)s))
    AND items.id <= %(id_1)s::VARCHAR;
 
--- name: items_purge_finished (7)
+-- name: items_purge_finished (8)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -728,7 +757,7 @@ SELECT count(*) AS count_1,
          LIMIT %(param_2)s::INTEGER
        ) AS anon_1;
 
--- name: items_purge_finished (8)
+-- name: items_purge_finished (9)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -748,7 +777,8 @@ SELECT items.id,
        items.gate,
        items.data,
        items.attempts,
-       items.error_history
+       items.error_history,
+       items.wait_key
   FROM items
  WHERE items.partition_id = %(pid)s::VARCHAR
    AND items.status = %(status_1)s::VARCHAR
@@ -765,7 +795,8 @@ SELECT items.id,
        items.gate,
        items.data,
        items.attempts,
-       items.error_history
+       items.error_history,
+       items.wait_key
   FROM items
  WHERE items.partition_id = %(pid)s::VARCHAR
    AND items.status = %(status_1)s::VARCHAR
@@ -859,13 +890,10 @@ SELECT items.id,
        items.gate,
        items.attempts,
        items.error_history,
-       waits.timeout,
-       waits.on_timeout
+       items.wait_key,
+       items.wait_timeout,
+       items.wait_policy
   FROM items
-  LEFT OUTER JOIN waits
-    ON waits.partition_id = items.partition_id
-   AND waits.item_id = items.id
-   AND waits.version = items.version
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.status = %(status_1)s::VARCHAR
    AND items.gate = %(gate_1)s::INTEGER
@@ -1506,6 +1534,14 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: partition_delete_batch (3)
+INSERT INTO removed_waits (token, removed_at) SELECT items.wait_key,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id <= %(id_1)s::VARCHAR
+   AND items.wait_key IS NOT NULL;
+
+-- name: partition_delete_batch (4)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM waits
@@ -1513,7 +1549,7 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
    AND waits.item_id <= %(item_id_1)s::VARCHAR
    AND waits.token IS NOT NULL;
 
--- name: partition_delete_batch (4)
+-- name: partition_delete_batch (5)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM waits
@@ -1521,29 +1557,29 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
    AND waits.item_id <= %(item_id_1)s::VARCHAR
    AND waits.operator_token IS NOT NULL;
 
--- name: partition_delete_batch (5)
+-- name: partition_delete_batch (6)
 DELETE
   FROM waits
  WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
    AND waits.item_id <= %(item_id_1)s::VARCHAR;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (7)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id <= %(id_1)s::VARCHAR;
 
--- name: partition_delete_batch (7)
+-- name: partition_delete_batch (8)
 DELETE
   FROM partition_timelines
  WHERE partition_timelines.partition_id = %(partition_id_1)s::VARCHAR;
 
--- name: partition_delete_batch (8)
+-- name: partition_delete_batch (9)
 DELETE
   FROM partitions
  WHERE partitions.id = %(id_1)s::VARCHAR;
 
--- name: partition_delete_batch (9)
+-- name: partition_delete_batch (10)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR
@@ -1787,12 +1823,20 @@ UPDATE partition_timelines
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: partition_rewind (13)
+INSERT INTO removed_waits (token, removed_at) SELECT items.wait_key,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...)
+   AND items.wait_key IS NOT NULL;
+
+-- name: partition_rewind (14)
 DELETE
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id IN (%(id_1_1)s::VARCHAR, ...);
 
--- name: partition_rewind (14)
+-- name: partition_rewind (15)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), gate=%(gate)s::INTEGER,
@@ -2757,17 +2801,38 @@ INSERT INTO partition_timelines (partition_id, timeline)
 VALUES (%(tl_pid)s::VARCHAR, %(tl_text)s::VARCHAR);
 
 -- name: wait_complete (1)
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
+       items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  LEFT OUTER JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.wait_key = %(digest)s::VARCHAR;
+
+-- name: wait_complete (2)
 SELECT waits.token,
        waits.partition_id,
        waits.item_id,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token,
+       coalesce(waits.traceparent, items.wait_traceparent) AS traceparent,
        items.status,
        items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
@@ -2782,32 +2847,6 @@ SELECT waits.token,
     ON partitions.id = waits.partition_id
  WHERE waits.token = %(digest)s::VARCHAR;
 
--- name: wait_complete (2)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token,
-       items.status,
-       items.version AS item_version,
-       items.gate,
-       items.attempts,
-       items.error_history,
-       partitions.status AS partition_status,
-       partitions.gate AS partition_gate,
-       partitions.quorum
-  FROM waits
-  LEFT OUTER JOIN items
-    ON items.partition_id = waits.partition_id
-   AND items.id = waits.item_id
-  LEFT OUTER JOIN partitions
-    ON partitions.id = waits.partition_id
- WHERE waits.operator_token = %(digest)s::VARCHAR;
-
 -- name: wait_complete (3)
 UPDATE items
    SET
@@ -2821,6 +2860,16 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::IN
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
        error_history=CASE WHEN (%(new_history)s::VARCHAR IS NULL) THEN items.error_history
             ELSE replace(%(new_history)s::VARCHAR, '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",')
+             END,
+       wait_key=coalesce(%(w_key)s::VARCHAR, items.wait_key),
+       wait_timeout=CASE WHEN (%(w_key)s::VARCHAR IS NULL) THEN items.wait_timeout
+            ELSE %(w_timeout)s
+             END,
+       wait_policy=CASE WHEN (%(w_key)s::VARCHAR IS NULL) THEN items.wait_policy
+            ELSE %(w_policy)s::VARCHAR
+             END,
+       wait_traceparent=CASE WHEN (%(w_key)s::VARCHAR IS NULL) THEN items.wait_traceparent
+            ELSE %(w_traceparent)s::VARCHAR
              END
  WHERE items.partition_id = %(pid)s::VARCHAR
    AND items.id = %(iid)s::VARCHAR
@@ -2844,30 +2893,16 @@ version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitio
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: wait_complete_item (1)
-SELECT items.status,
-       items.version
-  FROM items
- WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   AND items.id = %(id_1)s::VARCHAR;
-
--- name: wait_complete_item (2)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token
-  FROM waits
- WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
-   AND waits.item_id = %(item_id_1)s::VARCHAR
-   AND waits.version = %(version_1)s::INTEGER;
-
--- name: wait_complete_item (3)
-SELECT items.status,
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
        items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
@@ -2875,12 +2910,12 @@ SELECT items.status,
        partitions.gate AS partition_gate,
        partitions.quorum
   FROM items
-  JOIN partitions
+  LEFT OUTER JOIN partitions
     ON partitions.id = items.partition_id
- WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   AND items.id = %(id_1)s::VARCHAR;
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND items.id = %(iid)s::VARCHAR;
 
--- name: wait_complete_item (4)
+-- name: wait_complete_item (2)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
@@ -2898,7 +2933,7 @@ version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::IN
    AND items.status = %(status_1)s::VARCHAR
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_2)s::VARCHAR));
 
--- name: wait_complete_item (5)
+-- name: wait_complete_item (3)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
@@ -2906,38 +2941,35 @@ version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitio
              END
  WHERE partitions.id = %(wake_pid)s::VARCHAR;
 
--- name: wait_complete_item (6)
+-- name: wait_complete_item (4)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
 -- name: wait_heartbeat (1)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token,
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
+       items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
        items.status,
        items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
        partitions.gate AS partition_gate,
        partitions.quorum
-  FROM waits
-  LEFT OUTER JOIN items
-    ON items.partition_id = waits.partition_id
-   AND items.id = waits.item_id
+  FROM items
   LEFT OUTER JOIN partitions
-    ON partitions.id = waits.partition_id
- WHERE waits.token = %(digest)s::VARCHAR;
+    ON partitions.id = items.partition_id
+ WHERE items.wait_key = %(digest)s::VARCHAR;
 
 -- name: wait_heartbeat (2)
 UPDATE items
-   SET retry_at=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(timeout)s))
+   SET retry_at=(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(timeout)s)),
+       wait_timeout=%(wait_timeout)s
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id = %(id_1)s::VARCHAR
    AND items.version = %(version_1)s::INTEGER
@@ -2945,11 +2977,6 @@ UPDATE items
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = %(status_2)s::VARCHAR));
 
 -- name: wait_heartbeat (3)
-UPDATE waits
-   SET timeout=%(timeout)s
- WHERE waits.token = %(token_1)s::VARCHAR;
-
--- name: wait_heartbeat (4)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(timeout)s))) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(timeout)s))
@@ -2957,37 +2984,23 @@ version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitio
              END
  WHERE partitions.id = %(wake_pid)s::VARCHAR;
 
--- name: wait_heartbeat (5)
+-- name: wait_heartbeat (4)
 SELECT items.retry_at
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id = %(id_1)s::VARCHAR;
 
 -- name: wait_operator_token (1)
-SELECT items.status,
-       items.version
-  FROM items
- WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   AND items.id = %(id_1)s::VARCHAR;
-
--- name: wait_operator_token (2)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token
-  FROM waits
- WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
-   AND waits.item_id = %(item_id_1)s::VARCHAR
-   AND waits.version = %(version_1)s::INTEGER;
-
--- name: wait_operator_token (3)
-SELECT items.status,
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
        items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
@@ -2995,28 +3008,30 @@ SELECT items.status,
        partitions.gate AS partition_gate,
        partitions.quorum
   FROM items
-  JOIN partitions
+  LEFT OUTER JOIN partitions
     ON partitions.id = items.partition_id
- WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   AND items.id = %(id_1)s::VARCHAR;
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND items.id = %(iid)s::VARCHAR;
 
--- name: wait_operator_token (4)
-UPDATE waits
-   SET operator_token=%(operator_token)s::VARCHAR
- WHERE waits.token = %(token_1)s::VARCHAR;
+-- name: wait_operator_token (2)
+DELETE
+  FROM waits
+ WHERE waits.partition_id = %(partition_id_1)s::VARCHAR
+   AND waits.item_id = %(item_id_1)s::VARCHAR
+   AND waits.version = %(version_1)s::INTEGER;
+
+-- name: wait_operator_token (3)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%(w_token)s::VARCHAR, %(w_pid)s::VARCHAR, %(w_iid)s::VARCHAR, %(w_version)s::INTEGER, %(w_timeout)s, %(w_policy)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(w_traceparent)s::VARCHAR);
 
 -- name: waits_summary
 SELECT items.partition_id,
        items.gate,
        count(*) AS count_1,
-       min(waits.created_at) AS min_1,
+       min(items.updated_at) AS min_1,
        min(items.retry_at) AS min_2,
        COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1
   FROM items
-  LEFT OUTER JOIN waits
-    ON waits.partition_id = items.partition_id
-   AND waits.item_id = items.id
-   AND waits.version = items.version
  WHERE items.partition_id IN (%(partition_id_1_1)s::VARCHAR, ...)
    AND items.status = %(status_1)s::VARCHAR
  GROUP BY items.partition_id,

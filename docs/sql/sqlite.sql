@@ -503,8 +503,33 @@ version=(items.version + :version_1), gate=coalesce(:new_gate, items.gate),
    AND items.version = :seen;
 
 -- name: items_apply (3)
-INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
-VALUES (:w_token, :w_pid, :w_iid, :w_version, :w_timeout, :w_policy, COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), :w_traceparent);
+UPDATE items
+   SET
+version=(items.version + :version_1), gate=coalesce(:new_gate, items.gate),
+       status=:new_status,
+       data=coalesce(:new_data, items.data),
+       attempts=:new_attempts,
+       last_error=:new_error,
+       retry_at=CASE WHEN (:delay > :param_1) THEN (strftime('%Y-%m-%d %H:%M:%f', COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', :delay)) || '000')
+            ELSE COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+             END,
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       error_history=CASE WHEN (:new_history IS NULL) THEN items.error_history
+            ELSE replace(:new_history, '{"at":null,', '{"at":"' || CAST(COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END,
+       wait_key=coalesce(:w_key, items.wait_key),
+       wait_timeout=CASE WHEN (:w_key IS NULL) THEN items.wait_timeout
+            ELSE :w_timeout
+             END,
+       wait_policy=CASE WHEN (:w_key IS NULL) THEN items.wait_policy
+            ELSE :w_policy
+             END,
+       wait_traceparent=CASE WHEN (:w_key IS NULL) THEN items.wait_traceparent
+            ELSE :w_traceparent
+             END
+ WHERE items.partition_id = :pid
+   AND items.id = :iid
+   AND items.version = :seen;
 
 -- name: items_apply_spawning (1)
 UPDATE items
@@ -593,7 +618,11 @@ SELECT items.partition_id,
        items.updated_at,
        items.parent,
        items.spawned_by_reduce,
-       items.error_history
+       items.error_history,
+       items.wait_key,
+       items.wait_timeout,
+       items.wait_policy,
+       items.wait_traceparent
   FROM items
  WHERE items.partition_id = ?
  ORDER BY items.id;
@@ -604,7 +633,8 @@ SELECT items.id,
        items.gate,
        items.attempts,
        length(items.data) AS data_size_1,
-       items.error_history
+       items.error_history,
+       items.wait_key
   FROM items
  WHERE items.partition_id = ?
    AND items.status = ?
@@ -681,6 +711,16 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: items_purge_finished (3)
+INSERT INTO removed_waits (token, removed_at) SELECT items.wait_key,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.status IN (?, ...)
+   AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+   AND items.id <= ?
+   AND items.wait_key IS NOT NULL;
+
+-- name: items_purge_finished (4)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM waits
@@ -689,7 +729,7 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = ? AND items.status IN (?, ...) AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')))
    AND waits.token IS NOT NULL;
 
--- name: items_purge_finished (4)
+-- name: items_purge_finished (5)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM waits
@@ -698,14 +738,14 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = ? AND items.status IN (?, ...) AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')))
    AND waits.operator_token IS NOT NULL;
 
--- name: items_purge_finished (5)
+-- name: items_purge_finished (6)
 DELETE
   FROM waits
  WHERE waits.partition_id = ?
    AND waits.item_id <= ?
    AND (EXISTS (SELECT * FROM items WHERE items.id = waits.item_id AND items.partition_id = ? AND items.status IN (?, ...) AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')));
 
--- name: items_purge_finished (6)
+-- name: items_purge_finished (7)
 DELETE
   FROM items
  WHERE items.partition_id = ?
@@ -713,7 +753,7 @@ DELETE
    AND items.updated_at < (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
    AND items.id <= ?;
 
--- name: items_purge_finished (7)
+-- name: items_purge_finished (8)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -728,7 +768,7 @@ SELECT count(*) AS count_1,
         OFFSET ?
        ) AS anon_1;
 
--- name: items_purge_finished (8)
+-- name: items_purge_finished (9)
 SELECT count(*) AS count_1,
        max(anon_1.id) AS max_1
   FROM (
@@ -749,7 +789,8 @@ SELECT items.id,
        items.gate,
        items.data,
        items.attempts,
-       items.error_history
+       items.error_history,
+       items.wait_key
   FROM items
  WHERE items.partition_id = :pid
    AND items.status = :status_1
@@ -767,7 +808,8 @@ SELECT items.id,
        items.gate,
        items.data,
        items.attempts,
-       items.error_history
+       items.error_history,
+       items.wait_key
   FROM items
  WHERE items.partition_id = :pid
    AND items.status = :status_1
@@ -859,13 +901,10 @@ SELECT items.id,
        items.gate,
        items.attempts,
        items.error_history,
-       waits.timeout,
-       waits.on_timeout
+       items.wait_key,
+       items.wait_timeout,
+       items.wait_policy
   FROM items
-  LEFT OUTER JOIN waits
-    ON waits.partition_id = items.partition_id
-   AND waits.item_id = items.id
-   AND waits.version = items.version
  WHERE items.partition_id = ?
    AND items.status = ?
    AND items.gate = ?
@@ -1503,6 +1542,14 @@ SELECT count(*) AS count_1,
        ) AS anon_1;
 
 -- name: partition_delete_batch (3)
+INSERT INTO removed_waits (token, removed_at) SELECT items.wait_key,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id <= ?
+   AND items.wait_key IS NOT NULL;
+
+-- name: partition_delete_batch (4)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM waits
@@ -1510,7 +1557,7 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.token,
    AND waits.item_id <= ?
    AND waits.token IS NOT NULL;
 
--- name: partition_delete_batch (4)
+-- name: partition_delete_batch (5)
 INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM waits
@@ -1518,29 +1565,29 @@ INSERT INTO removed_waits (token, removed_at) SELECT waits.operator_token,
    AND waits.item_id <= ?
    AND waits.operator_token IS NOT NULL;
 
--- name: partition_delete_batch (5)
+-- name: partition_delete_batch (6)
 DELETE
   FROM waits
  WHERE waits.partition_id = ?
    AND waits.item_id <= ?;
 
--- name: partition_delete_batch (6)
+-- name: partition_delete_batch (7)
 DELETE
   FROM items
  WHERE items.partition_id = ?
    AND items.id <= ?;
 
--- name: partition_delete_batch (7)
+-- name: partition_delete_batch (8)
 DELETE
   FROM partition_timelines
  WHERE partition_timelines.partition_id = ?;
 
--- name: partition_delete_batch (8)
+-- name: partition_delete_batch (9)
 DELETE
   FROM partitions
  WHERE partitions.id = ?;
 
--- name: partition_delete_batch (9)
+-- name: partition_delete_batch (10)
 UPDATE partitions
    SET
 version=(partitions.version + ?), status=?
@@ -1775,12 +1822,20 @@ UPDATE partition_timelines
  WHERE partition_timelines.partition_id = ?;
 
 -- name: partition_rewind (12)
+INSERT INTO removed_waits (token, removed_at) SELECT items.wait_key,
+       COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id IN (?, ...)
+   AND items.wait_key IS NOT NULL;
+
+-- name: partition_rewind (13)
 DELETE
   FROM items
  WHERE items.partition_id = ?
    AND items.id IN (?, ...);
 
--- name: partition_rewind (13)
+-- name: partition_rewind (14)
 UPDATE items
    SET
 version=(items.version + ?), gate=?,
@@ -2748,17 +2803,38 @@ INSERT INTO partition_timelines (partition_id, timeline)
 VALUES (?, ?);
 
 -- name: wait_complete (1)
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
+       items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  LEFT OUTER JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.wait_key = ?;
+
+-- name: wait_complete (2)
 SELECT waits.token,
        waits.partition_id,
        waits.item_id,
        waits.version,
        waits.timeout,
        waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token,
+       coalesce(waits.traceparent, items.wait_traceparent) AS traceparent,
        items.status,
        items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
@@ -2773,32 +2849,6 @@ SELECT waits.token,
     ON partitions.id = waits.partition_id
  WHERE waits.token = ?;
 
--- name: wait_complete (2)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token,
-       items.status,
-       items.version AS item_version,
-       items.gate,
-       items.attempts,
-       items.error_history,
-       partitions.status AS partition_status,
-       partitions.gate AS partition_gate,
-       partitions.quorum
-  FROM waits
-  LEFT OUTER JOIN items
-    ON items.partition_id = waits.partition_id
-   AND items.id = waits.item_id
-  LEFT OUTER JOIN partitions
-    ON partitions.id = waits.partition_id
- WHERE waits.operator_token = ?;
-
 -- name: wait_complete (3)
 UPDATE items
    SET
@@ -2812,6 +2862,16 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
        updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
        error_history=CASE WHEN (? IS NULL) THEN items.error_history
             ELSE replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END,
+       wait_key=coalesce(?, items.wait_key),
+       wait_timeout=CASE WHEN (? IS NULL) THEN items.wait_timeout
+            ELSE ?
+             END,
+       wait_policy=CASE WHEN (? IS NULL) THEN items.wait_policy
+            ELSE ?
+             END,
+       wait_traceparent=CASE WHEN (? IS NULL) THEN items.wait_traceparent
+            ELSE ?
              END
  WHERE items.partition_id = ?
    AND items.id = ?
@@ -2832,30 +2892,16 @@ version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND part
  WHERE partitions.id = ?;
 
 -- name: wait_complete_item (1)
-SELECT items.status,
-       items.version
-  FROM items
- WHERE items.partition_id = ?
-   AND items.id = ?;
-
--- name: wait_complete_item (2)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token
-  FROM waits
- WHERE waits.partition_id = ?
-   AND waits.item_id = ?
-   AND waits.version = ?;
-
--- name: wait_complete_item (3)
-SELECT items.status,
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
        items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
@@ -2863,12 +2909,12 @@ SELECT items.status,
        partitions.gate AS partition_gate,
        partitions.quorum
   FROM items
-  JOIN partitions
+  LEFT OUTER JOIN partitions
     ON partitions.id = items.partition_id
  WHERE items.partition_id = ?
    AND items.id = ?;
 
--- name: wait_complete_item (4)
+-- name: wait_complete_item (2)
 UPDATE items
    SET
 version=(items.version + ?), gate=coalesce(?, items.gate),
@@ -2886,7 +2932,7 @@ version=(items.version + ?), gate=coalesce(?, items.gate),
    AND items.status = ?
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = ?));
 
--- name: wait_complete_item (5)
+-- name: wait_complete_item (3)
 UPDATE partitions
    SET
 version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
@@ -2895,34 +2941,31 @@ version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND part
  WHERE partitions.id = ?;
 
 -- name: wait_heartbeat (1)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token,
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
+       items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
        items.status,
        items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
        partitions.status AS partition_status,
        partitions.gate AS partition_gate,
        partitions.quorum
-  FROM waits
-  LEFT OUTER JOIN items
-    ON items.partition_id = waits.partition_id
-   AND items.id = waits.item_id
+  FROM items
   LEFT OUTER JOIN partitions
-    ON partitions.id = waits.partition_id
- WHERE waits.token = ?;
+    ON partitions.id = items.partition_id
+ WHERE items.wait_key = ?;
 
 -- name: wait_heartbeat (2)
 UPDATE items
-   SET retry_at=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+   SET retry_at=(strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000'),
+       wait_timeout=?
  WHERE items.partition_id = ?
    AND items.id = ?
    AND items.version = ?
@@ -2930,11 +2973,6 @@ UPDATE items
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = items.partition_id AND partitions.status = ?));
 
 -- name: wait_heartbeat (3)
-UPDATE waits
-   SET timeout=?
- WHERE waits.token = ?;
-
--- name: wait_heartbeat (4)
 UPDATE partitions
    SET
 version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND partitions.until > (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')) THEN (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
@@ -2942,37 +2980,23 @@ version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND part
              END
  WHERE partitions.id = ?;
 
--- name: wait_heartbeat (5)
+-- name: wait_heartbeat (4)
 SELECT items.retry_at
   FROM items
  WHERE items.partition_id = ?
    AND items.id = ?;
 
 -- name: wait_operator_token (1)
-SELECT items.status,
-       items.version
-  FROM items
- WHERE items.partition_id = ?
-   AND items.id = ?;
-
--- name: wait_operator_token (2)
-SELECT waits.token,
-       waits.partition_id,
-       waits.item_id,
-       waits.version,
-       waits.timeout,
-       waits.on_timeout,
-       waits.created_at,
-       waits.traceparent,
-       waits.operator_token
-  FROM waits
- WHERE waits.partition_id = ?
-   AND waits.item_id = ?
-   AND waits.version = ?;
-
--- name: wait_operator_token (3)
-SELECT items.status,
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
        items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
        items.gate,
        items.attempts,
        items.error_history,
@@ -2980,28 +3004,30 @@ SELECT items.status,
        partitions.gate AS partition_gate,
        partitions.quorum
   FROM items
-  JOIN partitions
+  LEFT OUTER JOIN partitions
     ON partitions.id = items.partition_id
  WHERE items.partition_id = ?
    AND items.id = ?;
 
--- name: wait_operator_token (4)
-UPDATE waits
-   SET operator_token=?
- WHERE waits.token = ?;
+-- name: wait_operator_token (2)
+DELETE
+  FROM waits
+ WHERE waits.partition_id = ?
+   AND waits.item_id = ?
+   AND waits.version = ?;
+
+-- name: wait_operator_token (3)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?);
 
 -- name: waits_summary
 SELECT items.partition_id,
        items.gate,
        count(*) AS count_1,
-       min(waits.created_at) AS min_1,
+       min(items.updated_at) AS min_1,
        min(items.retry_at) AS min_2,
        COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1
   FROM items
-  LEFT OUTER JOIN waits
-    ON waits.partition_id = items.partition_id
-   AND waits.item_id = items.id
-   AND waits.version = items.version
  WHERE items.partition_id IN (?, ...)
    AND items.status = ?
  GROUP BY items.partition_id,

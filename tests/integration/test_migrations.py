@@ -104,8 +104,8 @@ def test_postgresql_builds_indexes_on_existing_tables_without_blocking_writes() 
                      "sf_ix_removed_waits_at"], plain
     built = re.findall(r"CREATE INDEX CONCURRENTLY (\w+)", later)
     assert {"sf_ix_items_ready_next", "sf_ix_partitions_updated", "sf_ix_partitions_created",
-            "sf_ix_items_id", "sf_ix_partitions_rank_next", "sf_ix_items_spawned"
-            } <= set(built), built
+            "sf_ix_items_id", "sf_ix_partitions_rank_next", "sf_ix_items_spawned",
+            "sf_ix_items_wait"} <= set(built), built
 
 
 def _cut_short(url: str, prefix: str, back_to: str, *statements: str) -> None:
@@ -287,3 +287,55 @@ def _empty_bytes(db_url: str) -> str:
     if db_url.startswith("postgresql"):
         return "''::bytea"
     return "0x" if db_url.startswith("mssql") else "X''"
+
+
+def test_item_waits_move_current_waits_into_their_items_and_back(db_url) -> None:
+    """Revision 0021 moves each wait that is on (its item waits at the row's version)
+    into its item's row, and its operator token into a ``waits`` row of its own; waits
+    that are over stay where they are. Its downgrade puts every key an item holds back
+    in ``waits``: the current one at the item's version, one that is over at 0."""
+    prefix = f"iw{uuid.uuid4().hex[:8]}_"
+    upgrade(db_url, prefix, "0020_removed_waits")
+    engine = create_engine(parse_database_url(db_url).sync_url)
+    now = "CURRENT_TIMESTAMP"
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                f"INSERT INTO {prefix}partitions (id, version, gate, status, owner, until, "
+                f"created_at, updated_at) VALUES ('p', 1, 0, 'available', '', {now}, {now}, "
+                f"{now})")
+            for item_id, version, status in (("w", 3, "waiting"), ("d", 5, "complete")):
+                conn.exec_driver_sql(
+                    f"INSERT INTO {prefix}items (partition_id, id, version, gate, status, "
+                    "data, attempts, retry_at, created_at, updated_at) VALUES "
+                    f"('p', '{item_id}', {version}, 0, '{status}', {_empty_bytes(db_url)}, 0, "
+                    f"{now}, {now}, {now})")
+            for token, item_id, version, operator in (("k-w", "w", 3, "'op-w'"),
+                                                      ("k-old", "w", 1, "NULL"),
+                                                      ("k-d", "d", 4, "NULL")):
+                conn.exec_driver_sql(
+                    f"INSERT INTO {prefix}waits (token, partition_id, item_id, version, "
+                    "timeout, on_timeout, created_at, traceparent, operator_token) VALUES "
+                    f"('{token}', 'p', '{item_id}', {version}, 60, 'fail', {now}, 'tp', "
+                    f"{operator})")
+        upgrade(db_url, prefix)
+        assert _indexes(db_url, f"{prefix}items")[f"{prefix}ix_items_wait"] == ["wait_key"]
+        with engine.begin() as conn:
+            items = conn.exec_driver_sql(
+                f"SELECT id, wait_key, wait_timeout, wait_policy, wait_traceparent "
+                f"FROM {prefix}items ORDER BY id").all()
+            waits = conn.exec_driver_sql(
+                f"SELECT token, item_id, version FROM {prefix}waits ORDER BY token").all()
+        assert [tuple(row) for row in items] == [("d", None, None, None, None),
+                                                 ("w", "k-w", 60.0, "fail", "tp")]
+        assert [tuple(row) for row in waits] == [("k-d", "d", 4), ("k-old", "w", 1),
+                                                 ("op-w", "w", 3)]
+        downgrade(db_url, prefix, "0020_removed_waits")
+        with engine.begin() as conn:
+            waits = conn.exec_driver_sql(
+                f"SELECT token, version FROM {prefix}waits ORDER BY token").all()
+        assert [tuple(row) for row in waits] == [("k-d", 4), ("k-old", 1), ("k-w", 3),
+                                                 ("op-w", 3)]
+    finally:
+        engine.dispose()
+        downgrade(db_url, prefix)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy import func, select
 
 from processor import AsyncClient, NewItem
 from tests.support.engine import running, wait_until
@@ -242,6 +243,39 @@ async def test_a_completion_after_a_cancel_is_refused(db_url, table_prefix,
         # ended: the item is available again, its token refused), never both.
         assert (done is True) == (items[0].status == "complete"), (done, items[0])
     await client.close()
+
+
+async def test_each_wait_an_item_replaces_is_over_for_good(db_url, table_prefix,
+                                                            make_store) -> None:
+    """A park writes the wait in the item's row alone; each later wait of the item (a
+    call again after a retry, or a completion that waits again) keeps the key it
+    replaces, so every earlier token, and an operator's, is told its wait is over."""
+    client = AsyncClient(db_url, table_prefix)
+    parker = Parker()
+    await client.create_partition("p", [NewItem("a", b"1")])
+    store = make_store()
+    async with running(Watcher(make_store(), parker, config())):
+        await wait_until(lambda: _all_waiting(client), message="parked")
+        assert await _wait_rows(store) == 0, "parking wrote its item's row only"
+        operator = await store.wait_operator_token("p", "a")
+        await store.wait_complete(parker.token("a"), RetryableError("again"))
+        await wait_until(lambda: len(parker.tokens["a"]) == 2, message="called again")
+        await wait_until(lambda: _all_waiting(client), message="parked again")
+        again = await store.wait_complete(parker.token("a"), Result(wait=Wait(600)))
+        assert again.completion_token is not None
+        for used in (*parker.tokens["a"], operator):
+            with pytest.raises(AlreadyCompletedError):
+                await store.wait_complete(used, Result(done=True))
+        await store.wait_complete(again.completion_token, Result(done=True))
+        info = await client.wait("p", timeout=30)
+    assert info.status == "complete"
+    await client.close()
+
+
+async def _wait_rows(store) -> int:  # type: ignore[no-untyped-def]
+    w = store.tables.waits
+    async with store.engine.connect() as conn:
+        return int((await conn.execute(select(func.count()).select_from(w))).scalar_one())
 
 
 async def _outcome(call) -> bool:

@@ -158,10 +158,14 @@ async def test_the_tokens_of_deleted_waits_are_forgotten_by_a_purge_after_thirty
 
 
 async def _waits(store, partition_id: str) -> int:  # type: ignore[no-untyped-def]
-    w = store.tables.waits
+    """The wait keys the partition's items hold: in their rows, and in ``waits``."""
+    w, i = store.tables.waits, store.tables.items
     async with store.engine.connect() as conn:
-        return int((await conn.execute(select(func.count()).select_from(w).where(
-            w.c.partition_id == partition_id))).scalar_one())
+        in_rows = (await conn.execute(select(func.count()).where(
+            i.c.partition_id == partition_id, i.c.wait_key.is_not(None)))).scalar_one()
+        others = (await conn.execute(select(func.count()).select_from(w).where(
+            w.c.partition_id == partition_id))).scalar_one()
+    return int(in_rows) + int(others)
 
 
 async def test_a_heartbeat_that_brings_a_deadline_closer_brings_the_partition_back(

@@ -149,7 +149,8 @@ def test_bad_prefixes(prefix) -> None:
 
 def test_prefixed_indexes_do_not_collide() -> None:
     names = {index.name for index in tables_for("sf_").items.indexes}
-    assert names == {"sf_ix_items_ready", "sf_ix_items_id", "sf_ix_items_spawned"}
+    assert names == {"sf_ix_items_ready", "sf_ix_items_id", "sf_ix_items_spawned",
+                     "sf_ix_items_wait"}
     partitions = {index.name for index in tables_for("sf_").partitions.indexes}
     assert all(name.startswith("sf_ix_partitions_") for name in partitions)
 

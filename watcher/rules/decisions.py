@@ -199,9 +199,10 @@ def write_for_result(partition_id: str, item: ReadyItem, result: Result, partiti
     (:func:`~watcher.rules.spawn.spawn_problem`), are turned into a non-retryable
     error: the item fails and nothing of the answer is written. A result that
     waits parks the item (status ``waiting``, ready again at its deadline) and
-    stores the hash of ``completion_token``, the call's (a fresh one when ``None``:
-    nobody can complete that wait, it can only time out), with ``traceparent``, the
-    span that received the answer (``None``: tracing off).
+    stores the key of ``completion_token``, the call's (a fresh one when ``None``:
+    nobody can complete that wait, it can only time out), in place of its last
+    wait's, with ``traceparent``, the span that received the answer (``None``:
+    tracing off).
     """
     gate = item.gate if result.gate is None else result.gate
     if gate < partition_gate:
@@ -228,7 +229,7 @@ def write_for_result(partition_id: str, item: ReadyItem, result: Result, partiti
                          attempts=item.attempts, data=result.data, spawn=spawn,
                          retry_delay=float(result.wait.timeout),
                          wait=wait_write(result.wait, completion_token or new_completion_token(),
-                                        traceparent))
+                                        traceparent, item.wait_key))
     status = Status.COMPLETE if result.done else Status.AVAILABLE
     return ItemWrite(partition_id, item.id, item.version, status.value, gate, attempts=0,
                      data=result.data, last_error=None, spawn=spawn,

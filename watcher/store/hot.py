@@ -39,7 +39,8 @@ class HotPathStore(SpawnsStore):
         """
         rows = await self.round_trips.call(
             "items_ready", self.driver.items_ready(partition_id, gate, limit, exclude))
-        return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4], error_history=row[5])
+        return [ReadyItem(row[0], row[1], row[2], bytes(row[3]), row[4], error_history=row[5],
+                          wait_key=row[6])
                 for row in rows]
 
     async def items_oversize(self, partition_id: str, gate: int, max_bytes: int,
@@ -51,13 +52,14 @@ class HotPathStore(SpawnsStore):
         i = self.tables.items
         size = data_size(i.c.data)
         query = (
-            select(i.c.id, i.c.version, i.c.gate, i.c.attempts, size, i.c.error_history)
+            select(i.c.id, i.c.version, i.c.gate, i.c.attempts, size, i.c.error_history,
+                   i.c.wait_key)
             .where(i.c.partition_id == partition_id, i.c.status == AVAILABLE,
                    i.c.gate == gate, i.c.retry_at <= self.statements.now, size > max_bytes)
             .order_by(i.c.retry_at, i.c.id).limit(limit))
         async with self._read() as conn:
             return [ReadyItem(row.id, row.version, row.gate, b"", row.attempts, size=row[4],
-                              error_history=row.error_history)
+                              error_history=row.error_history, wait_key=row.wait_key)
                     for row in await conn.execute(query)]
 
     async def gate_summary(self, partition_id: str, gate: int) -> GateSummary:
@@ -112,9 +114,10 @@ class HotPathStore(SpawnsStore):
         (so it is still available: every item write bumps the version) and
         ``owner`` still holds a live lease on its partition
         (:meth:`Statements.item_guard`). Returns, per write, whether it was
-        applied. How the batch travels is the driver's choice, and so is how the
-        ``waits`` rows of applied writes that park their items travel with it (in
-        the batch's transaction, or its one statement), unless a write spawns items
+        applied. A parking write's wait is written in its item's row. How the batch
+        travels is the driver's choice, and so is how the keys that applied parking
+        writes replace are kept in ``waits`` (in the batch's transaction, or its one
+        statement), unless a write spawns items
         or counts toward a quorum: then the batch is one transaction here, and each
         applied write's items are inserted in it (:meth:`items_apply_spawning`).
 
@@ -135,8 +138,8 @@ class HotPathStore(SpawnsStore):
         :meth:`items_apply` says (as the driver batches them:
         :meth:`~watcher.store.drivers.base.Driver.items_write_each`), and insert the items
         each applied write spawns (a write that is fenced off spawns nothing) in a few
-        statements for the whole batch, the ``waits`` row of each applied write
-        that parks its item (one statement), and, where an applied write completed
+        statements for the whole batch, the key each applied parking write
+        replaces (one statement, kept in ``waits``), and, where an applied write completed
         an item at a gate with a quorum that is now met, the gate's other items
         settled as skipped; returns, per write, whether it was applied.
 
@@ -149,8 +152,9 @@ class HotPathStore(SpawnsStore):
             await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)
                                         for write, ok in zip(writes, applied, strict=True)
                                         if ok and write.spawn])
-            await self._waits_in(conn, [write for write, ok in zip(writes, applied, strict=True)
-                                        if ok and write.wait is not None])
+            await self._replaced_waits_in(conn, [
+                write for write, ok in zip(writes, applied, strict=True)
+                if ok and write.wait is not None])
             await self._quorums_in(conn, {
                 (write.partition_id, *write.quorum)
                 for write, ok in zip(writes, applied, strict=True)

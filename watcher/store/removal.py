@@ -104,8 +104,9 @@ class RemovalStore(StoreBase):
                 select(func.count(), func.max(page.c.id)))).one()
             if count:
                 # The waits of these items go with them; their tokens are remembered.
-                await self._waits_removed(conn, w.c.partition_id == partition_id,
-                                          w.c.item_id <= last)
+                await self._waits_removed(conn, [w.c.partition_id == partition_id,
+                                                 w.c.item_id <= last],
+                                          [i.c.partition_id == partition_id, i.c.id <= last])
                 await conn.execute(
                     delete(i).where(i.c.partition_id == partition_id, i.c.id <= last))
             if count >= batch:
@@ -190,18 +191,25 @@ class RemovalStore(StoreBase):
             # Their waits (used, timed out or replaced) go first: bounded by the page.
             w = self.tables.waits
             await self._waits_removed(
-                conn, w.c.partition_id == partition_id, w.c.item_id <= last,
-                *([w.c.item_id > after] if after is not None else []),
-                exists().where(i.c.id == w.c.item_id, *wanted))
+                conn, [w.c.partition_id == partition_id, w.c.item_id <= last,
+                       *([w.c.item_id > after] if after is not None else []),
+                       exists().where(i.c.id == w.c.item_id, *wanted)],
+                [*wanted, i.c.id <= last])
             removed = await conn.execute(delete(i).where(*wanted, i.c.id <= last))
             return int(removed.rowcount), (last if count >= batch else None)
 
-    async def _waits_removed(self, conn: AsyncConnection, *where: ColumnElement[bool]) -> None:
-        """Delete the ``waits`` rows matching ``where``, keeping their tokens' keys (the
-        handler's and an operator's) in ``removed_waits`` with the clock's time, so a
-        late completion is told the wait is over (409), not that it is unknown."""
-        w, removed = self.tables.waits, self.tables.removed_waits
+    async def _waits_removed(self, conn: AsyncConnection, where: list[ColumnElement[bool]],
+                             items_where: list[ColumnElement[bool]]) -> None:
+        """Before the items matching ``items_where`` are deleted: keep their last waits'
+        keys, and those of the ``waits`` rows matching ``where`` (their items' other
+        keys: operators' tokens, replaced waits), in ``removed_waits`` with the clock's
+        time, and delete those rows; so a late completion is told the wait is over
+        (409), not that it is unknown."""
+        w, i, removed = self.tables.waits, self.tables.items, self.tables.removed_waits
         now = self.statements.now
+        await conn.execute(insert(removed).from_select(
+            ["token", "removed_at"],
+            select(i.c.wait_key, now).where(*items_where, i.c.wait_key.is_not(None))))
         for key in (w.c.token, w.c.operator_token):
             await conn.execute(insert(removed).from_select(
                 ["token", "removed_at"],

@@ -69,17 +69,18 @@ class SpawnsStore(StoreBase):
                         updated_at=self.statements.now))
         return complete
 
-    async def _waits_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite]) -> None:
-        """Store the ``waits`` row of each parking write of ``writes`` (applied ones: the
-        item's version is the one read plus one), in ``conn``'s transaction: one insert
-        for the batch (:attr:`~watcher.store.sql.waits.WaitStatements.insert`), its
-        time the clock's.
+    async def _replaced_waits_in(self, conn: AsyncConnection,
+                                 writes: Sequence[ItemWrite]) -> None:
+        """Keep in ``waits`` the key each parking write of ``writes`` (applied ones)
+        replaces, in ``conn``'s transaction: one insert for the batch
+        (:attr:`~watcher.store.sql.waits.WaitStatements.insert`), its time the
+        clock's; nothing when none replaces a wait.
 
         Raises:
-            sqlalchemy.exc.IntegrityError: a token hash is stored already (never, for
-                256 random bits).
+            sqlalchemy.exc.IntegrityError: a key is stored already (never, for 256
+                random bits).
         """
-        rows = self.statements.waits.params(writes)
+        rows = self.statements.waits.replaced_params(writes)
         if rows:
             await conn.execute(self.statements.waits.insert, rows)
 

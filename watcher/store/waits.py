@@ -1,10 +1,13 @@
 """Waits: the items parked at their gates, their deadlines, and their completions.
 
-A completion is one guarded transaction: the token's hash finds the ``waits`` row,
-and the item is written only while it is ``waiting`` at the version the wait began
-with and its partition is open; anything else is refused as already completed and
-writes nothing. Two completions racing for one token: the item write of the second
-waits for the first's row lock, then finds the version moved and matches nothing.
+An item's current wait lives in its own row (its token's key, timeout, policy and
+traceparent, revision 0021). A completion is one guarded transaction: the token's
+key finds the item (through ``ix_items_wait``; else a ``waits`` row: an operator's
+token, or a key a newer wait replaced), and the item is written only while it is
+``waiting`` at the version the wait began with and its partition is open; anything
+else is refused as already completed and writes nothing. Two completions racing for
+one token: the item write of the second waits for the first's row lock, then finds
+the version moved and matches nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Float, and_, bindparam, exists, func, select, update
+from sqlalchemy import Float, and_, bindparam, delete, exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import Update
 
@@ -28,7 +31,7 @@ from watcher.rules.decisions import RetryPolicy
 from watcher.rules.spawn import DEFAULT_SPAWN_LIMITS, SpawnLimits
 from watcher.store.codecs import IN_CHUNK, chunks, decode_quorum
 from watcher.store.spawns import SpawnsStore
-from watcher.store.sql.shared import ResultSource
+from watcher.store.sql.sources import ResultSource
 from watcher.waits import new_completion_token, timeout_problem, token_hash, token_well_formed
 
 DEFAULT_POLICY = RetryPolicy()
@@ -69,31 +72,29 @@ class WaitsStore(SpawnsStore):
     async def items_wait_expired(self, partition_id: str, gate: int,
                                  limit: int) -> list[ExpiredWait]:
         """Up to ``limit`` items waiting at ``gate`` whose deadline (their ``retry_at``)
-        passed by the store's clock, with their waits; read through the ready index,
-        so completed items are never visited."""
-        i, w = self.tables.items, self.tables.waits
+        passed by the store's clock, with their waits' timeouts and policies; read
+        through the ready index, so completed items are never visited."""
+        i = self.tables.items
         query = (
             select(i.c.id, i.c.version, i.c.gate, i.c.attempts, i.c.error_history,
-                   w.c.timeout, w.c.on_timeout)
-            .select_from(i.outerjoin(w, and_(w.c.partition_id == i.c.partition_id,
-                                             w.c.item_id == i.c.id,
-                                             w.c.version == i.c.version)))
+                   i.c.wait_key, i.c.wait_timeout, i.c.wait_policy)
             .where(i.c.partition_id == partition_id, i.c.status == WAITING, i.c.gate == gate,
                    i.c.retry_at <= self.statements.now)
             .order_by(i.c.retry_at, i.c.id).limit(limit))
         async with self._read() as conn:
             rows = (await conn.execute(query)).all()
         return [ExpiredWait(ReadyItem(row.id, row.version, row.gate, b"", row.attempts,
-                                      error_history=row.error_history),
-                            float(row.timeout or 0.0), row.on_timeout or "")
+                                      error_history=row.error_history,
+                                      wait_key=row.wait_key),
+                            float(row.wait_timeout or 0.0), row.wait_policy or "")
                 for row in rows]
 
     async def _waiting(self, conn: AsyncConnection, token: str) -> tuple[Any, Any]:
-        """The ``waits`` row of ``token`` (the handler's token, or else an operator's,
-        :meth:`wait_operator_token`) and its item and partition's state, locked for
-        the transaction where the database locks on read: one read
-        (:attr:`~watcher.store.sql.waits.WaitStatements.by_token`), whose row serves
-        as both.
+        """The wait of ``token`` (the handler's, or an operator's:
+        :meth:`wait_operator_token`) and its item and partition's state, one row
+        serving as both: the item whose last wait has the token's key
+        (:attr:`~watcher.store.sql.waits.WaitStatements.item_by_key`), else the
+        ``waits`` row with it (:attr:`~watcher.store.sql.waits.WaitStatements.by_token`).
 
         Raises:
             WaitNotFoundError: no wait has this token (or it is malformed).
@@ -102,10 +103,16 @@ class WaitsStore(SpawnsStore):
         """
         if not isinstance(token, str) or not token_well_formed(token):
             raise WaitNotFoundError()
+        waits = self.statements.waits
         digest = {"digest": token_hash(token)}
-        wait = (await conn.execute(self.statements.waits.by_token[False], digest)).first()
-        if wait is None:  # a second look, through its own index, only for a miss
-            wait = (await conn.execute(self.statements.waits.by_token[True], digest)).first()
+        wait = (await conn.execute(waits.item_by_key, digest)).first()
+        # Second looks, each through its own index, only for a miss: an operator's token
+        # or a replaced key, an operator's token stored before revision 0021, a deleted
+        # item's key.
+        if wait is None:
+            wait = (await conn.execute(waits.by_token[False], digest)).first()
+        if wait is None:
+            wait = (await conn.execute(waits.by_token[True], digest)).first()
         if wait is None:
             removed = self.tables.removed_waits
             if (await conn.execute(select(removed.c.token).where(
@@ -117,58 +124,37 @@ class WaitsStore(SpawnsStore):
 
     async def _waiting_item(self, conn: AsyncConnection, partition_id: str,
                             item_id: str) -> tuple[Any, Any]:
-        """The current ``waits`` row of the item (the one at its version) and its state.
+        """The current wait of the item, from its row, and its state (one row as both).
 
         Raises:
             WaitNotFoundError: the partition has no such item.
             AlreadyCompletedError: the item is not waiting (its wait, if it had one, is
                 over), or its partition is not open.
         """
-        i, w = self.tables.items, self.tables.waits
-        item = (await conn.execute(select(i.c.status, i.c.version).where(
-            i.c.partition_id == partition_id, i.c.id == item_id))).first()
-        if item is None:
-            raise WaitNotFoundError()
-        wait = (await conn.execute(select(w).where(
-            w.c.partition_id == partition_id, w.c.item_id == item_id,
-            w.c.version == item.version))).first()
-        if wait is None or item.status != WAITING:
-            raise AlreadyCompletedError(str(item.status))
-        return wait, await self._waiting_row(conn, wait)
-
-    async def _waiting_row(self, conn: AsyncConnection, wait: Any) -> Any:
-        """The state of ``wait``'s item and partition.
-
-        Raises:
-            AlreadyCompletedError: the wait is over, or its partition is not open.
-        """
-        i, p = self.tables.items, self.tables.partitions
-        row = (await conn.execute(
-            select(i.c.status, i.c.version, i.c.gate, i.c.attempts, i.c.error_history,
-                   p.c.status.label("partition_status"), p.c.gate.label("partition_gate"),
-                   p.c.quorum)
-            .select_from(i.join(p, p.c.id == i.c.partition_id))
-            .where(i.c.partition_id == wait.partition_id, i.c.id == wait.item_id))).first()
+        row = (await conn.execute(self.statements.waits.item_by_id,
+                                  {"pid": partition_id, "iid": item_id})).first()
         if row is None:
-            raise AlreadyCompletedError(None)
-        _require_waiting(row, row.version, wait.version)
-        return row
+            raise WaitNotFoundError()
+        _require_waiting(row, row.item_version, row.version)
+        return row, row
 
-    def _completion_write(self, *, new_data: bool, delayed: bool) -> Update:
+    def _completion_write(self, *, new_data: bool, delayed: bool, parking: bool) -> Update:
         """A completion's guarded item write from bound parameters, built once per
         shape (as :meth:`~watcher.store.sql.shared.Statements.item_write` is): the
         version read, still waiting, the partition open; no lease fence."""
-        found = self._completion_writes.get((new_data, delayed))
+        shape = (new_data, delayed, parking)
+        found = self._completion_writes.get(shape)
         if found is None:
             source = ResultSource.parameters(self.tables.items.c.data.type,
-                                             new_data=new_data, delayed=delayed)
-            found = self._completion_writes[new_data, delayed] = (
+                                             new_data=new_data, delayed=delayed,
+                                             parking=parking)
+            found = self._completion_writes[shape] = (
                 self.statements.result_write(source, fenced=False)
                 .where(*self.statements.waits.still_waiting()))
         return found
 
     @functools.cached_property
-    def _completion_writes(self) -> dict[tuple[bool, bool], Update]:
+    def _completion_writes(self) -> dict[tuple[bool, bool, bool], Update]:
         return {}
 
     async def partition_park(self, partition_id: str, version: int, owner: str) -> bool:
@@ -274,18 +260,19 @@ class WaitsStore(SpawnsStore):
         """
         new_token = new_completion_token()
         item = ReadyItem(wait.item_id, wait.version, row.gate, b"", row.attempts,
-                         error_history=row.error_history)
+                         error_history=row.error_history, wait_key=row.item_wait_key)
         write = completion_write(wait.partition_id, item, answer, row.partition_gate,
                                  policy, new_token=new_token, max_data_bytes=max_data_bytes,
                                  spawn_limits=spawn_limits, traceparent=traceparent)
         statement = self._completion_write(new_data=write.data is not None,
-                                           delayed=bool(write.retry_delay))
+                                           delayed=bool(write.retry_delay),
+                                           parking=write.wait is not None)
         touched = await conn.execute(statement, self.statements.item_write_params(write, ""))
         if touched.rowcount != 1:
             return None
         if write.spawn:
             await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)])
-        await self._waits_in(conn, [write])
+        await self._replaced_waits_in(conn, [write])
         k = dict(decode_quorum(row.quorum)).get(row.gate, 0)
         if k and settles_at(write, row.gate):
             await self._quorum_in(conn, wait.partition_id, row.gate, k)
@@ -299,10 +286,10 @@ class WaitsStore(SpawnsStore):
 
     async def wait_operator_token(self, partition_id: str, item_id: str) -> str:
         """Mint an operator's completion token for the current wait of the waiting item
-        ``item_id`` and store its hash with the wait, in place of the operator token
-        minted before (which stops working: no wait has it). The handler's token stays
-        usable; whichever completes first wins, exactly once. Returns the token (only
-        its hash is stored; never log it).
+        ``item_id`` and store its key in ``waits`` at the item's waiting version, in
+        place of the operator token minted before for this wait (which stops working:
+        no wait has it). The handler's token stays usable; whichever completes first
+        wins, exactly once. Returns the token (only its key is stored; never log it).
 
         Raises:
             WaitNotFoundError: the partition has no such item.
@@ -313,26 +300,29 @@ class WaitsStore(SpawnsStore):
         w = self.tables.waits
         async with self._write() as conn:
             wait, _ = await self._waiting_item(conn, partition_id, item_id)
-            await conn.execute(update(w).where(w.c.token == wait.token)
-                               .values(operator_token=token_hash(token)))
+            # This wait's other rows are the operator tokens minted for it before.
+            await conn.execute(delete(w).where(w.c.partition_id == partition_id,
+                                               w.c.item_id == item_id,
+                                               w.c.version == wait.version))
+            await conn.execute(self.statements.waits.insert, {
+                "w_token": token_hash(token), "w_pid": partition_id, "w_iid": item_id,
+                "w_version": wait.version, "w_timeout": float(wait.timeout or 0.0),
+                "w_policy": wait.on_timeout or "", "w_traceparent": wait.traceparent})
         return token
 
     async def waits_summary(self, partition_ids: Sequence[str]) -> dict[str, WaitSummary]:
         """The parked items of each partition in ``partition_ids`` that has some: counts
-        per gate, the longest wait so far (since its ``waits`` row was written, by the
-        store's clock) and the earliest deadline. One grouped read per 500 ids through
-        the ready index's (partition, status) prefix; a partition without parked items
-        is left out."""
-        i, w = self.tables.items, self.tables.waits
+        per gate, the longest wait so far (since the item parked: its last write, by
+        the store's clock) and the earliest deadline. One grouped read per 500 ids
+        through the ready index's (partition, status) prefix; a partition without
+        parked items is left out."""
+        i = self.tables.items
         found: dict[str, WaitSummary] = {}
         async with self._read() as conn:
             for chunk in chunks(list(dict.fromkeys(partition_ids)), IN_CHUNK):
                 rows = (await conn.execute(
-                    select(i.c.partition_id, i.c.gate, func.count(), func.min(w.c.created_at),
+                    select(i.c.partition_id, i.c.gate, func.count(), func.min(i.c.updated_at),
                            func.min(i.c.retry_at), self.statements.now)
-                    .select_from(i.outerjoin(w, and_(w.c.partition_id == i.c.partition_id,
-                                                     w.c.item_id == i.c.id,
-                                                     w.c.version == i.c.version)))
                     .where(i.c.partition_id.in_(chunk), i.c.status == WAITING)
                     .group_by(i.c.partition_id, i.c.gate))).all()
                 for partition_id, gate, count, since, deadline, now in rows:
@@ -366,18 +356,17 @@ class WaitsStore(SpawnsStore):
         problem = timeout_problem(seconds, "'timeout'")
         if problem is not None:
             raise CompletionRefusedError("timeout", problem)
-        i, w = self.tables.items, self.tables.waits
+        i = self.tables.items
         deadline = self.statements.now_plus(bindparam("timeout", type_=Float()))
         async with self._write() as conn:
             wait, _ = await self._waiting(conn, token)
             touched = await conn.execute(
                 update(i).where(i.c.partition_id == wait.partition_id, i.c.id == wait.item_id,
                                 i.c.version == wait.version, *self.statements.waits.still_waiting())
-                .values(retry_at=deadline), {"timeout": float(seconds)})
+                .values(retry_at=deadline, wait_timeout=float(seconds)),
+                {"timeout": float(seconds)})
             if touched.rowcount != 1:
                 raise AlreadyCompletedError(None)
-            await conn.execute(update(w).where(w.c.token == wait.token)
-                               .values(timeout=float(seconds)))
             await self._wake_parked(conn, wait.partition_id, deadline,
                                     {"timeout": float(seconds)})
             return (await conn.execute(select(i.c.retry_at).where(

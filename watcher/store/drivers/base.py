@@ -203,9 +203,9 @@ class Driver:
     # -- result writes ------------------------------------------------------
 
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
-        """Write ``writes`` in one transaction, each guarded and fenced, with the ``waits``
-        row of each applied write that parks its item (:meth:`waits_in`); returns, per
-        write, whether it was applied (see :meth:`watcher.store.Store.items_apply`).
+        """Write ``writes`` in one transaction, each guarded and fenced, and
+        :meth:`replaced_waits_in`; returns, per write, whether it was applied (see
+        :meth:`watcher.store.Store.items_apply`).
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write
@@ -213,18 +213,17 @@ class Driver:
         """
         async with write_transaction(self.engine) as conn:
             applied = await self.items_write_each(conn, writes, owner)
-            await self.waits_in(conn, writes, applied)
+            await self.replaced_waits_in(conn, writes, applied)
         return applied
 
-    async def waits_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
-                       applied: Sequence[bool]) -> None:
-        """Insert in ``conn``'s transaction the ``waits`` rows of the parking writes
-        ``applied`` says were written, in one statement (``WaitStatements.insert``).
+    async def replaced_waits_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
+                                applied: Sequence[bool]) -> None:
+        """Keep in ``waits`` (in ``conn``) the keys the ``applied`` parking writes replace.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused a row.
         """
-        rows = self.statements.waits.params(writes, applied)
+        rows = self.statements.waits.replaced_params(writes, applied)
         if rows:
             await conn.execute(self.statements.waits.insert, rows)
 
@@ -241,7 +240,8 @@ class Driver:
         applied: list[bool] = []
         for write in writes:
             statement = statements.item_write(new_data=write.data is not None,
-                                              delayed=bool(write.retry_delay))
+                                              delayed=bool(write.retry_delay),
+                                              parking=write.wait is not None)
             result = await conn.execute(statement, statements.item_write_params(write, owner))
             applied.append(result.rowcount == 1)
         return applied

@@ -38,6 +38,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, FromClause, FunctionElement
 
 from watcher.models import timestamp_type
+from watcher.waits import REPLACED_VERSION
 
 if TYPE_CHECKING:
     from watcher.records import ItemWrite
@@ -178,6 +179,12 @@ BATCH_COLUMNS = (("pid", Unicode()), ("iid", Unicode()), ("seen", Integer()),
                  ("error", Text()), ("data", Text()), ("delay", Float()), ("history", Text()))
 
 
+# A parking batch's rows (park_rows_json) add the wait's columns to each.
+PARK_COLUMNS = (*BATCH_COLUMNS, ("wkey", Unicode()), ("wtimeout", Float()),
+                ("wpolicy", Unicode()), ("wtrace", Unicode()))
+_NO_WAIT = (None, None, None, None)
+
+
 def batch_rows_json(writes: Iterable[ItemWrite],
                     encode_data: Callable[[bytes], str] = bytes.hex) -> str:
     """Item writes as the JSON rows of a batch write: ``[pid, iid, seen, status, gate,
@@ -195,11 +202,32 @@ def batch_rows_json(writes: Iterable[ItemWrite],
         for w in writes], ensure_ascii=False, separators=(",", ":"))
 
 
-def batch_params(writes: Iterable[ItemWrite], owner: str,
+def park_rows_json(writes: Iterable[ItemWrite],
+                   encode_data: Callable[[bytes], str] = bytes.hex) -> str:
+    """Item writes of a batch where some park, as the JSON rows of
+    :func:`batch_rows_json` followed by the wait's ``[key, timeout, policy,
+    traceparent]`` (NULLs for a write that does not park: :data:`PARK_COLUMNS`)."""
+    return json.dumps([
+        [w.partition_id, w.item_id, w.seen_version, w.status, w.gate, w.attempts,
+         w.last_error, None if w.data is None else encode_data(w.data), w.retry_delay or 0.0,
+         w.error_history,
+         *(_NO_WAIT if w.wait is None else (w.wait.token_hash, w.wait.timeout,
+                                            w.wait.on_timeout, w.wait.traceparent))]
+        for w in writes], ensure_ascii=False, separators=(",", ":"))
+
+
+def parks(writes: Iterable[ItemWrite]) -> bool:
+    """Whether some write of ``writes`` parks its item."""
+    return any(w.wait is not None for w in writes)
+
+
+def batch_params(writes: Sequence[ItemWrite], owner: str,
                  encode_data: Callable[[bytes], str] = bytes.hex) -> dict[str, Any]:
-    """The parameters of a one-statement batch write (a driver's ``batch_statement``)
-    of ``writes`` by ``owner`` (data as :func:`batch_rows_json` encodes it)."""
-    return {"owner": owner, "rows": batch_rows_json(writes, encode_data)}
+    """The parameters of a one-statement batch write (a driver's ``batch_statement``,
+    or its ``park_statement`` when some write parks) of ``writes`` by ``owner`` (data
+    as :func:`batch_rows_json` encodes it)."""
+    encode = park_rows_json if parks(writes) else batch_rows_json
+    return {"owner": owner, "rows": encode(writes, encode_data)}
 
 
 class batch_rows(FunctionElement[Any]):
@@ -217,6 +245,22 @@ def batch_table(name: str) -> TableValuedAlias:
     return rows.table_valued(*(column(key, type_) for key, type_ in BATCH_COLUMNS), name="v")
 
 
+class park_rows(FunctionElement[Any]):
+    """The rows of a :func:`park_rows_json` parameter, as a table of
+    :data:`PARK_COLUMNS`; use :func:`park_table`. Rendered as :class:`batch_rows` is,
+    with the wait's columns."""
+
+    inherit_cache = True
+    name = "park_rows"
+
+
+def park_table(name: str) -> TableValuedAlias:
+    """The parking batch parameter ``name`` as the table ``v`` with the
+    :data:`PARK_COLUMNS`."""
+    rows = park_rows(bindparam(name, type_=Text()))
+    return rows.table_valued(*(column(key, type_) for key, type_ in PARK_COLUMNS), name="v")
+
+
 # The columns of a row of waits, in the order wait_rows_json writes them, and the
 # places of the wait's own values.
 WAIT_COLUMNS = (("n", Integer()), ("pid", Unicode()), ("iid", Unicode()),
@@ -225,15 +269,20 @@ WAIT_COLUMNS = (("n", Integer()), ("pid", Unicode()), ("iid", Unicode()),
 WAIT_TOKEN, WAIT_TIMEOUT, WAIT_POLICY, WAIT_TRACEPARENT = 4, 5, 6, 7
 
 
+def replaced_rows(writes: Sequence[ItemWrite]) -> list[tuple[int, ItemWrite]]:
+    """The parking writes of a batch that replace their item's last wait, each with its
+    place in the batch from 1 (the place a batch write's ``RETURNING`` gives)."""
+    return [(n, w) for n, w in enumerate(writes, 1)
+            if w.wait is not None and w.wait.replaces is not None]
+
+
 def wait_rows_json(writes: Sequence[ItemWrite]) -> str:
-    """The ``waits`` rows of the parking writes of a batch, as JSON rows: ``[n, pid,
-    iid, version while it waits (the one read plus one), token hash, timeout,
-    timeout policy, traceparent or null]`` each (:data:`WAIT_COLUMNS`), ``n`` the
-    write's place in the batch from 1 (the place a batch write's ``RETURNING`` gives)."""
+    """The ``waits`` rows of the keys the parking writes of a batch replace, as JSON
+    rows: ``[n, pid, iid, version 0, replaced key, timeout 0, policy '', null]`` each
+    (:data:`WAIT_COLUMNS`), ``n`` the write's place in the batch from 1."""
     return json.dumps([
-        [n, w.partition_id, w.item_id, w.seen_version + 1, w.wait.token_hash,
-         w.wait.timeout, w.wait.on_timeout, w.wait.traceparent]
-        for n, w in enumerate(writes, 1) if w.wait is not None],
+        [n, w.partition_id, w.item_id, REPLACED_VERSION, w.wait.replaces, 0.0, "", None]
+        for n, w in replaced_rows(writes) if w.wait is not None],
         ensure_ascii=False, separators=(",", ":"))
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
@@ -27,7 +26,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.sql.expression import ColumnElement, Exists, Select, Update
-from sqlalchemy.types import TypeEngine
 
 from watcher.models import AVAILABLE, FAILED, WAITING, FlowScope
 from watcher.records import (
@@ -37,44 +35,8 @@ from watcher.rules.error_history import PENDING_TIME
 from watcher.store.db.clock import Clock
 from watcher.store.drivers.sql import clock_now, time_plus
 from watcher.store.sql.schema import Tables
-from watcher.store.sql.waits import WaitStatements
-
-
-@dataclass(frozen=True)
-class ResultSource:
-    """Where a result write (:meth:`Statements.result_write`) reads each value: bound
-    parameters, or the columns of a batch's rows, one row per write.
-
-    A NULL ``gate`` or ``data`` keeps the item's; ``data`` or ``delay`` left out
-    (``None``) means the write never sets the data, or makes the item ready now.
-    """
-
-    partition_id: ColumnElement[Any]
-    item_id: ColumnElement[Any]
-    seen: ColumnElement[Any]
-    status: ColumnElement[Any]
-    gate: ColumnElement[Any]
-    attempts: ColumnElement[Any]
-    error: ColumnElement[Any]
-    data: ColumnElement[Any] | None = None
-    delay: ColumnElement[Any] | None = None
-    owner: ColumnElement[Any] = field(default_factory=lambda: bindparam("owner"))
-    # The new error history (NULL keeps the stored one), its newest entry's time to be
-    # stamped (see Statements.history_stamped); None: the write never sets it.
-    history: ColumnElement[Any] | None = None
-
-    @classmethod
-    def parameters(cls, data_type: TypeEngine[bytes], *, new_data: bool = True,
-                   delayed: bool = True) -> ResultSource:
-        """Bound parameters named as :meth:`Statements.item_write_params` names them;
-        the data travels as ``data_type`` (the data column's: MariaDB's sends base64)."""
-        return cls(
-            partition_id=bindparam("pid"), item_id=bindparam("iid"), seen=bindparam("seen"),
-            status=bindparam("new_status"), gate=bindparam("new_gate", type_=Integer()),
-            attempts=bindparam("new_attempts"), error=bindparam("new_error"),
-            data=bindparam("new_data", type_=data_type) if new_data else None,
-            delay=bindparam("delay", type_=Float()) if delayed else None,
-            history=bindparam("new_history", type_=Text()))
+from watcher.store.sql.sources import ResultSource, WaitSource
+from watcher.store.sql.waits import WaitStatements, wait_params
 
 
 class Statements:
@@ -91,7 +53,7 @@ class Statements:
         self.tables = tables
         self.clock = clock
         self.now: ColumnElement[Any] = clock_now(clock)
-        self._item_writes: dict[tuple[bool, bool], Update] = {}
+        self._item_writes: dict[tuple[bool, bool, bool], Update] = {}
         self._lease_rewrites: dict[tuple[int, bool], Update] = {}
         self._lease_takes: dict[int, Update] = {}
         self._transitions: dict[tuple[bool, str | None, bool], Update] = {}
@@ -120,7 +82,9 @@ class Statements:
 
     def items_ready(self, limit: int | ColumnElement[Any]) -> Select[Any]:
         """Available items at a gate whose retry time has passed, ``(id, version, gate,
-        data, attempts, error_history)``, with bind parameters ``pid`` and ``gate``.
+        data, attempts, error_history, wait_key)``, with bind parameters ``pid`` and
+        ``gate``. The last wait's key is NULL for an item that never parked; a parking
+        answer keeps it in ``waits`` as it writes its own.
         The error history is NULL for an item that never failed, so it costs almost
         nothing to read, and a failed attempt's write appends to it
         (:func:`watcher.rules.error_history.appended`) with no read of its own.
@@ -132,7 +96,8 @@ class Statements:
         """
         i = self.tables.items
         return (
-            select(i.c.id, i.c.version, i.c.gate, i.c.data, i.c.attempts, i.c.error_history)
+            select(i.c.id, i.c.version, i.c.gate, i.c.data, i.c.attempts, i.c.error_history,
+                   i.c.wait_key)
             .where(i.c.partition_id == bindparam("pid", type_=i.c.partition_id.type),
                    i.c.status == AVAILABLE, i.c.gate == bindparam("gate", type_=Integer()),
                    i.c.retry_at <= self.now, ~self.paused())
@@ -257,20 +222,33 @@ class Statements:
             values["data"] = func.coalesce(source.data, i.c.data)
         if source.history is not None:
             values["error_history"] = self.history_stamped(source.history)
+        if source.wait is not None:
+            values.update(self.wait_values(source.wait))
         guard = self.item_guard(source.partition_id, source.item_id, source.seen, source.owner,
                                 fenced=fenced)
         return update(i).where(*guard).values(**values)
 
-    def item_write(self, *, new_data: bool, delayed: bool) -> Update:
+    def wait_values(self, wait: WaitSource) -> dict[str, Any]:
+        """The item columns a parking write sets from ``wait``: the new wait's key,
+        timeout, policy and traceparent; where the key is NULL (a row of a batch that
+        does not park), the item's last wait as it was."""
+        i = self.tables.items
+        kept = wait.key.is_(None)
+        return {"wait_key": func.coalesce(wait.key, i.c.wait_key),
+                "wait_timeout": case((kept, i.c.wait_timeout), else_=wait.timeout),
+                "wait_policy": case((kept, i.c.wait_policy), else_=wait.policy),
+                "wait_traceparent": case((kept, i.c.wait_traceparent), else_=wait.traceparent)}
+
+    def item_write(self, *, new_data: bool, delayed: bool, parking: bool = False) -> Update:
         """One guarded, fenced result write from bound parameters (built once per shape:
-        with new data or without, with a delay or without); its parameters come
-        from :meth:`item_write_params`."""
-        key = (new_data, delayed)
+        with new data or without, with a delay or without, parking or not); its
+        parameters come from :meth:`item_write_params`."""
+        key = (new_data, delayed, parking)
         found = self._item_writes.get(key)
         if found is None:
             found = self._item_writes[key] = self.result_write(
                 ResultSource.parameters(self.tables.items.c.data.type, new_data=new_data,
-                                        delayed=delayed))
+                                        delayed=delayed, parking=parking))
         return found
 
     @staticmethod
@@ -286,6 +264,8 @@ class Statements:
             params["new_data"] = write.data
         if write.retry_delay:
             params["delay"] = write.retry_delay
+        if write.wait is not None:
+            params.update(wait_params(write))
         return params
 
     @functools.cached_property

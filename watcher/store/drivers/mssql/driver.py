@@ -35,9 +35,13 @@ from watcher.store.drivers.sql import (
     data_size,
     db_now,
     json_texts,
+    park_rows,
+    park_table,
+    parks,
     time_plus,
 )
-from watcher.store.sql.shared import ResultSource, Statements
+from watcher.store.sql.shared import Statements
+from watcher.store.sql.sources import ResultSource, WaitSource
 
 NOW = "SYSUTCDATETIME()"
 
@@ -86,9 +90,20 @@ BATCH_COLUMNS = ", ".join((
     "history NVARCHAR(max) '$[9]'"))
 
 
+# A parking batch's rows add the wait's (watcher.store.drivers.sql.PARK_COLUMNS).
+PARK_COLUMNS = ", ".join((
+    BATCH_COLUMNS, "wkey NVARCHAR(255) '$[10]'", "wtimeout FLOAT '$[11]'",
+    "wpolicy NVARCHAR(16) '$[12]'", "wtrace NVARCHAR(255) '$[13]'"))
+
+
 @compiles(batch_rows, "mssql")
 def _batch_rows(element: batch_rows, compiler: Any, **kw: Any) -> str:
     return f"OPENJSON({compiler.process(element.clauses, **kw)}) WITH ({BATCH_COLUMNS})"
+
+
+@compiles(park_rows, "mssql")
+def _park_rows(element: park_rows, compiler: Any, **kw: Any) -> str:
+    return f"OPENJSON({compiler.process(element.clauses, **kw)}) WITH ({PARK_COLUMNS})"
 
 
 @compiles(json_texts, "mssql")
@@ -110,6 +125,7 @@ class SQLServerDriver(Driver):
                  timeout: float = DEFAULT_DB_TIMEOUT) -> None:
         super().__init__(engine, statements, timeout=timeout)
         self.batch_statement = self._build_batch()
+        self.park_statement = self._build_batch(parking=True)
 
     def round_trip_bound(self) -> None:
         """pymssql bounds its own queries and logins
@@ -125,27 +141,31 @@ class SQLServerDriver(Driver):
 
     async def items_apply(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
         """The whole batch as one guarded UPDATE; ``OUTPUT`` tells which rows were applied.
-        The ``waits`` rows of the applied writes that park follow in the same
-        transaction (:meth:`Driver.waits_in`).
+        A parking write's wait goes in its item's row; the keys that the applied ones
+        replace follow in the same transaction (:meth:`Driver.replaced_waits_in`).
 
         Raises:
             sqlalchemy.exc.DBAPIError: the database failed or refused a write
                 (then none of the batch is written).
         """
         async with write_transaction(self.engine) as conn:
-            rows = (await conn.execute(self.batch_statement,
-                                       batch_params(writes, owner))).all()
+            statement = self.park_statement if parks(writes) else self.batch_statement
+            rows = (await conn.execute(statement, batch_params(writes, owner))).all()
             keys = {(pid, iid) for pid, iid in rows}
             applied = [(w.partition_id, w.item_id) in keys for w in writes]
-            await self.waits_in(conn, writes, applied)
+            await self.replaced_waits_in(conn, writes, applied)
         return applied
 
-    def _build_batch(self) -> Update:
-        v = batch_table("rows").c
+    def _build_batch(self, parking: bool = False) -> Update:
+        """The batch UPDATE from the JSON rows ``rows``; with ``parking``, rows with the
+        wait's columns too."""
+        v = (park_table if parking else batch_table)("rows").c
         items = self.statements.tables.items
         data = func.convert(literal_column("VARBINARY(max)"), v.data, literal_column("2"))
         source = ResultSource(
             partition_id=v.pid.collate(ID_COLLATION), item_id=v.iid.collate(ID_COLLATION),
             seen=v.seen, status=v.status, gate=v.gate, attempts=v.attempts, error=v.error,
-            data=data, delay=v.delay, history=v.history)
+            data=data, delay=v.delay, history=v.history,
+            wait=WaitSource(v.wkey.collate(ID_COLLATION), v.wtimeout, v.wpolicy,
+                            v.wtrace) if parking else None)
         return self.statements.result_write(source).returning(items.c.partition_id, items.c.id)

@@ -46,13 +46,18 @@ from watcher.store.drivers.sql import (
     clock_parameter,
     db_now,
     json_texts,
+    park_rows,
+    park_table,
+    parks,
+    replaced_rows,
     time_plus,
     time_plus_parts,
     wait_rows,
     wait_rows_json,
     wait_table,
 )
-from watcher.store.sql.shared import ResultSource, Statements
+from watcher.store.sql.shared import Statements
+from watcher.store.sql.sources import ResultSource, WaitSource
 
 NOW = "UTC_TIMESTAMP(6)"
 
@@ -90,11 +95,25 @@ BATCH_COLUMNS = ", ".join((
     "history LONGTEXT CHARACTER SET utf8mb4 PATH '$[9]'"))
 
 
+# A parking batch's rows add the wait's (watcher.store.drivers.sql.PARK_COLUMNS).
+PARK_COLUMNS = ", ".join((
+    BATCH_COLUMNS, f"wkey {ID_TYPE} PATH '$[10]'", "wtimeout DOUBLE PATH '$[11]'",
+    "wpolicy VARCHAR(16) CHARACTER SET utf8mb4 PATH '$[12]'",
+    f"wtrace {ID_TYPE} PATH '$[13]'"))
+
+
 @compiles(batch_rows, "mysql")
 @compiles(batch_rows, "mariadb")
 def _batch_rows(element: batch_rows, compiler: Any, **kw: Any) -> str:
     rows = compiler.process(element.clauses, **kw)
     return f"JSON_TABLE({rows}, '$[*]' COLUMNS ({BATCH_COLUMNS}))"
+
+
+@compiles(park_rows, "mysql")
+@compiles(park_rows, "mariadb")
+def _park_rows(element: park_rows, compiler: Any, **kw: Any) -> str:
+    rows = compiler.process(element.clauses, **kw)
+    return f"JSON_TABLE({rows}, '$[*]' COLUMNS ({PARK_COLUMNS}))"
 
 
 # The waits rows' columns (watcher.store.drivers.sql.WAIT_COLUMNS), in JSON_TABLE's terms.
@@ -156,6 +175,7 @@ class MySQLDriver(DirectDriver[MySQLDirect]):
                  timeout: float = DEFAULT_DB_TIMEOUT) -> None:
         super().__init__(engine, statements, timeout=timeout)
         self.batch_statement = self._build_batch()
+        self.park_statement = self._build_batch(parking=True)
         self.wait_statement = self._build_waits()
         _check_packets(engine)
 
@@ -181,8 +201,9 @@ class MySQLDriver(DirectDriver[MySQLDirect]):
         When every row changed, or none did, that is each write's outcome;
         otherwise the statement is rolled back and the writes go one by one
         (:meth:`Driver.items_apply`), each telling its own. When writes park their
-        items and every row changed, one ``INSERT ... SELECT ... JSON_TABLE`` stores
-        their ``waits`` rows before the commit (:meth:`_build_waits`).
+        items, the UPDATE writes their waits too, and when some replace their item's
+        last wait and every row changed, one ``INSERT ... SELECT ... JSON_TABLE`` keeps
+        the replaced keys in ``waits`` before the commit (:meth:`_build_waits`).
 
         Raises:
             sqlalchemy.exc.DBAPIError: the database failed or refused a write
@@ -191,26 +212,30 @@ class MySQLDriver(DirectDriver[MySQLDirect]):
         direct = self.direct
         params = batch_params(writes, owner, base64_text)
         then = None
-        if any(write.wait is not None for write in writes):
+        if replaced_rows(writes):
             then = (self.wait_statement, {"waits": wait_rows_json(writes)})
-        changed = await direct.write_batch(self.batch_statement, params, len(writes), then)
+        statement = self.park_statement if parks(writes) else self.batch_statement
+        changed = await direct.write_batch(statement, params, len(writes), then)
         if changed == len(writes):
             return [True] * len(writes)
         if changed == 0:
             return [False] * len(writes)
         return await super().items_apply(writes, owner)
 
-    def _build_batch(self) -> Update:
-        v = batch_table("rows").c
+    def _build_batch(self, parking: bool = False) -> Update:
+        """The batch UPDATE from the JSON rows ``rows``; with ``parking``, rows with the
+        wait's columns too."""
+        v = (park_table if parking else batch_table)("rows").c
         return self.statements.result_write(ResultSource(
             partition_id=v.pid, item_id=v.iid, seen=v.seen, status=v.status, gate=v.gate,
             attempts=v.attempts, error=v.error, data=func.from_base64(v.data),
-            delay=v.delay, history=v.history))
+            delay=v.delay, history=v.history,
+            wait=WaitSource(v.wkey, v.wtimeout, v.wpolicy, v.wtrace) if parking else None))
 
     def _build_waits(self) -> Insert:
-        """The ``waits`` rows of a batch's parking writes, from the JSON parameter
-        ``waits`` (:func:`wait_rows_json`), their time the clock's: sent only once the
-        batch UPDATE changed every row, so every one of them was applied."""
+        """The ``waits`` rows of the keys a batch's parking writes replace, from the JSON
+        parameter ``waits`` (:func:`wait_rows_json`), their time the clock's: sent only
+        once the batch UPDATE changed every row, so every one of them was applied."""
         w = wait_table("waits").c
         chosen = select(w.token, w.pid, w.iid, w.version, w.timeout, w.on_timeout,
                         w.traceparent, self.statements.now)

@@ -41,11 +41,14 @@ from watcher.store.drivers.sql import (
     batch_params,
     batch_rows_json,
     db_now,
+    parks,
+    replaced_rows,
     time_plus,
     time_plus_parts,
     wait_rows_json,
 )
-from watcher.store.sql.shared import ResultSource, Statements
+from watcher.store.sql.shared import Statements
+from watcher.store.sql.sources import ResultSource, WaitSource
 
 __all__ = ["PostgreSQLDriver", "batch_rows_json", "jsonb_param"]
 
@@ -94,6 +97,7 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
                  timeout: float = DEFAULT_DB_TIMEOUT) -> None:
         super().__init__(engine, statements, timeout=timeout)
         self.batch_statement = self._build_batch()
+        self.park_update = self._build_batch(parking=True)
         self.park_statement = self._build_park()
         # LISTEN needs a session of its own, which a transaction pooler does not give.
         self.notifies = not pooler.behind_transaction_pooler(engine.url)
@@ -130,20 +134,25 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
         one JSON array of arrays (see :func:`batch_rows_json`): the driver
         would encode nine array parameters element by element in Python;
         ``json.dumps`` encodes the batch in C. When writes park their items, the
-        statement is :meth:`_build_park`'s: the same UPDATE, and the ``waits`` rows of
-        the applied parking writes inserted by the same statement.
+        UPDATE is :meth:`_build_park_update`'s (each row's wait too); when a parking
+        write replaces its item's last wait, :meth:`_build_park`'s, which also keeps
+        the replaced keys in ``waits``, in the same statement.
 
         Raises:
             sqlalchemy.exc.DBAPIError: the database failed or refused a write
                 (then none of the batch is written).
         """
         params = batch_params(writes, owner)
-        statement: Update | Select[Any] = self.batch_statement
-        if any(write.wait is not None for write in writes):
+        statement: Update | Select[Any] = self._update_for(writes)
+        if replaced_rows(writes):
             statement, params["waits"] = self.park_statement, wait_rows_json(writes)
         rows = await self.fetch(statement, params, read=False)
         applied = {number for (number,) in rows}
         return [number in applied for number in range(1, len(writes) + 1)]
+
+    def _update_for(self, writes: Sequence[ItemWrite]) -> Update:
+        """The batch UPDATE for ``writes``: the parking one when some write parks."""
+        return self.park_update if parks(writes) else self.batch_statement
 
     async def items_write_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
                              owner: str) -> int:
@@ -154,61 +163,65 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
         """
         if not writes:
             return 0
-        result = await conn.execute(self.batch_statement, batch_params(writes, owner))
+        result = await conn.execute(self._update_for(writes), batch_params(writes, owner))
         return len(result.all())
 
     async def items_write_each(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
                                owner: str) -> list[bool]:
         """The batch UPDATE of :meth:`items_apply` inside the caller's transaction (one
-        that also inserts what the writes spawn); returns, per write, whether it was
-        applied.
+        that also inserts what the writes spawn, and the keys they replace); returns,
+        per write, whether it was applied.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
         """
         if not writes:
             return []
-        result = await conn.execute(self.batch_statement, batch_params(writes, owner))
+        result = await conn.execute(self._update_for(writes), batch_params(writes, owner))
         applied = {number for (number,) in result.all()}
         return [number in applied for number in range(1, len(writes) + 1)]
 
-    def _build_batch(self) -> Update:
+    def _build_batch(self, parking: bool = False) -> Update:
+        """The batch UPDATE from the JSON rows ``rows``; with ``parking``, rows with the
+        wait's columns too (:func:`park_rows_json`)."""
         batch = func.jsonb_array_elements(jsonb_param("rows")).table_valued(
             column("value", JSONB), with_ordinality="n").render_derived(name="v")
         row = batch.c.value
+        wait = None
+        if parking:
+            wait = WaitSource(row[10].as_string(), row[11].as_float(), row[12].as_string(),
+                              row[13].as_string())
         source = ResultSource(
             partition_id=row[0].as_string(), item_id=row[1].as_string(),
             seen=row[2].as_integer(), status=row[3].as_string(), gate=row[4].as_integer(),
             attempts=row[5].as_integer(), error=row[6].as_string(),
             data=func.decode(row[7].as_string(), "hex"), delay=row[8].as_float(),
-            history=row[9].as_string())
+            history=row[9].as_string(), wait=wait)
         # Each applied row's place in the batch (the same item twice in a batch is
         # written once: only the write that was applied says so).
         return self.statements.result_write(source).returning(batch.c.n)
 
     def _build_park(self) -> Select[Any]:
-        """The batch UPDATE of :meth:`_build_batch` as a data-modifying ``WITH``, and
-        an ``INSERT`` into ``waits`` of the rows of the JSON parameter ``waits``
-        (:func:`wait_rows_json`) whose write it applied, matched on their place in
-        the batch: a write the guard or the fence refused parks nothing. One
-        statement, atomic by itself; it returns the applied places, as the batch does.
-        """
-        items, waits = self.statements.tables.items, self.statements.tables.waits
-        applied = (self._build_batch()
-                   .returning(items.c.partition_id, items.c.id, items.c.version)
-                   .cte("applied"))
+        """The parking UPDATE (:meth:`_build_batch` with ``parking``) as a data-modifying
+        ``WITH``, and an ``INSERT`` into ``waits`` of the rows of the JSON parameter
+        ``waits`` (:func:`wait_rows_json`: the keys the writes replace) whose write it
+        applied, matched on their place in the batch: a write the guard or the fence
+        refused replaces nothing. One statement, atomic by itself; it returns the
+        applied places, as the batch does."""
+        waits = self.statements.tables.waits
+        applied = self.park_update.cte("applied")
         rows = func.jsonb_array_elements(jsonb_param("waits")).table_valued(
             column("value", JSONB)).render_derived(name="w")
         row = rows.c.value
-        chosen = (select(row[WAIT_TOKEN].as_string(), applied.c.partition_id, applied.c.id,
-                         applied.c.version, row[WAIT_TIMEOUT].as_float(),
+        chosen = (select(row[WAIT_TOKEN].as_string(), row[1].as_string(), row[2].as_string(),
+                         row[3].as_integer(), row[WAIT_TIMEOUT].as_float(),
                          row[WAIT_POLICY].as_string(), row[WAIT_TRACEPARENT].as_string(),
                          self.statements.now)
                   .select_from(applied.join(rows, applied.c.n == row[0].as_integer())))
-        parked = insert(waits).from_select(
+        kept = insert(waits).from_select(
             ["token", "partition_id", "item_id", "version", "timeout", "on_timeout",
-             "traceparent", "created_at"], chosen).cte("parked")
-        return select(applied.c.n).add_cte(parked)
+             "traceparent", "created_at"], chosen).cte("kept")
+        return select(applied.c.n).add_cte(kept)
 
     # -- wake-ups -----------------------------------------------------------
 

@@ -33,6 +33,8 @@ from watcher.store.drivers.sql import (
     db_now,
     json_texts,
     not_for_index,
+    parks,
+    replaced_rows,
     time_plus,
     time_plus_parts,
 )
@@ -45,7 +47,8 @@ from watcher.store.drivers.sqlite.direct import (
 )
 from watcher.store.drivers.sqlite.engine import BUSY_TIMEOUT_SECONDS
 from watcher.store.drivers.sqlite.files import DatabaseFile
-from watcher.store.sql.shared import ResultSource
+from watcher.store.sql.sources import ResultSource
+from watcher.store.sql.waits import wait_params
 
 if TYPE_CHECKING:
     from watcher.store.sql.shared import Statements
@@ -103,6 +106,11 @@ class SQLiteDriver(DirectDriver[SQLiteDirect]):
         # the batch checks each lease once, in the same transaction (see items_apply).
         self.write_statement = statements.result_write(
             ResultSource.parameters(statements.tables.items.c.data.type), fenced=False)
+        # The same, with a wait per row (NULL for a row that does not park), for a batch
+        # where some write parks.
+        self.park_statement = statements.result_write(
+            ResultSource.parameters(statements.tables.items.c.data.type, parking=True),
+            fenced=False)
         self.fence_statement: Select[Any] = select(literal_column("1")).where(
             *statements.lease_held(bindparam("pid"), bindparam("owner")))
         self._watch_file(engine)
@@ -165,8 +173,9 @@ class SQLiteDriver(DirectDriver[SQLiteDirect]):
         commits), then one ``UPDATE`` guarded by key and version sent with the rows
         of the partitions still held, all at once (``executemany``); when some
         row's guard fails, those rows go again one by one to tell which (see
-        :meth:`SQLiteDirect.write_rows`). The ``waits`` rows of the applied writes
-        that park their items are inserted in the same transaction, in one
+        :meth:`SQLiteDirect.write_rows`). A parking write's wait goes in its item's
+        row (the batch then uses the parking statement); the keys that applied parking
+        writes replace are kept in ``waits`` in the same transaction, in one
         ``executemany`` (their time is the clock's, read when the batch is built).
 
         Raises:
@@ -174,24 +183,29 @@ class SQLiteDriver(DirectDriver[SQLiteDirect]):
                 of the batch is written).
         """
         direct = self.direct
+        parking = parks(writes)
+        statement = self.park_statement if parking else self.write_statement
         # The values every row shares: those SQLAlchemy bound, the clock's reading.
-        shared = direct.values(self.write_statement, {"owner": owner})
+        shared = direct.values(statement, {"owner": owner})
         rows = [{**shared, "pid": w.partition_id, "iid": w.item_id, "seen": w.seen_version,
                  "new_status": w.status, "new_gate": w.gate, "new_attempts": w.attempts,
                  "new_error": w.last_error, "new_data": w.data,
                  "delay": w.retry_delay or 0.0, "new_history": w.error_history}
                 for w in writes]
+        if parking:
+            for row, write in zip(rows, writes, strict=True):
+                row.update(wait_params(write))
         leases: dict[str, int] = {}
         of_row = [leases.setdefault(w.partition_id, len(leases)) for w in writes]
         fence = Fence(self.fence_statement,
                       [{"pid": partition_id, "owner": owner} for partition_id in leases], of_row)
         then = None
-        if any(w.wait is not None for w in writes):
+        replaced = replaced_rows(writes)
+        if replaced:
             insert = self.statements.waits.insert
-            params = self.statements.waits.params(writes)
+            params = self.statements.waits.replaced_params([w for _, w in replaced])
             # The clock read once for the batch (its rows share the time), as the items'.
             clock = direct.values(insert, params[0])
-            each = iter(params)
-            then = Then(insert, {k: {**clock, **next(each)}
-                                 for k, w in enumerate(writes) if w.wait is not None})
-        return await direct.write_rows(self.write_statement, rows, fence, then)
+            then = Then(insert, {n - 1: {**clock, **one}
+                                 for (n, _), one in zip(replaced, params, strict=True)})
+        return await direct.write_rows(statement, rows, fence, then)
