@@ -33,6 +33,10 @@ DEFAULT_STEAL_BATCH = 2
 # however many partitions are open; the rest wait for another watcher or a free spot.
 DEFAULT_MAX_LEASES = 1000
 DEFAULT_RESULT_BATCH = 256
+# Answers parsed and queued for the writer, not yet written, at most (items, and bytes
+# of their data): within these, a call's slot is free as soon as its answer is queued.
+DEFAULT_RESULT_BUFFER = 1024
+DEFAULT_RESULT_BUFFER_BYTES = 16 * 1024 * 1024
 # While results keep coming, the writer waits this long after one write before the
 # next, so each carries what arrived meanwhile (a result after a quiet spell goes
 # at once).
@@ -84,6 +88,8 @@ class WatcherConfig:
     steal_batch: int = DEFAULT_STEAL_BATCH
     max_leases: int = DEFAULT_MAX_LEASES
     result_batch: int = DEFAULT_RESULT_BATCH
+    result_buffer: int = DEFAULT_RESULT_BUFFER
+    result_buffer_bytes: int = DEFAULT_RESULT_BUFFER_BYTES
     result_linger: float = DEFAULT_RESULT_LINGER
     reduce_page_items: int = DEFAULT_REDUCE_PAGE_ITEMS
     reduce_page_bytes: int = DEFAULT_REDUCE_PAGE_BYTES
@@ -126,6 +132,8 @@ class WatcherConfig:
         check_whole_number("steal batch", self.steal_batch)
         check_whole_number("max leases", self.max_leases)
         check_whole_number("result batch", self.result_batch)
+        check_whole_number("result buffer", self.result_buffer, minimum=0)
+        check_whole_number("result buffer bytes", self.result_buffer_bytes, minimum=0)
         check_whole_number("reduce page items", self.reduce_page_items)
         check_whole_number("reduce page bytes", self.reduce_page_bytes)
         check_whole_number("max item bytes", self.max_item_bytes)

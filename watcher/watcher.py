@@ -98,15 +98,13 @@ class Watcher:
             self.hooks.in_flight if overrides(self.hooks, "in_flight") else None),
             on_turn=self._room_may_have_opened)
         self.keeper = LeaseKeeper(store, self.config, self.hooks, backlog=self._backlog)
-        # Every queued result holds a dispatch slot until it is written, so the queue
-        # never outgrows the concurrency; a batch that size is full, and the writer
-        # does not linger over it: with every slot waiting on the writer, no other
-        # result can come, and lingering would only leave the slots idle.
-        self.writer = ResultWriter(store, self.config.owner_id,
-                                   batch_size=min(self.config.result_batch,
-                                                  self.config.concurrency),
-                                   linger=self.config.result_linger,
-                                   calls_running=lambda: self.slots.calls)
+        # A queued result frees its call's slot while the writer's buffer has room
+        # (beyond it, it holds the slot until written: no new call starts).
+        self.writer = ResultWriter(
+            store, self.config.owner_id, batch_size=self.config.result_batch,
+            linger=self.config.result_linger, calls_running=lambda: self.slots.calls,
+            buffer_items=self.config.result_buffer,
+            buffer_bytes=self.config.result_buffer_bytes)
         self.read_ahead = ReadAheadPool(self.config.concurrency)
         # The processor's probe of its handler's service (an HttpProcessor's), which ends
         # the hold on calls while the service is down (watcher.flow.handler_hold).
@@ -365,6 +363,8 @@ class Watcher:
     async def stop(self) -> None:
         """Stop gracefully and wait until done. Safe to call more than once."""
         self._stopping = True
+        for supervisor, _ in self.supervisors.values():  # no new call or gate step from now
+            supervisor.draining = True
         self._wake.set()
         if self._running:
             await self._stopped.wait()

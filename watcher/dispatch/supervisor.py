@@ -270,14 +270,16 @@ class PartitionSupervisor:
                 positions: Sequence[int] = ()) -> None:
         """Turn finished calls into item writes and queue them as one writer entry.
 
-        The calls' slots stay taken until the writes are done (or dropped), so
-        the concurrency bounds calls in flight plus results not yet written: while
-        writes fail, the slots fill up and no more calls are made whose results
-        could not be stored. A call that cancelled itself is not written: its
-        item stays available and runs again. Nor is one throttled or unanswered
-        (:mod:`watcher.dispatch.unpaid`, within the item's bound): the hold on the calls to the
-        handler begins first, then the item is let go as it was, to run again once
-        the hold ends with the same attempt and idempotency key.
+        While the writer's buffer has room, the calls' slots are free at once: the
+        next calls start while these results wait for the writer (the items stay in
+        hand, so no read takes them again). Once it is full (writes are slow or
+        fail), the slots stay taken until the writes are done (or dropped), so no
+        more calls are made whose results could not be stored. A call that cancelled
+        itself is not written: its item stays available and runs again. Nor is one
+        throttled or unanswered (:mod:`watcher.dispatch.unpaid`, within the item's
+        bound): the hold on the calls to the handler begins first, then the item is
+        let go as it was, to run again once the hold ends with the same attempt and
+        idempotency key.
         """
         writes: list[ItemWrite] = []
         written: list[ReadyItem] = []
@@ -305,15 +307,21 @@ class PartitionSupervisor:
             return
         self.gates.mark_quorum(writes)
         self.in_hand.results_queued(written)
+        freed = self.writer.has_room()
         try:
             self.writer.enqueue_many(writes, functools.partial(
-                self._written, written, writes, started))
+                self._written, written, writes, started, freed))
         except WriterClosedError:
             self._let_go(written)  # not written: the items stay available and run again
+            return
+        if freed:
+            self.slots.give_back(len(written))
+            self.lease.wake.set()
 
     def _written(self, items: list[ReadyItem], writes: list[ItemWrite], started: float,
-                 outcomes: list[bool | BaseException]) -> None:
-        """The writer's answer for a batch's writes: report the outcomes, let the items go."""
+                 freed: bool, outcomes: list[bool | BaseException]) -> None:
+        """The writer's answer for a batch's writes: report the outcomes, let the items go
+        (their slots too, unless ``freed`` when the writes were queued)."""
         ready_again = False  # an item may be ready at this gate again
         left = 0  # items that left the gate: the partition's timeline counts them
         try:
@@ -341,7 +349,7 @@ class PartitionSupervisor:
         finally:
             self.lease.done.add(left, started)
             self.lease.results_written(writes, outcomes)
-            self._let_go(items, ready_again=ready_again)
+            self._let_go(items, ready_again=ready_again, slots_held=not freed)
 
     def _spawned(self, write: ItemWrite) -> None:
         """A written result inserted items: count them, read those at this gate at once."""
@@ -350,8 +358,9 @@ class PartitionSupervisor:
             self.lease.notify()
 
     def _let_go(self, items: list[ReadyItem], *, ready_again: bool = True,
-                abandoned: bool = False) -> None:
-        """``items`` are no longer in hand: free their slots, wake the supervisor.
+                abandoned: bool = False, slots_held: bool = True) -> None:
+        """``items`` are no longer in hand: free their slots (those ``slots_held``), wake
+        the supervisor.
 
         ``ready_again`` (the default, for items let go unwritten) says one of them may
         be ready at the gate: it is read again before the gate is taken as drained.
@@ -367,7 +376,7 @@ class PartitionSupervisor:
         self.in_hand.let_go(items)
         if abandoned:
             self.slots.give_back_later(len(items), self.config.lease_duration)
-        else:
+        elif slots_held:
             self.slots.give_back(len(items))
         self.lease.wake.set()
 

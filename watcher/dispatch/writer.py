@@ -53,12 +53,13 @@ class _Entry:
     outage and go on later from where it stopped.
     """
 
-    __slots__ = ("done", "outcomes", "writes")
+    __slots__ = ("done", "outcomes", "size", "writes")
 
     def __init__(self, writes: Sequence[ItemWrite], done: WritesDone) -> None:
         self.writes = writes
         self.done = done
         self.outcomes: list[Outcome] = []
+        self.size = sum(_size(write) for write in writes)
 
     def unwritten(self) -> Sequence[ItemWrite]:
         """The writes not answered yet."""
@@ -66,15 +67,23 @@ class _Entry:
 
 
 class ResultWriter:
-    """Writes item results for one owner, batching whatever is queued."""
+    """Writes item results for one owner, batching whatever is queued.
+
+    The queue is a buffer of at most ``buffer_items`` writes and ``buffer_bytes`` of
+    their data (what :meth:`has_room` tells the callers that free a call's slot as
+    soon as its result is queued); the writer never refuses a write for it.
+    """
 
     def __init__(self, store: Store, owner: str, *, batch_size: int,
-                 linger: float = 0.0, calls_running: Callable[[], int] | None = None
-                 ) -> None:
+                 linger: float = 0.0, calls_running: Callable[[], int] | None = None,
+                 buffer_items: int = 0, buffer_bytes: int = 0) -> None:
         self.store = store
         self.owner = owner
         self.batch_size = batch_size
         self.linger = linger
+        self.buffer_items = buffer_items
+        self.buffer_bytes = buffer_bytes
+        self._queued_bytes = 0  # the data of the writes in the queue
         # How many processor calls run now: with none, no result can come to join the
         # next batch, so the writer does not linger (None: it cannot tell).
         self._calls_running = calls_running
@@ -107,9 +116,16 @@ class ResultWriter:
         if self._closing.is_set():
             raise WriterClosedError("the result writer is stopping")
         self.start()
-        self._queue.append(_Entry(writes, done))
+        entry = _Entry(writes, done)
+        self._queue.append(entry)
         self._queued += len(writes)
+        self._queued_bytes += entry.size
         self._pending.set()
+
+    def has_room(self) -> bool:
+        """Whether the queue is below both of its bounds (``buffer_items`` writes,
+        ``buffer_bytes`` of data): a result queued now may free its call's slot."""
+        return self._queued < self.buffer_items and self._queued_bytes < self.buffer_bytes
 
     def enqueue(self, write: ItemWrite, done: WriteDone) -> None:
         """Queue one write; ``done`` gets its outcome (see :meth:`enqueue_many`).
@@ -310,6 +326,7 @@ class ResultWriter:
         else:
             self._queue.remove(entry)
         self._queued -= len(entry.writes)
+        self._queued_bytes -= entry.size
 
     async def _write_alone(self, write: ItemWrite) -> bool:
         """Write one result in a transaction of its own; returns whether it was applied.
@@ -324,7 +341,7 @@ class ResultWriter:
         return await blames_a_value(self.store, error)
 
     def _fail_all(self, error: Exception) -> None:
-        queued, self._queue, self._queued = self._queue, [], 0
+        queued, self._queue, self._queued, self._queued_bytes = self._queue, [], 0, 0
         for entry in queued:
             _answer_all(entry, error)
 
@@ -358,3 +375,8 @@ def _answer(entry: _Entry) -> None:
         entry.done(entry.outcomes)
     except Exception:
         log.exception("action=write_callback_failed")
+
+
+def _size(write: ItemWrite) -> int:
+    """About what ``write`` holds in memory until written: its data and its spawns'."""
+    return len(write.data or b"") + sum(len(child.data) for child in write.spawn)
