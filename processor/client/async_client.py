@@ -240,15 +240,15 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
         Raises:
             InvalidInputError: ``status`` is not a known status, ``limit`` is not
                 from 1 to 10,000, ``after`` is not a cursor of this listing, or
-                ``id_prefix`` is not text of at most 255 characters.
+                ``id_prefix`` is not text of at most 255 characters without NUL.
         """
         check_status(status, PARTITION_STATUSES, "partition")
         check_limit("limit", limit, MAX_PAGE)
         check_cursor(after)
         if id_prefix is not None and (not isinstance(id_prefix, str)
-                                      or len(id_prefix) > ID_MAX_LENGTH):
+                                      or len(id_prefix) > ID_MAX_LENGTH or "\x00" in id_prefix):
             raise InvalidInputError(f"id_prefix must be text of at most {ID_MAX_LENGTH} "
-                                    f"characters, got {id_prefix!r:.60}")
+                                    f"characters without NUL, got {id_prefix!r:.60}")
         return await self._call(self.store.partitions_page(
             status=status, after=after, limit=limit, prefix=id_prefix or None,
             with_counts=with_counts))

@@ -50,6 +50,8 @@ async def test_partitions_are_listed_newest_first_a_page_at_a_time(api, client) 
     assert rest["next_cursor"] is None
     cancelled = (await api.get("/v1/partitions", params={"status": "cancelled"})).json()
     assert [row["id"] for row in cancelled["partitions"]] == ["list/b"]
+    refused = await api.get("/v1/partitions", params={"prefix": "list\x00"})
+    assert refused.status_code == 422 and "id_prefix" in refused.text, refused.text
     assert len((await api.get("/v1/partitions")).json()["partitions"]) == 4
     for query, status, field in (({"status": "lost"}, 422, None), ({"limit": "0"}, 400, "limit"),
                                  ({"after": "nonsense"}, 422, None), ({"x": "1"}, 400, "x")):

@@ -113,8 +113,9 @@ async def test_prefix_pages_match_exactly(client: AsyncClient) -> None:
             break
         after = page.next_cursor
     assert sorted(seen) == sorted(["a%b", "a_b", "a[b]", "a/b", "axb", "ab"])
-    with pytest.raises(InvalidInputError, match="id_prefix"):
-        await client.partitions(id_prefix="x" * 256)
+    for bad in ("x" * 256, "a\x00"):  # too long; a NUL, which PostgreSQL refuses in text
+        with pytest.raises(InvalidInputError, match="id_prefix"):
+            await client.partitions(id_prefix=bad)
 
 
 async def test_partitions_finished_per_minute(make_store, client: AsyncClient) -> None:
