@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -61,7 +62,7 @@ from bench.common import (
 from bench.counting import DrainHooks, StatementCounter
 from processor import AsyncClient
 from watcher import Result, Store, Watcher, WatcherConfig, WorkItem
-from watcher.config import DEFAULT_CONCURRENCY
+from watcher.config import DEFAULT_CONCURRENCY, DEFAULT_RESULT_BUFFER
 from watcher.store.db.urls import parse_database_url
 from watcher.store.sql.schema import tables_for
 
@@ -114,7 +115,10 @@ async def statefeed_drain(settings: Settings, concurrency: int) -> Drain:
             store = Store.open(settings.db_url, prefix)
             counter = StatementCounter(store)
             hooks = DrainHooks(len(ids), counter)
-            config = WatcherConfig(owner_id="bench-library", concurrency=concurrency)
+            # The processor's own variable turns the write buffer on here too.
+            config = WatcherConfig(owner_id="bench-library", concurrency=concurrency,
+                                   result_buffer=int(os.environ.get(
+                                       "PROCESSOR_RESULT_BUFFER", DEFAULT_RESULT_BUFFER)))
             watcher = Watcher(store, _noop, config, hooks)
             try:
                 settle_heap()

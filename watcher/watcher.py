@@ -98,13 +98,13 @@ class Watcher:
             self.hooks.in_flight if overrides(self.hooks, "in_flight") else None),
             on_turn=self._room_may_have_opened)
         self.keeper = LeaseKeeper(store, self.config, self.hooks, backlog=self._backlog)
-        # A queued result frees its call's slot while the writer's buffer has room
-        # (beyond it, it holds the slot until written: no new call starts).
+        # A queued result frees its slot while the buffer has room, else once written.
+        batch, buffered = self.config.result_batch, self.config.result_buffer
         self.writer = ResultWriter(
-            store, self.config.owner_id, batch_size=self.config.result_batch,
+            store, self.config.owner_id, batch_size=batch if buffered else min(
+                batch, self.config.concurrency),
             linger=self.config.result_linger, calls_running=lambda: self.slots.calls,
-            buffer_items=self.config.result_buffer,
-            buffer_bytes=self.config.result_buffer_bytes)
+            buffer_items=buffered, buffer_bytes=self.config.result_buffer_bytes)
         self.read_ahead = ReadAheadPool(self.config.concurrency)
         # The processor's probe of its handler's service (an HttpProcessor's), which ends
         # the hold on calls while the service is down (watcher.flow.handler_hold).

@@ -30,6 +30,7 @@ from watcher.config import (
     DEFAULT_MAX_UNPAID_RETRIES,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REDUCE_PAGE_ITEMS,
+    DEFAULT_RESULT_BUFFER,
     DEFAULT_RETRY_BACKOFF,
     DEFAULT_RETRY_BACKOFF_MAX,
     DEFAULT_SHUTDOWN_TIMEOUT,
@@ -135,6 +136,10 @@ def run(
         help="Retries one item may take in a row without spending an attempt, when the "
         "handler's service gave no answer or answered Retry-After; past them, each counts "
         "as an attempt.")] = DEFAULT_MAX_UNPAID_RETRIES,
+    result_buffer: Annotated[int, typer.Option(
+        envvar=env_name("RESULT_BUFFER"), min=0,
+        help="Answers queued for the writer at most while their calls' slots are free "
+        "again (0: each slot is held until its result is written).")] = DEFAULT_RESULT_BUFFER,
     retry_backoff: Annotated[float, typer.Option(envvar=env_name("RETRY_BACKOFF"),
                                                  help="First retry delay in seconds; "
                                                  "doubles per retry.")] = DEFAULT_RETRY_BACKOFF,
@@ -330,7 +335,7 @@ def run(
             owner_id=owner_id or default_owner_id(), concurrency=concurrency,
             poll_interval=poll_interval, lease_duration=lease_duration,
             max_retries=max_retries, max_unpaid_retries=max_unpaid_retries,
-            retry_backoff=retry_backoff,
+            result_buffer=result_buffer, retry_backoff=retry_backoff,
             retry_backoff_max=max(retry_backoff, DEFAULT_RETRY_BACKOFF_MAX), auto_close=auto_close,
             manual_checkpoint=manual_checkpoint, shutdown_timeout=shutdown_timeout,
             max_leases=max_leases, reduce_page_items=reduce_page_items,
