@@ -147,9 +147,11 @@ async def test_an_unreachable_quorum_goes_on_under_the_continue_policy(
                                   quorum={0: 2}, on_item_failure="continue")
     store = make_store()
     async with running(Watcher(make_store(), rejecting, config())):
-        await wait_until(lambda: "cy" in rejecting.tokens, message="cy parked")
-        await asyncio.sleep(0)  # the gate waits for cy under "continue"
-        assert (await client.partition("p")).status == "available"
+        await wait_until(lambda: "cy" in rejecting.tokens, message="cy called")
+        # Its parking answer written: a completion before it would find no wait yet.
+        await wait_until(lambda: _statuses_are(client, {"cy": "waiting"}),
+                         message="cy parked")
+        assert (await client.partition("p")).status == "available"  # the gate waits for cy
         await store.wait_complete(rejecting.tokens["cy"], Result(gate=1))
         info = await client.wait("p", timeout=30)
     assert info.status == "complete" and info.counts == {"complete": 1, "failed": 2}
@@ -223,6 +225,12 @@ async def test_item_retention_sheds_skipped_items_with_the_complete_ones(
     assert removed == 2
     assert await _statuses(client) == {"c": "waiting"}
     await client.close()
+
+
+async def _statuses_are(client: AsyncClient, wanted: dict[str, str]) -> bool:
+    """Whether the items named in ``wanted`` have those statuses (the others any)."""
+    statuses = await _statuses(client)
+    return all(statuses.get(item) == status for item, status in wanted.items())
 
 
 async def _is(client: AsyncClient, wanted: dict[str, str]) -> bool:
