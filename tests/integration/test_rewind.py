@@ -206,6 +206,24 @@ async def test_a_parked_item_goes_back_and_its_old_token_is_refused(
         await client.complete(token)
 
 
+async def test_a_removed_spawned_items_token_is_told_its_item_was_deleted(
+        client: AsyncClient, store: Store) -> None:
+    """A rewind removes what the re-run items spawned; a wait one of those held ends
+    with it, and its token answers 409 (the item was deleted), not 404."""
+    await client.create_partition("w", [NewItem("x", b"")])
+    await lease(store, "w")
+    await answer(store, "w", {"x": ("complete", 1)}, spawn={"x": (NewItem("c", b"", 1),)})
+    token = new_completion_token()
+    c = next(item for item in await client.items("w") if item.id == "c")
+    assert await store.items_apply([ItemWrite(
+        "w", "c", c.version, "waiting", 1, 0, retry_delay=60,
+        wait=WaitWrite(token_hash(token), 60.0))], "setup") == [True]
+    await client.rewind("w", 0)
+    assert set(await places(client, "w")) == {"x"}
+    with pytest.raises(AlreadyCompletedError, match="deleted"):
+        await client.complete(token)
+
+
 async def test_skipped_items_of_a_quorum_go_back_too(client: AsyncClient,
                                                      store: Store) -> None:
     await store.partition_create("k", [NewItem(f"i{n}", b"") for n in range(3)],

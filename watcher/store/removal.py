@@ -205,11 +205,9 @@ class RemovalStore(StoreBase):
         keys: operators' tokens, replaced waits), in ``removed_waits`` with the clock's
         time, and delete those rows; so a late completion is told the wait is over
         (409), not that it is unknown."""
-        w, i, removed = self.tables.waits, self.tables.items, self.tables.removed_waits
+        w, removed = self.tables.waits, self.tables.removed_waits
         now = self.statements.now
-        await conn.execute(insert(removed).from_select(
-            ["token", "removed_at"],
-            select(i.c.wait_key, now).where(*items_where, i.c.wait_key.is_not(None))))
+        await conn.execute(self.statements.waits.item_keys_removed(*items_where))
         for key in (w.c.token, w.c.operator_token):
             await conn.execute(insert(removed).from_select(
                 ["token", "removed_at"],

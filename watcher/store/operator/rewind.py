@@ -10,7 +10,7 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import ColumnElement, Select
@@ -122,14 +122,10 @@ class RewindsStore(StoreBase):
             places = await self._spawn_places(conn, partition_id,
                                               reduced_from=gate if again else None)
             removed = removed_items(places, choice, again)
-            kept = self.tables.removed_waits
             for chunk in chunks(sorted(removed), IN_CHUNK):
-                # A removed item's last wait's key is remembered, so a late completion is
-                # told the wait is over (its other keys stay in ``waits``).
-                await conn.execute(insert(kept).from_select(
-                    ["token", "removed_at"],
-                    select(i.c.wait_key, now).where(mine, i.c.id.in_(chunk),
-                                                    i.c.wait_key.is_not(None))))
+                # Its other keys stay in ``waits``, whose rows then name no item: 409 too.
+                await conn.execute(self.statements.waits.item_keys_removed(
+                    mine, i.c.id.in_(chunk)))
                 await conn.execute(delete(i).where(mine, i.c.id.in_(chunk)))
             reset = {"version": i.c.version + 1, "status": AVAILABLE, "attempts": 0,
                      "retry_at": now, "updated_at": now}

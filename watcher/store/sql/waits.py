@@ -145,6 +145,15 @@ class WaitStatements:
         return {False: read.where(w.c.token == digest),
                 True: read.where(w.c.operator_token == digest)}
 
+    def item_keys_removed(self, *where: ColumnElement[bool]) -> Insert:
+        """The last waits' keys of the items matching ``where`` (about to be deleted),
+        kept in ``removed_waits`` with the clock's time, so a late completion is told
+        the wait is over (409), not that it is unknown."""
+        i = self.tables.items
+        return insert(self.tables.removed_waits).from_select(
+            ["token", "removed_at"],
+            select(i.c.wait_key, self.now).where(*where, i.c.wait_key.is_not(None)))
+
     def still_waiting(self) -> tuple[Any, ...]:
         """The extra guard of a completion's write: still waiting, partition open."""
         i, p = self.tables.items, self.tables.partitions
