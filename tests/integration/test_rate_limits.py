@@ -130,16 +130,33 @@ async def test_a_throttled_item_loses_no_attempt_and_holds_the_processor(
     assert again == [1]
 
 
-def throttling_handler(seconds: int, first: int) -> tuple[Any, list[float]]:
+class LoopTurns:
+    """Counts turns of the event loop a poll long: a busy machine may stall the whole
+    process, and a call sent before the stall then reaches the handler long after it
+    was sent, so a wait meant as "a few polls" is counted in turns, not seconds."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.count = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            self.count += 1
+
+
+def throttling_handler(seconds: int, first: int, turns: LoopTurns | None = None
+                       ) -> tuple[Any, list[tuple[float, int]]]:
     """An HTTP handler that answers 429 with Retry-After to its first ``first`` calls,
-    then completes every item; it notes when each call arrives."""
-    arrivals: list[float] = []
+    then completes every item; it notes when each call arrives (monotonic, and the loop
+    turns counted by ``turns`` then)."""
+    arrivals: list[tuple[float, int]] = []
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
         await read_body(receive)
-        arrivals.append(time.monotonic())
+        arrivals.append((time.monotonic(), 0 if turns is None else turns.count))
         if len(arrivals) <= first:
             await send_json(send, 429, {"error": {"message": "too many requests"}},
                             headers=[("retry-after", str(seconds))])
@@ -153,7 +170,9 @@ async def test_a_retry_after_holds_every_processors_calls_fleet_wide(
         client: AsyncClient, make_store: Callable[..., Store]) -> None:
     for n in range(4):
         await client.create_partition(f"p{n}", [NewItem(f"i{m}", b"{}") for m in range(30)])
-    app, arrivals = throttling_handler(seconds=2, first=1)
+    turns = LoopTurns(FAST["poll_interval"])
+    counting = asyncio.create_task(turns.run())
+    app, arrivals = throttling_handler(seconds=2, first=1, turns=turns)
     async with serve_app(app) as url:
         processors = [HttpProcessor(HttpProcessorConfig(handler_url=url)) for _ in range(3)]
         watchers = [Watcher(make_store(), processor,
@@ -165,12 +184,17 @@ async def test_a_retry_after_holds_every_processors_calls_fleet_wide(
                 for n in range(4):
                     assert (await client.wait(f"p{n}", timeout=30)).status == "complete"
         finally:
+            counting.cancel()
             await asyncio.gather(*(processor.aclose() for processor in processors))
-    throttled_at = arrivals[0]
+    throttled_at, throttled_turn = arrivals[0]
     # Calls already on the wire when the 429 came back may land just after it; once the
-    # hold reaches the fleet (a poll), nothing reaches the handler until it ends.
-    slack = 4 * FAST["poll_interval"] + 0.2
-    during = [at for at in arrivals[1:] if throttled_at + slack < at < throttled_at + 1.9]
+    # hold reaches the fleet (its publication and a poll: a few turns of the loop, which
+    # a stalled process takes longer than their seconds), nothing reaches the handler
+    # until it ends.
+    slack, slack_turns = 4 * FAST["poll_interval"] + 0.2, 6
+    during = [at for at, turn in arrivals[1:]
+              if throttled_at + slack < at < throttled_at + 1.9
+              and turn >= throttled_turn + slack_turns]
     assert during == []
     controls = await client.flow_controls("handler")
     assert [control.name for control in controls] == [url]
