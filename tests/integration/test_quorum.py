@@ -113,6 +113,29 @@ async def test_two_of_three_reviewers_pass_the_gate_and_the_third_is_skipped_at_
     await client.close()
 
 
+async def test_items_created_at_a_later_gate_do_not_count_toward_an_earlier_quorum(
+        db_url, table_prefix, make_store) -> None:
+    client = AsyncClient(db_url, table_prefix)
+    reviewers = Reviewers()
+    # "report" starts at gate 1: it is no reviewer, and has passed no review.
+    await client.create_partition(
+        "p", [*(NewItem(name, b"{}") for name in ("ann", "bo", "cy")),
+              NewItem("report", b"{}", gate=1)], quorum={0: 2})
+    store = make_store()
+    async with running(Watcher(make_store(), reviewers, config())):
+        await wait_until(lambda: _statuses_are(client, dict.fromkeys(("ann", "bo", "cy"),
+                                                                      "waiting")),
+                         message="three reviews parked")
+        await store.wait_complete(reviewers.tokens["ann"], Result(gate=1))
+        statuses = await _statuses(client)
+        assert statuses["bo"] == statuses["cy"] == "waiting", "one approval is not two"
+        await store.wait_complete(reviewers.tokens["bo"], Result(gate=1))
+        assert (await _statuses(client))["cy"] == "skipped"
+        info = await client.wait("p", timeout=30)
+    assert info.status == "complete" and info.counts == {"complete": 3, "skipped": 1}
+    await client.close()
+
+
 async def _all(client: AsyncClient, status: str) -> bool:
     statuses = await _statuses(client)
     return len(statuses) == 3 and set(statuses.values()) == {status}

@@ -52,12 +52,18 @@ class SpawnsStore(StoreBase):
     async def _quorum_in(self, conn: AsyncConnection, partition_id: str, gate: int,
                          k: int) -> int:
         """:meth:`quorum_settle` in ``conn``'s transaction: a count that reads at most
-        ``k`` index entries, and the skip only once the quorum is met."""
+        ``k`` index entries past the items created at later gates, and the skip only
+        once the quorum is met.
+
+        An open item at a later gate counts only once an answer has moved it (its
+        version above the 1 it was inserted with): one still at version 1 was created
+        there (by ``add_items`` or a spawn) and never passed this gate."""
         i = self.tables.items
         past = (select(literal(1)).where(
             i.c.partition_id == partition_id,
             or_(and_(i.c.status == COMPLETE, i.c.gate >= gate),
-                and_(i.c.status.in_((AVAILABLE, WAITING)), i.c.gate > gate)))
+                and_(i.c.status.in_((AVAILABLE, WAITING)), i.c.gate > gate,
+                     i.c.version > 1)))
             .limit(k).subquery())
         complete = int((await conn.execute(
             select(func.count()).select_from(past))).scalar_one())
