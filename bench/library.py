@@ -20,14 +20,10 @@ noisy than rates when other work shares the machine (PostgreSQL's own CPU is
 not in it).
 
 PGQueuer runs on PostgreSQL only; on the other databases its rows say so and
-its goal is not computed. On SQLite the library drain is set against SQLite's
-own limit instead, in the same rounds: the same reads and guarded writes with
-no engine, through ``sqlite3`` on the same kind of file (the migrated tables,
-WAL, the result writer's ``synchronous=NORMAL``): read up to 256 ready rows of
-a partition with the store's ready query, write each one with a guarded
-``UPDATE ... WHERE <primary key> AND version = ?`` through one
-``executemany``, commit, next partition; until nothing is ready. The time is
-read once per statement and bound, as the SQLite driver does.
+its goal is not computed. On SQLite and PostgreSQL the drain is also set against
+the database's own floor, in the same rounds: the same rows read in batches and
+written with guarded batch writes, with no engine, straight through ``sqlite3`` or
+``psycopg`` (:mod:`bench.raw_drains`).
 """
 
 from __future__ import annotations
@@ -35,11 +31,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sqlite3
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from bench.common import (
@@ -60,15 +54,13 @@ from bench.common import (
     statefeed_tables,
 )
 from bench.counting import DrainHooks, StatementCounter
+from bench.raw_drains import RAW_BATCH, RawDrain, raw_psycopg_drain, raw_sqlite_drain
 from processor import AsyncClient
 from watcher import Result, Store, Watcher, WatcherConfig, WorkItem
 from watcher.config import DEFAULT_CONCURRENCY, DEFAULT_RESULT_BUFFER
-from watcher.store.db.urls import parse_database_url
-from watcher.store.sql.schema import tables_for
 
 TITLE = "Library mode: drain no-op items in-process (statefeed Watcher vs PGQueuer)"
 TITLE_SQLITE = "Library mode: drain no-op items in-process (statefeed Watcher vs sqlite3's limit)"
-RAW_BATCH = 256  # rows per read and per commit in SQLite's limit (the result batch)
 ENTRYPOINT = "bench_noop"
 ENQUEUE_CHUNK = 10_000
 WIDE_CONCURRENCY = 128  # about as many items in hand as PGQueuer's batch of 100
@@ -149,94 +141,6 @@ async def statefeed_drain(settings: Settings, concurrency: int) -> Drain:
                   "statements": statements,
                   "statements_per_item": round(statements / sizes.items, 4),
                   "statements_by_kind": hooks.kinds_at_end})
-
-
-# --------------------------------------------------------------------------- SQLite's limit
-
-
-@dataclass(frozen=True)
-class RawDrain:
-    """SQLite's limit: items written, seconds, commits."""
-
-    items: int
-    seconds: float
-    batches: int
-    rounds: tuple[float, ...] = ()
-
-    @property
-    def per_second(self) -> float:
-        """Items written per second."""
-        return self.items / self.seconds
-
-    def as_json(self) -> dict[str, Any]:
-        """The drain as a JSON object."""
-        return {"items": self.items, "seconds": round(self.seconds, 4),
-                "items_per_s": round(self.per_second, 1), "batches": self.batches,
-                "rounds_items_per_s": list(self.rounds)}
-
-
-def _sqlite_now() -> str:
-    # The time as SQLite stores it, read once per statement (as the SQLite driver does).
-    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-
-
-def _raw_drain(path: str, prefix: str, partition_ids: Sequence[str], synchronous: str
-               ) -> tuple[int, int]:
-    """Drain every ready item of ``partition_ids`` with plain ``sqlite3`` at the
-    ``synchronous`` level (NORMAL or FULL); returns (items written, commits).
-    Raises ``sqlite3.Error`` when SQLite does."""
-    items = tables_for(prefix).items.name
-    read = (f"SELECT id, version, gate, data, attempts FROM {items} WHERE partition_id = ? "
-            f"AND status = 'available' AND gate = ? AND retry_at <= ? "
-            f"ORDER BY retry_at, id LIMIT {RAW_BATCH}")
-    write = (f"UPDATE {items} SET version = version + 1, status = 'complete', attempts = ?, "
-             f"last_error = NULL, updated_at = ?, retry_at = ? "
-             f"WHERE partition_id = ? AND id = ? AND version = ?")
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute(f"PRAGMA synchronous={synchronous}")
-        written = batches = 0
-        pending = list(partition_ids)
-        while pending:
-            for partition_id in list(pending):
-                rows = conn.execute(read, (partition_id, 0, _sqlite_now())).fetchall()
-                if not rows:
-                    pending.remove(partition_id)
-                    continue
-                conn.execute("BEGIN IMMEDIATE")
-                now = _sqlite_now()
-                changed = conn.executemany(write, [
-                    (attempts + 1, now, now, partition_id, item_id, version)
-                    for item_id, version, _, _, attempts in rows])
-                conn.execute("COMMIT")
-                written += changed.rowcount
-                batches += 1
-        return written, batches
-    finally:
-        conn.close()
-
-
-async def raw_sqlite_drain(settings: Settings, synchronous: str = "NORMAL") -> RawDrain:
-    """SQLite's limit on the library drain's items, in ``settings.db_url``'s file (see
-    the module docstring). ``synchronous`` NORMAL is the result writer's level (the
-    limit); FULL, sqlite3's default, syncs the log at every commit.
-
-    Raises:
-        RuntimeError: not every item was written.
-        sqlite3.Error: SQLite refused a statement.
-    """
-    sizes = settings.sizes
-    path = str(parse_database_url(settings.db_url).sync_url.database)
-    async with statefeed_tables(settings.db_url, "raw") as prefix:
-        async with AsyncClient(settings.db_url, prefix) as client:
-            ids = await create_partitions(client, spread(sizes.items, sizes.partitions))
-        settle_heap()
-        started = time.perf_counter()
-        written, batches = _raw_drain(path, prefix, ids, synchronous)
-        seconds = time.perf_counter() - started
-    if written != sizes.items:
-        raise RuntimeError(f"sqlite3 drain: {written} of {sizes.items} items written")
-    return RawDrain(written, seconds, batches)
 
 
 # --------------------------------------------------------------------------- PGQueuer
@@ -342,15 +246,17 @@ async def pgqueuer_drain(settings: Settings, *, batch_size: int, workers: int) -
 
 def _raw_rows(outcome: Outcome, ours: Drain, raw: RawDrain | None,
               full_sync: RawDrain | None) -> float | None:
-    """The rows of the sqlite3 drains with no engine, beside statefeed's at its defaults
-    (``ours``); returns statefeed's ratio to the limit, if there is one."""
+    """The rows of the drains with no engine (``sqlite3``'s, or ``psycopg``'s), beside
+    statefeed's at its defaults (``ours``); returns statefeed's ratio to the floor, if
+    there is one."""
     over_raw = ratio(ours.per_second, raw.per_second) if raw is not None else None
+    driver = "sqlite3" if full_sync is not None else "psycopg"
     if raw is not None:
-        outcome.rows.append(Row("sqlite3, no engine (the limit)", rate_text(raw.per_second),
+        outcome.rows.append(Row(f"{driver}, no engine (the floor)", rate_text(raw.per_second),
                                 f"{raw.items:,} items in {raw.seconds:.2f} s, {raw.batches} "
                                 f"commits of up to {RAW_BATCH}" + _rounds_text(raw.rounds)))
         if over_raw is not None:
-            outcome.rows.append(Row("ratio statefeed at its defaults / sqlite3 limit",
+            outcome.rows.append(Row(f"ratio statefeed at its defaults / {driver} floor",
                                     f"{over_raw:.2f}x", ours.settings))
     if full_sync is not None:
         outcome.rows.append(Row("sqlite3, no engine, synchronous=FULL (reference)",
@@ -383,6 +289,8 @@ async def run(settings: Settings) -> Outcome:
     for _ in range(settings.rounds):  # interleaved, so a busy moment hits everyone alike
         if on_sqlite:
             raw_runs.append(await raw_sqlite_drain(settings))
+        elif on_postgres:
+            raw_runs.append(await raw_psycopg_drain(settings))
         for concurrency in ours_configs:
             ours_runs[concurrency].append(await statefeed_drain(settings, concurrency))
         for batch_size, workers in theirs_configs:
@@ -442,11 +350,12 @@ async def run(settings: Settings) -> Outcome:
     else:
         outcome.figures["pgqueuer"] = f"PostgreSQL only: not run on {settings.database_title}"
     if raw is not None:
-        outcome.figures["raw_sqlite3"] = raw.as_json()
+        outcome.figures["raw_sqlite3" if on_sqlite else "raw_psycopg"] = raw.as_json()
         if full_sync is not None:
             outcome.figures["raw_sqlite3_full_sync"] = full_sync.as_json()
         outcome.figures["ratio_library_over_raw"] = (None if over_raw is None
                                                      else round(over_raw, 3))
+
     outcome.goals.append(Goal("DB statements per item, amortized", "<= 1",
                               f"{per_item:.3f}", per_item <= 1.0))
     return outcome

@@ -2298,7 +2298,7 @@ SELECT count(*) AS count_1
         SELECT %s AS anon_2
           FROM items
          WHERE items.partition_id = %s
-           AND (items.status = %s AND items.gate >= %s OR items.status IN (%s, ...) AND items.gate > %s)
+           AND (items.status = %s AND items.gate >= %s OR items.status IN (%s, ...) AND items.gate > %s AND items.version > %s)
          LIMIT %s
        ) AS anon_1;
 

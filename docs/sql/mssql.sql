@@ -2307,7 +2307,7 @@ SELECT count(*) AS count_1
         SELECT TOP 1 %(param_n)s AS anon_2
           FROM items
          WHERE items.partition_id = %(partition_id_n)s
-           AND (items.status = %(status_n)s AND items.gate >= %(gate_n)s OR items.status IN (%(status_2_n)s, ...) AND items.gate > %(gate_n)s)
+           AND (items.status = %(status_n)s AND items.gate >= %(gate_n)s OR items.status IN (%(status_2_n)s, ...) AND items.gate > %(gate_n)s AND items.version > %(version_n)s)
        ) AS anon_1;
 
 -- name: quorum_settle (2)

@@ -2364,7 +2364,7 @@ SELECT count(*) AS count_1
         SELECT %(param_1)s::INTEGER AS anon_2
           FROM items
          WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-           AND (items.status = %(status_1)s::VARCHAR AND items.gate >= %(gate_1)s::INTEGER OR items.status IN (%(status_2_1)s::VARCHAR, ...) AND items.gate > %(gate_2)s::INTEGER)
+           AND (items.status = %(status_1)s::VARCHAR AND items.gate >= %(gate_1)s::INTEGER OR items.status IN (%(status_2_1)s::VARCHAR, ...) AND items.gate > %(gate_2)s::INTEGER AND items.version > %(version_1)s::INTEGER)
          LIMIT %(param_2)s::INTEGER
        ) AS anon_1;
 

@@ -2359,7 +2359,7 @@ SELECT count(*) AS count_1
         SELECT ? AS anon_2
           FROM items
          WHERE items.partition_id = ?
-           AND (items.status = ? AND items.gate >= ? OR items.status IN (?, ...) AND items.gate > ?)
+           AND (items.status = ? AND items.gate >= ? OR items.status IN (?, ...) AND items.gate > ? AND items.version > ?)
          LIMIT ?
         OFFSET ?
        ) AS anon_1;
