@@ -54,9 +54,10 @@ fleet and pooled on PostgreSQL only (reported as not run on the others), and so 
 PGQueuer within library; on databases without LISTEN/NOTIFY the latency table says the
 first dispatch waits for a poll. Each
 database gets its tables, then come every goal per database and the cross-database goals on
-the figures of the same run (SQLite's library drain >= 0.5x the sqlite3 limit,
-SQLite's HTTP per item >= 0.5x bare aiohttp, MariaDB's library drain >= 0.5x
-PostgreSQL's). With ``--db`` the JSON holds a ``databases`` object (``format`` 2);
+the figures of the same run (SQLite's library drain >= 0.6x the sqlite3 floor,
+SQLite's HTTP per item >= 0.5x bare aiohttp, MariaDB's library drain >= 0.6x
+PostgreSQL's, and PostgreSQL's at its defaults >= 2.5x PGQueuer's best and >= 0.7x
+the psycopg floor). With ``--db`` the JSON holds a ``databases`` object (``format`` 2);
 without it, the single-PostgreSQL document (``format`` 1). A database that does not
 answer is skipped with a one-line message.
 
