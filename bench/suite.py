@@ -305,10 +305,11 @@ def summary_of(runs: Mapping[str, DatabaseRun]) -> Outcome:
         if drain is not None:
             summary.rows.append(Row(f"{run.title}: library drain, statefeed at its defaults",
                                     rate_text(drain)))
-        raw = _figure(runs, run.name, "library", "raw_sqlite3", "items_per_s")
-        if raw is not None:
-            summary.rows.append(Row(f"{run.title}: sqlite3, no engine (the limit)",
-                                    rate_text(raw)))
+        for key, driver in (("raw_sqlite3", "sqlite3"), ("raw_psycopg", "psycopg")):
+            raw = _figure(runs, run.name, "library", key, "items_per_s")
+            if raw is not None:
+                summary.rows.append(Row(f"{run.title}: {driver}, no engine (the floor)",
+                                        rate_text(raw)))
         processor = _figure(runs, run.name, "http", "processor", 0, "items_per_s")
         bare = _figure(runs, run.name, "http", "bare", 0, "items_per_s")
         if processor is not None and bare is not None:
