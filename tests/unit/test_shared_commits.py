@@ -119,3 +119,28 @@ def test_sync_log_syncs_the_file_it_names_and_says_when_it_cannot(tmp_path: Path
     sync_log(str(log))  # a real file: synced, nothing raised
     with pytest.raises(FileNotFoundError):
         sync_log(str(tmp_path / "absent.db-wal"))
+
+
+def test_a_write_is_followed_only_where_it_matched_and_by_the_first_follower_that_matches(
+        tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "followed.db", isolation_level=None)
+    conn.execute("CREATE TABLE p (id TEXT PRIMARY KEY, version INTEGER)")
+    conn.execute("CREATE TABLE t (id TEXT PRIMARY KEY, text TEXT)")
+    conn.executemany("INSERT INTO p VALUES (?, 1)", [("a",), ("b",), ("c",)])
+    conn.execute("INSERT INTO t VALUES ('a', 'old')")
+
+    def moved(pid: str, seen: int) -> Write:
+        row = {"id": pid, "text": f"{pid}-new"}
+        return ("UPDATE p SET version = version + 1 WHERE id = :id AND version = :seen",
+                {"id": pid, "seen": seen},
+                (("UPDATE t SET text = :text WHERE id = :id", row),
+                 ("INSERT INTO t VALUES (:id, :text)", row)))
+
+    # a: its timeline row is updated; b: it has none, so it is inserted; c: the move
+    # misses (a stale version), so nothing follows it.
+    assert commit_group(conn, [moved("a", 1), moved("b", 1), moved("c", 7)]) == [1, 1, 0]
+    assert dict(conn.execute("SELECT id, text FROM t").fetchall()) == {
+        "a": "a-new", "b": "b-new"}
+    assert commit_group(conn, [moved("b", 2)]) == [1]  # alone, in a transaction too
+    assert dict(conn.execute("SELECT id, text FROM t").fetchall())["b"] == "b-new"
+    conn.close()

@@ -138,8 +138,8 @@ class StoreBase:
         """Run ``move``, a holder's guarded write of the partition row, and, where it
         matched and ``timeline`` is given, write the partition's timeline with it,
         atomically: a reader that sees the move sees its timeline. One statement where
-        the driver chains writes (:meth:`TimelineStatements.after`), else both in one
-        engine transaction. Returns how many partition rows ``move`` wrote.
+        the driver chains writes (:meth:`TimelineStatements.after`), else one transaction
+        (SQLite's shared, synced commits, or the engine's). Returns the rows ``move`` wrote.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
@@ -154,6 +154,11 @@ class StoreBase:
             if moved == 1 and not written:  # no timeline row yet: an older processor's
                 await self._timeline_write(partition_id, timeline)
             return int(moved)
+        row = {"tl_pid": partition_id, "tl_text": timeline}
+        followed = await self.round_trips.call(name, self.driver.execute_followed(
+            move, params, ((statements.set_one, row), (statements.add_one, row))))
+        if followed is not None:  # SQLite: in its shared, synced commits
+            return followed
         async with self._write() as conn:
             moved = (await conn.execute(move, params)).rowcount
             if moved == 1:

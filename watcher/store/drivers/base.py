@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from watcher.store.sql.shared import Statements
 
 StatementListener = Callable[[str], None]
+# Writes of which the first that matches a row is the last run (an update, else an insert).
+Followers = Sequence[tuple[Any, Mapping[str, Any]]]
 
 
 @asynccontextmanager
@@ -49,11 +51,9 @@ async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
 
 @asynccontextmanager
 async def read_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A connection in a transaction marked as read-only work.
-
-    SQLite starts it with a plain ``BEGIN`` (see :func:`watcher.store.db.engine.create_engine`),
-    so readers do not queue behind writers; other databases ignore the mark.
-    """
+    """A connection in a transaction marked as read-only work: SQLite starts it with a
+    plain ``BEGIN`` (:func:`watcher.store.db.engine.create_engine`), so readers do not
+    queue behind writers; other databases ignore the mark."""
     async with engine.connect() as conn:
         conn = await conn.execution_options(sqlite_read=True)
         async with conn.begin():
@@ -99,10 +99,7 @@ class Driver:
 
     def refuses_value(self, error: BaseException) -> bool:
         """Whether ``error`` says the database (or its driver) refused a value of the
-        statement: it fails the same way every time, unlike an outage.
-
-        Databases add their own error codes for this in their modules.
-        """
+        statement: it fails the same way every time, unlike an outage (and see modules)."""
         if isinstance(error, DataError | IntegrityError):
             return True
         if isinstance(error, StatementError) and not isinstance(error, DBAPIError):
@@ -111,17 +108,14 @@ class Driver:
 
     def timed_out(self, error: BaseException) -> bool:
         """Whether ``error`` is the database ending a statement that ran or waited on a
-        lock too long (its statement or lock wait timeout). The portable driver
-        knows none; databases add theirs in their modules."""
+        lock too long (statement or lock wait timeout; databases add theirs)."""
         return False
 
     def problem(self) -> str | None:
-        """A standing problem of the database seen from here (``None``: none). The
-        portable driver knows none; SQLite's reports its file deleted or replaced."""
+        """A standing problem of the database (``None``: none; SQLite's: its file gone)."""
         return None
 
-    # Checks before each engine transaction (SQLite's: its file is still there).
-    require_usable: Callable[[], None] | None = None
+    require_usable: Callable[[], None] | None = None  # before each engine transaction
 
     def round_trip_bound(self) -> float | None:
         """How long the client waits for a round trip's answer before dropping the
@@ -129,9 +123,8 @@ class Driver:
         return self.timeout + CLIENT_MARGIN
 
     def lost_connection(self, error: BaseException) -> bool:
-        """Whether the connection dropped during the statement: an outage does that,
-        and so does, on some databases, a statement too large for the server (which
-        then answers the next statement as if nothing happened)."""
+        """Whether the connection dropped during the statement: an outage, or on some
+        databases a statement too large for the server (which then goes on as if not)."""
         return isinstance(error, DBAPIError) and bool(error.connection_invalidated)
 
     def session_lost(self, error: BaseException) -> bool:
@@ -165,6 +158,12 @@ class Driver:
         """
         async with write_transaction(self.engine) as conn:
             return (await conn.execute(statement, dict(params))).rowcount
+
+    async def execute_followed(self, statement: Any, params: Mapping[str, Any],
+                               then_first_of: Followers) -> int | None:
+        """:meth:`execute`, then where it matched a row ``then_first_of`` until one does, in
+        one transaction, if the driver has a way (SQLite's); ``None``: none, nothing ran."""
+        return None
 
     # -- the ready read -----------------------------------------------------
 

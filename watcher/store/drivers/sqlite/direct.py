@@ -159,10 +159,13 @@ class SQLiteDirect:
         return await self._retrying(run, compiled.sql)
 
     async def execute(self, statement: ClauseElement, params: Mapping[str, Any], *,
-                      synced: bool = False) -> int:
+                      synced: bool = False,
+                      then_first_of: Sequence[tuple[Any, Mapping[str, Any]]] = ()) -> int:
         """Run one write statement (autocommit: a transaction of its own); returns how
         many rows it matched. With ``synced`` its commit syncs the log to disk
-        (``synchronous=FULL`` for that one commit), and with it every commit before.
+        (``synchronous=FULL`` for that one commit), and with it every commit before,
+        and ``then_first_of`` follow it where it matched one row, in its transaction,
+        until one matches a row (``ValueError`` without ``synced``).
 
         Raises:
             sqlalchemy.exc.DBAPIError: SQLite failed or refused it, or the lock
@@ -172,7 +175,11 @@ class SQLiteDirect:
         values = self.values(statement, params)
         self._sent(compiled.sql)
         if synced:  # with the synced writes made at the same time (see SharedCommits)
-            return await self._shared.execute(compiled.sql, values)
+            return await self._shared.execute(compiled.sql, values, tuple(
+                (self._compiled[then].sql, self.values(then, then_params))
+                for then, then_params in then_first_of))
+        if then_first_of:
+            raise ValueError("writes that follow a write are for synced writes")
 
         def run() -> int:
             self._file.require()

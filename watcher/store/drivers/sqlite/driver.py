@@ -27,7 +27,7 @@ from sqlalchemy.sql.expression import Select
 
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.records import ItemWrite
-from watcher.store.drivers.base import DirectDriver
+from watcher.store.drivers.base import DirectDriver, Followers
 from watcher.store.drivers.sql import (
     data_size,
     db_now,
@@ -158,6 +158,20 @@ class SQLiteDriver(DirectDriver[SQLiteDirect]):
         """
         self.require_usable()
         return await self.direct.execute(statement, params, synced=True)
+
+    async def execute_followed(self, statement: Any, params: Mapping[str, Any],
+                               then_first_of: Followers) -> int | None:
+        """:meth:`execute` with ``then_first_of`` in its transaction, in the shared,
+        synced commits (:meth:`Driver.execute_followed`).
+
+        Raises:
+            sqlalchemy.exc.OperationalError: the database file was deleted or replaced.
+            sqlalchemy.exc.DBAPIError: SQLite failed or refused a write, or the lock
+                stayed taken for the busy timeout.
+        """
+        self.require_usable()
+        return await self.direct.execute(statement, params, synced=True,
+                                         then_first_of=then_first_of)
 
     def timed_out(self, error: BaseException) -> bool:
         """See :meth:`Driver.timed_out`: the lock stayed taken for the busy timeout."""

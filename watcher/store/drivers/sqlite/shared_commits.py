@@ -30,8 +30,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# One write: its SQL and the parameters to send.
-Write = tuple[str, dict[str, Any]]
+# One write: its SQL and the parameters to send, and the writes that follow it where it
+# matched one row, of which the first that matches a row is the last run.
+Followed = tuple[str, dict[str, Any], tuple[tuple[str, dict[str, Any]], ...]]
+Write = tuple[str, dict[str, Any]] | Followed
 # Runs a group of writes in one transaction; returns, per write, its row count or
 # the error that write alone met (see the module docstring).
 GroupWriter = Callable[[Sequence[Write]], Awaitable[list["int | BaseException"]]]
@@ -52,11 +54,11 @@ def commit_group(conn: sqlite3.Connection, writes: Sequence[Write], *,
     if full_sync:
         conn.execute("PRAGMA synchronous=FULL")
     try:
-        if len(writes) == 1:
-            return [conn.execute(*writes[0]).rowcount]
+        if len(writes) == 1 and len(writes[0]) == 2:
+            return [conn.execute(writes[0][0], writes[0][1]).rowcount]
         conn.execute("BEGIN IMMEDIATE")
         try:
-            counts = [conn.execute(sql, values).rowcount for sql, values in writes]
+            counts = [_write_in(conn, write) for write in writes]
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -66,6 +68,17 @@ def commit_group(conn: sqlite3.Connection, writes: Sequence[Write], *,
     finally:
         if full_sync:
             conn.execute("PRAGMA synchronous=NORMAL")
+
+
+def _write_in(conn: sqlite3.Connection, write: Write) -> int:
+    """Run ``write`` in ``conn``'s transaction, and where it matched one row, the writes
+    that follow it until one matches (see :data:`Write`); returns the write's row count."""
+    matched = int(conn.execute(write[0], write[1]).rowcount)
+    if matched == 1 and len(write) == 3:
+        for sql, values in write[2]:
+            if conn.execute(sql, values).rowcount:
+                break
+    return matched
 
 
 def sync_log(wal_path: str) -> None:
@@ -103,8 +116,10 @@ class SharedCommits:
         self._waiting: list[_Pending] = []
         self._flushing: asyncio.Task[None] | None = None
 
-    async def execute(self, sql: str, values: dict[str, Any]) -> int:
-        """Write ``sql`` with ``values`` in the next group; returns its row count.
+    async def execute(self, sql: str, values: dict[str, Any],
+                      followers: tuple[tuple[str, dict[str, Any]], ...] = ()) -> int:
+        """Write ``sql`` with ``values`` in the next group, and where it matched one row
+        ``followers`` after it (see :data:`Write`); returns its row count.
 
         Cancelled before its group starts, the write is dropped; once its group has
         started, it is written whatever becomes of the caller, as a statement that
@@ -112,7 +127,7 @@ class SharedCommits:
 
         Raises what the group's writer raised for this write.
         """
-        pending = _Pending((sql, values))
+        pending = _Pending((sql, values, followers) if followers else (sql, values))
         self._waiting.append(pending)
         if self._flushing is None:
             # Started on the loop's next turn: writes made in this one join the group.
