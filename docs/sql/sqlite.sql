@@ -1420,6 +1420,39 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
 -- name: partition_close_when_done (1)
 UPDATE partitions
    SET
+version=(partitions.version + :version_1), status=:status,
+       owner=:owner,
+       until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = :pid
+   AND partitions.version = :seen
+   AND partitions.owner = :holder
+   AND partitions.status = :status_1
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_2 AND items.gate >= :at_gate))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_3 AND items.gate = :at_gate))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_4 AND items.gate = :at_gate));
+
+-- name: partition_close_when_done (2)
+UPDATE partitions
+   SET
+version=(partitions.version + :version_1), status=:status,
+       owner=:owner,
+       until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = :pid
+   AND partitions.version = :seen
+   AND partitions.owner = :holder
+   AND partitions.status = :status_1
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_2 AND items.gate >= :at_gate))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = :pid AND items.status = :status_3 AND items.gate = :at_gate));
+
+-- name: partition_close_when_done (3)
+UPDATE partitions
+   SET
 version=(partitions.version + ?), status=?,
        owner=?,
        until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
@@ -1434,28 +1467,12 @@ version=(partitions.version + ?), status=?,
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ? AND items.gate = ?))
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ? AND items.gate = ?));
 
--- name: partition_close_when_done (2)
-UPDATE partitions
-   SET
-version=(partitions.version + ?), status=?,
-       owner=?,
-       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
- WHERE partitions.id = ?
-   AND partitions.version = ?
-   AND partitions.owner = ?
-   AND partitions.status = ?
-   AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = ? AND flow_controls.name = ? OR flow_controls.scope = ? AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ? AND items.gate >= ?))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = ? AND items.status = ? AND items.gate = ?));
-
--- name: partition_close_when_done (3)
+-- name: partition_close_when_done (4)
 UPDATE partition_timelines
    SET timeline=?
  WHERE partition_timelines.partition_id = ?;
 
--- name: partition_close_when_done (4)
+-- name: partition_close_when_done (5)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT ? AS anon_1,
        partitions.id,
        coalesce(partitions.notify, ?) AS coalesce_1,
@@ -1923,21 +1940,16 @@ SELECT partition_timelines.timeline
 -- name: partition_transition (1)
 UPDATE partitions
    SET
-version=(partitions.version + ?), status=?,
-       owner=?,
-       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
-       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
- WHERE partitions.id = ?
-   AND partitions.version = ?
-   AND partitions.owner = ?
-   AND partitions.status = ?;
+version=(partitions.version + :version_1), status=:status,
+       owner=:owner,
+       until=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(:clock_now, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = :pid
+   AND partitions.version = :seen
+   AND partitions.owner = :holder
+   AND partitions.status = :status_1;
 
 -- name: partition_transition (2)
-UPDATE partition_timelines
-   SET timeline=?
- WHERE partition_timelines.partition_id = ?;
-
--- name: partition_transition (3)
 UPDATE partitions
    SET
 version=(partitions.version + :version_1), gate=:new_gate
@@ -1946,25 +1958,16 @@ version=(partitions.version + :version_1), gate=:new_gate
    AND partitions.owner = :holder
    AND partitions.status = :status_1;
 
--- name: partition_transition (4)
+-- name: partition_transition (3)
 UPDATE partitions
    SET
-version=(partitions.version + ?)
- WHERE partitions.id = ?
-   AND partitions.version = ?
-   AND partitions.owner = ?
-   AND partitions.status = ?;
+version=(partitions.version + :version_1)
+ WHERE partitions.id = :pid
+   AND partitions.version = :seen
+   AND partitions.owner = :holder
+   AND partitions.status = :status_1;
 
--- name: partition_transition (5)
-SELECT partition_timelines.partition_id
-  FROM partition_timelines
- WHERE partition_timelines.partition_id = ?;
-
--- name: partition_transition (6)
-INSERT INTO partition_timelines (partition_id, timeline)
-VALUES (?, ?);
-
--- name: partition_transition (7)
+-- name: partition_transition (4)
 UPDATE partitions
    SET
 version=(partitions.version + :version_1), gate=:new_gate,
@@ -1977,7 +1980,19 @@ version=(partitions.version + :version_1), gate=:new_gate,
    AND partitions.owner = :holder
    AND partitions.status = :status_1;
 
--- name: partition_transition (8)
+-- name: partition_transition (5)
+UPDATE partitions
+   SET
+version=(partitions.version + ?), status=?,
+       owner=?,
+       until=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE partitions.id = ?
+   AND partitions.version = ?
+   AND partitions.owner = ?
+   AND partitions.status = ?;
+
+-- name: partition_transition (6)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT ? AS anon_1,
        partitions.id,
        coalesce(partitions.notify, ?) AS coalesce_1,

@@ -264,7 +264,9 @@ async def test_a_handler_slower_than_request_timeout_is_a_retryable_timeout(
         return 200, [], b"{}"
 
     handler.respond = stall
-    processor = make_processor(handler.url, request_timeout=0.3)
+    # Long enough for the request to reach a handler in the same event loop on a busy
+    # machine (0.3 s was not, under the CI's load), so the timeout is the handler's.
+    processor = make_processor(handler.url, request_timeout=1.5)
     started = time.monotonic()
     try:
         with pytest.raises(RetryableError) as caught:
