@@ -35,8 +35,7 @@ DEFAULT_MAX_LEASES = 1000
 DEFAULT_RESULT_BATCH = 256
 # Answers parsed and queued for the writer, not yet written, at most (items, and bytes
 # of their data): within these, a call's slot is free as soon as its answer is queued.
-# Off (0) by default until its timing under load is settled: each slot is then held
-# until its result is written.
+# 0: each slot is held until its result is written.
 DEFAULT_RESULT_BUFFER = 1024
 DEFAULT_RESULT_BUFFER_BYTES = 16 * 1024 * 1024
 # While results keep coming, the writer waits this long after one write before the

@@ -54,9 +54,9 @@ class SlotPool:
     ahead, then to the one that has waited longest. Unkeyed partitions count as one
     key, ``""``; with one key this is the plain turn order.
 
-    A slot stays taken from the call's start until its result is written (or, with
-    a write buffer, until its answer is queued, while the buffer has room); so
-    :attr:`in_use` counts results waiting for the writer too; :attr:`calls`
+    A slot stays taken from the call's start until its answer is queued for the
+    writer, or, when the writer's buffer is full (or off), until it is written; so
+    :attr:`in_use` counts those results too; :attr:`calls`
     counts only the processor calls running (an item's, alone or in a batch, or
     a reduce call's), and ``on_calls`` is told that count whenever it changes.
     """
