@@ -1379,6 +1379,39 @@ INSERT INTO notifications (event_id, partition_id, target, status, gate, state, 
 -- name: partition_close_when_done (1)
 UPDATE partitions
    SET
+version=(partitions.version + %(version_1)s), status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_1)s
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_2)s AND items.gate >= %(at_gate)s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_3)s AND items.gate = %(at_gate)s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_4)s AND items.gate = %(at_gate)s));
+
+-- name: partition_close_when_done (2)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s), status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_1)s
+   AND partitions.paused_at IS NULL
+   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_2)s AND items.gate >= %(at_gate)s))
+   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s AND items.status = %(status_3)s AND items.gate = %(at_gate)s));
+
+-- name: partition_close_when_done (3)
+UPDATE partitions
+   SET
 version=(partitions.version + %s), status=%s,
        owner=%s,
        until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
@@ -1393,28 +1426,12 @@ version=(partitions.version + %s), status=%s,
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate = %s))
    AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate = %s));
 
--- name: partition_close_when_done (2)
-UPDATE partitions
-   SET
-version=(partitions.version + %s), status=%s,
-       owner=%s,
-       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
- WHERE partitions.id = %s
-   AND partitions.version = %s
-   AND partitions.owner = %s
-   AND partitions.status = %s
-   AND partitions.paused_at IS NULL
-   AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %s AND flow_controls.name = %s OR flow_controls.scope = %s AND flow_controls.name = partitions.flow_key)))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate >= %s))
-   AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %s AND items.status = %s AND items.gate = %s));
-
--- name: partition_close_when_done (3)
+-- name: partition_close_when_done (4)
 UPDATE partition_timelines
    SET timeline=%s
  WHERE partition_timelines.partition_id = %s;
 
--- name: partition_close_when_done (4)
+-- name: partition_close_when_done (5)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %s AS anon_1,
        partitions.id,
        coalesce(partitions.notify, %s) AS coalesce_1,
@@ -1878,19 +1895,19 @@ SELECT partition_timelines.timeline
 -- name: partition_transition (1)
 UPDATE partitions
    SET
-version=(partitions.version + %s), status=%s,
-       owner=%s,
-       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
-       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
- WHERE partitions.id = %s
-   AND partitions.version = %s
-   AND partitions.owner = %s
-   AND partitions.status = %s;
+version=(partitions.version + %(version_1)s), status=%(status)s,
+       owner=%(owner)s,
+       until=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_1)s;
 
 -- name: partition_transition (2)
 UPDATE partition_timelines
-   SET timeline=%s
- WHERE partition_timelines.partition_id = %s;
+   SET timeline=%(tl_text)s
+ WHERE partition_timelines.partition_id = %(tl_pid)s;
 
 -- name: partition_transition (3)
 UPDATE partitions
@@ -1904,22 +1921,17 @@ version=(partitions.version + %(version_1)s), gate=%(new_gate)s
 -- name: partition_transition (4)
 UPDATE partitions
    SET
-version=(partitions.version + %s)
- WHERE partitions.id = %s
-   AND partitions.version = %s
-   AND partitions.owner = %s
-   AND partitions.status = %s;
+version=(partitions.version + %(version_1)s)
+ WHERE partitions.id = %(pid)s
+   AND partitions.version = %(seen)s
+   AND partitions.owner = %(holder)s
+   AND partitions.status = %(status_1)s;
 
 -- name: partition_transition (5)
-SELECT partition_timelines.partition_id
-  FROM partition_timelines
- WHERE partition_timelines.partition_id = %s;
+INSERT INTO partition_timelines (partition_id, timeline)
+VALUES (%(tl_pid)s, %(tl_text)s);
 
 -- name: partition_transition (6)
-INSERT INTO partition_timelines (partition_id, timeline)
-VALUES (%s, %s);
-
--- name: partition_transition (7)
 UPDATE partitions
    SET
 version=(partitions.version + %(version_1)s), gate=%(new_gate)s,
@@ -1931,6 +1943,18 @@ version=(partitions.version + %(version_1)s), gate=%(new_gate)s,
    AND partitions.version = %(seen)s
    AND partitions.owner = %(holder)s
    AND partitions.status = %(status_1)s;
+
+-- name: partition_transition (7)
+UPDATE partitions
+   SET
+version=(partitions.version + %s), status=%s,
+       owner=%s,
+       until=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE partitions.id = %s
+   AND partitions.version = %s
+   AND partitions.owner = %s
+   AND partitions.status = %s;
 
 -- name: partition_transition (8)
 INSERT INTO notifications (event_id, partition_id, target, status, gate, state, version, attempts, owner, next_at, created_at, updated_at) SELECT %s AS anon_1,

@@ -241,3 +241,45 @@ async def test_driver_errors_arrive_as_sqlalchemy_errors(threaded_store) -> None
             await conn.execute(text("SELECT * FROM no_such_table_here"))
         # The connection is still usable afterwards.
         assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
+
+
+@pytest.mark.mariadb
+async def test_mariadb_write_is_followed_only_where_it_matched_in_one_transaction(
+        mariadb_store) -> None:
+    """A gate move and its timeline in one direct transaction: the first follower that
+    matches is the last run (an update, else an insert), and nothing follows a move
+    that missed."""
+    from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, insert, update
+
+    store = mariadb_store
+    names = MetaData()
+    p = Table(f"{store.tables.prefix}fp", names, Column("id", String(8), primary_key=True),
+              Column("version", Integer))
+    t = Table(f"{store.tables.prefix}ft", names, Column("id", String(8), primary_key=True),
+              Column("text", String(16)))
+    async with store.engine.begin() as conn:
+        await conn.run_sync(names.create_all)
+        await conn.execute(insert(p), [{"id": pid, "version": 1} for pid in "abc"])
+        await conn.execute(insert(t), [{"id": "a", "text": "old"}])
+    move = (update(p).where(p.c.id == bindparam("pid"), p.c.version == bindparam("seen"))
+            .values(version=p.c.version + 1))
+    set_one = update(t).where(t.c.id == bindparam("tid")).values(text=bindparam("text"))
+    add_one = insert(t).values(id=bindparam("tid"), text=bindparam("text"))
+
+    async def moved(pid: str, seen: int) -> int:
+        row = {"tid": pid, "text": f"{pid}-new"}
+        return await store.driver.execute_followed(
+            move, {"pid": pid, "seen": seen}, ((set_one, row), (add_one, row)))
+
+    try:
+        # a: its row in t is updated; b: it has none, so it is inserted; c: the move
+        # misses (a stale version), so nothing follows it.
+        assert [await moved("a", 1), await moved("b", 1), await moved("c", 7)] == [1, 1, 0]
+        async with store.engine.connect() as conn:
+            texts = dict((await conn.execute(t.select())).all())
+            versions = dict((await conn.execute(p.select())).all())
+        assert texts == {"a": "a-new", "b": "b-new"}
+        assert versions == {"a": 2, "b": 2, "c": 1}
+    finally:
+        async with store.engine.begin() as conn:
+            await conn.run_sync(names.drop_all)

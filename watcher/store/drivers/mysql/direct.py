@@ -31,6 +31,7 @@ from sqlalchemy.sql import ClauseElement
 
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.errors import ValueRefusedError
+from watcher.store.drivers.base import Followers
 from watcher.store.drivers.compiled import StatementCache
 from watcher.store.drivers.conflicts import error_number
 from watcher.store.drivers.mysql.engine import session_timeouts, tune_keepalive
@@ -197,6 +198,44 @@ class MySQLDirect:
             return changed
 
         return await self._on_connection(False, run, sql)
+
+    async def execute_followed(self, statement: ClauseElement, params: Mapping[str, Any],
+                               then_first_of: Followers) -> int:
+        """Run ``statement`` in a transaction of its own and, where it matched a row, the
+        statements of ``then_first_of`` in turn until one matches a row; then commit.
+        Returns how many rows ``statement`` matched (none: nothing more ran, nothing is
+        written). The first statement locks the rows it matched, so what the followers
+        look for cannot change meanwhile.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: as :meth:`write_batch`.
+            ValueRefusedError: a statement is over the server's packet; nothing is sent.
+        """
+        compiled = self._compiled[statement]
+        sql = compiled.sql
+        values = compiled.values(params)
+        followers = [(self._compiled[follower].sql, self._compiled[follower].values(row))
+                     for follower, row in then_first_of]
+
+        async def run(conn: aiomysql.Connection) -> int:
+            for text, sent in ((sql, values), *followers):
+                check_packet(text, sent, self.packet_limit)
+            async with conn.cursor() as cursor:
+                self._sent(sql)
+                matched: int = await cursor.execute(sql, values)
+                for text, sent in followers if matched else ():
+                    self._sent(text)
+                    if await cursor.execute(text, sent):
+                        break
+            try:
+                self._sent("COMMIT" if matched else "ROLLBACK")
+                await (conn.commit() if matched else conn.rollback())
+            except (pymysql.err.Error, ConnectionError, EOFError) as error:
+                raise _Unrepeatable(error) from None
+            return matched
+
+        result: int = await self._on_connection(False, run, sql)
+        return result
 
     def _sent(self, sql: str) -> None:
         for listener in self.listeners:
