@@ -11,7 +11,8 @@ what statefeed pays per partition: the figure is its rate as a share of the big
 run's, and the CPU each partition costs beyond its items (this process's CPU,
 the database's not counted).
 
-Goal: the small-partition rate is at least half the big-partition rate.
+Goal: the small-partition rate is at least 0.6x the big-partition rate (the engine's
+second round; the first asked for half).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from bench.library import Drain, statefeed_drain
 
 TITLE = ("Small partitions ({database}): {partitions:,} x {items} items against "
          "{total:,} items in {big} partitions")
-SHARE_GOAL = 0.5  # small-partition rate / big-partition rate, at least
+SHARE_GOAL = 0.6  # small-partition rate / big-partition rate, at least
 
 
 async def run(settings: Settings) -> Outcome:
