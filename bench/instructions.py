@@ -35,6 +35,10 @@ from processor import AsyncClient
 
 TITLE = "CPU instructions per item, library mode ({database}; valgrind --tool=callgrind)"
 COLLECTED = re.compile(rb"Collected\s*:\s*([0-9]+)")
+# A drain under callgrind runs tens of times slower than without, start-up most of
+# all (every import is emulated), and on a busy machine slower still: however small
+# the run, each counted drain may take this long.
+INSTRUMENTED_TIMEOUT = 480.0
 
 
 def valgrind_missing() -> str | None:
@@ -62,7 +66,8 @@ async def counted_drain(settings: Settings, items: int) -> int:
             "--prefix", prefix, "--partitions", str(partitions),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=REPO)
         try:
-            async with asyncio.timeout(settings.sizes.phase_timeout * 2):
+            async with asyncio.timeout(max(settings.sizes.phase_timeout * 2,
+                                           INSTRUMENTED_TIMEOUT)):
                 output, _ = await process.communicate()
         except TimeoutError:
             process.kill()
