@@ -82,6 +82,12 @@ def libpq_url(db_url: str) -> str:
     return url.render_as_string(hide_password=False)
 
 
+# A drain under callgrind (the instructions scenario) runs tens of times slower than
+# without, start-up most of all (every import is emulated), and on a busy machine
+# slower still: however small the run, each counted drain may take this long.
+INSTRUMENTED_TIMEOUT = 480.0
+
+
 @dataclass(frozen=True)
 class Sizes:
     """How big each scenario is. ``for_run`` picks the smoke, default or full set."""

@@ -22,6 +22,7 @@ import re
 import shutil
 
 from bench.common import (
+    INSTRUMENTED_TIMEOUT,
     PYTHON,
     Outcome,
     Row,
@@ -35,10 +36,6 @@ from processor import AsyncClient
 
 TITLE = "CPU instructions per item, library mode ({database}; valgrind --tool=callgrind)"
 COLLECTED = re.compile(rb"Collected\s*:\s*([0-9]+)")
-# A drain under callgrind runs tens of times slower than without, start-up most of
-# all (every import is emulated), and on a busy machine slower still: however small
-# the run, each counted drain may take this long.
-INSTRUMENTED_TIMEOUT = 480.0
 
 
 def valgrind_missing() -> str | None:

@@ -115,7 +115,7 @@ def tables_left(url: str, prefixes: list[str]) -> list[str]:
 # Every scenario once at its smallest: about 3 minutes on an idle 2-core machine, twice
 # that under load, and more while the rest of the suite keeps both cores busy
 # (valgrind's instruction count is most of it: each of its two drains may take up to
-# bench.instructions.INSTRUMENTED_TIMEOUT).
+# bench.common.INSTRUMENTED_TIMEOUT).
 @pytest.mark.timeout(1020)
 def test_smoke_run_writes_every_scenario(tmp_path: Path, pooled_postgres_url: str) -> None:
     require_bench_peers()

@@ -58,8 +58,10 @@ def over_the_bucket(starts: list[float], rate: float) -> str | None:
     then its rate, in any window; a call may use a token claimed up to
     :data:`TOKEN_LIFETIME` before it. A processor whose event loop stalled (a busy
     machine) comes back to a full burst, so the calls of a window of a few seconds
-    may run over the rate by that burst, and no more."""
-    burst = max(1.0, rate * BURST_SECONDS)
+    may run over the rate by that burst, and no more. The times are the calls' starts
+    in the processor, a moment after each took its token: one call's worth of slack
+    covers the scheduling between the two (a stalled loop can bunch them)."""
+    burst = max(1.0, rate * BURST_SECONDS) + 1
     ordered = sorted(starts)
     for first in range(len(ordered)):
         for last in range(first, len(ordered)):
