@@ -139,7 +139,7 @@ class StoreBase:
         matched and ``timeline`` is given, write the partition's timeline with it,
         atomically: a reader that sees the move sees its timeline. One statement where
         the driver chains writes (:meth:`TimelineStatements.after`), else one transaction
-        (SQLite's shared, synced commits, or the engine's). Returns the rows ``move`` wrote.
+        (SQLite's or MariaDB's own, else the engine's). Returns the rows ``move`` wrote.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
@@ -157,7 +157,7 @@ class StoreBase:
         row = {"tl_pid": partition_id, "tl_text": timeline}
         followed = await self.round_trips.call(name, self.driver.execute_followed(
             move, params, ((statements.set_one, row), (statements.add_one, row))))
-        if followed is not None:  # SQLite: in its shared, synced commits
+        if followed is not None:  # the driver's own transaction (SQLite, MariaDB)
             return followed
         async with self._write() as conn:
             moved = (await conn.execute(move, params)).rowcount

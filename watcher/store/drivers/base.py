@@ -162,7 +162,8 @@ class Driver:
     async def execute_followed(self, statement: Any, params: Mapping[str, Any],
                                then_first_of: Followers) -> int | None:
         """:meth:`execute`, then where it matched a row ``then_first_of`` until one does, in
-        one transaction, if the driver has a way (SQLite's); ``None``: none, nothing ran."""
+        one transaction, if the driver has a way (SQLite's, MariaDB's); ``None``: none,
+        nothing ran."""
         return None
 
     # -- the ready read -----------------------------------------------------

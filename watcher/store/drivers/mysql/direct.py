@@ -186,15 +186,7 @@ class MySQLDirect:
                 if following is not None and changed == expected:
                     self._sent(following.sql)
                     await cursor.execute(following.sql, then_values)
-            try:
-                if changed == expected:
-                    self._sent("COMMIT")
-                    await conn.commit()
-                else:
-                    self._sent("ROLLBACK")
-                    await conn.rollback()
-            except (pymysql.err.Error, ConnectionError, EOFError) as error:
-                raise _Unrepeatable(error) from None
+            await self._end(conn, commit=changed == expected)
             return changed
 
         return await self._on_connection(False, run, sql)
@@ -227,15 +219,20 @@ class MySQLDirect:
                     self._sent(text)
                     if await cursor.execute(text, sent):
                         break
-            try:
-                self._sent("COMMIT" if matched else "ROLLBACK")
-                await (conn.commit() if matched else conn.rollback())
-            except (pymysql.err.Error, ConnectionError, EOFError) as error:
-                raise _Unrepeatable(error) from None
+            await self._end(conn, commit=bool(matched))
             return matched
 
         result: int = await self._on_connection(False, run, sql)
         return result
+
+    async def _end(self, conn: aiomysql.Connection, *, commit: bool) -> None:
+        """Commit ``conn``'s transaction, or roll it back. A failure leaves the outcome
+        unknown, so the write must not be sent again (raised as :class:`_Unrepeatable`)."""
+        try:
+            self._sent("COMMIT" if commit else "ROLLBACK")
+            await (conn.commit() if commit else conn.rollback())
+        except (pymysql.err.Error, ConnectionError, EOFError) as error:
+            raise _Unrepeatable(error) from None
 
     def _sent(self, sql: str) -> None:
         for listener in self.listeners:
