@@ -216,11 +216,13 @@ class Cluster:
             "WHERE partition_id = ANY(:ids) GROUP BY partition_id", ids=ids)
         return {pid: 0 for pid in ids} | {pid: count for pid, count in rows}
 
-    async def live_owners(self) -> dict[str, list[str]]:
-        """Owner -> the available partitions it holds with an unexpired lease (DB clock)."""
+    async def live_owners(self, *, lapsed_too: bool = False) -> dict[str, list[str]]:
+        """Owner -> the available partitions it holds with an unexpired lease (DB clock);
+        with ``lapsed_too``, the partitions whose row names it as owner, expired or not
+        (who holds them until someone else takes them over)."""
         now = await self.client.store.now()
         owners: dict[str, list[str]] = defaultdict(list)
         for info in await self.client.partitions(status="available", limit=10_000):
-            if info.owner and info.until > now:
+            if info.owner and (lapsed_too or info.until > now):
                 owners[info.owner].append(info.id)
         return dict(owners)
