@@ -91,8 +91,8 @@ async def test_higher_priority_is_leased_first_across_processors(tmp_path) -> No
 # -- delays -----------------------------------------------------------------------------
 
 # One poll is the bound; the slack is a read, a call's start and a busy host (CI saw
-# 0.36-0.38 s with the suite's four workers and a callgrind run on two cores). A
-# missed due time would show as a lease cycle or more; the figures are printed.
+# 0.36-0.38 s with the suite's four workers and a callgrind run on two cores); the
+# figures are printed.
 LATE_SLACK = 0.5
 SNOOZE = 1.0
 LONG_SNOOZE = 2 * LEASE  # outlives the killed holder's lease: the next holder must wait
