@@ -51,3 +51,36 @@ async def test_each_gate_is_read_once_and_summarized_once(db_url, table_prefix,
     # ends the partition. No empty read before either, and none after.
     assert counts == {"items_ready": 2, "gate_summary": 1,
                       "partition_close_when_done": 1}, counts
+
+
+async def spawns_a_tree(item: WorkItem) -> Result:
+    """The root spawns three children at its gate, each child two grandchildren."""
+    depth = item.id.count(".")
+    if depth < 2:
+        return Result(done=True, spawn=[NewItem(f"{item.id}.{n}", b"x")
+                                        for n in range(3 if depth == 0 else 2)])
+    return Result(done=True)
+
+
+async def test_items_spawned_at_the_gate_start_without_a_read_of_their_own(
+        db_url, table_prefix, make_store) -> None:
+    """A spawn tree at one gate: the gate is read once (the root); each level's
+    children start from the answer that spawned them, written, with no read between
+    levels; and every item is called once."""
+    counts: Counter[str] = Counter()
+    called: Counter[str] = Counter()
+
+    async def counted(item: WorkItem) -> Result:
+        called[item.id] += 1
+        return await spawns_a_tree(item)
+
+    store = counting(make_store(), counts, "items_ready", "gate_summary",
+                     "partition_close_when_done")
+    async with AsyncClient(db_url, table_prefix) as client:
+        await client.create_partition("p", [NewItem("root", b"x")])
+        watcher = Watcher(store, counted, WatcherConfig(owner_id="w", **FAST))
+        async with running(watcher):
+            info = await client.wait("p", timeout=30)
+    assert info.status == "complete" and info.counts == {"complete": 10}, info
+    assert set(called.values()) == {1} and len(called) == 10, called
+    assert counts["items_ready"] == 1, counts

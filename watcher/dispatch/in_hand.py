@@ -33,8 +33,8 @@ class ItemsInHand:
     Not thread-safe; one supervisor task owns it.
     """
 
-    __slots__ = ("_in_flight", "_let_go", "_reads", "ahead", "ahead_gate",
-                 "gate_looked_empty", "last_read")
+    __slots__ = ("_in_flight", "_let_go", "_reads", "ahead", "ahead_at", "ahead_gate",
+                 "gate_looked_empty", "last_read", "reading")
 
     def __init__(self) -> None:
         self._in_flight: dict[str, asyncio.Task[None] | None] = {}
@@ -42,6 +42,8 @@ class ItemsInHand:
         self._reads = 0
         self.ahead: list[ReadyItem] = []
         self.ahead_gate = -1
+        self.ahead_at = 0.0  # time.monotonic() when the oldest row held was known
+        self.reading = False  # a read of ready items is running
         self.gate_looked_empty = False
         self.last_read = 0.0  # time.monotonic() when the last read ended
 
@@ -80,15 +82,29 @@ class ItemsInHand:
         """Keep ``rows`` (new rows of a read, at ``gate``) to dispatch as slots free."""
         self.ahead = list(rows)
         self.ahead_gate = gate
+        self.ahead_at = self.last_read
+
+    def add_ahead(self, rows: Sequence[ReadyItem], gate: int, now: float) -> bool:
+        """Hold ``rows`` too: items known ready at ``gate`` as of ``now`` without a read
+        (those an answer spawned, just written). Returns ``False``, holding nothing,
+        while a read runs (it replaces what is held when it ends) or when the rows
+        held are at another gate."""
+        if self.reading or (self.ahead and self.ahead_gate != gate):
+            return False
+        if not self.ahead:
+            self.ahead_gate, self.ahead_at = gate, now
+        self.ahead.extend(rows)
+        return True
 
     def ahead_usable(self, gate: int, now: float, max_age: float) -> bool:
         """Whether rows read ahead may start now: some are held, read at ``gate``, and the
-        read that returned them ended less than ``max_age`` seconds before ``now``.
+        oldest of them was known (its read ended, or its spawn was written) less than
+        ``max_age`` seconds before ``now``.
 
         So a pause (read by every ready read) stops new calls within that age, as it
         does without reading ahead.
         """
-        return bool(self.ahead) and self.ahead_gate == gate and now - self.last_read < max_age
+        return bool(self.ahead) and self.ahead_gate == gate and now - self.ahead_at < max_age
 
     def take_ahead(self, count: int) -> list[ReadyItem]:
         """The first ``count`` rows read ahead, no longer held."""

@@ -10,6 +10,10 @@ when a client writes the partition (a notification), when the gate moves, and on
 poll interval has passed since their read (so a pause, which every read sees, stops
 new calls within a poll, as it does without reading ahead). Dropping them loses
 nothing: the items stay available in the database.
+
+Items an answer spawned at the gate are held the same way once their write is done
+(:meth:`ReadyReads.hold_spawned`): their rows are known (new, version 1, no attempt),
+so the next level of a spawn tree starts without a read of its own.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class ReadyReads:
         self.config = context.config
         self.policy = policy
         self.room = room
+        self.closed = False
 
     def take_ahead(self, count: int) -> list[ReadyItem]:
         """Up to ``count`` of the rows read ahead, to start now; none when they may not
@@ -57,6 +62,24 @@ class ReadyReads:
         rows = in_hand.take_ahead(count)
         self.room.give_back(len(rows))
         return rows
+
+    def hold_spawned(self, rows: list[ReadyItem]) -> bool:
+        """Hold ``rows``, items an answer spawned at the gate (just written), to start as
+        slots free without a read. Returns whether all of them are held; when not, none
+        is, and a read finds them.
+        """
+        if self.closed or len(rows) > self.room.room:
+            return False
+        if not self.in_hand.add_ahead(rows, self.lease.gate, time.monotonic()):
+            return False
+        self.room.hold(len(rows))
+        return True
+
+    def close(self) -> None:
+        """The supervisor ends: give back what is held, and hold nothing more (answers
+        written after it ended spawn nothing into its hands)."""
+        self.closed = True
+        self.drop_ahead()
 
     def drop_ahead(self) -> None:
         """Forget the rows read ahead, and give their room back to the watcher."""
@@ -78,12 +101,14 @@ class ReadyReads:
         read = in_hand.begin_read()
         self.lease.read_started()
         exclude = in_hand.ids()
+        in_hand.reading = True
         try:
             if len(exclude) <= MAX_EXCLUDED:
                 ready = await self.store.items_ready(pid, gate, wanted, exclude)
             else:  # too many to name in a query: read more and filter here
                 ready = await self.store.items_ready(pid, gate, wanted + len(exclude))
         except SQLAlchemyError as error:
+            in_hand.reading = False
             # A read that timed out says nothing of the items' sizes: skip the look-up.
             if (not isinstance(error, DatabaseTimeoutError)
                     and await fail_unreadable(self.store, self.writer, pid, gate,
@@ -92,6 +117,10 @@ class ReadyReads:
                                               pipeline=self.lease.settings.pipeline)):
                 return []
             raise
+        except BaseException:
+            in_hand.reading = False
+            raise
+        in_hand.reading = False
         if self.keeper.expired(self.lease):  # the read outlasted the lease: start nothing
             in_hand.end_read(read, [], wanted, time.monotonic())
             return []

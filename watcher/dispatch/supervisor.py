@@ -123,7 +123,7 @@ class PartitionSupervisor:
                 if outcome.wait > 0:
                     await wait_event(self.lease.wake, outcome.wait)
         finally:
-            self.reads.drop_ahead()
+            self.reads.close()
             self.slots.leave(self.lease.wake)
             if self.lease.lost or not self.draining:
                 await self.in_hand.cancel_calls()
@@ -352,9 +352,16 @@ class PartitionSupervisor:
             self._let_go(items, ready_again=ready_again, slots_held=not freed)
 
     def _spawned(self, write: ItemWrite) -> None:
-        """A written result inserted items: count them, read those at this gate at once."""
+        """A written result inserted items: count them; those ready at this gate start
+        without a read (held as read ahead), or are read at once when they cannot be."""
         self.reports.spawned(len(write.spawn))
-        if any(child.gate == self.lease.gate for child in write.spawn):
+        gate = self.lease.gate
+        here = [child for child in write.spawn if child.gate == gate]
+        if not here:
+            return
+        ready = [ReadyItem(child.id, 1, gate, child.data, 0) for child in here
+                 if child.not_before is None]
+        if len(ready) < len(here) or not self.reads.hold_spawned(ready):
             self.lease.notify()
 
     def _let_go(self, items: list[ReadyItem], *, ready_again: bool = True,
