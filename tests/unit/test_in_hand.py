@@ -106,24 +106,34 @@ def test_rows_read_ahead_start_in_order_and_only_while_fresh_and_at_their_gate()
     assert in_hand.drop_ahead() == 0
 
 
-def test_spawned_rows_are_held_beside_those_read_and_only_when_no_read_runs() -> None:
+def test_spawned_rows_are_held_beside_those_read_and_only_when_no_read_ran() -> None:
     """Items an answer spawned at the gate are held as if read: after the rows read
-    ahead, never while a read runs (its rows replace what is held), never at another
-    gate; with nothing held, they are fresh from the moment their write was done."""
+    ahead, never when a read ran or began since their write was queued (it may have
+    seen them committed and dispatched them), never twice, never at another gate; with
+    nothing held, they are fresh from the moment their write was done."""
     in_hand = ItemsInHand()
     in_hand.reading = True
-    assert not in_hand.add_ahead([_item("s1")], gate=0, now=5.0), "a read runs"
+    assert in_hand.read_mark() is None
+    assert not in_hand.add_ahead([_item("s1")], gate=0, now=5.0, mark=None), "a read ran"
     in_hand.reading = False
-    assert in_hand.add_ahead([_item("s1")], gate=0, now=5.0)
+    mark = in_hand.read_mark()
+    assert in_hand.add_ahead([_item("s1")], gate=0, now=5.0, mark=mark)
     assert in_hand.ahead_usable(0, now=5.9, max_age=1.0), "fresh from its write"
-    assert not in_hand.add_ahead([_item("s2")], gate=1, now=5.5), "another gate"
-    assert in_hand.add_ahead([_item("s2")], gate=0, now=5.5)
+    assert not in_hand.add_ahead([_item("s2")], gate=1, now=5.5, mark=mark), "another gate"
+    assert not in_hand.add_ahead([_item("s1")], gate=0, now=5.5, mark=mark), "held already"
+    assert in_hand.add_ahead([_item("s2")], gate=0, now=5.5, mark=mark)
     assert not in_hand.ahead_usable(0, now=6.1, max_age=1.0), "the oldest decides"
     assert [item.id for item in in_hand.take_ahead(5)] == ["s1", "s2"]
 
+    # A read began after the write was queued and ended before its answer came back:
+    # it may have returned the spawned rows, so they are not held again.
     read = in_hand.begin_read()
     fresh = in_hand.end_read(read, [_item(name) for name in "ab"], wanted=2, now=10.0)
+    assert not in_hand.add_ahead([_item("s3")], gate=0, now=10.5, mark=mark)
+    in_hand.started(fresh[:1], None)  # type: ignore[arg-type]
+    later = in_hand.read_mark()
+    assert not in_hand.add_ahead([_item("a")], gate=0, now=10.5, mark=later), "in flight"
     in_hand.hold_ahead(fresh[1:], gate=0)
-    assert in_hand.add_ahead([_item("s3")], gate=0, now=12.0)
+    assert in_hand.add_ahead([_item("s3")], gate=0, now=12.0, mark=later)
     assert [item.id for item in in_hand.ahead] == ["b", "s3"]
     assert not in_hand.ahead_usable(0, now=11.0, max_age=1.0), "held since the read"

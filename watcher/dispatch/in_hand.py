@@ -55,6 +55,11 @@ class ItemsInHand:
         """Every item id a read of ready items must not return as new."""
         return {*self._in_flight, *self._let_go}
 
+    def read_mark(self) -> int | None:
+        """The number of reads begun, or ``None`` while one runs: a mark that
+        :meth:`add_ahead` compares with, to know that no read ran in between."""
+        return None if self.reading else self._reads
+
     def begin_read(self) -> int:
         """Number a read of ready items that is about to start; returns its number."""
         self._reads += 1
@@ -84,12 +89,18 @@ class ItemsInHand:
         self.ahead_gate = gate
         self.ahead_at = self.last_read
 
-    def add_ahead(self, rows: Sequence[ReadyItem], gate: int, now: float) -> bool:
+    def add_ahead(self, rows: Sequence[ReadyItem], gate: int, now: float,
+                  mark: int | None) -> bool:
         """Hold ``rows`` too: items known ready at ``gate`` as of ``now`` without a read
-        (those an answer spawned, just written). Returns ``False``, holding nothing,
-        while a read runs (it replaces what is held when it ends) or when the rows
-        held are at another gate."""
-        if self.reading or (self.ahead and self.ahead_gate != gate):
+        (those an answer spawned, just written). ``mark`` is :meth:`read_mark` from
+        before their write was sent. Returns ``False``, holding nothing, when a read
+        ran or began since then (it may have seen the rows, and dispatched them), when
+        any of them is in hand already, or when the rows held are at another gate."""
+        if mark is None or self.read_mark() != mark or (
+                self.ahead and self.ahead_gate != gate):
+            return False
+        known = self.ids() | {row.id for row in self.ahead}
+        if any(row.id in known for row in rows):
             return False
         if not self.ahead:
             self.ahead_gate, self.ahead_at = gate, now

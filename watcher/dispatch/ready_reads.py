@@ -63,14 +63,15 @@ class ReadyReads:
         self.room.give_back(len(rows))
         return rows
 
-    def hold_spawned(self, rows: list[ReadyItem]) -> bool:
+    def hold_spawned(self, rows: list[ReadyItem], mark: int | None) -> bool:
         """Hold ``rows``, items an answer spawned at the gate (just written), to start as
-        slots free without a read. Returns whether all of them are held; when not, none
-        is, and a read finds them.
+        slots free without a read; ``mark`` is the in-hand read mark from before the
+        answer's write was sent (no read may have run since). Returns whether all of
+        them are held; when not, none is, and a read finds them.
         """
         if self.closed or len(rows) > self.room.room:
             return False
-        if not self.in_hand.add_ahead(rows, self.lease.gate, time.monotonic()):
+        if not self.in_hand.add_ahead(rows, self.lease.gate, time.monotonic(), mark):
             return False
         self.room.hold(len(rows))
         return True

@@ -310,7 +310,7 @@ class PartitionSupervisor:
         freed = self.writer.has_room()
         try:
             self.writer.enqueue_many(writes, functools.partial(
-                self._written, written, writes, started, freed))
+                self._written, written, writes, started, freed, self.in_hand.read_mark()))
         except WriterClosedError:
             self._let_go(written)  # not written: the items stay available and run again
             return
@@ -319,9 +319,11 @@ class PartitionSupervisor:
             self.lease.wake.set()
 
     def _written(self, items: list[ReadyItem], writes: list[ItemWrite], started: float,
-                 freed: bool, outcomes: list[bool | BaseException]) -> None:
+                 freed: bool, read_mark: int | None,
+                 outcomes: list[bool | BaseException]) -> None:
         """The writer's answer for a batch's writes: report the outcomes, let the items go
-        (their slots too, unless ``freed`` when the writes were queued)."""
+        (their slots too, unless ``freed`` when the writes were queued; ``read_mark``:
+        :meth:`_spawned`)."""
         ready_again = False  # an item may be ready at this gate again
         left = 0  # items that left the gate: the partition's timeline counts them
         try:
@@ -339,7 +341,7 @@ class PartitionSupervisor:
                     # Its outcome, and one line when it failed for good or parked.
                     self.reports.written(item, write, outcome_name(item, write), seconds)
                     if write.spawn:
-                        self._spawned(write)
+                        self._spawned(write, read_mark)
                 elif outcome is False:
                     self.reports.stale(item, seconds)
                     self._check_lease = True
@@ -351,17 +353,15 @@ class PartitionSupervisor:
             self.lease.results_written(writes, outcomes)
             self._let_go(items, ready_again=ready_again, slots_held=not freed)
 
-    def _spawned(self, write: ItemWrite) -> None:
+    def _spawned(self, write: ItemWrite, read_mark: int | None) -> None:
         """A written result inserted items: count them; those ready at this gate start
-        without a read (held as read ahead), or are read at once when they cannot be."""
+        without a read (held as read ahead) unless a read ran since the write was queued
+        (``read_mark``: it may have dispatched them already); else they are read at once."""
         self.reports.spawned(len(write.spawn))
-        gate = self.lease.gate
-        here = [child for child in write.spawn if child.gate == gate]
-        if not here:
-            return
-        ready = [ReadyItem(child.id, 1, gate, child.data, 0) for child in here
-                 if child.not_before is None]
-        if len(ready) < len(here) or not self.reads.hold_spawned(ready):
+        here = [child for child in write.spawn if child.gate == self.lease.gate]
+        ready = [ReadyItem(child.id, 1, self.lease.gate, child.data, 0) for child in here
+                 if child.not_before is None]  # new rows: version 1, no attempt yet
+        if here and (len(ready) < len(here) or not self.reads.hold_spawned(ready, read_mark)):
             self.lease.notify()
 
     def _let_go(self, items: list[ReadyItem], *, ready_again: bool = True,
