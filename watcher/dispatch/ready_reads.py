@@ -104,12 +104,14 @@ class ReadyReads:
         exclude = in_hand.ids()
         in_hand.reading = True
         try:
-            if len(exclude) <= MAX_EXCLUDED:
-                ready = await self.store.items_ready(pid, gate, wanted, exclude)
-            else:  # too many to name in a query: read more and filter here
-                ready = await self.store.items_ready(pid, gate, wanted + len(exclude))
+            try:
+                if len(exclude) <= MAX_EXCLUDED:
+                    ready = await self.store.items_ready(pid, gate, wanted, exclude)
+                else:  # too many to name in a query: read more and filter here
+                    ready = await self.store.items_ready(pid, gate, wanted + len(exclude))
+            finally:
+                in_hand.reading = False
         except SQLAlchemyError as error:
-            in_hand.reading = False
             # A read that timed out says nothing of the items' sizes: skip the look-up.
             if (not isinstance(error, DatabaseTimeoutError)
                     and await fail_unreadable(self.store, self.writer, pid, gate,
@@ -118,10 +120,6 @@ class ReadyReads:
                                               pipeline=self.lease.settings.pipeline)):
                 return []
             raise
-        except BaseException:
-            in_hand.reading = False
-            raise
-        in_hand.reading = False
         if self.keeper.expired(self.lease):  # the read outlasted the lease: start nothing
             in_hand.end_read(read, [], wanted, time.monotonic())
             return []
