@@ -319,6 +319,20 @@ class ItemWrite:
     quorum: tuple[int, int] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionClose:
+    """A holder's close sent with a batch of item results, after their writes (the
+    partition's last results at ``gate``, as far as its holder knows): guarded as
+    :meth:`~watcher.store.Store.partition_close_when_done` is, by ``version`` and the
+    holder, and by nothing being left to do; its ``timeline`` is written with it."""
+
+    partition_id: str
+    version: int
+    gate: int
+    failures_allowed: bool
+    timeline: str
+
+
 class Page(list[T], Generic[T]):
     """One page of a listing: a list of its rows, and the cursor of the next page.
 

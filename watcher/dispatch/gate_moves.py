@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,8 +17,10 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.dispatch.context import PartitionContext
 from watcher.dispatch.failures import ItemFailure, partition_error, partition_failed_at_items
+from watcher.dispatch.in_hand import ItemsInHand
 from watcher.dispatch.reducer import GateReducer, ReduceOutcomeKind
 from watcher.errors import StatefeedError
+from watcher.leasing.closing import CloseWithWrite, close_request
 from watcher.models import Status
 from watcher.protocol import NonRetryableError, RetryableError
 from watcher.records import GateSummary, ItemWrite
@@ -187,6 +190,25 @@ class GateMover:
         else:
             self._ended(Status.COMPLETE.value, from_gate)
         return Pass(wait=None, move=action.move)
+
+    def close_with(self, writes: Sequence[ItemWrite], in_hand: ItemsInHand
+                   ) -> CloseWithWrite | None:
+        """The close to send with ``writes`` when they are the gate's last results as far
+        as the supervisor knows (``in_hand`` holds only queued results:
+        :meth:`~watcher.dispatch.in_hand.ItemsInHand.only_results`;
+        :func:`~watcher.leasing.closing.close_request`), or ``None``: also where the
+        partition closes by hand, its end writes an event, or the store cannot send a
+        close with results (:attr:`~watcher.store.Store.closes_with_writes`)."""
+        if (not self.config.auto_close or self.notifies or not self.store.closes_with_writes
+                or not in_hand.only_results()):
+            return None
+        return close_request(self.lease, writes, len(in_hand), self.store.time_to_record(),
+                             time.monotonic())
+
+    def closed_with_write(self, request: CloseWithWrite) -> None:
+        """``request``'s close went through with its results: the partition is complete."""
+        self.lease.timeline_written(request.timeline, request.progress)
+        self._ended(Status.COMPLETE.value, request.gate)
 
     def mark_quorum(self, writes: list[ItemWrite]) -> None:
         """Tell each of ``writes`` (answers at the current gate) the gate's quorum, if it

@@ -141,6 +141,13 @@ class ItemsInHand:
         for item in items:
             in_flight[item.id] = None
 
+    def only_results(self) -> bool:
+        """Whether the last read found the gate empty, and every item in hand since has
+        its result queued (no call runs, no read, nothing held ahead): those results are
+        the gate's last, as far as this holder can tell."""
+        return (self.gate_looked_empty and not self.ahead and not self.reading
+                and all(call is None for call in self._in_flight.values()))
+
     def let_go(self, items: Sequence[ReadyItem]) -> None:
         """``items`` are no longer in hand; a read still running may return their old rows."""
         in_flight, let_go, reads = self._in_flight, self._let_go, self._reads

@@ -27,13 +27,10 @@ from watcher.dispatch.tracing import CallTracer, PartitionCalls
 from watcher.dispatch.unpaid import UNPAID_KINDS, UnpaidRetries, unpaid_label
 from watcher.dispatch.writer import ResultWriter, WriterClosedError
 from watcher.flow.slots import ReadAheadPool, Slots, wait_event
+from watcher.leasing.closing import CloseWithWrite
 from watcher.models import AVAILABLE
 from watcher.outages import OutageLatch
-from watcher.protocol import (
-    ReduceShapeCall,
-    Result,
-    WorkItem,
-)
+from watcher.protocol import ReduceShapeCall, Result, WorkItem
 from watcher.records import ItemWrite, ReadyItem
 from watcher.rules.completions import settles_at
 from watcher.rules.decisions import (
@@ -273,13 +270,12 @@ class PartitionSupervisor:
         While the writer's buffer has room, the calls' slots are free at once: the
         next calls start while these results wait for the writer (the items stay in
         hand, so no read takes them again). Once it is full (writes are slow or
-        fail), the slots stay taken until the writes are done (or dropped), so no
-        more calls are made whose results could not be stored. A call that cancelled
-        itself is not written: its item stays available and runs again. Nor is one
-        throttled or unanswered (:mod:`watcher.dispatch.unpaid`, within the item's
-        bound): the hold on the calls to the handler begins first, then the item is
-        let go as it was, to run again once the hold ends with the same attempt and
-        idempotency key.
+        fail), the slots stay taken until the writes are done (or dropped). A call
+        that cancelled itself is not written: its item runs again. Nor is one throttled
+        or unanswered (:mod:`watcher.dispatch.unpaid`, within the item's bound): the
+        hold on the handler's calls begins, and the item runs again once it ends, with
+        the same attempt and idempotency key. The gate's last results (as far as it
+        knows) take the partition's close with them (:meth:`GateMover.close_with`).
         """
         writes: list[ItemWrite] = []
         written: list[ReadyItem] = []
@@ -308,9 +304,11 @@ class PartitionSupervisor:
         self.gates.mark_quorum(writes)
         self.in_hand.results_queued(written)
         freed = self.writer.has_room()
+        close = self.gates.close_with(writes, self.in_hand)  # the gate's last results?
         try:
             self.writer.enqueue_many(writes, functools.partial(
-                self._written, written, writes, started, freed, self.in_hand.read_mark()))
+                self._written, written, writes, started, freed, self.in_hand.read_mark(),
+                close), close)
         except WriterClosedError:
             self._let_go(written)  # not written: the items stay available and run again
             return
@@ -319,11 +317,11 @@ class PartitionSupervisor:
             self.lease.wake.set()
 
     def _written(self, items: list[ReadyItem], writes: list[ItemWrite], started: float,
-                 freed: bool, read_mark: int | None,
+                 freed: bool, read_mark: int | None, close: CloseWithWrite | None,
                  outcomes: list[bool | BaseException]) -> None:
         """The writer's answer for a batch's writes: report the outcomes, let the items go
         (their slots too, unless ``freed`` when the writes were queued; ``read_mark``:
-        :meth:`_spawned`)."""
+        :meth:`_spawned`); the partition is complete if ``close`` went with them."""
         ready_again = False  # an item may be ready at this gate again
         left = 0  # items that left the gate: the partition's timeline counts them
         try:
@@ -352,6 +350,8 @@ class PartitionSupervisor:
             self.lease.done.add(left, started)
             self.lease.results_written(writes, outcomes)
             self._let_go(items, ready_again=ready_again, slots_held=not freed)
+            if close is not None and close.closed:
+                self.gates.closed_with_write(close)
 
     def _spawned(self, write: ItemWrite, read_mark: int | None) -> None:
         """A written result inserted items: count them; those ready at this gate start

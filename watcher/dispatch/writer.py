@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from watcher.dispatch.backoff import backoff, last_error, sleep_until
+from watcher.leasing.closing import CloseWithWrite, write_with_closes
 from watcher.outages import OutageLatch
 from watcher.records import ItemWrite
 from watcher.rules.decisions import unstorable_write
@@ -53,11 +54,13 @@ class _Entry:
     outage and go on later from where it stopped.
     """
 
-    __slots__ = ("done", "outcomes", "size", "writes")
+    __slots__ = ("close", "done", "outcomes", "size", "writes")
 
-    def __init__(self, writes: Sequence[ItemWrite], done: WritesDone) -> None:
+    def __init__(self, writes: Sequence[ItemWrite], done: WritesDone,
+                 close: CloseWithWrite | None = None) -> None:
         self.writes = writes
         self.done = done
+        self.close = close
         self.outcomes: list[Outcome] = []
         self.size = sum(_size(write) for write in writes)
 
@@ -100,9 +103,13 @@ class ResultWriter:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"result-writer-{self.owner}")
 
-    def enqueue_many(self, writes: Sequence[ItemWrite], done: WritesDone) -> None:
+    def enqueue_many(self, writes: Sequence[ItemWrite], done: WritesDone,
+                     close: CloseWithWrite | None = None) -> None:
         """Queue ``writes``; ``done`` is called once, when every one of them is written or
-        cannot be, with each one's outcome in order.
+        cannot be, with each one's outcome in order. ``close``: the writes are their
+        partition's last at its gate, and its close is sent after them, in the same
+        round trip (:mod:`watcher.leasing.closing`); ``close.closed`` says whether it
+        went through by the time ``done`` is called.
 
         An outcome is whether the write was applied (``False``: the item moved
         on or the lease was lost, so the result was fenced off), or the error
@@ -116,7 +123,7 @@ class ResultWriter:
         if self._closing.is_set():
             raise WriterClosedError("the result writer is stopping")
         self.start()
-        entry = _Entry(writes, done)
+        entry = _Entry(writes, done, close)
         self._queue.append(entry)
         self._queued += len(writes)
         self._queued_bytes += entry.size
@@ -273,8 +280,10 @@ class ResultWriter:
         Raises what an outage raises, leaving the batch queued.
         """
         writes = [write for entry in head for write in entry.unwritten()]
+        closes = [entry.close for entry in head if entry.close is not None]
         try:
-            applied = await self.store.items_apply(writes, self.owner)
+            applied = await (write_with_closes(self.store, writes, self.owner, closes)
+                             if closes else self.store.items_apply(writes, self.owner))
         except Exception as error:
             if not await self._blames_a_value(error):
                 raise

@@ -17,6 +17,7 @@ from watcher.models import AVAILABLE
 from watcher.records import (
     GateSummary,
     ItemWrite,
+    PartitionClose,
     ReadyItem,
 )
 from watcher.rules.completions import settles_at
@@ -132,6 +133,46 @@ class HotPathStore(SpawnsStore):
         if any(write.spawn or write.quorum for write in writes):
             return await self.items_apply_spawning(writes, owner)
         return await self.round_trips.call("items_apply", self.driver.items_apply(writes, owner))
+
+    @property
+    def closes_with_writes(self) -> bool:
+        """Whether a partition's close can travel with item results
+        (:meth:`items_apply_closing`): where the driver chains writes (PostgreSQL)."""
+        return self.driver.chains_writes
+
+    async def items_apply_closing(self, writes: Sequence[ItemWrite], owner: str,
+                                  closes: Sequence[PartitionClose]
+                                  ) -> tuple[list[bool], list[bool]]:
+        """:meth:`items_apply`, then each of ``closes`` (a holder's
+        :meth:`partition_close_when_done` with its timeline), in the same round trip
+        and transaction, so that a partition's last results and its close travel
+        together. Returns, per write, whether it was applied, and per close, whether
+        it closed its partition. Where the driver cannot send them together (it does
+        not chain writes, or the batch spawns or counts toward a quorum) the writes
+        go as :meth:`items_apply` says and no close is tried (each is ``False``).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: as :meth:`items_apply` (nothing is
+                written, no partition closed).
+            SpawnConflictError: as :meth:`items_apply`.
+        """
+        if not closes or not self.driver.chains_writes or any(
+                write.spawn or write.quorum for write in writes):
+            return await self.items_apply(writes, owner), [False] * len(closes)
+        then = [(self.timeline_statements.after(
+                    self._closes_when_done[close.failures_allowed]),
+                 {"pid": close.partition_id, "seen": close.version, "holder": owner,
+                  "at_gate": close.gate, "tl_text": close.timeline})
+                for close in closes]
+        applied, rows = await self.round_trips.call(
+            "items_apply", self.driver.items_apply_then(writes, owner, then))
+        closed = []
+        for close, result in zip(closes, rows, strict=True):
+            moved, written = result[0]
+            if moved == 1 and not written:  # no timeline row yet: an older processor's
+                await self._timeline_write(close.partition_id, close.timeline)
+            closed.append(moved == 1)
+        return applied, closed
 
     async def items_apply_spawning(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
         """Write ``writes`` in one transaction, each guarded and fenced as

@@ -159,6 +159,18 @@ class Driver:
         async with write_transaction(self.engine) as conn:
             return (await conn.execute(statement, dict(params))).rowcount
 
+    async def items_apply_then(self, writes: Sequence[ItemWrite], owner: str,
+                               then: Sequence[tuple[Any, Mapping[str, Any]]]
+                               ) -> tuple[list[bool], list[Sequence[Any]]]:
+        """:meth:`items_apply`, then each statement of ``then``, in one round trip and one
+        transaction, where the driver chains writes (:attr:`chains_writes`); returns the
+        writes' outcomes and each statement's rows.
+
+        Raises:
+            NotImplementedError: the driver does not chain writes.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not chain writes")
+
     async def execute_followed(self, statement: Any, params: Mapping[str, Any],
                                then_first_of: Followers) -> int | None:
         """:meth:`execute`, then where it matched a row ``then_first_of`` until one does, in

@@ -124,6 +124,35 @@ class DirectStatements:
 
         return await self._send(statement, params, matched)
 
+    async def fetch_chain(self, steps: Sequence[tuple[ClauseElement, Mapping[str, Any]]]
+                          ) -> list[Sequence[tuple[Any, ...]]]:
+        """Run each statement of ``steps`` with its parameters, in order, on one
+        connection in one round trip (a pipeline, ended by one sync: the server runs
+        them as one transaction, and a statement that fails skips those after it);
+        returns each one's rows.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: as :meth:`fetch` (nothing is written).
+        """
+        sent = []
+        for statement, params in steps:
+            compiled = self._compiled[statement]
+            for listener in self.listeners:
+                listener(compiled.sql)
+            sent.append((compiled.sql, compiled.values(params)))
+
+        async def run(conn: psycopg.AsyncConnection[Any]) -> list[Sequence[tuple[Any, ...]]]:
+            async with conn.pipeline():
+                cursors = [await conn.execute(sql, values) for sql, values in sent]
+            return [await cursor.fetchall() if cursor.description else []
+                    for cursor in cursors]
+
+        try:
+            return await self._connections.run(run)
+        except psycopg.Error as error:
+            raise DBAPIError.instance(sent[0][0], None, error, psycopg.Error,
+                                      hide_parameters=True, dialect=self._dialect) from None
+
     async def _send(self, statement: ClauseElement, params: Mapping[str, Any],
                     answer: Callable[[psycopg.AsyncCursor[Any]], Awaitable[T]]) -> T:
         compiled = self._compiled[statement]

@@ -19,7 +19,7 @@ paths too: the clock is a parameter of the same statements.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Integer, Text, all_, bindparam, cast, column, func, insert, select
@@ -62,6 +62,12 @@ def _now(element: db_now, compiler: Any, **kw: Any) -> str:
 def _plus(element: time_plus, compiler: Any, **kw: Any) -> str:
     base, seconds = time_plus_parts(element, compiler, **kw)
     return f"({base} + make_interval(secs => {seconds}))"
+
+
+def _applied(rows: Sequence[Any], count: int) -> list[bool]:
+    """Per write of a batch of ``count``, whether the batch's ``RETURNING`` named it."""
+    applied = {number for (number,) in rows}
+    return [number in applied for number in range(1, count + 1)]
 
 
 def jsonb_param(name: str) -> ColumnElement[Any]:
@@ -142,13 +148,32 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
             sqlalchemy.exc.DBAPIError: the database failed or refused a write
                 (then none of the batch is written).
         """
+        statement, params = self._batch_for(writes, owner)
+        return _applied(await self.fetch(statement, params, read=False), len(writes))
+
+    async def items_apply_then(self, writes: Sequence[ItemWrite], owner: str,
+                               then: Sequence[tuple[Any, Mapping[str, Any]]]
+                               ) -> tuple[list[bool], list[Sequence[Any]]]:
+        """:meth:`items_apply`, then each statement of ``then`` with its parameters, in
+        one round trip and one transaction (a pipeline:
+        :meth:`~.direct.DirectStatements.fetch_chain`); returns, per write, whether it
+        was applied, and each statement's rows. Those statements see the batch's writes.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: as :meth:`items_apply` (nothing is written).
+        """
+        statement, params = self._batch_for(writes, owner)
+        rows = await self.direct.fetch_chain([(statement, params), *then])
+        return _applied(rows[0], len(writes)), rows[1:]
+
+    def _batch_for(self, writes: Sequence[ItemWrite], owner: str
+                   ) -> tuple[Update | Select[Any], dict[str, Any]]:
+        """The statement that writes ``writes`` and its parameters (:meth:`items_apply`)."""
         params = batch_params(writes, owner)
         statement: Update | Select[Any] = self._update_for(writes)
         if replaced_rows(writes):
             statement, params["waits"] = self.park_statement, wait_rows_json(writes)
-        rows = await self.fetch(statement, params, read=False)
-        applied = {number for (number,) in rows}
-        return [number in applied for number in range(1, len(writes) + 1)]
+        return statement, params
 
     def _update_for(self, writes: Sequence[ItemWrite]) -> Update:
         """The batch UPDATE for ``writes``: the parking one when some write parks."""
