@@ -521,6 +521,39 @@ ORDINALITY AS v(value, n)
    AND items.version = CAST((v.value ->> %(value_14)s::INT) AS INTEGER)
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_12)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
 
+-- name: items_apply_closing (1)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_1)s::INT AS INTEGER), items.gate),
+       status=(CAST(v.value ->> %(value_2)s::INT AS VARCHAR)),
+       data=coalesce(decode(CAST(v.value ->> %(value_3)s::INT AS VARCHAR), %(decode_1)s::VARCHAR), items.data),
+       attempts=(CAST(v.value ->> %(value_4)s::INT AS INTEGER)),
+       last_error=(CAST(v.value ->> %(value_5)s::INT AS VARCHAR)),
+       retry_at=CASE WHEN (CAST((v.value ->> %(value_6)s::INT) AS FLOAT) > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_6)s::INT AS FLOAT)))
+            ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+             END,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       error_history=CASE WHEN (CAST((v.value ->> %(value_7)s::INT) AS VARCHAR) IS NULL) THEN items.error_history
+            ELSE replace(CAST(v.value ->> %(value_7)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",')
+             END
+  FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH
+ORDINALITY AS v(value, n)
+ WHERE items.partition_id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR)
+   AND items.id = CAST((v.value ->> %(value_9)s::INT) AS VARCHAR)
+   AND items.version = CAST((v.value ->> %(value_10)s::INT) AS INTEGER)
+   AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
+
+-- name: items_apply_closing (2)
+WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s::INTEGER), status=%(param_1)s::VARCHAR, owner=%(param_2)s::VARCHAR, until=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) WHERE partitions.id = %(pid)s::VARCHAR AND partitions.version = %(seen)s::INTEGER AND partitions.owner = %(holder)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.paused_at IS NULL AND NOT (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key))) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_2)s::VARCHAR AND items.gate >= %(at_gate)s::INTEGER)) AND NOT (EXISTS (SELECT * FROM items WHERE items.partition_id = %(pid)s::VARCHAR AND items.status = %(status_3)s::VARCHAR AND items.gate = %(at_gate)s::INTEGER)) RETURNING partitions.id),
+       written AS (UPDATE partition_timelines SET timeline=%(tl_text)s::VARCHAR WHERE partition_timelines.partition_id IN (SELECT moved.id FROM moved) RETURNING partition_timelines.partition_id) SELECT (
+        SELECT count(*) AS count_1
+          FROM moved
+       ) AS anon_1,
+       (
+        SELECT count(*) AS count_2
+          FROM written
+       ) AS anon_2;
+
 -- name: items_apply_spawning (1)
 UPDATE items
    SET

@@ -19,7 +19,7 @@ from watcher.errors import (
 )
 from watcher.models import FlowScope
 from watcher.pipelines import ServedRoute
-from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionSettings
+from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionClose, PartitionSettings
 from watcher.rules.error_history import appended
 from watcher.rules.reduce import ReduceWrite
 from watcher.rules.spawn import SpawnConflictError
@@ -97,6 +97,10 @@ async def drive_every_method(store: Store) -> None:
         assert await store.partition_close_when_done(
             pid, versions[pid], "w1", gate=0, failures_allowed=failures_allowed,
             timeline="{}") is None
+    # The close sent with a batch of results (PostgreSQL; elsewhere not tried): refused.
+    assert await store.items_apply_closing(
+        [ItemWrite("p2", "nope", 1, "complete", 0, 1)], "w1",
+        [PartitionClose("p2", versions["p2"], 0, True, "{}")]) == ([False], [False])
     await store.gate_summary("p1", 0)
     new_version = await store.partition_transition("p1", versions["p1"], "w1", status="failed",
                                                    timeline=held.timelines["p1"])

@@ -7,14 +7,12 @@ shares (``Statements``), the driver what a database does its own way:
 - :meth:`Driver.fetch`: how one hot statement travels, in its own transaction;
 - :meth:`Driver.items_ready`: the ready read (:meth:`~Driver.ready_statement`, ``_params``);
 - :meth:`Driver.items_apply`: writing a batch of guarded, fenced item results;
-- :meth:`Driver.notify`, :meth:`Driver.notifications`: wake-ups; and what is sent past
-  the engine (:meth:`Driver.add_statement_listener`).
+- wake-ups (:meth:`Driver.notify`, ``notifications``), and statement listeners.
 
 :class:`Driver` is the portable implementation: everything through the SQLAlchemy
 engine, the ready read's limit a literal with an expanding ``NOT IN``, one guarded
-``UPDATE`` per result in one transaction, no wake-ups (watchers poll).
-:class:`DirectDriver`, the base of PostgreSQL's, SQLite's and MariaDB's, sends the hot
-statements through connections of its own (one ready-read text, items in hand as JSON).
+``UPDATE`` per result in one transaction, no wake-ups. :class:`DirectDriver` (PostgreSQL,
+SQLite, MariaDB) sends the hot statements through connections of its own.
 """
 
 from __future__ import annotations
@@ -137,9 +135,8 @@ class Driver:
 
     async def fetch(self, statement: Any, params: Mapping[str, Any], *, read: bool
                     ) -> Sequence[Any]:
-        """Run one statement in a transaction of its own; returns its rows (if any).
-
-        ``read`` says the statement writes nothing.
+        """Run one statement in a transaction of its own (``read``: it writes nothing);
+        returns its rows (if any).
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused it.
@@ -158,18 +155,6 @@ class Driver:
         """
         async with write_transaction(self.engine) as conn:
             return (await conn.execute(statement, dict(params))).rowcount
-
-    async def items_apply_then(self, writes: Sequence[ItemWrite], owner: str,
-                               then: Sequence[tuple[Any, Mapping[str, Any]]]
-                               ) -> tuple[list[bool], list[Sequence[Any]]]:
-        """:meth:`items_apply`, then each statement of ``then``, in one round trip and one
-        transaction, where the driver chains writes (:attr:`chains_writes`); returns the
-        writes' outcomes and each statement's rows.
-
-        Raises:
-            NotImplementedError: the driver does not chain writes.
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not chain writes")
 
     async def execute_followed(self, statement: Any, params: Mapping[str, Any],
                                then_first_of: Followers) -> int | None:
@@ -228,6 +213,12 @@ class Driver:
             await self.replaced_waits_in(conn, writes, applied)
         return applied
 
+    async def items_apply_then(self, writes: Sequence[ItemWrite], owner: str, then: Followers
+                               ) -> tuple[list[bool], list[Sequence[Any]]]:
+        """:meth:`items_apply`, then ``then``'s statements (their rows returned too) in one
+        round trip and transaction where :attr:`chains_writes`; NotImplementedError else."""
+        raise NotImplementedError(f"{type(self).__name__} does not chain writes")
+
     async def replaced_waits_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
                                 applied: Sequence[bool]) -> None:
         """Keep in ``waits`` (in ``conn``) the keys the ``applied`` parking writes replace.
@@ -257,8 +248,6 @@ class Driver:
             result = await conn.execute(statement, statements.item_write_params(write, owner))
             applied.append(result.rowcount == 1)
         return applied
-
-    # -- wake-ups -----------------------------------------------------------
 
     async def items_write_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
                              owner: str) -> int:
@@ -295,9 +284,8 @@ class Driver:
             NotImplementedError: this database carries no notifications (see
                 :attr:`notifies`).
         """
-        raise NotImplementedError(
-            f"the {self.engine.dialect.name} database carries no notifications; "
-            "watchers poll it (check Store.notifies first)")
+        raise NotImplementedError(f"the {self.engine.dialect.name} database carries no "
+                                  "notifications; watchers poll it (check Store.notifies)")
 
     # -- observation --------------------------------------------------------
 
