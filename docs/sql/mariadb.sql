@@ -2343,10 +2343,10 @@ SELECT items.id,
        items.data,
        items.last_error
   FROM items
- WHERE items.partition_id = %s
-   AND (items.status = %s AND items.gate = %s OR items.status = %s AND items.gate <= %s)
+ WHERE items.partition_id = %(pid)s
+   AND (items.status = %(status_1)s AND items.gate = %(gate)s OR items.status = %(status_2)s AND items.gate <= %(gate)s)
  ORDER BY items.id
- LIMIT %s;
+ LIMIT %(param_1)s;
 
 -- name: reduce_entries (2)
 SELECT items.id,
@@ -2356,12 +2356,12 @@ SELECT items.id,
        items.data,
        items.last_error
   FROM items
- WHERE items.partition_id = %s
-   AND items.status = %s
-   AND items.gate = %s
-   AND items.id > %s
+ WHERE items.partition_id = %(pid)s
+   AND items.status = %(status_1)s
+   AND items.gate = %(gate)s
+   AND items.id > %(after)s
  ORDER BY items.id
- LIMIT %s;
+ LIMIT %(param_1)s;
 
 -- name: reduce_failed (1)
 UPDATE partitions
@@ -2414,11 +2414,11 @@ SELECT partitions.version,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       CASE WHEN (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %s AND flow_controls.name = %s OR flow_controls.scope = %s AND flow_controls.name = partitions.flow_key)))) THEN %s
-            ELSE %s
-             END AS paused
+       CASE WHEN (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s AND flow_controls.name = %(name_1)s OR flow_controls.scope = %(scope_2)s AND flow_controls.name = partitions.flow_key)))) THEN %(param_1)s
+            ELSE %(param_2)s
+             END AS anon_1
   FROM partitions
- WHERE partitions.id = %s;
+ WHERE partitions.id = %(pid)s;
 
 -- name: reduce_write (1)
 UPDATE partitions

@@ -2327,8 +2327,8 @@ SELECT TOP 10 items.id,
        items.data,
        items.last_error
   FROM items
- WHERE items.partition_id = %(partition_id_n)s
-   AND (items.status = %(status_n)s AND items.gate = %(gate_n)s OR items.status = %(status_n)s AND items.gate <= %(gate_n)s)
+ WHERE items.partition_id = %(pid)s
+   AND (items.status = %(status_n)s AND items.gate = %(gate)s OR items.status = %(status_n)s AND items.gate <= %(gate)s)
  ORDER BY items.id;
 
 -- name: reduce_entries (2)
@@ -2339,10 +2339,10 @@ SELECT TOP 10 items.id,
        items.data,
        items.last_error
   FROM items
- WHERE items.partition_id = %(partition_id_n)s
+ WHERE items.partition_id = %(pid)s
    AND items.status = %(status_n)s
-   AND items.gate = %(gate_n)s
-   AND items.id > %(id_n)s
+   AND items.gate = %(gate)s
+   AND items.id > %(after)s
  ORDER BY items.id;
 
 -- name: reduce_failed (1)
@@ -2398,9 +2398,9 @@ SELECT partitions.version,
        partitions.reduce_attempts,
        CASE WHEN (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_n)s AND flow_controls.name = %(name_n)s OR flow_controls.scope = %(scope_n)s AND flow_controls.name = partitions.flow_key)))) THEN %(param_n)s
             ELSE %(param_n)s
-             END AS paused
+             END AS anon_1
   FROM partitions
- WHERE partitions.id = %(id_n)s;
+ WHERE partitions.id = %(pid)s;
 
 -- name: reduce_write (1)
 UPDATE partitions

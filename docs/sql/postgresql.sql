@@ -2418,8 +2418,8 @@ SELECT items.id,
        items.data,
        items.last_error
   FROM items
- WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   AND (items.status = %(status_1)s::VARCHAR AND items.gate = %(gate_1)s::INTEGER OR items.status = %(status_2)s::VARCHAR AND items.gate <= %(gate_2)s::INTEGER)
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND (items.status = %(status_1)s::VARCHAR AND items.gate = %(gate)s::INTEGER OR items.status = %(status_2)s::VARCHAR AND items.gate <= %(gate)s::INTEGER)
  ORDER BY items.id
  LIMIT %(param_1)s::INTEGER;
 
@@ -2431,10 +2431,10 @@ SELECT items.id,
        items.data,
        items.last_error
   FROM items
- WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+ WHERE items.partition_id = %(pid)s::VARCHAR
    AND items.status = %(status_1)s::VARCHAR
-   AND items.gate = %(gate_1)s::INTEGER
-   AND items.id > %(id_1)s::VARCHAR
+   AND items.gate = %(gate)s::INTEGER
+   AND items.id > %(after)s::VARCHAR
  ORDER BY items.id
  LIMIT %(param_1)s::INTEGER;
 
@@ -2491,9 +2491,9 @@ SELECT partitions.version,
        partitions.reduce_attempts,
        CASE WHEN (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = %(scope_1)s::VARCHAR AND flow_controls.name = %(name_1)s::VARCHAR OR flow_controls.scope = %(scope_2)s::VARCHAR AND flow_controls.name = partitions.flow_key)))) THEN %(param_1)s::INTEGER
             ELSE %(param_2)s::INTEGER
-             END AS paused
+             END AS anon_1
   FROM partitions
- WHERE partitions.id = %(id_1)s::VARCHAR;
+ WHERE partitions.id = %(pid)s::VARCHAR;
 
 -- name: reduce_write (1)
 UPDATE partitions

@@ -2396,11 +2396,11 @@ SELECT items.id,
        items.data,
        items.last_error
   FROM items
- WHERE items.partition_id = ?
-   AND (items.status = ? AND items.gate = ? OR items.status = ? AND items.gate <= ?)
+ WHERE items.partition_id = :pid
+   AND (items.status = :status_1 AND items.gate = :gate OR items.status = :status_2 AND items.gate <= :gate)
  ORDER BY items.id
- LIMIT ?
-OFFSET ?;
+ LIMIT :param_1
+OFFSET :param_2;
 
 -- name: reduce_entries (2)
 SELECT items.id,
@@ -2410,13 +2410,13 @@ SELECT items.id,
        items.data,
        items.last_error
   FROM items
- WHERE items.partition_id = ?
-   AND items.status = ?
-   AND items.gate = ?
-   AND items.id > ?
+ WHERE items.partition_id = :pid
+   AND items.status = :status_1
+   AND items.gate = :gate
+   AND items.id > :after
  ORDER BY items.id
- LIMIT ?
-OFFSET ?;
+ LIMIT :param_1
+OFFSET :param_2;
 
 -- name: reduce_failed (1)
 UPDATE partitions
@@ -2469,11 +2469,11 @@ SELECT partitions.version,
        partitions.reduce_after,
        partitions.reduce_acc,
        partitions.reduce_attempts,
-       CASE WHEN (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = ? AND flow_controls.name = ? OR flow_controls.scope = ? AND flow_controls.name = partitions.flow_key)))) THEN ?
-            ELSE ?
-             END AS paused
+       CASE WHEN (partitions.paused_at IS NOT NULL OR (EXISTS (SELECT * FROM flow_controls WHERE flow_controls.paused_at IS NOT NULL AND (flow_controls.scope = :scope_1 AND flow_controls.name = :name_1 OR flow_controls.scope = :scope_2 AND flow_controls.name = partitions.flow_key)))) THEN :param_1
+            ELSE :param_2
+             END AS anon_1
   FROM partitions
- WHERE partitions.id = ?;
+ WHERE partitions.id = :pid;
 
 -- name: reduce_write (1)
 UPDATE partitions

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from watcher.protocol import ReduceResult, Result
 from watcher.records import ReduceEntry, ReduceState
@@ -22,6 +24,7 @@ from watcher.rules.reduce import (
     reduce_request_bytes,
     reduce_step,
 )
+from watcher.rules.reduce import _entry_bound as _entry_bound
 
 GATE = 1
 
@@ -59,6 +62,52 @@ def test_cut_page_counts_the_request_as_encoded(sizes: list[int], page_len: int,
     page, has_more = cut_page(entries, LIMITS)
     assert [e.id for e in page] == [e.id for e in entries[:page_len]]
     assert has_more is more
+
+
+def _cut_exactly(entries: list[ReduceEntry], limits: PageLimits, envelope: int
+                 ) -> tuple[list[str], bool]:
+    """The page as the request counts it, every entry encoded (the reference)."""
+    page: list[str] = []
+    size = envelope
+    for one in entries:
+        cost = item_bytes(one.id, one.status, one.gate, one.last_error, len(one.data)) + (
+            1 if page else 0)
+        if len(page) >= limits.items or (page and size + cost > limits.request_bytes):
+            return page, True
+        page.append(one.id)
+        size += cost
+    return page, False
+
+
+_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)),
+                min_size=1, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_TEXT, st.sampled_from(["available", "failed"]),
+                          st.integers(0, 400), st.none() | _TEXT),
+                max_size=8, unique_by=lambda row: row[0]),
+       st.integers(1, 6), st.integers(0, 4000), st.integers(0, 300))
+def test_cut_page_without_encoding_agrees_with_the_encoded_count(
+        rows: list[tuple[str, str, int, str | None]], items: int, request_bytes: int,
+        envelope: int) -> None:
+    """Strings of any characters (escapes, surrogate pairs), sizes at and around the
+    limits: the page cut from bounds is the page the encoded request allows."""
+    entries = [ReduceEntry(item_id, 1, GATE, status, b"d" * size, error)
+               for item_id, status, size, error in rows]
+    for one in entries:  # the bound the cut trusts is never below the encoded size
+        assert _entry_bound(one) >= item_bytes(one.id, one.status, one.gate, one.last_error,
+                                               len(one.data))
+    limits = PageLimits(items=items, request_bytes=request_bytes)
+    page, more = cut_page(entries, limits, envelope)
+    assert ([one.id for one in page], more) == _cut_exactly(entries, limits, envelope)
+
+
+@pytest.mark.parametrize("text", ["\U0001F600" * 40, "\x00" * 40, '"\\' * 20,
+                                  "é" * 40, "plain-id-" * 5])
+def test_an_entry_bound_holds_for_the_longest_escapes(text: str) -> None:
+    one = ReduceEntry(text, 1, GATE, "failed", b"d" * 7, text)
+    assert _entry_bound(one) >= item_bytes(one.id, one.status, one.gate, one.last_error, 7)
 
 
 def test_the_envelope_and_accumulator_count_against_the_page() -> None:

@@ -4,18 +4,13 @@ reduce step (its item answers, the accumulator and the result) in one transactio
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import (
-    and_,
-    case,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import Integer, and_, bindparam, case, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.expression import ColumnElement
+from sqlalchemy.sql.expression import ColumnElement, Select
 
 from watcher.models import AVAILABLE, FAILED
 from watcher.records import (
@@ -35,23 +30,56 @@ from watcher.store.spawns import SpawnsStore
 class ReduceStore(SpawnsStore):
     """A reduce gate's reads and its guarded step writes."""
 
-    async def reduce_state_read(self, partition_id: str) -> ReduceState | None:
-        """Read a partition's gate and stored reduce progress, or ``None`` if it is gone."""
+    @functools.cached_property
+    def _reduce_state_query(self) -> Select[Any]:
+        """A partition's gate, reduce progress and pause (``:pid``), built once."""
         p = self.tables.partitions
-        async with self._read() as conn:
-            row = (await conn.execute(
-                select(p.c.version, p.c.gate, p.c.reduce_pass, p.c.reduce_page,
+        return (select(p.c.version, p.c.gate, p.c.reduce_pass, p.c.reduce_page,
                        p.c.reduce_after, p.c.reduce_acc, p.c.reduce_attempts,
                        case((or_(p.c.paused_at.is_not(None),
-                                 self.statements.flow_paused(p.c.flow_key)), 1),
-                            else_=0).label("paused"))
-                .where(p.c.id == partition_id))).first()
-        if row is None:
+                                 self.statements.flow_paused(p.c.flow_key)), 1), else_=0))
+                .where(p.c.id == bindparam("pid", type_=p.c.id.type)))
+
+    async def reduce_state_read(self, partition_id: str) -> ReduceState | None:
+        """Read a partition's gate and stored reduce progress, or ``None`` if it is gone:
+        one statement, built once, on the driver's hot path.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed.
+        """
+        rows = await self.round_trips.call("reduce_state_read", self.driver.fetch(
+            self._reduce_state_query, {"pid": partition_id}, read=True))
+        if not rows:
             return None
-        accumulator = None if row.reduce_acc is None else bytes(row.reduce_acc)
-        return ReduceState(row.version, row.gate, row.reduce_pass, row.reduce_page,
-                           row.reduce_after, accumulator, row.reduce_attempts,
-                           paused=bool(row.paused))
+        version, gate, pass_, page, after, accumulator, attempts, paused = rows[0]
+        return ReduceState(version, gate, pass_, page, after,
+                           None if accumulator is None else bytes(accumulator), attempts,
+                           paused=bool(paused))
+
+    def _reduce_entries_query(self, *, after: bool, limit: int,
+                              include_failed: bool) -> Select[Any]:
+        """The page read of :meth:`reduce_entries` (``:pid``, ``:gate``, and ``:after``
+        when ``after``), built once per shape: the limit is a literal (SQL Server's
+        ``TOP n``), and a reducer's page size does not change."""
+        shape = (after, limit, include_failed)
+        query = self._reduce_entries_queries.get(shape)
+        if query is None:
+            i = self.tables.items
+            gate = bindparam("gate", type_=Integer())
+            wanted: ColumnElement[Any] = and_(i.c.status == AVAILABLE, i.c.gate == gate)
+            if include_failed:
+                wanted = or_(wanted, and_(i.c.status == FAILED, i.c.gate <= gate))
+            built: Select[Any] = select(
+                i.c.id, i.c.version, i.c.gate, i.c.status, i.c.data, i.c.last_error).where(
+                i.c.partition_id == bindparam("pid", type_=i.c.partition_id.type), wanted)
+            if after:
+                built = built.where(i.c.id > bindparam("after", type_=i.c.id.type))
+            query = self._reduce_entries_queries[shape] = built.order_by(i.c.id).limit(limit)
+        return query
+
+    @functools.cached_property
+    def _reduce_entries_queries(self) -> dict[tuple[bool, int, bool], Select[Any]]:
+        return {}
 
     async def reduce_entries(self, partition_id: str, gate: int, *, after: str | None,
                              limit: int, include_failed: bool) -> list[ReduceEntry]:
@@ -60,20 +88,21 @@ class ReduceStore(SpawnsStore):
         The items are the available ones at ``gate`` and, with
         ``include_failed``, those that failed at ``gate`` or before. The read
         walks the partition's primary key from ``after``, so each page of a
-        paged reduce costs one range read.
+        paged reduce costs one range read: one statement, built once per shape, on
+        the driver's hot path.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed.
         """
-        i = self.tables.items
-        wanted: ColumnElement[Any] = and_(i.c.status == AVAILABLE, i.c.gate == gate)
-        if include_failed:
-            wanted = or_(wanted, and_(i.c.status == FAILED, i.c.gate <= gate))
-        query = select(i.c.id, i.c.version, i.c.gate, i.c.status, i.c.data,
-                       i.c.last_error).where(i.c.partition_id == partition_id, wanted)
+        query = self._reduce_entries_query(after=after is not None, limit=limit,
+                                           include_failed=include_failed)
+        params: dict[str, Any] = {"pid": partition_id, "gate": gate}
         if after is not None:
-            query = query.where(i.c.id > after)
-        async with self._read() as conn:
-            rows = await conn.execute(query.order_by(i.c.id).limit(limit))
-            return [ReduceEntry(row.id, row.version, row.gate, row.status, bytes(row.data),
-                                row.last_error) for row in rows]
+            params["after"] = after
+        rows = await self.round_trips.call("reduce_entries",
+                                           self.driver.fetch(query, params, read=True))
+        return [ReduceEntry(item_id, version, at_gate, status, bytes(data), error)
+                for item_id, version, at_gate, status, data, error in rows]
 
     async def reduce_write(self, partition_id: str, version: int, owner: str,
                            step: ReduceWrite) -> int | None:
