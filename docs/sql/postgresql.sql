@@ -453,8 +453,21 @@ SELECT items.id
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR, %(spawned_by_reduce)s::INTEGER);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(r.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
+       CAST(r.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
+       %(param_1)s::INTEGER AS anon_3,
+       CAST(r.value ->> %(value_3)s::INT AS INTEGER) AS anon_4,
+       %(param_2)s::VARCHAR AS anon_5,
+       decode(CAST(r.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
+       %(param_3)s::INTEGER AS anon_6,
+       CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE) AS anon_7,
+       %(now)s::TIMESTAMP WITHOUT TIME
+  ZONE AS anon_8,
+       %(now)s::TIMESTAMP WITHOUT TIME
+  ZONE AS anon__1,
+       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_9,
+       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_10
+  FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) AS r(value);
 
 -- name: items_add (6)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
@@ -586,8 +599,21 @@ SELECT items.id
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: items_apply_spawning (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR, %(spawned_by_reduce)s::INTEGER);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(r.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
+       CAST(r.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
+       %(param_1)s::INTEGER AS anon_3,
+       CAST(r.value ->> %(value_3)s::INT AS INTEGER) AS anon_4,
+       %(param_2)s::VARCHAR AS anon_5,
+       decode(CAST(r.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
+       %(param_3)s::INTEGER AS anon_6,
+       CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE) AS anon_7,
+       %(now)s::TIMESTAMP WITHOUT TIME
+  ZONE AS anon_8,
+       %(now)s::TIMESTAMP WITHOUT TIME
+  ZONE AS anon__1,
+       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_9,
+       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_10
+  FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) AS r(value);
 
 -- name: items_apply_spawning (5)
 UPDATE partitions
@@ -1521,8 +1547,21 @@ VALUES (%(partition_id)s::VARCHAR);
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: partition_create_batches (6)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR, %(spawned_by_reduce)s::INTEGER);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(r.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
+       CAST(r.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
+       %(param_1)s::INTEGER AS anon_3,
+       CAST(r.value ->> %(value_3)s::INT AS INTEGER) AS anon_4,
+       %(param_2)s::VARCHAR AS anon_5,
+       decode(CAST(r.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
+       %(param_3)s::INTEGER AS anon_6,
+       CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE) AS anon_7,
+       %(now)s::TIMESTAMP WITHOUT TIME
+  ZONE AS anon_8,
+       %(now)s::TIMESTAMP WITHOUT TIME
+  ZONE AS anon__1,
+       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_9,
+       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_10
+  FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) AS r(value);
 
 -- name: partition_create_batches (7)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
@@ -2547,8 +2586,21 @@ SELECT items.id
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: reduce_write (6)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR, %(spawned_by_reduce)s::INTEGER);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(r.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
+       CAST(r.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
+       %(param_1)s::INTEGER AS anon_3,
+       CAST(r.value ->> %(value_3)s::INT AS INTEGER) AS anon_4,
+       %(param_2)s::VARCHAR AS anon_5,
+       decode(CAST(r.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
+       %(param_3)s::INTEGER AS anon_6,
+       CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE) AS anon_7,
+       %(now)s::TIMESTAMP WITHOUT TIME
+  ZONE AS anon_8,
+       %(now)s::TIMESTAMP WITHOUT TIME
+  ZONE AS anon__1,
+       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_9,
+       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_10
+  FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) AS r(value);
 
 -- name: reduce_write (7)
 UPDATE partitions
@@ -2711,8 +2763,21 @@ VALUES (%(partition_id)s::VARCHAR);
 SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
 
 -- name: schedule_tick (9)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (%(partition_id)s::VARCHAR, %(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(data)s, %(attempts)s::INTEGER, %(last_error)s::VARCHAR, %(retry_at)s::TIMESTAMP WITHOUT TIME ZONE, %(created_at)s::TIMESTAMP WITHOUT TIME ZONE, %(updated_at)s::TIMESTAMP WITHOUT TIME ZONE, %(parent)s::VARCHAR, %(spawned_by_reduce)s::INTEGER);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(r.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
+       CAST(r.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
+       %(param_1)s::INTEGER AS anon_3,
+       CAST(r.value ->> %(value_3)s::INT AS INTEGER) AS anon_4,
+       %(param_2)s::VARCHAR AS anon_5,
+       decode(CAST(r.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
+       %(param_3)s::INTEGER AS anon_6,
+       CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE) AS anon_7,
+       %(now)s::TIMESTAMP WITHOUT TIME
+  ZONE AS anon_8,
+       %(now)s::TIMESTAMP WITHOUT TIME
+  ZONE AS anon__1,
+       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_9,
+       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_10
+  FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) AS r(value);
 
 -- name: schedule_tick (10)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;

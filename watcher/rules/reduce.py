@@ -141,7 +141,7 @@ _ENTRY_FIXED = len(_WIRE.encode({"item_id": "", "status": "", "gate": _LARGEST_N
 _CHARACTER_MOST = 12
 
 
-def _entry_bound(entry: ReduceEntry) -> int:
+def _entry_bound(entry: ReduceEntry | ReduceItem) -> int:
     """At least the bytes :func:`item_bytes` counts for ``entry``, without encoding it."""
     error = entry.last_error  # in place of the null counted: its quotes and characters
     characters = len(entry.id) + (len(error) if error else 0)
@@ -210,6 +210,11 @@ def plan_reduce(state: ReduceState, entries: Sequence[ReduceEntry], limits: Page
 def page_problem(call: ReduceCall, limits: PageLimits) -> str | None:
     """Why ``call`` cannot be sent (its request is over ``limits.request_bytes`` although
     it holds a single item), or ``None``."""
+    items = call.items
+    bound = (largest_envelope(call.partition_id, call.accumulator)
+             + sum(map(_entry_bound, items)) + len(items))
+    if bound <= limits.request_bytes:
+        return None  # well inside: nothing to encode
     size = reduce_request_bytes(call)
     if size <= limits.request_bytes:
         return None

@@ -17,7 +17,6 @@ from typing import Any, Self
 from sqlalchemy import (
     and_,
     func,
-    insert,
     literal,
     or_,
     select,
@@ -37,7 +36,6 @@ from watcher.rules.checks import check_seconds
 from watcher.rules.delays import stored_time
 from watcher.store.codecs import (
     IN_CHUNK,
-    INSERT_CHUNK,
     LIKE_ESCAPE,
     chunks,
     like_prefix,
@@ -273,20 +271,18 @@ class StoreBase:
         if not rows:
             return
         now = (await conn.execute(select(self.statements.now))).scalar_one()
-        statement = insert(self.tables.items)
-        for chunk in chunks(rows, INSERT_CHUNK):
-            await conn.execute(statement, [
-                {
-                    "partition_id": partition_id, "id": item.id, "version": 1,
-                    "gate": 0 if item.gate is None else item.gate, "status": AVAILABLE,
-                    "data": item.data, "attempts": 0, "last_error": None,
-                    "retry_at": (now if item.not_before is None
-                                 else max(now, stored_time(item.not_before))),
-                    "created_at": now, "updated_at": now, "parent": parent,
-                    "spawned_by_reduce": spawned_by_reduce,
-                }
-                for partition_id, item, parent in chunk
-            ])
+        await self.driver.items_insert_in(conn, [
+            {
+                "partition_id": partition_id, "id": item.id, "version": 1,
+                "gate": 0 if item.gate is None else item.gate, "status": AVAILABLE,
+                "data": item.data, "attempts": 0, "last_error": None,
+                "retry_at": (now if item.not_before is None
+                             else max(now, stored_time(item.not_before))),
+                "created_at": now, "updated_at": now, "parent": parent,
+                "spawned_by_reduce": spawned_by_reduce,
+            }
+            for partition_id, item, parent in rows
+        ])
 
     @functools.cached_property
     def _outbox(self) -> Insert:

@@ -18,10 +18,9 @@ SQLite, MariaDB) sends the hot statements through connections of its own.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
-from sqlalchemy import Integer, bindparam, select
+from sqlalchemy import Integer, bindparam, insert, select
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import ClauseElement
@@ -29,7 +28,9 @@ from sqlalchemy.sql.expression import Select
 
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.records import ItemWrite
+from watcher.store.codecs import INSERT_CHUNK, chunks
 from watcher.store.db.round_trips import CLIENT_MARGIN
+from watcher.store.db.transactions import read_transaction, write_transaction
 from watcher.store.drivers.sql import json_param, json_text_table
 
 if TYPE_CHECKING:
@@ -38,24 +39,6 @@ if TYPE_CHECKING:
 StatementListener = Callable[[str], None]
 # Writes of which the first that matches a row is the last run (an update, else an insert).
 Followers = Sequence[tuple[Any, Mapping[str, Any]]]
-
-
-@asynccontextmanager
-async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A connection in a write transaction (``BEGIN IMMEDIATE`` on SQLite); commits on exit."""
-    async with engine.begin() as conn:
-        yield conn
-
-
-@asynccontextmanager
-async def read_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A connection in a transaction marked as read-only work: SQLite starts it with a
-    plain ``BEGIN`` (:func:`watcher.store.db.engine.create_engine`), so readers do not
-    queue behind writers; other databases ignore the mark."""
-    async with engine.connect() as conn:
-        conn = await conn.execution_options(sqlite_read=True)
-        async with conn.begin():
-            yield conn
 
 
 class Driver:
@@ -218,6 +201,13 @@ class Driver:
         """:meth:`items_apply`, then ``then``'s statements (their rows returned too) in one
         round trip and transaction where :attr:`chains_writes`; NotImplementedError else."""
         raise NotImplementedError(f"{type(self).__name__} does not chain writes")
+
+    async def items_insert_in(self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]
+                              ) -> None:
+        """Insert ``rows`` (an ``items`` row each) in ``conn``'s transaction, a chunk of
+        rows per statement. Raises sqlalchemy.exc.IntegrityError: an id is stored already."""
+        for chunk in chunks(rows, INSERT_CHUNK):
+            await conn.execute(insert(self.statements.tables.items), chunk)
 
     async def replaced_waits_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
                                 applied: Sequence[bool]) -> None:
