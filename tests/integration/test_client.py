@@ -142,3 +142,22 @@ async def test_sync_client_works_inside_a_running_loop(db_url, table_prefix) -> 
         client.create_partition("job", [NewItem("a", b"x")])
         await asyncio.sleep(0)
         assert client.partition("job").id == "job"
+
+
+async def test_big_and_many_items_go_in_whole_and_in_order(client) -> None:
+    """Items of several megabytes beside hundreds of small ones: a statement carries a
+    bounded share of them (PostgreSQL sends its inserts as JSON, a few big items per
+    statement), and every byte, gate and id arrives."""
+    big = [NewItem(f"big-{n}", bytes([n]) * 3_000_000 + b"\x00\xff end", gate=n % 2)
+           for n in range(4)]
+    small = [NewItem(f"small-{n:04}", f"{n}".encode(), gate=1) for n in range(700)]
+    await client.create_partition("job", [*big, *small])
+    await client.add_items("job", [NewItem("late", b"\x00" * 5_000_000)])
+    info = await client.partition("job")
+    assert info.counts == {"available": 705}
+    for item in [*big, NewItem("late", b"\x00" * 5_000_000)]:
+        stored = await client.item("job", item.id)
+        assert (stored.data, stored.gate) == (item.data, item.gate or 0), item.id
+    stored_small = await client.items("job", limit=1000, with_data=True)
+    assert {i.id: i.data for i in stored_small if i.id.startswith("small-")} == {
+        i.id: i.data for i in small}

@@ -7,10 +7,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from watcher.errors import (
     InvalidInputError,
@@ -27,6 +27,8 @@ from watcher.records import (
 from watcher.rules.error_history import decode_history
 from watcher.rules.priority import turn_order
 from watcher.store.sql.leases import LEASE_COLUMNS
+
+T = TypeVar("T")
 
 INSERT_CHUNK = 500
 IN_CHUNK = 500
@@ -53,6 +55,21 @@ def like_prefix(prefix: str) -> str:
 def chunks(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
+
+
+def sized_chunks(values: Sequence[T], size: int, most_bytes: int,
+                 bytes_of: Callable[[T], int]) -> Iterable[Sequence[T]]:
+    """``values`` in order, in chunks of at most ``size`` values whose ``bytes_of`` add
+    up to at most ``most_bytes``; a value larger than that alone makes a chunk."""
+    start, held = 0, 0
+    for end, value in enumerate(values):
+        weight = bytes_of(value)
+        if end > start and (end - start >= size or held + weight > most_bytes):
+            yield values[start:end]
+            start, held = end, 0
+        held += weight
+    if start < len(values):
+        yield values[start:]
 
 
 def encode_partition_cursor(info: PartitionInfo | Any) -> str:

@@ -44,7 +44,7 @@ from sqlalchemy.sql.expression import ColumnElement, Insert, Select, Update
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.models import AVAILABLE
 from watcher.records import ItemWrite
-from watcher.store.codecs import INSERT_CHUNK, chunks
+from watcher.store.codecs import INSERT_CHUNK, sized_chunks
 from watcher.store.drivers.base import DirectDriver
 from watcher.store.drivers.postgresql import pooler
 from watcher.store.drivers.postgresql.direct import DirectStatements, connect_options
@@ -90,6 +90,10 @@ def jsonb_param(name: str) -> ColumnElement[Any]:
     (SQLAlchemy's or the direct one) encodes the text a second time."""
     return cast(bindparam(name, type_=Text()), JSONB)
 
+
+# The data one insert statement carries at most, before its JSON (hex doubles it): big
+# items go a few per statement, so no statement's text nears PostgreSQL's 1 GB.
+INSERT_CHUNK_BYTES = 8 * 1024 * 1024
 
 # SQLSTATE classes of a refused value: data exception, integrity constraint
 # violation, program limit exceeded (a value too large to handle).
@@ -195,8 +199,11 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
         """Insert ``rows`` (``items`` rows, as :meth:`Driver.items_insert_in` takes them) in
         ``conn``'s transaction as one ``INSERT ... SELECT`` from a JSON array per chunk:
         the rows are encoded in C, and the server runs one statement rather than one per
-        row. Raises sqlalchemy.exc.IntegrityError: an id is stored already."""
-        for chunk in chunks(rows, INSERT_CHUNK):
+        row. A chunk holds at most ``INSERT_CHUNK`` rows and about
+        :data:`INSERT_CHUNK_BYTES` of data (a single row may hold more). Raises
+        sqlalchemy.exc.IntegrityError: an id is stored already."""
+        for chunk in sized_chunks(rows, INSERT_CHUNK, INSERT_CHUNK_BYTES,
+                                  lambda row: len(row["data"])):
             await conn.execute(self._insert_statement, {
                 "rows": json.dumps([[row["partition_id"], row["id"], row["gate"],
                                      row["data"].hex(), row["retry_at"].isoformat(),
