@@ -51,7 +51,7 @@ class CloseWithWrite:
 
 @contextlib.asynccontextmanager
 async def _held(requests: Sequence[CloseWithWrite]
-                           ) -> AsyncIterator[list[tuple[CloseWithWrite, PartitionClose]]]:
+                ) -> AsyncIterator[list[tuple[CloseWithWrite, PartitionClose]]]:
     """The requests that may be tried now, each with the close to send: its lease is
     open, still at the request's gate, and its lock was free (taken here, without
     waiting, and held until the block ends). A close that went through records the
