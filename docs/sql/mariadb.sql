@@ -451,8 +451,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 
 -- name: items_add (6)
 UPDATE partitions
@@ -541,8 +541,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: items_apply_spawning (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 
 -- name: items_apply_spawning (5)
 UPDATE partitions
@@ -1474,8 +1474,8 @@ VALUES (%s);
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: partition_create_batches (6)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 
 -- name: partition_create_batches (7)
 UPDATE flow_controls
@@ -2485,8 +2485,8 @@ SELECT items.id
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: reduce_write (7)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 
 -- name: reduce_write (8)
 UPDATE partitions
@@ -2641,8 +2641,8 @@ VALUES (%s);
 SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
 
 -- name: schedule_tick (9)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s, %s);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
 
 -- name: schedule_tick (10)
 UPDATE schedules

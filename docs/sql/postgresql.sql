@@ -450,9 +450,6 @@ SELECT items.id
    AND items.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: items_add (4)
-SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
-
--- name: items_add (5)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(r.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
        CAST(r.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
        %(param_1)s::INTEGER AS anon_3,
@@ -460,19 +457,17 @@ INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retr
        %(param_2)s::VARCHAR AS anon_5,
        decode(CAST(r.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
        %(param_3)s::INTEGER AS anon_6,
-       CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE) AS anon_7,
-       %(now)s::TIMESTAMP WITHOUT TIME
-  ZONE AS anon_8,
-       %(now)s::TIMESTAMP WITHOUT TIME
-  ZONE AS anon__1,
-       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_9,
-       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_10
+       coalesce(greatest(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE)), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) AS coalesce_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__1,
+       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_7,
+       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_8
   FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) AS r(value);
 
--- name: items_add (6)
+-- name: items_add (5)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
--- name: items_add (7)
+-- name: items_add (6)
 UPDATE partitions
    SET status=%(status)s::VARCHAR,
        updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
@@ -596,9 +591,6 @@ SELECT items.id
    AND items.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: items_apply_spawning (3)
-SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
-
--- name: items_apply_spawning (4)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(r.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
        CAST(r.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
        %(param_1)s::INTEGER AS anon_3,
@@ -606,16 +598,14 @@ INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retr
        %(param_2)s::VARCHAR AS anon_5,
        decode(CAST(r.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
        %(param_3)s::INTEGER AS anon_6,
-       CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE) AS anon_7,
-       %(now)s::TIMESTAMP WITHOUT TIME
-  ZONE AS anon_8,
-       %(now)s::TIMESTAMP WITHOUT TIME
-  ZONE AS anon__1,
-       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_9,
-       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_10
+       coalesce(greatest(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE)), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) AS coalesce_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__1,
+       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_7,
+       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_8
   FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) AS r(value);
 
--- name: items_apply_spawning (5)
+-- name: items_apply_spawning (4)
 UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR;
@@ -1544,9 +1534,6 @@ INSERT INTO partition_timelines (partition_id)
 VALUES (%(partition_id)s::VARCHAR);
 
 -- name: partition_create_batches (5)
-SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
-
--- name: partition_create_batches (6)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(r.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
        CAST(r.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
        %(param_1)s::INTEGER AS anon_3,
@@ -1554,36 +1541,34 @@ INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retr
        %(param_2)s::VARCHAR AS anon_5,
        decode(CAST(r.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
        %(param_3)s::INTEGER AS anon_6,
-       CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE) AS anon_7,
-       %(now)s::TIMESTAMP WITHOUT TIME
-  ZONE AS anon_8,
-       %(now)s::TIMESTAMP WITHOUT TIME
-  ZONE AS anon__1,
-       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_9,
-       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_10
+       coalesce(greatest(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE)), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) AS coalesce_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__1,
+       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_7,
+       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_8
   FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) AS r(value);
 
--- name: partition_create_batches (7)
+-- name: partition_create_batches (6)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
--- name: partition_create_batches (8)
+-- name: partition_create_batches (7)
 UPDATE flow_controls
    SET next_start=(CASE WHEN (flow_controls.next_start > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN flow_controls.next_start ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) END + make_interval(secs => %(param_1)s)),
 version=(flow_controls.version + %(version_1)s::INTEGER), updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
  WHERE flow_controls.scope = %(scope_1)s::VARCHAR
    AND flow_controls.name = %(name_1)s::VARCHAR;
 
--- name: partition_create_batches (9)
+-- name: partition_create_batches (8)
 SELECT flow_controls.next_start
   FROM flow_controls
  WHERE flow_controls.scope = %(scope_1)s::VARCHAR
    AND flow_controls.name = %(name_1)s::VARCHAR;
 
--- name: partition_create_batches (10)
+-- name: partition_create_batches (9)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
 VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR, %(pipeline)s::VARCHAR, %(pipeline_version)s::VARCHAR);
 
--- name: partition_create_batches (11)
+-- name: partition_create_batches (10)
 INSERT INTO partitions (id, version, gate, status, owner, until, created_at, updated_at, reduce_gates, on_item_failure, request_digest, trace_context, priority, rank_at, flow_key, quorum, notify, pipeline, pipeline_version)
 VALUES (%(id)s::VARCHAR, %(version)s::INTEGER, %(gate)s::INTEGER, %(status)s::VARCHAR, %(owner)s::VARCHAR, %(until)s::TIMESTAMP WITHOUT TIME ZONE, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(reduce_gates)s::VARCHAR, %(on_item_failure)s::VARCHAR, %(request_digest)s::VARCHAR, %(trace_context)s::VARCHAR, %(priority)s::INTEGER, %(rank_at)s::TIMESTAMP WITHOUT TIME ZONE, %(flow_key)s::VARCHAR, %(quorum)s::VARCHAR, %(notify)s::VARCHAR, %(pipeline)s::VARCHAR, %(pipeline_version)s::VARCHAR);
 
@@ -2583,9 +2568,6 @@ SELECT items.id
    AND items.id IN (%(id_1_1)s::VARCHAR, ...);
 
 -- name: reduce_write (5)
-SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
-
--- name: reduce_write (6)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(r.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
        CAST(r.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
        %(param_1)s::INTEGER AS anon_3,
@@ -2593,16 +2575,14 @@ INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retr
        %(param_2)s::VARCHAR AS anon_5,
        decode(CAST(r.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
        %(param_3)s::INTEGER AS anon_6,
-       CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE) AS anon_7,
-       %(now)s::TIMESTAMP WITHOUT TIME
-  ZONE AS anon_8,
-       %(now)s::TIMESTAMP WITHOUT TIME
-  ZONE AS anon__1,
-       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_9,
-       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_10
+       coalesce(greatest(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE)), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) AS coalesce_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__1,
+       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_7,
+       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_8
   FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) AS r(value);
 
--- name: reduce_write (7)
+-- name: reduce_write (6)
 UPDATE partitions
    SET spawned=(partitions.spawned + %(spawned_1)s::INTEGER)
  WHERE partitions.id = %(id_1)s::VARCHAR;
@@ -2760,9 +2740,6 @@ INSERT INTO partition_timelines (partition_id)
 VALUES (%(partition_id)s::VARCHAR);
 
 -- name: schedule_tick (8)
-SELECT COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1;
-
--- name: schedule_tick (9)
 INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(r.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
        CAST(r.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
        %(param_1)s::INTEGER AS anon_3,
@@ -2770,30 +2747,28 @@ INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retr
        %(param_2)s::VARCHAR AS anon_5,
        decode(CAST(r.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
        %(param_3)s::INTEGER AS anon_6,
-       CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE) AS anon_7,
-       %(now)s::TIMESTAMP WITHOUT TIME
-  ZONE AS anon_8,
-       %(now)s::TIMESTAMP WITHOUT TIME
-  ZONE AS anon__1,
-       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_9,
-       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_10
+       coalesce(greatest(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE)), COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) AS coalesce_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__1,
+       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_7,
+       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_8
   FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) AS r(value);
 
--- name: schedule_tick (10)
+-- name: schedule_tick (9)
 SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
 
--- name: schedule_tick (11)
+-- name: schedule_tick (10)
 UPDATE schedules
    SET last_partition=%(last_partition)s::VARCHAR
  WHERE schedules.name = %(name_1)s::VARCHAR;
 
--- name: schedule_tick (12)
+-- name: schedule_tick (11)
 SELECT partitions.id
   FROM partitions
  WHERE partitions.id = %(id_1)s::VARCHAR
    AND partitions.status = %(status_1)s::VARCHAR;
 
--- name: schedule_tick (13)
+-- name: schedule_tick (12)
 UPDATE schedules
    SET
 version=(schedules.version + %(version_1)s::INTEGER), next_at=%(next_at)s::TIMESTAMP WITHOUT TIME

@@ -464,8 +464,8 @@ SELECT items.id
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: items_add (5)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: items_add (6)
 UPDATE partitions
@@ -558,8 +558,8 @@ SELECT items.id
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: items_apply_spawning (4)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: items_apply_spawning (5)
 UPDATE partitions
@@ -1515,8 +1515,8 @@ VALUES (?);
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: partition_create_batches (6)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: partition_create_batches (7)
 UPDATE flow_controls
@@ -2540,8 +2540,8 @@ SELECT items.id
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: reduce_write (7)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: reduce_write (8)
 UPDATE partitions
@@ -2697,8 +2697,8 @@ VALUES (?);
 SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
 
 -- name: schedule_tick (9)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: schedule_tick (10)
 UPDATE schedules

@@ -30,10 +30,9 @@ from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.errors import (
     PartitionNotFoundError,
 )
-from watcher.models import AVAILABLE, DELETING
+from watcher.models import DELETING
 from watcher.records import NewItem
 from watcher.rules.checks import check_seconds
-from watcher.rules.delays import stored_time
 from watcher.store.codecs import (
     IN_CHUNK,
     LIKE_ESCAPE,
@@ -268,21 +267,8 @@ class StoreBase:
         Raises:
             sqlalchemy.exc.IntegrityError: an id is stored already.
         """
-        if not rows:
-            return
-        now = (await conn.execute(select(self.statements.now))).scalar_one()
-        await self.driver.items_insert_in(conn, [
-            {
-                "partition_id": partition_id, "id": item.id, "version": 1,
-                "gate": 0 if item.gate is None else item.gate, "status": AVAILABLE,
-                "data": item.data, "attempts": 0, "last_error": None,
-                "retry_at": (now if item.not_before is None
-                             else max(now, stored_time(item.not_before))),
-                "created_at": now, "updated_at": now, "parent": parent,
-                "spawned_by_reduce": spawned_by_reduce,
-            }
-            for partition_id, item, parent in rows
-        ])
+        if rows:
+            await self.driver.items_insert_in(conn, rows, spawned_by_reduce=spawned_by_reduce)
 
     @functools.cached_property
     def _outbox(self) -> Insert:

@@ -27,7 +27,9 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.expression import Select
 
 from watcher.config import DEFAULT_DB_TIMEOUT
-from watcher.records import ItemWrite
+from watcher.models import AVAILABLE
+from watcher.records import ItemWrite, NewItem
+from watcher.rules.delays import stored_time
 from watcher.store.codecs import INSERT_CHUNK, chunks
 from watcher.store.db.round_trips import CLIENT_MARGIN
 from watcher.store.db.transactions import read_transaction, write_transaction
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from watcher.store.sql.shared import Statements
 
 StatementListener = Callable[[str], None]
+NewRow = tuple[str, NewItem, str | None]  # an item to insert: partition, item, parent
 # Writes of which the first that matches a row is the last run (an update, else an insert).
 Followers = Sequence[tuple[Any, Mapping[str, Any]]]
 
@@ -202,12 +205,19 @@ class Driver:
         round trip and transaction where :attr:`chains_writes`; NotImplementedError else."""
         raise NotImplementedError(f"{type(self).__name__} does not chain writes")
 
-    async def items_insert_in(self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]
-                              ) -> None:
-        """Insert ``rows`` (an ``items`` row each) in ``conn``'s transaction, a chunk of
-        rows per statement. Raises sqlalchemy.exc.IntegrityError: an id is stored already."""
+    async def items_insert_in(self, conn: AsyncConnection, rows: Sequence[NewRow], *,
+                              spawned_by_reduce: int | None = None) -> None:
+        """Insert ``rows`` at available, ready at the clock's time (or their ``not_before``
+        if later), in ``conn``'s transaction, a chunk per statement; ``spawned_by_reduce``:
+        the reduce gate that spawned them. Raises IntegrityError: an id is stored already."""
+        now = (await conn.execute(select(self.statements.now))).scalar_one()
         for chunk in chunks(rows, INSERT_CHUNK):
-            await conn.execute(insert(self.statements.tables.items), chunk)
+            await conn.execute(insert(self.statements.tables.items), [{
+                "partition_id": pid, "id": item.id, "version": 1, "gate": item.gate or 0,
+                "status": AVAILABLE, "data": item.data, "attempts": 0, "created_at": now,
+                "updated_at": now, "parent": parent, "spawned_by_reduce": spawned_by_reduce,
+                "retry_at": now if item.not_before is None else max(
+                    now, stored_time(item.not_before))} for pid, item, parent in chunk])
 
     async def replaced_waits_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite],
                                 applied: Sequence[bool]) -> None:

@@ -44,8 +44,9 @@ from sqlalchemy.sql.expression import ColumnElement, Insert, Select, Update
 from watcher.config import DEFAULT_DB_TIMEOUT
 from watcher.models import AVAILABLE
 from watcher.records import ItemWrite
+from watcher.rules.delays import stored_time
 from watcher.store.codecs import INSERT_CHUNK, sized_chunks
-from watcher.store.drivers.base import DirectDriver
+from watcher.store.drivers.base import DirectDriver, NewRow
 from watcher.store.drivers.postgresql import pooler
 from watcher.store.drivers.postgresql.direct import DirectStatements, connect_options
 from watcher.store.drivers.sql import (
@@ -194,38 +195,38 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
             statement, params["waits"] = self.park_statement, wait_rows_json(writes)
         return statement, params
 
-    async def items_insert_in(self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]
-                              ) -> None:
-        """Insert ``rows`` (``items`` rows, as :meth:`Driver.items_insert_in` takes them) in
-        ``conn``'s transaction as one ``INSERT ... SELECT`` from a JSON array per chunk:
-        the rows are encoded in C, and the server runs one statement rather than one per
-        row. A chunk holds at most ``INSERT_CHUNK`` rows and about
-        :data:`INSERT_CHUNK_BYTES` of data (a single row may hold more). Raises
-        sqlalchemy.exc.IntegrityError: an id is stored already."""
+    async def items_insert_in(self, conn: AsyncConnection, rows: Sequence[NewRow], *,
+                              spawned_by_reduce: int | None = None) -> None:
+        """:meth:`Driver.items_insert_in` as one ``INSERT ... SELECT`` from a JSON array per
+        chunk, the clock read in it (no statement of its own): the rows are encoded in C,
+        and the server runs one statement rather than one per row. A chunk holds at most
+        ``INSERT_CHUNK`` rows and about :data:`INSERT_CHUNK_BYTES` of data (a single row
+        may hold more). Raises sqlalchemy.exc.IntegrityError: an id is stored already."""
         for chunk in sized_chunks(rows, INSERT_CHUNK, INSERT_CHUNK_BYTES,
-                                  lambda row: len(row["data"])):
-            await conn.execute(self._insert_statement, {
-                "rows": json.dumps([[row["partition_id"], row["id"], row["gate"],
-                                     row["data"].hex(), row["retry_at"].isoformat(),
-                                     row["parent"], row["spawned_by_reduce"]] for row in chunk],
-                                   ensure_ascii=False, separators=(",", ":")),
-                "now": chunk[0]["created_at"]})
+                                  lambda row: len(row[1].data)):
+            await conn.execute(self._insert_statement, {"rows": json.dumps(
+                [[partition_id, item.id, item.gate or 0, item.data.hex(),
+                  None if item.not_before is None else stored_time(item.not_before).isoformat(),
+                  parent, spawned_by_reduce] for partition_id, item, parent in chunk],
+                ensure_ascii=False, separators=(",", ":"))})
 
     @functools.cached_property
     def _insert_statement(self) -> Insert:
         """:meth:`items_insert_in`'s statement: available items, version 1, no attempt,
-        created (and updated) at ``:now``, from the JSON rows ``:rows``."""
-        items = self.statements.tables.items
+        created (and updated) at the clock's time and ready then, or at their
+        ``not_before`` if later, from the JSON rows ``:rows``."""
+        items, now = self.statements.tables.items, self.statements.now
         source = func.jsonb_array_elements(jsonb_param("rows")).table_valued(
             column("value", JSONB)).render_derived(name="r")
-        row, now = source.c.value, bindparam("now", type_=items.c.created_at.type)
+        row = source.c.value
+        not_before = cast(row[4].as_string(), items.c.retry_at.type)
         return insert(items).from_select(
             ["partition_id", "id", "version", "gate", "status", "data", "attempts",
              "retry_at", "created_at", "updated_at", "parent", "spawned_by_reduce"],
             select(row[0].as_string(), row[1].as_string(), literal(1, Integer()),
                    row[2].as_integer(), literal(AVAILABLE, Text()),
                    func.decode(row[3].as_string(), "hex"), literal(0, Integer()),
-                   cast(row[4].as_string(), items.c.retry_at.type), now, now,
+                   func.coalesce(func.greatest(now, not_before), now), now, now,
                    row[5].as_string(), row[6].as_integer()))
 
     def _update_for(self, writes: Sequence[ItemWrite]) -> Update:
