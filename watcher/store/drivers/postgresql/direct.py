@@ -134,12 +134,7 @@ class DirectStatements:
         Raises:
             sqlalchemy.exc.DBAPIError: as :meth:`fetch` (nothing is written).
         """
-        sent = []
-        for statement, params in steps:
-            compiled = self._compiled[statement]
-            for listener in self.listeners:
-                listener(compiled.sql)
-            sent.append((compiled.sql, compiled.values(params)))
+        sent = [self._prepared(statement, params) for statement, params in steps]
 
         async def run(conn: psycopg.AsyncConnection[Any]) -> list[Sequence[tuple[Any, ...]]]:
             async with conn.pipeline():
@@ -155,11 +150,7 @@ class DirectStatements:
 
     async def _send(self, statement: ClauseElement, params: Mapping[str, Any],
                     answer: Callable[[psycopg.AsyncCursor[Any]], Awaitable[T]]) -> T:
-        compiled = self._compiled[statement]
-        sql = compiled.sql
-        for listener in self.listeners:
-            listener(sql)
-        values = compiled.values(params)
+        sql, values = self._prepared(statement, params)
 
         async def run(conn: psycopg.AsyncConnection[Any]) -> T:
             return await answer(await conn.execute(sql, values))
@@ -169,6 +160,15 @@ class DirectStatements:
         except psycopg.Error as error:
             raise DBAPIError.instance(sql, None, error, psycopg.Error, hide_parameters=True,
                                       dialect=self._dialect) from None
+
+    def _prepared(self, statement: ClauseElement, params: Mapping[str, Any]
+                  ) -> tuple[str, Any]:
+        """``statement``'s text (compiled once) and its values for ``params``; the
+        listeners are told the text as it is sent."""
+        compiled = self._compiled[statement]
+        for listener in self.listeners:
+            listener(compiled.sql)
+        return compiled.sql, compiled.values(params)
 
     async def close(self) -> None:
         """Close the idle connections; those in use close when their statement ends."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -46,7 +46,7 @@ from watcher.models import AVAILABLE
 from watcher.records import ItemWrite
 from watcher.rules.delays import stored_time
 from watcher.store.codecs import INSERT_CHUNK, sized_chunks
-from watcher.store.drivers.base import DirectDriver, NewRow
+from watcher.store.drivers.base import DirectDriver, Followers, NewRow
 from watcher.store.drivers.postgresql import pooler
 from watcher.store.drivers.postgresql.direct import DirectStatements, connect_options
 from watcher.store.drivers.sql import (
@@ -171,8 +171,7 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
         statement, params = self._batch_for(writes, owner)
         return _applied(await self.fetch(statement, params, read=False), len(writes))
 
-    async def items_apply_then(self, writes: Sequence[ItemWrite], owner: str,
-                               then: Sequence[tuple[Any, Mapping[str, Any]]]
+    async def items_apply_then(self, writes: Sequence[ItemWrite], owner: str, then: Followers
                                ) -> tuple[list[bool], list[Sequence[Any]]]:
         """:meth:`items_apply`, then each statement of ``then`` with its parameters, in
         one round trip and one transaction (a pipeline:
@@ -226,7 +225,7 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
             select(row[0].as_string(), row[1].as_string(), literal(1, Integer()),
                    row[2].as_integer(), literal(AVAILABLE, Text()),
                    func.decode(row[3].as_string(), "hex"), literal(0, Integer()),
-                   func.coalesce(func.greatest(now, not_before), now), now, now,
+                   func.greatest(now, not_before), now, now,  # GREATEST skips a NULL
                    row[5].as_string(), row[6].as_integer()))
 
     def _update_for(self, writes: Sequence[ItemWrite]) -> Update:
