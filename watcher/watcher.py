@@ -175,10 +175,12 @@ class Watcher:
             if await self.keeper.release(lease, reason="handed_over"):
                 self.hooks.lease_handed_over(lease.partition_id)
         except SQLAlchemyError as error:
+            # Still held (the keeper renews it): dispatch it again from the next cycle,
+            # and hand it over when asked again, rather than hold it idle for good.
+            lease.handing_over = False
             log.warning("action=hand_over_release_failed partition=%s pipeline=%s owner=%s "
-                        "error=%s; the lease expires in %s s", lease.partition_id,
-                        lease.settings.pipeline, self.owner, type(error).__name__,
-                        self.config.lease_duration)
+                        "error=%s; kept and dispatched again", lease.partition_id,
+                        lease.settings.pipeline, self.owner, type(error).__name__)
 
     def _start_supervisor(self, lease: Lease) -> None:
         context = PartitionContext(lease, self.store, self.keeper, self.config, self.hooks)

@@ -10,6 +10,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy.exc import OperationalError
+
 import handlers
 from processor import AsyncClient, NewItem
 from processor.http.config import HttpProcessorConfig
@@ -82,3 +84,52 @@ async def test_a_joining_processor_gets_its_share_and_no_item_is_called_twice(
     assert len(calls) == PARTITIONS * ITEMS
     twice = {key: count for key, count in calls.items() if count > 1}
     assert not twice, f"called more than once: {twice}"
+
+
+async def test_a_hand_over_whose_release_fails_keeps_the_partition_moving(
+        db_url: str, table_prefix: str, make_store: Callable[..., Any]) -> None:
+    """The holder drains a partition to hand it over, and the database fails the release
+    (its session was ended): the holder still holds the lease and renews it, so it must
+    dispatch it again, not hold it idle for good."""
+    failed: list[str] = []  # the partitions whose release failed
+
+    async def step(item: handlers.Item) -> handlers.Result:
+        await asyncio.sleep(0.01 if failed else 0.1)  # slow, so the hand-over comes first
+        return handlers.Result(done=True)
+
+    holder_store = make_store()
+    release = holder_store.leases_release
+
+    async def release_failing_once(leases: dict[str, int], *args: Any, **kwargs: Any) -> int:
+        if not failed:
+            failed.extend(leases)
+            raise OperationalError("UPDATE leases", None,
+                                   Exception("terminating connection due to administrator command"))
+        return await release(leases, *args, **kwargs)
+
+    holder_store.leases_release = release_failing_once  # type: ignore[method-assign]
+    async with AsyncClient(db_url, table_prefix) as client:
+        for p in range(4):
+            await client.create_partition(
+                f"p{p}", [NewItem(f"i{n:03}", b"{}") for n in range(40)])
+        async with serve_app(handlers.app(step)) as url:
+            processors = [HttpProcessor(HttpProcessorConfig(handler_url=url + "/"))
+                          for _ in range(2)]
+            watchers = [Watcher(store, processors[n], WatcherConfig(
+                owner_id=name, concurrency=4, poll_interval=0.05, lease_duration=3.0,
+                steal_batch=2), CountingHooks())
+                for n, (name, store) in enumerate([("first", holder_store),
+                                                   ("second", make_store())])]
+            try:
+                async with running(watchers[0]):
+                    await wait_until(lambda: len(watchers[0].partitions) == 4,
+                                     message="the first holds every partition")
+                    async with running(watchers[1]):
+                        await wait_until(lambda: bool(failed), timeout=20,
+                                         message="a hand-over's release to fail")
+                        for p in range(4):
+                            info = await client.wait(f"p{p}", timeout=30)
+                            assert info.status == "complete", (p, info.status)
+            finally:
+                for processor in processors:
+                    await processor.aclose()
