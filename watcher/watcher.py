@@ -161,8 +161,8 @@ class Watcher:
 
     async def _hand_over(self, lease: Lease) -> None:
         """Hand ``lease`` over to a processor that asked (:mod:`watcher.leasing.handover`), as a
-        graceful stop does: start no new call on it, let the calls in flight finish and
-        their results be written (up to :func:`watcher.leasing.handover.grace`), then release it."""
+        graceful stop does: no new call on it, the calls in flight end and are written (up
+        to :func:`watcher.leasing.handover.grace`), then it is released, or kept if that fails."""
         grace = hand_over_grace(self.config)
         entry = self.supervisors.get(lease.partition_id)
         if entry is not None:
@@ -175,9 +175,7 @@ class Watcher:
             if await self.keeper.release(lease, reason="handed_over"):
                 self.hooks.lease_handed_over(lease.partition_id)
         except SQLAlchemyError as error:
-            # Still held (the keeper renews it): dispatch it again from the next cycle,
-            # and hand it over when asked again, rather than hold it idle for good.
-            lease.handing_over = False
+            lease.handing_over = False  # still held and renewed: dispatch it again
             log.warning("action=hand_over_release_failed partition=%s pipeline=%s owner=%s "
                         "error=%s; kept and dispatched again", lease.partition_id,
                         lease.settings.pipeline, self.owner, type(error).__name__)
