@@ -563,6 +563,28 @@ WITH moved AS (UPDATE partitions SET version=(partitions.version + %(version_1)s
        ) AS anon_2;
 
 -- name: items_apply_spawning (1)
+WITH applied AS (UPDATE items SET version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_8)s::INT AS INTEGER), items.gate), status=(CAST(v.value ->> %(value_9)s::INT AS VARCHAR)), data=coalesce(decode(CAST(v.value ->> %(value_10)s::INT AS VARCHAR), %(decode_3)s::VARCHAR), items.data), attempts=(CAST(v.value ->> %(value_11)s::INT AS INTEGER)), last_error=(CAST(v.value ->> %(value_12)s::INT AS VARCHAR)), retry_at=CASE WHEN (CAST((v.value ->> %(value_13)s::INT) AS FLOAT) > %(param_4)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => CAST(v.value ->> %(value_13)s::INT AS FLOAT))) ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) END, updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), error_history=CASE WHEN (CAST((v.value ->> %(value_14)s::INT) AS VARCHAR) IS NULL) THEN items.error_history ELSE replace(CAST(v.value ->> %(value_14)s::INT AS VARCHAR), '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",') END FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) WITH ORDINALITY AS v(value, n) WHERE items.partition_id = CAST((v.value ->> %(value_15)s::INT) AS VARCHAR) AND items.id = CAST((v.value ->> %(value_16)s::INT) AS VARCHAR) AND items.version = CAST((v.value ->> %(value_17)s::INT) AS INTEGER) AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_15)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n),
+       inserted AS (
+        INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(s.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
+               CAST(s.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
+               %(param_1)s::INTEGER AS anon_3,
+               CAST(s.value ->> %(value_3)s::INT AS INTEGER) AS anon_4,
+               %(param_2)s::VARCHAR AS anon_5,
+               decode(CAST(s.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
+               %(param_3)s::INTEGER AS anon_6,
+               greatest(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), CAST(CAST(s.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE)) AS greatest_1,
+               COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
+               COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__1,
+               CAST(s.value ->> %(value_6)s::INT AS VARCHAR) AS anon_7,
+               CAST(s.value ->> %(value_7)s::INT AS INTEGER) AS anon_8
+          FROM applied
+          JOIN jsonb_array_elements(CAST(%(spawned)s::VARCHAR AS JSONB)) AS s(value)
+            ON applied.n = CAST((s.value ->> %(value_18)s::INT) AS INTEGER) RETURNING items.partition_id
+       ),
+       counted AS (UPDATE partitions SET spawned=(partitions.spawned + added.added) FROM (SELECT inserted.partition_id AS partition_id, count(*) AS added FROM inserted GROUP BY inserted.partition_id) AS added WHERE partitions.id = added.partition_id RETURNING partitions.id) SELECT applied.n
+  FROM applied;
+
+-- name: items_apply_spawning (2)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), gate=coalesce(CAST(v.value ->> %(value_1)s::INT AS INTEGER), items.gate),
@@ -584,31 +606,11 @@ ORDINALITY AS v(value, n)
    AND items.version = CAST((v.value ->> %(value_10)s::INT) AS INTEGER)
    AND (EXISTS (SELECT * FROM partitions WHERE partitions.id = CAST((v.value ->> %(value_8)s::INT) AS VARCHAR) AND partitions.owner = %(owner)s::VARCHAR AND partitions.status = %(status_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')))) RETURNING v.n;
 
--- name: items_apply_spawning (2)
+-- name: items_apply_spawning (3)
 SELECT items.id
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
    AND items.id IN (%(id_1_1)s::VARCHAR, ...);
-
--- name: items_apply_spawning (3)
-INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(r.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
-       CAST(r.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
-       %(param_1)s::INTEGER AS anon_3,
-       CAST(r.value ->> %(value_3)s::INT AS INTEGER) AS anon_4,
-       %(param_2)s::VARCHAR AS anon_5,
-       decode(CAST(r.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
-       %(param_3)s::INTEGER AS anon_6,
-       greatest(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE)) AS greatest_1,
-       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
-       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__1,
-       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_7,
-       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_8
-  FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) AS r(value);
-
--- name: items_apply_spawning (4)
-UPDATE partitions
-   SET spawned=(partitions.spawned + %(spawned_1)s::INTEGER)
- WHERE partitions.id = %(id_1)s::VARCHAR;
 
 -- name: items_find
 SELECT items.partition_id,

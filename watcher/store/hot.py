@@ -175,19 +175,24 @@ class HotPathStore(SpawnsStore):
         return applied, closed
 
     async def items_apply_spawning(self, writes: Sequence[ItemWrite], owner: str) -> list[bool]:
-        """Write ``writes`` in one transaction, each guarded and fenced as
-        :meth:`items_apply` says (as the driver batches them:
-        :meth:`~watcher.store.drivers.base.Driver.items_write_each`), and insert the items
-        each applied write spawns (a write that is fenced off spawns nothing) in a few
-        statements for the whole batch, the key each applied parking write
-        replaces (one statement, kept in ``waits``), and, where an applied write completed
-        an item at a gate with a quorum that is now met, the gate's other items
-        settled as skipped; returns, per write, whether it was applied.
+        """Write ``writes``, each guarded and fenced as :meth:`items_apply` says, and insert
+        the items each applied write spawns (a write that is fenced off spawns nothing);
+        returns, per write, whether it was applied. Without a quorum, in one statement
+        where the driver can (:meth:`~watcher.store.spawns.SpawnsStore._spawn_at_once`);
+        else in one transaction: the writes as the driver batches them
+        (:meth:`~watcher.store.drivers.base.Driver.items_write_each`), the inserts in a few
+        statements for the whole batch, the key each applied parking write replaces (one
+        statement, kept in ``waits``), and, where an applied write completed an item at a
+        gate with a quorum that is now met, the gate's other items settled as skipped.
 
         Raises:
             SpawnConflictError: as :meth:`items_apply` says.
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
         """
+        if not any(write.quorum for write in writes):
+            at_once = await self._spawn_at_once(writes, owner)
+            if at_once is not None:
+                return at_once
         async with self._write() as conn:
             applied = await self.driver.items_write_each(conn, writes, owner)
             await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)

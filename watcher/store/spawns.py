@@ -90,6 +90,33 @@ class SpawnsStore(StoreBase):
         if rows:
             await conn.execute(self.statements.waits.insert, rows)
 
+    async def _spawn_at_once(self, writes: Sequence[ItemWrite], owner: str
+                             ) -> list[bool] | None:
+        """Write ``writes`` (a batch that spawns, without a quorum), insert what the applied
+        ones spawn and count it, in one statement where the driver can
+        (:meth:`~watcher.store.drivers.base.Driver.items_apply_spawning`); returns, per
+        write, whether it was applied. ``None``, nothing written, when it cannot, and
+        when the statement finds an id stored already or two answers of the batch spawn
+        the same id: the transaction that reads the stored ids first then names the
+        answer at fault (:meth:`_spawn_in`), or writes the batch if the clash is gone.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
+        """
+        spawns = [(write.partition_id, write.item_id, write.spawn) for write in writes
+                  if write.spawn]
+        try:
+            _refuse_repeats(spawns)
+        except SpawnConflictError:
+            return None  # unless one of the two is fenced off: the transaction tells
+        rows = [(place, (write.partition_id, child, write.item_id))
+                for place, write in enumerate(writes, 1) for child in write.spawn]
+        try:
+            return await self.round_trips.call(
+                "items_apply", self.driver.items_apply_spawning(writes, owner, rows))
+        except IntegrityError:
+            return None
+
     async def _spawn_in(self, conn: AsyncConnection, spawns: Sequence[Spawn], *,
                         reduce_gate: int | None = None) -> None:
         """Insert every new item of ``spawns`` and count them on their partitions (whose

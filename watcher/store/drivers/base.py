@@ -134,10 +134,7 @@ class Driver:
 
     async def execute(self, statement: Any, params: Mapping[str, Any]) -> int:
         """Run one write statement in a transaction of its own; returns how many rows
-        it matched.
-
-        Raises:
-            sqlalchemy.exc.SQLAlchemyError: the database failed or refused it.
+        it matched. Raises sqlalchemy.exc.SQLAlchemyError: the database failed or refused it.
         """
         async with write_transaction(self.engine) as conn:
             return (await conn.execute(statement, dict(params))).rowcount
@@ -152,11 +149,9 @@ class Driver:
     # -- the ready read -----------------------------------------------------
 
     def ready_statement(self, excluding: bool, limit: int) -> Select[Any]:
-        """The ready read with bind parameters ``pid`` and ``gate`` (and ``exclude``).
-
-        The limit is a literal: SQL Server renders it as ``TOP n``, where a
-        bound limit would make it number every row (``ROW_NUMBER()``).
-        """
+        """The ready read with bind parameters ``pid`` and ``gate`` (and ``exclude``). The
+        limit is a literal: SQL Server renders it as ``TOP n``, where a bound limit would
+        make it number every row (``ROW_NUMBER()``)."""
         query = self.statements.items_ready(limit)
         if excluding:
             items = self.statements.tables.items
@@ -174,11 +169,8 @@ class Driver:
     async def items_ready(self, partition_id: str, gate: int, limit: int,
                           exclude: Collection[str]) -> Sequence[Any]:
         """Up to ``limit`` rows ``(id, version, gate, data, attempts)`` ready at ``gate``,
-        leaving out the ids in ``exclude``; ordered by (retry time, id).
-
-        Raises:
-            sqlalchemy.exc.SQLAlchemyError: the database failed.
-        """
+        leaving out the ids in ``exclude``; ordered by (retry time, id). Raises
+        sqlalchemy.exc.SQLAlchemyError: the database failed."""
         return await self.fetch(self.ready_statement(bool(exclude), limit),
                                 self.ready_params(partition_id, gate, limit, exclude),
                                 read=True)
@@ -204,6 +196,13 @@ class Driver:
         """:meth:`items_apply`, then ``then``'s statements (their rows returned too) in one
         round trip and transaction where :attr:`chains_writes`; NotImplementedError else."""
         raise NotImplementedError(f"{type(self).__name__} does not chain writes")
+
+    async def items_apply_spawning(self, writes: Sequence[ItemWrite], owner: str,
+                                   spawned: Sequence[tuple[int, NewRow]]) -> list[bool] | None:
+        """:meth:`items_apply` with the rows the applied writes spawn (each with its write's
+        place in ``writes``) and their partitions' counts, in one statement, where the
+        driver can; ``None``, writing nothing, else. Raises IntegrityError: an id is stored."""
+        return None
 
     async def items_insert_in(self, conn: AsyncConnection, rows: Sequence[NewRow], *,
                               spawned_by_reduce: int | None = None) -> None:

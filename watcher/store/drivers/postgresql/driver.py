@@ -35,6 +35,7 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -86,6 +87,19 @@ def _applied(rows: Sequence[Any], count: int) -> list[bool]:
     return [number in applied for number in range(1, count + 1)]
 
 
+def _insert_row(row: NewRow, spawned_by_reduce: int | None) -> list[Any]:
+    """One new item as :meth:`PostgreSQLDriver._insert_from` reads it from JSON."""
+    partition_id, item, parent = row
+    return [partition_id, item.id, item.gate or 0, item.data.hex(),
+            None if item.not_before is None else stored_time(item.not_before).isoformat(),
+            parent, spawned_by_reduce]
+
+
+def _json(rows: list[list[Any]]) -> str:
+    """``rows`` as one compact JSON array (encoded in C)."""
+    return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+
+
 def jsonb_param(name: str) -> ColumnElement[Any]:
     """A parameter sent as JSON text and read as ``jsonb``: no type on either path
     (SQLAlchemy's or the direct one) encodes the text a second time."""
@@ -95,6 +109,9 @@ def jsonb_param(name: str) -> ColumnElement[Any]:
 # The data one insert statement carries at most, before its JSON (hex doubles it): big
 # items go a few per statement, so no statement's text nears PostgreSQL's 1 GB.
 INSERT_CHUNK_BYTES = 8 * 1024 * 1024
+# The rows a spawning batch's one statement carries at most (and INSERT_CHUNK_BYTES of
+# data); past them, the batch goes in an engine transaction, its rows in chunks.
+SPAWN_AT_ONCE_ROWS = 10_000
 
 # SQLSTATE classes of a refused value: data exception, integrity constraint
 # violation, program limit exceeded (a value too large to handle).
@@ -203,30 +220,79 @@ class PostgreSQLDriver(DirectDriver[DirectStatements]):
         may hold more). Raises sqlalchemy.exc.IntegrityError: an id is stored already."""
         for chunk in sized_chunks(rows, INSERT_CHUNK, INSERT_CHUNK_BYTES,
                                   lambda row: len(row[1].data)):
-            await conn.execute(self._insert_statement, {"rows": json.dumps(
-                [[partition_id, item.id, item.gate or 0, item.data.hex(),
-                  None if item.not_before is None else stored_time(item.not_before).isoformat(),
-                  parent, spawned_by_reduce] for partition_id, item, parent in chunk],
-                ensure_ascii=False, separators=(",", ":"))})
+            await conn.execute(self._insert_statement, {"rows": _json(
+                [_insert_row(row, spawned_by_reduce) for row in chunk])})
 
     @functools.cached_property
     def _insert_statement(self) -> Insert:
-        """:meth:`items_insert_in`'s statement: available items, version 1, no attempt,
-        created (and updated) at the clock's time and ready then, or at their
-        ``not_before`` if later, from the JSON rows ``:rows``."""
-        items, now = self.statements.tables.items, self.statements.now
+        """:meth:`items_insert_in`'s statement, from the JSON rows ``:rows``."""
         source = func.jsonb_array_elements(jsonb_param("rows")).table_valued(
             column("value", JSONB)).render_derived(name="r")
-        row = source.c.value
-        not_before = cast(row[4].as_string(), items.c.retry_at.type)
+        return self._insert_from(source.c.value, 0, source)
+
+    def _insert_from(self, row: Any, first: int, source: Any) -> Insert:
+        """Insert available items, version 1, no attempt, created (and updated) at the
+        clock's time and ready then, or at their ``not_before`` if later: one per JSON
+        ``row`` of ``source``, whose elements from ``first`` on are :func:`_insert_row`'s."""
+        items, now = self.statements.tables.items, self.statements.now
+        at = [row[first + n] for n in range(7)]
+        not_before = cast(at[4].as_string(), items.c.retry_at.type)
         return insert(items).from_select(
             ["partition_id", "id", "version", "gate", "status", "data", "attempts",
              "retry_at", "created_at", "updated_at", "parent", "spawned_by_reduce"],
-            select(row[0].as_string(), row[1].as_string(), literal(1, Integer()),
-                   row[2].as_integer(), literal(AVAILABLE, Text()),
-                   func.decode(row[3].as_string(), "hex"), literal(0, Integer()),
+            select(at[0].as_string(), at[1].as_string(), literal(1, Integer()),
+                   at[2].as_integer(), literal(AVAILABLE, Text()),
+                   func.decode(at[3].as_string(), "hex"), literal(0, Integer()),
                    func.greatest(now, not_before), now, now,  # GREATEST skips a NULL
-                   row[5].as_string(), row[6].as_integer()))
+                   at[5].as_string(), at[6].as_integer()).select_from(source))
+
+    async def items_apply_spawning(self, writes: Sequence[ItemWrite], owner: str,
+                                   spawned: Sequence[tuple[int, NewRow]]) -> list[bool] | None:
+        """The batch ``UPDATE`` of :meth:`items_apply`, the insert of the rows the applied
+        writes spawn (each row names its write by its place in ``writes``: a write the
+        guard or the fence refused spawns nothing), and the partitions' ``spawned`` counts,
+        as one statement (:meth:`_build_spawning`): one round trip, atomic by itself, where
+        an engine transaction took a statement per partition and per chunk. Returns, per
+        write, whether it was applied; ``None``, sending nothing, when the rows are more than
+        :data:`SPAWN_AT_ONCE_ROWS` or their data more than ``INSERT_CHUNK_BYTES`` (they go
+        in chunks then), or a parking write replaces a wait.
+
+        Raises:
+            sqlalchemy.exc.IntegrityError: an id is stored already (nothing is written).
+            sqlalchemy.exc.DBAPIError: as :meth:`items_apply`.
+        """
+        if (len(spawned) > SPAWN_AT_ONCE_ROWS or replaced_rows(writes)
+                or sum(len(row[1].data) for _, row in spawned) > INSERT_CHUNK_BYTES):
+            return None
+        params = batch_params(writes, owner)
+        params["spawned"] = _json([[place, *_insert_row(row, None)] for place, row in spawned])
+        statement = self._spawning_statements[parks(writes)]
+        return _applied(await self.fetch(statement, params, read=False), len(writes))
+
+    @functools.cached_property
+    def _spawning_statements(self) -> dict[bool, Select[Any]]:
+        """:meth:`_build_spawning` for a batch without a parking write, and with one."""
+        return {parking: self._build_spawning(parking) for parking in (False, True)}
+
+    def _build_spawning(self, parking: bool) -> Select[Any]:
+        """The batch ``UPDATE`` (:meth:`_build_batch`) as a data-modifying ``WITH``, the
+        ``INSERT`` of the JSON rows ``:spawned`` whose write it applied (matched on their
+        place in the batch), and the ``UPDATE`` of their partitions' ``spawned`` counts by
+        the rows inserted; it returns the applied places, as the batch does."""
+        partitions = self.statements.tables.partitions
+        applied = (self.park_update if parking else self.batch_statement).cte("applied")
+        source = func.jsonb_array_elements(jsonb_param("spawned")).table_valued(
+            column("value", JSONB)).render_derived(name="s")
+        row = source.c.value
+        inserted = self._insert_from(row, 1, applied.join(
+            source, applied.c.n == row[0].as_integer())).returning(
+            self.statements.tables.items.c.partition_id).cte("inserted")
+        counts = (select(inserted.c.partition_id, func.count().label("added"))
+                  .group_by(inserted.c.partition_id).subquery("added"))
+        counted = (update(partitions).where(partitions.c.id == counts.c.partition_id)
+                   .values(spawned=partitions.c.spawned + counts.c.added)
+                   .returning(partitions.c.id).cte("counted"))
+        return select(applied.c.n).add_cte(inserted, counted)
 
     def _update_for(self, writes: Sequence[ItemWrite]) -> Update:
         """The batch UPDATE for ``writes``: the parking one when some write parks."""
