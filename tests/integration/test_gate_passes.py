@@ -13,8 +13,10 @@ from watcher import Result, Watcher, WatcherConfig, WorkItem
 
 # While a gate's results are still being written, a supervisor reads the gate again
 # once a poll has passed (by design: new items may have come). The poll here is long
-# enough that a write slowed by a busy machine does not add such a read to the count.
-FAST = {"poll_interval": 0.5, "lease_duration": 3.0}
+# enough that a write slowed by a busy machine does not add such a read to the count,
+# and the lease long enough that a renewal held up there does not lose it (a lease taken
+# again reads and closes again: the counts here are of one lease).
+FAST = {"poll_interval": 0.5, "lease_duration": 10.0}
 
 
 def counting(store: Any, counts: Counter[str], *names: str) -> Any:

@@ -8,10 +8,15 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
+from watcher.config import WatcherConfig
+from watcher.dispatch.context import PartitionContext
+from watcher.dispatch.gate_moves import GateMover
 from watcher.dispatch.in_hand import ItemsInHand
+from watcher.dispatch.writer import ResultWriter
 from watcher.leasing.closing import close_request, write_with_closes
 from watcher.leasing.lease import Lease
 from watcher.models import Status
@@ -136,3 +141,26 @@ async def test_the_lease_lock_is_let_go_when_the_write_fails() -> None:
     with pytest.raises(RuntimeError):
         await write_with_closes(Failing(), [_done("a")], "w", [request])  # type: ignore[arg-type]
     assert not lease.lock.locked() and not request.closed and not lease.close_refused
+
+
+async def test_one_close_at_a_time_waits_for_the_writers_answer() -> None:
+    """A close sent with results blocks a second one until the writer answers the first
+    (the second's results were read after it, so the first is refused or closes)."""
+    lease = _lease()
+    store = _Store(went=False)
+    store.closes_with_writes = True  # type: ignore[attr-defined]
+    store.time_to_record = lambda: NOW  # type: ignore[attr-defined]
+    gates = GateMover(PartitionContext(lease, store, None, WatcherConfig(), None),  # type: ignore[arg-type]
+                      reducer=None)  # type: ignore[arg-type]
+    in_hand = ItemsInHand()
+    in_hand.end_read(in_hand.begin_read(), [], wanted=4, now=1.0)  # the gate looked empty
+    first = gates.close_with([_done("a")], in_hand)
+    assert first is not None
+    assert gates.close_with([_done("b")], in_hand) is None, "the first is not answered yet"
+    writer = ResultWriter(store, "w", batch_size=10, buffer_items=10, buffer_bytes=1 << 20)  # type: ignore[arg-type]
+    answered = asyncio.Event()
+    writer.enqueue_many([_done("a")], lambda _: answered.set(), first)
+    await asyncio.wait_for(answered.wait(), timeout=5)
+    await writer.close(grace=1.0)
+    assert first.answered and lease.close_refused and store.sent == [[ANY]]
+    assert gates.close_with([_done("b")], in_hand) is None, "refused: not tried again"

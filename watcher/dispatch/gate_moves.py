@@ -64,6 +64,7 @@ class GateMover:
         self.reducer = reducer
         self._reduce_not_before = 0.0
         self._quorum_looked = float("-inf")  # monotonic time of the last quorum count
+        self._close_sent: CloseWithWrite | None = None  # the last close sent with results
 
     @property
     def partition_id(self) -> str:
@@ -196,14 +197,18 @@ class GateMover:
         """The close to send with ``writes`` when they are the gate's last results as far
         as the supervisor knows (``in_hand`` holds only queued results:
         :meth:`~watcher.dispatch.in_hand.ItemsInHand.only_results`;
-        :func:`~watcher.leasing.closing.close_request`), or ``None``: also where the
-        partition closes by hand, its end writes an event, or the store cannot send a
-        close with results (:attr:`~watcher.store.Store.closes_with_writes`)."""
+        :func:`~watcher.leasing.closing.close_request`), or ``None``: also while the last
+        close sent waits for its writer's answer (items read since were not in it: one
+        close at a time), where the partition closes by hand, its end writes an event, or
+        the store cannot send a close with results (:attr:`~watcher.store.Store.
+        closes_with_writes`)."""
+        sent = self._close_sent
         if (not self.config.auto_close or self.notifies or not self.store.closes_with_writes
-                or not in_hand.only_results()):
+                or not in_hand.only_results() or (sent is not None and not sent.answered)):
             return None
-        return close_request(self.lease, writes, len(in_hand), self.store.time_to_record(),
-                             time.monotonic())
+        self._close_sent = close_request(self.lease, writes, len(in_hand),
+                                         self.store.time_to_record(), time.monotonic())
+        return self._close_sent
 
     def closed_with_write(self, request: CloseWithWrite) -> None:
         """``request``'s close went through with its results: the partition is complete."""

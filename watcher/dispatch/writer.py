@@ -380,6 +380,8 @@ def _answer_all(entry: _Entry, error: BaseException) -> None:
 def _answer(entry: _Entry) -> None:
     """Report an entry's outcomes to its waiter; a waiter that raises is logged, never
     the writer's end."""
+    if entry.close is not None:
+        entry.close.answered = True
     try:
         entry.done(entry.outcomes)
     except Exception:

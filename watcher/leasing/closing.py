@@ -33,7 +33,8 @@ class CloseWithWrite:
 
     ``timeline`` is the timeline the close writes, with ``progress`` counted in it;
     ``failures_allowed`` is the partition's ``on_item_failure="continue"``.
-    ``version`` is the partition's version after the close, once it closed.
+    ``version`` is the partition's version after the close, once it closed;
+    ``answered``: the writer has answered the writes it goes with (sent or not).
     """
 
     lease: Lease
@@ -42,6 +43,7 @@ class CloseWithWrite:
     timeline: str
     progress: Progress
     version: int | None = None
+    answered: bool = False
 
     @property
     def closed(self) -> bool:
