@@ -6,12 +6,14 @@ no pymssql. There the client imports, ``processor migrate`` and ``processor demo
 SQLite, and a MariaDB or SQL Server URL is one line naming the extra to install.
 
 Slow-ish (one ``pip install`` of the project, about half a minute with pip's cache warm):
-the venv is built once per run, for every test here. A machine where pip cannot install
-the dependencies (no index, no cache) skips these tests locally and fails them under CI.
+the venv is built once per run, for every test here, whichever test process runs them.
+A machine where pip cannot install the dependencies (no index, no cache) skips these
+tests locally and fails them under CI.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -34,9 +36,28 @@ def _run(command: list[str], cwd: Path, timeout: float = 300) -> subprocess.Comp
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv holding ``pip install <this checkout>``, no extras; its bin folder."""
-    root = tmp_path_factory.mktemp("plain-install")
+def venv(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A fresh venv holding ``pip install <this checkout>``, no extras; its bin folder.
+
+    Built once per run: the test processes (pytest-xdist workers) share the run's
+    folder, and the first to get its lock builds the venv there for the others.
+    """
+    if worker_id == "master":  # one process: this module's folder is the run's
+        return _built(tmp_path_factory.mktemp("plain-install"))
+    shared = tmp_path_factory.getbasetemp().parent / "plain-install"
+    shared.mkdir(exist_ok=True)
+    with (shared / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (shared / "built").exists():
+            return shared / "venv" / "bin"
+        bin_dir = _built(shared)
+        (shared / "built").touch()
+        return bin_dir
+
+
+def _built(root: Path) -> Path:
+    """``root / "venv"`` made and holding this checkout; its bin folder. Skips (fails
+    under CI) where pip cannot install it."""
     done = _run([sys.executable, "-m", "venv", str(root / "venv")], root)
     assert done.returncode == 0, done.stderr[-2000:]
     bin_dir = root / "venv" / "bin"
