@@ -103,6 +103,8 @@ class SpawnsStore(StoreBase):
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write.
         """
+        if not self.driver.chains_writes:  # no statement feeds another: nothing to try
+            return None
         spawns = [(write.partition_id, write.item_id, write.spawn) for write in writes
                   if write.spawn]
         try:
