@@ -4,7 +4,8 @@ A processor that routes by pipeline (``processor run --routes``,
 docs/how-to/pipelines.md) serves a set of (pipeline, version, gate) places: the
 places its routes give a handler URL. It passes them to its watcher as a
 :class:`ServedPipelines` (:attr:`watcher.config.WatcherConfig.pipelines`); ``None``
-there serves everything, as a library watcher and ``--handler-url`` alone do.
+there serves everything, as a library watcher does (``--handler-url`` alone serves the
+``default`` pipeline: every version and gate of it).
 
 - The lease reads (:meth:`watcher.store.Store.leases_read_free`, ``leases_of_owner``)
   return only the partitions at a served place, so a processor never leases one it

@@ -291,6 +291,7 @@ def run(
         HttpProcessorConfig,
         parse_header,
     )
+    from processor.http.routes import single_route
     from processor.notify.policy import NotifyConfig, secret_from_environment
     from processor.notify.targets import check_default_url
     from processor.observe.tracing import configure_from_env
@@ -343,7 +344,9 @@ def run(
             max_inflight_per_key=max_inflight_per_key, rate_limit=rate_limit,
             rate_limit_per_key=rate_limit_per_key, handler_name=(
                 "default" if routes is not None else service_name(handler_url)),
-            pipelines=None if routes is None else routes.served(),
+            # --handler-url alone is the default pipeline, every gate to that one URL: a
+            # partition of another pipeline waits for a processor whose routes serve it.
+            pipelines=(routes or single_route(handler_url)).served(),
             max_snooze=snooze_cap(retention_config), wait_timeout_policy=wait_timeout_policy,
             notify_default=notify_default),
         http=HttpProcessorConfig(

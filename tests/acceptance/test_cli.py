@@ -93,6 +93,34 @@ async def test_migrate_run_status(migrated, tmp_path) -> None:
     assert table.returncode == 0 and "job" in table.stdout and "complete" in table.stdout
 
 
+async def test_handler_url_alone_serves_the_default_pipeline_only(migrated, tmp_path) -> None:
+    """``--handler-url`` alone is the ``default`` pipeline, every version and gate to its
+    one URL: a partition of another pipeline is never leased nor called there, and waits
+    shown as unserved, while the default pipeline's partitions (versioned or not) run."""
+    db_url, prefix = migrated
+    where = ("--db-url", db_url, "--table-prefix", prefix)
+    handler = TwoGateHandler()
+    async with AsyncClient(db_url, prefix) as client, serve_app(handler) as base_url:
+        await client.create_partition("plain", [NewItem("a", b"x"), NewItem("b", b"y")])
+        await client.create_partition("pinned", [NewItem("a", b"z")], pipeline_version="v7")
+        await client.create_partition("inv", [NewItem("a", b"w")], pipeline="invoices")
+        async with processor_run(tmp_path, "plain-url", "--handler-url", f"{base_url}/",
+                                 *where, *FAST, health_port=free_port()):
+            for done in ("plain", "pinned"):
+                assert (await client.wait(done, timeout=30)).status == "complete"
+            shown = run_cli("processors", *where, "--json")
+            assert shown.returncode == 0, shown.stderr
+            assert [row["serves"] for row in json.loads(shown.stdout)] == [
+                [{"pipeline": "default", "version": None, "gates": None}]], shown.stdout
+            # Leased in the same reads as the two above, were it served.
+            info = await client.partition("inv")
+            assert info.status == "available" and info.owner == "", info
+            status = run_cli("status", *where, "--json")
+            rows = {row["id"]: row for row in json.loads(status.stdout)}
+            assert rows["inv"]["unserved"] is True and rows["plain"]["unserved"] is False
+    assert {call.partition_id for call in handler.calls} == {"plain", "pinned"}
+
+
 async def test_run_reduces_a_gate_and_result_prints_it(migrated, tmp_path) -> None:
     from handlers.examples import resumes, samples
 
