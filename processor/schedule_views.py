@@ -43,7 +43,7 @@ def schedule_dict(info: ScheduleInfo) -> dict[str, Any]:
         "reduce_gates": sorted(settings.reduce_gates),
         "on_item_failure": "continue" if settings.continue_on_failure else "fail",
         "priority": settings.priority,
-        "key": settings.flow_key or None,
+        "key": settings.key or None,
         "notify": None if settings.notify is None else redact_url(settings.notify),
         "pipeline": settings.pipeline,
         "pipeline_version": settings.pipeline_version,

@@ -343,8 +343,8 @@ def created_text(partition_id: str, count: int, first_gate: int,
     """What ``processor create`` did, in one line: its items, and each setting that is
     not the default (key, priority, quorums, start time, reduce gates, failure policy)."""
     text = f"created partition {partition_id!r} with {plural(count, 'item')}"
-    if settings.flow_key:
-        text += f" under key {settings.flow_key!r}"
+    if settings.key:
+        text += f" under key {settings.key!r}"
     if first_gate:
         text += f", starting at gate {first_gate}"
     if settings.reduce_gates:

@@ -133,8 +133,8 @@ class PartitionSettings:
     trace_context: str | None = None
     # From -10 to 10 (watcher.rules.priority): higher is leased first.
     priority: int = 0
-    # The concurrency key (a tenant); '' for none.
-    flow_key: str = ""
+    # The concurrency key (a tenant); '' for none. Stored as partitions.flow_key.
+    key: str = ""
     # Its place in the lease queue (rank_at, as seconds): turns at a processor's freed
     # slots go in this order too, so priority and fairness hold within a processor.
     queue_order: float = 0.0

@@ -98,7 +98,7 @@ class Ticker:
             next_at = plan.next_at if last else plan.fire[position + 1]
             step = DueSchedule(schedule.name, version, schedule.timing, schedule.catch_up,
                                schedule.no_overlap, schedule.anchor, schedule.after,
-                               last_partition, schedule.flow_key)
+                               last_partition, schedule.key)
             outcome = await self.store.schedule_tick(step, tick, next_at, create=True)
             outcomes.append(outcome)
             partition_id = tick_partition_id(schedule.name, tick)

@@ -357,8 +357,8 @@ class Watcher:
 
     def _held_keys(self) -> set[str]:
         """The concurrency keys of the partitions held now."""
-        return {lease.settings.flow_key for lease in self.keeper.leases.values()
-                if lease.settings.flow_key}
+        return {lease.settings.key for lease in self.keeper.leases.values()
+                if lease.settings.key}
 
     async def stop(self) -> None:
         """Stop gracefully and wait until done. Safe to call more than once."""

@@ -230,32 +230,6 @@ DELETE
   FROM flow_grants
  WHERE flow_grants.owner = %s;
 
--- name: flow_key_limits
-SELECT flow_controls.name,
-       flow_controls.max_inflight
-  FROM flow_controls
- WHERE flow_controls.scope = %s
-   AND flow_controls.name IN (%s, ...)
-   AND flow_controls.max_inflight IS NOT NULL;
-
--- name: flow_key_prepare (1)
-SELECT flow_controls.version
-  FROM flow_controls
- WHERE flow_controls.scope = %s
-   AND flow_controls.name = %s;
-
--- name: flow_key_prepare (2)
-INSERT INTO flow_controls (scope, name, version, updated_at)
-VALUES (%s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
-
--- name: flow_key_rates
-SELECT flow_controls.name,
-       flow_controls.rate_limit
-  FROM flow_controls
- WHERE flow_controls.scope = %s
-   AND flow_controls.name IN (%s, ...)
-   AND flow_controls.rate_limit IS NOT NULL;
-
 -- name: flow_limits_set (1)
 SELECT flow_controls.version
   FROM flow_controls
@@ -886,6 +860,32 @@ SELECT items.id,
  ORDER BY items.retry_at,
           items.id
  LIMIT %s;
+
+-- name: key_limits
+SELECT flow_controls.name,
+       flow_controls.max_inflight
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name IN (%s, ...)
+   AND flow_controls.max_inflight IS NOT NULL;
+
+-- name: key_prepare (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name = %s;
+
+-- name: key_prepare (2)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (%s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)));
+
+-- name: key_rates
+SELECT flow_controls.name,
+       flow_controls.rate_limit
+  FROM flow_controls
+ WHERE flow_controls.scope = %s
+   AND flow_controls.name IN (%s, ...)
+   AND flow_controls.rate_limit IS NOT NULL;
 
 -- name: leader_release
 UPDATE leaders

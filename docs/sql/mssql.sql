@@ -217,32 +217,6 @@ DELETE
   FROM flow_grants
  WHERE flow_grants.owner = %(owner_n)s;
 
--- name: flow_key_limits
-SELECT flow_controls.name,
-       flow_controls.max_inflight
-  FROM flow_controls
- WHERE flow_controls.scope = %(scope_n)s
-   AND flow_controls.name IN (%(name_1_n)s, ...)
-   AND flow_controls.max_inflight IS NOT NULL;
-
--- name: flow_key_prepare (1)
-SELECT flow_controls.version
-  FROM flow_controls
- WHERE flow_controls.scope = %(scope_n)s
-   AND flow_controls.name = %(name_n)s;
-
--- name: flow_key_prepare (2)
-INSERT INTO flow_controls (scope, name, version, updated_at)
-VALUES (%(scope)s, %(name)s, %(version)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
-
--- name: flow_key_rates
-SELECT flow_controls.name,
-       flow_controls.rate_limit
-  FROM flow_controls
- WHERE flow_controls.scope = %(scope_n)s
-   AND flow_controls.name IN (%(name_1_n)s, ...)
-   AND flow_controls.rate_limit IS NOT NULL;
-
 -- name: flow_limits_set (1)
 SELECT flow_controls.version
   FROM flow_controls
@@ -834,6 +808,32 @@ SELECT TOP 10 items.id,
    AND items.retry_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
  ORDER BY items.retry_at,
           items.id;
+
+-- name: key_limits
+SELECT flow_controls.name,
+       flow_controls.max_inflight
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name IN (%(name_1_n)s, ...)
+   AND flow_controls.max_inflight IS NOT NULL;
+
+-- name: key_prepare (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name = %(name_n)s;
+
+-- name: key_prepare (2)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (%(scope)s, %(name)s, %(version)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()));
+
+-- name: key_rates
+SELECT flow_controls.name,
+       flow_controls.rate_limit
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_n)s
+   AND flow_controls.name IN (%(name_1_n)s, ...)
+   AND flow_controls.rate_limit IS NOT NULL;
 
 -- name: leader_release
 UPDATE leaders

@@ -230,32 +230,6 @@ DELETE
   FROM flow_grants
  WHERE flow_grants.owner = %(owner_1)s::VARCHAR;
 
--- name: flow_key_limits
-SELECT flow_controls.name,
-       flow_controls.max_inflight
-  FROM flow_controls
- WHERE flow_controls.scope = %(scope_1)s::VARCHAR
-   AND flow_controls.name IN (%(name_1_1)s::VARCHAR, ...)
-   AND flow_controls.max_inflight IS NOT NULL;
-
--- name: flow_key_prepare (1)
-SELECT flow_controls.version
-  FROM flow_controls
- WHERE flow_controls.scope = %(scope_1)s::VARCHAR
-   AND flow_controls.name = %(name_1)s::VARCHAR;
-
--- name: flow_key_prepare (2)
-INSERT INTO flow_controls (scope, name, version, updated_at)
-VALUES (%(scope)s::VARCHAR, %(name)s::VARCHAR, %(version)s::INTEGER, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
-
--- name: flow_key_rates
-SELECT flow_controls.name,
-       flow_controls.rate_limit
-  FROM flow_controls
- WHERE flow_controls.scope = %(scope_1)s::VARCHAR
-   AND flow_controls.name IN (%(name_1_1)s::VARCHAR, ...)
-   AND flow_controls.rate_limit IS NOT NULL;
-
 -- name: flow_limits_set (1)
 SELECT flow_controls.version
   FROM flow_controls
@@ -952,6 +926,32 @@ SELECT items.id,
  ORDER BY items.retry_at,
           items.id
  LIMIT %(param_1)s::INTEGER;
+
+-- name: key_limits
+SELECT flow_controls.name,
+       flow_controls.max_inflight
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name IN (%(name_1_1)s::VARCHAR, ...)
+   AND flow_controls.max_inflight IS NOT NULL;
+
+-- name: key_prepare (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name = %(name_1)s::VARCHAR;
+
+-- name: key_prepare (2)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (%(scope)s::VARCHAR, %(name)s::VARCHAR, %(version)s::INTEGER, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')));
+
+-- name: key_rates
+SELECT flow_controls.name,
+       flow_controls.rate_limit
+  FROM flow_controls
+ WHERE flow_controls.scope = %(scope_1)s::VARCHAR
+   AND flow_controls.name IN (%(name_1_1)s::VARCHAR, ...)
+   AND flow_controls.rate_limit IS NOT NULL;
 
 -- name: leader_release
 UPDATE leaders

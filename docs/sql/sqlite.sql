@@ -243,32 +243,6 @@ DELETE
   FROM flow_grants
  WHERE flow_grants.owner = ?;
 
--- name: flow_key_limits
-SELECT flow_controls.name,
-       flow_controls.max_inflight
-  FROM flow_controls
- WHERE flow_controls.scope = ?
-   AND flow_controls.name IN (?, ...)
-   AND flow_controls.max_inflight IS NOT NULL;
-
--- name: flow_key_prepare (1)
-SELECT flow_controls.version
-  FROM flow_controls
- WHERE flow_controls.scope = ?
-   AND flow_controls.name = ?;
-
--- name: flow_key_prepare (2)
-INSERT INTO flow_controls (scope, name, version, updated_at)
-VALUES (?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
-
--- name: flow_key_rates
-SELECT flow_controls.name,
-       flow_controls.rate_limit
-  FROM flow_controls
- WHERE flow_controls.scope = ?
-   AND flow_controls.name IN (?, ...)
-   AND flow_controls.rate_limit IS NOT NULL;
-
 -- name: flow_limits_set (1)
 SELECT flow_controls.version
   FROM flow_controls
@@ -913,6 +887,32 @@ SELECT items.id,
           items.id
  LIMIT ?
 OFFSET ?;
+
+-- name: key_limits
+SELECT flow_controls.name,
+       flow_controls.max_inflight
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name IN (?, ...)
+   AND flow_controls.max_inflight IS NOT NULL;
+
+-- name: key_prepare (1)
+SELECT flow_controls.version
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name = ?;
+
+-- name: key_prepare (2)
+INSERT INTO flow_controls (scope, name, version, updated_at)
+VALUES (?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')));
+
+-- name: key_rates
+SELECT flow_controls.name,
+       flow_controls.rate_limit
+  FROM flow_controls
+ WHERE flow_controls.scope = ?
+   AND flow_controls.name IN (?, ...)
+   AND flow_controls.rate_limit IS NOT NULL;
 
 -- name: leader_release
 UPDATE leaders

@@ -198,7 +198,7 @@ class IngestApi:
         view = {"id": partition_id, "items": spool.count, "first_gate": spool.first_gate or 0,
                 "reduce_gates": sorted(settings.reduce_gates),
                 "on_item_failure": "continue" if settings.continue_on_failure else "fail",
-                "key": settings.flow_key or None, "priority": settings.priority,
+                "key": settings.key or None, "priority": settings.priority,
                 "quorum": {str(gate): k for gate, k in settings.quorum} or None,
                 "notify": settings.notify, "start_at": timestamp(start_at),
                 "pipeline": settings.pipeline, "pipeline_version": settings.pipeline_version}

@@ -141,9 +141,9 @@ class RequestDigest:
         without them has the digest it had before they existed."""
         self._hash.update(b"\n" + json.dumps(
             [sorted(settings.reduce_gates), settings.continue_on_failure]).encode())
-        if settings.flow_key or settings.priority or start_at is not None:
+        if settings.key or settings.priority or start_at is not None:
             self._hash.update(b"\n" + json.dumps(
-                [settings.flow_key, settings.priority,
+                [settings.key, settings.priority,
                  None if start_at is None else start_at.isoformat()]).encode())
         if settings.quorum:
             self._hash.update(b"\nquorum " + json.dumps(settings.quorum).encode())

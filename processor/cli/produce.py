@@ -153,7 +153,7 @@ def create(
             "id": partition_id, "items": count, "first_gate": first_gate,
             "reduce_gates": sorted(settings.reduce_gates),
             "on_item_failure": "continue" if settings.continue_on_failure else "fail",
-            "key": settings.flow_key or None, "priority": settings.priority,
+            "key": settings.key or None, "priority": settings.priority,
             "quorum": {str(gate): k for gate, k in settings.quorum} or None,
             "notify": settings.notify, "pipeline": settings.pipeline,
             "pipeline_version": settings.pipeline_version,

@@ -196,7 +196,7 @@ def check_settings(partition_id: str, reduce_gates: Iterable[int],
     assert isinstance(priority, int)
     return PartitionSettings(frozenset(gates),
                              on_item_failure == ItemFailurePolicy.CONTINUE.value,
-                             priority=priority, flow_key=checked_key(key),
+                             priority=priority, key=checked_key(key),
                              quorum=check_quorum(partition_id, quorum),
                              notify=check_notify_url(partition_id, notify),
                              pipeline=check_pipeline(partition_id, "pipeline", pipeline),

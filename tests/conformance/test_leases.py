@@ -395,11 +395,11 @@ async def test_a_full_backlog_takes_only_what_would_start_before_it(store) -> No
 
     for n in range(12):  # a tenant's burst: its key's clock spreads their places
         await store.partition_create(f"p{n:02}", [NewItem("i", b"x")],
-                                     PartitionSettings(flow_key="tenant-a"))
+                                     PartitionSettings(key="tenant-a"))
     (ordinary, *_) = await store.leases_read_free(1)
     await store.partition_create("urgent", [NewItem("i", b"x")], PartitionSettings(priority=5))
     await store.partition_create("tenant", [NewItem("i", b"x")],
-                                 PartitionSettings(flow_key="tenant-b"))
+                                 PartitionSettings(key="tenant-b"))
     backlog = Backlog(waiting=4, last_order=ordinary.settings.queue_order,
                       held_keys=frozenset({"tenant-a"}))
     keeper = LeaseKeeper(store, WatcherConfig(owner_id="me", lease_batch=2),

@@ -271,7 +271,7 @@ async def test_the_digest_of_an_old_request_is_unchanged_and_flow_settings_count
         "k", "application/json", b"{}", [1], True)
     keyed = RequestDigest("k", "application/json")
     keyed.update(b"{}")
-    assert keyed.settle(PartitionSettings(frozenset({1}), True, flow_key="a")) != (
+    assert keyed.settle(PartitionSettings(frozenset({1}), True, key="a")) != (
         _old_digest("k", "application/json", b"{}", [1], True))
     body = {"key": "acme", "items": []}
     key = {"idempotency-key": "order-1"}

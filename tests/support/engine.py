@@ -91,8 +91,8 @@ async def create_one_item_partitions(store: Store, ids: Sequence[str],
     statements, in the same order), without a commit per partition, which made a
     burst of 2,000 take 10-20 s of a test. Setup only: the creates themselves are
     tested one by one."""
-    if settings.flow_key:
-        await store.flow_key_prepare(settings.flow_key)
+    if settings.key:
+        await store.key_prepare(settings.key)
     items = [NewItem("i", data, 0)]
     async with store._write() as conn:
         for partition_id in ids:

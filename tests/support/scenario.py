@@ -264,7 +264,7 @@ async def _drive_schedules(store: Store) -> None:
 
     await store.schedule_add(NewSchedule("s1", Timing(every=3600.0), no_overlap=True,
                                          items=(NewItem("i", b"1"),),
-                                         settings=PartitionSettings(flow_key="tenant")))
+                                         settings=PartitionSettings(key="tenant")))
     info = await store.schedule_get("s1")
     assert info is not None
     await store.schedules_list(after=None, limit=10)
@@ -343,18 +343,18 @@ async def _drive_flow(store: Store) -> None:
     and scheduled), a key's limits, the grants of its in-flight limit, pauses of a key
     and of the fleet, the rows listed, a rate limit's bucket and a handler's hold."""
     await store.partition_create("k1", [NewItem("a", b"")],
-                                 PartitionSettings(priority=5, flow_key="tenant"))
+                                 PartitionSettings(priority=5, key="tenant"))
     later = datetime.now(UTC) + timedelta(days=1)
     await store.partition_create("k2", [NewItem("a", b"")],
-                                 PartitionSettings(flow_key="tenant"), start_at=later)
+                                 PartitionSettings(key="tenant"), start_at=later)
     assert "k2" not in {row.id for row in await store.leases_read_free(50)}, "not before its start"
-    await store.flow_key_prepare("tenant")  # it exists already: nothing is written
+    await store.key_prepare("tenant")  # it exists already: nothing is written
     with pytest.raises(KeyNotFoundError):
         await store.flow_limits_set(FlowScope.KEY, "no such key", max_inflight=1)
     await store.flow_limits_set(FlowScope.KEY, "tenant", max_inflight=2, rate_limit=5.0)
     await store.flow_limits_set(FlowScope.HANDLER, "h", rate_limit=1.0, define=True)
-    assert await store.flow_key_limits(["tenant", "k-none"]) == {"tenant": 2}
-    assert await store.flow_key_rates(["tenant", "k-none"]) == {"tenant": 5.0}
+    assert await store.key_limits(["tenant", "k-none"]) == {"tenant": 2}
+    assert await store.key_rates(["tenant", "k-none"]) == {"tenant": 5.0}
     # Grants: all that is free; none beside it (a row that wants); an even share kept
     # while another wants (an update); a grant of nothing removed.
     assert (await store.flow_grant("tenant", "w1", limit=2, wanted=3, in_use=0,

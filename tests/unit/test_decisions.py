@@ -118,9 +118,9 @@ def test_backlog_room_fills_two_lease_batches_of_waiting_partitions() -> None:
     (PartitionSettings(queue_order=100.0), Backlog(32, 100.0), False),
     (PartitionSettings(queue_order=110.0), Backlog(32, 100.0), False),
     (PartitionSettings(queue_order=0.0), Backlog(0, None), False),
-    (PartitionSettings(flow_key="b", queue_order=110.0),
+    (PartitionSettings(key="b", queue_order=110.0),
      Backlog(32, 100.0, frozenset({"a"})), True),
-    (PartitionSettings(flow_key="a", queue_order=110.0),
+    (PartitionSettings(key="a", queue_order=110.0),
      Backlog(32, 100.0, frozenset({"a"})), False),
 ], ids=["a better place in the queue", "the same turn step", "a later place",
         "nothing waits", "a key none of its partitions has", "a key it holds already"])

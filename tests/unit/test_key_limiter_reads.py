@@ -25,7 +25,7 @@ class LimitsStore:
         self.reading = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def flow_key_limits(self, keys: list[str]) -> dict[str, int]:
+    async def key_limits(self, keys: list[str]) -> dict[str, int]:
         self.reads.append(list(keys))
         if len(self.reads) == 1:
             self.reading.set()

@@ -86,7 +86,7 @@ class KeyLimiter:
         if not self.pools:
             return
         keys = list(self.pools)
-        set_limits = await self.store.flow_key_limits(keys)
+        set_limits = await self.store.key_limits(keys)
         default = self.config.max_inflight_per_key
         for key in keys:
             pool = self.pools.get(key)

@@ -221,7 +221,7 @@ class FlowControl:
         if service is not None:
             limits = [RoutedLimit(lambda: self.hold_for(service())),
                       RoutedLimit(lambda: self.rates.service_pool(service()))]
-        key = settings.flow_key
+        key = settings.key
         if key:
             limits += [self.keys.pool(key), self.rates.key_pool(key)]
         return FlowSlots(shared, limits, self._clock, key)

@@ -262,7 +262,7 @@ class RateLimiter:
             if left > 0:
                 pool.block(now + left)
         keys = sorted(self.keys)
-        rates = await self.store.flow_key_rates(keys) if keys else {}
+        rates = await self.store.key_rates(keys) if keys else {}
         held = set(held_keys())
         for key in [key for key in self.keys if key not in held]:
             del self.keys[key]

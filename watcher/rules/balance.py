@@ -73,7 +73,7 @@ def goes_ahead(settings: PartitionSettings, backlog: Backlog) -> bool:
     (keys holding no slots go first, :class:`watcher.flow.slots.SlotPool`). Such a partition
     is taken even when the backlog is full, so priority and tenant fairness hold
     across the free partitions as they do across the held ones."""
-    if settings.flow_key and settings.flow_key not in backlog.held_keys:
+    if settings.key and settings.key not in backlog.held_keys:
         return True
     return backlog.last_order is not None and settings.queue_order < backlog.last_order
 

@@ -54,4 +54,4 @@ class DueSchedule:
     anchor: datetime
     after: datetime
     last_partition: str | None
-    flow_key: str = ""
+    key: str = ""  # the concurrency key its partitions get; '' for none

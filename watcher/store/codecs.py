@@ -160,12 +160,12 @@ def to_lease_row(row: Sequence[Any]) -> LeaseRow:
     :data:`watcher.store.sql.leases.LEASE_COLUMNS` (any after them left), as a
     :class:`LeaseRow`."""
     (pid, version, gate, owner, reduce_gates, on_item_failure, trace_context, priority,
-     flow_key, rank_at, timeline, quorum, notify, pipeline,
+     key, rank_at, timeline, quorum, notify, pipeline,
      pipeline_version) = row[:len(LEASE_COLUMNS)]
     settings = settings_of(reduce_gates, on_item_failure, trace_context, quorum)
     order = 0.0 if rank_at is None else turn_order(rank_at.replace(tzinfo=UTC))
     return LeaseRow(pid, version, gate, owner,
-                    replace(settings, priority=priority, flow_key=flow_key, queue_order=order,
+                    replace(settings, priority=priority, key=key, queue_order=order,
                             notify=notify, pipeline=pipeline,
                             pipeline_version=pipeline_version),
                     timeline=timeline, timeline_read=True)

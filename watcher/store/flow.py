@@ -77,7 +77,7 @@ class FlowStore(StoreBase):
         except IntegrityError:
             pass
 
-    async def flow_key_prepare(self, key: str) -> None:
+    async def key_prepare(self, key: str) -> None:
         """Make key ``key``'s row, so a create can move its clock (idempotent)."""
         await self._flow_row(FlowScope.KEY, key)
 
@@ -148,7 +148,7 @@ class FlowStore(StoreBase):
         return [FlowControlInfo(row.scope, row.name, row.max_inflight, row.rate_limit,
                                 row.paused_at, row.blocked_until) for row in rows]
 
-    async def flow_key_limits(self, keys: Sequence[str]) -> dict[str, int]:
+    async def key_limits(self, keys: Sequence[str]) -> dict[str, int]:
         """The in-flight limits operators set for ``keys`` (keys with none are left out),
         in one read."""
         return {key: int(limit) for key, limit in
@@ -237,7 +237,7 @@ class FlowStore(StoreBase):
                        g.c.until > self.statements.now).order_by(g.c.owner))
             return [(owner, slots, wanted) for owner, slots, wanted in rows]
 
-    async def flow_key_rates(self, keys: Sequence[str]) -> dict[str, float]:
+    async def key_rates(self, keys: Sequence[str]) -> dict[str, float]:
         """The rate limits operators set for ``keys`` (keys with none are left out)."""
         return {key: float(rate) for key, rate in
                 (await self._key_settings(keys, "rate_limit")).items()}

@@ -88,8 +88,8 @@ class PartitionsStore(FlowStore):
             sqlalchemy.exc.IntegrityError: two item ids the database takes for one
                 (nothing is written).
         """
-        if settings.flow_key:
-            await self.flow_key_prepare(settings.flow_key)
+        if settings.key:
+            await self.key_prepare(settings.key)
         try:
             async with self._write() as conn:
                 if await self._existing_digest(conn, partition_id, request_digest):
@@ -111,7 +111,7 @@ class PartitionsStore(FlowStore):
                                 request_digest: str | None = None,
                                 start_at: datetime | None = None) -> None:
         """Insert the partition row (no items) and its timeline row (empty), in
-        ``conn``'s transaction; a key's row must exist (:meth:`flow_key_prepare`).
+        ``conn``'s transaction; a key's row must exist (:meth:`key_prepare`).
 
         Raises:
             sqlalchemy.exc.IntegrityError: a partition with this id exists.
@@ -125,7 +125,7 @@ class PartitionsStore(FlowStore):
             until=now if start_at is None else stored_time(start_at),
             created_at=now, updated_at=now, priority=settings.priority,
             rank_at=await self._rank_at(conn, settings, start_at),
-            flow_key=settings.flow_key,
+            flow_key=settings.key,
             reduce_gates=encode_reduce_gates(settings.reduce_gates),
             on_item_failure=policy.value, request_digest=request_digest,
             trace_context=settings.trace_context, quorum=encode_quorum(settings.quorum),
@@ -142,8 +142,8 @@ class PartitionsStore(FlowStore):
         transaction; else the store's clock."""
         if start_at is not None:
             return rank_at(stored_time(start_at), settings.priority)
-        if settings.flow_key:
-            start = await key_clock_advance(conn, self.statements, settings.flow_key)
+        if settings.key:
+            start = await key_clock_advance(conn, self.statements, settings.key)
             return rank_at(start, settings.priority)
         back = -head_start(settings.priority).total_seconds()
         # First come, first served even within one tick of the clock: after any open

@@ -55,7 +55,7 @@ def _timing(row: Any) -> Timing:
 def _settings(row: Any) -> PartitionSettings:
     base = settings_of(row.reduce_gates, row.on_item_failure)
     return PartitionSettings(base.reduce_gates, base.continue_on_failure,
-                             priority=row.priority, flow_key=row.flow_key,
+                             priority=row.priority, key=row.flow_key,
                              notify=row.notify, pipeline=row.pipeline,
                              pipeline_version=row.pipeline_version)
 
@@ -98,7 +98,7 @@ class SchedulesStore(PartitionsStore):
                     items=encode_items(schedule.items), item_count=len(schedule.items),
                     reduce_gates=encode_reduce_gates(settings.reduce_gates),
                     on_item_failure=policy.value, priority=settings.priority,
-                    flow_key=settings.flow_key, notify=settings.notify,
+                    flow_key=settings.key, notify=settings.notify,
                     pipeline=settings.pipeline, pipeline_version=settings.pipeline_version,
                     created_at=now, counted_from=now,
                     next_at=next_tick(schedule.timing, anchor_of(now), now),
@@ -200,7 +200,7 @@ class SchedulesStore(PartitionsStore):
             catch_up=CatchUp(row.catch_up), no_overlap=bool(row.no_overlap),
             anchor=anchor_of(row.created_at),
             after=max(row.counted_from, row.last_tick or row.counted_from),
-            last_partition=row.last_partition, flow_key=row.flow_key) for row in rows]
+            last_partition=row.last_partition, key=row.flow_key) for row in rows]
 
     async def schedule_tick(self, due: DueSchedule, tick: datetime | None,
                             next_at: datetime, *, create: bool) -> TickOutcome:
@@ -213,8 +213,8 @@ class SchedulesStore(PartitionsStore):
         partition is still open (:attr:`TickOutcome.OVERLAP`).
         """
         s, p = self.tables.schedules, self.tables.partitions
-        if create and due.flow_key:
-            await self.flow_key_prepare(due.flow_key)
+        if create and due.key:
+            await self.key_prepare(due.key)
         async with self._write() as conn:
             values: dict[str, Any] = {"next_at": next_at}
             if tick is not None:

@@ -115,13 +115,14 @@ class Statements:
         return exists().where(p.c.id == partition_id,
                               or_(p.c.paused_at.is_not(None), self.flow_paused(p.c.flow_key)))
 
-    def flow_paused(self, flow_key: ColumnElement[Any]) -> Exists:
-        """Whether the fleet, or the key ``flow_key``, is paused (a flow control row)."""
+    def flow_paused(self, key: ColumnElement[Any]) -> Exists:
+        """Whether the fleet, or the concurrency key in ``key`` (a ``partitions.flow_key``
+        column), is paused (a flow control row)."""
         c = self.tables.flow_controls
         return exists().where(
             c.c.paused_at.is_not(None),
             or_(and_(c.c.scope == FlowScope.FLEET.value, c.c.name == ""),
-                and_(c.c.scope == FlowScope.KEY.value, c.c.name == flow_key)))
+                and_(c.c.scope == FlowScope.KEY.value, c.c.name == key)))
 
     def lease_held(self, partition_id: str | ColumnElement[Any],
                    owner: str | ColumnElement[Any], *,
