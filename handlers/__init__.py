@@ -16,6 +16,11 @@ async; :func:`app` turns it into an ASGI app for uvicorn::
 ``app({0: extract, 1: rank})`` routes items by gate; :func:`serve` runs uvicorn.
 Raise :class:`Retry` to be called again later (503, ``Retry-After``); any other
 exception is a retryable 500 whose traceback is logged once.
+
+The SDK imports nothing of :mod:`watcher` or :mod:`processor`: a handler installs and
+runs without them. Its top-level modules may import :mod:`handlers.wire` (the one
+ordered folder, at the bottom); :mod:`handlers.examples` imports only the public
+:mod:`handlers`.
 """
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ def require_mssql() -> None:
 # The costly layers, each a marker (registered in pyproject.toml) that ``--quick``
 # leaves out. The acceptance layer runs the CLI as processes; a few of its modules
 # also need a container engine or run the benchmark; a test asking for Chromium is
-# a browser test; the soak tests are the long ``slow`` ones.
+# a browser test; the soak tests carry ``soak`` themselves.
 QUICK_LEAVES_OUT = ("processes", "container", "browser", "bench", "soak")
 # ``--quick`` runs the database tests on SQLite and PostgreSQL: MariaDB's driver (pure
 # Python) makes its runs the costliest of the three, and SQL Server's need a server of
@@ -188,7 +188,7 @@ def layers_of(item: pytest.Item) -> set[str]:
             layers.add(LAYER_OF_MODULE[path.name])
     if "needs_chromium" in getattr(item, "fixturenames", ()):
         layers.add("browser")
-    if item.get_closest_marker("slow") is not None:
+    if item.get_closest_marker("soak") is not None:
         layers.add("soak")
     return layers
 

@@ -4,6 +4,14 @@ The contract types (:class:`Result`, :class:`WorkItem`, the errors, the hooks)
 load with the package; :class:`Store`, :class:`Watcher` and the rest load on
 first use, so that a handler importing only the contract does not pay for
 SQLAlchemy's async engine.
+
+The engine never imports :mod:`processor` or :mod:`handlers`: what it needs of the
+service (a tracer, hooks, a clock) is passed in. Its folders, bottom up: ``rules``,
+``schedules``, ``store``, ``flow``, ``leasing``, ``dispatch``; each imports only from
+the folders below it and from the shared top-level modules here (errors, records,
+config, models, ...), which import folders only where that makes no circle (the
+:class:`Watcher` loop imports them all). ``migrations`` stands outside that order:
+Alembic loads it by path.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 A loop that meets a database or service outage logs its start once and its end once,
 never a line per failed try. :class:`OutageLatch` is that memory, shared by each
-such loop (the lease cycle, the listener, the result writer, key grants, retention
-and each partition's supervisor).
+such loop (the lease cycle, the listener, the result writer, rate limits, key grants,
+the processor's registration, retention, the schedules' ticker, each partition's
+supervisor, the notifications' delivery, the metrics' reads and the live feed's poller).
 """
 
 from __future__ import annotations

@@ -102,11 +102,6 @@ class WorkItem:
         return token
 
     @property
-    def completion_token_made(self) -> bool:
-        """Whether :attr:`completion_token` was made (read, or given)."""
-        return self._token is not None
-
-    @property
     def call_traceparent(self) -> str | None:
         """The ``traceparent`` of this call's span, once a tracer noted it, else ``None``."""
         return self._span

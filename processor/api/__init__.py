@@ -13,4 +13,9 @@ controls' and :mod:`~processor.api.notification_routes` the notifications';
 :mod:`~processor.api.dispatch` routes them, and :mod:`~processor.api.server` guards
 and serves them. The OpenAPI document, ``openapi.json`` here, is the contract; a test
 holds the routes to it.
+
+May import :mod:`watcher`, :mod:`handlers`, the service's shared top-level modules and
+the folders below it (:mod:`processor.wire`, :mod:`~processor.observe`,
+:mod:`~processor.notify`, :mod:`~processor.feed`, :mod:`~processor.client`,
+:mod:`~processor.http`, :mod:`~processor.console`); never :mod:`processor.cli`.
 """

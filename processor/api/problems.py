@@ -26,8 +26,6 @@ from watcher.errors import (
     ValueRefusedError,
 )
 
-ERROR_MEDIA_TYPE = "application/json"
-
 
 @dataclass
 class ApiError(Exception):

@@ -16,6 +16,9 @@ a partition that exists or does not) print one line on stderr and exit with stat
 2; database failures exit with status 1. ``processor result`` exits with 3 when the
 partition has no result; ``processor wait`` with 4 when the partition failed or was
 cancelled, and 5 when it was still open at the timeout.
+
+The top folder of the service: may import :mod:`watcher`, :mod:`handlers`, every other
+folder of :mod:`processor` and its shared top-level modules; no folder imports it.
 """
 
 

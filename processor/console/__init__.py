@@ -6,4 +6,10 @@ operations the CLI uses. :mod:`processor.console.app` is the web application,
 :mod:`processor.console.security` who may use it, :mod:`processor.console.pages`
 what the pages show (pure), and :mod:`processor.console.server` serves it with
 uvicorn.
+
+May import :mod:`watcher`, :mod:`handlers`, the service's shared top-level modules and
+the folders below it (:mod:`processor.wire`, :mod:`~processor.observe`,
+:mod:`~processor.notify`, :mod:`~processor.feed`, :mod:`~processor.client`,
+:mod:`~processor.http`); never :mod:`processor.api` or :mod:`processor.cli`, which
+import it.
 """

@@ -10,8 +10,9 @@ partition and fans out, :mod:`~processor.feed.delivery` paces one follower's eve
 :mod:`~processor.feed.follow` reads a stream for ``processor watch`` (reconnecting) and
 :mod:`~processor.feed.view` draws it.
 
-May import :mod:`watcher`, :mod:`processor.wire`, :mod:`processor.observe` and the
-service's shared top-level modules; never the client, the console, the API or the CLI
+May import :mod:`watcher`, :mod:`processor.wire`, :mod:`processor.observe`,
+:mod:`processor.notify` and the service's shared top-level modules; never the client,
+the HTTP hop, the console, the API or the CLI
 (they import the feed: the client's ``follow`` runs a hub of its own). The hub reads
 through a :class:`~processor.feed.hub.FeedSource`, which a client is.
 """

@@ -43,6 +43,7 @@ from processor.feed.events import (
     state_event,
 )
 from watcher.errors import ConfigError, DatabaseError, PartitionNotFoundError, StatefeedError
+from watcher.outages import OutageLatch
 from watcher.store import Store
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class FeedHub:
         self._source: FeedSource | None = None
         self._poller: asyncio.Task[None] | None = None
         self._closed = False
-        self._failing = False
+        self._outage = OutageLatch()  # one WARNING when the polls fail, one INFO after
 
     @property
     def subscribers(self) -> int:
@@ -258,13 +259,11 @@ class FeedHub:
             try:
                 snapshots = await read_snapshots(self._source, ids)
             except StatefeedError as error:  # the database failed: try again next tick
-                if not self._failing:
+                if self._outage.fail():
                     log.warning("action=feed_poll_failed watched=%d error=%s", len(ids), error)
-                self._failing = True
                 continue
-            if self._failing:
+            if self._outage.recover():
                 log.info("action=feed_poll_recovered watched=%d", len(ids))
-                self._failing = False
             for partition_id in ids:
                 watch = self.watches.get(partition_id)
                 if watch is not None:

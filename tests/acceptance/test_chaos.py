@@ -5,7 +5,7 @@ adds an operator who cancels, deletes, resumes and purges partitions meanwhile.
 
 The kill and operator schedules are random by design (the test's input, not waits);
 ``STATEFEED_CHAOS_SEED`` replays one. ``STATEFEED_SOAK=1`` also runs the long
-soak (marked ``slow``), which adds SIGSTOP/SIGCONT pauses.
+soak (marked ``soak``), which adds SIGSTOP/SIGCONT pauses.
 """
 
 from __future__ import annotations
@@ -584,7 +584,7 @@ async def test_chaos_with_operator_actions(tmp_path) -> None:
           f"duplicate_calls={duplicate_calls(calls)}")
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.skipif(not os.environ.get("STATEFEED_SOAK"),
                     reason="soak test: set STATEFEED_SOAK=1 to run it")
 @pytest.mark.timeout(1800)

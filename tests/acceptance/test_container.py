@@ -377,7 +377,8 @@ async def test_healthy_by_flag_and_by_env_and_docker_stop_hands_over(
     (["run"], {}, "--handler-url is required"),
     (["run"], {"PROCESSOR_HANDLER_URL": "http://127.0.0.1:9/", "PROCESSOR_HEALTH_PORT": "70000",
                "PROCESSOR_DB_URL": "sqlite:////tmp/processor.db"}, "health port"),
-    # No database named: refused, not a SQLite file inside the container (issue 22).
+    # No database named: refused (run needs its database named), not a SQLite file made
+    # inside the container, lost with it.
     (["run", "--migrate"], {"PROCESSOR_HANDLER_URL": "http://127.0.0.1:9/"},
      "--db-url is required"),
     (["run", "--handler-url", "http://127.0.0.1:9/", "--db-url", "nonsense"], {}, "malformed"),

@@ -1,7 +1,7 @@
-"""Flow control across real ``processor run`` processes (issue 26), in time and order:
-higher priority is leased first across processors, and ``not_before``, ``start_at``
-and a handler's snooze are never early by the database clock and at most one poll
-late on idle processors, through a ``kill -9`` of a snoozed item's holder.
+"""Flow control across real ``processor run`` processes, in time and order: higher
+priority is leased first across processors, and ``not_before``, ``start_at`` and a
+handler's snooze are never early by the database clock and at most one poll late on
+idle processors, through a ``kill -9`` of a snoozed item's holder.
 """
 
 from __future__ import annotations

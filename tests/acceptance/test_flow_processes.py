@@ -1,4 +1,4 @@
-"""Flow control across real ``processor run`` processes (issue 26): a key's in-flight
+"""Flow control across real ``processor run`` processes: a key's in-flight
 limit through ``kill -9`` and rebalancing, fair queuing across keys, and a pause that
 outlives every processor (priority and delays: ``test_flow_order_processes.py``).
 

@@ -151,7 +151,7 @@ async def test_spawn_chaos(tmp_path) -> None:
                           seed=SEED + 24)
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.skipif(not os.environ.get("STATEFEED_SOAK"),
                     reason="soak test: set STATEFEED_SOAK=1 to run it")
 @pytest.mark.timeout(3600)

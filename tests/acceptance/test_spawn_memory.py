@@ -55,7 +55,7 @@ async def test_a_paging_producer_spawns_every_child_once_in_flat_memory(tmp_path
     await spawn_in_pages(20_000, tmp_path)
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.skipif(not os.environ.get("STATEFEED_SOAK"),
                     reason="soak test: set STATEFEED_SOAK=1 to run it")
 async def test_two_hundred_thousand_children_in_flat_memory(tmp_path) -> None:

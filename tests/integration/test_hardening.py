@@ -1,4 +1,6 @@
-"""Promises that hostile or careless use must not break (issue 12), on every live database."""
+"""Promises that hostile or careless use must not break, on every live database: a gate
+set while another runs strands no item, ids are checked one way everywhere, and values
+over a limit fail alone."""
 
 from __future__ import annotations
 

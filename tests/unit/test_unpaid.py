@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from watcher.dispatch.unpaid import UnpaidRetries, UnpaidStep, charged_error, decide_unpaid
+from watcher.dispatch.unpaid import UnpaidAction, UnpaidRetries, charged_error, decide_unpaid
 from watcher.flow.handler_hold import HandlerHold
 from watcher.protocol import HandlerUnavailableError, RetryableError, ThrottledError
 from watcher.records import ReadyItem
@@ -19,16 +19,16 @@ BUSY = ThrottledError("slow down", retry_after=2.0)
 
 
 @pytest.mark.parametrize(("error", "so_far", "bound", "expected"), [
-    (DOWN, 0, 10, UnpaidStep.HOLD),
-    (DOWN, 9, 10, UnpaidStep.HOLD),
-    (DOWN, 10, 10, UnpaidStep.CHARGE),
-    (DOWN, 0, 0, UnpaidStep.CHARGE),
-    (BUSY, 0, 3, UnpaidStep.THROTTLE),
-    (BUSY, 2, 3, UnpaidStep.THROTTLE),
-    (BUSY, 3, 3, UnpaidStep.CHARGE),
+    (DOWN, 0, 10, UnpaidAction.HOLD),
+    (DOWN, 9, 10, UnpaidAction.HOLD),
+    (DOWN, 10, 10, UnpaidAction.CHARGE),
+    (DOWN, 0, 0, UnpaidAction.CHARGE),
+    (BUSY, 0, 3, UnpaidAction.THROTTLE),
+    (BUSY, 2, 3, UnpaidAction.THROTTLE),
+    (BUSY, 3, 3, UnpaidAction.CHARGE),
 ])
 def test_decide_unpaid(error: RetryableError, so_far: int, bound: int,
-                       expected: UnpaidStep) -> None:
+                       expected: UnpaidAction) -> None:
     assert decide_unpaid(error, so_far, bound) is expected
 
 

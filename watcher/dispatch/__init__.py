@@ -2,7 +2,8 @@
 reads of ready items and the items in hand, calling the processor per item or per batch,
 the group-committing writer, the moves between gates and the reduce of a gate.
 
-May import :mod:`watcher.store`, :mod:`watcher.rules`, :mod:`watcher.flow.limits`,
-:mod:`watcher.leasing` and the shared top-level modules; never the service
-(:mod:`processor`): what it needs from there, such as a tracer, is passed in.
+The top folder of the engine: may import :mod:`watcher.store`, :mod:`watcher.rules`,
+:mod:`watcher.schedules`, :mod:`watcher.flow`, :mod:`watcher.leasing` and the shared
+top-level modules; never the service (:mod:`processor`): what it needs from there,
+such as a tracer, is passed in.
 """

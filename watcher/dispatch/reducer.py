@@ -21,7 +21,7 @@ from functools import partial
 
 from watcher.dispatch.context import PartitionContext
 from watcher.dispatch.failures import partition_failed_at_reduce
-from watcher.dispatch.unpaid import UnpaidStep, charged_error, decide_unpaid
+from watcher.dispatch.unpaid import UnpaidAction, charged_error, decide_unpaid
 from watcher.flow.slots import Slots
 from watcher.models import Status
 from watcher.protocol import (
@@ -249,7 +249,7 @@ class GateReducer:
             if self.on_unavailable is None:
                 return await self._failed(call.attempt, failure, plan.pass_, started)
             if decide_unpaid(failure, self.unpaid, self.config.max_unpaid_retries
-                             ) is UnpaidStep.CHARGE:
+                             ) is UnpaidAction.CHARGE:
                 return await self._failed(call.attempt, charged_error(
                     failure, self.unpaid, self.config.max_unpaid_retries), plan.pass_, started)
             self.unpaid += 1  # no attempt counted: made again once the hold ends

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 UNPAID_KINDS = (HandlerUnavailableError, ThrottledError)
 
 
-class UnpaidStep(Enum):
+class UnpaidAction(Enum):
     """What one outage-class or throttled failure does to its item."""
 
     HOLD = "hold"  # the service is down: hold the calls to it, the item runs again, unpaid
@@ -47,13 +47,13 @@ class UnpaidStep(Enum):
     CHARGE = "charge"  # past the bound: an ordinary failed attempt, and no hold
 
 
-def decide_unpaid(error: RetryableError, unpaid_so_far: int, bound: int) -> UnpaidStep:
+def decide_unpaid(error: RetryableError, unpaid_so_far: int, bound: int) -> UnpaidAction:
     """What ``error`` (one of :data:`UNPAID_KINDS`) does to an item that has taken
     ``unpaid_so_far`` unpaid retries in a row at its step, under ``bound``
     (``max_unpaid_retries``)."""
     if unpaid_so_far >= bound:
-        return UnpaidStep.CHARGE
-    return UnpaidStep.THROTTLE if isinstance(error, ThrottledError) else UnpaidStep.HOLD
+        return UnpaidAction.CHARGE
+    return UnpaidAction.THROTTLE if isinstance(error, ThrottledError) else UnpaidAction.HOLD
 
 
 def charged_error(error: RetryableError, unpaid: int, bound: int) -> RetryableError:
@@ -106,11 +106,11 @@ class UnpaidRetries:
         seen = self._counts.get(item_id)
         return seen[1] if seen is not None and seen[0] == step else 0
 
-    def spend(self, item_id: str, step: int, error: RetryableError) -> UnpaidStep:
+    def spend(self, item_id: str, step: int, error: RetryableError) -> UnpaidAction:
         """Decide ``error`` for the item (:func:`decide_unpaid`), and count it when unpaid."""
         count = self.count(item_id, step)
         decided = decide_unpaid(error, count, self.bound)
-        if decided is not UnpaidStep.CHARGE:
+        if decided is not UnpaidAction.CHARGE:
             self._counts[item_id] = (step, count + 1)
         return decided
 
@@ -124,9 +124,9 @@ class UnpaidRetries:
             return error
         step = idempotency_step(item)
         decided = self.spend(item.id, step, error)
-        if decided is UnpaidStep.THROTTLE and self._on_throttled is not None:
+        if decided is UnpaidAction.THROTTLE and self._on_throttled is not None:
             self._on_throttled(error.retry_after or 0.0)
-        elif decided is UnpaidStep.HOLD and self._on_unavailable is not None:
+        elif decided is UnpaidAction.HOLD and self._on_unavailable is not None:
             self._on_unavailable(error.message)
         else:
             count = self.count(item.id, step)

@@ -9,7 +9,7 @@ up to :data:`PROBE_MAX_WAIT`. The hold ends at the first probe that says it answ
 processor whose handler has no probe ends it after the first wait, and its next calls are
 the probe. One WARNING when a hold starts, one when it ends, never one per call.
 
-:class:`HandlerHold` is one of the gates every call passes (:mod:`watcher.flow.limits`).
+:class:`HandlerHold` is one of the limits every call passes (:mod:`watcher.flow.limits`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ Probe = Callable[[], Awaitable[bool]]
 
 
 class HandlerHold:
-    """The hold of the module's docstring, as a gate: while held, it lets no call by.
+    """The hold of the module's docstring, as a limit: while held, it lets no call by.
 
     ``probe`` asks the service whether it answers (``None``: none, the hold ends after
     ``first_wait``); ``handler`` names it in the log; ``clock`` reads monotonic seconds.
@@ -110,7 +110,7 @@ class HandlerHold:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    # -- the gate (watcher.flow.limits.Gate) ------------------------------------------
+    # -- the limit (watcher.flow.limits.Limit) ----------------------------------------
 
     @property
     def refill_at(self) -> int:

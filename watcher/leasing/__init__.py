@@ -3,6 +3,7 @@ releases, the lease a watcher holds on one partition (its version, gate, timelin
 and the progress it hands over), a holder's close sent with its last results, and the
 processor's row saying what it serves.
 
-May import :mod:`watcher.store`, :mod:`watcher.rules`, :mod:`watcher.flow.limits` and the
-shared top-level modules (errors, hooks, config); never :mod:`watcher.dispatch`.
+May import :mod:`watcher.store`, :mod:`watcher.rules`, :mod:`watcher.schedules`,
+:mod:`watcher.flow` and the shared top-level modules (errors, hooks, config); never
+:mod:`watcher.dispatch`.
 """

@@ -52,11 +52,6 @@ class PageLimits:
     request_bytes: int
 
 
-class ReducePageError(ValueError):
-    """One item with the accumulator makes a reduce request over the request limit:
-    no page can carry it. The message names the sizes and the fix."""
-
-
 @dataclass(frozen=True, slots=True)
 class ReducePlan:
     """The next reduce call: its pass, page position, items and accumulator."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 # The most gates a timeline keeps (the latest ones), and the minutes of items done.
@@ -271,8 +271,3 @@ def eta_seconds(remaining: int, rate: float | None) -> float | None:
     if rate is None or rate <= 0:
         return None
     return remaining / rate
-
-
-def utc_seconds(moment: datetime) -> float:
-    """Seconds since the epoch of a naive UTC ``moment`` (for a chart's axis)."""
-    return moment.replace(tzinfo=UTC).timestamp()

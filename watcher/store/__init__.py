@@ -32,6 +32,10 @@ Methods are named entity first (``leases_take``, ``items_ready``, ...). Each one
 is a single transaction. They raise :class:`sqlalchemy.exc.SQLAlchemyError`
 subclasses when the database fails; client-facing methods raise the
 :mod:`watcher.errors` types for bad input and write nothing in that case.
+
+May import :mod:`watcher.rules`, :mod:`watcher.schedules` and the engine's shared
+top-level modules (its sub-folders import each other); never :mod:`watcher.flow`,
+:mod:`watcher.leasing` or :mod:`watcher.dispatch`, which are above it.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ connection pool (:mod:`.pool`) and lock conflicts (:mod:`.conflicts`).
 
 This module imports no database's code: a package is loaded when its database
 is used (the MariaDB one loads aiomysql, which a plain install does not have).
+The drivers may import :mod:`watcher.store.db`, :mod:`watcher.store.sql`, the store's
+shared values (:mod:`watcher.store.codecs`), the pure rules and the engine's shared
+top-level modules; never the store's entity modules, nor anything above the store.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@
 No SQL Server runs in CI: what it receives is checked by compilation. This module
 itself holds only what a URL needs, and registers the engine's driver by name
 (pymssql is loaded only when a SQL Server engine is created).
+Its modules may import what :mod:`watcher.store.drivers` may (its shared parts
+included); never another database's package, nor anything above the store.
 """
 
 from sqlalchemy.dialects import registry

@@ -7,6 +7,8 @@
 - :mod:`.columns`: the column types the models and migrations use here.
 
 This module itself holds only what a URL needs (it imports nothing).
+Its modules may import what :mod:`watcher.store.drivers` may (its shared parts
+included); never another database's package, nor anything above the store.
 """
 
 # Plain URL scheme -> (the engine's driver scheme, the migrations' driver scheme).

@@ -5,6 +5,8 @@
 - :mod:`.direct`: the hot path on the event loop's thread, and what its commits promise.
 
 This module itself holds only what a URL needs (it imports nothing).
+Its modules may import what :mod:`watcher.store.drivers` may (its shared parts
+included); never another database's package, nor anything above the store.
 """
 
 # Plain URL scheme -> (the engine's driver scheme, the migrations' driver scheme).
