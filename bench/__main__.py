@@ -1,7 +1,7 @@
 """Run statefeed's benchmark suite: ``python -m bench`` (from the repository root).
 
 Every scenario compares systems in the same run on the same database, prints a
-table per scenario and the issues' goals as PASS/MISS, and writes the same
+table per scenario and the project's performance goals as PASS/MISS, and writes the same
 figures as JSON (``bench/results/latest.json``; subprocess logs in ``logs/``
 next to it). Without ``--db`` the database is PostgreSQL
 (``$PROCESSOR_BENCH_POSTGRES_URL``, default
@@ -9,7 +9,7 @@ next to it). Without ``--db`` the database is PostgreSQL
 
     .venv/bin/python -m bench                  # the default sizes, about 6 minutes
     .venv/bin/python -m bench --smoke          # every scenario at tiny sizes, about 2 minutes
-    .venv/bin/python -m bench --full           # the issue's sizes (10,000 x 100 scale)
+    .venv/bin/python -m bench --full           # the goals' sizes (10,000 x 100 scale)
     .venv/bin/python -m bench --only latency --only failover
     .venv/bin/python -m bench --items 50000 --partitions 20
     .venv/bin/python -m bench --db all         # every scenario on every database
@@ -92,7 +92,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     size.add_argument("--smoke", action="store_true",
                       help="every scenario at tiny sizes (about a minute)")
     size.add_argument("--full", action="store_true",
-                      help="the issue's sizes: 10,000 partitions x 100 items at scale")
+                      help="the goals' sizes: 10,000 partitions x 100 items at scale")
     parser.add_argument("--items", type=int, metavar="N",
                         help="items per library/HTTP run (default 20,000 library, 10,000 HTTP)")
     parser.add_argument("--partitions", type=int, metavar="P",

@@ -29,7 +29,7 @@ and warmed up by one small partition.
 Figures: steps/s (P x N items through step and reduce, divided by the time),
 and the partition latency p50/p99, from the moment its creation (its chord's
 sending) began to the moment its reduce returned (for library mode also to
-its partition complete, its answers written). The ratios are the issue's:
+its partition complete, its answers written). The goals' ratios:
 statefeed library mode at its defaults against the best Celery setup.
 """
 

@@ -3,7 +3,7 @@
 A scenario is an ``async def run(settings) -> Outcome``. It creates what it
 needs in a fresh table namespace (dropped afterwards), bounds every wait, and
 returns plain values: the rows of the printed table, the figures for the JSON
-file, and the goals of the issue checked against its figures.
+file, and the performance goals checked against its figures.
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ class Row:
 
 @dataclass(frozen=True)
 class Goal:
-    """A goal from the issue, checked against a figure. ``passed`` is None when not measured."""
+    """A performance goal, checked against a figure. ``passed`` is None when not measured."""
 
     name: str
     target: str

@@ -22,7 +22,7 @@ setups, interleaved round by round (the best round of each counts):
 
 Items/s, this process's CPU per item (on SQLite the database's CPU too), and the
 statements per item; the ratio of each setup to "no keys". The goal is a
-benchmark criterion, not an issue's: one key without a limit keeps at least 95 %
+benchmark criterion, not a documented goal: one key without a limit keeps at least 95 %
 of the no-keys drain (flow control bounds what flow control costs the no-keys drain
 at 5 %; that is measured against the code before it, see
 docs/explanation/performance.md).

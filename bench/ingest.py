@@ -17,7 +17,7 @@ the same table:
 Each is timed at least three times, interleaved; the best of each counts. The
 API process's CPU per item on the NDJSON path comes with it.
 
-Goal (the ingest API issue): the API's NDJSON create at least half the client's
+Goal (the ingest API): the API's NDJSON create at least half the client's
 items/s.
 """
 

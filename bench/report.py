@@ -32,7 +32,7 @@ def print_outcome(console: Console, outcome: Outcome) -> None:
 
 def print_goals(console: Console, goals: list[Goal],
                 title: str = "Goals") -> None:
-    """The issue's goals next to the figures, PASS or MISS (never asserted)."""
+    """The performance goals next to the figures, PASS or MISS (never asserted)."""
     table = Table(title=title, title_justify="left")
     table.add_column("goal", style="bold")
     table.add_column("target", justify="right")

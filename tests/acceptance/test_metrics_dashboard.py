@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "statefeed-dashboard.json"
 # Labels Prometheus adds to every series it scrapes: not in the exposition itself.
 TARGET_LABELS = {"job", "instance"}
-# What the dashboard must show, one metric each at least (the list of panels).
+# What the dashboard must show, one metric each at least (the panels an operator
+# reads: throughput, backlog, errors, leases, latency).
 SHOWN = {"statefeed_items_total", "statefeed_handler_seconds_bucket", "statefeed_in_flight",
          "statefeed_items_waiting", "statefeed_oldest_waiting_item_seconds",
          "statefeed_leases_held", "statefeed_lease_events_total",
