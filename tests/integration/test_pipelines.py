@@ -9,6 +9,8 @@ data say which service answered each of their gates.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,14 @@ from processor.http.config import HttpProcessorConfig
 from processor.http.routes import parse_routes
 from processor.service import ProcessorService, ServiceConfig
 from tests.support.engine import running, wait_until
-from tests.support.pipelines import FAST, answered_by, routes_of, serving, watcher_for
+from tests.support.pipelines import (
+    FAST,
+    answered_by,
+    routes_of,
+    routes_text,
+    serving,
+    watcher_for,
+)
 from watcher import WatcherConfig
 from watcher.hooks import Hooks
 from watcher.store import Store
@@ -310,3 +319,52 @@ name = "two"
 gate = "*"
 url = "@b"
 """
+
+
+async def test_a_reload_that_drops_a_service_writes_its_call_in_flight(
+        client: AsyncClient, db_url: str, table_prefix: str, tmp_path: Path,
+        services: Callable[..., Any]) -> None:
+    """The new file drops pipeline ``two`` and its service while a call to it is in
+    flight: the call ends, its answer is written, and the partition, at a place this
+    processor no longer serves, is handed over rather than called again."""
+    urls = await services("a", "b")
+    b = urls["b"][0]
+    gate0_open = b.hold(0)  # p2's call is in flight over the reload
+    path = tmp_path / "routes.toml"
+    path.write_text(routes_text(ONE + TWO, urls))
+    routes = parse_routes(path.read_text())
+    # The retired service's connections close a request timeout after the reload.
+    service = ProcessorService(ServiceConfig(
+        db_url=parse_database_url(db_url), table_prefix=table_prefix,
+        watcher=WatcherConfig(**{**FAST, "lease_duration": 5.0}, pipelines=routes.served()),
+        http=HttpProcessorConfig(handler_url="http://unused/", request_timeout=5.0),
+        batch_size=0, health_port=0, health_host="127.0.0.1", routes=routes,
+        routes_path=str(path)))
+    await client.create_partition("p1", [NewItem("a", b"{}")], pipeline="one")
+    await client.create_partition("p2", [NewItem("x", b"{}")], pipeline="two")
+    try:
+        async with running(service.watcher):
+            await wait_until(lambda: b.in_flight("p2", 0) == 1, timeout=30,
+                             message="p2's call in flight")
+            path.write_text(routes_text(ONE, urls))
+            # It waits out the request timeout before it closes the retired service.
+            reloading = asyncio.create_task(service.reload_routes())
+            await wait_until(lambda: "two" not in service.http.routes.pipelines, timeout=30,
+                             message="the reload")
+            gate0_open.set()
+
+            async def handed_over() -> bool:
+                info = await client.partition("p2")
+                return info.owner == "" and info.counts == {"available": 1}
+
+            await wait_until(handed_over, timeout=30, message="p2 written and handed over")
+            assert (await client.wait("p1", timeout=30)).status == "complete"
+            assert await reloading
+    finally:
+        await service.http.aclose()
+        await service.store.close()
+    [item] = await client.items("p2")
+    assert (item.gate, item.status, item.attempts) == (1, "available", 0)
+    assert json.loads(item.data) == {"0": "b"}  # the answer of the call in flight
+    assert b.calls == [("p2", 0)]  # nothing called it after the reload
+    assert await answered_by(client, "p1") == {("0", "a"), ("1", "a")}
