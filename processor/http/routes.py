@@ -1,7 +1,7 @@
 """The routes file: which handler service each pipeline's gates go to. Pure: no I/O but
 the caller's text, and every error a line of its own naming the line it is on.
 
-A routes file is TOML (docs/how-to/pipelines.md has the reference)::
+A routes file is TOML (docs/reference/routes.md is its reference)::
 
     [[pipeline]]
     name = "invoices"

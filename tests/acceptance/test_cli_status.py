@@ -105,6 +105,46 @@ async def test_status_shows_a_fleet_pause(database: str) -> None:
     assert "paused" not in run_cli("status", "--db-url", database, env=NARROW).stdout
 
 
+def header_of(table: str) -> list[str]:
+    """The column names of a table Rich printed (its header on one line)."""
+    header = next(line for line in table.splitlines() if line.startswith("┃"))
+    return [cell.strip() for cell in header.split("┃")[1:-1]]
+
+
+def rows_by_id(table: str) -> dict[str, list[str]]:
+    """The cells of each row of a table Rich printed (each on one line), by its first."""
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]]
+            for line in table.splitlines() if line.startswith("│")]
+    return {row[0]: row for row in rows}
+
+
+async def test_status_shows_each_partitions_pipeline_and_version(tmp_path: Path) -> None:
+    """A ``pipeline`` column, ``name@version`` or the name alone while no version is
+    pinned, once some partition is outside the default pipeline (or pinned); ``--json``
+    names both on every row."""
+    url = f"sqlite:///{tmp_path / 'pipelines.db'}"
+    assert run_cli("migrate", "--db-url", url).returncode == 0
+    async with AsyncClient(url) as client:
+        await client.create_partition("plain", [NewItem("a", b"{}")])
+        only_default = run_cli("status", "--db-url", url, env={"COLUMNS": "200"})
+        assert only_default.returncode == 0, only_default.stderr
+        assert "pipeline" not in header_of(only_default.stdout), only_default.stdout
+        await client.create_partition("inv", [NewItem("a", b"{}")], pipeline="invoices",
+                                      pipeline_version="v2")
+        await client.create_partition("res", [NewItem("a", b"{}")], pipeline="resumes")
+    done = run_cli("status", "--db-url", url, env={"COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    rows = rows_by_id(done.stdout)
+    assert header_of(done.stdout)[-1] == "pipeline", done.stdout
+    assert {pid: row[-1] for pid, row in rows.items()} == {
+        "plain": "default", "inv": "invoices@v2", "res": "resumes"}, done.stdout
+    listed = run_cli("status", "--db-url", url, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {row["id"]: (row["pipeline"], row["pipeline_version"])
+            for row in json.loads(listed.stdout)} == {
+        "plain": ("default", None), "inv": ("invoices", "v2"), "res": ("resumes", None)}
+
+
 @pytest.mark.parametrize("terminal", [False, True], ids=["pipe", "terminal"])
 async def test_watch_redraws_until_ctrl_c(database: str, tmp_path: Path,
                                           terminal: bool) -> None:

@@ -245,6 +245,46 @@ def test_timelines_move_to_their_own_table_and_back(db_url) -> None:
         downgrade(db_url, prefix)
 
 
+def test_pipelines_put_existing_partitions_in_the_default_pipeline_unpinned(db_url) -> None:
+    """Revision 0016 gives every partition written before it ``pipeline = 'default'`` (the
+    column's server default) and no pinned ``pipeline_version`` (NULL: a processor pins
+    it at the next lease); its downgrade drops both columns and keeps the rows."""
+    prefix = f"pl{uuid.uuid4().hex[:8]}_"
+    upgrade(db_url, prefix, "0015_notifications")
+    engine = create_engine(parse_database_url(db_url).sync_url)
+    try:
+        with engine.begin() as conn:
+            for pid, status in (("open", "available"), ("done", "complete")):
+                conn.exec_driver_sql(
+                    f"INSERT INTO {prefix}partitions (id, version, gate, status, owner, until, "
+                    f"created_at, updated_at) VALUES ('{pid}', 1, 0, '{status}', '', "
+                    "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)")
+        upgrade(db_url, prefix, "0016_pipelines")
+        with engine.begin() as conn:
+            rows = conn.exec_driver_sql(
+                f"SELECT id, pipeline, pipeline_version FROM {prefix}partitions "
+                "ORDER BY id").all()
+            assert [tuple(row) for row in rows] == [("done", "default", None),
+                                                    ("open", "default", None)]
+            conn.exec_driver_sql(  # a partition created after the upgrade names none
+                f"INSERT INTO {prefix}partitions (id, version, gate, status, owner, until, "
+                "created_at, updated_at) VALUES ('new', 1, 0, 'available', '', "
+                "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)")
+            new = conn.exec_driver_sql(f"SELECT pipeline, pipeline_version FROM "
+                                       f"{prefix}partitions WHERE id = 'new'").one()
+            assert tuple(new) == ("default", None)
+        downgrade(db_url, prefix, "0015_notifications")
+        columns = {column["name"] for column in inspect(engine).get_columns(
+            f"{prefix}partitions")}
+        assert not {"pipeline", "pipeline_version"} & columns
+        with engine.begin() as conn:
+            rows = conn.exec_driver_sql(f"SELECT id FROM {prefix}partitions ORDER BY id").all()
+        assert [row[0] for row in rows] == ["done", "new", "open"]
+    finally:
+        engine.dispose()
+        downgrade(db_url, prefix)
+
+
 def test_reduce_spawns_add_a_column_left_null_on_existing_items_and_an_index(db_url) -> None:
     """Revision 0018 adds ``items.spawned_by_reduce`` (NULL on every item written before:
     an item a reduce spawned then is not told from a client's) and ``ix_items_spawned``;

@@ -12,60 +12,28 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import handlers
 from processor import AsyncClient, NewItem
 from processor.http.config import HttpProcessorConfig
-from processor.http.routed import RoutedHttpProcessor
-from processor.http.routes import Routes, parse_routes
+from processor.http.routes import parse_routes
 from processor.service import ProcessorService, ServiceConfig
 from tests.support.engine import running, wait_until
-from tests.support.servers import read_body, serve_app
-from watcher import Watcher, WatcherConfig
+from tests.support.pipelines import (
+    FAST,
+    answered_by,
+    routes_of,
+    routes_text,
+    serving,
+    watcher_for,
+)
+from watcher import WatcherConfig
 from watcher.hooks import Hooks
 from watcher.store import Store
 from watcher.store.db.urls import parse_database_url
-
-FAST = {"poll_interval": 0.05, "lease_duration": 2.0, "retry_backoff": 0.05,
-        "retry_backoff_max": 0.2}
-
-
-class Service:
-    """A handler service: gate 0 moves each item to gate 1, gate 1 completes it; each
-    answer adds ``{gate: name}`` to the item's data. ``down`` makes it answer as a proxy
-    whose upstream is gone; ``gate1_open`` (when set) holds its gate 1 answers back."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.calls: list[tuple[str, int]] = []
-        self.down = False
-        self.gate1_open: asyncio.Event | None = None
-        self.app = handlers.app(self.work)
-
-    async def work(self, item: handlers.Item) -> handlers.Result:
-        self.calls.append((item.partition_id, item.gate))
-        if item.gate == 1 and self.gate1_open is not None:
-            await self.gate1_open.wait()
-        data = {**json.loads(item.data or b"{}"), str(item.gate): self.name}
-        return (handlers.Result(gate=1, data=data) if item.gate == 0
-                else handlers.Result(done=True, data=data))
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self.down:
-            await read_body(receive)
-            await send({"type": "http.response.start", "status": 502,
-                        "headers": [(b"content-length", b"0")]})
-            await send({"type": "http.response.body", "body": b""})
-            return
-        await self.app(scope, receive, send)
-
-    def partitions(self) -> set[str]:
-        return {partition for partition, _ in self.calls}
 
 
 class Leases(Hooks):
@@ -86,37 +54,9 @@ async def client(db_url: str, table_prefix: str) -> AsyncIterator[AsyncClient]:
 
 @pytest.fixture
 async def services() -> AsyncIterator[Callable[..., Any]]:
-    """Start named services under uvicorn: ``await start("ocr", "rank")`` returns
-    ``{name: (Service, url)}``."""
-    async with AsyncExitStack() as stack:
-        async def start(*names: str) -> dict[str, tuple[Service, str]]:
-            started = {}
-            for name in names:
-                service = Service(name)
-                started[name] = (service, await stack.enter_async_context(serve_app(service)))
-            return started
-
+    """Start named services under uvicorn (:func:`tests.support.pipelines.serving`)."""
+    async with serving() as start:
         yield start
-
-
-def routes_of(text: str, urls: dict[str, tuple[Service, str]]) -> Routes:
-    """``text`` (a routes file naming services as ``@name``) with their URLs."""
-    for name, (_, url) in urls.items():
-        text = text.replace(f"@{name}", url)
-    return parse_routes(text)
-
-
-def watcher_for(store: Store, routes: Routes, hooks: Hooks | None = None,
-                **settings: Any) -> tuple[Watcher, RoutedHttpProcessor]:
-    processor = RoutedHttpProcessor(routes, HttpProcessorConfig(handler_url="http://unused/"))
-    config = WatcherConfig(**{**FAST, **settings}, pipelines=routes.served())
-    return Watcher(store, processor, config, hooks), processor
-
-
-async def answered_by(client: AsyncClient, partition_id: str) -> set[tuple[str, str]]:
-    """Which service answered each gate of the partition's items: {(gate, service)}."""
-    return {pair for item in await client.items(partition_id)
-            for pair in json.loads(item.data).items()}
 
 
 TWO_PIPELINES = """
@@ -189,7 +129,7 @@ async def test_a_version_change_finishes_old_partitions_on_the_old_service(
         services: Callable[..., Any]) -> None:
     urls = await services("old", "new")
     old = urls["old"][0]
-    old.gate1_open = asyncio.Event()  # the old partitions stay at gate 1 over the deploy
+    gate1_open = old.hold(1)  # the old partitions stay at gate 1 over the deploy
     await client.create_partition("before", [NewItem("a", b"{}"), NewItem("b", b"{}")],
                                   pipeline="invoices")
     await client.create_partition("moved", [NewItem("a", b"{}")], pipeline="invoices")
@@ -212,7 +152,7 @@ async def test_a_version_change_finishes_old_partitions_on_the_old_service(
         async with running(second):
             assert (await client.wait("after", timeout=30)).status == "complete"
             assert (await client.wait("moved", timeout=30)).status == "complete"
-            old.gate1_open.set()
+            gate1_open.set()
             assert (await client.wait("before", timeout=30)).status == "complete"
     finally:
         await second_http.aclose()
@@ -340,7 +280,7 @@ async def test_a_reloaded_routes_file_serves_the_new_routes_without_dropping_cal
         services: Callable[..., Any], caplog: pytest.LogCaptureFixture) -> None:
     urls = await services("a", "b")
     a = urls["a"][0]
-    a.gate1_open = asyncio.Event()  # p1's gate 1 calls are in flight over the reload
+    gate1_open = a.hold(1)  # p1's gate 1 calls are in flight over the reload
     path = tmp_path / "routes.toml"
     path.write_text(ONE.replace("@a", urls["a"][1]))
     routes = parse_routes(path.read_text())
@@ -362,7 +302,7 @@ async def test_a_reloaded_routes_file_serves_the_new_routes_without_dropping_cal
             path.write_text(ONE.replace("@a", urls["a"][1]) + TWO.replace("@b", urls["b"][1]))
             assert await service.reload_routes()
             assert (await client.wait("p2", timeout=30)).status == "complete"
-            a.gate1_open.set()
+            gate1_open.set()
             assert (await client.wait("p1", timeout=30)).status == "complete"
     finally:
         await service.http.aclose()
@@ -379,3 +319,52 @@ name = "two"
 gate = "*"
 url = "@b"
 """
+
+
+async def test_a_reload_that_drops_a_service_writes_its_call_in_flight(
+        client: AsyncClient, db_url: str, table_prefix: str, tmp_path: Path,
+        services: Callable[..., Any]) -> None:
+    """The new file drops pipeline ``two`` and its service while a call to it is in
+    flight: the call ends, its answer is written, and the partition, at a place this
+    processor no longer serves, is handed over rather than called again."""
+    urls = await services("a", "b")
+    b = urls["b"][0]
+    gate0_open = b.hold(0)  # p2's call is in flight over the reload
+    path = tmp_path / "routes.toml"
+    path.write_text(routes_text(ONE + TWO, urls))
+    routes = parse_routes(path.read_text())
+    # The retired service's connections close a request timeout after the reload.
+    service = ProcessorService(ServiceConfig(
+        db_url=parse_database_url(db_url), table_prefix=table_prefix,
+        watcher=WatcherConfig(**{**FAST, "lease_duration": 5.0}, pipelines=routes.served()),
+        http=HttpProcessorConfig(handler_url="http://unused/", request_timeout=5.0),
+        batch_size=0, health_port=0, health_host="127.0.0.1", routes=routes,
+        routes_path=str(path)))
+    await client.create_partition("p1", [NewItem("a", b"{}")], pipeline="one")
+    await client.create_partition("p2", [NewItem("x", b"{}")], pipeline="two")
+    try:
+        async with running(service.watcher):
+            await wait_until(lambda: b.in_flight("p2", 0) == 1, timeout=30,
+                             message="p2's call in flight")
+            path.write_text(routes_text(ONE, urls))
+            # It waits out the request timeout before it closes the retired service.
+            reloading = asyncio.create_task(service.reload_routes())
+            await wait_until(lambda: "two" not in service.http.routes.pipelines, timeout=30,
+                             message="the reload")
+            gate0_open.set()
+
+            async def handed_over() -> bool:
+                info = await client.partition("p2")
+                return info.owner == "" and info.counts == {"available": 1}
+
+            await wait_until(handed_over, timeout=30, message="p2 written and handed over")
+            assert (await client.wait("p1", timeout=30)).status == "complete"
+            assert await reloading
+    finally:
+        await service.http.aclose()
+        await service.store.close()
+    [item] = await client.items("p2")
+    assert (item.gate, item.status, item.attempts) == (1, "available", 0)
+    assert json.loads(item.data) == {"0": "b"}  # the answer of the call in flight
+    assert b.calls == [("p2", 0)]  # nothing called it after the reload
+    assert await answered_by(client, "p1") == {("0", "a"), ("1", "a")}

@@ -3,6 +3,9 @@ route resolution and the places a processor serves. Pure: no I/O."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from processor.http.routes import RoutesError, Service, parse_routes, single_route
@@ -178,3 +181,14 @@ def test_a_bad_routes_file_says_what_and_where(text: str, expected: str) -> None
     with pytest.raises(RoutesError) as raised:
         parse_routes(text, source="f")
     assert raised.value.errors[0].startswith(expected), raised.value.errors
+
+
+def test_the_reference_shows_the_errors_its_broken_file_gives() -> None:
+    """docs/reference/routes.md's broken file (marked ``broken``) gives exactly the lines
+    its next block (marked ``errors``) shows, in that order."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "routes.md"
+            ).read_text(encoding="utf-8")
+    blocks = dict(re.findall(r"<!-- test: (\w+) -->\n```\w*\n(.*?)```", page, re.S))
+    with pytest.raises(RoutesError) as raised:
+        parse_routes(blocks["broken"], source="routes.toml")
+    assert list(raised.value.errors) == blocks["errors"].splitlines()
