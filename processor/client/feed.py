@@ -95,7 +95,7 @@ class FeedClient:
         if self._feed is not None:
             await self._feed.close()
 
-    async def follow(self, partition_id: str, *, interval: float = DEFAULT_FOLLOW_INTERVAL,
+    async def watch(self, partition_id: str, *, interval: float = DEFAULT_FOLLOW_INTERVAL,
                      after: EventId | str | None = None) -> AsyncGenerator[Event, None]:
         """The live feed of ``partition_id``, event by event, until its end: an async
         iterator of :class:`~processor.feed.events.Event` (``kind``: ``state``,
@@ -168,11 +168,11 @@ class SyncFeed:
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         raise NotImplementedError  # Client's
 
-    def follow(self, partition_id: str, *, interval: float = DEFAULT_FOLLOW_INTERVAL,
+    def watch(self, partition_id: str, *, interval: float = DEFAULT_FOLLOW_INTERVAL,
                after: EventId | str | None = None) -> Iterator[Event]:
-        """See :meth:`FeedClient.follow`: the same events, as a plain iterator (each
+        """See :meth:`FeedClient.watch`: the same events, as a plain iterator (each
         ``next`` waits for the next event). Leaving the loop early stops following."""
-        stream = self._feeds.follow(partition_id, interval=interval, after=after)
+        stream = self._feeds.watch(partition_id, interval=interval, after=after)
         try:
             while True:
                 try:

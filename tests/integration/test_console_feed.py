@@ -103,11 +103,11 @@ async def test_the_console_streams_a_partition_with_its_token(db_url, table_pref
         done = await http.get("live/partition/events", params={"id": "job"},
                               headers={"last-event-id": seen[-1].id or ""})
         assert done.status_code == 204
-        # The same events as the ingest API's, from the client's follow.
+        # The same events as the ingest API's, from the client's watch.
         async with events(http, "job", authorization=f"Bearer {TOKEN}") as (_, stream):
             streamed = [(event.kind, event.id, event.json()) async for event in stream]
         followed = [(event.kind, str(event.id), dict(event.data))
-                    async for event in client.follow("job")]
+                    async for event in client.watch("job")]
         assert streamed == followed
 
 

@@ -66,7 +66,7 @@ async def test_follow_sends_the_state_each_gate_move_and_the_end_with_the_result
         await client.create_partition("job", [NewItem(f"i{n}", b"{}") for n in range(5)],
                                       reduce_gates=(LAST_GATE,))
         seen: list[Event] = []
-        async with contextlib.aclosing(client.follow("job", interval=0.1)) as events:
+        async with contextlib.aclosing(client.watch("job", interval=0.1)) as events:
             state = await next_of(events, "state", seen)
             assert (state.data["status"], state.data["gate"], state.data["counts"]) == (
                 "available", 0, {"available": 5})
@@ -105,7 +105,7 @@ async def test_after_resumes_without_repeats(db_url, table_prefix, client) -> No
         await client.create_partition("job", [NewItem(f"i{n}", b"{}") for n in range(3)],
                                       reduce_gates=(LAST_GATE,))
         first: list[Event] = []
-        async with contextlib.aclosing(client.follow("job", interval=0.1)) as events:
+        async with contextlib.aclosing(client.watch("job", interval=0.1)) as events:
             await next_of(events, "state", first)
             gates.open(0)
             moved = await next_of(events, "gate", first)
@@ -115,7 +115,7 @@ async def test_after_resumes_without_repeats(db_url, table_prefix, client) -> No
         await wait_until(lambda: hub_gate(client, "job") == LAST_GATE, timeout=WAIT,
                          message="the client's hub saw gate 2")
         second: list[Event] = []
-        async with contextlib.aclosing(client.follow("job", after=moved.id)) as events:
+        async with contextlib.aclosing(client.watch("job", after=moved.id)) as events:
             resumed = await next_of(events, "counts", second)
             assert resumed.data["gate"] == LAST_GATE
             assert moves(second) == [(1, 2, False)], "the missed move, once; not the seen one"
@@ -127,11 +127,11 @@ async def test_after_resumes_without_repeats(db_url, table_prefix, client) -> No
         assert all(event.id.version > moved.id.version for event in second)
         end = second[-1]
         # After the end: nothing more (as the API's 204), as text or as an id.
-        assert [event async for event in client.follow("job", after=str(end.id))] == []
+        assert [event async for event in client.watch("job", after=str(end.id))] == []
         # A client that never followed it resumes with one move standing for those it
         # did not see.
         async with AsyncClient(db_url, table_prefix, feed=FAST) as other:
-            replayed = [event async for event in other.follow("job", after=str(moved.id))]
+            replayed = [event async for event in other.watch("job", after=str(moved.id))]
         assert moves(replayed) == [(1, LAST_GATE, True)]
         assert [event.kind for event in replayed] == ["gate", "counts", "result", "end"]
         assert replayed[-1].data == end.data
@@ -149,7 +149,7 @@ async def test_the_events_are_the_apis_server_sent_events(db_url, table_prefix,
         finished = await client.wait("done", timeout=WAIT)
         assert finished.status == "complete"
     followed = [(event.kind, str(event.id), dict(event.data))
-                async for event in client.follow("done")]
+                async for event in client.watch("done")]
     options = ApiOptions(parse_database_url(db_url), table_prefix, port=0)
     async with api_running(options, client, FeedHub(FAST)) as url, \
             httpx.AsyncClient(base_url=url, timeout=WAIT) as http:
@@ -167,7 +167,7 @@ async def test_a_follower_cut_off_for_being_slow_resumes_by_itself(
     settings = FeedSettings(poll_interval=60.0, queue_size=4)  # the test plays the poller
     async with AsyncClient(db_url, table_prefix, feed=settings) as client:
         await client.create_partition("slow", [NewItem("a", b"{}")])
-        events = client.follow("slow", interval=0.1)
+        events = client.watch("slow", interval=0.1)
         seen = [await anext(events)]
         hub = client._feed
         assert hub is not None and seen[0].kind == "state"
@@ -194,7 +194,7 @@ async def test_the_sync_client_follows_as_a_plain_iterator(db_url, table_prefix)
                                   reduce_gates=(LAST_GATE,))
 
             def follow() -> list[Event]:
-                return list(sync.follow("job", interval=0.1))
+                return list(sync.watch("job", interval=0.1))
 
             following = asyncio.create_task(asyncio.to_thread(follow))
             # The gates open one at a time, each once the follower's hub saw the last.
@@ -209,32 +209,32 @@ async def test_the_sync_client_follows_as_a_plain_iterator(db_url, table_prefix)
         assert events[-2].data["result"] == {"items": 3}
         # Leaving the loop early stops following at once.
         sync.create_partition("open", [NewItem("a", b"{}")])
-        for event in sync.follow("open"):
+        for event in sync.watch("open"):
             assert event.kind == "state"
             break
         hub = sync._async._feed
         assert hub is not None and hub.subscribers == 0
         sync.close()
         with pytest.raises(RuntimeError, match="closed"):
-            next(iter(sync.follow("open")))
+            next(iter(sync.watch("open")))
 
 
 async def test_bad_input_and_unknown_partitions_are_refused(client) -> None:
     await client.create_partition("p", [NewItem("a", b"{}")])
     for interval in (0, 0.05, 61, float("nan"), True, "1"):
         with pytest.raises(InvalidInputError, match="interval must be a number of seconds"):
-            await anext(client.follow("p", interval=interval))  # type: ignore[arg-type]
+            await anext(client.watch("p", interval=interval))  # type: ignore[arg-type]
     for after in ("x", "1:2:z", "", 12):
         with pytest.raises(InvalidInputError, match="not an id of the live feed"):
-            await anext(client.follow("p", after=after))  # type: ignore[arg-type]
+            await anext(client.watch("p", after=after))  # type: ignore[arg-type]
     with pytest.raises(PartitionNotFoundError):
-        await anext(client.follow("nothing-here"))
+        await anext(client.watch("nothing-here"))
     with pytest.raises(PartitionNotFoundError):
-        await anext(client.follow("nothing-here", after=EventId(3, 0, "e")))
+        await anext(client.watch("nothing-here", after=EventId(3, 0, "e")))
     with pytest.raises(InvalidInputError, match="partition"):
-        await anext(client.follow(""))
+        await anext(client.watch(""))
     # A follow in progress ends with the client: it says why.
-    events = client.follow("p")
+    events = client.watch("p")
     assert (await anext(events)).kind == "state"
     await client.close()
     with pytest.raises(FeedBusyError, match="closed"):
