@@ -3,8 +3,8 @@
 processor killed with SIGKILL while its POST is in flight leaves the event to the next
 processor, which sends it again under the same id: delivered at least once, signed,
 and no process ever writes the secret; a partition's successive ends (a rewind reopens
-it) arrive in the order they were written, through the kill. The metric, the listing and the status line
-show what is pending."""
+it) arrive in the order they were written, through the kill. The metric, the listing
+and the status line show what is pending."""
 
 from __future__ import annotations
 
