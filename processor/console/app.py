@@ -5,9 +5,9 @@ Pages: ``/`` (overview), ``/partitions`` (the list, with filters and paging, and
 items whose id is the search text), ``/partition?id=...`` (one partition: gates, its
 timeline, reduce, result, items) and ``/item?partition=...&id=...`` (one item: data,
 error history), ``/flow`` (keys' limits, pauses and grants,
-:mod:`~processor.console.flow_page`), and ``/schedules`` (schedules with their next and
-last ticks, :mod:`~processor.console.schedules_page`), and ``/notifications`` (the
-outbox's counts and its dead events, with a resend,
+:mod:`~processor.console.flow_page`), ``/schedules`` (next and last ticks; pause, resume,
+delete, add: :mod:`~processor.console.schedules_page`), and ``/notifications`` (the
+outbox's counts and its dead events, with a redeliver each,
 :mod:`~processor.console.notifications_page`). Each page has a ``/live/...`` twin that
 renders only its changing part; the page's script fetches it every refresh and patches
 the page in place (the partition page follows its live feed too,

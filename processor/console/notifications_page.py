@@ -1,7 +1,7 @@
 """The console's Notifications page (``/notifications``): how many events wait to be
 sent, were delivered (kept a week) and are dead, and the latest dead events with their
 partition, URL (its password and query values masked), attempts and last error; with
-a resend per dead event (what ``processor notifications redeliver`` does), POSTed as
+a Redeliver per dead event (what ``processor notifications redeliver`` does), POSTed as
 the partition page's actions are (same-origin, session token, refused on a read-only
 console). The signing secret is never read here.
 

@@ -2,12 +2,14 @@
 ``processor run`` subprocesses, a handler and a webhook receiver on loopback. A
 processor killed with SIGKILL while its POST is in flight leaves the event to the next
 processor, which sends it again under the same id: delivered at least once, signed,
-and no process ever writes the secret. The metric, the listing and the status line
-show what is pending."""
+and no process ever writes the secret; a partition's successive ends (a rewind reopens
+it) arrive in the order they were written, through the kill. The metric, the listing
+and the status line show what is pending."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
 from collections.abc import Awaitable
@@ -48,12 +50,12 @@ def where(db_url: str, table_prefix: str) -> list[str]:
 
 
 async def start(owner: str, handler: str, db: list[str], tmp_path: Path, *,
-                notify_timeout: str) -> Processor:
+                notify_timeout: str, extra: tuple[str, ...] = ()) -> Processor:
     port = free_port()
     return await spawn(owner, ["run", "--handler-url", handler, *db, *FAST, "--owner-id", owner,
                                "--notify-allow-private", "--notify-timeout", notify_timeout,
                                "--notify-backoff", "0.2s", "--health-host", "127.0.0.1",
-                               "--health-port", str(port)],
+                               "--health-port", str(port), *extra],
                        tmp_path, health_port=port, env=ENV)
 
 
@@ -118,6 +120,85 @@ async def test_kill_9_mid_delivery_is_delivered_after_restart(
         log = process.stderr() + process.output()
         assert SECRET not in log and "t0ps3cret" not in log
     assert "action=notify_delivered" in second.stderr()
+
+
+async def test_a_partitions_ends_arrive_in_order_through_kill_9(
+        db_url: str, table_prefix: str, tmp_path: Path) -> None:
+    """One partition ends three times: complete, complete again after a rewind to gate 1,
+    and cancelled while a rewind to gate 0 is in flight. The receiver holds its answers,
+    so the first event is in flight (again and again, each attempt timing out) and the
+    later two wait behind it; then the processor is killed with SIGKILL. The next
+    processor sends the three in the order they were written: every POST of an event
+    comes after the last POST of the one before, each signed."""
+    db = where(db_url, table_prefix)
+    receiver = Receiver(SECRET.encode(), hold=True)
+    handler_app = TwoGateHandler()
+    async with serve_app(handler_app) as handler, serve_app(receiver) as hooks:
+        items = tmp_path / "items.ndjson"
+        items.write_text('{"id": "a", "data": 1}\n{"id": "b", "data": 2}\n')
+        made = await cli("create", "job", "--items", str(items), "--notify",
+                         f"{hooks}/hook", *db)
+        assert made.returncode == 0, made.stderr
+        first = await start("first", handler + "/", db, tmp_path, notify_timeout="1",
+                            extra=("--notify-attempts", "1000"))
+        try:
+            await logged(first, wait_until(lambda: receiver.received, timeout=90,
+                                           message="the first POST in flight"))
+            rewound = await cli("rewind", "job", "--gate", "1", *db)
+            assert rewound.returncode == 0, rewound.stderr
+            await logged(first, wait_until(lambda: _events(db, 2), timeout=90,
+                                           message="the second end's event written"))
+            handler_app.hold = asyncio.Event()  # the next calls stay in flight
+            calls = len(handler_app.calls)
+            rewound = await cli("rewind", "job", "--gate", "0", *db)
+            assert rewound.returncode == 0, rewound.stderr
+            await logged(first, wait_until(lambda: len(handler_app.calls) > calls,
+                                           timeout=90, message="the re-run in flight"))
+            cancelled = await cli("cancel", "job", *db)
+            assert cancelled.returncode == 0, cancelled
+            assert cancelled.stdout.startswith("cancelled partition 'job'"), cancelled
+            written = await logged(first, wait_until(lambda: _events(db, 3), timeout=90,
+                                                     message="the third end's event"))
+            handler_app.hold.set()
+            order = [event["id"] for event in written]
+            # Only the first event was ever sent: the later ones wait behind it.
+            assert set(receiver.event_ids()) == {order[0]}
+            first.kill()
+            await first.wait(20)
+        finally:
+            if first.running:
+                first.kill()
+        receiver.hold = False
+        receiver.released.set()
+        second = await start("second", handler + "/", db, tmp_path, notify_timeout="10")
+        try:
+            await logged(second, wait_until(lambda: _events(db, 3, state="delivered"),
+                                            timeout=90, message="the three delivered"))
+            await second.terminate()
+        finally:
+            if second.running:
+                second.kill()
+    ids = receiver.event_ids()
+    assert set(ids) == set(order) and all(one.signed for one in receiver.received)
+    for earlier, later in itertools.pairwise(order):
+        last_of_earlier = max(n for n, one in enumerate(ids) if one == earlier)
+        assert ids.index(later) > last_of_earlier, (order, ids)
+    bodies = {one.event["id"]: one.event for one in receiver.received}
+    assert [bodies[event_id]["status"] for event_id in order] == [
+        "complete", "complete", "cancelled"]
+    ended = [bodies[event_id]["ended_at"] for event_id in order]
+    assert ended == sorted(ended)
+
+
+async def _events(db: list[str], count: int, state: str | None = None) -> list[dict] | None:
+    """The outbox's events in the order they were written, once there are ``count`` (all
+    in ``state``, when given)."""
+    listing = await cli("notifications", "list", "--json", *db)
+    assert listing.returncode == 0, listing.stderr
+    events = sorted(json.loads(listing.stdout)["events"], key=lambda event: event["seq"])
+    if len(events) < count or (state and any(e["state"] != state for e in events)):
+        return None
+    return events
 
 
 async def _delivered(db: list[str]) -> dict | None:

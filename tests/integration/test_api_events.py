@@ -1,12 +1,14 @@
 """The live feed (``GET /v1/partitions/{id}/events``) on a real uvicorn server, on every
 database, following partitions a real watcher runs through a real HTTP handler: gate
 moves and the end in order, an exact resume with ``Last-Event-ID``, one shared poller
-for a hundred clients, and the API's token rules."""
+for a hundred clients with bounded memory while they are slow, and the API's token
+rules."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import tracemalloc
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -180,25 +182,44 @@ async def test_a_resume_with_last_event_id_repeats_and_loses_no_gate_move(
 
 
 async def test_a_hundred_clients_share_one_poller(db_url, table_prefix) -> None:
+    """A hundred clients follow one partition through one poller, and what the feed holds
+    for them stays bounded while they are slow: the HTTP clients read nothing between
+    their state and the end, and a hundred stalled subscribers (streams no one pulls, as
+    a client whose connection stopped taking bytes) never read at all. After every poll,
+    no queue is over its bound and none holds a counts event (counts are the latest
+    only); the stalled ones end with the two gate moves and the end queued, none cut off;
+    and the feed's own allocations (tracemalloc) stay under a few KiB a client."""
     hub = FeedHub(FeedSettings(poll_interval=0.05, heartbeat=5.0, queue_size=8))
     async with system(db_url, table_prefix, hub) as (url, handler, client), \
             http_client(url) as http:
         await client.create_partition("busy", [NewItem(f"i{n}", b"{}") for n in range(20)])
         reads = count_calls(client.store, "partition_states", "items_gate_counts")
         followers = [Follower(http, "busy") for _ in range(100)]
-        async with contextlib.AsyncExitStack() as stack:
-            for follower in followers:
-                await stack.enter_async_context(follower)
-                await follower.next("state")
-            assert hub.subscribers == 100 and list(hub.watches) == ["busy"]
-            # The first client's subscribe read the partition; the 99 others read nothing.
-            assert reads["partition_states"] == 1 + hub.ticks
-            for gate in range(LAST_GATE):  # one gate at a time: the poller sees each move
-                handler.open(gate)
-                await wait_until(lambda gate=gate: hub.watches["busy"].snapshot.gate > gate,
-                                 message=f"the hub saw gate {gate + 1}")
-            handler.open(LAST_GATE)
-            ended = await asyncio.gather(*(follower.rest() for follower in followers))
+        sampled = HubSamples(hub)
+        tracemalloc.start()
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                for follower in followers:
+                    await stack.enter_async_context(follower)
+                    await follower.next("state")
+                assert hub.subscribers == 100 and list(hub.watches) == ["busy"]
+                # The first client's subscribe read the partition; the 99 others read
+                # nothing.
+                assert reads["partition_states"] == 1 + hub.ticks
+                stalled = [(await hub.subscribe(client, "busy", None))[0]
+                           for _ in range(100)]
+                subscribed = feed_bytes()
+                assert reads["partition_states"] == 1 + hub.ticks  # nor do these
+                for gate in range(LAST_GATE):  # one gate at a time: the poller sees each
+                    handler.open(gate)
+                    await wait_until(lambda gate=gate: hub.watches["busy"].snapshot.gate
+                                     > gate, message=f"the hub saw gate {gate + 1}")
+                await wait_until(lambda: sampled.counted, message="counts offered")
+                held = feed_bytes()
+                handler.open(LAST_GATE)
+                ended = await asyncio.gather(*(follower.rest() for follower in followers))
+        finally:
+            tracemalloc.stop()
         assert all(events[-1].kind == "end" for events in ended)
         assert all([(e.json()["from"], e.json()["to"]) for e in events if e.kind == "gate"]
                    == [(0, 1), (1, 2)] for events in ended)
@@ -207,6 +228,47 @@ async def test_a_hundred_clients_share_one_poller(db_url, table_prefix) -> None:
         assert reads["partition_states"] == 1 + hub.ticks
         assert reads["items_gate_counts"] <= 1 + hub.ticks
         assert hub.watches == {} and hub.subscribers == 0
+    # What the feed held for them stayed bounded.
+    assert sampled.polls >= 3 and sampled.largest <= hub.settings.queue_size
+    assert sampled.counts_queued == 0, "counts are kept as the latest only, never queued"
+    assert [[event.kind for event in one.queue] for one in stalled] == \
+        [["gate", "gate", "end"]] * 100
+    assert not any(one.cut_off for one in stalled)
+    assert all(one.counts is None or one.counts.kind == "counts" for one in stalled)
+    assert held < 200 * 4096, f"the feed holds {held} bytes for 200 clients"
+    assert held - subscribed < 200 * 512, \
+        f"two gate moves and the counts grew the feed by {held - subscribed} bytes"
+
+
+class HubSamples:
+    """After each of ``hub``'s observations (one per watch a poll): how many polls, the
+    longest queue, and how many queued events were counts, over every subscriber."""
+
+    def __init__(self, hub: FeedHub) -> None:
+        self.polls = self.largest = self.counts_queued = 0
+        self.counted = False
+        observe = hub._observe
+
+        def sampled(partition_id: str, watch: Any, seen: Any) -> None:
+            subscribers = list(watch.subscribers)
+            observe(partition_id, watch, seen)
+            self.polls += 1
+            for subscriber in subscribers:
+                self.largest = max(self.largest, len(subscriber.queue))
+                self.counts_queued += sum(1 for event in subscriber.queue
+                                          if event.kind == "counts")
+                self.counted = self.counted or subscriber.counts is not None
+
+        hub._observe = sampled  # type: ignore[method-assign]
+
+
+def feed_bytes() -> int:
+    """What the feed's server side (the hub, its deliveries and the SSE streams) has
+    allocated and still holds (tracemalloc; the clients' parsing is left out)."""
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(True, f"*/processor/feed/{name}.py")
+         for name in ("hub", "delivery", "stream")])
+    return sum(stat.size for stat in snapshot.statistics("filename"))
 
 
 async def test_slow_clients_hold_bounded_queues(db_url, table_prefix) -> None:

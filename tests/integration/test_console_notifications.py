@@ -68,6 +68,7 @@ async def test_the_page_counts_and_lists_dead_events_masked(
     assert f'data-key="event-{seq}"' in text and 'href="/partition?id=gone"' in text
     assert "/h?token=***" in text and "ops:***@" in text
     assert "HTTP 410" in text and 'value="' + str(seq) + '"' in text
+    assert ">Redeliver</button>" in text and "Send again" not in text  # the CLI's verb
     for secret in ("pw5ecret", "t0ps3cret", SECRET.decode()):
         assert secret not in text
     assert "fine" not in text.split("Dead events")[1]  # delivered: counted, not listed
@@ -110,7 +111,8 @@ async def test_a_read_only_console_shows_but_does_not_resend(
     seq = await one_dead_one_delivered(client, store)
     async with _web(db_url, table_prefix, read_only=True) as web:
         page = (await web.get("/notifications")).text
-        assert f'data-key="event-{seq}"' in page and "Send again" not in page
+        assert f'data-key="event-{seq}"' in page and "Redeliver" not in page \
+            and "/notifications/redeliver" not in page
         refused = await web.post("/notifications/redeliver",
                                  data={"seq": str(seq), "csrf": "0" * 32},
                                  headers={"origin": ORIGIN})

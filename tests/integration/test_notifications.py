@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -270,6 +271,67 @@ async def test_the_loop_never_logs_its_secret(client: AsyncClient, store: Store,
     assert SECRET.decode() not in caplog.text  # nor in any library's line
     assert "abc123" not in text
     assert SECRET.decode() not in repr(NotifyConfig(**QUICK))
+
+
+async def test_a_hanging_receiver_never_slows_the_engine(client: AsyncClient,
+                                                         store: Store) -> None:
+    """The engine and the delivery loop share one event loop, as in a processor. With
+    the receiver holding every answer (its slots full, each attempt's timeout far
+    away), partitions that name it still run to their end at the engine's pace: each
+    end writes its event and moves on. A delivery that blocked the end would need the
+    attempt's timeout (60 s) per partition; these finish within 20 s, and the events are
+    all sent once the receiver answers."""
+    app = Receiver(SECRET, hold=True)
+    config = NotifyConfig(**{**QUICK, "timeout": 60.0, "concurrency": 2})
+    count = 12
+    async with serve_app(app) as base:
+        url = base + "/hooks"
+        deliverer = Deliverer(store, "d1", config)
+        delivering = asyncio.create_task(deliverer.run())
+
+        async def process(item: WorkItem) -> Result:
+            return Result(done=True)
+
+        watcher = Watcher(store, process, WatcherConfig(owner_id="w", **FAST))
+        try:
+            async with running(watcher):
+                await client.create_partition("first", [NewItem("a", b"")], notify=url)
+                await client.wait("first", timeout=20)
+                await wait_until(lambda: app.received, timeout=20,
+                                 message="the first event held by the receiver")
+                started = time.monotonic()
+                for n in range(count):
+                    await client.create_partition(
+                        f"p{n}", [NewItem(f"i{k}", b"", gate=k % 2) for k in range(4)],
+                        notify=url)
+                for n in range(count):
+                    assert (await client.wait(f"p{n}", timeout=20)).status == "complete"
+                took = time.monotonic() - started
+            assert took < 20, f"{count} partitions took {took:.1f} s"
+            # Every end wrote its event; the receiver holds as many as the loop's slots,
+            # answered none, and the rest wait their turn.
+            assert len(app.received) == config.concurrency
+            counts = await store.notifications_counts(delivered=True)
+            assert counts["delivered"] == 0 and counts["pending"] == count + 1
+            app.hold = False
+            app.released.set()
+
+            async def all_delivered() -> bool:
+                return len(await outbox(store, state="delivered")) == count + 1
+
+            await wait_until(all_delivered, timeout=30, interval=0.05,
+                             message="every event delivered once the receiver answers")
+        finally:
+            app.hold = False
+            app.released.set()
+            deliverer.stop()
+            await delivering
+    rows = await outbox(store, state="delivered")
+    assert sorted(row.partition_id for row in rows) == sorted(
+        ["first", *(f"p{n}" for n in range(count))])
+    assert all(one.signed for one in app.received)
+    assert {one.event["partition_id"] for one in app.received} == {
+        row.partition_id for row in rows}
 
 
 @pytest.mark.parametrize("bad", ["ftp://example.com/x", "example.com/hook", "http://",

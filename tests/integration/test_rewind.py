@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from processor import AsyncClient, NewItem
+from tests.support.engine import running
+from watcher import Result, Watcher, WatcherConfig, WorkItem
 from watcher.errors import (
     AlreadyCompletedError,
     GateError,
@@ -327,3 +329,52 @@ async def test_items_a_reduce_spawned_before_it_was_recorded_are_kept(
     assert (report.items_reset, report.items_removed) == (5, 1)
     assert await places(client, "r") == {
         item_id: ("available", 1, 0) for item_id in ("a0", "a1", "s", "t", "z")}
+
+
+async def test_the_error_history_keeps_the_earlier_attempts_and_the_timeline_the_rewind(
+        client: AsyncClient, store: Store) -> None:
+    """x fails its two attempts under the engine; a rewind sends it back with its attempts
+    reset, its error history as it was (times and all), and the rewind on the timeline.
+    Run again, x fails once more, then passes: the history holds the three failures, the
+    earlier two first."""
+    calls: list[str] = []
+    fail_next = {"x": 2}
+
+    async def process(item: WorkItem) -> Result:
+        calls.append(item.id)
+        if item.id == "x" and fail_next["x"] > 0:
+            fail_next["x"] -= 1
+            raise RuntimeError(f"boom {calls.count('x')}")
+        return Result(done=True)
+
+    config = WatcherConfig(owner_id="w", max_retries=1, poll_interval=0.05,
+                           lease_duration=3.0, retry_backoff=0.05, retry_backoff_max=0.2)
+    await client.create_partition("h", [NewItem("x", b""), NewItem("y", b"")],
+                                  on_item_failure="continue")
+    async with running(Watcher(store, process, config)):
+        assert (await client.wait("h", timeout=30)).status == "complete"
+    first = await client.item("h", "x")
+    assert first.status == "failed" and first.attempts == 2
+    before = first.error_history
+    assert [(entry.attempt, entry.gate) for entry in before] == [(1, 0), (2, 0)]
+    assert ["boom 1" in before[0].error, "boom 2" in before[1].error] == [True, True]
+
+    report = await client.rewind("h", 0, failed_only=True)
+    assert (report.items_reset, report.status_before) == (1, "complete")
+    back = await client.item("h", "x")
+    assert (back.status, back.gate, back.attempts) == ("available", 0, 0)
+    assert back.error_history == before  # every earlier attempt, as it was stamped
+    [mark] = (await client.partition_timeline("h")).rewinds
+    assert (mark.from_gate, mark.to_gate, mark.items, mark.removed) == (0, 0, 1, 0)
+
+    fail_next["x"] = 1
+    async with running(Watcher(store, process, config)):
+        assert (await client.wait("h", timeout=30)).status == "complete"
+    after = await client.item("h", "x")
+    assert after.status == "complete"
+    assert after.error_history[:2] == before
+    [third] = after.error_history[2:]
+    assert (third.attempt, third.gate) == (1, 0) and "boom 3" in third.error
+    assert third.at >= before[-1].at
+    [mark_after] = (await client.partition_timeline("h")).rewinds
+    assert mark_after == mark
