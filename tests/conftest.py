@@ -145,6 +145,11 @@ QUICK_LEAVES_OUT = ("processes", "container", "browser", "bench", "soak")
 # Python) makes its runs the costliest of the three, and SQL Server's need a server of
 # your own. The full suite (and CI) runs them all.
 QUICK_LEAVES_OUT_DATABASES = ("mariadb", "mssql")
+# ... and PostgreSQL's runs only where they test the store's contract and the driver
+# (conformance/ and databases/): the engine, API and console above the store run on
+# SQLite there, and on every database in the full suite.
+QUICK_POSTGRES_FOLDERS = tuple(Path(__file__).parent / name
+                               for name in ("conformance", "databases"))
 PROCESSES_FOLDER = Path(__file__).parent / "acceptance"
 LAYER_OF_MODULE = {
     "test_container.py": "container",
@@ -175,7 +180,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--quick", action="store_true", default=False,
         help="the inner loop: leave out the costly layers (tests marked "
              + ", ".join(QUICK_LEAVES_OUT) + ") and the runs on "
-             + " and ".join(QUICK_LEAVES_OUT_DATABASES))
+             + " and ".join(QUICK_LEAVES_OUT_DATABASES)
+             + "; PostgreSQL runs only the store's contract (conformance/, databases/)")
 
 
 def layers_of(item: pytest.Item) -> set[str]:
@@ -194,8 +200,9 @@ def layers_of(item: pytest.Item) -> set[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its costly layers; with ``--quick``, deselect those tests and
-    the runs on the databases :data:`QUICK_LEAVES_OUT_DATABASES` names."""
+    """Mark each test with its costly layers; with ``--quick``, deselect those tests, the
+    runs on the databases :data:`QUICK_LEAVES_OUT_DATABASES` names, and PostgreSQL's
+    runs outside :data:`QUICK_POSTGRES_FOLDERS`."""
     left_out: list[pytest.Item] = []
     kept: list[pytest.Item] = []
     quick = config.getoption("--quick")
@@ -204,7 +211,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for layer in sorted(layers):
             item.add_marker(getattr(pytest.mark, layer))
         costly = bool(layers) or any(item.get_closest_marker(database) is not None
-                                     for database in QUICK_LEAVES_OUT_DATABASES)
+                                     for database in QUICK_LEAVES_OUT_DATABASES) or (
+            item.get_closest_marker("postgres") is not None
+            and not any(item.path.is_relative_to(folder) for folder in QUICK_POSTGRES_FOLDERS))
         (left_out if quick and costly else kept).append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)
