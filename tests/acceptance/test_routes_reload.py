@@ -14,33 +14,15 @@ import pytest
 from processor import AsyncClient, NewItem
 from tests.acceptance.harness.processes import FAST, spawn
 from tests.support.engine import wait_until
-from tests.support.pipelines import answered_by, routes_text, serving
+from tests.support.pipelines import answered_by, every_gate, routes_text, serving
 from tests.support.servers import free_port
 
 pytestmark = pytest.mark.timeout(180)
 
-BEFORE = """
-[[pipeline]]
-name = "one"
-[[pipeline.route]]
-gate = "*"
-url = "@a"
-"""
+BEFORE = every_gate(one="a")
 
 # Pipeline one moves to service b (a is no longer named), and pipeline two is new.
-AFTER = """
-[[pipeline]]
-name = "one"
-[[pipeline.route]]
-gate = "*"
-url = "@b"
-
-[[pipeline]]
-name = "two"
-[[pipeline.route]]
-gate = "*"
-url = "@b"
-"""
+AFTER = every_gate(one="b", two="b")
 
 
 async def test_sighup_reloads_the_routes_without_dropping_a_call_in_flight(

@@ -25,6 +25,7 @@ from tests.support.engine import running, wait_until
 from tests.support.pipelines import (
     FAST,
     answered_by,
+    every_gate,
     routes_of,
     routes_text,
     serving,
@@ -163,19 +164,6 @@ async def test_a_version_change_finishes_old_partitions_on_the_old_service(
     assert [(count.version, count.open) for count in await client.pipelines()] == []
 
 
-ONE_SERVICE_EACH = """
-[[pipeline]]
-name = "ocr"
-[[pipeline.route]]
-gate = "*"
-url = "@ocr"
-
-[[pipeline]]
-name = "rank"
-[[pipeline.route]]
-gate = "*"
-url = "@rank"
-"""
 
 
 async def test_an_outage_of_one_service_holds_only_its_calls(
@@ -189,7 +177,8 @@ async def test_an_outage_of_one_service_holds_only_its_calls(
                                       pipeline="ocr")
         await client.create_partition(f"r{n}", [NewItem(f"i{m}", b"{}") for m in range(5)],
                                       pipeline="rank")
-    watcher, http = watcher_for(make_store(), routes_of(ONE_SERVICE_EACH, urls), max_retries=0)
+    routes = routes_of(every_gate(ocr="ocr", rank="rank"), urls)
+    watcher, http = watcher_for(make_store(), routes, max_retries=0)
     ocr_name = http.service_of("ocr", None, 0)
     try:
         async with running(watcher):

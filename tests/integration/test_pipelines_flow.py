@@ -16,36 +16,15 @@ import pytest
 import handlers
 from processor import AsyncClient, NewItem
 from tests.support.engine import count_calls, running, wait_until
-from tests.support.pipelines import Service, answered_by, routes_of, serving, watcher_for
+from tests.support.pipelines import (
+    Service,
+    answered_by,
+    every_gate,
+    routes_of,
+    serving,
+    watcher_for,
+)
 from watcher.store import Store
-
-ONE_SERVICE_EACH = """
-[[pipeline]]
-name = "ocr"
-[[pipeline.route]]
-gate = "*"
-url = "@ocr"
-
-[[pipeline]]
-name = "rank"
-[[pipeline.route]]
-gate = "*"
-url = "@rank"
-"""
-
-TWO_ON_ONE_KEY = """
-[[pipeline]]
-name = "a"
-[[pipeline.route]]
-gate = "*"
-url = "@a"
-
-[[pipeline]]
-name = "b"
-[[pipeline.route]]
-gate = "*"
-url = "@b"
-"""
 
 HOLD = 3  # seconds of Retry-After
 # Calls already on the wire when the 429 came back may land this long after it.
@@ -76,7 +55,8 @@ async def test_a_retry_after_from_one_service_holds_only_its_calls(
     ocr.retry_after = HOLD  # every call answered 429, Retry-After: 3, until it is lifted
     for n in range(2):
         await client.create_partition(f"o{n}", items(5), pipeline="ocr")
-    watcher, http = watcher_for(make_store(), routes_of(ONE_SERVICE_EACH, urls), max_retries=0)
+    routes = routes_of(every_gate(ocr="ocr", rank="rank"), urls)
+    watcher, http = watcher_for(make_store(), routes, max_retries=0)
     ocr_name, rank_name = http.service_of("ocr", None, 0), http.service_of("rank", None, 0)
     pools = watcher.flow.rates.services
     try:
@@ -149,7 +129,7 @@ async def test_a_key_limit_spans_the_pipelines_of_one_fleet(
                 await client.create_partition(f"{pipeline}{n}", items(3), pipeline=pipeline,
                                               key="shared")
         await client.set_key_limit("shared", 1)
-        routes = routes_of(TWO_ON_ONE_KEY, urls)
+        routes = routes_of(every_gate(a="a", b="b"), urls)
         fleet = [watcher_for(make_store(), routes, owner_id=f"w{n}", concurrency=8)
                  for n in range(2)]
         try:
@@ -178,7 +158,7 @@ async def test_a_pause_of_the_key_or_the_fleet_holds_every_pipeline(
             await client.create_partition(pipeline, items(12), pipeline=pipeline, key="k")
         store = make_store()
         # A lease far longer than the test: each item is called once per gate.
-        watcher, http = watcher_for(store, routes_of(TWO_ON_ONE_KEY, urls), concurrency=4,
+        watcher, http = watcher_for(store, routes_of(every_gate(a="a", b="b"), urls), concurrency=4,
                                     lease_duration=30.0)
         try:
             async with running(watcher):

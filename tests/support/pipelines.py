@@ -114,6 +114,13 @@ async def serving(make: Callable[[str], Service] = Service
         yield start
 
 
+def every_gate(**services: str) -> str:
+    """A routes file's text: each pipeline named (keyword) with every gate to its
+    service (``"@name"`` placeholders, as :func:`routes_of` fills them in)."""
+    return "\n".join(f'[[pipeline]]\nname = "{pipeline}"\n[[pipeline.route]]\ngate = "*"\n'
+                     f'url = "@{service}"\n' for pipeline, service in services.items())
+
+
 def routes_of(text: str, urls: dict[str, tuple[Service, str]]) -> Routes:
     """``text`` (a routes file naming services as ``@name``) with their URLs."""
     return parse_routes(routes_text(text, urls))
