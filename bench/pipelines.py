@@ -9,7 +9,8 @@ ten partitions:
 - one pipeline through a routes file (``--routes``), every gate to that URL: what
   finding a call's route costs against no routes file;
 - ten pipelines through one routes file, each with a service (a URL) of its own: its
-  own connection pool and outage hold, as a fleet serving ten pipelines has. Partition
+  own outage hold and session (the connections are one shared pool), as a fleet serving
+  ten pipelines has. Partition
   k is in pipeline k mod 10.
 
 All three feed the same handler process, which times the requests as the HTTP scenario

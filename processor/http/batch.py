@@ -39,6 +39,7 @@ from processor.http.config import (
 )
 from processor.http.endpoint import HandlerEndpoint
 from processor.http.reduce import HttpReducer
+from processor.http.transports import SharedPool
 from processor.observe.redact import redact_url
 from processor.observe.tracing import CallSpans, resolve
 from processor.wire.contract import encode_batch, json_headers, read_batch_reply
@@ -84,7 +85,8 @@ class BatchingHttpProcessor:
 
     def __init__(self, config: HttpProcessorConfig, *, batch_size: int,
                  batch_url: str | None = None,
-                 call_tracer: CallSpans | str | None = "auto") -> None:
+                 call_tracer: CallSpans | str | None = "auto",
+                 pool: SharedPool | None = None) -> None:
         check_whole_number("handler batch size", batch_size)
         url = check_url("handler batch URL", batch_url or default_batch_url(config.handler_url),
                         example="http://handler:8000/batch")
@@ -92,7 +94,8 @@ class BatchingHttpProcessor:
         self.config = config
         self.batch_size = batch_size
         self.call_tracer = resolve(call_tracer, client=False)
-        self.endpoint = HandlerEndpoint(config, other_urls=[url], tracer=self.call_tracer)
+        self.endpoint = HandlerEndpoint(config, other_urls=[url], tracer=self.call_tracer,
+                                        pool=pool)
         self.reducer = HttpReducer(self.endpoint)
         self._batch_url = str(httpx.URL(bare))
         self._shown_batch_url = redact_url(url)

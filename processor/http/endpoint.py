@@ -32,6 +32,7 @@ from processor.http.transports import (
     CLOSED_REASON,
     USER_AGENT,
     SenderSettings,
+    SharedPool,
     TlsError,
     TransportError,
     UndecodableError,
@@ -72,7 +73,7 @@ class HandlerEndpoint:
 
     def __init__(self, config: HttpProcessorConfig, *, other_urls: Sequence[str] = (),
                  clock: Callable[[], float] = time.monotonic,
-                 tracer: CallSpans | None = None) -> None:
+                 tracer: CallSpans | None = None, pool: SharedPool | None = None) -> None:
         self.config = config
         self.clock = clock
         self.tracer = tracer
@@ -101,7 +102,7 @@ class HandlerEndpoint:
             connect_timeout=min(config.connect_timeout, config.request_timeout),
             max_response_bytes=config.max_response_bytes,
             max_connections=config.max_connections, verify=ssl_verify(config.verify),
-            shown_url=self.shown_url))
+            shown_url=self.shown_url), pool)
         self._health: HandlerHealthCheck | None = None
         if health_url is not None:
             self._health = HandlerHealthCheck(

@@ -17,6 +17,7 @@ from types import TracebackType
 from processor.http.config import HttpProcessorConfig
 from processor.http.endpoint import HandlerEndpoint
 from processor.http.reduce import HttpReducer
+from processor.http.transports import SharedPool
 from processor.observe.tracing import CallSpans, resolve
 from processor.wire.contract import item_headers, read_item_reply
 from processor.wire.values import Failure
@@ -41,10 +42,11 @@ class HttpProcessor:
     """
 
     def __init__(self, config: HttpProcessorConfig, *,
-                 call_tracer: CallSpans | str | None = "auto") -> None:
+                 call_tracer: CallSpans | str | None = "auto",
+                 pool: SharedPool | None = None) -> None:
         self.config = config
         self.call_tracer = resolve(call_tracer, client=True)
-        self.endpoint = HandlerEndpoint(config, tracer=self.call_tracer)
+        self.endpoint = HandlerEndpoint(config, tracer=self.call_tracer, pool=pool)
         self.reducer = HttpReducer(self.endpoint)
 
     def __repr__(self) -> str:

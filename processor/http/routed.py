@@ -2,7 +2,8 @@
 
 :class:`RoutedHttpProcessor` holds one HTTP processor per service the routes name
 (:class:`~processor.http.processor.HttpProcessor`, or the batching one for a route with
-a ``batch_size``), each with its own connection pool and its own outage tracking. Each
+a ``batch_size``), each with its own session (headers, timeouts) and its own outage
+tracking, over one :class:`~processor.http.transports.SharedPool` of connections. Each
 item, batch and reduce call goes to the service its partition's pipeline, version and
 gate route to (:meth:`~processor.http.routes.Routes.resolve`), looked up once per place
 and kept: a call costs one dictionary lookup more than with one handler.
@@ -23,6 +24,7 @@ from processor.http.batch import BatchingHttpProcessor
 from processor.http.config import HttpProcessorConfig, default_health_url, service_name
 from processor.http.processor import HttpProcessor
 from processor.http.routes import Routes, Service
+from processor.http.transports import SharedPool
 from processor.observe.tracing import CallSpans, resolve
 from watcher.protocol import (
     HandlerUnavailableError,
@@ -59,6 +61,9 @@ class RoutedHttpProcessor:
         batching = any(service.batch_size for service in routes.services())
         self.call_tracer = resolve(call_tracer, client=not batching)
         self._base = base
+        # One pool of connections for every service, as one handler would have: ten
+        # routes to one server reuse the same keep-alive connections.
+        self.pool = SharedPool(base.max_connections)
         self.services: dict[Service, Inner] = {}
         self.reload(routes)
 
@@ -93,8 +98,8 @@ class RoutedHttpProcessor:
         if service.batch_size:
             return BatchingHttpProcessor(config, batch_size=service.batch_size,
                                          batch_url=service.batch_url,
-                                         call_tracer=self.call_tracer)
-        return HttpProcessor(config, call_tracer=self.call_tracer)
+                                         call_tracer=self.call_tracer, pool=self.pool)
+        return HttpProcessor(config, call_tracer=self.call_tracer, pool=self.pool)
 
     def __repr__(self) -> str:
         return (f"RoutedHttpProcessor(pipelines={sorted(self.routes.pipelines)!r}, "
@@ -184,3 +189,4 @@ class RoutedHttpProcessor:
         """Close every service's connections. Safe to call more than once."""
         for inner in self.services.values():
             await inner.aclose()
+        await self.pool.aclose()

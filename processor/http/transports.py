@@ -153,11 +153,43 @@ class _Failures:
         return TransportError(f"the connection to {shown_url} failed: {error_text(error)}")
 
 
-class AiohttpSender:
-    """Posts through one ``aiohttp.ClientSession``, created on first use in the running loop."""
+class SharedPool:
+    """One aiohttp connection pool for the senders of several services (a routing
+    processor's): keep-alive connections are kept per host as ever, under one bound
+    (``max_connections``) for them all, so ten routes to one server reuse the
+    connections one route would. Each sender keeps its own session (its headers and
+    timeouts) over it. A sender with a CA bundle of its own keeps a pool of its own."""
 
-    def __init__(self, settings: SenderSettings) -> None:
+    def __init__(self, max_connections: int) -> None:
+        self.max_connections = max_connections
+        self._connectors: dict[bool, aiohttp.TCPConnector] = {}
+
+    def connector(self, verify: bool | ssl.SSLContext) -> aiohttp.TCPConnector | None:
+        """The shared connector for ``verify`` (made in the running loop on first use);
+        ``None`` for an SSL context, which is the sender's own."""
+        if not isinstance(verify, bool):
+            return None
+        connector = self._connectors.get(verify)
+        if connector is None or connector.closed:
+            connector = self._connectors[verify] = aiohttp.TCPConnector(
+                limit=self.max_connections, limit_per_host=0,
+                keepalive_timeout=KEEPALIVE_EXPIRY, ssl=verify)
+        return connector
+
+    async def aclose(self) -> None:
+        """Close the pooled connections (once every sender over them is closed)."""
+        for connector in self._connectors.values():
+            await connector.close()
+        self._connectors.clear()
+
+
+class AiohttpSender:
+    """Posts through one ``aiohttp.ClientSession``, created on first use in the running
+    loop, over a connection pool of its own or a :class:`SharedPool`'s."""
+
+    def __init__(self, settings: SenderSettings, pool: SharedPool | None = None) -> None:
         self._settings = settings
+        self._pool = pool
         self._failures = _Failures(settings)
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
@@ -170,11 +202,13 @@ class AiohttpSender:
 
     def _open(self) -> aiohttp.ClientSession:
         settings = self._settings
-        connector = aiohttp.TCPConnector(
+        shared = None if self._pool is None else self._pool.connector(settings.verify)
+        connector = shared or aiohttp.TCPConnector(
             limit=settings.max_connections, limit_per_host=0,
             keepalive_timeout=KEEPALIVE_EXPIRY, ssl=settings.verify)
         self._session = aiohttp.ClientSession(
-            connector=connector, headers={"User-Agent": USER_AGENT, **settings.headers},
+            connector=connector, connector_owner=shared is None,
+            headers={"User-Agent": USER_AGENT, **settings.headers},
             # sock_connect bounds a new connection only; a pooled one is free.
             timeout=aiohttp.ClientTimeout(total=settings.request_timeout,
                                           sock_connect=settings.connect_timeout),
@@ -353,6 +387,8 @@ class HttpxSender:
         await self._client.aclose()
 
 
-def open_sender(transport: str, settings: SenderSettings) -> Sender:
-    """The sender for ``transport`` (``"aiohttp"`` or ``"httpx"``)."""
-    return AiohttpSender(settings) if transport == "aiohttp" else HttpxSender(settings)
+def open_sender(transport: str, settings: SenderSettings,
+                pool: SharedPool | None = None) -> Sender:
+    """The sender for ``transport`` (``"aiohttp"`` or ``"httpx"``); an aiohttp sender
+    over ``pool``'s connections when one is given."""
+    return AiohttpSender(settings, pool) if transport == "aiohttp" else HttpxSender(settings)

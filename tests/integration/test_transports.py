@@ -168,3 +168,40 @@ async def test_the_health_check_goes_through_the_item_calls_connections(transpor
         ("POST", "Bearer t0ken-value"), ("GET", "Bearer t0ken-value"),
         ("POST", "Bearer t0ken-value")]
     assert len({port for _, _, port in ports}) == 1, ports
+
+
+async def test_routes_to_one_server_share_its_keep_alive_connections() -> None:
+    """A routing processor's services share one pool: ten routes to one server reuse
+    the connections one route would (each call here follows the last, so one
+    connection serves them all), and a retired service's close leaves the others'."""
+    from processor.http.routed import RoutedHttpProcessor
+    from processor.http.routes import parse_routes
+
+    peers: list[tuple[str, int]] = []
+
+    async def recorded(scope, receive, send) -> None:
+        if scope["type"] == "http":
+            peers.append(tuple(scope["client"]))
+        await answer(scope, receive, send)
+
+    async with serve_app(recorded) as url:
+        def routes(count: int) -> str:
+            return "".join(f'[[pipeline]]\nname = "p{n}"\n[[pipeline.route]]\ngate = "*"\n'
+                           f'url = "{url}/?service={n}"\n' for n in range(count))
+
+        def item(n: int) -> WorkItem:
+            return WorkItem("p", "i", 0, 1, b"payload", 1, "", pipeline=f"p{n}")
+
+        routed = RoutedHttpProcessor(parse_routes(routes(10)),
+                                     HttpProcessorConfig(handler_url=url))
+        try:
+            for n in range(10):
+                assert await routed.process(item(n)) == Result(gate=2, data=b'"ok"')
+            assert len(peers) == 10 and len(set(peers)) == 1, peers
+            # A reload retires nine services: their close leaves the pool to the last.
+            for retired in routed.reload(parse_routes(routes(1))):
+                await retired.aclose()
+            assert await routed.process(item(0)) == Result(gate=2, data=b'"ok"')
+            assert peers[-1] == peers[0]
+        finally:
+            await routed.aclose()
