@@ -80,7 +80,7 @@ async def add_action(console: Console, request: Request) -> Response:
             await console.client.add_schedule(
                 name, cron=form.get("cron", "").strip() or None,
                 timezone=form.get("timezone", "").strip() or None,
-                every=parse_duration("--every", every) if every else None, items=items,
+                every=parse_duration("every", every) if every else None, items=items,
                 catch_up=form.get("catch_up", "skip"),
                 no_overlap=form.get("no_overlap") == "yes")
         except (InvalidInputError, ConfigError, MalformedResponseError) as error:

@@ -156,7 +156,7 @@ async def test_the_add_form_adds_what_the_cli_would(
 @pytest.mark.parametrize(("fields", "status", "line"), [
     ({"cron": "0 3 * *"}, 400, "'0 3 * *' is not a cron expression of five fields"),
     ({"cron": "0 3 * * *", "every": "1h"}, 400, "exactly one of a cron expression"),
-    ({"every": "soon"}, 400, "--every must be a duration greater than 0"),
+    ({"every": "soon"}, 400, "every must be a duration greater than 0"),
     ({"every": "1h", "catch_up": "sometimes"}, 400, "sometimes"),
     ({"every": "1h", "items": '{"id": "a", "data": 1}\n{"id": "b"'}, 400, "items line 2"),
     ({"every": "1h", "items": '{"id": "a", "data": 1}\n{"id": "a", "data": 2}'}, 400, "'a'"),
