@@ -102,6 +102,12 @@ class WorkItem:
         return token
 
     @property
+    def token_given(self) -> str | None:
+        """The token this call handed out (:attr:`completion_token` once read), else
+        ``None``: a call given up before its answer leaves such a token with no wait."""
+        return self._token
+
+    @property
     def call_traceparent(self) -> str | None:
         """The ``traceparent`` of this call's span, once a tracer noted it, else ``None``."""
         return self._span

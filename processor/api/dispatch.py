@@ -40,7 +40,12 @@ def answer(status: int, document: dict[str, Any], *headers: tuple[str, str]) -> 
 
 
 def error_response(error: ApiError) -> Response:
-    """The answer of an error, in the one error shape."""
+    """The answer of an error, in the one error shape. A database that failed is logged
+    too (one WARNING per answer, its message free of secrets), so that the operator
+    sees what callers are told."""
+    if error.code == "database_unavailable":
+        log.warning("action=api_database_unavailable status=%d error=%s", error.status,
+                    " ".join(error.message.split()))
     return Response(error.body(), error.status, media_type="application/json",
                     headers=error.headers or None)
 

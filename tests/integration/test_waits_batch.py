@@ -1,14 +1,15 @@
 """Parking answers written in the batch of plain answers, on every live database: the
 ``waits`` row of each applied parking write goes with the batch (the driver's own
 write, not the spawning transaction), and a write the version guard or the lease
-fence refuses parks nothing, so its token finds no wait."""
+fence refuses parks nothing: its token is told the wait is over (it never began),
+never that no wait has it yet."""
 
 from __future__ import annotations
 
 import pytest
 
 from watcher import Result
-from watcher.errors import WaitNotFoundError
+from watcher.errors import AlreadyCompletedError
 from watcher.records import ItemWrite, NewItem
 from watcher.store import Store
 from watcher.waits import WaitWrite, new_completion_token, token_hash
@@ -39,10 +40,11 @@ async def _counts(store: Store, partition_id: str) -> dict[str, int]:
 
 
 async def _completes(store: Store, token: str) -> bool:
-    """Whether ``token`` completes its item (``False``: no wait has it)."""
+    """Whether ``token`` completes its item (``False``: its wait is over, or never began;
+    a token no wait ever knew, which a refused parking write's must not be, fails)."""
     try:
         done = await store.wait_complete(token, Result(done=True))
-    except WaitNotFoundError:
+    except AlreadyCompletedError:
         return False
     assert done.status == "complete"
     assert done.parked_by == TRACEPARENT, "the wait keeps the parking call's trace"

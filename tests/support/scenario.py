@@ -297,8 +297,8 @@ async def _drop_timeline_row(store: Store, partition_id: str) -> None:
 async def _drive_waits(store: Store) -> None:
     """A parking write (the item and its wait), a heartbeat, an operator's token, a
     completion that parks again, one refused as already completed, the read of expired
-    waits, the summary of parked items, a completion by item, a refused park and a
-    quorum's count."""
+    waits, the summary of parked items, a completion by item, a refused park, a
+    quorum's count and the tokens of calls given up."""
     from watcher.errors import AlreadyCompletedError
     from watcher.protocol import Result
     from watcher.waits import Wait, WaitWrite, token_hash
@@ -324,6 +324,10 @@ async def _drive_waits(store: Store) -> None:
     assert (await store.wait_complete_item("pw", "w", Result(done=True))).status == "complete"
     assert not await store.partition_park("pw", 1, "w5")  # its version moved on
     assert await store.quorum_settle("pw", 0, 1) == 1  # w is complete at gate 0
+    given_up = "g" * 43  # a call's token, given up in flight: its wait never begins
+    await store.waits_never_begun("pw", [("w", given_up)])
+    with pytest.raises(AlreadyCompletedError):
+        await store.wait_complete(given_up, Result(done=True))
 
 
 async def _drive_item_lookups(store: Store) -> None:

@@ -12,6 +12,7 @@ from watcher.records import GateSummary, ItemWrite, PartitionSettings
 from watcher.rules.completions import (
     QuorumMove,
     decide_quorum,
+    quorum_keep,
     quorum_look_due,
     settles_at,
     summary_under_quorum,
@@ -90,3 +91,28 @@ def test_skipped_is_an_item_status_everywhere_one_is_shown_or_filtered() -> None
 def test_when_a_processor_counts_its_gates_quorum(written, in_flight, since, due) -> None:
     assert quorum_look_due(written, in_flight=in_flight, since_last_look=since,
                            poll_interval=1.0) is due
+
+
+def _answer(item: str, status: str = "complete", gate: int | None = None,
+            partition: str = "p", quorum: tuple[int, int] | None = (0, 1)) -> ItemWrite:
+    return ItemWrite(partition, item, 1, status, gate, 1, quorum=quorum)
+
+
+@pytest.mark.parametrize(("writes", "room", "keep"), [
+    # Eight answers in one batch, a quorum of one: the first only.
+    ([_answer(f"i{n}", "available", 1) for n in range(8)], {("p", 0): 1},
+     [True] + [False] * 7),
+    # Room for two, three answers: the first two in the batch's order.
+    ([_answer("a"), _answer("b"), _answer("c")], {("p", 0): 2}, [True, True, False]),
+    # The quorum met already (a racing completion): none passes.
+    ([_answer("a"), _answer("b")], {("p", 0): 0}, [False, False]),
+    # A failure, a retry and a park do not settle their items: always written.
+    ([_answer("a", "failed"), _answer("b", "available", None),
+      _answer("c", "waiting"), _answer("d")], {("p", 0): 0}, [True, True, True, False]),
+    # Writes without a quorum are always written; each partition has its own room.
+    ([_answer("a", quorum=None), _answer("b"), _answer("c", partition="q"),
+      _answer("d", partition="q")], {("p", 0): 1, ("q", 0): 1}, [True, True, True, False]),
+])
+def test_a_batch_passes_only_as_many_items_as_the_quorum_has_room_for(
+        writes, room, keep) -> None:
+    assert quorum_keep(writes, room) == keep

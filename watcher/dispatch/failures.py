@@ -30,6 +30,37 @@ class ItemFailure:
     error: str
 
 
+@dataclass(frozen=True)
+class GateFailure:
+    """Why a partition fails at ``gate``: its quorum there cannot be met (``short``:
+    ``(k, complete)``; ``failed_read`` items failed), or ``failed`` items failed
+    (``example``, one of them, when it could be read)."""
+
+    partition_id: str
+    pipeline: str
+    gate: int
+    failed: int
+    example: ItemFailure | None
+    short: tuple[int, int] | None = None
+    failed_read: int = 0
+
+    @property
+    def error(self) -> str:
+        """The partition's ``last_error``."""
+        if self.short is not None:
+            return quorum_error(self.gate, *self.short, self.failed_read)
+        return partition_error(self.gate, self.failed, self.example)
+
+    def log(self) -> None:
+        """Log the failure once it is written: one ERROR."""
+        if self.short is not None:
+            partition_failed_at_quorum(self.partition_id, self.gate, self.error,
+                                       pipeline=self.pipeline)
+        else:
+            partition_failed_at_items(self.partition_id, self.gate, self.failed,
+                                      self.example, pipeline=self.pipeline)
+
+
 def partition_error(gate: int, failed_items: int, example: ItemFailure | None) -> str:
     """The ``last_error`` a partition that items failed at ``gate`` stores: the failed
     item, its attempts and its error (``example``; ``None`` when it could not be read),
@@ -43,6 +74,17 @@ def partition_error(gate: int, failed_items: int, example: ItemFailure | None) -
                 f"attempt{'s' if example.attempts != 1 else ''}{also}: "
                 f"{one_line(example.error)}")
     return f"{head}; the partition failed and runs nothing more until a retry"
+
+
+def quorum_error(gate: int, k: int, passed: int, failed_items: int) -> str:
+    """The ``last_error`` of a partition whose quorum at ``gate`` cannot be met: ``passed``
+    of the ``k`` items it needs passed, and nothing open is left to make up the rest
+    (``failed_items`` failed; none when the gate holds fewer than ``k`` items)."""
+    why = (f"{failed_items} failed" if failed_items
+           else "the gate holds fewer items than the quorum needs")
+    return (f"quorum unreachable at gate {gate}: {passed} of the {k} items it needs "
+            f"passed, and no open item is left to make up the rest ({why}); the partition "
+            "failed and runs nothing more until a retry")
 
 
 def one_line(text: str | None) -> str:
@@ -74,6 +116,14 @@ def partition_failed_at_items(partition_id: str, gate: int, failed_items: int,
               "reason=item failed_items=%d item=%s attempts=%d error=%s", partition_id,
               pipeline, gate, failed_items, example.item_id, example.attempts,
               one_line(example.error))
+
+
+def partition_failed_at_quorum(partition_id: str, gate: int, error: str, *,
+                               pipeline: str) -> None:
+    """Log that a partition of ``pipeline`` failed because its quorum at ``gate`` cannot
+    be met (:func:`quorum_error`): one ERROR."""
+    log.error("action=partition_closed partition=%s pipeline=%s status=failed gate=%d "
+              "reason=quorum error=%s", partition_id, pipeline, gate, error)
 
 
 def partition_failed_at_reduce(partition_id: str, gate: int, attempts: int,

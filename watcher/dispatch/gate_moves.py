@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy.exc import SQLAlchemyError
 
 from watcher.dispatch.context import PartitionContext
-from watcher.dispatch.failures import ItemFailure, partition_error, partition_failed_at_items
+from watcher.dispatch.failures import GateFailure, ItemFailure
 from watcher.dispatch.in_hand import ItemsInHand
 from watcher.dispatch.reducer import GateReducer, ReduceOutcomeKind
 from watcher.errors import StatefeedError
@@ -130,8 +130,8 @@ class GateMover:
             closed = await self._close_at_once()
             if closed is not None:
                 return closed
-        summary = await self._under_quorum(
-            await self.store.gate_summary(self.partition_id, lease.gate))
+        read = await self.store.gate_summary(self.partition_id, lease.gate)
+        summary, short = await self._under_quorum(read)
         action = decide_gate(summary, auto_close=self.config.auto_close,
                              manual_checkpoint=self.config.manual_checkpoint,
                              continue_on_failure=lease.settings.continue_on_failure)
@@ -154,10 +154,12 @@ class GateMover:
         status = {GateMove.FAIL: Status.FAILED.value,
                   GateMove.CLOSE: Status.COMPLETE.value}.get(action.move)
         from_gate = lease.gate
-        # A failure stores why: the item that failed the partition, read before the write.
-        failed = await self._failed_item(from_gate) if action.move is GateMove.FAIL else None
-        error = (partition_error(from_gate, summary.failed, failed)
-                 if action.move is GateMove.FAIL else None)
+        # A failure stores why (read before the write), and logs it once it is written.
+        failure = GateFailure(
+            self.partition_id, self.pipeline, from_gate, summary.failed,
+            None if short else await self._failed_item(from_gate), short, read.failed,
+        ) if action.move is GateMove.FAIL else None
+        error = failure.error if failure else None
         async with lease.lock:
             if lease.lost:
                 return Pass(wait=None)
@@ -184,10 +186,9 @@ class GateMover:
             log.info("action=gate_advanced partition=%s pipeline=%s from=%d to=%d",
                      self.partition_id, self.pipeline, from_gate, action.gate)
             return Pass(wait=0.0, move=action.move)
-        if action.move is GateMove.FAIL:
+        if failure is not None:
             self._ended(Status.FAILED.value)
-            partition_failed_at_items(self.partition_id, from_gate, summary.failed, failed,
-                                      pipeline=self.pipeline)
+            failure.log()
         else:
             self._ended(Status.COMPLETE.value, from_gate)
         return Pass(wait=None, move=action.move)
@@ -244,24 +245,27 @@ class GateMover:
         self._quorum_looked = now
         return await self.store.quorum_settle(self.partition_id, self.lease.gate, k) >= k
 
-    async def _under_quorum(self, summary: GateSummary) -> GateSummary:
+    async def _under_quorum(self, summary: GateSummary
+                            ) -> tuple[GateSummary, tuple[int, int] | None]:
         """The summary as the gate's quorum has it (:func:`~watcher.rules.completions.
         decide_quorum`): with ``k`` items complete, the others are settled as skipped
         (if a racing answer's transaction did not already) and the gate passes. Without
-        a quorum at the gate, ``summary`` as it is.
+        a quorum at the gate, ``summary`` as it is. Beside it, ``(k, complete)`` when the
+        quorum is unreachable (else ``None``), for the partition's error.
 
         Raises the database's error when the count or the skip fails.
         """
         k = self.lease.settings.quorum_at(self.lease.gate)
         if not k:
-            return summary
+            return summary, None
         complete = await self.store.quorum_settle(self.partition_id, self.lease.gate, k)
         move = decide_quorum(summary, k, complete)
-        if move is QuorumMove.UNREACHABLE:
-            log.warning("action=quorum_unreachable partition=%s pipeline=%s gate=%d k=%d "
-                        "complete=%d", self.partition_id, self.pipeline, self.lease.gate, k,
-                        complete)
-        return summary_under_quorum(summary, move)
+        if move is not QuorumMove.UNREACHABLE:
+            return summary_under_quorum(summary, move), None
+        log.warning("action=quorum_unreachable partition=%s pipeline=%s gate=%d k=%d "
+                    "complete=%d", self.partition_id, self.pipeline, self.lease.gate, k,
+                    complete)
+        return summary_under_quorum(summary, move), (k, complete)
 
     async def _park(self, summary: GateSummary) -> bool:
         """Let the lease go when every open item at the gate waits for a completion

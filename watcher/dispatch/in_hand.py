@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from watcher.protocol import WorkItem
 from watcher.records import ReadyItem
 
 
@@ -33,8 +34,8 @@ class ItemsInHand:
     Not thread-safe; one supervisor task owns it.
     """
 
-    __slots__ = ("_in_flight", "_let_go", "_reads", "ahead", "ahead_at", "ahead_gate",
-                 "gate_looked_empty", "last_read", "reading")
+    __slots__ = ("_in_flight", "_let_go", "_reads", "_tokens_given_up", "ahead", "ahead_at",
+                 "ahead_gate", "gate_looked_empty", "last_read", "reading")
 
     def __init__(self) -> None:
         self._in_flight: dict[str, asyncio.Task[None] | None] = {}
@@ -46,6 +47,8 @@ class ItemsInHand:
         self.reading = False  # a read of ready items is running
         self.gate_looked_empty = False
         self.last_read = 0.0  # time.monotonic() when the last read ended
+        # (item id, token) of the calls given up after their handler was handed a token.
+        self._tokens_given_up: list[tuple[str, str]] = []
 
     def __len__(self) -> int:
         """How many items are in flight."""
@@ -173,13 +176,28 @@ class ItemsInHand:
             for task in pending:
                 task.cancel()
 
-    async def cancel_calls(self) -> None:
-        """Cancel the calls in flight and wait until each has ended (a lost lease)."""
+    async def cancel_calls(self) -> list[tuple[str, str]]:
+        """Cancel the calls in flight and wait until each has ended (a lost lease, a
+        quorum met). Returns the (item id, token) of each call given up so far whose
+        handler was handed its completion token (:meth:`given_up`), and forgets them."""
         tasks = self.calls()
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        given_up, self._tokens_given_up = self._tokens_given_up, []
+        return given_up
+
+    def given_up(self, items: Sequence[ReadyItem], works: Sequence[WorkItem]
+                 ) -> list[ReadyItem]:
+        """Those of ``items`` (one batch's, called as ``works``) whose call was cancelled
+        before it ended; the tokens their handler was handed are kept for
+        :meth:`cancel_calls` to return."""
+        calling = self.calling(items)
+        ids = {item.id for item in calling}
+        self._tokens_given_up += [(work.id, work.token_given) for work in works
+                                  if work.id in ids and work.token_given is not None]
+        return calling
 
     def calling(self, items: Sequence[ReadyItem]) -> list[ReadyItem]:
         """Those of ``items`` whose call has not ended (no result queued for them)."""

@@ -143,7 +143,8 @@ class PartitionSupervisor:
         written, self._quorum_written = self._quorum_written, False
         if lease.settings.quorum and await self.gates.quorum_met(
                 written, in_flight=bool(self.in_hand)):
-            await self.in_hand.cancel_calls()  # the items still in flight were skipped
+            given_up = await self.in_hand.cancel_calls()  # the items in flight were skipped
+            await self.store.waits_never_begun(self.partition_id, given_up)
         now = time.monotonic()
         if self.keeper.expired(lease, now):
             # Renewals failed or hang past the lease's until: it is lost.
@@ -255,7 +256,7 @@ class PartitionSupervisor:
                                  [items[position] for position in positions], outcomes, started,
                                  works, positions))
         except asyncio.CancelledError:
-            self._let_go(self.in_hand.calling(items), abandoned=True)
+            self._let_go(self.in_hand.given_up(items, works), abandoned=True)
             raise
         except Exception:  # a bug: never strand the items (and their slots) in hand
             log.exception("action=batch_error partition=%s pipeline=%s items=%d", pid,

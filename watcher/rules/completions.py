@@ -11,6 +11,7 @@ failing the item, so the completer can correct it and the token stays usable.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from enum import Enum
 
@@ -116,6 +117,27 @@ def settles_at(write: ItemWrite, gate: int) -> bool:
     if write.status == COMPLETE:
         return True
     return write.status == AVAILABLE and write.gate is not None and write.gate > gate
+
+
+def quorum_keep(writes: Sequence[ItemWrite], room: Mapping[tuple[str, int], int]
+                ) -> list[bool]:
+    """Which of ``writes`` (one batch, in its order) may be written, when the quorum
+    gates they answer at have ``room[(partition, gate)]`` passes left (``k`` less the
+    items already past the gate): every write that does not settle its item at its
+    quorum's gate, and of those that do, the first ``room`` of each gate. The others
+    are left out: their items are skipped with the rest of the gate once the quorum
+    is met, so exactly ``k`` pass whatever the batch holds."""
+    left = dict(room)
+    keep = []
+    for write in writes:
+        if write.quorum is None or not settles_at(write, write.quorum[0]):
+            keep.append(True)
+            continue
+        gate = (write.partition_id, write.quorum[0])
+        keep.append(left.get(gate, 0) > 0)
+        if keep[-1]:
+            left[gate] -= 1
+    return keep
 
 
 def quorum_look_due(written: bool, *, in_flight: bool, since_last_look: float,

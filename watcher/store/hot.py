@@ -120,7 +120,9 @@ class HotPathStore(SpawnsStore):
         writes replace are kept in ``waits`` (in the batch's transaction, or its one
         statement), unless a write spawns items
         or counts toward a quorum: then the batch is one transaction here, and each
-        applied write's items are inserted in it (:meth:`items_apply_spawning`).
+        applied write's items are inserted in it (:meth:`items_apply_spawning`). The key
+        of a parking write that was not applied is kept, so its token is told the wait
+        is over (:meth:`~watcher.store.spawns.SpawnsStore._fenced_waits`).
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed or refused a write
@@ -131,8 +133,12 @@ class HotPathStore(SpawnsStore):
         if not writes:
             return []
         if any(write.spawn or write.quorum for write in writes):
-            return await self.items_apply_spawning(writes, owner)
-        return await self.round_trips.call("items_apply", self.driver.items_apply(writes, owner))
+            applied = await self.items_apply_spawning(writes, owner)
+        else:
+            applied = await self.round_trips.call("items_apply",
+                                                  self.driver.items_apply(writes, owner))
+        await self._fenced_waits(writes, applied)
+        return applied
 
     @property
     def closes_with_writes(self) -> bool:
@@ -166,6 +172,7 @@ class HotPathStore(SpawnsStore):
                 for close in closes]
         applied, rows = await self.round_trips.call(
             "items_apply", self.driver.items_apply_then(writes, owner, then))
+        await self._fenced_waits(writes, applied)
         closed = []
         for close, result in zip(closes, rows, strict=True):
             moved, written = result[0]
@@ -184,6 +191,10 @@ class HotPathStore(SpawnsStore):
         statements for the whole batch, the key each applied parking write replaces (one
         statement, kept in ``waits``), and, where an applied write completed an item at a
         gate with a quorum that is now met, the gate's other items settled as skipped.
+        Under a quorum, the partition is locked and its gate counted before any write,
+        and of the writes that would settle items at the gate only as many as it has
+        passes left are written (:meth:`_quorum_keep_in`): the others are not applied,
+        and their items are skipped with the rest, so exactly ``k`` pass.
 
         Raises:
             SpawnConflictError: as :meth:`items_apply` says.
@@ -194,7 +205,11 @@ class HotPathStore(SpawnsStore):
             if at_once is not None:
                 return at_once
         async with self._write() as conn:
-            applied = await self.driver.items_write_each(conn, writes, owner)
+            keep = await self._quorum_keep_in(conn, writes)
+            written = iter(await self.driver.items_write_each(
+                conn, [write for write, kept in zip(writes, keep, strict=True) if kept],
+                owner))
+            applied = [kept and next(written) for kept in keep]
             await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)
                                         for write, ok in zip(writes, applied, strict=True)
                                         if ok and write.spawn])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import and_, func, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -18,9 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from watcher.models import AVAILABLE, COMPLETE, SKIPPED, WAITING
 from watcher.records import ItemWrite, NewItem
+from watcher.rules.completions import quorum_keep, settles_at
 from watcher.rules.spawn import SpawnConflictError
 from watcher.store.base import StoreBase
 from watcher.store.codecs import colliding_ids
+from watcher.waits import REPLACED_VERSION, token_hash
 
 Spawn = tuple[str, str | None, Sequence[NewItem]]
 """What one answer spawned: its partition id, the spawning item's id (``None``: a
@@ -51,13 +54,34 @@ class SpawnsStore(StoreBase):
 
     async def _quorum_in(self, conn: AsyncConnection, partition_id: str, gate: int,
                          k: int) -> int:
-        """:meth:`quorum_settle` in ``conn``'s transaction: a count that reads at most
-        ``k`` index entries past the items created at later gates, and the skip only
-        once the quorum is met.
+        """:meth:`quorum_settle` in ``conn``'s transaction: the count
+        (:meth:`_quorum_count_in`, under the partition's lock), and the skip only once
+        the quorum is met."""
+        complete = await self._quorum_count_in(conn, partition_id, gate, k)
+        if complete >= k:
+            i = self.tables.items
+            await conn.execute(
+                update(i).where(i.c.partition_id == partition_id, i.c.gate == gate,
+                                i.c.status.in_((AVAILABLE, WAITING)))
+                .values(status=SKIPPED, version=i.c.version + 1,
+                        updated_at=self.statements.now))
+        return complete
+
+    async def _quorum_count_in(self, conn: AsyncConnection, partition_id: str, gate: int,
+                               k: int) -> int:
+        """How many items of ``partition_id`` are complete at or past ``gate`` (up to
+        ``k``), in ``conn``'s transaction, after locking the partition's row
+        (:attr:`~watcher.store.sql.waits.WaitStatements.partition_lock`): every write
+        that counts toward a quorum (a batch of answers, a completion by token, a
+        processor's look at its gate) takes that lock before it counts, so they count
+        one after another, each seeing the others' items, and no more than ``k`` pass.
+        The count reads at most ``k`` index entries past the items created at later
+        gates.
 
         An open item at a later gate counts only once an answer has moved it (its
         version above the 1 it was inserted with): one still at version 1 was created
         there (by ``add_items`` or a spawn) and never passed this gate."""
+        await conn.execute(self.statements.waits.partition_lock, {"lock_pid": partition_id})
         i = self.tables.items
         past = (select(literal(1)).where(
             i.c.partition_id == partition_id,
@@ -65,15 +89,63 @@ class SpawnsStore(StoreBase):
                 and_(i.c.status.in_((AVAILABLE, WAITING)), i.c.gate > gate,
                      i.c.version > 1)))
             .limit(k).subquery())
-        complete = int((await conn.execute(
-            select(func.count()).select_from(past))).scalar_one())
-        if complete >= k:
-            await conn.execute(
-                update(i).where(i.c.partition_id == partition_id, i.c.gate == gate,
-                                i.c.status.in_((AVAILABLE, WAITING)))
-                .values(status=SKIPPED, version=i.c.version + 1,
-                        updated_at=self.statements.now))
-        return complete
+        return int((await conn.execute(select(func.count()).select_from(past))).scalar_one())
+
+    async def _quorum_keep_in(self, conn: AsyncConnection, writes: Sequence[ItemWrite]
+                              ) -> list[bool]:
+        """Which of ``writes`` to write (:func:`~watcher.rules.completions.quorum_keep`),
+        counted in ``conn``'s transaction under each quorum partition's lock, taken in
+        the order of partition ids (:meth:`_quorum_count_in`)."""
+        gates = sorted({(write.partition_id, *write.quorum) for write in writes
+                        if write.quorum is not None and settles_at(write, write.quorum[0])})
+        room = {(partition_id, gate): k - await self._quorum_count_in(conn, partition_id,
+                                                                      gate, k)
+                for partition_id, gate, k in gates}
+        return quorum_keep(writes, room)
+
+    async def waits_never_begun(self, partition_id: str,
+                                tokens: Sequence[tuple[str, str]]) -> None:
+        """Keep the keys of ``tokens`` ((item id, token) of ``partition_id``'s calls that
+        were given up, as a quorum's skip gives up the calls in flight) in ``waits``:
+        no answer of those calls will ever be written, so the wait that each token was
+        made for never begins, and a completion with it is told the wait is over (the
+        item's status) rather than "not found" for ever.
+
+        Raises the database's error when the read or the insert fails.
+        """
+        await self._keep_over_keys([
+            {"w_token": token_hash(token), "w_pid": partition_id, "w_iid": item_id,
+             "w_version": REPLACED_VERSION, "w_timeout": 0.0, "w_policy": "",
+             "w_traceparent": None} for item_id, token in tokens])
+
+    async def _fenced_waits(self, writes: Sequence[ItemWrite], applied: Sequence[bool]
+                            ) -> None:
+        """Keep in ``waits`` the key of each parking write of ``writes`` that was not
+        applied (:meth:`~watcher.store.sql.waits.WaitStatements.fenced_params`): the
+        token its call carried then answers "already completed", with the item's status,
+        and not "not found" for ever. Rare (a write fenced off by a quorum's skip, a
+        cancel, a lost lease), so one short transaction of its own; a key stored
+        already (the same write fenced twice) is not stored again.
+
+        Raises the database's error when the read or the insert fails.
+        """
+        await self._keep_over_keys(self.statements.waits.fenced_params(writes, applied))
+
+    async def _keep_over_keys(self, rows: list[dict[str, Any]]) -> None:
+        """Insert ``rows`` (:attr:`~watcher.store.sql.waits.WaitStatements.insert`'s
+        parameters) whose keys ``waits`` does not hold yet, in one short transaction.
+
+        Raises the database's error when the read or the insert fails.
+        """
+        if not rows:
+            return
+        w = self.tables.waits
+        async with self._write() as conn:
+            stored = set((await conn.execute(select(w.c.token).where(
+                w.c.token.in_([row["w_token"] for row in rows])))).scalars())
+            rows = [row for row in rows if row["w_token"] not in stored]
+            if rows:
+                await conn.execute(self.statements.waits.insert, rows)
 
     async def _replaced_waits_in(self, conn: AsyncConnection,
                                  writes: Sequence[ItemWrite]) -> None:

@@ -202,7 +202,10 @@ class WaitsStore(SpawnsStore):
         the item again, the new wait (with the completer's ``traceparent``), in one
         transaction guarded by the wait's item version, the waiting status and the
         open partition; when the item's gate has a quorum that this completion meets,
-        the gate's other open items are skipped in the same transaction. The
+        the gate's other open items are skipped in the same transaction. Under a
+        quorum, the gate is counted under the partition's lock before the write: once
+        ``k`` items passed, the completion writes nothing but the skip, and is refused
+        as already completed (the item is skipped). The
         partition's processors are woken.
 
         Raises:
@@ -258,12 +261,21 @@ class WaitsStore(SpawnsStore):
         Raises:
             CompletionRefusedError, SpawnConflictError: as :meth:`wait_complete`.
         """
+        k = dict(decode_quorum(row.quorum)).get(row.gate, 0)
+        # Counted before the write, under the partition's lock (as every write toward
+        # the quorum is): a completion that would pass the gate after k others did
+        # skips its item with the rest instead, and is told so.
+        full = bool(k) and await self._quorum_count_in(conn, wait.partition_id,
+                                                       row.gate, k) >= k
         new_token = new_completion_token()
         item = ReadyItem(wait.item_id, wait.version, row.gate, b"", row.attempts,
                          error_history=row.error_history, wait_key=row.item_wait_key)
         write = completion_write(wait.partition_id, item, answer, row.partition_gate,
                                  policy, new_token=new_token, max_data_bytes=max_data_bytes,
                                  spawn_limits=spawn_limits, traceparent=traceparent)
+        if full and settles_at(write, row.gate):
+            await self._quorum_in(conn, wait.partition_id, row.gate, k)
+            return None
         statement = self._completion_write(new_data=write.data is not None,
                                            delayed=bool(write.retry_delay),
                                            parking=write.wait is not None)
@@ -273,7 +285,6 @@ class WaitsStore(SpawnsStore):
         if write.spawn:
             await self._spawn_in(conn, [(write.partition_id, write.item_id, write.spawn)])
         await self._replaced_waits_in(conn, [write])
-        k = dict(decode_quorum(row.quorum)).get(row.gate, 0)
         if k and settles_at(write, row.gate):
             await self._quorum_in(conn, wait.partition_id, row.gate, k)
         await self._wake_parked(conn, wait.partition_id)

@@ -7,7 +7,8 @@ An item's current wait lives in its own row (``items.wait_key`` and the columns
 beside it, revision 0021), written by the parking answer's own ``UPDATE``. The
 ``waits`` table holds the other keys: an operator's token of a current wait (a row at
 the item's version while it waits), and the key of a wait that a new one replaced
-(version 0: never current), so that a late completion is told the wait is over."""
+(version 0: never current), or the key of a parking answer that was fenced off (its
+wait never began), so that a late completion is told the wait is over."""
 
 from __future__ import annotations
 
@@ -83,6 +84,31 @@ class WaitStatements:
                 for k, write in enumerate(writes)
                 if write.wait is not None and write.wait.replaces is not None
                 and (applied is None or applied[k])]
+
+    @staticmethod
+    def fenced_params(writes: Sequence[ItemWrite], applied: Sequence[bool]
+                      ) -> list[dict[str, Any]]:
+        """The parameters of :attr:`insert` for the key of each parking write of
+        ``writes`` that was not applied (per write, in ``applied``): its wait never
+        began, and never will, so the token its call carried is kept at
+        :data:`REPLACED_VERSION` and told the wait is over (the item's status now)
+        instead of "not found" for ever."""
+        return [{"w_token": write.wait.token_hash, "w_pid": write.partition_id,
+                 "w_iid": write.item_id, "w_version": REPLACED_VERSION, "w_timeout": 0.0,
+                 "w_policy": "", "w_traceparent": None}
+                for write, ok in zip(writes, applied, strict=True)
+                if write.wait is not None and not ok]
+
+    @functools.cached_property
+    def partition_lock(self) -> Select[Any]:
+        """Lock the row of partition ``:lock_pid`` until the transaction ends (``FOR
+        UPDATE``; ``UPDLOCK`` on SQL Server; SQLite's write transaction holds the whole
+        database already): the writes that count toward a gate's quorum take it first,
+        so that they count one after another and exactly ``k`` items pass."""
+        p = self.tables.partitions
+        return (select(p.c.id).where(p.c.id == bindparam("lock_pid"))
+                .with_for_update()
+                .with_hint(p, "WITH (UPDLOCK, ROWLOCK)", "mssql"))
 
     @functools.cached_property
     def _item_waits(self) -> Select[Any]:
