@@ -2317,6 +2317,12 @@ DELETE
  WHERE processors.owner = %s;
 
 -- name: quorum_settle (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %s
+   FOR UPDATE;
+
+-- name: quorum_settle (2)
 SELECT count(*) AS count_1
   FROM (
         SELECT %s AS anon_2
@@ -2326,7 +2332,7 @@ SELECT count(*) AS count_1
          LIMIT %s
        ) AS anon_1;
 
--- name: quorum_settle (2)
+-- name: quorum_settle (3)
 UPDATE items
    SET
 version=(items.version + %s), status=%s,
@@ -2974,6 +2980,15 @@ DELETE
    AND waits.version = %s;
 
 -- name: wait_operator_token (3)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s);
+
+-- name: waits_never_begun (1)
+SELECT waits.token
+  FROM waits
+ WHERE waits.token IN (%s, ...);
+
+-- name: waits_never_begun (2)
 INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
 VALUES (%s, %s, %s, %s, %s, %s, COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)), %s);
 

@@ -2302,6 +2302,11 @@ DELETE
  WHERE processors.owner = %(owner_n)s;
 
 -- name: quorum_settle (1)
+SELECT partitions.id
+  FROM partitions WITH (UPDLOCK, ROWLOCK)
+ WHERE partitions.id = %(lock_pid)s;
+
+-- name: quorum_settle (2)
 SELECT count(*) AS count_1
   FROM (
         SELECT TOP 1 %(param_n)s AS anon_2
@@ -2310,7 +2315,7 @@ SELECT count(*) AS count_1
            AND (items.status = %(status_n)s AND items.gate >= %(gate_n)s OR items.status IN (%(status_2_n)s, ...) AND items.gate > %(gate_n)s AND items.version > %(version_n)s)
        ) AS anon_1;
 
--- name: quorum_settle (2)
+-- name: quorum_settle (3)
 UPDATE items
    SET
 version=(items.version + %(version_n)s), status=%(status)s,
@@ -2951,6 +2956,15 @@ DELETE
    AND waits.version = %(version_n)s;
 
 -- name: wait_operator_token (3)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%(w_token)s, %(w_pid)s, %(w_iid)s, %(w_version)s, %(w_timeout)s, %(w_policy)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(w_traceparent)s);
+
+-- name: waits_never_begun (1)
+SELECT waits.token
+  FROM waits
+ WHERE waits.token IN (%(token_1_n)s, ...);
+
+-- name: waits_never_begun (2)
 INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
 VALUES (%(w_token)s, %(w_pid)s, %(w_iid)s, %(w_version)s, %(w_timeout)s, %(w_policy)s, COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()), %(w_traceparent)s);
 

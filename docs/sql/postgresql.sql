@@ -2418,6 +2418,12 @@ DELETE
  WHERE processors.owner = %(owner_1)s::VARCHAR;
 
 -- name: quorum_settle (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %(lock_pid)s::VARCHAR
+   FOR UPDATE;
+
+-- name: quorum_settle (2)
 SELECT count(*) AS count_1
   FROM (
         SELECT %(param_1)s::INTEGER AS anon_2
@@ -2427,7 +2433,7 @@ SELECT count(*) AS count_1
          LIMIT %(param_2)s::INTEGER
        ) AS anon_1;
 
--- name: quorum_settle (2)
+-- name: quorum_settle (3)
 UPDATE items
    SET
 version=(items.version + %(version_1)s::INTEGER), status=%(status)s::VARCHAR,
@@ -3096,6 +3102,15 @@ DELETE
    AND waits.version = %(version_1)s::INTEGER;
 
 -- name: wait_operator_token (3)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (%(w_token)s::VARCHAR, %(w_pid)s::VARCHAR, %(w_iid)s::VARCHAR, %(w_version)s::INTEGER, %(w_timeout)s, %(w_policy)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(w_traceparent)s::VARCHAR);
+
+-- name: waits_never_begun (1)
+SELECT waits.token
+  FROM waits
+ WHERE waits.token IN (%(token_1_1)s::VARCHAR, ...);
+
+-- name: waits_never_begun (2)
 INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
 VALUES (%(w_token)s::VARCHAR, %(w_pid)s::VARCHAR, %(w_iid)s::VARCHAR, %(w_version)s::INTEGER, %(w_timeout)s, %(w_policy)s::VARCHAR, COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), %(w_traceparent)s::VARCHAR);
 

@@ -2369,6 +2369,11 @@ DELETE
  WHERE processors.owner = ?;
 
 -- name: quorum_settle (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = ?;
+
+-- name: quorum_settle (2)
 SELECT count(*) AS count_1
   FROM (
         SELECT ? AS anon_2
@@ -2379,7 +2384,7 @@ SELECT count(*) AS count_1
         OFFSET ?
        ) AS anon_1;
 
--- name: quorum_settle (2)
+-- name: quorum_settle (3)
 UPDATE items
    SET
 version=(items.version + ?), status=?,
@@ -3032,6 +3037,15 @@ DELETE
    AND waits.version = ?;
 
 -- name: wait_operator_token (3)
+INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
+VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?);
+
+-- name: waits_never_begun (1)
+SELECT waits.token
+  FROM waits
+ WHERE waits.token IN (?, ...);
+
+-- name: waits_never_begun (2)
 INSERT INTO waits (token, partition_id, item_id, version, timeout, on_timeout, created_at, traceparent)
 VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), ?);
 
