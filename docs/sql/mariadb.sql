@@ -1171,6 +1171,19 @@ SELECT partitions.id,
   FROM partitions
  WHERE partitions.id IN (%s, ...);
 
+-- name: notification_leave
+UPDATE notifications
+   SET
+version=(notifications.version + %s), attempts=(notifications.attempts - %s),
+       owner=%s,
+       next_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       last_error=%s,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+ WHERE notifications.seq = %s
+   AND notifications.version = %s
+   AND notifications.owner = %s
+   AND notifications.state = %s;
+
 -- name: notification_settle (1)
 UPDATE notifications
    SET state=%s,
@@ -1248,6 +1261,18 @@ SELECT notifications.seq,
  WHERE notifications.seq IN (%s, ...)
    AND notifications.owner = %s
  ORDER BY notifications.seq;
+
+-- name: notifications_claim (4)
+SELECT notifications.seq
+  FROM notifications
+ WHERE notifications.state = %s
+   AND notifications.next_at <= COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+   AND NOT (EXISTS (SELECT * FROM notifications AS notifications_1 WHERE notifications_1.partition_id = notifications.partition_id AND notifications_1.seq < notifications.seq AND notifications_1.state = %s))
+   AND (notifications.seq NOT IN (%s, ...))
+ ORDER BY notifications.next_at,
+          notifications.seq
+ LIMIT %s
+   FOR UPDATE SKIP LOCKED;
 
 -- name: notifications_counts (1)
 SELECT notifications.state,

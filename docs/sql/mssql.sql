@@ -1194,6 +1194,19 @@ SELECT partitions.id,
   FROM partitions
  WHERE partitions.id IN (%(id_1_n)s, ...);
 
+-- name: notification_leave
+UPDATE notifications
+   SET
+version=(notifications.version + %(version_n)s), attempts=(notifications.attempts - %(attempts_n)s),
+       owner=%(owner)s,
+       next_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       last_error=%(last_error)s,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+ WHERE notifications.seq = %(seq_n)s
+   AND notifications.version = %(version_n)s
+   AND notifications.owner = %(owner_n)s
+   AND notifications.state = %(state_n)s;
+
 -- name: notification_settle (1)
 UPDATE notifications
    SET state=%(state)s,
@@ -1269,6 +1282,16 @@ SELECT notifications.seq,
  WHERE notifications.seq IN (%(seq_1_n)s, ...)
    AND notifications.owner = %(owner_n)s
  ORDER BY notifications.seq;
+
+-- name: notifications_claim (4)
+SELECT TOP 10 notifications.seq
+  FROM notifications WITH (UPDLOCK, ROWLOCK, READPAST)
+ WHERE notifications.state = %(state_n)s
+   AND notifications.next_at <= COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+   AND NOT (EXISTS (SELECT * FROM notifications AS notifications_1 WHERE notifications_1.partition_id = notifications.partition_id AND notifications_1.seq < notifications.seq AND notifications_1.state = %(state_n)s))
+   AND (notifications.seq NOT IN (%(seq_1_n)s, ...))
+ ORDER BY notifications.next_at,
+          notifications.seq;
 
 -- name: notifications_counts (1)
 SELECT notifications.state,

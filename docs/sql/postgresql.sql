@@ -1247,6 +1247,19 @@ version=(partitions.version + %(version_1)s::INTEGER), owner=%(holder)s::VARCHAR
           FROM free
        ) RETURNING partitions.id;
 
+-- name: notification_leave
+UPDATE notifications
+   SET
+version=(notifications.version + %(version_1)s::INTEGER), attempts=(notifications.attempts - %(attempts_1)s::INTEGER),
+       owner=%(owner)s::VARCHAR,
+       next_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       last_error=%(last_error)s::VARCHAR,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+ WHERE notifications.seq = %(seq_1)s::INTEGER
+   AND notifications.version = %(version_2)s::INTEGER
+   AND notifications.owner = %(owner_1)s::VARCHAR
+   AND notifications.state = %(state_1)s::VARCHAR;
+
 -- name: notification_settle (1)
 UPDATE notifications
    SET state=%(state)s::VARCHAR,
@@ -1324,6 +1337,18 @@ SELECT notifications.seq,
  WHERE notifications.seq IN (%(seq_1_1)s::INTEGER, ...)
    AND notifications.owner = %(owner_1)s::VARCHAR
  ORDER BY notifications.seq;
+
+-- name: notifications_claim (4)
+SELECT notifications.seq
+  FROM notifications
+ WHERE notifications.state = %(state_1)s::VARCHAR
+   AND notifications.next_at <= COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+   AND NOT (EXISTS (SELECT * FROM notifications AS notifications_1 WHERE notifications_1.partition_id = notifications.partition_id AND notifications_1.seq < notifications.seq AND notifications_1.state = %(state_2)s::VARCHAR))
+   AND (notifications.seq NOT IN (%(seq_1_1)s::INTEGER, ...))
+ ORDER BY notifications.next_at,
+          notifications.seq
+ LIMIT %(param_1)s::INTEGER
+   FOR UPDATE SKIP LOCKED;
 
 -- name: notifications_counts (1)
 SELECT notifications.state,

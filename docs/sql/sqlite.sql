@@ -1209,6 +1209,19 @@ version=(partitions.version + :version_1), owner=:holder,
           FROM free
        ) RETURNING id;
 
+-- name: notification_leave
+UPDATE notifications
+   SET
+version=(notifications.version + ?), attempts=(notifications.attempts - ?),
+       owner=?,
+       next_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       last_error=?,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+ WHERE notifications.seq = ?
+   AND notifications.version = ?
+   AND notifications.owner = ?
+   AND notifications.state = ?;
+
 -- name: notification_settle (1)
 UPDATE notifications
    SET state=?,
@@ -1286,6 +1299,18 @@ SELECT notifications.seq,
  WHERE notifications.seq IN (?, ...)
    AND notifications.owner = ?
  ORDER BY notifications.seq;
+
+-- name: notifications_claim (4)
+SELECT notifications.seq
+  FROM notifications
+ WHERE notifications.state = ?
+   AND notifications.next_at <= COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+   AND NOT (EXISTS (SELECT * FROM notifications AS notifications_1 WHERE notifications_1.partition_id = notifications.partition_id AND notifications_1.seq < notifications.seq AND notifications_1.state = ?))
+   AND (notifications.seq NOT IN (?, ...))
+ ORDER BY notifications.next_at,
+          notifications.seq
+ LIMIT ?
+OFFSET ?;
 
 -- name: notifications_counts (1)
 SELECT notifications.state,

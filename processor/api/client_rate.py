@@ -7,6 +7,11 @@ whose bucket is empty is answered 429 with ``Retry-After`` for every request und
 ``/v1/completions/`` until it refills. Completions, heartbeats and answers about a known
 token spend nothing, so a burst of real callbacks (a provider's webhooks, all through
 one proxy) is never throttled. Pure apart from the clock it is given; no I/O.
+
+A lookup that misses is looked up again for a while before its 404 (the wait may not
+be written yet), so its token is spent at the first miss, not at the 404
+(:class:`GuessCharge`): guesses sent at once cannot all pass an untouched bucket. One
+whose wait turns up after all gets its token back.
 """
 
 from __future__ import annotations
@@ -72,10 +77,49 @@ class ClientRate:
         self._remember(client, tokens, now)
         return (1.0 - tokens) / per_second
 
+    def give_back(self, client: str) -> None:
+        """Return one token spent by :meth:`take` to ``client``'s bucket (the lookup
+        found its wait after all), up to its capacity."""
+        if self.per_minute == 0:
+            return
+        now = self.clock()
+        capacity = float(self.per_minute)
+        tokens, at = self._buckets.pop(client, (capacity, now))
+        tokens = min(capacity, tokens + (now - at) * capacity / 60.0 + 1.0)
+        self._remember(client, tokens, now)
+
     def _remember(self, client: str, tokens: float, now: float) -> None:
         self._buckets[client] = (tokens, now)
         while len(self._buckets) > self.max_clients:
             self._buckets.popitem(last=False)
+
+
+class GuessCharge:
+    """One request's charge to its client's bucket: spent at most once, by the first
+    sign that the request is a refused lookup (its token's first miss, or a 404), and
+    given back when the request ends otherwise."""
+
+    def __init__(self, rate: ClientRate, client: str) -> None:
+        self.rate, self.client = rate, client
+        self.spent = False
+
+    def spend(self) -> float:
+        """Spend the request's token, once: ``0.0`` when it is spent (now or before),
+        else the seconds until the bucket has one (what ``Retry-After`` says)."""
+        if self.spent:
+            return 0.0
+        wait = self.rate.take(self.client)
+        self.spent = wait == 0.0
+        return wait
+
+    def settle(self, refused: bool) -> None:
+        """The request ended: a ``refused`` lookup (404) keeps its token spent (spending
+        it now if it was not yet); any other end gives a spent one back."""
+        if refused:
+            self.spend()
+        elif self.spent:
+            self.spent = False
+            self.rate.give_back(self.client)
 
 
 def retry_after(seconds: float) -> str:

@@ -28,7 +28,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from processor.api.bodies import read_whole
-from processor.api.client_rate import ClientRate, retry_after
+from processor.api.client_rate import ClientRate, GuessCharge, retry_after
 from processor.api.problems import ApiError, bad_request
 from processor.wire.contract import parse_answer
 from processor.wire.values import MalformedResponseError, decode_json
@@ -90,18 +90,19 @@ class CompletionRoutes:
 
         client = scope.get("client")
         address = str(client[0]) if client else ""
+        charge = GuessCharge(self.rate, address)
         try:
             wait = self.rate.exhausted(address)
             if wait:
-                raise ApiError(429, "too_many_requests", "too many refused completion "
-                               "tokens from this address; try again after Retry-After "
-                               "seconds", headers={"retry-after": retry_after(wait)})
-            response = await answer_completion(self.api, Request(scope, receive), raw_path)
+                raise too_many(wait)
+            response = await answer_completion(self.api, Request(scope, receive), raw_path,
+                                               charge)
         except ApiError as error:
             response = error_response(error)
             if isinstance(error, NotYetFound):
                 response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         except ClientDisconnect:
+            charge.settle(refused=False)
             return
         except Exception as error:
             known = statefeed_answer(error)
@@ -111,9 +112,17 @@ class CompletionRoutes:
                               scope["method"])
                 known = ApiError(500, "internal_error", "the API failed; its log says why")
             response = error_response(known)
-        if response.status_code == 404:  # a guess, or a token no wait has: it counts
-            self.rate.take(address)
+        # A guess, or a token no wait has, counts (spent at its first miss already, when
+        # it was looked up); a request that found its wait after all costs nothing.
+        charge.settle(refused=response.status_code == 404)
         await response(scope, receive, send)
+
+
+def too_many(wait: float) -> ApiError:
+    """The answer to a client whose bucket of refused lookups is empty for ``wait`` s."""
+    return ApiError(429, "too_many_requests", "too many refused completion tokens from "
+                    "this address; try again after Retry-After seconds",
+                    headers={"retry-after": retry_after(wait)})
 
 
 def not_found() -> ApiError:
@@ -135,14 +144,20 @@ def not_yet_found() -> ApiError:
                        "handler's answer is; nothing was written, so retrying later is safe)")
 
 
-async def _patiently(attempt: Callable[[], Awaitable[T]], token: str) -> T:
+async def _patiently(attempt: Callable[[], Awaitable[T]], token: str,
+                     charge: GuessCharge) -> T:
     """``attempt()``, tried again every :data:`NOT_YET_STEP` seconds while no wait has the
     well-formed ``token``, up to :data:`NOT_YET_GRACE` seconds: the outside system
     may complete a wait before the answer that parks it is written.
 
+    The first miss spends the request's ``charge`` before any wait, so that guesses sent
+    at once are counted as they arrive, not as their 404s go out seconds later; when
+    the client's bucket is empty the request is refused then.
+
     Raises:
         ApiError: 404 when no wait had the token (with ``Retry-After`` when it is
-            well-formed).
+            well-formed); 429 with ``Retry-After`` when its first miss found the
+            client's bucket of refused lookups empty.
     """
     if not token_well_formed(token):
         raise not_found()
@@ -151,16 +166,22 @@ async def _patiently(attempt: Callable[[], Awaitable[T]], token: str) -> T:
         try:
             return await attempt()
         except WaitNotFoundError:
+            wait = charge.spend()
+            if wait:
+                raise too_many(wait) from None
             if time.monotonic() >= give_up:
                 raise not_yet_found() from None
         await asyncio.sleep(NOT_YET_STEP)
 
 
-async def answer_completion(api: IngestApi, request: Request, raw_path: str) -> Response:
-    """Route and answer one request under ``/v1/completions/``.
+async def answer_completion(api: IngestApi, request: Request, raw_path: str,
+                            charge: GuessCharge) -> Response:
+    """Route and answer one request under ``/v1/completions/``; a lookup that misses
+    spends ``charge`` (:func:`_patiently`).
 
     Raises:
-        ApiError: 404, 405, 400 or 413 as the module says; 409 for a used token.
+        ApiError: 404, 405, 400 or 413 as the module says; 409 for a used token; 429
+            when a lookup missed and the client's bucket of refused lookups is empty.
     """
     token, _, rest = raw_path[len(PREFIX):].partition("/")
     token = unquote(token)
@@ -179,12 +200,12 @@ async def answer_completion(api: IngestApi, request: Request, raw_path: str) -> 
                 raise bad_request("a heartbeat's body is {\"timeout\": seconds}",
                                   field=unknown[0] if unknown else "timeout")
             deadline = await _patiently(
-                lambda: store.wait_heartbeat(token, document["timeout"]), token)
+                lambda: store.wait_heartbeat(token, document["timeout"]), token, charge)
             return JSONResponse({"deadline": deadline.isoformat() + "Z"}, 200)
         answer = _answer(await read_whole(request, api.limits.max_body_bytes))
         # The client's path (its span links to the parking call's; its log line).
         done = await _patiently(lambda: api.client.complete_answer(
-            token, answer, max_data_bytes=api.limits.max_item_bytes), token)
+            token, answer, max_data_bytes=api.limits.max_item_bytes), token, charge)
     except WaitNotFoundError:
         raise not_found() from None
     except AlreadyCompletedError as error:

@@ -1,5 +1,6 @@
 """The console's Notifications page (``/notifications``): how many events wait to be
-sent, were delivered (kept a week) and are dead, and the latest dead events with their
+sent, were delivered (kept a week) and are dead, the pending events whose last try
+failed or was left to another processor (with why), and the latest dead events with their
 partition, URL (its password and query values masked), attempts and last error; with
 a Redeliver per dead event (what ``processor notifications redeliver`` does), POSTed as
 the partition page's actions are (same-origin, session token, refused on a read-only
@@ -28,6 +29,9 @@ from processor.observe.redact import redact_url
 
 # Dead events the page lists at most, the latest first.
 DEAD_SHOWN = 50
+# Pending events read (the oldest first) to find those with an error, and shown at most.
+PENDING_READ = 200
+PENDING_SHOWN = 50
 NOTICES = {
     "redelivered": "Event #{seq} will be sent again: it is pending, due now, with its "
                    "attempts counted from zero.",
@@ -54,14 +58,35 @@ class DeadRow:
     given_up_at: str
 
 
+@dataclass(frozen=True)
+class WaitingRow:
+    """One pending event with an error (its last try failed, or a processor left it to
+    another: an internal host without ``--notify-allow-private``)."""
+
+    seq: int
+    partition_id: str
+    status: str
+    target: str  # redacted
+    attempts: int
+    last_error: str
+    ended_at: str
+
+
 async def notifications_data(client: AsyncClient) -> dict[str, Any]:
-    """What the page shows: the outbox's counts and the latest :data:`DEAD_SHOWN` dead
-    events.
+    """What the page shows: the outbox's counts, the oldest pending events with an error
+    (up to :data:`PENDING_SHOWN`, among the oldest :data:`PENDING_READ` pending) and the
+    latest :data:`DEAD_SHOWN` dead events.
 
     Raises:
         DatabaseError: the database failed.
     """
     counts = await client.notification_counts(delivered=True)
+    pending = await client.notifications(state="pending", limit=PENDING_READ)
+    waiting = [WaitingRow(seq=event.seq, partition_id=event.partition_id,
+                          status=event.status, target=redact_url(event.target),
+                          attempts=event.attempts, last_error=event.last_error,
+                          ended_at=rfc3339(event.created_at) or "-")
+               for event in pending if event.last_error][:PENDING_SHOWN]
     dead = await client.notifications(state="dead", limit=DEAD_SHOWN + 1, newest_first=True)
     rows = [DeadRow(seq=event.seq, partition_id=event.partition_id, status=event.status,
                     target=redact_url(event.target), attempts=event.attempts,
@@ -69,7 +94,8 @@ async def notifications_data(client: AsyncClient) -> dict[str, Any]:
                     ended_at=rfc3339(event.created_at) or "-",
                     given_up_at=rfc3339(event.updated_at) or "-")
             for event in dead[:DEAD_SHOWN]]
-    return {"counts": counts, "dead": rows, "more": len(dead) > DEAD_SHOWN}
+    return {"counts": counts, "dead": rows, "more": len(dead) > DEAD_SHOWN,
+            "waiting": waiting}
 
 
 def event_number(text: str | None) -> int:

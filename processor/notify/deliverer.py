@@ -8,7 +8,16 @@ builds the event's body the first time (:mod:`processor.notify.events`), checks 
 URL's host (:mod:`processor.notify.targets`), POSTs it signed
 (:mod:`processor.notify.sending`) and settles the claim: ``delivered`` on a 2xx,
 ``pending`` again after a backoff otherwise, ``dead`` once out of attempts or age
-(:mod:`processor.notify.policy`), or at once when the host is internal and not allowed.
+(:mod:`processor.notify.policy`).
+
+A processor that may not send to an event's host (it resolves to an internal address and
+the processor runs without ``--notify-allow-private``) leaves the event to the others: its
+claim goes back unspent, due at once, with the reason as the event's last error
+(:meth:`~watcher.store.outbox.deliveries.NotificationsStore.notification_leave`), and the
+processor passes it by in its claims for :data:`LEAVE_FOR`, so a processor that may send it
+does. One WARNING per event. One processor's setting never kills an event another may
+send; when none may, the event stays pending, its reason shown, until
+``--notify-max-age``, when it is dead with that reason.
 
 At least once: a processor killed between the receiver's 2xx and the settling write
 leaves the claim to expire, and the event is sent again under the same id. Without a
@@ -43,6 +52,12 @@ log = logging.getLogger(__name__)
 HOUSEKEEPING_EVERY = 5.0
 PURGE_EVERY = 60.0
 PURGE_BATCH = 500
+# How long a processor passes by an event it left to the others before it looks at the
+# host again (the name may resolve elsewhere by then), and the most it passes by at once.
+LEAVE_FOR = 60.0
+MAX_PASSING = 500
+# Events whose leaving was logged, remembered up to this many (then forgotten at once).
+MAX_TOLD = 10_000
 
 
 class Deliverer:
@@ -59,6 +74,8 @@ class Deliverer:
         self._stop = asyncio.Event()
         self._outage = OutageLatch()
         self._housekept = self._purged = float("-inf")
+        self._passing: dict[int, float] = {}  # events left to others: until when (monotonic)
+        self._told: set[int] = set()  # events whose leaving was logged
 
     async def close(self) -> None:
         """Close the HTTP client's connections."""
@@ -78,11 +95,17 @@ class Deliverer:
     async def _claim(self, limit: int) -> list[OutboxEvent]:
         if self.config.secret is None or limit <= 0:
             return []
-        return await self.store.notifications_claim(self.owner, limit, self.config.lease)
+        now = time.monotonic()
+        self._passing = {seq: until for seq, until in self._passing.items() if until > now}
+        passing = sorted(self._passing, key=self._passing.__getitem__)[-MAX_PASSING:]
+        return await self.store.notifications_claim(self.owner, limit, self.config.lease,
+                                                    passing=passing)
 
     async def deliver(self, event: OutboxEvent) -> str:
         """Make one attempt at ``event`` (claimed by this loop) and settle it. Returns
-        the state it was left in, or ``lost`` when the claim was no longer ours.
+        the state it was left in, ``refused`` when this processor may not send it and
+        left it to the others (the module's docstring), or ``lost`` when the claim was
+        no longer ours.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed (the claim expires and
@@ -99,7 +122,7 @@ class Deliverer:
         except LookupError as error:
             refused, attempt_error = None, str(error)
         if refused is not None:
-            return await self._settle(event, DeliveryState.DEAD, body, refused, target)
+            return await self._leave(event, body, refused, target)
         if attempt_error is None:
             sent = await post(self._http, event.target, body, secret=self.config.secret,
                               event_id=event.event_id, attempt=event.attempts,
@@ -112,6 +135,30 @@ class Deliverer:
         if gives_up(event.attempts, age, self.config):
             return await self._settle(event, DeliveryState.DEAD, body, attempt_error, target)
         return await self._settle(event, DeliveryState.PENDING, body, attempt_error, target)
+
+    async def _leave(self, event: OutboxEvent, body: bytes, refused: str, target: str) -> str:
+        """This processor may not send ``event`` (``refused`` says why): leave it to one
+        that may, its attempt unspent; dead only once past ``--notify-max-age``."""
+        age = (event.now - event.created_at).total_seconds()
+        if age >= self.config.max_age:
+            return await self._settle(event, DeliveryState.DEAD, body, refused, target)
+        error = (f"{refused}; this processor ({self.owner}) leaves it to one that has it, "
+                 "the attempt unspent")
+        self._passing[event.seq] = time.monotonic() + LEAVE_FOR
+        kept = await self.store.notification_leave(event, self.owner, error=error, body=body)
+        outcome = "refused" if kept else "lost"
+        if self.metrics is not None:
+            self.metrics.attempted(outcome)
+        if kept and event.seq not in self._told:
+            if len(self._told) >= MAX_TOLD:
+                self._told.clear()
+            self._told.add(event.seq)
+            log.warning("action=notify_left event=%s partition=%r target=%s error=%s (this "
+                        "processor runs without --notify-allow-private: it leaves the event "
+                        "to a processor that has it; until one sends it, it stays pending, "
+                        "dead after --notify-max-age; one line per event)", event.event_id,
+                        event.partition_id, target, refused)
+        return outcome
 
     async def _settle(self, event: OutboxEvent, state: DeliveryState, body: bytes,
                       error: str | None, target: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-OUTCOMES = frozenset({"delivered", "pending", "dead", "lost"})
+OUTCOMES = frozenset({"delivered", "pending", "dead", "lost", "refused"})
 
 
 class NotifyMetrics:
@@ -21,7 +21,8 @@ class NotifyMetrics:
         self.attempts = Counter("statefeed_notification_attempts_total",
                                 "Notification attempts this processor made, by what they "
                                 "left the event as: delivered, pending (to retry), dead, "
-                                "lost (another processor had claimed it)",
+                                "lost (another processor had claimed it), refused (left "
+                                "unspent to a processor with --notify-allow-private)",
                                 ["outcome"], registry=registry)
 
     def counts(self, counts: dict[str, int]) -> None:

@@ -89,15 +89,39 @@ async def check_default_url(name: str, url: str, *, allow_private: bool) -> str:
     return checked
 
 
+SHARED_V4 = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT
+# IPv6 prefixes that lead to an IPv4 address: judged by the IPv4 address they embed.
+MAPPED_V4 = ipaddress.ip_network("::ffff:0:0/96")
+NAT64_V4 = ipaddress.ip_network("64:ff9b::/96")  # the well-known NAT64 prefix
+# IPv6 prefixes refused whatever follows, named here so the rule does not depend on a
+# Python version's lists: IPv4-compatible (deprecated; with :: and ::1), local-use
+# NAT64, Teredo and 6to4 (tunnels to an IPv4 address of the caller's choosing; both
+# deprecated for reaching servers), unique local, site-local (deprecated, still
+# routed inside some networks), link-local and multicast.
+INTERNAL_V6 = tuple(ipaddress.ip_network(prefix) for prefix in (
+    "::/96", "64:ff9b:1::/48", "2001::/32", "2002::/16", "fc00::/7", "fec0::/10",
+    "fe80::/10", "ff00::/8"))
+
+
 def internal(address: str) -> bool:
     """Whether an IP address is one a public receiver never has: loopback, private,
-    link-local, shared (carrier-grade NAT), multicast, reserved or unspecified."""
+    link-local, shared (carrier-grade NAT), multicast, reserved or unspecified; in IPv6
+    also unique local, site-local, Teredo, 6to4 and IPv4-compatible addresses. An
+    IPv4-mapped address or one under the NAT64 prefix ``64:ff9b::/96`` is judged by the
+    IPv4 address it leads to.
+
+    Raises:
+        ValueError: ``address`` is not an IP address.
+    """
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in MAPPED_V4 or ip in NAT64_V4:
+            return internal(str(ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF)))
+        if any(ip in prefix for prefix in INTERNAL_V6) or ip.is_site_local:
+            return True
     return (ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_multicast
             or ip.is_reserved or ip.is_unspecified
-            or ip in ipaddress.ip_network("100.64.0.0/10"))
+            or (isinstance(ip, ipaddress.IPv4Address) and ip in SHARED_V4))
 
 
 async def refusal(url: str, *, allow_private: bool) -> str | None:

@@ -2,7 +2,8 @@
 PostgreSQL, measured at a real handler: three processors at `--rate-limit 50` together
 make 50 calls a second (within 10 % over 20 s), and a 429 with `Retry-After: 3` stops
 every processor's calls to the handler for three seconds, with no item losing an
-attempt."""
+attempt; a routing processor started during a service's hold makes no call to it
+before the hold ends."""
 
 from __future__ import annotations
 
@@ -89,3 +90,69 @@ async def test_a_retry_after_stops_every_processors_calls_and_costs_no_attempt(
     assert during == [], f"calls {during} s into the hold"
     after = [at for at in handler.at if at >= handler.throttled + 2.9]
     assert after, "the calls came back after the hold"
+
+
+class ByPartition:
+    """A handler service that notes each item call's arrival with its partition, and
+    answers its first call 429 with ``Retry-After: retry_after``."""
+
+    def __init__(self, retry_after: int) -> None:
+        self.retry_after = retry_after
+        self.calls: list[tuple[float, str]] = []
+        self.throttled: float | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await read_body(receive)
+        if scope["method"] == "GET":
+            await send_json(send, 200, {})
+            return
+        headers = dict(scope["headers"])
+        self.calls.append((time.monotonic(), headers[b"x-partition-id"].decode()))
+        if self.throttled is None:
+            self.throttled = time.monotonic()
+            await send_json(send, 429, {"error": {"message": "slow down"}},
+                            headers=[("retry-after", str(self.retry_after))])
+            return
+        await send_json(send, 200, {"done": True})
+
+
+ROUTES = """
+[[pipeline]]
+name = "{pipeline}"
+[[pipeline.route]]
+gate = "*"
+url = "{url}"
+"""
+
+
+async def test_a_processor_started_during_a_services_hold_waits_it_out(
+        tmp_path: Path) -> None:
+    # Two pipelines route to one service; processor A (pipeline one) meets its 429, and
+    # processor B (pipeline two), started during the hold, has never called it.
+    hold, read_late = 6, 1.5
+    service = ByPartition(retry_after=hold)
+    async with Cluster(tmp_path, service, name="svchold") as cluster:
+        url = f"{cluster.base_url}/s"
+        for pipeline in ("one", "two"):
+            (tmp_path / f"{pipeline}.toml").write_text(ROUTES.format(pipeline=pipeline,
+                                                                      url=url))
+        await cluster.client.create_partition("a", [NewItem(f"i{m}", b"{}") for m in range(3)],
+                                              pipeline="one")
+        await cluster.start(None, "--routes", str(tmp_path / "one.toml"), "--max-retries",
+                            "0", handler_url="")
+        await wait_until(lambda: cluster.client.flow_controls("handler"), timeout=30,
+                         message="the service's hold stored for the fleet")
+        await cluster.client.create_partition("b", [NewItem(f"i{m}", b"{}") for m in range(3)],
+                                              pipeline="two")
+        await cluster.start(None, "--routes", str(tmp_path / "two.toml"), "--max-retries",
+                            "0", handler_url="")
+        settled = await cluster.wait_settled(["a", "b"], timeout=60)
+        cluster.assert_no_tracebacks()
+    assert {info.status for info in settled.values()} == {"complete"}
+    assert service.throttled is not None
+    early = [round(at - service.throttled, 2) for at, partition in service.calls
+             if partition == "b" and at < service.throttled + hold - read_late]
+    assert early == [], f"B called the service {early} s into its {hold} s hold"
+    assert any(partition == "b" for _, partition in service.calls)

@@ -125,3 +125,23 @@ async def test_an_empty_outbox_says_so(db_url: str, table_prefix: str) -> None:
         page = await web.get("/notifications")
     assert page.status_code == 200 and "No dead events" in page.text
     assert 'id="count-delivered">0<' in page.text
+
+
+async def test_the_page_shows_an_event_left_for_want_of_the_flag_with_why(
+        db_url: str, table_prefix: str, client: AsyncClient, store: Store) -> None:
+    await client.create_partition("inside", [NewItem("a", b"")],
+                                  notify="http://localhost:9/h?token=t0ps3cret")
+    await client.cancel("inside")
+    strict = Deliverer(store, "strict", NotifyConfig(secret=SECRET, allow_private=False))
+    try:
+        assert (await strict.run_once())["refused"] == 1
+    finally:
+        await strict.close()
+    async with _web(db_url, table_prefix, read_only=False) as web:
+        text = (await web.get("/notifications")).text
+    assert 'id="count-pending">1<' in text and 'id="count-dead">0<' in text
+    waiting = text.split("Pending with an error")[1].split("Dead events")[0]
+    assert 'data-key="waiting-' in waiting and 'href="/partition?id=inside"' in waiting
+    assert "resolves to an internal address" in waiting and "--notify-allow-private" in waiting
+    assert "this processor (strict) leaves it to one that has it" in waiting
+    assert "t0ps3cret" not in text and "/h?token=***" in waiting

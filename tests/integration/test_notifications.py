@@ -1,7 +1,7 @@
 """Notifications on real databases and a real receiver (uvicorn on loopback): the end of
 a partition that names a URL is written to the outbox in the transaction that ends it,
 once, whoever races; the delivery loop sends it signed, retries through an outage,
-gives up after its bound, refuses internal addresses unless allowed, keeps a
+gives up after its bound, leaves an internal address to a processor allowed it, keeps a
 partition's events in order, and never logs its secret."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from processor import AsyncClient, NewItem
+from processor.notify import deliverer as deliverer_module
 from processor.notify.deliverer import Deliverer
 from processor.notify.policy import NotifyConfig
 from tests.support.engine import running, wait_until
@@ -197,20 +198,89 @@ async def test_an_event_too_old_is_dead_at_its_next_failure(client: AsyncClient,
     assert event.attempts == 1
 
 
-async def test_internal_addresses_need_the_flag(client: AsyncClient, store: Store,
-                                                receiver: tuple[Receiver, str]) -> None:
+async def test_a_processor_without_the_flag_leaves_internal_events_to_one_with_it(
+        client: AsyncClient, store: Store, receiver: tuple[Receiver, str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Two processors disagree on --notify-allow-private: the one without it must not
+    # decide the fate of the events the other may send.
+    app, url = receiver
+    for n in range(9):
+        await client.create_partition(f"p{n}", [NewItem("a", b"")],
+                                      notify=url.replace("127.0.0.1", "localhost"))
+        await client.cancel(f"p{n}")
+    strict = Deliverer(store, "strict", NotifyConfig(**{**QUICK, "allow_private": False}))
+    allowing = Deliverer(store, "allowing", NotifyConfig(**QUICK))
+    caplog.set_level(logging.WARNING, logger="processor.notify.deliverer")
+    try:
+        # The strict one alone first: it claims every event and leaves each unspent.
+        refused = 0
+        while outcomes := await strict.run_once():  # a pass claims up to 8
+            assert set(outcomes) == {"refused"}, outcomes
+            refused += outcomes["refused"]
+        assert refused == 9  # each once: it passes them by now
+        events = await outbox(store)
+        assert {event.state for event in events} == {"pending"}
+        assert {event.attempts for event in events} == {0}
+        for event in events:
+            assert "resolves to an internal address" in (event.last_error or "")
+            assert "--notify-allow-private" in (event.last_error or "")
+        assert app.received == []
+        # Then both, as two processors of one fleet: the allowing one sends them all.
+        loops = [asyncio.create_task(strict.run()), asyncio.create_task(allowing.run())]
+        try:
+            delivered = await wait_until(
+                lambda: _in_state(store, "delivered", 9), timeout=30,
+                message="every event delivered by the processor allowed to")
+        finally:
+            strict.stop()
+            allowing.stop()
+            await asyncio.gather(*loops)
+    finally:
+        await strict.close()
+        await allowing.close()
+    assert await outbox(store, state="dead") == []
+    assert {event.attempts for event in delivered} == {1}  # the strict one spent none
+    assert sorted(set(app.event_ids())) == sorted(event.event_id for event in delivered)
+    left = [record for record in caplog.records if "action=notify_left" in record.getMessage()]
+    assert len(left) == 9, [record.getMessage() for record in left]
+
+
+async def _in_state(store: Store, state: str, count: int) -> list[Any] | None:
+    found = await outbox(store, state=state)
+    return found if len(found) >= count else None
+
+
+async def test_an_internal_event_no_processor_may_send_waits_visibly_then_dies_old(
+        client: AsyncClient, store: Store, receiver: tuple[Receiver, str],
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     app, url = receiver
     await client.create_partition("p", [NewItem("a", b"")],
                                   notify=url.replace("127.0.0.1", "localhost"))
     await client.cancel("p")
-    deliverer = Deliverer(store, "d1", NotifyConfig(**{**QUICK, "allow_private": False}))
+    monkeypatch.setattr(deliverer_module, "LEAVE_FOR", 0.0)  # looks again at every pass
+    caplog.set_level(logging.WARNING, logger="processor.notify.deliverer")
+    strict = Deliverer(store, "strict", NotifyConfig(**{**QUICK, "allow_private": False}))
     try:
-        (event,) = await deliver_until(deliverer, store, "dead", 1)
+        for _ in range(3):
+            assert (await strict.run_once())["refused"] == 1
     finally:
-        await deliverer.close()
+        await strict.close()
+    (event,) = await outbox(store)
+    assert (event.state, event.attempts) == ("pending", 0)
+    assert "this processor (strict) leaves it to one that has it" in (event.last_error or "")
+    assert (await store.notifications_counts())["pending"] == 1
+    left = [record for record in caplog.records if "action=notify_left" in record.getMessage()]
+    assert len(left) == 1  # one line per event, not one per look
+    # Past --notify-max-age, it is dead with the reason, as a failing event is.
+    old = Deliverer(store, "old", NotifyConfig(**{**QUICK, "allow_private": False,
+                                                  "max_age": 0.001}))
+    try:
+        (dead,) = await deliver_until(old, store, "dead", 1)
+    finally:
+        await old.close()
     assert app.received == []
-    assert "resolves to an internal address" in (event.last_error or "")
-    assert "--notify-allow-private" in (event.last_error or "")
+    assert "resolves to an internal address" in (dead.last_error or "")
+    assert "--notify-allow-private" in (dead.last_error or "")
 
 
 async def test_a_partitions_events_go_in_order(client: AsyncClient, store: Store) -> None:

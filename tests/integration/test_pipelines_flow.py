@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -90,6 +91,71 @@ async def test_a_retry_after_from_one_service_holds_only_its_calls(
     for n in range(2):
         assert await answered_by(client, f"o{n}") == {("0", "ocr"), ("1", "ocr")}
         assert await answered_by(client, f"r{n}") == {("0", "rank"), ("1", "rank")}
+
+
+class Stamped(Service):
+    """A service that notes when each item call it answers starts, with its partition."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.answered: list[tuple[float, str]] = []
+
+    async def work(self, item: handlers.Item) -> handlers.Result:
+        self.answered.append((time.monotonic(), item.partition_id))
+        return await super().work(item)
+
+
+LONG_HOLD = 6  # seconds of Retry-After
+# How much sooner than the stored hold a processor's own copy of it may end: it is read
+# as "seconds left" by the database clock, a round trip late on a busy machine.
+READ_LATE = 1.5
+
+
+async def test_a_processor_that_never_called_a_service_honours_its_hold_from_its_first_call(
+        client: AsyncClient, make_store: Callable[..., Store]) -> None:
+    # Three processors share one service through three pipelines: A meets its 429; B
+    # (running, but not yet calling it) and C (started during the hold) call it only
+    # after the hold. A long poll keeps their periodic reads of holds from hiding the
+    # fault: a pool made at the first call must read its service's hold before it lets
+    # that call by.
+    async with serving(Stamped) as start:
+        urls = await start("ocr")
+        ocr = urls["ocr"][0]
+        assert isinstance(ocr, Stamped)
+        ocr.retry_after = LONG_HOLD
+        await client.create_partition("a", items(3), pipeline="one")
+        first, first_http = watcher_for(make_store(), routes_of(every_gate(one="ocr"), urls),
+                                        max_retries=0)
+        second, second_http = watcher_for(make_store(),
+                                          routes_of(every_gate(two="ocr"), urls),
+                                          max_retries=0, poll_interval=1.0,
+                                        lease_duration=4.0)
+        third, third_http = watcher_for(make_store(),
+                                        routes_of(every_gate(three="ocr"), urls),
+                                        max_retries=0, poll_interval=1.0,
+                                        lease_duration=4.0)
+        name = first_http.service_of("one", None, 0)
+        try:
+            async with running(first, second):
+                await wait_until(lambda: client.flow_controls("handler"), timeout=30,
+                                 message="the hold stored for the fleet")
+                ocr.retry_after = None  # a call made during the hold is answered, and seen
+                assert ocr.throttled and not ocr.answered
+                await client.create_partition("b", items(3), pipeline="two")
+                await client.create_partition("c", items(3), pipeline="three")
+                async with running(third):
+                    for partition in ("a", "b", "c"):
+                        assert (await client.wait(partition, timeout=60)).status == "complete"
+        finally:
+            for http in (first_http, second_http, third_http):
+                await http.aclose()
+    assert [control.name for control in await client.flow_controls("handler")] == [name]
+    held_from = ocr.throttled[0]
+    early = [(partition, round(at - held_from, 2)) for at, partition in ocr.answered
+             if at < held_from + LONG_HOLD - READ_LATE]
+    assert early == [], (f"calls made during the {LONG_HOLD} s hold that began at the "
+                         f"first 429 (partition, seconds after it): {early}")
+    assert {partition for _, partition in ocr.answered} == {"a", "b", "c"}
 
 
 class InFlight:

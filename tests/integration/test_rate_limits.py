@@ -18,6 +18,7 @@ from tests.support.engine import running, wait_until
 from tests.support.servers import read_body, send_json, serve_app
 from watcher import Result, ThrottledError, Watcher, WatcherConfig, WorkItem
 from watcher.errors import InvalidInputError
+from watcher.models import FlowScope
 from watcher.rules.buckets import BURST_SECONDS, TOKEN_LIFETIME
 from watcher.store import Store
 
@@ -130,6 +131,25 @@ async def test_a_throttled_item_loses_no_attempt_and_holds_the_processor(
     assert second_at - first_at >= 0.9  # every call waited out the hold
     again = [attempt for item_id, _, attempt in starts[1:] if item_id == first_id]
     assert again == [1]
+
+
+async def test_a_processor_started_during_a_hold_honours_it_from_its_first_call(
+        client: AsyncClient, store: Store) -> None:
+    # The hold another processor stored (its handler answered Retry-After: 6). This one
+    # polls seldom, so only a read of the hold before its first call can keep that
+    # call back.
+    hold, read_late = 6.0, 1.5
+    await store.flow_block(FlowScope.HANDLER, "h", hold)
+    stored_at = time.monotonic()
+    await client.create_partition("p", [NewItem(f"i{m}", b"{}") for m in range(3)])
+    stamps = Stamps()
+    config = WatcherConfig(**{**FAST, "poll_interval": 1.0, "lease_duration": 4.0},
+                           handler_name="h", max_retries=0)
+    async with running(Watcher(store, stamps, config)):
+        assert (await client.wait("p", timeout=30)).status == "complete"
+    early = [round(start - stored_at, 2) for start in stamps.starts
+             if start < stored_at + hold - read_late]
+    assert early == [], f"calls made {early} s into a {hold} s hold stored before the start"
 
 
 class LoopTurns:

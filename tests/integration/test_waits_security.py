@@ -174,6 +174,52 @@ async def test_the_completion_routes_are_bounded_per_address(
         assert other.status_code == 200, "the other routes are not bounded"
 
 
+async def test_guesses_sent_at_once_get_at_most_the_bound_of_404s(
+        db_url, table_prefix, make_store) -> None:
+    # Each unknown token is looked up again for up to 2 s before its 404 (an early
+    # completion's grace, kept here): guesses sent together must still be counted as
+    # they arrive. A real completion from another address goes through meanwhile.
+    import asyncio
+    import secrets
+    import time
+
+    from tests.integration.test_waits import Parker, config
+
+    rate, guesses = 10, 60
+    client = AsyncClient(db_url, table_prefix)
+    parker = Parker()
+    await client.create_partition("p", [NewItem("real", b"1")])
+    options = ApiOptions(parse_database_url(db_url), table_prefix, port=0,
+                         limits=Limits(completions_per_minute=rate))
+    guesser = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+    async with running(Watcher(make_store(), parker, config())), \
+            api_running(options) as api_url, \
+            httpx.AsyncClient(base_url=api_url, timeout=60, transport=guesser,
+                              limits=httpx.Limits(max_connections=guesses)) as http, \
+            httpx.AsyncClient(base_url=api_url, timeout=60) as honest:
+        await wait_until(lambda: _parked(client, 1), message="one parked")
+        started = time.monotonic()
+        answers = await asyncio.gather(
+            *(http.post(f"v1/completions/{secrets.token_urlsafe(32)}", json={"gate": 1})
+              for _ in range(guesses)),
+            honest.post(f"v1/completions/{parker.token('real')}", json={"gate": 1}))
+        elapsed = time.monotonic() - started
+    await client.close()
+    *guessed, real = answers
+    assert real.status_code == 200, real.text
+    codes = [answer.status_code for answer in guessed]
+    assert set(codes) <= {404, 429}, codes
+    # The burst, plus what the bucket refilled while they were answered (one every
+    # 60/rate s), plus one for a refill landing between two of them.
+    bound = rate + int(elapsed * rate / 60) + 1
+    assert codes.count(404) <= bound, (codes.count(404), bound, elapsed)
+    assert codes.count(404) >= 1, "the bucket let no lookup through"
+    for answer in guessed:
+        if answer.status_code == 429:
+            assert answer.json()["error"]["code"] == "too_many_requests"
+            assert int(answer.headers["retry-after"]) >= 1
+
+
 async def test_real_completions_are_never_throttled(db_url, table_prefix, make_store) -> None:
     from tests.integration.test_waits import Parker, config
 

@@ -221,8 +221,9 @@ async def _drive_rewind(store: Store) -> None:
 
 async def _drive_notifications(store: Store) -> None:
     """The notifications' outbox: closes that write an event (the drained gate's close
-    and a holder's transition), the delivery loop's claim and each way it settles, the
-    listings, the counts, a dead event sent again, and the purge of delivered ones."""
+    and a holder's transition), the delivery loop's claim and each way it settles (a
+    claim left to another processor too), the listings, the counts, a dead event sent
+    again, and the purge of delivered ones."""
     from watcher.outbox import DeliveryState
 
     url = "https://example.com/hook"
@@ -242,9 +243,14 @@ async def _drive_notifications(store: Store) -> None:
                                            body=b"{}")
     assert await store.notification_settle(claimed[1], "d1", DeliveryState.PENDING,
                                            retry_in=0.0, error="HTTP 503", body=b"{}")
-    (again,) = await store.notifications_claim("d1", 10, 30.0)
-    assert await store.notification_settle(again, "d1", DeliveryState.DEAD, error="HTTP 400")
-    assert not await store.notification_settle(again, "d1", DeliveryState.DEAD)  # settled
+    (left,) = await store.notifications_claim("d1", 10, 30.0)
+    # d1 may not send it (an internal host): it leaves it, unspent, and passes it by.
+    assert await store.notification_leave(left, "d1", error="host is internal")
+    assert await store.notifications_claim("d1", 10, 30.0, passing=[left.seq]) == []
+    (again,) = await store.notifications_claim("d2", 10, 30.0)
+    assert again.attempts == left.attempts
+    assert await store.notification_settle(again, "d2", DeliveryState.DEAD, error="HTTP 400")
+    assert not await store.notification_settle(again, "d2", DeliveryState.DEAD)  # settled
     await store.notifications_list()
     await store.notifications_list(state="dead", partition_id="n2", after=0, limit=10)
     assert (await store.notifications_counts())["dead"] == 1

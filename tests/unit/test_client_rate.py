@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from processor.api.client_rate import ClientRate, retry_after
+from processor.api.client_rate import ClientRate, GuessCharge, retry_after
 from watcher.errors import ConfigError
 
 
@@ -64,3 +64,32 @@ def test_asking_whether_a_client_may_go_on_spends_nothing() -> None:
     assert rate.exhausted("b") == 0.0
     clock.now += 30
     assert rate.exhausted("a") == 0.0
+
+
+def test_a_token_given_back_returns_to_its_bucket_up_to_its_capacity() -> None:
+    clock = Clock()
+    rate = ClientRate(2, clock=clock)
+    assert [rate.take("a") for _ in range(2)] == [0.0, 0.0]
+    assert rate.take("a") > 0
+    rate.give_back("a")
+    assert rate.take("a") == 0.0 and rate.take("a") > 0
+    rate.give_back("b")  # a full bucket stays full
+    assert [rate.take("b") for _ in range(3)][-1] > 0
+
+
+def test_a_request_is_charged_once_at_its_first_miss_and_refunded_if_found() -> None:
+    clock = Clock()
+    rate = ClientRate(2, clock=clock)
+    found = GuessCharge(rate, "a")
+    assert found.spend() == 0.0 and found.spend() == 0.0  # a second miss spends nothing more
+    guess = GuessCharge(rate, "a")
+    assert guess.spend() == 0.0
+    assert GuessCharge(rate, "a").spend() > 0, "two lookups in flight hold both tokens"
+    found.settle(refused=False)  # its wait turned up: its token comes back
+    guess.settle(refused=True)  # its 404 went out: spent already, not again
+    late = GuessCharge(rate, "a")
+    assert late.spend() == 0.0
+    assert GuessCharge(rate, "a").spend() > 0
+    unlooked = GuessCharge(rate, "b")
+    unlooked.settle(refused=True)  # a 404 without a lookup (a malformed token) counts too
+    assert rate.take("b") == 0.0 and rate.take("b") > 0

@@ -102,6 +102,7 @@ def test_claims_take_whole_calls() -> None:
 def test_tokens_lapse_and_a_hold_stops_every_call() -> None:
     demand = asyncio.Event()
     pool = TokenPool(FlowScope.HANDLER, "h", demand)
+    pool.learned()  # its hold and rate were read
     pool.rate = 10.0
     pool.claimed(3, now=0.0)
     assert pool.take(5, now=0.1) == 3 and pool.unmet == 2 and demand.is_set()
@@ -115,11 +116,27 @@ def test_tokens_lapse_and_a_hold_stops_every_call() -> None:
     assert pool.unblock_due(now=3.0) and pool.take(1, now=3.0) == 1
 
 
+def test_a_pool_lets_no_call_by_until_its_hold_is_read() -> None:
+    # A hold another processor stored before this one first looked is honoured from the
+    # first call: the pool asks the loop to read it, and the read wakes the waiters.
+    demand = asyncio.Event()
+    pool = TokenPool(FlowScope.HANDLER, "h", demand)
+    woken = asyncio.Event()
+    assert pool.free(now=0.0) == 0 and pool.take(2, now=0.0) == 0 and demand.is_set()
+    pool.notify_when_free(woken)
+    pool.block(until=5.0)  # the hold read
+    pool.learned()
+    assert woken.is_set() and pool.known
+    assert pool.take(1, now=1.0) == 0 and pool.held == 1
+    assert pool.unblock_due(now=5.0) and pool.take(1, now=5.0) == 1
+
+
 def test_flow_slots_take_what_every_gate_allows_and_return_the_rest() -> None:
     shared = SlotPool(8)
     key = KeyPool("k", asyncio.Event())
     key.granted_now(4, GrantDecision(2, 2), expires_at=100.0)
     tokens = TokenPool(FlowScope.KEY, "k", asyncio.Event())
+    tokens.learned()  # its hold and rate were read
     tokens.rate = 5.0
     tokens.claimed(5, now=0.0)
     slots = FlowSlots(shared, [tokens, key], clock=lambda: 0.1)
@@ -201,6 +218,7 @@ def test_turns_go_by_queue_place_in_steps_and_keep_priority_apart() -> None:
 
 def test_a_claim_asks_for_the_calls_made_and_refused_within_a_burst() -> None:
     pool = TokenPool(FlowScope.HANDLER, "h", asyncio.Event())
+    pool.learned()  # its hold and rate were read
     pool.rate = 100.0  # one interval is 10 calls, a burst 50
     assert pool.want() == 0  # nothing waited or ran: no claim
     assert pool.take(30, now=0.0) == 0 and pool.want() == 30
@@ -236,6 +254,7 @@ def test_a_claim_gives_back_every_token_held_so_none_outlives_its_lifetime() -> 
     refilled as if they were spent; surrendered, they go back to the bucket, and the
     claim takes what the calls need afresh."""
     pool = TokenPool(FlowScope.HANDLER, "h", asyncio.Event())
+    pool.learned()  # its hold and rate were read
     pool.rate = 100.0
     pool.claimed(30, now=0.0)
     assert pool.take(20, now=0.1) == 20

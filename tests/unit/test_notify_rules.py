@@ -84,6 +84,45 @@ def test_internal_addresses(address: str, inside: bool) -> None:
     assert internal(address) is inside
 
 
+@pytest.mark.parametrize(("address", "inside", "why"), [
+    ("fec0::1", True, "site-local (deprecated, still routed inside some networks)"),
+    ("feff:ffff::1", True, "site-local, the top of fec0::/10"),
+    ("2002:a00:1::1", True, "6to4 embedding 10.0.0.1"),
+    ("2002:7f00:1::1", True, "6to4 embedding 127.0.0.1"),
+    ("2002:a9fe:a9fe::1", True, "6to4 embedding 169.254.169.254"),
+    ("2002:808:808::1", True, "6to4 embedding a public address: refused all the same"),
+    ("64:ff9b::a00:1", True, "NAT64 to 10.0.0.1"),
+    ("64:ff9b::7f00:1", True, "NAT64 to 127.0.0.1"),
+    ("64:ff9b::a9fe:a9fe", True, "NAT64 to the metadata service"),
+    ("64:ff9b::6440:1", True, "NAT64 to carrier-grade NAT 100.64.0.1"),
+    ("64:ff9b::5db8:d822", False, "NAT64 to a public address (93.184.216.34)"),
+    ("64:ff9b:1::5db8:d822", True, "local-use NAT64"),
+    ("::ffff:10.0.0.1", True, "IPv4-mapped private"),
+    ("::ffff:169.254.169.254", True, "IPv4-mapped link-local"),
+    ("::ffff:100.64.0.1", True, "IPv4-mapped carrier-grade NAT"),
+    ("::ffff:93.184.216.34", False, "IPv4-mapped public"),
+    ("::7f00:1", True, "IPv4-compatible 127.0.0.1"),
+    ("::5db8:d822", True, "IPv4-compatible, deprecated: refused whatever it embeds"),
+    ("2001::1", True, "Teredo"),
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True, "Teredo with a server and a client"),
+    ("fc00::1", True, "unique local"),
+    ("fdff:ffff::1", True, "unique local"),
+    ("fe80::1", True, "link-local"),
+    ("febf::1", True, "link-local, the top of fe80::/10"),
+    ("fe80::1%2", True, "link-local with a zone"),
+    ("ff02::1", True, "multicast, link scope"),
+    ("ff0e::1", True, "multicast, global scope"),
+    ("::", True, "unspecified"),
+    ("::1", True, "loopback"),
+    ("2001:db8::1", True, "documentation"),
+    ("100::1", True, "discard"),
+    ("2606:4700:4700::1111", False, "global unicast"),
+    ("2a00:1450:4001:80b::200e", False, "global unicast"),
+])
+def test_the_ipv6_special_ranges(address: str, inside: bool, why: str) -> None:
+    assert internal(address) is inside, why
+
+
 async def test_a_literal_internal_host_is_refused_unless_allowed() -> None:
     refused = await refusal("http://127.0.0.1:8080/x", allow_private=False)
     assert refused is not None and "127.0.0.1" in refused and "--notify-allow-private" in refused

@@ -12,7 +12,11 @@ of its event loop) does not take the fleet's rate below the limit.
 
 A ``Retry-After`` from the handler (an HTTP 429, or a 503 with the header) sets
 the handler row's ``blocked_until``; every processor reads it once a poll and
-holds every call to that handler until then.
+holds every call to that handler until then. A pool is made unknown (the handler's when
+the processor starts, a service's at its first call by this processor, a key's at its
+first use) and lets no call by until its hold and rate have been read, at once: a
+processor started during a hold, or calling a service for the first time during one,
+honours it from its first call.
 """
 
 from __future__ import annotations
@@ -50,7 +54,9 @@ class TokenPool:
 
     def __init__(self, scope: FlowScope, name: str, demand: asyncio.Event) -> None:
         self.scope, self.name = scope, name
-        self.known = True  # its rate has been read (a key's pool lets nothing by until)
+        # Its hold and rate have been read from the database: until then it lets nothing
+        # by, so a hold stored before this processor first looked is honoured too.
+        self.known = False
         self.rate: float | None = None
         self.tokens = 0
         self.expires_at = 0.0  # monotonic: claimed tokens lapse then
@@ -129,6 +135,12 @@ class TokenPool:
         self.unmet = self.used = 0
         self._waiting.wake()
 
+    def learned(self) -> None:
+        """Its hold (and rate) have been read: wake the partitions waiting to know them."""
+        if not self.known:
+            self.known = True
+            self._waiting.wake()
+
     def block(self, until: float) -> None:
         """Hold every call until ``until`` (monotonic); a later hold wins."""
         self.blocked_until = max(self.blocked_until, until)
@@ -164,6 +176,7 @@ class RateLimiter:
         self._demand = asyncio.Event()
         self.handler = TokenPool(FlowScope.HANDLER, config.handler_name, self._demand)
         self.handler.rate = config.rate_limit
+        self._demand.set()  # read its hold at once: one may be on already
         self.keys: dict[str, TokenPool] = {}
         # The pools of the services a routing processor calls (docs/how-to/pipelines.md),
         # each named by its URL without secrets: a rate and a Retry-After hold per service.
@@ -177,19 +190,21 @@ class RateLimiter:
         pool = self.keys.get(key)
         if pool is None:
             pool = self.keys[key] = TokenPool(FlowScope.KEY, key, self._demand)
-            pool.known = False  # until its rate is read, at the loop's next pass
-            self._demand.set()
+            self._demand.set()  # its rate is read at the loop's next pass
         return pool
 
     def service_pool(self, service: str | None) -> TokenPool:
         """The pool of ``service`` (its URL without secrets), made at its first call;
-        ``None``: the handler's (:attr:`handler`)."""
+        ``None``: the handler's (:attr:`handler`). A pool just made lets no call by
+        until the service's hold has been read (at once): another processor may have
+        stored one before this one ever called the service."""
         if service is None:
             return self.handler
         pool = self.services.get(service)
         if pool is None:
             pool = self.services[service] = TokenPool(FlowScope.HANDLER, service, self._demand)
             pool.rate = self.config.rate_limit
+            self._demand.set()
         return pool
 
     def throttled(self, seconds: float, service: str | None = None) -> None:
@@ -224,7 +239,7 @@ class RateLimiter:
             try:
                 async with self._db_round:
                     await self._publish_block()
-                    if now >= next_read or any(not pool.known for pool in self.keys.values()):
+                    if now >= next_read or any(not pool.known for pool in self._pools()):
                         next_read = now + self.config.poll_interval
                         await self._read_holds_and_rates(held_keys)
                     await self._claim(now)
@@ -237,6 +252,9 @@ class RateLimiter:
             if self._outage.recover():
                 log.info("action=rate_limits_recovered owner=%s", self.config.owner_id)
             await asyncio.sleep(CLAIM_INTERVAL)
+
+    def _pools(self) -> tuple[TokenPool, ...]:
+        return (self.handler, *self.services.values(), *self.keys.values())
 
     def _next_wait(self) -> float:
         """Until the next poll, or sooner when a hold ends then."""
@@ -252,15 +270,17 @@ class RateLimiter:
             await self.store.flow_block(FlowScope.HANDLER, name, seconds)
 
     async def _read_holds_and_rates(self, held_keys: Callable[[], Iterable[str]]) -> None:
-        """The handler's hold (one read), and the rates set for the held keys. A pool is
-        dropped only when no held partition has its key, decided after the reads:
-        a partition leased meanwhile may have made its pool."""
+        """The holds of the handler and of each service called (a read each), and the
+        rates set for the held keys. A pool is dropped only when no held partition has
+        its key, decided after the reads: a partition leased meanwhile may have made its
+        pool. A pool made during the reads is read at the next pass."""
         now = self._clock()
         for pool in (self.handler, *self.services.values()):
             pool.unblock_due(now)
             left = await self.store.flow_blocked_for(FlowScope.HANDLER, pool.name)
             if left > 0:
                 pool.block(now + left)
+            pool.learned()
         keys = sorted(self.keys)
         rates = await self.store.key_rates(keys) if keys else {}
         held = set(held_keys())

@@ -14,7 +14,7 @@ All times are the database clock's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import delete, exists, func, select, update
@@ -44,13 +44,14 @@ def _event(row: Any, now: Any) -> OutboxEvent:
 class NotificationsStore(StoreBase):
     """The ``notifications`` table (the outbox)."""
 
-    async def notifications_claim(self, owner: str, limit: int,
-                                  lease: float) -> list[OutboxEvent]:
+    async def notifications_claim(self, owner: str, limit: int, lease: float, *,
+                                  passing: Collection[int] = ()) -> list[OutboxEvent]:
         """Claim up to ``limit`` due events for ``owner`` for ``lease`` seconds, counting
         an attempt on each: the ``pending`` ones whose ``next_at`` has passed and that
-        no earlier pending event of their partition precedes, oldest due first. Rows
-        another session holds locked are passed by. The events come back with the
-        version their settling write must name.
+        no earlier pending event of their partition precedes, oldest due first, but for
+        the events numbered in ``passing`` (those ``owner`` leaves to other processors:
+        :meth:`notification_leave`). Rows another session holds locked are passed by.
+        The events come back with the version their settling write must name.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was claimed).
@@ -64,6 +65,8 @@ class NotificationsStore(StoreBase):
                                         earlier.c.seq < n.c.seq,
                                         earlier.c.state == PENDING))
                  .order_by(n.c.next_at, n.c.seq).limit(min(limit, MAX_BATCH)))
+        if passing:
+            query = query.where(n.c.seq.not_in(sorted(passing)))
         async with self._write() as conn:
             seqs = list((await conn.execute(lock_unless_busy(query, n))).scalars())
             if not seqs:
@@ -102,6 +105,30 @@ class NotificationsStore(StoreBase):
             done = await conn.execute(
                 update(n).where(n.c.seq == event.seq, n.c.version == event.version,
                                 n.c.owner == owner).values(**values))
+        return done.rowcount == 1
+
+    async def notification_leave(self, event: OutboxEvent, owner: str, *, error: str,
+                                 body: bytes | None = None) -> bool:
+        """Give ``owner``'s claim on ``event`` back unspent: it may not send it (another
+        processor may). The event is ``pending`` and due again at once, its attempt not
+        counted, ``error`` (why ``owner`` left it) kept as its last error, ``body``
+        stored when it has none yet. Returns whether the claim was still ``owner``'s
+        (its version unchanged); when not, nothing was written.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed (nothing was written).
+        """
+        n = self.tables.notifications
+        now = self.statements.now
+        values: dict[str, Any] = {"owner": "", "attempts": n.c.attempts - 1, "next_at": now,
+                                  "version": n.c.version + 1, "updated_at": now,
+                                  "last_error": error}
+        if body is not None and event.body is None:
+            values["body"] = body
+        async with self._write() as conn:
+            done = await conn.execute(
+                update(n).where(n.c.seq == event.seq, n.c.version == event.version,
+                                n.c.owner == owner, n.c.state == PENDING).values(**values))
         return done.rowcount == 1
 
     async def notifications_list(self, *, state: str | None = None, after: int | None = None,
