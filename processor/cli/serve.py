@@ -80,7 +80,9 @@ def migrate(
 
     url = database_url(db_url, table_prefix, migrated=False)
     if sql:
-        say(upgrade_sql(url, table_prefix))
+        # Output meant to be run (piped into psql, mariadb, sqlcmd): printed as it is,
+        # newlines and all. It holds no data, only statements over a checked prefix.
+        typer.echo(upgrade_sql(url, table_prefix))
         return
     try:
         before = current_revision(url, table_prefix)
