@@ -1,6 +1,8 @@
 """The verbs of waits: ``processor complete TOKEN`` completes a waiting item, as a
-handler's answer would, and ``processor heartbeat TOKEN SECONDS`` moves its deadline.
-The token is never printed."""
+handler's answer would, ``processor heartbeat TOKEN SECONDS`` moves its deadline, and
+``processor waits token P ITEM`` mints an operator's completion token for a waiting
+item. The handler's token is never printed; an operator's is printed once, when it
+is minted."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from processor.cli.common import (
     TablePrefix,
     app,
     database_url,
+    env_name,
     say,
     say_json,
 )
@@ -109,3 +112,44 @@ def heartbeat(
     with Client(url, table_prefix) as client:
         deadline = client.heartbeat(token, seconds)
     say(f"the wait now ends at {deadline.isoformat()}Z")
+
+
+waits_app = typer.Typer(
+    help="Waits: an operator's way into a waiting item's wait.", no_args_is_help=True,
+    rich_markup_mode=None)
+app.add_typer(waits_app, name="waits")
+
+
+@waits_app.command("token")
+def waits_token(
+    partition_id: Annotated[str, typer.Argument(help="The waiting item's partition.")],
+    item_id: Annotated[str, typer.Argument(help="The waiting item's id.")],
+    api_url: Annotated[str, typer.Option(
+        "--api-url", envvar=env_name("API_URL"), show_default=False,
+        help="The ingest API's public base URL: the completion URL starts with it.")] = "",
+    db_url: DbUrl = DEFAULT_DB_URL,
+    table_prefix: TablePrefix = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Mint an operator's completion token for a waiting item (what the console's "Show
+    completion URL" does) and print it, with its completion URL: whoever holds it may
+    answer the wait, once, by POSTing the answer to the URL (or with `processor complete
+    TOKEN`). Minting again replaces the previous operator token; the handler's token
+    stays valid until one of them is used. Shown once: it is stored only as a hash."""
+    from processor.client.sync_client import Client
+    from processor.console.item_page import check_api_url, completion_url
+
+    base = check_api_url(api_url or None)
+    url = database_url(db_url, table_prefix)
+    with Client(url, table_prefix) as client:
+        token = client.operator_token(partition_id, item_id)
+    where = completion_url(base, token)
+    if as_json:
+        say_json({"partition_id": partition_id, "item_id": item_id,
+                  "completion_token": token, "completion_url": where})
+        return
+    say(f"operator completion token for item {item_id!r} of partition {partition_id!r} "
+        "(shown once; minting again replaces it):")
+    say(token)
+    say(f"completion URL: {where}" + ("" if base else "  (put the ingest API's address "
+                                                     "before it, or pass --api-url)"))

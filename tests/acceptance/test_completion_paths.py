@@ -110,3 +110,38 @@ async def test_every_path_gives_the_same_answer(db_url, table_prefix, make_store
     assert states == dict.fromkeys(PATHS, expected), states
     # The same attempt count too: a completion is the answer of the call that parked.
     assert len({items[path].attempts for path in PATHS}) == 1
+
+
+async def test_an_operator_gets_a_completion_url_from_the_shell(db_url, table_prefix,
+                                                                 make_store) -> None:
+    url = parse_database_url(db_url)
+    where = ("--db-url", db_url, "--table-prefix", table_prefix)
+    parker = Parker()
+    async with AsyncClient(url, table_prefix) as client:
+        await client.create_partition("p", [NewItem("a", b"{}")])
+
+        async def parked() -> bool:
+            return len(await client.items("p", status="waiting")) == 1
+        async with running(Watcher(make_store(), parker, config())):
+            await wait_until(parked, message="a parked")
+        async with api_running(ApiOptions(url, table_prefix, port=0)) as api_url, \
+                httpx.AsyncClient(timeout=30) as http:
+            first = run_cli("waits", "token", "p", "a", *where)
+            assert first.returncode == 0, first.stderr
+            assert "/v1/completions/" in first.stdout and "--api-url" in first.stdout
+            shown = run_cli("waits", "token", "p", "a", "--api-url", api_url, "--json",
+                            *where)
+            assert shown.returncode == 0, shown.stderr
+            minted = json.loads(shown.stdout)
+            assert minted["completion_url"] == (f"{api_url.rstrip('/')}/v1/completions/"
+                                                f"{minted['completion_token']}")
+            assert minted["completion_token"] != parker.token("a")
+            done = await http.post(minted["completion_url"], json={"gate": 1})
+            assert done.status_code == 200, done.text
+            assert (done.json()["status"], done.json()["gate"]) == ("available", 1)
+            late = await http.post(f"{api_url}v1/completions/{parker.token('a')}",
+                                   json={"gate": 1})
+            assert late.status_code == 409
+        over = run_cli("waits", "token", "p", "a", *where)
+        assert over.returncode == 2 and over.stderr.count("\n") == 1, over.stderr
+        assert over.stdout == ""
