@@ -57,6 +57,12 @@ def schedule_dict(info: ScheduleInfo) -> dict[str, Any]:
 
 def schedule_text(info: ScheduleInfo) -> str:
     """A schedule in a few lines, for ``processor schedules show`` and ``add``."""
+    return "\n".join(schedule_lines(info))
+
+
+def schedule_lines(info: ScheduleInfo) -> list[str]:
+    """:func:`schedule_text`'s lines, each with its data as stored: the CLI prints each
+    with its control characters escaped (a key is any text)."""
     shown = schedule_dict(info)
     settings = info.settings
     pipeline = (pipeline_text(settings.pipeline, settings.pipeline_version)
@@ -75,4 +81,4 @@ def schedule_text(info: ScheduleInfo) -> str:
              f"  next tick: {shown['next_tick'] or '-'}",
              f"  last tick: {shown['last_tick'] or '-'}"
              + (f" (last partition {info.last_partition})" if info.last_partition else "")]
-    return "\n".join(lines)
+    return lines

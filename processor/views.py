@@ -74,11 +74,13 @@ def result_value(result: bytes | None) -> dict[str, Any]:
 
 
 def partition_row(info: PartitionInfo) -> dict[str, Any]:
-    """One partition as ``processor status --json`` prints it."""
+    """One partition as ``processor status --json`` prints it; ``version`` is what
+    ``processor rewind --if-version`` and ``pipelines move --expect-version`` take."""
     reduce = None if info.reduce is None else {
         "pass": info.reduce.pass_, "pages_done": info.reduce.pages_done,
         "failed_calls": info.reduce.attempts}
-    return {"id": info.id, "status": info.status, "gate": info.gate, "owner": info.owner,
+    return {"id": info.id, "status": info.status, "gate": info.gate, "version": info.version,
+            "owner": info.owner,
             "counts": info.counts, "reduce_gates": list(info.reduce_gates),
             "on_item_failure": info.on_item_failure, "reduce": reduce,
             "spawned": info.spawned, "last_error": info.last_error,

@@ -98,13 +98,20 @@ class GateError(InvalidInputError):
 
 class PartitionChangedError(InvalidInputError):
     """An operator verb named the partition version it expected, and the partition is at
-    another one now (someone wrote it meanwhile); nothing was written."""
+    another one now (someone wrote it meanwhile); or, with ``expected`` ``None``, the
+    verb named none and the partition changed between its read and its write. Nothing
+    was written."""
 
-    def __init__(self, partition_id: str, expected: int, version: int) -> None:
-        super().__init__(
-            f"partition {partition_id!r} changed: it is at version {version}, not "
-            f"{expected} as expected; nothing was written (look at it again and repeat "
-            "with its version now)")
+    def __init__(self, partition_id: str, expected: int | None, version: int) -> None:
+        if expected is None:
+            message = (f"partition {partition_id!r} changed while it was being written "
+                       f"(another write moved it on from version {version}); nothing was "
+                       "written: repeat the command")
+        else:
+            message = (f"partition {partition_id!r} changed: it is at version {version}, "
+                       f"not {expected} as expected; nothing was written (look at it again "
+                       "and repeat with its version now)")
+        super().__init__(message)
         self.partition_id = partition_id
         self.expected = expected
         self.version = version

@@ -200,9 +200,10 @@ class PlaceCount:
 class ProcessorInfo:
     """A live processor (one whose row's ``until`` has not passed by the database clock)
     and what it serves: the tables of routes (:class:`watcher.pipelines.ServedRoute`)
-    it serves, or ``None`` for every place (``--handler-url`` alone, a library
-    watcher). ``until`` is when its row stops counting unless it writes it again;
-    ``updated_at`` when it last did."""
+    it serves (``--handler-url`` alone: the ``default`` pipeline's, every version and
+    gate), or ``None`` for every place (a library watcher without ``pipelines``).
+    ``until`` is when its row stops counting unless it writes it again; ``updated_at``
+    when it last did."""
 
     owner: str
     serves: tuple[ServedRoute, ...] | None

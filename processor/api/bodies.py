@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from processor.api.problems import ApiError, bad_request, too_large
+from processor.api.problems import bad_request, too_large, unsupported_media
 from processor.api.upload import JSON_TYPES, NDJSON_TYPES, NdjsonItems
 
 
@@ -21,10 +21,7 @@ def media_type(request: Request) -> str:
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media in JSON_TYPES or media in NDJSON_TYPES:
         return media
-    raise ApiError(415, "unsupported_media_type",
-                   f"Content-Type {media or '(none)'!r} is not taken here: send "
-                   "application/json, or application/x-ndjson (one item per line)",
-                   "Content-Type")
+    raise unsupported_media(media, ndjson=True)
 
 
 def declared_length(request: Request, limit: int, option: str) -> None:

@@ -30,11 +30,8 @@ from starlette.responses import JSONResponse, Response
 from processor.api.bodies import read_whole
 from processor.api.client_rate import ClientRate, GuessCharge, retry_after
 from processor.api.problems import ApiError, bad_request
-from processor.wire.contract import parse_answer
-from processor.wire.values import MalformedResponseError, decode_json
+from processor.wire.completions import decode_completion, json_object
 from watcher.errors import AlreadyCompletedError, CompletionRefusedError, WaitNotFoundError
-from watcher.protocol import NonRetryableError, Result, RetryableError
-from watcher.rules.completions import Answer
 from watcher.rules.spawn import SpawnConflictError
 from watcher.store.waits import CompletedWait
 from watcher.waits import token_well_formed
@@ -50,8 +47,6 @@ PREFIX: Final = "/v1/completions/"
 # The routes as the OpenAPI document names them.
 COMPLETION_ROUTES: Final = frozenset({("POST", "/v1/completions/{token}"),
                                       ("POST", "/v1/completions/{token}/heartbeat")})
-ANSWER_FIELDS: Final = frozenset({"gate", "done", "data", "data_b64", "spawn", "error",
-                                  "no_retry", "wait"})
 # A heartbeat or an answer without items is small; its own bound, below the API's.
 MAX_HEARTBEAT_BYTES: Final = 4096
 # A token is made with its call, but its wait is written only with the answer that
@@ -194,7 +189,7 @@ async def answer_completion(api: IngestApi, request: Request, raw_path: str,
     store = api.client.store
     try:
         if rest == "heartbeat":
-            document = _document(await read_whole(request, MAX_HEARTBEAT_BYTES))
+            document = _heartbeat(await read_whole(request, MAX_HEARTBEAT_BYTES))
             unknown = sorted(set(document) - {"timeout"})
             if unknown or "timeout" not in document:
                 raise bad_request("a heartbeat's body is {\"timeout\": seconds}",
@@ -202,7 +197,11 @@ async def answer_completion(api: IngestApi, request: Request, raw_path: str,
             deadline = await _patiently(
                 lambda: store.wait_heartbeat(token, document["timeout"]), token, charge)
             return JSONResponse({"deadline": deadline.isoformat() + "Z"}, 200)
-        answer = _answer(await read_whole(request, api.limits.max_body_bytes))
+        body = await read_whole(request, api.limits.max_body_bytes)
+        try:
+            answer = decode_completion(body)
+        except CompletionRefusedError as error:
+            raise bad_request(str(error), field=error.field) from None
         # The client's path (its span links to the parking call's; its log line).
         done = await _patiently(lambda: api.client.complete_answer(
             token, answer, max_data_bytes=api.limits.max_item_bytes), token, charge)
@@ -242,56 +241,18 @@ def completed_view(done: CompletedWait) -> dict[str, Any]:
     return view
 
 
-def _document(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object (an empty body is ``{}``).
+def _heartbeat(body: bytes) -> dict[str, Any]:
+    """A heartbeat's body as a JSON object (an empty body is ``{}``), read as strictly
+    as a completion's (no key twice).
 
     Raises:
-        ApiError: 400 when it is not a JSON object.
+        ApiError: 400 when it is not a JSON object, naming a repeated key.
     """
-    if not body.strip():
-        return {}
     try:
-        document = decode_json(body)
-    except MalformedResponseError as problem:
-        raise bad_request(f"the body is not strict JSON: {problem}", field="body") from None
+        document = json_object(body)
+    except CompletionRefusedError as error:
+        raise bad_request(str(error), field=error.field) from None
     if not isinstance(document, dict):
-        raise bad_request("the body must be a JSON object such as {\"done\": true}",
+        raise bad_request("the body must be a JSON object such as {\"timeout\": 3600}",
                           field="body")
     return document
-
-
-def _answer(body: bytes) -> Answer:
-    """A completion's body as the answer it carries: the fields of a handler's answer
-    (``gate``, ``done``, ``data``/``data_b64``, ``spawn``, ``wait``), or ``error``
-    (a string, or ``{"message", "no_retry"}``) with ``no_retry``.
-
-    Raises:
-        ApiError: 400 naming the field at fault.
-    """
-    document = _document(body)
-    unknown = sorted(set(document) - ANSWER_FIELDS)
-    if unknown:
-        raise bad_request(f"unknown field {unknown[0]!r}; a completion takes "
-                          f"{', '.join(sorted(ANSWER_FIELDS))}", field=unknown[0])
-    error = document.get("error")
-    if isinstance(error, str):
-        no_retry = document.get("no_retry", False)
-        if type(no_retry) is not bool:
-            raise bad_request("'no_retry' must be true or false", field="no_retry")
-        return NonRetryableError(error) if no_retry else RetryableError(error)
-    try:
-        parsed = parse_answer(document)
-    except MalformedResponseError as problem:
-        raise bad_request(str(problem), field=_field_in(str(problem))) from None
-    if isinstance(parsed, Result):
-        return parsed
-    return (NonRetryableError(parsed.message) if parsed.no_retry
-            else RetryableError(parsed.message))
-
-
-def _field_in(message: str) -> str:
-    """The field a malformed answer's message names first."""
-    for name in ("spawn", "wait", "data_b64", "data", "gate", "done", "error"):
-        if f"'{name}" in message or message.startswith(f"{name}["):
-            return name
-    return "body"

@@ -28,7 +28,7 @@ from starlette.responses import Response
 
 from processor.api.bodies import media_type, read_whole
 from processor.api.dispatch import KEY, Handler, answer
-from processor.api.problems import ApiError, bad_request
+from processor.api.problems import bad_request, unsupported_media
 from processor.api.upload import JSON_TYPES, Limits, json_document
 from processor.api.views import only, page_limit, timestamp
 from processor.client.flow import (
@@ -85,8 +85,8 @@ async def list_keys(api: IngestApi, request: Request, _: str) -> Response:
 async def set_key_limits(api: IngestApi, request: Request, key: str) -> Response:
     only(request.query_params, frozenset())
     if media_type(request) not in JSON_TYPES:
-        raise ApiError(415, "unsupported_media_type", "send the limits as application/json, "
-                       'such as {"max_inflight": 4}', "Content-Type")
+        raise unsupported_media(request.headers.get("content-type"),
+                                example='{"max_inflight": 4}')
     document = json_document(await read_whole(request, api.limits.max_body_bytes),
                              LIMIT_FIELDS)
     define = document.get("define", False)

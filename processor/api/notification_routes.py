@@ -24,7 +24,7 @@ from starlette.responses import Response
 from processor.api.bodies import media_type, read_whole
 from processor.api.dispatch import Handler, answer
 from processor.api.flow_routes import IngestApi
-from processor.api.problems import ApiError, bad_request
+from processor.api.problems import bad_request, unsupported_media
 from processor.api.upload import JSON_TYPES, json_document
 from processor.api.views import only, page_limit, whole_number
 from processor.client.checks import check_id
@@ -70,8 +70,7 @@ async def list_notifications(api: IngestApi, request: Request, _: str) -> Respon
 async def redeliver_notifications(api: IngestApi, request: Request, _: str) -> Response:
     only(request.query_params, frozenset())
     if media_type(request) not in JSON_TYPES:
-        raise ApiError(415, "unsupported_media_type", "send the events' numbers as "
-                       'application/json, such as {"seqs": [12]}', "Content-Type")
+        raise unsupported_media(request.headers.get("content-type"), example='{"seqs": [12]}')
     document = json_document(await read_whole(request, api.limits.max_body_bytes),
                              REDELIVER_FIELDS)
     if "seqs" not in document:

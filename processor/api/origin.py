@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from processor.api.problems import ApiError
+from processor.api.problems import ApiError, unsupported_media
 from processor.api.upload import JSON_TYPES, NDJSON_TYPES
 from processor.console.security import bearer, same_origin
 
@@ -48,10 +48,7 @@ def cross_site_refusal(method: str, headers: Mapping[str, str]) -> ApiError | No
                 "'Authorization: Bearer <token>'"))
     media = headers.get("content-type")
     if media is not None and media.split(";")[0].strip().lower() not in BODY_TYPES:
-        return ApiError(415, "unsupported_media_type", (
-            f"Content-Type {media.split(';')[0].strip() or '(empty)'!r} is not taken here: "
-            "send application/json, or application/x-ndjson where the route takes items "
-            "(or no body and no Content-Type)"), "Content-Type")
+        return unsupported_media(media, ndjson=True)
     return None
 
 

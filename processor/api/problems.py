@@ -61,6 +61,26 @@ def bad_request(message: str, *, field: str | None = None, line: int | None = No
     return ApiError(400, "bad_request", message, field, line)
 
 
+JSON_HEADER = "Content-Type: application/json"
+
+
+def unsupported_media(given: str | None, *, ndjson: bool = False,
+                      example: str = "") -> ApiError:
+    """A body whose ``Content-Type`` the route does not take (415
+    ``unsupported_media_type``): the message says exactly which header to send (curl
+    sends a form's type with ``-d`` unless told), and ``example`` is a body it takes.
+    A form's type is refused on purpose: a web page can post one cross-site without a
+    preflight."""
+    shown = (given or "").split(";")[0].strip()
+    items = (" (or 'Content-Type: application/x-ndjson' for items, one per line)"
+             if ndjson else "")
+    such = f", such as {example}" if example else ""
+    return ApiError(415, "unsupported_media_type",
+                    f"Content-Type {shown or '(none)'!r} is not taken here: send the header "
+                    f"'{JSON_HEADER}'{items} with a JSON body{such} (with curl: -H "
+                    f"'{JSON_HEADER.lower()}')", "Content-Type")
+
+
 def too_large(message: str, *, field: str | None = None, line: int | None = None
               ) -> ApiError:
     """A body, line or item over its limit (413 ``too_large``)."""

@@ -61,7 +61,7 @@ from processor.api.dispatch import (
 from processor.api.feed_route import events_route
 from processor.api.flow_routes import FLOW_ROUTES
 from processor.api.notification_routes import NOTIFICATION_ROUTES
-from processor.api.problems import ApiError, bad_request, from_statefeed
+from processor.api.problems import bad_request, from_statefeed, unsupported_media
 from processor.api.upload import (
     ADD_FIELDS,
     CREATE_FIELDS,
@@ -307,8 +307,8 @@ class IngestApi:
     async def rewind(self, request: Request, partition_id: str) -> Response:
         only(request.query_params, frozenset())
         if media_type(request) not in JSON_TYPES:
-            raise ApiError(415, "unsupported_media_type", "send the rewind as "
-                           'application/json, such as {"gate": 1}', "Content-Type")
+            raise unsupported_media(request.headers.get("content-type"),
+                                    example='{"gate": 1}')
         document = json_document(await read_whole(request, self.limits.max_body_bytes),
                                  REWIND_FIELDS)
         gate, failed_only = document.get("gate"), document.get("failed_only", False)

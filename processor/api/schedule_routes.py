@@ -26,7 +26,7 @@ from starlette.responses import Response
 
 from processor.api.bodies import media_type, read_whole
 from processor.api.dispatch import error_response, statefeed_answer
-from processor.api.problems import ApiError, bad_request, from_statefeed
+from processor.api.problems import ApiError, bad_request, from_statefeed, unsupported_media
 from processor.api.routes import IngestApi, answer
 from processor.api.upload import JSON_TYPES, json_document, json_items
 from processor.api.views import only, whole_number
@@ -140,8 +140,8 @@ class ScheduleRoutes:
         only(request.query_params, frozenset())
         limits = self.api.limits
         if media_type(request) not in JSON_TYPES:
-            raise ApiError(415, "unsupported_media_type",
-                           "send the schedule as application/json", "content-type")
+            raise unsupported_media(request.headers.get("content-type"),
+                                    example='{"cron": "0 3 * * *"}')
         body = await read_whole(request, limits.max_body_bytes)
         document = json_document(body, ADD_FIELDS)
         for field, kinds in (("cron", (str,)), ("timezone", (str,)), ("every", (int, float)),

@@ -67,7 +67,7 @@ def rewind(
         "--items, space-separated; each at the gate or later).")] = None,
     if_version: Annotated[int | None, typer.Option(
         "--if-version", show_default=False, help="Only if the partition is still at this "
-        "version (as `processor show --json` printed it).")] = None,
+        "version (its `version` in `processor status --json`).")] = None,
     db_url: DbUrl = DEFAULT_DB_URL,
     table_prefix: TablePrefix = "",
     as_json: JsonOption = False,

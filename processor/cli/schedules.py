@@ -4,7 +4,6 @@ which creates the partition ``NAME/<tick time>`` at every tick (the processors t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -19,6 +18,8 @@ from processor.cli.common import (
     app,
     data_console,
     env_name,
+    say,
+    say_json,
     with_client,
 )
 from processor.cli.produce import ITEMS_HELP, MaxItemBytes
@@ -96,7 +97,6 @@ def add(
     from processor.cli.create_options import parse_gates, parse_policy
     from processor.cli.produce import _limits, _read_items, _spool
     from processor.client.schedules import check_schedule_name, new_schedule
-    from processor.schedule_views import schedule_dict, schedule_text
     from watcher.rules.durations import parse_duration
 
     check_schedule_name(name)
@@ -118,7 +118,7 @@ def add(
         name, cron=cron or None, timezone=timezone or None, every=seconds, items=items,
         reduce_gates=gates, on_item_failure=policy, priority=priority, key=key or None,
         catch_up=catch_up, no_overlap=no_overlap, **targets), max_item_bytes=max_item_bytes)
-    typer.echo(json.dumps(schedule_dict(info)) if as_json else schedule_text(info))
+    _print_schedule(info, as_json)
 
 
 @schedules_app.command("list")
@@ -135,10 +135,10 @@ def list_(
 
     infos = with_client(db_url, table_prefix, lambda client: client.schedules(limit))
     if as_json:
-        typer.echo(json.dumps([schedule_dict(info) for info in infos]))
+        say_json([schedule_dict(info) for info in infos])
         return
     if not infos:
-        typer.echo("no schedules; add one with `processor schedules add NAME --cron EXPR`")
+        say("no schedules; add one with `processor schedules add NAME --cron EXPR`")
         return
     table = Table("schedule", "when", "catch-up", "next tick", "last tick", "last partition")
     for info in infos:
@@ -154,10 +154,20 @@ def list_(
 def show(name: NameArgument, db_url: DbUrl = DEFAULT_DB_URL, table_prefix: TablePrefix = "",
          as_json: JsonOption = False) -> None:
     """Show one schedule: its timing, policy, partition settings and ticks."""
-    from processor.schedule_views import schedule_dict, schedule_text
-
     info = with_client(db_url, table_prefix, lambda client: client.schedule(name))
-    typer.echo(json.dumps(schedule_dict(info)) if as_json else schedule_text(info))
+    _print_schedule(info, as_json)
+
+
+def _print_schedule(info: Any, as_json: bool) -> None:
+    """A schedule as JSON, or as lines whose data (its key, its name, its settings) is
+    printed with control characters escaped: seen, never obeyed by the terminal."""
+    from processor.schedule_views import schedule_dict, schedule_lines
+
+    if as_json:
+        say_json(schedule_dict(info))
+        return
+    for line in schedule_lines(info):
+        say(line)
 
 
 def _verb(name: str, db_url: str, table_prefix: str, as_json: bool, verb: str,
@@ -167,11 +177,11 @@ def _verb(name: str, db_url: str, table_prefix: str, as_json: bool, verb: str,
     check_schedule_name(name)
     changed = with_client(db_url, table_prefix, call)
     if as_json:
-        typer.echo(json.dumps({"name": name, "changed": changed is not False}))
+        say_json({"name": name, "changed": changed is not False})
     elif changed is False:
-        typer.echo(f"schedule {name} was {already} already")
+        say(f"schedule {name} was {already} already")
     else:
-        typer.echo(f"schedule {name} {verb}")
+        say(f"schedule {name} {verb}")
 
 
 @schedules_app.command("pause")

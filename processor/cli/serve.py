@@ -80,7 +80,7 @@ def migrate(
 
     url = database_url(db_url, table_prefix, migrated=False)
     if sql:
-        say(upgrade_sql(url, table_prefix))
+        typer.echo(upgrade_sql(url, table_prefix))  # to be run as it is: never escaped
         return
     try:
         before = current_revision(url, table_prefix)

@@ -261,7 +261,8 @@ class PartitionVerbs:
         """The live processors (their rows' ``until`` not passed by the database clock),
         by owner id, each with what it serves: the tables of routes
         (:class:`~watcher.pipelines.ServedRoute`) of its routes file, or ``None`` for
-        every place (``--handler-url`` alone, a library watcher)."""
+        every place (a library watcher without ``pipelines``; ``--handler-url`` alone serves
+        the ``default`` pipeline)."""
         return await self._call(self.store.processors_live())
 
     async def unserved_places(self) -> list[PlaceCount]:

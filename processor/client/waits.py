@@ -20,50 +20,42 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from processor.observe.tracing import completion_spans, current_traceparent, record_completion
+from processor.wire.completions import completion_document, read_completion
 from watcher.errors import CompletionRefusedError, WaitNotFoundError
-from watcher.protocol import NonRetryableError, Result, RetryableError
 from watcher.records import NewItem
 from watcher.reports import WaitSummary
 from watcher.rules.completions import Answer
 from watcher.rules.spawn import SpawnLimits
 from watcher.store import Store
 from watcher.store.waits import CompletedWait
-from watcher.waits import Wait, timeout_problem
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-def completion_answer(*, done: bool = True, gate: int | None = None, data: Any = None,
+def completion_answer(*, done: bool = False, gate: int | None = None, data: Any = None,
                       error: str | None = None, no_retry: bool = False,
                       wait: float | None = None, spawn: Sequence[NewItem] = ()) -> Answer:
-    """The answer :meth:`WaitsClient.complete` sends, from its arguments: an error when
-    ``error`` is set; otherwise a result (``data`` bytes as they are, any other value
-    but ``None`` as its compact JSON), which parks the item again when ``wait``
-    (seconds) is given (``done`` is then ignored).
+    """The answer :meth:`WaitsClient.complete` sends, from its arguments: the same
+    completion document the API's route reads, read by the same decoder
+    (:func:`processor.wire.completions.read_completion`), so a completion means one
+    thing on every path. ``data`` bytes are stored as they are, any other value but
+    ``None`` (which keeps the item's bytes) as its compact JSON.
 
     Raises:
-        CompletionRefusedError: ``data`` cannot be encoded as JSON, or ``wait`` is not
-            a usable timeout.
+        CompletionRefusedError: ``data`` cannot be encoded as JSON, or a value is not
+            one a completion takes (``field`` names it).
     """
-    if error is not None:
-        return NonRetryableError(str(error)) if no_retry else RetryableError(str(error))
-    encoded: bytes | None
-    if data is None or isinstance(data, bytes):
-        encoded = data
-    else:
+    if data is not None and not isinstance(data, bytes | bytearray | memoryview):
         try:
-            encoded = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+            json.dumps(data, allow_nan=False)
         except (TypeError, ValueError) as problem:
             raise CompletionRefusedError("data", f"'data' cannot be encoded as JSON "
                                                  f"({problem}); pass bytes or JSON values"
                                          ) from None
-    if wait is not None:
-        wrong = timeout_problem(wait, "'wait'")
-        if wrong is not None:
-            raise CompletionRefusedError("wait", wrong)
-        return Result(gate=gate, data=encoded, spawn=tuple(spawn), wait=Wait(float(wait)))
-    return Result(gate=gate, done=done, data=encoded, spawn=tuple(spawn))
+    document = completion_document(gate=gate, done=done, error=error, no_retry=no_retry,
+                                   wait=wait, **({} if data is None else {"data": data}))
+    return read_completion(document, spawn=spawn if spawn else None)
 
 
 class WaitsClient:
@@ -121,15 +113,18 @@ class WaitsClient:
                  done.partition_id, done.item_id, done.status, done.gate)
         return done
 
-    async def complete(self, token: str, *, done: bool = True, gate: int | None = None,
+    async def complete(self, token: str, *, gate: int | None = None, done: bool = False,
                        data: Any = None, error: str | None = None, no_retry: bool = False,
                        wait: float | None = None,
                        spawn: Sequence[NewItem] = ()) -> CompletedWait:
-        """Complete the wait ``token`` names, exactly once, as a handler's answer would:
-        ``done`` (the default) completes the item, ``done=False`` runs it again at its
-        gate, ``gate`` moves it, ``data`` replaces its bytes, ``error`` records a failed
-        attempt (``no_retry``: it fails at once), ``wait`` parks it again for that many
-        seconds: the new token is the returned value's ``completion_token``.
+        """Complete the wait ``token`` names, exactly once, with the answer its handler
+        would have given (``docs/how-to/park.md``), as ``POST /v1/completions/{token}``
+        does: ``gate`` moves the item to that gate, where it runs (its own gate when
+        not given); ``done=True`` completes it there instead; neither runs it again at
+        its gate. ``data`` replaces its bytes (``None`` keeps them), ``spawn`` adds
+        items, ``error`` records a failed attempt (``no_retry``: it fails at once),
+        ``wait`` parks it again for that many seconds: the new token is the returned
+        value's ``completion_token``.
 
         Raises:
             WaitNotFoundError: no wait has this token.
@@ -153,13 +148,14 @@ class WaitsClient:
         """
         return await self._call(self.store.wait_heartbeat(token, timeout))
 
-    async def complete_item(self, partition_id: str, item_id: str, *, done: bool = True,
-                            data: Any = None, error: str | None = None,
+    async def complete_item(self, partition_id: str, item_id: str, *,
+                            gate: int | None = None, done: bool = False, data: Any = None,
+                            error: str | None = None,
                             no_retry: bool = False) -> CompletedWait:
         """Complete the wait of the waiting item ``item_id`` without its token (an
-        operator's completion, as the console's forms send): the same exactly-once
-        write as :meth:`complete`, so a token's completion and this one never both
-        apply.
+        operator's completion, as the console's forms send), with the same answer
+        :meth:`complete` gives for the same arguments, in the same exactly-once write,
+        so a token's completion and this one never both apply.
 
         Raises:
             WaitNotFoundError: the partition has no such item.
@@ -167,7 +163,18 @@ class WaitsClient:
                 was written.
             CompletionRefusedError: the answer cannot be applied; nothing was written.
         """
-        answer = completion_answer(done=done, data=data, error=error, no_retry=no_retry)
+        answer = completion_answer(gate=gate, done=done, data=data, error=error,
+                                   no_retry=no_retry)
+        return await self.complete_item_answer(partition_id, item_id, answer)
+
+    async def complete_item_answer(self, partition_id: str, item_id: str,
+                                   answer: Answer) -> CompletedWait:
+        """Apply ``answer`` to the wait of the waiting item ``item_id``, exactly once:
+        what :meth:`complete_item` and the console's Complete form do.
+
+        Raises:
+            As :meth:`complete_item`.
+        """
         limit = self.max_item_bytes
         done_ = await self._completed(lambda traceparent: self.store.wait_complete_item(
             partition_id, item_id, answer, max_data_bytes=limit,
@@ -206,7 +213,7 @@ class SyncWaits:
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         raise NotImplementedError  # Client's
 
-    def complete(self, token: str, *, done: bool = True, gate: int | None = None,
+    def complete(self, token: str, *, gate: int | None = None, done: bool = False,
                  data: Any = None, error: str | None = None, no_retry: bool = False,
                  wait: float | None = None, spawn: Sequence[NewItem] = ()) -> CompletedWait:
         """See :meth:`WaitsClient.complete`."""
@@ -214,16 +221,20 @@ class SyncWaits:
                                              error=error, no_retry=no_retry, wait=wait,
                                              spawn=spawn))
 
+    def complete_answer(self, token: str, answer: Answer) -> CompletedWait:
+        """See :meth:`WaitsClient.complete_answer`."""
+        return self._run(self._waits.complete_answer(token, answer))
+
     def heartbeat(self, token: str, timeout: float) -> datetime:
         """See :meth:`WaitsClient.heartbeat`."""
         return self._run(self._waits.heartbeat(token, timeout))
 
-    def complete_item(self, partition_id: str, item_id: str, *, done: bool = True,
-                      data: Any = None, error: str | None = None,
+    def complete_item(self, partition_id: str, item_id: str, *, gate: int | None = None,
+                      done: bool = False, data: Any = None, error: str | None = None,
                       no_retry: bool = False) -> CompletedWait:
         """See :meth:`WaitsClient.complete_item`."""
-        return self._run(self._waits.complete_item(partition_id, item_id, done=done,
-                                                   data=data, error=error,
+        return self._run(self._waits.complete_item(partition_id, item_id, gate=gate,
+                                                   done=done, data=data, error=error,
                                                    no_retry=no_retry))
 
     def operator_token(self, partition_id: str, item_id: str) -> str:

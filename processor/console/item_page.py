@@ -28,6 +28,7 @@ from processor.console.forms import see_other
 from processor.console.pages import age_text
 from processor.console.timeline_view import UNKNOWN
 from processor.views import attempts_text
+from processor.wire.completions import completion_from_form
 from watcher.errors import (
     AlreadyCompletedError,
     CompletionRefusedError,
@@ -192,7 +193,8 @@ async def show_completion_url(console: Console, request: Request,
 async def item_action(console: Console, request: Request) -> Response:
     """POST /item/{complete,fail}: complete a waiting item's wait by its partition and id
     (never by token), exactly once, and send the browser back to the item page with
-    what happened. ``complete`` takes optional JSON ``data``; ``fail`` takes a
+    what happened. ``complete`` takes what a completion says (``gate``, ``done``,
+    ``data``: :func:`processor.wire.completions.completion_from_form`); ``fail`` takes a
     ``message`` and ``no_retry`` (``yes``)."""
     verb = request.path_params["verb"]
     form = await console.action_form(request, verb, ("complete", "fail", "completion-url"))
@@ -209,8 +211,9 @@ async def item_action(console: Console, request: Request) -> Response:
                                                    "notice": notice}))
         try:
             if verb == "complete":
-                await console.client.complete_item(partition_id, item_id,
-                                                   data=_form_data(form.get("data", "")))
+                # The form's gate, done and data, read as every completion is.
+                await console.client.complete_item_answer(
+                    partition_id, item_id, completion_from_form(form))
                 return back("completed")
             message = form.get("message", "").strip() or "failed by an operator"
             await console.client.complete_item(partition_id, item_id, error=message,
@@ -224,22 +227,6 @@ async def item_action(console: Console, request: Request) -> Response:
             return console.render(request, "error.html", 400, title="Bad request",
                                   message=str(error))
     return await console.guarded(request, act)
-
-
-def _form_data(text: str) -> Any:
-    """The Complete form's ``data``: ``None`` (keep the item's data) when blank, else
-    the JSON value it holds.
-
-    Raises:
-        CompletionRefusedError: it is not JSON.
-    """
-    if not text.strip():
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as problem:
-        raise CompletionRefusedError("data", f"the data is not JSON: {problem}; leave it "
-                                     "empty to keep the item's data") from None
 
 
 def item_routes(current: Any) -> list[Route]:

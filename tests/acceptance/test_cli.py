@@ -83,8 +83,11 @@ async def test_migrate_run_status(migrated, tmp_path) -> None:
     assert len(handler.calls) == 24
     shown = run_cli("status", "--db-url", db_url, "--table-prefix", prefix, "--json")
     assert shown.returncode == 0, shown.stderr
+    async with AsyncClient(db_url, prefix) as client:
+        final_version = (await client.partition("job")).version
     assert json.loads(shown.stdout) == [
-        {"id": "job", "status": "complete", "gate": 1, "owner": "", "counts": {"complete": 12},
+        {"id": "job", "status": "complete", "gate": 1, "version": final_version,
+         "owner": "", "counts": {"complete": 12},
          "reduce_gates": [], "on_item_failure": "fail", "reduce": None, "spawned": 0,
          "last_error": None, "key": None, "priority": 0, "paused": False, "paused_at": None,
          "result": None, "waiting": None, "pipeline": "default", "pipeline_version": None,

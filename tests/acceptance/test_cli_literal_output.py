@@ -191,3 +191,20 @@ def test_every_verb_shows_escapes_in_data_and_obeys_none(hostile) -> None:
     assert "\\x1b]0;owned\\x07" in missing
     gone = safe(run_cli("delete", HOSTILE_PARTITION, "--force", *where))
     assert "\\x1b]0;" in gone
+
+
+ESCAPE = "acme\x1b]0;owned\x07\x1b[2J\nforged line"
+
+
+def test_schedules_print_a_key_with_escapes_as_seen_never_obeyed(migrated) -> None:
+    db_url, prefix = migrated
+    where = ("--db-url", db_url, "--table-prefix", prefix)
+    added = ok(run_cli("schedules", "add", "nightly", "--every", "1h", "--key", ESCAPE,
+                       *where))
+    shown = ok(run_cli("schedules", "show", "nightly", *where))
+    for text in (added, shown):
+        assert "\x1b" not in text and "\x07" not in text, repr(text)
+        assert "\\x1b]0;owned\\x07\\x1b[2J\\nforged line" in text, text
+        assert not any(line.startswith("forged") for line in text.splitlines())
+    as_json = json.loads(ok(run_cli("schedules", "show", "nightly", "--json", *where)))
+    assert as_json["key"] == ESCAPE

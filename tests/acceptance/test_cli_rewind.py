@@ -62,3 +62,27 @@ async def test_rewind_from_the_command_line(db_url: str, table_prefix: str) -> N
                              "i2": ("available", 0, 0), "i3": ("complete", 0, 1)}
     finally:
         await store.close()
+
+
+async def test_the_version_status_json_prints_is_the_one_if_version_takes(
+        db_url: str, table_prefix: str) -> None:
+    where = ("--db-url", db_url, "--table-prefix", table_prefix)
+    async with AsyncClient(db_url, table_prefix) as client:
+        await client.create_partition("job", [NewItem("i0", b"{}")])
+        await client.cancel("job")
+        version = (await client.partition("job")).version
+    [row] = json.loads(ok(run_cli("status", "--json", *where)))
+    assert row["version"] == version
+    # A stale version (the partition moved on since it was read) is refused, clearly.
+    stale = version - 1
+    one_error_line(run_cli("rewind", "job", "--gate", "0", "--if-version", str(stale),
+                           *where),
+                   f"it is at version {version}, not {stale} as expected; nothing was written")
+    shown = json.loads(ok(run_cli("rewind", "job", "--gate", "0", "--if-version",
+                                  str(row["version"]), "--json", *where)))
+    assert shown["version_before"] == version and shown["reopened"] is True
+    [after] = json.loads(ok(run_cli("status", "--json", *where)))
+    assert after["version"] > version and after["status"] == "available"
+    # The version read before the rewind is stale now.
+    one_error_line(run_cli("rewind", "job", "--gate", "0", "--if-version",
+                           str(row["version"]), *where), "nothing was written")

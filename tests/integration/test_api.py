@@ -532,3 +532,39 @@ async def test_a_loopback_api_refuses_other_host_names(db_url, table_prefix) -> 
         rebound = await api.get("/healthz", headers={"host": "attacker.example:8091"})
         assert rebound.status_code == 421 and error_of(rebound)["code"] == "misdirected_request"
         assert (await api.get("/healthz", headers={"host": "localhost:8091"})).status_code == 200
+
+
+async def test_a_partition_shows_the_version_a_rewind_takes(api, client) -> None:
+    await client.create_partition("p", [NewItem("a", b"{}")])
+    await client.cancel("p")
+    shown = (await api.get("/v1/partitions/p")).json()
+    assert shown["version"] == (await client.partition("p")).version
+    [listed] = (await api.get("/v1/partitions")).json()["partitions"]
+    assert listed["version"] == shown["version"]
+    stale = await api.post("/v1/partitions/p/rewind",
+                           json={"gate": 0, "version": shown["version"] - 1})
+    assert (stale.status_code, error_of(stale)["code"]) == (409, "version_conflict")
+    done = await api.post("/v1/partitions/p/rewind",
+                          json={"gate": 0, "version": shown["version"]})
+    assert done.status_code == 200, done.text
+    assert (await api.get("/v1/partitions/p")).json()["version"] > shown["version"]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "key"), [
+    ("PUT", "/v1/partitions/p", b'{"items": [], "priority": 1, "priority": 2}', "priority"),
+    ("PUT", "/v1/partitions/p", b'{"items": [{"id": "a", "id": "b", "data": 1}]}', "id"),
+    ("POST", "/v1/partitions/q/items", b'{"items": [{"id": "a", "data": {"x": 1, "x": 2}}]}',
+     "x"),
+    ("POST", "/v1/partitions/q/items", b'{"items": [], "items": [{"id": "a", "data": 1}]}',
+     "items"),
+])
+async def test_a_repeated_key_is_refused_naming_it(api, client, method, path, body,
+                                                   key) -> None:
+    await client.create_partition("q", [])
+    response = await api.request(method, path, content=body,
+                                 headers={"content-type": "application/json"})
+    error = error_of(response)
+    assert (response.status_code, error["field"]) == (400, key), response.text
+    assert f"{key!r} twice" in error["message"]
+    await assert_absent(api, "p")
+    assert await client.items("q") == []

@@ -119,6 +119,22 @@ async def test_unknown_tokens_and_bad_answers(db_url, table_prefix, make_store) 
             refused = await http.post(f"/v1/completions/{token}", json=body)
             assert refused.status_code == 400, (body, refused.text)
             assert refused.json()["error"]["field"] == field, (body, refused.json())
+        # A key given twice is refused, naming it, at any depth, on both routes.
+        for route, raw, key in (
+                ("", b'{"gate": 1, "gate": 2}', "gate"),
+                ("", b'{"done": true, "data": {"ok": 1, "ok": 2}}', "ok"),
+                ("/heartbeat", b'{"timeout": 60, "timeout": 1}', "timeout")):
+            repeated = await http.post(f"/v1/completions/{token}{route}", content=raw,
+                                       headers={"content-type": "application/json"})
+            assert repeated.status_code == 400, (raw, repeated.text)
+            assert repeated.json()["error"]["field"] == key, repeated.json()
+            assert f"{key!r} twice" in repeated.json()["error"]["message"]
+        # A form's content type is refused, saying which header to send.
+        form = await http.post(f"/v1/completions/{token}/heartbeat",
+                               content=b'{"timeout": 60}',
+                               headers={"content-type": "application/x-www-form-urlencoded"})
+        assert form.status_code == 415
+        assert "Content-Type: application/json" in form.json()["error"]["message"]
         huge = await http.post(f"/v1/completions/{token}", content=b" " * (SMALL_BODY + 1),
                                headers={"content-type": "application/json"})
         assert huge.status_code == 413

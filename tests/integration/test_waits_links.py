@@ -110,7 +110,7 @@ async def test_each_completion_span_links_to_the_call_that_parked_its_item(
                 assert parked_again.completion_token is not None
                 await client.complete(parked_again.completion_token, gate=1)
                 # The operator's path (the console's Complete form).
-                await client.complete_item("p", "c", data={"by": "operator"})
+                await client.complete_item("p", "c", done=True, data={"by": "operator"})
                 info = await client.wait("p", timeout=30)
                 assert info.status == "complete"
         finally:

@@ -78,7 +78,7 @@ async def test_a_console_completion_and_a_token_completion_apply_exactly_once(
         await _parked(client, "p", len(ids))
         for item_id in ids:
             outcomes = await asyncio.gather(
-                operator.complete_item("p", item_id, data={"by": "operator"}),
+                operator.complete_item("p", item_id, done=True, data={"by": "operator"}),
                 holder.wait_complete(parker.token(item_id), Result(gate=1)),
                 return_exceptions=True)
             won = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
@@ -131,7 +131,8 @@ async def test_the_console_item_page_completes_and_fails_a_waiting_item(
                 headers={"origin": ORIGIN})
             assert bad.status_code == 400 and "not JSON" in bad.text
             done = await web.post("/item/complete", data={
-                "partition": "p", "id": "a", "csrf": csrf, "data": '{"ok": true}'},
+                "partition": "p", "id": "a", "csrf": csrf, "done": "true",
+                "data": '{"ok": true}'},
                 headers={"origin": ORIGIN})
             assert done.status_code == 303
             shown = (await web.get(done.headers["location"])).text

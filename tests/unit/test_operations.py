@@ -243,3 +243,25 @@ async def test_a_scrape_after_a_quiet_spell_reads_the_backlog_first() -> None:
         again = (await client.get("/metrics")).text
     assert "statefeed_items_waiting 200.0" in again
     assert len(reads) == 2, "a scrape within the interval reads nothing more"
+
+
+def test_a_changed_partition_says_what_was_expected_only_when_something_was() -> None:
+    from watcher.errors import PartitionChangedError
+
+    named = str(PartitionChangedError("p", 17, 19))
+    assert "at version 19, not 17 as expected" in named
+    # A verb that named no version (pipelines move without --expect-version) lost a race
+    # between its read and its write: the message must not claim it expected one.
+    raced = str(PartitionChangedError("p", None, 19))
+    assert "expected" not in raced and "nothing was written" in raced
+    assert "version 19" in raced and "repeat" in raced
+
+
+def test_a_move_that_loses_the_race_blames_no_expected_version() -> None:
+    import inspect
+
+    from watcher.store.operator import pipelines
+
+    source = inspect.getsource(pipelines.PipelinesStore.partition_move_version)
+    write = source[source.index("rowcount != 1"):]
+    assert "PartitionChangedError(partition_id, None," in write.splitlines()[1]

@@ -50,8 +50,8 @@ class PipelinesStore(StoreBase):
                 .values(pipeline_version=pipeline_version, version=p.c.version + 1,
                         owner="", updated_at=now,
                         until=case((p.c.owner != "", now), else_=p.c.until)))
-            if moved.rowcount != 1:
-                raise PartitionChangedError(partition_id, row.version, row.version + 1)
+            if moved.rowcount != 1:  # a write between the read and this one
+                raise PartitionChangedError(partition_id, None, row.version)
             await self._notify(conn, partition_id)
         return PipelineMove(partition_id, row.pipeline, row.pipeline_version,
                             pipeline_version, row.version + 1,
