@@ -214,10 +214,20 @@ PARTITIONS: dict[str, tuple[int, Callable[[random.Random, str, float, Size], Par
     "quorum_burst": (2, _quorum_burst),
     "quorum_race": (2, _quorum_race),
 }
+# The first letter of a partition's id says its kind.
+PREFIX = {"plain": "p", "quorum_burst": "b", "quorum_race": "r"}
 
 
 def _pid(plan_partitions: list[PartitionPlan], rng: random.Random) -> str | None:
     return rng.choice(plan_partitions).id if plan_partitions else None
+
+
+def _service_fault(rng: random.Random) -> dict[str, Any]:
+    """A service answers a few calls with 429 (and Retry-After), 503 or 502."""
+    status = rng.choices([429, 503, 502], weights=[4, 1, 1])[0]
+    retry_after = {429: rng.choice([3, 4, 5]), 503: rng.choice([None, 3])}.get(status)
+    return {"service": rng.choice(["alpha", "beta", "beta"]), "status": status,
+            "count": rng.randint(1, 3), "retry_after": retry_after}
 
 
 # Action kinds: weight, whether a fault, and how it draws its arguments.
@@ -236,10 +246,7 @@ ACTIONS: dict[str, tuple[int, bool, ArgsMaker]] = {
     "pg_terminate": (1, True, lambda rng, ps, size: {}),
     "api_kill": (1, True, lambda rng, ps, size: {}),
     "api_stop": (1, True, lambda rng, ps, size: {"seconds": round(rng.uniform(0.3, 2.0), 2)}),
-    "service_fault": (4, True, lambda rng, ps, size: {
-        "service": rng.choice(["alpha", "beta", "beta"]),
-        "status": rng.choices([429, 503, 502], weights=[4, 1, 1])[0],
-        "count": rng.randint(1, 3), "retry_after": rng.choice([None, 3, 4])}),
+    "service_fault": (4, True, lambda rng, ps, size: _service_fault(rng)),
 }
 FAULT_KINDS = frozenset(kind for kind, (_, fault, _) in ACTIONS.items() if fault)
 
@@ -253,7 +260,7 @@ def generate(seed: int, size: Size = SMALL) -> Plan:
     for n in range(rng.randint(*size.partitions)):
         kind = rng.choices(kinds, weights=[PARTITIONS[k][0] for k in kinds])[0]
         at = 0.0 if n < 2 else round(rng.uniform(0, size.duration * 0.7), 2)
-        partitions.append(PARTITIONS[kind][1](rng, f"{kind[0]}{n:02d}", at, size))
+        partitions.append(PARTITIONS[kind][1](rng, f"{PREFIX[kind]}{n:02d}", at, size))
     partitions.sort(key=lambda p: p.at)
     names = list(ACTIONS)
     actions = []
