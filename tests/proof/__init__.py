@@ -8,6 +8,7 @@ the guarantees (docs/explanation/guarantees.md) against it.
 - ``actors``: the completer (completions and heartbeats by token), the operator verbs
   and the faults, each run at its time on the timeline.
 - ``history``: what happened, as events serialisable to JSON lines.
+- ``view``: a history read once for the checks (violations, trail steps, lookups).
 - ``checker``: each guarantee as a pure function over a history, returning violations.
 - ``runner``: one plan against one database: processes, timeline, final state.
 - ``shrink``: delta debugging over a plan's partitions and actions.
