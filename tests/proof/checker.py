@@ -209,8 +209,9 @@ def key_limits(view: View) -> list[Violation]:
                          + [(c["finished"] if c["finished"] is not None else end_of_run,
                              -1, c["seq"]) for c in calls], key=lambda m: (m[0], m[1]))
         running: set[int] = set()
+        ended: set[int] = set()  # a call answered at once ends the moment it starts
         for _, step, seq in moments:
-            if step == 1:
+            if step == 1 and seq not in ended:
                 running.add(seq)
                 if len(running) > plan_limits[key]:
                     found.append(Violation(
@@ -219,6 +220,7 @@ def key_limits(view: View) -> list[Violation]:
                     break
             else:
                 running.discard(seq)
+                ended.add(seq)
     return found
 
 

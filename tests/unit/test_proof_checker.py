@@ -161,6 +161,9 @@ def test_more_calls_in_flight_for_a_key_than_its_limit_breaks_key_limit() -> Non
                        only=["key-limit"])) == ["key-limit"]
     assert check(history(*events, items={"p": []}, key_limits={"k0": 2}),
                  only=["key-limit"]) == []
+    at_once = call(2, item="i2", started=0.7, finished=0.7, status=429, outcome="fault")
+    assert check(history(*events, at_once, call(3, item="i3", started=1.6, finished=1.7),
+                         items={"p": []}, key_limits={"k0": 2}), only=["key-limit"]) == []
 
 
 def test_a_partition_that_never_ends_or_an_unexplained_item_breaks_nothing_lost() -> None:
