@@ -69,6 +69,8 @@ class Fleet:
         self.api: Processor | None = None
         self.api_port = free_port()
         self.api_url = f"http://127.0.0.1:{self.api_port}/"
+        # One fault at a time on the API (two restarts would race for its port).
+        self.api_lock = asyncio.Lock()
 
     def _url(self, owner: str) -> str:
         if self.sessions is None:
@@ -97,7 +99,7 @@ class Fleet:
         api = self.api
 
         def announced() -> bool:
-            assert api.running, api.stderr()[-2000:]
+            assert api.running, api.output()[-2000:]
             return re.search(r"http://127\.0\.0\.1:\d+/v1/", api.output()) is not None
 
         await wait_until(announced, timeout=30, message="processor api to start")
@@ -319,24 +321,26 @@ async def _pg_terminate(a: Actors, args: dict[str, Any]) -> None:
 
 
 async def _api_kill(a: Actors, args: dict[str, Any]) -> None:
-    assert a.fleet.api is not None
-    event = a.fault("api_kill", args, a.fleet.api.owner)
-    a.fleet.api.kill()
-    with contextlib.suppress(ProcessLookupError):
-        await a.fleet.api.process.wait()
-    await a.fleet.start_api()
-    event["finished"] = a.history.now()
+    async with a.fleet.api_lock:
+        assert a.fleet.api is not None
+        event = a.fault("api_kill", args, a.fleet.api.owner)
+        a.fleet.api.kill()
+        with contextlib.suppress(ProcessLookupError):
+            await a.fleet.api.process.wait()
+        await a.fleet.start_api()
+        event["finished"] = a.history.now()
 
 
 async def _api_stop(a: Actors, args: dict[str, Any]) -> None:
-    api = a.fleet.api
-    assert api is not None
-    event = a.fault("api_stop", args, api.owner)
-    api.process.send_signal(signal.SIGSTOP)
-    api.paused = True
-    await asyncio.sleep(args["seconds"])
-    api.resume()
-    event["finished"] = a.history.now()
+    async with a.fleet.api_lock:
+        api = a.fleet.api
+        assert api is not None
+        event = a.fault("api_stop", args, api.owner)
+        api.process.send_signal(signal.SIGSTOP)
+        api.paused = True
+        await asyncio.sleep(args["seconds"])
+        api.resume()
+        event["finished"] = a.history.now()
 
 
 async def _service_fault(a: Actors, args: dict[str, Any]) -> None:
