@@ -217,3 +217,25 @@ def test_a_write_or_a_call_after_a_cancel_breaks_it() -> None:
     h = history(create(), cancel, before, items={"p": [item("i0", ["0:n@0"])]},
                 statuses={"p": "cancelled"})
     assert check(h, only=["cancel"]) == []
+
+
+async def test_shrinking_keeps_only_what_the_failure_needs_and_the_seeds_choices() -> None:
+    from tests.proof.plan import generate
+    from tests.proof.shrink import shrink
+
+    plan = generate(7)
+    culprit = plan.partitions[-1]
+    fault = next(n for n, action in enumerate(plan.actions) if action.fault)
+
+    async def fails(candidate: Any) -> bool:
+        """Fails while the last partition, two of its items and the first fault stay."""
+        kept = {p.id: p for p in candidate.partitions}
+        return (culprit.id in kept and len(kept[culprit.id].items) >= 2
+                and plan.actions[fault] in candidate.actions)
+
+    smallest = await shrink(plan, fails, budget=200)
+    assert [p.id for p in smallest.partitions] == [culprit.id]
+    assert list(smallest.actions) == [plan.actions[fault]]
+    (partition,) = smallest.partitions
+    assert len(partition.items) == 2
+    assert all(item in culprit.items for item in partition.items), "the seed's choices kept"
