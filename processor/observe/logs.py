@@ -25,6 +25,12 @@ newline in a partition id or a handler's error cannot start a line of its own, a
 no escape byte reaches the terminal or file. A traceback keeps its lines, each
 escaped and indented, so none of them reads as a record. JSON needs no such step:
 its strings escape control characters already.
+
+A record logged inside an OpenTelemetry span (a handler call's, a completion's) carries
+the span's ``trace_id`` and ``span_id`` (hex, as a trace backend shows them): fields of
+their own in JSON, ``trace_id=… span_id=…`` at the end of a text line, so that a log
+line leads to its trace. Only when OpenTelemetry is loaded already (tracing is on);
+nothing is imported for it.
 """
 
 from __future__ import annotations
@@ -122,6 +128,21 @@ def utc_time(created: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
 
 
+def trace_fields() -> dict[str, str]:
+    """The ``trace_id`` and ``span_id`` of the OpenTelemetry span current where the record
+    is formatted (the logging call's, as a stream handler formats in place); empty when
+    there is none, or when OpenTelemetry was never imported (tracing off)."""
+    if "opentelemetry.trace" not in sys.modules:
+        return {}
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return {}
+    return {"trace_id": trace.format_trace_id(context.trace_id),
+            "span_id": trace.format_span_id(context.span_id)}
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, on one line (see the module's docstring)."""
 
@@ -134,6 +155,7 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         line.update(message_fields(record.msg, record.args))
+        line.update(trace_fields())
         if record.exc_info:
             line["exc_info"] = self.formatException(record.exc_info)
         elif record.exc_text:
@@ -155,7 +177,8 @@ class TextFormatter(logging.Formatter):
         escaped lines below it. Never raises for a record logging accepts."""
         record.message = record.getMessage()
         record.asctime = self.formatTime(record, self.datefmt)
-        lines = [escape_controls(self.formatMessage(record))]
+        traced = "".join(f" {key}={value}" for key, value in trace_fields().items())
+        lines = [escape_controls(self.formatMessage(record)) + traced]
         # Formatted here, not read from record.exc_text: another handler's formatter
         # may have cached it unescaped.
         if record.exc_info:

@@ -26,7 +26,16 @@ import time
 from collections.abc import Awaitable, Callable
 from importlib import metadata
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from sqlalchemy.exc import SQLAlchemyError
 
 from processor.observe.metrics_flow import FlowMetrics
@@ -84,6 +93,10 @@ class PrometheusHooks(Hooks):
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        # The process's own: CPU seconds, resident memory, open files, start time
+        # (process_*, read from /proc where there is one), and Python's (python_info).
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
         Info("statefeed_build", "statefeed's version and Python's (always 1)",
              registry=r).info(build_labels())
         self.items = Counter("statefeed_items_total", "Item attempts by outcome and pipeline",

@@ -153,11 +153,25 @@ def test_every_metric_is_documented_with_its_labels() -> None:
         name = f"{family.name}_total" if family.type == "counter" else family.name
         if family.type == "gauge" and family.name.endswith("_created"):
             continue  # prometheus-client's creation times of counters and histograms
+        if not family.name.startswith("statefeed_"):
+            continue  # the process's and Python's own (the next test)
         labels[name] = {label for sample in family.samples for label in sample.labels
                         if label != "le"}
     assert set(rows) == set(labels)
     for name, names in labels.items():
         assert all(f"`{label}`" in rows[name] for label in names), (name, names, rows[name])
+
+
+def test_the_scrape_has_the_process_and_python_metrics() -> None:
+    """process_* (CPU, memory, files, start time) and python_info, as the
+    prometheus-client's collectors give them, documented beside statefeed's."""
+    found = samples(PrometheusHooks())
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes",
+                 "process_open_fds", "process_start_time_seconds"):
+        assert name in found, name
+        assert name.removesuffix("_total") in METRICS_DOC.read_text()
+    assert found["process_resident_memory_bytes"][()] > 0
+    assert ("implementation", "CPython") in next(iter(found["python_info"]))
 
 
 class Older(Hooks):

@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from processor.observe.logs import JsonFormatter, formatter, message_fields, setup_logging, utc_time
+from processor.observe.logs import (
+    JsonFormatter,
+    TextFormatter,
+    formatter,
+    message_fields,
+    setup_logging,
+    utc_time,
+)
 from watcher.dispatch import failures
 
 
@@ -181,3 +188,27 @@ def test_a_text_traceback_keeps_its_lines_each_indented_and_escaped() -> None:
 def test_the_json_format_keeps_data_as_it_was() -> None:
     line = JsonFormatter().format(_record("action=x id=%s", "a\nb\x1b"))
     assert json.loads(line)["id"] == "a\nb\x1b" and "\n" not in line
+
+
+def _plain_record(message: str, *args: object) -> logging.LogRecord:
+    return logging.LogRecord("watcher.x", logging.INFO, __file__, 1, message, args, None)
+
+
+def test_a_record_inside_a_span_names_its_trace_and_span() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("test")
+    with tracer.start_as_current_span("call") as span:
+        context = span.get_span_context()
+        as_json = json.loads(JsonFormatter().format(_plain_record("action=x partition=%s", "p")))
+        as_text = TextFormatter().format(_plain_record("action=x partition=%s", "p"))
+    trace_id = trace.format_trace_id(context.trace_id)
+    span_id = trace.format_span_id(context.span_id)
+    assert (as_json["trace_id"], as_json["span_id"]) == (trace_id, span_id)
+    assert as_json["partition"] == "p"
+    assert as_text.endswith(f"action=x partition=p trace_id={trace_id} span_id={span_id}")
+    outside = json.loads(JsonFormatter().format(_plain_record("action=x")))
+    assert "trace_id" not in outside and "trace_id" not in TextFormatter().format(
+        _plain_record("action=x")), "no span, no trace fields"
