@@ -191,8 +191,9 @@ class Console:
 
     async def item(self, request: Request) -> Response:
         async def page(request: Request) -> Response:
-            return self.render(request, "item.html",
-                               **await item_data(self.client, request.query_params))
+            values = await item_data(self.client, request.query_params)
+            values["api_known"] = self.settings.api_url is not None
+            return self.render(request, "item.html", **values)
         return await self.guarded(request, page)
 
     async def delete_confirm(self, request: Request) -> Response:

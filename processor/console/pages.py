@@ -18,7 +18,7 @@ from typing import Any
 from processor.views import error_after_context, retry_text, step_text
 from watcher.models import Status
 from watcher.records import ItemInfo, PartitionInfo
-from watcher.reports import RetryReport, Throughput
+from watcher.reports import RetryReport, Throughput, WaitSummary
 
 PARTITION_STATUS_NAMES = frozenset(status.value for status in Status)
 
@@ -40,8 +40,10 @@ class GateProgress:
     """How far one gate of a partition has come.
 
     ``done`` items have passed the gate (they are at a later gate, or complete);
-    ``waiting`` are available at it; ``failed`` failed at it or at a gate before
-    (they will not pass it); ``not_reached`` are still available at an earlier gate.
+    ``waiting`` are available at it (ready for a processor); ``parked`` wait at it for
+    a completion (status ``waiting``: no processor calls them until one comes or the
+    wait's deadline passes); ``failed`` failed at it or at a gate before (they will not
+    pass it); ``not_reached`` are still available or parked at an earlier gate.
     ``state`` is ``passed``, ``current`` or ``ahead`` (for the partition's gate:
     ``failed`` or ``cancelled`` when the partition stopped there, ``complete``
     when it ended there).
@@ -54,25 +56,27 @@ class GateProgress:
     waiting: int
     failed: int
     not_reached: int
+    parked: int = 0
 
     @property
     def total(self) -> int:
-        """Every item of the partition: the four parts add up to it."""
-        return self.done + self.waiting + self.failed + self.not_reached
+        """Every item of the partition: the five parts add up to it."""
+        return self.done + self.waiting + self.parked + self.failed + self.not_reached
 
     def percent(self, part: str) -> float:
-        """The share of ``part`` (``done``, ``waiting``, ``failed``, ``not_reached``)
-        in percent, 0 for a partition without items."""
+        """The share of ``part`` (``done``, ``waiting``, ``parked``, ``failed``,
+        ``not_reached``) in percent, 0 for a partition without items."""
         total = self.total
         return 0.0 if total == 0 else round(100.0 * getattr(self, part) / total, 2)
 
     @property
     def segments(self) -> list[tuple[str, float, float]]:
         """The bar's coloured parts, ``(part, start, width)`` in percent, in the order
-        done, failed, waiting (the rest of the bar is what has not reached the gate)."""
+        done, failed, waiting, parked (the rest of the bar is what has not reached the
+        gate)."""
         start = 0.0
         parts = []
-        for part in ("done", "failed", "waiting"):
+        for part in ("done", "failed", "waiting", "parked"):
             width = self.percent(part)
             parts.append((part, round(start, 2), width))
             start += width
@@ -82,8 +86,8 @@ class GateProgress:
     def summary(self) -> str:
         """``"34/36 done, 2 failed"``: the parts that are not zero."""
         text = f"{self.done}/{self.total} done"
-        for part, label in (("waiting", "waiting"), ("failed", "failed"),
-                            ("not_reached", "not reached")):
+        for part, label in (("waiting", "waiting"), ("parked", "parked"),
+                            ("failed", "failed"), ("not_reached", "not reached")):
             if getattr(self, part):
                 text += f", {getattr(self, part)} {label}"
         return text
@@ -111,30 +115,36 @@ def gate_progress(info: PartitionInfo, counts: dict[int, dict[str, int]],
               else sorted(gates))
     counted = sorted(counts)
     complete = sum(by_status.get("complete", 0) for by_status in counts.values())
-    # Items still open (available or failed) at any gate: those beyond a gate are "done"
-    # with it, as they passed it.
-    still_open = sum(by_status.get("available", 0) + by_status.get("failed", 0)
-                     for by_status in counts.values())
+    # Items still open (available, parked or failed) at any gate: those beyond a gate
+    # are "done" with it, as they passed it.
+    still_open = sum(_open_here(by_status) for by_status in counts.values())
     reduce_gates = set(info.reduce_gates)
     rows: list[GateProgress] = []
     # Running sums over the counted gates below the one at hand.
-    below = failed_below = available_below = open_below = 0
+    below = failed_below = unfinished_below = 0
     for gate in wanted:
         while below < len(counted) and counted[below] < gate:
             by_status = counts[counted[below]]
-            available, failed = by_status.get("available", 0), by_status.get("failed", 0)
-            failed_below += failed
-            available_below += available
-            open_below += available + failed
+            failed_below += by_status.get("failed", 0)
+            unfinished_below += by_status.get("available", 0) + by_status.get("waiting", 0)
             below += 1
         here = counts.get(gate, {})
         available, failed = here.get("available", 0), here.get("failed", 0)
-        later = still_open - open_below - available - failed
+        parked = here.get("waiting", 0)
+        # Open items at this gate or below: the failed and unfinished ones below, and
+        # this gate's own.
+        later = still_open - failed_below - unfinished_below - available - failed - parked
         rows.append(GateProgress(
             gate=gate, reduce=gate in reduce_gates, state=_gate_state(info, gate),
             done=complete + later, waiting=available, failed=failed_below + failed,
-            not_reached=available_below))
+            not_reached=unfinished_below, parked=parked))
     return rows
+
+
+def _open_here(by_status: Mapping[str, int]) -> int:
+    """The items of one gate's counts that are not finished: available, parked, failed."""
+    return (by_status.get("available", 0) + by_status.get("waiting", 0)
+            + by_status.get("failed", 0))
 
 
 def _gate_state(info: PartitionInfo, gate: int) -> str:
@@ -189,25 +199,142 @@ def age_text(then: datetime | None, now: datetime) -> str:
     return f"{seconds} s"
 
 
+def until_text(then: datetime | None, now: datetime) -> str:
+    """How far ahead ``then`` is, in its largest whole unit: ``"in 2 h"``; ``"now"``
+    once it has come; ``"none"`` when there is no such time."""
+    if then is None:
+        return "none"
+    return "now" if then <= now else f"in {age_text(now, then)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """A partition's items parked for a completion (status ``waiting``): how many, per
+    gate, and when the earliest wait's deadline is (``"in 2 h"``, ``"now"``, ``"none"``,
+    by the database clock). ``whole``: every unfinished item of the open partition is
+    parked, so no processor holds it: its processor let go of the lease, and one takes
+    it again at a completion or at the earliest deadline. Nothing is stuck."""
+
+    items: int
+    by_gate: dict[int, int]
+    deadline: str
+    whole: bool
+
+    @property
+    def waiting_text(self) -> str:
+        """``"3 items waiting for completion, next deadline in 2 h"``."""
+        items = f"{self.items:,} item{'' if self.items == 1 else 's'}"
+        deadline = ("no deadline" if self.deadline == "none" else
+                    "next deadline now: a processor takes it up" if self.deadline == "now"
+                    else f"next deadline {self.deadline}")
+        return f"{items} waiting for completion, {deadline}"
+
+    @property
+    def text(self) -> str:
+        """:attr:`waiting_text`, after ``"parked: "`` when the whole partition is."""
+        return f"{'parked: ' if self.whole else ''}{self.waiting_text}"
+
+    @property
+    def sentence(self) -> str:
+        """What the partition page says of them, as a sentence or two."""
+        if not self.whole:
+            return self.waiting_text[0].upper() + self.waiting_text[1:] + "."
+        return (f"Parked: {self.waiting_text}. Nothing is stuck: its processor let go of "
+                "the lease, and one takes it again at a completion or at the deadline.")
+
+
+def parked_of(info: PartitionInfo, counts: dict[int, dict[str, int]],
+              summary: WaitSummary | None, now: datetime) -> Parked | None:
+    """The parked items of ``info`` from its items counted per gate and status and its
+    waits' summary (the earliest deadline), at ``now`` by the database clock; ``None``
+    when none is parked or the partition is not open."""
+    # Over the counts' items, not a read per status: a page of partitions with thousands
+    # of gates each stays one pass over what was counted.
+    by_gate: dict[int, int] = {}
+    ready = False
+    for gate, by_status in sorted(counts.items()):
+        for status, count in by_status.items():
+            if status == "waiting" and count:
+                by_gate[gate] = count
+            ready = ready or (status == "available" and count > 0)
+    if info.status != "available" or not by_gate:
+        return None
+    return Parked(items=sum(by_gate.values()), by_gate=by_gate,
+                  deadline=until_text(summary.next_deadline if summary else None, now),
+                  whole=not ready)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingRow:
+    """A parked item as the partition page lists it: its id, gate, and its wait's
+    deadline (``"2026-05-01 14:00:00 UTC"``, ``"none"``) and how far off it is (``"in
+    2 h"``, ``"now"``), by the database clock."""
+
+    id: str
+    gate: int
+    deadline: str
+    due: str
+
+
+def waiting_row(item: ItemInfo, now: datetime) -> WaitingRow:
+    """How the partition page lists the parked ``item`` at ``now``."""
+    deadline = item.retry_at
+    return WaitingRow(item.id, item.gate, "none" if deadline is None else
+                      deadline.strftime("%Y-%m-%d %H:%M:%S UTC"), until_text(deadline, now))
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """Who holds a partition and for how long: ``state`` is ``held`` (a live lease),
-    ``expired`` (its holder stopped renewing), ``none``, or ``stopped`` (the partition
-    is not open, so nobody works on it)."""
+    ``expired`` (its holder stopped renewing), ``none`` (no processor has taken it
+    yet), ``parked`` (every unfinished item waits for a completion, so no processor
+    needs it: ``note`` says how many and the next deadline), or ``stopped`` (the
+    partition is not open, so nobody works on it)."""
 
     state: str
     owner: str
     seconds_left: int
+    note: str = ""
 
 
-def lease_of(info: PartitionInfo, now: datetime) -> Lease:
-    """The lease of ``info`` at ``now`` (the database clock)."""
+def lease_of(info: PartitionInfo, now: datetime, parked: Parked | None = None) -> Lease:
+    """The lease of ``info`` at ``now`` (the database clock); ``parked``: its parked
+    items (:func:`parked_of`), which make a partition without a live lease parked
+    rather than waiting for a processor."""
     if info.status != "available":
         return Lease("stopped", info.owner, 0)
-    if not info.owner:
-        return Lease("none", "", 0)
-    left = int((info.until - now).total_seconds())
-    return Lease("held", info.owner, left) if left > 0 else Lease("expired", info.owner, 0)
+    left = int((info.until - now).total_seconds()) if info.owner else 0
+    if left > 0:
+        return Lease("held", info.owner, left)
+    if parked is not None and parked.whole:
+        return Lease("parked", "", 0, parked.text)
+    return Lease("expired", info.owner, 0) if info.owner else Lease("none", "", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseNote:
+    """What the overview says about leases when no processor holds one: ``kind`` is
+    ``idle`` (nothing is open), ``parked`` (every open item waits for a completion),
+    or ``unserved`` (open work waits for a processor: a problem to act on)."""
+
+    kind: str
+    text: str
+
+
+def lease_note(open_partitions: int, items_ready: int, items_parked: int) -> LeaseNote:
+    """The overview's line while no processor holds a lease, from the open partitions,
+    the items ready at their open partition's gate and the items parked for a
+    completion (the backlog's counts)."""
+    if open_partitions == 0:
+        return LeaseNote("idle", "No processor holds a lease: no partition is open.")
+    if items_ready == 0 and items_parked > 0:
+        items = f"{items_parked:,} item{'' if items_parked == 1 else 's'}"
+        return LeaseNote("parked", f"No processor holds a lease, as none needs one: the "
+                         f"open partitions are parked, {items} waiting for completion. A "
+                         "processor takes a partition again at a completion or at its "
+                         "earliest deadline.")
+    return LeaseNote("unserved", "No processor holds a lease right now. Start one with "
+                     "processor run --handler-url ….")
 
 
 def step_of(info: PartitionInfo) -> str:
@@ -377,19 +504,22 @@ class PartitionRow:
     age: str
     updated: str
     step: str
+    parked: Parked | None = None
 
 
 def partition_row(info: PartitionInfo, counts: dict[int, dict[str, int]], now: datetime, *,
-                  all_gates: bool = False) -> PartitionRow:
+                  all_gates: bool = False, waits: WaitSummary | None = None) -> PartitionRow:
     """The row (or, with ``all_gates``, the page header) of ``info``, from its items
-    counted per gate and status, at ``now`` by the database clock."""
+    counted per gate and status and the summary of its parked items' waits, at ``now``
+    by the database clock."""
     # A row works out only the gates it shows: a partition with thousands of gates costs
     # the list a pass over its counts, not a progress bar per gate.
     gates = shown_gates(info.gate, info.reduce_gates, counts)
     gates, more = (gates, 0) if all_gates else list_window(gates, info.gate)
     totals = item_counts(counts)
+    parked = parked_of(info, counts, waits, now)
     return PartitionRow(info=info, gates=gate_progress(info, counts, gates), more_gates=more,
-                        lease=lease_of(info, now),
+                        lease=lease_of(info, now, parked), parked=parked,
                         counts=totals, total=sum(totals.values()),
                         age=age_text(info.created_at, now), updated=age_text(info.updated_at, now),
-                        step=step_of(info))
+                        step="parked" if parked is not None and parked.whole else step_of(info))
