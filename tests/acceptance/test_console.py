@@ -519,10 +519,16 @@ async def inspected(db_url: str, prefix: str) -> AsyncIterator[tuple[str, AsyncC
 
 
 async def _fits(page: Any) -> None:
-    """The page has no horizontal overflow: nothing sticks out past the viewport."""
+    """The page has no horizontal overflow: the document is no wider than the screen.
+
+    A mobile context lays a page that is too wide out in a wider layout viewport
+    (``innerWidth`` grows with it), so the screen's width is the context's viewport,
+    not ``innerWidth`` alone."""
     width, inner = await page.evaluate(
-        "[document.scrollingElement.scrollWidth, window.innerWidth]")
-    assert width <= inner, f"{page.url}: {width} px wide in a {inner} px viewport"
+        "[document.documentElement.scrollWidth, window.innerWidth]")
+    screen = page.viewport_size["width"]
+    assert width <= inner <= screen, (f"{page.url}: {width} px wide (layout viewport "
+                                      f"{inner} px) on a {screen} px screen")
 
 
 # Resolves with the live-state text once the page's live part has been patched by a
