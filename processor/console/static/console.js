@@ -45,9 +45,21 @@
     }
   }
 
+  // Whitespace between elements is layout, not content: the page and its fragment lay
+  // it out differently (the page's include starts on a new line), and matching it by
+  // position would replace every node after it on the first refresh, losing what the
+  // reader did there (a ticked box, an open <details>). Kept inside <pre>.
+  function meaningful(parent) {
+    const all = Array.from(parent.childNodes);
+    if (parent.nodeName === "PRE" || parent.nodeName === "TEXTAREA") return all;
+    return all.filter(function (node) {
+      return node.nodeType !== Node.TEXT_NODE || node.nodeValue.trim() !== "";
+    });
+  }
+
   function morph(target, source) {
-    const have = Array.from(target.childNodes);
-    const want = Array.from(source.childNodes);
+    const have = meaningful(target);
+    const want = meaningful(source);
     want.forEach(function (node, index) {
       const current = have[index];
       if (!current) {
@@ -106,7 +118,7 @@
   }
 
   // Each shown gate's progress from the feed's per-gate items, as the server works it
-  // out (processor/console/pages.py, gate_progress): "done" passed the gate (complete,
+  // out (processor/console/views/pages.py, gate_progress): "done" passed the gate (complete,
   // or open at a later gate), "waiting" is available at it, "parked" waits at it for a
   // completion, "failed" failed at it or before, "not_reached" is available or parked
   // at an earlier gate.
