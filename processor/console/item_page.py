@@ -25,8 +25,8 @@ from starlette.routing import Route
 from processor.client.async_client import AsyncClient
 from processor.console.flow_page import Console
 from processor.console.forms import see_other
-from processor.console.pages import age_text
-from processor.console.timeline_view import UNKNOWN
+from processor.console.views.texts import age_text
+from processor.console.views.timeline_view import UNKNOWN
 from processor.views import attempts_text
 from watcher.errors import (
     AlreadyCompletedError,

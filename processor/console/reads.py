@@ -9,7 +9,7 @@ from typing import Any
 
 from processor.client.async_client import AsyncClient
 from processor.client.checks import MAX_PAGE
-from processor.console import pages, timeline_view
+from processor.console.views import leases_view, pages, texts, timeline_view
 from watcher.models import PARTITION_STATUSES as PARTITION_STATUS_ENUM
 
 LIST_PAGE = 50
@@ -45,13 +45,13 @@ async def overview_data(client: AsyncClient) -> dict[str, Any]:
     busiest = max(holders.values(), default=0) or 1
     return {
         "unserved": unserved,
-        "lease_note": pages.lease_note(backlog.partitions.get("available", 0),
+        "lease_note": leases_view.lease_note(backlog.partitions.get("available", 0),
                                        backlog.items_waiting, backlog.items_parked),
-        "items_parked": pages.count_text(backlog.items_parked, COUNT_CAP),
+        "items_parked": texts.count_text(backlog.items_parked, COUNT_CAP),
         "statuses": [(status, backlog.partitions.get(status, 0)) for status in
                      PARTITION_STATUSES],
-        "count_text": lambda count: pages.count_text(count, COUNT_CAP),
-        "items_waiting": pages.count_text(backlog.items_waiting, COUNT_CAP),
+        "count_text": lambda count: texts.count_text(count, COUNT_CAP),
+        "items_waiting": texts.count_text(backlog.items_waiting, COUNT_CAP),
         "holders": [(owner, held, round(100.0 * held / busiest, 2))
                     for owner, held in holders.items()],
         "leases_held": sum(holders.values()),
@@ -121,7 +121,7 @@ async def partition_data(client: AsyncClient, query: Mapping[str, str]) -> dict[
         failed = list(await client.items(partition_id, status="failed",
                                          limit=FAILED_PREVIEW, with_data=False))
     if row.counts.get("waiting") and item_status is None and gate_number is None:
-        waiting = [pages.waiting_row(item, now) for item in await client.items(
+        waiting = [leases_view.waiting_row(item, now) for item in await client.items(
             partition_id, status="waiting", limit=WAITING_PREVIEW, with_data=False)]
     return {
         "row": row, "info": info, "items": items, "failed": failed, "waiting": waiting,
@@ -143,7 +143,7 @@ async def partition_data(client: AsyncClient, query: Mapping[str, str]) -> dict[
             by_status.get("failed") for at, by_status in counts.items()
             if info.status == "complete" or at >= info.gate),
         "can_cancel": info.status in ("available", "failed"),
-        "paused_for": pages.age_text(info.paused_at, now),
+        "paused_for": texts.age_text(info.paused_at, now),
     }
 
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from processor.console import pages
+from processor.console.views import leases_view, pages, texts
 from processor.views import error_after_context
 from watcher.records import ItemInfo, PartitionInfo, ReduceProgress
 from watcher.reports import RetryReport, Throughput, WaitSummary
@@ -88,7 +88,7 @@ def test_partition_row_adds_up_the_items() -> None:
                               {0: {"available": 2, "failed": 1}, 1: {"complete": 4}}, NOW)
     assert row.counts == {"available": 2, "failed": 1, "complete": 4} and row.total == 7
     assert (row.age, row.updated, row.step) == ("5 min", "3 s", "items")
-    assert row.lease == pages.Lease("held", "w1", 9)
+    assert row.lease == leases_view.Lease("held", "w1", 9)
 
 
 def _naive_progress(info: PartitionInfo, counts: dict[int, dict[str, int]]
@@ -171,17 +171,17 @@ def test_a_page_costs_a_pass_over_the_gates_not_their_square(all_gates: bool) ->
     (0, "0 s"), (59, "59 s"), (60, "1 min"), (3599, "59 min"), (7200, "2 h"),
     (3 * 86400 + 5, "3 d"), (-30, "0 s")])
 def test_age_text(seconds: int, text: str) -> None:
-    assert pages.age_text(NOW - timedelta(seconds=seconds), NOW) == text
-    assert pages.age_text(None, NOW) == "-"
+    assert texts.age_text(NOW - timedelta(seconds=seconds), NOW) == text
+    assert texts.age_text(None, NOW) == "-"
 
 
 def test_leases() -> None:
-    assert pages.lease_of(_info(owner="w", until=NOW + timedelta(seconds=5)), NOW) == \
-        pages.Lease("held", "w", 5)
-    assert pages.lease_of(_info(owner="w", until=NOW - timedelta(seconds=5)), NOW).state == \
+    assert leases_view.lease_of(_info(owner="w", until=NOW + timedelta(seconds=5)), NOW) == \
+        leases_view.Lease("held", "w", 5)
+    assert leases_view.lease_of(_info(owner="w", until=NOW - timedelta(seconds=5)), NOW).state == \
         "expired"
-    assert pages.lease_of(_info(), NOW).state == "none"
-    assert pages.lease_of(_info("complete", owner="w"), NOW).state == "stopped"
+    assert leases_view.lease_of(_info(), NOW).state == "none"
+    assert leases_view.lease_of(_info("complete", owner="w"), NOW).state == "stopped"
 
 
 # -- parked partitions: items waiting for a completion -------------------------------
@@ -213,7 +213,7 @@ def _waits(deadline: datetime | None, **by_gate: int) -> WaitSummary:
 def test_parked_items_of_a_partition(status: str, counts: dict[int, dict[str, int]],
                                      deadline: datetime | None,
                                      expected: tuple[int, dict[int, int], bool, str]) -> None:
-    parked = pages.parked_of(_info(status), counts, _waits(deadline, g0=1), NOW)
+    parked = leases_view.parked_of(_info(status), counts, _waits(deadline, g0=1), NOW)
     assert parked is not None
     assert (parked.items, parked.by_gate, parked.whole, parked.text) == expected
 
@@ -223,13 +223,13 @@ def test_parked_items_of_a_partition(status: str, counts: dict[int, dict[str, in
     ("cancelled", {0: {"waiting": 3}}),  # a cancel ends the waits: nothing is parked
     ("complete", {0: {"complete": 3}})])
 def test_nothing_is_parked(status: str, counts: dict[int, dict[str, int]]) -> None:
-    assert pages.parked_of(_info(status), counts, None, NOW) is None
+    assert leases_view.parked_of(_info(status), counts, None, NOW) is None
 
 
 def test_a_parked_partition_is_parked_not_waiting_for_a_processor() -> None:
     counts = {0: {"waiting": 3}}
     row = pages.partition_row(_info(), counts, NOW, waits=_waits(IN_2H, g0=3))
-    assert row.lease == pages.Lease(
+    assert row.lease == leases_view.Lease(
         "parked", "", 0, "parked: 3 items waiting for completion, next deadline in 2 h")
     assert row.step == "parked"
     assert row.parked is not None and row.parked.sentence.startswith("Parked: 3 items")
@@ -240,7 +240,7 @@ def test_a_parked_partition_is_parked_not_waiting_for_a_processor() -> None:
     assert ("parked", 0.0, 100.0) in gate.segments
     # A live lease, or items ready beside the parked ones, keep the lease as it is.
     held = _info(owner="w1", until=NOW + timedelta(seconds=9))
-    assert pages.partition_row(held, counts, NOW).lease == pages.Lease("held", "w1", 9)
+    assert pages.partition_row(held, counts, NOW).lease == leases_view.Lease("held", "w1", 9)
     assert pages.partition_row(_info(), {0: {"waiting": 3, "available": 1}}, NOW
                                ).lease.state == "none"
     expired = _info(owner="w1", until=NOW - timedelta(seconds=1))
@@ -253,7 +253,7 @@ def test_a_parked_partition_is_parked_not_waiting_for_a_processor() -> None:
     (1, 0, 0, "unserved")])
 def test_the_overview_says_why_no_processor_holds_a_lease(
         open_partitions: int, ready: int, parked: int, kind: str) -> None:
-    note = pages.lease_note(open_partitions, ready, parked)
+    note = leases_view.lease_note(open_partitions, ready, parked)
     assert note.kind == kind
     assert ("Start one" in note.text) == (kind == "unserved")
     if kind == "parked":
@@ -262,10 +262,10 @@ def test_the_overview_says_why_no_processor_holds_a_lease(
 
 def test_a_waiting_items_row_says_its_deadline() -> None:
     item = ItemInfo("p", "invoice-7", "waiting", 1, b"", 0, None, 2, retry_at=IN_2H)
-    assert pages.waiting_row(item, NOW) == pages.WaitingRow(
+    assert leases_view.waiting_row(item, NOW) == leases_view.WaitingRow(
         "invoice-7", 1, "2026-05-01 14:05:00 UTC", "in 2 h")
     unbounded = ItemInfo("p", "invoice-8", "waiting", 1, b"", 0, None, 2)
-    assert pages.waiting_row(unbounded, NOW).deadline == "none"
+    assert leases_view.waiting_row(unbounded, NOW).deadline == "none"
 
 
 def test_steps() -> None:
@@ -276,8 +276,8 @@ def test_steps() -> None:
 
 
 def test_counts_say_when_they_reached_their_cap() -> None:
-    assert pages.count_text(1234, 100_000) == "1,234"
-    assert pages.count_text(100_000, 100_000) == "100,000+"
+    assert texts.count_text(1234, 100_000) == "1,234"
+    assert texts.count_text(100_000, 100_000) == "100,000+"
 
 
 def test_throughput_bars_scale_to_the_busiest_minute() -> None:

@@ -13,8 +13,8 @@ from processor.console.item_page import (
     data_preview,
     history_rows,
 )
-from processor.console.pages import parked_of
-from processor.console.timeline_view import (
+from processor.console.views.leases_view import parked_of
+from processor.console.views.timeline_view import (
     duration_text,
     eta_of,
     gate_times,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from processor.console.texts import until_text
+from processor.console.views.texts import until_text
 from watcher.records import ItemInfo, PartitionInfo
 from watcher.reports import WaitSummary
 

@@ -21,7 +21,7 @@ from watcher.rules.timeline import (
 )
 
 if TYPE_CHECKING:
-    from processor.console.pages import Parked
+    from processor.console.views.leases_view import Parked
 
 UNKNOWN = "—"
 
@@ -129,7 +129,7 @@ def eta_of(info: PartitionInfo, counts: dict[int, dict[str, int]], timeline: Tim
     It covers the current gate; the whole partition when no item waits at a later gate
     and no reduce gate lies ahead (items could still move on to a later gate). A
     partition whose unfinished items are all ``parked``
-    (:func:`processor.console.pages.parked_of`) has no ETA: it goes on when its
+    (:func:`processor.console.views.leases_view.parked_of`) has no ETA: it goes on when its
     completions come, which no rate foretells; parked items beside ready ones are said
     to be left out.
     """
