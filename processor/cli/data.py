@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -110,26 +110,6 @@ def status(
             "them")
 
 
-# The narrowest the id column gets before the other columns give way: an id folds in
-# pieces this long at the least, not in 3-character ones.
-ID_MIN_WIDTH = 16
-# What a column that folds (an owner, the item counts, the flow) keeps at the least on a
-# narrow terminal: the ids stay whole while the others fit beside them at this width.
-FOLD_MIN_WIDTH = 9
-
-
-def id_column_width(terminal: int, longest: int, fixed: Sequence[int], folding: int) -> int:
-    """The width of the status table's id column on a terminal too narrow for the whole
-    table: the longest id whole when the other columns fit beside it at their least
-    (``fixed``: the widths of those that never wrap; ``folding``: how many fold, each
-    down to :data:`FOLD_MIN_WIDTH`), else the room left, never under
-    :data:`ID_MIN_WIDTH`. A table's borders and padding take 3 characters a column,
-    and one more."""
-    columns = 1 + len(fixed) + folding
-    room = 3 * columns + 1 + sum(fixed) + folding * FOLD_MIN_WIDTH
-    return max(min(longest, terminal - room), ID_MIN_WIDTH)
-
-
 def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
                      every: float | None = None,
                      paused: datetime.datetime | None = None,
@@ -181,6 +161,7 @@ def _narrowed(table: Table, infos: list[PartitionInfo], paused: datetime.datetim
     from rich.console import Group
     from rich.text import Text
 
+    from processor.cli.terminal import id_column_width
     from processor.views import utc_text
 
     console = data_console()

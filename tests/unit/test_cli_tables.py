@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from processor.cli.data import FOLD_MIN_WIDTH, ID_MIN_WIDTH, id_column_width
+from processor.cli.terminal import FOLD_MIN_WIDTH, ID_MIN_WIDTH, id_column_width
 
 
 @pytest.mark.parametrize(("terminal", "longest", "fixed", "folding", "width"), [
