@@ -10,20 +10,17 @@ from datetime import datetime
 
 from processor.cli.common import fail
 
-# A gate has at most this many digits on the command line (int() refuses over 4300;
-# over 10 is out of range anyway, which the settings check says).
-MAX_GATE_DIGITS = 20
-
 
 def parse_gates(raw: str) -> list[int]:
-    """The gates of ``--reduce-gates 1,3`` (spaces around each allowed), unchecked."""
-    parts = [part.strip() for part in raw.split(",")] if raw.strip() else []
-    # ASCII digits only: int() would also take "1_0", "+1" and other scripts' digits.
-    if not all(part.isascii() and part.isdigit() and len(part) <= MAX_GATE_DIGITS
-               for part in parts):
-        raise fail(f"--reduce-gates must be gates separated by commas, such as 1,3; got "
-                   f"{raw!r}")
-    return [int(part) for part in parts]
+    """The gates of ``--reduce-gates 1,3`` (spaces around each allowed), unchecked
+    (:func:`processor.client.checks.parse_gate_list`, which the console's form uses)."""
+    from processor.client.checks import parse_gate_list
+    from watcher.errors import InvalidInputError
+
+    try:
+        return parse_gate_list(raw, "--reduce-gates")
+    except InvalidInputError as error:
+        raise fail(str(error)) from None
 
 
 def parse_quorum(raw: list[str]) -> dict[int, int] | None:
@@ -34,6 +31,8 @@ def parse_quorum(raw: list[str]) -> dict[int, int] | None:
         typer.Exit: an option that is not two whole numbers joined by ``=``, or a gate
             given twice.
     """
+    from processor.client.checks import MAX_GATE_DIGITS
+
     quorum: dict[int, int] = {}
     for option in raw:
         gate, equals, k = (part.strip() for part in option.partition("="))

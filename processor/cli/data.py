@@ -110,13 +110,6 @@ def status(
             "them")
 
 
-# The narrowest the id column gets before the other columns give way: an id folds in
-# pieces this long at the least, not in 3-character ones; and what the other columns
-# keep on a narrow terminal (at 80 columns, ids fold at 22 characters).
-ID_MIN_WIDTH = 16
-ID_ROOM = 58
-
-
 def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
                      every: float | None = None,
                      paused: datetime.datetime | None = None,
@@ -126,8 +119,8 @@ def _partitions_view(infos: list[PartitionInfo], url: DatabaseURL, only: str, *,
     by a ``Retry-After`` and per place no live processor serves (``holds``); with
     ``every``, the time it was read and how to stop. Long ids and owners fold over
     lines, never cut: two ids that differ only at the end stay apart on a narrow
-    terminal. The gate and the step, and the item counts, share a column each, so
-    that at 80 columns an id folds at :data:`ID_MIN_WIDTH` characters at the least."""
+    terminal, and an id stays whole while the other columns fit beside it, the owner,
+    the counts and the flow folding first (:func:`id_column_width`)."""
     from rich.table import Table
 
     from processor.views import flow_text, pipeline_text, step_text
@@ -164,16 +157,23 @@ def _narrowed(table: Table, infos: list[PartitionInfo], paused: datetime.datetim
     """``table`` with its id column held at a readable width when the terminal is too
     narrow for the whole table (Rich would squeeze it to a few characters), under the
     fleet's pause line and over the "none" line."""
+    from rich.cells import cell_len
     from rich.console import Group
     from rich.text import Text
 
+    from processor.cli.terminal import id_column_width
     from processor.views import utc_text
 
     console = data_console()
-    longest = max((len(info.id) for info in infos), default=0)
+    longest = max((cell_len(info.id) for info in infos), default=0)
     natural = console.measure(table, options=console.options.update_width(100_000))
     if infos and natural.maximum > console.width:
-        table.columns[0].width = max(min(longest, console.width - ID_ROOM), ID_MIN_WIDTH)
+        others = table.columns[1:]
+        fixed = [max(cell_len(str(column.header)), *(cell_len(str(cell))
+                                                      for cell in column.cells))
+                 for column in others if column.no_wrap]
+        table.columns[0].width = id_column_width(
+            console.width, longest, fixed, sum(1 for column in others if not column.no_wrap))
     parts: list[RenderableType] = []
     if paused is not None:
         parts.append(Text(f"everything is paused since {utc_text(paused)}: no processor "

@@ -140,7 +140,11 @@ def list_(
     if not infos:
         say("no schedules; add one with `processor schedules add NAME --cron EXPR`")
         return
-    table = Table("schedule", "when", "catch-up", "next tick", "last tick", "last partition")
+    table = Table()
+    # The ticks' times never wrap or cut (a cut one reads as another time); the names,
+    # the timing and the last partition fold over lines, whole.
+    for column in ("schedule", "when", "catch-up", "next tick", "last tick", "last partition"):
+        table.add_column(column, overflow="fold", no_wrap=column.endswith("tick"))
     for info in infos:
         shown = schedule_dict(info)
         table.add_row(info.name, timing_text(info), shown["catch_up"]

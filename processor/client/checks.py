@@ -149,6 +149,27 @@ def check_item(partition_id: str, item: object, position: int,
 
 
 MAX_REDUCE_GATES = 64
+# A gate in a list of text has at most this many digits (int() refuses over 4300; over
+# 10 is out of range anyway, which check_settings says).
+MAX_GATE_DIGITS = 20
+
+
+def parse_gate_list(raw: str, name: str) -> list[int]:
+    """The gates of a comma-separated list such as ``1,3`` (spaces around each allowed;
+    blank: none), as ``--reduce-gates`` and the console's add form take them. Only the
+    shape is checked here: ranges and repeats are :func:`check_settings`' to name.
+
+    Raises:
+        InvalidInputError: not whole numbers separated by commas; the message names
+            ``name`` (the option or field) and what was given.
+    """
+    parts = [part.strip() for part in raw.split(",")] if raw.strip() else []
+    # ASCII digits only: int() would also take "1_0", "+1" and other scripts' digits.
+    if not all(part.isascii() and part.isdigit() and len(part) <= MAX_GATE_DIGITS
+               for part in parts):
+        raise InvalidInputError(f"{name} must be gates separated by commas, such as 1,3; "
+                                f"got {raw!r}")
+    return [int(part) for part in parts]
 ITEM_FAILURE_POLICIES = tuple(policy.value for policy in ItemFailurePolicy)
 
 

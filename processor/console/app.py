@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
-from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
@@ -35,10 +34,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from processor.client.async_client import AsyncClient
-from processor.console import pages
+from processor.console.bulk_page import bulk_notice, bulk_routes
 from processor.console.feed_page import feed_routes
 from processor.console.flow_page import flow_routes
-from processor.console.forms import MAX_FORM_BYTES, count_param, page_url
+from processor.console.forms import MAX_FORM_BYTES, Form, count_param, page_url
 from processor.console.forms import read_form as _form
 from processor.console.forms import see_other as _see
 from processor.console.item_page import ItemQueryError, item_data, item_routes, items_found
@@ -53,11 +52,13 @@ from processor.console.security import (
     Receive,
     Scope,
     Send,
-    is_loopback,
     local_path,
     same_origin,
     token_matches,
 )
+from processor.console.settings import REFRESH_MS, ConsoleSettings, settings_for
+from processor.console.views import pages
+from processor.console.views.leases_view import lease_of
 from processor.feed.hub import FeedHub
 from watcher.errors import (
     DatabaseError,
@@ -66,31 +67,12 @@ from watcher.errors import (
     PartitionLeasedError,
     PartitionNotFoundError,
 )
-from watcher.store.db.urls import DatabaseURL
 
 log = logging.getLogger(__name__)
 
-# How often the pages fetch their live part (milliseconds); the pages stop while hidden.
-REFRESH_MS = 1500
-
-
-@dataclass(frozen=True)
-class ConsoleSettings:
-    """What one console serves: the database (its URL is never shown), the table
-    prefix, the token (``None``: loopback only), whether actions are off, and the
-    ingest API's public base URL (``None``: unknown) for operators' completion URLs."""
-
-    db_url: DatabaseURL
-    table_prefix: str = ""
-    token: str | None = None
-    read_only: bool = False
-    loopback_only: bool = True
-    port: int = 0
-    refresh_ms: int = REFRESH_MS
-    api_url: str | None = None
-    # The processors' --notify-url: a cancel here sends a partition that names no URL there.
-    notify_default: str | None = None
-
+# The settings live in processor.console.settings; callers import them from here too.
+__all__ = ["REFRESH_MS", "Console", "ConsoleSettings", "create_app", "settings_for",
+           "templates"]
 
 def templates() -> Environment:
     """The Jinja2 environment of the console's templates: every value is HTML-escaped."""
@@ -160,7 +142,8 @@ class Console:
         async def page(request: Request) -> Response:
             notice = pages.notice_text(request.query_params.get("notice"),
                                        id=request.query_params.get("id", ""),
-                                       count=count_param(request.query_params.get("count")))
+                                       count=count_param(request.query_params.get("count"))
+                                       ) or bulk_notice(request.query_params)
             found = await items_found(self.client, request.query_params.get("prefix", ""))
             return self.render(request, "partitions.html", notice=notice, found=found,
                                **await list_data(self.client, request.query_params))
@@ -191,8 +174,9 @@ class Console:
 
     async def item(self, request: Request) -> Response:
         async def page(request: Request) -> Response:
-            return self.render(request, "item.html",
-                               **await item_data(self.client, request.query_params))
+            values = await item_data(self.client, request.query_params)
+            values["api_known"] = self.settings.api_url is not None
+            return self.render(request, "item.html", **values)
         return await self.guarded(request, page)
 
     async def delete_confirm(self, request: Request) -> Response:
@@ -203,7 +187,7 @@ class Console:
             info = await self.client.partition(partition_id)
             now = await self.client.now()
             return self.render(request, "delete.html", info=info,
-                               lease=pages.lease_of(info, now), error=None, force=False,
+                               lease=lease_of(info, now), error=None, force=False,
                                total=sum(info.counts.values()))
         return await self.guarded(request, page)
 
@@ -239,14 +223,14 @@ class Console:
                 info = await self.client.partition(partition_id)
                 now = await self.client.now()
                 return self.render(request, "delete.html", 409, info=info,
-                                   lease=pages.lease_of(info, now), error=str(error),
+                                   lease=lease_of(info, now), error=str(error),
                                    force=True, total=sum(info.counts.values()))
             return _see(page_url("/partitions", notice="deleted", id=partition_id,
                                  count=deleted))
         return await self.guarded(request, act)
 
     async def action_form(self, request: Request, verb: str,
-                          verbs: Collection[str]) -> Response | dict[str, str]:
+                          verbs: Collection[str]) -> Response | Form:
         """The form of an action's POST, or the page refusing it: 404 for a verb not in
         ``verbs``, 403 on a read-only console or from another site."""
         if verb not in verbs:
@@ -256,7 +240,7 @@ class Console:
             return self.read_only_refusal(request)
         return await self.refuse_cross_site(request)
 
-    async def refuse_cross_site(self, request: Request) -> Response | dict[str, str]:
+    async def refuse_cross_site(self, request: Request) -> Response | Form:
         """The form of a POST from a page of this console, or the 403 refusing it."""
         if not same_origin(request.headers.get("origin"), request.headers.get("referer"),
                            request.headers.get("host", "")):
@@ -296,7 +280,7 @@ class Console:
                            request.headers.get("host", "")):
             return self.render(request, "login.html", 403, next=target, signed_out=True,
                                error="Cross-site sign-in refused.")
-        form = await _form(request) or {}
+        form: dict[str, str] = await _form(request) or {}
         target = local_path(form.get("next"))
         if not token_matches(form.get("token"), token):
             return self.render(request, "login.html", 401, next=target, signed_out=True,
@@ -362,6 +346,7 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None,
     app = Starlette(routes=[
         Route("/", route("overview")),
         Route("/partitions", route("partitions")),
+        *bulk_routes(current),
         Route("/partition", route("partition")),
         Route("/item", route("item")),
         *item_routes(current), *rewind_routes(current),
@@ -387,14 +372,3 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None,
     app.state.keys = keys
     app.state.guard = guard
     return guard
-
-
-def settings_for(db_url: DatabaseURL, table_prefix: str, *, host: str, port: int,
-                 token: str | None, read_only: bool,
-                 api_url: str | None = None,
-                 notify_default: str | None = None) -> ConsoleSettings:
-    """The settings of a console bound to ``host``:``port`` (loopback binds check the
-    ``Host`` of each request)."""
-    return ConsoleSettings(db_url=db_url, table_prefix=table_prefix, token=token,
-                           read_only=read_only, loopback_only=is_loopback(host), port=port,
-                           api_url=api_url, notify_default=notify_default)

@@ -21,8 +21,8 @@ from starlette.routing import Route
 
 from processor.client.async_client import AsyncClient
 from processor.client.flow_reads import Grant, aware, blocked_for, read_flow
-from processor.console.forms import see_other
-from processor.console.pages import age_text
+from processor.console.forms import Form, see_other
+from processor.console.views.texts import age_text
 
 
 class ReadOnlySetting(Protocol):
@@ -69,12 +69,12 @@ class Console(Protocol):
         """The answer to a write on a read-only console."""
         ...
 
-    async def refuse_cross_site(self, request: Request) -> Response | dict[str, str]:
+    async def refuse_cross_site(self, request: Request) -> Response | Form:
         """The refusal of a cross-site or unsigned form, or the form's fields."""
         ...
 
     async def action_form(self, request: Request, verb: str,
-                          verbs: Collection[str]) -> Response | dict[str, str]:
+                          verbs: Collection[str]) -> Response | Form:
         """The form of an action's POST, or the page refusing it (an unknown verb, a
         read-only console, another site)."""
         ...

@@ -18,7 +18,20 @@ def see_other(location: str) -> RedirectResponse:
     return RedirectResponse(location, status_code=303)
 
 
-async def read_form(request: Request) -> dict[str, str] | None:
+class Form(dict[str, str]):
+    """A POSTed form: each field's last value, as a dict; :meth:`every` gives all the
+    values of a field sent several times (the ticked boxes of a list)."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        super().__init__(pairs)
+        self.pairs = pairs
+
+    def every(self, name: str) -> list[str]:
+        """Every value sent for ``name``, in the order sent."""
+        return [value for field, value in self.pairs if field == name]
+
+
+async def read_form(request: Request) -> Form | None:
     """A urlencoded form body of at most :data:`MAX_FORM_BYTES`, or ``None``."""
     if request.headers.get("content-type", "").split(";")[0].strip() != \
             "application/x-www-form-urlencoded":
@@ -29,7 +42,7 @@ async def read_form(request: Request) -> dict[str, str] | None:
         if len(body) > MAX_FORM_BYTES:
             return None
     try:
-        return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+        return Form(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
     except (UnicodeDecodeError, ValueError):
         return None
 

@@ -25,8 +25,8 @@ from starlette.routing import Route
 from processor.client.async_client import AsyncClient
 from processor.console.flow_page import Console
 from processor.console.forms import see_other
-from processor.console.pages import age_text
-from processor.console.timeline_view import UNKNOWN
+from processor.console.views.texts import age_text
+from processor.console.views.timeline_view import UNKNOWN
 from processor.views import attempts_text
 from processor.wire.completions import completion_from_form
 from watcher.errors import (
@@ -73,10 +73,46 @@ def check_api_url(api_url: str | None) -> str | None:
     return api_url.strip().rstrip("/")
 
 
+# The console's option for the API's address, as an operator sets it: the page names it
+# wherever it cannot show a whole completion URL.
+API_URL_SETTING = "--api-url (or PROCESSOR_CONSOLE_API_URL)"
+
+
 def completion_url(api_url: str | None, token: str) -> str:
     """Where ``token`` completes its wait: the API's URL when the console knows it,
     else the route's path alone (the page says to put the API's address before it)."""
     return f"{(api_url or '').rstrip('/')}{COMPLETIONS_PATH}{quote(token, safe='')}"
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionLink:
+    """What the item page shows after "Show completion URL": the ``value`` to copy, its
+    ``label`` (a URL, or only a path while the console does not know the ingest API's
+    address), and ``note``: what to do with a path, and what to set so that the
+    console shows whole URLs (empty for a whole URL)."""
+
+    value: str
+    label: str
+    note: str
+
+    @property
+    def is_url(self) -> bool:
+        """Whether :attr:`value` is a whole URL (else a path on the API's address)."""
+        return not self.note
+
+
+def completion_link(api_url: str | None, token: str) -> CompletionLink:
+    """The completion URL of ``token`` as the item page shows it: whole when the console
+    knows the API's public base URL (``api_url``); else the path, labelled as a path,
+    with a note saying to put the API's address before it and which option to set."""
+    value = completion_url(api_url, token)
+    if api_url:
+        return CompletionLink(value, "Completion URL", "")
+    return CompletionLink(value, "Completion path (not a whole URL)",
+                          "This console does not know the ingest API's address, so this is "
+                          "only the path: put the API's public base URL before it (such as "
+                          f"https://api.example.com{COMPLETIONS_PATH}…). Start the console "
+                          f"with {API_URL_SETTING} set to that URL to show whole URLs here.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +189,7 @@ async def item_data(client: AsyncClient, query: Mapping[str, str]) -> dict[str, 
             item.retry_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
             "passed" if item.retry_at <= now else f"in {age_text(now, item.retry_at)}"),
         "notice": ITEM_NOTICES.get(query.get("notice") or ""),
-        "completion_url": None, "api_known": False,
+        "completion": None, "api_known": False, "api_url_setting": API_URL_SETTING,
     }
 
 
@@ -183,7 +219,7 @@ async def show_completion_url(console: Console, request: Request,
     except WaitNotFoundError:
         return see_other("/item?" + urlencode({**query, "notice": "not-waiting"}))
     values = await item_data(console.client, query)
-    values.update(completion_url=completion_url(console.settings.api_url, token),
+    values.update(completion=completion_link(console.settings.api_url, token),
                   api_known=console.settings.api_url is not None)
     response = console.render(request, "item.html", **values)
     response.headers["cache-control"] = "no-store"

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from processor.client.async_client import AsyncClient
-from processor.client.checks import MAX_PAGE, PARTITION_STATUSES
-from processor.console import pages, timeline_view
+from processor.client.checks import MAX_PAGE
+from processor.console.views import leases_view, pages, texts, timeline_view
+from watcher.models import PARTITION_STATUSES as PARTITION_STATUS_ENUM
 
 LIST_PAGE = 50
 ITEMS_PAGE = 50
@@ -19,6 +20,10 @@ THROUGHPUT_MINUTES = 15
 # Where the overview's counts stop (shown as "100,000+"): each is a bounded index read.
 COUNT_CAP = 100_000
 ITEM_STATUSES = ("available", "waiting", "complete", "failed", "skipped")
+# The statuses a partition takes (never an item's own "waiting" or "skipped").
+PARTITION_STATUSES = tuple(status.value for status in PARTITION_STATUS_ENUM)
+# Parked items the partition page lists (its "waiting" filter lists them all).
+WAITING_PREVIEW = 10
 
 
 class BadRequest(Exception):
@@ -35,14 +40,18 @@ async def overview_data(client: AsyncClient) -> dict[str, Any]:
     throughput = await client.throughput(THROUGHPUT_MINUTES, COUNT_CAP)
     open_page = await client.partitions("available", OPEN_ON_OVERVIEW, with_counts=False)
     counts = await client.gate_counts([info.id for info in open_page])
+    waits = await client.waits_summary([info.id for info in open_page])
     now = await client.now()
     busiest = max(holders.values(), default=0) or 1
     return {
         "unserved": unserved,
+        "lease_note": leases_view.lease_note(backlog.partitions.get("available", 0),
+                                       backlog.items_waiting, backlog.items_parked),
+        "items_parked": texts.count_text(backlog.items_parked, COUNT_CAP),
         "statuses": [(status, backlog.partitions.get(status, 0)) for status in
                      PARTITION_STATUSES],
-        "count_text": lambda count: pages.count_text(count, COUNT_CAP),
-        "items_waiting": pages.count_text(backlog.items_waiting, COUNT_CAP),
+        "count_text": lambda count: texts.count_text(count, COUNT_CAP),
+        "items_waiting": texts.count_text(backlog.items_waiting, COUNT_CAP),
         "holders": [(owner, held, round(100.0 * held / busiest, 2))
                     for owner, held in holders.items()],
         "leases_held": sum(holders.values()),
@@ -50,8 +59,8 @@ async def overview_data(client: AsyncClient) -> dict[str, Any]:
         "peak": max((bar.total for bar in pages.throughput_bars(throughput)), default=0),
         "finished_total": sum(sum(counts_) for counts_ in throughput.finished.values()),
         "minutes": THROUGHPUT_MINUTES,
-        "rows": [pages.partition_row(info, counts.get(info.id, {}), now)
-                 for info in open_page],
+        "rows": [pages.partition_row(info, counts.get(info.id, {}), now,
+                                     waits=waits.get(info.id)) for info in open_page],
         "more_open": open_page.next_cursor is not None,
     }
 
@@ -71,9 +80,11 @@ async def list_data(client: AsyncClient, query: Mapping[str, str]) -> dict[str, 
     page = await client.partitions(status, limit, after=after, id_prefix=prefix,
                                         with_counts=False)
     counts = await client.gate_counts([info.id for info in page])
+    waits = await client.waits_summary([info.id for info in page])
     now = await client.now()
     return {
-        "rows": [pages.partition_row(info, counts.get(info.id, {}), now) for info in page],
+        "rows": [pages.partition_row(info, counts.get(info.id, {}), now,
+                                     waits=waits.get(info.id)) for info in page],
         "status": status or "", "prefix": prefix or "", "after": after or "",
         "limit": limit if limit != LIST_PAGE else "",
         "next_cursor": page.next_cursor, "statuses": PARTITION_STATUSES,
@@ -102,17 +113,22 @@ async def partition_data(client: AsyncClient, query: Mapping[str, str]) -> dict[
     items = await client.items(partition_id, status=item_status, gate=gate_number,
                                limit=ITEMS_PAGE, after=after, with_data=False)
     failed: list[Any] = []
+    waiting: list[Any] = []
+    waits = (await client.waits_summary([partition_id])).get(partition_id)
     now = await client.now()
-    row = pages.partition_row(info, counts, now, all_gates=True)
+    row = pages.partition_row(info, counts, now, all_gates=True, waits=waits)
     if row.counts.get("failed") and item_status is None and gate_number is None:
         failed = list(await client.items(partition_id, status="failed",
                                          limit=FAILED_PREVIEW, with_data=False))
+    if row.counts.get("waiting") and item_status is None and gate_number is None:
+        waiting = [leases_view.waiting_row(item, now) for item in await client.items(
+            partition_id, status="waiting", limit=WAITING_PREVIEW, with_data=False)]
     return {
-        "row": row, "info": info, "items": items, "failed": failed,
+        "row": row, "info": info, "items": items, "failed": failed, "waiting": waiting,
         "chart": timeline_view.throughput_chart(timeline, now),
         "gate_times": timeline_view.gate_times(timeline, now),
         "rewinds": timeline_view.rewinds(timeline, now),
-        "eta": timeline_view.eta_of(info, counts, timeline, now),
+        "eta": timeline_view.eta_of(info, counts, timeline, now, row.parked),
         "item_status": item_status or "", "gate": "" if gate_number is None else gate_number,
         "after": after or "", "next_cursor": items.next_cursor,
         "item_statuses": ITEM_STATUSES,
@@ -127,7 +143,7 @@ async def partition_data(client: AsyncClient, query: Mapping[str, str]) -> dict[
             by_status.get("failed") for at, by_status in counts.items()
             if info.status == "complete" or at >= info.gate),
         "can_cancel": info.status in ("available", "failed"),
-        "paused_for": pages.age_text(info.paused_at, now),
+        "paused_for": texts.age_text(info.paused_at, now),
     }
 
 

@@ -1,8 +1,10 @@
 """The console's add form for schedules (``GET /schedules/add``) and its POST: what
 ``processor schedules add NAME (--cron EXPR [--timezone TZ] | --every DURATION)
-[--catch-up POLICY] [--no-overlap] --items FILE`` does, with the items as NDJSON typed
-or pasted into the form (one item a line, as in an ``--items`` file; the form is at most
-:data:`~processor.console.forms.MAX_FORM_BYTES`: larger item sets go through the CLI).
+[--reduce-gates GATES] [--catch-up POLICY] [--no-overlap] --items FILE`` does, with the
+items as NDJSON typed or pasted into the form (one item a line, as in an ``--items``
+file; the form is at most :data:`~processor.console.forms.MAX_FORM_BYTES`: larger item
+sets go through the CLI). Reduce gates are a comma-separated list, as ``--reduce-gates``
+takes them: a schedule of a reduce pipeline without them ticks partitions that fail.
 
 The POST follows the rules of the console's other actions: refused on a read-only
 console, from another site, or without the session's form token. Everything is checked
@@ -20,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from processor.client.checks import parse_gate_list
 from processor.console.flow_page import Console
 from processor.console.forms import page_url, see_other
 from processor.wire.contract import parse_new_item
@@ -29,7 +32,8 @@ from watcher.records import NewItem
 from watcher.rules.durations import parse_duration
 
 CATCH_UP = ("skip", "all", "none")
-FIELDS = ("name", "cron", "timezone", "every", "catch_up", "no_overlap", "items")
+FIELDS = ("name", "cron", "timezone", "every", "reduce_gates", "catch_up", "no_overlap",
+          "items")
 
 
 def ndjson_items(text: str) -> list[NewItem]:
@@ -81,6 +85,7 @@ async def add_action(console: Console, request: Request) -> Response:
                 name, cron=form.get("cron", "").strip() or None,
                 timezone=form.get("timezone", "").strip() or None,
                 every=parse_duration("every", every) if every else None, items=items,
+                reduce_gates=parse_gate_list(form.get("reduce_gates", ""), "reduce gates"),
                 catch_up=form.get("catch_up", "skip"),
                 no_overlap=form.get("no_overlap") == "yes")
         except (InvalidInputError, ConfigError, MalformedResponseError) as error:

@@ -250,3 +250,56 @@ async def test_the_servers_log_json_lines(database: str, tmp_path: Path, verb: s
     started = actions[f"{verb}_started"]
     assert started["level"] == "INFO" and started["url"].startswith("http://127.0.0.1:")
     assert f"{verb}_stopped" in actions
+
+
+OWNED = "invoices-2026-11-28-batch-0042"  # 30 characters: room for it at 80 columns
+OWNER = "processor-7f3a9c2e-worker-01"
+
+
+async def test_an_id_stays_whole_at_80_columns_beside_an_owner(tmp_path: Path) -> None:
+    """The owner column folds before the ids do: at 80 columns a 30-character id is on
+    one line beside a long owner (the owner in pieces, whole once joined)."""
+    from watcher.store import Store
+
+    url = f"sqlite:///{tmp_path / 'owned.db'}"
+    assert run_cli("migrate", "--db-url", url).returncode == 0
+    async with AsyncClient(url) as client:
+        await client.create_partition(OWNED, [NewItem("a", b"{}")])
+    store = Store.open(url)
+    try:
+        await store.leases_take(await store.leases_read_free(10), OWNER, 600)
+    finally:
+        await store.close()
+    done = run_cli("status", "--db-url", url, env=NARROW)
+    assert done.returncode == 0, done.stderr
+    table = [line for line in done.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table and max(len(line) for line in table) <= 80, done.stdout
+    assert f"│ {OWNED} │" in done.stdout, done.stdout  # whole, on one line
+    rows = [line.split("│") for line in table if line.startswith("│")]
+    assert "".join(row[4].strip() for row in rows) == OWNER, done.stdout
+
+
+async def test_schedules_list_keeps_times_and_names_whole_at_80_columns(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'schedules.db'}"
+    assert run_cli("migrate", "--db-url", url).returncode == 0
+    names = ("nightly-invoices-export", "every-quarter-hour")
+    async with AsyncClient(url) as client:
+        await client.add_schedule(names[0], cron="0 3 * * *", timezone="Europe/Berlin")
+        await client.add_schedule(names[1], every=900, no_overlap=True)
+        ticks = [info.next_at for info in await client.schedules()]
+    done = run_cli("schedules", "list", "--db-url", url, env=NARROW)
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout and max(map(len, done.stdout.splitlines())) <= 80
+    rows = [line.split("│")[1:-1] for line in done.stdout.splitlines()
+            if line.startswith("│")]
+    for tick in ticks:
+        assert tick is not None
+        shown = tick.strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert any(row[3].strip() == shown for row in rows), done.stdout  # on one line
+    shown_names: list[str] = []  # a schedule's row starts where its next tick is
+    for row in rows:
+        if row[3].strip():
+            shown_names.append("")
+        shown_names[-1] += row[0].strip()
+    assert sorted(shown_names) == sorted(names), done.stdout  # whole, once joined

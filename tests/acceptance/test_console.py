@@ -303,6 +303,65 @@ async def test_cancel_and_delete_and_read_only_hides_them(sqlite_database) -> No
         handler.gate(0).set()
 
 
+@browser_test
+async def test_bulk_retry_and_cancel_from_the_list(sqlite_database) -> None:
+    """Tick partitions in the list and cancel or retry them at once: each is acted on as
+    its own page's button would, the list says how many of those ticked were, the
+    ticks survive the list's live refresh, and a read-only console shows no boxes."""
+    from playwright.async_api import expect
+
+    db_url, prefix = sqlite_database
+    async with AsyncClient(db_url, prefix) as client, \
+            console_running(_options(db_url, prefix)) as url, \
+            console_running(_options(db_url, prefix, read_only=True)) as read_only_url, \
+            chromium() as browser:
+        names = ["bulk-a", f"bulk-{XSS_ID}", "bulk-c"]
+        for name in names:
+            await client.create_partition(name, [NewItem("i", b"{}")])
+        page, dialogs = await _new_page(browser)
+        await page.goto(f"{url}partitions")
+        boxes = {name: page.locator(f"tr[data-key={json.dumps(name)}] td.select input")
+                 for name in names}
+        await boxes["bulk-a"].check()
+        await boxes[names[1]].check()
+        await _live_update(page)  # a refresh keeps what was ticked
+        assert await boxes["bulk-a"].is_checked() and await boxes[names[1]].is_checked()
+        await page.click("#bulk-cancel")
+        await expect(page.locator(".notice")).to_have_text(
+            "Cancelled 2 of 2 selected partition(s): no processor dispatches their items "
+            "any more. Retry resumes them.")
+        assert [(await client.partition(name)).status for name in names] == [
+            "cancelled", "cancelled", "available"]
+
+        for name in names:
+            await boxes[name].check()
+        await page.click("#bulk-retry")
+        await expect(page.locator(".notice")).to_contain_text(
+            "Retried 2 of 3 selected partition(s)")
+        await expect(page.locator(".notice")).to_contain_text("1 had nothing to retry.")
+        assert {(await client.partition(name)).status for name in names} == {"available"}
+
+        await page.click("#bulk-cancel")  # nothing ticked: nothing done, and it says so
+        await expect(page.locator(".notice")).to_have_text(
+            "Nothing selected: tick the partitions to act on first.")
+        assert dialogs == []
+
+        viewer, _ = await _new_page(browser)
+        await viewer.goto(f"{read_only_url}partitions")
+        await expect(viewer.locator("tr[data-key='bulk-a']")).to_be_visible()
+        await expect(viewer.locator("td.select, #bulk")).to_have_count(0)
+        refused = await viewer.request.post(f"{read_only_url}partitions/bulk",
+                                            form={"verb": "cancel", "id": "bulk-a",
+                                                  "csrf": "x"},
+                                            headers={"origin": read_only_url.rstrip("/")})
+        assert refused.status == 403
+        cross = await page.request.post(f"{url}partitions/bulk",
+                                        form={"verb": "cancel", "id": "bulk-a", "csrf": "x"},
+                                        headers={"origin": "http://elsewhere.example"})
+        assert cross.status == 403
+        assert (await client.partition("bulk-a")).status == "available"
+
+
 async def _leased(client: AsyncClient, partition_id: str) -> bool:
     return bool((await client.partition(partition_id)).owner)
 
@@ -519,10 +578,18 @@ async def inspected(db_url: str, prefix: str) -> AsyncIterator[tuple[str, AsyncC
 
 
 async def _fits(page: Any) -> None:
-    """The page has no horizontal overflow: nothing sticks out past the viewport."""
+    """The page has no horizontal overflow: the document is no wider than the screen.
+
+    A mobile context lays a page that is too wide out in a wider layout viewport
+    (``innerWidth`` grows with it), so the screen's width is the context's viewport,
+    not ``innerWidth`` alone. Measured once the page has loaded: before its stylesheet
+    applies, a page lays long ids out unbroken."""
+    await page.wait_for_load_state("load")
     width, inner = await page.evaluate(
-        "[document.scrollingElement.scrollWidth, window.innerWidth]")
-    assert width <= inner, f"{page.url}: {width} px wide in a {inner} px viewport"
+        "[document.documentElement.scrollWidth, window.innerWidth]")
+    screen = page.viewport_size["width"]
+    assert width <= inner <= screen, (f"{page.url}: {width} px wide (layout viewport "
+                                      f"{inner} px) on a {screen} px screen")
 
 
 # Resolves with the live-state text once the page's live part has been patched by a

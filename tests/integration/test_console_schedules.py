@@ -7,9 +7,10 @@ unknown schedule or a refused input in one line with nothing written."""
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import AsyncIterator
-from datetime import datetime
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
 from html import unescape
 
 import httpx
@@ -20,9 +21,14 @@ from processor.client.schedules import new_schedule
 from processor.console.app import create_app
 from processor.console.server import settings_for
 from tests.integration.test_console import _csrf, _web
+from tests.integration.test_waits import config
+from tests.support.engine import running
+from watcher import Result, Watcher, WorkItem
 from watcher.config import DEFAULT_MAX_ITEM_BYTES
 from watcher.errors import ScheduleNotFoundError
+from watcher.protocol import NonRetryableError, ReduceCall, ReduceResult
 from watcher.schedule_ticker import Ticker
+from watcher.store import Store
 from watcher.store.db.clock import FixedClock
 from watcher.store.db.urls import parse_database_url
 
@@ -153,7 +159,51 @@ async def test_the_add_form_adds_what_the_cli_would(
     assert "schedule nightly added" in listed and 'data-key="schedule-ticks"' in listed
 
 
+class Summing:
+    """A reduce pipeline: gate 0 sends each item on to gate 1, where one reduce call
+    sums the whole gate; an item called at gate 1 is an error (no such route), as an
+    HTTP pipeline's handler answers a reduce gate its partition does not know about."""
+
+    async def __call__(self, item: WorkItem) -> Result:
+        if item.gate == 0:
+            return Result(gate=1)
+        raise NonRetryableError(f"gate {item.gate} is a reduce gate: no per-item route")
+
+    async def reduce(self, call: ReduceCall) -> ReduceResult:
+        total = sum(json.loads(item.data)["n"] for item in call.items)
+        return ReduceResult(default=Result(done=True), result=json.dumps(total).encode())
+
+
+async def test_a_schedule_added_with_reduce_gates_ticks_partitions_that_reduce(
+        web: httpx.AsyncClient, client: AsyncClient,
+        make_store: Callable[..., Store]) -> None:
+    form_page = (await web.get("/schedules/add")).text
+    assert 'name="reduce_gates"' in form_page
+    added = await post(web, "/schedules/add", {
+        "csrf": _csrf(form_page), "name": "sums", "every": "1m", "reduce_gates": " 1 ",
+        "catch_up": "skip",
+        "items": '{"id": "a", "data": {"n": 2}}\n{"id": "b", "data": {"n": 5}}'})
+    assert added.status_code == 303, alert(added.text)
+    assert (await client.schedule("sums")).settings.reduce_gates == frozenset({1})
+    # The ticker and the processor at a time past the next tick (the database's clock,
+    # moved on: the tick's items are ready from the tick's time).
+    clock = FixedClock(await client.now() + timedelta(minutes=2))
+    await Ticker(make_store(clock=clock), "p1").run_once()
+    tick = (await client.schedule("sums")).last_partition
+    assert tick is not None
+    assert (await client.partition(tick)).reduce_gates == (1,)
+    async with running(Watcher(make_store(clock=clock), Summing(), config())):
+        done = await client.wait(tick, timeout=60)
+    assert done.status == "complete", done.last_error
+    assert done.result == b"7"
+
+
 @pytest.mark.parametrize(("fields", "status", "line"), [
+    ({"every": "1h", "reduce_gates": "1;3"}, 400,
+     "reduce gates must be gates separated by commas, such as 1,3; got '1;3'"),
+    ({"every": "1h", "reduce_gates": "one"}, 400, "reduce gates must be gates separated"),
+    ({"every": "1h", "reduce_gates": "1,1"}, 400, "reduce gates [1] of partition"),
+    ({"every": "1h", "reduce_gates": "1,99999999999"}, 400, "reduce gate 99999999999"),
     ({"cron": "0 3 * *"}, 400, "'0 3 * *' is not a cron expression of five fields"),
     ({"cron": "0 3 * * *", "every": "1h"}, 400, "exactly one of a cron expression"),
     ({"every": "soon"}, 400, "every must be a duration greater than 0"),
@@ -174,6 +224,8 @@ async def test_the_add_form_refuses_in_one_line_and_writes_nothing(
     shown = alert(refused.text)
     assert line in shown and "\n" not in shown.strip()
     assert f'value="{form["name"]}"' in refused.text  # the form as it was filled in
+    if "reduce_gates" in fields:
+        assert f'value="{fields["reduce_gates"]}"' in refused.text
     assert [info.name for info in await client.schedules()] == ["taken"]
     assert (await client.schedule("taken")).timing.every == 60
 

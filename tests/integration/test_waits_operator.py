@@ -64,6 +64,7 @@ async def test_an_operator_completion_url_completes_the_wait_once(
                                      base_url=ORIGIN) as web:
             page = (await web.get("/item?partition=p&id=a")).text
             assert 'id="show-completion-url"' in page and "/v1/completions/" not in page
+            assert 'id="api-url-unset"' not in page, "the console knows the API's address"
             csrf = _csrf(page)
             form = {"partition": "p", "id": "a", "csrf": csrf}
             cross = await web.post("/item/completion-url", data=form,
@@ -79,6 +80,8 @@ async def test_an_operator_completion_url_completes_the_wait_once(
             assert first.headers["cache-control"] == "no-store"
             first_url = _shown_url(first.text)
             assert first_url.startswith(f"{api_url.rstrip('/')}/v1/completions/")
+            assert ">Completion URL</strong>" in first.text
+            assert 'id="completion-url-note"' not in first.text
             second = await web.post("/item/completion-url", data=form,
                                     headers={"origin": ORIGIN})
             second_url = _shown_url(second.text)
@@ -142,12 +145,20 @@ async def test_without_the_api_url_the_page_shows_the_path_and_says_so(
                                           token=None, read_only=False), client)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=console),
                                      base_url=ORIGIN) as web:
-            csrf = _csrf((await web.get("/item?partition=p&id=a")).text)
+            page = (await web.get("/item?partition=p&id=a")).text
+            # Before the button is pressed, the page says what it will show, and why.
+            assert 'id="api-url-unset"' in page and "PROCESSOR_CONSOLE_API_URL" in page
+            csrf = _csrf(page)
             shown = await web.post("/item/completion-url", headers={"origin": ORIGIN},
                                    data={"partition": "p", "id": "a", "csrf": csrf})
             path = _shown_url(shown.text)
             assert path.startswith("/v1/completions/") and 'id="completion-url-note"' in (
                 shown.text)
+            # Labelled as a path, never as a URL, with what to set next to it.
+            assert ">Completion path (not a whole URL)</strong>" in shown.text
+            assert ">Completion URL</strong>" not in shown.text
+            note = shown.text.split('id="completion-url-note">', 1)[1].split("</p>", 1)[0]
+            assert "--api-url" in note and "PROCESSOR_CONSOLE_API_URL" in note
             done = await client.complete(path.rsplit("/", 1)[1], gate=1)
             assert done.item_id == "a"
             missing = await web.post("/item/completion-url", headers={"origin": ORIGIN},

@@ -8,10 +8,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from processor.console import pages
+from processor.console.views import leases_view, pages, texts
 from processor.views import error_after_context
 from watcher.records import ItemInfo, PartitionInfo, ReduceProgress
-from watcher.reports import RetryReport, Throughput
+from watcher.reports import RetryReport, Throughput, WaitSummary
 
 NOW = datetime(2026, 5, 1, 12, 0, 0)
 
@@ -49,7 +49,7 @@ def test_progress_while_the_first_gate_drains() -> None:
     }
     first = progress[0]
     assert first.segments == [("done", 0.0, 41.67), ("failed", 41.67, 8.33),
-                              ("waiting", 50.0, 50.0)]
+                              ("waiting", 50.0, 50.0), ("parked", 100.0, 0.0)]
     assert first.summary == "5/12 done, 6 waiting, 1 failed"
 
 
@@ -88,22 +88,23 @@ def test_partition_row_adds_up_the_items() -> None:
                               {0: {"available": 2, "failed": 1}, 1: {"complete": 4}}, NOW)
     assert row.counts == {"available": 2, "failed": 1, "complete": 4} and row.total == 7
     assert (row.age, row.updated, row.step) == ("5 min", "3 s", "items")
-    assert row.lease == pages.Lease("held", "w1", 9)
+    assert row.lease == leases_view.Lease("held", "w1", 9)
 
 
 def _naive_progress(info: PartitionInfo, counts: dict[int, dict[str, int]]
-                    ) -> list[tuple[int, int, int, int, int]]:
+                    ) -> list[tuple[int, int, int, int, int, int]]:
     # The definition, gate by gate over every count (quadratic): what the fast pass must
     # agree with.
     complete = sum(s.get("complete", 0) for s in counts.values())
     rows = []
     for gate in pages.shown_gates(info.gate, info.reduce_gates, counts):
-        later = sum(s.get("available", 0) + s.get("failed", 0)
+        later = sum(s.get("available", 0) + s.get("waiting", 0) + s.get("failed", 0)
                     for at, s in counts.items() if at > gate)
         failed = sum(s.get("failed", 0) for at, s in counts.items() if at <= gate)
-        not_reached = sum(s.get("available", 0) for at, s in counts.items() if at < gate)
+        not_reached = sum(s.get("available", 0) + s.get("waiting", 0)
+                          for at, s in counts.items() if at < gate)
         rows.append((gate, complete + later, counts.get(gate, {}).get("available", 0),
-                     failed, not_reached))
+                     counts.get(gate, {}).get("waiting", 0), failed, not_reached))
     return rows
 
 
@@ -114,15 +115,17 @@ def test_progress_agrees_with_its_definition_on_random_partitions(seed: int) -> 
     counts: dict[int, dict[str, int]] = {}
     for _ in range(rng.randint(0, 60)):
         by_status = counts.setdefault(rng.randrange(spread), {})
-        status = rng.choice(["available", "complete", "failed"])
+        status = rng.choice(["available", "complete", "failed", "waiting"])
         by_status[status] = by_status.get(status, 0) + rng.randint(1, 5)
     gate = rng.randrange(spread)
     info = _info(rng.choice(["available", "failed", "complete"]), gate,
                  reduce_gates=tuple(rng.sample(range(spread), rng.randint(0, 2))))
     expected = _naive_progress(info, counts)
-    got = [(r.gate, r.done, r.waiting, r.failed, r.not_reached)
+    got = [(r.gate, r.done, r.waiting, r.parked, r.failed, r.not_reached)
            for r in pages.gate_progress(info, counts)]
     assert got == expected
+    assert all(r.total == sum(map(sum, (s.values() for s in counts.values())))
+               for r in pages.gate_progress(info, counts))
     # A list row shows a window of the same rows, around the partition's gate.
     row = pages.partition_row(info, counts, NOW)
     window, more = pages.list_gates(pages.gate_progress(info, counts), info.gate)
@@ -130,7 +133,8 @@ def test_progress_agrees_with_its_definition_on_random_partitions(seed: int) -> 
         (r.gate, r.done, r.failed) for r in window]
     assert row.more_gates == more == max(0, len(expected) - pages.LIST_GATES)
     full = pages.partition_row(info, counts, NOW, all_gates=True)
-    assert [(r.gate, r.done, r.waiting, r.failed, r.not_reached) for r in full.gates] == expected
+    assert [(r.gate, r.done, r.waiting, r.parked, r.failed, r.not_reached)
+            for r in full.gates] == expected
 
 
 class _CountedReads(dict):
@@ -167,17 +171,101 @@ def test_a_page_costs_a_pass_over_the_gates_not_their_square(all_gates: bool) ->
     (0, "0 s"), (59, "59 s"), (60, "1 min"), (3599, "59 min"), (7200, "2 h"),
     (3 * 86400 + 5, "3 d"), (-30, "0 s")])
 def test_age_text(seconds: int, text: str) -> None:
-    assert pages.age_text(NOW - timedelta(seconds=seconds), NOW) == text
-    assert pages.age_text(None, NOW) == "-"
+    assert texts.age_text(NOW - timedelta(seconds=seconds), NOW) == text
+    assert texts.age_text(None, NOW) == "-"
 
 
 def test_leases() -> None:
-    assert pages.lease_of(_info(owner="w", until=NOW + timedelta(seconds=5)), NOW) == \
-        pages.Lease("held", "w", 5)
-    assert pages.lease_of(_info(owner="w", until=NOW - timedelta(seconds=5)), NOW).state == \
+    assert leases_view.lease_of(_info(owner="w", until=NOW + timedelta(seconds=5)), NOW) == \
+        leases_view.Lease("held", "w", 5)
+    assert leases_view.lease_of(_info(owner="w", until=NOW - timedelta(seconds=5)), NOW).state == \
         "expired"
-    assert pages.lease_of(_info(), NOW).state == "none"
-    assert pages.lease_of(_info("complete", owner="w"), NOW).state == "stopped"
+    assert leases_view.lease_of(_info(), NOW).state == "none"
+    assert leases_view.lease_of(_info("complete", owner="w"), NOW).state == "stopped"
+
+
+# -- parked partitions: items waiting for a completion -------------------------------
+
+IN_2H = NOW + timedelta(hours=2, minutes=5)
+
+
+def _waits(deadline: datetime | None, **by_gate: int) -> WaitSummary:
+    return WaitSummary({int(gate[1:]): count for gate, count in by_gate.items()}, 30.0,
+                       deadline)
+
+
+@pytest.mark.parametrize(("status", "counts", "deadline", "expected"), [
+    # Every unfinished item parked: the whole partition is, its next deadline in 2 h.
+    ("available", {0: {"waiting": 3}}, IN_2H,
+     (3, {0: 3}, True, "parked: 3 items waiting for completion, next deadline in 2 h")),
+    ("available", {0: {"complete": 5}, 1: {"waiting": 1, "failed": 1}}, IN_2H,
+     (1, {1: 1}, True, "parked: 1 item waiting for completion, next deadline in 2 h")),
+    # A deadline that has come: a processor takes it up now.
+    ("available", {0: {"waiting": 2}}, NOW - timedelta(seconds=1),
+     (2, {0: 2}, True, "parked: 2 items waiting for completion, next deadline now: a "
+                       "processor takes it up")),
+    ("available", {0: {"waiting": 2}}, None,
+     (2, {0: 2}, True, "parked: 2 items waiting for completion, no deadline")),
+    # Some parked beside items ready to run: the partition is not parked as a whole.
+    ("available", {0: {"waiting": 2, "available": 1}, 2: {"waiting": 1}}, IN_2H,
+     (3, {0: 2, 2: 1}, False, "3 items waiting for completion, next deadline in 2 h")),
+])
+def test_parked_items_of_a_partition(status: str, counts: dict[int, dict[str, int]],
+                                     deadline: datetime | None,
+                                     expected: tuple[int, dict[int, int], bool, str]) -> None:
+    parked = leases_view.parked_of(_info(status), counts, _waits(deadline, g0=1), NOW)
+    assert parked is not None
+    assert (parked.items, parked.by_gate, parked.whole, parked.text) == expected
+
+
+@pytest.mark.parametrize(("status", "counts"), [
+    ("available", {0: {"available": 3}}), ("available", {}),
+    ("cancelled", {0: {"waiting": 3}}),  # a cancel ends the waits: nothing is parked
+    ("complete", {0: {"complete": 3}})])
+def test_nothing_is_parked(status: str, counts: dict[int, dict[str, int]]) -> None:
+    assert leases_view.parked_of(_info(status), counts, None, NOW) is None
+
+
+def test_a_parked_partition_is_parked_not_waiting_for_a_processor() -> None:
+    counts = {0: {"waiting": 3}}
+    row = pages.partition_row(_info(), counts, NOW, waits=_waits(IN_2H, g0=3))
+    assert row.lease == leases_view.Lease(
+        "parked", "", 0, "parked: 3 items waiting for completion, next deadline in 2 h")
+    assert row.step == "parked"
+    assert row.parked is not None and row.parked.sentence.startswith("Parked: 3 items")
+    # Its progress counts the parked items: not an empty (or full) bar of 0/0.
+    [gate] = row.gates
+    assert (gate.done, gate.parked, gate.total, gate.summary) == (0, 3, 3,
+                                                                  "0/3 done, 3 parked")
+    assert ("parked", 0.0, 100.0) in gate.segments
+    # A live lease, or items ready beside the parked ones, keep the lease as it is.
+    held = _info(owner="w1", until=NOW + timedelta(seconds=9))
+    assert pages.partition_row(held, counts, NOW).lease == leases_view.Lease("held", "w1", 9)
+    assert pages.partition_row(_info(), {0: {"waiting": 3, "available": 1}}, NOW
+                               ).lease.state == "none"
+    expired = _info(owner="w1", until=NOW - timedelta(seconds=1))
+    assert pages.partition_row(expired, counts, NOW).lease.state == "parked"
+
+
+@pytest.mark.parametrize(("open_partitions", "ready", "parked", "kind"), [
+    (0, 0, 0, "idle"), (2, 0, 3, "parked"), (2, 5, 3, "unserved"), (1, 4, 0, "unserved"),
+    # Open, nothing ready and nothing parked (a reduce to run): a processor is needed.
+    (1, 0, 0, "unserved")])
+def test_the_overview_says_why_no_processor_holds_a_lease(
+        open_partitions: int, ready: int, parked: int, kind: str) -> None:
+    note = leases_view.lease_note(open_partitions, ready, parked)
+    assert note.kind == kind
+    assert ("Start one" in note.text) == (kind == "unserved")
+    if kind == "parked":
+        assert "3 items waiting for completion" in note.text
+
+
+def test_a_waiting_items_row_says_its_deadline() -> None:
+    item = ItemInfo("p", "invoice-7", "waiting", 1, b"", 0, None, 2, retry_at=IN_2H)
+    assert leases_view.waiting_row(item, NOW) == leases_view.WaitingRow(
+        "invoice-7", 1, "2026-05-01 14:05:00 UTC", "in 2 h")
+    unbounded = ItemInfo("p", "invoice-8", "waiting", 1, b"", 0, None, 2)
+    assert leases_view.waiting_row(unbounded, NOW).deadline == "none"
 
 
 def test_steps() -> None:
@@ -188,8 +276,8 @@ def test_steps() -> None:
 
 
 def test_counts_say_when_they_reached_their_cap() -> None:
-    assert pages.count_text(1234, 100_000) == "1,234"
-    assert pages.count_text(100_000, 100_000) == "100,000+"
+    assert texts.count_text(1234, 100_000) == "1,234"
+    assert texts.count_text(100_000, 100_000) == "100,000+"
 
 
 def test_throughput_bars_scale_to_the_busiest_minute() -> None:

@@ -7,8 +7,14 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from processor.console.item_page import PREVIEW_BYTES, data_preview, history_rows
-from processor.console.timeline_view import (
+from processor.console.item_page import (
+    PREVIEW_BYTES,
+    completion_link,
+    data_preview,
+    history_rows,
+)
+from processor.console.views.leases_view import parked_of
+from processor.console.views.timeline_view import (
     duration_text,
     eta_of,
     gate_times,
@@ -16,6 +22,7 @@ from processor.console.timeline_view import (
     throughput_chart,
 )
 from watcher.records import ErrorEntry, PartitionInfo
+from watcher.reports import WaitSummary
 from watcher.rules.timeline import GateSpan, Timeline
 
 NOW = datetime(2026, 3, 1, 12, 10, 30)
@@ -78,6 +85,22 @@ def test_the_eta_says_what_it_covers() -> None:
     assert eta_of(info(reduce_gates=(1,)), counts, RUNNING, NOW).text == "—"
 
 
+def test_a_parked_partition_has_no_eta() -> None:
+    counts = {1: {"waiting": 3, "complete": 2}}
+    deadline = NOW + timedelta(hours=3)
+    parked = parked_of(info(), counts, WaitSummary({1: 3}, 5.0, deadline), NOW)
+    eta = eta_of(info(), counts, RUNNING, NOW, parked)
+    assert eta.text == "none while parked"
+    assert eta.covers == ("no ETA: it goes on as completions come; 3 items waiting for "
+                          "completion, next deadline in 3 h")
+    # Parked beside ready items: the ETA covers the ready ones and says what it leaves out.
+    mixed = {1: {"waiting": 3, "available": 90}}
+    eta = eta_of(info(), mixed, RUNNING, NOW, parked_of(info(), mixed, None, NOW))
+    assert eta.text != "none while parked" and "90" in eta.covers
+    assert eta.covers.endswith("left out (no rate foretells a completion): 3 items waiting "
+                               "for completion, no deadline")
+
+
 def test_json_data_is_indented_and_other_data_is_a_hex_dump() -> None:
     shown = data_preview(json.dumps({"a": [1, "<b>"]}).encode())
     assert (shown.kind, shown.truncated) == ("JSON", False)
@@ -99,3 +122,16 @@ def test_the_error_history_is_shown_latest_first() -> None:
     assert [(row.attempt, row.error, row.ago) for row in rows] == [(2, "gone", "5 s"),
                                                                   (1, "busy", "3 min")]
     assert rows[0].at == "2026-03-01 12:10:25 UTC"
+
+
+@pytest.mark.parametrize(("api_url", "value", "label", "whole"), [
+    ("https://api.example.com", "https://api.example.com/v1/completions/t%2Fk", "Completion URL",
+     True),
+    (None, "/v1/completions/t%2Fk", "Completion path (not a whole URL)", False),
+    ("", "/v1/completions/t%2Fk", "Completion path (not a whole URL)", False)])
+def test_a_completion_link_is_a_url_or_says_it_is_a_path(
+        api_url: str | None, value: str, label: str, whole: bool) -> None:
+    link = completion_link(api_url, "t/k")
+    assert (link.value, link.label, link.is_url) == (value, label, whole)
+    if not whole:  # what to set, next to the path
+        assert "--api-url" in link.note and "PROCESSOR_CONSOLE_API_URL" in link.note

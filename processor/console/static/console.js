@@ -45,9 +45,21 @@
     }
   }
 
+  // Whitespace between elements is layout, not content: the page and its fragment lay
+  // it out differently (the page's include starts on a new line), and matching it by
+  // position would replace every node after it on the first refresh, losing what the
+  // reader did there (a ticked box, an open <details>). Kept inside <pre>.
+  function meaningful(parent) {
+    const all = Array.from(parent.childNodes);
+    if (parent.nodeName === "PRE" || parent.nodeName === "TEXTAREA") return all;
+    return all.filter(function (node) {
+      return node.nodeType !== Node.TEXT_NODE || node.nodeValue.trim() !== "";
+    });
+  }
+
   function morph(target, source) {
-    const have = Array.from(target.childNodes);
-    const want = Array.from(source.childNodes);
+    const have = meaningful(target);
+    const want = meaningful(source);
     want.forEach(function (node, index) {
       const current = have[index];
       if (!current) {
@@ -106,35 +118,36 @@
   }
 
   // Each shown gate's progress from the feed's per-gate items, as the server works it
-  // out (processor/console/pages.py, gate_progress): "done" passed the gate (complete,
-  // or open at a later gate), "waiting" is available at it, "failed" failed at it or
-  // before, "not_reached" is available at an earlier gate.
+  // out (processor/console/views/pages.py, gate_progress): "done" passed the gate (complete,
+  // or open at a later gate), "waiting" is available at it, "parked" waits at it for a
+  // completion, "failed" failed at it or before, "not_reached" is available or parked
+  // at an earlier gate.
   function progress(rows, gates) {
     const counted = rows.map(function (row) {
       const items = row.items || {};
       return {gate: row.gate, available: items.available || 0, failed: items.failed || 0,
-              complete: items.complete || 0};
+              parked: items.waiting || 0, complete: items.complete || 0};
     }).sort(function (a, b) { return a.gate - b.gate; });
     let complete = 0;
     let open = 0;
     counted.forEach(function (row) {
       complete += row.complete;
-      open += row.available + row.failed;
+      open += row.available + row.parked + row.failed;
     });
     const result = {};
-    let below = 0, failedBelow = 0, availableBelow = 0, openBelow = 0;
+    let below = 0, failedBelow = 0, unfinishedBelow = 0;
     gates.slice().sort(function (a, b) { return a - b; }).forEach(function (gate) {
       while (below < counted.length && counted[below].gate < gate) {
         failedBelow += counted[below].failed;
-        availableBelow += counted[below].available;
-        openBelow += counted[below].available + counted[below].failed;
+        unfinishedBelow += counted[below].available + counted[below].parked;
         below++;
       }
       const here = counted.find(function (row) { return row.gate === gate; }) ||
-        {available: 0, failed: 0};
-      result[gate] = {done: complete + open - openBelow - here.available - here.failed,
-                      waiting: here.available, failed: failedBelow + here.failed,
-                      not_reached: availableBelow};
+        {available: 0, failed: 0, parked: 0};
+      result[gate] = {done: complete + open - failedBelow - unfinishedBelow - here.available
+                            - here.failed - here.parked,
+                      waiting: here.available, parked: here.parked,
+                      failed: failedBelow + here.failed, not_reached: unfinishedBelow};
     });
     return result;
   }
@@ -144,9 +157,10 @@
   }
 
   function drawGate(step, gate, p) {
-    const total = p.done + p.waiting + p.failed + p.not_reached;
+    const total = p.done + p.waiting + p.parked + p.failed + p.not_reached;
     let summary = p.done + "/" + total + " done";
     if (p.waiting) summary += ", " + p.waiting + " waiting";
+    if (p.parked) summary += ", " + p.parked + " parked";
     if (p.failed) summary += ", " + p.failed + " failed";
     if (p.not_reached) summary += ", " + p.not_reached + " not reached";
     const bar = step.querySelector("svg.bar");
@@ -155,7 +169,7 @@
       const title = bar.querySelector("title");
       if (title) title.textContent = "gate " + gate + ": " + summary;
       let start = 0;
-      ["done", "failed", "waiting"].forEach(function (part) {
+      ["done", "failed", "waiting", "parked"].forEach(function (part) {
         const width = percent(p[part], total);
         const segment = bar.querySelector("rect.seg-" + part);
         if (segment) {
@@ -168,7 +182,8 @@
     const numbers = step.querySelector(".step-numbers");
     if (!numbers) return;
     const spans = [["count-done", p.done, "done", true], ["count-waiting", p.waiting, "waiting"],
-                   ["count-failed", p.failed, "failed"], ["muted", p.not_reached, "not reached"]];
+                   ["count-parked", p.parked, "parked"], ["count-failed", p.failed, "failed"],
+                   ["muted", p.not_reached, "not reached"]];
     numbers.replaceChildren();
     spans.forEach(function (span) {
       if (!span[1] && !span[3]) return;

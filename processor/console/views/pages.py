@@ -1,5 +1,6 @@
-"""What the console's pages show, as plain values: per-gate progress, ages, leases,
-the throughput chart, result previews and notices.
+"""What the console's pages show, as plain values: per-gate progress, partition rows
+(with their leases and parked items: :mod:`processor.console.views.leases_view`), the
+throughput chart, result previews and notices.
 
 Pure functions over the records (:class:`~watcher.records.PartitionInfo`,
 :class:`~watcher.reports.Throughput`, per-gate counts); no I/O, no HTML. The
@@ -15,10 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from processor.console.views.leases_view import Lease, Parked, lease_of, parked_of
+from processor.console.views.texts import age_text
 from processor.views import error_after_context, retry_text, step_text
 from watcher.models import Status
 from watcher.records import ItemInfo, PartitionInfo
-from watcher.reports import RetryReport, Throughput
+from watcher.reports import RetryReport, Throughput, WaitSummary
 
 PARTITION_STATUS_NAMES = frozenset(status.value for status in Status)
 
@@ -40,8 +43,10 @@ class GateProgress:
     """How far one gate of a partition has come.
 
     ``done`` items have passed the gate (they are at a later gate, or complete);
-    ``waiting`` are available at it; ``failed`` failed at it or at a gate before
-    (they will not pass it); ``not_reached`` are still available at an earlier gate.
+    ``waiting`` are available at it (ready for a processor); ``parked`` wait at it for
+    a completion (status ``waiting``: no processor calls them until one comes or the
+    wait's deadline passes); ``failed`` failed at it or at a gate before (they will not
+    pass it); ``not_reached`` are still available or parked at an earlier gate.
     ``state`` is ``passed``, ``current`` or ``ahead`` (for the partition's gate:
     ``failed`` or ``cancelled`` when the partition stopped there, ``complete``
     when it ended there).
@@ -54,25 +59,27 @@ class GateProgress:
     waiting: int
     failed: int
     not_reached: int
+    parked: int = 0
 
     @property
     def total(self) -> int:
-        """Every item of the partition: the four parts add up to it."""
-        return self.done + self.waiting + self.failed + self.not_reached
+        """Every item of the partition: the five parts add up to it."""
+        return self.done + self.waiting + self.parked + self.failed + self.not_reached
 
     def percent(self, part: str) -> float:
-        """The share of ``part`` (``done``, ``waiting``, ``failed``, ``not_reached``)
-        in percent, 0 for a partition without items."""
+        """The share of ``part`` (``done``, ``waiting``, ``parked``, ``failed``,
+        ``not_reached``) in percent, 0 for a partition without items."""
         total = self.total
         return 0.0 if total == 0 else round(100.0 * getattr(self, part) / total, 2)
 
     @property
     def segments(self) -> list[tuple[str, float, float]]:
         """The bar's coloured parts, ``(part, start, width)`` in percent, in the order
-        done, failed, waiting (the rest of the bar is what has not reached the gate)."""
+        done, failed, waiting, parked (the rest of the bar is what has not reached the
+        gate)."""
         start = 0.0
         parts = []
-        for part in ("done", "failed", "waiting"):
+        for part in ("done", "failed", "waiting", "parked"):
             width = self.percent(part)
             parts.append((part, round(start, 2), width))
             start += width
@@ -82,8 +89,8 @@ class GateProgress:
     def summary(self) -> str:
         """``"34/36 done, 2 failed"``: the parts that are not zero."""
         text = f"{self.done}/{self.total} done"
-        for part, label in (("waiting", "waiting"), ("failed", "failed"),
-                            ("not_reached", "not reached")):
+        for part, label in (("waiting", "waiting"), ("parked", "parked"),
+                            ("failed", "failed"), ("not_reached", "not reached")):
             if getattr(self, part):
                 text += f", {getattr(self, part)} {label}"
         return text
@@ -111,30 +118,36 @@ def gate_progress(info: PartitionInfo, counts: dict[int, dict[str, int]],
               else sorted(gates))
     counted = sorted(counts)
     complete = sum(by_status.get("complete", 0) for by_status in counts.values())
-    # Items still open (available or failed) at any gate: those beyond a gate are "done"
-    # with it, as they passed it.
-    still_open = sum(by_status.get("available", 0) + by_status.get("failed", 0)
-                     for by_status in counts.values())
+    # Items still open (available, parked or failed) at any gate: those beyond a gate
+    # are "done" with it, as they passed it.
+    still_open = sum(_open_here(by_status) for by_status in counts.values())
     reduce_gates = set(info.reduce_gates)
     rows: list[GateProgress] = []
     # Running sums over the counted gates below the one at hand.
-    below = failed_below = available_below = open_below = 0
+    below = failed_below = unfinished_below = 0
     for gate in wanted:
         while below < len(counted) and counted[below] < gate:
             by_status = counts[counted[below]]
-            available, failed = by_status.get("available", 0), by_status.get("failed", 0)
-            failed_below += failed
-            available_below += available
-            open_below += available + failed
+            failed_below += by_status.get("failed", 0)
+            unfinished_below += by_status.get("available", 0) + by_status.get("waiting", 0)
             below += 1
         here = counts.get(gate, {})
         available, failed = here.get("available", 0), here.get("failed", 0)
-        later = still_open - open_below - available - failed
+        parked = here.get("waiting", 0)
+        # Open items at this gate or below: the failed and unfinished ones below, and
+        # this gate's own.
+        later = still_open - failed_below - unfinished_below - available - failed - parked
         rows.append(GateProgress(
             gate=gate, reduce=gate in reduce_gates, state=_gate_state(info, gate),
             done=complete + later, waiting=available, failed=failed_below + failed,
-            not_reached=available_below))
+            not_reached=unfinished_below, parked=parked))
     return rows
+
+
+def _open_here(by_status: Mapping[str, int]) -> int:
+    """The items of one gate's counts that are not finished: available, parked, failed."""
+    return (by_status.get("available", 0) + by_status.get("waiting", 0)
+            + by_status.get("failed", 0))
 
 
 def _gate_state(info: PartitionInfo, gate: int) -> str:
@@ -177,49 +190,10 @@ def list_gates(progress: list[GateProgress], current: int) -> tuple[list[GatePro
     return progress[start:start + len(shown)], more
 
 
-def age_text(then: datetime | None, now: datetime) -> str:
-    """How long ago ``then`` was, in its largest whole unit: ``"12 s"``, ``"5 min"``,
-    ``"3 h"``, ``"2 d"``; ``"-"`` when unknown. A time ahead of ``now`` reads ``"0 s"``."""
-    if then is None:
-        return "-"
-    seconds = max(0, int((now - then).total_seconds()))
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
-        if seconds >= size:
-            return f"{seconds // size} {unit}"
-    return f"{seconds} s"
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """Who holds a partition and for how long: ``state`` is ``held`` (a live lease),
-    ``expired`` (its holder stopped renewing), ``none``, or ``stopped`` (the partition
-    is not open, so nobody works on it)."""
-
-    state: str
-    owner: str
-    seconds_left: int
-
-
-def lease_of(info: PartitionInfo, now: datetime) -> Lease:
-    """The lease of ``info`` at ``now`` (the database clock)."""
-    if info.status != "available":
-        return Lease("stopped", info.owner, 0)
-    if not info.owner:
-        return Lease("none", "", 0)
-    left = int((info.until - now).total_seconds())
-    return Lease("held", info.owner, left) if left > 0 else Lease("expired", info.owner, 0)
-
-
 def step_of(info: PartitionInfo) -> str:
     """What the partition does at its gate (``items``, ``reduce fold page 3``), or its
     final status."""
     return step_text(info) if info.status == "available" else info.status
-
-
-def count_text(count: int, cap: int) -> str:
-    """A count with thousands separators; ``"100,000+"`` when it reached the ``cap`` it
-    was read with."""
-    return f"{count:,}+" if count >= cap else f"{count:,}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,19 +351,22 @@ class PartitionRow:
     age: str
     updated: str
     step: str
+    parked: Parked | None = None
 
 
 def partition_row(info: PartitionInfo, counts: dict[int, dict[str, int]], now: datetime, *,
-                  all_gates: bool = False) -> PartitionRow:
+                  all_gates: bool = False, waits: WaitSummary | None = None) -> PartitionRow:
     """The row (or, with ``all_gates``, the page header) of ``info``, from its items
-    counted per gate and status, at ``now`` by the database clock."""
+    counted per gate and status and the summary of its parked items' waits, at ``now``
+    by the database clock."""
     # A row works out only the gates it shows: a partition with thousands of gates costs
     # the list a pass over its counts, not a progress bar per gate.
     gates = shown_gates(info.gate, info.reduce_gates, counts)
     gates, more = (gates, 0) if all_gates else list_window(gates, info.gate)
     totals = item_counts(counts)
+    parked = parked_of(info, counts, waits, now)
     return PartitionRow(info=info, gates=gate_progress(info, counts, gates), more_gates=more,
-                        lease=lease_of(info, now),
+                        lease=lease_of(info, now, parked), parked=parked,
                         counts=totals, total=sum(totals.values()),
                         age=age_text(info.created_at, now), updated=age_text(info.updated_at, now),
-                        step=step_of(info))
+                        step="parked" if parked is not None and parked.whole else step_of(info))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from watcher.records import PartitionInfo
 from watcher.rules.timeline import (
@@ -18,6 +19,9 @@ from watcher.rules.timeline import (
     eta_seconds,
     items_per_second,
 )
+
+if TYPE_CHECKING:
+    from processor.console.views.leases_view import Parked
 
 UNKNOWN = "—"
 
@@ -118,27 +122,37 @@ class Eta:
 
 
 def eta_of(info: PartitionInfo, counts: dict[int, dict[str, int]], timeline: Timeline,
-           now: datetime) -> Eta:
-    """The ETA of ``info``: the items waiting at its gate over the items done per second
+           now: datetime, parked: Parked | None = None) -> Eta:
+    """The ETA of ``info``: the items ready at its gate over the items done per second
     in the last few minutes (:func:`watcher.rules.timeline.items_per_second`).
 
     It covers the current gate; the whole partition when no item waits at a later gate
-    and no reduce gate lies ahead (items could still move on to a later gate).
+    and no reduce gate lies ahead (items could still move on to a later gate). A
+    partition whose unfinished items are all ``parked``
+    (:func:`processor.console.views.leases_view.parked_of`) has no ETA: it goes on when its
+    completions come, which no rate foretells; parked items beside ready ones are said
+    to be left out.
     """
     if info.status != "available":
         return Eta(UNKNOWN, f"nothing: the partition is {info.status}", UNKNOWN)
+    rate = items_per_second(timeline, now)
+    rate_line = (f"{rate_text(rate)} over the last {RATE_MINUTES} min" if rate is not None
+                 else f"no items done in the last {RATE_MINUTES} min")
+    if parked is not None and parked.whole:
+        return Eta("none while parked",
+                   f"no ETA: it goes on as completions come; {parked.waiting_text}",
+                   rate_line)
     gate = info.gate
     if gate in info.reduce_gates:
         return Eta(UNKNOWN, f"gate {gate} is a reduce gate: it has no per-item rate", UNKNOWN)
     remaining = counts.get(gate, {}).get("available", 0)
-    rate = items_per_second(timeline, now)
     later = any(at > gate and by_status.get("available", 0) for at, by_status in counts.items())
     covers = (f"the {remaining:,} item(s) waiting at gate {gate}" if later or any(
         reduce > gate for reduce in info.reduce_gates) else
         f"the whole partition: gate {gate} is its last gate with waiting items "
         f"({remaining:,})")
-    rate_line = (f"{rate_text(rate)} over the last {RATE_MINUTES} min" if rate is not None
-                 else f"no items done in the last {RATE_MINUTES} min")
+    if parked is not None:
+        covers += f"; left out (no rate foretells a completion): {parked.waiting_text}"
     return Eta(duration_text(eta_seconds(remaining, rate)), covers, rate_line)
 
 
