@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from sqlalchemy.exc import SQLAlchemyError
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from watcher.config import WatcherConfig
 from watcher.dispatch.backoff import backoff, last_error, sleep_until
@@ -31,6 +31,7 @@ from watcher.hooks import Hooks, SafeHooks, overrides
 from watcher.leasing.handover import grace as hand_over_grace
 from watcher.leasing.keeper import LeaseCycle, LeaseKeeper
 from watcher.leasing.lease import Lease
+from watcher.leasing.listener import NotificationListener
 from watcher.outages import OutageLatch
 from watcher.pipelines import ServedPipelines, ServiceOfPlace, service_now
 from watcher.protocol import (
@@ -47,10 +48,8 @@ from watcher.text import first_line
 
 log = logging.getLogger(__name__)
 
-# Longest wait between tries while the database (or the listener's connection) fails.
+# Longest wait between tries while the database fails.
 DB_BACKOFF_MAX = 10.0
-# First wait before opening the listener's connection again after it failed.
-LISTEN_BACKOFF_FIRST = 1.0
 
 
 class Watcher:
@@ -120,7 +119,6 @@ class Watcher:
         self._stopped = asyncio.Event()
         self._running = False
         self._db_outage = OutageLatch()
-        self._listen_outage = OutageLatch()
 
     @property
     def owner(self) -> str:  # this watcher's owner id
@@ -144,6 +142,8 @@ class Watcher:
         Raises the database's error when it fails.
         """
         self.writer.start()
+        if not self._running:  # driven by run_once alone: no flow loop reads the holds
+            await self.flow.learn(self._held_keys)
         cycle = await self.keeper.run_once(acquire=not self._stopping)
         self._reap()
         if not self._stopping:
@@ -239,8 +239,10 @@ class Watcher:
         if self.store.polling_reason is not None:
             log.info("action=listen_off owner=%s reason=%r; polling every %s s instead",
                      self.owner, self.store.polling_reason, self.config.poll_interval)
-        listener = (asyncio.create_task(self._listen(), name="listen")
-                    if self.store.notifies else None)
+        listener = (asyncio.create_task(NotificationListener(
+            self.store, self.on_notification, owner=self.owner,
+            poll_interval=self.config.poll_interval, stopping=lambda: self._stopping,
+        ).run(), name="listen") if self.store.notifies else None)
         flow = asyncio.create_task(self.flow.run(self._held_keys), name="flow-control")
         try:
             while not self._stopping:
@@ -298,54 +300,6 @@ class Watcher:
         elif self._db_outage.fail():
             log.warning("action=database_unavailable owner=%s error=%s detail=%s", self.owner,
                         type(error).__name__, first_line(error))
-
-    async def _listen(self) -> None:
-        """Wake at once on client writes (PostgreSQL NOTIFY); polling stays the fallback.
-
-        A connection that fails is opened again after doubling waits. One that
-        relayed notifications worked: when it drops, it is opened again at
-        once and the backoff starts over.
-        """
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(Exception),
-            wait=wait_exponential(multiplier=LISTEN_BACKOFF_FIRST, max=DB_BACKOFF_MAX),
-            before_sleep=self._listen_failed)
-        while not self._stopping:
-            async for attempt in retrying:
-                with attempt:
-                    await self._relay_notifications()
-
-    async def _relay_notifications(self) -> None:
-        """Pass notifications on until the connection drops.
-
-        Returns when a connection that relayed notifications drops. Raises the
-        connection's error when it fails before relaying any, and
-        :class:`ConnectionError` when the stream ends without one.
-        """
-        relayed = False
-        try:
-            async for partition_id in self.store.notifications():
-                if not relayed:
-                    relayed = True
-                    if self._listen_outage.recover():
-                        log.info("action=listen_recovered owner=%s", self.owner)
-                self.on_notification(partition_id)
-        except Exception as error:
-            if not relayed:
-                raise
-            log.debug("action=listen_dropped owner=%s error=%s", self.owner,
-                      type(error).__name__)
-            return
-        if not relayed:
-            raise ConnectionError("the notification stream ended")
-
-    def _listen_failed(self, state: RetryCallState) -> None:
-        """Log the first failure of the listener's connection in an outage."""
-        if not self._listen_outage.fail():
-            return
-        error = last_error(state)
-        log.warning("action=listen_failed owner=%s error=%s; polling every %s s meanwhile",
-                    self.owner, type(error).__name__, self.config.poll_interval)
 
     def on_notification(self, partition_id: str) -> None:
         """A client wrote ``partition_id``: wake its supervisor, or look for free work."""

@@ -21,12 +21,13 @@ from processor.http.config import HttpProcessorConfig
 from processor.service import ProcessorService, ServiceConfig
 from tests.support.engine import wait_until
 from tests.support.fake_store import FakeStore
-from watcher import watcher as watcher_module
 from watcher.config import WatcherConfig
 from watcher.dispatch import writer as writer_module
 from watcher.dispatch.writer import ResultWriter, WriterClosedError
 from watcher.errors import DatabaseError
+from watcher.leasing import listener as listener_module
 from watcher.leasing.keeper import LeaseCycle
+from watcher.leasing.listener import NotificationListener
 from watcher.records import ItemWrite
 from watcher.store.db.urls import parse_database_url
 from watcher.watcher import Watcher
@@ -183,17 +184,20 @@ async def test_stop_does_not_wait_out_the_lease_loop_backoff(caplog) -> None:
     assert len(began) == 1, "no lease cycle after stop"
 
 
+def _listener(store: FakeStore, on_notification) -> NotificationListener:
+    return NotificationListener(store, on_notification, owner="w1",  # type: ignore[arg-type]
+                                poll_interval=0.05, stopping=lambda: False)
+
+
 async def test_the_listener_reconnects_with_backoff_and_at_once_after_working(
         monkeypatch, caplog) -> None:
-    monkeypatch.setattr(watcher_module, "LISTEN_BACKOFF_FIRST", 0.02)
-    caplog.set_level(logging.DEBUG, logger="watcher.watcher")
+    monkeypatch.setattr(listener_module, "LISTEN_BACKOFF_FIRST", 0.02)
+    caplog.set_level(logging.DEBUG, logger="watcher.leasing.listener")
     store = FakeStore(notifies=True, notification_scripts=[
         [OSError("refused")], [OSError("refused")],
         ["p1", ConnectionResetError("dropped")], ["p2", None]])
-    watcher = _watcher(store=store)
     seen: list[str] = []
-    watcher.on_notification = seen.append  # type: ignore[method-assign]
-    listener = asyncio.create_task(watcher._listen())
+    listener = asyncio.create_task(_listener(store, seen.append).run())
     try:
         await wait_until(lambda: seen == ["p1", "p2"], message="both notifications")
     finally:
@@ -208,12 +212,10 @@ async def test_the_listener_reconnects_with_backoff_and_at_once_after_working(
 
 
 async def test_a_listener_stream_that_ends_at_once_is_backed_off(monkeypatch) -> None:
-    monkeypatch.setattr(watcher_module, "LISTEN_BACKOFF_FIRST", 0.02)
+    monkeypatch.setattr(listener_module, "LISTEN_BACKOFF_FIRST", 0.02)
     store = FakeStore(notifies=True, notification_scripts=[[], [], ["p1", None]])
-    watcher = _watcher(store=store)
     seen: list[str] = []
-    watcher.on_notification = seen.append  # type: ignore[method-assign]
-    listener = asyncio.create_task(watcher._listen())
+    listener = asyncio.create_task(_listener(store, seen.append).run())
     try:
         await wait_until(lambda: seen == ["p1"], message="the notification")
     finally:

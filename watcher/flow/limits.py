@@ -249,6 +249,14 @@ class FlowControl:
         """Keep grants and tokens in step until cancelled."""
         await asyncio.gather(self.keys.run(held_keys), self.rates.run(held_keys))
 
+    async def learn(self, held_keys: Callable[[], Iterable[str]]) -> None:
+        """Read the holds and rates of the pools not known yet, now
+        (:meth:`~watcher.flow.rates.RateLimiter.learn`).
+
+        Raises the database's error when a read fails.
+        """
+        await self.rates.learn(held_keys)
+
     async def stop(self, running: asyncio.Task[None]) -> None:
         """Stop ``running`` (the task of :meth:`run`) between two rounds of its database
         work, not inside one: waits for a round under way to end (up to the shutdown

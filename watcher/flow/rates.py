@@ -253,6 +253,17 @@ class RateLimiter:
                 log.info("action=rate_limits_recovered owner=%s", self.config.owner_id)
             await asyncio.sleep(CLAIM_INTERVAL)
 
+    async def learn(self, held_keys: Callable[[], Iterable[str]]) -> None:
+        """Read now the holds and rates of the pools not known yet, which let no call by
+        until then: for a watcher driven by its ``run_once`` alone, with no :meth:`run`
+        loop to read them. Nothing when every pool is known.
+
+        Raises the database's error when a read fails.
+        """
+        if any(not pool.known for pool in self._pools()):
+            async with self._db_round:
+                await self._read_holds_and_rates(held_keys)
+
     def _pools(self) -> tuple[TokenPool, ...]:
         return (self.handler, *self.services.values(), *self.keys.values())
 
