@@ -175,20 +175,29 @@ class Fleet:
                            down_url=self.down_url, generation=self.routes_generation)
 
     async def start_api(self) -> None:
-        """Start ``processor api`` on the fleet's port and wait until it answers."""
-        self.api = await spawn(f"api{len(self.everyone)}",
-                               ["api", "--db-url", self._url("api"),
-                                "--table-prefix", self.prefix,
-                                "--host", "127.0.0.1", "--port", str(self.api_port)],
-                               self.workdir)
-        self.everyone.append(self.api)
-        api = self.api
+        """Start ``processor api`` on the fleet's port and wait until it answers (on a new
+        port when another process took the old one while the API was down)."""
+        for _ in range(3):
+            api = await spawn(f"api{len(self.everyone)}",
+                              ["api", "--db-url", self._url("api"),
+                               "--table-prefix", self.prefix,
+                               "--host", "127.0.0.1", "--port", str(self.api_port)],
+                              self.workdir)
+            self.api = api
+            self.everyone.append(api)
 
-        def announced() -> bool:
-            assert api.running, api.output()[-2000:]
-            return re.search(r"http://127\.0\.0\.1:\d+/v1/", api.output()) is not None
+            def announced(api: Processor = api) -> bool:
+                if not api.running and "Address already in use" in api.output():
+                    return True
+                assert api.running, api.output()[-2000:]
+                return re.search(r"http://127\.0\.0\.1:\d+/v1/", api.output()) is not None
 
-        await wait_until(announced, timeout=30, message="processor api to start")
+            await wait_until(announced, timeout=30, message="processor api to start")
+            if api.running:
+                return
+            self.api_port = free_port()
+            self.api_url = f"http://127.0.0.1:{self.api_port}/"
+        raise AssertionError("processor api found no free port")
 
     def resume_everyone(self) -> None:
         """SIGCONT every process a fault left stopped."""
@@ -460,7 +469,7 @@ async def _schedule(a: Actors, args: dict[str, Any]) -> None:
              for n in range(args["items"])]
     before = a.history.now()
     event = a.history.add("schedule", name=args["name"], every=args["every"],
-                          started=before, finished=None, error=None,
+                          notify=args["notify"], started=before, finished=None, error=None,
                           db_added=(await a.client.now()).isoformat())
     try:
         info = await a.client.add_schedule(
