@@ -469,9 +469,9 @@ async def _schedule(a: Actors, args: dict[str, Any]) -> None:
              for n in range(args["items"])]
     before = a.history.now()
     event = a.history.add("schedule", name=args["name"], every=args["every"],
-                          notify=args["notify"], started=before, finished=None, error=None,
-                          db_added=(await a.client.now()).isoformat())
+                          notify=args["notify"], started=before, finished=None, error=None)
     try:
+        event["db_added"] = (await a.client.now()).isoformat()
         info = await a.client.add_schedule(
             args["name"], every=args["every"], items=items, pipeline=args["pipeline"],
             notify=a.notify_url if args["notify"] else None)
@@ -482,8 +482,8 @@ async def _schedule(a: Actors, args: dict[str, Any]) -> None:
     event["finished"] = a.history.now()
     await asyncio.sleep(args["seconds"])
     event["delete_started"] = a.history.now()
-    event["db_deleted"] = (await a.client.now()).isoformat()
     try:
+        event["db_deleted"] = (await a.client.now()).isoformat()
         await a.client.delete_schedule(args["name"])
     except StatefeedError as error:
         event["error"] = f"delete: {type(error).__name__}: {error}"[:300]
