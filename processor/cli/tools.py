@@ -31,6 +31,7 @@ from processor.cli.common import (
     env_name,
     fail,
     say,
+    say_json,
     setup_logging,
 )
 
@@ -203,3 +204,63 @@ def healthcheck(
     healthy, detail = probe(target, path or ("/readyz" if ready else "/healthz"), timeout)
     say(detail, err=not healthy)
     raise typer.Exit(0 if healthy else 1)
+
+
+@app.command("check-handler")
+def check_handler(
+    url: Annotated[str, typer.Argument(help="The handler's URL, as a route names it.")],
+    items_file: Annotated[str, typer.Option(
+        "--items", help="NDJSON file of items, as `processor create --items` takes it: "
+        "each is one call (at its gate, 0 by default).")],
+    repeats: Annotated[int, typer.Option(help="Copies of each call, with one "
+                                         "Idempotency-Key.")] = 2,
+    seed: Annotated[int, typer.Option(help="Seed of the shuffle of the copies.")] = 0,
+    probe: Annotated[str, typer.Option(
+        "--probe", show_default=False, metavar="URL",
+        help="GET after the first and the last copy of each call, with ?partition_id=, "
+        "item_id= and gate=: its answer must not change (your view of the side "
+        "effects).")] = "",
+    partition: Annotated[str, typer.Option(help="The X-Partition-Id the calls carry.")
+                         ] = "check-handler",
+    concurrency: Annotated[int, typer.Option(help="Copies in flight at once (1: one by "
+                                             "one).")] = 1,
+    timeout: Annotated[float, typer.Option(help="Seconds one call may take.")] = 30.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")
+                       ] = False,
+) -> None:
+    """Check that a handler's step is idempotent: send each item's call twice (or
+    --repeats times) with the same Idempotency-Key, shuffled so copies arrive out of
+    order, and report every call whose answers differ (or whose side effects, as
+    --probe shows them, change after a repeat). Exit 1 when one did. It sends real
+    calls: point it at a handler you may call, with items you may process."""
+    from pathlib import Path
+
+    from processor.handler_check import check_handler as run_check
+    from processor.handler_check import read_items
+
+    try:
+        calls = read_items(Path(items_file))
+    except OSError as error:
+        raise fail(f"cannot read --items {items_file}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise fail(str(error)) from None
+    if not calls:
+        raise fail(f"--items {items_file} holds no item")
+    try:
+        report = asyncio.run(run_check(url, calls, repeats=repeats, seed=seed,
+                                       partition=partition, probe_url=probe or None,
+                                       timeout=timeout, concurrency=concurrency))
+    except ValueError as error:
+        raise fail(str(error)) from None
+    if as_json:
+        say_json({"calls": report.calls, "items": report.items,
+                  "idempotent": report.idempotent,
+                  "findings": [vars(f) for f in report.findings]}, default=str)
+    else:
+        for finding in report.findings:
+            say(finding.line())
+        say(f"{report.items} items, {report.calls} calls: "
+            + ("every repeat answered the same" if report.idempotent else
+               f"{len(report.findings)} not idempotent"))
+    if not report.idempotent:
+        raise typer.Exit(1)

@@ -9,7 +9,9 @@ the guarantees (docs/explanation/guarantees.md) against it.
   and the faults, each run at its time on the timeline.
 - ``history``: what happened, as events serialisable to JSON lines.
 - ``view``: a history read once for the checks (violations, trail steps, lookups).
-- ``checker``: each guarantee as a pure function over a history, returning violations.
+- ``checker``: each guarantee as a pure function over a history, returning violations
+  (``features``: those of reduce gates, notifications, schedules, outages, routes
+  reloads and SIGTERM hand-overs).
 - ``runner``: one plan against one database: processes, timeline, final state.
 - ``shrink``: delta debugging over a plan's partitions and actions.
 - ``__main__``: ``python -m tests.proof run|shrink|soak`` (docs/how-to/prove.md).

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import re
 import signal
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,16 +24,18 @@ from processor import (
     AlreadyCompletedError,
     AsyncClient,
     CompletionRefusedError,
+    NewItem,
     StatefeedError,
     WaitNotFoundError,
 )
+from processor.notify.signing import EVENT_ID_HEADER, HEADER, verify
 from tests.acceptance.harness.database import Sessions, with_query
 from tests.acceptance.harness.processes import FAST, Processor, spawn
-from tests.proof.handler import ScriptedHandler, leave
+from tests.proof.handler import ScriptedHandler, item_data, leave
 from tests.proof.history import Event, History
-from tests.proof.plan import PIPELINES, SERVICE_OF, Plan
+from tests.proof.plan import ALL_PIPELINES, BATCHED, DOWNABLE, SERVICE_OF, Plan
 from tests.support.engine import wait_until
-from tests.support.servers import free_port
+from tests.support.servers import free_port, read_body, send_json, serve_app
 
 # How often a completion that met a cut connection or a 404 (its parking answer not
 # written yet) is tried again, and how long between tries.
@@ -40,16 +45,87 @@ COMPLETION_PAUSE = 0.5
 RACE_PATIENCE = 8.0
 
 
-def routes_file(path: Path, base_url: str, owner: str) -> Path:
+# The notify secret of the run's processors (the receiver verifies every POST with it).
+NOTIFY_SECRET = "proof-notify-secret"
+# How long a SIGTERMed processor has to hand over before it is killed.
+SIGTERM_PATIENCE = 15.0
+
+
+def routes_file(path: Path, base_url: str, owner: str, *, down_url: str | None = None,
+                generation: int = 0) -> Path:
     """A routes file: each pipeline to its own service, every processor naming the same
-    URL (so a ``Retry-After`` hold is shared) and itself in an ``X-Caller`` header."""
+    URL (so a ``Retry-After`` hold is shared), itself in an ``X-Caller`` header and the
+    file's ``generation`` in ``X-Routes`` (a SIGHUP's rewrite moves it on). ``gamma``
+    sends batches; ``delta`` goes to ``down_url``, the server a ``service_down`` stops."""
     lines = []
-    for pipeline in PIPELINES:
+    for pipeline in ALL_PIPELINES:
+        base = down_url if pipeline == DOWNABLE and down_url else base_url
         lines += ["[[pipeline]]", f'name = "{pipeline}"', "", "[[pipeline.route]]",
-                  'gate = "*"', f'url = "{base_url}/svc/{SERVICE_OF[pipeline]}"',
-                  f'headers = {{ X-Caller = "{owner}" }}', ""]
+                  'gate = "*"', f'url = "{base}/svc/{SERVICE_OF[pipeline]}"',
+                  f'headers = {{ X-Caller = "{owner}", X-Routes = "{generation}" }}']
+        if pipeline in BATCHED:
+            lines.append("batch_size = 4")
+        lines.append("")
     path.write_text("\n".join(lines))
     return path
+
+
+class DownableServer:
+    """The handler app served on a port of its own, stopped (connections refused, calls
+    in flight cut) and started again on the same port by a ``service_down`` fault."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    async def start(self) -> None:
+        stack = contextlib.AsyncExitStack()
+        for _ in range(50):  # the port may linger a moment after a stop
+            try:
+                await stack.enter_async_context(serve_app(self.app, port=self.port))
+                break
+            except (OSError, SystemExit):
+                await asyncio.sleep(0.1)
+        self._stack = stack
+
+    async def stop(self) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
+
+
+class NoticeReceiver:
+    """The webhook receiver of the run's notify URLs: records every POST as a ``notice``
+    event (its event id, type, partition, whether its signature verified) and answers
+    500 to the first delivery of about one event in three, so those are sent again."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self._refused: set[str] = set()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = await read_body(receive)
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        try:
+            event = json.loads(body)
+        except ValueError:
+            event = {}
+        event_id = headers.get(EVENT_ID_HEADER.lower(), "")
+        refuse = (event_id not in self._refused
+                  and hashlib.sha256(event_id.encode()).digest()[0] % 3 == 0)
+        if refuse:
+            self._refused.add(event_id)
+        self.history.add(
+            "notice", id=event_id, body_id=event.get("id"), type=event.get("type"),
+            partition=event.get("partition_id"), at=self.history.now(),
+            signed=verify(NOTIFY_SECRET.encode(), headers.get(HEADER.lower(), ""), body,
+                          time.time()),
+            status=500 if refuse else 200)
+        await send_json(send, 500 if refuse else 200, {"ok": not refuse})
 
 
 class Fleet:
@@ -57,8 +133,10 @@ class Fleet:
     by a new owner in its slot) and one ``processor api`` on a fixed port."""
 
     def __init__(self, workdir: Path, db_url: str, prefix: str, base_url: str,
-                 sessions: Sessions | None) -> None:
+                 sessions: Sessions | None, down_url: str | None = None) -> None:
         self.workdir = workdir
+        self.down_url = down_url
+        self.routes_generation = 0
         self.db_url = db_url
         self.prefix = prefix
         self.base_url = base_url
@@ -81,28 +159,45 @@ class Fleet:
         """Start a processor in ``slot`` (a new owner id each time)."""
         self._generation[slot] += 1
         owner = f"p{slot}g{self._generation[slot]}"
-        routes = routes_file(self.workdir / f"{owner}.toml", self.base_url, owner)
+        routes = self.write_routes(owner)
         proc = await spawn(owner, ["run", "--routes", str(routes), "--db-url", self._url(owner),
                                    "--table-prefix", self.prefix, "--owner-id", owner,
-                                   "--health-port", "0", *FAST], self.workdir)
+                                   "--health-port", "0", "--notify-allow-private",
+                                   "--notify-backoff", "1s", *FAST], self.workdir,
+                           env={"PROCESSOR_NOTIFY_SECRET": NOTIFY_SECRET})
         self.slots[slot] = proc
         self.everyone.append(proc)
         return proc
 
+    def write_routes(self, owner: str) -> Path:
+        """Write ``owner``'s routes file at the fleet's routes generation."""
+        return routes_file(self.workdir / f"{owner}.toml", self.base_url, owner,
+                           down_url=self.down_url, generation=self.routes_generation)
+
     async def start_api(self) -> None:
-        """Start ``processor api`` on the fleet's port and wait until it answers."""
-        self.api = await spawn(f"api{len(self.everyone)}",
-                               ["api", "--db-url", self.db_url, "--table-prefix", self.prefix,
-                                "--host", "127.0.0.1", "--port", str(self.api_port)],
-                               self.workdir)
-        self.everyone.append(self.api)
-        api = self.api
+        """Start ``processor api`` on the fleet's port and wait until it answers (on a new
+        port when another process took the old one while the API was down)."""
+        for _ in range(3):
+            api = await spawn(f"api{len(self.everyone)}",
+                              ["api", "--db-url", self._url("api"),
+                               "--table-prefix", self.prefix,
+                               "--host", "127.0.0.1", "--port", str(self.api_port)],
+                              self.workdir)
+            self.api = api
+            self.everyone.append(api)
 
-        def announced() -> bool:
-            assert api.running, api.output()[-2000:]
-            return re.search(r"http://127\.0\.0\.1:\d+/v1/", api.output()) is not None
+            def announced(api: Processor = api) -> bool:
+                if not api.running and "Address already in use" in api.output():
+                    return True
+                assert api.running, api.output()[-2000:]
+                return re.search(r"http://127\.0\.0\.1:\d+/v1/", api.output()) is not None
 
-        await wait_until(announced, timeout=30, message="processor api to start")
+            await wait_until(announced, timeout=30, message="processor api to start")
+            if api.running:
+                return
+            self.api_port = free_port()
+            self.api_url = f"http://127.0.0.1:{self.api_port}/"
+        raise AssertionError("processor api found no free port")
 
     def resume_everyone(self) -> None:
         """SIGCONT every process a fault left stopped."""
@@ -237,11 +332,16 @@ class Actors:
     """What the timeline's actions act on."""
 
     def __init__(self, fleet: Fleet, client: AsyncClient, handler: ScriptedHandler,
-                 history: History) -> None:
+                 history: History, down: DownableServer | None = None,
+                 notify_url: str = "") -> None:
         self.fleet = fleet
         self.client = client
         self.handler = handler
         self.history = history
+        self.down = down
+        self.notify_url = notify_url
+        # One service_down at a time (two would race for its port).
+        self.down_lock = asyncio.Lock()
 
     async def verb(self, name: str, work: Awaitable[Any], **args: Any) -> None:
         """Run an operator verb and record it with its answer or error."""
@@ -349,7 +449,104 @@ async def _service_fault(a: Actors, args: dict[str, Any]) -> None:
     event["finished"] = event["started"]
 
 
-# One function per action kind of tests.proof.plan.ACTIONS.
+async def _rewind(a: Actors, args: dict[str, Any]) -> None:
+    await a.verb("rewind", a.client.rewind(args["partition"], args["gate"]), **args)
+
+
+async def _set_gate(a: Actors, args: dict[str, Any]) -> None:
+    pid = args["partition"]
+    try:
+        gate = (await a.client.partition(pid)).gate + 1
+    except StatefeedError:
+        return
+    await a.verb("set_gate", a.client.set_gate(pid, gate), **args, gate=gate)
+
+
+async def _schedule(a: Actors, args: dict[str, Any]) -> None:
+    """Add a schedule ticking every ``every`` s, delete it ``seconds`` later; record
+    each with the database's now around it (the ticks are on the database's clock)."""
+    items = [NewItem(f"i{n}", json.dumps(item_data(tuple(args["script"]))).encode())
+             for n in range(args["items"])]
+    before = a.history.now()
+    event = a.history.add("schedule", name=args["name"], every=args["every"],
+                          notify=args["notify"], started=before, finished=None, error=None)
+    try:
+        event["db_added"] = (await a.client.now()).isoformat()
+        info = await a.client.add_schedule(
+            args["name"], every=args["every"], items=items, pipeline=args["pipeline"],
+            notify=a.notify_url if args["notify"] else None)
+    except StatefeedError as error:
+        event["error"] = f"{type(error).__name__}: {error}"[:300]
+        return
+    event["first_tick"] = info.next_at.isoformat() if info.next_at else None
+    event["finished"] = a.history.now()
+    await asyncio.sleep(args["seconds"])
+    event["delete_started"] = a.history.now()
+    try:
+        event["db_deleted"] = (await a.client.now()).isoformat()
+        await a.client.delete_schedule(args["name"])
+    except StatefeedError as error:
+        event["error"] = f"delete: {type(error).__name__}: {error}"[:300]
+    event["deleted"] = a.history.now()
+
+
+async def _service_down(a: Actors, args: dict[str, Any]) -> None:
+    """The ``delta`` service's server stopped (its calls in flight cut, connections
+    refused) for ``seconds``, then started again on its port."""
+    if a.down is None:
+        return
+    async with a.down_lock:
+        event = a.fault("service_down", args, DOWNABLE)
+        await a.down.stop()
+        event["down"] = a.history.now()
+        await asyncio.sleep(args["seconds"])
+        await a.down.start()
+        event["finished"] = a.history.now()
+
+
+async def _sighup(a: Actors, args: dict[str, Any]) -> None:
+    """Every processor's routes file rewritten (its X-Routes header's generation moved
+    on), then SIGHUP to each: calls started after it carry the new generation."""
+    fleet = a.fleet
+    fleet.routes_generation += 1
+    event = a.fault("sighup", args)
+    event["generation"] = fleet.routes_generation
+    owners = []
+    for proc in list(fleet.slots.values()):
+        if proc.running:
+            fleet.write_routes(proc.owner)
+            with contextlib.suppress(ProcessLookupError):
+                proc.process.send_signal(signal.SIGHUP)
+            owners.append(proc.owner)
+    event["owners"] = owners
+    event["finished"] = a.history.now()
+
+
+async def _sigterm(a: Actors, args: dict[str, Any]) -> None:
+    """SIGTERM to a processor: it hands over (its calls in flight finish and are written,
+    exit status 0); a new one starts in its slot."""
+    victim = a.fleet.slots[args["slot"]]
+    if victim.paused or not victim.running:
+        return
+    event = a.fault("sigterm", args, victim.owner)
+    # Before its first log line its signal handlers are not installed yet: SIGTERM then
+    # ends it at once (the default action), which no hand-over promises to survive.
+    event["ready"] = "action=starting" in victim.output()
+    victim.process.send_signal(signal.SIGTERM)
+    try:
+        async with asyncio.timeout(SIGTERM_PATIENCE):
+            event["exit"] = await victim.process.wait()
+    except TimeoutError:
+        event["exit"] = "timeout"
+        victim.kill()
+        with contextlib.suppress(ProcessLookupError):
+            await victim.process.wait()
+    event["exited"] = a.history.now()
+    await a.fleet.start(args["slot"])
+    event["finished"] = a.history.now()
+
+
+# One function per action kind of tests.proof.plan.ACTIONS and EXTRA_ACTIONS.
 PERFORM: dict[str, Callable[[Actors, dict[str, Any]], Awaitable[None]]] = {
     "cancel": _cancel,
     "retry": _retry,
@@ -362,4 +559,10 @@ PERFORM: dict[str, Callable[[Actors, dict[str, Any]], Awaitable[None]]] = {
     "api_kill": _api_kill,
     "api_stop": _api_stop,
     "service_fault": _service_fault,
+    "rewind": _rewind,
+    "set_gate": _set_gate,
+    "schedule": _schedule,
+    "service_down": _service_down,
+    "sighup": _sighup,
+    "sigterm": _sigterm,
 }

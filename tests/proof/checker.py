@@ -14,6 +14,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tests.proof.features import (
+    notify_once,
+    outage_unpaid,
+    reduce_once,
+    routes_reloaded,
+    schedule_ticks,
+    sigterm_hands_over,
+)
 from tests.proof.history import Event, History
 from tests.proof.view import GRACE, HOLD_MARGIN, NOT_BEFORE_LEEWAY, Entry, View, Violation
 
@@ -23,36 +31,27 @@ __all__ = ["GRACE", "GUARANTEES", "Violation", "check"]
 # -- the guarantees ---------------------------------------------------------------------
 
 def steps_applied_once(view: View) -> list[Violation]:
-    """Each step is applied exactly once: every step of every item's trail was written
-    from a call answered for that very step (or a completion of its wait that was not
-    refused), no gate is left twice, and repeated calls for one step share one
-    Idempotency-Key (and one key names one step)."""
+    """Each step is applied exactly once per rewind epoch: every step of every item's
+    trail was written from a call answered for that very step (a completion of its wait
+    that was not refused, or a reduce call that named the item), no gate is left twice
+    unless a rewind to it or below came between, and repeated calls for one step share
+    one Idempotency-Key (and one key names one step)."""
     found: list[Violation] = []
     for pid, item in view.items():
         left: dict[int, Entry] = {}
         for entry in view.trail(item):
             name = f"{pid}/{item['id']} step {entry}"
-            if entry.leaves and entry.gate in left:
+            if (entry.leaves and entry.gate in left
+                    and not view.rewound(pid, entry.gate,
+                                         view.written_at(pid, item["id"], left[entry.gate])
+                                         or 0.0, view.source_start(entry) or 0.0)):
                 found.append(Violation("exactly-once", f"{name}: gate {entry.gate} left "
                                        f"twice ({left[entry.gate]} and {entry})", [item]))
             if entry.leaves:
                 left[entry.gate] = entry
-            if entry.how in ("n", "w"):
-                call = view.calls.get(entry.source)
-                if (call is None or call["outcome"] != "ok" or call["partition"] != pid
-                        or call["item"] != item["id"] or call["gate"] != entry.gate
-                        or ("wait" in (call["answer"] or {})) != (entry.how == "w")):
-                    found.append(Violation("exactly-once", f"{name}: not written by a call "
-                                           "answered for it", [item, *([call] if call else [])]))
-            else:
-                tries = view.by_cid.get(entry.source, [])
-                if (not tries or any(t["partition"] != pid or t["item"] != item["id"]
-                                     or t["gate"] != entry.gate for t in tries)):
-                    found.append(Violation("exactly-once", f"{name}: no completion made it",
-                                           [item, *tries]))
-                elif all(t["status"] in (409, 404, 400) for t in tries):
-                    found.append(Violation("exactly-once", f"{name}: applied, yet every try "
-                                           "was refused", [item, *tries]))
+            wrong = _not_written_by_its_source(view, pid, item, entry)
+            if wrong is not None:
+                found.append(Violation("exactly-once", f"{name}: {wrong[0]}", wrong[1]))
     keys: dict[tuple[Any, ...], set[str]] = defaultdict(set)
     steps: dict[str, set[tuple[Any, ...]]] = defaultdict(set)
     for call in view.calls.values():
@@ -72,6 +71,31 @@ def steps_applied_once(view: View) -> list[Violation]:
     return found
 
 
+def _not_written_by_its_source(view: View, pid: str, item: Event, entry: Entry
+                               ) -> tuple[str, list[Event]] | None:
+    """What is wrong with the source of a trail's step (``None``: nothing)."""
+    if entry.how in ("n", "w"):
+        call = view.calls.get(entry.source)
+        if (call is None or call["outcome"] != "ok" or call["partition"] != pid
+                or call["item"] != item["id"] or call["gate"] != entry.gate
+                or ("wait" in (call["answer"] or {})) != (entry.how == "w")):
+            return "not written by a call answered for it", [item, *([call] if call else [])]
+    elif entry.how == "r":
+        reduce = view.reduces.get(entry.source)
+        if (reduce is None or reduce["outcome"] != "ok" or reduce["partition"] != pid
+                or reduce["gate"] != entry.gate or item["id"] not in reduce["items"]):
+            return ("not written by a reduce call that named it",
+                    [item, *([reduce] if reduce else [])])
+    else:
+        tries = view.by_cid.get(entry.source, [])
+        if (not tries or any(t["partition"] != pid or t["item"] != item["id"]
+                             or t["gate"] != entry.gate for t in tries)):
+            return "no completion made it", [item, *tries]
+        if all(t["status"] in (409, 404, 400) for t in tries):
+            return "applied, yet every try was refused", [item, *tries]
+    return None
+
+
 def _calls_for(view: View, step: tuple[Any, ...]) -> list[Event]:
     return [c for c in view.calls.values()
             if (c["partition"], c["item"], c["gate"], c["trail"]) == step]
@@ -79,7 +103,8 @@ def _calls_for(view: View, step: tuple[Any, ...]) -> list[Event]:
 
 def gate_order(view: View) -> list[Violation]:
     """No call at gate h of a partition starts before every step that moved an item of
-    it on from a gate below h has been written."""
+    it on from a gate below h has been written (within one rewind epoch, and unless an
+    operator's set_gate moved the partition on to h before the call)."""
     found: list[Violation] = []
     writes: dict[str, list[tuple[float, int, str, Entry]]] = defaultdict(list)
     for pid, item in view.items():
@@ -88,7 +113,12 @@ def gate_order(view: View) -> list[Violation]:
             if at is not None:
                 writes[pid].append((at, entry.gate, item["id"], entry))
     for call in view.calls.values():
-        for at, gate, item_id, entry in writes.get(call["partition"], ()):
+        pid = call["partition"]
+        moved = any(v["args"].get("gate", -1) >= call["gate"] and v["started"] <= call["started"]
+                    for v in view.done("set_gate", pid))
+        for at, gate, item_id, entry in writes.get(pid, ()):
+            if moved or view.rewound(pid, gate, call["started"], at):
+                continue
             if gate < call["gate"] and call["started"] < at:
                 found.append(Violation(
                     "gate-order", f"call {call['seq']} at gate {call['gate']} of "
@@ -249,6 +279,8 @@ def nothing_lost(view: View) -> list[Violation]:
         data = item.get("data") or {}
         first, last = data.get("g0", 0), data.get("last", 0)
         gates = [e.gate for e in view.trail(item) if e.leaves]
+        if view.done("rewind", pid):  # each epoch leaves the gates from its own
+            gates = sorted(set(gates)) if gates and gates[-1] == last else gates
         if item["status"] != "complete" or gates != list(range(first, last + 1)):
             found.append(Violation("nothing-lost", f"{pid}/{item['id']} {item['status']} at "
                                    f"gate {item['gate']} in a complete partition, gates left "
@@ -308,13 +340,14 @@ def cancel_stops(view: View) -> list[Violation]:
             continue
         pid = cancel["args"]["partition"]
         after = cancel["finished"]
-        retry = min((v["started"] for v in view.verbs if v["name"] == "retry"
+        retry = min((v["started"] for v in view.verbs if v["name"] in ("retry", "rewind")
                      and v["args"].get("partition") == pid and v["started"] >= after),
                     default=float("inf"))
         for item in view.final["items"].get(pid, []):
             for entry in view.trail(item):
                 at = view.written_at(pid, item["id"], entry)
-                source = (view.calls.get(entry.source) if entry.how != "c"
+                source = (view.reduces.get(entry.source) if entry.how == "r"
+                          else view.calls.get(entry.source) if entry.how != "c"
                           else (view.by_cid.get(entry.source) or [None])[0])
                 began = (source or {}).get("started")
                 if began is not None and after < began < retry:
@@ -342,6 +375,12 @@ GUARANTEES: dict[str, Callable[[View], list[Violation]]] = {
     "not-before": not_before_kept,
     "pause": pauses_hold,
     "cancel": cancel_stops,
+    "reduce-once": reduce_once,
+    "notify": notify_once,
+    "schedule": schedule_ticks,
+    "outage-unpaid": outage_unpaid,
+    "routes-reload": routes_reloaded,
+    "handover": sigterm_hands_over,
 }
 
 

@@ -18,11 +18,18 @@ all the answers arrive at the same moment.
 
 A service fault (``fail``) makes the next calls to a service answer an HTTP status
 (with ``Retry-After`` when given) and write nothing.
+
+``/svc/<service>/batch`` takes the batch protocol: each entry is answered as a call
+would be (and recorded as a ``call`` with its ``batch`` number). ``/svc/<service>/reduce``
+takes a reduce gate's call (``pass: all``): it records a ``reduce`` event (the item ids
+of the request, its Idempotency-Key), moves each item on with ``"<gate>:r@<reduce>"``
+in its trail, and stores the result ``{"reduce": <number>, "items": [ids]}``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 from collections import defaultdict
@@ -32,7 +39,7 @@ from typing import Any
 
 from tests.acceptance.harness.handler import _unless_disconnected
 from tests.proof.history import Event, History
-from tests.proof.plan import BURST, NEXT, SPAWN, WAIT
+from tests.proof.plan import BURST, NEXT, REDUCE, SPAWN, WAIT
 from tests.support.handler_apps import read_request
 from tests.support.servers import answered_probe, send_json
 
@@ -80,6 +87,8 @@ class ScriptedHandler:
         self._arrived: dict[tuple[str, int], set[str]] = defaultdict(set)
         self._bursts: dict[tuple[str, int], asyncio.Event] = defaultdict(asyncio.Event)
         self.calls = 0
+        self.batches = 0
+        self.reduces = 0
 
     def fail(self, service: str, status: int, count: int, retry_after: int | None) -> None:
         """Answer the next ``count`` calls to ``service`` with ``status``."""
@@ -90,15 +99,17 @@ class ScriptedHandler:
             return
         path = scope["path"]
         request = await read_request(scope, receive)
-        service = path.split("/")[2] if path.startswith("/svc/") else path
-        event = self.history.add(
-            "call", seq=self.calls, service=service, caller=request.headers.get("x-caller", ""),
-            partition=request.partition_id, item=request.item_id, gate=request.gate,
-            attempt=request.attempt, key=request.key,
-            token=request.headers.get("x-completion-token", ""), started=self.history.now(),
-            trail=None,
-            finished=None, status=None, retry_after=None, outcome="pending", answer=None)
-        self.calls += 1
+        parts = path.split("/")
+        service = parts[2] if path.startswith("/svc/") and len(parts) > 2 else path
+        if path.endswith("/batch"):
+            await self._batch(service, request, receive, send)
+            return
+        if path.endswith("/reduce"):
+            await self._reduce(service, request, receive, send)
+            return
+        event = self._record(service, request.headers, request.partition_id,
+                             request.item_id, request.gate, request.attempt, request.key,
+                             request.headers.get("x-completion-token", ""))
         status, answer, headers = self._fault(service)
         try:
             data = json.loads(request.body)
@@ -123,6 +134,87 @@ class ScriptedHandler:
         if event["outcome"] == "ok" and "wait" in answer:
             self.on_park(event, answer["data"])
 
+    def _record(self, service: str, headers: dict[str, str], pid: str, item: str, gate: int,
+                attempt: int, key: str, token: str, **extra: Any) -> Event:
+        event = self.history.add(
+            "call", seq=self.calls, service=service, caller=headers.get("x-caller", ""),
+            routes=headers.get("x-routes"), partition=pid, item=item, gate=gate,
+            attempt=attempt, key=key, token=token, started=self.history.now(), trail=None,
+            finished=None, status=None, retry_after=None, outcome="pending", answer=None,
+            **extra)
+        self.calls += 1
+        return event
+
+    async def _batch(self, service: str, request: Any, receive: Any, send: Any) -> None:
+        """The batch protocol: one call event per entry, answered in order."""
+        self.batches += 1
+        entries = json.loads(request.body)
+        events = []
+        for entry in entries:
+            event = self._record(service, request.headers, entry["partition_id"],
+                                 entry["item_id"], entry["gate"], entry["attempt"],
+                                 entry["idempotency_key"], entry.get("completion_token", ""),
+                                 batch=self.batches)
+            try:
+                data = json.loads(base64.b64decode(entry["data_b64"]))
+            except ValueError:
+                data = None
+            if isinstance(data, dict) and isinstance(data.get("t"), list):
+                event["trail"] = len(data["t"])
+            events.append((event, data))
+        status, answer, headers = self._fault(service)
+        if status is None:
+            work = asyncio.gather(*(self._answer(event, data) for event, data in events))
+            if not await _unless_disconnected(work, receive):
+                for event, _ in events:
+                    event["outcome"], event["finished"] = "abandoned", self.history.now()
+                return
+            status, answer = 200, [event["answer"] for event, _ in events]
+        for event, _ in events:
+            event["status"], event["finished"] = status, self.history.now()
+            if status == 200:
+                event["outcome"] = "ok"
+            else:
+                event["outcome"], event["answer"] = "fault", answer
+                event["retry_after"] = dict(headers).get("retry-after")
+        await send_json(send, status, answer, headers=headers)
+        if status == 200:
+            for event, _ in events:
+                if "wait" in event["answer"]:
+                    self.on_park(event, event["answer"]["data"])
+
+    async def _reduce(self, service: str, request: Any, receive: Any, send: Any) -> None:
+        """A reduce gate's call: every item of the page moved on, the result stored."""
+        body = json.loads(request.body)
+        seq = self.reduces
+        self.reduces += 1
+        ids = sorted(entry["item_id"] for entry in body["items"]
+                     if entry["status"] == "available")
+        event = self.history.add(
+            "reduce", seq=seq, service=service, caller=request.headers.get("x-caller", ""),
+            partition=body["partition_id"], gate=body["gate"], attempt=body["attempt"],
+            key=body["idempotency_key"], pass_=body["pass"], page=body["page"],
+            last=body["last"], items=ids, started=self.history.now(), finished=None,
+            status=None, outcome="pending")
+        status, answer, headers = self._fault(service)
+        if status is None:
+            await asyncio.sleep(0.05)
+            answers = {}
+            for entry in body["items"]:
+                if entry["status"] != "available":
+                    continue
+                data = json.loads(base64.b64decode(entry["data_b64"]))
+                answers[entry["item_id"]] = leave(data, body["gate"], f"r@{seq}")
+            answer = {"items": answers, "result": {"reduce": seq, "items": ids}}
+            if body["pass"] == "fold":
+                answer = {"accumulator": None}
+            status = 200
+            event["outcome"] = "ok"
+        else:
+            event["outcome"] = "fault"
+        event["status"], event["finished"] = status, self.history.now()
+        await send_json(send, status, answer, headers=headers)
+
     def _fault(self, service: str) -> tuple[int | None, Any, list[tuple[str, str]]]:
         queue = self.faults.get(service)
         if not queue:
@@ -143,6 +235,10 @@ class ScriptedHandler:
             event["answer"] = {"error": {"message": "not proof data", "no_retry": True}}
             return
         step = data["s"][gate] if 0 <= gate < len(data["s"]) else NEXT
+        if step == REDUCE:
+            event["answer"] = {"error": {"message": "a reduce gate called per item",
+                                         "no_retry": True}}
+            return
         parked_before = any(entry.startswith(f"{gate}:w@") for entry in data["t"])
         if step == WAIT and not parked_before:
             event["answer"] = {"wait": {"timeout": data["wt"]},

@@ -18,12 +18,20 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 PIPELINES = ("alpha", "beta")
+# The pipelines of the second stream's partitions (see :func:`generate`): ``gamma``'s
+# route sends batches (the batch protocol), ``delta``'s service runs on a server of its
+# own that a ``service_down`` fault stops (connections refused) and starts again.
+EXTRA_PIPELINES = ("gamma", "delta")
+ALL_PIPELINES = PIPELINES + EXTRA_PIPELINES
 # The service each pipeline's routes send its calls to (by URL path, /svc/<service>).
-SERVICE_OF = {"alpha": "alpha", "beta": "beta"}
+SERVICE_OF = {"alpha": "alpha", "beta": "beta", "gamma": "gamma", "delta": "delta"}
+BATCHED = frozenset({"gamma"})
+DOWNABLE = "delta"
 KEYS = ("k0", "k1", "k2")
 
-# What an item does when it is called at a gate (see tests/proof/handler.py).
-NEXT, WAIT, SPAWN, BURST = "next", "wait", "spawn", "burst"
+# What an item does when it is called at a gate (see tests/proof/handler.py); ``reduce``
+# marks a reduce gate, where no per-item call is made.
+NEXT, WAIT, SPAWN, BURST, REDUCE = "next", "wait", "spawn", "burst", "reduce"
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,8 @@ class PartitionPlan:
     key: str | None = None
     priority: int = 0
     kind: str = "plain"
+    reduce_gates: tuple[int, ...] = ()
+    notify: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,7 +121,8 @@ class Plan:
         raw = json.loads(text)
         partitions = tuple(
             PartitionPlan(**{**p, "quorum": {int(g): k for g, k in p["quorum"].items()},
-                             "items": tuple(_item(i) for i in p["items"])})
+                             "items": tuple(_item(i) for i in p["items"]),
+                             "reduce_gates": tuple(p.get("reduce_gates", ()))})
             for p in raw["partitions"])
         actions = tuple(Action(**a) for a in raw["actions"])
         return Plan(**{**raw, "partitions": partitions, "actions": actions})
@@ -251,9 +262,85 @@ ACTIONS: dict[str, tuple[int, bool, ArgsMaker]] = {
 FAULT_KINDS = frozenset(kind for kind, (_, fault, _) in ACTIONS.items() if fault)
 
 
+def _reduce(rng: random.Random, pid: str, at: float, size: Size) -> PartitionPlan:
+    """A map, reduce (, map) partition: the reduce gate's one call for the whole gate,
+    after per-item steps that spawn and park, on any pipeline (``gamma``: in batches)."""
+    gates = rng.randint(2, 3)
+    reduce_gate = rng.randint(1, gates - 1)
+    items = []
+    for n in range(rng.randint(*size.items)):
+        script = tuple(REDUCE if g == reduce_gate
+                       else rng.choices([NEXT, WAIT, SPAWN], weights=[5, 2, 1])[0]
+                       for g in range(gates))
+        waits = {g: _wait_plan(rng) for g, step in enumerate(script) if step == WAIT}
+        items.append(ItemPlan(id=f"i{n}", script=script,
+                              wait_timeout=round(rng.uniform(1.0, 4.0), 2),
+                              spawn=rng.randint(1, 2) if SPAWN in script else 0, waits=waits))
+    return PartitionPlan(id=pid, at=at, pipeline=rng.choice(ALL_PIPELINES), items=tuple(items),
+                         gates=gates, key=rng.choice([None, *KEYS]),
+                         priority=rng.randint(-2, 2), kind="reduce",
+                         reduce_gates=(reduce_gate,))
+
+
+def _extra_plain(rng: random.Random, pid: str, at: float, size: Size) -> PartitionPlan:
+    """A plain partition on the batch pipeline or the one whose service goes down."""
+    return replace(_plain(rng, pid, at, size), pipeline=rng.choice(EXTRA_PIPELINES))
+
+
+def _extra_quorum(rng: random.Random, pid: str, at: float, size: Size) -> PartitionPlan:
+    """A burst quorum answered in batches."""
+    return replace(_quorum_burst(rng, pid, at, size), pipeline="gamma")
+
+
+# The second stream's partition kinds (see :func:`generate`): weight and maker.
+EXTRA_PARTITIONS: dict[str, tuple[int, Callable[[random.Random, str, float, Size],
+                                                PartitionPlan]]] = {
+    "reduce": (4, _reduce),
+    "plain": (3, _extra_plain),
+    "quorum_burst": (1, _extra_quorum),
+}
+EXTRA_PREFIX = {"reduce": "m", "plain": "x", "quorum_burst": "y"}
+
+
+def _plain_pid(ps: list[PartitionPlan], rng: random.Random) -> str | None:
+    """A partition a rewind or a set_gate may aim at: not a quorum's (a rewind counts a
+    quorum again, which the quorum's property does not follow)."""
+    return _pid([p for p in ps if not p.quorum], rng)
+
+
+def _schedule(rng: random.Random, ps: list[PartitionPlan], size: Size) -> dict[str, Any]:
+    every = rng.choice([1, 2, 2, 3])
+    script = tuple(rng.choices([NEXT, WAIT], weights=[4, 1])[0]
+                   for _ in range(rng.randint(1, 2)))
+    return {"name": f"s{rng.randrange(1000):03d}", "every": every,
+            "seconds": round(rng.uniform(3 * every, size.duration * 0.7), 2),
+            "items": rng.randint(1, 3), "script": list(script),
+            "pipeline": rng.choice(ALL_PIPELINES), "notify": rng.random() < 0.5}
+
+
+# The second stream's action kinds: weight, whether a fault, how it draws its arguments.
+EXTRA_ACTIONS: dict[str, tuple[int, bool, ArgsMaker]] = {
+    "rewind": (3, False, lambda rng, ps, size: {
+        "partition": _plain_pid(ps, rng), "gate": rng.randint(0, 2)}),
+    "set_gate": (1, False, lambda rng, ps, size: {"partition": _plain_pid(ps, rng)}),
+    "schedule": (2, False, _schedule),
+    "service_down": (3, True, lambda rng, ps, size: {
+        "seconds": round(rng.uniform(1.0, 4.0), 2)}),
+    "sighup": (2, True, lambda rng, ps, size: {}),
+    "sigterm": (2, True, lambda rng, ps, size: {"slot": rng.randrange(size.processors)}),
+}
+FAULT_KINDS = FAULT_KINDS | {kind for kind, (_, fault, _) in EXTRA_ACTIONS.items() if fault}
+
+
 def generate(seed: int, size: Size = SMALL) -> Plan:
-    """The plan of ``seed``: every partition, item, script and action drawn from one
-    ``random.Random(seed)``, in one order, so the same seed makes the same plan."""
+    """The plan of ``seed``: every partition, item, script and action drawn in one order
+    from two streams, so the same seed makes the same plan.
+
+    The first stream, ``random.Random(seed)``, draws what the first version of this
+    generator drew, unchanged (so a seed kept in ``FOUND_SEEDS`` still makes the plan
+    that found its defect); the second, ``random.Random(f"extra/{seed}")``, adds reduce
+    partitions, partitions on the batch and outage pipelines, notify URLs, a schedule,
+    rewinds, set_gates, services down, SIGHUPs and SIGTERMs."""
     rng = random.Random(seed)
     partitions: list[PartitionPlan] = []
     kinds = list(PARTITIONS)
@@ -268,8 +355,23 @@ def generate(seed: int, size: Size = SMALL) -> Plan:
         kind = rng.choices(names, weights=[ACTIONS[k][0] for k in names])[0]
         actions.append(Action(at=round(rng.uniform(0.3, size.duration), 2), kind=kind,
                               args=ACTIONS[kind][2](rng, partitions, size)))
-    actions.sort(key=lambda a: a.at)
     limits = {key: rng.randint(1, 4) for key in KEYS}
+    extra = random.Random(f"extra/{seed}")
+    kinds = list(EXTRA_PARTITIONS)
+    base = len(partitions)
+    for n in range(extra.randint(2, 4)):
+        kind = extra.choices(kinds, weights=[EXTRA_PARTITIONS[k][0] for k in kinds])[0]
+        at = round(extra.uniform(0, size.duration * 0.6), 2)
+        partitions.append(EXTRA_PARTITIONS[kind][1](
+            extra, f"{EXTRA_PREFIX[kind]}{base + n:02d}", at, size))
+    partitions = [replace(p, notify=extra.random() < 0.35) for p in partitions]
+    partitions.sort(key=lambda p: p.at)
+    names = list(EXTRA_ACTIONS)
+    for _ in range(extra.randint(2, 5)):
+        kind = extra.choices(names, weights=[EXTRA_ACTIONS[k][0] for k in names])[0]
+        actions.append(Action(at=round(extra.uniform(0.5, size.duration * 0.8), 2), kind=kind,
+                              args=EXTRA_ACTIONS[kind][2](extra, partitions, size)))
+    actions.sort(key=lambda a: a.at)
     return Plan(seed=seed, processors=size.processors, key_limits=limits,
                 partitions=tuple(partitions), actions=tuple(actions),
                 duration=size.duration)

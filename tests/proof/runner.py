@@ -20,7 +20,14 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from processor import AsyncClient, NewItem, StatefeedError
 from tests.acceptance.harness.database import Sessions
-from tests.proof.actors import PERFORM, Actors, Completer, Fleet
+from tests.proof.actors import (
+    PERFORM,
+    Actors,
+    Completer,
+    DownableServer,
+    Fleet,
+    NoticeReceiver,
+)
 from tests.proof.checker import Violation, check
 from tests.proof.handler import ScriptedHandler, item_data
 from tests.proof.history import Event, History
@@ -31,6 +38,9 @@ from watcher.store.db.urls import parse_database_url
 
 ENDED = ("complete", "failed", "cancelled")
 SETTLE_TIMEOUT = 60.0
+# How long the run waits, once every partition ended, for their notifications to be sent
+# (a delivery refused once is sent again after --notify-backoff, 1 s, with jitter).
+NOTIFY_PATIENCE = 20.0
 
 
 @dataclass
@@ -89,7 +99,11 @@ async def _run(plan: Plan, db_url: str, prefix: str, workdir: Path, history: His
             history, {p.id: len(p.items) for p in plan.partitions if BURST in p.items[0].script},
             lambda call, data: completer[0].on_park(call, data))
         base_url = await stack.enter_async_context(serve_app(handler))
-        fleet = Fleet(workdir, db_url, prefix, base_url, sessions)
+        down = DownableServer(handler)
+        await down.start()
+        stack.push_async_callback(down.stop)
+        notify_url = await stack.enter_async_context(serve_app(NoticeReceiver(history)))
+        fleet = Fleet(workdir, db_url, prefix, base_url, sessions, down_url=down.url)
         stack.push_async_callback(fleet.kill_everyone)
         completer.append(Completer(plan, history, fleet, client))
         for key, limit in plan.key_limits.items():
@@ -97,14 +111,16 @@ async def _run(plan: Plan, db_url: str, prefix: str, workdir: Path, history: His
         await fleet.start_api()
         for slot in range(plan.processors):
             await fleet.start(slot)
-        actors = Actors(fleet, client, handler, history)
+        actors = Actors(fleet, client, handler, history, down, f"{notify_url}/hook")
         zero = history.now()
-        await asyncio.gather(*(_at(history, zero + p.at, _create(client, history, p))
+        await asyncio.gather(*(_at(history, zero + p.at,
+                                   _create(client, history, p, f"{notify_url}/hook"))
                                for p in plan.partitions),
                              *(_at(history, zero + a.at, PERFORM[a.kind](actors, a.args))
                                for a in plan.actions))
         await _lift_pauses(plan, fleet, actors)
         settled = await _settle(client, plan, settle_timeout)
+        await _notices_sent(client, NOTIFY_PATIENCE)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(10):
                 await completer[0].drain()
@@ -119,7 +135,8 @@ async def _at(history: History, at: float, work: Any) -> None:
     await work
 
 
-async def _create(client: AsyncClient, history: History, partition: PartitionPlan) -> None:
+async def _create(client: AsyncClient, history: History, partition: PartitionPlan,
+                  notify_url: str) -> None:
     # The database's now was read after ``asked``: a not_before of now + s is no earlier
     # than asked + s on the run's clock, so a call before that is early for sure.
     asked = history.now()
@@ -137,11 +154,14 @@ async def _create(client: AsyncClient, history: History, partition: PartitionPla
     event = history.add("create", partition=partition.id, started=history.now(),
                         not_before=not_before, quorum=partition.quorum, key=partition.key,
                         layout=partition.kind, gates=partition.gates,
-                        pipeline=partition.pipeline)
+                        pipeline=partition.pipeline, reduce_gates=list(partition.reduce_gates),
+                        notify=partition.notify)
     try:
         await client.create_partition(partition.id, items, quorum=partition.quorum or None,
                                       key=partition.key, priority=partition.priority,
-                                      pipeline=partition.pipeline)
+                                      pipeline=partition.pipeline,
+                                      reduce_gates=partition.reduce_gates,
+                                      notify=notify_url if partition.notify else None)
     except StatefeedError as error:
         event["error"] = f"{type(error).__name__}: {error}"[:300]
     event["finished"] = history.now()
@@ -165,16 +185,30 @@ async def _lift_pauses(plan: Plan, fleet: Fleet, actors: Actors) -> None:
 
 
 async def _settle(client: AsyncClient, plan: Plan, timeout: float) -> bool:  # noqa: ASYNC109
-    """Wait until every partition has ended; returns whether they all did in time."""
-    ids = {p.id for p in plan.partitions}
+    """Wait until every partition (the plan's, and the schedules') has ended; returns
+    whether they all did in time."""
     try:
         async with asyncio.timeout(timeout):
             while True:
                 infos = await client.partitions(limit=10_000)
-                open_ = [i for i in infos if i.id in ids and i.status not in ENDED]
+                open_ = [i for i in infos if i.status not in ENDED]
                 if not open_:
                     return True
                 await asyncio.sleep(0.2)
+    except TimeoutError:
+        return False
+
+
+async def _notices_sent(client: AsyncClient, timeout: float) -> bool:  # noqa: ASYNC109
+    """Wait until no notification is pending; returns whether none was in time."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                with contextlib.suppress(StatefeedError):
+                    counts = await client.notification_counts()
+                    if not counts.get("pending"):
+                        return True
+                await asyncio.sleep(0.3)
     except TimeoutError:
         return False
 
@@ -183,8 +217,12 @@ async def _final(client: AsyncClient, plan: Plan) -> dict[str, Any]:
     partitions: dict[str, Event] = {}
     items: dict[str, list[Event]] = {}
     for info in await client.partitions(limit=10_000):
+        try:
+            result = info.result_json()
+        except ValueError:
+            result = "not json"
         partitions[info.id] = {"status": info.status, "gate": info.gate,
-                               "counts": dict(info.counts)}
+                               "counts": dict(info.counts), "result": result}
         items[info.id] = []
         async for item in client.iter_items(info.id):
             try:

@@ -46,7 +46,8 @@ def _short(event: Event) -> str:
 @dataclass(frozen=True)
 class Entry:
     """One step of an item's trail: at ``gate``, ``how`` (n: a call moved it on, w: a call
-    parked it, c: a completion moved it on) from ``source`` (a call or completion)."""
+    parked it, c: a completion moved it on, r: a reduce call moved it on) from
+    ``source`` (a call, completion or reduce call)."""
 
     gate: int
     how: str
@@ -61,7 +62,7 @@ class Entry:
     @property
     def leaves(self) -> bool:
         """Whether the step moved the item on from its gate."""
-        return self.how in ("n", "c")
+        return self.how in ("n", "c", "r")
 
 
 class View:
@@ -80,6 +81,27 @@ class View:
                                                         "settled": False}
         self.verbs = history.of("verb")
         self.faults = history.of("fault")
+        self.reduces = {event["seq"]: event for event in history.of("reduce")}
+
+    def done(self, name: str, pid: str) -> list[Event]:
+        """The verbs ``name`` on partition ``pid`` that did not raise."""
+        return [v for v in self.verbs if v["name"] == name and not v.get("error")
+                and v["args"].get("partition") == pid]
+
+    def rewound(self, pid: str, gate: int, after: float, before: float) -> bool:
+        """Whether a rewind of ``pid`` to ``gate`` or below may have come between a
+        write at ``after`` and a call or completion begun at ``before`` (a new epoch:
+        the step legitimately runs again)."""
+        return any(r["args"]["gate"] <= gate and r["finished"] >= after
+                   and r["started"] <= before for r in self.done("rewind", pid))
+
+    def source_start(self, entry: Entry) -> float | None:
+        """When the call, completion or reduce call that wrote ``entry`` began."""
+        if entry.how == "c":
+            tries = self.by_cid.get(entry.source)
+            return min(t["started"] for t in tries) if tries else None
+        event = (self.reduces if entry.how == "r" else self.calls).get(entry.source)
+        return None if event is None else event["started"]
 
     def items(self) -> Iterable[tuple[str, Event]]:
         """(partition, item) of every item read back at the end."""
@@ -97,8 +119,8 @@ class View:
     def written_at(self, pid: str, item_id: str, entry: Entry) -> float | None:
         """The earliest moment the step's write can have happened: when its call was
         answered, or when its completion was first sent."""
-        if entry.how in ("n", "w"):
-            call = self.calls.get(entry.source)
+        if entry.how in ("n", "w", "r"):
+            call = (self.reduces if entry.how == "r" else self.calls).get(entry.source)
             return None if call is None else call["finished"]
         sent = [e["started"] for e in self.by_cid.get(entry.source, ())]
         return min(sent) if sent else None
@@ -106,11 +128,11 @@ class View:
     def frozen(self, owner: str, start: float, end: float) -> bool:
         """Whether ``owner`` was stopped or killed at some moment in [start, end]."""
         for fault in self.faults:
-            if fault["target"] != owner or fault["name"] not in ("stop", "kill"):
+            if fault["target"] != owner or fault["name"] not in ("stop", "kill", "sigterm"):
                 continue
             began = fault["started"]
             ended = fault["finished"] if fault["finished"] is not None else float("inf")
-            if fault["name"] == "kill":
+            if fault["name"] in ("kill", "sigterm"):
                 ended = float("inf")  # gone for good: its owner never calls again
             if began <= end and ended >= start:
                 return True
