@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { after, before, describe, it } from "node:test";
 
 import {
-  AlreadyCompletedError, Fail, Retry, app, type FeedEvent, type Item, type Result,
+  AlreadyCompletedError, Fail, PartitionExistsError, PartitionNotFoundError, WaitNotFoundError, Retry, app, type FeedEvent, type Item, type Result,
   type StatefeedApp,
 } from "@statefeed/sdk";
 import { Testbed } from "@statefeed/sdk/testkit";
@@ -125,6 +125,34 @@ describe("a pipeline through a real processor", { skip: missing }, () => {
     assert.ok(first && second);
     assert.ok(second.at - first.at >= 900, `called again after ${second.at - first.at} ms`);
     assert.equal(second.attempt, 1, "the Retry-After spent no attempt");
+  });
+});
+
+describe("the client's answers and errors", { skip: missing }, () => {
+  let bed: Testbed;
+
+  before(async () => {
+    bed = await Testbed.start(app(() => ({ done: true })), { runArgs: ["--manual-checkpoint"] });
+  });
+  after(async () => {
+    await bed?.stop();
+  });
+
+  it("creates idempotently, adds, lists, and names each refusal", async () => {
+    const key = { idempotencyKey: "k-1" };
+    const first = await bed.client.create("ledger/2026", [{ id: "a", data: new Uint8Array([0, 255]) }], {}, key);
+    const again = await bed.client.create("ledger/2026", [{ id: "a", data: new Uint8Array([0, 255]) }], {}, key);
+    assert.deepEqual(again, first);
+    await assert.rejects(bed.client.create("ledger/2026", []), PartitionExistsError);
+    assert.equal((await bed.client.add("ledger/2026", [{ id: "b", data: { n: 1 } }])).added, 1);
+    const page = await bed.client.items("ledger/2026");
+    assert.deepEqual(page.items.map((item) => [item.id, item.data ?? item.data_b64]),
+      [["a", "AP8="], ["b", { n: 1 }]]);
+    const listed = await bed.client.list({ prefix: "ledger/" });
+    assert.deepEqual(listed.partitions.map((partition) => partition.id), ["ledger/2026"]);
+    await assert.rejects(bed.client.get("nope"), (error: PartitionNotFoundError) =>
+      error instanceof PartitionNotFoundError && error.status === 404 && /nope/.test(error.message));
+    await assert.rejects(bed.client.heartbeat("not-a-token", 10), WaitNotFoundError);
   });
 });
 
