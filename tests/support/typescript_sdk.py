@@ -1,7 +1,8 @@
 """The TypeScript SDK (``sdk/typescript``) installed and built once per checkout, for the
 tests that run it: ``npm ci`` only when ``package-lock.json`` changed since the last
-install, ``npm run build`` every time (tsc is quick), under a file lock so that pytest-xdist
-workers do not install or build into the same folder at once."""
+install, ``npm run build`` only when a source is newer than the last build, both under a
+file lock: pytest-xdist workers neither install nor build into the same folder at once, nor
+rewrite ``dist/`` under another worker's running ``npm test``."""
 
 from __future__ import annotations
 
@@ -49,5 +50,11 @@ def built_sdk() -> Path:
         lockfile = SDK / "package-lock.json"
         if not installed.exists() or installed.stat().st_mtime < lockfile.stat().st_mtime:
             npm("ci", "--no-audit", "--no-fund")
-        npm("run", "build")
+        stamp = SDK / "build" / ".built"
+        sources = [path for folder in ("src", "test") for path in (SDK / folder).rglob("*.ts")]
+        sources += [SDK / "package.json", SDK / "tsconfig.json", installed]
+        newest = max(path.stat().st_mtime for path in sources)
+        if not stamp.exists() or stamp.stat().st_mtime < newest:
+            npm("run", "build")
+            stamp.touch()
     return SDK
