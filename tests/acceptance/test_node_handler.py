@@ -1,6 +1,7 @@
-"""The spawn guide's handler in another language: examples/node/spawn_handler.js, served by
-Node.js, lists a folder by spawning its files in pages, through a real processor over
-HTTP; the spawn guide (docs/how-to/spawn.md) shows that file as it is."""
+"""The spawn guide's handler in another language: examples/node/spawn_handler.js, written
+with the TypeScript SDK (sdk/typescript, built here) and served by Node.js, lists a folder
+by spawning its files in pages, through a real processor over HTTP; the spawn guide
+(docs/how-to/spawn.md) shows that file as it is."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from processor.http.config import HttpProcessorConfig
 from processor.http.processor import HttpProcessor
 from tests.support.engine import running, wait_until
 from tests.support.servers import free_port
+from tests.support.typescript_sdk import built_sdk
 from watcher import Watcher, WatcherConfig
 from watcher.store import Store
 from watcher.store.db.migrate import upgrade
@@ -36,19 +38,31 @@ def test_the_spawn_guide_shows_the_node_handler_as_it_is() -> None:
     assert HANDLER.read_text(encoding="utf-8") in blocks
 
 
+def example_folder(folder: Path) -> Path:
+    """``folder`` set up as a user's project of the example: its ``package.json`` (an ES
+    module), the SDK as ``node_modules/@statefeed/sdk`` (a link to the built package, as
+    ``npm install`` of ``examples/node`` makes it), and the handler."""
+    shutil.copy(HANDLER.with_name("package.json"), folder / "package.json")
+    (folder / "node_modules" / "@statefeed").mkdir(parents=True)
+    (folder / "node_modules" / "@statefeed" / "sdk").symlink_to(built_sdk())
+    shutil.copy(HANDLER, folder / HANDLER.name)
+    return folder / HANDLER.name
+
+
 @contextlib.asynccontextmanager
-async def node_handler() -> AsyncIterator[str]:
+async def node_handler(folder: Path) -> AsyncIterator[str]:
     """Serve the example with Node.js on a free loopback port; yields its URL."""
     assert NODE is not None
+    handler = example_folder(folder)
     port = free_port()
     server = await asyncio.create_subprocess_exec(
-        NODE, str(HANDLER), str(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        NODE, str(handler), str(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
 
     async def answers() -> bool:
         try:
             async with httpx.AsyncClient() as client:
-                return (await client.get(url)).status_code == 200
+                return (await client.get(f"{url}healthz")).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -68,7 +82,8 @@ async def test_a_node_handler_lists_a_folder_by_spawning_in_pages(tmp_path) -> N
     files = 250  # three pages of at most 100
     await client.create_partition("job", [NewItem("folder", json.dumps({"files": files})
                                                   .encode())])
-    async with node_handler() as url:
+    (tmp_path / "example").mkdir()
+    async with node_handler(tmp_path / "example") as url:
         processor = HttpProcessor(HttpProcessorConfig(handler_url=url))
         store = Store.open(db_url)
         watcher = Watcher(store, processor,

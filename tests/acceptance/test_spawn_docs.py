@@ -29,13 +29,13 @@ GUIDE = ROOT / "docs" / "how-to" / "spawn.md"
 
 
 @pytest.mark.skipif(NODE is None, reason="Node.js is not installed")
-async def test_the_guides_curl_gets_the_answer_it_shows() -> None:
+async def test_the_guides_curl_gets_the_answer_it_shows(tmp_path) -> None:
     block = marked_blocks(GUIDE)["spawn_curl"]
     command, expected = block.replace("\\\n", " ").strip().split("\n# ")
     words = shlex.split(command)
     headers = dict(words[i + 1].split(": ", 1) for i, word in enumerate(words) if word == "-H")
     body = words[words.index("--data-binary") + 1].encode()
-    async with node_handler() as url, httpx.AsyncClient() as client:
+    async with node_handler(tmp_path) as url, httpx.AsyncClient() as client:
         answer = await client.post(url, headers=headers, content=body)
     assert answer.status_code == 200, answer.text
     assert answer.text == expected.strip()

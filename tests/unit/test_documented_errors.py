@@ -1,5 +1,6 @@
 """Every exception class the docs name can be imported where a reader looks for it:
-statefeed's own from ``processor`` (the handler SDK's from ``handlers``)."""
+statefeed's own from ``processor`` (the handler SDK's from ``handlers``). The TypeScript
+SDK's page names that SDK's errors, which its own tests hold (sdk/typescript)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ import processor
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # A name written after a dot belongs to another library (``httpx.ReadError``), so it is left out.
 NAMED = re.compile(r"(?<!\.)\b([A-Z][A-Za-z]+Error)\b")
+# Pages of another language's SDK, whose errors are that language's.
+OTHER_LANGUAGES = frozenset({"typescript-sdk.md"})
 
 
 def documented_errors() -> set[str]:
     """The ``...Error`` names in docs/, less Python's built-in ones."""
-    names = {name for page in DOCS.rglob("*.md") for name in NAMED.findall(page.read_text())}
+    names = {name for page in DOCS.rglob("*.md") if page.name not in OTHER_LANGUAGES
+             for name in NAMED.findall(page.read_text())}
     return {name for name in names if not hasattr(builtins, name)}
 
 
