@@ -34,6 +34,7 @@ from tests.proof.history import Event, History
 from tests.proof.plan import BURST, PartitionPlan, Plan
 from tests.support.namespaces import fresh_namespace, session_pool
 from tests.support.servers import serve_app
+from watcher.errors import DatabaseError
 from watcher.store.db.urls import parse_database_url
 
 ENDED = ("complete", "failed", "cancelled")
@@ -190,7 +191,11 @@ async def _settle(client: AsyncClient, plan: Plan, timeout: float) -> bool:  # n
     try:
         async with asyncio.timeout(timeout):
             while True:
-                infos = await client.partitions(limit=10_000)
+                try:
+                    infos = await client.partitions(limit=10_000)
+                except DatabaseError:  # a fault ended this session too: ask again
+                    await asyncio.sleep(0.2)
+                    continue
                 open_ = [i for i in infos if i.status not in ENDED]
                 if not open_:
                     return True

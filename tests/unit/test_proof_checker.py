@@ -197,11 +197,11 @@ def test_a_call_started_while_paused_breaks_the_pause(scope: str, args: dict[str
              "finished": 0.1, "answer": "True"}
     resume = {"kind": "verb", "name": f"resume_{scope}", "args": args, "started": 3.0,
               "finished": 3.1, "answer": "True"}
-    inside = call(0, started=2.0, finished=2.1)
+    inside = call(0, started=0.1 + GRACE + 0.5, finished=0.1 + GRACE + 0.6)
     items = {"p": [item("i0", ["0:n@0"])]}
     assert names(check(history(create(key=key), pause, inside, resume, items=items),
                        only=["pause"])) == ["pause"]
-    inside["started"] = 3.2
+    inside["started"] = 3.2  # after the resume
     assert check(history(create(key=key), pause, inside, resume, items=items),
                  only=["pause"]) == []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.proof.checker import check
+from tests.proof.checker import GRACE, check
 from tests.proof.history import Event
 from tests.unit.test_proof_checker import call, create, history, item, names
 
@@ -124,7 +124,7 @@ def test_an_attempt_spent_with_no_call_breaks_outage_unpaid() -> None:
 def test_a_call_with_the_old_routes_after_a_sighup_breaks_routes_reload() -> None:
     hup = {"kind": "fault", "name": "sighup", "args": {}, "target": "", "started": 1.0,
            "finished": 1.0, "generation": 1, "owners": ["p0g1"]}
-    old = {**call(0, started=3.0, finished=3.1), "routes": "0"}
+    old = {**call(0, started=1.5 + GRACE, finished=1.6 + GRACE), "routes": "0"}
     items = {"p": [item("i0", ["0:n@0"])]}
     assert names(check(history(create(), hup, old, items=items),
                        only=["routes-reload"])) == ["routes-reload"]
