@@ -39,6 +39,8 @@ from watcher.store.db.urls import parse_database_url
 
 ENDED = ("complete", "failed", "cancelled")
 SETTLE_TIMEOUT = 60.0
+# How long each processor of the first fleet may take to start (a loaded machine is slow).
+START_PATIENCE = 120.0
 # How long the run waits, once every partition ended, for their notifications to be sent
 # (a delivery refused once is sent again after --notify-backoff, 1 s, with jitter).
 NOTIFY_PATIENCE = 20.0
@@ -110,8 +112,12 @@ async def _run(plan: Plan, db_url: str, prefix: str, workdir: Path, history: His
         for key, limit in plan.key_limits.items():
             await client.set_key_limit(key, limit, define=True)
         await fleet.start_api()
-        for slot in range(plan.processors):
-            await fleet.start(slot)
+        started = [await fleet.start(slot) for slot in range(plan.processors)]
+        # The plan's clock starts once the whole fleet runs: on a loaded machine a start
+        # takes seconds, and a timeline played meanwhile would check processors that
+        # are not there yet (ticks and holds then look missed).
+        await asyncio.gather(*(p.wait_log("action=watcher_started", timeout=START_PATIENCE)
+                               for p in started))
         actors = Actors(fleet, client, handler, history, down, f"{notify_url}/hook")
         zero = history.now()
         await asyncio.gather(*(_at(history, zero + p.at,
