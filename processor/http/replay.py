@@ -28,7 +28,7 @@ from processor.observe.redact import redact_url
 from processor.wire.contract import item_headers, read_item_reply
 from processor.wire.errors import item_error
 from processor.wire.values import Failure, Reply
-from watcher.errors import StatefeedError
+from watcher.errors import ItemChangedError, StatefeedError
 from watcher.models import AVAILABLE, FAILED
 from watcher.protocol import ProcessorError, Result, WorkItem
 from watcher.records import ItemInfo, ItemWrite, ReadyItem
@@ -268,20 +268,25 @@ class ReplayReport:
 async def replay_item(client: AsyncClient, partition_id: str, item_id: str, url: str, *,
                       headers: Mapping[str, str] | None = None,
                       request_timeout: float = DEFAULT_REPLAY_TIMEOUT,
-                      apply: bool = False) -> ReplayReport:
+                      apply: bool = False, version: int | None = None) -> ReplayReport:
     """Read the item, send its call to ``url`` (:func:`replay_call`, :func:`send_replay`)
     and, with ``apply``, write the answer under the item's version as read
-    (:meth:`processor.client.AsyncClient.apply_answer`).
+    (:meth:`processor.client.AsyncClient.apply_answer`). ``version``: the item's
+    version when the caller last showed it (the console's page); an item at another one
+    is refused before any call.
 
     Raises:
         ReplayError: a bad URL or no answer (nothing written); or, with ``apply``, an
             answer a processor would not write (an outage, a throttle).
         PartitionNotFoundError, ItemNotFoundError: no such partition or item.
         AnswerRefusedError, ItemChangedError: with ``apply``, as
-            :meth:`~processor.client.AsyncClient.apply_answer` says (nothing written).
+            :meth:`~processor.client.AsyncClient.apply_answer` says (nothing written);
+            ItemChangedError too when the item is not at ``version``.
     """
     check_replay_url(url)
     item = await client.item(partition_id, item_id)
+    if version is not None and item.version != version:
+        raise ItemChangedError(partition_id, item_id, version, item.version)
     partition = await client.partition(partition_id)
     call = replay_call(item, pipeline=partition.pipeline,
                        pipeline_version=partition.pipeline_version)
