@@ -117,6 +117,28 @@ class PartitionChangedError(InvalidInputError):
         self.version = version
 
 
+class ItemChangedError(InvalidInputError):
+    """An operator's write to one item was refused: the item is no longer at the version
+    it was read at (a processor, a completion or another operator moved it since).
+    Nothing was written."""
+
+    def __init__(self, partition_id: str, item_id: str, expected: int, version: int) -> None:
+        super().__init__(
+            f"item {item_id!r} of partition {partition_id!r} moved since it was read (it is "
+            f"at version {version}, not {expected}); nothing was written: look at it again "
+            "and repeat")
+        self.partition_id = partition_id
+        self.item_id = item_id
+        self.expected = expected
+        self.version = version
+
+
+class AnswerRefusedError(InvalidInputError):
+    """An operator's answer for one item was refused before anything was written: its
+    partition or the item is in a state no answer applies to (the message says which,
+    and what to do)."""
+
+
 class PartitionLeasedError(InvalidInputError):
     """A delete was refused: a processor holds a live lease on the partition."""
 

@@ -365,6 +365,139 @@ SELECT leaders.owner
    AND leaders.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
    AND leaders.owner != %s;
 
+-- name: item_apply_answer (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %s;
+
+-- name: item_apply_answer (2)
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
+       items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  LEFT OUTER JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %s
+   AND items.id = %s;
+
+-- name: item_apply_answer (3)
+UPDATE items
+   SET
+version=(items.version + %s), gate=coalesce(%s, items.gate),
+       status=%s,
+       data=coalesce(from_base64(%s), items.data),
+       attempts=%s,
+       last_error=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       error_history=CASE WHEN (%s IS NULL) THEN items.error_history
+            ELSE replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END
+ WHERE items.partition_id = %s
+   AND items.id = %s
+   AND items.version = %s;
+
+-- name: item_apply_answer (4)
+UPDATE partitions
+   SET
+version=(partitions.version + %s), until=CASE WHEN (partitions.owner = %s AND partitions.until > COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))) THEN COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+            ELSE partitions.until
+             END
+ WHERE partitions.id = %s;
+
+-- name: item_apply_answer (5)
+UPDATE items
+   SET
+version=(items.version + %s), gate=coalesce(%s, items.gate),
+       status=%s,
+       attempts=%s,
+       last_error=%s,
+       retry_at=CASE WHEN (%s > %s) THEN (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+            ELSE COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+             END,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       error_history=CASE WHEN (%s IS NULL) THEN items.error_history
+            ELSE replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END,
+       wait_key=coalesce(%s, items.wait_key),
+       wait_timeout=CASE WHEN (%s IS NULL) THEN items.wait_timeout
+            ELSE %s
+             END,
+       wait_policy=CASE WHEN (%s IS NULL) THEN items.wait_policy
+            ELSE %s
+             END,
+       wait_traceparent=CASE WHEN (%s IS NULL) THEN items.wait_traceparent
+            ELSE %s
+             END
+ WHERE items.partition_id = %s
+   AND items.id = %s
+   AND items.version = %s;
+
+-- name: item_apply_answer (6)
+UPDATE items
+   SET
+version=(items.version + %s), gate=coalesce(%s, items.gate),
+       status=%s,
+       attempts=%s,
+       last_error=%s,
+       retry_at=CASE WHEN (%s > %s) THEN (COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL CAST((%s) * 1000000 AS SIGNED) MICROSECOND)
+            ELSE COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6))
+             END,
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       error_history=CASE WHEN (%s IS NULL) THEN items.error_history
+            ELSE replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END
+ WHERE items.partition_id = %s
+   AND items.id = %s
+   AND items.version = %s;
+
+-- name: item_apply_answer (7)
+UPDATE items
+   SET
+version=(items.version + %s), gate=coalesce(%s, items.gate),
+       status=%s,
+       attempts=%s,
+       last_error=%s,
+       retry_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       updated_at=COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)),
+       error_history=CASE WHEN (%s IS NULL) THEN items.error_history
+            ELSE replace(%s, '{"at":null,', concat('{"at":"', CAST(COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS CHAR(40)), '",'))
+             END
+ WHERE items.partition_id = %s
+   AND items.id = %s
+   AND items.version = %s;
+
+-- name: item_apply_answer (8)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = %s
+   AND items.id IN (%s, ...);
+
+-- name: item_apply_answer (9)
+SELECT COALESCE(CAST(%s AS DATETIME(6)), UTC_TIMESTAMP(6)) AS clock_now_1;
+
+-- name: item_apply_answer (10)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (%s, %s, %s, %s, %s, from_base64(%s), %s, %s, %s, %s, %s, %s);
+
+-- name: item_apply_answer (11)
+UPDATE partitions
+   SET spawned=(partitions.spawned + %s)
+ WHERE partitions.id = %s;
+
 -- name: item_get (1)
 SELECT partitions.id
   FROM partitions

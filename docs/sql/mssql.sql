@@ -352,6 +352,139 @@ SELECT leaders.owner
    AND leaders.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
    AND leaders.owner != %(owner_n)s;
 
+-- name: item_apply_answer (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %(id_n)s;
+
+-- name: item_apply_answer (2)
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
+       items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  LEFT OUTER JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s;
+
+-- name: item_apply_answer (3)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
+       status=%(new_status)s,
+       data=coalesce(%(new_data)s, items.data),
+       attempts=%(new_attempts)s,
+       last_error=%(new_error)s,
+       retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       error_history=CASE WHEN (%(new_history)s IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
+             END
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s
+   AND items.version = %(seen)s;
+
+-- name: item_apply_answer (4)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_n)s), until=CASE WHEN (partitions.owner = %(owner_n)s AND partitions.until > COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())) THEN COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+            ELSE partitions.until
+             END
+ WHERE partitions.id = %(wake_pid)s;
+
+-- name: item_apply_answer (5)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
+       status=%(new_status)s,
+       attempts=%(new_attempts)s,
+       last_error=%(new_error)s,
+       retry_at=CASE WHEN (%(delay)s > %(param_n)s) THEN DATEADD(microsecond, CAST(((%(delay)s) - FLOOR(%(delay)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(delay)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+            ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+             END,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       error_history=CASE WHEN (%(new_history)s IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
+             END,
+       wait_key=coalesce(%(w_key)s, items.wait_key),
+       wait_timeout=CASE WHEN (%(w_key)s IS NULL) THEN items.wait_timeout
+            ELSE %(w_timeout)s
+             END,
+       wait_policy=CASE WHEN (%(w_key)s IS NULL) THEN items.wait_policy
+            ELSE %(w_policy)s
+             END,
+       wait_traceparent=CASE WHEN (%(w_key)s IS NULL) THEN items.wait_traceparent
+            ELSE %(w_traceparent)s
+             END
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s
+   AND items.version = %(seen)s;
+
+-- name: item_apply_answer (6)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
+       status=%(new_status)s,
+       attempts=%(new_attempts)s,
+       last_error=%(new_error)s,
+       retry_at=CASE WHEN (%(delay)s > %(param_n)s) THEN DATEADD(microsecond, CAST(((%(delay)s) - FLOOR(%(delay)s)) * 1000000 AS INT), DATEADD(second, CAST(FLOOR(%(delay)s) AS INT), COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())))
+            ELSE COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME())
+             END,
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       error_history=CASE WHEN (%(new_history)s IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
+             END
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s
+   AND items.version = %(seen)s;
+
+-- name: item_apply_answer (7)
+UPDATE items
+   SET
+version=(items.version + %(version_n)s), gate=coalesce(%(new_gate)s, items.gate),
+       status=%(new_status)s,
+       attempts=%(new_attempts)s,
+       last_error=%(new_error)s,
+       retry_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       updated_at=COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()),
+       error_history=CASE WHEN (%(new_history)s IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s, '{"at":null,', '{"at":"' + CAST(COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS NVARCHAR(40)) + '",')
+             END
+ WHERE items.partition_id = %(pid)s
+   AND items.id = %(iid)s
+   AND items.version = %(seen)s;
+
+-- name: item_apply_answer (8)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = %(partition_id_n)s
+   AND items.id IN (%(id_1_n)s, ...);
+
+-- name: item_apply_answer (9)
+SELECT COALESCE(CAST(%(clock_now)s AS DATETIME2(6)), SYSUTCDATETIME()) AS clock_now_1;
+
+-- name: item_apply_answer (10)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, last_error, retry_at, created_at, updated_at, parent, spawned_by_reduce, error_history, wait_key, wait_timeout, wait_policy, wait_traceparent)
+VALUES (%(partition_id)s, %(id)s, %(version)s, %(gate)s, %(status)s, %(data)s, %(attempts)s, %(last_error)s, %(retry_at)s, %(created_at)s, %(updated_at)s, %(parent)s, %(spawned_by_reduce)s, %(error_history)s, %(wait_key)s, %(wait_timeout)s, %(wait_policy)s, %(wait_traceparent)s);
+
+-- name: item_apply_answer (11)
+UPDATE partitions
+   SET spawned=(partitions.spawned + %(spawned_n)s)
+ WHERE partitions.id = %(id_n)s;
+
 -- name: item_get (1)
 SELECT partitions.id
   FROM partitions

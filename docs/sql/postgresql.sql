@@ -367,6 +367,150 @@ SELECT leaders.owner
    AND leaders.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
    AND leaders.owner != %(owner_1)s::VARCHAR;
 
+-- name: item_apply_answer (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
+-- name: item_apply_answer (2)
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
+       items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  LEFT OUTER JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND items.id = %(iid)s::VARCHAR;
+
+-- name: item_apply_answer (3)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
+       status=%(new_status)s::VARCHAR,
+       data=coalesce(%(new_data)s, items.data),
+       attempts=%(new_attempts)s::INTEGER,
+       last_error=%(new_error)s::VARCHAR,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       error_history=CASE WHEN (%(new_history)s::VARCHAR IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s::VARCHAR, '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",')
+             END
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND items.id = %(iid)s::VARCHAR
+   AND items.version = %(seen)s::INTEGER;
+
+-- name: item_apply_answer (4)
+UPDATE partitions
+   SET
+version=(partitions.version + %(version_1)s::INTEGER), until=CASE WHEN (partitions.owner = %(owner_1)s::VARCHAR AND partitions.until > COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))) THEN COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+            ELSE partitions.until
+             END
+ WHERE partitions.id = %(wake_pid)s::VARCHAR;
+
+-- name: item_apply_answer (5)
+SELECT pg_notify(%(pg_notify_2)s::VARCHAR, %(pg_notify_3)s::VARCHAR) AS pg_notify_1;
+
+-- name: item_apply_answer (6)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
+       status=%(new_status)s::VARCHAR,
+       attempts=%(new_attempts)s::INTEGER,
+       last_error=%(new_error)s::VARCHAR,
+       retry_at=CASE WHEN (%(delay)s > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(delay)s))
+            ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+             END,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       error_history=CASE WHEN (%(new_history)s::VARCHAR IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s::VARCHAR, '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",')
+             END,
+       wait_key=coalesce(%(w_key)s::VARCHAR, items.wait_key),
+       wait_timeout=CASE WHEN (%(w_key)s::VARCHAR IS NULL) THEN items.wait_timeout
+            ELSE %(w_timeout)s
+             END,
+       wait_policy=CASE WHEN (%(w_key)s::VARCHAR IS NULL) THEN items.wait_policy
+            ELSE %(w_policy)s::VARCHAR
+             END,
+       wait_traceparent=CASE WHEN (%(w_key)s::VARCHAR IS NULL) THEN items.wait_traceparent
+            ELSE %(w_traceparent)s::VARCHAR
+             END
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND items.id = %(iid)s::VARCHAR
+   AND items.version = %(seen)s::INTEGER;
+
+-- name: item_apply_answer (7)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
+       status=%(new_status)s::VARCHAR,
+       attempts=%(new_attempts)s::INTEGER,
+       last_error=%(new_error)s::VARCHAR,
+       retry_at=CASE WHEN (%(delay)s > %(param_1)s::INTEGER) THEN (COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) + make_interval(secs => %(delay)s))
+            ELSE COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC'))
+             END,
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       error_history=CASE WHEN (%(new_history)s::VARCHAR IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s::VARCHAR, '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",')
+             END
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND items.id = %(iid)s::VARCHAR
+   AND items.version = %(seen)s::INTEGER;
+
+-- name: item_apply_answer (8)
+UPDATE items
+   SET
+version=(items.version + %(version_1)s::INTEGER), gate=coalesce(%(new_gate)s::INTEGER, items.gate),
+       status=%(new_status)s::VARCHAR,
+       attempts=%(new_attempts)s::INTEGER,
+       last_error=%(new_error)s::VARCHAR,
+       retry_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       updated_at=COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')),
+       error_history=CASE WHEN (%(new_history)s::VARCHAR IS NULL) THEN items.error_history
+            ELSE replace(%(new_history)s::VARCHAR, '{"at":null,', '{"at":"' || CAST(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS VARCHAR(40)) || '",')
+             END
+ WHERE items.partition_id = %(pid)s::VARCHAR
+   AND items.id = %(iid)s::VARCHAR
+   AND items.version = %(seen)s::INTEGER;
+
+-- name: item_apply_answer (9)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = %(partition_id_1)s::VARCHAR
+   AND items.id IN (%(id_1_1)s::VARCHAR, ...);
+
+-- name: item_apply_answer (10)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce) SELECT CAST(r.value ->> %(value_1)s::INT AS VARCHAR) AS anon_1,
+       CAST(r.value ->> %(value_2)s::INT AS VARCHAR) AS anon_2,
+       %(param_1)s::INTEGER AS anon_3,
+       CAST(r.value ->> %(value_3)s::INT AS INTEGER) AS anon_4,
+       %(param_2)s::VARCHAR AS anon_5,
+       decode(CAST(r.value ->> %(value_4)s::INT AS VARCHAR), %(decode_2)s::VARCHAR) AS decode_1,
+       %(param_3)s::INTEGER AS anon_6,
+       greatest(COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')), CAST(CAST(r.value ->> %(value_5)s::INT AS VARCHAR) AS TIMESTAMP WITHOUT TIME ZONE)) AS greatest_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now_1,
+       COALESCE(%(clock_now)s::TIMESTAMP WITHOUT TIME ZONE, (now() AT TIME ZONE 'UTC')) AS clock_now__1,
+       CAST(r.value ->> %(value_6)s::INT AS VARCHAR) AS anon_7,
+       CAST(r.value ->> %(value_7)s::INT AS INTEGER) AS anon_8
+  FROM jsonb_array_elements(CAST(%(rows)s::VARCHAR AS JSONB)) AS r(value);
+
+-- name: item_apply_answer (11)
+UPDATE partitions
+   SET spawned=(partitions.spawned + %(spawned_1)s::INTEGER)
+ WHERE partitions.id = %(id_1)s::VARCHAR;
+
 -- name: item_get (1)
 SELECT partitions.id
   FROM partitions

@@ -378,6 +378,139 @@ SELECT leaders.owner
    AND leaders.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
    AND leaders.owner != ?;
 
+-- name: item_apply_answer (1)
+SELECT partitions.id
+  FROM partitions
+ WHERE partitions.id = ?;
+
+-- name: item_apply_answer (2)
+SELECT items.wait_key AS token,
+       items.partition_id,
+       items.id AS item_id,
+       items.version,
+       items.wait_timeout AS timeout,
+       items.wait_policy AS on_timeout,
+       items.wait_traceparent AS traceparent,
+       items.status,
+       items.version AS item_version,
+       items.wait_key AS item_wait_key,
+       items.gate,
+       items.attempts,
+       items.error_history,
+       partitions.status AS partition_status,
+       partitions.gate AS partition_gate,
+       partitions.quorum
+  FROM items
+  LEFT OUTER JOIN partitions
+    ON partitions.id = items.partition_id
+ WHERE items.partition_id = ?
+   AND items.id = ?;
+
+-- name: item_apply_answer (3)
+UPDATE items
+   SET
+version=(items.version + ?), gate=coalesce(?, items.gate),
+       status=?,
+       data=coalesce(?, items.data),
+       attempts=?,
+       last_error=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       error_history=CASE WHEN (? IS NULL) THEN items.error_history
+            ELSE replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END
+ WHERE items.partition_id = ?
+   AND items.id = ?
+   AND items.version = ?;
+
+-- name: item_apply_answer (4)
+UPDATE partitions
+   SET
+version=(partitions.version + ?), until=CASE WHEN (partitions.owner = ? AND partitions.until > COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))) THEN COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+            ELSE partitions.until
+             END
+ WHERE partitions.id = ?;
+
+-- name: item_apply_answer (5)
+UPDATE items
+   SET
+version=(items.version + ?), gate=coalesce(?, items.gate),
+       status=?,
+       attempts=?,
+       last_error=?,
+       retry_at=CASE WHEN (? > ?) THEN (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+            ELSE COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+             END,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       error_history=CASE WHEN (? IS NULL) THEN items.error_history
+            ELSE replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END,
+       wait_key=coalesce(?, items.wait_key),
+       wait_timeout=CASE WHEN (? IS NULL) THEN items.wait_timeout
+            ELSE ?
+             END,
+       wait_policy=CASE WHEN (? IS NULL) THEN items.wait_policy
+            ELSE ?
+             END,
+       wait_traceparent=CASE WHEN (? IS NULL) THEN items.wait_traceparent
+            ELSE ?
+             END
+ WHERE items.partition_id = ?
+   AND items.id = ?
+   AND items.version = ?;
+
+-- name: item_apply_answer (6)
+UPDATE items
+   SET
+version=(items.version + ?), gate=coalesce(?, items.gate),
+       status=?,
+       attempts=?,
+       last_error=?,
+       retry_at=CASE WHEN (? > ?) THEN (strftime('%Y-%m-%d %H:%M:%f', COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')), printf('%+.3f seconds', ?)) || '000')
+            ELSE COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'))
+             END,
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       error_history=CASE WHEN (? IS NULL) THEN items.error_history
+            ELSE replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END
+ WHERE items.partition_id = ?
+   AND items.id = ?
+   AND items.version = ?;
+
+-- name: item_apply_answer (7)
+UPDATE items
+   SET
+version=(items.version + ?), gate=coalesce(?, items.gate),
+       status=?,
+       attempts=?,
+       last_error=?,
+       retry_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       updated_at=COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')),
+       error_history=CASE WHEN (? IS NULL) THEN items.error_history
+            ELSE replace(?, '{"at":null,', '{"at":"' || CAST(COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS VARCHAR(40)) || '",')
+             END
+ WHERE items.partition_id = ?
+   AND items.id = ?
+   AND items.version = ?;
+
+-- name: item_apply_answer (8)
+SELECT items.id
+  FROM items
+ WHERE items.partition_id = ?
+   AND items.id IN (?, ...);
+
+-- name: item_apply_answer (9)
+SELECT COALESCE(?, (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')) AS clock_now_1;
+
+-- name: item_apply_answer (10)
+INSERT INTO items (partition_id, id, version, gate, status, data, attempts, retry_at, created_at, updated_at, parent, spawned_by_reduce)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: item_apply_answer (11)
+UPDATE partitions
+   SET spawned=(partitions.spawned + ?)
+ WHERE partitions.id = ?;
+
 -- name: item_get (1)
 SELECT partitions.id
   FROM partitions

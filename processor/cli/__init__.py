@@ -41,6 +41,8 @@ from processor.cli import schedules  # noqa: F401
 from processor.cli import tools  # noqa: F401
 from processor.cli import waits  # noqa: F401
 from processor.cli import watch  # noqa: F401
+from processor.cli.develop import replay  # noqa: F401
+from processor.cli.develop import dev  # noqa: F401
 from processor.cli.common import EXIT_CONFIG, EXIT_DATABASE, app, operator_text, say
 from watcher.errors import ConfigError, DatabaseError, StatefeedError
 from watcher.text import error_text

@@ -9,6 +9,7 @@ crosses the store seam as plain values. Bad input raises an
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Coroutine
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from processor.client.checks import (
 )
 from watcher.errors import ConfigError, InvalidInputError
 from watcher.models import MAX_GATE, Status
+from watcher.protocol import ProcessorError, Result
 from watcher.reports import (
     PipelineCount,
     PipelineMove,
@@ -41,9 +43,12 @@ from watcher.retention import (
     purge,
 )
 from watcher.rules.served.places import unserved
+from watcher.rules.spawn import SpawnLimits
 from watcher.store import Store
+from watcher.store.operator.replays import AppliedAnswer
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class PartitionVerbs:
@@ -51,6 +56,7 @@ class PartitionVerbs:
 
     store: Store
     notify_default: str | None
+    max_item_bytes: int
 
     async def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         raise NotImplementedError  # AsyncClient's
@@ -274,3 +280,30 @@ class PartitionVerbs:
         places = await self._call(self.store.partitions_open_places())
         live = await self._call(self.store.processors_live())
         return unserved(places, [processor.serves for processor in live])
+
+    async def apply_answer(self, partition_id: str, item_id: str, version: int,
+                           outcome: Result | ProcessorError, *,
+                           completion_token: str) -> AppliedAnswer:
+        """Write a handler's answer to one item (``processor replay --apply``, the
+        console's replay form) as a processor would, only while the item is still at
+        ``version``, the version read before the call; ``completion_token`` is the call's
+        (a parking answer's wait is completed with it). See
+        :meth:`watcher.store.Store.item_apply_answer`.
+
+        Raises:
+            InvalidInputError: a bad id.
+            PartitionNotFoundError, ItemNotFoundError: no such partition or item.
+            AnswerRefusedError: the partition is not open, or the item is complete or
+                skipped; nothing was written.
+            ItemChangedError: the item moved since ``version``; nothing was written.
+            SpawnConflictError: the answer spawns an id the partition holds already.
+        """
+        check_id("partition", partition_id)
+        check_id("item", item_id)
+        limit = self.max_item_bytes
+        applied = await self._call(self.store.item_apply_answer(
+            partition_id, item_id, version, outcome, completion_token=completion_token,
+            max_data_bytes=limit, spawn_limits=SpawnLimits(max_item_bytes=limit)))
+        log.info("action=answer_applied partition=%r item=%r status=%s gate=%d by=operator",
+                 partition_id, item_id, applied.status, applied.gate)
+        return applied

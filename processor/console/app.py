@@ -43,6 +43,7 @@ from processor.console.forms import see_other as _see
 from processor.console.item_page import ItemQueryError, item_data, item_routes, items_found
 from processor.console.notifications_page import notifications_routes
 from processor.console.reads import BadRequest, list_data, overview_data, partition_data
+from processor.console.replay_page import replay_routes
 from processor.console.rewind_page import rewind_routes
 from processor.console.schedules_page import schedules_routes
 from processor.console.security import (
@@ -349,7 +350,7 @@ def create_app(settings: ConsoleSettings, client: AsyncClient | None = None,
         *bulk_routes(current),
         Route("/partition", route("partition")),
         Route("/item", route("item")),
-        *item_routes(current), *rewind_routes(current),
+        *replay_routes(current), *item_routes(current), *rewind_routes(current),
         Route("/partition/delete", route("delete_confirm"), methods=["GET"]),
         Route("/partition/{verb:str}", route("action"), methods=["POST"]),
         Route("/live/overview", route("overview_live")),

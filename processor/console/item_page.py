@@ -190,6 +190,7 @@ async def item_data(client: AsyncClient, query: Mapping[str, str]) -> dict[str, 
             "passed" if item.retry_at <= now else f"in {age_text(now, item.retry_at)}"),
         "notice": ITEM_NOTICES.get(query.get("notice") or ""),
         "completion": None, "api_known": False, "api_url_setting": API_URL_SETTING,
+        "replay": None, "replay_problem": None, "replay_url": "",
     }
 
 

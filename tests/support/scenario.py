@@ -152,6 +152,7 @@ async def drive_every_method(store: Store) -> None:
     await _drive_flow(store)
     await _drive_schedules(store)
     await _drive_waits(store)
+    await _drive_operator_answers(store)
     await _drive_rewind(store)
     await _drive_pipelines(store)
     await _drive_processors(store)
@@ -334,6 +335,33 @@ async def _drive_waits(store: Store) -> None:
     await store.waits_never_begun("pw", [("w", given_up)])
     with pytest.raises(AlreadyCompletedError):
         await store.wait_complete(given_up, Result(done=True))
+
+
+async def _drive_operator_answers(store: Store) -> None:
+    """An operator's answers for items (``processor replay --apply``): new data and a gate,
+    a parking answer, an error, one that spawns, and a stale version refused."""
+    from watcher.errors import ItemChangedError
+    from watcher.protocol import Result, RetryableError
+    from watcher.waits import Wait
+
+    await store.partition_create("pa", [NewItem("a", b"1"), NewItem("b", b"2"),
+                                        NewItem("c", b"3"), NewItem("d", b"4")])
+    versions = {item.id: item.version for item in await store.items_list("pa")}
+    token = "r" * 43
+    assert (await store.item_apply_answer("pa", "a", versions["a"],
+                                          Result(gate=1, data=b"{}"), completion_token=token)
+            ).gate == 1
+    assert (await store.item_apply_answer("pa", "b", versions["b"], Result(wait=Wait(60)),
+                                          completion_token=token)).status == "waiting"
+    assert (await store.item_apply_answer("pa", "c", versions["c"], RetryableError("x"),
+                                          completion_token=token)).attempts == 1
+    await store.item_apply_answer("pa", "d", versions["d"],
+                                  Result(done=True, spawn=[NewItem("e", b"5")]),
+                                  completion_token=token)
+    with pytest.raises(ItemChangedError):
+        await store.item_apply_answer("pa", "a", versions["a"], Result(done=True),
+                                      completion_token=token)
+    await store.partition_cancel("pa")  # out of the free partitions the later steps take
 
 
 async def _drive_item_lookups(store: Store) -> None:

@@ -13,6 +13,7 @@ module: :mod:`~watcher.store.partitions` (client writes and reads),
 :mod:`~watcher.store.outbox.deliveries` (the notifications' outbox),
 :mod:`~watcher.store.operations` (retry, set-gate, cancel),
 :mod:`~watcher.store.operator.rewind` (rewind),
+:mod:`~watcher.store.operator.replays` (an operator's answer for one item),
 :mod:`~watcher.store.removal` (delete, purge, item retention),
 :mod:`~watcher.store.fleet` (leader leases, backlog),
 :mod:`~watcher.store.registry.processors` (the running processors and the places they

@@ -16,6 +16,7 @@ from watcher.store.hot import HotPathStore
 from watcher.store.leases import LeasesStore
 from watcher.store.operations import OperationsStore
 from watcher.store.operator.pipelines import PipelinesStore
+from watcher.store.operator.replays import ReplaysStore
 from watcher.store.operator.rewind import RewindsStore
 from watcher.store.outbox.deliveries import NotificationsStore
 from watcher.store.partitions import PartitionsStore
@@ -29,7 +30,7 @@ from watcher.store.waits import WaitsStore
 
 class Store(SchedulesStore, PartitionsStore, OperationsStore, RewindsStore, PipelinesStore,
             RemovalStore, FleetStore, ProcessorsStore, LeasesStore, HotPathStore, ReduceStore,
-            WaitsStore, NotificationsStore):
+            ReplaysStore, WaitsStore, NotificationsStore):
     """All reads and writes of the ``partitions``, ``items``, ``leaders``,
     ``processors`` and flow tables.
 
