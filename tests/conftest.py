@@ -87,6 +87,24 @@ def require_bench_peers() -> None:
         pytest.skip(message)
 
 
+def require_extra(module: str, extra: str, what: str) -> None:
+    """Skip (locally) or fail (when CI is set, whose ``.ci/run`` installs every extra the
+    tests use) when ``module``, from the ``extra`` extra, is not installed; ``what`` says
+    what needs it. For a test that needs a package outside ``[test]`` in one place; a
+    module that needs it throughout skips at its top instead (tests/integration/test_tracing.py)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        found = False
+    if not found:
+        message = f"{what} needs the {extra} extra: pip install -e '.[test,{extra}]'"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; CI installs it", pytrace=False)
+        pytest.skip(message)
+
+
 def require_promtool() -> str:
     """The path of Prometheus's ``promtool``; skip (locally) or fail (when CI is set)
     without it. Debian's ``prometheus`` package has it; ``.ci/run`` installs that."""
