@@ -17,6 +17,7 @@ import asyncio
 import fcntl
 import json
 import os
+import secrets as secrets_module
 import shutil
 import subprocess
 import tempfile
@@ -493,10 +494,15 @@ async def test_the_compose_file_runs_migrate_the_handler_and_three_processors(
     compose = [*command, "-p", project, "-f", str(ROOT / "deploy" / "compose.yaml"),
                "-f", str(override)]
 
+    # The file has no default for its tokens and signing secret (Compose refuses to
+    # start without them): this run's own.
+    secrets = {name: secrets_module.token_hex(24) for name in (
+        "PROCESSOR_API_TOKEN", "PROCESSOR_CONSOLE_TOKEN", "PROCESSOR_NOTIFY_SECRET")}
+
     def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*compose, *args], capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL,
-                              env={**os.environ, "DOCKER_BUILDKIT": "0"})
+                              env={**os.environ, **secrets, "DOCKER_BUILDKIT": "0"})
 
     try:
         migrated = await asyncio.to_thread(run, "run", "--rm", "--no-deps", "migrate")
