@@ -26,7 +26,7 @@ from tests.acceptance.harness.cluster import Cluster
 from tests.acceptance.harness.database import closed_port, postgres_address, via
 from tests.acceptance.harness.faults import TcpProxy, pause_outside_transaction
 from tests.acceptance.harness.handler import Call, RecordingHandler, expected_trail, initial_data
-from tests.acceptance.harness.processes import LEASE, POLL, Processor, warning_lines
+from tests.acceptance.harness.processes import LEASE, POLL, START_DEADLINE, Processor, warning_lines
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.support.engine import wait_until
 from watcher.store.drivers.postgresql.engine import STUCK_TRANSACTION_SECONDS
@@ -646,14 +646,14 @@ async def test_start_up_without_a_database_waits_and_recovers(tmp_path) -> None:
         assert "retrying" in line
         await wait_until(lambda: proxy.accepted >= 3, timeout=20, message="three connection tries")
         assert proc.running
-        health = await wait_until(lambda: proc.answer("/healthz"), timeout=10,
+        health = await wait_until(lambda: proc.answer("/healthz"), timeout=START_DEADLINE,
                                   message="/healthz")
         assert health.status_code == 200
         ready = await proc.get("/readyz")
         assert ready.status_code == 503 and not ready.json()["checks"]["database"]["ok"]
         tries = proxy.accepted
         proxy.forward()
-        await proc.wait_log("action=watcher_started", timeout=40)
+        await proc.wait_log("action=watcher_started")
         await cluster.wait_settled(layout, timeout=30)
         assert_exact(cluster, handler, await cluster.items(layout), layout)
         assert (await proc.get("/readyz")).status_code == 200
