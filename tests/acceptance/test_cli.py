@@ -180,7 +180,8 @@ async def test_sigterm_hands_over_to_a_second_processor(migrated, tmp_path) -> N
                 stopped_at = time.monotonic()
                 handler.hold.set()  # in-flight calls finish during the graceful stop
                 assert await first.wait(20) == 0, first.stderr()
-                info = await wait_until(lambda: _owned_by(client, "second"), timeout=5,
+                # A deadline, not a bound: the speed of a handoff is the benchmark's.
+                info = await wait_until(lambda: _owned_by(client, "second"), timeout=30,
                                         message="second processor takes over")
                 took = time.monotonic() - stopped_at
                 done = await client.wait("job", timeout=20)

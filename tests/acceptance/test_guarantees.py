@@ -803,7 +803,7 @@ async def test_database_outage_longer_than_a_lease_is_survived(tmp_path) -> None
         down_at = time.monotonic()
         await asyncio.gather(*(proc.wait_log("action=database_unavailable") for proc in procs))
         # Stay down until every lease in the database has expired.
-        await wait_until(lambda: _no_live_lease(cluster), timeout=2 * LEASE,
+        await wait_until(lambda: _no_live_lease(cluster), timeout=LEASE * 2 * LOADED_MARGIN,
                          message="the leases to expire")
         down_for = time.monotonic() - down_at
         calls_while_down = len(handler.calls)
