@@ -75,7 +75,12 @@ async def two_holders(cluster: Cluster, *args: str, items: int
         counts = {owner: len(ids) for owner, ids in owners.items()}
         return owners if counts == {first.owner: 2, second.owner: 2} else None
 
-    owners = await wait_until(two_each, timeout=30, message="two partitions each")
+    # The second gets its two at the first's balancing, each third of a lease: with a
+    # long lease (``--lease-duration`` in ``args``) that takes a while.
+    lease = float(args[args.index("--lease-duration") + 1]) if "--lease-duration" in args \
+        else LEASE
+    owners = await wait_until(two_each, timeout=max(30.0, lease * LOADED_MARGIN),
+                              message="two partitions each")
     return layout, first, second, owners
 
 

@@ -28,6 +28,9 @@ PARTITIONS, ITEMS = 6, 60
 # lease); a lease long enough that a loaded machine's stall (3 s once did it) cannot let
 # one expire, which would call its items in flight again: an expiry, not a hand-over.
 LEASE = 9.0
+# Each call's time, scaled with the lease: the work (6 x 60 calls on 6 slots) outlasts
+# the first balancing cycles (a third of a lease each) that hand the second its share.
+CALL_SECONDS = LEASE / 60
 
 
 def test_every_holder_above_the_share_hands_over_its_excess() -> None:
@@ -55,7 +58,7 @@ async def test_a_joining_processor_gets_its_share_and_no_item_is_called_twice(
 
     async def step(item: handlers.Item) -> handlers.Result:
         calls[(item.partition_id, item.id)] += 1
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(CALL_SECONDS)
         return handlers.Result(done=True)
 
     async with AsyncClient(db_url, table_prefix) as client:

@@ -160,12 +160,21 @@ class Processor:
             return None
 
     async def metrics(self) -> dict[str, float]:
-        """The Prometheus samples, keyed by name with labels (``x_total{outcome="ok"}``)."""
+        """The Prometheus samples, keyed by name with labels (``x_total{outcome="ok"}``).
+
+        Raises:
+            AssertionError: /metrics did not answer 200 (with what it answered).
+        """
+        answer = await self.get("/metrics")
+        assert answer.status_code == 200, f"/metrics answered {answer.status_code}: " \
+            f"{answer.text[:500]}"
         samples: dict[str, float] = {}
-        for line in (await self.get("/metrics")).text.splitlines():
+        for line in answer.text.splitlines():
             if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                samples[name] = float(value)
+                # name{labels} value [timestamp]: a label's value may hold spaces, so the
+                # value is the first word after the labels' closing brace.
+                end = line.rindex("}") + 1 if "}" in line else line.index(" ")
+                samples[line[:end]] = float(line[end:].split()[0])
         return samples
 
 
