@@ -7,6 +7,8 @@ import compileall
 import os
 import signal
 import sys
+import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,9 +16,14 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.support import children, forked_cli
 from tests.support.namespaces import NamespacePool, fresh_namespace, set_session_pool
 from watcher.store import Store
 from watcher.store.db.urls import parse_database_url, redact_url
+
+# Every process a test process starts carries its markers (tests/support/children.py):
+# what a test leaves running is killed after it, and what the run leaves at its end.
+children.mark_this_process()
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 POSTGRES_URL = os.environ.get("PROCESSOR_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
@@ -84,6 +91,24 @@ def require_bench_peers() -> None:
                    "pip install -e '.[test,bench]'")
         if os.environ.get("CI"):
             pytest.fail(message + "; CI must run the benchmark smoke tests", pytrace=False)
+        pytest.skip(message)
+
+
+def require_extra(module: str, extra: str, what: str) -> None:
+    """Skip (locally) or fail (when CI is set, whose ``.ci/run`` installs every extra the
+    tests use) when ``module``, from the ``extra`` extra, is not installed; ``what`` says
+    what needs it. For a test that needs a package outside ``[test]`` in one place; a
+    module that needs it throughout skips at its top instead (tests/integration/test_tracing.py)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        found = False
+    if not found:
+        message = f"{what} needs the {extra} extra: pip install -e '.[test,{extra}]'"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; CI installs it", pytrace=False)
         pytest.skip(message)
 
 
@@ -346,3 +371,69 @@ async def _report_hung_tasks() -> AsyncIterator[None]:
     handle = loop.call_later(HANG_REPORT_AFTER, report)
     yield
     handle.cancel()
+
+
+class LeftoverProcessWarning(UserWarning):
+    """A test left a process running after its own cleanup (it was killed)."""
+
+
+# How long a process the test stopped may take to exit by itself before it counts as
+# left over (a stop that was sent but not waited for).
+LEFTOVER_GRACE = 10.0
+LEFTOVERS_KILLED = pytest.StashKey[dict[int, str]]()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Kill, and report as a :class:`LeftoverProcessWarning`, every process the test
+    started that outlives its cleanup (this fixture is set up first, so it is torn down
+    last). The test process's descendants are checked after every test; for the
+    ``processes`` layer, also every process with this test process's marker, which
+    finds the children a killed parent left behind."""
+    thorough = "processes" in layers_of(request.node)
+
+    def running() -> dict[int, str]:
+        found = children.descendants()
+        if thorough:
+            found.update(children.marked())
+        return found
+
+    before = set(running())
+    yield
+
+    def leftovers() -> dict[int, str]:
+        spared = before | forked_cli.server_pids()
+        return {pid: command for pid, command in running().items() if pid not in spared}
+
+    left = leftovers()
+    deadline = time.monotonic() + LEFTOVER_GRACE
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling for their exit, with a deadline
+        left = leftovers()
+    if left:
+        children.kill(left)
+        warnings.warn(LeftoverProcessWarning(
+            f"{request.node.nodeid} left {len(left)} process(es) running, now killed: "
+            + "; ".join(f"{pid}: {command}" for pid, command in sorted(left.items()))),
+            stacklevel=1)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In the run's first process (the xdist controller, after its workers ended): kill
+    every process that still carries the run's marker, to be named in the summary."""
+    if hasattr(session.config, "workerinput"):
+        return
+    left = {pid: command for pid, command in children.marked(children.RUN).items()
+            if pid not in forked_cli.server_pids()}
+    if left:
+        children.kill(left)
+    session.config.stash[LEFTOVERS_KILLED] = left
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Name the processes the run left behind (and :func:`pytest_sessionfinish` killed)."""
+    left = config.stash.get(LEFTOVERS_KILLED, {})
+    if left:
+        terminalreporter.section("processes left running by the tests (killed)")
+        for pid, command in sorted(left.items()):
+            terminalreporter.line(f"{pid}: {command}")

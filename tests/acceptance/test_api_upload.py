@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from processor import AsyncClient
-from tests.acceptance.harness.processes import Processor, run_cli, spawn
+from tests.acceptance.harness.processes import START_DEADLINE, Processor, run_cli, spawn
 from tests.support.engine import wait_until
 from watcher.store.db.migrate import downgrade
 
@@ -47,7 +47,8 @@ async def api_process(tmp_path: Path, db_url: str, prefix: str
             found = re.search(r"(http://127\.0\.0\.1:\d+/)v1/", proc.output())
             return found.group(1) if found else None
 
-        yield proc, await wait_until(announced, timeout=30, message="the API's address")
+        yield proc, await wait_until(announced, timeout=START_DEADLINE,
+                                      message="the API's address")
     finally:
         code = await proc.terminate()
         assert code == 0, proc.stderr()

@@ -265,8 +265,9 @@ async def test_chaos_with_reduce_gates(tmp_path) -> None:
 
 # A purge removes only partitions that completed this long before the operator read
 # every complete partition's items: a completion is stamped with its transaction's
-# start, so this leaves it the time to commit and be seen by that read.
-PURGE_MARGIN = 2.0
+# start, so this leaves it the time to commit and be seen by that read. A loaded
+# machine once took over 2 s from a completion's start to its commit: three times that.
+PURGE_MARGIN = 6.0
 # How long after a cancel (or a delete that cancelled) a call for the partition may
 # still start: its holder drops it within a poll interval, and holds no lease on it
 # past one lease duration whatever happens.
@@ -531,8 +532,9 @@ async def test_chaos_with_operator_actions(tmp_path) -> None:
                      if pid not in operator.resumed and pid not in operator.deleted]
         exact = [pid for pid in layout if pid in operator.resumed or pid not in operator.stopped]
         items = await cluster.items([pid for pid in exact if pid not in operator.purged])
+        # A purged partition that was not read first is one of operator.problems.
         items += [item for pid in exact if pid in operator.purged
-                  for item in operator.recorded[pid]]
+                  for item in operator.recorded.get(pid, [])]
         final = {pid: await cluster.items([pid]) for pid in cancelled}
         rows = await cluster.item_rows([*operator.deleted, *operator.purged])
         cluster.assert_no_tracebacks()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from processor import AsyncClient, NewItem
-from tests.acceptance.harness.processes import PROCESSOR, run_cli
+from tests.acceptance.harness.processes import PROCESSOR, START_DEADLINE, run_cli
 from tests.support.engine import wait_until
 
 # Two ids that differ only in their last character: an ellipsis would make them one.
@@ -236,7 +236,7 @@ async def test_the_servers_log_json_lines(database: str, tmp_path: Path, verb: s
             stdout=asyncio.subprocess.DEVNULL, stderr=stderr, stdin=asyncio.subprocess.DEVNULL,
             env={**_environ(), "PROCESSOR_LOG_FORMAT": "json"})
     try:
-        await wait_until(lambda: f"{verb}_started" in err.read_text(), timeout=30,
+        await wait_until(lambda: f"{verb}_started" in err.read_text(), timeout=START_DEADLINE,
                          message=f"{verb}_started")
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(20):

@@ -17,6 +17,7 @@ import asyncio
 import fcntl
 import json
 import os
+import secrets as secrets_module
 import shutil
 import subprocess
 import tempfile
@@ -47,13 +48,14 @@ PROCESSOR_UID = 10001
 # virtual environment (92 MB). Past this, something grew that should not have.
 MAX_PROCESSOR_MB = 250
 MAX_HANDLER_MB = 150
-# How long `docker stop` (SIGTERM, then the graceful stop) may take when the in-flight
-# calls are short: the leases are released at once, not at the shutdown timeout.
-STOP_SECONDS = 5.0
-# Another processor takes the released partition over within this, where the 30 s lease
-# would otherwise have had to expire.
-TAKEOVER_SECONDS = 5.0
 LEASE_SECONDS = 30
+# `docker stop` (SIGTERM, then the graceful stop) with short in-flight calls ends before
+# the image's shutdown timeout (8 s) would: the leases are released at once, not when
+# the timeout ran out (a stop past docker's own 10 s would be a SIGKILL, exit 137).
+STOP_SECONDS = 8.0
+# Another processor takes the released partition over well before the 30 s lease could
+# have expired: a third of it leaves a loaded machine its margin.
+TAKEOVER_SECONDS = LEASE_SECONDS / 3
 # Health checks every second for the test (the image's own interval is 30 s); failures
 # in the start period do not count, so a slow start is not "unhealthy".
 HEALTH_OPTIONS = ("--health-interval", "1s", "--health-timeout", "20s",
@@ -493,10 +495,15 @@ async def test_the_compose_file_runs_migrate_the_handler_and_three_processors(
     compose = [*command, "-p", project, "-f", str(ROOT / "deploy" / "compose.yaml"),
                "-f", str(override)]
 
+    # The file has no default for its tokens and signing secret (Compose refuses to
+    # start without them): this run's own.
+    secrets = {name: secrets_module.token_hex(24) for name in (
+        "PROCESSOR_API_TOKEN", "PROCESSOR_CONSOLE_TOKEN", "PROCESSOR_NOTIFY_SECRET")}
+
     def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*compose, *args], capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL,
-                              env={**os.environ, "DOCKER_BUILDKIT": "0"})
+                              env={**os.environ, **secrets, "DOCKER_BUILDKIT": "0"})
 
     try:
         migrated = await asyncio.to_thread(run, "run", "--rm", "--no-deps", "migrate")

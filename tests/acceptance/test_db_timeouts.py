@@ -63,7 +63,7 @@ async def test_a_database_that_stops_answering_is_reported_and_survived(
         layout = await cluster.create(4, 6)
         proc = await cluster.start(None, "--db-timeout", str(DB_TIMEOUT), health=True,
                                    db_url=_through(url, proxy.port))
-        await proc.wait_log("action=watcher_started", timeout=30)
+        await proc.wait_log("action=watcher_started")
         await wait_until(lambda: len(handler.calls) >= 10, timeout=30, message="ten calls")
         assert await _ready_status(proc) == 200
         proxy.stall()

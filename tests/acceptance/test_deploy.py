@@ -25,8 +25,11 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from processor import AsyncClient, NewItem
 from processor.cli.common import app
+from processor.console.item_page import check_api_url
 from processor.health import HealthApp
 from processor.http.routes import parse_routes
+from processor.observe.logs import LOG_FORMATS
+from processor.observe.tracing import exporter_names
 from tests.conftest import POSTGRES_URL, require_postgres
 from watcher.store.db.migrate import downgrade, upgrade
 from watcher.store.db.urls import parse_database_url
@@ -136,6 +139,8 @@ def run_options(verb: str = "run") -> dict[str, str]:
     if verb == "run":
         # Repeatable and read by the command itself, one header per line.
         names["PROCESSOR_HANDLER_HEADER"] = "handler_header"
+        # Read from the environment only, never an option (processor/notify/policy.py).
+        names["PROCESSOR_NOTIFY_SECRET"] = "notify_secret"
     # Every verb reads the database URL and the logging options.
     names.setdefault("PROCESSOR_DB_URL", "db_url")
     names.setdefault("PROCESSOR_LOG_LEVEL", "log_level")
@@ -462,3 +467,118 @@ def test_the_pipelines_deployment_serves_two_pipelines_from_its_routes() -> None
     assert str(Path(env["PROCESSOR_ROUTES"]).parent) == mounts["routes"]
     assert volumes["routes"]["configMap"]["name"] == routes_map["metadata"]["name"]
     assert Path(env["PROCESSOR_ROUTES"]).name in routes_map["data"]
+
+
+# -- secrets, notifications, the console's API URL, logs and traces ----------------------
+
+# Environment variables that carry a credential: never a literal in a manifest.
+SECRET_BEARING = re.compile(r"TOKEN|SECRET|PASSWORD|_DB_URL$")
+# Compose's "required" interpolation: `${NAME:?message}` refuses to start without NAME.
+COMPOSE_REQUIRED = re.compile(r"^\$\{(?P<name>[A-Z0-9_]+):\?[^}]+\}$")
+
+
+def processor_workloads() -> list[tuple[str, dict[str, Any]]]:
+    """Every Kubernetes container of the processor image, as (verb, container)."""
+    found = []
+    for doc in kubernetes_documents():
+        if doc["kind"] in ("Deployment", "Job"):
+            for spec in doc["spec"]["template"]["spec"]["containers"]:
+                if image_name(spec["image"]) == PROCESSOR_IMAGE:
+                    found.append((verb_of(spec.get("args")), spec))
+    return found
+
+
+def compose_processor_services() -> dict[str, dict[str, Any]]:
+    """The Compose services of the processor image (every role)."""
+    return {name: service for name, service in compose()["services"].items()
+            if image_name(service.get("image", "")) == PROCESSOR_IMAGE}
+
+
+def test_every_secret_bearing_variable_comes_from_a_secret() -> None:
+    """In Kubernetes a token, secret or database URL is a secretKeyRef to a Secret that
+    secret.example.yaml shows; in Compose the tokens and the signing secret have no
+    fallback (``${NAME:?...}``), and no example value is left anywhere."""
+    examples = {doc["metadata"]["name"]: doc for doc in kubernetes_documents()
+                if doc["kind"] == "Secret"}
+    for verb, spec in processor_workloads():
+        for entry in spec.get("env", []):
+            if not SECRET_BEARING.search(entry["name"]):
+                continue
+            assert "value" not in entry, (verb, entry["name"], "a literal")
+            reference = entry["valueFrom"]["secretKeyRef"]
+            assert reference["key"] in examples[reference["name"]]["stringData"], (verb, entry)
+    text_ = COMPOSE.read_text()
+    assert "change-me" not in text_, "Compose must not fall back to a known token"
+    for name, service in compose_processor_services().items():
+        for variable, value in service.get("environment", {}).items():
+            if SECRET_BEARING.search(variable) and variable != "PROCESSOR_DB_URL":
+                required = COMPOSE_REQUIRED.match(str(value))
+                assert required and required["name"] == variable, (name, variable, value)
+
+
+def test_every_processor_signs_its_notifications() -> None:
+    """``processor run`` (each Deployment, each Compose processor) gets
+    PROCESSOR_NOTIFY_SECRET: without it a processor delivers no notification."""
+    runs = [spec for verb, spec in processor_workloads() if verb == "run"]
+    assert len(runs) >= 2  # the processors and the pipelines Deployment
+    for spec in runs:
+        reference = env_of(spec)["PROCESSOR_NOTIFY_SECRET"]["secretKeyRef"]
+        assert reference == {"name": "statefeed-notify", "key": "secret"}
+    for name, service in processor_services().items():
+        assert "PROCESSOR_NOTIFY_SECRET" in service["environment"], name
+    documented = (ROOT / "docs" / "how-to" / "deploy.md").read_text()
+    assert "PROCESSOR_NOTIFY_SECRET" in documented and "statefeed-notify" in documented
+
+
+def test_the_console_knows_the_apis_address() -> None:
+    """The console's completion URLs start with the API's address: in Kubernetes its
+    Service (name and port), in Compose the port published on the host."""
+    env = env_of(container(the("Deployment", "statefeed-console"), "console"))
+    url = urlsplit(check_api_url(env["PROCESSOR_CONSOLE_API_URL"]) or "")
+    service = the("Service", "statefeed-api")
+    assert (url.hostname, url.port) == (service["metadata"]["name"],
+                                        service["spec"]["ports"][0]["port"])
+    services = compose()["services"]
+    composed = check_api_url(services["console"]["environment"]["PROCESSOR_CONSOLE_API_URL"])
+    (published,) = services["api"]["ports"]
+    host, port, _ = published.rsplit(":", 2)
+    assert composed == f"http://{host}:{port}"
+
+
+def test_logs_are_json_and_traces_can_be_exported() -> None:
+    """Every server role logs JSON lines (``migrate``, a one-shot, has no log options);
+    the roles that trace (run and api) carry the OTEL_* exporter settings, with values
+    the service accepts."""
+    assert "json" in LOG_FORMATS
+    roles: list[tuple[str, str, dict[str, Any]]] = [
+        (verb, spec["name"], env_of(spec)) for verb, spec in processor_workloads()]
+    roles += [(verb_of(service.get("command")), name, service.get("environment", {}))
+              for name, service in compose_processor_services().items()]
+    assert {verb for verb, _, _ in roles} == {"run", "api", "console", "migrate"}
+    for verb, name, env in roles:
+        if verb == "migrate":
+            continue
+        assert env.get("PROCESSOR_LOG_FORMAT") == "json", (verb, name)
+        if verb in ("run", "api"):
+            for variable in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+                             "OTEL_SERVICE_NAME"):
+                assert variable in env, (verb, name, variable)
+            exporter = re.sub(r"^\$\{[A-Z_]+:-(.*)\}$", r"\1", env["OTEL_TRACES_EXPORTER"])
+            assert exporter_names({"OTEL_TRACES_EXPORTER": exporter}) in ([], [
+                "otlp_proto_http"]), (name, exporter)
+
+
+def test_keda_is_a_stated_prerequisite_with_an_alternative() -> None:
+    """The ScaledObject needs KEDA: its manifest, the kustomization and the deploy page
+    say so, and a CPU HorizontalPodAutoscaler of the same Deployment (not applied by
+    default) is the alternative."""
+    for path in (KUBERNETES / "keda-scaledobject.yaml", KUBERNETES / "kustomization.yaml",
+                 KUBERNETES / "processor.yaml"):
+        assert re.search(r"KEDA", path.read_text()) and "processor-hpa.yaml" in \
+            path.read_text(), path.name
+    documented = (ROOT / "docs" / "how-to" / "deploy.md").read_text()
+    assert "prerequisite" in documented.lower() and "processor-hpa.yaml" in documented
+    hpa = the("HorizontalPodAutoscaler", "statefeed-processor")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "statefeed-processor"
+    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
+    assert "processor-hpa.yaml" not in kustomization["resources"], "one autoscaler, not two"

@@ -20,6 +20,7 @@ import pytest
 from processor import AsyncClient, NewItem
 from processor.http.config import HttpProcessorConfig
 from processor.http.processor import HttpProcessor
+from tests.acceptance.harness.processes import START_DEADLINE
 from tests.support.engine import running, wait_until
 from tests.support.servers import free_port
 from tests.support.typescript_sdk import built_sdk
@@ -67,7 +68,7 @@ async def node_handler(folder: Path) -> AsyncIterator[str]:
             return False
 
     try:
-        await wait_until(answers, timeout=20, message="the Node.js handler to listen")
+        await wait_until(answers, timeout=START_DEADLINE, message="the Node.js handler to listen")
         yield url
     finally:
         server.terminate()

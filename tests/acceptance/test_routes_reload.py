@@ -40,7 +40,7 @@ async def test_sighup_reloads_the_routes_without_dropping_a_call_in_flight(
             str(health_port), *FAST, "--request-timeout", "20"], tmp_path,
             health_port=health_port)
         try:
-            await proc.wait_log("action=watcher_started", timeout=60)
+            await proc.wait_log("action=watcher_started")
             await client.create_partition("p1", [NewItem("i", b"{}"), NewItem("j", b"{}")],
                                           pipeline="one")
             await wait_until(lambda: a.in_flight("p1", 1) == 2, timeout=30,

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from processor import AsyncClient, NewItem
 from tests.acceptance.harness.processes import Processor, spawn
@@ -21,18 +23,35 @@ from watcher import Result, Store, Watcher
 
 ITEMS = 300
 CLIENTS = 16
+# A deadline for a process to start or stop on a loaded machine, not a speed goal.
+START_DEADLINE = 90.0
 
 
-async def _api(tmp_path: Path, db_url: str, prefix: str, name: str) -> tuple[Processor, str]:
+@pytest.fixture
+async def started() -> AsyncIterator[list[Processor]]:
+    """The processes a test starts (it appends each as it starts it): every one still
+    running when the test ends, passed or failed, is killed and reaped."""
+    processes: list[Processor] = []
+    yield processes
+    for proc in processes:
+        proc.kill()
+        with contextlib.suppress(AssertionError):
+            await proc.wait(START_DEADLINE)
+
+
+async def _api(tmp_path: Path, db_url: str, prefix: str, name: str,
+               started: list[Processor]) -> tuple[Processor, str]:
     proc = await spawn(name, ["api", "--db-url", db_url, "--table-prefix", prefix,
                               "--port", "0"], tmp_path)
+    started.append(proc)
 
     def announced() -> str | None:
         assert proc.running, proc.stderr()
         found = re.search(r"(http://127\.0\.0\.1:\d+/)v1/", proc.output())
         return found.group(1) if found else None
 
-    return proc, await wait_until(announced, timeout=30, message="the API's address")
+    return proc, await wait_until(announced, timeout=START_DEADLINE,
+                                  message="the API's address")
 
 
 async def _complete_all(url: str, tokens: list[str], outcomes: dict[str, list[object]],
@@ -57,7 +76,8 @@ async def _complete_all(url: str, tokens: list[str], outcomes: dict[str, list[ob
 
 
 async def test_a_kill_9_of_the_api_mid_completion_applies_each_once(
-        migrated: tuple[str, str], tmp_path: Path) -> None:  # noqa: F811
+        migrated: tuple[str, str], tmp_path: Path,  # noqa: F811
+        started: list[Processor]) -> None:
     db_url, prefix = migrated
     client = AsyncClient(db_url, prefix)
     parker = Parker()
@@ -67,7 +87,7 @@ async def test_a_kill_9_of_the_api_mid_completion_applies_each_once(
         await wait_until(lambda: _all_waiting(client), timeout=60, message="all parked")
         tokens = [parker.token(item_id) for item_id in sorted(parker.tokens)]
         outcomes: dict[str, list[object]] = {token: [] for token in tokens}
-        api, url = await _api(tmp_path, db_url, prefix, "api1")
+        api, url = await _api(tmp_path, db_url, prefix, "api1", started)
         killed = asyncio.Event()
 
         async def kill_midway() -> None:
@@ -79,14 +99,14 @@ async def test_a_kill_9_of_the_api_mid_completion_applies_each_once(
         await asyncio.gather(_complete_all(url, tokens, outcomes, killed=killed),
                              kill_midway())
         with contextlib.suppress(Exception):
-            await api.wait(10)
+            await api.wait(START_DEADLINE)
         assert 0 < sum(200 in seen for seen in outcomes.values()) < ITEMS, outcomes
         # After the restart, every token once more: 200 if it had not applied, else 409.
-        again, url = await _api(tmp_path, db_url, prefix, "api2")
+        again, url = await _api(tmp_path, db_url, prefix, "api2", started)
         retried: dict[str, list[object]] = {token: [] for token in tokens}
         await _complete_all(url, tokens, retried)
         info = await client.wait("p", timeout=60)
-        code = await again.terminate()
+        code = await again.terminate(START_DEADLINE)
         assert code == 0, again.stderr()
     for token in tokens:
         (retry,) = retried[token]
@@ -107,7 +127,8 @@ async def _all_waiting(client: AsyncClient) -> bool:
 
 
 async def test_a_kill_9_of_the_processor_mid_completions_loses_none(
-        migrated: tuple[str, str], tmp_path: Path) -> None:  # noqa: F811
+        migrated: tuple[str, str], tmp_path: Path,  # noqa: F811
+        started: list[Processor]) -> None:
     """Completions arrive while the processor that parked the items dies with
     ``kill -9``: each applies once (none needs the processor), and another processor
     takes the partition once its lease ends and passes the gate."""
@@ -126,6 +147,7 @@ async def test_a_kill_9_of_the_processor_mid_completions_loses_none(
         args = ["run", "--handler-url", f"{url}/", "--db-url", db_url, "--table-prefix",
                 prefix, *FAST]
         first = await spawn("k1", [*args, "--owner-id", "k1"], tmp_path)
+        started.append(first)
         await wait_until(lambda: len(approvals.tokens) == count, timeout=60,
                          message="every item asked")
         await wait_until(lambda: _counts(client, count), timeout=60, message="all waiting")
@@ -133,12 +155,13 @@ async def test_a_kill_9_of_the_processor_mid_completions_loses_none(
         for number, item_id in enumerate(sorted(approvals.tokens)):
             if number == count // 3:
                 first.kill()
-                await first.wait(10)
+                await first.wait(START_DEADLINE)
                 second = await spawn("k2", [*args, "--owner-id", "k2"], tmp_path)
+                started.append(second)
             await store.wait_complete(approvals.token(item_id), Result(gate=1))
             applied += 1
         info = await client.wait("p", timeout=120)
-        assert (await second.terminate()) == 0, second.stderr()
+        assert (await second.terminate(START_DEADLINE)) == 0, second.stderr()
     assert applied == count
     assert info.status == "complete" and info.counts == {"complete": count}
     for item_id in approvals.tokens:

@@ -214,7 +214,10 @@ async def test_cancel_mid_gate_stops_the_partition_and_leaves_the_others(
         assert await client.cancel("doomed") is True
         cancelled_at = time.monotonic()
         frozen = await snapshot(client.store)
-        await wait_until(lambda: "doomed" not in watcher.partitions, timeout=2,
+        # The holder learns of the cancel at its next renewal (a third of the lease);
+        # a holder that kept it until its lease ran out would miss this deadline.
+        await wait_until(lambda: "doomed" not in watcher.partitions,
+                         timeout=watcher.config.lease_duration, interval=0.01,
                          message="the holder drops the cancelled partition")
         dropped_in = time.monotonic() - cancelled_at
         hold.set()

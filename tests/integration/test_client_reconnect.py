@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from processor import AsyncClient, NewItem
 from tests.conftest import MARIADB_URL, POSTGRES_URL
 from watcher.errors import ConnectionLostError, DatabaseError
+from watcher.store.db.urls import parse_database_url
 
 APP = "reconnect-" + uuid.uuid4().hex[:8]
 
@@ -41,7 +42,9 @@ async def killer(db_url: str) -> AsyncIterator[Killer]:
 
 async def _postgres_killer(db_url: str) -> AsyncIterator[Killer]:
     """Sessions are found by their application name."""
-    admin = create_async_engine(POSTGRES_URL.replace("postgresql://", "postgresql+asyncpg://", 1))
+    # The admin connection uses statefeed's own driver (psycopg, a core dependency): a
+    # plain install runs this test.
+    admin = create_async_engine(parse_database_url(POSTGRES_URL).async_url)
 
     async def kill() -> int:
         async with admin.connect() as conn:
@@ -59,7 +62,7 @@ async def _mariadb_killer(db_url: str) -> AsyncIterator[Killer]:
     """MariaDB has no application name: the client logs in as a user of its own,
     and its sessions are found by that user and killed with ``KILL CONNECTION``."""
     user = APP.replace("-", "_")
-    admin = create_async_engine(MARIADB_URL.replace("mysql://", "mysql+aiomysql://", 1))
+    admin = create_async_engine(parse_database_url(MARIADB_URL).async_url)
     database = db_url.rsplit("/", 1)[1].split("?")[0]
     async with admin.connect() as conn:
         await conn.execute(text(f"CREATE USER IF NOT EXISTS '{user}'@'%'"))

@@ -27,7 +27,9 @@ from tests.support.handler_apps import Request, read_request
 from tests.support.servers import free_port, serve_app
 from watcher import Watcher, WatcherConfig
 
-FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
+# The lease is long enough that a loaded machine's stall (3 s once did it) cannot let it
+# expire: an expired lease calls the items in flight again, which these tests count.
+FAST = {"poll_interval": 0.05, "lease_duration": 9.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2, "shutdown_timeout": 5.0}
 # The longest a handler holds a call open waiting for the test: a deadline, so a
 # broken test fails instead of hanging.

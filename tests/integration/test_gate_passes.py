@@ -93,4 +93,8 @@ async def test_items_spawned_at_the_gate_start_without_a_read_of_their_own(
             info = await client.wait("p", timeout=30)
     assert info.status == "complete" and info.counts == {"complete": 10}, info
     assert set(called.values()) == {1} and len(called) == 10, called
-    assert counts["items_ready"] == 1, counts
+    # Read once for the root. A read per level (3) or per spawning answer (4) would be
+    # the fault; a poll that comes due while an answer's write is slow (a loaded machine
+    # took over the poll interval once) may add one read, no more.
+    levels = 3
+    assert 1 <= counts["items_ready"] < levels, counts

@@ -24,6 +24,13 @@ from watcher.records import LeaseStats
 from watcher.rules.balance import hand_over_count, with_askers
 
 PARTITIONS, ITEMS = 6, 60
+# The leases: a hand-over moves partitions at the first's balancing (every third of a
+# lease); a lease long enough that a loaded machine's stall (3 s once did it) cannot let
+# one expire, which would call its items in flight again: an expiry, not a hand-over.
+LEASE = 9.0
+# Each call's time, scaled with the lease: the work (6 x 60 calls on 6 slots) outlasts
+# the first balancing cycles (a third of a lease each) that hand the second its share.
+CALL_SECONDS = LEASE / 60
 
 
 def test_every_holder_above_the_share_hands_over_its_excess() -> None:
@@ -51,7 +58,7 @@ async def test_a_joining_processor_gets_its_share_and_no_item_is_called_twice(
 
     async def step(item: handlers.Item) -> handlers.Result:
         calls[(item.partition_id, item.id)] += 1
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(CALL_SECONDS)
         return handlers.Result(done=True)
 
     async with AsyncClient(db_url, table_prefix) as client:
@@ -63,7 +70,7 @@ async def test_a_joining_processor_gets_its_share_and_no_item_is_called_twice(
                           for _ in range(2)]
             hooks = [CountingHooks(), CountingHooks()]
             watchers = [Watcher(make_store(), processors[n], WatcherConfig(
-                owner_id=name, concurrency=6, poll_interval=0.05, lease_duration=3.0,
+                owner_id=name, concurrency=6, poll_interval=0.05, lease_duration=LEASE,
                 steal_batch=2), hooks[n]) for n, name in enumerate(["first", "second"])]
             try:
                 async with running(watchers[0]):
@@ -72,7 +79,7 @@ async def test_a_joining_processor_gets_its_share_and_no_item_is_called_twice(
                     await wait_until(lambda: sum(calls.values()) >= 20, message="calls run")
                     async with running(watchers[1]):
                         await wait_until(lambda: len(watchers[1].partitions) >= 2,
-                                         timeout=20, message="the second's share")
+                                         timeout=LEASE * 6, message="the second's share")
                         for p in range(PARTITIONS):
                             info = await client.wait(f"p{p}", timeout=60)
                             assert info.status == "complete"

@@ -18,6 +18,7 @@ import handlers
 from processor import AsyncClient, NewItem
 from tests.support.engine import count_calls, running, wait_until
 from tests.support.pipelines import (
+    FAST,
     Service,
     answered_by,
     every_gate,
@@ -196,7 +197,10 @@ async def test_a_key_limit_spans_the_pipelines_of_one_fleet(
                                               key="shared")
         await client.set_key_limit("shared", 1)
         routes = routes_of(every_gate(a="a", b="b"), urls)
-        fleet = [watcher_for(make_store(), routes, owner_id=f"w{n}", concurrency=8)
+        # Leases three times the usual: this test counts every call, and a lease that
+        # expires while a loaded machine stalls a watcher calls its item again.
+        fleet = [watcher_for(make_store(), routes, owner_id=f"w{n}", concurrency=8,
+                             lease_duration=FAST["lease_duration"] * 3)
                  for n in range(2)]
         try:
             async with running(*(watcher for watcher, _ in fleet)):

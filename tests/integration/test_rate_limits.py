@@ -24,6 +24,10 @@ from watcher.store import Store
 
 FAST = {"poll_interval": 0.05, "lease_duration": 1.5, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2}
+# How far a call's noted start may trail the token it took, on a machine whose cores are
+# busy with other work (the process is not scheduled for a while between the two): 0.3 s
+# was seen with five other test runs on two cores; three times that.
+STAMP_JITTER = 1.0
 
 
 @pytest.fixture
@@ -53,16 +57,21 @@ def steady_rate(starts: list[float], skip: float = 0.5) -> float:
     return (len(later) - 1) / (later[-1] - later[0])
 
 
-def over_the_bucket(starts: list[float], rate: float) -> str | None:
+def over_the_bucket(starts: list[float], rate: float, sharers: int = 1) -> str | None:
     """The first window of calls more than a bucket of ``rate`` lets through, or
     ``None``. A bucket gives at most a burst (:data:`BURST_SECONDS` of its rate) and
     then its rate, in any window; a call may use a token claimed up to
     :data:`TOKEN_LIFETIME` before it. A processor whose event loop stalled (a busy
     machine) comes back to a full burst, so the calls of a window of a few seconds
-    may run over the rate by that burst, and no more. The times are the calls' starts
-    in the processor, a moment after each took its token: one call's worth of slack
-    covers the scheduling between the two (a stalled loop can bunch them)."""
-    burst = max(1.0, rate * BURST_SECONDS) + 1
+    may run over the rate by that burst, and no more.
+
+    The times are the calls' starts in the processors, each a moment after its call
+    took its token, so the scheduling between the two is slack the count allows: a
+    call each of the ``sharers`` processors may hold, and the tokens of the bucket's
+    rate over :data:`STAMP_JITTER` (the calls of a window took their tokens up to that
+    much before it; a stalled loop bunches them). A bucket ignored (each processor at
+    the rate, or no bound) still runs over this by a multiple over a few seconds."""
+    burst = max(1.0, rate * BURST_SECONDS) + sharers + rate * STAMP_JITTER
     ordered = sorted(starts)
     for first in range(len(ordered)):
         for last in range(first, len(ordered)):
@@ -92,7 +101,7 @@ async def test_a_handler_rate_holds_across_three_processors(
     assert 40 * 0.5 <= rate, rate
     # Exact, at every window: the steady rate alone ran over 44/s once on a loaded
     # machine, by the burst a stalled event loop came back to.
-    problem = over_the_bucket(stamps.starts, 40.0)
+    problem = over_the_bucket(stamps.starts, 40.0, sharers=len(watchers))
     assert problem is None, f"{problem}; steady rate {rate:.1f}/s"
 
 
@@ -107,8 +116,12 @@ async def test_a_key_rate_limits_that_key_only(
     async with running(Watcher(store, stamps, WatcherConfig(**FAST))):
         assert (await client.wait("fast-1", timeout=30)).status == "complete"
         assert (await client.wait("slow-1", timeout=30)).status == "complete"
-    assert steady_rate(stamps.by_partition["slow-1"]) <= 10 * 1.15
-    assert steady_rate(stamps.by_partition["fast-1"], skip=0.0) > 30  # not held to it
+    # The slow key keeps to its bucket at every window (a steady rate over the whole
+    # run ran over by the burst a stalled loop came back to, on a loaded machine).
+    problem = over_the_bucket(stamps.by_partition["slow-1"], 10.0)
+    assert problem is None, problem
+    # The fast key is not held to it: well over the slow key's rate.
+    assert steady_rate(stamps.by_partition["fast-1"], skip=0.0) > 10 * 2
 
 
 async def test_a_throttled_item_loses_no_attempt_and_holds_the_processor(

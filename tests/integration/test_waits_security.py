@@ -24,6 +24,7 @@ from processor.http.config import HttpProcessorConfig
 from processor.http.processor import HttpProcessor
 from processor.observe.logs import formatter, setup_logging
 from processor.observe.metrics import PrometheusHooks
+from tests.conftest import require_extra
 from tests.support.engine import running, wait_until
 from tests.support.servers import serve_app
 from watcher import Watcher, WatcherConfig
@@ -249,6 +250,7 @@ async def _parked(client: AsyncClient, count: int) -> bool:
 
 async def test_an_instrumented_api_names_the_completed_item_on_its_span(
         db_url, table_prefix, make_store) -> None:
+    require_extra("opentelemetry.sdk.trace", "otel", "an instrumented API's span")
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

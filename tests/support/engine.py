@@ -14,8 +14,13 @@ from watcher.records import ItemWrite, LeaseRow, NewItem, PartitionSettings
 from watcher.rules.reduce import ReduceWrite
 from watcher.store import Store
 
+# wait_until's default deadline: generous, since it bounds a wait and asserts no speed (a
+# test passes as soon as its condition holds; only a failing one waits this long).
+WAIT_DEADLINE = 30.0
 
-async def wait_until(condition: Callable[[], Any | Awaitable[Any]], *, timeout: float = 10.0,  # noqa: ASYNC109
+
+async def wait_until(condition: Callable[[], Any | Awaitable[Any]], *,
+                     timeout: float = WAIT_DEADLINE,  # noqa: ASYNC109
                      interval: float = 0.02, message: str = "condition") -> Any:
     """Poll ``condition`` until it returns something truthy; return that value.
 

@@ -56,6 +56,15 @@ def _server_path() -> str:
         return path
 
 
+def server_pids() -> set[int]:
+    """The pid of this process's fork server while it runs (it lives as long as the
+    test process, not as one test: the leftover-process check leaves it alone)."""
+    server = _server
+    if server is not None and server[0] == os.getpid() and server[1].poll() is None:
+        return {server[1].pid}
+    return set()
+
+
 def _drain(fd: int, into: list[bytes]) -> None:
     with os.fdopen(fd, "rb") as stream:
         into.append(stream.read())

@@ -22,10 +22,14 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support import children
+
 HOST = "127.0.0.1"
 PORT = 6432
 FOLDER = Path(os.environ.get("STATEFEED_PGBOUNCER_DIR", "/tmp/statefeed-pgbouncer"))
 BINARY = "/usr/sbin/pgbouncer"
+# How long a started PgBouncer may take to listen (a loaded machine is slow to start it).
+START_DEADLINE = 60.0
 INSTALL = "apt-get update && apt-get install -y pgbouncer"
 # The statefeed URL of the test database through it.
 POOLED_URL = f"postgresql://postgres@{HOST}:{PORT}/test?pooler=transaction"
@@ -113,8 +117,12 @@ def ensure(*, check_mode: bool = True) -> str:
         command = [BINARY, "-d", "-q", str(config)]
         if os.geteuid() == 0:  # PgBouncer refuses to run as root
             command[1:1] = ["-u", "postgres"]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        deadline = time.monotonic() + 10
+        # A daemon the run's test processes share: without the markers of the test
+        # process that happened to start it, which kill what that process leaves
+        # (tests/support/children.py). Its start is a deadline, not a speed goal.
+        done = subprocess.run(command, capture_output=True, text=True, check=False,
+                              env=children.unmarked_environment())
+        deadline = time.monotonic() + START_DEADLINE
         while not listening() and time.monotonic() < deadline:
             time.sleep(0.1)
         if not listening():

@@ -37,14 +37,16 @@ async def test_renewal_extends_adopts_defers_and_loses() -> None:
     store = FakeStore(renewal=LeaseRenewal({"held": (2, None), "moved": (6, 3)},
                                        busy=frozenset({"busy"})))
     keeper, hooks = _keeper(store, held, moved, busy, gone)
+    untouched = busy.renewed_at
+    before = time.monotonic()
     renewed, lost = await keeper.renew()
     assert store.asked.renewals == [{"held": 1, "moved": 4, "busy": 2, "gone": 3}]
     assert (renewed, lost) == (2, ["gone"])
     assert (held.version, held.gate) == (2, 0) and not held.wake.is_set()
     assert (moved.version, moved.gate) == (6, 3) and moved.wake.is_set(), \
         "a gate moved by a client wakes the supervisor"
-    assert time.monotonic() - held.renewed_at < 1
-    assert time.monotonic() - busy.renewed_at > 4, "a busy lease is not renewed"
+    assert held.renewed_at >= before, "a renewed lease notes when"
+    assert busy.renewed_at == untouched, "a busy lease is not renewed"
     assert not busy.lost and "busy" in keeper.leases
     assert gone.lost and gone.wake.is_set() and "gone" not in keeper.leases
     assert hooks.counts["lease_lost"] == 1

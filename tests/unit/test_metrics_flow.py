@@ -64,10 +64,13 @@ def test_throttled_calls_by_scope_and_reason_and_handler_blocks() -> None:
     assert throttled[frozenset({("scope", "key"), ("reason", "block")})] == 2.0
     assert throttled[frozenset({("scope", "other"), ("reason", "other")})] == 1.0
     assert samples(hooks)["statefeed_handler_blocked_seconds"][frozenset()] == 0.0
-    hooks.handler_blocked(30.0)
+    blocked = 30.0
+    hooks.handler_blocked(blocked)
     seen = samples(hooks)
     assert seen["statefeed_handler_blocks_total"][frozenset()] == 1.0
-    assert 29.0 < seen["statefeed_handler_blocked_seconds"][frozenset()] <= 30.0
+    # The seconds still blocked: the hold, less the moments since (a loaded machine may
+    # take a while between two lines; a quarter of the hold is its margin).
+    assert blocked * 0.75 < seen["statefeed_handler_blocked_seconds"][frozenset()] <= blocked
 
 
 def test_paused_keys_and_the_fleet_pause_appear_at_the_first_read() -> None:

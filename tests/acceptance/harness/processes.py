@@ -25,6 +25,11 @@ PROCESSOR = str(Path(sys.executable).with_name("processor"))
 
 LEASE = 2.0
 POLL = 0.1
+# Deadlines for a process to start (log a line, answer) and to stop after SIGTERM. They
+# bound a wait, they assert no speed: a machine whose cores are busy with other work
+# takes many times longer than an idle one to start Python and import the service.
+START_DEADLINE = 90.0
+STOP_DEADLINE = 60.0
 # Fast settings for every processor a cluster starts, unless a test overrides them.
 FAST = ("--poll-interval", str(POLL), "--lease-duration", str(LEASE), "--retry-backoff", "0.05",
         "--max-retries", "8", "--shutdown-timeout", "5", "--concurrency", "16")
@@ -104,7 +109,7 @@ class Processor:
             raise AssertionError(f"processor {self.owner} did not exit within {timeout} s:\n"
                                  f"{self.stderr()[-3000:]}") from None
 
-    async def terminate(self, timeout: float = 20) -> int:  # noqa: ASYNC109
+    async def terminate(self, timeout: float = STOP_DEADLINE) -> int:  # noqa: ASYNC109
         """SIGTERM (resuming a paused process first) and wait for the exit; returns the code.
 
         Raises:
@@ -116,7 +121,8 @@ class Processor:
             self.process.send_signal(signal.SIGTERM)
         return await self.wait(timeout)
 
-    async def wait_log(self, fragment: str, timeout: float = 20) -> str:  # noqa: ASYNC109
+    async def wait_log(self, fragment: str, timeout: float = START_DEADLINE  # noqa: ASYNC109
+                       ) -> str:
         """Wait until stderr contains ``fragment``; return the first line holding it.
 
         Raises:
@@ -154,12 +160,21 @@ class Processor:
             return None
 
     async def metrics(self) -> dict[str, float]:
-        """The Prometheus samples, keyed by name with labels (``x_total{outcome="ok"}``)."""
+        """The Prometheus samples, keyed by name with labels (``x_total{outcome="ok"}``).
+
+        Raises:
+            AssertionError: /metrics did not answer 200 (with what it answered).
+        """
+        answer = await self.get("/metrics")
+        assert answer.status_code == 200, f"/metrics answered {answer.status_code}: " \
+            f"{answer.text[:500]}"
         samples: dict[str, float] = {}
-        for line in (await self.get("/metrics")).text.splitlines():
+        for line in answer.text.splitlines():
             if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                samples[name] = float(value)
+                # name{labels} value [timestamp]: a label's value may hold spaces, so the
+                # value is the first word after the labels' closing brace.
+                end = line.rindex("}") + 1 if "}" in line else line.index(" ")
+                samples[line[:end]] = float(line[end:].split()[0])
         return samples
 
 
