@@ -21,6 +21,7 @@ from processor.http.config import HttpProcessorConfig
 from processor.service import ProcessorService, ServiceConfig
 from tests.support.engine import wait_until
 from tests.support.fake_store import FakeStore
+from watcher import watcher as watcher_module
 from watcher.config import WatcherConfig
 from watcher.dispatch import writer as writer_module
 from watcher.dispatch.writer import ResultWriter, WriterClosedError
