@@ -197,6 +197,8 @@ async def item_data(client: AsyncClient, query: Mapping[str, str]) -> dict[str, 
 # What the item page says after an action (the query names the case, never the text).
 ITEM_NOTICES = {
     "completed": "Completed: the wait is over and the item went on as the answer says.",
+    "waits-again": "Completed, and the answer parked the item again: its new wait's "
+                   "completion URL is under \"Show completion URL\".",
     "failed": "Failed: the item recorded the error.",
     "already-completed": "Not done: the item is not waiting; its wait was over already "
                          "(completed with its token, timed out, retried or cancelled). "
@@ -249,9 +251,9 @@ async def item_action(console: Console, request: Request) -> Response:
         try:
             if verb == "complete":
                 # The form's gate, done and data, read as every completion is.
-                await console.client.complete_item_answer(
+                done = await console.client.complete_item_answer(
                     partition_id, item_id, completion_from_form(form))
-                return back("completed")
+                return back("completed" if done.completion_token is None else "waits-again")
             message = form.get("message", "").strip() or "failed by an operator"
             await console.client.complete_item(partition_id, item_id, error=message,
                                                no_retry=form.get("no_retry") == "yes")

@@ -136,14 +136,29 @@ def json_object(body: bytes) -> Any:
 def completion_from_form(form: Mapping[str, str]) -> Answer:
     """The console's Complete form as the completion it says: ``gate`` (blank: the
     item's own gate), ``done`` (a checkbox: checked completes the item, unchecked
-    runs it at the gate) and ``data`` (JSON; blank keeps the item's bytes). The same
+    runs it at the gate) and ``data`` (JSON; blank keeps the item's bytes); or, for
+    whatever else a completion can say (park again with ``wait``, ``spawn``,
+    ``snooze``), ``answer``: the whole answer as JSON, as the API takes it. The same
     document and decoder as every other path (:func:`read_completion`).
 
     Raises:
         CompletionRefusedError: a gate that is not a whole number, a ``done`` that is
-            not a checkbox's value, data that is not JSON; ``field`` names it.
+            not a checkbox's value, data that is not JSON, an answer that is not a
+            JSON object or comes with the fields; ``field`` names it.
     """
-    document: dict[str, Any] = {}
+    whole = form.get("answer", "")
+    if whole.strip():
+        if any(form.get(name, "").strip() for name in ("gate", "done", "data")):
+            raise CompletionRefusedError(
+                "answer", "give the answer either as JSON or in the gate, done and data "
+                          "fields, not both")
+        document = json_object(whole.encode("utf-8", "surrogatepass"))
+        if not isinstance(document, dict):
+            raise CompletionRefusedError(
+                "answer", 'the answer must be a JSON object, such as {"gate": 1} or '
+                          '{"wait": {"timeout": 3600}}')
+        return read_completion(document)
+    document = {}
     gate = form.get("gate", "").strip()
     if gate:
         if not (gate.isascii() and gate.isdigit()) or int(gate) > MAX_GATE:

@@ -141,6 +141,22 @@ async def test_the_console_item_page_completes_and_fails_a_waiting_item(
             assert item.data == b'{"ok":true}' and item.status != "waiting"
             with pytest.raises(AlreadyCompletedError):
                 await client.complete(parker.tokens["a"][0])
+            both = await web.post("/item/complete", data={
+                "partition": "p", "id": "b", "csrf": csrf, "done": "true",
+                "answer": '{"gate": 1}'}, headers={"origin": ORIGIN})
+            assert both.status_code == 400 and "not both" in both.text
+            listed = await web.post("/item/complete", data={
+                "partition": "p", "id": "b", "csrf": csrf, "answer": "[1]"},
+                headers={"origin": ORIGIN})
+            assert listed.status_code == 400 and "JSON object" in listed.text
+            again = await web.post("/item/complete", data={
+                "partition": "p", "id": "b", "csrf": csrf,
+                "answer": '{"wait": {"timeout": 600}, "data": {"asked": 2}}'},
+                headers={"origin": ORIGIN})
+            assert "notice=waits-again" in again.headers["location"]
+            assert "parked the item again" in (await web.get(again.headers["location"])).text
+            item = await client.item("p", "b")
+            assert item.status == "waiting" and item.data == b'{"asked":2}'
             failed = await web.post("/item/fail", data={
                 "partition": "p", "id": "b", "csrf": csrf, "message": "rejected by ops",
                 "no_retry": "yes"}, headers={"origin": ORIGIN})
