@@ -1993,13 +1993,16 @@ SELECT partitions.status,
 
 -- name: partition_set_gate (3)
 SELECT items.gate,
+       items.status,
        count(*) AS count_1
   FROM items
  WHERE items.partition_id = %s
-   AND items.status = %s
+   AND items.status IN (%s, ...)
    AND items.gate < %s
- GROUP BY items.gate
- ORDER BY items.gate
+ GROUP BY items.gate,
+          items.status
+ ORDER BY items.gate,
+          items.status
  LIMIT %s;
 
 -- name: partition_set_gate (4)

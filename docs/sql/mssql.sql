@@ -2000,13 +2000,16 @@ SELECT partitions.status,
 
 -- name: partition_set_gate (3)
 SELECT TOP 1 items.gate,
+       items.status,
        count(*) AS count_1
   FROM items
  WHERE items.partition_id = %(partition_id_n)s
-   AND items.status = %(status_n)s
+   AND items.status IN (%(status_1_n)s, ...)
    AND items.gate < %(gate_n)s
- GROUP BY items.gate
- ORDER BY items.gate;
+ GROUP BY items.gate,
+          items.status
+ ORDER BY items.gate,
+          items.status;
 
 -- name: partition_set_gate (4)
 SELECT TOP 1 items.id

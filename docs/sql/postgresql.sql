@@ -2090,13 +2090,16 @@ SELECT partitions.status,
 
 -- name: partition_set_gate (3)
 SELECT items.gate,
+       items.status,
        count(*) AS count_1
   FROM items
  WHERE items.partition_id = %(partition_id_1)s::VARCHAR
-   AND items.status = %(status_1)s::VARCHAR
+   AND items.status IN (%(status_1_1)s::VARCHAR, ...)
    AND items.gate < %(gate_1)s::INTEGER
- GROUP BY items.gate
- ORDER BY items.gate
+ GROUP BY items.gate,
+          items.status
+ ORDER BY items.gate,
+          items.status
  LIMIT %(param_1)s::INTEGER;
 
 -- name: partition_set_gate (4)

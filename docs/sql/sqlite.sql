@@ -2036,13 +2036,16 @@ SELECT partitions.status,
 
 -- name: partition_set_gate (3)
 SELECT items.gate,
+       items.status,
        count(*) AS count_1
   FROM items
  WHERE items.partition_id = ?
-   AND items.status = ?
+   AND items.status IN (?, ...)
    AND items.gate < ?
- GROUP BY items.gate
- ORDER BY items.gate
+ GROUP BY items.gate,
+          items.status
+ ORDER BY items.gate,
+          items.status
  LIMIT ?
 OFFSET ?;
 

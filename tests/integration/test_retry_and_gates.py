@@ -17,6 +17,7 @@ from watcher.errors import GateError
 from watcher.protocol import NonRetryableError
 from watcher.records import ItemWrite, PartitionSettings
 from watcher.store import Store
+from watcher.waits import WaitWrite, new_completion_token, token_hash
 
 FAST = {"poll_interval": 0.05, "lease_duration": 3.0, "retry_backoff": 0.05,
         "retry_backoff_max": 0.2}
@@ -215,11 +216,19 @@ async def test_set_gate_refuses_moves_that_mean_nothing_and_writes_nothing(
     await answer(store, "failing", {"a": ("failed", 0)})
     await close(store, "failing", failing_version, 0, "failed")
     await client.create_partition("empty", [])
+    # One item parked at gate 0 (its wait's deadline far off), another ready at gate 1.
+    await client.create_partition("parked", [NewItem("a", b""), NewItem("b", b"", gate=1)])
+    await lease(store, "parked")
+    [waiting] = [item for item in await store.items_list("parked") if item.id == "a"]
+    assert await store.items_apply([ItemWrite(
+        "parked", "a", waiting.version, "waiting", 0, 0, retry_delay=600.0,
+        wait=WaitWrite(token_hash(new_completion_token()), 600.0))], "setup") == [True]
 
     refusals = [("done", 99, "it is complete"), ("stopped", 1, "it is cancelled"),
                 ("failing", 1, "it is failed"),
                 ("open", 5, r"1 item\(s\) at gate 4 are still available"),
-                ("empty", 1, "no item of it is available")]
+                ("empty", 1, "no item of it is available"),
+                ("parked", 1, r"1 item\(s\) at gate 0 are waiting for a completion")]
     for partition_id, gate, message in refusals:
         before = await client.partition(partition_id)
         with pytest.raises(GateError, match=message):

@@ -120,14 +120,15 @@ class OperationsStore(StoreBase):
         dispatches below a partition's gate, so the item would be stranded and
         the partition could close over it; so a gate beyond every available item
         is refused too), and when no item of it is available (nothing would ever
-        run at the new gate). Leaving a gate drops the reduce progress stored for
+        run at the new gate). An item waiting for a completion below ``gate`` counts as
+        available here. Leaving a gate drops the reduce progress stored for
         it. The partition row is written first, which locks it: a processor's
         concurrent write on it conflicts and re-reads.
 
         Raises:
             PartitionNotFoundError: no partition has this id (or it is being deleted).
             GateError: the partition is not open, ``gate`` is below its current
-                gate, items below ``gate`` are still available, or no item of
+                gate, items below ``gate`` are still available or waiting, or no item of
                 it is available.
         """
         try:
@@ -153,16 +154,22 @@ class OperationsStore(StoreBase):
                     f"{gate}; a checkpoint only moves forward")
             if gate == current:
                 raise NothingToDo(None)
-            waiting = (await conn.execute(
-                select(i.c.gate, func.count()).where(
-                    i.c.partition_id == partition_id, i.c.status == AVAILABLE, i.c.gate < gate)
-                .group_by(i.c.gate).order_by(i.c.gate).limit(1))).first()
-            if waiting is not None:
+            # An item parked below the gate is open work as much as an available one: left
+            # there, its wait would never end, and the partition could close over it.
+            left = (await conn.execute(
+                select(i.c.gate, i.c.status, func.count()).where(
+                    i.c.partition_id == partition_id, i.c.status.in_((AVAILABLE, WAITING)),
+                    i.c.gate < gate)
+                .group_by(i.c.gate, i.c.status).order_by(i.c.gate, i.c.status).limit(1))
+                ).first()
+            if left is not None:
+                state = ("still available" if left[1] == AVAILABLE
+                         else "waiting for a completion")
                 raise GateError(
-                    f"cannot move partition {partition_id!r} to gate {gate}: {waiting[1]} "
-                    f"item(s) at gate {waiting[0]} are still available and would be stranded "
-                    "below it; wait until they are done or failed, or move them with a handler "
-                    "answer")
+                    f"cannot move partition {partition_id!r} to gate {gate}: {left[2]} "
+                    f"item(s) at gate {left[0]} are {state} and would be stranded below it; "
+                    "wait until they are done or failed (complete a parked one, or let its "
+                    "wait time out), or move them with a handler answer")
             if (await conn.execute(select(i.c.id).where(
                     i.c.partition_id == partition_id, i.c.status == AVAILABLE).limit(1))
                     ).first() is None:
