@@ -8,7 +8,9 @@ answers compared as ``processor check-handler`` compares them
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
+import json
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -51,12 +53,32 @@ class CountedProcessor:
         return await self.http.probe_handler()
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with its bytes shown as a finding shows them: JSON as its value, other
+    UTF-8 as text, anything else as base64."""
+    if isinstance(value, bytes):
+        try:
+            return json.loads(value)
+        except ValueError:
+            try:
+                return value.decode()
+            except UnicodeDecodeError:
+                return {"data_b64": base64.b64encode(value).decode()}
+    if isinstance(value, dict):
+        return {key: _plain(each) for key, each in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(each) for each in value]
+    return value
+
+
 def answer_of(outcome: Result | BaseException) -> Answer:
     """One copy's outcome as :class:`~processor.handler_check.Answer` compares it: a
-    result's fields, or the error's kind and message (the message the engine would
-    store)."""
+    result's fields (the unset ones left out), or the error's kind and message (the
+    message the engine would store)."""
     if isinstance(outcome, Result):
-        return Answer("result", dataclasses.asdict(outcome))
+        fields = dataclasses.asdict(outcome)
+        return Answer("result", {key: _plain(value) for key, value in fields.items()
+                                 if value not in (None, [], ())})
     return Answer(type(outcome).__name__, str(outcome))
 
 
