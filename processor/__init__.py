@@ -7,9 +7,9 @@ records and errors load with the package.
 
 The service may import :mod:`watcher` and :mod:`handlers`; neither imports it. Its
 folders, bottom up: ``wire``, ``observe``, ``notify``, ``feed``, ``client``, ``http``,
-``console``, ``api``, ``cli``; each imports only from the folders below it and from the
-shared top-level modules here (the service's wiring, health, the views), which import
-folders only where that makes no circle.
+``testing`` (the handlers' test kit), ``console``, ``api``, ``cli``; each imports only
+from the folders below it and from the shared top-level modules here (the service's
+wiring, health, the views), which import folders only where that makes no circle.
 """
 
 from __future__ import annotations

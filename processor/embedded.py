@@ -13,7 +13,7 @@ import contextlib
 import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -68,12 +68,15 @@ def http_url(host: str, port: int) -> str:
 
 @contextlib.asynccontextmanager
 async def serving(app: Any, sock: socket.socket, *, what: str,
-                  header_timeout: float = HEADER_TIMEOUT) -> AsyncIterator[None]:
+                  header_timeout: float = HEADER_TIMEOUT,
+                  lifespan: Literal["auto", "on", "off"] = "on") -> AsyncIterator[None]:
     """Serve the ASGI ``app`` on the listening ``sock`` for the block (``what`` names it
     in errors): no access log, no server header, the app's lifespan run; stopped, with
     up to 10 s for requests in flight, when the block ends. A connection must send a
     request's headers whole within ``header_timeout`` seconds, and an idle kept-alive
-    one is closed after 5 s (:mod:`processor.embedded_http`).
+    one is closed after 5 s (:mod:`processor.embedded_http`). ``lifespan="auto"`` serves
+    an app of someone else's (a handler under test) that may not speak the lifespan
+    protocol.
 
     Raises:
         RuntimeError: the server did not start (its lifespan failed).
@@ -81,7 +84,7 @@ async def serving(app: Any, sock: socket.socket, *, what: str,
     """
     server = EmbeddedServer(uvicorn.Config(
         app, log_config=None, log_level="warning", access_log=False, server_header=False,
-        proxy_headers=False, lifespan="on", timeout_graceful_shutdown=int(STOP_TIMEOUT),
+        proxy_headers=False, lifespan=lifespan, timeout_graceful_shutdown=int(STOP_TIMEOUT),
         **http_options(header_timeout)))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

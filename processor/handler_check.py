@@ -112,6 +112,19 @@ def read_items(path: Path) -> list[StepCall]:
     return calls
 
 
+def differing(item_id: str, gate: int, answers: Sequence[Answer | None]) -> Finding | None:
+    """The finding for one call whose copies (in the order they were sent; ``None``: a
+    copy not sent) were not all answered alike: the first answer, and the first later
+    one that differs from it. ``None`` when they agree. What ``processor check-handler``
+    and the test kit's calls-twice mode (:mod:`processor.testing`) both report."""
+    first = answers[0] if answers else None
+    for later in answers[1:]:
+        if first is not None and later is not None and not first.same(later):
+            return Finding(item_id, gate, "answer", [first.status, first.body],
+                           [later.status, later.body])
+    return None
+
+
 async def _send(http: httpx.AsyncClient, url: str, partition: str, call: StepCall,
                 headers: dict[str, str]) -> Answer:
     """One copy of a call, as a processor makes it (docs/reference/http-contract.md)."""
@@ -188,13 +201,9 @@ async def check_handler(url: str, calls: Sequence[StepCall], *, repeats: int = 2
         else:
             await asyncio.gather(*(one(n, copy, http) for n, copy in numbered))
     for n, call in enumerate(calls):
-        first = answers[n][0]
-        for later in answers[n][1:]:
-            if first is not None and later is not None and not first.same(later):
-                report.findings.append(Finding(call.item_id, call.gate, "answer",
-                                               [first.status, first.body],
-                                               [later.status, later.body]))
-                break
+        finding = differing(call.item_id, call.gate, answers[n])
+        if finding is not None:
+            report.findings.append(finding)
         if probe_url and probes[n][0] != probes[n][1]:
             report.findings.append(Finding(call.item_id, call.gate, "probe", probes[n][0],
                                            probes[n][1]))

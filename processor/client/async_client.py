@@ -60,6 +60,7 @@ from watcher.records import NewItem, Page, PartitionInfo
 from watcher.reports import Backlog, Throughput
 from watcher.rules.checks import check_whole_number
 from watcher.store import Store
+from watcher.store.db.clock import Clock
 from watcher.store.db.urls import DatabaseURL, parse_database_url
 from watcher.text import first_line
 
@@ -83,7 +84,11 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
     ``notify_default`` is the processors' ``--notify-url``: a partition that names no
     notify URL and is cancelled through this client has its event sent there.
     ``feed`` is how :meth:`follow` polls (:class:`~processor.feed.hub.FeedSettings`:
-    every 0.5 s by default, for all the client's follows at once).
+    every 0.5 s by default, for all the client's follows at once). ``clock`` is where
+    its statements take the time from (:mod:`watcher.store.db.clock`): the database's
+    own by default; a test's :class:`~watcher.store.db.clock.FixedClock`, shared with
+    the engine's store, makes the client judge deadlines by the test's time
+    (:mod:`processor.testing`).
 
     Raises:
         ConfigError: the URL, the table prefix, the limit or a ``feed`` setting is
@@ -94,13 +99,13 @@ class AsyncClient(PartitionVerbs, FlowClient, ItemReads, ScheduleClient, WaitsCl
     def __init__(self, db_url: str | DatabaseURL, table_prefix: str = "", *,
                  max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
                  tracer_provider: Any = None, notify_default: str | None = None,
-                 feed: FeedSettings | None = None) -> None:
+                 feed: FeedSettings | None = None, clock: Clock | None = None) -> None:
         self.max_item_bytes = check_whole_number("max_item_bytes", max_item_bytes)
         self.feed_settings = feed or FeedSettings()
         self.tracer_provider = tracer_provider
         self.notify_default = check_url("notify_default", notify_default)
         self._url = db_url if isinstance(db_url, DatabaseURL) else parse_database_url(db_url)
-        self.store = Store.open(self._url, table_prefix)
+        self.store = Store.open(self._url, table_prefix, clock=clock)
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -22,8 +22,10 @@ ALLOWED = {"handlers": set(), "watcher": set(), "processor": {"watcher", "handle
 # below it (and from the package's shared top-level modules).
 FOLDER_ORDER = {
     "watcher": ["rules", "schedules", "store", "flow", "leasing", "dispatch"],
-    "processor": ["wire", "observe", "notify", "feed", "client", "http", "console", "api",
-                  "cli"],
+    # testing (the handlers' test kit) drives the client and the HTTP processor; no other
+    # folder imports it.
+    "processor": ["wire", "observe", "notify", "feed", "client", "http", "testing", "console",
+                  "api", "cli"],
     "handlers": ["wire"],
 }
 MAX_MODULES_PER_FOLDER = 15
