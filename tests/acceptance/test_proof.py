@@ -39,6 +39,9 @@ FOUND_SEEDS: list[tuple[str, int, str]] = [
     # not called that service yet (p2g2, started after a kill -9, calls beta during
     # p1g1's 4 s hold).
     ("sqlite", 36, "retry-after: a processor new to a routed service ignores its hold"),
+    # set_gate: a move past a gate where an item waits for a completion was let through,
+    # and the partition completed with the parked item left behind (x10/i1, a soak).
+    ("postgres", 1268568449, "set_gate: strands an item parked below the new gate"),
 ]
 
 URLS = {"postgres": POSTGRES_URL, "mariadb": MARIADB_URL}
