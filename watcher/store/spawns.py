@@ -129,6 +129,8 @@ class SpawnsStore(StoreBase):
 
         Raises the database's error when the read or the insert fails.
         """
+        if all(applied):  # the hot path's usual case: one C-level pass, nothing built
+            return
         await self._keep_over_keys(self.statements.waits.fenced_params(writes, applied))
 
     async def _keep_over_keys(self, rows: list[dict[str, Any]]) -> None:
