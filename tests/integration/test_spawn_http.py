@@ -123,6 +123,7 @@ async def test_a_crawl_over_http_then_a_reduce_counts_every_node(
     SDK; the reduce at gate 1 counts the nodes exactly, and from the handler's own log
     no reduce call starts before the last gate-0 call ended."""
     log: list[tuple[str, float]] = []
+    crawled: set[str] = set()
     fanout, depth = 3, 3
 
     def crawl(item: handlers.Item) -> handlers.Result:
@@ -130,6 +131,7 @@ async def test_a_crawl_over_http_then_a_reduce_counts_every_node(
         level = item.id.count(".")
         children = ([handlers.Spawn(f"{item.id}.{n}", {"level": level + 1})
                      for n in range(fanout)] if level < depth else [])
+        crawled.add(item.id)
         log.append(("end", time.monotonic()))
         return handlers.Result(gate=1, spawn=children)
 
@@ -147,5 +149,7 @@ async def test_a_crawl_over_http_then_a_reduce_counts_every_node(
     assert json.loads(info.result or b"") == {"nodes": expected}
     last_end = max(at for what, at in log if what == "end")
     first_reduce = min(at for what, at in log if what == "reduce")
-    assert sum(what == "end" for what, _ in log) == expected
+    # Every node was called; a call may repeat (a lease lost in a stall on a busy
+    # machine runs its calls again: at least once), but its spawn lands exactly once.
+    assert len(crawled) == expected and sum(what == "end" for what, _ in log) >= expected
     assert first_reduce >= last_end, "the reduce started before the crawl ended"
