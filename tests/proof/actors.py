@@ -542,6 +542,10 @@ async def _sigterm(a: Actors, args: dict[str, Any]) -> None:
         with contextlib.suppress(ProcessLookupError):
             await victim.process.wait()
     event["exited"] = a.history.now()
+    # asyncio's child watcher has been seen to lose a child's status under load and
+    # report 255 ("Unknown child process"): the processor's own last words say whether it
+    # stopped as a hand-over does.
+    event["stopped_cleanly"] = "action=watcher_stopped" in victim.stderr()
     await a.fleet.start(args["slot"])
     event["finished"] = a.history.now()
 

@@ -216,6 +216,11 @@ def routes_reloaded(view: View) -> list[Violation]:
     return found
 
 
+# What asyncio reports for a child whose exit status another wait took ("Unknown child
+# process pid N, will report returncode 255").
+LOST_STATUS = 255
+
+
 def sigterm_hands_over(view: View) -> list[Violation]:
     """A processor that had started and is sent SIGTERM exits 0, and its calls in flight
     then are answered and not given up (unless a verb or quorum of their partition gave
@@ -224,7 +229,8 @@ def sigterm_hands_over(view: View) -> list[Violation]:
     for term in (f for f in view.faults if f["name"] == "sigterm"):
         if not term.get("ready"):
             continue  # SIGTERM before its handlers were installed ends it by default
-        if term.get("exit") != 0:
+        lost_status = term.get("exit") == LOST_STATUS and term.get("stopped_cleanly")
+        if term.get("exit") != 0 and not lost_status:
             found.append(Violation("handover", f"{term['target']} exited {term.get('exit')} "
                                    "after SIGTERM", [term]))
         quorum = {pid for pid, c in view.creates.items() if c.get("quorum")}

@@ -146,6 +146,12 @@ def test_a_sigterm_that_cuts_calls_or_exits_non_zero_breaks_the_handover() -> No
                        only=["handover"])) == ["handover"]
     assert check(history(create(), {**failed, "ready": False}, answered, items=items),
                  only=["handover"]) == []
+    # An exit status asyncio lost (255) counts as the processor's log tells: a clean
+    # stop is a hand-over, anything else is not.
+    lost = {**term, "exit": 255, "stopped_cleanly": True}
+    assert check(history(create(), lost, answered, items=items), only=["handover"]) == []
+    assert names(check(history(create(), {**lost, "stopped_cleanly": False}, answered,
+                               items=items), only=["handover"])) == ["handover"]
 
 
 def test_a_gate_left_again_after_a_rewind_keeps_exactly_once() -> None:
