@@ -35,7 +35,7 @@ def steps_applied_once(view: View) -> list[Violation]:
     trail was written from a call answered for that very step (a completion of its wait
     that was not refused, or a reduce call that named the item), no gate is left twice
     unless a rewind to it or below came between, and repeated calls for one step share
-    one Idempotency-Key (and one key names one step)."""
+    one Idempotency-Key per rewind epoch (and one key names one step)."""
     found: list[Violation] = []
     for pid, item in view.items():
         left: dict[int, Entry] = {}
@@ -61,7 +61,7 @@ def steps_applied_once(view: View) -> list[Violation]:
         keys[step].add(call["key"])
         steps[call["key"]].add(step)
     for step, named in keys.items():
-        if len(named) > 1:
+        if len(named) > 1 + _rewinds_between(view, step):
             found.append(Violation("exactly-once", f"step {step} sent with {len(named)} "
                                    f"Idempotency-Keys", _calls_for(view, step)))
     for key, named_steps in steps.items():
@@ -94,6 +94,18 @@ def _not_written_by_its_source(view: View, pid: str, item: Event, entry: Entry
         if all(t["status"] in (409, 404, 400) for t in tries):
             return "applied, yet every try was refused", [item, *tries]
     return None
+
+
+def _rewinds_between(view: View, step: tuple[Any, ...]) -> int:
+    """How many rewinds of the step's partition to its gate or below came between its
+    calls: each starts an epoch, and a step's key is its item's version less its failed
+    attempts, which a rewind moves on (``watcher.protocol.step_key``), so each may add
+    one key. A rewind counts from :data:`GRACE` before the first call (one sent before
+    it may reach the handler late) to the start of the last."""
+    pid, _, gate, _ = step
+    starts = [c["started"] for c in _calls_for(view, step)]
+    return sum(1 for r in view.done("rewind", pid) if r["args"]["gate"] <= gate
+               and r["finished"] >= min(starts) - GRACE and r["started"] <= max(starts))
 
 
 def _calls_for(view: View, step: tuple[Any, ...]) -> list[Event]:

@@ -158,3 +158,25 @@ def test_a_gate_left_again_after_a_rewind_keeps_exactly_once() -> None:
     events[2] = {**events[2], "error": "GateError: ..."}
     refused = history(*events, items={"p": [item("i0", ["0:n@0", "0:n@1"])]})
     assert "exactly-once" in names(check(refused, only=["exactly-once"]))
+
+
+def test_a_step_sent_with_a_new_key_after_a_rewind_keeps_exactly_once() -> None:
+    # Seed 977760328 (PostgreSQL): p00/i1's call at gate 0 met a 429, the partition was
+    # rewound to gate 0, and the step's next call carried the new epoch's key.
+    rewind = {"kind": "verb", "name": "rewind", "args": {"partition": "p", "gate": 0},
+              "started": 0.5, "finished": 0.6, "answer": "RewindReport(items_reset=1)"}
+    held = call(0, key="old", status=429, retry_after="4", outcome="fault",
+                answer={"error": "slow down"})
+    events = [create(), held, rewind, call(1, key="new", started=2.0, finished=2.1)]
+    items = {"p": [item("i0", ["0:n@1"])]}
+    assert check(history(*events, items=items), only=["exactly-once"]) == []
+    for broken in ({**rewind, "error": "PartitionNotFoundError: ..."},  # it did nothing
+                   {**rewind, "args": {"partition": "p", "gate": 1}},   # above the step
+                   {**rewind, "args": {"partition": "q", "gate": 0}},   # another partition
+                   {**rewind, "started": 2.5, "finished": 2.6}):        # after both calls
+        (violation,) = check(history(*events[:2], broken, *events[3:], items=items),
+                             only=["exactly-once"])
+        assert "2 Idempotency-Keys" in violation.message
+    third = call(2, key="newer", started=3.0, finished=3.1)  # a second key in one epoch
+    (violation,) = check(history(*events, third, items=items), only=["exactly-once"])
+    assert "3 Idempotency-Keys" in violation.message
