@@ -209,8 +209,9 @@ def quorum_exact(view: View) -> list[Violation]:
 
 
 def retry_after_honoured(view: View) -> list[Violation]:
-    """No call to a service starts while its Retry-After hold runs, from any processor
-    (once the fleet has had :data:`GRACE` to learn of it)."""
+    """No call to a service is made while its Retry-After hold runs, from any processor
+    (once the fleet has had :data:`GRACE` to learn of it): a call counts from when its
+    processor built it (:meth:`View.made`), not from when it reached the handler."""
     found: list[Violation] = []
     holds = [c for c in view.calls.values()
              if c["status"] in (429, 503) and c.get("retry_after")]
@@ -220,7 +221,7 @@ def retry_after_honoured(view: View) -> list[Violation]:
         if view.frozen(hold["caller"], hold["started"] - 0.5, start):
             continue  # the processor that was told may not have told the fleet
         inside = [c for c in view.calls.values()
-                  if c["service"] == hold["service"] and start < c["started"] < end
+                  if c["service"] == hold["service"] and start < view.made(c) < end
                   and not view.frozen(c["caller"], hold["finished"], c["started"])]
         if inside:
             callers = sorted({c["caller"] for c in inside})
@@ -332,7 +333,7 @@ def pauses_hold(view: View) -> list[Violation]:
         start = pause["finished"] + GRACE
         end = resume["started"] if resume else float("inf")
         args = pause["args"]
-        inside = [c for c in view.calls.values() if start < c["started"] < end
+        inside = [c for c in view.calls.values() if start < view.made(c) < end
                   and (scope == "all"
                        or (scope == "partition" and c["partition"] == args.get("partition"))
                        or (scope == "key" and key_of.get(c["partition"]) == args.get("key")))
@@ -367,7 +368,7 @@ def cancel_stops(view: View) -> list[Violation]:
                                            f"from a call or completion begun at {began} (written "
                                            f"from {at}), after the cancel", [cancel, source]))
         late = [c for c in view.calls.values() if c["partition"] == pid
-                and after + GRACE < c["started"] < retry
+                and after + GRACE < view.made(c) < retry
                 and not view.frozen(c["caller"], cancel["started"], c["started"])]
         if late:
             found.append(Violation("cancel", f"{len(late)} calls for {pid} after its cancel",

@@ -12,8 +12,10 @@ Kinds and their fields:
 - ``plan``: ``plan`` (the plan's JSON), ``db`` (the dialect), ``wall`` (the run's start
   on the wall clock, the clock of the processes' log lines).
 - ``call``: ``seq``, ``service``, ``caller``, ``partition``, ``item``, ``gate``,
-  ``attempt``, ``key`` (Idempotency-Key), ``token``, ``started``, ``finished``,
-  ``status``, ``retry_after``, ``outcome`` (ok, fault, abandoned), ``answer``.
+  ``attempt``, ``key`` (Idempotency-Key), ``token``, ``sent`` (when the processor built
+  the request, read from its completion token's time; ``None`` when unknown),
+  ``started`` (when it reached the handler), ``finished``, ``status``, ``retry_after``,
+  ``outcome`` (ok, fault, abandoned), ``answer``.
 - ``completion`` / ``heartbeat``: ``cid``, ``token``, ``partition``, ``item``, ``gate``,
   ``via``, ``started``, ``finished``, ``status`` (HTTP status, or ``cut``).
 - ``verb``: ``name``, ``args``, ``started``, ``finished``, ``answer`` or ``error``.

@@ -1,6 +1,6 @@
-"""The proof runner's bookkeeping of its processes (tests/proof/runner.py and the logs the
-CLI keeps): when each logged its start, on the run's clock, and its logs kept beside the
-history."""
+"""The proof runner's bookkeeping (tests/proof/runner.py, handler.py and the logs the CLI
+keeps): when each process logged its start and when a call was built, on the run's
+clock, and the processes' logs kept beside the history."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tests.proof.__main__ import keep_logs
+from tests.proof.handler import sent_at
 from tests.proof.history import History
 from tests.proof.runner import _logged_at
 
@@ -34,3 +35,15 @@ def test_the_processes_logs_are_kept_beside_the_history(tmp_path: Path) -> None:
     assert logs == tmp_path / "proof-7.logs"
     assert sorted(p.name for p in logs.iterdir()) == ["p0g1.err", "p0g1.out"]
     assert (logs / "p0g1.err").read_text() == "action=starting owner=p0g1\n"
+
+
+def test_a_calls_build_time_is_read_from_its_completion_token() -> None:
+    from watcher.waits import new_completion_token
+
+    history = History()
+    history.wall = 1796688200.0
+    assert sent_at(f"{1796688218869:012x}" + "x" * 43, history) == 18.869
+    assert sent_at("not-a-timed-token-" + "x" * 37, history) is None
+    assert sent_at("", history) is None
+    now = History()
+    assert abs(sent_at(new_completion_token(), now) - now.now()) < 0.05  # type: ignore[operator]
