@@ -35,7 +35,8 @@ def steps_applied_once(view: View) -> list[Violation]:
     trail was written from a call answered for that very step (a completion of its wait
     that was not refused, or a reduce call that named the item), no gate is left twice
     unless a rewind to it or below came between, and repeated calls for one step share
-    one Idempotency-Key per rewind epoch (and one key names one step)."""
+    one Idempotency-Key per epoch (a rewind or a retry begins one; one key names one
+    step)."""
     found: list[Violation] = []
     for pid, item in view.items():
         left: dict[int, Entry] = {}
@@ -61,7 +62,7 @@ def steps_applied_once(view: View) -> list[Violation]:
         keys[step].add(call["key"])
         steps[call["key"]].add(step)
     for step, named in keys.items():
-        if len(named) > 1 + _rewinds_between(view, step):
+        if len(named) > 1 + _epochs_between(view, step):
             found.append(Violation("exactly-once", f"step {step} sent with {len(named)} "
                                    f"Idempotency-Keys", _calls_for(view, step)))
     for key, named_steps in steps.items():
@@ -96,16 +97,21 @@ def _not_written_by_its_source(view: View, pid: str, item: Event, entry: Entry
     return None
 
 
-def _rewinds_between(view: View, step: tuple[Any, ...]) -> int:
-    """How many rewinds of the step's partition to its gate or below came between its
-    calls: each starts an epoch, and a step's key is its item's version less its failed
-    attempts, which a rewind moves on (``watcher.protocol.step_key``), so each may add
-    one key. A rewind counts from :data:`GRACE` before the first call (one sent before
-    it may reach the handler late) to the start of the last."""
+def _epochs_between(view: View, step: tuple[Any, ...]) -> int:
+    """How many verbs that start an item's step afresh came between the step's calls: a
+    rewind of its partition to its gate or below, or a retry of its failed items. A
+    step's key is its item's version less its failed attempts
+    (``watcher.protocol.step_key``); both verbs move the version on and reset the
+    attempts, so each may add one key (a handler that stored a failure under the old
+    key would answer it again). A verb counts from :data:`GRACE` before the first call
+    (one sent before it may reach the handler late) to the start of the last, unless it
+    reset no item."""
     pid, _, gate, _ = step
     starts = [c["started"] for c in _calls_for(view, step)]
-    return sum(1 for r in view.done("rewind", pid) if r["args"]["gate"] <= gate
-               and r["finished"] >= min(starts) - GRACE and r["started"] <= max(starts))
+    verbs = [*(r for r in view.done("rewind", pid) if r["args"]["gate"] <= gate),
+             *view.done("retry", pid)]
+    return sum(1 for v in verbs if v["finished"] >= min(starts) - GRACE
+               and v["started"] <= max(starts) and "items_reset=0," not in v.get("answer", ""))
 
 
 def _calls_for(view: View, step: tuple[Any, ...]) -> list[Event]:

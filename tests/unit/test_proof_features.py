@@ -180,3 +180,21 @@ def test_a_step_sent_with_a_new_key_after_a_rewind_keeps_exactly_once() -> None:
     third = call(2, key="newer", started=3.0, finished=3.1)  # a second key in one epoch
     (violation,) = check(history(*events, third, items=items), only=["exactly-once"])
     assert "3 Idempotency-Keys" in violation.message
+
+
+def test_a_step_sent_with_a_new_key_after_a_retry_of_its_failed_item_keeps_exactly_once(
+        ) -> None:
+    # Seed 1610764530 (SQLite): p03/i2 failed at gate 1, a retry reset it, and its call
+    # there carried a new key (the handler's stored failure is not answered again).
+    retry = {"kind": "verb", "name": "retry", "args": {"partition": "p"}, "started": 0.5,
+             "finished": 0.6, "answer": "RetryReport(partition_id='p', items_reset=1, "
+                                       "items_rerun=0)"}
+    failed = call(0, key="old", answer={"error": {"message": "no", "no_retry": True}})
+    events = [create(), failed, retry, call(1, key="new", started=2.0, finished=2.1)]
+    items = {"p": [item("i0", ["0:n@1"])]}
+    assert check(history(*events, items=items), only=["exactly-once"]) == []
+    nothing = {**retry, "answer": "RetryReport(partition_id='p', items_reset=0, "
+                                  "items_rerun=0)"}
+    (violation,) = check(history(*events[:2], nothing, *events[3:], items=items),
+                         only=["exactly-once"])
+    assert "2 Idempotency-Keys" in violation.message
