@@ -308,12 +308,17 @@ def nothing_lost(view: View) -> list[Violation]:
 
 
 def not_before_kept(view: View) -> list[Violation]:
-    """No item is called before its ``not_before`` (by the database clock)."""
+    """No item is called before its ``not_before`` (by the database clock), unless a
+    rewind of its partition to its gate or below began before the call: a rewind sends
+    its items back ready at once (docs/how-to/rewind.md)."""
     found: list[Violation] = []
     for pid, create in view.creates.items():
+        rewinds = view.done("rewind", pid)
         for item_id, at in (create.get("not_before") or {}).items():
             early = [c for c in view.calls.values() if c["partition"] == pid
-                     and c["item"] == item_id and c["started"] < at - NOT_BEFORE_LEEWAY]
+                     and c["item"] == item_id and c["started"] < at - NOT_BEFORE_LEEWAY
+                     and not any(r["args"]["gate"] <= c["gate"]
+                                 and r["started"] <= c["started"] for r in rewinds)]
             if early:
                 found.append(Violation("not-before", f"{pid}/{item_id} called at "
                                        f"{early[0]['started']}, not before {at}",

@@ -198,3 +198,18 @@ def test_a_step_sent_with_a_new_key_after_a_retry_of_its_failed_item_keeps_exact
     (violation,) = check(history(*events[:2], nothing, *events[3:], items=items),
                          only=["exactly-once"])
     assert "2 Idempotency-Keys" in violation.message
+
+
+def test_a_call_before_not_before_after_a_rewind_keeps_not_before() -> None:
+    # Seed 133664399 (SQLite): p01 was rewound to gate 0 before i2's not_before, which
+    # sends its items back ready at once.
+    rewind = {"kind": "verb", "name": "rewind", "args": {"partition": "p", "gate": 0},
+              "started": 0.5, "finished": 0.6, "answer": "RewindReport(items_reset=1)"}
+    events = [create(not_before={"i0": 2.0}), rewind, call(0, started=1.0, finished=1.1)]
+    items = {"p": [item("i0", ["0:n@0"])]}
+    assert check(history(*events, items=items), only=["not-before"]) == []
+    for broken in ({**rewind, "error": "PartitionChangedError: ..."},
+                   {**rewind, "started": 1.5, "finished": 1.6},      # after the call
+                   {**rewind, "args": {"partition": "p", "gate": 1}}):  # above its gate
+        assert names(check(history(events[0], broken, events[2], items=items),
+                           only=["not-before"])) == ["not-before"]
