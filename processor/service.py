@@ -350,6 +350,7 @@ class ProcessorService:
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT or :meth:`request_stop`; returns the exit code.
+        SIGHUP reloads the routes meanwhile, and is ignored from then on.
 
         Raises:
             DatabaseError: see :meth:`_wait_for_database`.
@@ -393,3 +394,7 @@ class ProcessorService:
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(signum)
+            # A reload asked for while the process ends has nothing left to reload, and
+            # SIGHUP's default action would end it with no exit code of its own.
+            with contextlib.suppress(ValueError):  # not the main thread: not ours to set
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)

@@ -77,6 +77,7 @@ async def test_a_seed_keeps_every_guarantee(db: str, seed: int, tmp_path: Path) 
         shown = "\n".join(str(v) for v in outcome.violations[:10])
         target = "sqlite" if db == "sqlite" else url
         pytest.fail(f"seed {seed} on {db}: {len(outcome.violations)} violations\n{shown}\n"
-                    f"history: {out}\nreplay: python -m tests.proof run --seed {seed} "
+                    f"history: {out}\nlogs: {tmp_path / 'run'} (each process's stderr: "
+                    f"<owner>.err)\nreplay: python -m tests.proof run --seed {seed} "
                     f"--db {target}", pytrace=False)
     assert outcome.history.of("call"), "the run made no call"

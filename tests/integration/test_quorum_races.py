@@ -15,7 +15,7 @@ from tests.integration.test_api import serving
 from tests.support.engine import running, wait_until
 from watcher import Result, Wait, Watcher, WatcherConfig, WorkItem
 from watcher.errors import AlreadyCompletedError
-from watcher.records import ItemWrite
+from watcher.records import GateSummary, ItemWrite
 from watcher.waits import WaitWrite, new_completion_token, token_hash
 
 FAST = {"poll_interval": 0.05, "lease_duration": 5.0, "retry_backoff": 0.05,
@@ -199,4 +199,42 @@ async def test_a_parking_answer_fenced_off_leaves_its_token_already_completed(
     with pytest.raises(AlreadyCompletedError):
         await store.wait_complete(token, Result(gate=1))
     assert await store.items_apply([park], "w1") == [False], "fenced twice: kept once"
+    await client.close()
+
+
+LEASE = 1.0
+
+
+async def test_a_completion_that_meets_the_quorum_while_the_gate_is_summed_up_moves_it_on(
+        db_url, table_prefix, make_store) -> None:
+    # Proof seed 2132201203 (SQLite): the supervisor read its gate's summary (every item
+    # waiting, none past the gate), the completions that met the quorum moved three
+    # items to gate 1, then its quorum count passed the gate and the stale summary
+    # closed the partition complete at gate 0, those three left available at gate 1.
+    client = AsyncClient(db_url, table_prefix)
+    parking = Parking()
+    names = ["a", "b", "c"]
+    await client.create_partition("p", [NewItem(name, b"{}") for name in names],
+                                  quorum={0: 1})
+    store = make_store()
+    summary_read = store.gate_summary
+    completed: list[str] = []
+
+    async def completion_after_the_read(partition_id: str, gate: int) -> GateSummary:
+        summary = await summary_read(partition_id, gate)
+        if not completed and summary.waiting == len(names):
+            completed.append("a")  # lands after the read, before the quorum's count
+            await client.complete(parking.tokens["a"], done=False, gate=1, data=b"{}")
+            # A renewal in between takes the version the completion moved on as the
+            # lease's: the guard of the move that follows no longer fences it off.
+            await asyncio.sleep(LEASE)
+        return summary
+
+    store.gate_summary = completion_after_the_read  # type: ignore[method-assign]
+    async with running(Watcher(store, parking, config(concurrency=3, lease_duration=LEASE))):
+        info = await client.wait("p", timeout=30)
+    assert completed == ["a"], "the completion was made while the gate was summed up"
+    items = {item.id: (item.status, item.gate) for item in await client.items("p")}
+    assert items == {"a": ("complete", 1), "b": ("skipped", 0), "c": ("skipped", 0)}, items
+    assert (info.status, info.gate) == ("complete", 1)
     await client.close()

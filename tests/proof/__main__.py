@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -38,6 +39,16 @@ def report(outcome: Outcome, seconds: float) -> str:
             f"violations={len(outcome.violations)} seconds={seconds:.1f}")
 
 
+def keep_logs(workdir: Path, history: Path) -> Path:
+    """Copy the processes' logs of a run (``<owner>.err`` and ``.out`` in ``workdir``)
+    beside its history (``proof-123.jsonl`` -> ``proof-123.logs/``); returns where."""
+    logs = history.with_suffix(".logs")
+    logs.mkdir(parents=True, exist_ok=True)
+    for log in sorted(workdir.glob("*.err")) + sorted(workdir.glob("*.out")):
+        shutil.copy2(log, logs / log.name)
+    return logs
+
+
 def _plan(args: argparse.Namespace) -> Plan:
     return Plan.from_json(Path(args.plan).read_text()) if args.plan else generate(args.seed)
 
@@ -52,6 +63,8 @@ async def _run(args: argparse.Namespace, plan: Plan) -> int:
         for violation in outcome.violations:
             print(violation)
         print(f"history: {out}")
+        logs = await asyncio.to_thread(keep_logs, Path(tmp), out)
+        print(f"logs: {logs} (each process's stderr: <owner>.err)")
     return 1 if outcome.violations else 0
 
 
@@ -95,6 +108,8 @@ async def _soak(args: argparse.Namespace, plan: Plan | None) -> int:
                 await asyncio.to_thread(outcome.history.dump, out)
                 for violation in outcome.violations:
                     print(violation)
+                logs = await asyncio.to_thread(keep_logs, work, out)
+                print(f"history: {out}\nlogs: {logs} (each process's stderr: <owner>.err)")
     faults = " ".join(f"{k}={v}" for k, v in sorted(totals.items()))
     print(f"soak: histories checked={checked} failing={failed} faults: {faults}")
     return 1 if failed else 0

@@ -35,7 +35,8 @@ def steps_applied_once(view: View) -> list[Violation]:
     trail was written from a call answered for that very step (a completion of its wait
     that was not refused, or a reduce call that named the item), no gate is left twice
     unless a rewind to it or below came between, and repeated calls for one step share
-    one Idempotency-Key (and one key names one step)."""
+    one Idempotency-Key per epoch (a rewind or a retry begins one; one key names one
+    step)."""
     found: list[Violation] = []
     for pid, item in view.items():
         left: dict[int, Entry] = {}
@@ -61,7 +62,7 @@ def steps_applied_once(view: View) -> list[Violation]:
         keys[step].add(call["key"])
         steps[call["key"]].add(step)
     for step, named in keys.items():
-        if len(named) > 1:
+        if len(named) > 1 + _epochs_between(view, step):
             found.append(Violation("exactly-once", f"step {step} sent with {len(named)} "
                                    f"Idempotency-Keys", _calls_for(view, step)))
     for key, named_steps in steps.items():
@@ -94,6 +95,23 @@ def _not_written_by_its_source(view: View, pid: str, item: Event, entry: Entry
         if all(t["status"] in (409, 404, 400) for t in tries):
             return "applied, yet every try was refused", [item, *tries]
     return None
+
+
+def _epochs_between(view: View, step: tuple[Any, ...]) -> int:
+    """How many verbs that start an item's step afresh came between the step's calls: a
+    rewind of its partition to its gate or below, or a retry of its failed items. A
+    step's key is its item's version less its failed attempts
+    (``watcher.protocol.step_key``); both verbs move the version on and reset the
+    attempts, so each may add one key (a handler that stored a failure under the old
+    key would answer it again). A verb counts from :data:`GRACE` before the first call
+    (one sent before it may reach the handler late) to the start of the last, unless it
+    reset no item."""
+    pid, _, gate, _ = step
+    starts = [c["started"] for c in _calls_for(view, step)]
+    verbs = [*(r for r in view.done("rewind", pid) if r["args"]["gate"] <= gate),
+             *view.done("retry", pid)]
+    return sum(1 for v in verbs if v["finished"] >= min(starts) - GRACE
+               and v["started"] <= max(starts) and "items_reset=0," not in v.get("answer", ""))
 
 
 def _calls_for(view: View, step: tuple[Any, ...]) -> list[Event]:
@@ -197,8 +215,9 @@ def quorum_exact(view: View) -> list[Violation]:
 
 
 def retry_after_honoured(view: View) -> list[Violation]:
-    """No call to a service starts while its Retry-After hold runs, from any processor
-    (once the fleet has had :data:`GRACE` to learn of it)."""
+    """No call to a service is made while its Retry-After hold runs, from any processor
+    (once the fleet has had :data:`GRACE` to learn of it): a call counts from when its
+    processor built it (:meth:`View.made`), not from when it reached the handler."""
     found: list[Violation] = []
     holds = [c for c in view.calls.values()
              if c["status"] in (429, 503) and c.get("retry_after")]
@@ -208,7 +227,7 @@ def retry_after_honoured(view: View) -> list[Violation]:
         if view.frozen(hold["caller"], hold["started"] - 0.5, start):
             continue  # the processor that was told may not have told the fleet
         inside = [c for c in view.calls.values()
-                  if c["service"] == hold["service"] and start < c["started"] < end
+                  if c["service"] == hold["service"] and start < view.made(c) < end
                   and not view.frozen(c["caller"], hold["finished"], c["started"])]
         if inside:
             callers = sorted({c["caller"] for c in inside})
@@ -289,12 +308,17 @@ def nothing_lost(view: View) -> list[Violation]:
 
 
 def not_before_kept(view: View) -> list[Violation]:
-    """No item is called before its ``not_before`` (by the database clock)."""
+    """No item is called before its ``not_before`` (by the database clock), unless a
+    rewind of its partition to its gate or below began before the call: a rewind sends
+    its items back ready at once (docs/how-to/rewind.md)."""
     found: list[Violation] = []
     for pid, create in view.creates.items():
+        rewinds = view.done("rewind", pid)
         for item_id, at in (create.get("not_before") or {}).items():
             early = [c for c in view.calls.values() if c["partition"] == pid
-                     and c["item"] == item_id and c["started"] < at - NOT_BEFORE_LEEWAY]
+                     and c["item"] == item_id and c["started"] < at - NOT_BEFORE_LEEWAY
+                     and not any(r["args"]["gate"] <= c["gate"]
+                                 and r["started"] <= c["started"] for r in rewinds)]
             if early:
                 found.append(Violation("not-before", f"{pid}/{item_id} called at "
                                        f"{early[0]['started']}, not before {at}",
@@ -320,7 +344,7 @@ def pauses_hold(view: View) -> list[Violation]:
         start = pause["finished"] + GRACE
         end = resume["started"] if resume else float("inf")
         args = pause["args"]
-        inside = [c for c in view.calls.values() if start < c["started"] < end
+        inside = [c for c in view.calls.values() if start < view.made(c) < end
                   and (scope == "all"
                        or (scope == "partition" and c["partition"] == args.get("partition"))
                        or (scope == "key" and key_of.get(c["partition"]) == args.get("key")))
@@ -355,7 +379,7 @@ def cancel_stops(view: View) -> list[Violation]:
                                            f"from a call or completion begun at {began} (written "
                                            f"from {at}), after the cancel", [cancel, source]))
         late = [c for c in view.calls.values() if c["partition"] == pid
-                and after + GRACE < c["started"] < retry
+                and after + GRACE < view.made(c) < retry
                 and not view.frozen(c["caller"], cancel["started"], c["started"])]
         if late:
             found.append(Violation("cancel", f"{len(late)} calls for {pid} after its cancel",

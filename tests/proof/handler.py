@@ -42,6 +42,7 @@ from tests.proof.history import Event, History
 from tests.proof.plan import BURST, NEXT, REDUCE, SPAWN, WAIT
 from tests.support.handler_apps import read_request
 from tests.support.servers import answered_probe, send_json
+from watcher.waits import TIME_DIGITS
 
 BURST_PATIENCE = 2.0
 
@@ -60,6 +61,17 @@ def leave(data: dict[str, Any], gate: int, entry: str) -> dict[str, Any]:
     if gate >= data["last"]:
         return {"done": True, "data": moved}
     return {"gate": gate + 1, "data": moved}
+
+
+def sent_at(token: str, history: History) -> float | None:
+    """When the processor built the call, on the run's clock: a completion token begins
+    with the milliseconds of the wall clock it was made at (``watcher.waits``), and the
+    processor makes a call's token as it builds the request, after the call passed its
+    limits (a hold, a pause). ``None`` for a token without that prefix."""
+    prefix = token[:TIME_DIGITS]
+    if len(prefix) < TIME_DIGITS or not all(c in "0123456789abcdef" for c in prefix):
+        return None
+    return history.from_wall(int(prefix, 16) / 1000)
 
 
 @dataclass
@@ -139,7 +151,8 @@ class ScriptedHandler:
         event = self.history.add(
             "call", seq=self.calls, service=service, caller=headers.get("x-caller", ""),
             routes=headers.get("x-routes"), partition=pid, item=item, gate=gate,
-            attempt=attempt, key=key, token=token, started=self.history.now(), trail=None,
+            attempt=attempt, key=key, token=token, sent=sent_at(token, self.history),
+            started=self.history.now(), trail=None,
             finished=None, status=None, retry_after=None, outcome="pending", answer=None,
             **extra)
         self.calls += 1

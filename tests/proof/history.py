@@ -9,17 +9,22 @@ by the offset measured then (:meth:`History.db_offset`).
 
 Kinds and their fields:
 
-- ``plan``: ``plan`` (the plan's JSON), ``db`` (the dialect).
+- ``plan``: ``plan`` (the plan's JSON), ``db`` (the dialect), ``wall`` (the run's start
+  on the wall clock, the clock of the processes' log lines).
 - ``call``: ``seq``, ``service``, ``caller``, ``partition``, ``item``, ``gate``,
-  ``attempt``, ``key`` (Idempotency-Key), ``token``, ``started``, ``finished``,
-  ``status``, ``retry_after``, ``outcome`` (ok, fault, abandoned), ``answer``.
+  ``attempt``, ``key`` (Idempotency-Key), ``token``, ``sent`` (when the processor built
+  the request, read from its completion token's time; ``None`` when unknown),
+  ``started`` (when it reached the handler), ``finished``, ``status``, ``retry_after``,
+  ``outcome`` (ok, fault, abandoned), ``answer``.
 - ``completion`` / ``heartbeat``: ``cid``, ``token``, ``partition``, ``item``, ``gate``,
   ``via``, ``started``, ``finished``, ``status`` (HTTP status, or ``cut``).
 - ``verb``: ``name``, ``args``, ``started``, ``finished``, ``answer`` or ``error``.
 - ``fault``: ``name``, ``args``, ``started``, ``finished``, ``target`` (an owner).
 - ``create``: ``partition``, ``started``, ``finished``, ``not_before`` (item -> run time).
 - ``final``: ``partitions`` (id -> status, gate, counts), ``items`` (pid -> list of
-  id, status, gate, parent, data (parsed JSON), last_error), ``settled``.
+  id, status, gate, parent, data (parsed JSON), last_error), ``settled``, ``processes``
+  (per process: ``owner``, ``spawned``, ``ready`` and ``ticking``: when it logged its
+  start and its ticker's, or ``None``; ``exit``).
 """
 
 from __future__ import annotations
@@ -39,10 +44,19 @@ class History:
     def __init__(self, events: Iterable[Event] = ()) -> None:
         self.events: list[Event] = list(events)
         self._start = time.monotonic()
+        self.wall = time.time()  # the same moment on the wall clock (the logs' clock)
 
     def now(self) -> float:
         """Seconds since the run started, on the run's clock."""
         return round(time.monotonic() - self._start, 4)
+
+    def since_start(self, monotonic: float) -> float:
+        """A moment of this process's monotonic clock on the run's clock."""
+        return round(monotonic - self._start, 4)
+
+    def from_wall(self, wall: float) -> float:
+        """A moment of the wall clock (a log line's time) on the run's clock."""
+        return round(wall - self.wall, 4)
 
     def add(self, kind: str, **fields: Any) -> Event:
         """Record an event (returned, so a call's answer can be filled in later)."""

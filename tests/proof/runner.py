@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,11 @@ from watcher.errors import DatabaseError
 from watcher.store.db.urls import parse_database_url
 
 ENDED = ("complete", "failed", "cancelled")
+# The log lines of a ``processor run`` whose watcher and schedules' ticker run.
+READY_LINES = ("action=watcher_started", "action=ticker_started")
+# How long the fleet may take to start (imports, a first connection) on a loaded machine.
+FLEET_START_TIMEOUT = 90.0
 SETTLE_TIMEOUT = 60.0
-# How long each processor of the first fleet may take to start (a loaded machine is slow).
-START_PATIENCE = 120.0
 # How long the run waits, once every partition ended, for their notifications to be sent
 # (a delivery refused once is sent again after --notify-backoff, 1 s, with jitter).
 NOTIFY_PATIENCE = 20.0
@@ -81,7 +83,7 @@ async def run_plan(plan: Plan, db_url: str, workdir: Path, *,
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     dialect = parse_database_url(db_url).dialect
     history = History()
-    history.add("plan", plan=plan.to_json(), db=dialect)
+    history.add("plan", plan=plan.to_json(), db=dialect, wall=history.wall)
     with namespace(db_url) as prefix:
         await _run(plan, db_url, prefix, workdir, history, dialect, settle_timeout)
     return Outcome(plan, history, check(history))
@@ -112,12 +114,9 @@ async def _run(plan: Plan, db_url: str, prefix: str, workdir: Path, history: His
         for key, limit in plan.key_limits.items():
             await client.set_key_limit(key, limit, define=True)
         await fleet.start_api()
-        started = [await fleet.start(slot) for slot in range(plan.processors)]
-        # The plan's clock starts once the whole fleet runs: on a loaded machine a start
-        # takes seconds, and a timeline played meanwhile would check processors that
-        # are not there yet (ticks and holds then look missed).
-        await asyncio.gather(*(p.wait_log("action=watcher_started", timeout=START_PATIENCE)
-                               for p in started))
+        for slot in range(plan.processors):
+            await fleet.start(slot)
+        await _fleet_started(fleet)
         actors = Actors(fleet, client, handler, history, down, f"{notify_url}/hook")
         zero = history.now()
         await asyncio.gather(*(_at(history, zero + p.at,
@@ -133,7 +132,41 @@ async def _run(plan: Plan, db_url: str, prefix: str, workdir: Path, history: His
                 await completer[0].drain()
         history.add("final", settled=settled, **await _final(client, plan),
                     tracebacks=[p.owner for p in fleet.everyone if "Traceback" in p.output()],
-                    finished=history.now())
+                    processes=_processes(fleet, history), finished=history.now())
+
+
+async def _fleet_started(fleet: Fleet) -> None:
+    """Wait until every ``processor run`` of the fleet has started its watcher and its
+    schedules' ticker: the plan's timeline is for a fleet that runs. (A start on a
+    loaded machine was seen to take 12 s, the plan's first seconds played to no one.)"""
+    for proc in fleet.slots.values():
+        for line in READY_LINES:
+            await proc.wait_log(line, timeout=FLEET_START_TIMEOUT)
+
+
+def _processes(fleet: Fleet, history: History) -> list[Event]:
+    """Each process of the run: when it was spawned, when it logged its start
+    (``action=starting``) and when its ticker started, on the run's clock, and its exit."""
+    found = []
+    for proc in fleet.everyone:
+        log = proc.stderr()
+        found.append({"owner": proc.owner, "spawned": history.since_start(proc.started_at),
+                      "ready": _logged_at(log, "action=starting", history),
+                      "ticking": _logged_at(log, "action=ticker_started", history),
+                      "exit": proc.process.returncode})
+    return found
+
+
+def _logged_at(log: str, fragment: str, history: History) -> float | None:
+    """When ``log``'s first line holding ``fragment`` was written, on the run's clock."""
+    for line in log.splitlines():
+        if fragment in line:
+            try:
+                moment = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            except ValueError:
+                return None
+            return history.from_wall(moment.timestamp())
+    return None
 
 
 async def _at(history: History, at: float, work: Any) -> None:

@@ -239,3 +239,20 @@ async def test_shrinking_keeps_only_what_the_failure_needs_and_the_seeds_choices
     (partition,) = smallest.partitions
     assert len(partition.items) == 2
     assert all(item in culprit.items for item in partition.items), "the seed's choices kept"
+
+
+def test_a_call_made_before_a_hold_that_reaches_the_handler_in_it_keeps_retry_after() -> None:
+    # Seed 1004824235: p1g1's calls for p04/i0 and p04/i1 were one read's, built in the
+    # same millisecond; i0's answered 429 Retry-After: 3, i1's reached the handler 1.5 s
+    # later (the processor starved on a loaded machine).
+    throttled = call(0, status=429, retry_after="3", outcome="fault", finished=1.0,
+                     caller="p1g1", service="beta", answer={"error": "slow down"})
+    late = {**call(1, item="i1", caller="p1g1", service="beta", started=1.0 + GRACE + 0.5,
+                   finished=3.7), "sent": 0.9}
+    items = {"p": [item("i0", []), item("i1", ["0:n@1"])]}
+    assert check(history(create(), throttled, late, items=items), only=["retry-after"]) == []
+    for sent in (1.0 + GRACE + 0.2, None):  # made in the hold, or not known when
+        made_late = {**late, "sent": sent}
+        found = check(history(create(), throttled, made_late, items=items),
+                      only=["retry-after"])
+        assert names(found) == ["retry-after"]

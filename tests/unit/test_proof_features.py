@@ -164,3 +164,58 @@ def test_a_gate_left_again_after_a_rewind_keeps_exactly_once() -> None:
     events[2] = {**events[2], "error": "GateError: ..."}
     refused = history(*events, items={"p": [item("i0", ["0:n@0", "0:n@1"])]})
     assert "exactly-once" in names(check(refused, only=["exactly-once"]))
+
+
+def test_a_step_sent_with_a_new_key_after_a_rewind_keeps_exactly_once() -> None:
+    # Seed 977760328 (PostgreSQL): p00/i1's call at gate 0 met a 429, the partition was
+    # rewound to gate 0, and the step's next call carried the new epoch's key.
+    rewind = {"kind": "verb", "name": "rewind", "args": {"partition": "p", "gate": 0},
+              "started": 0.5, "finished": 0.6, "answer": "RewindReport(items_reset=1)"}
+    held = call(0, key="old", status=429, retry_after="4", outcome="fault",
+                answer={"error": "slow down"})
+    events = [create(), held, rewind, call(1, key="new", started=2.0, finished=2.1)]
+    items = {"p": [item("i0", ["0:n@1"])]}
+    assert check(history(*events, items=items), only=["exactly-once"]) == []
+    for broken in ({**rewind, "error": "PartitionNotFoundError: ..."},  # it did nothing
+                   {**rewind, "args": {"partition": "p", "gate": 1}},   # above the step
+                   {**rewind, "args": {"partition": "q", "gate": 0}},   # another partition
+                   {**rewind, "started": 2.5, "finished": 2.6}):        # after both calls
+        (violation,) = check(history(*events[:2], broken, *events[3:], items=items),
+                             only=["exactly-once"])
+        assert "2 Idempotency-Keys" in violation.message
+    third = call(2, key="newer", started=3.0, finished=3.1)  # a second key in one epoch
+    (violation,) = check(history(*events, third, items=items), only=["exactly-once"])
+    assert "3 Idempotency-Keys" in violation.message
+
+
+def test_a_step_sent_with_a_new_key_after_a_retry_of_its_failed_item_keeps_exactly_once(
+        ) -> None:
+    # Seed 1610764530 (SQLite): p03/i2 failed at gate 1, a retry reset it, and its call
+    # there carried a new key (the handler's stored failure is not answered again).
+    retry = {"kind": "verb", "name": "retry", "args": {"partition": "p"}, "started": 0.5,
+             "finished": 0.6, "answer": "RetryReport(partition_id='p', items_reset=1, "
+                                       "items_rerun=0)"}
+    failed = call(0, key="old", answer={"error": {"message": "no", "no_retry": True}})
+    events = [create(), failed, retry, call(1, key="new", started=2.0, finished=2.1)]
+    items = {"p": [item("i0", ["0:n@1"])]}
+    assert check(history(*events, items=items), only=["exactly-once"]) == []
+    nothing = {**retry, "answer": "RetryReport(partition_id='p', items_reset=0, "
+                                  "items_rerun=0)"}
+    (violation,) = check(history(*events[:2], nothing, *events[3:], items=items),
+                         only=["exactly-once"])
+    assert "2 Idempotency-Keys" in violation.message
+
+
+def test_a_call_before_not_before_after_a_rewind_keeps_not_before() -> None:
+    # Seed 133664399 (SQLite): p01 was rewound to gate 0 before i2's not_before, which
+    # sends its items back ready at once.
+    rewind = {"kind": "verb", "name": "rewind", "args": {"partition": "p", "gate": 0},
+              "started": 0.5, "finished": 0.6, "answer": "RewindReport(items_reset=1)"}
+    events = [create(not_before={"i0": 2.0}), rewind, call(0, started=1.0, finished=1.1)]
+    items = {"p": [item("i0", ["0:n@0"])]}
+    assert check(history(*events, items=items), only=["not-before"]) == []
+    for broken in ({**rewind, "error": "PartitionChangedError: ..."},
+                   {**rewind, "started": 1.5, "finished": 1.6},      # after the call
+                   {**rewind, "args": {"partition": "p", "gate": 1}}):  # above its gate
+        assert names(check(history(events[0], broken, events[2], items=items),
+                           only=["not-before"])) == ["not-before"]

@@ -17,6 +17,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from watcher.errors import StatefeedError
+from watcher.models import Status
+
+if TYPE_CHECKING:
+    from watcher.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -133,3 +142,19 @@ def partition_failed_at_reduce(partition_id: str, gate: int, attempts: int,
     log.error("action=partition_closed partition=%s pipeline=%s status=failed gate=%d "
               "reason=reduce attempts=%d error=%s", partition_id, pipeline, gate, attempts,
               one_line(error))
+
+
+async def read_failed_item(store: Store, partition_id: str, pipeline: str,
+                           gate: int) -> ItemFailure | None:
+    """One of the failed items that failed ``partition_id`` at ``gate``, for its log
+    line; ``None`` when it cannot be read (the line says so). Never raises but for
+    cancellation: the partition has failed already."""
+    try:
+        page = await store.items_page(partition_id, status=Status.FAILED.value, gate=gate,
+                                      limit=1, with_data=False)
+    except (SQLAlchemyError, StatefeedError) as error:
+        log.debug("action=failed_item_unread partition=%s pipeline=%s error=%s",
+                  partition_id, pipeline, type(error).__name__)
+        return None
+    return next((ItemFailure(item.id, item.attempts, item.last_error or "")
+                 for item in page), None)

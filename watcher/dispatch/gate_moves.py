@@ -13,13 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from watcher.dispatch.context import PartitionContext
-from watcher.dispatch.failures import GateFailure, ItemFailure
+from watcher.dispatch.failures import GateFailure, read_failed_item
 from watcher.dispatch.in_hand import ItemsInHand
 from watcher.dispatch.reducer import GateReducer, ReduceOutcomeKind
-from watcher.errors import StatefeedError
 from watcher.leasing.closing import CloseWithWrite, close_request
 from watcher.models import Status
 from watcher.protocol import NonRetryableError, RetryableError
@@ -130,12 +127,15 @@ class GateMover:
             closed = await self._close_at_once()
             if closed is not None:
                 return closed
+        # What the summary decides is written guarded by the version it was read at: a
+        # completion after the read moves the version on, and a renewal would adopt it.
+        seen = lease.version
         read = await self.store.gate_summary(self.partition_id, lease.gate)
         summary, short = await self._under_quorum(read)
         action = decide_gate(summary, auto_close=self.config.auto_close,
                              manual_checkpoint=self.config.manual_checkpoint,
                              continue_on_failure=lease.settings.continue_on_failure)
-        if action.move is GateMove.WAIT and await self._park(summary):
+        if action.move is GateMove.WAIT and await self._park(summary, seen):
             return Pass(wait=None, move=action.move)
         if action.move is GateMove.WAIT:
             wait = self.config.poll_interval
@@ -157,7 +157,9 @@ class GateMover:
         # A failure stores why (read before the write), and logs it once it is written.
         failure = GateFailure(
             self.partition_id, self.pipeline, from_gate, summary.failed,
-            None if short else await self._failed_item(from_gate), short, read.failed,
+            None if short else await read_failed_item(self.store, self.partition_id,
+                                                    self.pipeline, from_gate),
+            short, read.failed,
         ) if action.move is GateMove.FAIL else None
         error = failure.error if failure else None
         async with lease.lock:
@@ -167,14 +169,15 @@ class GateMover:
             timeline = await self._timeline_after_move(
                 summary.now, progress, action.gate if status is None else None)
             version = await self.store.partition_transition(
-                self.partition_id, lease.version, self.keeper.owner, gate=action.gate,
+                self.partition_id, seen, self.keeper.owner, gate=action.gate,
                 status=status, timeline=timeline, last_error=error,
                 notify=self.notifies, notify_default=self.config.notify_default)
             if version is not None and timeline is not None:
                 lease.timeline_written(timeline, progress)
         if version is None:
-            # Someone wrote the partition: a client added items or moved the gate
-            # (re-evaluate), or another watcher took it (stop).
+            # Someone wrote the partition since the summary: a client added items or
+            # moved the gate, a completion moved an item (re-evaluate), or another
+            # watcher took it (stop).
             self.hooks.lease_conflict(self.partition_id)
             confirmed = await self.confirm_lease()
             return Pass(wait=0.0 if confirmed else None, move=action.move)
@@ -267,12 +270,13 @@ class GateMover:
                     complete)
         return summary_under_quorum(summary, move), (k, complete)
 
-    async def _park(self, summary: GateSummary) -> bool:
+    async def _park(self, summary: GateSummary, seen: int) -> bool:
         """Let the lease go when every open item at the gate waits for a completion
         and the earliest deadline is more than a poll away: the partition then holds
         no lease, no slot and no poll until a completion or that deadline brings it
-        back (:meth:`~watcher.store.Store.partition_park`). Returns whether it let go
-        (``False``: something moved meanwhile; the gate is looked at again).
+        back (:meth:`~watcher.store.Store.partition_park`), guarded by ``seen``, the
+        version ``summary`` was read at. Returns whether it let go (``False``:
+        something moved meanwhile; the gate is looked at again).
 
         Raises the database's error when the write fails.
         """
@@ -284,7 +288,7 @@ class GateMover:
         async with lease.lock:
             if lease.lost or lease.closed:
                 return False
-            parked = await self.store.partition_park(self.partition_id, lease.version,
+            parked = await self.store.partition_park(self.partition_id, seen,
                                                      self.keeper.owner)
         if not parked:
             return False
@@ -384,17 +388,3 @@ class GateMover:
             lease.timeline_known = True
         return encode_timeline(record_move(decode_timeline(lease.timeline), now, progress,
                                            to_gate))
-
-    async def _failed_item(self, gate: int) -> ItemFailure | None:
-        """One of the failed items that failed the partition at ``gate``, for its log line;
-        ``None`` when it cannot be read (the line says so). Never raises but for
-        cancellation: the partition has failed already."""
-        try:
-            page = await self.store.items_page(self.partition_id, status=Status.FAILED.value,
-                                               gate=gate, limit=1, with_data=False)
-        except (SQLAlchemyError, StatefeedError) as error:
-            log.debug("action=failed_item_unread partition=%s pipeline=%s error=%s",
-                      self.partition_id, self.pipeline, type(error).__name__)
-            return None
-        return next((ItemFailure(item.id, item.attempts, item.last_error or "")
-                     for item in page), None)
