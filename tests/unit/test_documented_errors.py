@@ -1,6 +1,7 @@
 """Every exception class the docs name can be imported where a reader looks for it:
-statefeed's own from ``processor`` (the handler SDK's from ``handlers``). The TypeScript
-SDK's page names that SDK's errors, which its own tests hold (sdk/typescript)."""
+statefeed's own from ``processor`` (the handler SDK's from ``handlers``, the test kit's from
+``processor.testing``). The TypeScript SDK's page names that SDK's errors, which its own
+tests hold (sdk/typescript)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import handlers
 import processor
+import processor.testing
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # A name written after a dot belongs to another library (``httpx.ReadError``), so it is left out.
@@ -28,9 +30,10 @@ def documented_errors() -> set[str]:
 def test_every_documented_error_is_importable() -> None:
     named = documented_errors()
     assert {"KeyNotFoundError", "PartitionNotFoundError", "ItemDataError"} <= named
+    homes = (processor, handlers, processor.testing)  # the test kit's errors are its own
     for name in sorted(named):
-        home = processor if name in processor.__all__ else handlers
-        assert name in home.__all__, f"{name} is in the docs but not exported"
+        home = next((module for module in homes if name in module.__all__), None)
+        assert home is not None, f"{name} is in the docs but not exported"
         error = getattr(home, name)
         assert isinstance(error, type) and issubclass(error, Exception), name
 
