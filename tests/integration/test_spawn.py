@@ -121,6 +121,31 @@ async def test_bad_spawns_fail_the_item_and_write_nothing(db_url, table_prefix,
     await client.close()
 
 
+async def test_a_refused_spawn_dispatches_none_of_its_children(db_url, table_prefix,
+                                                               make_store) -> None:
+    """An answer whose spawn the database refuses (an id the partition holds) is written
+    as the item's failure instead; the children it named were never stored, so none is
+    called (a phantom call would share the real item's Idempotency-Key)."""
+    client = AsyncClient(db_url, table_prefix)
+    called: list[str] = []
+
+    async def process(item: WorkItem) -> Result:
+        called.append(item.id)
+        if item.id == "parent":
+            return Result(done=True, spawn=[NewItem("fresh", b""), NewItem("taken", b"")])
+        return Result(done=True)
+
+    await client.create_partition("p", [NewItem("parent", b""), NewItem("taken", b"", 1)])
+    async with running(Watcher(make_store(), process, config())):
+        info = await client.wait("p", timeout=30)
+    items = {item.id: item for item in await client.items("p")}
+    assert items["parent"].status == "failed" and "already holds" in (
+        items["parent"].last_error or "")
+    assert "fresh" not in items and "fresh" not in called, called
+    assert info.status == "failed"
+    await client.close()
+
+
 async def test_a_fenced_write_spawns_nothing(db_url, table_prefix, make_store) -> None:
     """An answer that comes after its partition was cancelled is fenced off, and its
     spawn with it. (The processor may also see the cancel first and give the call up:

@@ -56,7 +56,7 @@ class _Entry:
 
     __slots__ = ("close", "done", "outcomes", "size", "writes")
 
-    def __init__(self, writes: Sequence[ItemWrite], done: WritesDone,
+    def __init__(self, writes: list[ItemWrite], done: WritesDone,
                  close: CloseWithWrite | None = None) -> None:
         self.writes = writes
         self.done = done
@@ -103,13 +103,15 @@ class ResultWriter:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"result-writer-{self.owner}")
 
-    def enqueue_many(self, writes: Sequence[ItemWrite], done: WritesDone,
+    def enqueue_many(self, writes: list[ItemWrite], done: WritesDone,
                      close: CloseWithWrite | None = None) -> None:
         """Queue ``writes``; ``done`` is called once, when every one of them is written or
-        cannot be, with each one's outcome in order. ``close``: the writes are their
-        partition's last at its gate, and its close is sent after them, in the same
-        round trip (:mod:`watcher.leasing.closing`); ``close.closed`` says whether it
-        went through by the time ``done`` is called.
+        cannot be, with each one's outcome in order. A write the database refuses for its
+        values is replaced in ``writes`` by the failure written in its place, so that
+        ``done``'s caller reads what was written (a refused spawn inserted no child).
+        ``close``: the writes are their partition's last at its gate, and its close is
+        sent after them, in the same round trip (:mod:`watcher.leasing.closing`);
+        ``close.closed`` says whether it went through by the time ``done`` is called.
 
         An outcome is whether the write was applied (``False``: the item moved
         on or the lease was lost, so the result was fenced off), or the error
@@ -140,7 +142,7 @@ class ResultWriter:
         Raises:
             WriterClosedError: the writer is stopping; nothing was queued.
         """
-        self.enqueue_many((write,), lambda outcomes: done(outcomes[0]))
+        self.enqueue_many([write], lambda outcomes: done(outcomes[0]))
 
     async def submit(self, write: ItemWrite) -> bool:
         """Queue ``write`` and wait until it is written; returns whether it was applied.
@@ -308,7 +310,7 @@ class ResultWriter:
         """
         store = self.store
         for entry in head:
-            for write in entry.unwritten():
+            for position, write in enumerate(entry.unwritten(), len(entry.outcomes)):
                 outcome: Outcome
                 try:
                     outcome = await write_or_refuse(store, partial(self._write_alone, write))
@@ -317,13 +319,15 @@ class ResultWriter:
                         raise
                     log.warning("action=result_unstorable partition=%s item=%s error=%s",
                                 write.partition_id, write.item_id, type(error).__name__)
+                    replacement = unstorable_write(write, error)
                     try:
-                        outcome = (await self.store.items_apply(
-                            [unstorable_write(write, error)], self.owner))[0]
+                        outcome = (await self.store.items_apply([replacement], self.owner))[0]
                     except Exception as second:
                         if not is_refusal(store, second):
                             raise
                         outcome = second
+                    else:  # the caller reads what was written, not the write refused
+                        entry.writes[position] = replacement
                 entry.outcomes.append(outcome)
             self._remove(entry)
             _answer(entry)
