@@ -8,12 +8,14 @@ The images themselves are built and run in test_container.py.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shlex
 import shutil
 import subprocess
 import uuid
 from pathlib import Path
+from secrets import token_hex as secrets_token_hex
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -388,10 +390,19 @@ def test_a_compose_implementation_accepts_the_file() -> None:
     if not candidates:
         pytest.skip("no Compose implementation is installed (docker-compose or the docker "
                     "compose plugin)")
+    # The file refuses to start without real secrets: give it some, as deploy/.env would.
+    secrets = {name: secrets_token_hex(16) for name in (
+        "PROCESSOR_API_TOKEN", "PROCESSOR_CONSOLE_TOKEN", "PROCESSOR_NOTIFY_SECRET")}
     for command in candidates:
         done = subprocess.run([*command, "-f", str(COMPOSE), "config", "-q"],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, **secrets})
         assert done.returncode == 0, f"{' '.join(command)} config: {done.stderr}"
+        unset = {key: value for key, value in os.environ.items() if key not in secrets}
+        refused = subprocess.run([*command, "-f", str(COMPOSE), "config", "-q"],
+                                 capture_output=True, text=True, timeout=60, env=unset)
+        assert refused.returncode != 0 and "PROCESSOR_" in refused.stderr, (
+            "Compose must refuse to start without real secrets")
 
 
 # -- the KEDA query on a real schema ----------------------------------------------------
