@@ -14,9 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, event, insert
+from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+from bench.console_pages import fill
 from processor import AsyncClient, NewItem
 from processor.console.app import create_app, settings_for
 from tests.conformance.test_operations import make_finished
@@ -25,7 +26,6 @@ from watcher.records import ItemWrite
 from watcher.store import Store
 from watcher.store.db.clock import FixedClock
 from watcher.store.db.urls import parse_database_url
-from watcher.store.sql.schema import tables_for
 
 XSS_ID = "<img src=x onerror=alert(1)>"
 XSS_ERROR = "<script>alert('item')</script> & more"
@@ -333,39 +333,9 @@ PARTITIONS = 10_000
 STATEMENTS_PER_PAGE = 25
 
 
-def _bulk_fill(db_url: str, table_prefix: str) -> None:
-    """10,000 partitions of 3 items (at gates 0, 1 and 2), written straight to the tables."""
-    tables = tables_for(table_prefix)
-    start = utc_now() - timedelta(hours=2)
-    statuses = ["available", "complete", "failed", "cancelled"]
-    partitions, items = [], []
-    for n in range(PARTITIONS):
-        moment = start + timedelta(seconds=n)
-        status = statuses[n % 4]
-        partitions.append({"id": f"job-{n:05}", "version": 1, "gate": n % 3, "status": status,
-                           "owner": f"w{n % 7}" if status == "available" else "",
-                           "until": moment + timedelta(hours=4), "created_at": moment,
-                           "updated_at": moment, "on_item_failure": "fail",
-                           "reduce_page": 0, "reduce_attempts": 0})
-        for gate in range(3):
-            items.append({"partition_id": f"job-{n:05}", "id": f"item-{gate}", "version": 1,
-                          "gate": gate, "status": "complete" if gate < n % 3 else "available",
-                          "data": b"{}", "attempts": 0, "retry_at": moment,
-                          "created_at": moment, "updated_at": moment})
-    engine = create_engine(parse_database_url(db_url).sync_url)
-    try:
-        with engine.begin() as conn:
-            for chunk in range(0, len(partitions), 2000):
-                conn.execute(insert(tables.partitions), partitions[chunk:chunk + 2000])
-            for chunk in range(0, len(items), 5000):
-                conn.execute(insert(tables.items), items[chunk:chunk + 5000])
-    finally:
-        engine.dispose()
-
-
 async def test_pages_stay_fast_with_10000_partitions(db_url: str, table_prefix: str,
                                                      web: httpx.AsyncClient) -> None:
-    await asyncio.to_thread(_bulk_fill, db_url, table_prefix)
+    await asyncio.to_thread(fill, db_url, table_prefix, PARTITIONS)
     first = await web.get("/partitions")
     cursor = re.search(r'href="/partitions\?after=([^"&]+)"', first.text)
     assert cursor, "no next page link"

@@ -12,8 +12,9 @@ import pytest
 
 from processor import AsyncClient, NewItem
 from tests.integration.test_api import serving
+from tests.integration.test_quorum import Reviewers
 from tests.support.engine import running, wait_until
-from watcher import Result, Wait, Watcher, WatcherConfig, WorkItem
+from watcher import Result, Watcher, WatcherConfig, WorkItem
 from watcher.errors import AlreadyCompletedError
 from watcher.records import GateSummary, ItemWrite
 from watcher.waits import WaitWrite, new_completion_token, token_hash
@@ -84,25 +85,12 @@ async def test_answers_arriving_together_let_exactly_k_items_pass(
     await client.close()
 
 
-class Parking:
-    """Gate 0 parks every item for a completion (its token kept); gate 1 is done."""
-
-    def __init__(self) -> None:
-        self.tokens: dict[str, str] = {}
-
-    async def __call__(self, item: WorkItem) -> Result:
-        if item.gate == 0:
-            self.tokens[item.id] = item.completion_token
-            return Result(wait=Wait(600))
-        return Result(done=True)
-
-
 async def test_twenty_completions_racing_through_the_api_let_exactly_k_pass(
         db_url, table_prefix, make_store) -> None:
     client = AsyncClient(db_url, table_prefix)
     n, k = 20, 3
     names = [f"r{j:02d}" for j in range(n)]
-    parking = Parking()
+    parking = Reviewers()  # every item parks at gate 0; gate 1 is done
     await client.create_partition("p", [NewItem(name, b"{}") for name in names],
                                   quorum={0: k})
     async with running(Watcher(make_store(), parking, config(concurrency=n))):
@@ -212,7 +200,7 @@ async def test_a_completion_that_meets_the_quorum_while_the_gate_is_summed_up_mo
     # items to gate 1, then its quorum count passed the gate and the stale summary
     # closed the partition complete at gate 0, those three left available at gate 1.
     client = AsyncClient(db_url, table_prefix)
-    parking = Parking()
+    parking = Reviewers()  # every item parks at gate 0; gate 1 is done
     names = ["a", "b", "c"]
     await client.create_partition("p", [NewItem(name, b"{}") for name in names],
                                   quorum={0: 1})
